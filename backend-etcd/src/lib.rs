@@ -1,0 +1,11 @@
+//! The locksmith etcd backend (not implemented yet; see its issue).
+
+use lockcore::{BackendUrl, LockError, Locker, Result};
+
+/// Connects to etcd as described by `url`.
+pub async fn connect(url: &BackendUrl) -> Result<Locker> {
+    Err(url.error("the etcd backend is not implemented yet"))
+}
+
+#[doc(hidden)]
+pub fn _unused(_: LockError) {}

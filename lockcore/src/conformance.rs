@@ -1,0 +1,393 @@
+//! The conformance suite: one set of tests that every backend runs against a live instance, so all
+//! backends are held to the same contract by the same code (like `object_store`'s `integration`
+//! module).
+//!
+//! A backend's test file implements [`Harness`] and expands [`conformance_tests!`](crate::conformance_tests):
+//!
+//! ```ignore
+//! struct MyHarness;
+//! #[lockcore::async_trait]
+//! impl lockcore::conformance::Harness for MyHarness { /* ... */ }
+//! lockcore::conformance_tests!(MyHarness);
+//! ```
+//!
+//! Every test uses lock names with a random suffix, so tests may run concurrently against one
+//! server and reruns never see leftovers of earlier runs. Every wait is bounded: a backend that
+//! hangs fails the test instead of hanging the suite.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::{LockError, LockGuard, LockName, Locker, LostReason};
+
+/// What a backend's tests provide to the suite.
+#[async_trait]
+pub trait Harness: Send + Sync + 'static {
+    /// A new [`Locker`] with its own connection (or session) to the backend under test, as a
+    /// separate process would have.
+    async fn locker(&self) -> Locker;
+
+    /// Removes the current holder of `name` on the server, behind its back, as an operator deleting
+    /// the key or node would.
+    async fn delete_behind_back(&self, name: &LockName);
+
+    /// The keys or nodes on the server that represent holders or waiters of `name` (not counters or
+    /// other bookkeeping that is meant to stay). Used to show that nothing is left behind.
+    async fn residue(&self, name: &LockName) -> Vec<String>;
+
+    /// A short TTL this backend honours (the server's minimum or a little more): used in tests of
+    /// expiry and renewal.
+    fn short_ttl(&self) -> Duration;
+}
+
+/// Expands to one `#[tokio::test]` per conformance test, each calling the suite with the harness
+/// built by `$harness` (an expression, evaluated anew in each test, that may use `.await`).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($harness:expr) => {
+        $crate::conformance_tests!(@tests $harness;
+            mutual_exclusion, try_acquire_while_held, acquire_times_out, cancelled_acquire_leaves_nothing,
+            crashed_holder_expires, renewal_keeps_lock_past_ttl, fencing_tokens_increase,
+            lost_fires_when_removed_behind_back, names_are_independent, waiters_are_fifo,
+            max_hold_releases, release_not_held_is_an_error, drop_releases, invalid_input_is_rejected,
+            cancellation_after_grant_leaves_nothing);
+    };
+    (@tests $harness:expr; $($test:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                let harness = $harness;
+                $crate::conformance::$test(&harness).await;
+            }
+        )*
+    };
+}
+
+/// A unique lock name for one test: `conformance/<test>/<random>`.
+pub fn unique_name(test: &str) -> String {
+    format!("conformance/{test}/{:016x}", rand::random::<u64>())
+}
+
+/// Bounds a step of a test: panics with `what` if `fut` takes longer than `limit`.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: still not done after {limit:?}"),
+    }
+}
+
+/// The generous bound used for steps that should take about one TTL.
+fn patience(h: &impl Harness) -> Duration {
+    h.short_ttl() * 10 + Duration::from_secs(10)
+}
+
+async fn wait_for_residue(h: &impl Harness, name: &LockName, count: usize) {
+    within(patience(h), &format!("waiting for {count} holder/waiter entries of {name}"), async {
+        loop {
+            if h.residue(name).await.len() == count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+/// N clients on separate connections increment a shared counter non-atomically inside the lock:
+/// no update is lost, no client ever enters while another is inside, and fencing tokens increase
+/// in the order the critical sections ran.
+pub async fn mutual_exclusion(h: &impl Harness) {
+    const CLIENTS: u64 = 6;
+    const ROUNDS: u64 = 10;
+    let name = unique_name("mutual_exclusion");
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let last_token = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let locker = h.locker().await;
+        let (name, counter, inside, last_token) = (name.clone(), counter.clone(), inside.clone(), last_token.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = locker.lock(&name).acquire().await.expect("acquire");
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders inside the critical section");
+                let token = guard.fencing_token();
+                let previous = last_token.swap(token, Ordering::SeqCst);
+                assert!(token > previous, "fencing token {token} not above the previous holder's {previous}");
+                let v = counter.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                counter.store(v + 1, Ordering::SeqCst);
+                inside.store(false, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    within(Duration::from_secs(120), "mutual exclusion rounds", async {
+        for t in tasks {
+            t.await.expect("client task panicked");
+        }
+    })
+    .await;
+    assert_eq!(counter.load(Ordering::SeqCst), CLIENTS * ROUNDS, "an increment was lost");
+    wait_for_residue(h, &LockName::new(&name).unwrap(), 0).await;
+}
+
+/// `try_acquire` returns `None` while the lock is held and `Some` after release.
+pub async fn try_acquire_while_held(h: &impl Harness) {
+    let name = unique_name("try_acquire");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let held = a.lock(&name).try_acquire().await.expect("try").expect("free lock must be taken");
+    assert!(b.lock(&name).try_acquire().await.expect("try").is_none(), "held lock taken twice");
+    assert!(a.lock(&name).try_acquire().await.expect("try").is_none(), "not reentrant");
+    held.release().await.expect("release");
+    let again = b.lock(&name).try_acquire().await.expect("try").expect("released lock must be free");
+    again.release().await.expect("release");
+}
+
+/// `acquire` with a timeout returns [`LockError::Timeout`] no earlier than the timeout, and leaves
+/// no waiter behind.
+pub async fn acquire_times_out(h: &impl Harness) {
+    let name = unique_name("timeout");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let held = a.lock(&name).acquire().await.expect("acquire");
+    let timeout = Duration::from_millis(300);
+    let start = Instant::now();
+    let result = within(patience(h), "acquire with a timeout", b.lock(&name).timeout(timeout).acquire()).await;
+    assert!(matches!(result, Err(LockError::Timeout(t)) if t == timeout), "expected Timeout, got {result:?}");
+    assert!(start.elapsed() >= timeout, "gave up before the timeout");
+    wait_for_residue(h, &held.lease().name, 1).await;
+    held.release().await.expect("release");
+}
+
+/// A dropped (cancelled) `acquire` leaves nothing behind: the next waiter gets the lock as soon as
+/// the holder releases, although the cancelled waiter's connection is still open.
+pub async fn cancelled_acquire_leaves_nothing(h: &impl Harness) {
+    let name = unique_name("cancel");
+    let lock_name = LockName::new(&name).unwrap();
+    let (a, b, c) = (h.locker().await, h.locker().await, h.locker().await);
+    let held = a.lock(&name).acquire().await.expect("acquire");
+    let cancelled = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move { b.lock(&name).acquire().await }
+    });
+    wait_for_residue(h, &lock_name, 2).await;
+    cancelled.abort();
+    assert!(cancelled.await.is_err_and(|e| e.is_cancelled()));
+    wait_for_residue(h, &lock_name, 1).await;
+    let next = tokio::spawn({
+        let (c, name) = (c.clone(), name.clone());
+        async move { c.lock(&name).acquire().await }
+    });
+    wait_for_residue(h, &lock_name, 2).await;
+    held.release().await.expect("release");
+    let guard = within(patience(h), "the waiter after a cancelled one", next).await.unwrap().expect("acquire");
+    guard.release().await.expect("release");
+    wait_for_residue(h, &lock_name, 0).await;
+    drop(b); // the cancelled waiter's connection stayed open until here
+}
+
+/// A timeout that strikes while the backend is granting leaves no lease behind either: many short
+/// timeouts racing a release never leave the lock held by nobody.
+pub async fn cancellation_after_grant_leaves_nothing(h: &impl Harness) {
+    let name = unique_name("cancel_grant");
+    let lock_name = LockName::new(&name).unwrap();
+    let (a, b) = (h.locker().await, h.locker().await);
+    for i in 0..20u64 {
+        let held = a.lock(&name).acquire().await.expect("acquire");
+        let waiter = tokio::spawn({
+            let (b, name) = (b.clone(), name.clone());
+            // Timeouts from 0 to ~10 ms: some strike before, some during, some after the grant.
+            async move { b.lock(&name).timeout(Duration::from_micros(i * 500)).acquire().await }
+        });
+        tokio::time::sleep(Duration::from_micros(i * 250)).await;
+        held.release().await.expect("release");
+        if let Ok(guard) = waiter.await.unwrap() {
+            guard.release().await.expect("release");
+        }
+    }
+    wait_for_residue(h, &lock_name, 0).await;
+    let last = within(patience(h), "the lock after racing timeouts", a.lock(&name).acquire()).await;
+    last.expect("acquire").release().await.expect("release");
+}
+
+/// A holder that stops renewing without releasing (a crash) loses the lock to a waiter after about
+/// one TTL.
+pub async fn crashed_holder_expires(h: &impl Harness) {
+    let name = unique_name("crash");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let ttl = h.short_ttl();
+    let crashed = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    let token = crashed.fencing_token();
+    let abandoned_at = Instant::now();
+    let _lease = crashed.abandon();
+    let next = within(patience(h), "taking over from a crashed holder", b.lock(&name).acquire()).await.expect("acquire");
+    assert!(abandoned_at.elapsed() >= ttl / 2, "the lock passed on long before the crashed holder's TTL");
+    assert!(next.fencing_token() > token);
+    next.release().await.expect("release");
+}
+
+/// The watchdog keeps a lock held well past its TTL.
+pub async fn renewal_keeps_lock_past_ttl(h: &impl Harness) {
+    let name = unique_name("renewal");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let ttl = h.short_ttl();
+    let guard = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    let until = Instant::now() + guard.ttl() * 3;
+    while Instant::now() < until {
+        assert!(b.lock(&name).try_acquire().await.expect("try").is_none(), "renewed lock was taken");
+        tokio::time::sleep(guard.ttl() / 4).await;
+    }
+    assert!(guard.is_held(), "lost: {:?}", guard.lost_reason());
+    guard.release().await.expect("release");
+}
+
+/// Fencing tokens strictly increase across holders and connections.
+pub async fn fencing_tokens_increase(h: &impl Harness) {
+    let name = unique_name("fencing");
+    let lockers = [h.locker().await, h.locker().await];
+    let mut last = 0;
+    for i in 0..6 {
+        let guard = lockers[i % 2].lock(&name).acquire().await.expect("acquire");
+        assert!(guard.fencing_token() > last, "token {} after {last}", guard.fencing_token());
+        last = guard.fencing_token();
+        guard.release().await.expect("release");
+    }
+}
+
+/// `lost()` fires when the lock is removed on the server behind the holder's back, and the lock is
+/// free for others afterwards.
+pub async fn lost_fires_when_removed_behind_back(h: &impl Harness) {
+    let name = unique_name("lost");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let guard = a.lock(&name).ttl(h.short_ttl()).acquire().await.expect("acquire");
+    let lost = guard.lost();
+    h.delete_behind_back(&guard.lease().name).await;
+    let reason = within(patience(h), "lost() after the lock was removed", lost).await;
+    assert!(matches!(reason, LostReason::LeaseGone(_) | LostReason::RenewalFailed(_)), "{reason:?}");
+    assert!(!guard.is_held());
+    let other = within(patience(h), "acquiring a removed lock", b.lock(&name).acquire()).await.expect("acquire");
+    assert!(matches!(guard.release().await, Err(LockError::NotHeld { .. })));
+    assert!(other.is_held());
+    other.release().await.expect("release");
+}
+
+/// No name blocks another: `a` and `a/b`, `a` and `ab`, `a/` and `a` are independent locks.
+pub async fn names_are_independent(h: &impl Harness) {
+    let base = unique_name("names");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let pairs = [("a", "a/b"), ("a/b", "a"), ("a", "ab"), ("ab", "a"), ("a/", "a"), ("a", "a/"), ("x.y", "x%2Ey")];
+    for (first, second) in pairs {
+        let first = format!("{base}/{first}");
+        let second = format!("{base}/{second}");
+        let held = a.lock(&first).acquire().await.expect("acquire");
+        let other = b.lock(&second).try_acquire().await.expect("try");
+        assert!(other.is_some(), "{first:?} blocked {second:?}");
+        other.unwrap().release().await.expect("release");
+        held.release().await.expect("release");
+    }
+    // Unusual but valid names work too.
+    for odd in ["ä/ö/ü", " ", "..", "%", "*", "a\nb", &"n".repeat(crate::MAX_NAME_LEN - base.len() - 1)] {
+        let name = format!("{base}/{odd}");
+        let g = a.lock(&name).try_acquire().await.expect("valid name").expect("free");
+        assert!(b.lock(&name).try_acquire().await.expect("try").is_none());
+        g.release().await.expect("release");
+    }
+}
+
+/// Waiters get the lock in the order they started waiting.
+pub async fn waiters_are_fifo(h: &impl Harness) {
+    const WAITERS: usize = 5;
+    let name = unique_name("fifo");
+    let lock_name = LockName::new(&name).unwrap();
+    let holder = h.locker().await.lock(&name).acquire().await.expect("acquire");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let locker = h.locker().await;
+        let (name, order) = (name.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = locker.lock(&name).acquire().await.expect("acquire");
+            order.lock().unwrap().push(i);
+            guard.release().await.expect("release");
+        }));
+        // The next waiter starts only once this one is queued on the server.
+        wait_for_residue(h, &lock_name, i + 2).await;
+    }
+    holder.release().await.expect("release");
+    within(patience(h) * 2, "all waiters served", async {
+        for t in tasks {
+            t.await.expect("waiter panicked");
+        }
+    })
+    .await;
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+}
+
+/// `max_hold` stops renewal and releases the lock when it passes, firing `lost()` first.
+pub async fn max_hold_releases(h: &impl Harness) {
+    let name = unique_name("max_hold");
+    let (a, b) = (h.locker().await, h.locker().await);
+    // A long TTL: the lock must come free because of max_hold, not because it expired.
+    let ttl = Duration::from_secs(60);
+    let guard = a.lock(&name).ttl(ttl).max_hold(Duration::from_millis(500)).acquire().await.expect("acquire");
+    let reason = within(Duration::from_secs(20), "lost() after max_hold", guard.lost()).await;
+    assert_eq!(reason, LostReason::MaxHoldReached);
+    assert!(!guard.is_held());
+    let next = within(Duration::from_secs(20), "acquire after max_hold", b.lock(&name).acquire()).await.expect("acquire");
+    next.release().await.expect("release");
+    assert!(matches!(guard.release().await, Err(LockError::NotHeld { .. })));
+}
+
+/// Releasing a lease that is no longer ours returns [`LockError::NotHeld`].
+pub async fn release_not_held_is_an_error(h: &impl Harness) {
+    let name = unique_name("release_twice");
+    let a = h.locker().await;
+    let guard = a.lock(&name).acquire().await.expect("acquire");
+    let lease = guard.lease().clone();
+    guard.release().await.expect("release");
+    let again = a.backend().release(&lease).await;
+    assert!(matches!(again, Err(LockError::NotHeld { .. })), "{again:?}");
+    let renew = a.backend().renew(&lease).await;
+    assert!(matches!(renew, Err(LockError::NotHeld { .. })), "{renew:?}");
+    // A newer holder is not disturbed by the stale lease.
+    let newer = a.lock(&name).acquire().await.expect("acquire");
+    assert!(a.backend().release(&lease).await.is_err());
+    assert!(a.lock(&name).try_acquire().await.expect("try").is_none());
+    newer.release().await.expect("release");
+}
+
+/// Dropping a guard releases the lock in the background.
+pub async fn drop_releases(h: &impl Harness) {
+    let name = unique_name("drop");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let guard: LockGuard = a.lock(&name).ttl(Duration::from_secs(60)).acquire().await.expect("acquire");
+    drop(guard);
+    let next = within(Duration::from_secs(20), "acquire after drop", b.lock(&name).acquire()).await.expect("acquire");
+    next.release().await.expect("release");
+}
+
+/// Bad names and options are rejected with clear errors before anything reaches the server.
+pub async fn invalid_input_is_rejected(h: &impl Harness) {
+    let a = h.locker().await;
+    let long = "x".repeat(crate::MAX_NAME_LEN + 1);
+    for bad in ["", "a\0b", long.as_str()] {
+        assert!(matches!(a.lock(bad).acquire().await, Err(LockError::InvalidName(_))), "{bad:?}");
+        assert!(matches!(a.lock(bad).try_acquire().await, Err(LockError::InvalidName(_))), "{bad:?}");
+    }
+    let name = unique_name("invalid");
+    for ttl in [Duration::ZERO, Duration::from_millis(1), crate::MAX_TTL + Duration::from_secs(1)] {
+        assert!(matches!(a.lock(&name).ttl(ttl).acquire().await, Err(LockError::InvalidOption(_))), "{ttl:?}");
+    }
+    let zero_hold = a.lock(&name).max_hold(Duration::ZERO).try_acquire().await;
+    assert!(matches!(zero_hold, Err(LockError::InvalidOption(_))));
+    let absurd = a.lock(&name).timeout(Duration::MAX).acquire().await;
+    assert!(matches!(absurd, Err(LockError::InvalidOption(_))));
+    // Nothing was taken by the rejected requests.
+    let g = a.lock(&name).try_acquire().await.expect("try").expect("free");
+    g.release().await.expect("release");
+}

@@ -1,0 +1,84 @@
+//! The one error type of locksmith.
+
+use std::time::Duration;
+
+/// A boxed error from a backend's client library, kept as the `source` of [`LockError::Unavailable`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong when taking, renewing or releasing a lock.
+///
+/// Each variant is a distinct case a caller may want to match on: a timeout is not a failure of the
+/// backend, a lost lock is not a bad argument.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// `acquire` waited for the whole timeout without getting the lock. Nothing was left behind.
+    #[error("timed out after {0:?} waiting for the lock")]
+    Timeout(Duration),
+
+    /// The lock is not (or no longer) held by this holder: it was released, it expired, or it was
+    /// taken away on the server. Renewal returns this when the lease is gone; `release` returns it
+    /// when there was nothing of ours to release.
+    #[error("lock {name:?} is not held by this holder")]
+    NotHeld {
+        /// The lock name as the user gave it.
+        name: String,
+    },
+
+    /// The lock name is empty, too long, or contains a NUL byte.
+    #[error("invalid lock name: {0}")]
+    InvalidName(String),
+
+    /// An option is out of range: a zero or absurd TTL, a zero `max_hold`, a bad URL parameter.
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+
+    /// The backend URL cannot be used: malformed, unknown scheme, or a backend whose Cargo feature
+    /// is not compiled in.
+    #[error("invalid backend URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL as given (credentials are not redacted: do not log URLs with passwords).
+        url: String,
+        /// Why it was rejected, e.g. "the `etcd` feature of locksmith is not enabled".
+        reason: String,
+    },
+
+    /// The backend could not be reached or did not answer in time (connection refused, server
+    /// down, request timeout). The operation may be retried.
+    #[error("backend unavailable: {message}")]
+    Unavailable {
+        /// What was being done, e.g. "connecting to etcd at 127.0.0.1:23790".
+        message: String,
+        /// The client library's error, if there was one.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// The backend answered, but with something the lock protocol does not expect (a corrupt key,
+    /// an unexpected node type, a script error).
+    #[error("unexpected backend state: {0}")]
+    Protocol(String),
+}
+
+impl LockError {
+    /// Builds [`LockError::Unavailable`] from a message and the client library's error.
+    pub fn unavailable(
+        message: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        LockError::Unavailable { message: message.into(), source: Some(source.into()) }
+    }
+
+    /// Builds [`LockError::NotHeld`] for the named lock.
+    pub fn not_held(name: impl Into<String>) -> Self {
+        LockError::NotHeld { name: name.into() }
+    }
+
+    /// True when the error says the lock is no longer ours (as opposed to a transient failure).
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, LockError::NotHeld { .. })
+    }
+}
+
+/// `Result` with [`LockError`].
+pub type Result<T, E = LockError> = std::result::Result<T, E>;

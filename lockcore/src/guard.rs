@@ -1,0 +1,146 @@
+//! [`LockGuard`]: the handle of a held lock.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use crate::error::Result;
+use crate::lease::{Lease, LostReason};
+use crate::locker::Locker;
+
+/// A held lock. Renewed in the background while it lives; released by [`LockGuard::release`] or,
+/// best effort, when dropped.
+///
+/// Holding a guard does not by itself make work safe: a holder can be paused (GC, swap, a stopped
+/// VM) past its lease. Check [`LockGuard::lost`] / [`LockGuard::is_held`], and pass
+/// [`LockGuard::fencing_token`] to the storage you write to, so that it can reject a stale holder.
+#[must_use = "dropping a LockGuard releases the lock at once"]
+pub struct LockGuard {
+    locker: Locker,
+    lease: Lease,
+    watch_id: u64,
+    finished: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(locker: Locker, lease: Lease, max_hold: Option<std::time::Duration>) -> Self {
+        let watch_id = locker.inner().watchdog.register(lease.clone(), max_hold);
+        LockGuard { locker, lease, watch_id, finished: false }
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        self.lease.name.as_str()
+    }
+
+    /// The fencing token: strictly greater than every earlier holder's token for this lock name.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.fencing_token
+    }
+
+    /// The lease time the server enforces (the requested TTL, possibly rounded up by the backend).
+    pub fn ttl(&self) -> Duration {
+        self.lease.ttl
+    }
+
+    /// True until the lock is lost (see [`LockGuard::lost`]).
+    pub fn is_held(&self) -> bool {
+        !self.lease.lost.is_lost()
+    }
+
+    /// Why the lock was lost, once it is.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.lease.lost.reason()
+    }
+
+    /// A future that resolves when the lock is lost: renewal failed for longer than the lease
+    /// (minus a safety margin, so it fires *before* the server can hand the lock to someone else),
+    /// the backend reports the lease gone, or `max_hold` passed. It never resolves while the lock
+    /// is held. The future does not borrow the guard, so it can be raced against the guarded work:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lockcore::LockError> {
+    /// # let locker = lockcore::Locker::new(lockcore::MemoryBackend::new());
+    /// let guard = locker.lock("job").acquire().await?;
+    /// tokio::select! {
+    ///     reason = guard.lost() => eprintln!("stopping: {reason}"),
+    ///     _ = async { /* the guarded work */ } => {}
+    /// }
+    /// guard.release().await.ok();
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        let signal = self.lease.lost.clone();
+        async move { signal.wait().await }
+    }
+
+    /// The backend's record of this lease.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Releases the lock and waits for the backend to confirm.
+    ///
+    /// Returns [`crate::LockError::NotHeld`] if the lock was no longer ours (lost, expired, or
+    /// already released by the watchdog after `max_hold`).
+    pub async fn release(mut self) -> Result<()> {
+        self.finished = true;
+        self.locker.inner().watchdog.unregister(self.watch_id);
+        let backend = self.locker.backend();
+        let span = tracing::info_span!("release", lock = %self.lease.name, backend = backend.kind());
+        let result = backend.release(&self.lease).instrument(span).await;
+        match &result {
+            Ok(()) => tracing::info!(fencing_token = self.lease.fencing_token, "released"),
+            Err(e) => tracing::warn!(fencing_token = self.lease.fencing_token, error = %e, "release failed"),
+        }
+        result
+    }
+
+    /// Stops renewing and forgets the lock *without releasing it*, as if this process had crashed:
+    /// the lock stays held on the server until its TTL runs out. Meant for tests of crash recovery
+    /// and for handing a lease over to code that renews it itself.
+    pub fn abandon(mut self) -> Lease {
+        self.finished = true;
+        self.locker.inner().watchdog.unregister(self.watch_id);
+        tracing::info!(lock = %self.lease.name, "lock abandoned without release");
+        self.lease.clone()
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.locker.inner().watchdog.unregister(self.watch_id);
+        let backend = self.locker.backend().clone();
+        let lease = self.lease.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    match backend.release(&lease).await {
+                        Ok(()) => tracing::debug!(lock = %lease.name, "released on drop"),
+                        Err(e) => tracing::warn!(lock = %lease.name, error = %e, "release on drop failed"),
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                lock = %self.lease.name,
+                "LockGuard dropped outside a tokio runtime: not released, it expires after its TTL"
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.lease.name)
+            .field("fencing_token", &self.lease.fencing_token)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}

@@ -1,0 +1,66 @@
+//! # lockcore — the locksmith lock contract
+//!
+//! One distributed-lock API over several coordination services. This crate holds everything that is
+//! the same on every backend:
+//!
+//! - [`LockBackend`], the trait a backend implements: `acquire`, `try_acquire`, `release`, `renew`
+//!   (and `renew_many`, for backends that renew many leases in one request);
+//! - [`Locker`] and [`LockGuard`], the API users hold: a builder for TTL, timeout and `max_hold`;
+//!   a guard with a fencing token, a background watchdog that renews the lease, a `lost()` future,
+//!   and release on `release().await` or on drop;
+//! - [`LockName`], the validation and the one collision-free encoding of lock names;
+//! - [`MemoryBackend`], the embedded backend (`mem://`);
+//! - [`conformance`] (feature `conformance`), the test suite every backend runs.
+//!
+//! ## Quickstart
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lockcore::LockError> {
+//! use std::time::Duration;
+//! use lockcore::{Locker, MemoryBackend};
+//!
+//! let locker = Locker::new(MemoryBackend::new());
+//! let guard = locker
+//!     .lock("orders/42")
+//!     .ttl(Duration::from_secs(10))
+//!     .timeout(Duration::from_secs(5))
+//!     .acquire()
+//!     .await?;
+//! // Pass the fencing token to the storage you write to: it rejects writes of stale holders.
+//! let token = guard.fencing_token();
+//! assert!(locker.lock("orders/42").try_acquire().await?.is_none());
+//! guard.release().await?;
+//! let next = locker.lock("orders/42").try_acquire().await?.expect("free again");
+//! assert!(next.fencing_token() > token);
+//! # Ok(()) }
+//! ```
+//!
+//! The design (the contract, the guard and watchdog, fencing, name encoding) is explained in
+//! `docs/design.md` of the repository.
+
+#![warn(missing_docs)]
+
+mod backend;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod error;
+mod guard;
+mod lease;
+mod locker;
+mod memory;
+mod name;
+pub mod url;
+mod watchdog;
+
+pub use backend::LockBackend;
+pub use error::{BoxError, LockError, Result};
+pub use guard::LockGuard;
+pub use lease::{Lease, LockRequest, LostReason, LostSignal, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+pub use locker::{LockBuilder, Locker};
+pub use memory::{MemLockInfo, MemoryBackend};
+pub use name::{LockName, MAX_NAME_LEN};
+pub use url::BackendUrl;
+
+/// Re-exported so backends implement [`LockBackend`] with the same macro version.
+pub use async_trait::async_trait;

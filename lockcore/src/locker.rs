@@ -1,0 +1,179 @@
+//! [`Locker`], the user's entry point, and [`LockBuilder`], the options of one lock request.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::LockBackend;
+use crate::error::{LockError, Result};
+use crate::guard::LockGuard;
+use crate::lease::{LockRequest, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+use crate::name::LockName;
+use crate::watchdog::Watchdog;
+
+/// A connection to one lock backend, shared by all the locks taken through it.
+///
+/// Cheap to clone; clones share the connection and the watchdog. Build it from a backend with
+/// [`Locker::new`], or from a URL with `locksmith::connect`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockcore::LockError> {
+/// use std::time::Duration;
+/// use lockcore::{Locker, MemoryBackend};
+///
+/// let locker = Locker::new(MemoryBackend::new());
+/// let guard = locker.lock("orders/42").ttl(Duration::from_secs(10)).acquire().await?;
+/// assert!(locker.lock("orders/42").try_acquire().await?.is_none());
+/// println!("fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locker {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) watchdog: Watchdog,
+}
+
+impl Locker {
+    /// A locker over `backend`.
+    pub fn new(backend: impl LockBackend) -> Self {
+        Self::from_arc(Arc::new(backend))
+    }
+
+    /// A locker over a shared backend.
+    pub fn from_arc(backend: Arc<dyn LockBackend>) -> Self {
+        let watchdog = Watchdog::new(backend.clone());
+        Locker { inner: Arc::new(Inner { backend, watchdog }) }
+    }
+
+    /// Starts a request for the lock `name`; set options on the builder, then call
+    /// [`LockBuilder::acquire`] or [`LockBuilder::try_acquire`].
+    pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
+        LockBuilder { locker: self.clone(), name: name.into(), ttl: DEFAULT_TTL, timeout: None, max_hold: None }
+    }
+
+    /// The backend behind this locker.
+    pub fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.inner.backend
+    }
+
+    /// How many guards of this locker the watchdog is renewing right now.
+    pub fn held_count(&self) -> usize {
+        self.inner.watchdog.len()
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+impl fmt::Debug for Locker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locker").field("backend", &self.inner.backend).finish()
+    }
+}
+
+/// Options of one lock request. Created by [`Locker::lock`].
+#[must_use = "a LockBuilder does nothing until acquire() or try_acquire() is awaited"]
+pub struct LockBuilder {
+    locker: Locker,
+    name: String,
+    ttl: Duration,
+    timeout: Option<Duration>,
+    max_hold: Option<Duration>,
+}
+
+impl LockBuilder {
+    /// The lease time (default 15 s, allowed 50 ms to 24 h). The lease is renewed in the background
+    /// while the guard lives; the TTL is how long the lock outlives a holder that crashed or was
+    /// cut off. Backends may round it up (see [`LockGuard::ttl`] for the effective value).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long [`LockBuilder::acquire`] waits at most (default: no limit). On timeout it returns
+    /// [`LockError::Timeout`] and leaves nothing behind. Zero makes one attempt.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// A hard cap on how long the lock is held: once `max_hold` has passed since it was acquired, the
+    /// watchdog stops renewing, fires [`LockGuard::lost`] with
+    /// [`crate::LostReason::MaxHoldReached`] and releases the lock, whatever the holder is doing.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    fn request(&self) -> Result<LockRequest> {
+        let name = LockName::new(&self.name)?;
+        if self.ttl < MIN_TTL || self.ttl > MAX_TTL {
+            return Err(LockError::InvalidOption(format!(
+                "ttl {:?} is outside the allowed range {MIN_TTL:?}..={MAX_TTL:?}",
+                self.ttl
+            )));
+        }
+        if self.max_hold.is_some_and(|m| m.is_zero()) {
+            return Err(LockError::InvalidOption("max_hold must be greater than zero".into()));
+        }
+        if self.timeout.is_some_and(|t| Instant::now().checked_add(t).is_none()) {
+            return Err(LockError::InvalidOption(format!("timeout {:?} is too large", self.timeout)));
+        }
+        Ok(LockRequest { name, ttl: self.ttl })
+    }
+
+    /// Waits until the lock is held (or the timeout passes) and returns its guard.
+    ///
+    /// Cancellation-safe: dropping the returned future leaves no waiter behind on the backend.
+    pub async fn acquire(self) -> Result<LockGuard> {
+        let req = self.request()?;
+        let backend = self.locker.inner().backend.clone();
+        let span = tracing::info_span!("acquire", lock = %req.name, backend = backend.kind());
+        async {
+            let start = Instant::now();
+            let deadline = self.timeout.map(|t| start + t);
+            let attempt = backend.acquire(&req, deadline);
+            let result = match deadline {
+                None => attempt.await,
+                Some(d) => tokio::time::timeout_at(d, attempt).await.unwrap_or_else(|_| Err(LockError::Timeout(Duration::ZERO))),
+            };
+            match result {
+                Ok(lease) => {
+                    tracing::info!(fencing_token = lease.fencing_token, waited = ?start.elapsed(), "acquired");
+                    Ok(LockGuard::new(self.locker, lease, self.max_hold))
+                }
+                Err(LockError::Timeout(_)) => {
+                    let waited = self.timeout.unwrap_or_default();
+                    tracing::info!(?waited, "timed out");
+                    Err(LockError::Timeout(waited))
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "acquire failed");
+                    Err(e)
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// One attempt: `Some(guard)` if the lock was free, `None` if it is held (or another waiter is
+    /// first in line). Never waits for the lock.
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
+        let req = self.request()?;
+        let backend = self.locker.inner().backend.clone();
+        let span = tracing::info_span!("try_acquire", lock = %req.name, backend = backend.kind());
+        let lease = backend.try_acquire(&req).instrument(span).await?;
+        Ok(lease.map(|lease| LockGuard::new(self.locker, lease, self.max_hold)))
+    }
+}

@@ -1,0 +1,154 @@
+//! Lock names: validation and the one collision-free encoding every backend uses.
+//!
+//! A name is any UTF-8 string of 1 to [`MAX_NAME_LEN`] bytes without NUL. Backends never see the
+//! raw name in a key or path; they use [`LockName::encoded`], which turns the name into a single
+//! segment of the characters `[A-Za-z0-9_-]` and `%XX` escapes. Because an encoded name contains no
+//! `/` and the encoding is injective, a key layout of the form `prefix/<encoded>/...` can never
+//! make one lock's keys a prefix of another's: `a`, `a/b`, `ab` and `a/` are four independent locks.
+
+use std::fmt;
+
+use crate::error::{LockError, Result};
+
+/// The maximum length of a lock name, in bytes of UTF-8.
+///
+/// The encoded form is at most three times as long (3 KiB), which fits every backend's key and
+/// path limits with room for prefixes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// A validated lock name.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockName {
+    raw: String,
+    encoded: String,
+}
+
+impl LockName {
+    /// Validates `name`: rejects the empty name, names longer than [`MAX_NAME_LEN`] bytes, and
+    /// names containing a NUL byte, each with [`LockError::InvalidName`].
+    pub fn new(name: &str) -> Result<Self> {
+        if name.is_empty() {
+            return Err(LockError::InvalidName("the name is empty".into()));
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(LockError::InvalidName(format!(
+                "the name is {} bytes long; the maximum is {MAX_NAME_LEN}",
+                name.len()
+            )));
+        }
+        if name.contains('\0') {
+            return Err(LockError::InvalidName("the name contains a NUL byte".into()));
+        }
+        Ok(LockName { raw: name.to_owned(), encoded: encode(name) })
+    }
+
+    /// The name as the user gave it.
+    pub fn as_str(&self) -> &str {
+        &self.raw
+    }
+
+    /// The name as one key/path segment: `[A-Za-z0-9_-]` kept, every other byte as `%XX`
+    /// (upper-case hex). Injective, never empty, never contains `/` or `.`.
+    pub fn encoded(&self) -> &str {
+        &self.encoded
+    }
+
+    /// Reverses [`LockName::encoded`]; `None` if `encoded` is not the output of the encoding.
+    pub fn decode(encoded: &str) -> Option<LockName> {
+        let bytes = encoded.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'%' => {
+                    let hex = encoded.get(i + 1..i + 3)?;
+                    out.push(u8::from_str_radix(hex, 16).ok()?);
+                    i += 3;
+                }
+                b if is_unreserved(b) => {
+                    out.push(b);
+                    i += 1;
+                }
+                _ => return None,
+            }
+        }
+        let name = LockName::new(std::str::from_utf8(&out).ok()?).ok()?;
+        (name.encoded == encoded).then_some(name)
+    }
+}
+
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+fn encode(name: &str) -> String {
+    use fmt::Write;
+    let mut out = String::with_capacity(name.len());
+    for &b in name.as_bytes() {
+        if is_unreserved(b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+impl fmt::Debug for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.raw, f)
+    }
+}
+
+impl fmt::Display for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_names() {
+        assert!(matches!(LockName::new(""), Err(LockError::InvalidName(_))));
+        assert!(matches!(LockName::new("a\0b"), Err(LockError::InvalidName(_))));
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert!(matches!(LockName::new(&long), Err(LockError::InvalidName(_))));
+        assert!(LockName::new(&"x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+
+    #[test]
+    fn encoding_is_one_segment_and_injective() {
+        let names = ["a", "a/b", "ab", "a/", "a%2F", ".", "..", "ä/ö", " ", "a-b_c"];
+        let mut seen = std::collections::HashSet::new();
+        for n in names {
+            let name = LockName::new(n).unwrap();
+            let enc = name.encoded();
+            assert!(!enc.is_empty());
+            assert!(!enc.contains('/') && !enc.contains('.'), "{enc}");
+            assert!(seen.insert(enc.to_owned()), "collision on {n:?}");
+            assert_eq!(LockName::decode(enc).unwrap(), name);
+        }
+        assert_eq!(LockName::new("orders/42").unwrap().encoded(), "orders%2F42");
+    }
+
+    #[test]
+    fn no_encoded_name_is_a_prefix_segment_of_another() {
+        let a = format!("{}/", LockName::new("a").unwrap().encoded());
+        for other in ["a/b", "ab", "a/"] {
+            let o = format!("{}/", LockName::new(other).unwrap().encoded());
+            assert!(!o.starts_with(&a), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn decode_rejects_non_canonical_forms() {
+        assert!(LockName::decode("a%2f").is_none()); // lower-case hex is not our output
+        assert!(LockName::decode("%61").is_none()); // 'a' would not be escaped
+        assert!(LockName::decode("a/b").is_none());
+        assert!(LockName::decode("%0").is_none());
+        assert!(LockName::decode("").is_none());
+    }
+}

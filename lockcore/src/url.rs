@@ -1,0 +1,269 @@
+//! Backend URLs: `scheme://host1:port1,host2:port2/path?key=value&...`.
+//!
+//! The `url` crate cannot parse a comma-separated host list, so this is a small parser of our own.
+//! The facade picks a backend by [`BackendUrl::scheme`]; each backend reads its own hosts, path and
+//! query options from the parsed form and rejects options it does not know.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::error::{LockError, Result};
+
+/// One `host:port` of a backend URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostPort {
+    /// A host name, an IPv4 address, or an IPv6 address without brackets.
+    pub host: String,
+    /// The port, or the backend's default if the URL gave none.
+    pub port: Option<u16>,
+}
+
+impl HostPort {
+    /// `host:port` with the given default port, with brackets around IPv6 addresses.
+    pub fn to_addr(&self, default_port: u16) -> String {
+        let port = self.port.unwrap_or(default_port);
+        if self.host.contains(':') {
+            format!("[{}]:{port}", self.host)
+        } else {
+            format!("{}:{port}", self.host)
+        }
+    }
+}
+
+/// A parsed backend URL.
+#[derive(Clone, Debug)]
+pub struct BackendUrl {
+    raw: String,
+    /// The scheme, lower-cased: `mem`, `etcd`, `zk`, `redis`, ...
+    pub scheme: String,
+    /// Optional `user:password@` credentials (percent-decoded), applied to every host.
+    pub credentials: Option<(String, Option<String>)>,
+    /// The hosts, in order. Empty for `mem://`.
+    pub hosts: Vec<HostPort>,
+    /// The path without its leading `/` (percent-decoded); empty if none.
+    pub path: String,
+    /// Query parameters (percent-decoded). Each key at most once.
+    pub query: BTreeMap<String, String>,
+}
+
+impl BackendUrl {
+    /// Parses `url`, rejecting what is malformed with [`LockError::InvalidUrl`].
+    pub fn parse(url: &str) -> Result<Self> {
+        let bad = |reason: &str| LockError::InvalidUrl { url: url.to_owned(), reason: reason.to_owned() };
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("expected scheme://hosts/path, e.g. etcd://127.0.0.1:2379"))?;
+        if scheme.is_empty() || !scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) {
+            return Err(bad("the scheme is empty or has invalid characters"));
+        }
+        let (rest, query_str) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        if rest.contains('#') || query_str.is_some_and(|q| q.contains('#')) {
+            return Err(bad("fragments (#...) are not allowed"));
+        }
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let (credentials, hosts_str) = match authority.rsplit_once('@') {
+            Some((creds, hosts)) => {
+                let (user, pass) = match creds.split_once(':') {
+                    Some((u, p)) => (u, Some(p)),
+                    None => (creds, None),
+                };
+                let user = percent_decode(user).ok_or_else(|| bad("bad escape in the user name"))?;
+                let pass = match pass {
+                    Some(p) => Some(percent_decode(p).ok_or_else(|| bad("bad escape in the password"))?),
+                    None => None,
+                };
+                (Some((user, pass)), hosts)
+            }
+            None => (None, authority),
+        };
+        let mut hosts = Vec::new();
+        if !hosts_str.is_empty() {
+            for part in hosts_str.split(',') {
+                hosts.push(parse_host(part).map_err(|r| bad(&r))?);
+            }
+        }
+        let path = percent_decode(path.trim_end_matches('/')).ok_or_else(|| bad("bad escape in the path"))?;
+        let mut query = BTreeMap::new();
+        if let Some(q) = query_str {
+            for pair in q.split('&').filter(|p| !p.is_empty()) {
+                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                let k = percent_decode(k).ok_or_else(|| bad("bad escape in a query key"))?;
+                let v = percent_decode(v).ok_or_else(|| bad("bad escape in a query value"))?;
+                if query.insert(k.clone(), v).is_some() {
+                    return Err(bad(&format!("query parameter {k:?} is given twice")));
+                }
+            }
+        }
+        Ok(BackendUrl {
+            raw: url.to_owned(),
+            scheme: scheme.to_ascii_lowercase(),
+            credentials,
+            hosts,
+            path,
+            query,
+        })
+    }
+
+    /// The URL as given.
+    pub fn as_str(&self) -> &str {
+        &self.raw
+    }
+
+    /// An [`LockError::InvalidUrl`] for this URL with the given reason.
+    pub fn error(&self, reason: impl Into<String>) -> LockError {
+        LockError::InvalidUrl { url: self.raw.clone(), reason: reason.into() }
+    }
+
+    /// Fails unless every query key is one of `known`: a misspelt option must not be ignored.
+    pub fn expect_only_options(&self, known: &[&str]) -> Result<()> {
+        match self.query.keys().find(|k| !known.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(k) => Err(self.error(format!(
+                "unknown option {k:?} for {}:// (known: {})",
+                self.scheme,
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            ))),
+        }
+    }
+
+    /// Fails unless the URL names at least one host.
+    pub fn expect_hosts(&self) -> Result<&[HostPort]> {
+        if self.hosts.is_empty() {
+            Err(self.error(format!("{}:// needs at least one host", self.scheme)))
+        } else {
+            Ok(&self.hosts)
+        }
+    }
+
+    /// A duration option such as `ttl=10s`, `connect_timeout=500ms` (units `ms`, `s`, `m`; a bare
+    /// number is seconds). `None` if absent.
+    pub fn duration_option(&self, key: &str) -> Result<Option<Duration>> {
+        match self.query.get(key) {
+            None => Ok(None),
+            Some(v) => parse_duration(v)
+                .map(Some)
+                .ok_or_else(|| self.error(format!("option {key}={v:?} is not a duration like 500ms, 10s or 2m"))),
+        }
+    }
+}
+
+/// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    match unit {
+        "" | "s" => Some(Duration::from_secs(n)),
+        "ms" => Some(Duration::from_millis(n)),
+        "m" => n.checked_mul(60).map(Duration::from_secs),
+        "h" => n.checked_mul(3600).map(Duration::from_secs),
+        _ => None,
+    }
+}
+
+fn parse_host(part: &str) -> std::result::Result<HostPort, String> {
+    if part.is_empty() {
+        return Err("empty host in the host list".into());
+    }
+    let (host, port) = if let Some(rest) = part.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or("unclosed [ in an IPv6 host")?;
+        match after {
+            "" => (host, None),
+            p => (host, Some(p.strip_prefix(':').ok_or("expected :port after ]")?)),
+        }
+    } else {
+        match part.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (part, None),
+        }
+    };
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || "/?#@[]".contains(c)) {
+        return Err(format!("invalid host {host:?}"));
+    }
+    let port = match port {
+        None => None,
+        Some(p) => match p.parse::<u16>() {
+            Ok(0) | Err(_) => return Err(format!("invalid port {p:?} for host {host:?}")),
+            Ok(n) => Some(n),
+        },
+    };
+    Ok(HostPort { host: host.to_owned(), port })
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            out.push(u8::from_str_radix(s.get(i + 1..i + 3)?, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_multi_host_urls() {
+        let u = BackendUrl::parse("etcd://h1:2379,h2:2380,[::1]:1/ns/x?ttl=10s&layout=go-mutex").unwrap();
+        assert_eq!(u.scheme, "etcd");
+        assert_eq!(u.hosts.len(), 3);
+        assert_eq!(u.hosts[1].to_addr(1), "h2:2380");
+        assert_eq!(u.hosts[2].to_addr(1), "[::1]:1");
+        assert_eq!(u.path, "ns/x");
+        assert_eq!(u.duration_option("ttl").unwrap(), Some(Duration::from_secs(10)));
+        assert!(u.expect_only_options(&["ttl"]).is_err());
+        assert!(u.expect_only_options(&["ttl", "layout"]).is_ok());
+    }
+
+    #[test]
+    fn parses_credentials_and_defaults() {
+        let u = BackendUrl::parse("redis://:s%40cret@localhost/0").unwrap();
+        assert_eq!(u.credentials, Some((String::new(), Some("s@cret".into()))));
+        assert_eq!(u.hosts[0].to_addr(6379), "localhost:6379");
+        assert_eq!(u.path, "0");
+        let m = BackendUrl::parse("mem://").unwrap();
+        assert!(m.hosts.is_empty() && m.path.is_empty());
+    }
+
+    #[test]
+    fn rejects_malformed_urls() {
+        for bad in [
+            "etcd",
+            "://h",
+            "etcd://h:notaport",
+            "etcd://h:0",
+            "etcd://h:70000",
+            "etcd://h1,,h2",
+            "etcd://[::1/x",
+            "etcd://h?a=1&a=2",
+            "etcd://h/%zz",
+            "etcd://h#frag",
+        ] {
+            assert!(matches!(BackendUrl::parse(bad), Err(LockError::InvalidUrl { .. })), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("3"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("x"), None);
+        assert_eq!(parse_duration("5d"), None);
+    }
+}

@@ -1,0 +1,244 @@
+//! The watchdog: one task per [`crate::Locker`] that renews every held lease through
+//! [`LockBackend::renew_many`], declares leases lost before the server could expire them, and
+//! enforces `max_hold`.
+//!
+//! Timing, for a lease of TTL `t` (effective, as the backend reports it):
+//! - renew every `backend.renew_interval(t)` (default `t/3`), batched with every other lease due
+//!   within the next tenth of its interval;
+//! - a lease is valid until `sent + t - margin`, where `sent` is when the last *successful*
+//!   renewal was sent and `margin = t/10` (at least 5 ms): client and server clocks run at
+//!   slightly different rates, and the server counts from when it *received* the request;
+//! - a failed renewal is retried after `t/10`; `NotHeld` fires `lost()` at once; no success before
+//!   the validity ends fires `lost()` with [`LostReason::RenewalFailed`].
+//!
+//! The task exits when no lease is registered and is started again by the next registration, so
+//! an idle `Locker` costs nothing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::LockBackend;
+use crate::lease::{Lease, LostReason};
+
+/// The safety margin subtracted from a lease's TTL.
+pub(crate) fn margin(ttl: Duration) -> Duration {
+    (ttl / 10).max(Duration::from_millis(5))
+}
+
+/// Handle to one Locker's watchdog.
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    backend: Arc<dyn LockBackend>,
+    state: Mutex<State>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<u64, Entry>,
+    next_id: u64,
+    task_running: bool,
+}
+
+struct Entry {
+    lease: Lease,
+    renew_at: Instant,
+    valid_until: Instant,
+    max_hold_until: Option<Instant>,
+    last_error: Option<String>,
+}
+
+impl Entry {
+    fn next_event(&self) -> Instant {
+        let t = self.renew_at.min(self.valid_until);
+        self.max_hold_until.map_or(t, |m| t.min(m))
+    }
+}
+
+impl Watchdog {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>) -> Self {
+        Watchdog {
+            shared: Arc::new(Shared { backend, state: Mutex::new(State::default()), wake: Notify::new() }),
+        }
+    }
+
+    /// Starts renewing `lease`; returns the id to [`Watchdog::unregister`] it with.
+    /// Must be called from within a tokio runtime.
+    pub(crate) fn register(&self, lease: Lease, max_hold: Option<Duration>) -> u64 {
+        let interval = self.shared.backend.renew_interval(lease.ttl);
+        let entry = Entry {
+            renew_at: lease.acquired_at + interval,
+            valid_until: lease.acquired_at + lease.ttl - margin(lease.ttl),
+            max_hold_until: max_hold.map(|d| lease.acquired_at + d),
+            last_error: None,
+            lease,
+        };
+        let mut state = self.shared.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        state.entries.insert(id, entry);
+        if !state.task_running {
+            state.task_running = true;
+            tokio::spawn(run(self.shared.clone()));
+        }
+        drop(state);
+        self.shared.wake.notify_one();
+        id
+    }
+
+    /// Stops renewing; no-op if the watchdog already dropped the lease.
+    pub(crate) fn unregister(&self, id: u64) {
+        let removed = self.shared.lock().entries.remove(&id).is_some();
+        if removed {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// How many leases are being renewed (for tests and metrics).
+    pub(crate) fn len(&self) -> usize {
+        self.shared.lock().entries.len()
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the map inconsistent; keep going.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+async fn run(shared: Arc<Shared>) {
+    loop {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        let mut ended = Vec::new();
+        let (next_wake, earliest_expiry) = {
+            let mut state = shared.lock();
+            state.entries.retain(|_, e| {
+                if e.lease.lost.is_lost() {
+                    false
+                } else if e.max_hold_until.is_some_and(|m| m <= now) {
+                    ended.push((e.lease.clone(), LostReason::MaxHoldReached));
+                    false
+                } else if e.valid_until <= now {
+                    let why = e.last_error.clone().unwrap_or_else(|| "no renewal was answered".into());
+                    ended.push((e.lease.clone(), LostReason::RenewalFailed(why)));
+                    false
+                } else {
+                    true
+                }
+            });
+            if state.entries.is_empty() && ended.is_empty() {
+                state.task_running = false;
+                return;
+            }
+            // Renew what is due, plus what would be due very soon, in one batch.
+            for (id, e) in &state.entries {
+                let slack = shared.backend.renew_interval(e.lease.ttl) / 10;
+                if e.renew_at <= now + slack {
+                    due.push((*id, e.lease.clone()));
+                }
+            }
+            let next_wake = state.entries.values().map(Entry::next_event).min();
+            let earliest_expiry = state.entries.values().map(|e| e.valid_until).min();
+            (next_wake, earliest_expiry)
+        };
+
+        for (lease, ending) in ended {
+            end_lease(&shared, lease, ending);
+        }
+
+        if !due.is_empty() {
+            renew_batch(&shared, due, earliest_expiry).await;
+            continue;
+        }
+
+        match next_wake {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = shared.wake.notified() => {}
+                }
+            }
+            None => continue, // only ended leases this round; the next round exits if empty
+        }
+    }
+}
+
+async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: Option<Instant>) {
+    let (ids, leases): (Vec<u64>, Vec<Lease>) = due.into_iter().unzip();
+    let sent = Instant::now();
+    let span = tracing::debug_span!("renew", backend = shared.backend.kind(), leases = leases.len());
+    // Do not let a hung server keep us from declaring leases lost in time.
+    let budget = earliest_expiry.unwrap_or(sent + Duration::from_secs(1));
+    let outcome = tokio::time::timeout_at(budget, shared.backend.renew_many(&leases)).instrument(span).await;
+    let now = Instant::now();
+    let mut lost = Vec::new();
+    {
+        let mut state = shared.lock();
+        for (i, id) in ids.iter().enumerate() {
+            let outcome = match &outcome {
+                Ok(results) => match results.get(i) {
+                    Some(Ok(())) => Renewal::Renewed,
+                    Some(Err(e)) if e.is_not_held() => Renewal::Gone(e.to_string()),
+                    Some(Err(e)) => Renewal::Failed(e.to_string()),
+                    None => Renewal::Failed("the backend returned too few renewal results".into()),
+                },
+                Err(_) => Renewal::Failed("the renewal request timed out".into()),
+            };
+            let Some(entry) = state.entries.get_mut(id) else { continue };
+            let ttl = entry.lease.ttl;
+            match outcome {
+                Renewal::Renewed => {
+                    entry.valid_until = sent + ttl - margin(ttl);
+                    entry.renew_at = sent + shared.backend.renew_interval(ttl);
+                    entry.last_error = None;
+                }
+                Renewal::Gone(e) => {
+                    lost.push((entry.lease.clone(), LostReason::LeaseGone(e)));
+                    state.entries.remove(id);
+                }
+                Renewal::Failed(e) => {
+                    tracing::warn!(lock = %entry.lease.name, error = %e, "lease renewal failed; retrying");
+                    entry.last_error = Some(e);
+                    entry.renew_at = now + (ttl / 10).max(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    for (lease, reason) in lost {
+        fire_lost(&lease, reason);
+    }
+}
+
+enum Renewal {
+    Renewed,
+    Gone(String),
+    Failed(String),
+}
+
+fn fire_lost(lease: &Lease, reason: LostReason) {
+    if lease.lost.fire(reason.clone()) {
+        tracing::warn!(lock = %lease.name, fencing_token = lease.fencing_token, %reason, "lock lost");
+    }
+}
+
+/// Fires the lost signal and releases in the background whatever may still be ours on the server.
+fn end_lease(shared: &Shared, lease: Lease, reason: LostReason) {
+    let backend = shared.backend.clone();
+    // Fire first: the holder must stop acting as one before the lock can pass to someone else.
+    fire_lost(&lease, reason);
+    tokio::spawn(async move {
+        if let Err(e) = backend.release(&lease).await {
+            tracing::debug!(lock = %lease.name, error = %e, "release after loss found nothing to release");
+        }
+    });
+}

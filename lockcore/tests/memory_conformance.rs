@@ -1,0 +1,37 @@
+//! The memory backend against the whole conformance suite.
+
+use std::time::Duration;
+
+use lockcore::conformance::Harness;
+use lockcore::{async_trait, LockName, Locker, MemoryBackend};
+
+struct MemHarness {
+    store: MemoryBackend,
+}
+
+fn harness() -> MemHarness {
+    MemHarness { store: MemoryBackend::new() }
+}
+
+#[async_trait]
+impl Harness for MemHarness {
+    async fn locker(&self) -> Locker {
+        Locker::new(self.store.clone())
+    }
+
+    async fn delete_behind_back(&self, name: &LockName) {
+        assert!(self.store.force_remove(name), "no holder to remove");
+    }
+
+    async fn residue(&self, name: &LockName) -> Vec<String> {
+        let info = self.store.inspect(name);
+        let waiters = (0..info.waiters).map(|i| format!("waiter-{i}"));
+        info.holder.into_iter().chain(waiters).collect()
+    }
+
+    fn short_ttl(&self) -> Duration {
+        Duration::from_millis(300)
+    }
+}
+
+lockcore::conformance_tests!(harness());
