@@ -9,6 +9,27 @@ use tokio::time::Instant;
 
 use crate::error::Result;
 use crate::lease::{Lease, LockRequest};
+use crate::name::LockName;
+
+/// What [`LockBackend::inspect`] reports about one lock.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The current holder, if the lock is held.
+    pub holder: Option<HolderInfo>,
+    /// How many waiters are queued for the lock (those this backend can see).
+    pub waiters: usize,
+}
+
+/// The current holder of a lock, as [`LockBackend::inspect`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderInfo {
+    /// The backend's identity of the holder (same as [`Lease::holder_id`] of its guard).
+    pub holder_id: String,
+    /// The holder's fencing token, where the backend stores it next to the holder.
+    pub fencing_token: Option<u64>,
+    /// Time left before the server expires the holder's lease unless renewed, where known.
+    pub ttl_remaining: Option<Duration>,
+}
 
 /// A distributed-lock backend.
 ///
@@ -45,6 +66,10 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Extends the lease by its TTL from now. [`crate::LockError::NotHeld`] when the lease is gone
     /// (the caller then fires its lost signal); any other error is treated as transient and retried.
     async fn renew(&self, lease: &Lease) -> Result<()>;
+
+    /// Who holds `name` right now and how many wait: a read-only look for operators (the CLI's
+    /// `inspect`), never used for locking decisions.
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo>;
 
     /// Renews many leases at once; returns one result per lease, in order.
     ///

@@ -55,7 +55,7 @@ macro_rules! conformance_tests {
             crashed_holder_expires, renewal_keeps_lock_past_ttl, fencing_tokens_increase,
             lost_fires_when_removed_behind_back, names_are_independent, waiters_are_fifo,
             max_hold_releases, release_not_held_is_an_error, drop_releases, invalid_input_is_rejected,
-            cancellation_after_grant_leaves_nothing);
+            cancellation_after_grant_leaves_nothing, inspect_reports_holder_and_waiters);
     };
     (@tests $harness:expr; $($test:ident),* $(,)?) => {
         $(
@@ -390,4 +390,29 @@ pub async fn invalid_input_is_rejected(h: &impl Harness) {
     // Nothing was taken by the rejected requests.
     let g = a.lock(&name).try_acquire().await.expect("try").expect("free");
     g.release().await.expect("release");
+}
+
+/// `inspect` reports the holder (with the guard's holder id and, where stored, its fencing token)
+/// and the number of waiters.
+pub async fn inspect_reports_holder_and_waiters(h: &impl Harness) {
+    let name = unique_name("inspect");
+    let lock_name = LockName::new(&name).unwrap();
+    let (a, b) = (h.locker().await, h.locker().await);
+    let free = a.backend().inspect(&lock_name).await.expect("inspect");
+    assert_eq!(free, crate::LockInfo::default());
+    let guard = a.lock(&name).acquire().await.expect("acquire");
+    let waiter = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move { b.lock(&name).acquire().await }
+    });
+    wait_for_residue(h, &lock_name, 2).await;
+    let info = a.backend().inspect(&lock_name).await.expect("inspect");
+    let holder = info.holder.expect("a holder");
+    assert_eq!(holder.holder_id, guard.lease().holder_id);
+    assert!(holder.fencing_token.is_none_or(|t| t == guard.fencing_token()));
+    assert!(holder.ttl_remaining.is_none_or(|t| t <= guard.ttl()));
+    assert_eq!(info.waiters, 1);
+    guard.release().await.expect("release");
+    let next = within(patience(h), "waiter after release", waiter).await.unwrap().expect("acquire");
+    next.release().await.expect("release");
 }

@@ -53,12 +53,12 @@ mod name;
 pub mod url;
 mod watchdog;
 
-pub use backend::LockBackend;
+pub use backend::{HolderInfo, LockBackend, LockInfo};
 pub use error::{BoxError, LockError, Result};
 pub use guard::LockGuard;
 pub use lease::{Lease, LockRequest, LostReason, LostSignal, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 pub use locker::{LockBuilder, Locker};
-pub use memory::{MemLockInfo, MemoryBackend};
+pub use memory::MemoryBackend;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use url::BackendUrl;
 

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::LockBackend;
+use crate::backend::{HolderInfo, LockBackend, LockInfo};
 use crate::error::{LockError, Result};
 use crate::lease::{Lease, LockRequest, LostReason, LostSignal};
 
@@ -44,6 +44,7 @@ struct MemLock {
 #[derive(Debug)]
 struct Holder {
     id: String,
+    token: u64,
     expires_at: Instant,
     lost: LostSignal,
 }
@@ -59,15 +60,6 @@ enum Turn {
     Granted(Lease),
     /// Not yet: sleep until woken, or until this instant (the holder's expiry) if any.
     Wait(Option<Instant>),
-}
-
-/// A summary of one lock, from [`MemoryBackend::inspect`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemLockInfo {
-    /// The holder's id, if held.
-    pub holder: Option<String>,
-    /// How many waiters are queued.
-    pub waiters: usize,
 }
 
 impl MemoryBackend {
@@ -99,26 +91,13 @@ impl MemoryBackend {
         true
     }
 
-    /// Who holds `name` and how many wait.
-    pub fn inspect(&self, name: &crate::LockName) -> MemLockInfo {
-        let mut state = self.store.lock();
-        let now = Instant::now();
-        match state.locks.get_mut(name.encoded()) {
-            None => MemLockInfo { holder: None, waiters: 0 },
-            Some(lock) => {
-                expire(lock, now);
-                MemLockInfo { holder: lock.holder.as_ref().map(|h| h.id.clone()), waiters: lock.waiters.len() }
-            }
-        }
-    }
-
     fn grant(state: &mut State, key: &str, req: &LockRequest, now: Instant) -> Lease {
         state.last_token += 1;
         let token = state.last_token;
         let lost = LostSignal::new();
         let id = format!("mem-{token}");
         let lock = state.locks.entry(key.to_owned()).or_default();
-        lock.holder = Some(Holder { id: id.clone(), expires_at: now + req.ttl, lost: lost.clone() });
+        lock.holder = Some(Holder { id: id.clone(), token, expires_at: now + req.ttl, lost: lost.clone() });
         Lease {
             name: req.name.clone(),
             fencing_token: token,
@@ -260,6 +239,19 @@ impl LockBackend for MemoryBackend {
                 }
             }
         }
+    }
+
+    async fn inspect(&self, name: &crate::LockName) -> Result<LockInfo> {
+        let now = Instant::now();
+        let mut state = self.store.lock();
+        let Some(lock) = state.locks.get_mut(name.encoded()) else { return Ok(LockInfo::default()) };
+        expire(lock, now);
+        let holder = lock.holder.as_ref().map(|h| HolderInfo {
+            holder_id: h.id.clone(),
+            fencing_token: Some(h.token),
+            ttl_remaining: Some(h.expires_at.saturating_duration_since(now)),
+        });
+        Ok(LockInfo { holder, waiters: lock.waiters.len() })
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, LockName, Locker, MemoryBackend};
+use lockcore::{async_trait, LockBackend, LockName, Locker, MemoryBackend};
 
 struct MemHarness {
     store: MemoryBackend,
@@ -24,9 +24,9 @@ impl Harness for MemHarness {
     }
 
     async fn residue(&self, name: &LockName) -> Vec<String> {
-        let info = self.store.inspect(name);
+        let info = self.store.inspect(name).await.expect("inspect");
         let waiters = (0..info.waiters).map(|i| format!("waiter-{i}"));
-        info.holder.into_iter().chain(waiters).collect()
+        info.holder.map(|h| h.holder_id).into_iter().chain(waiters).collect()
     }
 
     fn short_ttl(&self) -> Duration {
