@@ -10,6 +10,7 @@
 //!   and release on `release().await` or on drop;
 //! - [`LockName`], the validation and the one collision-free encoding of lock names;
 //! - [`MemoryBackend`], the embedded backend (`mem://`);
+//! - [`Dual`], one lock held in two backends at once, for migrations;
 //! - [`conformance`] (feature `conformance`), the test suite every backend runs.
 //!
 //! ## Quickstart
@@ -44,6 +45,7 @@
 mod backend;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod dual;
 mod error;
 mod guard;
 mod lease;
@@ -54,6 +56,7 @@ pub mod url;
 mod watchdog;
 
 pub use backend::{HolderInfo, LockBackend, LockInfo};
+pub use dual::Dual;
 pub use error::{BoxError, LockError, Result};
 pub use guard::LockGuard;
 pub use lease::{Lease, LockRequest, LostReason, LostSignal, DEFAULT_TTL, MAX_TTL, MIN_TTL};

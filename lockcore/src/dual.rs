@@ -1,0 +1,260 @@
+//! [`Dual`]: one lock held in two backends at once, for migrating between them.
+//!
+//! During a migration, old processes lock in the old backend and new processes must exclude them
+//! *and* each other. A new process therefore takes the lock in the old backend first, then in the
+//! new one, and keeps both: old processes see it in the old backend, migrated ones in the new.
+//! Once every process runs the dual lock, switch to the new backend alone.
+//!
+//! `Dual` is itself a [`LockBackend`], so the guard, the watchdog, `lost()` and `max_hold` work
+//! unchanged:
+//! - acquire: old first, then new, both with the caller's deadline; if the second fails or times
+//!   out, the first is released (also when the acquire future is dropped);
+//! - renew: both, in one watchdog batch each; if either is gone, the dual lease is gone;
+//! - lost: fires when either backend reports its lease lost;
+//! - release: both (the error of either is returned);
+//! - fencing token: the new backend's (the old one's tokens are a different sequence);
+//! - TTL: the smaller of the two effective TTLs.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::backend::{LockBackend, LockInfo};
+use crate::error::{LockError, Result};
+use crate::lease::{Lease, LockRequest, LostSignal};
+use crate::locker::Locker;
+use crate::name::LockName;
+
+/// A backend that holds every lock in an old and a new backend at once. See the
+/// [module docs](self).
+pub struct Dual {
+    old: Arc<dyn LockBackend>,
+    new: Arc<dyn LockBackend>,
+    held: Mutex<HashMap<String, Pair>>,
+}
+
+/// The two inner leases of one dual lease.
+struct Pair {
+    old: Lease,
+    new: Lease,
+    /// Dropped on release: ends the task that forwards the inner lost signals.
+    _stop_forwarding: oneshot::Sender<()>,
+}
+
+impl Dual {
+    /// A dual backend over the backends of two lockers: `old` is locked first.
+    pub fn new(old: &Locker, new: &Locker) -> Self {
+        Dual { old: old.backend().clone(), new: new.backend().clone(), held: Mutex::default() }
+    }
+
+    /// Shorthand for `Locker::new(Dual::new(old, new))`.
+    pub fn locker(old: &Locker, new: &Locker) -> Locker {
+        Locker::new(Dual::new(old, new))
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<String, Pair>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Combines two inner leases into the dual lease handed to the guard.
+    fn combine(&self, old: Lease, new: Lease) -> Lease {
+        let lost = LostSignal::new();
+        let (stop, stopped) = oneshot::channel();
+        tokio::spawn(forward_lost(old.lost.clone(), new.lost.clone(), lost.clone(), stopped));
+        let lease = Lease {
+            name: new.name.clone(),
+            fencing_token: new.fencing_token,
+            ttl: old.ttl.min(new.ttl),
+            holder_id: format!("{}+{}", old.holder_id, new.holder_id),
+            acquired_at: old.acquired_at.min(new.acquired_at),
+            lost,
+        };
+        self.held().insert(lease.holder_id.clone(), Pair { old, new, _stop_forwarding: stop });
+        lease
+    }
+
+    fn pair(&self, lease: &Lease) -> Result<(Lease, Lease)> {
+        self.held()
+            .get(&lease.holder_id)
+            .map(|p| (p.old.clone(), p.new.clone()))
+            .ok_or_else(|| LockError::not_held(lease.name.as_str()))
+    }
+}
+
+/// Fires `dual` when either inner signal fires, until `stopped` (the lease was released).
+async fn forward_lost(old: LostSignal, new: LostSignal, dual: LostSignal, stopped: oneshot::Receiver<()>) {
+    let reason = tokio::select! {
+        r = old.wait() => r,
+        r = new.wait() => r,
+        _ = stopped => return,
+    };
+    dual.fire(reason);
+}
+
+/// Releases a lease from `Drop` unless disarmed: keeps a dropped dual acquire from leaving the
+/// first lock held.
+struct ReleaseOnDrop {
+    backend: Arc<dyn LockBackend>,
+    lease: Option<Lease>,
+}
+
+impl ReleaseOnDrop {
+    fn new(backend: &Arc<dyn LockBackend>, lease: Lease) -> Self {
+        ReleaseOnDrop { backend: backend.clone(), lease: Some(lease) }
+    }
+
+    /// Keeps the lease: it is not released.
+    fn keep(mut self) -> Option<Lease> {
+        self.lease.take()
+    }
+
+    /// Releases the lease now and waits for it (if this future is dropped meanwhile, `Drop`
+    /// releases it again, which is harmless).
+    async fn roll_back(mut self) {
+        if let Some(lease) = &self.lease {
+            if let Err(e) = self.backend.release(lease).await {
+                tracing::warn!(lock = %lease.name, error = %e, "rolling back the first lock of a dual acquire failed");
+            }
+        }
+        self.lease = None;
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else { return };
+        let backend = self.backend.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                if let Err(e) = backend.release(&lease).await {
+                    tracing::warn!(lock = %lease.name, error = %e, "rolling back the first lock of a dual acquire failed");
+                }
+            });
+        }
+    }
+}
+
+/// One result for both halves: not-held wins (the dual lease is gone if either half is), then any
+/// other error.
+fn both(old: Result<()>, new: Result<()>) -> Result<()> {
+    match (old, new) {
+        (Err(e), _) if e.is_not_held() => Err(e),
+        (_, Err(e)) if e.is_not_held() => Err(e),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+        (Ok(()), Ok(())) => Ok(()),
+    }
+}
+
+#[async_trait]
+impl LockBackend for Dual {
+    fn kind(&self) -> &'static str {
+        "dual"
+    }
+
+    async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        let Some(old) = self.old.try_acquire(req).await? else { return Ok(None) };
+        let old = ReleaseOnDrop::new(&self.old, old);
+        match self.new.try_acquire(req).await {
+            Ok(Some(new)) => Ok(old.keep().map(|old| self.combine(old, new))),
+            Ok(None) => {
+                old.roll_back().await;
+                Ok(None)
+            }
+            Err(e) => {
+                old.roll_back().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        let old = self.old.acquire(req, deadline).await?;
+        let old = ReleaseOnDrop::new(&self.old, old);
+        let new = match deadline {
+            None => self.new.acquire(req, deadline).await,
+            Some(d) => tokio::time::timeout_at(d, self.new.acquire(req, deadline))
+                .await
+                .unwrap_or(Err(LockError::Timeout(Duration::ZERO))),
+        };
+        match new {
+            Ok(new) => match old.keep() {
+                Some(old) => Ok(self.combine(old, new)),
+                None => Err(LockError::Protocol("dual acquire lost its first lease".into())),
+            },
+            Err(e) => {
+                old.roll_back().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let pair = self.held().remove(&lease.holder_id);
+        let Some(pair) = pair else { return Err(LockError::not_held(lease.name.as_str())) };
+        let (old, new) = tokio::join!(self.old.release(&pair.old), self.new.release(&pair.new));
+        both(old, new)
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        let (old, new) = self.pair(lease)?;
+        let (old, new) = tokio::join!(self.old.renew(&old), self.new.renew(&new));
+        both(old, new)
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
+        let mut olds = Vec::new();
+        let mut news = Vec::new();
+        let mut known = Vec::new();
+        for lease in leases {
+            match self.pair(lease) {
+                Ok((o, n)) => {
+                    olds.push(o);
+                    news.push(n);
+                    known.push(true);
+                }
+                Err(_) => known.push(false),
+            }
+        }
+        let (old_results, new_results) = tokio::join!(self.old.renew_many(&olds), self.new.renew_many(&news));
+        let mut pairs = old_results.into_iter().zip(new_results);
+        leases
+            .iter()
+            .zip(known)
+            .map(|(lease, known)| match (known, pairs.next()) {
+                (true, Some((o, n))) => both(o, n),
+                (true, None) => Err(LockError::Protocol("a backend returned too few renewal results".into())),
+                (false, _) => Err(LockError::not_held(lease.name.as_str())),
+            })
+            .collect()
+    }
+
+    /// The new backend's holder (shown by its dual id when it is a lease of this `Dual`), and the
+    /// waiters of both backends (dual waiters queue in the old one first).
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        let (old, new) = tokio::join!(self.old.inspect(name), self.new.inspect(name));
+        let mut info = new?;
+        info.waiters += old?.waiters;
+        if let Some(holder) = &mut info.holder {
+            let held = self.held();
+            if let Some((dual_id, _)) = held.iter().find(|(_, p)| p.new.holder_id == holder.holder_id) {
+                holder.holder_id = dual_id.clone();
+            }
+        }
+        Ok(info)
+    }
+
+    fn renew_interval(&self, ttl: Duration) -> Duration {
+        self.old.renew_interval(ttl).min(self.new.renew_interval(ttl))
+    }
+}
+
+impl fmt::Debug for Dual {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dual").field("old", &self.old).field("new", &self.new).finish()
+    }
+}

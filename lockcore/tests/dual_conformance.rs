@@ -1,0 +1,97 @@
+//! `Dual` over two memory stores against the whole conformance suite, plus its own rollback rules.
+
+use std::time::Duration;
+
+use lockcore::conformance::Harness;
+use lockcore::{async_trait, Dual, LockBackend, LockError, LockName, Locker, MemoryBackend};
+
+struct DualHarness {
+    old: MemoryBackend,
+    new: MemoryBackend,
+}
+
+fn harness() -> DualHarness {
+    DualHarness { old: MemoryBackend::new(), new: MemoryBackend::new() }
+}
+
+#[async_trait]
+impl Harness for DualHarness {
+    async fn locker(&self) -> Locker {
+        Dual::locker(&Locker::new(self.old.clone()), &Locker::new(self.new.clone()))
+    }
+
+    async fn delete_behind_back(&self, name: &LockName) {
+        assert!(self.new.force_remove(name), "no holder to remove");
+    }
+
+    /// Holders and waiters of the old store (where dual waiters queue first), the new store's
+    /// waiters, and a new-store holder that has no old-store holder beside it (a leak).
+    async fn residue(&self, name: &LockName) -> Vec<String> {
+        let old = self.old.inspect(name).await.expect("inspect");
+        let new = self.new.inspect(name).await.expect("inspect");
+        let mut entries: Vec<String> = old.holder.iter().map(|h| h.holder_id.clone()).collect();
+        entries.extend((0..old.waiters).map(|i| format!("old-waiter-{i}")));
+        entries.extend((0..new.waiters).map(|i| format!("new-waiter-{i}")));
+        if old.holder.is_none() {
+            entries.extend(new.holder.map(|h| format!("leaked-new-holder-{}", h.holder_id)));
+        }
+        entries
+    }
+
+    fn short_ttl(&self) -> Duration {
+        Duration::from_millis(300)
+    }
+}
+
+lockcore::conformance_tests!(harness());
+
+#[tokio::test]
+async fn failed_second_lock_rolls_back_the_first() {
+    let h = harness();
+    let (old, new) = (Locker::new(h.old.clone()), Locker::new(h.new.clone()));
+    let dual = Dual::locker(&old, &new);
+    let name = LockName::new("rollback").unwrap();
+    // Someone holds the lock in the new backend only.
+    let blocker = new.lock("rollback").acquire().await.unwrap();
+
+    assert!(dual.lock("rollback").try_acquire().await.unwrap().is_none());
+    assert!(h.old.inspect(&name).await.unwrap().holder.is_none(), "try_acquire left the old lock held");
+
+    let timed_out = dual.lock("rollback").timeout(Duration::from_millis(200)).acquire().await;
+    assert!(matches!(timed_out, Err(LockError::Timeout(_))), "{timed_out:?}");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while h.old.inspect(&name).await.unwrap().holder.is_some() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the old lock was not rolled back after the timeout");
+
+    blocker.release().await.unwrap();
+    let guard = dual.lock("rollback").acquire().await.unwrap();
+    // Held in both: old-only and new-only clients are both excluded.
+    assert!(old.lock("rollback").try_acquire().await.unwrap().is_none());
+    assert!(new.lock("rollback").try_acquire().await.unwrap().is_none());
+    let new_token = h.new.inspect(&name).await.unwrap().holder.unwrap().fencing_token;
+    assert_eq!(Some(guard.fencing_token()), new_token, "the token comes from the new backend");
+    guard.release().await.unwrap();
+    assert!(old.lock("rollback").try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn losing_either_half_loses_the_dual_lock() {
+    for lose_old in [true, false] {
+        let h = harness();
+        let dual = Dual::locker(&Locker::new(h.old.clone()), &Locker::new(h.new.clone()));
+        let guard = dual.lock("half").ttl(Duration::from_millis(300)).acquire().await.unwrap();
+        let name = LockName::new("half").unwrap();
+        let store = if lose_old { &h.old } else { &h.new };
+        assert!(store.force_remove(&name));
+        tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("lost() did not fire");
+        assert!(!guard.is_held());
+        assert!(guard.release().await.is_err());
+        assert_eq!(h.old.inspect(&name).await.unwrap().holder, None, "old half left held");
+        assert_eq!(h.new.inspect(&name).await.unwrap().holder, None, "new half left held");
+        let _ = h.old.kind();
+    }
+}
