@@ -1,0 +1,130 @@
+//! The watchdog's guarantees, observed through a wrapper over the real memory backend that can make
+//! renewals fail (as a partitioned network would) and counts the renewal batches it receives.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockcore::{
+    async_trait, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, Locker, LostReason, MemoryBackend,
+    Result,
+};
+use tokio::time::Instant;
+
+#[derive(Debug, Default)]
+struct Partitionable {
+    inner: MemoryBackend,
+    cut_off: AtomicBool,
+    batches: AtomicUsize,
+    renewed_leases: AtomicUsize,
+}
+
+impl Partitionable {
+    fn reachable(&self) -> Result<()> {
+        if self.cut_off.load(Ordering::SeqCst) {
+            return Err(LockError::Unavailable { message: "network cut".into(), source: None });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LockBackend for Partitionable {
+    fn kind(&self) -> &'static str {
+        "partitionable-mem"
+    }
+    async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        self.inner.try_acquire(req).await
+    }
+    async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        self.inner.acquire(req, deadline).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.reachable()?;
+        self.inner.release(lease).await
+    }
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        self.reachable()?;
+        self.inner.renew(lease).await
+    }
+    async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        self.renewed_leases.fetch_add(leases.len(), Ordering::SeqCst);
+        let mut out = Vec::new();
+        for lease in leases {
+            out.push(self.renew(lease).await);
+        }
+        out
+    }
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        self.inner.inspect(name).await
+    }
+}
+
+#[tokio::test]
+async fn lost_fires_before_the_server_could_expire_the_lease() {
+    let backend = Arc::new(Partitionable::default());
+    let locker = Locker::from_arc(backend.clone());
+    let ttl = Duration::from_millis(600);
+    let guard = locker.lock("partitioned").ttl(ttl).acquire().await.unwrap();
+    // Let a few renewals succeed, then cut the network.
+    tokio::time::sleep(ttl).await;
+    assert!(guard.is_held());
+    backend.cut_off.store(true, Ordering::SeqCst);
+    let reason = tokio::time::timeout(ttl * 4, guard.lost()).await.expect("lost() never fired");
+    assert!(matches!(reason, LostReason::RenewalFailed(ref e) if e.contains("network cut")), "{reason:?}");
+    // At the moment lost() fired, the server still counted the lease as ours: the holder was told
+    // before anyone else could get the lock.
+    let info = backend.inner.inspect(&LockName::new("partitioned").unwrap()).await.unwrap();
+    let holder = info.holder.expect("the server expired the lease before lost() fired");
+    assert_eq!(holder.holder_id, guard.lease().holder_id);
+    assert!(!guard.is_held());
+}
+
+#[tokio::test]
+async fn transient_renewal_failures_are_retried() {
+    let backend = Arc::new(Partitionable::default());
+    let locker = Locker::from_arc(backend.clone());
+    let ttl = Duration::from_millis(900);
+    let guard = locker.lock("flaky").ttl(ttl).acquire().await.unwrap();
+    for _ in 0..3 {
+        backend.cut_off.store(true, Ordering::SeqCst);
+        tokio::time::sleep(ttl / 3).await; // one missed renewal, well inside the lease
+        backend.cut_off.store(false, Ordering::SeqCst);
+        tokio::time::sleep(ttl / 2).await;
+    }
+    assert!(guard.is_held(), "lost after short outages: {:?}", guard.lost_reason());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn many_leases_are_renewed_in_few_batches() {
+    let backend = Arc::new(Partitionable::default());
+    let locker = Locker::from_arc(backend.clone());
+    let ttl = Duration::from_millis(600);
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        guards.push(locker.lock(format!("batch/{i}")).ttl(ttl).acquire().await.unwrap());
+    }
+    assert_eq!(locker.held_count(), 200);
+    tokio::time::sleep(ttl * 2).await;
+    let (batches, leases) = (backend.batches.load(Ordering::SeqCst), backend.renewed_leases.load(Ordering::SeqCst));
+    assert!(leases >= 200 * 2, "each lease renewed at least twice in two TTLs ({leases} renewals)");
+    assert!(batches * 20 <= leases, "{batches} batches for {leases} renewals: renewals are not batched");
+    assert!(guards.iter().all(|g| g.is_held()));
+    drop(guards);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(locker.held_count(), 0, "dropped guards are still renewed");
+}
+
+#[tokio::test]
+async fn the_watchdog_task_stops_when_nothing_is_held() {
+    let backend = Arc::new(Partitionable::default());
+    let locker = Locker::from_arc(backend.clone());
+    let guard = locker.lock("idle").ttl(Duration::from_millis(300)).acquire().await.unwrap();
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = backend.batches.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(backend.batches.load(Ordering::SeqCst), before, "renewals after release");
+}

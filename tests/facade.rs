@@ -1,0 +1,68 @@
+//! The facade: backends chosen by URL, and clear errors for URLs that cannot be used.
+
+use locksmith::{connect, LockError};
+
+fn invalid_url_reason(result: Result<locksmith::Locker, LockError>) -> String {
+    match result {
+        Err(LockError::InvalidUrl { reason, .. }) => reason,
+        other => panic!("expected InvalidUrl, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn malformed_urls_are_rejected() {
+    for url in ["", "mem", "://x", "etcd://h:99999", "redis://a,,b", "mem://x?y=1", "mem://a/b", "mem://a:1", "mem://a,b"]
+    {
+        let reason = invalid_url_reason(connect(url).await);
+        assert!(!reason.is_empty(), "{url}");
+    }
+}
+
+#[tokio::test]
+async fn unknown_schemes_name_the_known_ones() {
+    let reason = invalid_url_reason(connect("consul://127.0.0.1:8500").await);
+    assert!(reason.contains("unknown scheme") && reason.contains("etcd://") && reason.contains("mem://"), "{reason}");
+}
+
+#[cfg(not(feature = "etcd"))]
+#[tokio::test]
+async fn a_disabled_backend_names_its_feature() {
+    let reason = invalid_url_reason(connect("etcd://127.0.0.1:2379").await);
+    assert!(reason.contains("`etcd` feature"), "{reason}");
+}
+
+#[cfg(not(all(feature = "etcd", feature = "zk", feature = "redis")))]
+#[tokio::test]
+async fn every_disabled_backend_names_its_feature() {
+    for (scheme, feature) in locksmith::SCHEMES {
+        let Some(feature) = feature else { continue };
+        let enabled = match *feature {
+            "etcd" => cfg!(feature = "etcd"),
+            "zk" => cfg!(feature = "zk"),
+            "redis" => cfg!(feature = "redis"),
+            _ => unreachable!(),
+        };
+        if !enabled {
+            let reason = invalid_url_reason(connect(&format!("{scheme}://127.0.0.1:1")).await);
+            assert!(reason.contains(&format!("`{feature}` feature")), "{reason}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn mem_urls_share_a_store_per_name() {
+    let a = connect("mem://").await.unwrap();
+    let b = connect("mem://").await.unwrap();
+    let other_store = connect("mem://facade-test-other").await.unwrap();
+    let guard = a.lock("facade/shared").acquire().await.unwrap();
+    assert!(b.lock("facade/shared").try_acquire().await.unwrap().is_none(), "mem:// stores are not shared");
+    let elsewhere = other_store.lock("facade/shared").try_acquire().await.unwrap();
+    assert!(elsewhere.is_some(), "mem://NAME is not a separate store");
+    guard.release().await.unwrap();
+    assert!(b.lock("facade/shared").try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn scheme_is_case_insensitive() {
+    assert!(connect("MEM://").await.is_ok());
+}
