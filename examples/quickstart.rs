@@ -30,7 +30,10 @@ async fn work(url: String, who: &'static str) -> Result<(), LockError> {
             .timeout(Duration::from_secs(30))
             .acquire()
             .await?;
-        println!("{who}: holds the lock (turn {turn}, fencing token {})", guard.fencing_token());
+        println!(
+            "{who}: holds the lock (turn {turn}, fencing token {})",
+            guard.fencing_token()
+        );
         // The guarded work. A real job would pass the fencing token to the storage it writes to,
         // and stop if `guard.lost()` fires.
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -36,8 +36,12 @@
 pub use lockcore::*;
 
 /// The URL schemes [`connect`] knows, with the Cargo feature each needs (`None`: always on).
-pub const SCHEMES: &[(&str, Option<&str>)] =
-    &[("mem", None), ("etcd", Some("etcd")), ("zk", Some("zk")), ("redis", Some("redis"))];
+pub const SCHEMES: &[(&str, Option<&str>)] = &[
+    ("mem", None),
+    ("etcd", Some("etcd")),
+    ("zk", Some("zk")),
+    ("redis", Some("redis")),
+];
 
 /// Connects to the backend named by `url` and returns a [`Locker`] over it.
 ///

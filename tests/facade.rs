@@ -11,8 +11,17 @@ fn invalid_url_reason(result: Result<locksmith::Locker, LockError>) -> String {
 
 #[tokio::test]
 async fn malformed_urls_are_rejected() {
-    for url in ["", "mem", "://x", "etcd://h:99999", "redis://a,,b", "mem://x?y=1", "mem://a/b", "mem://a:1", "mem://a,b"]
-    {
+    for url in [
+        "",
+        "mem",
+        "://x",
+        "etcd://h:99999",
+        "redis://a,,b",
+        "mem://x?y=1",
+        "mem://a/b",
+        "mem://a:1",
+        "mem://a,b",
+    ] {
         let reason = invalid_url_reason(connect(url).await);
         assert!(!reason.is_empty(), "{url}");
     }
@@ -21,7 +30,10 @@ async fn malformed_urls_are_rejected() {
 #[tokio::test]
 async fn unknown_schemes_name_the_known_ones() {
     let reason = invalid_url_reason(connect("consul://127.0.0.1:8500").await);
-    assert!(reason.contains("unknown scheme") && reason.contains("etcd://") && reason.contains("mem://"), "{reason}");
+    assert!(
+        reason.contains("unknown scheme") && reason.contains("etcd://") && reason.contains("mem://"),
+        "{reason}"
+    );
 }
 
 #[cfg(not(feature = "etcd"))]
@@ -55,7 +67,10 @@ async fn mem_urls_share_a_store_per_name() {
     let b = connect("mem://").await.unwrap();
     let other_store = connect("mem://facade-test-other").await.unwrap();
     let guard = a.lock("facade/shared").acquire().await.unwrap();
-    assert!(b.lock("facade/shared").try_acquire().await.unwrap().is_none(), "mem:// stores are not shared");
+    assert!(
+        b.lock("facade/shared").try_acquire().await.unwrap().is_none(),
+        "mem:// stores are not shared"
+    );
     let elsewhere = other_store.lock("facade/shared").try_acquire().await.unwrap();
     assert!(elsewhere.is_some(), "mem://NAME is not a separate store");
     guard.release().await.unwrap();

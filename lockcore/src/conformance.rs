@@ -87,14 +87,18 @@ fn patience(h: &impl Harness) -> Duration {
 }
 
 async fn wait_for_residue(h: &impl Harness, name: &LockName, count: usize) {
-    within(patience(h), &format!("waiting for {count} holder/waiter entries of {name}"), async {
-        loop {
-            if h.residue(name).await.len() == count {
-                return;
+    within(
+        patience(h),
+        &format!("waiting for {count} holder/waiter entries of {name}"),
+        async {
+            loop {
+                if h.residue(name).await.len() == count {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -115,10 +119,16 @@ pub async fn mutual_exclusion(h: &impl Harness) {
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let guard = locker.lock(&name).acquire().await.expect("acquire");
-                assert!(!inside.swap(true, Ordering::SeqCst), "two holders inside the critical section");
+                assert!(
+                    !inside.swap(true, Ordering::SeqCst),
+                    "two holders inside the critical section"
+                );
                 let token = guard.fencing_token();
                 let previous = last_token.swap(token, Ordering::SeqCst);
-                assert!(token > previous, "fencing token {token} not above the previous holder's {previous}");
+                assert!(
+                    token > previous,
+                    "fencing token {token} not above the previous holder's {previous}"
+                );
                 let v = counter.load(Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 counter.store(v + 1, Ordering::SeqCst);
@@ -133,7 +143,11 @@ pub async fn mutual_exclusion(h: &impl Harness) {
         }
     })
     .await;
-    assert_eq!(counter.load(Ordering::SeqCst), CLIENTS * ROUNDS, "an increment was lost");
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        CLIENTS * ROUNDS,
+        "an increment was lost"
+    );
     wait_for_residue(h, &LockName::new(&name).unwrap(), 0).await;
 }
 
@@ -141,11 +155,27 @@ pub async fn mutual_exclusion(h: &impl Harness) {
 pub async fn try_acquire_while_held(h: &impl Harness) {
     let name = unique_name("try_acquire");
     let (a, b) = (h.locker().await, h.locker().await);
-    let held = a.lock(&name).try_acquire().await.expect("try").expect("free lock must be taken");
-    assert!(b.lock(&name).try_acquire().await.expect("try").is_none(), "held lock taken twice");
-    assert!(a.lock(&name).try_acquire().await.expect("try").is_none(), "not reentrant");
+    let held = a
+        .lock(&name)
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("free lock must be taken");
+    assert!(
+        b.lock(&name).try_acquire().await.expect("try").is_none(),
+        "held lock taken twice"
+    );
+    assert!(
+        a.lock(&name).try_acquire().await.expect("try").is_none(),
+        "not reentrant"
+    );
     held.release().await.expect("release");
-    let again = b.lock(&name).try_acquire().await.expect("try").expect("released lock must be free");
+    let again = b
+        .lock(&name)
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("released lock must be free");
     again.release().await.expect("release");
 }
 
@@ -157,8 +187,16 @@ pub async fn acquire_times_out(h: &impl Harness) {
     let held = a.lock(&name).acquire().await.expect("acquire");
     let timeout = Duration::from_millis(300);
     let start = Instant::now();
-    let result = within(patience(h), "acquire with a timeout", b.lock(&name).timeout(timeout).acquire()).await;
-    assert!(matches!(result, Err(LockError::Timeout(t)) if t == timeout), "expected Timeout, got {result:?}");
+    let result = within(
+        patience(h),
+        "acquire with a timeout",
+        b.lock(&name).timeout(timeout).acquire(),
+    )
+    .await;
+    assert!(
+        matches!(result, Err(LockError::Timeout(t)) if t == timeout),
+        "expected Timeout, got {result:?}"
+    );
     assert!(start.elapsed() >= timeout, "gave up before the timeout");
     wait_for_residue(h, &held.lease().name, 1).await;
     held.release().await.expect("release");
@@ -185,7 +223,10 @@ pub async fn cancelled_acquire_leaves_nothing(h: &impl Harness) {
     });
     wait_for_residue(h, &lock_name, 2).await;
     held.release().await.expect("release");
-    let guard = within(patience(h), "the waiter after a cancelled one", next).await.unwrap().expect("acquire");
+    let guard = within(patience(h), "the waiter after a cancelled one", next)
+        .await
+        .unwrap()
+        .expect("acquire");
     guard.release().await.expect("release");
     wait_for_residue(h, &lock_name, 0).await;
     drop(b); // the cancelled waiter's connection stayed open until here
@@ -225,8 +266,17 @@ pub async fn crashed_holder_expires(h: &impl Harness) {
     let token = crashed.fencing_token();
     let abandoned_at = Instant::now();
     let _lease = crashed.abandon();
-    let next = within(patience(h), "taking over from a crashed holder", b.lock(&name).acquire()).await.expect("acquire");
-    assert!(abandoned_at.elapsed() >= ttl / 2, "the lock passed on long before the crashed holder's TTL");
+    let next = within(
+        patience(h),
+        "taking over from a crashed holder",
+        b.lock(&name).acquire(),
+    )
+    .await
+    .expect("acquire");
+    assert!(
+        abandoned_at.elapsed() >= ttl / 2,
+        "the lock passed on long before the crashed holder's TTL"
+    );
     assert!(next.fencing_token() > token);
     next.release().await.expect("release");
 }
@@ -239,7 +289,10 @@ pub async fn renewal_keeps_lock_past_ttl(h: &impl Harness) {
     let guard = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
     let until = Instant::now() + guard.ttl() * 3;
     while Instant::now() < until {
-        assert!(b.lock(&name).try_acquire().await.expect("try").is_none(), "renewed lock was taken");
+        assert!(
+            b.lock(&name).try_acquire().await.expect("try").is_none(),
+            "renewed lock was taken"
+        );
         tokio::time::sleep(guard.ttl() / 4).await;
     }
     assert!(guard.is_held(), "lost: {:?}", guard.lost_reason());
@@ -253,7 +306,11 @@ pub async fn fencing_tokens_increase(h: &impl Harness) {
     let mut last = 0;
     for i in 0..6 {
         let guard = lockers[i % 2].lock(&name).acquire().await.expect("acquire");
-        assert!(guard.fencing_token() > last, "token {} after {last}", guard.fencing_token());
+        assert!(
+            guard.fencing_token() > last,
+            "token {} after {last}",
+            guard.fencing_token()
+        );
         last = guard.fencing_token();
         guard.release().await.expect("release");
     }
@@ -268,9 +325,14 @@ pub async fn lost_fires_when_removed_behind_back(h: &impl Harness) {
     let lost = guard.lost();
     h.delete_behind_back(&guard.lease().name).await;
     let reason = within(patience(h), "lost() after the lock was removed", lost).await;
-    assert!(matches!(reason, LostReason::LeaseGone(_) | LostReason::RenewalFailed(_)), "{reason:?}");
+    assert!(
+        matches!(reason, LostReason::LeaseGone(_) | LostReason::RenewalFailed(_)),
+        "{reason:?}"
+    );
     assert!(!guard.is_held());
-    let other = within(patience(h), "acquiring a removed lock", b.lock(&name).acquire()).await.expect("acquire");
+    let other = within(patience(h), "acquiring a removed lock", b.lock(&name).acquire())
+        .await
+        .expect("acquire");
     assert!(matches!(guard.release().await, Err(LockError::NotHeld { .. })));
     assert!(other.is_held());
     other.release().await.expect("release");
@@ -280,7 +342,15 @@ pub async fn lost_fires_when_removed_behind_back(h: &impl Harness) {
 pub async fn names_are_independent(h: &impl Harness) {
     let base = unique_name("names");
     let (a, b) = (h.locker().await, h.locker().await);
-    let pairs = [("a", "a/b"), ("a/b", "a"), ("a", "ab"), ("ab", "a"), ("a/", "a"), ("a", "a/"), ("x.y", "x%2Ey")];
+    let pairs = [
+        ("a", "a/b"),
+        ("a/b", "a"),
+        ("a", "ab"),
+        ("ab", "a"),
+        ("a/", "a"),
+        ("a", "a/"),
+        ("x.y", "x%2Ey"),
+    ];
     for (first, second) in pairs {
         let first = format!("{base}/{first}");
         let second = format!("{base}/{second}");
@@ -291,7 +361,15 @@ pub async fn names_are_independent(h: &impl Harness) {
         held.release().await.expect("release");
     }
     // Unusual but valid names work too.
-    for odd in ["ä/ö/ü", " ", "..", "%", "*", "a\nb", &"n".repeat(crate::MAX_NAME_LEN - base.len() - 1)] {
+    for odd in [
+        "ä/ö/ü",
+        " ",
+        "..",
+        "%",
+        "*",
+        "a\nb",
+        &"n".repeat(crate::MAX_NAME_LEN - base.len() - 1),
+    ] {
         let name = format!("{base}/{odd}");
         let g = a.lock(&name).try_acquire().await.expect("valid name").expect("free");
         assert!(b.lock(&name).try_acquire().await.expect("try").is_none());
@@ -334,11 +412,23 @@ pub async fn max_hold_releases(h: &impl Harness) {
     let (a, b) = (h.locker().await, h.locker().await);
     // A long TTL: the lock must come free because of max_hold, not because it expired.
     let ttl = Duration::from_secs(60);
-    let guard = a.lock(&name).ttl(ttl).max_hold(Duration::from_millis(500)).acquire().await.expect("acquire");
+    let guard = a
+        .lock(&name)
+        .ttl(ttl)
+        .max_hold(Duration::from_millis(500))
+        .acquire()
+        .await
+        .expect("acquire");
     let reason = within(Duration::from_secs(20), "lost() after max_hold", guard.lost()).await;
     assert_eq!(reason, LostReason::MaxHoldReached);
     assert!(!guard.is_held());
-    let next = within(Duration::from_secs(20), "acquire after max_hold", b.lock(&name).acquire()).await.expect("acquire");
+    let next = within(
+        Duration::from_secs(20),
+        "acquire after max_hold",
+        b.lock(&name).acquire(),
+    )
+    .await
+    .expect("acquire");
     next.release().await.expect("release");
     assert!(matches!(guard.release().await, Err(LockError::NotHeld { .. })));
 }
@@ -365,9 +455,16 @@ pub async fn release_not_held_is_an_error(h: &impl Harness) {
 pub async fn drop_releases(h: &impl Harness) {
     let name = unique_name("drop");
     let (a, b) = (h.locker().await, h.locker().await);
-    let guard: LockGuard = a.lock(&name).ttl(Duration::from_secs(60)).acquire().await.expect("acquire");
+    let guard: LockGuard = a
+        .lock(&name)
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("acquire");
     drop(guard);
-    let next = within(Duration::from_secs(20), "acquire after drop", b.lock(&name).acquire()).await.expect("acquire");
+    let next = within(Duration::from_secs(20), "acquire after drop", b.lock(&name).acquire())
+        .await
+        .expect("acquire");
     next.release().await.expect("release");
 }
 
@@ -376,12 +473,25 @@ pub async fn invalid_input_is_rejected(h: &impl Harness) {
     let a = h.locker().await;
     let long = "x".repeat(crate::MAX_NAME_LEN + 1);
     for bad in ["", "a\0b", long.as_str()] {
-        assert!(matches!(a.lock(bad).acquire().await, Err(LockError::InvalidName(_))), "{bad:?}");
-        assert!(matches!(a.lock(bad).try_acquire().await, Err(LockError::InvalidName(_))), "{bad:?}");
+        assert!(
+            matches!(a.lock(bad).acquire().await, Err(LockError::InvalidName(_))),
+            "{bad:?}"
+        );
+        assert!(
+            matches!(a.lock(bad).try_acquire().await, Err(LockError::InvalidName(_))),
+            "{bad:?}"
+        );
     }
     let name = unique_name("invalid");
-    for ttl in [Duration::ZERO, Duration::from_millis(1), crate::MAX_TTL + Duration::from_secs(1)] {
-        assert!(matches!(a.lock(&name).ttl(ttl).acquire().await, Err(LockError::InvalidOption(_))), "{ttl:?}");
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_millis(1),
+        crate::MAX_TTL + Duration::from_secs(1),
+    ] {
+        assert!(
+            matches!(a.lock(&name).ttl(ttl).acquire().await, Err(LockError::InvalidOption(_))),
+            "{ttl:?}"
+        );
     }
     let zero_hold = a.lock(&name).max_hold(Duration::ZERO).try_acquire().await;
     assert!(matches!(zero_hold, Err(LockError::InvalidOption(_))));
@@ -413,6 +523,9 @@ pub async fn inspect_reports_holder_and_waiters(h: &impl Harness) {
     assert!(holder.ttl_remaining.is_none_or(|t| t <= guard.ttl()));
     assert_eq!(info.waiters, 1);
     guard.release().await.expect("release");
-    let next = within(patience(h), "waiter after release", waiter).await.unwrap().expect("acquire");
+    let next = within(patience(h), "waiter after release", waiter)
+        .await
+        .unwrap()
+        .expect("acquire");
     next.release().await.expect("release");
 }

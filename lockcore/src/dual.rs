@@ -30,8 +30,10 @@ use crate::lease::{Lease, LockRequest, LostSignal};
 use crate::locker::Locker;
 use crate::name::LockName;
 
-/// A backend that holds every lock in an old and a new backend at once. See the
-/// [module docs](self).
+/// A backend that holds every lock in an old and a new backend at once.
+///
+/// Build it with [`Dual::new`] or [`Dual::locker`]; the rules are in the module docs of `lockcore::dual`,
+/// repeated here: old first, then new; both renewed; lost if either is lost; the new backend's token.
 pub struct Dual {
     old: Arc<dyn LockBackend>,
     new: Arc<dyn LockBackend>,
@@ -49,7 +51,11 @@ struct Pair {
 impl Dual {
     /// A dual backend over the backends of two lockers: `old` is locked first.
     pub fn new(old: &Locker, new: &Locker) -> Self {
-        Dual { old: old.backend().clone(), new: new.backend().clone(), held: Mutex::default() }
+        Dual {
+            old: old.backend().clone(),
+            new: new.backend().clone(),
+            held: Mutex::default(),
+        }
     }
 
     /// Shorthand for `Locker::new(Dual::new(old, new))`.
@@ -74,7 +80,14 @@ impl Dual {
             acquired_at: old.acquired_at.min(new.acquired_at),
             lost,
         };
-        self.held().insert(lease.holder_id.clone(), Pair { old, new, _stop_forwarding: stop });
+        self.held().insert(
+            lease.holder_id.clone(),
+            Pair {
+                old,
+                new,
+                _stop_forwarding: stop,
+            },
+        );
         lease
     }
 
@@ -105,7 +118,10 @@ struct ReleaseOnDrop {
 
 impl ReleaseOnDrop {
     fn new(backend: &Arc<dyn LockBackend>, lease: Lease) -> Self {
-        ReleaseOnDrop { backend: backend.clone(), lease: Some(lease) }
+        ReleaseOnDrop {
+            backend: backend.clone(),
+            lease: Some(lease),
+        }
     }
 
     /// Keeps the lease: it is not released.
@@ -157,7 +173,9 @@ impl LockBackend for Dual {
     }
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
-        let Some(old) = self.old.try_acquire(req).await? else { return Ok(None) };
+        let Some(old) = self.old.try_acquire(req).await? else {
+            return Ok(None);
+        };
         let old = ReleaseOnDrop::new(&self.old, old);
         match self.new.try_acquire(req).await {
             Ok(Some(new)) => Ok(old.keep().map(|old| self.combine(old, new))),
@@ -195,7 +213,9 @@ impl LockBackend for Dual {
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         let pair = self.held().remove(&lease.holder_id);
-        let Some(pair) = pair else { return Err(LockError::not_held(lease.name.as_str())) };
+        let Some(pair) = pair else {
+            return Err(LockError::not_held(lease.name.as_str()));
+        };
         let (old, new) = tokio::join!(self.old.release(&pair.old), self.new.release(&pair.new));
         both(old, new)
     }
@@ -255,6 +275,9 @@ impl LockBackend for Dual {
 
 impl fmt::Debug for Dual {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Dual").field("old", &self.old).field("new", &self.new).finish()
+        f.debug_struct("Dual")
+            .field("old", &self.old)
+            .field("new", &self.new)
+            .finish()
     }
 }

@@ -62,11 +62,11 @@ pub enum LockError {
 
 impl LockError {
     /// Builds [`LockError::Unavailable`] from a message and the client library's error.
-    pub fn unavailable(
-        message: impl Into<String>,
-        source: impl Into<BoxError>,
-    ) -> Self {
-        LockError::Unavailable { message: message.into(), source: Some(source.into()) }
+    pub fn unavailable(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        LockError::Unavailable {
+            message: message.into(),
+            source: Some(source.into()),
+        }
     }
 
     /// Builds [`LockError::NotHeld`] for the named lock.

@@ -27,7 +27,12 @@ pub struct LockGuard {
 impl LockGuard {
     pub(crate) fn new(locker: Locker, lease: Lease, max_hold: Option<std::time::Duration>) -> Self {
         let watch_id = locker.inner().watchdog.register(lease.clone(), max_hold);
-        LockGuard { locker, lease, watch_id, finished: false }
+        LockGuard {
+            locker,
+            lease,
+            watch_id,
+            finished: false,
+        }
     }
 
     /// The lock name.

@@ -100,7 +100,9 @@ pub struct LostSignal {
 
 impl Default for LostSignal {
     fn default() -> Self {
-        LostSignal { tx: Arc::new(watch::channel(None).0) }
+        LostSignal {
+            tx: Arc::new(watch::channel(None).0),
+        }
     }
 }
 

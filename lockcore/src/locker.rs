@@ -51,13 +51,21 @@ impl Locker {
     /// A locker over a shared backend.
     pub fn from_arc(backend: Arc<dyn LockBackend>) -> Self {
         let watchdog = Watchdog::new(backend.clone());
-        Locker { inner: Arc::new(Inner { backend, watchdog }) }
+        Locker {
+            inner: Arc::new(Inner { backend, watchdog }),
+        }
     }
 
     /// Starts a request for the lock `name`; set options on the builder, then call
     /// [`LockBuilder::acquire`] or [`LockBuilder::try_acquire`].
     pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
-        LockBuilder { locker: self.clone(), name: name.into(), ttl: DEFAULT_TTL, timeout: None, max_hold: None }
+        LockBuilder {
+            locker: self.clone(),
+            name: name.into(),
+            ttl: DEFAULT_TTL,
+            timeout: None,
+            max_hold: None,
+        }
     }
 
     /// The backend behind this locker.
@@ -127,7 +135,10 @@ impl LockBuilder {
             return Err(LockError::InvalidOption("max_hold must be greater than zero".into()));
         }
         if self.timeout.is_some_and(|t| Instant::now().checked_add(t).is_none()) {
-            return Err(LockError::InvalidOption(format!("timeout {:?} is too large", self.timeout)));
+            return Err(LockError::InvalidOption(format!(
+                "timeout {:?} is too large",
+                self.timeout
+            )));
         }
         Ok(LockRequest { name, ttl: self.ttl })
     }
@@ -145,7 +156,9 @@ impl LockBuilder {
             let attempt = backend.acquire(&req, deadline);
             let result = match deadline {
                 None => attempt.await,
-                Some(d) => tokio::time::timeout_at(d, attempt).await.unwrap_or_else(|_| Err(LockError::Timeout(Duration::ZERO))),
+                Some(d) => tokio::time::timeout_at(d, attempt)
+                    .await
+                    .unwrap_or_else(|_| Err(LockError::Timeout(Duration::ZERO))),
             };
             match result {
                 Ok(lease) => {

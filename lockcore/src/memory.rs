@@ -16,7 +16,9 @@ use crate::backend::{HolderInfo, LockBackend, LockInfo};
 use crate::error::{LockError, Result};
 use crate::lease::{Lease, LockRequest, LostReason, LostSignal};
 
-/// An in-process lock store. See the [module docs](self).
+/// An in-process lock store with the semantics of the networked backends (TTL expiry, FIFO waiters,
+/// fencing tokens, cancellation safety). Clones share one store, like several clients of one server:
+/// give each [`crate::Locker`] its own clone to model separate processes.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryBackend {
     store: Arc<Store>,
@@ -83,9 +85,13 @@ impl MemoryBackend {
     /// fires its lost signal. Returns whether there was a holder. For tests of lost-lock handling.
     pub fn force_remove(&self, name: &crate::LockName) -> bool {
         let mut state = self.store.lock();
-        let Some(lock) = state.locks.get_mut(name.encoded()) else { return false };
+        let Some(lock) = state.locks.get_mut(name.encoded()) else {
+            return false;
+        };
         let Some(holder) = lock.holder.take() else { return false };
-        holder.lost.fire(LostReason::LeaseGone("the lock was removed on the server".into()));
+        holder
+            .lost
+            .fire(LostReason::LeaseGone("the lock was removed on the server".into()));
         wake_head(lock);
         state.forget_if_idle(name.encoded());
         true
@@ -97,7 +103,12 @@ impl MemoryBackend {
         let lost = LostSignal::new();
         let id = format!("mem-{token}");
         let lock = state.locks.entry(key.to_owned()).or_default();
-        lock.holder = Some(Holder { id: id.clone(), token, expires_at: now + req.ttl, lost: lost.clone() });
+        lock.holder = Some(Holder {
+            id: id.clone(),
+            token,
+            expires_at: now + req.ttl,
+            lost: lost.clone(),
+        });
         Lease {
             name: req.name.clone(),
             fencing_token: token,
@@ -136,7 +147,11 @@ impl Store {
 
 impl State {
     fn forget_if_idle(&mut self, key: &str) {
-        if self.locks.get(key).is_some_and(|l| l.holder.is_none() && l.waiters.is_empty()) {
+        if self
+            .locks
+            .get(key)
+            .is_some_and(|l| l.holder.is_none() && l.waiters.is_empty())
+        {
             self.locks.remove(key);
         }
     }
@@ -215,7 +230,12 @@ impl LockBackend for MemoryBackend {
             lock.waiters.push_back(Waiter { id, wake: wake.clone() });
             id
         };
-        let mut queued = QueuedWaiter { store: self.store.clone(), key, id, armed: true };
+        let mut queued = QueuedWaiter {
+            store: self.store.clone(),
+            key,
+            id,
+            armed: true,
+        };
         loop {
             let expiry = match self.take_turn(req, id) {
                 Turn::Granted(lease) => {
@@ -244,14 +264,19 @@ impl LockBackend for MemoryBackend {
     async fn inspect(&self, name: &crate::LockName) -> Result<LockInfo> {
         let now = Instant::now();
         let mut state = self.store.lock();
-        let Some(lock) = state.locks.get_mut(name.encoded()) else { return Ok(LockInfo::default()) };
+        let Some(lock) = state.locks.get_mut(name.encoded()) else {
+            return Ok(LockInfo::default());
+        };
         expire(lock, now);
         let holder = lock.holder.as_ref().map(|h| HolderInfo {
             holder_id: h.id.clone(),
             fencing_token: Some(h.token),
             ttl_remaining: Some(h.expires_at.saturating_duration_since(now)),
         });
-        Ok(LockInfo { holder, waiters: lock.waiters.len() })
+        Ok(LockInfo {
+            holder,
+            waiters: lock.waiters.len(),
+        })
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {

@@ -39,7 +39,10 @@ impl LockName {
         if name.contains('\0') {
             return Err(LockError::InvalidName("the name contains a NUL byte".into()));
         }
-        Ok(LockName { raw: name.to_owned(), encoded: encode(name) })
+        Ok(LockName {
+            raw: name.to_owned(),
+            encoded: encode(name),
+        })
     }
 
     /// The name as the user gave it.

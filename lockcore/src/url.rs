@@ -49,7 +49,10 @@ pub struct BackendUrl {
 impl BackendUrl {
     /// Parses `url`, rejecting what is malformed with [`LockError::InvalidUrl`].
     pub fn parse(url: &str) -> Result<Self> {
-        let bad = |reason: &str| LockError::InvalidUrl { url: url.to_owned(), reason: reason.to_owned() };
+        let bad = |reason: &str| LockError::InvalidUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| bad("expected scheme://hosts/path, e.g. etcd://127.0.0.1:2379"))?;
@@ -117,7 +120,10 @@ impl BackendUrl {
 
     /// An [`LockError::InvalidUrl`] for this URL with the given reason.
     pub fn error(&self, reason: impl Into<String>) -> LockError {
-        LockError::InvalidUrl { url: self.raw.clone(), reason: reason.into() }
+        LockError::InvalidUrl {
+            url: self.raw.clone(),
+            reason: reason.into(),
+        }
     }
 
     /// Fails unless every query key is one of `known`: a misspelt option must not be ignored.
@@ -127,7 +133,11 @@ impl BackendUrl {
             Some(k) => Err(self.error(format!(
                 "unknown option {k:?} for {}:// (known: {})",
                 self.scheme,
-                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
             ))),
         }
     }
@@ -194,7 +204,10 @@ fn parse_host(part: &str) -> std::result::Result<HostPort, String> {
             Ok(n) => Some(n),
         },
     };
-    Ok(HostPort { host: host.to_owned(), port })
+    Ok(HostPort {
+        host: host.to_owned(),
+        port,
+    })
 }
 
 fn percent_decode(s: &str) -> Option<String> {
@@ -254,7 +267,10 @@ mod tests {
             "etcd://h/%zz",
             "etcd://h#frag",
         ] {
-            assert!(matches!(BackendUrl::parse(bad), Err(LockError::InvalidUrl { .. })), "{bad}");
+            assert!(
+                matches!(BackendUrl::parse(bad), Err(LockError::InvalidUrl { .. })),
+                "{bad}"
+            );
         }
     }
 

@@ -66,7 +66,11 @@ impl Entry {
 impl Watchdog {
     pub(crate) fn new(backend: Arc<dyn LockBackend>) -> Self {
         Watchdog {
-            shared: Arc::new(Shared { backend, state: Mutex::new(State::default()), wake: Notify::new() }),
+            shared: Arc::new(Shared {
+                backend,
+                state: Mutex::new(State::default()),
+                wake: Notify::new(),
+            }),
         }
     }
 
@@ -179,7 +183,9 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
     let span = tracing::debug_span!("renew", backend = shared.backend.kind(), leases = leases.len());
     // Do not let a hung server keep us from declaring leases lost in time.
     let budget = earliest_expiry.unwrap_or(sent + Duration::from_secs(1));
-    let outcome = tokio::time::timeout_at(budget, shared.backend.renew_many(&leases)).instrument(span).await;
+    let outcome = tokio::time::timeout_at(budget, shared.backend.renew_many(&leases))
+        .instrument(span)
+        .await;
     let now = Instant::now();
     let mut lost = Vec::new();
     {
@@ -194,7 +200,9 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
                 },
                 Err(_) => Renewal::Failed("the renewal request timed out".into()),
             };
-            let Some(entry) = state.entries.get_mut(id) else { continue };
+            let Some(entry) = state.entries.get_mut(id) else {
+                continue;
+            };
             let ttl = entry.lease.ttl;
             match outcome {
                 Renewal::Renewed => {

@@ -11,7 +11,10 @@ struct DualHarness {
 }
 
 fn harness() -> DualHarness {
-    DualHarness { old: MemoryBackend::new(), new: MemoryBackend::new() }
+    DualHarness {
+        old: MemoryBackend::new(),
+        new: MemoryBackend::new(),
+    }
 }
 
 #[async_trait]
@@ -55,9 +58,16 @@ async fn failed_second_lock_rolls_back_the_first() {
     let blocker = new.lock("rollback").acquire().await.unwrap();
 
     assert!(dual.lock("rollback").try_acquire().await.unwrap().is_none());
-    assert!(h.old.inspect(&name).await.unwrap().holder.is_none(), "try_acquire left the old lock held");
+    assert!(
+        h.old.inspect(&name).await.unwrap().holder.is_none(),
+        "try_acquire left the old lock held"
+    );
 
-    let timed_out = dual.lock("rollback").timeout(Duration::from_millis(200)).acquire().await;
+    let timed_out = dual
+        .lock("rollback")
+        .timeout(Duration::from_millis(200))
+        .acquire()
+        .await;
     assert!(matches!(timed_out, Err(LockError::Timeout(_))), "{timed_out:?}");
     tokio::time::timeout(Duration::from_secs(5), async {
         while h.old.inspect(&name).await.unwrap().holder.is_some() {
@@ -73,7 +83,11 @@ async fn failed_second_lock_rolls_back_the_first() {
     assert!(old.lock("rollback").try_acquire().await.unwrap().is_none());
     assert!(new.lock("rollback").try_acquire().await.unwrap().is_none());
     let new_token = h.new.inspect(&name).await.unwrap().holder.unwrap().fencing_token;
-    assert_eq!(Some(guard.fencing_token()), new_token, "the token comes from the new backend");
+    assert_eq!(
+        Some(guard.fencing_token()),
+        new_token,
+        "the token comes from the new backend"
+    );
     guard.release().await.unwrap();
     assert!(old.lock("rollback").try_acquire().await.unwrap().is_some());
 }
@@ -83,11 +97,18 @@ async fn losing_either_half_loses_the_dual_lock() {
     for lose_old in [true, false] {
         let h = harness();
         let dual = Dual::locker(&Locker::new(h.old.clone()), &Locker::new(h.new.clone()));
-        let guard = dual.lock("half").ttl(Duration::from_millis(300)).acquire().await.unwrap();
+        let guard = dual
+            .lock("half")
+            .ttl(Duration::from_millis(300))
+            .acquire()
+            .await
+            .unwrap();
         let name = LockName::new("half").unwrap();
         let store = if lose_old { &h.old } else { &h.new };
         assert!(store.force_remove(&name));
-        tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("lost() did not fire");
+        tokio::time::timeout(Duration::from_secs(5), guard.lost())
+            .await
+            .expect("lost() did not fire");
         assert!(!guard.is_held());
         assert!(guard.release().await.is_err());
         assert_eq!(h.old.inspect(&name).await.unwrap().holder, None, "old half left held");

@@ -10,7 +10,9 @@ struct MemHarness {
 }
 
 fn harness() -> MemHarness {
-    MemHarness { store: MemoryBackend::new() }
+    MemHarness {
+        store: MemoryBackend::new(),
+    }
 }
 
 #[async_trait]

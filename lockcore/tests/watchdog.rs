@@ -22,7 +22,10 @@ struct Partitionable {
 impl Partitionable {
     fn reachable(&self) -> Result<()> {
         if self.cut_off.load(Ordering::SeqCst) {
-            return Err(LockError::Unavailable { message: "network cut".into(), source: None });
+            return Err(LockError::Unavailable {
+                message: "network cut".into(),
+                source: None,
+            });
         }
         Ok(())
     }
@@ -71,11 +74,20 @@ async fn lost_fires_before_the_server_could_expire_the_lease() {
     tokio::time::sleep(ttl).await;
     assert!(guard.is_held());
     backend.cut_off.store(true, Ordering::SeqCst);
-    let reason = tokio::time::timeout(ttl * 4, guard.lost()).await.expect("lost() never fired");
-    assert!(matches!(reason, LostReason::RenewalFailed(ref e) if e.contains("network cut")), "{reason:?}");
+    let reason = tokio::time::timeout(ttl * 4, guard.lost())
+        .await
+        .expect("lost() never fired");
+    assert!(
+        matches!(reason, LostReason::RenewalFailed(ref e) if e.contains("network cut")),
+        "{reason:?}"
+    );
     // At the moment lost() fired, the server still counted the lease as ours: the holder was told
     // before anyone else could get the lock.
-    let info = backend.inner.inspect(&LockName::new("partitioned").unwrap()).await.unwrap();
+    let info = backend
+        .inner
+        .inspect(&LockName::new("partitioned").unwrap())
+        .await
+        .unwrap();
     let holder = info.holder.expect("the server expired the lease before lost() fired");
     assert_eq!(holder.holder_id, guard.lease().holder_id);
     assert!(!guard.is_held());
@@ -108,9 +120,18 @@ async fn many_leases_are_renewed_in_few_batches() {
     }
     assert_eq!(locker.held_count(), 200);
     tokio::time::sleep(ttl * 2).await;
-    let (batches, leases) = (backend.batches.load(Ordering::SeqCst), backend.renewed_leases.load(Ordering::SeqCst));
-    assert!(leases >= 200 * 2, "each lease renewed at least twice in two TTLs ({leases} renewals)");
-    assert!(batches * 20 <= leases, "{batches} batches for {leases} renewals: renewals are not batched");
+    let (batches, leases) = (
+        backend.batches.load(Ordering::SeqCst),
+        backend.renewed_leases.load(Ordering::SeqCst),
+    );
+    assert!(
+        leases >= 200 * 2,
+        "each lease renewed at least twice in two TTLs ({leases} renewals)"
+    );
+    assert!(
+        batches * 20 <= leases,
+        "{batches} batches for {leases} renewals: renewals are not batched"
+    );
     assert!(guards.iter().all(|g| g.is_held()));
     drop(guards);
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -121,7 +142,12 @@ async fn many_leases_are_renewed_in_few_batches() {
 async fn the_watchdog_task_stops_when_nothing_is_held() {
     let backend = Arc::new(Partitionable::default());
     let locker = Locker::from_arc(backend.clone());
-    let guard = locker.lock("idle").ttl(Duration::from_millis(300)).acquire().await.unwrap();
+    let guard = locker
+        .lock("idle")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
     guard.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let before = backend.batches.load(Ordering::SeqCst);
