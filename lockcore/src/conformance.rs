@@ -199,7 +199,20 @@ pub async fn acquire_times_out(h: &impl Harness) {
     );
     assert!(start.elapsed() >= timeout, "gave up before the timeout");
     wait_for_residue(h, &held.lease().name, 1).await;
+    // A zero timeout is one attempt: Timeout while held, the lock once free.
+    let once = b.lock(&name).timeout(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(once, Err(LockError::Timeout(t)) if t.is_zero()),
+        "expected Timeout, got {once:?}"
+    );
     held.release().await.expect("release");
+    let free = b
+        .lock(&name)
+        .timeout(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("a free lock with a zero timeout");
+    free.release().await.expect("release");
 }
 
 /// A dropped (cancelled) `acquire` leaves nothing behind: the next waiter gets the lock as soon as

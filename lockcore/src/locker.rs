@@ -109,7 +109,8 @@ impl LockBuilder {
     }
 
     /// How long [`LockBuilder::acquire`] waits at most (default: no limit). On timeout it returns
-    /// [`LockError::Timeout`] and leaves nothing behind. Zero makes one attempt.
+    /// [`LockError::Timeout`] and leaves nothing behind. Zero makes exactly one attempt, like
+    /// [`LockBuilder::try_acquire`] but answering `Timeout` when the lock is taken.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -152,13 +153,19 @@ impl LockBuilder {
         let span = tracing::info_span!("acquire", lock = %req.name, backend = backend.kind());
         async {
             let start = Instant::now();
-            let deadline = self.timeout.map(|t| start + t);
-            let attempt = backend.acquire(&req, deadline);
-            let result = match deadline {
-                None => attempt.await,
-                Some(d) => tokio::time::timeout_at(d, attempt)
+            let result = match self.timeout {
+                None => backend.acquire(&req, None).await,
+                // A zero timeout is exactly one attempt, whatever the round-trip time.
+                Some(t) if t.is_zero() => backend
+                    .try_acquire(&req)
                     .await
-                    .unwrap_or_else(|_| Err(LockError::Timeout(Duration::ZERO))),
+                    .and_then(|lease| lease.ok_or(LockError::Timeout(t))),
+                Some(t) => {
+                    let deadline = start + t;
+                    tokio::time::timeout_at(deadline, backend.acquire(&req, Some(deadline)))
+                        .await
+                        .unwrap_or(Err(LockError::Timeout(t)))
+                }
             };
             match result {
                 Ok(lease) => {
