@@ -1,0 +1,286 @@
+//! [`RedisBackend`]: the [`LockBackend`] over one Redis server, or over several independent
+//! masters with a quorum (see [`crate::quorum`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockcore::{
+    async_trait, BackendUrl, HolderInfo, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, LostSignal,
+    Result,
+};
+use tokio::time::Instant;
+
+use crate::cleanup::Cleanup;
+use crate::config::Config;
+use crate::keys::LockKeys;
+use crate::node::{Attempt, Node};
+use crate::{quorum, wait};
+
+/// What every clone of a backend and every clean-up task shares.
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    pub(crate) nodes: Vec<Node>,
+}
+
+impl Inner {
+    pub(crate) fn keys(&self, name: &LockName) -> LockKeys {
+        LockKeys::new(&self.config.prefix, self.config.layout, name)
+    }
+
+    pub(crate) fn floor(&self) -> String {
+        self.config.fence_floor.arg()
+    }
+
+    pub(crate) fn is_quorum(&self) -> bool {
+        self.nodes.len() > 1
+    }
+}
+
+/// The Redis backend. Build it with [`RedisBackend::connect`] (or [`crate::connect`] for a
+/// [`lockcore::Locker`]).
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+impl RedisBackend {
+    /// Connects to the server(s) of `url`. Fails with [`LockError::InvalidUrl`] for a bad URL and
+    /// [`LockError::Unavailable`] when the server (in quorum mode: a majority of the masters) does
+    /// not answer within the connect timeout.
+    pub async fn connect(url: &BackendUrl) -> Result<RedisBackend> {
+        let config = Config::parse(url)?;
+        let nodes = (0..config.node_urls.len())
+            .map(|i| Node::new(&config, i))
+            .collect::<Result<Vec<_>>>()?;
+        let limit = config.connect_timeout;
+        let pings = futures_util::future::join_all(nodes.iter().map(|n| async move {
+            match tokio::time::timeout(limit, n.ping()).await {
+                Ok(r) => r,
+                Err(_) => Err(LockError::Unavailable {
+                    message: format!("connecting to redis at {}: timed out after {limit:?}", n.addr),
+                    source: None,
+                }),
+            }
+        }))
+        .await;
+        let reachable = pings.iter().filter(|p| p.is_ok()).count();
+        if reachable < config.quorum() {
+            let mut errors = pings.into_iter().filter_map(|p| p.err());
+            if nodes.len() == 1 {
+                return Err(errors.next().unwrap_or_else(|| LockError::Unavailable {
+                    message: "redis".into(),
+                    source: None,
+                }));
+            }
+            let detail: Vec<String> = errors.map(|e| e.to_string()).collect();
+            return Err(LockError::Unavailable {
+                message: format!(
+                    "only {reachable} of {} redis masters answered; a quorum of {} is needed ({})",
+                    nodes.len(),
+                    config.quorum(),
+                    detail.join("; ")
+                ),
+                source: None,
+            });
+        }
+        tracing::debug!(masters = nodes.len(), reachable, layout = ?config.layout, "connected to redis");
+        Ok(RedisBackend {
+            inner: Arc::new(Inner { config, nodes }),
+        })
+    }
+}
+
+/// A fresh random 128-bit holder token, as 32 hex digits.
+pub(crate) fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// The lease for a lock taken with `token` by a request sent at `sent`.
+pub(crate) fn lease(req: &LockRequest, fence: u64, token: String, sent: Instant) -> Lease {
+    Lease {
+        name: req.name.clone(),
+        fencing_token: fence,
+        ttl: req.ttl,
+        holder_id: token,
+        acquired_at: sent,
+        lost: LostSignal::new(),
+    }
+}
+
+#[async_trait]
+impl LockBackend for RedisBackend {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        if self.inner.is_quorum() {
+            return quorum::try_acquire(&self.inner, req).await.map(|t| t.lease());
+        }
+        let keys = self.inner.keys(&req.name);
+        let token = new_token();
+        let mut guard = Cleanup::new(self.inner.clone(), keys.clone(), token.clone());
+        let sent = Instant::now();
+        let attempt = self.inner.nodes[0]
+            .try_acquire(&keys, &token, req.ttl, &self.inner.floor())
+            .await?;
+        guard.disarm();
+        Ok(match attempt {
+            Attempt::Acquired(fence) => Some(lease(req, fence, token, sent)),
+            Attempt::Busy { .. } => None,
+        })
+    }
+
+    async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        if self.inner.is_quorum() {
+            quorum::acquire(&self.inner, req, deadline).await
+        } else {
+            wait::acquire(&self.inner, req, deadline).await
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let keys = self.inner.keys(&lease.name);
+        let results =
+            futures_util::future::join_all(self.inner.nodes.iter().map(|n| n.release(&keys, &lease.holder_id))).await;
+        let mut first_error = None;
+        let mut released = false;
+        for r in results {
+            match r {
+                Ok(r) => released |= r,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match (released, first_error) {
+            (true, _) => Ok(()),
+            (false, Some(e)) => Err(e),
+            (false, None) => Err(LockError::not_held(lease.name.as_str())),
+        }
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        let mut results = self.renew_many(std::slice::from_ref(lease)).await;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(LockError::Protocol("no renewal result".into())))
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
+        let keys: Vec<LockKeys> = leases.iter().map(|l| self.inner.keys(&l.name)).collect();
+        let items: Vec<(&str, &str, Duration)> = leases
+            .iter()
+            .zip(&keys)
+            .map(|(l, k)| (k.lock.as_str(), l.holder_id.as_str(), l.ttl))
+            .collect();
+        let per_node = futures_util::future::join_all(self.inner.nodes.iter().map(|n| n.renew_many(&items))).await;
+        let quorum = self.inner.config.quorum();
+        let n = self.inner.nodes.len();
+        leases
+            .iter()
+            .enumerate()
+            .map(|(i, lease)| {
+                let (mut renewed, mut gone, mut error) = (0, 0, None);
+                for result in &per_node {
+                    match result {
+                        Ok(flags) if flags[i] => renewed += 1,
+                        Ok(_) => gone += 1,
+                        Err(e) => error = Some(e.to_string()),
+                    }
+                }
+                if renewed >= quorum {
+                    Ok(())
+                } else if gone > n - quorum {
+                    Err(LockError::not_held(lease.name.as_str()))
+                } else {
+                    Err(LockError::Unavailable {
+                        message: format!(
+                            "renewed on {renewed} of {n} redis servers, {quorum} needed: {}",
+                            error.unwrap_or_default()
+                        ),
+                        source: None,
+                    })
+                }
+            })
+            .collect()
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        let keys = self.inner.keys(name);
+        let answers = futures_util::future::join_all(self.inner.nodes.iter().map(|n| n.inspect(&keys))).await;
+        let mut infos = Vec::new();
+        let mut first_error = None;
+        for a in answers {
+            match a {
+                Ok(info) => infos.push(info),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if infos.len() < self.inner.config.quorum() {
+            return Err(first_error.unwrap_or_else(|| LockError::Protocol("no inspect answer".into())));
+        }
+        let waiters = infos.iter().map(|i| i.waiters).max().unwrap_or(0);
+        // The holder is whoever holds the key on a quorum of the servers (on all of one).
+        let holders: Vec<(String, Option<u64>, i64)> = infos
+            .iter()
+            .filter_map(|i| i.value.as_deref().map(|v| (parse_value(v), i.pttl_ms)))
+            .map(|((id, fence), pttl)| (id, fence, pttl))
+            .collect();
+        let holder = holders.iter().find_map(|(id, _, _)| {
+            let same: Vec<_> = holders.iter().filter(|(other, _, _)| other == id).collect();
+            (same.len() >= self.inner.config.quorum()).then(|| HolderInfo {
+                holder_id: id.clone(),
+                fencing_token: same.iter().filter_map(|(_, f, _)| *f).max(),
+                ttl_remaining: same
+                    .iter()
+                    .filter(|(_, _, p)| *p >= 0)
+                    .map(|(_, _, p)| Duration::from_millis(p.unsigned_abs()))
+                    .min(),
+            })
+        });
+        Ok(LockInfo { holder, waiters })
+    }
+}
+
+/// Splits a lock value into the holder id and the fencing token: `<32 hex>:<n>` is a locksmith
+/// holder; anything else (another client's token in the plain layout) is shown whole.
+fn parse_value(v: &str) -> (String, Option<u64>) {
+    if let Some((token, fence)) = v.split_once(':') {
+        if token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            if let Ok(fence) = fence.parse() {
+                return (token.to_owned(), Some(fence));
+            }
+        }
+    }
+    (v.to_owned(), None)
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("servers", &self.inner.config.addrs)
+            .field("layout", &self.inner.config.layout)
+            .field("prefix", &self.inner.config.prefix)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_values() {
+        let t = "0123456789abcdef0123456789abcdef";
+        assert_eq!(parse_value(&format!("{t}:42")), (t.to_owned(), Some(42)));
+        assert_eq!(
+            parse_value("some-redis-py-uuid"),
+            ("some-redis-py-uuid".to_owned(), None)
+        );
+        assert_eq!(parse_value("short:1"), ("short:1".to_owned(), None));
+    }
+}

@@ -1,0 +1,207 @@
+//! The `redis://` URL: hosts, database, credentials and the query options this backend knows.
+
+use std::time::Duration;
+
+use lockcore::{BackendUrl, Result};
+
+/// The query options `redis://` accepts.
+pub(crate) const OPTIONS: &[&str] = &[
+    "prefix",
+    "layout",
+    "connect_timeout",
+    "response_timeout",
+    "waiter_ttl",
+    "fence_floor",
+];
+
+const DEFAULT_PORT: u16 = 6379;
+const DEFAULT_PREFIX: &str = "locksmith:";
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_WAITER_TTL: Duration = Duration::from_secs(10);
+
+/// Where the lock key lives and what it holds (see the crate docs, "Key layout").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `<prefix>{<encoded name>}:lock` and its sibling keys: every key of one lock in one hash slot.
+    Default,
+    /// The lock key is exactly the lock name, as redis-py's `Lock`, redsync and node-redlock use it.
+    Plain,
+}
+
+/// A lower bound for fencing tokens, for servers that may lose the counter (no persistence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceFloor {
+    /// No floor: the counter alone (`?fence_floor` absent).
+    None,
+    /// Tokens are at least this number (`?fence_floor=N`).
+    Fixed(u64),
+    /// Tokens are at least the server's clock in milliseconds since the Unix epoch
+    /// (`?fence_floor=time`).
+    Time,
+}
+
+impl FenceFloor {
+    /// The script argument: `""`, a number, or `"time"`.
+    pub(crate) fn arg(self) -> String {
+        match self {
+            FenceFloor::None => String::new(),
+            FenceFloor::Fixed(n) => n.to_string(),
+            FenceFloor::Time => "time".into(),
+        }
+    }
+}
+
+/// Everything `connect` reads from the URL.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    /// One `redis://user:pass@host:port/db` connection URL per master.
+    pub(crate) node_urls: Vec<String>,
+    /// The master addresses as given, for messages.
+    pub(crate) addrs: Vec<String>,
+    pub(crate) prefix: String,
+    pub(crate) layout: Layout,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) waiter_ttl: Duration,
+    pub(crate) fence_floor: FenceFloor,
+}
+
+impl Config {
+    /// Validates `url`; every problem is a [`lockcore::LockError::InvalidUrl`].
+    pub(crate) fn parse(url: &BackendUrl) -> Result<Config> {
+        if url.scheme != "redis" {
+            return Err(url.error("expected a redis:// URL"));
+        }
+        url.expect_only_options(OPTIONS)?;
+        let hosts = url.expect_hosts()?;
+        let db: u32 = if url.path.is_empty() {
+            0
+        } else {
+            url.path
+                .parse()
+                .map_err(|_| url.error(format!("the path must be a database number, not {:?}", url.path)))?
+        };
+        let prefix = url
+            .query
+            .get("prefix")
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+        if prefix.contains(['{', '}']) {
+            return Err(url.error("prefix must not contain { or } (they delimit the hash tag)"));
+        }
+        let layout = match url.query.get("layout").map(String::as_str) {
+            None | Some("default") => Layout::Default,
+            Some("plain") => Layout::Plain,
+            Some(other) => return Err(url.error(format!("layout={other:?}; expected default or plain"))),
+        };
+        let positive = |key: &str, default: Duration| -> Result<Duration> {
+            match url.duration_option(key)? {
+                None => Ok(default),
+                Some(d) if d.is_zero() => Err(url.error(format!("{key} must be greater than zero"))),
+                Some(d) => Ok(d),
+            }
+        };
+        let connect_timeout = positive("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
+        let response_timeout = positive("response_timeout", DEFAULT_RESPONSE_TIMEOUT)?;
+        let waiter_ttl = positive("waiter_ttl", DEFAULT_WAITER_TTL)?;
+        if waiter_ttl < Duration::from_millis(300) {
+            return Err(url.error("waiter_ttl must be at least 300ms"));
+        }
+        let fence_floor = match url.query.get("fence_floor").map(String::as_str) {
+            None => FenceFloor::None,
+            Some("time") => FenceFloor::Time,
+            Some(n) => FenceFloor::Fixed(
+                n.parse()
+                    .ok()
+                    .filter(|n| *n < (1u64 << 53))
+                    .ok_or_else(|| url.error(format!("fence_floor={n:?}; expected time or a number below 2^53")))?,
+            ),
+        };
+        let auth = match &url.credentials {
+            None => String::new(),
+            Some((user, None)) => format!("{}@", escape(user)),
+            Some((user, Some(pass))) => format!("{}:{}@", escape(user), escape(pass)),
+        };
+        let addrs: Vec<String> = hosts.iter().map(|h| h.to_addr(DEFAULT_PORT)).collect();
+        let node_urls = addrs.iter().map(|a| format!("redis://{auth}{a}/{db}")).collect();
+        Ok(Config {
+            node_urls,
+            addrs,
+            prefix,
+            layout,
+            connect_timeout,
+            response_timeout,
+            waiter_ttl,
+            fence_floor,
+        })
+    }
+
+    /// How many masters must agree: all of one, or a majority of several.
+    pub(crate) fn quorum(&self) -> usize {
+        self.node_urls.len() / 2 + 1
+    }
+}
+
+/// Percent-encodes a user name or password for the connection URL.
+fn escape(s: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Config> {
+        Config::parse(&BackendUrl::parse(s)?)
+    }
+
+    #[test]
+    fn reads_hosts_db_and_options() {
+        let c = parse("redis://:p%40ss@h1,h2:7000,h3/2?prefix=app:&layout=plain&fence_floor=time&connect_timeout=1s")
+            .unwrap();
+        assert_eq!(c.node_urls[0], "redis://:p%40ss@h1:6379/2");
+        assert_eq!(c.node_urls[1], "redis://:p%40ss@h2:7000/2");
+        assert_eq!(c.quorum(), 2);
+        assert_eq!(c.prefix, "app:");
+        assert_eq!(c.layout, Layout::Plain);
+        assert_eq!(c.fence_floor, FenceFloor::Time);
+        assert_eq!(c.connect_timeout, Duration::from_secs(1));
+        let d = parse("redis://localhost").unwrap();
+        assert_eq!(d.node_urls, vec!["redis://localhost:6379/0"]);
+        assert_eq!(
+            (d.layout, d.fence_floor, d.quorum()),
+            (Layout::Default, FenceFloor::None, 1)
+        );
+    }
+
+    #[test]
+    fn rejects_bad_urls() {
+        for bad in [
+            "redis://",
+            "redis://h/x",
+            "redis://h?layout=fancy",
+            "redis://h?prefix=%7B",
+            "redis://h?bogus=1",
+            "redis://h?connect_timeout=0",
+            "redis://h?response_timeout=fast",
+            "redis://h?fence_floor=-1",
+            "redis://h?waiter_ttl=10ms",
+            "etcd://h",
+        ] {
+            assert!(
+                matches!(parse(bad), Err(lockcore::LockError::InvalidUrl { .. })),
+                "{bad}"
+            );
+        }
+    }
+}

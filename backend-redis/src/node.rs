@@ -1,0 +1,323 @@
+//! One Redis server: its command connection, its pub/sub side, and the typed calls of the scripts.
+//!
+//! Commands go over one auto-reconnecting multiplexed connection
+//! ([`redis::aio::ConnectionManager`]). Nothing blocks on it (no BLPOP): waiting happens on the
+//! pub/sub connection of [`Notifier`]. Every call is bounded by the connect plus response
+//! timeout, so a dead or paused server yields [`LockError::Unavailable`], never a hang.
+
+use std::future::Future;
+use std::time::Duration;
+
+use lockcore::{LockError, Result};
+use redis::aio::ConnectionManager;
+use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+
+use crate::config::Config;
+use crate::keys::LockKeys;
+use crate::notify::Notifier;
+use crate::scripts::SCRIPTS;
+
+/// The answer of a one-shot attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// Taken, with this fencing token.
+    Acquired(u64),
+    /// Held by someone (or reserved for the head of the queue); the holder's PTTL in ms (-2: no
+    /// holder, -1: a holder without expiry).
+    Busy { pttl_ms: i64 },
+}
+
+/// The answer of a waiter's step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Taken, with this fencing token.
+    Acquired(u64),
+    /// Still queued.
+    Waiting {
+        /// This waiter is the first live one in the queue.
+        head: bool,
+        /// The holder's PTTL in ms (-2: none, -1: no expiry).
+        pttl_ms: i64,
+        /// The holder is not a locksmith client (plain layout): it will not wake us on release.
+        foreign: bool,
+    },
+}
+
+/// What [`Node::inspect`] reads.
+pub(crate) struct RawInfo {
+    pub(crate) value: Option<String>,
+    pub(crate) pttl_ms: i64,
+    pub(crate) waiters: usize,
+}
+
+/// One Redis server.
+pub(crate) struct Node {
+    pub(crate) addr: String,
+    conn: ConnectionManager,
+    pub(crate) notifier: Notifier,
+    op_timeout: Duration,
+}
+
+impl Node {
+    /// Prepares the connections to server `i` of `config` without contacting it (see [`Node::ping`]).
+    pub(crate) fn new(config: &Config, i: usize) -> Result<Node> {
+        let addr = config.addrs[i].clone();
+        let client = redis::Client::open(config.node_urls[i].as_str()).map_err(|e| LockError::InvalidUrl {
+            url: addr.clone(),
+            reason: e.to_string(),
+        })?;
+        let manager_config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.response_timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
+            .map_err(|e| LockError::unavailable(format!("setting up the connection to redis at {addr}"), e))?;
+        let notifier = Notifier::new(client, addr.clone(), config.connect_timeout, config.response_timeout);
+        let op_timeout = config.connect_timeout + config.response_timeout;
+        Ok(Node {
+            addr,
+            conn,
+            notifier,
+            op_timeout,
+        })
+    }
+
+    /// Checks that the server answers.
+    pub(crate) async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        self.bounded("connecting", async move {
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        })
+        .await
+        .map(drop)
+    }
+
+    pub(crate) async fn try_acquire(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+        floor: &str,
+    ) -> Result<Attempt> {
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = self
+            .bounded("acquiring", async move {
+                SCRIPTS
+                    .try_acquire
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .key(&keys.queue)
+                    .key(&keys.alive)
+                    .arg(token)
+                    .arg(millis(ttl))
+                    .arg(floor)
+                    .arg(&keys.wake)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        match reply.as_slice() {
+            [1, fence] => Ok(Attempt::Acquired(fence_token(*fence)?)),
+            [0, pttl] => Ok(Attempt::Busy { pttl_ms: *pttl }),
+            other => Err(LockError::Protocol(format!(
+                "unexpected reply {other:?} from the acquire script"
+            ))),
+        }
+    }
+
+    pub(crate) async fn wait_step(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+        floor: &str,
+        waiter_ttl: Duration,
+    ) -> Result<Step> {
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = self
+            .bounded("waiting", async move {
+                SCRIPTS
+                    .wait_step
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .key(&keys.queue)
+                    .key(&keys.alive)
+                    .arg(token)
+                    .arg(millis(ttl))
+                    .arg(floor)
+                    .arg(&keys.wake)
+                    .arg(millis(waiter_ttl))
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        match reply.as_slice() {
+            [1, fence] => Ok(Step::Acquired(fence_token(*fence)?)),
+            [0, head, pttl, foreign] => Ok(Step::Waiting {
+                head: *head == 1,
+                pttl_ms: *pttl,
+                foreign: *foreign == 1,
+            }),
+            other => Err(LockError::Protocol(format!(
+                "unexpected reply {other:?} from the wait script"
+            ))),
+        }
+    }
+
+    /// Compare-and-delete; `true` if the lock was ours.
+    pub(crate) async fn release(&self, keys: &LockKeys, token: &str) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let released: i64 = self
+            .bounded("releasing", async move {
+                SCRIPTS
+                    .release
+                    .key(&keys.lock)
+                    .key(&keys.queue)
+                    .key(&keys.alive)
+                    .arg(token)
+                    .arg(&keys.wake)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(released == 1)
+    }
+
+    /// Leaves the queue and releases a lock granted to `token`; `true` if a lock was released.
+    pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let released: i64 = self
+            .bounded("leaving the queue", async move {
+                SCRIPTS
+                    .leave
+                    .key(&keys.lock)
+                    .key(&keys.queue)
+                    .key(&keys.alive)
+                    .arg(token)
+                    .arg(&keys.wake)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(released == 1)
+    }
+
+    /// Quorum mode: raises the fencing counter to `fence` if `token` still holds the lock.
+    pub(crate) async fn raise_fence(&self, keys: &LockKeys, token: &str, fence: u64) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let held: i64 = self
+            .bounded("raising the fencing counter", async move {
+                SCRIPTS
+                    .raise_fence
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .arg(token)
+                    .arg(fence)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(held == 1)
+    }
+
+    /// Extends every `(lock key, token, ttl)` in one pipelined round trip; `true` where extended.
+    pub(crate) async fn renew_many(&self, items: &[(&str, &str, Duration)]) -> Result<Vec<bool>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (key, token, ttl) in items {
+            pipe.invoke_script(SCRIPTS.renew.key(*key).arg(*token).arg(millis(*ttl)));
+        }
+        let mut conn = self.conn.clone();
+        let replies: Vec<Value> = self
+            .bounded("renewing", async move {
+                let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+                if !replies.iter().any(is_noscript) {
+                    return Ok(replies);
+                }
+                // The server lost its script cache (a restart): load the script and go again.
+                SCRIPTS.renew.prepare_invoke().load_async(&mut conn).await?;
+                pipe.query_async(&mut conn).await
+            })
+            .await?;
+        if replies.len() != items.len() {
+            return Err(LockError::Protocol(format!(
+                "{} renewal replies for {} leases",
+                replies.len(),
+                items.len()
+            )));
+        }
+        replies
+            .into_iter()
+            .map(|v| match v {
+                Value::Int(n) => Ok(n == 1),
+                other => Err(LockError::Protocol(format!("unexpected renewal reply {other:?}"))),
+            })
+            .collect()
+    }
+
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<RawInfo> {
+        let mut conn = self.conn.clone();
+        let (value, pttl_ms, waiters): (Option<String>, i64, usize) = self
+            .bounded("inspecting", async move {
+                SCRIPTS
+                    .inspect
+                    .key(&keys.lock)
+                    .key(&keys.queue)
+                    .key(&keys.alive)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(RawInfo {
+            value,
+            pttl_ms,
+            waiters,
+        })
+    }
+
+    /// Runs one request within the timeouts, mapping the client's errors to [`LockError`].
+    async fn bounded<T>(&self, what: &str, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
+        match tokio::time::timeout(self.op_timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(map_error(e, what, &self.addr)),
+            Err(_) => Err(LockError::Unavailable {
+                message: format!(
+                    "{what} on redis at {}: no answer within {:?}",
+                    self.addr, self.op_timeout
+                ),
+                source: None,
+            }),
+        }
+    }
+}
+
+/// Server-side script errors are protocol errors; everything else (I/O, timeouts, a server that
+/// is loading or read-only) means the server is not usable right now.
+fn map_error(e: RedisError, what: &str, addr: &str) -> LockError {
+    match e.kind() {
+        ErrorKind::Parse
+        | ErrorKind::UnexpectedReturnType
+        | ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::NoScript | ServerErrorKind::CrossSlot) => {
+            LockError::Protocol(format!("{what} on redis at {addr}: {e}"))
+        }
+        _ => LockError::unavailable(format!("{what} on redis at {addr}"), e),
+    }
+}
+
+fn is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+}
+
+fn fence_token(n: i64) -> Result<u64> {
+    u64::try_from(n)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| LockError::Protocol(format!("fencing counter at {n}")))
+}
+
+/// A TTL in whole milliseconds, at least 1.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

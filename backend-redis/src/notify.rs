@@ -1,0 +1,170 @@
+//! Wake-ups pushed by the server: one pub/sub connection per server and backend, shared by all the
+//! waiters of that backend, each listening on its own channel.
+//!
+//! A waiter subscribes *before* it joins the queue, so no wake-up can be published before it
+//! listens. If the pub/sub connection breaks, every subscription ends (its receiver yields `None`)
+//! and the waiter subscribes again on a new connection and re-checks the lock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lockcore::{LockError, Result};
+use redis::aio::PubSubSink;
+use tokio::sync::{mpsc, oneshot};
+
+type Senders = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<()>>>>;
+
+/// The pub/sub side of one server.
+pub(crate) struct Notifier {
+    client: redis::Client,
+    addr: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    /// The live connection, with the sender whose drop stops its dispatcher (and so closes it).
+    current: tokio::sync::Mutex<Option<(Conn, oneshot::Sender<()>)>>,
+}
+
+#[derive(Clone)]
+struct Conn {
+    sink: PubSubSink,
+    senders: Senders,
+    closed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// One waiter's channel. Unsubscribes (in the background) when dropped.
+pub(crate) struct Subscription {
+    channel: String,
+    rx: mpsc::UnboundedReceiver<()>,
+    conn: Conn,
+}
+
+impl Notifier {
+    pub(crate) fn new(
+        client: redis::Client,
+        addr: String,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Self {
+        Notifier {
+            client,
+            addr,
+            connect_timeout,
+            response_timeout,
+            current: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Subscribes to `channel`; returns once the server has confirmed the subscription.
+    pub(crate) async fn subscribe(&self, channel: String) -> Result<Subscription> {
+        let conn = self.connection().await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(&conn.senders).insert(channel.clone(), tx);
+        let sub = Subscription {
+            channel: channel.clone(),
+            rx,
+            conn: conn.clone(),
+        };
+        let mut sink = conn.sink.clone();
+        match tokio::time::timeout(self.response_timeout, sink.subscribe(&channel)).await {
+            Ok(Ok(())) => Ok(sub),
+            Ok(Err(e)) => {
+                conn.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+                Err(LockError::unavailable(
+                    format!("subscribing on redis at {}", self.addr),
+                    e,
+                ))
+            }
+            Err(_) => Err(LockError::Unavailable {
+                message: format!(
+                    "subscribing on redis at {}: no answer within {:?}",
+                    self.addr, self.response_timeout
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    /// The live pub/sub connection, opened (again) if there is none.
+    async fn connection(&self) -> Result<Conn> {
+        let mut current = self.current.lock().await;
+        if let Some((conn, _)) = current.as_ref() {
+            if !conn.closed.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(conn.clone());
+            }
+        }
+        let pubsub = match tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub()).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                return Err(LockError::unavailable(
+                    format!("connecting to redis at {} for pub/sub", self.addr),
+                    e,
+                ))
+            }
+            Err(_) => {
+                return Err(LockError::Unavailable {
+                    message: format!(
+                        "connecting to redis at {} for pub/sub: timed out after {:?}",
+                        self.addr, self.connect_timeout
+                    ),
+                    source: None,
+                })
+            }
+        };
+        let (sink, mut stream) = pubsub.split();
+        let conn = Conn {
+            sink,
+            senders: Senders::default(),
+            closed: Default::default(),
+        };
+        let (senders, closed, addr) = (conn.senders.clone(), conn.closed.clone(), self.addr.clone());
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    msg = stream.next() => msg,
+                    _ = &mut stopped => break, // the backend is gone: dropping the stream closes the connection
+                };
+                let Some(msg) = msg else {
+                    tracing::debug!(%addr, "redis pub/sub connection closed; waiters will subscribe again");
+                    break;
+                };
+                if let Some(tx) = lock(&senders).get(msg.get_channel_name()) {
+                    let _ = tx.send(());
+                }
+            }
+            closed.store(true, std::sync::atomic::Ordering::SeqCst);
+            lock(&senders).clear();
+        });
+        *current = Some((conn.clone(), stop));
+        Ok(conn)
+    }
+}
+
+impl Subscription {
+    /// Waits for the next wake-up. `false` when the connection is gone (subscribe again).
+    pub(crate) async fn recv(&mut self) -> bool {
+        self.rx.recv().await.is_some()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        lock(&self.conn.senders).remove(&self.channel);
+        if self.conn.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let mut sink = self.conn.sink.clone();
+        let channel = std::mem::take(&mut self.channel);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(10), sink.unsubscribe(&channel)).await;
+            });
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,136 @@
+//! Several independent masters (`redis://h1,h2,h3`): the lock is held when a majority of them hold
+//! the key for our token (the Redlock algorithm).
+//!
+//! - **Acquire:** `TRY_ACQUIRE` on every master at once. Success on a majority within the
+//!   validity `ttl − elapsed − drift` (drift = ttl/100 + 2 ms) wins; anything less is undone on
+//!   all masters. The fencing token is the **maximum** of the counters of the masters that granted
+//!   it; a second round trip (`RAISE_FENCE`) lifts those masters' counters to that maximum, on a
+//!   majority, before the lease is returned. Any later holder's majority overlaps this one in at
+//!   least one master whose counter is already at the maximum, so its token is larger.
+//! - **Release:** on all masters. **Renew:** on all; the lease lives while a majority extended it.
+//! - **Waiting:** not queued and not FIFO. A waiter retries at the holder's remaining TTL or
+//!   after a backoff (20 ms doubling to 1 s, with jitter), whichever is first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockcore::{Lease, LockError, LockRequest, Result};
+use tokio::time::Instant;
+
+use crate::backend::{lease, new_token, Inner};
+use crate::cleanup::Cleanup;
+use crate::node::Attempt;
+use crate::wait::until;
+
+const MIN_BACKOFF: Duration = Duration::from_millis(20);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The outcome of one quorum attempt.
+pub(crate) enum Try {
+    Acquired(Lease),
+    /// Not ours; retry after about this long (the holder's remaining TTL, where known).
+    Busy(Option<Duration>),
+}
+
+impl Try {
+    pub(crate) fn lease(self) -> Option<Lease> {
+        match self {
+            Try::Acquired(l) => Some(l),
+            Try::Busy(_) => None,
+        }
+    }
+}
+
+/// The clock drift allowance of Redlock: 1% of the TTL plus 2 ms.
+fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// One quorum attempt; undoes partial success.
+pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result<Try> {
+    let keys = inner.keys(&req.name);
+    let token = new_token();
+    let floor = inner.floor();
+    let guard = Cleanup::new(inner.clone(), keys.clone(), token.clone());
+    let quorum = inner.config.quorum();
+    let total = inner.nodes.len();
+
+    let sent = Instant::now();
+    let results = futures_util::future::join_all(
+        inner
+            .nodes
+            .iter()
+            .map(|n| n.try_acquire(&keys, &token, req.ttl, &floor)),
+    )
+    .await;
+    let (mut granted, mut errors, mut pttl) = (Vec::new(), Vec::new(), None::<Duration>);
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(Attempt::Acquired(fence)) => granted.push((i, fence)),
+            Ok(Attempt::Busy { pttl_ms }) if pttl_ms >= 0 => {
+                let p = Duration::from_millis(pttl_ms.unsigned_abs());
+                pttl = Some(pttl.map_or(p, |q| q.max(p)));
+            }
+            Ok(Attempt::Busy { .. }) => {}
+            Err(e) => errors.push(describe(&e)),
+        }
+    }
+    let valid = |now: Instant| now.duration_since(sent) + drift(req.ttl) < req.ttl;
+    if granted.len() >= quorum && valid(Instant::now()) {
+        let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
+        let raised = futures_util::future::join_all(
+            granted
+                .iter()
+                .map(|(i, _)| inner.nodes[*i].raise_fence(&keys, &token, fence)),
+        )
+        .await;
+        if raised.iter().filter(|r| matches!(r, Ok(true))).count() >= quorum && valid(Instant::now()) {
+            let mut guard = guard;
+            guard.disarm();
+            return Ok(Try::Acquired(lease(req, fence, token, sent)));
+        }
+    }
+    // Not a quorum: give back what we got, everywhere.
+    if !granted.is_empty() {
+        guard.run_now().await;
+    } else {
+        let mut guard = guard;
+        guard.disarm();
+    }
+    if errors.len() > total - quorum {
+        return Err(LockError::Unavailable {
+            message: format!(
+                "only {} of {total} redis masters answered; the lock needs a majority of {quorum} ({})",
+                total - errors.len(),
+                errors.join("; ")
+            ),
+            source: None,
+        });
+    }
+    Ok(Try::Busy(pttl))
+}
+
+/// Retries quorum attempts until the lock is ours or the deadline passes.
+pub(crate) async fn acquire(inner: &Arc<Inner>, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let retry_in = match try_acquire(inner, req).await? {
+            Try::Acquired(lease) => return Ok(lease),
+            Try::Busy(pttl) => pttl.map_or(backoff, |p| p.min(backoff)),
+        };
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+        let jitter = Duration::from_millis(rand::random::<u64>() % 20);
+        tokio::select! {
+            _ = tokio::time::sleep(retry_in + jitter) => {}
+            _ = until(deadline) => return Err(LockError::Timeout(Duration::ZERO)),
+        }
+    }
+}
+
+/// An error with its source, for messages that list several servers.
+fn describe(e: &LockError) -> String {
+    match std::error::Error::source(e) {
+        Some(source) => format!("{e}: {source}"),
+        None => e.to_string(),
+    }
+}

@@ -1,0 +1,177 @@
+//! The Lua scripts: every state change of a lock is one atomic script on the server.
+//!
+//! Key arguments always come in the order of [`crate::LockKeys`]: `lock, fence, queue, alive`
+//! (scripts that need fewer take a prefix of that list, or the ones they name).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Helpers shared by the scripts, prepended to each.
+const PRELUDE: &str = r#"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- The lock value is '<token>:<fence>' (locksmith) or any string (another client).
+local function mine(v, tok)
+  return v and (v == tok or string.sub(v, 1, #tok + 1) == tok .. ':')
+end
+-- The first live waiter, after dropping stale entries in front of it; and whether any were dropped.
+local function head(queue, alive, now)
+  local pruned = false
+  while true do
+    local h = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not h then return nil, pruned end
+    local d = tonumber(redis.call('HGET', alive, h))
+    if d and d > now then return h, pruned end
+    redis.call('ZREM', queue, h)
+    redis.call('HDEL', alive, h)
+    pruned = true
+  end
+end
+local function wake(chan, h)
+  if h then redis.call('PUBLISH', chan .. h, 'wake') end
+end
+-- SET the lock for tok and return the next fencing token (at least the floor, if one is given).
+local function take(lock, fence, tok, ttl, floor, now)
+  local fl = nil
+  if floor == 'time' then fl = now elseif floor ~= '' then fl = tonumber(floor) end
+  if fl and (tonumber(redis.call('GET', fence)) or 0) < fl then
+    redis.call('SET', fence, string.format('%d', fl))
+  end
+  local f = redis.call('INCR', fence)
+  redis.call('SET', lock, tok .. ':' .. f, 'PX', ttl)
+  return f
+end
+"#;
+
+/// One attempt, never queueing: takes the lock if it is free and nobody live is queued before us.
+/// Stale heads it drops are replaced by the next live waiter, which is woken.
+/// KEYS: lock, fence, queue, alive. ARGV: token, ttl ms, fence floor, wake prefix.
+/// Returns `{1, fence}` or `{0, pttl of the holder}`.
+const TRY_ACQUIRE: &str = r#"
+local now = now_ms()
+local h, pruned = head(KEYS[3], KEYS[4], now)
+local free = redis.call('EXISTS', KEYS[1]) == 0
+if free and (h == nil or h == ARGV[1]) then
+  if h then redis.call('ZREM', KEYS[3], h); redis.call('HDEL', KEYS[4], h) end
+  return {1, take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], now)}
+end
+if pruned then wake(ARGV[4], h) end
+return {0, redis.call('PTTL', KEYS[1])}
+"#;
+
+/// A waiter's one step: joins the queue (at the tail) if not in it, refreshes its liveness
+/// deadline, and takes the lock if it is free and this waiter is the live head.
+/// KEYS: lock, fence, queue, alive. ARGV: token, ttl ms, fence floor, wake prefix, waiter ttl ms.
+/// Returns `{1, fence}` or `{0, is_head, pttl of the holder, holder_is_foreign}`.
+const WAIT_STEP: &str = r#"
+local now = now_ms()
+local tok, wttl = ARGV[1], tonumber(ARGV[5])
+if not redis.call('ZSCORE', KEYS[3], tok) then
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  local score = now
+  if last[2] and tonumber(last[2]) >= score then score = tonumber(last[2]) + 1 end
+  redis.call('ZADD', KEYS[3], score, tok)
+end
+redis.call('HSET', KEYS[4], tok, now + wttl)
+local h, pruned = head(KEYS[3], KEYS[4], now)
+local v = redis.call('GET', KEYS[1])
+if not v and h == tok then
+  redis.call('ZREM', KEYS[3], tok)
+  redis.call('HDEL', KEYS[4], tok)
+  return {1, take(KEYS[1], KEYS[2], tok, ARGV[2], ARGV[3], now)}
+end
+if pruned and h ~= tok then wake(ARGV[4], h) end
+if redis.call('PTTL', KEYS[3]) < 2 * wttl then
+  redis.call('PEXPIRE', KEYS[3], 2 * wttl)
+  redis.call('PEXPIRE', KEYS[4], 2 * wttl)
+end
+local foreign = 0
+if v and not string.match(v, '^%x+:%d+$') then foreign = 1 end
+return {0, h == tok and 1 or 0, redis.call('PTTL', KEYS[1]), foreign}
+"#;
+
+/// Compare-and-delete, then wake the live head of the queue (one PUBLISH).
+/// KEYS: lock, queue, alive. ARGV: token, wake prefix. Returns 1 if released, 0 if not ours.
+const RELEASE: &str = r#"
+if not mine(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+wake(ARGV[2], (head(KEYS[2], KEYS[3], now_ms())))
+return 1
+"#;
+
+/// Clean-up of a cancelled or failed acquire: leaves the queue, releases the lock if it was
+/// granted but never handed to the caller, and if this waiter was first wakes the new head (which
+/// takes a free lock, or starts watching the holder's expiry).
+/// KEYS: lock, queue, alive. ARGV: token, wake prefix. Returns 1 if a lock was released.
+const LEAVE: &str = r#"
+local tok = ARGV[1]
+local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == tok
+redis.call('ZREM', KEYS[2], tok)
+redis.call('HDEL', KEYS[3], tok)
+local v = redis.call('GET', KEYS[1])
+local released = 0
+if mine(v, tok) then
+  redis.call('DEL', KEYS[1])
+  v, first, released = false, true, 1
+end
+if first then wake(ARGV[2], (head(KEYS[2], KEYS[3], now_ms()))) end
+return released
+"#;
+
+/// Compare-and-pexpire. KEYS: lock. ARGV: token, ttl ms. Returns 1 if extended, 0 if not ours.
+const RENEW: &str = r#"
+if not mine(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"#;
+
+/// Quorum mode: raises the fencing counter to the token chosen for the lease, if we hold the lock.
+/// KEYS: lock, fence. ARGV: token, fencing token. Returns 1 if held.
+const RAISE_FENCE: &str = r#"
+if not mine(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
+if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+return 1
+"#;
+
+/// Read-only look for `inspect`. KEYS: lock, queue, alive.
+/// Returns `{value or false, pttl, live waiters}`.
+const INSPECT: &str = r#"
+local now = now_ms()
+local live = 0
+local all = redis.call('HGETALL', KEYS[3])
+for i = 2, #all, 2 do
+  if tonumber(all[i]) > now and redis.call('ZSCORE', KEYS[2], all[i - 1]) then live = live + 1 end
+end
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), live}
+"#;
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{PRELUDE}{body}"))
+}
+
+/// The compiled scripts (their SHA1s are computed once; `redis::Script` reloads on NOSCRIPT).
+pub(crate) struct Scripts {
+    pub(crate) try_acquire: Script,
+    pub(crate) wait_step: Script,
+    pub(crate) release: Script,
+    pub(crate) leave: Script,
+    pub(crate) renew: Script,
+    pub(crate) raise_fence: Script,
+    pub(crate) inspect: Script,
+}
+
+/// The one instance.
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    try_acquire: script(TRY_ACQUIRE),
+    wait_step: script(WAIT_STEP),
+    release: script(RELEASE),
+    leave: script(LEAVE),
+    renew: script(RENEW),
+    raise_fence: script(RAISE_FENCE),
+    inspect: script(INSPECT),
+});

@@ -1,0 +1,68 @@
+//! Bad configuration and unreachable servers: clear errors, never a hang.
+
+mod common;
+
+use std::time::Duration;
+
+use lockcore::{BackendUrl, LockError};
+
+async fn connect(url: &str) -> lockcore::Result<lockcore::Locker> {
+    backend_redis::connect(&BackendUrl::parse(url)?).await
+}
+
+#[tokio::test]
+async fn bad_urls_are_invalid_url() {
+    for bad in [
+        "redis://",
+        "redis://127.0.0.1:16379/notadb",
+        "redis://127.0.0.1:16379?layout=sideways",
+        "redis://127.0.0.1:16379?no_such_option=1",
+        "redis://127.0.0.1:16379?connect_timeout=soon",
+        "redis://127.0.0.1:16379?prefix=a%7Bb",
+        "redis://127.0.0.1:16379?fence_floor=lots",
+    ] {
+        let result = connect(bad).await;
+        assert!(matches!(result, Err(LockError::InvalidUrl { .. })), "{bad}: {result:?}");
+    }
+}
+
+#[tokio::test]
+async fn refused_connection_is_unavailable() {
+    // Port 1 on loopback: nothing listens there.
+    let start = tokio::time::Instant::now();
+    let result = connect("redis://127.0.0.1:1?connect_timeout=2s").await;
+    assert!(matches!(result, Err(LockError::Unavailable { .. })), "{result:?}");
+    assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+#[tokio::test]
+async fn silent_server_is_unavailable_within_the_connect_timeout() {
+    // A listener that accepts connections and never answers: a hung server.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let hold = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    let start = tokio::time::Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        connect(&format!("redis://127.0.0.1:{port}?connect_timeout=500ms")),
+    )
+    .await
+    .expect("connect hung");
+    assert!(matches!(result, Err(LockError::Unavailable { .. })), "{result:?}");
+    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    hold.abort();
+}
+
+#[tokio::test]
+async fn quorum_with_no_master_reachable_is_unavailable() {
+    let result = connect("redis://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?connect_timeout=1s").await;
+    match result {
+        Err(LockError::Unavailable { message, .. }) => assert!(message.contains("quorum"), "{message}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}

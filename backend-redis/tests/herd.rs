@@ -1,0 +1,117 @@
+//! No thundering herd: with 50 waiters queued, one release and the hand-over to the next waiter
+//! cost a constant number of server commands, counted with `INFO commandstats` on a server of
+//! its own (redis-q3), so parallel tests do not pollute the count.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockcore::conformance::{unique_name, within};
+use tokio::sync::{mpsc, watch};
+
+const WAITERS: usize = 50;
+
+/// `cmdstat_<name>` → calls, from `INFO commandstats`.
+async fn command_counts(conn: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_with_50_waiters_costs_constant_commands() {
+    let server = common::quorum_hosts().remove(2); // redis-q3, used by no other concurrent test
+                                                   // Heartbeats every 20 s, so none falls into the measured window.
+    let url = common::with_options(&server, "waiter_ttl=60s");
+    let mut admin = common::admin(&url).await;
+    let name = unique_name("herd");
+    let queue_key = backend_redis::LockKeys::for_url(
+        &lockcore::BackendUrl::parse(&url).unwrap(),
+        &lockcore::LockName::new(&name).unwrap(),
+    )
+    .unwrap()
+    .queue;
+
+    let holder = common::locker(&url).await.lock(&name).acquire().await.expect("acquire");
+    let (go_tx, go_rx) = watch::channel(false);
+    let (got_tx, mut got_rx) = mpsc::unbounded_channel();
+    let go_tx = Arc::new(go_tx);
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let locker = common::locker(&url).await;
+        let (name, mut go, got) = (name.clone(), go_rx.clone(), got_tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = locker.lock(&name).acquire().await.expect("acquire");
+            got.send(i).expect("report");
+            let _ = go.wait_for(|g| *g).await; // hold until the measurement is over
+            guard.release().await.expect("release");
+        }));
+        // Queue them one by one so the FIFO order is known.
+        within(Duration::from_secs(30), "waiter queued", async {
+            loop {
+                let n: usize = redis::cmd("ZCARD")
+                    .arg(&queue_key)
+                    .query_async(&mut admin)
+                    .await
+                    .expect("ZCARD");
+                if n == i + 1 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+    }
+
+    let before = command_counts(&mut admin).await;
+    holder.release().await.expect("release");
+    let first = within(Duration::from_secs(30), "the first waiter takes over", got_rx.recv()).await;
+    assert_eq!(first, Some(0), "the head waiter must be first");
+    // Give a herd (if there were one) time to show up in the counts.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = command_counts(&mut admin).await;
+
+    let mut delta: BTreeMap<&str, u64> = BTreeMap::new();
+    for (cmd, calls) in &after {
+        let d = calls - before.get(cmd).copied().unwrap_or(0);
+        if d > 0 && cmd != "info" {
+            delta.insert(cmd, d);
+        }
+    }
+    let total: u64 = delta.values().sum();
+    eprintln!("commands for one release + hand-over with {WAITERS} waiters: {total} {delta:?}");
+    // One release script, one PUBLISH, the woken waiter's step and its UNSUBSCRIBE: about 20
+    // commands counting those inside the scripts, whatever the number of waiters. A herd (every
+    // waiter re-checking) costs at least one command per waiter.
+    assert!(
+        total < 40,
+        "a release cost {total} commands with {WAITERS} waiters: {delta:?}"
+    );
+    assert!(delta.get("evalsha").copied().unwrap_or(0) <= 3, "{delta:?}");
+    assert!(delta.get("publish").copied().unwrap_or(0) <= 2, "{delta:?}");
+
+    // Let everybody through, in FIFO order.
+    go_tx.send_replace(true);
+    let mut order = vec![0];
+    while order.len() < WAITERS {
+        let next = within(Duration::from_secs(60), "the other waiters", got_rx.recv())
+            .await
+            .expect("a waiter");
+        order.push(next);
+    }
+    for t in tasks {
+        t.await.expect("waiter task");
+    }
+    assert_eq!(order, (0..WAITERS).collect::<Vec<_>>(), "not FIFO");
+}

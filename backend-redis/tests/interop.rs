@@ -1,0 +1,134 @@
+//! Plain layout against clients that know nothing of locksmith: a holder that took the lock with
+//! a raw `SET name token NX PX ttl` (redis-py's `Lock`, redsync, node-redlock) blocks locksmith,
+//! and locksmith's holder blocks such a `SET NX`.
+
+mod common;
+
+use std::time::Duration;
+
+use lockcore::conformance::{unique_name, within};
+use lockcore::{LockError, LockName};
+
+/// What redis-py's `Lock.release()` / redsync's unlock run: delete only if the value is ours.
+const RAW_RELEASE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+async fn raw_set_nx(conn: &mut redis::aio::MultiplexedConnection, name: &str, token: &str, ttl_ms: u64) -> bool {
+    let reply: Option<String> = redis::cmd("SET")
+        .arg(name)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async(conn)
+        .await
+        .expect("SET");
+    reply.as_deref() == Some("OK")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_holder_blocks_locksmith_until_it_releases() {
+    let url = common::with_options(&common::redis_url(), "layout=plain");
+    let mut raw = common::admin(&url).await;
+    let locker = common::locker(&url).await;
+    let name = unique_name("interop_raw_holder");
+
+    assert!(
+        raw_set_nx(&mut raw, &name, "redis-py-token", 30_000).await,
+        "the raw client takes the free lock"
+    );
+    assert!(
+        locker.lock(&name).try_acquire().await.expect("try").is_none(),
+        "locksmith took a raw holder's lock"
+    );
+    let timed_out = locker.lock(&name).timeout(Duration::from_millis(300)).acquire().await;
+    assert!(matches!(timed_out, Err(LockError::Timeout(_))), "{timed_out:?}");
+
+    // inspect shows the foreign holder as it is.
+    let info = locker
+        .backend()
+        .inspect(&LockName::new(&name).unwrap())
+        .await
+        .expect("inspect");
+    let holder = info.holder.expect("a holder");
+    assert_eq!(holder.holder_id, "redis-py-token");
+    assert_eq!(holder.fencing_token, None);
+
+    // A locksmith waiter queues; the raw client releases early (it publishes nothing): the head
+    // waiter's backoff re-check notices within about a second, long before the 30 s TTL.
+    let waiter = tokio::spawn({
+        let (locker, name) = (locker.clone(), name.clone());
+        async move { locker.lock(&name).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deleted: i64 = redis::Script::new(RAW_RELEASE)
+        .key(&name)
+        .arg("redis-py-token")
+        .invoke_async(&mut raw)
+        .await
+        .expect("raw release");
+    assert_eq!(deleted, 1);
+    let guard = within(Duration::from_secs(10), "locksmith after the raw release", waiter)
+        .await
+        .unwrap()
+        .expect("acquire");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locksmith_holder_blocks_raw_set_nx() {
+    let url = common::with_options(&common::redis_url(), "layout=plain");
+    let mut raw = common::admin(&url).await;
+    let locker = common::locker(&url).await;
+    let name = unique_name("interop_locksmith_holder");
+
+    let guard = locker.lock(&name).acquire().await.expect("acquire");
+    assert!(
+        !raw_set_nx(&mut raw, &name, "redsync-token", 10_000).await,
+        "a raw SET NX took a locksmith lock"
+    );
+    // The key is exactly the name; its value starts with the holder's token.
+    let value: String = redis::cmd("GET").arg(&name).query_async(&mut raw).await.expect("GET");
+    assert!(value.starts_with(&guard.lease().holder_id), "{value}");
+    // A raw compare-and-delete with another token does not remove it.
+    let deleted: i64 = redis::Script::new(RAW_RELEASE)
+        .key(&name)
+        .arg("redsync-token")
+        .invoke_async(&mut raw)
+        .await
+        .expect("raw release");
+    assert_eq!(deleted, 0);
+    guard.release().await.expect("release");
+    assert!(
+        raw_set_nx(&mut raw, &name, "redsync-token", 10_000).await,
+        "the raw client takes the released lock"
+    );
+    let _: i64 = redis::Script::new(RAW_RELEASE)
+        .key(&name)
+        .arg("redsync-token")
+        .invoke_async(&mut raw)
+        .await
+        .expect("raw release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_holder_that_expires_hands_over_at_its_ttl() {
+    let url = common::with_options(&common::redis_url(), "layout=plain");
+    let mut raw = common::admin(&url).await;
+    let locker = common::locker(&url).await;
+    let name = unique_name("interop_raw_expiry");
+    assert!(raw_set_nx(&mut raw, &name, "crashed-old-client", 700).await);
+    let start = tokio::time::Instant::now();
+    let guard = within(
+        Duration::from_secs(10),
+        "acquire after the raw holder expired",
+        locker.lock(&name).acquire(),
+    )
+    .await
+    .expect("acquire");
+    assert!(
+        start.elapsed() >= Duration::from_millis(300),
+        "took the lock long before the raw holder's TTL"
+    );
+    guard.release().await.expect("release");
+}
