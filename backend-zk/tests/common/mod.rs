@@ -1,0 +1,68 @@
+//! Shared helpers of the ZooKeeper backend's tests: the server URLs, an admin client that reaches
+//! around the lock, and the node layout as the backend builds it.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::time::Duration;
+
+use lockcore::{BackendUrl, LockName, Locker};
+use zookeeper_client as zk;
+
+/// The namespace every test locks under.
+pub const NAMESPACE: &str = "/locksmith-test";
+
+/// The URL in `var`, or a failure telling how to start the servers.
+pub fn env_url(var: &str) -> String {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!("{var} is not set: run `eval \"$(scripts/backends up)\"` first"),
+    }
+}
+
+/// `base` (e.g. `zk://127.0.0.1:21810`) with the test namespace and `options`.
+pub fn url_with(base: &str, options: &str) -> BackendUrl {
+    let base = base.trim_end_matches('/');
+    BackendUrl::parse(&format!("{base}{NAMESPACE}?{options}")).expect("test URL")
+}
+
+/// A locker on its own session.
+pub async fn locker(base: &str, options: &str) -> Locker {
+    backend_zk::connect(&url_with(base, options))
+        .await
+        .expect("connect to ZooKeeper")
+}
+
+/// A plain ZooKeeper client for `base`, to look at and change nodes behind the lock's back.
+pub async fn admin(base: &str) -> zk::Client {
+    let url = BackendUrl::parse(base).expect("test URL");
+    let hosts = url.hosts.iter().map(|h| h.to_addr(2181)).collect::<Vec<_>>().join(",");
+    let connect = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(&hosts);
+    tokio::time::timeout(Duration::from_secs(20), connect)
+        .await
+        .expect("admin connect timed out")
+        .expect("admin connect")
+}
+
+/// The lock node of `name`.
+pub fn lock_path(name: &LockName) -> String {
+    format!("{NAMESPACE}/{}", name.encoded())
+}
+
+/// The contender nodes of `name`, in queue order (holder first).
+pub async fn contenders(admin: &zk::Client, name: &LockName) -> Vec<String> {
+    let path = lock_path(name);
+    let mut children = match admin.list_children(&path).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => return Vec::new(),
+        Err(e) => panic!("listing {path}: {e}"),
+    };
+    let key = |c: &String| {
+        c.rsplit_once("lock-")
+            .map(|(_, seq)| seq.to_owned())
+            .unwrap_or_else(|| c.clone())
+    };
+    children.sort_by_key(key);
+    children.into_iter().map(|c| format!("{path}/{c}")).collect()
+}
