@@ -1,0 +1,187 @@
+//! The command line: global options and the four subcommands, parsed with clap.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+use locksmith::url::parse_duration;
+use locksmith::{LockName, MAX_TTL, MIN_TTL};
+
+use crate::exit::EXIT_CODES_HELP;
+
+/// `locksmith`: take a distributed lock from the shell.
+#[derive(Debug, Parser)]
+#[command(
+    name = "locksmith",
+    version,
+    about = "flock(1) for etcd, ZooKeeper, Redis and an in-process store: run a command under a distributed lock",
+    after_help = EXIT_CODES_HELP
+)]
+pub struct Cli {
+    /// Backend URL: etcd://h:2379, zk://h:2181, redis://h:6379 (or redis://h:6379?layout=plain),
+    /// mem://. mem:// is in-process only: separate locksmith processes never see each other's
+    /// locks there, so it is only good for trying the command out.
+    #[arg(long, env = "LOCKSMITH_URL", default_value = "mem://", global = true)]
+    pub url: String,
+
+    /// Lease time: how long the lock outlives a locksmith that crashed or was cut off
+    /// (renewed in the background while held). E.g. 500ms, 10s, 2m. On etcd and ZooKeeper it is
+    /// the session TTL (the URL's ttl= option, if given, wins); backends may round it up.
+    #[arg(long, default_value = "15s", value_parser = parse_ttl, global = true)]
+    pub ttl: Duration,
+
+    /// How long to wait for a held lock (default: without limit); 0 makes one attempt.
+    #[arg(long, value_parser = parse_any_duration, global = true)]
+    pub timeout: Option<Duration>,
+
+    /// How long connecting to the backend may take before giving up (exit 3).
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration, global = true)]
+    pub connect_timeout: Duration,
+
+    /// Print results on stdout as one JSON object per line.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// No status messages on stderr (errors are still printed).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
+    /// More log output on stderr (-v: info, -vv: debug). RUST_LOG overrides.
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Acquire NAME, run CMD while holding it, release when CMD exits. CMD gets
+    /// LOCKSMITH_FENCING_TOKEN and LOCKSMITH_LOCK_NAME in its environment and runs in a process
+    /// group of its own; if the lock is lost, that group gets SIGTERM (SIGKILL after --grace) and
+    /// locksmith exits 4. SIGINT, SIGTERM and SIGHUP sent to locksmith are forwarded to CMD.
+    Run(RunArgs),
+    /// One attempt, no waiting: print the fencing token and release (exit 0), or exit 1 if held.
+    Try(NameArg),
+    /// Acquire NAME, print the fencing token, and hold it until --for passes, stdin closes, or
+    /// SIGINT/SIGTERM arrives; then release.
+    Hold(HoldArgs),
+    /// Show who holds NAME (holder id, fencing token, remaining TTL) and how many wait.
+    Inspect(NameArg),
+}
+
+/// A lock name.
+#[derive(Debug, Args)]
+pub struct NameArg {
+    /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
+    #[arg(value_parser = parse_name)]
+    pub name: String,
+}
+
+/// Arguments of `run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
+    #[arg(value_parser = parse_name)]
+    pub name: String,
+
+    /// After SIGTERM, how long CMD has to exit before it gets SIGKILL (when the lock was lost).
+    #[arg(long, default_value = "10s", value_parser = parse_any_duration)]
+    pub grace: Duration,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// Arguments of `hold`.
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
+    #[arg(value_parser = parse_name)]
+    pub name: String,
+
+    /// Release after this long (default: hold until stdin closes or a signal arrives).
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub hold_for: Option<Duration>,
+
+    /// Do not watch stdin (for running in the background with stdin at /dev/null).
+    #[arg(long)]
+    pub ignore_stdin: bool,
+}
+
+fn parse_any_duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s, 2m or 1h"))
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_any_duration(s)? {
+        d if d.is_zero() => Err("must be greater than zero".into()),
+        d => Ok(d),
+    }
+}
+
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let ttl = parse_any_duration(s)?;
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(format!("the TTL must be between {MIN_TTL:?} and {MAX_TTL:?}"));
+    }
+    Ok(ttl)
+}
+
+fn parse_name(s: &str) -> Result<String, String> {
+    LockName::new(s)
+        .map(|n| n.as_str().to_owned())
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_and_names_are_validated() {
+        assert_eq!(parse_ttl("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_ttl("0").is_err());
+        assert!(parse_ttl("10ms").is_err());
+        assert!(parse_ttl("2d").is_err());
+        assert!(parse_positive_duration("0s").is_err());
+        assert_eq!(parse_any_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_name("").is_err());
+        assert!(parse_name("a\0b").is_err());
+        assert_eq!(parse_name("orders/42"), Ok("orders/42".into()));
+    }
+
+    #[test]
+    fn run_takes_the_command_after_the_double_dash() {
+        let cli = Cli::try_parse_from([
+            "locksmith",
+            "--ttl",
+            "2s",
+            "run",
+            "job",
+            "--grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.command, ["sh", "-c", "exit 3"]);
+        assert_eq!(run.grace, Duration::from_secs(1));
+        assert_eq!(cli.ttl, Duration::from_secs(2));
+        assert!(Cli::try_parse_from(["locksmith", "run", "job"]).is_err());
+    }
+}

@@ -1,0 +1,89 @@
+//! The command `run` starts: spawned in a process group of its own, signalled as a group, and its
+//! exit status turned into an exit code.
+
+use std::ffi::OsString;
+use std::io;
+use std::process::ExitStatus;
+
+use tokio::process::{Child, Command};
+
+use crate::exit::{Failure, CANNOT_EXECUTE, NOT_FOUND};
+
+/// A running CMD.
+pub struct Cmd {
+    child: Child,
+    /// The process group id (= CMD's pid), `None` once CMD has been reaped.
+    group: Option<i32>,
+}
+
+impl Cmd {
+    /// Starts `argv` with `env` added to our environment, in a new process group, so that a lost
+    /// lock can stop CMD *and* everything it started. On Linux CMD also gets SIGTERM if locksmith
+    /// itself dies (even by SIGKILL), so that it never runs on without a holder renewing the lock.
+    pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Cmd, Failure> {
+        let Some((program, args)) = argv.split_first() else {
+            return Err(Failure::new(crate::exit::USAGE, "no command given after --"));
+        };
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .process_group(0)
+            .kill_on_drop(false);
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: the closure runs in the forked child before exec and calls only
+            // async-signal-safe functions (prctl, getppid, kill).
+            let parent = std::process::id();
+            unsafe {
+                command.pre_exec(move || {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                    // The parent may have died before prctl: then nobody would tell us.
+                    if libc::getppid() as u32 != parent {
+                        libc::kill(libc::getpid(), libc::SIGTERM);
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = command.spawn().map_err(|e| {
+            let program = program.to_string_lossy();
+            match e.kind() {
+                io::ErrorKind::NotFound => Failure::new(NOT_FOUND, format!("{program}: command not found")),
+                _ => Failure::new(CANNOT_EXECUTE, format!("{program}: cannot execute: {e}")),
+            }
+        })?;
+        let group = child.id().and_then(|pid| i32::try_from(pid).ok());
+        Ok(Cmd { child, group })
+    }
+
+    /// Sends `sig` to CMD's process group (CMD and whatever it started that is still in it).
+    pub fn signal(&self, sig: i32) {
+        let Some(group) = self.group else { return };
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+        let rc = unsafe { libc::kill(-group, sig) };
+        if rc != 0 {
+            tracing::debug!(group, sig, error = %io::Error::last_os_error(), "signalling CMD's process group failed");
+        }
+    }
+
+    /// Waits for CMD to exit; returns its exit code. Cancellation-safe.
+    pub async fn wait(&mut self) -> Result<u8, Failure> {
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|e| Failure::new(crate::exit::UNAVAILABLE, format!("waiting for CMD failed: {e}")))?;
+        Ok(exit_code(status))
+    }
+}
+
+/// CMD's exit code, or 128+signal if a signal ended it.
+pub fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        (None, None) => 1,
+    }
+}

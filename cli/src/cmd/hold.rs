@@ -1,0 +1,78 @@
+//! `locksmith hold NAME [--for DURATION]`: hold a lock for a while, e.g. for maintenance.
+
+use std::io::Read;
+
+use tokio::sync::oneshot;
+
+use crate::args::HoldArgs;
+use crate::exit::{Failure, LOST};
+use crate::output::human;
+use crate::session::Session;
+use crate::signals::{self, Signals};
+
+/// Acquires NAME, prints the fencing token, holds it until `--for` passes, stdin closes or a
+/// signal arrives, then releases. Exit 4 if the lock is lost meanwhile.
+pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
+    let mut signals = Signals::install()?;
+    let locker = tokio::select! {
+        locker = session.connect() => locker?,
+        sig = signals.recv() => return Ok(128 + sig as u8),
+    };
+    let guard = session.acquire(&locker, &args.name, &mut signals).await?;
+    session.out.acquired(&guard);
+    let until = match (args.hold_for, args.ignore_stdin) {
+        (Some(d), _) => format!("for {}", human(d)),
+        (None, false) => "until stdin closes or SIGINT/SIGTERM".to_owned(),
+        (None, true) => "until SIGINT/SIGTERM".to_owned(),
+    };
+    session.out.status(format_args!(
+        "holding {:?} (fencing token {}) {until}",
+        args.name,
+        guard.fencing_token()
+    ));
+
+    let stdin_closed = if args.ignore_stdin { None } else { stdin_closed() };
+    let wait_stdin = async {
+        match stdin_closed {
+            Some(rx) => rx.await.unwrap_or(()),
+            None => std::future::pending().await,
+        }
+    };
+    let wait_for = async {
+        match args.hold_for {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    let why = tokio::select! {
+        reason = guard.lost() => {
+            let _ = guard.release().await;
+            return Err(Failure::new(LOST, format!("lost {:?} while holding it: {reason}", args.name)));
+        }
+        () = wait_for => "the hold time passed".to_owned(),
+        () = wait_stdin => "stdin closed".to_owned(),
+        sig = signals.recv() => format!("received {}", signals::name(sig)),
+    };
+    session.out.status(format_args!("{why}; releasing {:?}", args.name));
+    guard.release().await?;
+    Ok(0)
+}
+
+/// Resolves when stdin reaches end of file (or fails). Read on a thread of its own: a blocking
+/// read must not keep the runtime from shutting down.
+fn stdin_closed() -> Option<oneshot::Receiver<()>> {
+    let (tx, rx) = oneshot::channel();
+    let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 4096];
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        let _ = tx.send(());
+    });
+    match spawned {
+        Ok(_) => Some(rx),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch stdin; holding until the time passes or a signal arrives");
+            None
+        }
+    }
+}

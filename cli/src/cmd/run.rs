@@ -1,0 +1,113 @@
+//! `locksmith run NAME -- CMD ARGS…`: run a command while holding a lock.
+
+use std::time::Duration;
+
+use crate::args::RunArgs;
+use crate::child::Cmd;
+use crate::exit::{Failure, LOST};
+use crate::output::human;
+use crate::session::Session;
+use crate::signals::{self, Signals};
+
+/// How `run` ended.
+enum End {
+    /// CMD exited by itself with this code.
+    Exited(u8),
+    /// The lock was lost while CMD ran.
+    Lost(String),
+}
+
+/// Acquires NAME, runs CMD with `LOCKSMITH_FENCING_TOKEN` and `LOCKSMITH_LOCK_NAME` set, and
+/// releases when CMD exits: exit CMD's code. If the lock is lost first, CMD's process group gets
+/// SIGTERM, SIGKILL after the grace period, and the exit code is 4.
+pub async fn run(session: &Session, args: &RunArgs) -> Result<u8, Failure> {
+    let mut signals = Signals::install()?;
+    let locker = tokio::select! {
+        locker = session.connect() => locker?,
+        sig = signals.recv() => return Ok(128 + sig as u8),
+    };
+    let guard = session.acquire(&locker, &args.name, &mut signals).await?;
+    let token = guard.fencing_token();
+    session
+        .out
+        .status(format_args!("acquired {:?} (fencing token {token})", args.name));
+    let env = [
+        ("LOCKSMITH_FENCING_TOKEN", token.to_string()),
+        ("LOCKSMITH_LOCK_NAME", args.name.clone()),
+    ];
+    let mut cmd = match Cmd::spawn(&args.command, &env) {
+        Ok(cmd) => cmd,
+        Err(failure) => {
+            let _ = guard.release().await;
+            return Err(failure);
+        }
+    };
+
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let end = loop {
+        tokio::select! {
+            // A loss seen at the same moment as CMD's exit counts as a loss: CMD may have run
+            // its last steps without the lock.
+            biased;
+            reason = &mut lost => break End::Lost(reason.to_string()),
+            code = cmd.wait() => break End::Exited(code?),
+            sig = signals.recv() => {
+                session.out.status(format_args!("forwarding {} to CMD", signals::name(sig)));
+                cmd.signal(sig);
+            }
+        }
+    };
+
+    match end {
+        End::Exited(code) => match guard.release().await {
+            Ok(()) => Ok(code),
+            Err(e) if e.is_not_held() => Err(Failure::new(
+                LOST,
+                format!(
+                    "CMD exited with {code}, but {:?} was lost before it could be released",
+                    args.name
+                ),
+            )),
+            Err(e) => {
+                // CMD ran under the lock; the lease expires by itself after its TTL.
+                session.out.status(format_args!(
+                    "releasing {:?} failed (it expires after its TTL): {e}",
+                    args.name
+                ));
+                Ok(code)
+            }
+        },
+        End::Lost(reason) => {
+            session
+                .out
+                .status(format_args!("lost {:?}: {reason}; sending SIGTERM to CMD", args.name));
+            cmd.signal(libc::SIGTERM);
+            stop(session, &mut cmd, &mut signals, args.grace).await;
+            let _ = guard.release().await;
+            Err(Failure::new(
+                LOST,
+                format!("lost {:?} while CMD was running: {reason}", args.name),
+            ))
+        }
+    }
+}
+
+/// Waits up to `grace` for CMD to exit after SIGTERM, then sends SIGKILL and reaps it.
+async fn stop(session: &Session, cmd: &mut Cmd, signals: &mut Signals, grace: Duration) {
+    let deadline = tokio::time::sleep(grace);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = cmd.wait() => return,
+            () = &mut deadline => break,
+            sig = signals.recv() => cmd.signal(sig),
+        }
+    }
+    session.out.status(format_args!(
+        "CMD still running {} after SIGTERM; sending SIGKILL",
+        human(grace)
+    ));
+    cmd.signal(libc::SIGKILL);
+    let _ = cmd.wait().await;
+}

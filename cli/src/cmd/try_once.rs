@@ -1,0 +1,25 @@
+//! `locksmith try NAME`: one attempt, no waiting.
+
+use serde_json::json;
+
+use crate::exit::{Failure, NOT_ACQUIRED};
+use crate::session::Session;
+
+/// Acquires NAME if it is free, prints the fencing token and releases (exit 0); exit 1 if held.
+pub async fn try_once(session: &Session, name: &str) -> Result<u8, Failure> {
+    let locker = session.connect().await?;
+    match locker.lock(name).ttl(session.ttl).try_acquire().await? {
+        Some(guard) => {
+            session.out.acquired(&guard);
+            guard.release().await?;
+            Ok(0)
+        }
+        None => {
+            session.out.status(format_args!("{name:?} is held by another holder"));
+            if session.out.json {
+                session.out.result("", json!({ "name": name, "acquired": false }));
+            }
+            Ok(NOT_ACQUIRED)
+        }
+    }
+}

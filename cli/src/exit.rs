@@ -1,0 +1,96 @@
+//! Exit codes, and the one error type the subcommands return: a code and a one-line reason.
+
+use std::error::Error as _;
+
+use locksmith::LockError;
+
+/// The lock was not acquired: held by another (with `--timeout 0` or `try`), or the timeout passed.
+pub const NOT_ACQUIRED: u8 = 1;
+/// Bad usage or invalid input: empty name, bad URL, unknown scheme, TTL out of range.
+pub const USAGE: u8 = 2;
+/// The backend could not be reached or answered with something unexpected.
+pub const UNAVAILABLE: u8 = 3;
+/// The lock was lost while held (`run`, `hold`).
+pub const LOST: u8 = 4;
+/// `run`: CMD was found but could not be executed (shell convention).
+pub const CANNOT_EXECUTE: u8 = 126;
+/// `run`: CMD was not found (shell convention).
+pub const NOT_FOUND: u8 = 127;
+
+/// The exit codes, as `--help` shows them.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0        success (`try`: acquired; `run`: CMD exited 0)
+  N        `run`: CMD's own exit code (128+SIG if CMD was killed by signal SIG)
+  1        not acquired: held by another (`try`, `--timeout 0`) or the timeout passed
+  2        usage error or invalid input (empty name, bad URL, unknown scheme, TTL 0)
+  3        backend unavailable
+  4        the lock was lost while held (`run`: CMD got SIGTERM, then SIGKILL after --grace)
+  126/127  `run`: CMD could not be executed / was not found
+  128+SIG  interrupted by signal SIG before the lock was acquired
+
+Status messages go to stderr, results (fencing tokens, inspect output) to stdout.";
+
+/// Why a subcommand did not succeed: the exit code and a one-line reason for stderr.
+#[derive(Debug)]
+pub struct Failure {
+    /// The process exit code.
+    pub code: u8,
+    /// One line, without the `locksmith: ` prefix.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with the given code and message.
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<LockError> for Failure {
+    fn from(e: LockError) -> Self {
+        let code = match &e {
+            LockError::Timeout(_) => NOT_ACQUIRED,
+            LockError::InvalidName(_) | LockError::InvalidOption(_) | LockError::InvalidUrl { .. } => USAGE,
+            LockError::NotHeld { .. } => LOST,
+            _ => UNAVAILABLE,
+        };
+        Failure::new(code, one_line(&e))
+    }
+}
+
+/// The error and its sources on one line.
+pub fn one_line(e: &LockError) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line.replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_their_codes() {
+        assert_eq!(
+            Failure::from(LockError::Timeout(std::time::Duration::ZERO)).code,
+            NOT_ACQUIRED
+        );
+        assert_eq!(Failure::from(LockError::InvalidName("x".into())).code, USAGE);
+        let unavailable = LockError::unavailable("connecting", std::io::Error::other("refused\nnow"));
+        let failure = Failure::from(unavailable);
+        assert_eq!(failure.code, UNAVAILABLE);
+        assert_eq!(failure.message, "backend unavailable: connecting: refused now");
+    }
+}

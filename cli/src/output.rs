@@ -1,0 +1,66 @@
+//! Where things are printed: results to stdout (text or `--json`), status to stderr.
+
+use std::io::Write;
+use std::time::Duration;
+
+use locksmith::LockGuard;
+use serde_json::{json, Value};
+
+/// The output settings of one invocation.
+#[derive(Clone, Copy, Debug)]
+pub struct Output {
+    /// Results as JSON.
+    pub json: bool,
+    /// No status messages.
+    pub quiet: bool,
+}
+
+impl Output {
+    /// A status line on stderr (unless `--quiet`).
+    pub fn status(&self, message: impl std::fmt::Display) {
+        if !self.quiet {
+            eprintln!("locksmith: {message}");
+        }
+    }
+
+    /// A result on stdout: `value` with `--json`, else `text`. Flushed at once, so that a script
+    /// reading our stdout sees it while we keep running.
+    pub fn result(&self, text: impl std::fmt::Display, value: Value) {
+        let mut out = std::io::stdout().lock();
+        let written = if self.json {
+            writeln!(out, "{value}")
+        } else {
+            writeln!(out, "{text}")
+        };
+        // A closed stdout (the reader went away) must not stop us from releasing the lock.
+        if written.and_then(|()| out.flush()).is_err() {
+            tracing::debug!("stdout is closed; result not printed");
+        }
+    }
+
+    /// The result of an acquired lock: its fencing token (text), or its details (JSON).
+    pub fn acquired(&self, guard: &LockGuard) {
+        let value = json!({
+            "name": guard.name(),
+            "acquired": true,
+            "fencing_token": guard.fencing_token(),
+            "ttl_ms": millis(guard.ttl()),
+            "holder_id": guard.lease().holder_id,
+        });
+        self.result(guard.fencing_token(), value);
+    }
+}
+
+/// A duration in whole milliseconds, for JSON.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A duration for people: `850ms`, `12.3s`.
+pub fn human(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}

@@ -1,0 +1,96 @@
+//! The command line without a server: usage errors exit 2 with one line and no backtrace, an
+//! unreachable backend exits 3, and `--help` documents the exit codes.
+
+mod common;
+
+use common::{assert_clean_error, assert_code, run, token};
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    let cases: &[&[&str]] = &[
+        &["try", ""],
+        &["--url", "not a url", "try", "x"],
+        &["--url", "consul://127.0.0.1:8500", "try", "x"],
+        &["--url", "redis://127.0.0.1:16379?no_such_option=1", "try", "x"],
+        &["--url", "etcd://h:99999", "try", "x"],
+        &["--url", "mem://a/b", "inspect", "x"],
+        &["--ttl", "0", "try", "x"],
+        &["--ttl", "5d", "hold", "x"],
+        &["--timeout", "soon", "run", "x", "--", "true"],
+        &["hold", "x", "--for", "0"],
+        &["run", "x"],
+        &["run", "", "--", "true"],
+        &["frobnicate", "x"],
+        &["try"],
+    ];
+    for args in cases {
+        let out = run(args);
+        assert_clean_error(&out, 2);
+        assert!(out.stdout.is_empty(), "{args:?} printed {:?}", out.stdout);
+    }
+    let too_long = "x".repeat(2000);
+    assert_clean_error(&run(&["try", &too_long]), 2);
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let out = run(&["--help"]);
+    assert_code(&out, 0);
+    for needle in [
+        "Exit codes",
+        "not acquired",
+        "backend unavailable",
+        "lost",
+        "LOCKSMITH_URL",
+        "mem://",
+    ] {
+        assert!(
+            out.stdout.contains(needle),
+            "--help does not mention {needle:?}:\n{}",
+            out.stdout
+        );
+    }
+    assert_code(&run(&["run", "--help"]), 0);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn unreachable_backend_exits_3() {
+    let url = format!("redis://127.0.0.1:{}", common::closed_port());
+    for args in [
+        vec!["--url", &url, "try", "x"],
+        vec!["--url", &url, "inspect", "x"],
+        vec!["--url", &url, "hold", "x"],
+        vec!["--url", &url, "run", "x", "--", "echo", "ran"],
+    ] {
+        let out = run(&args);
+        assert_clean_error(&out, 3);
+        assert!(!out.stdout.contains("ran"));
+    }
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn unreachable_etcd_exits_3() {
+    let url = format!("etcd://127.0.0.1:{}", common::closed_port());
+    assert_clean_error(&run(&["--connect-timeout", "5s", "--url", &url, "try", "x"]), 3);
+}
+
+#[cfg(feature = "zk")]
+#[test]
+fn unreachable_zookeeper_exits_3() {
+    let url = format!("zk://127.0.0.1:{}", common::closed_port());
+    assert_clean_error(&run(&["--connect-timeout", "5s", "--url", &url, "try", "x"]), 3);
+}
+
+/// mem:// works within one process: `try` and `run` succeed, `hold` prints a token.
+#[test]
+fn mem_backend_works_in_process() {
+    let out = run(&["try", "x"]);
+    assert_code(&out, 0);
+    token(&out.stdout);
+    assert_code(&run(&["run", "x", "--", "sh", "-c", "exit 3"]), 3);
+    let out = run(&["hold", "x", "--for", "100ms"]);
+    assert_code(&out, 0);
+    token(&out.stdout);
+}

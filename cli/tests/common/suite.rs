@@ -1,0 +1,342 @@
+//! The CLI test bodies, the same for every backend. A backend's test file implements
+//! [`Backend`](super::Backend) and expands [`cli_suite!`](crate::cli_suite).
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// Expands one `#[test]` per test body below, each with the backend built by `$backend`.
+#[macro_export]
+macro_rules! cli_suite {
+    ($backend:expr) => {
+        $crate::cli_suite!(@tests $backend;
+            try_prints_a_token_and_releases, hold_excludes_try_in_another_process, hold_for_releases_after_the_duration,
+            hold_releases_on_sigterm, inspect_shows_holder_and_free_lock, run_passes_token_and_exit_code,
+            run_excludes_other_processes_while_cmd_runs, run_exit_code_of_a_killed_cmd, run_times_out_when_held,
+            run_waits_for_the_lock, run_lost_lock_terminates_cmd_and_exits_4, run_lost_lock_kills_cmd_after_grace,
+            run_forwards_sigterm_to_cmd, interrupted_wait_leaves_nothing_behind, run_cmd_not_found,
+            run_cmd_gets_sigterm_when_locksmith_is_killed);
+    };
+    (@tests $backend:expr; $($test:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                $crate::common::suite::$test(&$backend);
+            }
+        )*
+    };
+}
+
+fn args<'a>(url: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["--url", url];
+    v.extend_from_slice(rest);
+    v
+}
+
+/// `try` on a free lock: exit 0, the token on stdout, released afterwards (a second `try` wins
+/// with a larger token).
+pub fn try_prints_a_token_and_releases(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("try");
+    let first = run(&args(&url, &["try", &name]));
+    assert_code(&first, 0);
+    let second = run(&args(&url, &["try", &name]));
+    assert_code(&second, 0);
+    assert!(
+        token(&second.stdout) > token(&first.stdout),
+        "{} then {}",
+        first.stdout,
+        second.stdout
+    );
+    let json = run(&args(&url, &["--json", "try", &name]));
+    assert_code(&json, 0);
+    assert!(
+        json.stdout.contains("\"acquired\":true") && json.stdout.contains("\"fencing_token\":"),
+        "{}",
+        json.stdout
+    );
+}
+
+/// `hold` in one process, `try` in another: exit 1 while held, 0 after `hold` released on stdin EOF.
+pub fn hold_excludes_try_in_another_process(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("hold-try");
+    let mut holder = Proc::locksmith(&args(&url, &["hold", &name]));
+    let held = token(&holder.next_line());
+    let blocked = run(&args(&url, &["try", &name]));
+    assert_code(&blocked, 1);
+    assert!(
+        blocked.stdout.is_empty(),
+        "try printed {:?} without the lock",
+        blocked.stdout
+    );
+    let blocked_json = run(&args(&url, &["--json", "try", &name]));
+    assert_code(&blocked_json, 1);
+    assert!(
+        blocked_json.stdout.contains("\"acquired\":false"),
+        "{}",
+        blocked_json.stdout
+    );
+    let zero = run(&args(&url, &["--timeout", "0", "run", &name, "--", "true"]));
+    assert_code(&zero, 1);
+    holder.close_stdin();
+    let out = holder.finish();
+    assert_code(&out, 0);
+    let after = run(&args(&url, &["try", &name]));
+    assert_code(&after, 0);
+    assert!(token(&after.stdout) > held);
+}
+
+/// `hold --for`: exits 0 by itself and the lock is free afterwards.
+pub fn hold_for_releases_after_the_duration(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("hold-for");
+    let mut holder = Proc::locksmith(&args(&url, &["hold", &name, "--for", "1s", "--ignore-stdin"]));
+    token(&holder.next_line());
+    assert_code(&run(&args(&url, &["try", &name])), 1);
+    assert_code(&holder.finish(), 0);
+    assert_code(&run(&args(&url, &["try", &name])), 0);
+}
+
+/// `hold` releases and exits 0 on SIGTERM.
+pub fn hold_releases_on_sigterm(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("hold-term");
+    let mut holder = Proc::locksmith(&args(&url, &["hold", &name]));
+    token(&holder.next_line());
+    holder.wait_stderr("holding");
+    holder.signal("TERM");
+    let out = holder.finish();
+    assert_code(&out, 0);
+    assert!(out.stderr.contains("SIGTERM"), "{}", out.stderr);
+    assert_code(&run(&args(&url, &["try", &name])), 0);
+}
+
+/// `inspect`: the holder's token and a remaining TTL within `--ttl` while held; "held: no" when
+/// free.
+pub fn inspect_shows_holder_and_free_lock(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("inspect");
+    let free = run(&args(&url, &["inspect", &name]));
+    assert_code(&free, 0);
+    assert!(free.stdout.contains("held: no"), "{}", free.stdout);
+    let mut holder = Proc::locksmith(&args(&url, &["--ttl", "3s", "hold", &name]));
+    let held = token(&holder.next_line());
+    let shown = run(&args(&url, &["inspect", &name]));
+    assert_code(&shown, 0);
+    assert!(shown.stdout.contains("held: yes"), "{}", shown.stdout);
+    assert!(shown.stdout.contains("holder: "), "{}", shown.stdout);
+    let json = run(&args(&url, &["--json", "inspect", &name]));
+    assert_code(&json, 0);
+    let v: serde_json::Value = serde_json::from_str(json.stdout.trim()).expect("inspect --json prints JSON");
+    assert_eq!(v["held"], true, "{v}");
+    if let Some(t) = v["fencing_token"].as_u64() {
+        assert_eq!(t, held, "inspect shows another token than hold printed");
+    }
+    if let Some(ms) = v["ttl_remaining_ms"].as_u64() {
+        // --ttl reaches every backend (on etcd and ZooKeeper as the session TTL).
+        assert!(ms > 0 && ms <= 3_500, "remaining TTL {ms} ms for a 3 s lease");
+    }
+    assert_eq!(v["waiters"], 0, "{v}");
+    holder.close_stdin();
+    assert_code(&holder.finish(), 0);
+}
+
+/// `run`: CMD sees the token and the lock name; locksmith exits with CMD's code.
+pub fn run_passes_token_and_exit_code(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-code");
+    let script = r#"echo "$LOCKSMITH_FENCING_TOKEN"; echo "$LOCKSMITH_LOCK_NAME"; exit 7"#;
+    let out = run(&args(&url, &["run", &name, "--", "sh", "-c", script]));
+    assert_code(&out, 7);
+    let mut lines = out.stdout.lines();
+    let cmd_token = token(lines.next().unwrap_or_default());
+    assert_eq!(lines.next(), Some(name.as_str()));
+    let next = run(&args(&url, &["try", &name]));
+    assert_code(&next, 0);
+    assert!(
+        token(&next.stdout) > cmd_token,
+        "the lock was not released after CMD exited"
+    );
+    assert_code(&run(&args(&url, &["run", &name, "--", "true"])), 0);
+}
+
+/// While CMD runs, another process cannot take the lock; CMD reads locksmith's stdin.
+pub fn run_excludes_other_processes_while_cmd_runs(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-excl");
+    let mut runner = Proc::locksmith(&args(
+        &url,
+        &[
+            "run",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "echo started; read line; echo got $line",
+        ],
+    ));
+    assert_eq!(runner.next_line(), "started");
+    assert_code(&run(&args(&url, &["try", &name])), 1);
+    assert_code(
+        &run(&args(&url, &["--timeout", "500ms", "run", &name, "--", "true"])),
+        1,
+    );
+    runner.write_stdin("done\n");
+    assert_eq!(runner.next_line(), "got done");
+    assert_code(&runner.finish(), 0);
+    assert_code(&run(&args(&url, &["try", &name])), 0);
+}
+
+/// A CMD killed by a signal: 128 + the signal.
+pub fn run_exit_code_of_a_killed_cmd(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-killed");
+    assert_code(
+        &run(&args(&url, &["run", &name, "--", "sh", "-c", "kill -KILL $$"])),
+        137,
+    );
+}
+
+/// `--timeout` passes while another process holds the lock: exit 1, CMD never ran.
+pub fn run_times_out_when_held(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-timeout");
+    let mut holder = Proc::locksmith(&args(&url, &["hold", &name]));
+    token(&holder.next_line());
+    let out = run(&args(&url, &["--timeout", "1s", "run", &name, "--", "echo", "ran"]));
+    assert_code(&out, 1);
+    assert!(!out.stdout.contains("ran"), "CMD ran without the lock");
+    holder.close_stdin();
+    assert_code(&holder.finish(), 0);
+}
+
+/// `run` without a timeout waits for the holder to release, then runs CMD.
+pub fn run_waits_for_the_lock(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-wait");
+    let mut holder = Proc::locksmith(&args(&url, &["hold", &name]));
+    let held = token(&holder.next_line());
+    let mut waiter = Proc::locksmith(&args(
+        &url,
+        &["run", &name, "--", "sh", "-c", "echo $LOCKSMITH_FENCING_TOKEN"],
+    ));
+    waiter.wait_stderr("waiting for");
+    assert!(waiter.running(), "run did not wait for the held lock");
+    holder.close_stdin();
+    assert_code(&holder.finish(), 0);
+    let got = token(&waiter.next_line());
+    assert!(got > held);
+    assert_code(&waiter.finish(), 0);
+}
+
+const TRAP_TERM: &str = r#"trap 'echo got-sigterm; exit 0' TERM; echo ready; while :; do sleep 0.1; done"#;
+const IGNORE_TERM: &str = r#"trap '' TERM; echo ready; while :; do sleep 0.1; done"#;
+
+/// The lock is deleted on the server while CMD runs: CMD gets SIGTERM, locksmith exits 4.
+pub fn run_lost_lock_terminates_cmd_and_exits_4(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-lost");
+    let mut runner = Proc::locksmith(&args(&url, &["--ttl", "2s", "run", &name, "--", "sh", "-c", TRAP_TERM]));
+    assert_eq!(runner.next_line(), "ready");
+    b.delete_behind_back(&name);
+    assert_eq!(runner.next_line(), "got-sigterm");
+    let out = runner.finish();
+    assert_code(&out, 4);
+    assert!(out.stderr.contains("lost"), "{}", out.stderr);
+}
+
+/// A CMD that ignores SIGTERM gets SIGKILL after `--grace`; still exit 4.
+pub fn run_lost_lock_kills_cmd_after_grace(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-grace");
+    let mut runner = Proc::locksmith(&args(
+        &url,
+        &[
+            "--ttl",
+            "2s",
+            "run",
+            &name,
+            "--grace",
+            "300ms",
+            "--",
+            "sh",
+            "-c",
+            IGNORE_TERM,
+        ],
+    ));
+    assert_eq!(runner.next_line(), "ready");
+    b.delete_behind_back(&name);
+    runner.wait_stderr("SIGKILL");
+    let out = runner.finish();
+    assert_code(&out, 4);
+}
+
+/// SIGTERM sent to locksmith reaches CMD; locksmith exits with CMD's code and releases.
+pub fn run_forwards_sigterm_to_cmd(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-forward");
+    let script = r#"trap 'echo forwarded; exit 5' TERM; echo ready; while :; do sleep 0.1; done"#;
+    let mut runner = Proc::locksmith(&args(&url, &["run", &name, "--", "sh", "-c", script]));
+    assert_eq!(runner.next_line(), "ready");
+    runner.signal("TERM");
+    assert_eq!(runner.next_line(), "forwarded");
+    assert_code(&runner.finish(), 5);
+    assert_code(&run(&args(&url, &["try", &name])), 0);
+}
+
+/// SIGINT while waiting: exit 130, CMD never ran, and no waiter is left to block the lock.
+pub fn interrupted_wait_leaves_nothing_behind(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("interrupt");
+    let mut holder = Proc::locksmith(&args(&url, &["hold", &name]));
+    token(&holder.next_line());
+    let mut waiter = Proc::locksmith(&args(&url, &["run", &name, "--", "echo", "ran"]));
+    waiter.wait_stderr("waiting for");
+    waiter.signal("INT");
+    let out = waiter.finish();
+    assert_code(&out, 130);
+    assert!(!out.stdout.contains("ran"));
+    holder.close_stdin();
+    assert_code(&holder.finish(), 0);
+    // Were the interrupted waiter still queued, `try` would find the lock taken or queued for.
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = run(&args(&url, &["try", &name]));
+        if out.code == Some(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the lock is still blocked after the waiter was interrupted: {out:?}"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A CMD that does not exist: 127, and the lock is released.
+pub fn run_cmd_not_found(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("not-found");
+    let out = run(&args(
+        &url,
+        &["-q", "run", &name, "--", "/nonexistent/locksmith-test-cmd"],
+    ));
+    assert_clean_error(&out, 127);
+    assert_code(&run(&args(&url, &["try", &name])), 0);
+}
+
+/// locksmith killed with SIGKILL (nothing renews the lock any more): CMD gets SIGTERM (Linux).
+pub fn run_cmd_gets_sigterm_when_locksmith_is_killed(b: &dyn Backend) {
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let url = b.url();
+    let name = unique_name("run-killed-parent");
+    let mut runner = Proc::locksmith(&args(&url, &["--ttl", "2s", "run", &name, "--", "sh", "-c", TRAP_TERM]));
+    assert_eq!(runner.next_line(), "ready");
+    runner.signal("KILL");
+    // CMD writes to the stdout it shares with the killed locksmith.
+    assert_eq!(runner.next_line(), "got-sigterm");
+}

@@ -1,0 +1,40 @@
+//! Shared by the example tests: the backends to run on and unique lock names.
+
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The value of a `LOCKSMITH_TEST_*` variable; panics with how to set it when it is unset.
+pub fn env_url(var: &str) -> String {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!(
+            "{var} is not set: start the test servers with `eval \"$(scripts/backends up)\"` and run the tests again"
+        ),
+    }
+}
+
+/// `mem://` and every backend compiled in (its test server must be up).
+pub fn backend_urls() -> Vec<(&'static str, String)> {
+    #[allow(unused_mut)]
+    let mut urls = vec![("mem", "mem://".to_owned())];
+    #[cfg(feature = "etcd")]
+    urls.push(("etcd", env_url("LOCKSMITH_TEST_ETCD")));
+    #[cfg(feature = "zk")]
+    urls.push(("zk", env_url("LOCKSMITH_TEST_ZK")));
+    #[cfg(feature = "redis")]
+    urls.push(("redis", env_url("LOCKSMITH_TEST_REDIS")));
+    urls
+}
+
+/// A lock (or store) name no other test or earlier run uses.
+pub fn unique(test: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!(
+        "examples-{test}-{}-{nanos:x}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
