@@ -1,0 +1,389 @@
+//! [`EtcdBackend`]: the [`LockBackend`] over one etcd session.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockcore::{
+    async_trait, HolderInfo, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, LostSignal, Result,
+};
+use tokio::time::Instant;
+
+use crate::cleanup::{delete_in_background, PendingKey};
+use crate::config::Config;
+use crate::error::{is_lease_not_found, request};
+use crate::layout::Layout;
+use crate::queue::{self, Place};
+use crate::retry::Retry;
+use crate::session::{LeaseRef, Session};
+use crate::slots::Slot;
+
+/// The etcd lock backend: one client and one session lease, shared by every lock of the
+/// [`lockcore::Locker`] built on it. See the [crate docs](crate) for the algorithm.
+pub struct EtcdBackend {
+    session: Arc<Session>,
+}
+
+impl fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("endpoints", &self.session.cfg.endpoints)
+            .field("layout", &self.session.cfg.layout)
+            .field("lease", &self.session.lease_id().map(|id| format!("{id:x}")))
+            .finish()
+    }
+}
+
+impl Drop for EtcdBackend {
+    fn drop(&mut self) {
+        self.session.close();
+    }
+}
+
+/// Counters of the requests an [`EtcdBackend`] has sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EtcdStats {
+    /// KV transactions (every read and write of the lock protocol is one), retries included.
+    pub transactions: u64,
+    /// Keep-alives of the session lease.
+    pub keep_alives: u64,
+    /// Watch create and cancel requests on the shared watch stream.
+    pub watch_requests: u64,
+}
+
+/// How one attempt in the queue ended.
+enum Outcome {
+    Granted,
+    /// The key vanished (lease lost, or deleted by an operator) while waiting: queue again.
+    Requeue(&'static str),
+}
+
+impl EtcdBackend {
+    /// Connects as configured: creates the client and grants the session lease, failing with
+    /// [`LockError::Unavailable`] when the cluster does not answer within the connect timeout.
+    pub async fn connect(cfg: Config) -> Result<Self> {
+        Ok(EtcdBackend {
+            session: Session::start(cfg).await?,
+        })
+    }
+
+    /// The key layout in use.
+    pub fn layout(&self) -> &Layout {
+        &self.session.cfg.layout
+    }
+
+    /// The effective session TTL (what every lease of this backend reports as its TTL).
+    pub fn session_ttl(&self) -> Duration {
+        self.session.ttl()
+    }
+
+    /// The current session lease id, if one is alive.
+    pub fn session_lease_id(&self) -> Option<i64> {
+        self.session.lease_id()
+    }
+
+    /// How many requests this backend has sent so far (for tests and monitoring).
+    pub fn stats(&self) -> EtcdStats {
+        let s = &self.session.conn.stats;
+        EtcdStats {
+            transactions: s.txns.load(Ordering::Relaxed),
+            keep_alives: s.keep_alives.load(Ordering::Relaxed),
+            watch_requests: s.watch_requests.load(Ordering::Relaxed),
+        }
+    }
+
+    fn limit(&self) -> Duration {
+        self.session.cfg.request_timeout
+    }
+
+    async fn slot(&self, prefix: &str) -> Option<Slot> {
+        if self.layout().one_key_per_session() {
+            Some(self.session.slots.take(prefix).await)
+        } else {
+            None
+        }
+    }
+
+    /// Hands out the lease of a granted key.
+    fn grant(&self, req: &LockRequest, key: String, rev: i64, lease: LeaseRef, pending: PendingKey) -> Lease {
+        let slot = pending.disarm();
+        let lost = LostSignal::new();
+        let acquired_at = self.session.register_held(&key, lease, rev, &lost, slot);
+        tracing::debug!(key, fencing_token = rev, "etcd lock granted");
+        Lease {
+            name: req.name.clone(),
+            fencing_token: u64::try_from(rev).unwrap_or(0),
+            ttl: lease.ttl,
+            holder_id: key,
+            acquired_at,
+            lost,
+        }
+    }
+
+    /// A waiter became first: make sure the lease it hands out was refreshed recently (after an
+    /// outage it may not have been), so the lock starts with most of its TTL.
+    async fn fresh_grant(&self, retry: &mut Retry, lease: LeaseRef) -> Result<Outcome> {
+        loop {
+            match self.session.refresh_if_stale(lease.id).await {
+                Ok(true) => return Ok(Outcome::Granted),
+                Ok(false) => return Ok(Outcome::Requeue("the session lease was lost just before the grant")),
+                Err(e) => retry.failed(e).await?,
+            }
+        }
+    }
+
+    /// How long `acquire` rides out an outage (see [`Retry`]).
+    fn retry_budget(&self) -> Duration {
+        self.session.ttl() + self.limit()
+    }
+
+    /// Waits in the queue until `key` is first, it vanishes, or the deadline passes.
+    async fn wait_in_queue(
+        &self,
+        prefix: &str,
+        key: &str,
+        rev: i64,
+        lease: LeaseRef,
+        mut place: Place,
+        deadline: Option<Instant>,
+    ) -> Result<Outcome> {
+        let mut retry = Retry::new(self.retry_budget());
+        loop {
+            let pred = match place {
+                Place::First => return Ok(Outcome::Granted),
+                Place::Gone => return Ok(Outcome::Requeue("the queue key vanished while waiting")),
+                Place::Behind(pred) => pred,
+            };
+            // Watch first (synced: no start revision), then confirm the predecessor is still
+            // there: a delete after the confirmation is certain to reach the watch.
+            let mut watch = match self.session.hub.watch_delete(&pred.key).await {
+                Ok(w) => w,
+                Err(e) => {
+                    retry.failed(e).await?;
+                    place = Place::Behind(pred);
+                    continue;
+                }
+            };
+            match queue::place(&self.session.conn, prefix, key, rev).await {
+                Ok(Place::Behind(now)) if now == pred => retry.succeeded(),
+                Ok(other) => {
+                    retry.succeeded();
+                    place = other;
+                    continue;
+                }
+                Err(e) => {
+                    retry.failed(e).await?;
+                    place = Place::Behind(pred);
+                    continue;
+                }
+            }
+            tracing::trace!(key, predecessor = pred.key_str(), "waiting for the predecessor");
+            tokio::select! {
+                r = watch.deleted() => {
+                    if let Err(why) = r {
+                        tracing::debug!(key, why, "predecessor watch ended; looking again");
+                    }
+                }
+                _ = self.session.lease_lost(lease.generation) => {
+                    return Ok(Outcome::Requeue("the session lease was lost while waiting"));
+                }
+                _ = sleep_until_opt(deadline) => return Err(LockError::Timeout(Duration::ZERO)),
+            }
+            drop(watch);
+            // The handover: one round trip after the delete notification.
+            place = match queue::place(&self.session.conn, prefix, key, rev).await {
+                Ok(p) => p,
+                Err(e) => {
+                    retry.failed(e).await?;
+                    Place::Behind(pred)
+                }
+            };
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[async_trait]
+impl LockBackend for EtcdBackend {
+    fn kind(&self) -> &'static str {
+        "etcd"
+    }
+
+    async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        let prefix = self.layout().lock_prefix(&req.name);
+        let mut slot = if self.layout().one_key_per_session() {
+            match self.session.slots.try_take(&prefix) {
+                Some(slot) => Some(slot),
+                None => return Ok(None), // this session holds or waits for it already
+            }
+        } else {
+            None
+        };
+        for _ in 0..2 {
+            let lease = self.session.current().await?;
+            let key = self.layout().key(&req.name, lease.id, self.session.next_attempt());
+            let pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, slot.take());
+            match queue::take_if_free(&self.session.conn, &prefix, &key, lease.id).await {
+                Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending))),
+                Ok(None) => {
+                    pending.disarm(); // nothing was written
+                    return Ok(None);
+                }
+                Err(e) if is_lease_not_found(&e) => {
+                    slot = pending.disarm();
+                    self.session.lease_gone(lease.id, "a put with it was refused");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(LockError::Protocol(
+            "etcd refused the session lease twice in a row".into(),
+        ))
+    }
+
+    async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        let prefix = self.layout().lock_prefix(&req.name);
+        let _waiting = self.session.waiting();
+        let mut retry = Retry::new(self.retry_budget());
+        let mut lease_refusals = 0;
+        loop {
+            let slot = self.slot(&prefix).await;
+            let lease = match self.session.current().await {
+                Ok(lease) => lease,
+                Err(e) => {
+                    drop(slot);
+                    retry.failed(e).await?;
+                    continue;
+                }
+            };
+            let key = self.layout().key(&req.name, lease.id, self.session.next_attempt());
+            let pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, slot);
+            let (rev, place) = match queue::enqueue(&self.session.conn, &prefix, &key, lease.id).await {
+                Ok(joined) => joined,
+                Err(e) if is_lease_not_found(&e) && lease_refusals < 2 => {
+                    lease_refusals += 1;
+                    drop(pending.disarm());
+                    self.session.lease_gone(lease.id, "a put with it was refused");
+                    continue;
+                }
+                Err(e) => {
+                    drop(pending); // the put may have been applied: delete it in the background
+                    retry.failed(e).await?;
+                    continue;
+                }
+            };
+            retry.succeeded();
+            let outcome = match self.wait_in_queue(&prefix, &key, rev, lease, place, deadline).await? {
+                Outcome::Granted => self.fresh_grant(&mut retry, lease).await?,
+                requeue => requeue,
+            };
+            match outcome {
+                Outcome::Granted => return Ok(self.grant(req, key, rev, lease, pending)),
+                Outcome::Requeue(why) => {
+                    tracing::warn!(key, why, "queueing again at the end of the queue");
+                    drop(pending);
+                }
+            }
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let rev = i64::try_from(lease.fencing_token).unwrap_or(i64::MAX);
+        let held = self.session.held.take(&lease.holder_id, rev);
+        if let Some(h) = &held {
+            self.session.hub.cancel(h.watch_id);
+        }
+        match queue::delete(&self.session.conn, &lease.holder_id, Some(rev)).await {
+            Ok(true) if held.is_some() => Ok(()),
+            Ok(_) => Err(LockError::not_held(lease.name.as_str())),
+            Err(e) => {
+                if let Some(h) = held {
+                    // Do not leave a key that the session's keep-alives would keep forever.
+                    delete_in_background(
+                        self.session.clone(),
+                        lease.holder_id.clone(),
+                        Some(rev),
+                        h.lease_id,
+                        h.slot,
+                    );
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        let mut results = self.renew_many(std::slice::from_ref(lease)).await;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(LockError::Protocol("no renewal result".into())))
+    }
+
+    /// One keep-alive of the session lease renews every lock of this backend.
+    async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
+        let not_held = |l: &Lease| Err(LockError::not_held(l.name.as_str()));
+        let lease_ids: Vec<Option<i64>> = leases
+            .iter()
+            .map(|l| {
+                self.session
+                    .held
+                    .lease_of(&l.holder_id, i64::try_from(l.fencing_token).unwrap_or(i64::MAX))
+            })
+            .collect();
+        let Some(session_lease) = lease_ids.iter().flatten().next().copied() else {
+            return leases.iter().map(not_held).collect();
+        };
+        let outcome = self.session.keep_alive(session_lease).await;
+        leases
+            .iter()
+            .zip(&lease_ids)
+            .map(|(l, id)| match (&outcome, id) {
+                (Ok(true), Some(id)) if *id == session_lease => Ok(()),
+                (Err(e), Some(_)) => Err(LockError::Unavailable {
+                    message: e.to_string(),
+                    source: None,
+                }),
+                _ => not_held(l),
+            })
+            .collect()
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        let prefix = self.layout().lock_prefix(name);
+        let (holder, count) = queue::holder_and_count(&self.session.conn, &prefix).await?;
+        let Some(holder) = holder else {
+            return Ok(LockInfo::default());
+        };
+        let ttl_remaining = if holder.lease == 0 {
+            None
+        } else {
+            let resp = request("reading the holder's lease", self.limit(), || {
+                let mut lease = self.session.client.lease_client();
+                async move { lease.time_to_live(holder.lease, None).await }
+            })
+            .await?;
+            u64::try_from(resp.ttl()).ok().map(Duration::from_secs)
+        };
+        Ok(LockInfo {
+            holder: Some(HolderInfo {
+                holder_id: holder.key_str(),
+                fencing_token: u64::try_from(holder.create_rev).ok(),
+                ttl_remaining,
+            }),
+            waiters: count.saturating_sub(1),
+        })
+    }
+
+    /// A third of the TTL, as usual; all locks of the session share one TTL, so they fall due
+    /// together and are renewed by one keep-alive.
+    fn renew_interval(&self, ttl: Duration) -> Duration {
+        ttl / 3
+    }
+}

@@ -1,0 +1,97 @@
+//! Turning etcd client errors and timeouts into [`LockError`]s.
+
+use std::future::Future;
+use std::time::Duration;
+
+use lockcore::{LockError, Result};
+use tokio::time::Instant;
+
+/// Runs one request with a time limit; transport and server errors become
+/// [`LockError::Unavailable`] that names `what` was being done.
+pub async fn timed<T>(
+    what: &str,
+    limit: Duration,
+    fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(from_etcd(what, e)),
+        Err(_) => Err(LockError::Unavailable {
+            message: format!("{what}: no answer from etcd within {limit:?}"),
+            source: None,
+        }),
+    }
+}
+
+/// Runs a request made by `call` with a time limit like [`timed`], and repeats it (with a short
+/// backoff, within the same limit) when it failed without reaching etcd's state machine: the
+/// connection to the chosen member could not be made (it is down: the next try may go to
+/// another member), or the member has no leader right now (an election is under way).
+pub async fn request<T, F, Fut>(what: &str, limit: Duration, mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let deadline = Instant::now() + limit;
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        match tokio::time::timeout_at(deadline, call()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if never_applied(&e) && Instant::now() + backoff < deadline => {
+                tracing::debug!(what, error = %e, "etcd request not applied; trying again");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(250));
+            }
+            Ok(Err(e)) => return Err(from_etcd(what, e)),
+            Err(_) => {
+                return Err(LockError::Unavailable {
+                    message: format!("{what}: no answer from etcd within {limit:?}"),
+                    source: None,
+                })
+            }
+        }
+    }
+}
+
+/// Whether a failed request certainly had no effect, so that sending it again is safe.
+fn never_applied(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            let m = s.message();
+            s.code() as i32 == GRPC_UNAVAILABLE && (m.contains("connect error") || m.contains("no leader"))
+        }
+        etcd_client::Error::TransportError(_) => true,
+        _ => false,
+    }
+}
+
+/// Maps a client error: everything is treated as a (possibly transient) unavailability, except
+/// a request the server rejects as malformed, which is a protocol error.
+pub fn from_etcd(what: &str, e: etcd_client::Error) -> LockError {
+    match &e {
+        etcd_client::Error::GRpcStatus(s) if s.code() as i32 == GRPC_INVALID_ARGUMENT => {
+            LockError::Protocol(format!("{what}: etcd rejected the request: {}", s.message()))
+        }
+        _ => LockError::unavailable(format!("{what}: {e}"), e),
+    }
+}
+
+/// Whether the server said the lease a request used no longer exists.
+pub fn is_lease_not_found(e: &LockError) -> bool {
+    let LockError::Unavailable {
+        source: Some(source), ..
+    } = e
+    else {
+        return false;
+    };
+    matches!(
+        source.downcast_ref::<etcd_client::Error>(),
+        Some(etcd_client::Error::GRpcStatus(s)) if s.message().contains("requested lease not found")
+    )
+}
+
+/// gRPC status code 3, `INVALID_ARGUMENT` (compared as a number to avoid a direct tonic dependency).
+const GRPC_INVALID_ARGUMENT: i32 = 3;
+
+/// gRPC status code 14, `UNAVAILABLE`.
+const GRPC_UNAVAILABLE: i32 = 14;

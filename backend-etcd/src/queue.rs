@@ -1,0 +1,194 @@
+//! The requests of the lock protocol, each one round trip: join the queue, try to take a free
+//! lock, look at one's place, leave, and inspect.
+//!
+//! A lock is the set of keys under its prefix; their create revisions order the queue (FIFO),
+//! the first is the holder, and its create revision is the fencing token.
+
+use std::sync::atomic::Ordering;
+
+use etcd_client::{
+    Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
+};
+use lockcore::{LockError, Result};
+
+use crate::conn::Conn;
+use crate::error::request;
+
+/// A key in a lock's queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QueueKey {
+    pub key: Vec<u8>,
+    pub create_rev: i64,
+    pub lease: i64,
+}
+
+impl QueueKey {
+    fn from_kv(kv: &etcd_client::KeyValue) -> Self {
+        QueueKey {
+            key: kv.key().to_vec(),
+            create_rev: kv.create_revision(),
+            lease: kv.lease(),
+        }
+    }
+
+    /// The key as text, for holder ids and logs.
+    pub fn key_str(&self) -> String {
+        String::from_utf8_lossy(&self.key).into_owned()
+    }
+}
+
+/// Where a key stands in its queue.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// The key is first: it holds the lock.
+    First,
+    /// The key waits; this is the key right before it (the newest older one).
+    Behind(QueueKey),
+    /// The key no longer exists (deleted, or its lease expired).
+    Gone,
+}
+
+fn newest_first() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+}
+
+fn oldest_first() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+}
+
+fn gets(resp: &TxnResponse) -> Vec<GetResponse> {
+    resp.op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(g) => Some(g),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Sends one transaction (again, if it certainly did not reach etcd; see [`request`]).
+async fn run(conn: &Conn, what: &str, txn: Txn) -> Result<TxnResponse> {
+    request(what, conn.limit, || {
+        conn.stats.txns.fetch_add(1, Ordering::Relaxed);
+        let (mut kv, txn) = (conn.client.kv_client(), txn.clone());
+        async move { kv.txn(txn).await }
+    })
+    .await
+}
+
+fn revision(resp: &TxnResponse) -> Result<i64> {
+    resp.header()
+        .map(|h| h.revision())
+        .ok_or_else(|| LockError::Protocol("etcd sent a response without header".into()))
+}
+
+/// Joins the queue in one transaction: creates `key` with the lease unless it exists, and reads
+/// the oldest key of the queue (the holder) and the two newest (the new key and its
+/// predecessor). Returns the key's create revision and its place.
+pub(crate) async fn enqueue(conn: &Conn, prefix: &str, key: &str, lease: i64) -> Result<(i64, Place)> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(key, "", Some(PutOptions::new().with_lease(lease))),
+            TxnOp::get(prefix, Some(oldest_first().with_limit(1))),
+            TxnOp::get(prefix, Some(newest_first().with_limit(2))),
+        ])
+        .or_else([
+            TxnOp::get(key, None),
+            TxnOp::get(prefix, Some(oldest_first().with_limit(1))),
+        ]);
+    let resp = run(conn, "joining the lock queue", txn).await?;
+    let gets = gets(&resp);
+    let first_kv = |i: usize| gets.get(i).and_then(|g| g.kvs().first());
+    let (my_rev, owner) = if resp.succeeded() {
+        (revision(&resp)?, first_kv(0))
+    } else {
+        // Only the Go layout can find its key already there (created by another client with our
+        // lease id); like the Go Mutex, take it as ours.
+        let existing =
+            first_kv(0).ok_or_else(|| LockError::Protocol("the queue key vanished in a transaction".into()))?;
+        (existing.create_revision(), first_kv(1))
+    };
+    if owner.is_some_and(|o| o.key() == key.as_bytes()) {
+        return Ok((my_rev, Place::First));
+    }
+    if resp.succeeded() {
+        // The new key is the newest; the one after it in the newest-first list is its predecessor.
+        let newest = gets.get(1).map(|g| g.kvs()).unwrap_or_default();
+        if let Some(pred) = newest
+            .iter()
+            .find(|kv| kv.key() != key.as_bytes() && kv.create_revision() < my_rev)
+        {
+            return Ok((my_rev, Place::Behind(QueueKey::from_kv(pred))));
+        }
+    }
+    Ok((my_rev, place(conn, prefix, key, my_rev).await?))
+}
+
+/// The place of `key` (created at `rev`) in the queue of `prefix`: one transaction that checks
+/// the key still exists and reads the newest key created before it.
+pub(crate) async fn place(conn: &Conn, prefix: &str, key: &str, rev: i64) -> Result<Place> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, rev)])
+        .and_then([TxnOp::get(
+            prefix,
+            Some(newest_first().with_max_create_revision(rev - 1).with_limit(1)),
+        )]);
+    let resp = run(conn, "looking at the lock queue", txn).await?;
+    if !resp.succeeded() {
+        return Ok(Place::Gone);
+    }
+    let pred = gets(&resp).first().and_then(|g| g.kvs().first()).map(QueueKey::from_kv);
+    Ok(match pred {
+        Some(p) => Place::Behind(p),
+        None => Place::First,
+    })
+}
+
+/// Takes the lock only if nobody holds or waits for it: creates `key` if the prefix is empty, in
+/// one transaction. On failure nothing was written. Returns the key's create revision.
+pub(crate) async fn take_if_free(conn: &Conn, prefix: &str, key: &str, lease: i64) -> Result<Option<i64>> {
+    // A compare over a range holds only if it holds for every key in it; over an empty range
+    // it compares a missing key, whose create revision is 0. So this is "no key under prefix".
+    let txn = Txn::new()
+        .when([Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix()])
+        .and_then([TxnOp::put(key, "", Some(PutOptions::new().with_lease(lease)))]);
+    let resp = run(conn, "trying to take the lock", txn).await?;
+    if resp.succeeded() {
+        Ok(Some(revision(&resp)?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// Deletes `key` if it still has create revision `rev` (any version of it when `None`).
+/// Returns whether something was deleted.
+pub(crate) async fn delete(conn: &Conn, key: &str, rev: Option<i64>) -> Result<bool> {
+    let compares = match rev {
+        Some(rev) => vec![Compare::create_revision(key, CompareOp::Equal, rev)],
+        None => vec![Compare::create_revision(key, CompareOp::Greater, 0)],
+    };
+    let txn = Txn::new().when(compares).and_then([TxnOp::delete(key, None)]);
+    let resp = run(conn, "deleting a lock key", txn).await?;
+    Ok(resp.succeeded())
+}
+
+/// The holder (oldest key) of `prefix` and the number of keys under it, in one read.
+pub(crate) async fn holder_and_count(conn: &Conn, prefix: &str) -> Result<(Option<QueueKey>, usize)> {
+    let txn = Txn::new().and_then([
+        TxnOp::get(prefix, Some(oldest_first().with_limit(1))),
+        TxnOp::get(prefix, Some(GetOptions::new().with_prefix().with_count_only())),
+    ]);
+    let resp = run(conn, "inspecting a lock", txn).await?;
+    let gets = gets(&resp);
+    let holder = gets.first().and_then(|g| g.kvs().first()).map(QueueKey::from_kv);
+    let count = gets
+        .get(1)
+        .map_or(0, |g| usize::try_from(g.count()).unwrap_or(usize::MAX));
+    Ok((holder, count))
+}
