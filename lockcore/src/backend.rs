@@ -43,6 +43,9 @@ pub struct HolderInfo {
 ///   server: no waiter entry, and no lease obtained but not yet returned (clean up from a `Drop`
 ///   guard that spawns the deletion).
 /// - **FIFO:** waiters get the lock in the order they started waiting.
+/// - **Expiry per lease:** a lease the watchdog stops renewing (its guard was abandoned, its
+///   process is gone) expires on the server after about its TTL, even when the backend's session
+///   stays alive for other leases of the same connection.
 ///
 /// The trait is dyn-compatible; [`crate::Locker`] holds an `Arc<dyn LockBackend>`.
 #[async_trait]

@@ -52,7 +52,7 @@ macro_rules! conformance_tests {
     ($harness:expr) => {
         $crate::conformance_tests!(@tests $harness;
             mutual_exclusion, try_acquire_while_held, acquire_times_out, cancelled_acquire_leaves_nothing,
-            crashed_holder_expires, renewal_keeps_lock_past_ttl, fencing_tokens_increase,
+            crashed_holder_expires, abandoned_lock_expires_beside_held_ones, renewal_keeps_lock_past_ttl, fencing_tokens_increase,
             lost_fires_when_removed_behind_back, names_are_independent, waiters_are_fifo,
             max_hold_releases, release_not_held_is_an_error, drop_releases, invalid_input_is_rejected,
             cancellation_after_grant_leaves_nothing, inspect_reports_holder_and_waiters);
@@ -292,6 +292,37 @@ pub async fn crashed_holder_expires(h: &impl Harness) {
     );
     assert!(next.fencing_token() > token);
     next.release().await.expect("release");
+}
+
+/// A lock whose guard stops renewing expires after about one TTL even while the same connection
+/// (and, on session backends, the same session) keeps other locks alive.
+pub async fn abandoned_lock_expires_beside_held_ones(h: &impl Harness) {
+    let (kept_name, abandoned_name) = (unique_name("kept"), unique_name("abandoned"));
+    let (a, b) = (h.locker().await, h.locker().await);
+    let ttl = h.short_ttl();
+    let kept = a.lock(&kept_name).ttl(ttl).acquire().await.expect("acquire");
+    let abandoned = a.lock(&abandoned_name).ttl(ttl).acquire().await.expect("acquire");
+    let token = abandoned.fencing_token();
+    let _lease = abandoned.abandon();
+    let next = within(
+        patience(h),
+        "taking over a lock abandoned beside a held one",
+        b.lock(&abandoned_name).acquire(),
+    )
+    .await
+    .expect("acquire");
+    assert!(next.fencing_token() > token);
+    assert!(
+        kept.is_held(),
+        "the lock that was kept is lost: {:?}",
+        kept.lost_reason()
+    );
+    assert!(
+        b.lock(&kept_name).try_acquire().await.expect("try").is_none(),
+        "the kept lock expired too"
+    );
+    next.release().await.expect("release");
+    kept.release().await.expect("release");
 }
 
 /// The watchdog keeps a lock held well past its TTL.
