@@ -1,1 +1,113 @@
-fn main() {}
+//! `lockbench`: the comparative benchmark suite behind `docs/comparison.md`.
+//!
+//! Runs the same workloads (uncontended, handover, contended, herd, takeover, scale) on every
+//! backend it is given, beside the raw client floor and the peer libraries, and writes JSON
+//! (schema `lockbench/1`), a markdown comparison and SVG charts. See `lockbench --help`.
+
+mod cli;
+mod counters;
+mod model;
+mod output;
+mod reference;
+mod stats;
+mod suite;
+mod system;
+mod workloads;
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Parser;
+
+use cli::{Args, Child};
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lockbench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match &args.child {
+            Some(Child::Hold { url, name, ttl_ms }) => workloads::takeover::hold(url, name, *ttl_ms).await,
+            Some(Child::Scale {
+                backend,
+                url,
+                locks,
+                window_s,
+                ttl_ms,
+            }) => {
+                workloads::scale::child(
+                    backend,
+                    url,
+                    *locks,
+                    Duration::from_secs(*window_s),
+                    Duration::from_millis(*ttl_ms),
+                )
+                .await
+            }
+            None => run(&args).await,
+        }
+    });
+    // Do not wait for background tasks (watchdogs, cleanup of cancelled waiters) beyond a moment.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lockbench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args) -> Result<()> {
+    let report = suite::run(args).await?;
+    if let Some(path) = &args.json {
+        output::write_json(path, &report)?;
+        eprintln!("wrote {}", path.display());
+    }
+    let charts = match &args.charts {
+        Some(dir) => {
+            let charts = output::charts::write_all(dir, &report)?;
+            eprintln!("wrote {} charts to {}", charts.len(), dir.display());
+            charts
+        }
+        None => Vec::new(),
+    };
+    if let Some(path) = &args.markdown {
+        let href = args
+            .charts_href
+            .clone()
+            .unwrap_or_else(|| charts_href(path, args.charts.as_deref()));
+        let text = output::markdown::render(&report, &charts, &href, args.quick);
+        output::create_parent(path)?;
+        std::fs::write(path, text)?;
+        eprintln!("wrote {}", path.display());
+    }
+    for t in output::targets::check(&report) {
+        let verdict = match &t.verdict {
+            output::targets::Verdict::Met => "met".to_string(),
+            output::targets::Verdict::NotMet(m) => format!("NOT MET: {}", m.join("; ")),
+            output::targets::Verdict::NotMeasured(w) => format!("not measured: {w}"),
+        };
+        eprintln!("target: {} — {verdict}", t.statement);
+    }
+    Ok(())
+}
+
+/// The charts directory as seen from the markdown file (relative when it is below the file's
+/// directory, as `docs/charts` is for `docs/comparison.md`).
+fn charts_href(markdown: &Path, charts: Option<&Path>) -> String {
+    let Some(charts) = charts else { return "charts".into() };
+    let base = markdown.parent().unwrap_or(Path::new(""));
+    charts
+        .strip_prefix(base)
+        .unwrap_or(charts)
+        .to_string_lossy()
+        .into_owned()
+}

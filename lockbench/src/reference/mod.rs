@@ -1,0 +1,89 @@
+//! Reference rows measured in the same run, so every locksmith figure is a ratio taken side by
+//! side: the **raw floor** (the minimal round trips of an acquire+release with the bare client
+//! crate, and the bare notification latency) and the **peer libraries** on the same servers.
+//!
+//! | backend | floor: acquire+release | floor: notification | peer |
+//! |---|---|---|---|
+//! | redis | `SET NX PX` + compare-and-delete script | pub/sub message | `rslock` |
+//! | etcd | create-if-absent txn (on a kept-alive lease) + delete | watch event of a delete | lock RPC (`etcd-client` `lock`/`unlock`) |
+//! | zk | create ephemeral-sequential + get-children + delete | exists-watch of a delete | `zookeeper-client`'s lock recipe |
+
+#[cfg(feature = "etcd-ref")]
+mod etcd;
+#[cfg(feature = "redis-ref")]
+mod redis;
+#[cfg(feature = "zk-ref")]
+mod zk;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use async_trait::async_trait;
+
+use crate::system::LockSystem;
+
+/// The bare notification latency of a backend's client.
+#[async_trait]
+pub trait Notification: Send + Sync {
+    /// The backend measured.
+    fn backend(&self) -> &'static str;
+    /// One measurement: arm the notification, wait `blocked`, trigger it at t0 and return
+    /// t1 − t0, t1 being when the waiting side received it.
+    async fn once(&self, blocked: Duration) -> Result<Duration>;
+}
+
+/// The reference systems of one backend.
+#[derive(Default)]
+pub struct Reference {
+    /// The raw floor of acquire+release (single attempts, never waits).
+    pub floor: Option<Arc<dyn LockSystem>>,
+    /// The raw floor of a handover: the bare notification.
+    pub notify: Option<Arc<dyn Notification>>,
+    /// Peer libraries.
+    pub peers: Vec<Arc<dyn LockSystem>>,
+}
+
+/// Sets up the reference systems for `backend` at `url`. `Err` carries the note to report when
+/// they are not built in (feature off) or cannot connect.
+pub async fn for_backend(backend: &str, url: &str) -> Result<Reference, String> {
+    let fut = async {
+        match backend {
+            #[cfg(feature = "redis-ref")]
+            "redis" => redis::reference(url).await.map_err(|e| format!("{e:#}")),
+            #[cfg(feature = "etcd-ref")]
+            "etcd" => etcd::reference(url).await.map_err(|e| format!("{e:#}")),
+            #[cfg(feature = "zk-ref")]
+            "zk" => zk::reference(url).await.map_err(|e| format!("{e:#}")),
+            "mem" => Err("the in-process backend has no server: no floor or peer rows".to_string()),
+            other => {
+                let _ = url;
+                Err(format!(
+                    "reference rows for {other} are not built in (build lockbench with the `{other}-ref` feature)"
+                ))
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .unwrap_or_else(|_| Err("setting up timed out after 30 s".into()))
+}
+
+/// The first `host:port` of a locksmith URL, for the bare clients.
+#[allow(dead_code)]
+fn first_host(url: &str, default_port: u16) -> Result<String> {
+    let parsed = locksmith::BackendUrl::parse(url)?;
+    parsed
+        .hosts
+        .first()
+        .map(|h| h.to_addr(default_port))
+        .ok_or_else(|| anyhow::anyhow!("{url} names no host"))
+}
+
+/// A token unique within this process run, for lock values.
+#[allow(dead_code)]
+fn token() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}

@@ -1,0 +1,230 @@
+//! Runs the selected workloads on every selected backend, with the reference rows beside them, and
+//! collects a [`Report`]. Anything that cannot run is skipped with a note, never silently.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+
+use crate::cli::{Args, Sizes};
+use crate::model::{Machine, Record, Report, SCHEMA};
+use crate::reference::{self, Reference};
+use crate::system::{LockSystem, Locksmith};
+use crate::workloads::{contended, handover, herd, scale, takeover, uncontended};
+
+/// Whether locksmith's backend `name` is compiled into this lockbench.
+fn built_in(name: &str) -> bool {
+    let features = [
+        ("mem", true),
+        ("etcd", cfg!(feature = "etcd")),
+        ("zk", cfg!(feature = "zk")),
+        ("redis", cfg!(feature = "redis")),
+    ];
+    features.iter().any(|&(n, on)| n == name && on)
+}
+
+fn url_of(args: &Args, backend: &str) -> Option<String> {
+    match backend {
+        "mem" => Some(args.mem.clone()),
+        "etcd" => args.etcd.clone(),
+        "zk" => args.zk.clone(),
+        "redis" => args.redis.clone(),
+        _ => None,
+    }
+}
+
+/// The variable `scripts/backends up` sets for `backend`.
+fn env_var(backend: &str) -> String {
+    format!("LOCKSMITH_TEST_{}", backend.to_uppercase())
+}
+
+/// Runs everything `args` selects.
+pub async fn run(args: &Args) -> Result<Report> {
+    let sizes = Sizes::new(args.quick);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut report = Report {
+        schema: SCHEMA.into(),
+        machine: Machine {
+            cores,
+            note: args.note.clone(),
+        },
+        results: Vec::new(),
+        notes: Vec::new(),
+    };
+    for backend in &args.backends {
+        let backend = backend.as_str();
+        let static_name: &'static str = match backend {
+            "mem" => "mem",
+            "etcd" => "etcd",
+            "zk" => "zk",
+            "redis" => "redis",
+            other => {
+                report.notes.push(format!(
+                    "unknown backend {other:?} skipped (known: mem, etcd, zk, redis)"
+                ));
+                continue;
+            }
+        };
+        let Some(url) = url_of(args, backend) else {
+            report.notes.push(format!(
+                "{backend}: skipped, no URL (set {} with `eval \"$(scripts/backends up)\"` or pass --{backend})",
+                env_var(backend)
+            ));
+            continue;
+        };
+        let mut run = BackendRun {
+            backend: static_name,
+            url,
+            sizes: &sizes,
+            report: &mut report,
+            locksmith: None,
+            reference: Reference::default(),
+        };
+        run.prepare(args.no_reference).await;
+        for workload in &args.workloads {
+            run.workload(workload).await;
+        }
+    }
+    report.compute_ratios();
+    Ok(report)
+}
+
+/// One backend's part of the run.
+struct BackendRun<'a> {
+    backend: &'static str,
+    url: String,
+    sizes: &'a Sizes,
+    report: &'a mut Report,
+    /// locksmith on this backend, when built in and reachable.
+    locksmith: Option<Arc<dyn LockSystem>>,
+    reference: Reference,
+}
+
+impl BackendRun<'_> {
+    async fn prepare(&mut self, no_reference: bool) {
+        let b = self.backend;
+        if !built_in(b) {
+            self.note(format!(
+                "{b}: locksmith rows skipped: lockbench was built without the `{b}` feature"
+            ));
+        } else {
+            let sys = Locksmith {
+                backend: b,
+                url: self.url.clone(),
+            };
+            match sys.client().await {
+                Ok(_) => self.locksmith = Some(Arc::new(sys)),
+                Err(e) => self.note(format!("{b}: locksmith rows skipped: {} unreachable: {e:#}", self.url)),
+            }
+        }
+        if !no_reference {
+            match reference::for_backend(b, &self.url).await {
+                Ok(r) => self.reference = r,
+                Err(why) if b == "mem" => {
+                    let _ = why;
+                }
+                Err(why) => self.note(format!("{b}: reference rows skipped: {why}")),
+            }
+        }
+    }
+
+    fn note(&mut self, note: String) {
+        eprintln!("note: {note}");
+        self.report.notes.push(note);
+    }
+
+    fn push(&mut self, rows: Result<Vec<Record>>, what: &str) {
+        match rows {
+            Ok(rows) => {
+                for r in rows {
+                    eprintln!("{}", one_line(&r));
+                    self.report.results.push(r);
+                }
+            }
+            Err(e) => self.note(format!("{}: {what} failed: {e:#}", self.backend)),
+        }
+    }
+
+    async fn workload(&mut self, workload: &str) {
+        let (b, sizes) = (self.backend, self.sizes);
+        let ls = self.locksmith.clone();
+        let floor = self.reference.floor.clone();
+        let peers = self.reference.peers.clone();
+        let lock_systems: Vec<Arc<dyn LockSystem>> =
+            ls.iter().chain(floor.iter()).chain(peers.iter()).cloned().collect();
+        match workload {
+            "uncontended" => {
+                for sys in lock_systems {
+                    let rows = uncontended::run(sys.as_ref(), sizes).await.map(|r| vec![r]);
+                    self.push(rows, &format!("uncontended ({})", sys.system()));
+                }
+            }
+            "handover" => {
+                if let Some(sys) = &ls {
+                    let rows = handover::run(sys.as_ref(), sizes).await;
+                    self.push(rows, "handover (locksmith)");
+                }
+                if let Some(n) = self.reference.notify.clone() {
+                    let rows = handover::run_floor(n.as_ref(), sizes).await;
+                    self.push(rows, "handover (floor)");
+                }
+                for sys in peers {
+                    let rows = handover::run(sys.as_ref(), sizes).await;
+                    self.push(rows, &format!("handover ({})", sys.system()));
+                }
+            }
+            "contended" => {
+                if let Some(sys) = &ls {
+                    let rows = contended::run(sys.as_ref(), sizes).await;
+                    self.push(rows, "contended (locksmith)");
+                }
+            }
+            "herd" => {
+                if ls.is_some() {
+                    let rows = herd::run(b, &self.url, sizes).await.map(|r| vec![r]);
+                    self.push(rows, "herd");
+                }
+            }
+            "takeover" => {
+                if b == "mem" {
+                    self.note(
+                        "mem: takeover skipped: the in-process store cannot be shared with a child process".into(),
+                    );
+                } else if ls.is_some() {
+                    let rows = takeover::run(b, &self.url, sizes).await.map(|r| vec![r]);
+                    self.push(rows, "takeover");
+                }
+            }
+            "scale" => {
+                if ls.is_some() {
+                    let rows = scale::run(b, &self.url, sizes).await;
+                    self.push(rows, "scale");
+                }
+            }
+            other => self.note(format!("unknown workload {other:?} skipped")),
+        }
+    }
+}
+
+/// A one-line summary of a row for the terminal.
+fn one_line(r: &Record) -> String {
+    let mut s = format!("{:>5} {:<13} {:<11}", r.backend, r.system, r.workload);
+    for (k, v) in r.params.iter().filter(|(k, _)| !k.starts_with("measured_")) {
+        s += &format!(" {k}={v}");
+    }
+    let fields = [
+        ("p50_us", r.p50_us),
+        ("p99_us", r.p99_us),
+        ("per_s", r.throughput_per_s),
+        ("violations", r.violations.map(|v| v as f64)),
+        ("req/handover", r.requests_per_handover),
+        ("takeover_ms", r.takeover_ms),
+        ("renewals/s", r.renewal_requests_per_s),
+        ("rss/lock", r.rss_bytes_per_lock),
+    ];
+    for (k, v) in fields {
+        if let Some(v) = v {
+            s += &format!(" {k}={v:.1}");
+        }
+    }
+    s
+}

@@ -1,0 +1,81 @@
+//! `handover`: a waiter is blocked on the lock; the holder releases at t0; the waiter's acquire
+//! returns at t1. p50/p99 of t1−t0 for each time the waiter was blocked before the release (so
+//! that server-side timers such as etcd's 100 ms sync of unsynced watchers show up if they bite).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use tokio::sync::oneshot;
+
+use crate::cli::Sizes;
+use crate::model::Record;
+use crate::reference::Notification;
+use crate::stats::Samples;
+use crate::system::{unique_name, Held, LockSystem};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// Runs the workload on `sys`: one row per blocked time.
+pub async fn run(sys: &dyn LockSystem, sizes: &Sizes) -> Result<Vec<Record>> {
+    let holder = sys.client().await?;
+    let waiter = sys.client().await?;
+    let name = unique_name("handover", sys.system());
+    let mut rows = Vec::new();
+    for &blocked in &sizes.blocked {
+        let pb = super::bar(
+            sizes.handover_ops as u64,
+            format!("{} {} handover {}ms", sys.backend(), sys.system(), blocked.as_millis()),
+        );
+        let mut samples = Samples::with_capacity(sizes.handover_ops);
+        for _ in 0..sizes.handover_ops {
+            let held = holder.acquire(&name, TTL).await?;
+            let (tx, rx) = oneshot::channel::<Result<(Instant, Box<dyn Held>)>>();
+            let (w, n) = (waiter.clone(), name.clone());
+            tokio::spawn(async move {
+                let got = w.acquire(&n, TTL).await.map(|h| (Instant::now(), h));
+                let _ = tx.send(got);
+            });
+            tokio::time::sleep(blocked).await;
+            let t0 = Instant::now();
+            held.release().await?;
+            let (t1, next) = tokio::time::timeout(Duration::from_secs(60), rx)
+                .await
+                .map_err(|_| anyhow!("the waiter did not get the lock within 60 s of the release"))?
+                .map_err(|_| anyhow!("the waiter task ended without an answer"))??;
+            samples.push(t1.saturating_duration_since(t0));
+            next.release().await?;
+            pb.inc(1);
+        }
+        pb.finish_and_clear();
+        rows.push(row(sys.system(), sys.backend(), blocked, samples));
+    }
+    Ok(rows)
+}
+
+/// The raw floor: the bare notification latency of the backend's client, same blocked times.
+pub async fn run_floor(notify: &dyn Notification, sizes: &Sizes) -> Result<Vec<Record>> {
+    let mut rows = Vec::new();
+    for &blocked in &sizes.blocked {
+        let pb = super::bar(
+            sizes.handover_ops as u64,
+            format!("{} floor notify {}ms", notify.backend(), blocked.as_millis()),
+        );
+        let mut samples = Samples::with_capacity(sizes.handover_ops);
+        for _ in 0..sizes.handover_ops {
+            samples.push(notify.once(blocked).await?);
+            pb.inc(1);
+        }
+        pb.finish_and_clear();
+        rows.push(row("floor", notify.backend(), blocked, samples));
+    }
+    Ok(rows)
+}
+
+fn row(system: &str, backend: &str, blocked: Duration, samples: Samples) -> Record {
+    let mut r = Record::new(system, backend, "handover").param("blocked_ms", blocked.as_millis() as u64);
+    r.ops = Some(samples.len() as u64);
+    r.p50_us = samples.quantile(0.5);
+    r.p99_us = samples.quantile(0.99);
+    r.samples_us = samples.sorted();
+    r
+}
