@@ -4,7 +4,8 @@
 //!
 //! Timing, for a lease of TTL `t` (effective, as the backend reports it):
 //! - renew every `backend.renew_interval(t)` (default `t/3`), batched with every other lease due
-//!   within the next tenth of its interval;
+//!   within the next tenth of its interval; a new lease joins the next batch if that comes before
+//!   its own due time, so all leases of a Locker converge into one batch per interval;
 //! - a lease is valid until `sent + t - margin`, where `sent` is when the last *successful*
 //!   renewal was sent and `margin = t/10` (at least 5 ms): client and server clocks run at
 //!   slightly different rates, and the server counts from when it *received* the request;
@@ -78,14 +79,19 @@ impl Watchdog {
     /// Must be called from within a tokio runtime.
     pub(crate) fn register(&self, lease: Lease, max_hold: Option<Duration>) -> u64 {
         let interval = self.shared.backend.renew_interval(lease.ttl);
+        let own_due = lease.acquired_at + interval;
+        let mut state = self.shared.lock();
+        // Join the next batch if it comes before this lease's own due time: renewing early is
+        // always safe, and it keeps every lease of a Locker in one batch instead of one batch per
+        // moment a lock was taken.
+        let next_batch = state.entries.values().map(|e| e.renew_at).min();
         let entry = Entry {
-            renew_at: lease.acquired_at + interval,
+            renew_at: next_batch.map_or(own_due, |b| b.min(own_due)),
             valid_until: lease.acquired_at + lease.ttl - margin(lease.ttl),
             max_hold_until: max_hold.map(|d| lease.acquired_at + d),
             last_error: None,
             lease,
         };
-        let mut state = self.shared.lock();
         let id = state.next_id;
         state.next_id += 1;
         state.entries.insert(id, entry);

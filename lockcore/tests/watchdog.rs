@@ -154,3 +154,22 @@ async fn the_watchdog_task_stops_when_nothing_is_held() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(backend.batches.load(Ordering::SeqCst), before, "renewals after release");
 }
+
+#[tokio::test]
+async fn leases_taken_at_different_times_converge_into_one_batch_per_interval() {
+    let backend = Arc::new(Partitionable::default());
+    let locker = Locker::from_arc(backend.clone());
+    let ttl = Duration::from_millis(900); // renewal interval 300 ms
+    let mut guards = Vec::new();
+    // Take locks spread over two intervals, so their own due times differ.
+    for i in 0..60 {
+        guards.push(locker.lock(format!("spread/{i}")).ttl(ttl).acquire().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(ttl).await; // settle
+    let before = backend.batches.load(Ordering::SeqCst);
+    tokio::time::sleep(ttl * 2).await; // six intervals
+    let batches = backend.batches.load(Ordering::SeqCst) - before;
+    assert!(batches <= 8, "{batches} renewal batches in six intervals for 60 locks: they did not converge");
+    assert!(guards.iter().all(|g| g.is_held()));
+}
