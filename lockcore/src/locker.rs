@@ -102,7 +102,12 @@ pub struct LockBuilder {
 impl LockBuilder {
     /// The lease time (default 15 s, allowed 50 ms to 24 h). The lease is renewed in the background
     /// while the guard lives; the TTL is how long the lock outlives a holder that crashed or was
-    /// cut off. Backends may round it up (see [`LockGuard::ttl`] for the effective value).
+    /// cut off.
+    ///
+    /// [`LockGuard::ttl`] is the value the server enforces, which can differ: on etcd and ZooKeeper
+    /// every lock of a connection lives on the connection's session, whose TTL is set in the URL
+    /// (`?ttl=` / `?session_timeout=`) and rounded by the server; the per-lock TTL does not change
+    /// it. On Redis and `mem://` the per-lock TTL is used as given.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
@@ -170,6 +175,9 @@ impl LockBuilder {
             match result {
                 Ok(lease) => {
                     tracing::info!(fencing_token = lease.fencing_token, waited = ?start.elapsed(), "acquired");
+                    if lease.ttl != req.ttl {
+                        tracing::debug!(requested = ?req.ttl, effective = ?lease.ttl, "the backend enforces another TTL");
+                    }
                     Ok(LockGuard::new(self.locker, lease, self.max_hold))
                 }
                 Err(LockError::Timeout(_)) => {
