@@ -170,6 +170,9 @@ async fn leases_taken_at_different_times_converge_into_one_batch_per_interval() 
     let before = backend.batches.load(Ordering::SeqCst);
     tokio::time::sleep(ttl * 2).await; // six intervals
     let batches = backend.batches.load(Ordering::SeqCst) - before;
-    assert!(batches <= 8, "{batches} renewal batches in six intervals for 60 locks: they did not converge");
+    assert!(
+        batches <= 8,
+        "{batches} renewal batches in six intervals for 60 locks: they did not converge"
+    );
     assert!(guards.iter().all(|g| g.is_held()));
 }
