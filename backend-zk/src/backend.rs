@@ -215,7 +215,7 @@ impl LockBackend for ZkBackend {
 
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         let session = self.current.lock().await.clone();
-        renew_all(&session, leases).await
+        renew_all(&session, &self.config.namespace, leases).await
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {

@@ -63,8 +63,9 @@
 //! | uncontended acquire / `try_acquire` | **1**: `create` + `getChildren` pipelined (+1 the first time, to create the missing container nodes, pipelined) |
 //! | `try_acquire` on a held lock | 2: the above, then `delete` of our node |
 //! | handover to the next waiter | holder's `delete` → watch event → waiter's `getChildren` (½ + 1) |
-//! | release | 1 `delete` |
-//! | renewal of *all* leases of a locker | 1 `multiRead` per batch (see *Session = lease*) |
+//! | after every grant | +1 `getData` with a watch on our node, sent in the background (the acquire does not wait for it): how a deletion behind our back is noticed (see *Losing a lock*) |
+//! | release | 1 `delete` (its watch event ends the node's watch) |
+//! | renewal of *all* leases of a locker | **1 `exists` per watchdog batch, whatever the number of locks** (see *Session = lease*) |
 //! | `inspect` | 2: `getChildren`, `exists` on the holder |
 //!
 //! ## Acquire, wait, cancel
@@ -103,13 +104,23 @@
 //!   stopped) while the process and its session live on would otherwise hold the lock forever; the
 //!   backend deletes the node of any lease not renewed within its TTL, as the server would after a
 //!   crash.
-//! - **Renewal** ([`lockcore::LockBackend::renew_many`]) costs no request per lock. It is one
-//!   `multiRead` request per batch (`getData` of every lease's node): the answer proves the server
-//!   heard from the session after the request was sent (so it cannot expire before `sent +
-//!   session timeout`, which is what the watchdog counts on) and that each node still exists and
-//!   is ours. The session state alone would not do: the client notices a dead connection only after
-//!   2/5 of the session timeout, so "connected" can be stale. A terminated session is `NotHeld` for
-//!   all leases without a request; a disconnected one is `Unavailable` (retried).
+//! - **Renewal** ([`lockcore::LockBackend::renew_many`]) costs the same whatever the number of
+//!   locks: one `exists` request on the namespace node per batch, the cheapest request the server
+//!   answers itself (no write, no leader round trip) and one that fails once the session is gone.
+//!   Its answer proves the server heard from the session after the request was sent, so the
+//!   session — the lease of every lock in the batch — cannot expire before `sent + session
+//!   timeout`, which is what the watchdog counts on. The session state alone would not do: the
+//!   client notices a dead connection only after 2/5 of the session timeout, so "connected" can be
+//!   stale. A terminated session is `NotHeld` for all leases without a request; a disconnected one
+//!   is `Unavailable` (retried). Renewal does not look at the nodes: a deleted node is reported by
+//!   its watch (below), which makes its next renewal `NotHeld` too. With the default interval
+//!   (TTL/3) that is 3 requests per session timeout; the client's own pings (after 3/20 of the
+//!   session timeout without traffic) fill the gaps in between. `tests/renewal_traffic.rs` counts
+//!   the packets of one session holding 10 and 1000 locks over four renewal intervals: 7 and 8
+//!   (per-lock `multiRead`s of 128 leases, as before, made it 36). The watchdog may split leases
+//!   acquired at different times into several batches per interval (those due within a tenth of
+//!   the interval go together): each is one request, so at most about ten per interval, however
+//!   many locks are held.
 //!
 //! ## Losing a lock: Curator's connection states and the guard
 //!
@@ -118,18 +129,29 @@
 //! | connection lost, session maybe alive | `SUSPENDED` | nothing yet: renewals fail (`Unavailable`) and are retried; `lost()` fires (`RenewalFailed`) once none succeeded for TTL − TTL/10, *before* the server can expire the session |
 //! | reconnected within the session timeout | `RECONNECTED` | still held; renewals succeed again |
 //! | session expired / closed | `LOST` | `lost()` fires at once (`LeaseGone`), from the session monitor |
-//! | our node deleted behind our back | — | the next renewal answers `NotHeld` → `lost()` (`LeaseGone`), within TTL/3 |
+//! | our node deleted behind our back | — | `lost()` fires at once (`LeaseGone`): the data watch set on the node when it was granted reports `NodeDeleted` |
 //! | lease not renewed within its TTL | — | the node is deleted, `lost()` fires (`LeaseGone`) |
 //!
 //! After an expiry the locker opens a new session for its next request; locks of the old session
 //! stay lost.
 //!
+//! **Watches on held nodes.** Each held node carries one one-shot data watch, set by a `getData`
+//! right after the grant; it costs no traffic until it fires. `NodeDeleted` fires `lost()` unless
+//! the lease was released by us (a release forgets the lease before sending its `delete`, so our
+//! own deletion is not a loss — and its event is what ends the watch). A data change sets the watch
+//! again. The watch outlives a lost connection: `zookeeper-client` re-registers all watches when it
+//! reconnects within the session (`SetWatches` with the last zxid seen), and the server then
+//! reports a deletion that happened while we were away (`tests/reconnect.rs`). Session expiry ends
+//! every watch; the session monitor reports it. All watches of a session are polled by one task,
+//! not one task per lock.
+//!
 //! **Limitation (shared with Curator):** a renewal is answered by the server the client is
 //! connected to. A follower cut off from the leader keeps answering until it notices, up to
 //! `syncLimit × tickTime`, while the leader may already be counting the session down. Prefer a
 //! session timeout of at least `syncLimit × tickTime` (10 s with ZooKeeper's defaults, the default
-//! here), so that such a follower drops its clients before the leader can expire their sessions. A holder told its lock is lost deletes its node if it still exists (the watchdog
-//! releases it), so a holder that was merely slow does not keep waiters behind a lock it gave up.
+//! here), so that such a follower drops its clients before the leader can expire their sessions.
+//! A holder told its lock is lost deletes its node if it still exists (the watchdog releases it),
+//! so a holder that was merely slow does not keep waiters behind a lock it gave up.
 //!
 //! ## Curator interop
 //!
@@ -160,6 +182,7 @@ mod layout;
 mod queue;
 mod renew;
 mod session;
+mod watch;
 
 pub use backend::ZkBackend;
 pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, OPTIONS};

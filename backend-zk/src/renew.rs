@@ -1,16 +1,20 @@
 //! Renewal: nothing to extend per lock — the client's heartbeats keep the session, and with it every
-//! lock, alive. A renewal *confirms* the leases instead, so the watchdog never counts on a session
-//! the server may already be expiring:
+//! lock, alive. A renewal *confirms* the session instead, so the watchdog never counts on a session
+//! the server may already be expiring, and its cost does not depend on how many locks are held:
 //!
 //! - a terminated session (expired, closed) → `NotHeld` for all, without a request;
 //! - disconnected (Curator: SUSPENDED) → `Unavailable` for all, without a request; the watchdog
 //!   retries and fires `lost()` once no renewal succeeded for TTL − TTL/10;
-//! - connected → **one request for the whole batch** (a ZooKeeper 3.6+ `multiRead` of `getData` on
-//!   every lease's node, in chunks of [`CHUNK`] pipelined together). An answer proves the server
-//!   heard from this session after the request was sent, so the session cannot expire before
-//!   `sent + session timeout`; and it shows, per lease, that the node still exists and is ours
-//!   (`czxid` = fencing token, `ephemeralOwner` = our session). A node deleted behind our back is
-//!   `NotHeld`.
+//! - connected → **one `exists` request for the whole batch**, on the namespace node (the smallest
+//!   request the server answers itself: no write, no quorum, no leader round trip; it fails with
+//!   `SessionExpired` once the session is gone). Its answer proves the server heard from this
+//!   session after the request was sent, so the session — the lease of every lock in the batch —
+//!   cannot expire before `sent + session timeout`, which is what the watchdog counts on.
+//!
+//! Whether each node still exists is not asked: a node deleted behind our back is reported by the
+//! data watch set on it when it was granted ([`crate::watch`]), which forgets the lease, so a
+//! renewal of it answers `NotHeld`. The renewal does record, per lease, that it was renewed: the
+//! session monitor deletes the node of a lease nobody renews within its TTL (an abandoned guard).
 //!
 //! Why not answer from the session state alone: the client notices a dead connection only after
 //! 2/5 of the session timeout without traffic, so "connected" can be stale by that much, and a
@@ -23,110 +27,80 @@ use zookeeper_client as zk;
 use crate::errors::{is_session_gone, to_lock_error};
 use crate::session::Session;
 
-/// The most lease checks in one `multiRead` request (lock paths are at most ~3 KiB, so this stays
-/// well below ZooKeeper's default 1 MiB packet limit).
-const CHUNK: usize = 128;
-
-/// Renews (confirms) `leases`, one result per lease in order.
-pub(crate) async fn renew_all(session: &Session, leases: &[Lease]) -> Vec<Result<()>> {
+/// Renews (confirms) `leases`, one result per lease in order. `probe` is the path the confirming
+/// `exists` asks about (the namespace node; whether it exists does not matter).
+pub(crate) async fn renew_all(session: &Session, probe: &str, leases: &[Lease]) -> Vec<Result<()>> {
     let state = session.state();
     if state.is_terminated() {
-        return leases
-            .iter()
-            .map(|l| Err(LockError::not_held(l.name.as_str())))
-            .collect();
+        return leases.iter().map(|l| Err(not_held(l))).collect();
     }
     if !matches!(
         state,
         zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
     ) {
+        let message = format!("ZooKeeper session {:#x} is {state} (Curator: SUSPENDED)", session.id);
         return leases
             .iter()
             .map(|_| {
                 Err(LockError::Unavailable {
-                    message: format!("ZooKeeper session {:#x} is {state} (Curator: SUSPENDED)", session.id),
+                    message: message.clone(),
                     source: None,
                 })
             })
             .collect();
     }
-
-    let mut results: Vec<Option<Result<()>>> = leases.iter().map(|_| None).collect();
-    // Only leases this session holds, with the token it handed out, are checked on the server.
-    let mut checked = Vec::new();
-    for (i, lease) in leases.iter().enumerate() {
-        match session.held_czxid(&lease.holder_id) {
-            Some(czxid) if czxid as u64 == lease.fencing_token => checked.push(i),
-            _ => results[i] = Some(Err(LockError::not_held(lease.name.as_str()))),
-        }
+    // Only leases this session holds, with the token it handed out, can be confirmed.
+    let ours: Vec<bool> = leases
+        .iter()
+        .map(|l| {
+            session
+                .held_czxid(&l.holder_id)
+                .is_some_and(|czxid| czxid as u64 == l.fencing_token)
+        })
+        .collect();
+    if !ours.contains(&true) {
+        return leases.iter().map(|l| Err(not_held(l))).collect();
     }
 
     let sent = Instant::now();
-    let mut pending = Vec::new();
-    for chunk in checked.chunks(CHUNK) {
-        let mut reader = session.client.new_multi_reader();
-        let added = chunk
-            .iter()
-            .try_for_each(|&i| reader.add_get_data(&leases[i].holder_id));
-        match added {
-            Ok(()) => pending.push((chunk, Ok(reader.commit()))), // sent now; answers awaited below
-            Err(e) => pending.push((chunk, Err(e))),
-        }
-    }
-    for (chunk, request) in pending {
-        let answer = match request {
-            Ok(future) => future.await,
-            Err(e) => Err(e),
-        };
-        match answer {
-            Ok(answers) if answers.len() == chunk.len() => {
-                for (&i, answer) in chunk.iter().zip(answers) {
-                    results[i] = Some(judge(session, &leases[i], answer, sent));
-                }
-            }
-            Ok(answers) => {
-                let e = LockError::Protocol(format!(
-                    "multiRead answered {} results for {} reads",
-                    answers.len(),
-                    chunk.len()
-                ));
-                let message = e.to_string();
-                for &i in chunk {
-                    results[i] = Some(Err(LockError::Protocol(message.clone())));
-                }
-            }
-            Err(e) => {
-                for &i in chunk {
-                    results[i] = Some(if is_session_gone(&e) {
-                        Err(LockError::not_held(leases[i].name.as_str()))
+    match session.client.check_stat(probe).await {
+        Ok(_) => {
+            // Held still (no watch reported a deletion, no release) after the answer?
+            let paths = leases
+                .iter()
+                .zip(&ours)
+                .filter(|(_, &o)| o)
+                .map(|(l, _)| l.holder_id.as_str());
+            let mut still_held = session.renewed(paths, sent).into_iter();
+            leases
+                .iter()
+                .zip(&ours)
+                .map(|(lease, &ours)| {
+                    // `still_held` has one entry per lease of ours, in order.
+                    if ours && still_held.next().unwrap_or(false) {
+                        Ok(())
                     } else {
-                        Err(to_lock_error("confirming the session's leases", e.clone()))
-                    });
-                }
-            }
+                        Err(not_held(lease))
+                    }
+                })
+                .collect()
         }
+        Err(e) if is_session_gone(&e) => leases.iter().map(|l| Err(not_held(l))).collect(),
+        Err(e) => leases
+            .iter()
+            .zip(&ours)
+            .map(|(lease, &ours)| {
+                if ours {
+                    Err(to_lock_error("confirming the session", e.clone()))
+                } else {
+                    Err(not_held(lease))
+                }
+            })
+            .collect(),
     }
-    results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(LockError::Protocol("a lease was not checked".into()))))
-        .collect()
 }
 
-/// One lease's verdict from its `getData` answer.
-fn judge(session: &Session, lease: &Lease, answer: zk::MultiReadResult, sent: Instant) -> Result<()> {
-    match answer {
-        zk::MultiReadResult::Data { stat, .. }
-            if stat.czxid as u64 == lease.fencing_token && stat.ephemeral_owner == session.id =>
-        {
-            session.renewed(&lease.holder_id, sent);
-            Ok(())
-        }
-        zk::MultiReadResult::Data { .. } | zk::MultiReadResult::Error { err: zk::Error::NoNode } => {
-            session.forget(&lease.holder_id);
-            tracing::warn!(lock = %lease.name, node = %lease.holder_id, "the lock node is gone or not ours any more");
-            Err(LockError::not_held(lease.name.as_str()))
-        }
-        zk::MultiReadResult::Error { err } => Err(to_lock_error("confirming a lease", err)),
-        other => Err(LockError::Protocol(format!("unexpected multiRead answer {other:?}"))),
-    }
+/// `NotHeld` for `lease`.
+fn not_held(lease: &Lease) -> LockError {
+    LockError::not_held(lease.name.as_str())
 }

@@ -1,10 +1,13 @@
-//! One ZooKeeper session: the client, the leases held through it, and a monitor task that turns
-//! session events into `lost()` signals and reaps leases nobody renews any more.
+//! One ZooKeeper session: the client, the leases held through it, a monitor task that turns
+//! session events into `lost()` signals and reaps leases nobody renews any more, and a watch task
+//! that notices held nodes deleted behind our back ([`crate::watch`]).
 //!
 //! The session *is* the lease: the client's heartbeats keep it alive, and every contender node it
 //! created is ephemeral, so the server deletes them all when the session expires. The registry of
 //! held leases exists for what the server cannot know:
 //! - which leases to declare lost when the session ends (monitor, at once);
+//! - which leases to declare lost when their node is deleted (watch task), and which deletions are
+//!   our own releases (forgotten before the `delete` is sent: no `lost()`);
 //! - which leases were abandoned while the process and its session live on (a guard forgotten
 //!   with `abandon()`, a watchdog that stopped): a lease not renewed within its TTL is deleted by
 //!   the monitor, as the server would delete it if the process had died.
@@ -14,10 +17,12 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use lockcore::{Lease, LockError, LockName, LostReason, LostSignal, Result};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
+use crate::watch::watch_held;
 
 /// A connected ZooKeeper session and the leases held through it.
 pub(crate) struct Session {
@@ -28,6 +33,8 @@ pub(crate) struct Session {
     /// The session timeout the server granted: the effective TTL of every lease.
     pub(crate) timeout: Duration,
     held: Mutex<HashMap<String, Held>>,
+    /// Paths of newly held nodes, for the watch task.
+    granted: mpsc::UnboundedSender<String>,
 }
 
 /// A lease held through this session, keyed by its node path.
@@ -80,14 +87,17 @@ impl Session {
                 })
             }
         };
+        let (granted, granted_paths) = mpsc::unbounded_channel();
         let session = Arc::new(Session {
             id: client.session_id().0,
             timeout: client.session_timeout(),
             held: Mutex::new(HashMap::new()),
+            granted,
             client,
         });
         tracing::info!(session = %format_args!("{:#x}", session.id), timeout = ?session.timeout, "ZooKeeper session established");
         tokio::spawn(monitor(Arc::downgrade(&session), session.client.state_watcher()));
+        tokio::spawn(watch_held(Arc::downgrade(&session), granted_paths));
         Ok(session)
     }
 
@@ -105,7 +115,7 @@ impl Session {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts tracking a lease just obtained through this session.
+    /// Starts tracking a lease just obtained through this session, and watching its node.
     pub(crate) fn register(&self, lease: &Lease, czxid: i64) {
         let held = Held {
             name: lease.name.clone(),
@@ -115,6 +125,10 @@ impl Session {
             released: false,
         };
         self.held().insert(lease.holder_id.clone(), held);
+        if self.granted.send(lease.holder_id.clone()).is_err() {
+            // Only when the watch task is gone, which it is not while the session lives.
+            tracing::warn!(node = %lease.holder_id, "cannot watch the held node; its deletion will go unnoticed");
+        }
     }
 
     /// Hands a released lease whose delete failed to the monitor, which retries it at once.
@@ -134,10 +148,33 @@ impl Session {
         self.held().get(path).filter(|h| !h.released).map(|h| h.czxid)
     }
 
-    /// Records that the lease at `path` was confirmed by a request sent at `sent`.
-    pub(crate) fn renewed(&self, path: &str, sent: Instant) {
-        if let Some(h) = self.held().get_mut(path) {
-            h.expires = h.expires.max(sent + self.timeout);
+    /// Records that the leases at `paths` were confirmed by a request sent at `sent`: each one
+    /// that is still held (not released, not lost meanwhile) keeps its node until `sent + TTL` at
+    /// least. Returns, per path, whether it is still held.
+    pub(crate) fn renewed<'a>(&self, paths: impl IntoIterator<Item = &'a str>, sent: Instant) -> Vec<bool> {
+        let mut held = self.held();
+        paths
+            .into_iter()
+            .map(|path| match held.get_mut(path) {
+                Some(h) if !h.released => {
+                    h.expires = h.expires.max(sent + self.timeout);
+                    true
+                }
+                _ => false,
+            })
+            .collect()
+    }
+
+    /// The held node at `path` is gone from the server: unless we released it ourselves, its lease
+    /// is lost.
+    pub(crate) fn node_gone(&self, path: &str) {
+        let Some(held) = self.held().remove(path) else { return };
+        if !held.released
+            && held.lost.fire(LostReason::LeaseGone(format!(
+                "the lock node {path} was deleted on the server"
+            )))
+        {
+            tracing::warn!(lock = %held.name, node = %path, "lock lost: its node was deleted behind our back");
         }
     }
 
@@ -159,11 +196,15 @@ impl Session {
     /// Deletes the nodes of leases nobody renewed within their TTL, firing their `lost()` first.
     async fn reap_abandoned(&self) {
         let now = Instant::now();
+        // Marked released, so that the watch event of the delete below does not fire lost() again.
         let due: Vec<(String, LockName, LostSignal, bool)> = self
             .held()
-            .iter()
+            .iter_mut()
             .filter(|(_, h)| h.expires <= now)
-            .map(|(path, h)| (path.clone(), h.name.clone(), h.lost.clone(), h.released))
+            .map(|(path, h)| {
+                let was_released = std::mem::replace(&mut h.released, true);
+                (path.clone(), h.name.clone(), h.lost.clone(), was_released)
+            })
             .collect();
         for (path, name, lost, released) in due {
             if !released

@@ -1,0 +1,144 @@
+//! Lost detection across a reconnection within the same session (`LOCKSMITH_TEST_ZK`).
+//!
+//! Renewal does not look at the held nodes (it only confirms the session), so a node deleted behind
+//! the holder's back is noticed only through the data watch set on it when the lock was granted.
+//! These tests show that this watch survives a lost connection: `zookeeper-client` re-registers
+//! its watches when it reconnects within the same session (`SetWatches` with the last zxid seen),
+//! and the server reports a deletion that happened while the client was away.
+//!
+//! The holder reaches the server through a TCP proxy run by the test, which can cut every
+//! connection and refuse new ones for a while: a network cut, without touching the shared server.
+//! The cut is far shorter than the session timeout, so the session survives it.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockcore::conformance::{unique_name, within};
+use lockcore::{BackendUrl, LockGuard, LostReason};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// The holder's session timeout: long enough that a cut of [`CUT`] loses nothing.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(8);
+/// How long the proxy refuses connections.
+const CUT: Duration = Duration::from_millis(600);
+/// How long the client gets to reconnect after the cut (its back-off is at most a few seconds).
+const RECONNECT: Duration = Duration::from_secs(3);
+
+/// A TCP proxy in front of the ZooKeeper server that can cut all connections.
+struct Proxy {
+    port: u16,
+    open: Arc<AtomicBool>,
+    epoch: watch::Sender<u64>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let open = Arc::new(AtomicBool::new(true));
+        let (epoch, _) = watch::channel(0u64);
+        let (accepting, cuts) = (open.clone(), epoch.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !accepting.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                let upstream = upstream.clone();
+                let mut cut = cuts.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.changed() => {} // both sockets are dropped: the connection is cut
+                    }
+                });
+            }
+        });
+        Proxy { port, open, epoch }
+    }
+
+    /// Cuts every connection and refuses new ones.
+    fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.epoch.send_modify(|e| *e += 1);
+    }
+
+    /// Accepts connections again.
+    fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The ZooKeeper server behind `LOCKSMITH_TEST_ZK`, a proxy in front of it, and a lock held through
+/// the proxy.
+async fn hold_through_proxy(test: &str) -> (Proxy, zookeeper_client::Client, lockcore::Locker, LockGuard) {
+    let base = common::env_url("LOCKSMITH_TEST_ZK");
+    let url = BackendUrl::parse(&base).expect("test URL");
+    let upstream = url.hosts.first().expect("a host").to_addr(2181);
+    let proxy = Proxy::start(upstream).await;
+    let admin = common::admin(&base).await;
+    let locker = common::locker(
+        &format!("zk://127.0.0.1:{}", proxy.port),
+        &format!("session_timeout={}ms", SESSION_TIMEOUT.as_millis()),
+    )
+    .await;
+    let guard = within(
+        Duration::from_secs(20),
+        "acquire",
+        locker.lock(unique_name(test)).acquire(),
+    )
+    .await
+    .expect("acquire");
+    (proxy, admin, locker, guard)
+}
+
+/// The lost reason must come from the watch (the node was deleted), not from a failed renewal.
+fn assert_deleted(reason: &LostReason) {
+    match reason {
+        LostReason::LeaseGone(why) if why.contains("deleted") => {}
+        other => panic!("expected the watch to report the deletion, got {other:?}"),
+    }
+}
+
+/// The watch set when the lock was granted is still there after a reconnection: a later deletion
+/// fires `lost()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_after_a_reconnect_fires_lost() {
+    let (proxy, admin, _locker, guard) = hold_through_proxy("reconnect-then-delete").await;
+    proxy.cut();
+    tokio::time::sleep(CUT).await;
+    proxy.restore();
+    tokio::time::sleep(RECONNECT).await;
+    assert!(guard.is_held(), "lost across a short cut: {:?}", guard.lost_reason());
+
+    admin
+        .delete(&guard.lease().holder_id, None)
+        .await
+        .expect("delete the holder's node");
+    let reason = within(Duration::from_secs(10), "lost() after the deletion", guard.lost()).await;
+    assert_deleted(&reason);
+}
+
+/// A node deleted while the holder was disconnected is reported once it reconnects (the server
+/// answers the re-registered watch with the deletion it missed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_while_disconnected_fires_lost_after_the_reconnect() {
+    let (proxy, admin, _locker, guard) = hold_through_proxy("delete-while-cut").await;
+    proxy.cut();
+    tokio::time::sleep(CUT / 3).await; // the proxy has dropped the holder's connection
+    admin
+        .delete(&guard.lease().holder_id, None)
+        .await
+        .expect("delete the holder's node");
+    tokio::time::sleep(CUT).await;
+    assert!(guard.is_held(), "the holder cannot have heard of the deletion yet");
+    proxy.restore();
+    let reason = within(SESSION_TIMEOUT, "lost() after reconnecting", guard.lost()).await;
+    assert_deleted(&reason);
+}
