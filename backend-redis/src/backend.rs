@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;
 use crate::config::Config;
+use crate::fanout::{counts, fan_out};
 use crate::keys::LockKeys;
 use crate::node::{Attempt, Node};
 use crate::{quorum, wait};
@@ -53,17 +54,23 @@ impl RedisBackend {
         let nodes = (0..config.node_urls.len())
             .map(|i| Node::new(&config, i))
             .collect::<Result<Vec<_>>>()?;
-        let limit = config.connect_timeout;
-        let pings = futures_util::future::join_all(nodes.iter().map(|n| async move {
-            match tokio::time::timeout(limit, n.ping()).await {
-                Ok(r) => r,
-                Err(_) => Err(LockError::Unavailable {
-                    message: format!("connecting to redis at {}: timed out after {limit:?}", n.addr),
-                    source: None,
-                }),
-            }
-        }))
+        let (limit, quorum) = (config.connect_timeout, config.quorum());
+        // A majority is enough: a master that is down does not delay connecting.
+        let pings = fan_out(
+            &nodes,
+            |_, n| async move {
+                match tokio::time::timeout(limit, n.ping()).await {
+                    Ok(r) => r,
+                    Err(_) => Err(LockError::Unavailable {
+                        message: format!("connecting to redis at {}: timed out after {limit:?}", n.addr),
+                        source: None,
+                    }),
+                }
+            },
+            |answers| counts(answers).1 >= quorum,
+        )
         .await;
+        let pings: Vec<Result<()>> = pings.into_iter().flatten().collect();
         let reachable = pings.iter().filter(|p| p.is_ok()).count();
         if reachable < config.quorum() {
             let mut errors = pings.into_iter().filter_map(|p| p.err());
@@ -142,8 +149,14 @@ impl LockBackend for RedisBackend {
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         let keys = self.inner.keys(&lease.name);
-        let results =
-            futures_util::future::join_all(self.inner.nodes.iter().map(|n| n.release(&keys, &lease.holder_id))).await;
+        let quorum = self.inner.config.quorum();
+        let results = fan_out(
+            &self.inner.nodes,
+            |_, n| n.release(&keys, &lease.holder_id),
+            |answers| counts(answers).1 >= quorum,
+        )
+        .await;
+        let results = results.into_iter().flatten();
         let mut first_error = None;
         let mut released = false;
         for r in results {
@@ -175,9 +188,22 @@ impl LockBackend for RedisBackend {
             .zip(&keys)
             .map(|(l, k)| (k.lock.as_str(), l.holder_id.as_str(), l.ttl))
             .collect();
-        let per_node = futures_util::future::join_all(self.inner.nodes.iter().map(|n| n.renew_many(&items))).await;
         let quorum = self.inner.config.quorum();
         let n = self.inner.nodes.len();
+        // Done once every lease is decided: renewed on a majority, or gone from too many.
+        let per_node = fan_out(
+            &self.inner.nodes,
+            |_, node| node.renew_many(&items),
+            |answers| {
+                (0..items.len()).all(|i| {
+                    let renewed = answers.iter().filter(|a| matches!(a, Some(Ok(f)) if f[i])).count();
+                    let gone = answers.iter().filter(|a| matches!(a, Some(Ok(f)) if !f[i])).count();
+                    renewed >= quorum || gone > n - quorum
+                })
+            },
+        )
+        .await;
+        let per_node: Vec<Result<Vec<bool>>> = per_node.into_iter().flatten().collect();
         leases
             .iter()
             .enumerate()
@@ -209,7 +235,14 @@ impl LockBackend for RedisBackend {
 
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
         let keys = self.inner.keys(name);
-        let answers = futures_util::future::join_all(self.inner.nodes.iter().map(|n| n.inspect(&keys))).await;
+        let quorum = self.inner.config.quorum();
+        let answers = fan_out(
+            &self.inner.nodes,
+            |_, n| n.inspect(&keys),
+            |answers| counts(answers).1 >= quorum,
+        )
+        .await;
+        let answers = answers.into_iter().flatten();
         let mut infos = Vec::new();
         let mut first_error = None;
         for a in answers {

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::backend::Inner;
+use crate::fanout::fan_out;
 use crate::keys::LockKeys;
 
 /// Armed from the first request of an acquire until its lease is returned.
@@ -63,9 +64,10 @@ impl Drop for Cleanup {
 
 /// Runs the LEAVE script on every server; `true` if all of them answered.
 async fn leave_everywhere(inner: &Inner, keys: &LockKeys, token: &str) -> bool {
-    let results = futures_util::future::join_all(inner.nodes.iter().map(|n| n.leave(keys, token))).await;
+    let results = fan_out(&inner.nodes, |_, n| n.leave(keys, token), |_| false).await;
     let mut all = true;
     for (node, result) in inner.nodes.iter().zip(results) {
+        let Some(result) = result else { continue };
         match result {
             Ok(true) => {
                 tracing::debug!(lock = %keys.lock, addr = %node.addr, "released a lock granted to a cancelled acquire")

@@ -55,8 +55,11 @@
 //!   It runs from a `Drop` guard (spawned), so dropping an acquire future leaves nothing behind.
 //! - `RAISE_FENCE` (quorum mode) and `INSPECT` (read-only).
 //!
-//! Scripts are sent as `EVALSHA` through [`redis::Script`], which reloads them on `NOSCRIPT` (after
-//! a server restart); the renewal pipeline does the same.
+//! Every script is loaded (`SCRIPT LOAD`, one pipelined round trip) when connecting, and sent as
+//! `EVALSHA` through [`redis::Script`], which reloads it on `NOSCRIPT` (after a server restart);
+//! the renewal pipeline does the same. An uncontended acquire is one `EVALSHA` (`EXISTS lock
+//! queue`, `INCR`, `SET`) and a release one `EVALSHA` (`GET`, `DEL`, `EXISTS queue`): no
+//! subscription, queue entry or `TIME` unless the lock is busy or someone waits.
 //!
 //! ## The queue and wake-ups
 //!
@@ -101,9 +104,11 @@
 //!   every master otherwise. Connecting needs a majority of the masters to answer.
 //! - Release: on every master. Renew: on every master, in one pipelined round trip per master;
 //!   the lease lives while a majority extended it, and is `NotHeld` once a majority no longer has it.
-//! - Each operation waits for every master's answer or its timeout (`connect_timeout +
-//!   response_timeout` at most), so a master that hangs slows every operation down by up to that
-//!   much; keep those timeouts well below the TTL in this mode.
+//! - Each operation returns as soon as the answers decide it (a majority granted, renewed or
+//!   answered; or too few are left to make one) and does not wait for the others. A master that
+//!   fails is skipped for a backoff (100 ms doubling to 2 s) and then tried again by one
+//!   operation, so one dead master costs no latency. A master that hangs is not detected as down,
+//!   but no operation waits for it either.
 //!
 //! What it guarantees: mutual exclusion as long as fewer than a majority of masters lose their
 //! data while a lock is held, clocks advance at about the same rate (1% drift allowed), and a
@@ -140,6 +145,7 @@
 mod backend;
 mod cleanup;
 mod config;
+mod fanout;
 mod keys;
 mod node;
 mod notify;

@@ -8,6 +8,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use lockcore::{LockError, Result};
 use redis::aio::ConnectionManager;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
@@ -56,7 +58,20 @@ pub(crate) struct Node {
     conn: ConnectionManager,
     pub(crate) notifier: Notifier,
     op_timeout: Duration,
+    health: std::sync::Mutex<Health>,
 }
+
+/// Whether a server (of several, in quorum mode) is known to be down, and when to try it again.
+#[derive(Default)]
+struct Health {
+    /// Down until then: operations skip it. `None`: believed up.
+    retry_at: Option<Instant>,
+    /// The next pause after a failed try (doubles from [`MIN_RETRY`] to [`MAX_RETRY`]).
+    backoff: Duration,
+}
+
+const MIN_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(2);
 
 impl Node {
     /// Prepares the connections to server `i` of `config` without contacting it (see [`Node::ping`]).
@@ -81,15 +96,72 @@ impl Node {
             conn,
             notifier,
             op_timeout,
+            health: Default::default(),
         })
     }
 
-    /// Checks that the server answers.
+    /// Quorum mode: `false` while this server is known to be down and its next try is not due.
+    /// When it is due, the caller that gets `true` is the one try (the next is pushed back by
+    /// the backoff at once), so a dead server costs one request per backoff, not one per operation.
+    pub(crate) fn usable(&self) -> bool {
+        let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        match h.retry_at {
+            None => true,
+            Some(at) if Instant::now() < at => false,
+            Some(_) => {
+                h.retry_at = Some(Instant::now() + h.backoff);
+                true
+            }
+        }
+    }
+
+    /// Records the outcome of a request: a server that is unavailable is skipped until its
+    /// backoff (100 ms doubling to 2 s) passes; an answer makes it usable again.
+    pub(crate) fn record<T>(&self, result: &Result<T>) {
+        let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Err(LockError::Unavailable { .. }) => {
+                let backoff = if h.retry_at.is_some() {
+                    (h.backoff * 2).clamp(MIN_RETRY, MAX_RETRY)
+                } else {
+                    MIN_RETRY
+                };
+                if h.retry_at.is_none() {
+                    tracing::warn!(addr = %self.addr, "redis master unavailable; retrying it with backoff");
+                }
+                h.retry_at = Some(Instant::now() + backoff);
+                h.backoff = backoff;
+            }
+            _ => {
+                if h.retry_at.take().is_some() {
+                    tracing::info!(addr = %self.addr, "redis master answers again");
+                }
+                h.backoff = MIN_RETRY;
+            }
+        }
+    }
+
+    /// The error for an operation that skipped this server.
+    pub(crate) fn skipped(&self) -> LockError {
+        LockError::Unavailable {
+            message: format!("redis at {} is down (retrying it with backoff)", self.addr),
+            source: None,
+        }
+    }
+
+    /// Checks that the server answers, and loads every script (one pipelined round trip), so
+    /// that the first `EVALSHA` of each does not cost a `NOSCRIPT` error and a second round trip.
     pub(crate) async fn ping(&self) -> Result<()> {
         let mut conn = self.conn.clone();
-        self.bounded("connecting", async move {
-            redis::cmd("PING").query_async::<String>(&mut conn).await
-        })
+        let mut pipe = redis::pipe();
+        for source in &SCRIPTS.sources {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+        }
+        pipe.cmd("PING");
+        self.bounded(
+            "connecting",
+            async move { pipe.query_async::<(String,)>(&mut conn).await },
+        )
         .await
         .map(drop)
     }

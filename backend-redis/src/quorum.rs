@@ -8,6 +8,10 @@
 //!   majority, before the lease is returned. Any later holder's majority overlaps this one in at
 //!   least one master whose counter is already at the maximum, so its token is larger.
 //! - **Release:** on all masters. **Renew:** on all; the lease lives while a majority extended it.
+//! - **Dead masters:** every operation returns as soon as the answers decide it (a majority
+//!   granted, or can no longer grant), without waiting for the rest; a master that failed is
+//!   skipped for a backoff (100 ms doubling to 2 s) and then tried by one operation, off the
+//!   critical path of the others (see [`crate::fanout`]).
 //! - **Waiting:** not queued and not FIFO. A waiter retries at the holder's remaining TTL or
 //!   after a backoff (20 ms doubling to 1 s, with jitter), whichever is first.
 
@@ -19,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::backend::{lease, new_token, Inner};
 use crate::cleanup::Cleanup;
+use crate::fanout::fan_out;
 use crate::node::Attempt;
 use crate::wait::until;
 
@@ -56,44 +61,68 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
     let total = inner.nodes.len();
 
     let sent = Instant::now();
-    let results = futures_util::future::join_all(
-        inner
-            .nodes
-            .iter()
-            .map(|n| n.try_acquire(&keys, &token, req.ttl, &floor)),
+    // Done once a majority granted it, or once the missing answers could no longer make one.
+    let results = fan_out(
+        &inner.nodes,
+        |_, n| n.try_acquire(&keys, &token, req.ttl, &floor),
+        |answers| {
+            let granted = answers
+                .iter()
+                .filter(|a| matches!(a, Some(Ok(Attempt::Acquired(_)))))
+                .count();
+            let missing = answers.iter().filter(|a| a.is_none()).count();
+            granted >= quorum || granted + missing < quorum
+        },
     )
     .await;
+    let all_answered = results.iter().all(Option::is_some);
     let (mut granted, mut errors, mut pttl) = (Vec::new(), Vec::new(), None::<Duration>);
     for (i, r) in results.into_iter().enumerate() {
         match r {
-            Ok(Attempt::Acquired(fence)) => granted.push((i, fence)),
-            Ok(Attempt::Busy { pttl_ms }) if pttl_ms >= 0 => {
+            Some(Ok(Attempt::Acquired(fence))) => granted.push((i, fence)),
+            Some(Ok(Attempt::Busy { pttl_ms })) if pttl_ms >= 0 => {
                 let p = Duration::from_millis(pttl_ms.unsigned_abs());
                 pttl = Some(pttl.map_or(p, |q| q.max(p)));
             }
-            Ok(Attempt::Busy { .. }) => {}
-            Err(e) => errors.push(describe(&e)),
+            Some(Ok(Attempt::Busy { .. })) | None => {}
+            Some(Err(e)) => errors.push(describe(&e)),
         }
     }
     let valid = |now: Instant| now.duration_since(sent) + drift(req.ttl) < req.ttl;
     if granted.len() >= quorum && valid(Instant::now()) {
         let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
-        let raised = futures_util::future::join_all(
-            granted
-                .iter()
-                .map(|(i, _)| inner.nodes[*i].raise_fence(&keys, &token, fence)),
+        let granted_by = |i: usize| granted.iter().any(|(g, _)| *g == i);
+        let raised = fan_out(
+            &inner.nodes,
+            |i, n| {
+                let raise = granted_by(i);
+                let (keys, token) = (&keys, &token);
+                async move {
+                    if raise {
+                        n.raise_fence(keys, token, fence).await
+                    } else {
+                        Ok(false)
+                    }
+                }
+            },
+            |answers| {
+                let held = answers.iter().filter(|a| matches!(a, Some(Ok(true)))).count();
+                let missing = answers.iter().filter(|a| a.is_none()).count();
+                held >= quorum || held + missing < quorum
+            },
         )
         .await;
-        if raised.iter().filter(|r| matches!(r, Ok(true))).count() >= quorum && valid(Instant::now()) {
+        if raised.iter().filter(|r| matches!(r, Some(Ok(true)))).count() >= quorum && valid(Instant::now()) {
             let mut guard = guard;
             guard.disarm();
             return Ok(Try::Acquired(lease(req, fence, token, sent)));
         }
     }
-    // Not a quorum: give back what we got, everywhere.
+    // Not a quorum: give back what we got, everywhere (in the background if a server has not
+    // answered yet: a late grant must be undone too).
     if !granted.is_empty() {
         guard.run_now().await;
-    } else {
+    } else if all_answered {
         let mut guard = guard;
         guard.disarm();
     }

@@ -34,9 +34,9 @@ local function wake(chan, h)
   if h then redis.call('PUBLISH', chan .. h, 'wake') end
 end
 -- SET the lock for tok and return the next fencing token (at least the floor, if one is given).
-local function take(lock, fence, tok, ttl, floor, now)
+local function take(lock, fence, tok, ttl, floor)
   local fl = nil
-  if floor == 'time' then fl = now elseif floor ~= '' then fl = tonumber(floor) end
+  if floor == 'time' then fl = now_ms() elseif floor ~= '' then fl = tonumber(floor) end
   if fl and (tonumber(redis.call('GET', fence)) or 0) < fl then
     redis.call('SET', fence, string.format('%d', fl))
   end
@@ -48,15 +48,18 @@ end
 
 /// One attempt, never queueing: takes the lock if it is free and nobody live is queued before us.
 /// Stale heads it drops are replaced by the next live waiter, which is woken.
+/// The uncontended case (no lock key, no queue key) is three commands: `EXISTS`, `INCR`, `SET`.
 /// KEYS: lock, fence, queue, alive. ARGV: token, ttl ms, fence floor, wake prefix.
 /// Returns `{1, fence}` or `{0, pttl of the holder}`.
 const TRY_ACQUIRE: &str = r#"
-local now = now_ms()
-local h, pruned = head(KEYS[3], KEYS[4], now)
+if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  return {1, take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])}
+end
+local h, pruned = head(KEYS[3], KEYS[4], now_ms())
 local free = redis.call('EXISTS', KEYS[1]) == 0
 if free and (h == nil or h == ARGV[1]) then
   if h then redis.call('ZREM', KEYS[3], h); redis.call('HDEL', KEYS[4], h) end
-  return {1, take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], now)}
+  return {1, take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])}
 end
 if pruned then wake(ARGV[4], h) end
 return {0, redis.call('PTTL', KEYS[1])}
@@ -81,7 +84,7 @@ local v = redis.call('GET', KEYS[1])
 if not v and h == tok then
   redis.call('ZREM', KEYS[3], tok)
   redis.call('HDEL', KEYS[4], tok)
-  return {1, take(KEYS[1], KEYS[2], tok, ARGV[2], ARGV[3], now)}
+  return {1, take(KEYS[1], KEYS[2], tok, ARGV[2], ARGV[3])}
 end
 if pruned and h ~= tok then wake(ARGV[4], h) end
 if redis.call('PTTL', KEYS[3]) < 2 * wttl then
@@ -93,12 +96,15 @@ if v and not string.match(v, '^%x+:%d+$') then foreign = 1 end
 return {0, h == tok and 1 or 0, redis.call('PTTL', KEYS[1]), foreign}
 "#;
 
-/// Compare-and-delete, then wake the live head of the queue (one PUBLISH).
+/// Compare-and-delete, then wake the live head of the queue (one PUBLISH). With nobody queued
+/// it is three commands: `GET`, `DEL`, `EXISTS`.
 /// KEYS: lock, queue, alive. ARGV: token, wake prefix. Returns 1 if released, 0 if not ours.
 const RELEASE: &str = r#"
 if not mine(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
-wake(ARGV[2], (head(KEYS[2], KEYS[3], now_ms())))
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  wake(ARGV[2], (head(KEYS[2], KEYS[3], now_ms())))
+end
 return 1
 "#;
 
@@ -150,8 +156,8 @@ end
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), live}
 "#;
 
-fn script(body: &str) -> Script {
-    Script::new(&format!("{PRELUDE}{body}"))
+fn full(body: &str) -> String {
+    format!("{PRELUDE}{body}")
 }
 
 /// The compiled scripts (their SHA1s are computed once; `redis::Script` reloads on NOSCRIPT).
@@ -163,15 +169,25 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) raise_fence: Script,
     pub(crate) inspect: Script,
+    /// The source of every script, for `SCRIPT LOAD` at connect.
+    pub(crate) sources: Vec<String>,
 }
 
 /// The one instance.
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    try_acquire: script(TRY_ACQUIRE),
-    wait_step: script(WAIT_STEP),
-    release: script(RELEASE),
-    leave: script(LEAVE),
-    renew: script(RENEW),
-    raise_fence: script(RAISE_FENCE),
-    inspect: script(INSPECT),
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    let sources: Vec<String> = [TRY_ACQUIRE, WAIT_STEP, RELEASE, LEAVE, RENEW, RAISE_FENCE, INSPECT]
+        .iter()
+        .map(|b| full(b))
+        .collect();
+    let s = |i: usize| Script::new(&sources[i]);
+    Scripts {
+        try_acquire: s(0),
+        wait_step: s(1),
+        release: s(2),
+        leave: s(3),
+        renew: s(4),
+        raise_fence: s(5),
+        inspect: s(6),
+        sources,
+    }
 });

@@ -1,0 +1,169 @@
+//! Uncontended acquire+release latency of this backend next to the raw floor (the bare `redis`
+//! crate: `SET NX PX`, then one compare-and-delete script), in one run on the same server; and the
+//! handover latency (release → the blocked waiter's acquire returns).
+//!
+//! ```text
+//! eval "$(scripts/backends up)"
+//! cargo run --release -p backend-redis --example uncontended [-- OPS]
+//! ```
+//!
+//! With `LOCKSMITH_TEST_REDIS_QUORUM` set, it also times a quorum acquire+release.
+
+use std::time::{Duration, Instant};
+
+use lockcore::{BackendUrl, Locker};
+
+const TTL: Duration = Duration::from_secs(30);
+const RELEASE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+type Error = Box<dyn std::error::Error>;
+
+fn quantiles(mut v: Vec<Duration>) -> (f64, f64) {
+    v.sort();
+    let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e6;
+    (q(0.5), q(0.99))
+}
+
+async fn floor(url: &str, ops: usize) -> Result<Vec<Duration>, Error> {
+    let host = url
+        .trim_start_matches("redis://")
+        .split([',', '/', '?'])
+        .next()
+        .unwrap_or_default();
+    let client = redis::Client::open(format!("redis://{host}/"))?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let release = redis::Script::new(RELEASE);
+    let mut samples = Vec::with_capacity(ops);
+    for i in 0..ops + ops / 10 {
+        let t = Instant::now();
+        let token = format!("{:032x}", rand::random::<u128>());
+        let set: Option<String> = redis::cmd("SET")
+            .arg("uncontended-floor")
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(TTL.as_millis() as u64)
+            .query_async(&mut conn)
+            .await?;
+        if set.is_none() {
+            return Err("floor: key held".into());
+        }
+        let n: i64 = release
+            .key("uncontended-floor")
+            .arg(&token)
+            .invoke_async(&mut conn)
+            .await?;
+        if n != 1 {
+            return Err("floor: not released".into());
+        }
+        if i >= ops / 10 {
+            samples.push(t.elapsed());
+        }
+    }
+    Ok(samples)
+}
+
+async fn locksmith(locker: &Locker, name: &str, ops: usize, timeout: bool) -> Result<Vec<Duration>, Error> {
+    let mut samples = Vec::with_capacity(ops);
+    for i in 0..ops + ops / 10 {
+        let t = Instant::now();
+        let mut b = locker.lock(name).ttl(TTL);
+        if timeout {
+            b = b.timeout(Duration::from_secs(60));
+        }
+        b.acquire().await?.release().await?;
+        if i >= ops / 10 {
+            samples.push(t.elapsed());
+        }
+    }
+    Ok(samples)
+}
+
+/// The backend alone, without the Locker (its watchdog registration and tracing spans).
+async fn direct(locker: &Locker, name: &str, ops: usize) -> Result<Vec<Duration>, Error> {
+    let backend = locker.backend();
+    let req = lockcore::LockRequest {
+        name: lockcore::LockName::new(name)?,
+        ttl: TTL,
+    };
+    let mut samples = Vec::with_capacity(ops);
+    for i in 0..ops + ops / 10 {
+        let t = Instant::now();
+        let lease = backend.acquire(&req, None).await?;
+        backend.release(&lease).await?;
+        if i >= ops / 10 {
+            samples.push(t.elapsed());
+        }
+    }
+    Ok(samples)
+}
+
+async fn handover(url: &str, ops: usize, blocked: Duration) -> Result<Vec<Duration>, Error> {
+    let holder = backend_redis::connect(&BackendUrl::parse(url)?).await?;
+    let waiter = backend_redis::connect(&BackendUrl::parse(url)?).await?;
+    let name = format!("handover-{:x}", rand::random::<u32>());
+    let mut samples = Vec::with_capacity(ops);
+    for _ in 0..ops {
+        let held = holder.lock(&name).ttl(TTL).acquire().await?;
+        let w = waiter.clone();
+        let n = name.clone();
+        let task = tokio::spawn(async move {
+            let g = w.lock(&n).ttl(TTL).acquire().await;
+            (Instant::now(), g)
+        });
+        tokio::time::sleep(blocked).await;
+        let t0 = Instant::now();
+        held.release().await?;
+        let (t1, g) = tokio::time::timeout(Duration::from_secs(30), task).await??;
+        samples.push(t1.saturating_duration_since(t0));
+        g?.release().await?;
+    }
+    Ok(samples)
+}
+
+fn print(label: &str, samples: Vec<Duration>, floor_p50: Option<f64>) {
+    let (p50, p99) = quantiles(samples);
+    match floor_p50 {
+        Some(f) => println!(
+            "{label:<44} p50 {p50:>8.1} µs  p99 {p99:>8.1} µs  × floor {:.2}",
+            p50 / f
+        ),
+        None => println!("{label:<44} p50 {p50:>8.1} µs  p99 {p99:>8.1} µs"),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let ops: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(5000);
+    let url = std::env::var("LOCKSMITH_TEST_REDIS")
+        .map_err(|_| "LOCKSMITH_TEST_REDIS is unset: run eval \"$(scripts/backends up)\"")?;
+    let locker = backend_redis::connect(&BackendUrl::parse(&url)?).await?;
+    let name = format!("uncontended-{:x}", rand::random::<u32>());
+    // Interleave the rows so that machine noise hits them alike.
+    let (mut f, mut l, mut lt, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..5 {
+        f.extend(floor(&url, ops / 5).await?);
+        l.extend(locksmith(&locker, &name, ops / 5, false).await?);
+        lt.extend(locksmith(&locker, &name, ops / 5, true).await?);
+        d.extend(direct(&locker, &name, ops / 5).await?);
+    }
+    let (fp50, _) = quantiles(f.clone());
+    print("floor (SET NX PX + compare-and-delete)", f, None);
+    print("locksmith acquire()+release()", l, Some(fp50));
+    print("locksmith acquire() with timeout + release()", lt, Some(fp50));
+    print("RedisBackend::acquire + release (no Locker)", d, Some(fp50));
+    for blocked in [5, 20, 150] {
+        let s = handover(&url, 50, Duration::from_millis(blocked)).await?;
+        print(&format!("handover, waiter blocked {blocked} ms"), s, None);
+    }
+    if let Ok(q) = std::env::var("LOCKSMITH_TEST_REDIS_QUORUM") {
+        let quorum = backend_redis::connect(&BackendUrl::parse(&q)?).await?;
+        print(
+            "quorum acquire()+release()",
+            locksmith(&quorum, &name, ops / 5, false).await?,
+            None,
+        );
+    }
+    Ok(())
+}
