@@ -1,11 +1,19 @@
-//! Server-side request counters, read from the servers themselves: Redis `INFO`
-//! (`total_commands_processed`), etcd's `/metrics` on its client URL (the sum of
-//! `grpc_server_msg_received_total`: unary requests and every message sent on a stream, such as
-//! lease keep-alives), ZooKeeper's `mntr` (`zk_packets_received`). For the in-process backend,
-//! which has no server, [`Counting`] counts the calls made to the backend instead.
+//! Server-side request counters. What counts as a request on each backend:
 //!
-//! Counters are server-wide: anything else talking to the same server during a measurement is
-//! counted too, so measure on otherwise idle servers.
+//! - **Redis**: every command a client of *this process* sends, counted exactly on a `MONITOR`
+//!   connection for the measured window (see [`crate::monitor`]); commands a Lua script runs
+//!   inside the server are not requests and are left out (Redis's own `INFO` counters include
+//!   them), and so is everyone else's traffic.
+//! - **etcd**: the delta of `grpc_server_msg_received_total` on `/metrics` (client URL), summed
+//!   over all methods: one per unary request (Range, Txn, Put, LeaseGrant, ...) and one per message
+//!   a client sends on a stream (each lease keep-alive, each watch create/cancel); opening a stream
+//!   adds nothing by itself. Server-wide.
+//! - **ZooKeeper**: the delta of `zk_packets_received` from `mntr`: one per request packet, session
+//!   pings included. Server-wide.
+//! - **mem** (no server): [`Counting`] counts the calls made into the backend instead.
+//!
+//! The etcd and ZooKeeper counters are server-wide: anything else talking to the same server
+//! during a measurement is counted too, so measure on otherwise idle servers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,10 +26,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::monitor::{Monitor, Tally};
+
 /// A source of "requests received so far".
 #[derive(Clone)]
 pub enum Counter {
-    /// Redis `INFO stats`, at this address.
+    /// Redis `MONITOR`, at this address, filtered to this process's connections.
     Redis(String),
     /// etcd `/metrics`, at this address.
     Etcd(String),
@@ -50,21 +60,35 @@ impl Counter {
         })
     }
 
-    /// The current value.
+    /// Opens a measurement window (on Redis: starts the `MONITOR` connection).
+    pub async fn start(&self) -> Result<Window> {
+        match self {
+            Counter::Redis(addr) => {
+                let fut = Monitor::start(addr);
+                let monitor = tokio::time::timeout(Duration::from_secs(10), fut)
+                    .await
+                    .map_err(|_| anyhow!("starting MONITOR timed out"))??;
+                Ok(Window::Monitor(monitor))
+            }
+            other => Ok(Window::Snapshot {
+                counter: other.clone(),
+                before: other.read().await?,
+            }),
+        }
+    }
+
+    /// The current value of a counter that can be read at any time (not Redis).
     pub async fn read(&self) -> Result<u64> {
         let fut = async {
             match self {
-                Counter::Redis(addr) => {
-                    let text = exchange(addr, b"INFO stats\r\n", true).await?;
-                    field(&text, "total_commands_processed:")
-                }
+                Counter::Redis(_) => bail!("the Redis count is taken over a window: use start()"),
                 Counter::Etcd(addr) => {
                     let req = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-                    let text = exchange(addr, req.as_bytes(), false).await?;
+                    let text = exchange(addr, req.as_bytes()).await?;
                     Ok(sum_metric(&text, "grpc_server_msg_received_total"))
                 }
                 Counter::Zk(addr) => {
-                    let text = exchange(addr, b"mntr", false).await?;
+                    let text = exchange(addr, b"mntr").await?;
                     field(&text, "zk_packets_received")
                 }
                 Counter::Calls(n) => Ok(n.load(Ordering::SeqCst)),
@@ -75,53 +99,81 @@ impl Counter {
             .map_err(|_| anyhow!("reading the server counter timed out"))?
     }
 
-    /// Requests the act of reading adds to the counter (Redis counts its own INFO command).
-    pub fn self_cost(&self) -> u64 {
-        matches!(self, Counter::Redis(_)) as u64
-    }
-
     /// What is counted, for the report.
     pub fn describe(&self) -> &'static str {
         match self {
-            Counter::Redis(_) => "Redis INFO total_commands_processed",
-            Counter::Etcd(_) => "etcd /metrics grpc_server_msg_received_total",
-            Counter::Zk(_) => "ZooKeeper mntr zk_packets_received",
+            Counter::Redis(_) => {
+                "Redis MONITOR: commands sent by lockbench's own connections (script-internal commands excluded)"
+            }
+            Counter::Etcd(_) => "etcd /metrics grpc_server_msg_received_total (server-wide)",
+            Counter::Zk(_) => "ZooKeeper mntr zk_packets_received (server-wide)",
             Counter::Calls(_) => "calls to the in-process backend",
         }
     }
 }
 
-/// Sends `request` and reads the answer: to EOF, or one RESP bulk string when `resp`.
-async fn exchange(addr: &str, request: &[u8], resp: bool) -> Result<String> {
+/// A measurement window opened by [`Counter::start`].
+pub enum Window {
+    /// A counter read at the start and again at the end.
+    Snapshot {
+        /// The counter.
+        counter: Counter,
+        /// Its value at the start.
+        before: u64,
+    },
+    /// A Redis `MONITOR` connection.
+    Monitor(Monitor),
+}
+
+/// The requests counted in a window.
+#[derive(Clone, Debug, Default)]
+pub struct Count {
+    /// Requests received by the server.
+    pub requests: u64,
+    /// Per-command detail, where the counter has it (Redis).
+    pub detail: Option<Tally>,
+}
+
+impl Window {
+    /// Closes the window.
+    pub async fn finish(self) -> Result<Count> {
+        match self {
+            Window::Snapshot { counter, before } => Ok(Count {
+                requests: counter.read().await?.saturating_sub(before),
+                detail: None,
+            }),
+            Window::Monitor(m) => {
+                let tally = m.finish().await?;
+                Ok(Count {
+                    requests: tally.requests(),
+                    detail: Some(tally),
+                })
+            }
+        }
+    }
+}
+
+impl Count {
+    /// Adds the per-command detail to a row's params (`measured_requests_by_command`,
+    /// `measured_script_internal_commands`), where there is one.
+    pub fn annotate(&self, params: &mut serde_json::Map<String, serde_json::Value>) {
+        if let Some(t) = &self.detail {
+            params.insert("measured_requests_by_command".into(), t.summary().into());
+            params.insert("measured_script_internal_commands".into(), t.script_internal.into());
+            params.insert("measured_other_clients_commands".into(), t.others.into());
+        }
+    }
+}
+
+/// Sends `request` and reads the answer to EOF.
+async fn exchange(addr: &str, request: &[u8]) -> Result<String> {
     let mut s = TcpStream::connect(addr)
         .await
         .with_context(|| format!("connecting to {addr}"))?;
     s.write_all(request).await?;
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        let n = s.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if resp && resp_complete(&buf)? {
-            break;
-        }
-    }
+    s.read_to_end(&mut buf).await?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
-}
-
-/// Whether `buf` holds one whole RESP bulk string (`$len\r\n...\r\n`).
-fn resp_complete(buf: &[u8]) -> Result<bool> {
-    if buf.first() == Some(&b'-') {
-        bail!("redis answered: {}", String::from_utf8_lossy(buf).trim());
-    }
-    let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
-        return Ok(false);
-    };
-    let len: usize = std::str::from_utf8(&buf[1..end])?.parse().context("bad RESP length")?;
-    Ok(buf.len() >= end + 2 + len + 2)
 }
 
 /// The integer after `key` (`key:value` or `key<TAB>value` lines).
@@ -220,7 +272,5 @@ mod tests {
             .unwrap(),
             17
         );
-        assert!(resp_complete(b"$3\r\nabc\r\n").unwrap());
-        assert!(!resp_complete(b"$10\r\nabc").unwrap());
     }
 }

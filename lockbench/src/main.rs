@@ -7,6 +7,7 @@
 mod cli;
 mod counters;
 mod model;
+mod monitor;
 mod output;
 mod reference;
 mod stats;

@@ -57,6 +57,11 @@ pub struct Record {
     /// This row's median divided by the raw floor's median for the same workload and params.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_floor: Option<f64>,
+    /// On locksmith's rows: this row's median divided by the peer library's median for the same
+    /// workload and params on the same backend (below 1: locksmith is faster). The peer's system
+    /// name is in `params.measured_peer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_peer: Option<f64>,
     /// Raw latency samples (microseconds), for the charts; never serialised.
     #[serde(skip)]
     pub samples_us: Vec<f64>,
@@ -115,8 +120,25 @@ pub struct Report {
 
 impl Report {
     /// Fills `ratio_to_floor` on every non-floor row that has a floor row with the same
-    /// measurement and a median on both sides.
+    /// measurement and a median on both sides, and `ratio_to_peer` (with `params.measured_peer`)
+    /// on every locksmith row that has a peer-library row likewise.
     pub fn compute_ratios(&mut self) {
+        let peers: Vec<Record> = self
+            .results
+            .iter()
+            .filter(|r| r.system != "floor" && r.system != "locksmith")
+            .cloned()
+            .collect();
+        for r in self.results.iter_mut().filter(|r| r.system == "locksmith") {
+            let Some(mine) = r.p50_us else { continue };
+            let peer = peers
+                .iter()
+                .find(|p| p.same_measurement(r) && p.p50_us.is_some_and(|b| b > 0.0));
+            if let Some((p, base)) = peer.and_then(|p| Some((p, p.p50_us?))) {
+                r.ratio_to_peer = Some(round3(mine / base));
+                r.params.insert("measured_peer".into(), p.system.clone().into());
+            }
+        }
         let floors: Vec<Record> = self.results.iter().filter(|r| r.system == "floor").cloned().collect();
         for r in self.results.iter_mut().filter(|r| r.system != "floor") {
             let floor = floors.iter().find(|f| f.same_measurement(r));
@@ -139,4 +161,36 @@ impl Report {
 /// Rounds to three decimals (keeps the JSON readable).
 pub fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(system: &str, p50: f64) -> Record {
+        let mut r = Record::new(system, "redis", "uncontended");
+        r.p50_us = Some(p50);
+        r
+    }
+
+    #[test]
+    fn ratios_to_floor_and_peer() {
+        let mut report = Report {
+            schema: SCHEMA.into(),
+            machine: Machine {
+                cores: 1,
+                note: String::new(),
+            },
+            results: vec![row("locksmith", 90.0), row("floor", 60.0), row("rslock", 120.0)],
+            notes: Vec::new(),
+        };
+        report.compute_ratios();
+        let ls = &report.results[0];
+        assert_eq!(ls.ratio_to_floor, Some(1.5));
+        assert_eq!(ls.ratio_to_peer, Some(0.75));
+        assert_eq!(ls.params["measured_peer"], "rslock");
+        assert_eq!(report.results[2].ratio_to_floor, Some(2.0));
+        assert_eq!(report.results[2].ratio_to_peer, None);
+        assert_eq!(report.results[1].ratio_to_peer, None);
+    }
 }

@@ -19,6 +19,7 @@ const NUMBERS: &[&str] = &[
     "renewal_requests_per_s",
     "rss_bytes_per_lock",
     "ratio_to_floor",
+    "ratio_to_peer",
 ];
 
 #[test]

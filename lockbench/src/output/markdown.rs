@@ -67,15 +67,6 @@ fn find<'a>(
     })
 }
 
-fn peer_of(backend: &str) -> Option<&'static str> {
-    match backend {
-        "redis" => Some("rslock"),
-        "etcd" => Some("etcd-lock-rpc"),
-        "zk" => Some("zk-recipe"),
-        _ => None,
-    }
-}
-
 fn summary(s: &mut String, report: &Report) {
     let _ = writeln!(s, "## Summary (locksmith)\n");
     let _ = writeln!(
@@ -88,10 +79,9 @@ fn summary(s: &mut String, report: &Report) {
             continue;
         }
         let un = find(report, "locksmith", b, "uncontended", None);
-        let peer = un.and_then(|u| peer_of(b).and_then(|p| report.find_peer(p, u)));
-        let vs_peer = match (un.and_then(|u| u.p50_us), peer.and_then(|p| p.p50_us)) {
-            (Some(m), Some(p)) if p > 0.0 => format!("{:.2}× {}", m / p, peer.map_or("", |p| p.system.as_str())),
-            _ => "—".into(),
+        let vs_peer = match un.and_then(|u| Some((u.ratio_to_peer?, u.params.get("measured_peer")?.as_str()?))) {
+            Some((ratio, peer)) => format!("{ratio:.2}× {peer}"),
+            None => "—".into(),
         };
         let handover: Vec<String> = report
             .results
@@ -201,20 +191,20 @@ fn targets_section(s: &mut String, report: &Report) {
 
 fn details(s: &mut String, report: &Report) {
     let _ = writeln!(s, "## All rows\n");
-    let _ = writeln!(s, "Ratios: `× floor` is this row's p50 over the raw floor's p50 for the same workload and parameters; `× locksmith` is locksmith's p50 over this peer's (below 1: locksmith is faster).\n");
+    let _ = writeln!(s, "Ratios: `× floor` is this row's p50 over the raw floor's p50 for the same workload and parameters (`ratio_to_floor` in the JSON); `× peer` (locksmith's rows, `ratio_to_peer`) and `× locksmith` (the peer's row) are both locksmith's p50 over the peer library's on the same backend (below 1: locksmith is faster).\n");
     for workload in ["uncontended", "handover", "contended", "herd", "takeover", "scale"] {
         let rows: Vec<&Record> = report.results.iter().filter(|r| r.workload == workload).collect();
         if rows.is_empty() {
             continue;
         }
         let _ = writeln!(s, "### {workload}\n");
-        let _ = writeln!(s, "| system | backend | params | ops | p50 µs | p99 µs | per s | violations | req/handover | takeover ms | renewal req/s | RSS B/lock | × floor | × locksmith |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "| system | backend | params | ops | p50 µs | p99 µs | per s | violations | req/handover | takeover ms | renewal req/s | RSS B/lock | × floor | × peer | × locksmith |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for r in rows {
             let params: Vec<String> = r
                 .params
                 .iter()
-                .filter(|(k, _)| k.as_str() != "measured_counter")
+                .filter(|(k, _)| k.as_str() != "measured_counter" && k.as_str() != "measured_peer")
                 .map(|(k, v)| format!("{}={}", k.trim_start_matches("measured_"), v))
                 .collect();
             let vs_locksmith = if r.system == "locksmith" {
@@ -226,7 +216,7 @@ fn details(s: &mut String, report: &Report) {
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.system,
                 r.backend,
                 params.join(" "),
@@ -240,31 +230,56 @@ fn details(s: &mut String, report: &Report) {
                 cell(r.renewal_requests_per_s, 2),
                 cell(r.rss_bytes_per_lock, 0),
                 cell(r.ratio_to_floor, 2),
+                match (r.ratio_to_peer, r.params.get("measured_peer").and_then(|p| p.as_str())) {
+                    (Some(x), Some(p)) => format!("{x:.2} ({p})"),
+                    _ => "—".into(),
+                },
                 cell(vs_locksmith, 2),
             );
         }
         s.push('\n');
     }
-    let mut counters: Vec<String> = report
-        .results
+    requests_section(s, report);
+}
+
+/// What counts as a server request on each backend measured (herd and scale rows).
+fn requests_section(s: &mut String, report: &Report) {
+    let counted: Vec<&str> = BACKENDS
         .iter()
-        .filter_map(|r| {
-            Some(format!(
-                "{}: {}",
-                r.backend,
-                r.params.get("measured_counter")?.as_str()?
-            ))
+        .copied()
+        .filter(|b| {
+            report
+                .results
+                .iter()
+                .any(|r| r.backend == *b && r.params.contains_key("measured_counter"))
         })
         .collect();
-    counters.sort();
-    counters.dedup();
-    if !counters.is_empty() {
-        let _ = writeln!(
-            s,
-            "Request counts (herd, scale) are read from each server's own counter ({}). Server counters are server-wide: the run assumes otherwise idle servers. Redis counts commands, including every command a Lua script runs, so a scripted renewal of N keys counts about N or more: for Redis the scale target is judged on `backend_calls_per_s`. For mem, which has no server, calls into the backend are counted; the scale rows also give `backend_calls_per_s`, the watchdog's calls into the backend per second (client-side batching).\n",
-            counters.join("; ")
-        );
+    if counted.is_empty() {
+        return;
     }
+    let _ = writeln!(
+        s,
+        "### What counts as a request
+"
+    );
+    let _ = writeln!(
+        s,
+        "`herd` (requests per handover) and `scale` (renewal requests/s) count the requests the server received from clients during the measured window:
+"
+    );
+    for b in counted {
+        let text = match b {
+            "redis" => "**Redis**: every command a client sends (`EVALSHA`, `SUBSCRIBE`, `PING`, ...), counted exactly on a `MONITOR` connection open for the window and filtered to lockbench's own connections (their local addresses), so other clients of a shared server are not counted. Commands a Lua script runs inside the server (`[0 lua]` in `MONITOR`) are not requests and are excluded; Redis's `INFO` counters include them, which is why they are not used. `requests_by_command` gives the split; a pipelined batch counts one request per command in it (its round trips are `backend_calls_per_s` in the scale rows). `MONITOR` slows the server slightly, so it is used only for these two counting workloads, never for latency.",
+            "etcd" => "**etcd**: the delta of `grpc_server_msg_received_total` (its `/metrics`, summed over methods): one per unary request (`Range`, `Txn`, `Put`, `LeaseGrant`, ...) and one per message a client sends on a stream, so each lease keep-alive and each watch create/cancel counts one; opening a stream adds nothing by itself. Server-wide: anything else using the server during the window is counted too.",
+            "zk" => "**ZooKeeper**: the delta of `zk_packets_received` (`mntr`): one per request packet, session pings included. Server-wide: anything else using the server during the window is counted too.",
+            _ => "**mem** (no server): the calls made into the backend.",
+        };
+        let _ = writeln!(s, "- {text}");
+    }
+    let _ = writeln!(
+        s,
+        "\nThe scale rows also give `backend_calls_per_s`, the watchdog's calls into the backend per second (one batched round trip each: the client-side batching).\n"
+    );
 }
 
 /// The reading: which backend for what, from this run's numbers where it has them.

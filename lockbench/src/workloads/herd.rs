@@ -1,6 +1,7 @@
-//! `herd`: 100 waiters queue on one lock, then 50 handovers run back to back; the server's own
-//! request counter before and after gives the requests per handover (a thundering herd, where every
-//! waiter re-checks on each release, shows up as ~100).
+//! `herd`: 100 waiters queue on one lock, then 50 handovers run back to back; the requests the
+//! server received during them (see [`crate::counters`] for what counts on each backend) give the
+//! requests per handover (a thundering herd, where every waiter re-checks on each release, shows
+//! up as ~100).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -77,7 +78,7 @@ pub async fn run(backend: &str, url: &str, sizes: &Sizes) -> Result<Record> {
     }
     wait_queued(&holder, &name, waiters, &pb).await;
 
-    let before = counter.read().await?;
+    let window = counter.start().await?;
     let t0 = Instant::now();
     first.release().await?;
     let mut done = 0;
@@ -95,19 +96,19 @@ pub async fn run(backend: &str, url: &str, sizes: &Sizes) -> Result<Record> {
         }
     };
     let elapsed = t0.elapsed();
-    let after = counter.read().await?;
+    let count = window.finish().await?;
     tasks.abort_all();
     last.release().await?;
     pb.finish_and_clear();
 
-    let requests = after.saturating_sub(before + counter.self_cost());
     let mut r = Record::new("locksmith", backend, "herd")
         .param("waiters", waiters as u64)
         .param("handovers", handovers as u64)
         .param("connections", connections as u64);
     r.params.insert("measured_counter".into(), counter.describe().into());
+    count.annotate(&mut r.params);
     r.ops = Some(handovers as u64);
-    r.requests_per_handover = Some(round3(requests as f64 / handovers as f64));
+    r.requests_per_handover = Some(round3(count.requests as f64 / handovers as f64));
     r.throughput_per_s = Some(round3(handovers as f64 / elapsed.as_secs_f64()));
     Ok(r)
 }

@@ -99,9 +99,10 @@ pub async fn child(backend: &str, url: &str, locks: usize, window: Duration, ttl
     let interval = locker.backend().renew_interval(ttl);
     tokio::time::sleep(interval).await;
     let rss_held = rss_bytes()?;
-    let (before, calls_before) = (counter.read().await?, client_side.read().await?);
+    let (server_window, calls_before) = (counter.start().await?, client_side.read().await?);
     tokio::time::sleep(window).await;
-    let (after, calls_after) = (counter.read().await?, client_side.read().await?);
+    let calls_after = client_side.read().await?;
+    let count = server_window.finish().await?;
     let lost = guards.iter().filter(|g| !g.is_held()).count();
 
     let mut r = Record::new("locksmith", backend, "scale")
@@ -113,13 +114,13 @@ pub async fn child(backend: &str, url: &str, locks: usize, window: Duration, ttl
         round3(1.0 / interval.as_secs_f64()).into(),
     );
     r.params.insert("measured_counter".into(), counter.describe().into());
+    count.annotate(&mut r.params);
     r.params.insert("measured_lost".into(), (lost as u64).into());
     let calls_per_s = calls_after.saturating_sub(calls_before) as f64 / window.as_secs_f64();
     r.params
         .insert("measured_backend_calls_per_s".into(), round3(calls_per_s).into());
     r.ops = Some(locks as u64);
-    let requests = after.saturating_sub(before + counter.self_cost());
-    r.renewal_requests_per_s = Some(round3(requests as f64 / window.as_secs_f64()));
+    r.renewal_requests_per_s = Some(round3(count.requests as f64 / window.as_secs_f64()));
     r.rss_bytes_per_lock = Some(round3(rss_held.saturating_sub(rss_before) as f64 / locks.max(1) as f64));
     println!("{}", serde_json::to_string(&r)?);
 
