@@ -250,7 +250,9 @@ impl LockBackend for EtcdBackend {
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
         let prefix = self.layout().lock_prefix(&req.name);
-        let _waiting = self.session.waiting();
+        // The keeper keeps the session alive only while this acquire waits in a queue: an
+        // acquire that finds the lock free does not wake it.
+        let mut waiting = None;
         let mut retry = Retry::new(self.retry_budget());
         let mut lease_refusals = 0;
         loop {
@@ -280,6 +282,9 @@ impl LockBackend for EtcdBackend {
                 }
             };
             retry.succeeded();
+            if !matches!(place, Place::First) && waiting.is_none() {
+                waiting = Some(self.session.waiting());
+            }
             let outcome = match self.wait_in_queue(&prefix, &key, rev, lease, place, deadline).await? {
                 Outcome::Granted => self.fresh_grant(&mut retry, lease).await?,
                 requeue => requeue,
@@ -297,8 +302,8 @@ impl LockBackend for EtcdBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let rev = i64::try_from(lease.fencing_token).unwrap_or(i64::MAX);
         let held = self.session.held.take(&lease.holder_id, rev);
-        if let Some(h) = &held {
-            self.session.hub.cancel(h.watch_id);
+        if let Some(id) = held.as_ref().and_then(|h| h.watch_id) {
+            self.session.hub.cancel(id);
         }
         match queue::delete(&self.session.conn, &lease.holder_id, Some(rev)).await {
             Ok(true) if held.is_some() => Ok(()),
@@ -326,7 +331,9 @@ impl LockBackend for EtcdBackend {
             .unwrap_or_else(|| Err(LockError::Protocol("no renewal result".into())))
     }
 
-    /// One keep-alive of the session lease renews every lock of this backend.
+    /// One keep-alive of the session lease renews every lock of this backend on the server; the
+    /// locks of this batch are also marked renewed, so that the sweeper does not reap them (a
+    /// lock left out of the batches for its TTL was abandoned: see the crate docs).
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         let not_held = |l: &Lease| Err(LockError::not_held(l.name.as_str()));
         let lease_ids: Vec<Option<i64>> = leases
@@ -340,7 +347,18 @@ impl LockBackend for EtcdBackend {
         let Some(session_lease) = lease_ids.iter().flatten().next().copied() else {
             return leases.iter().map(not_held).collect();
         };
+        let sent = Instant::now();
         let outcome = self.session.keep_alive(session_lease).await;
+        tracing::trace!(leases = leases.len(), took = ?sent.elapsed(), ok = ?outcome, "renew_many");
+        if matches!(outcome, Ok(true)) {
+            // Expiry per lock: what this batch renewed is not reaped (see `sweep`).
+            let renewed = leases
+                .iter()
+                .zip(&lease_ids)
+                .filter(|(_, id)| **id == Some(session_lease))
+                .map(|(l, _)| (l.holder_id.as_str(), i64::try_from(l.fencing_token).unwrap_or(i64::MAX)));
+            self.session.held.renewed(renewed, sent);
+        }
         leases
             .iter()
             .zip(&lease_ids)

@@ -1,12 +1,14 @@
 //! The locks a session holds right now, by key, with the lost signal of each.
 //!
-//! Entries leave the registry when the lock is released, when the hub sees the key deleted, or
-//! when the session's lease is found gone; the last two fire the lost signal.
+//! Entries leave the registry when the lock is released, when the hub sees the key deleted, when
+//! the session's lease is found gone, or when the lock was not renewed for its TTL (its guard was
+//! abandoned: see [`crate::sweep`]); all but the first fire the lost signal.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use lockcore::{LostReason, LostSignal};
+use tokio::time::Instant;
 
 use crate::slots::Slot;
 
@@ -18,8 +20,11 @@ pub(crate) struct Held {
     pub create_rev: i64,
     /// Fired when the lock is lost.
     pub lost: LostSignal,
-    /// The hub watch that reports the key's deletion.
-    pub watch_id: i64,
+    /// The hub watch that reports the key's deletion, once it was opened (see [`crate::sweep`]).
+    pub watch_id: Option<i64>,
+    /// When the lock was last renewed: the send time of the last keep-alive of a `renew_many`
+    /// that included it (or its `acquired_at`). A lock not renewed for its TTL is reaped.
+    pub renewed_at: Instant,
     /// The in-process slot of the Go layout, held as long as the key exists.
     pub slot: Option<Slot>,
 }
@@ -57,6 +62,47 @@ impl HeldRegistry {
             .map(|h| h.lease_id)
     }
 
+    /// Marks the locks `(key, create_rev)` that we still hold as renewed at `sent` (one lock of
+    /// the registry for the whole batch).
+    pub fn renewed<'a>(&self, locks: impl Iterator<Item = (&'a str, i64)>, sent: Instant) {
+        let mut map = self.lock();
+        for (key, create_rev) in locks {
+            if let Some(h) = map.get_mut(key).filter(|h| h.create_rev == create_rev) {
+                h.renewed_at = h.renewed_at.max(sent);
+            }
+        }
+    }
+
+    /// Gives the held watch `watch_id` to the lock `(key, create_rev)`; `false` if it is no
+    /// longer held (the caller cancels the watch).
+    pub fn set_watch(&self, key: &str, create_rev: i64, watch_id: i64) -> bool {
+        match self.lock().get_mut(key).filter(|h| h.create_rev == create_rev) {
+            Some(h) => {
+                h.watch_id = Some(watch_id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes the locks last renewed at or before `before`: nobody renews them any more.
+    pub fn take_unrenewed(&self, before: Instant) -> Vec<(String, Held)> {
+        let mut map = self.lock();
+        let keys: Vec<String> = map
+            .iter()
+            .filter(|(_, h)| h.renewed_at <= before)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| map.remove(&k).map(|h| (k, h)))
+            .collect()
+    }
+
+    /// Whether no lock is held.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     /// The key was deleted on the server: the lock is lost. Returns the watch id to cancel.
     pub fn deleted(&self, key: &str, create_rev: i64) -> Option<i64> {
         let held = self.take(key, create_rev)?;
@@ -65,7 +111,7 @@ impl HeldRegistry {
         ))) {
             tracing::warn!(key, fencing_token = create_rev, "lock lost: its key was deleted");
         }
-        Some(held.watch_id)
+        held.watch_id
     }
 
     /// The session lease is gone: every lock attached to it is lost. Returns their watch ids.
@@ -82,7 +128,7 @@ impl HeldRegistry {
                 .collect()
         };
         gone.into_iter()
-            .map(|(key, held)| {
+            .filter_map(|(key, held)| {
                 if held.lost.fire(LostReason::LeaseGone(format!(
                     "the session lease {lease_id:x} is gone: {why}"
                 ))) {

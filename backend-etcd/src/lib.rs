@@ -39,10 +39,12 @@
 //!   locks of a `Locker` share the session TTL. Use separate `connect` calls (URLs with different
 //!   `ttl=`) for locks that need different expiry.
 //! - The TTL is how long a lock outlives its *process* (or its connection): when the process
-//!   dies, every lock it held goes after one TTL. A single lock whose guard is
-//!   `abandon()`ed while the same `Locker` still holds other locks stays held, because the
-//!   session keeps being renewed; it goes when the session does (or when the `Locker` is
-//!   dropped, which revokes the lease).
+//!   dies, every lock it held goes after one TTL. A single lock whose guard is `abandon()`ed
+//!   expires after about one TTL too, even while the same `Locker` holds other locks and keeps
+//!   the session alive: the backend remembers when each lock was last included in a successful
+//!   `renew_many` (or granted), and one sweeper task per session (one timer, a quarter of the
+//!   TTL) deletes the key of a lock not renewed for its TTL and fires its `lost()` with
+//!   `LeaseGone` (see `sweep.rs`).
 //! - A lease that was lost (etcd answered a keep-alive with TTL 0) is replaced by a new one on
 //!   the next request; waiters that were queued under it queue again at the end.
 //!
@@ -55,7 +57,7 @@
 //!
 //! - **`acquire`** — one transaction: *if my key does not exist, put it with the lease*, and in
 //!   the same round trip *read the oldest key under `P(L)`* (the holder) and the two newest (my
-//!   key and my predecessor). Oldest == mine: held, **1 round trip** (plus one keep-alive if
+//!   key and my predecessor). Oldest == mine: held, **1 round trip**, nothing else sent (plus one keep-alive if
 //!   the session was not refreshed for half its TTL: after an idle period, or when a waiter is
 //!   granted the lock after an outage). Otherwise wait:
 //!   1. open a watch on the DELETE of my **predecessor only** (the newest key with a lower
@@ -67,12 +69,17 @@
 //!   3. on the delete event, look again (step 2's transaction, 1 round trip).
 //! - **handover** (holder releases, the next waiter takes over) = the release's delete, one
 //!   watch notification, one transaction: the waiter holds the lock **one notification + one
-//!   round trip** after the release was applied, at any wait time.
+//!   round trip** after the release was applied, at any wait time. Requests per handover: the
+//!   delete, the waiter's watch cancel (sent, not awaited: the key never comes back, but the
+//!   server would keep the watcher until the stream closes) and the waiter's place
+//!   transaction: 3, of which 2 on the critical path; plus a held-key watch create and cancel
+//!   for a lock held longer than 100 ms.
 //! - **`try_acquire`** — one transaction: *if no key exists under `P(L)` (a compare over the
 //!   range), put mine*. Fails without writing anything when the lock is held or anyone waits:
 //!   **1 round trip**.
 //! - **`release`** — one transaction: *if my key still has my create revision, delete it*
-//!   (**1 round trip**); a stale lease never deletes a newer holder's key.
+//!   (**1 round trip**); a stale lease never deletes a newer holder's key. An uncontended
+//!   acquire + release is its two transactions and nothing else (`examples/uncontended.rs`).
 //! - **renewal** — one keep-alive per tick for the whole session.
 //! - **cancellation** — the key of an `acquire` that times out or is dropped at any await point
 //!   (including while its creating transaction is in flight) is deleted by a background task
@@ -117,16 +124,19 @@
 //! `lost()` fires when:
 //! - a keep-alive answers TTL 0 (the lease expired or was revoked): every lock of the session;
 //! - no keep-alive succeeds for longer than the TTL minus the safety margin (the watchdog);
-//! - the lock's key is deleted behind its back (an operator, `etcdctl del`): each held key has a
-//!   watch for its deletion on the session's shared watch stream, from its create revision + 1
-//!   (so a deletion before the watch reached the server is seen too). Such watches cost one
-//!   message when the lock is taken and one when it is released, and no traffic in between:
-//!   renewal traffic does not grow with the number of held locks. (Checking the keys in
-//!   `renew_many` would cost a compare per lock per tick and hit etcd's limit of 128 operations
-//!   per transaction.) When the stream breaks, the watches are re-created from the same
-//!   revisions; if that history was compacted, the key is read instead. That is the one cost
-//!   that does grow with the number of held locks: after a reconnect, one watch request per
-//!   held lock (and the server replays each key's history since it was created).
+//! - the lock's key is deleted behind its back (an operator, `etcdctl del`): each key held for
+//!   100 ms gets a watch for its deletion on the session's shared watch stream, opened by the
+//!   session's sweeper (never awaited by `acquire`), from its create revision + 1 (so a deletion
+//!   before the watch reached the server is replayed: nothing is missed, it is only reported up
+//!   to ~100 ms later). A lock released within 100 ms costs no watch request at all; a longer
+//!   one costs one message when the watch opens and one when it is released, and no traffic
+//!   in between: renewal traffic does not grow with the number of held locks. (Checking the
+//!   keys in `renew_many` would cost a compare per lock per tick and hit etcd's limit of 128
+//!   operations per transaction.) When the stream breaks, the watches are re-created from the
+//!   same revisions; if that history was compacted, the key is read instead. That is the one
+//!   cost that does grow with the number of held locks: after a reconnect, one watch request
+//!   per held lock (and the server replays each key's history since it was created);
+//! - the lock was not renewed for its TTL (its guard was abandoned): see *Session and TTL*.
 //!
 //! ## Layouts
 //!
@@ -154,7 +164,10 @@
 //!
 //! `tests/conformance.rs` (the lockcore suite, default layout), `tests/session.rs` (one lease
 //! for all locks, revoked leases, long waits), `tests/batch_renewal.rs` (300 held locks cost
-//! one keep-alive per tick, counted with etcd's metrics), `tests/compat.rs` (`etcdctl lock`
+//! one keep-alive per tick, counted with etcd's metrics), `tests/scale.rs` (5,000 locks taken
+//! 50 at a time on one `Locker` with `ttl=3s` survive three TTLs with a bounded number of
+//! `renew_many` calls and at most one keep-alive each; `SCALE_LOCKS=10000` for the
+//! benchmark's size), `tests/compat.rs` (`etcdctl lock`
 //! against `layout=go-mutex`, both ways, and the inherited prefix pitfall), `tests/cluster.rs`
 //! (leader SIGKILLed under a held lock with queued waiters), `tests/outage.rs` (a hung server),
 //! `tests/bad_input.rs` (unreachable and silent endpoints, TTLs below the minimum, bad options).
@@ -172,6 +185,7 @@ mod queue;
 mod retry;
 mod session;
 mod slots;
+mod sweep;
 mod watch;
 
 pub use backend::{EtcdBackend, EtcdStats};

@@ -22,6 +22,7 @@ use crate::conn::{Conn, Stats};
 use crate::error::{from_etcd, request, timed};
 use crate::held::{Held, HeldRegistry};
 use crate::slots::{Slot, Slots};
+use crate::sweep::{self, Sweep};
 use crate::watch::WatchHub;
 
 /// The lease a request is made under.
@@ -55,6 +56,7 @@ pub(crate) struct Session {
     pub held: Arc<HeldRegistry>,
     pub hub: WatchHub,
     pub slots: Slots,
+    pub sweep: Sweep,
     state: Mutex<LeaseState>,
     grant_lock: tokio::sync::Mutex<()>,
     keep_alive: tokio::sync::Mutex<Option<KeepAlive>>,
@@ -120,6 +122,7 @@ impl Session {
             cfg,
             held,
             slots: Slots::default(),
+            sweep: Sweep::default(),
             state: Mutex::new(LeaseState {
                 id: Some(grant.id()),
                 ttl: granted,
@@ -133,6 +136,7 @@ impl Session {
             attempts: AtomicU64::new(0),
         });
         tokio::spawn(keeper(Arc::downgrade(&session), session.waiters.subscribe()));
+        sweep::start(&session);
         Ok(session)
     }
 
@@ -247,29 +251,36 @@ impl Session {
         self.conn.stats.keep_alives.fetch_add(1, Ordering::Relaxed);
         let sent = Instant::now();
         let limit = self.cfg.request_timeout;
+        // The stream is taken out of the slot while the keep-alive is in flight and put back
+        // only when its answer was read: if this future is dropped in flight (the watchdog
+        // bounds `renew_many`), the stream is dropped with it, so its late answer can never be
+        // read by the next keep-alive as its own.
+        let current = slot.take().filter(|k| k.id == id);
         let attempt = async {
-            match slot.as_mut().filter(|k| k.id == id) {
-                Some(k) => {
+            match current {
+                Some(mut k) => {
                     k.keeper.keep_alive().await?;
                     match k.stream.message().await? {
-                        Some(resp) => Ok(resp.ttl() > 0),
+                        Some(resp) => Ok((resp.ttl() > 0, Some(k))),
                         None => Err(etcd_client::Error::LeaseKeepAliveError(
                             "the keep-alive stream ended".into(),
                         )),
                     }
                 }
                 None => match self.client.lease_client().keep_alive(id).await {
-                    Ok((keeper, stream)) => {
-                        *slot = Some(KeepAlive { id, keeper, stream });
-                        Ok(true)
+                    Ok((keeper, stream)) => Ok((true, Some(KeepAlive { id, keeper, stream }))),
+                    Err(etcd_client::Error::LeaseKeepAliveError(e)) if e.contains("lease not found") => {
+                        Ok((false, None))
                     }
-                    Err(etcd_client::Error::LeaseKeepAliveError(e)) if e.contains("lease not found") => Ok(false),
                     Err(e) => Err(e),
                 },
             }
         };
         let outcome = match tokio::time::timeout(limit, attempt).await {
-            Ok(Ok(alive)) => Ok(alive),
+            Ok(Ok((alive, stream))) => {
+                *slot = stream.filter(|_| alive);
+                Ok(alive)
+            }
             Ok(Err(e)) => Err(from_etcd("keeping the session lease alive", e)),
             Err(_) => Err(LockError::Unavailable {
                 message: format!("keeping the session lease alive: no answer from etcd within {limit:?}"),
@@ -285,13 +296,12 @@ impl Session {
                 Ok(true)
             }
             Ok(false) => {
-                *slot = None;
                 drop(slot);
                 self.lease_gone(id, "etcd answered the keep-alive with TTL 0 (expired or revoked)");
                 Ok(false)
             }
             Err(e) => {
-                *slot = None; // a late answer must not be taken for the next request's
+                drop(slot); // a failed stream is not reused
                 Err(e)
             }
         }
@@ -314,8 +324,9 @@ impl Session {
         }
     }
 
-    /// Records a granted lock and starts watching its key. Returns when the lease was last
-    /// refreshed (the lock's `acquired_at`). If the lease was lost meanwhile, `lost` fires at once.
+    /// Records a granted lock (the sweeper watches its key if it is still held after
+    /// [`sweep::WATCH_DELAY`]). Returns when the lease was last refreshed (the lock's
+    /// `acquired_at`). If the lease was lost meanwhile, `lost` fires at once.
     pub fn register_held(
         &self,
         key: &str,
@@ -324,27 +335,30 @@ impl Session {
         lost: &LostSignal,
         slot: Option<Slot>,
     ) -> Instant {
-        let watch_id = self.hub.watch_held(key, create_rev);
-        let held = Held {
-            lease_id: lease.id,
-            create_rev,
-            lost: lost.clone(),
-            watch_id,
-            slot,
-        };
         let s = self.state();
         let still_alive = s.generation == lease.generation && s.id == Some(lease.id);
-        if still_alive {
-            self.held.insert(key.to_owned(), held);
-        } else {
+        if !still_alive {
             drop(s);
-            self.hub.cancel(watch_id);
             lost.fire(lockcore::LostReason::LeaseGone(
                 "the session lease was lost while granting".into(),
             ));
             return Instant::now();
         }
-        s.refreshed_at
+        let acquired_at = s.refreshed_at;
+        self.held.insert(
+            key.to_owned(),
+            Held {
+                lease_id: lease.id,
+                create_rev,
+                lost: lost.clone(),
+                watch_id: None,
+                renewed_at: acquired_at,
+                slot,
+            },
+        );
+        drop(s);
+        self.sweep.granted(key, create_rev, Instant::now());
+        acquired_at
     }
 
     /// Revokes the lease in the background (when the backend is dropped): its keys go at once.
