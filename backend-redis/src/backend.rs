@@ -181,6 +181,8 @@ impl LockBackend for RedisBackend {
             .unwrap_or_else(|| Err(LockError::Protocol("no renewal result".into())))
     }
 
+    /// Each server gets the whole batch as one `RENEW_MANY` script call per 500 leases, all
+    /// pipelined in one round trip (see the crate docs, "The scripts").
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         let keys: Vec<LockKeys> = leases.iter().map(|l| self.inner.keys(&l.name)).collect();
         let items: Vec<(&str, &str, Duration)> = leases
@@ -239,7 +241,23 @@ impl LockBackend for RedisBackend {
         let answers = fan_out(
             &self.inner.nodes,
             |_, n| n.inspect(&keys),
-            |answers| counts(answers).1 >= quorum,
+            // Done once the holder is decided: some holder on a majority, or no holder able to
+            // reach one with the answers still missing (a majority of answers is not enough: a
+            // master that has not seen the latest acquire yet must not hide the holder).
+            |answers| {
+                let (answered, ok) = counts(answers);
+                let missing = answers.len() - answered;
+                let mut ids: Vec<String> = answers
+                    .iter()
+                    .filter_map(|a| match a {
+                        Some(Ok(info)) => info.value.as_deref().map(|v| parse_value(v).0),
+                        _ => None,
+                    })
+                    .collect();
+                ids.sort_unstable();
+                let best = ids.chunk_by(|a, b| a == b).map(<[String]>::len).max().unwrap_or(0);
+                missing == 0 || ok + missing < quorum || best >= quorum || (ok >= quorum && best + missing < quorum)
+            },
         )
         .await;
         let answers = answers.into_iter().flatten();

@@ -47,9 +47,16 @@
 //! - **release** (`RELEASE`): compare-and-delete (only if the value is still ours), then `PUBLISH`
 //!   one wake-up to the first live waiter: a handover costs the same few commands whether 1 or
 //!   1000 clients wait, and one notification plus one round trip of latency.
-//! - **renew** (`RENEW`): compare-and-`PEXPIRE`. The watchdog's batch ([`lockcore::LockBackend::renew_many`])
-//!   sends one `EVALSHA` per lease in **one pipelined round trip**; a lease whose key no longer
-//!   holds our token is reported `NotHeld`, which fires its `lost()`.
+//! - **renew** (`RENEW_MANY`): compare-and-`PEXPIRE` of a whole batch. The watchdog renews all
+//!   leases of a [`lockcore::Locker`] that are due together in one
+//!   [`lockcore::LockBackend::renew_many`] call; that is **one `EVALSHA` per 500 leases**
+//!   (KEYS: the lock keys; ARGV: token and TTL of each), all of them in **one pipelined round
+//!   trip**: 1000 held locks cost two script calls per tick, not 1000. The script answers one
+//!   flag per lease; a lease whose key no longer holds our token is reported `NotHeld`, which
+//!   fires its `lost()`, and does not affect the others of its batch. The chunks keep each script
+//!   short (a script blocks its server while it runs: about a millisecond for 500 leases).
+//!   On Redis Cluster the keys of one call would have to share a hash slot, i.e. a batch would
+//!   have to be grouped by slot first; this crate connects to standalone servers only.
 //! - **leave** (`LEAVE`): a cancelled or timed-out acquire removes its queue entry, releases a lock
 //!   granted to it but never returned, and passes the wake-up on if it was first in line.
 //!   It runs from a `Drop` guard (spawned), so dropping an acquire future leaves nothing behind.
@@ -57,7 +64,7 @@
 //!
 //! Every script is loaded (`SCRIPT LOAD`, one pipelined round trip) when connecting, and sent as
 //! `EVALSHA` through [`redis::Script`], which reloads it on `NOSCRIPT` (after a server restart);
-//! the renewal pipeline does the same. An uncontended acquire is one `EVALSHA` (`EXISTS lock
+//! the renewal pipeline does the same (loads `RENEW_MANY` and sends the pipeline again). An uncontended acquire is one `EVALSHA` (`EXISTS lock
 //! queue`, `INCR`, `SET`) and a release one `EVALSHA` (`GET`, `DEL`, `EXISTS queue`): no
 //! subscription, queue entry or `TIME` unless the lock is busy or someone waits.
 //!
@@ -102,8 +109,9 @@
 //! - Acquire: the acquire script on every master at once; it succeeds when a majority granted it
 //!   within the validity `ttl − elapsed − drift` (drift = 1% of the TTL + 2 ms), and is undone on
 //!   every master otherwise. Connecting needs a majority of the masters to answer.
-//! - Release: on every master. Renew: on every master, in one pipelined round trip per master;
-//!   the lease lives while a majority extended it, and is `NotHeld` once a majority no longer has it.
+//! - Release: on every master. Renew: on every master, the whole batch as one `RENEW_MANY` call
+//!   per 500 leases and one pipelined round trip per master; a lease lives while a majority
+//!   extended it, and is `NotHeld` once a majority no longer has it.
 //! - Each operation returns as soon as the answers decide it (a majority granted, renewed or
 //!   answered; or too few are left to make one) and does not wait for the others. A master that
 //!   fails is skipped for a backoff (100 ms doubling to 2 s) and then tried again by one

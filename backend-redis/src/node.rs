@@ -70,6 +70,11 @@ struct Health {
     backoff: Duration,
 }
 
+/// Leases per `RENEW_MANY` call: a script blocks its server while it runs, so a batch of
+/// thousands is split into calls of this size (still sent in one pipelined round trip). 500
+/// leases take on the order of a millisecond of server time.
+pub(crate) const RENEW_CHUNK: usize = 500;
+
 const MIN_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(2);
 
@@ -294,12 +299,21 @@ impl Node {
         Ok(held == 1)
     }
 
-    /// Extends every `(lock key, token, ttl)` in one pipelined round trip; `true` where extended.
+    /// Extends every `(lock key, token, ttl)`; `true` where extended. One `RENEW_MANY` script call
+    /// per [`RENEW_CHUNK`] leases, all chunks pipelined in one round trip.
     pub(crate) async fn renew_many(&self, items: &[(&str, &str, Duration)]) -> Result<Vec<bool>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let chunks: Vec<&[(&str, &str, Duration)]> = items.chunks(RENEW_CHUNK).collect();
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for (key, token, ttl) in items {
-            pipe.invoke_script(SCRIPTS.renew.key(*key).arg(*token).arg(millis(*ttl)));
+        for chunk in &chunks {
+            let mut call = SCRIPTS.renew_many.prepare_invoke();
+            for (key, token, ttl) in *chunk {
+                call.key(*key).arg(*token).arg(millis(*ttl));
+            }
+            pipe.invoke_script(&call);
         }
         let mut conn = self.conn.clone();
         let replies: Vec<Value> = self
@@ -309,24 +323,40 @@ impl Node {
                     return Ok(replies);
                 }
                 // The server lost its script cache (a restart): load the script and go again.
-                SCRIPTS.renew.prepare_invoke().load_async(&mut conn).await?;
+                SCRIPTS.renew_many.prepare_invoke().load_async(&mut conn).await?;
                 pipe.query_async(&mut conn).await
             })
             .await?;
-        if replies.len() != items.len() {
+        if replies.len() != chunks.len() {
             return Err(LockError::Protocol(format!(
-                "{} renewal replies for {} leases",
+                "{} renewal replies for {} script calls",
                 replies.len(),
-                items.len()
+                chunks.len()
             )));
         }
-        replies
-            .into_iter()
-            .map(|v| match v {
-                Value::Int(n) => Ok(n == 1),
-                other => Err(LockError::Protocol(format!("unexpected renewal reply {other:?}"))),
-            })
-            .collect()
+        let mut renewed = Vec::with_capacity(items.len());
+        for (reply, chunk) in replies.into_iter().zip(&chunks) {
+            match reply {
+                Value::Array(flags) if flags.len() == chunk.len() => {
+                    for flag in flags {
+                        match flag {
+                            Value::Int(n) => renewed.push(n == 1),
+                            other => return Err(LockError::Protocol(format!("unexpected renewal result {other:?}"))),
+                        }
+                    }
+                }
+                Value::ServerError(e) => {
+                    return Err(map_error(RedisError::from(e), "renewing", &self.addr));
+                }
+                other => {
+                    return Err(LockError::Protocol(format!(
+                        "unexpected renewal reply {other:?} for {} leases",
+                        chunk.len()
+                    )))
+                }
+            }
+        }
+        Ok(renewed)
     }
 
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<RawInfo> {

@@ -7,7 +7,9 @@
 //!   it; a second round trip (`RAISE_FENCE`) lifts those masters' counters to that maximum, on a
 //!   majority, before the lease is returned. Any later holder's majority overlaps this one in at
 //!   least one master whose counter is already at the maximum, so its token is larger.
-//! - **Release:** on all masters. **Renew:** on all; the lease lives while a majority extended it.
+//! - **Release:** on all masters. **Renew:** the watchdog's batch on all masters, each getting
+//!   one `RENEW_MANY` call per 500 leases (see [`crate::node::Node::renew_many`]); a lease lives
+//!   while a majority extended it.
 //! - **Dead masters:** every operation returns as soon as the answers decide it (a majority
 //!   granted, or can no longer grant), without waiting for the rest; a master that failed is
 //!   skipped for a backoff (100 ms doubling to 2 s) and then tried by one operation, off the

@@ -1,7 +1,8 @@
 //! The Lua scripts: every state change of a lock is one atomic script on the server.
 //!
-//! Key arguments always come in the order of [`crate::LockKeys`]: `lock, fence, queue, alive`
-//! (scripts that need fewer take a prefix of that list, or the ones they name).
+//! Key arguments of the scripts of one lock come in the order of [`crate::LockKeys`]: `lock,
+//! fence, queue, alive` (scripts that need fewer take a prefix of that list, or the ones they
+//! name). `RENEW_MANY` is the exception: it takes the lock keys of many locks.
 
 use std::sync::LazyLock;
 
@@ -127,11 +128,25 @@ if first then wake(ARGV[2], (head(KEYS[2], KEYS[3], now_ms()))) end
 return released
 "#;
 
-/// Compare-and-pexpire. KEYS: lock. ARGV: token, ttl ms. Returns 1 if extended, 0 if not ours.
-const RENEW: &str = r#"
-if not mine(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+/// Compare-and-pexpire of a whole batch of leases (the watchdog's tick), one `GET` and at most
+/// one `PEXPIRE` per lease. KEYS: the lock keys, one per lease (a key may repeat). ARGV: for lease
+/// `i`, its token at `2i - 1` and its TTL in ms at `2i`. Returns one integer per lease, in order:
+/// 1 if extended, 0 if the key no longer holds that token.
+///
+/// The keys of different locks are in different hash slots: on Redis Cluster a batch would have
+/// to be grouped by slot (this crate connects to standalone servers only).
+const RENEW_MANY: &str = r#"
+local out = {}
+for i = 1, #KEYS do
+  local k = KEYS[i]
+  if mine(redis.call('GET', k), ARGV[2 * i - 1]) then
+    redis.call('PEXPIRE', k, ARGV[2 * i])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
 "#;
 
 /// Quorum mode: raises the fencing counter to the token chosen for the lease, if we hold the lock.
@@ -166,7 +181,7 @@ pub(crate) struct Scripts {
     pub(crate) wait_step: Script,
     pub(crate) release: Script,
     pub(crate) leave: Script,
-    pub(crate) renew: Script,
+    pub(crate) renew_many: Script,
     pub(crate) raise_fence: Script,
     pub(crate) inspect: Script,
     /// The source of every script, for `SCRIPT LOAD` at connect.
@@ -175,7 +190,7 @@ pub(crate) struct Scripts {
 
 /// The one instance.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let sources: Vec<String> = [TRY_ACQUIRE, WAIT_STEP, RELEASE, LEAVE, RENEW, RAISE_FENCE, INSPECT]
+    let sources: Vec<String> = [TRY_ACQUIRE, WAIT_STEP, RELEASE, LEAVE, RENEW_MANY, RAISE_FENCE, INSPECT]
         .iter()
         .map(|b| full(b))
         .collect();
@@ -185,7 +200,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         wait_step: s(1),
         release: s(2),
         leave: s(3),
-        renew: s(4),
+        renew_many: s(4),
         raise_fence: s(5),
         inspect: s(6),
         sources,

@@ -3,9 +3,9 @@
 //! enforces `max_hold`.
 //!
 //! Timing, for a lease of TTL `t` (effective, as the backend reports it):
-//! - renew every `backend.renew_interval(t)` (default `t/3`), batched with every other lease due
-//!   within the next tenth of its interval; a new lease joins the next batch if that comes before
-//!   its own due time, so all leases of a Locker converge into one batch per interval;
+//! - renew every `backend.renew_interval(t)` (default `t/3`); a batch that goes out takes every
+//!   lease due within the next half of its interval, and a new lease joins the next batch if that
+//!   comes before its own due time, so all leases of a Locker converge into one batch per interval;
 //! - a lease is valid until `sent + t - margin`, where `sent` is when the last *successful*
 //!   renewal was sent and `margin = t/10` (at least 5 ms): client and server clocks run at
 //!   slightly different rates, and the server counts from when it *received* the request;
@@ -84,7 +84,9 @@ impl Watchdog {
         // Join the next batch if it comes before this lease's own due time: renewing early is
         // always safe, and it keeps every lease of a Locker in one batch instead of one batch per
         // moment a lock was taken.
-        let next_batch = state.entries.values().map(|e| e.renew_at).min();
+        // (Only a batch still to come: one that is due or in flight is no batch to join.)
+        let now = Instant::now();
+        let next_batch = state.entries.values().map(|e| e.renew_at).filter(|&t| t > now).min();
         let entry = Entry {
             renew_at: next_batch.map_or(own_due, |b| b.min(own_due)),
             valid_until: lease.acquired_at + lease.ttl - margin(lease.ttl),
@@ -150,11 +152,15 @@ async fn run(shared: Arc<Shared>) {
                 state.task_running = false;
                 return;
             }
-            // Renew what is due, plus what would be due very soon, in one batch.
-            for (id, e) in &state.entries {
-                let slack = shared.backend.renew_interval(e.lease.ttl) / 10;
-                if e.renew_at <= now + slack {
-                    due.push((*id, e.lease.clone()));
+            // When a batch goes out, it takes everything due within the next half interval too:
+            // renewing early is safe, and it merges leases taken at different times into one
+            // batch per interval.
+            if state.entries.values().any(|e| e.renew_at <= now) {
+                for (id, e) in &state.entries {
+                    let slack = shared.backend.renew_interval(e.lease.ttl) / 2;
+                    if e.renew_at <= now + slack {
+                        due.push((*id, e.lease.clone()));
+                    }
                 }
             }
             let next_wake = state.entries.values().map(Entry::next_event).min();
