@@ -177,7 +177,13 @@ async fn leases_taken_at_different_times_converge_into_one_batch_per_interval() 
     let before = backend.batches.load(Ordering::SeqCst);
     tokio::time::sleep(ttl * 2).await; // six intervals
     let batches = backend.batches.load(Ordering::SeqCst) - before;
-    assert!(batches <= 9, "{batches} renewal batches in six intervals for 200 locks: they did not converge");
-    assert!(during <= 20, "{during} renewal batches while 200 locks were taken over ~1.5 s: batches ran back to back");
+    assert!(
+        batches <= 9,
+        "{batches} renewal batches in six intervals for 200 locks: they did not converge"
+    );
+    assert!(
+        during <= 20,
+        "{during} renewal batches while 200 locks were taken over ~1.5 s: batches ran back to back"
+    );
     assert!(guards.iter().all(|g| g.is_held()));
 }
