@@ -324,13 +324,6 @@ impl LockBackend for EtcdBackend {
         }
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<()> {
-        let mut results = self.renew_many(std::slice::from_ref(lease)).await;
-        results
-            .pop()
-            .unwrap_or_else(|| Err(LockError::Protocol("no renewal result".into())))
-    }
-
     /// One keep-alive of the session lease renews every lock of this backend on the server; the
     /// locks of this batch are also marked renewed, so that the sweeper does not reap them (a
     /// lock left out of the batches for its TTL was abandoned: see the crate docs).

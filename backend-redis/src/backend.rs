@@ -174,13 +174,6 @@ impl LockBackend for RedisBackend {
         }
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<()> {
-        let mut results = self.renew_many(std::slice::from_ref(lease)).await;
-        results
-            .pop()
-            .unwrap_or_else(|| Err(LockError::Protocol("no renewal result".into())))
-    }
-
     /// Each server gets the whole batch as one `RENEW_MANY` script call per 500 leases, all
     /// pipelined in one round trip (see the crate docs, "The scripts").
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {

@@ -206,13 +206,6 @@ impl LockBackend for ZkBackend {
         }
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<()> {
-        let mut results = self.renew_many(std::slice::from_ref(lease)).await;
-        results
-            .pop()
-            .unwrap_or_else(|| Err(LockError::Protocol("no renewal result".into())))
-    }
-
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         let session = self.current.lock().await.clone();
         renew_all(&session, &self.config.namespace, leases).await

@@ -66,26 +66,27 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// away, already released).
     async fn release(&self, lease: &Lease) -> Result<()>;
 
-    /// Extends the lease by its TTL from now. [`crate::LockError::NotHeld`] when the lease is gone
-    /// (the caller then fires its lost signal); any other error is treated as transient and retried.
-    async fn renew(&self, lease: &Lease) -> Result<()>;
+    /// Renews many leases at once; returns one result per lease, in order: `Ok` when the lease
+    /// was extended by its TTL from now, [`crate::LockError::NotHeld`] when it is gone (the
+    /// watchdog then fires its lost signal), any other error when the renewal could not be done
+    /// (the watchdog retries until the lease runs out).
+    ///
+    /// The watchdog calls only this, with every lease of the Locker that is due, so a backend
+    /// renews them in as few requests as it can: etcd and ZooKeeper renew their one session for all
+    /// locks, Redis extends every key in one script call.
+    async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>>;
+
+    /// Renews one lease: [`LockBackend::renew_many`] with one lease.
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        let mut results = self.renew_many(std::slice::from_ref(lease)).await;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(crate::LockError::Protocol("no renewal result".into())))
+    }
 
     /// Who holds `name` right now and how many wait: a read-only look for operators (the CLI's
     /// `inspect`), never used for locking decisions.
     async fn inspect(&self, name: &LockName) -> Result<LockInfo>;
-
-    /// Renews many leases at once; returns one result per lease, in order.
-    ///
-    /// The watchdog calls only this. The default renews one lease after the other; backends that can
-    /// do better override it: etcd and ZooKeeper renew one session for all locks of a client, Redis
-    /// extends every key in one scripted round trip.
-    async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
-        let mut results = Vec::with_capacity(leases.len());
-        for lease in leases {
-            results.push(self.renew(lease).await);
-        }
-        results
-    }
 
     /// How often the watchdog should renew a lease of `ttl`. Default: a third of it.
     fn renew_interval(&self, ttl: Duration) -> Duration {

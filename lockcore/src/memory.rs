@@ -139,6 +139,25 @@ impl MemoryBackend {
     }
 }
 
+impl MemoryBackend {
+    /// Extends one lease by its TTL from now, if it is still ours.
+    fn renew_one(&self, lease: &Lease) -> Result<()> {
+        let now = Instant::now();
+        let mut state = self.store.lock();
+        let holder = state.locks.get_mut(lease.name.encoded()).and_then(|lock| {
+            expire(lock, now);
+            lock.holder.as_mut().filter(|h| h.id == lease.holder_id)
+        });
+        match holder {
+            Some(h) => {
+                h.expires_at = now + lease.ttl;
+                Ok(())
+            }
+            None => Err(LockError::not_held(lease.name.as_str())),
+        }
+    }
+}
+
 impl Store {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -297,19 +316,7 @@ impl LockBackend for MemoryBackend {
         }
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<()> {
-        let now = Instant::now();
-        let mut state = self.store.lock();
-        let holder = state.locks.get_mut(lease.name.encoded()).and_then(|lock| {
-            expire(lock, now);
-            lock.holder.as_mut().filter(|h| h.id == lease.holder_id)
-        });
-        match holder {
-            Some(h) => {
-                h.expires_at = now + lease.ttl;
-                Ok(())
-            }
-            None => Err(LockError::not_held(lease.name.as_str())),
-        }
+    async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
+        leases.iter().map(|lease| self.renew_one(lease)).collect()
     }
 }
