@@ -6,44 +6,16 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lockcore::conformance::servers::{backends, OnDrop};
 use lockcore::conformance::{unique_name, within};
 use lockcore::{BackendUrl, LockName, Locker};
 use tokio::time::Instant;
 
 const PATIENCE: Duration = Duration::from_secs(90);
 const WAITERS: usize = 3;
-
-fn backends(args: &[&str]) -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends");
-    let out = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run scripts/backends");
-    assert!(
-        out.status.success(),
-        "scripts/backends {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// Starts the killed member again when dropped, also when the test fails.
-struct Restart(String);
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends");
-        match Command::new("bash").arg(script).args(["start", &self.0]).status() {
-            Ok(s) if s.success() => {}
-            other => eprintln!("could not restart {}: {other:?}", self.0),
-        }
-    }
-}
 
 /// Storage that accepts a write only with a fencing token at least as large as the last one
 /// it saw, and tracks who is inside the critical section.
@@ -174,7 +146,7 @@ async fn failover(base: &str, ttl: &str) {
 
     let leader = backends(&["leader", "etcd-cluster"]);
     assert!(leader.starts_with("etcd-"), "no leader found: {leader:?}");
-    let _restart = Restart(leader.clone());
+    let _restart = OnDrop::start(&leader);
     backends(&["kill", &leader]);
     eprintln!("killed the leader {leader}");
 

@@ -5,33 +5,13 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
+use lockcore::conformance::servers::{backends, OnDrop};
 use lockcore::conformance::{unique_name, within};
 use lockcore::{BackendUrl, LockError, LostReason};
 
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn backends(args: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends");
-    let status = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .status()
-        .expect("run scripts/backends");
-    assert!(status.success(), "scripts/backends {args:?} failed");
-}
-
-/// Resumes the server when dropped, also when the test fails.
-struct Resume;
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends");
-        let _ = Command::new("bash").arg(script).args(["resume", "etcd"]).status();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_server_fails_requests_instead_of_hanging() {
@@ -42,7 +22,7 @@ async fn a_hung_server_fails_requests_instead_of_hanging() {
     let name = unique_name("outage");
     let guard = locker.lock(&name).acquire().await.expect("acquire");
 
-    let resume = Resume;
+    let resume = OnDrop::resume("etcd");
     backends(&["pause", "etcd"]);
     let reason = within(PATIENCE, "lost() while the server is hung", guard.lost()).await;
     assert!(matches!(reason, LostReason::RenewalFailed(_)), "{reason:?}");

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use lockcore::conformance::servers::{backends, OnDrop};
 use lockcore::conformance::unique_name;
 use lockcore::{LockError, LockName};
 
@@ -16,7 +17,7 @@ async fn majority_of_independent_masters() {
         "connect_timeout=1s&response_timeout=1s",
     );
     common::init_logs();
-    let _restore = common::Restore(vec!["redis-q1", "redis-q2"]);
+    let _restore = [OnDrop::start("redis-q1"), OnDrop::start("redis-q2")];
     let servers = common::quorum_hosts();
     let (a, b) = (common::locker(&url).await, common::locker(&url).await);
     let name = unique_name("quorum");
@@ -63,7 +64,7 @@ async fn majority_of_independent_masters() {
         .expect("release");
 
     // One master down: still acquires, still excludes, renews past the TTL.
-    common::backends(&["stop", "redis-q1"]);
+    backends(&["stop", "redis-q1"]);
     let one_down = common::locker(&url).await; // connecting needs only a majority
     let guard = one_down
         .lock(&name)
@@ -85,7 +86,7 @@ async fn majority_of_independent_masters() {
     for _ in 0..3 {
         for (id, server) in [("redis-q1", &servers[0]), ("redis-q2", &servers[1])] {
             if common::answers(server).await {
-                common::backends(&["stop", id]);
+                backends(&["stop", id]);
             }
         }
         let result = tokio::time::timeout(Duration::from_secs(30), a.lock(&name).try_acquire())
@@ -109,8 +110,8 @@ async fn majority_of_independent_masters() {
     assert!(checked, "could not keep two masters down long enough to check");
 
     // Restored: works again (q1 and q2 come back empty).
-    common::backends(&["start", "redis-q1"]);
-    common::backends(&["start", "redis-q2"]);
+    backends(&["start", "redis-q1"]);
+    backends(&["start", "redis-q2"]);
     let guard = tokio::time::timeout(Duration::from_secs(30), a.lock(&name).acquire())
         .await
         .expect("acquire hung after restore")

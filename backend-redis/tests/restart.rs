@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use lockcore::conformance::servers::{backends, OnDrop};
 use lockcore::conformance::{unique_name, within};
 use lockcore::LostReason;
 
@@ -32,9 +33,9 @@ async fn restart_without_persistence_loses_locks_and_counters() {
     let (token_a, token_b) = (held_a.fencing_token(), held_b.fencing_token());
 
     {
-        let _restore = common::Restore(vec!["redis-q1"]);
-        common::backends(&["stop", "redis-q1"]);
-        common::backends(&["start", "redis-q1"]);
+        let _restore = OnDrop::start("redis-q1");
+        backends(&["stop", "redis-q1"]);
+        backends(&["start", "redis-q1"]);
     }
 
     // The restarted server has no keys: the next renewal finds nothing and lost() fires.

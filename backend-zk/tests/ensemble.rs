@@ -12,45 +12,17 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lockcore::conformance::servers::{backends, OnDrop};
 use lockcore::conformance::{unique_name, within};
 use lockcore::{BackendUrl, LockGuard, LockName, Locker, LostReason};
 use tokio::sync::watch;
 
 const SESSION: Duration = Duration::from_secs(4);
 const WAITERS: usize = 3;
-
-fn backends(args: &[&str]) -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends");
-    let out = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run scripts/backends");
-    assert!(
-        out.status.success(),
-        "scripts/backends {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// Starts the killed server again when dropped (end of test, or a panic).
-struct Restart(String);
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends");
-        match Command::new("bash").arg(script).args(["start", &self.0]).status() {
-            Ok(s) if s.success() => println!("restarted {}", self.0),
-            other => eprintln!("could not restart {}: {other:?}", self.0),
-        }
-    }
-}
 
 /// What the lock protects: a flag "someone is inside" and a store that accepts only growing tokens.
 #[derive(Default)]
@@ -201,7 +173,7 @@ async fn leader_failover_never_gives_a_lock_to_two_holders() {
     let a = start("a", &ensemble, &ensemble, &admin, &stop_rx).await;
     let b = start("b", &format!("zk://{leader_addr}"), &ensemble, &admin, &stop_rx).await;
 
-    let restart = Restart(leader.clone());
+    let restart = OnDrop::start(&leader);
     backends(&["kill", &leader]);
     println!("killed {leader}");
 

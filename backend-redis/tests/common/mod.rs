@@ -128,28 +128,6 @@ impl Harness for RedisHarness {
     }
 }
 
-/// Runs `scripts/backends ARGS` (blocking) and panics if it fails.
-pub fn backends(args: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends");
-    let status = std::process::Command::new("bash")
-        .arg(script)
-        .args(args)
-        .status()
-        .expect("run scripts/backends");
-    assert!(status.success(), "scripts/backends {args:?} failed: {status}");
-}
-
-/// Starts the given servers again when dropped, so a failing test does not leave them down.
-pub struct Restore(pub Vec<&'static str>);
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        for id in &self.0 {
-            backends(&["start", id]);
-        }
-    }
-}
-
 /// Whether the server of a single-host `url` answers PING right now.
 pub async fn answers(url: &str) -> bool {
     let parsed = BackendUrl::parse(url).expect("url");

@@ -1,0 +1,56 @@
+//! Test support for fault tests: the repository's `scripts/backends`, which starts, kills, pauses
+//! and restarts the real test servers, called from Rust.
+
+use std::process::Command;
+
+/// The path of `scripts/backends`: `LOCKSMITH_BACKENDS_SCRIPT`, else the one in this repository.
+fn script() -> String {
+    std::env::var("LOCKSMITH_BACKENDS_SCRIPT")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends").to_owned())
+}
+
+/// Runs `scripts/backends ARGS` (e.g. `["kill", "etcd-2"]`, `["leader", "zk-ensemble"]`) and
+/// returns its trimmed standard output. Panics with the script's error output if it fails: this is
+/// test support, and a fault that could not be injected must fail the test.
+pub fn backends(args: &[&str]) -> String {
+    let out = Command::new("bash").arg(script()).args(args).output();
+    let out = out.unwrap_or_else(|e| panic!("running scripts/backends {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/backends {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Runs a `scripts/backends` command when dropped — at the end of the test or when it panics — so
+/// that a failing fault test does not leave a server down or paused for the tests after it.
+#[must_use = "the command runs when this value is dropped"]
+pub struct OnDrop {
+    args: Vec<String>,
+}
+
+impl OnDrop {
+    /// Starts server `id` again when dropped.
+    pub fn start(id: &str) -> Self {
+        OnDrop {
+            args: vec!["start".into(), id.into()],
+        }
+    }
+
+    /// Resumes (SIGCONT) server `id` when dropped.
+    pub fn resume(id: &str) -> Self {
+        OnDrop {
+            args: vec!["resume".into(), id.into()],
+        }
+    }
+}
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        let status = Command::new("bash").arg(script()).args(&self.args).status();
+        if !status.as_ref().is_ok_and(|s| s.success()) {
+            eprintln!("scripts/backends {:?} failed: {status:?}", self.args);
+        }
+    }
+}
