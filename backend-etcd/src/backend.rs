@@ -97,12 +97,20 @@ impl EtcdBackend {
         self.session.cfg.request_timeout
     }
 
-    async fn slot(&self, prefix: &str) -> Option<Slot> {
+    /// The slot of one attempt: the in-process exclusion of the Go layout, or the key number
+    /// of the default layout (see [`crate::slots`]).
+    async fn slot(&self, prefix: &str) -> Slot {
         if self.layout().one_key_per_session() {
-            Some(self.session.slots.take(prefix).await)
+            self.session.slots.take(prefix).await
         } else {
-            None
+            self.session.slots.number(prefix)
         }
+    }
+
+    /// The key of an attempt under `lease_id` with `slot`.
+    fn key(&self, name: &LockName, lease_id: i64, slot: &Slot) -> String {
+        let number = slot.key_number().unwrap_or_default();
+        self.layout().key(name, lease_id, number)
     }
 
     /// Hands out the lease of a granted key.
@@ -224,12 +232,15 @@ impl LockBackend for EtcdBackend {
                 None => return Ok(None), // this session holds or waits for it already
             }
         } else {
-            None
+            Some(self.session.slots.number(&prefix))
         };
         for _ in 0..2 {
             let lease = self.session.current().await?;
-            let key = self.layout().key(&req.name, lease.id, self.session.next_attempt());
-            let pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, slot.take());
+            let Some(this_slot) = slot.take() else {
+                return Err(LockError::Protocol("a lock slot went missing".into()));
+            };
+            let key = self.key(&req.name, lease.id, &this_slot);
+            let pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, Some(this_slot));
             match queue::take_if_free(&self.session.conn, &prefix, &key, lease.id).await {
                 Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending))),
                 Ok(None) => {
@@ -265,8 +276,8 @@ impl LockBackend for EtcdBackend {
                     continue;
                 }
             };
-            let key = self.layout().key(&req.name, lease.id, self.session.next_attempt());
-            let pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, slot);
+            let key = self.key(&req.name, lease.id, &slot);
+            let pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, Some(slot));
             let (rev, place) = match queue::enqueue(&self.session.conn, &prefix, &key, lease.id).await {
                 Ok(joined) => joined,
                 Err(e) if is_lease_not_found(&e) && lease_refusals < 2 => {

@@ -82,8 +82,14 @@ pub(crate) fn delete_in_background(
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(session.ttl());
                 }
-                // The lease is gone or expires unrenewed, and the key with it.
-                Err(_) => break,
+                // The lease is gone or expires unrenewed, and the key with it. Keep its name
+                // out of use anyway: if the lease comes back, the key is still there.
+                Err(_) => {
+                    if let Some(slot) = slot {
+                        slot.keep_number();
+                    }
+                    return;
+                }
             }
         }
         drop(slot);

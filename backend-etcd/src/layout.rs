@@ -8,12 +8,13 @@ use lockcore::LockName;
 /// The key layout of a backend, chosen with the URL option `layout=`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Layout {
-    /// `layout=default`: `<namespace>/<encoded name>/<lease id hex>-<attempt>`.
+    /// `layout=default`: `<namespace>/<encoded name>/<lease id hex>-<n>`.
     ///
     /// The namespace (the URL path, or `locksmith`) and the name are each encoded into one
     /// segment without `/` ([`LockName::encoded`]), so no lock's prefix is a prefix of another's:
-    /// `a`, `a/b`, `ab` and `a/` are independent locks, in any namespace. Each acquire attempt
-    /// has its own key, so attempts of one session never share a key.
+    /// `a`, `a/b`, `ab` and `a/` are independent locks, in any namespace. `n` is the lowest
+    /// number no other live attempt of the session on this lock uses, so attempts of one session
+    /// never share a key, and a lock taken again reuses the name of its deleted key.
     Default {
         /// The encoded namespace segment.
         namespace: String,
@@ -38,10 +39,11 @@ impl Layout {
         }
     }
 
-    /// The key of one acquire attempt of session `lease_id` (`attempt` is unique per session).
-    pub fn key(&self, name: &LockName, lease_id: i64, attempt: u64) -> String {
+    /// The key of one acquire attempt of session `lease_id` (`number`: see the `slots` module;
+    /// unused in the Go layout).
+    pub fn key(&self, name: &LockName, lease_id: i64, number: u64) -> String {
         match self {
-            Layout::Default { .. } => format!("{}{lease_id:x}-{attempt}", self.lock_prefix(name)),
+            Layout::Default { .. } => format!("{}{lease_id:x}-{number}", self.lock_prefix(name)),
             Layout::GoMutex { .. } => format!("{}{lease_id:x}", self.lock_prefix(name)),
         }
     }

@@ -140,11 +140,16 @@
 //!
 //! ## Layouts
 //!
-//! - **`default`**: `<namespace>/<name>/<lease id hex>-<attempt>`, where the namespace (the URL
+//! - **`default`**: `<namespace>/<name>/<lease id hex>-<n>`, where the namespace (the URL
 //!   path, `locksmith` when empty) and the name are each encoded into one segment without `/`
 //!   ([`lockcore::LockName::encoded`]). No lock's prefix is a prefix of another's, in any
-//!   namespace: `a`, `a/b`, `ab` and `a/` are independent. Each attempt has its own key, so
-//!   attempts of one `Locker` on one lock queue like any others.
+//!   namespace: `a`, `a/b`, `ab` and `a/` are independent. Each live attempt has its own key, so
+//!   attempts of one `Locker` on one lock queue like any others. `n` is the lowest number not
+//!   used by another live attempt of the session on that lock: a lock taken and released in a
+//!   loop reuses one key name. (etcd keeps every deleted key in its index until a compaction,
+//!   and the range reads of `acquire` visit them all: with a fresh name per attempt, each
+//!   uncontended acquire + release got slower, about +0.4 ms after 2000 of them on one lock.) A name
+//!   is reused only once its key is known to be deleted.
 //! - **`go-mutex`** (`?layout=go-mutex`): exactly the keys of etcd's Go `concurrency.Mutex` and of
 //!   `etcdctl lock NAME`: `NAME/<lease id in lower-case hex>` with the raw name (prefixed by
 //!   `<path>/` when the URL has a path), owner = lowest create revision under `NAME/`. A Go

@@ -8,7 +8,7 @@
 //! - When a keep-alive answers TTL 0, the lease is gone: every held lock fires `lost()`, waiters
 //!   re-queue with a new lease, and the next request grants one.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -62,7 +62,6 @@ pub(crate) struct Session {
     keep_alive: tokio::sync::Mutex<Option<KeepAlive>>,
     generation: watch::Sender<u64>,
     waiters: watch::Sender<usize>,
-    attempts: AtomicU64,
 }
 
 /// Counts one waiting `acquire` while it lives (the keeper task runs while any does).
@@ -133,7 +132,6 @@ impl Session {
             keep_alive: tokio::sync::Mutex::new(None),
             generation: watch::channel(0).0,
             waiters: watch::channel(0).0,
-            attempts: AtomicU64::new(0),
         });
         tokio::spawn(keeper(Arc::downgrade(&session), session.waiters.subscribe()));
         sweep::start(&session);
@@ -158,11 +156,6 @@ impl Session {
     pub fn lease_may_be_alive(&self, id: i64) -> bool {
         let s = self.state();
         s.id == Some(id) && Instant::now() < s.refreshed_at + s.ttl
-    }
-
-    /// A number unique in this session, for the key of one acquire attempt.
-    pub fn next_attempt(&self) -> u64 {
-        self.attempts.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Marks one `acquire` as waiting until the returned guard drops.
