@@ -1,6 +1,7 @@
 //! Uncontended acquire+release latency of this backend next to the raw floor (the bare `redis`
 //! crate: `SET NX PX`, then one compare-and-delete script), in one run on the same server; and the
-//! handover latency (release → the blocked waiter's acquire returns).
+//! handover latency (release → the blocked waiter's acquire returns) next to its floor on the bare
+//! crate (one script call that publishes, a push, one script call by the waiter).
 //!
 //! ```text
 //! eval "$(scripts/backends up)"
@@ -122,6 +123,52 @@ async fn handover(url: &str, ops: usize, blocked: Duration) -> Result<Vec<Durati
     Ok(samples)
 }
 
+/// The floor of a handover with this protocol, on the bare `redis` crate: the holder's one
+/// script call publishes a wake-up, the waiter (blocked on a RESP3 push connection for `blocked`)
+/// then runs one script call. Two round trips and one push, no locksmith code.
+async fn handover_floor(url: &str, ops: usize, blocked: Duration) -> Result<Vec<Duration>, Error> {
+    let host = url
+        .trim_start_matches("redis://")
+        .split([',', '/', '?'])
+        .next()
+        .unwrap_or_default();
+    let client = redis::Client::open(format!("redis://{host}/"))?;
+    let push_client = redis::Client::open(format!("redis://{host}/?protocol=resp3"))?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let rx = std::sync::Arc::new(tokio::sync::Mutex::new(rx));
+    let config = redis::AsyncConnectionConfig::new().set_push_sender(move |p: redis::PushInfo| {
+        if p.kind == redis::PushKind::Message {
+            let _ = tx.send(());
+        }
+        Ok::<(), ()>(())
+    });
+    let mut push = push_client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let channel = format!("handover-floor-{:x}", rand::random::<u32>());
+    push.subscribe(&channel).await?;
+    let mut holder = client.get_multiplexed_async_connection().await?;
+    let waiter = client.get_multiplexed_async_connection().await?;
+    let publish = redis::Script::new("return redis.call('publish', KEYS[1], 'x')");
+    let step = redis::Script::new(RELEASE);
+    let mut samples = Vec::with_capacity(ops);
+    for _ in 0..ops {
+        let (mut w, step, rx) = (waiter.clone(), step.clone(), rx.clone());
+        let task = tokio::spawn(async move {
+            rx.lock().await.recv().await;
+            let r: redis::RedisResult<i64> = step.key("handover-floor").arg("x").invoke_async(&mut w).await;
+            (Instant::now(), r)
+        });
+        tokio::time::sleep(blocked).await;
+        let t0 = Instant::now();
+        let _: i64 = publish.key(&channel).invoke_async(&mut holder).await?;
+        let (t1, r) = tokio::time::timeout(Duration::from_secs(30), task).await??;
+        r?;
+        samples.push(t1.saturating_duration_since(t0));
+    }
+    Ok(samples)
+}
+
 fn print(label: &str, samples: Vec<Duration>, floor_p50: Option<f64>) {
     let (p50, p99) = quantiles(samples);
     match floor_p50 {
@@ -154,8 +201,16 @@ async fn main() -> Result<(), Error> {
     print("locksmith acquire() with timeout + release()", lt, Some(fp50));
     print("RedisBackend::acquire + release (no Locker)", d, Some(fp50));
     for blocked in [5, 20, 150] {
-        let s = handover(&url, 50, Duration::from_millis(blocked)).await?;
-        print(&format!("handover, waiter blocked {blocked} ms"), s, None);
+        let blocked_for = Duration::from_millis(blocked);
+        // Interleaved, so that machine noise hits both alike.
+        let (mut h, mut hf) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            h.extend(handover(&url, 10, blocked_for).await?);
+            hf.extend(handover_floor(&url, 10, blocked_for).await?);
+        }
+        let (hf_p50, _) = quantiles(hf.clone());
+        print(&format!("handover floor (bare redis), blocked {blocked} ms"), hf, None);
+        print(&format!("handover, waiter blocked {blocked} ms"), h, Some(hf_p50));
     }
     if let Ok(q) = std::env::var("LOCKSMITH_TEST_REDIS_QUORUM") {
         let quorum = backend_redis::connect(&BackendUrl::parse(&q)?).await?;
