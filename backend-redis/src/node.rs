@@ -245,30 +245,21 @@ impl Node {
 
     /// Compare-and-delete; `true` if the lock was ours.
     pub(crate) async fn release(&self, keys: &LockKeys, token: &str) -> Result<bool> {
-        let mut conn = self.conn.clone();
-        let released: i64 = self
-            .bounded("releasing", async move {
-                SCRIPTS
-                    .release
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.alive)
-                    .arg(token)
-                    .arg(&keys.wake)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(released == 1)
+        self.give_up(&SCRIPTS.release, "releasing", keys, token).await
     }
 
     /// Leaves the queue and releases a lock granted to `token`; `true` if a lock was released.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> Result<bool> {
+        self.give_up(&SCRIPTS.leave, "leaving the queue", keys, token).await
+    }
+
+    /// Runs `release` or `leave`: both take the lock, queue and liveness keys, the token and the
+    /// wake channel, and answer 1 when they released a lock of `token`'s.
+    async fn give_up(&self, script: &redis::Script, what: &str, keys: &LockKeys, token: &str) -> Result<bool> {
         let mut conn = self.conn.clone();
         let released: i64 = self
-            .bounded("leaving the queue", async move {
-                SCRIPTS
-                    .leave
+            .bounded(what, async move {
+                script
                     .key(&keys.lock)
                     .key(&keys.queue)
                     .key(&keys.alive)
