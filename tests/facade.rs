@@ -36,13 +36,6 @@ async fn unknown_schemes_name_the_known_ones() {
     );
 }
 
-#[cfg(not(feature = "etcd"))]
-#[tokio::test]
-async fn a_disabled_backend_names_its_feature() {
-    let reason = invalid_url_reason(connect("etcd://127.0.0.1:2379").await);
-    assert!(reason.contains("`etcd` feature"), "{reason}");
-}
-
 #[cfg(not(all(feature = "etcd", feature = "zk", feature = "redis")))]
 #[tokio::test]
 async fn every_disabled_backend_names_its_feature() {
