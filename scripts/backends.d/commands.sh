@@ -1,0 +1,229 @@
+# shellcheck shell=bash disable=SC2153 # STATE, MARKER ... are set in lib.sh
+# scripts/backends.d/commands.sh — the subcommands of scripts/backends (cmd_*), over every
+# registered server kind. Sourced by scripts/backends after lib.sh.
+
+usage() {
+    cat <<EOF
+usage: scripts/backends COMMAND [ARGS]
+
+  up [all|single]   install what is missing, start the servers (default: all), wait until
+                    they answer, print 'export LOCKSMITH_...=...' lines for eval. Reuses
+                    servers that are already running in the state directory.
+  down              stop every server we started (SIGTERM, SIGKILL after ${GRACE_SECS}s),
+                    remove the state directory
+  status            each server: id, pid, state, address
+  check [all|single]  exit 0 if every server of the set (default: all) is running and
+                    answers, 1 otherwise (saying which on stderr); starts nothing
+  check-build-deps  exit 0 if this machine can build the workspace with every feature (cargo,
+                    cc, protoc with its include files), 1 otherwise with one line per problem
+                    on stderr; installs nothing (\`up\` installs them on Debian)
+  kill ID           SIGKILL the server (waits until it is gone)
+  stop ID           SIGTERM the server, SIGKILL after ${GRACE_SECS}s (waits until it is gone)
+  start ID          start the server again (same config and data dir) and wait until it
+                    answers; Redis restarts empty (no persistence)
+  pause ID          SIGSTOP the server
+  resume ID         SIGCONT the server
+  pid ID            print the server's pid
+$(leader_usage)
+  help              this text
+
+IDs: ${ALL_IDS[*]}
+State directory: $STATE
+EOF
+}
+
+leader_usage() { # one line per leader group
+    local g members
+    for g in "${LEADER_GROUPS[@]}"; do
+        read -ra members <<<"${GROUP_MEMBERS[$g]}"
+        printf '  %-20s print the id (%s..%s) of the current %s leader\n' "leader $g" \
+            "${members[0]}" "${members[-1]##*[!0-9]}" "${GROUP_DESC[$g]}"
+    done
+}
+
+ids_of_mode() { # the ids `up MODE` / `check MODE` mean
+    case $2 in
+    all) echo "${ALL_IDS[*]}" ;;
+    single) echo "${SINGLE_IDS[*]}" ;;
+    *) die "$1: expected 'all' or 'single', got '$2'" ;;
+    esac
+}
+
+cmd_up() {
+    local mode=${1:-all} idlist ids id pid kind started=()
+    idlist=$(ids_of_mode up "$mode")
+    read -ra ids <<<"$idlist"
+    ensure_installed
+    take_lock
+    touch "$STATE/$MARKER"
+    echo "$PORT_OFFSET" >"$STATE/port-offset"
+    for id in "${ids[@]}"; do
+        if pid=$(owned_pid "$id"); then
+            if [[ $(proc_state "$pid") == T ]]; then
+                log "$id (pid $pid) was paused: resuming it"
+                kill -CONT "$pid"
+            else
+                log "$id already running (pid $pid): reusing it"
+            fi
+        else
+            start_server "$id"
+            started+=("$id")
+        fi
+    done
+    wait_ready "${ids[@]}"
+    if ((${#started[@]})); then
+        log "started: ${started[*]}"
+    else
+        log "all servers were already running"
+    fi
+
+    emit LOCKSMITH_BACKENDS_DIR "$(printf %q "$STATE")"
+    for kind in "${KINDS[@]}"; do "${kind//-/_}_exports" single; done
+    if [[ $mode == all ]]; then
+        for kind in "${KINDS[@]}"; do "${kind//-/_}_exports" cluster; done
+    fi
+}
+
+cmd_down() {
+    local id kind fn ids n1 n2 first=() last=()
+    if [[ ! -d $STATE ]]; then
+        log "nothing to stop ($STATE does not exist)"
+        return 0
+    fi
+    take_lock
+    # Everything at once, except what a kind wants stopped last (its P_stop_last: the etcd
+    # cluster's leader, see etcd.sh).
+    for kind in "${KINDS[@]}"; do
+        fn=${kind//-/_}_stop_last
+        declare -F "$fn" >/dev/null || continue
+        ids=$("$fn") || true
+        for id in $ids; do last+=("$id"); done
+    done
+    for id in "${ALL_IDS[@]}"; do
+        [[ " ${last[*]} " == *" $id "* ]] || first+=("$id")
+    done
+    n1=$(terminate_all "${first[@]}")
+    n2=0
+    ((${#last[@]} == 0)) || n2=$(terminate_all "${last[@]}")
+    if [[ -f $STATE/$MARKER ]]; then
+        rm -rf -- "$STATE"
+        log "stopped $((n1 + n2)) server(s), removed $STATE"
+    else
+        log "stopped $((n1 + n2)) server(s); $STATE has no $MARKER file, so it was not removed"
+    fi
+}
+
+need_id() {
+    [[ -n ${1:-} ]] || die "missing server id (one of: ${ALL_IDS[*]})"
+    is_known_id "$1" || die "unknown server id '$1' (known: ${ALL_IDS[*]})"
+}
+
+running_pid() { # pid of a running server, or a clear error
+    owned_pid "$1" || die "$1 is not running (state dir $STATE)"
+}
+
+cmd_kill() {
+    local pid
+    pid=$(running_pid "$1")
+    kill -KILL "$pid"
+    wait_gone "$1" 10 || die "$1 (pid $pid) survived SIGKILL"
+    rm -f "$STATE/$1/pid"
+    log "killed $1 (pid $pid)"
+}
+
+cmd_stop() {
+    local pid
+    pid=$(running_pid "$1")
+    take_lock
+    terminate "$1"
+    log "stopped $1 (pid $pid)"
+}
+
+cmd_start() {
+    local id=$1 pid
+    take_lock
+    touch "$STATE/$MARKER"
+    echo "$PORT_OFFSET" >"$STATE/port-offset"
+    if pid=$(owned_pid "$id"); then
+        [[ $(proc_state "$pid") != T ]] || die "$id (pid $pid) is paused: use 'resume $id'"
+        log "$id already running (pid $pid)"
+    else
+        start_server "$id"
+    fi
+    wait_ready "$id"
+}
+
+cmd_pause() {
+    local pid
+    pid=$(running_pid "$1")
+    kill -STOP "$pid"
+    log "paused $1 (pid $pid)"
+}
+
+cmd_resume() {
+    local pid
+    pid=$(running_pid "$1")
+    kill -CONT "$pid"
+    log "resumed $1 (pid $pid)"
+}
+
+cmd_pid() { running_pid "$1"; }
+
+cmd_check() {
+    local mode=${1:-all} ids id bad=()
+    ids=$(ids_of_mode check "$mode")
+    for id in $ids; do
+        owned_pid "$id" >/dev/null && is_ready "$id" || bad+=("$id")
+    done
+    ((${#bad[@]} == 0)) || {
+        log "not running or not answering: ${bad[*]}"
+        return 1
+    }
+}
+
+# Print the id of the current leader; waits (up to the timeout) while there is none, e.g.
+# during an election.
+cmd_leader() {
+    local what=${1:-} deadline=$((SECONDS + WAIT_SECS)) members
+    [[ -n $what && -n ${GROUP_MEMBERS[$what]:-} ]] ||
+        die "leader: expected $(or_list "${LEADER_GROUPS[@]}"), got '${what}'"
+    read -ra members <<<"${GROUP_MEMBERS[$what]}"
+    [[ -d $STATE/${members[0]} ]] || die "$what was never started (scripts/backends up all)"
+    until find_leader "$what"; do
+        ((SECONDS < deadline)) || die "$what has no leader (waited ${WAIT_SECS}s)"
+        sleep 0.2
+    done
+}
+
+or_list() { # 'a', 'b' or 'c'
+    local out="'$1'"
+    shift
+    while (($# > 1)); do
+        out+=", '$1'"
+        shift
+    done
+    if (($#)); then out+=" or '$1'"; fi
+    echo "$out"
+}
+
+cmd_status() {
+    local id pid st state
+    if [[ ! -d $STATE ]]; then
+        log "no servers: $STATE does not exist"
+        return 0
+    fi
+    log "state dir: $STATE"
+    printf '%-9s %-8s %-8s %s\n' ID PID STATE ADDRESS
+    for id in "${ALL_IDS[@]}"; do
+        [[ -d $STATE/$id ]] || continue
+        if pid=$(owned_pid "$id"); then
+            st=$(proc_state "$pid")
+            [[ $st == T ]] && state=paused || state=running
+        else
+            pid=- state=stopped
+        fi
+        printf '%-9s %-8s %-8s %s\n' "$id" "$pid" "$state" "$(address "$id")"
+    done
+}
+
+cmd_check_build_deps() { check_build_deps; }

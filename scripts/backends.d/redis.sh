@@ -1,0 +1,49 @@
+# shellcheck shell=bash
+# scripts/backends.d/redis.sh — Redis: a single server `redis` and 3 independent masters
+# `redis-q1..3` (no replication: the Redlock quorum). A server kind for scripts/backends (the
+# interface is described in lib.sh).
+
+register_ids redis single redis
+register_ids redis cluster redis-q1 redis-q2 redis-q3
+need_command redis-server redis-server
+need_command redis-cli redis-tools
+
+redis_ports() { # 16379 (+member)
+    local n
+    n=$(member_of "$1")
+    port $((16379 + ${n:-0}))
+}
+
+redis_start() {
+    local id=$1 dir="$STATE/$1" port
+    port=$(client_port "$id")
+    mkdir -p "$dir/data"
+    cat >"$dir/redis.conf" <<EOF
+# written by scripts/backends for server '$id'
+bind $HOST
+port $port
+protected-mode yes
+# run in the foreground: scripts/backends puts it in the background and records its pid
+daemonize no
+# no persistence: a restart is an empty server
+save ""
+appendonly no
+dir $dir/data
+# log to stdout = $dir/server.log
+logfile ""
+# keep the full command line (with this file's path): it is how we recognise our process
+set-proc-title no
+EOF
+    launch "$id" redis-server "$dir/redis.conf"
+}
+
+redis_ready() {
+    [[ $(timeout 3 redis-cli -h "$HOST" -p "$(client_port "$1")" ping 2>/dev/null) == PONG ]]
+}
+
+redis_exports() {
+    case $1 in
+    single) emit LOCKSMITH_TEST_REDIS "redis://$(address redis)" ;;
+    cluster) emit LOCKSMITH_TEST_REDIS_QUORUM "redis://$(addresses redis-q1 redis-q2 redis-q3)" ;;
+    esac
+}
