@@ -6,16 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockcore::{
-    async_trait, HolderInfo, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, LostSignal, Result,
+    async_trait, HolderInfo, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, LostSignal, Outage, Result,
 };
 use tokio::time::Instant;
 
-use crate::cleanup::{delete_in_background, PendingKey};
+use crate::cleanup::{delete_in_background, Created, PendingKey};
 use crate::config::Config;
 use crate::error::{is_lease_not_found, request};
 use crate::layout::Layout;
 use crate::queue::{self, Place};
-use crate::retry::Retry;
 use crate::session::{LeaseRef, Session};
 use crate::slots::Slot;
 
@@ -131,7 +130,7 @@ impl EtcdBackend {
 
     /// A waiter became first: make sure the lease it hands out was refreshed recently (after an
     /// outage it may not have been), so the lock starts with most of its TTL.
-    async fn fresh_grant(&self, retry: &mut Retry, lease: LeaseRef) -> Result<Outcome> {
+    async fn fresh_grant(&self, retry: &mut Outage, lease: LeaseRef) -> Result<Outcome> {
         loop {
             match self.session.refresh_if_stale(lease.id).await {
                 Ok(true) => return Ok(Outcome::Granted),
@@ -141,7 +140,9 @@ impl EtcdBackend {
         }
     }
 
-    /// How long `acquire` rides out an outage (see [`Retry`]).
+    /// How long an `acquire` without a deadline rides out an outage (see [`Outage`]): beyond
+    /// the session TTL plus the request timeout the session lease, and the waiter's key with it,
+    /// is probably gone.
     fn retry_budget(&self) -> Duration {
         self.session.ttl() + self.limit()
     }
@@ -154,9 +155,8 @@ impl EtcdBackend {
         rev: i64,
         lease: LeaseRef,
         mut place: Place,
-        deadline: Option<Instant>,
+        retry: &mut Outage,
     ) -> Result<Outcome> {
-        let mut retry = Retry::new(self.retry_budget());
         loop {
             let pred = match place {
                 Place::First => return Ok(Outcome::Granted),
@@ -196,7 +196,7 @@ impl EtcdBackend {
                 _ = self.session.lease_lost(lease.generation) => {
                     return Ok(Outcome::Requeue("the session lease was lost while waiting"));
                 }
-                _ = sleep_until_opt(deadline) => return Err(LockError::Timeout(Duration::ZERO)),
+                _ = sleep_until_opt(retry.deadline()) => return Err(retry.at_deadline()),
             }
             drop(watch);
             // The handover: one round trip after the delete notification.
@@ -208,6 +208,25 @@ impl EtcdBackend {
                 }
             };
         }
+    }
+}
+
+/// What [`queue::take_if_free`] did to the key.
+fn took(result: &Result<Option<i64>>) -> Created {
+    match result {
+        Ok(Some(rev)) => Created::At(*rev),
+        Ok(None) => Created::Nothing,
+        Err(e) if is_lease_not_found(e) => Created::Nothing,
+        Err(_) => Created::Unknown,
+    }
+}
+
+/// What [`queue::join`] did to the key.
+fn joined(result: &Result<(i64, Option<Place>)>) -> Created {
+    match result {
+        Ok((rev, _)) => Created::At(*rev),
+        Err(e) if is_lease_not_found(e) => Created::Nothing,
+        Err(_) => Created::Unknown,
     }
 }
 
@@ -240,8 +259,12 @@ impl LockBackend for EtcdBackend {
                 return Err(LockError::Protocol("a lock slot went missing".into()));
             };
             let key = self.key(&req.name, lease.id, &this_slot);
-            let pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, Some(this_slot));
-            match queue::take_if_free(&self.session.conn, &prefix, &key, lease.id).await {
+            let mut pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, Some(this_slot));
+            let request = {
+                let (conn, prefix, key) = (self.session.conn.clone(), prefix.clone(), key.clone());
+                async move { queue::take_if_free(&conn, &prefix, &key, lease.id).await }
+            };
+            match pending.create(request, took).await {
                 Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending))),
                 Ok(None) => {
                     pending.disarm(); // nothing was written
@@ -264,7 +287,7 @@ impl LockBackend for EtcdBackend {
         // The keeper keeps the session alive only while this acquire waits in a queue: an
         // acquire that finds the lock free does not wake it.
         let mut waiting = None;
-        let mut retry = Retry::new(self.retry_budget());
+        let mut retry = Outage::new(deadline, self.retry_budget());
         let mut lease_refusals = 0;
         loop {
             let slot = self.slot(&prefix).await;
@@ -277,8 +300,19 @@ impl LockBackend for EtcdBackend {
                 }
             };
             let key = self.key(&req.name, lease.id, &slot);
-            let pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, Some(slot));
-            let (rev, place) = match queue::enqueue(&self.session.conn, &prefix, &key, lease.id).await {
+            let mut pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, Some(slot));
+            let request = {
+                let (conn, prefix, key) = (self.session.conn.clone(), prefix.clone(), key.clone());
+                async move { queue::join(&conn, &prefix, &key, lease.id).await }
+            };
+            let joined = match pending.create(request, joined).await {
+                Ok((rev, Some(place))) => Ok((rev, place)),
+                Ok((rev, None)) => queue::place(&self.session.conn, &prefix, &key, rev)
+                    .await
+                    .map(|place| (rev, place)),
+                Err(e) => Err(e),
+            };
+            let (rev, place) = match joined {
                 Ok(joined) => joined,
                 Err(e) if is_lease_not_found(&e) && lease_refusals < 2 => {
                     lease_refusals += 1;
@@ -287,7 +321,7 @@ impl LockBackend for EtcdBackend {
                     continue;
                 }
                 Err(e) => {
-                    drop(pending); // the put may have been applied: delete it in the background
+                    drop(pending); // deletes what the put created, once its outcome is known
                     retry.failed(e).await?;
                     continue;
                 }
@@ -296,7 +330,7 @@ impl LockBackend for EtcdBackend {
             if !matches!(place, Place::First) && waiting.is_none() {
                 waiting = Some(self.session.waiting());
             }
-            let outcome = match self.wait_in_queue(&prefix, &key, rev, lease, place, deadline).await? {
+            let outcome = match self.wait_in_queue(&prefix, &key, rev, lease, place, &mut retry).await? {
                 Outcome::Granted => self.fresh_grant(&mut retry, lease).await?,
                 requeue => requeue,
             };
@@ -322,13 +356,7 @@ impl LockBackend for EtcdBackend {
             Err(e) => {
                 if let Some(h) = held {
                     // Do not leave a key that the session's keep-alives would keep forever.
-                    delete_in_background(
-                        self.session.clone(),
-                        lease.holder_id.clone(),
-                        Some(rev),
-                        h.lease_id,
-                        h.slot,
-                    );
+                    delete_in_background(self.session.clone(), lease.holder_id.clone(), rev, h.lease_id, h.slot);
                 }
                 Err(e)
             }

@@ -1,13 +1,48 @@
 //! Cancellation safety: a queue key that no caller will ever hold is deleted, whatever await
 //! point the acquire future was dropped at, including while the transaction that creates it was
-//! in flight (its outcome is unknown, so the key is deleted anyway).
+//! in flight.
+//!
+//! The transaction that may create a key runs in a task of its own ([`PendingKey::create`]), so
+//! it is never cut off half-way by a dropped caller and its outcome is always learnt: the
+//! clean-up waits for that outcome and then deletes exactly the key revision the transaction
+//! created. (Deleting at once, while the creating request may still be in flight, loses the race
+//! whenever etcd applies the delete first: the key is created afterwards, owned by nobody, and
+//! blocks the lock for as long as the session lives.) When the outcome cannot be known (the
+//! request failed: timeout, connection lost) the key is deleted by name, and the session's
+//! sweeper deletes it again for a while in case the request is applied late (see
+//! [`crate::sweep`]); its key number is never reused by this session.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+use lockcore::{LockError, Result};
+use tokio::sync::oneshot;
 
 use crate::queue;
 use crate::session::Session;
 use crate::slots::Slot;
+
+/// What the request that may create a key did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Created {
+    /// It created (or, in the Go layout, found) the key at this create revision.
+    At(i64),
+    /// It certainly wrote nothing.
+    Nothing,
+    /// It failed: it may or may not have been applied, now or later.
+    Unknown,
+}
+
+/// Which key revision a clean-up deletes.
+enum Target {
+    /// Exactly this create revision.
+    Rev(i64),
+    /// Whatever is there under the name: the creating request's outcome is unknown.
+    Any,
+    /// The outcome of a creating request still in flight.
+    InFlight(oneshot::Receiver<Created>),
+}
 
 /// A key this attempt may have created and does not hold yet. Dropping it (armed) deletes the
 /// key in the background; [`PendingKey::disarm`] hands it over to the caller.
@@ -17,6 +52,10 @@ pub(crate) struct PendingKey {
     lease_id: i64,
     slot: Option<Slot>,
     armed: bool,
+    /// What the clean-up must delete, as far as is known now.
+    created: Created,
+    /// The outcome of the creating request while it is in flight.
+    in_flight: Option<oneshot::Receiver<Created>>,
 }
 
 impl PendingKey {
@@ -28,7 +67,32 @@ impl PendingKey {
             lease_id,
             slot,
             armed: true,
+            created: Created::Unknown,
+            in_flight: None,
         }
+    }
+
+    /// Runs `request`, which may create the key, in a task of its own and waits for it;
+    /// `outcome` tells from its result what it did to the key. If this attempt is dropped
+    /// meanwhile, the request still runs to its end and the clean-up deletes what it created.
+    pub async fn create<T, F>(&mut self, request: F, outcome: fn(&Result<T>) -> Created) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        self.in_flight = Some(rx);
+        let task = tokio::spawn(async move {
+            let result = request.await;
+            let _ = tx.send(outcome(&result));
+            result
+        });
+        let result = task
+            .await
+            .unwrap_or_else(|e| Err(LockError::Protocol(format!("a lock request task failed: {e}"))));
+        self.in_flight = None;
+        self.created = outcome(&result);
+        result
     }
 
     /// The key is ours to keep: nothing will be deleted. Returns the Go layout's slot.
@@ -40,28 +104,34 @@ impl PendingKey {
 
 impl Drop for PendingKey {
     fn drop(&mut self) {
-        if self.armed {
-            delete_in_background(
-                self.session.clone(),
-                self.key.clone(),
-                None,
-                self.lease_id,
-                self.slot.take(),
-            );
+        if !self.armed {
+            return;
         }
+        let target = match (self.in_flight.take(), self.created) {
+            (Some(rx), _) => Target::InFlight(rx),
+            (None, Created::At(rev)) => Target::Rev(rev),
+            (None, Created::Unknown) => Target::Any,
+            (None, Created::Nothing) => return, // the slot goes with `self`
+        };
+        spawn_delete(
+            self.session.clone(),
+            self.key.clone(),
+            target,
+            self.lease_id,
+            self.slot.take(),
+        );
     }
 }
 
-/// Deletes `key` (if it still has create revision `rev`, when given) in a background task,
-/// retrying while etcd is unreachable and the key's lease may still be alive. `slot` is freed
-/// only afterwards, so that the Go layout cannot re-create the key before it is gone.
-pub(crate) fn delete_in_background(
-    session: Arc<Session>,
-    key: String,
-    rev: Option<i64>,
-    lease_id: i64,
-    slot: Option<Slot>,
-) {
+/// Deletes `key` if it still has create revision `rev` (see [`spawn_delete`]).
+pub(crate) fn delete_in_background(session: Arc<Session>, key: String, rev: i64, lease_id: i64, slot: Option<Slot>) {
+    spawn_delete(session, key, Target::Rev(rev), lease_id, slot);
+}
+
+/// Deletes `target` of `key` in a background task, retrying while etcd is unreachable and the
+/// key's lease may still be alive. `slot` is freed only afterwards, so that no later attempt of
+/// this session re-creates the key name before it is gone.
+fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i64, slot: Option<Slot>) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
             key,
@@ -70,6 +140,15 @@ pub(crate) fn delete_in_background(
         return;
     };
     handle.spawn(async move {
+        let rev = match target {
+            Target::Rev(rev) => Some(rev),
+            Target::Any => None,
+            Target::InFlight(rx) => match rx.await.unwrap_or(Created::Unknown) {
+                Created::At(rev) => Some(rev),
+                Created::Unknown => None,
+                Created::Nothing => return,
+            },
+        };
         let mut backoff = Duration::from_millis(50);
         loop {
             match queue::delete(&session.conn, &key, rev).await {
@@ -91,6 +170,15 @@ pub(crate) fn delete_in_background(
                     return;
                 }
             }
+        }
+        if rev.is_none() {
+            // The request that may create the key failed, so it may still be applied later:
+            // the sweeper deletes the key again for a while, and its name is never reused.
+            session.sweep.suspect(&key, lease_id);
+            if let Some(slot) = slot {
+                slot.keep_number();
+            }
+            return;
         }
         drop(slot);
     });

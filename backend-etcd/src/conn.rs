@@ -8,6 +8,7 @@ use std::time::Duration;
 use etcd_client::Client;
 
 /// What every request needs: the client, the time limit, and the counters.
+#[derive(Clone)]
 pub(crate) struct Conn {
     pub client: Client,
     pub limit: Duration,

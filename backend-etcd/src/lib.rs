@@ -81,9 +81,16 @@
 //!   (**1 round trip**); a stale lease never deletes a newer holder's key. An uncontended
 //!   acquire + release is its two transactions and nothing else (`examples/uncontended.rs`).
 //! - **renewal** — one keep-alive per tick for the whole session.
-//! - **cancellation** — the key of an `acquire` that times out or is dropped at any await point
-//!   (including while its creating transaction is in flight) is deleted by a background task
-//!   spawned from a drop guard; nothing stays in the queue.
+//! - **cancellation** — the key of an `acquire` (or `try_acquire`) that times out or is dropped
+//!   at any await point is deleted by a background task spawned from a drop guard; nothing
+//!   stays in the queue. The transaction that creates the key runs in a task of its own, so a
+//!   dropped caller never cuts it off: the clean-up waits for its outcome and deletes exactly
+//!   the key revision it created, whichever reaches etcd first. (Deleting by name at once lost
+//!   that race about once per hundred cancellations that struck while the transaction was in
+//!   flight, and the key it then created blocked the lock for as long as the session lived.)
+//!   Only when the transaction itself failed (timeout, lost connection) is its outcome unknown:
+//!   then the key is deleted by name, deleted again by the session's sweeper every quarter TTL
+//!   for two TTLs in case etcd applies the transaction late, and its name is not reused.
 //!
 //! ### The unsynced-watch pitfall (and how it is avoided)
 //!
@@ -187,7 +194,6 @@ mod error;
 mod held;
 mod layout;
 mod queue;
-mod retry;
 mod session;
 mod slots;
 mod sweep;

@@ -89,8 +89,9 @@ fn revision(resp: &TxnResponse) -> Result<i64> {
 
 /// Joins the queue in one transaction: creates `key` with the lease unless it exists, and reads
 /// the oldest key of the queue (the holder) and the two newest (the new key and its
-/// predecessor). Returns the key's create revision and its place.
-pub(crate) async fn enqueue(conn: &Conn, prefix: &str, key: &str, lease: i64) -> Result<(i64, Place)> {
+/// predecessor). Returns the key's create revision and its place, when that one read tells it
+/// (almost always; otherwise ask [`place`]).
+pub(crate) async fn join(conn: &Conn, prefix: &str, key: &str, lease: i64) -> Result<(i64, Option<Place>)> {
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([
@@ -115,7 +116,7 @@ pub(crate) async fn enqueue(conn: &Conn, prefix: &str, key: &str, lease: i64) ->
         (existing.create_revision(), first_kv(1))
     };
     if owner.is_some_and(|o| o.key() == key.as_bytes()) {
-        return Ok((my_rev, Place::First));
+        return Ok((my_rev, Some(Place::First)));
     }
     if resp.succeeded() {
         // The new key is the newest; the one after it in the newest-first list is its predecessor.
@@ -124,10 +125,10 @@ pub(crate) async fn enqueue(conn: &Conn, prefix: &str, key: &str, lease: i64) ->
             .iter()
             .find(|kv| kv.key() != key.as_bytes() && kv.create_revision() < my_rev)
         {
-            return Ok((my_rev, Place::Behind(QueueKey::from_kv(pred))));
+            return Ok((my_rev, Some(Place::Behind(QueueKey::from_kv(pred)))));
         }
     }
-    Ok((my_rev, place(conn, prefix, key, my_rev).await?))
+    Ok((my_rev, None))
 }
 
 /// The place of `key` (created at `rev`) in the queue of `prefix`: one transaction that checks

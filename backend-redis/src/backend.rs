@@ -29,8 +29,19 @@ impl Inner {
         LockKeys::new(&self.config.prefix, self.config.layout, name)
     }
 
-    pub(crate) fn floor(&self) -> String {
-        self.config.fence_floor.arg()
+    /// Refuses a TTL that could outlast the restart delay (see the crate docs, "After data loss").
+    pub(crate) fn check_ttl(&self, req: &LockRequest) -> Result<()> {
+        let delay = self.config.restart_delay;
+        if delay.is_zero() || req.ttl <= delay {
+            return Ok(());
+        }
+        Err(LockError::InvalidOption(format!(
+            "ttl {:?} is longer than the Redis backend's restart_delay {delay:?}: after Redis loses its \
+             data (a restart without persistence) no lock is granted for restart_delay, so that every \
+             lease granted before has run out; raise restart_delay in the URL to at least the longest \
+             TTL (or set restart_delay=0 if Redis persists every write)",
+            req.ttl
+        )))
     }
 
     pub(crate) fn is_quorum(&self) -> bool {
@@ -122,6 +133,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        self.inner.check_ttl(req)?;
         if self.inner.is_quorum() {
             return quorum::try_acquire(&self.inner, req).await.map(|t| t.lease());
         }
@@ -129,9 +141,7 @@ impl LockBackend for RedisBackend {
         let token = new_token();
         let mut guard = Cleanup::new(self.inner.clone(), keys.clone(), token.clone());
         let sent = Instant::now();
-        let attempt = self.inner.nodes[0]
-            .try_acquire(&keys, &token, req.ttl, &self.inner.floor())
-            .await?;
+        let attempt = self.inner.nodes[0].try_acquire(&keys, &token, req.ttl).await?;
         guard.disarm();
         Ok(match attempt {
             Attempt::Acquired(fence) => Some(lease(req, fence, token, sent)),
@@ -140,6 +150,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        self.inner.check_ttl(req)?;
         if self.inner.is_quorum() {
             quorum::acquire(&self.inner, req, deadline).await
         } else {

@@ -12,6 +12,7 @@ pub(crate) const OPTIONS: &[&str] = &[
     "response_timeout",
     "waiter_ttl",
     "fence_floor",
+    "restart_delay",
 ];
 
 const DEFAULT_PORT: u16 = 6379;
@@ -19,6 +20,9 @@ const DEFAULT_PREFIX: &str = "locksmith:";
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_WAITER_TTL: Duration = Duration::from_secs(10);
+/// The default `restart_delay`, the default lock TTL: no TTL may be longer (see the crate docs,
+/// "After data loss").
+pub const DEFAULT_RESTART_DELAY: Duration = lockcore::DEFAULT_TTL;
 
 /// Where the lock key lives and what it holds (see the crate docs, "Key layout").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,15 +33,18 @@ pub enum Layout {
     Plain,
 }
 
-/// A lower bound for fencing tokens, for servers that may lose the counter (no persistence).
+/// A lower bound for fencing tokens, so that they keep growing when the server loses its
+/// counters (a restart without persistence, a flush) and counters can expire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FenceFloor {
-    /// No floor: the counter alone (`?fence_floor` absent).
+    /// No floor: the counter alone, which then never expires (`?fence_floor=none`). Tokens start
+    /// over when the server loses its data.
     None,
-    /// Tokens are at least this number (`?fence_floor=N`).
+    /// Tokens are at least this number (`?fence_floor=N`); the counter never expires.
     Fixed(u64),
-    /// Tokens are at least the server's clock in milliseconds since the Unix epoch
-    /// (`?fence_floor=time`).
+    /// The default (`?fence_floor=time`): tokens are at least the server's clock in microseconds
+    /// since the Unix epoch, so they keep growing across data loss as long as that clock does;
+    /// the counter expires an hour after its lock was last taken.
     Time,
 }
 
@@ -65,6 +72,7 @@ pub(crate) struct Config {
     pub(crate) response_timeout: Duration,
     pub(crate) waiter_ttl: Duration,
     pub(crate) fence_floor: FenceFloor,
+    pub(crate) restart_delay: Duration,
 }
 
 impl Config {
@@ -108,16 +116,18 @@ impl Config {
         if waiter_ttl < Duration::from_millis(300) {
             return Err(url.error("waiter_ttl must be at least 300ms"));
         }
-        let fence_floor = match url.query.get("fence_floor").map(String::as_str) {
-            None => FenceFloor::None,
-            Some("time") => FenceFloor::Time,
-            Some(n) => FenceFloor::Fixed(
-                n.parse()
-                    .ok()
-                    .filter(|n| *n < (1u64 << 53))
-                    .ok_or_else(|| url.error(format!("fence_floor={n:?}; expected time or a number below 2^53")))?,
-            ),
-        };
+        let fence_floor =
+            match url.query.get("fence_floor").map(String::as_str) {
+                None | Some("time") => FenceFloor::Time,
+                Some("none") => FenceFloor::None,
+                Some(n) => FenceFloor::Fixed(n.parse().ok().filter(|n| *n < (1u64 << 53)).ok_or_else(|| {
+                    url.error(format!("fence_floor={n:?}; expected time, none or a number below 2^53"))
+                })?),
+            };
+        let restart_delay = url.duration_option("restart_delay")?.unwrap_or(DEFAULT_RESTART_DELAY);
+        if restart_delay > lockcore::MAX_TTL {
+            return Err(url.error(format!("restart_delay must be at most {:?}", lockcore::MAX_TTL)));
+        }
         let auth = match &url.credentials {
             None => String::new(),
             Some((user, None)) => format!("{}@", escape(user)),
@@ -134,6 +144,7 @@ impl Config {
             response_timeout,
             waiter_ttl,
             fence_floor,
+            restart_delay,
         })
     }
 
@@ -176,11 +187,14 @@ mod tests {
         assert_eq!(c.layout, Layout::Plain);
         assert_eq!(c.fence_floor, FenceFloor::Time);
         assert_eq!(c.connect_timeout, Duration::from_secs(1));
+        assert_eq!(c.restart_delay, DEFAULT_RESTART_DELAY);
+        let n = parse("redis://h?fence_floor=none&restart_delay=0").unwrap();
+        assert_eq!((n.fence_floor, n.restart_delay), (FenceFloor::None, Duration::ZERO));
         let d = parse("redis://localhost").unwrap();
         assert_eq!(d.node_urls, vec!["redis://localhost:6379/0"]);
         assert_eq!(
             (d.layout, d.fence_floor, d.quorum()),
-            (Layout::Default, FenceFloor::None, 1)
+            (Layout::Default, FenceFloor::Time, 1)
         );
     }
 
@@ -196,6 +210,8 @@ mod tests {
             "redis://h?response_timeout=fast",
             "redis://h?fence_floor=-1",
             "redis://h?waiter_ttl=10ms",
+            "redis://h?restart_delay=2d",
+            "redis://h?restart_delay=soon",
             "etcd://h",
         ] {
             assert!(

@@ -17,7 +17,8 @@
 //! | `connect_timeout` | `3s` | connecting; an unreachable server is [`lockcore::LockError::Unavailable`] after this |
 //! | `response_timeout` | `3s` | one command (no command of this backend blocks on the server, so this is not a wait limit) |
 //! | `waiter_ttl` | `10s` | a queue entry whose waiter stopped refreshing it for this long is skipped; waiters refresh every third of it |
-//! | `fence_floor` | none | `time` or a number: a lower bound for fencing tokens (see "Fencing after data loss") |
+//! | `fence_floor` | `time` | `time`, `none` or a number: a lower bound for fencing tokens (see "After data loss") |
+//! | `restart_delay` | `15s` | after the server lost its data, no lock without a fencing counter is granted until the server has been up this long; no lock's TTL may be longer (see "After data loss"); `0` turns it off |
 //!
 //! ## Key layout
 //!
@@ -27,19 +28,24 @@
 //! | key | type | content |
 //! |---|---|---|
 //! | `<prefix>{E}:lock` | string, `PX` = lease | `<token>:<fencing token>`; `token` is 128 random bits in hex, the lease's `holder_id` |
-//! | `<prefix>{E}:fence` | integer, no expiry | the fencing counter, `INCR`ed by every successful acquire |
+//! | `<prefix>{E}:fence` | integer | the fencing counter, `INCR`ed by every successful acquire; expires an hour after the lock was last taken (never with `fence_floor=none` or a number) |
 //! | `<prefix>{E}:queue` | sorted set | waiter tokens scored by arrival (server time in ms, strictly increasing) |
 //! | `<prefix>{E}:alive` | hash | waiter token → server time (ms) after which the entry is stale |
 //! | channel `<prefix>{E}:wake:<token>` | pub/sub | the wake-ups of one waiter |
 //!
 //! All keys of a lock share the hash tag `{E}`, so each script touches one slot, as Redis Cluster
 //! requires (this crate itself connects to standalone servers only). The queue and liveness keys
-//! expire `2 × waiter_ttl` after the last waiter refreshed them; the fencing counter stays, by design.
+//! expire `2 × waiter_ttl` after the last waiter refreshed them, the fencing counter an hour after
+//! the lock was last taken: a program that locks one name per entity (`orders/<id>`) leaves at most
+//! one counter per name taken in the last hour. (With `fence_floor=none` or a number the counter
+//! is all that orders the tokens, and it never expires.)
 //!
 //! ## The scripts (one round trip each)
 //!
 //! - **acquire** (`TRY_ACQUIRE`): drop stale queue heads; if the lock key is absent and no live
-//!   waiter is queued, `INCR` the counter and `SET lock token:fence PX ttl` → the fencing token.
+//!   waiter is queued (and the server has not just lost its data: see "After data loss"), `INCR`
+//!   the counter and `SET lock token:fence PX ttl` → the fencing token. A second run of the same
+//!   call (sent again after a dropped connection) finds the lock already ours and answers the same.
 //! - **wait step** (`WAIT_STEP`): join the queue tail if not in it, refresh the liveness deadline,
 //!   drop stale heads; if the lock is free and we are the head, take it (as above) and leave the
 //!   queue. Otherwise return whether we are the head, the holder's `PTTL`, and whether the holder
@@ -64,9 +70,13 @@
 //!
 //! Every script is loaded (`SCRIPT LOAD`, one pipelined round trip) when connecting, and sent as
 //! `EVALSHA` through [`redis::Script`], which reloads it on `NOSCRIPT` (after a server restart);
-//! the renewal pipeline does the same (loads `RENEW_MANY` and sends the pipeline again). An uncontended acquire is one `EVALSHA` (`EXISTS lock
-//! queue`, `INCR`, `SET`) and a release one `EVALSHA` (`GET`, `DEL`, `EXISTS queue`): no
-//! subscription, queue entry or `TIME` unless the lock is busy or someone waits.
+//! the renewal pipeline does the same (loads `RENEW_MANY` and sends the pipeline again). An
+//! uncontended acquire is one `EVALSHA` (`EXISTS lock queue`, `EXISTS fence`, `TIME`, `GET`/`SET`
+//! of the counter's floor, `INCR`, `PEXPIRE`, `SET`; plus one `INFO server` when the lock has no
+//! counter yet) and a release one `EVALSHA` (`GET`, `DEL`, `EXISTS queue`): no subscription or
+//! queue entry unless the lock is busy or someone waits. Every script but `RELEASE` may be sent a
+//! second time when its connection dropped (the server restarted): each answers a repeat as it
+//! answered the first run.
 //!
 //! ## The queue and wake-ups
 //!
@@ -100,6 +110,8 @@
 //!   locksmith waiters (between a release and the head's take-over, one notification plus one
 //!   round trip). Mutual exclusion always holds; FIFO holds among locksmith waiters only.
 //! - Their holders have no fencing token; a locksmith holder's token comes from the counter key.
+//! - After a restart without persistence their own locks are not protected by `restart_delay`:
+//!   they may take a lock that a locksmith holder still believes it holds.
 //!
 //! ## Several independent masters (`redis://h1,h2,h3`)
 //!
@@ -127,7 +139,8 @@
 //! (GC, swap, a stopped VM) or a network delay longer than the lease lets a second holder in while
 //! the first still believes it holds the lock; timing assumptions cannot rule that out, only a
 //! fencing token checked by the storage can. A master restarting without persistence forgets its
-//! keys and can hand out a second majority. Waiting is not FIFO in this mode (retries at the
+//! keys, but grants nothing for `restart_delay` after it (see "After data loss"), so it cannot
+//! help a second majority form while the first holder's lease may still run. Waiting is not FIFO in this mode (retries at the
 //! holder's TTL or with backoff), and there is no queue.
 //!
 //! Fencing tokens: each master has its own counter, so there is no single sequence. The token of
@@ -136,17 +149,41 @@
 //! any two majorities share a master, tokens strictly increase across holders as long as no
 //! master loses its counter; they are not consecutive.
 //!
-//! ## Fencing after data loss
+//! ## After data loss
 //!
-//! The fencing counter is data: a Redis restarted without persistence (or flushed) starts it from
-//! zero, and a new holder's token can be smaller than an earlier one's. Either run Redis with
-//! persistence (AOF `appendfsync everysec` or better) or set a floor: `?fence_floor=time` makes
-//! every token at least the server's clock in milliseconds (so tokens keep growing across data
-//! loss as long as that clock does and the lock is taken less than once per millisecond on
-//! average); `?fence_floor=N` is a fixed floor to raise by hand after an incident.
+//! A Redis without persistence (the `save ""` / `appendonly no` of many cache deployments) that
+//! restarts, or a server that is flushed, forgets every key: the locks, the queues and the fencing
+//! counters. Two things go wrong unless the backend guards against them, and it does by default:
 //!
-//! After a restart the holder's key is gone too: its next renewal finds nothing and its `lost()`
-//! fires, and a new holder can acquire.
+//! - **A second holder while the first still works.** The old holder learns of the loss only at
+//!   its next renewal (up to a third of its TTL later), or — if it cannot reach the server — when
+//!   its lease runs out; a client that asks the restarted server at once would be granted the lock
+//!   meanwhile. So a server that has been up for less than `restart_delay` (15 s by default) grants
+//!   no lock that has no fencing counter on the server: its scripts read the server's uptime
+//!   (`INFO server`) and answer "busy for N ms" instead. A waiter sleeps until then; `try_acquire`
+//!   answers `None` (the lock may well be held). Every lease granted before the loss has run out by
+//!   then, and its holder's `lost()` has fired, as long as no lease is longer than `restart_delay`:
+//!   a TTL above it is refused with [`lockcore::LockError::InvalidOption`]. Use the same
+//!   `restart_delay` in every client of a server, at least the longest TTL of any of them. A lock
+//!   whose counter survived (the server persists its data) is granted at once. The price: on a
+//!   freshly started Redis the first lock of each name waits until the server is `restart_delay`
+//!   old (the server cannot tell a first start from a restart that lost data). `restart_delay=0`
+//!   turns this off, for servers that persist every write (AOF with `appendfsync always`).
+//! - **Fencing tokens going backwards.** With the default `fence_floor=time` every token is at
+//!   least the server's clock in microseconds since the Unix epoch (about 1.8 × 10^15 today, well
+//!   within the 2^53 that every JSON reader keeps exact), and above the counter: tokens keep growing
+//!   across data loss as long as the server's clock does (a clock stepped back by more than the
+//!   time since the lost tokens were granted could repeat one: clock jumps are not covered). With
+//!   the time floor the counter is only a tie-breaker, so it can expire (an hour after the lock was
+//!   last taken). `fence_floor=none` gives small consecutive tokens that start over after data
+//!   loss; `fence_floor=N` is a fixed floor to raise by hand after an incident.
+//!
+//! What stays uncovered: a failover to a replica that had not received the latest writes (the new
+//! master has the old counter and no data-loss marker it could notice); data lost to eviction
+//! (run with `maxmemory-policy noeviction`: lock keys carry a TTL, so `volatile-*` policies may
+//! evict them); a server clock that jumps. `tests/restart.rs` restarts a server without
+//! persistence under a held lock and a queued waiter: the old holder is told ~0.5 s after the
+//! restart, the waiter gets the lock only after `restart_delay`, with a larger token.
 
 #![warn(missing_docs)]
 
@@ -164,7 +201,7 @@ mod wait;
 use lockcore::{BackendUrl, Locker, Result};
 
 pub use backend::RedisBackend;
-pub use config::{FenceFloor, Layout};
+pub use config::{FenceFloor, Layout, DEFAULT_RESTART_DELAY};
 pub use keys::LockKeys;
 
 /// Connects to redis as described by `url` and returns a [`Locker`] over it.

@@ -58,6 +58,11 @@ pub(crate) struct Node {
     conn: ConnectionManager,
     pub(crate) notifier: Notifier,
     op_timeout: Duration,
+    /// The scripts' fence floor argument (see [`crate::FenceFloor`]).
+    floor: String,
+    /// The scripts' restart delay argument, in ms (0: none).
+    restart_delay_ms: u64,
+    waiter_ttl: Duration,
     health: std::sync::Mutex<Health>,
 }
 
@@ -101,6 +106,9 @@ impl Node {
             conn,
             notifier,
             op_timeout,
+            floor: config.fence_floor.arg(),
+            restart_delay_ms: u64::try_from(config.restart_delay.as_millis()).unwrap_or(u64::MAX),
+            waiter_ttl: config.waiter_ttl,
             health: Default::default(),
         })
     }
@@ -157,42 +165,38 @@ impl Node {
     /// Checks that the server answers, and loads every script (one pipelined round trip), so
     /// that the first `EVALSHA` of each does not cost a `NOSCRIPT` error and a second round trip.
     pub(crate) async fn ping(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
         for source in &SCRIPTS.sources {
             pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
         }
         pipe.cmd("PING");
-        self.bounded(
-            "connecting",
-            async move { pipe.query_async::<(String,)>(&mut conn).await },
-        )
+        self.bounded("connecting", Resend::IfDropped, || {
+            let (mut conn, pipe) = (self.conn.clone(), &pipe);
+            async move { pipe.query_async::<(String,)>(&mut conn).await }
+        })
         .await
         .map(drop)
     }
 
-    pub(crate) async fn try_acquire(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl: Duration,
-        floor: &str,
-    ) -> Result<Attempt> {
-        let mut conn = self.conn.clone();
+    pub(crate) async fn try_acquire(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Attempt> {
         let reply: Vec<i64> = self
-            .bounded("acquiring", async move {
-                SCRIPTS
-                    .try_acquire
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&keys.queue)
-                    .key(&keys.alive)
-                    .arg(token)
-                    .arg(millis(ttl))
-                    .arg(floor)
-                    .arg(&keys.wake)
-                    .invoke_async(&mut conn)
-                    .await
+            .bounded("acquiring", Resend::IfDropped, || {
+                let mut conn = self.conn.clone();
+                async move {
+                    SCRIPTS
+                        .try_acquire
+                        .key(&keys.lock)
+                        .key(&keys.fence)
+                        .key(&keys.queue)
+                        .key(&keys.alive)
+                        .arg(token)
+                        .arg(millis(ttl))
+                        .arg(&self.floor)
+                        .arg(&keys.wake)
+                        .arg(self.restart_delay_ms)
+                        .invoke_async(&mut conn)
+                        .await
+                }
             })
             .await?;
         match reply.as_slice() {
@@ -204,30 +208,26 @@ impl Node {
         }
     }
 
-    pub(crate) async fn wait_step(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl: Duration,
-        floor: &str,
-        waiter_ttl: Duration,
-    ) -> Result<Step> {
-        let mut conn = self.conn.clone();
+    pub(crate) async fn wait_step(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Step> {
         let reply: Vec<i64> = self
-            .bounded("waiting", async move {
-                SCRIPTS
-                    .wait_step
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&keys.queue)
-                    .key(&keys.alive)
-                    .arg(token)
-                    .arg(millis(ttl))
-                    .arg(floor)
-                    .arg(&keys.wake)
-                    .arg(millis(waiter_ttl))
-                    .invoke_async(&mut conn)
-                    .await
+            .bounded("waiting", Resend::IfDropped, || {
+                let mut conn = self.conn.clone();
+                async move {
+                    SCRIPTS
+                        .wait_step
+                        .key(&keys.lock)
+                        .key(&keys.fence)
+                        .key(&keys.queue)
+                        .key(&keys.alive)
+                        .arg(token)
+                        .arg(millis(ttl))
+                        .arg(&self.floor)
+                        .arg(&keys.wake)
+                        .arg(millis(self.waiter_ttl))
+                        .arg(self.restart_delay_ms)
+                        .invoke_async(&mut conn)
+                        .await
+                }
             })
             .await?;
         match reply.as_slice() {
@@ -243,30 +243,42 @@ impl Node {
         }
     }
 
-    /// Compare-and-delete; `true` if the lock was ours.
+    /// Compare-and-delete; `true` if the lock was ours. Never sent twice: a second run after a
+    /// first whose answer was lost would answer "not ours".
     pub(crate) async fn release(&self, keys: &LockKeys, token: &str) -> Result<bool> {
-        self.give_up(&SCRIPTS.release, "releasing", keys, token).await
+        self.give_up(&SCRIPTS.release, "releasing", Resend::Never, keys, token)
+            .await
     }
 
     /// Leaves the queue and releases a lock granted to `token`; `true` if a lock was released.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> Result<bool> {
-        self.give_up(&SCRIPTS.leave, "leaving the queue", keys, token).await
+        self.give_up(&SCRIPTS.leave, "leaving the queue", Resend::IfDropped, keys, token)
+            .await
     }
 
     /// Runs `release` or `leave`: both take the lock, queue and liveness keys, the token and the
     /// wake channel, and answer 1 when they released a lock of `token`'s.
-    async fn give_up(&self, script: &redis::Script, what: &str, keys: &LockKeys, token: &str) -> Result<bool> {
-        let mut conn = self.conn.clone();
+    async fn give_up(
+        &self,
+        script: &redis::Script,
+        what: &str,
+        resend: Resend,
+        keys: &LockKeys,
+        token: &str,
+    ) -> Result<bool> {
         let released: i64 = self
-            .bounded(what, async move {
-                script
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.alive)
-                    .arg(token)
-                    .arg(&keys.wake)
-                    .invoke_async(&mut conn)
-                    .await
+            .bounded(what, resend, || {
+                let mut conn = self.conn.clone();
+                async move {
+                    script
+                        .key(&keys.lock)
+                        .key(&keys.queue)
+                        .key(&keys.alive)
+                        .arg(token)
+                        .arg(&keys.wake)
+                        .invoke_async(&mut conn)
+                        .await
+                }
             })
             .await?;
         Ok(released == 1)
@@ -274,17 +286,19 @@ impl Node {
 
     /// Quorum mode: raises the fencing counter to `fence` if `token` still holds the lock.
     pub(crate) async fn raise_fence(&self, keys: &LockKeys, token: &str, fence: u64) -> Result<bool> {
-        let mut conn = self.conn.clone();
         let held: i64 = self
-            .bounded("raising the fencing counter", async move {
-                SCRIPTS
-                    .raise_fence
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .arg(token)
-                    .arg(fence)
-                    .invoke_async(&mut conn)
-                    .await
+            .bounded("raising the fencing counter", Resend::IfDropped, || {
+                let mut conn = self.conn.clone();
+                async move {
+                    SCRIPTS
+                        .raise_fence
+                        .key(&keys.lock)
+                        .key(&keys.fence)
+                        .arg(token)
+                        .arg(fence)
+                        .invoke_async(&mut conn)
+                        .await
+                }
             })
             .await?;
         Ok(held == 1)
@@ -306,16 +320,18 @@ impl Node {
             }
             pipe.invoke_script(&call);
         }
-        let mut conn = self.conn.clone();
         let replies: Vec<Value> = self
-            .bounded("renewing", async move {
-                let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-                if !replies.iter().any(is_noscript) {
-                    return Ok(replies);
+            .bounded("renewing", Resend::IfDropped, || {
+                let (mut conn, pipe) = (self.conn.clone(), &pipe);
+                async move {
+                    let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+                    if !replies.iter().any(is_noscript) {
+                        return Ok(replies);
+                    }
+                    // The server lost its script cache (a restart): load the script and go again.
+                    SCRIPTS.renew_many.prepare_invoke().load_async(&mut conn).await?;
+                    pipe.query_async(&mut conn).await
                 }
-                // The server lost its script cache (a restart): load the script and go again.
-                SCRIPTS.renew_many.prepare_invoke().load_async(&mut conn).await?;
-                pipe.query_async(&mut conn).await
             })
             .await?;
         if replies.len() != chunks.len() {
@@ -351,16 +367,18 @@ impl Node {
     }
 
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<RawInfo> {
-        let mut conn = self.conn.clone();
         let (value, pttl_ms, waiters): (Option<String>, i64, usize) = self
-            .bounded("inspecting", async move {
-                SCRIPTS
-                    .inspect
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.alive)
-                    .invoke_async(&mut conn)
-                    .await
+            .bounded("inspecting", Resend::IfDropped, || {
+                let mut conn = self.conn.clone();
+                async move {
+                    SCRIPTS
+                        .inspect
+                        .key(&keys.lock)
+                        .key(&keys.queue)
+                        .key(&keys.alive)
+                        .invoke_async(&mut conn)
+                        .await
+                }
             })
             .await?;
         Ok(RawInfo {
@@ -370,20 +388,46 @@ impl Node {
         })
     }
 
-    /// Runs one request within the timeouts, mapping the client's errors to [`LockError`].
-    async fn bounded<T>(&self, what: &str, fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
-        match tokio::time::timeout(self.op_timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(map_error(e, what, &self.addr)),
-            Err(_) => Err(LockError::Unavailable {
-                message: format!(
-                    "{what} on redis at {}: no answer within {:?}",
-                    self.addr, self.op_timeout
-                ),
-                source: None,
-            }),
+    /// Runs one request within the operation timeout, mapping the client's errors to
+    /// [`LockError`]. A request that met a dropped connection (the server restarted, the
+    /// connection was reset) is sent once more on the reconnected connection when `resend`
+    /// allows it: every script but `RELEASE` gives the same answer when run twice.
+    async fn bounded<T, F, Fut>(&self, what: &str, resend: Resend, mut call: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let deadline = Instant::now() + self.op_timeout;
+        let mut resends = usize::from(resend == Resend::IfDropped);
+        loop {
+            match tokio::time::timeout_at(deadline, call()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if resends > 0 && e.is_connection_dropped() => {
+                    resends -= 1;
+                    tracing::debug!(addr = %self.addr, error = %e, what, "redis connection dropped; sending again");
+                }
+                Ok(Err(e)) => return Err(map_error(e, what, &self.addr)),
+                Err(_) => {
+                    return Err(LockError::Unavailable {
+                        message: format!(
+                            "{what} on redis at {}: no answer within {:?}",
+                            self.addr, self.op_timeout
+                        ),
+                        source: None,
+                    })
+                }
+            }
         }
     }
+}
+
+/// Whether a request may be sent again after its connection dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resend {
+    /// Once more: running it twice answers as running it once.
+    IfDropped,
+    /// Never: a second run could answer differently (`RELEASE`).
+    Never,
 }
 
 /// Server-side script errors are protocol errors; everything else (I/O, timeouts, a server that

@@ -57,7 +57,6 @@ fn drift(ttl: Duration) -> Duration {
 pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result<Try> {
     let keys = inner.keys(&req.name);
     let token = new_token();
-    let floor = inner.floor();
     let guard = Cleanup::new(inner.clone(), keys.clone(), token.clone());
     let quorum = inner.config.quorum();
     let total = inner.nodes.len();
@@ -66,7 +65,7 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
     // Done once a majority granted it, or once the missing answers could no longer make one.
     let results = fan_out(
         &inner.nodes,
-        |_, n| n.try_acquire(&keys, &token, req.ttl, &floor),
+        |_, n| n.try_acquire(&keys, &token, req.ttl),
         |answers| {
             let granted = answers
                 .iter()

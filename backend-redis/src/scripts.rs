@@ -18,6 +18,10 @@ end
 local function mine(v, tok)
   return v and (v == tok or string.sub(v, 1, #tok + 1) == tok .. ':')
 end
+-- The fencing token stored in a locksmith lock value.
+local function fence_of(v)
+  return tonumber(string.match(v, ':(%d+)$'))
+end
 -- The first live waiter, after dropping stale entries in front of it; and whether any were dropped.
 local function head(queue, alive, now)
   local pruned = false
@@ -34,31 +38,60 @@ end
 local function wake(chan, h)
   if h then redis.call('PUBLISH', chan .. h, 'wake') end
 end
--- SET the lock for tok and return the next fencing token (at least the floor, if one is given).
+-- How many ms a free lock must stay free because the server may have lost its data (restarted
+-- without persistence, or flushed) less than `delay` ms ago: a lease granted before the loss may
+-- still be believed held by its holder. 0 once the server has been up for `delay`, or when the
+-- lock's fencing counter survived (the data was not lost).
+local function data_loss_wait(fence, delay)
+  if delay <= 0 or redis.call('EXISTS', fence) == 1 then return 0 end
+  local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
+  if not up then
+    error('locksmith: INFO server shows no uptime_in_seconds; set restart_delay=0')
+  end
+  return math.max(0, delay - tonumber(up) * 1000)
+end
+-- SET the lock for tok and return the next fencing token: above the counter, and at least the
+-- floor ('time': the server clock in microseconds; a number; '': none). With the time floor the
+-- counter can expire: it is kept for an hour after the lease's TTL.
 local function take(lock, fence, tok, ttl, floor)
   local fl = nil
-  if floor == 'time' then fl = now_ms() elseif floor ~= '' then fl = tonumber(floor) end
+  if floor == 'time' then
+    local t = redis.call('TIME')
+    fl = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  elseif floor ~= '' then
+    fl = tonumber(floor)
+  end
   if fl and (tonumber(redis.call('GET', fence)) or 0) < fl then
     redis.call('SET', fence, string.format('%d', fl))
   end
   local f = redis.call('INCR', fence)
-  redis.call('SET', lock, tok .. ':' .. f, 'PX', ttl)
+  if floor == 'time' then redis.call('PEXPIRE', fence, tonumber(ttl) + 3600000) end
+  -- %d: a token above 2^47 would print in exponent notation by default.
+  redis.call('SET', lock, tok .. ':' .. string.format('%d', f), 'PX', ttl)
   return f
 end
 "#;
 
 /// One attempt, never queueing: takes the lock if it is free and nobody live is queued before us.
-/// Stale heads it drops are replaced by the next live waiter, which is woken.
-/// The uncontended case (no lock key, no queue key) is three commands: `EXISTS`, `INCR`, `SET`.
-/// KEYS: lock, fence, queue, alive. ARGV: token, ttl ms, fence floor, wake prefix.
-/// Returns `{1, fence}` or `{0, pttl of the holder}`.
+/// Stale heads it drops are replaced by the next live waiter, which is woken. Idempotent: a retry
+/// of a call whose answer was lost finds the lock already ours.
+/// The uncontended case (no lock key, no queue key) is `EXISTS`, `EXISTS` (the counter), `INCR`,
+/// `PEXPIRE` and `SET`.
+/// KEYS: lock, fence, queue, alive. ARGV: token, ttl ms, fence floor, wake prefix, restart delay ms.
+/// Returns `{1, fence}` or `{0, ms until it may be free: the holder's pttl, or the data-loss wait}`.
 const TRY_ACQUIRE: &str = r#"
+local delay = tonumber(ARGV[5])
 if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  local w = data_loss_wait(KEYS[2], delay)
+  if w > 0 then return {0, w} end
   return {1, take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])}
 end
+local v = redis.call('GET', KEYS[1])
+if mine(v, ARGV[1]) then return {1, fence_of(v)} end
 local h, pruned = head(KEYS[3], KEYS[4], now_ms())
-local free = redis.call('EXISTS', KEYS[1]) == 0
-if free and (h == nil or h == ARGV[1]) then
+if not v and (h == nil or h == ARGV[1]) then
+  local w = data_loss_wait(KEYS[2], delay)
+  if w > 0 then return {0, w} end
   if h then redis.call('ZREM', KEYS[3], h); redis.call('HDEL', KEYS[4], h) end
   return {1, take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])}
 end
@@ -67,12 +100,16 @@ return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
 /// A waiter's one step: joins the queue (at the tail) if not in it, refreshes its liveness
-/// deadline, and takes the lock if it is free and this waiter is the live head.
-/// KEYS: lock, fence, queue, alive. ARGV: token, ttl ms, fence floor, wake prefix, waiter ttl ms.
-/// Returns `{1, fence}` or `{0, is_head, pttl of the holder, holder_is_foreign}`.
+/// deadline, and takes the lock if it is free and this waiter is the live head (and the server
+/// has not just lost its data: then the head waits). Idempotent like `TRY_ACQUIRE`.
+/// KEYS: lock, fence, queue, alive. ARGV: token, ttl ms, fence floor, wake prefix, waiter ttl ms,
+/// restart delay ms.
+/// Returns `{1, fence}` or `{0, is_head, ms until it may be free, holder_is_foreign}`.
 const WAIT_STEP: &str = r#"
 local now = now_ms()
 local tok, wttl = ARGV[1], tonumber(ARGV[5])
+local v = redis.call('GET', KEYS[1])
+if mine(v, tok) then return {1, fence_of(v)} end
 if not redis.call('ZSCORE', KEYS[3], tok) then
   local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
   local score = now
@@ -81,11 +118,14 @@ if not redis.call('ZSCORE', KEYS[3], tok) then
 end
 redis.call('HSET', KEYS[4], tok, now + wttl)
 local h, pruned = head(KEYS[3], KEYS[4], now)
-local v = redis.call('GET', KEYS[1])
+local wait = nil
 if not v and h == tok then
-  redis.call('ZREM', KEYS[3], tok)
-  redis.call('HDEL', KEYS[4], tok)
-  return {1, take(KEYS[1], KEYS[2], tok, ARGV[2], ARGV[3])}
+  wait = data_loss_wait(KEYS[2], tonumber(ARGV[6]))
+  if wait == 0 then
+    redis.call('ZREM', KEYS[3], tok)
+    redis.call('HDEL', KEYS[4], tok)
+    return {1, take(KEYS[1], KEYS[2], tok, ARGV[2], ARGV[3])}
+  end
 end
 if pruned and h ~= tok then wake(ARGV[4], h) end
 if redis.call('PTTL', KEYS[3]) < 2 * wttl then
@@ -94,7 +134,7 @@ if redis.call('PTTL', KEYS[3]) < 2 * wttl then
 end
 local foreign = 0
 if v and not string.match(v, '^%x+:%d+$') then foreign = 1 end
-return {0, h == tok and 1 or 0, redis.call('PTTL', KEYS[1]), foreign}
+return {0, h == tok and 1 or 0, wait or redis.call('PTTL', KEYS[1]), foreign}
 "#;
 
 /// Compare-and-delete, then wake the live head of the queue (one PUBLISH). With nobody queued
@@ -154,7 +194,7 @@ return out
 const RAISE_FENCE: &str = r#"
 if not mine(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
 end
 return 1
 "#;

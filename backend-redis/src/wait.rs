@@ -10,11 +10,16 @@
 //!
 //! In the plain layout a holder that is not a locksmith client never wakes anybody, so the head
 //! waiter also re-checks with a backoff (50 ms doubling to 1 s) while such a holder has the lock.
+//!
+//! A server that stops answering (down, restarting) does not end the wait: the waiter retries
+//! with backoff (see [`lockcore::Outage`]), subscribes again, and its next step joins the queue
+//! again if the server lost it; it gives up at its deadline (saying the server did not answer),
+//! or, without one, once the outage lasted longer than `waiter_ttl` plus the connect timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{Lease, LockError, LockRequest, Result};
+use lockcore::{Lease, LockRequest, Outage, Result};
 use tokio::time::Instant;
 
 use crate::backend::{lease, new_token, Inner};
@@ -29,29 +34,47 @@ pub(crate) async fn acquire(inner: &Arc<Inner>, req: &LockRequest, deadline: Opt
     let node = &inner.nodes[0];
     let keys = inner.keys(&req.name);
     let token = new_token();
-    let floor = inner.floor();
     let mut guard = Cleanup::new(inner.clone(), keys.clone(), token.clone());
+    let mut outage = Outage::new(deadline, inner.config.waiter_ttl + inner.config.connect_timeout);
 
     let sent = Instant::now();
-    if let Attempt::Acquired(fence) = node.try_acquire(&keys, &token, req.ttl, &floor).await? {
-        guard.disarm();
-        return Ok(lease(req, fence, token, sent));
+    match node.try_acquire(&keys, &token, req.ttl).await {
+        Ok(Attempt::Acquired(fence)) => {
+            guard.disarm();
+            return Ok(lease(req, fence, token, sent));
+        }
+        Ok(Attempt::Busy { .. }) => outage.succeeded(),
+        Err(e) => outage.failed(e).await?,
     }
     let channel = keys.channel(&token);
-    let mut sub = node.notifier.subscribe(channel.clone()).await?;
+    let mut sub = None;
     let heartbeat = inner.config.waiter_ttl / 3;
     let mut backoff = MIN_BACKOFF;
     loop {
+        let subscription = match sub.as_mut() {
+            Some(s) => s,
+            None => match node.notifier.subscribe(channel.clone()).await {
+                Ok(s) => sub.insert(s),
+                Err(e) => {
+                    outage.failed(e).await?;
+                    continue;
+                }
+            },
+        };
         let sent = Instant::now();
-        let (head, pttl_ms, foreign) = match node
-            .wait_step(&keys, &token, req.ttl, &floor, inner.config.waiter_ttl)
-            .await?
-        {
-            Step::Acquired(fence) => {
+        let (head, pttl_ms, foreign) = match node.wait_step(&keys, &token, req.ttl).await {
+            Ok(Step::Acquired(fence)) => {
                 guard.disarm();
                 return Ok(lease(req, fence, token, sent));
             }
-            Step::Waiting { head, pttl_ms, foreign } => (head, pttl_ms, foreign),
+            Ok(Step::Waiting { head, pttl_ms, foreign }) => {
+                outage.succeeded();
+                (head, pttl_ms, foreign)
+            }
+            Err(e) => {
+                outage.failed(e).await?;
+                continue;
+            }
         };
         let now = Instant::now();
         let mut wake_at = now + heartbeat;
@@ -68,16 +91,17 @@ pub(crate) async fn acquire(inner: &Arc<Inner>, req: &LockRequest, deadline: Opt
         }
         tracing::trace!(lock = %req.name, head, pttl_ms, foreign, "queued");
         tokio::select! {
-            alive = sub.recv() => {
+            alive = subscription.recv() => {
                 if !alive {
-                    sub = node.notifier.subscribe(channel.clone()).await?;
+                    sub = None; // the pub/sub connection broke: subscribe again
                 }
             }
             _ = tokio::time::sleep_until(wake_at) => {}
             _ = until(deadline) => {
+                // The lock was busy (the last step was answered): leave the queue before saying so.
                 drop(sub);
                 guard.run_now().await;
-                return Err(LockError::Timeout(Duration::ZERO));
+                return Err(outage.at_deadline());
             }
         }
     }

@@ -1,7 +1,10 @@
-//! A Redis restart without persistence while locks are held (against the quorum server redis-q1
-//! used as a single server, so the shared `redis` of the other tests is not disturbed): every
-//! holder's `lost()` fires at its next renewal, a new holder can acquire, and fencing tokens after
-//! the restart start over, unless `?fence_floor=time` keeps them growing.
+//! Redis restarted without persistence while a lock is held (against the quorum server redis-q1
+//! used as a single server, so the shared `redis` of the other tests is not disturbed).
+//!
+//! The restarted server has lost every key: the holder's lock, the queue, the fencing counter.
+//! What must hold anyway: nobody is granted the lock before the old holder's `lost()` fired (the
+//! server grants nothing new for `restart_delay` after it started), a waiter that was queued
+//! rides out the restart and gets the lock, and fencing tokens keep growing.
 
 mod common;
 
@@ -9,79 +12,148 @@ use std::time::Duration;
 
 use lockcore::conformance::servers::{backends, OnDrop};
 use lockcore::conformance::{unique_name, within};
-use lockcore::LostReason;
+use lockcore::{LockError, LostReason};
+use tokio::time::Instant;
+
+/// The options of every locker here: a short restart delay, so the test takes seconds.
+const OPTIONS: &str = "restart_delay=3s";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_without_persistence_loses_locks_and_counters() {
-    let server = common::quorum_hosts().remove(0); // redis-q1
-    let plain_url = server.clone();
-    let floor_url = common::with_options(&server, "fence_floor=time");
-    let (plain, floored) = (common::locker(&plain_url).await, common::locker(&floor_url).await);
-    let (a, b) = (unique_name("restart_counter"), unique_name("restart_floor"));
+async fn restart_without_persistence_never_double_grants() {
+    common::init_logs();
+    let url = common::with_options(&common::quorum_hosts().remove(0), OPTIONS); // redis-q1
+    let (a, b, c) = (
+        common::locker(&url).await,
+        common::locker(&url).await,
+        common::locker(&url).await,
+    );
+    let name = unique_name("restart");
 
-    // Build up some history so the counters are well above 1.
-    let mut last_a = 0;
+    // Some history, so that the counter is well above 1.
+    let ttl = Duration::from_secs(2);
+    let mut last = 0;
     for _ in 0..3 {
-        let g = plain.lock(&a).acquire().await.expect("acquire");
-        last_a = g.fencing_token();
+        let g = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
         g.release().await.expect("release");
     }
-    let ttl = Duration::from_secs(2);
-    let held_a = plain.lock(&a).ttl(ttl).acquire().await.expect("acquire");
-    let held_b = floored.lock(&b).ttl(ttl).acquire().await.expect("acquire");
-    assert!(held_a.fencing_token() > last_a);
-    let (token_a, token_b) = (held_a.fencing_token(), held_b.fencing_token());
+    let held = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    let token = held.fencing_token();
+    let lost_at = tokio::spawn({
+        let lost = held.lost();
+        async move {
+            let reason = lost.await;
+            (Instant::now(), reason)
+        }
+    });
+    // A waiter queued before the restart, with plenty of time left on its deadline.
+    let waiter = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move {
+            let result = b.lock(&name).ttl(ttl).timeout(Duration::from_secs(60)).acquire().await;
+            (Instant::now(), result)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
 
+    let stopped_at = Instant::now();
     {
         let _restore = OnDrop::start("redis-q1");
         backends(&["stop", "redis-q1"]);
         backends(&["start", "redis-q1"]);
     }
 
-    // The restarted server has no keys: the next renewal finds nothing and lost() fires.
-    for (guard, what) in [(&held_a, "counter"), (&held_b, "floor")] {
-        let reason = within(
-            Duration::from_secs(30),
-            &format!("lost() after the restart ({what})"),
-            guard.lost(),
-        )
-        .await;
-        assert!(
-            matches!(reason, LostReason::LeaseGone(_) | LostReason::RenewalFailed(_)),
-            "{reason:?}"
-        );
-    }
-
-    // A new holder can acquire at once.
-    let new_a = within(
-        Duration::from_secs(30),
-        "acquire after restart",
-        plain.lock(&a).acquire(),
-    )
-    .await
-    .expect("acquire");
-    let new_b = within(
-        Duration::from_secs(30),
-        "acquire after restart",
-        floored.lock(&b).acquire(),
-    )
-    .await
-    .expect("acquire");
-    // Without persistence the counter is gone: the token starts over (this is what the docs warn
-    // about). With fence_floor=time it is at least the server clock in ms, above the old token.
-    assert_eq!(
-        new_a.fencing_token(),
-        1,
-        "the counter survived a restart without persistence?"
-    );
-    assert!(new_a.fencing_token() < token_a);
+    // Right after the restart the lock looks free, but its old holder may still be working:
+    // nobody gets it yet.
+    let early = c.lock(&name).ttl(ttl).try_acquire().await.expect("try after restart");
     assert!(
-        new_b.fencing_token() > token_b,
-        "fence_floor=time: {} after {token_b}",
-        new_b.fencing_token()
+        early.is_none(),
+        "a restarted server without the lock's data granted it at once (token {:?}, old holder's {token})",
+        early.as_ref().map(|g| g.fencing_token())
     );
 
-    new_a.release().await.expect("release");
-    new_b.release().await.expect("release");
-    assert!(held_a.release().await.is_err() && held_b.release().await.is_err());
+    let (granted_at, got) = within(Duration::from_secs(60), "the waiter after the restart", waiter)
+        .await
+        .expect("waiter task");
+    let got = got.expect("a waiter with time left rides out the restart");
+    let (lost_at, reason) = within(Duration::from_secs(30), "lost() after the restart", lost_at)
+        .await
+        .expect("lost task");
+    assert!(
+        matches!(reason, LostReason::LeaseGone(_) | LostReason::RenewalFailed(_)),
+        "{reason:?}"
+    );
+    assert!(
+        lost_at < granted_at,
+        "the new holder got the lock {:?} before the old holder was told it lost it",
+        lost_at - granted_at
+    );
+    assert!(
+        got.fencing_token() > token,
+        "fencing token went backwards after the restart: {} after {token}",
+        got.fencing_token()
+    );
+    eprintln!(
+        "old holder told {:?} and the waiter granted {:?} after the server was stopped",
+        lost_at - stopped_at,
+        granted_at - stopped_at
+    );
+    got.release().await.expect("release");
+    assert!(held.release().await.is_err());
+}
+
+/// A lock whose TTL is longer than the restart delay could outlive the delay after a restart:
+/// it is refused with a clear error instead.
+#[tokio::test]
+async fn ttl_longer_than_the_restart_delay_is_refused() {
+    let url = common::with_options(&common::redis_url(), "restart_delay=5s");
+    let locker = common::locker(&url).await;
+    let name = unique_name("long_ttl");
+    for result in [
+        locker
+            .lock(&name)
+            .ttl(Duration::from_secs(6))
+            .try_acquire()
+            .await
+            .map(drop),
+        locker.lock(&name).ttl(Duration::from_secs(6)).acquire().await.map(drop),
+    ] {
+        match result {
+            Err(LockError::InvalidOption(m)) => assert!(m.contains("restart_delay"), "{m}"),
+            other => panic!("expected InvalidOption, got {other:?}"),
+        }
+    }
+    let ok = locker
+        .lock(&name)
+        .ttl(Duration::from_secs(5))
+        .try_acquire()
+        .await
+        .expect("try");
+    ok.expect("free").release().await.expect("release");
+}
+
+/// Fencing counters do not pile up: each expires some time after its lock was last taken (the
+/// default time floor keeps tokens growing without them).
+#[tokio::test]
+async fn fencing_counters_expire() {
+    let url = common::redis_url();
+    let locker = common::locker(&url).await;
+    let harness = common::RedisHarness::new("").await;
+    let mut admin = common::admin(&url).await;
+    let mut last = 0;
+    for i in 0..20 {
+        let name = format!("{}/{i}", unique_name("counters"));
+        let g = locker.lock(&name).acquire().await.expect("acquire");
+        assert!(g.fencing_token() > last, "tokens across names come from the clock");
+        last = g.fencing_token();
+        g.release().await.expect("release");
+        let keys = harness.keys(&lockcore::LockName::new(&name).unwrap());
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&keys.fence)
+            .query_async(&mut admin)
+            .await
+            .expect("PTTL");
+        assert!(pttl > 0, "the fencing counter of {name} never expires (PTTL {pttl})");
+    }
 }

@@ -11,6 +11,7 @@
 //! - [`LockName`], the validation and the one collision-free encoding of lock names;
 //! - [`MemoryBackend`], the embedded backend (`mem://`);
 //! - [`Dual`], one lock held in two backends at once, for migrations;
+//! - [`Outage`], how a backend's waiting `acquire` rides out an outage;
 //! - [`conformance`] (feature `conformance`), the test suite every backend runs.
 //!
 //! ## Quickstart
@@ -52,6 +53,7 @@ mod lease;
 mod locker;
 mod memory;
 mod name;
+mod outage;
 pub mod url;
 mod watchdog;
 
@@ -63,6 +65,7 @@ pub use lease::{Lease, LockRequest, LostReason, LostSignal, DEFAULT_TTL, MAX_TTL
 pub use locker::{LockBuilder, Locker};
 pub use memory::MemoryBackend;
 pub use name::{LockName, MAX_NAME_LEN};
+pub use outage::Outage;
 pub use url::BackendUrl;
 
 /// Re-exported so backends implement [`LockBackend`] with the same macro version.

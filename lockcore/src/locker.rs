@@ -14,6 +14,9 @@ use crate::lease::{LockRequest, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use crate::name::LockName;
 use crate::watchdog::Watchdog;
 
+/// How long after its deadline an `acquire` is cut off if the backend has not returned by itself.
+const DEADLINE_GRACE: Duration = Duration::from_millis(100);
+
 /// A connection to one lock backend, shared by all the locks taken through it.
 ///
 /// Cheap to clone; clones share the connection and the watchdog. Build it from a backend with
@@ -166,8 +169,11 @@ impl LockBuilder {
                     .await
                     .and_then(|lease| lease.ok_or(LockError::Timeout(t))),
                 Some(t) => {
+                    // The backend returns at the deadline itself, saying whether the lock was held
+                    // (`Timeout`) or its server did not answer (`Unavailable`); the outer bound
+                    // only guards against a backend that does not.
                     let deadline = start + t;
-                    tokio::time::timeout_at(deadline, backend.acquire(&req, Some(deadline)))
+                    tokio::time::timeout_at(deadline + DEADLINE_GRACE, backend.acquire(&req, Some(deadline)))
                         .await
                         .unwrap_or(Err(LockError::Timeout(t)))
                 }

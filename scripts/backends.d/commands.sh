@@ -71,6 +71,9 @@ cmd_up() {
         fi
     done
     wait_ready "${ids[@]}"
+    for id in "${started[@]}"; do
+        if declare -F "${KIND_OF[$id]//-/_}_settle" >/dev/null; then kind_call "$id" settle; fi
+    done
     if ((${#started[@]})); then
         log "started: ${started[*]}"
     else

@@ -103,6 +103,8 @@ emit() { printf 'export %s=%s\n' "$1" "$2"; } # one line for `eval "$(scripts/ba
 # and optionally:
 #   P_is_leader ID  exit 0 if member ID says it is its group's leader (for leader_group).
 #   P_stop_last     print ids that `down` must stop after all the others (see etcd.sh).
+#   P_settle ID     after `up` started ID (not after `start ID`) and it answers: wait until it
+#                   is fit for the tests (see redis.sh).
 
 KINDS=() SINGLE_IDS=() CLUSTER_IDS=() LEADER_GROUPS=()
 declare -A KIND_OF=() GROUP_MEMBERS=() GROUP_DESC=()

@@ -57,7 +57,8 @@ macro_rules! conformance_tests {
             crashed_holder_expires, abandoned_lock_expires_beside_held_ones, renewal_keeps_lock_past_ttl, fencing_tokens_increase,
             lost_fires_when_removed_behind_back, names_are_independent, waiters_are_fifo,
             max_hold_releases, release_not_held_is_an_error, drop_releases, invalid_input_is_rejected,
-            cancellation_after_grant_leaves_nothing, inspect_reports_holder_and_waiters);
+            cancellation_after_grant_leaves_nothing, cancellation_storm_leaves_nothing,
+            inspect_reports_holder_and_waiters);
     };
     (@tests $harness:expr; $($test:ident),* $(,)?) => {
         $(
@@ -271,6 +272,148 @@ pub async fn cancellation_after_grant_leaves_nothing(h: &impl Harness) {
     last.expect("acquire").release().await.expect("release");
 }
 
+/// How a storm attempt is cancelled.
+#[derive(Clone, Copy, Debug)]
+enum Cancel {
+    /// The `acquire` future is dropped (an outer `tokio::time::timeout`, a `select!`).
+    Drop,
+    /// The builder's own `.timeout()`.
+    Timeout,
+    /// A `try_acquire` future is dropped.
+    DropTry,
+}
+
+/// When a storm attempt is cancelled: half of them within the first 3 ms (while the request that
+/// queues the waiter is in flight), half anywhere in 0-300 ms (while it waits).
+fn storm_delay(i: usize) -> Duration {
+    if i % 2 == 0 {
+        Duration::from_micros(rand::random_range(0..3_000))
+    } else {
+        Duration::from_micros(rand::random_range(0..300_000))
+    }
+}
+
+/// One storm attempt on `name`, cancelled after `delay`; a lock it is granted anyway (the lock was
+/// free) is released at once.
+async fn storm_attempt(locker: Locker, name: String, cancel: Cancel, delay: Duration) {
+    let granted = match cancel {
+        Cancel::Drop => tokio::time::timeout(delay, locker.lock(&name).acquire()).await.ok(),
+        Cancel::Timeout => Some(locker.lock(&name).timeout(delay).acquire().await),
+        Cancel::DropTry => match tokio::time::timeout(delay, locker.lock(&name).try_acquire()).await {
+            Ok(Ok(Some(guard))) => Some(Ok(guard)),
+            Ok(Ok(None)) | Err(_) => None,
+            Ok(Err(e)) => Some(Err(e)),
+        },
+    };
+    match granted {
+        None | Some(Err(LockError::Timeout(_))) => {}
+        Some(Ok(guard)) => guard.release().await.expect("release of a storm grant"),
+        Some(Err(e)) => panic!("storm attempt ({cancel:?} after {delay:?}) failed: {e}"),
+    }
+}
+
+/// Runs `attempts` storm attempts on randomly chosen `names`, spread over `lockers`, ten in flight
+/// per locker. Many names, so that a connection rarely tries one name twice: a later attempt must
+/// not be what cleans up after an earlier one.
+async fn storm(lockers: &[Locker], names: &[String], attempts: usize, modes: &[Cancel]) {
+    let connections = lockers.len();
+    let mut drivers = tokio::task::JoinSet::new();
+    for (c, locker) in lockers.iter().enumerate() {
+        let (locker, names, modes) = (locker.clone(), names.to_vec(), modes.to_vec());
+        drivers.spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in (c..attempts).step_by(connections) {
+                if tasks.len() >= 10 {
+                    tasks
+                        .join_next()
+                        .await
+                        .expect("a task")
+                        .expect("storm attempt panicked");
+                }
+                let cancel = modes[(i / 2) % modes.len()];
+                let name = names[rand::random_range(0..names.len())].clone();
+                tasks.spawn(storm_attempt(locker.clone(), name, cancel, storm_delay(i)));
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.expect("storm attempt panicked");
+            }
+        });
+    }
+    within(Duration::from_secs(300), "the cancellation storm", async {
+        while let Some(done) = drivers.join_next().await {
+            done.expect("storm driver panicked");
+        }
+    })
+    .await;
+}
+
+/// Every one of `names` is free right now: one `try_acquire` takes it.
+async fn all_free_at_once(locker: &Locker, names: &[String], after: &str) {
+    for name in names {
+        let guard = locker
+            .lock(name)
+            .try_acquire()
+            .await
+            .expect("try")
+            .unwrap_or_else(|| panic!("{name} must be free at once {after}: a cancelled attempt was left behind"));
+        guard.release().await.expect("release");
+    }
+}
+
+/// A thousand acquires cancelled at random points (dropped futures and builder timeouts, while
+/// the request that queues them is in flight and while they wait), over ten connections that each
+/// hold another lock all along — so no session of theirs ever expires and a leaked waiter entry
+/// would stay for good — leave no waiter entry behind, and every lock is free at once when its
+/// holder releases. Then the same with the locks free, so that cancellations also strike grants
+/// and `try_acquire`s in flight: no holder nobody knows about is left behind either.
+pub async fn cancellation_storm_leaves_nothing(h: &impl Harness) {
+    const CONNECTIONS: usize = 10;
+    const NAMES: usize = 100;
+    let base = unique_name("storm");
+    let names: Vec<String> = (0..NAMES).map(|i| format!("{base}/{i}")).collect();
+    let lock_names: Vec<LockName> = names.iter().map(|n| LockName::new(n).unwrap()).collect();
+    let holder = h.locker().await;
+    let mut lockers = Vec::new();
+    let mut sides = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let locker = h.locker().await;
+        let side = locker
+            .lock(unique_name("storm_side"))
+            .acquire()
+            .await
+            .expect("side lock");
+        sides.push(side);
+        lockers.push(locker);
+    }
+
+    // The locks are held throughout: every attempt queues and is cancelled.
+    let mut held = Vec::new();
+    for name in &names {
+        held.push(holder.lock(name).acquire().await.expect("acquire"));
+    }
+    storm(&lockers, &names, 1000, &[Cancel::Drop, Cancel::Timeout]).await;
+    for name in &lock_names {
+        wait_for_residue(h, name, 1).await;
+    }
+    for guard in held {
+        guard.release().await.expect("release");
+    }
+    let fresh = h.locker().await;
+    all_free_at_once(&fresh, &names, "after its holder released").await;
+
+    // The locks are free: cancellations race grants, and `try_acquire`s are dropped in flight.
+    storm(&lockers, &names, 400, &[Cancel::Drop, Cancel::Timeout, Cancel::DropTry]).await;
+    for name in &lock_names {
+        wait_for_residue(h, name, 0).await;
+    }
+    all_free_at_once(&fresh, &names, "after the storm").await;
+
+    for side in sides {
+        assert!(side.is_held(), "a side lock was lost: {:?}", side.lost_reason());
+        side.release().await.expect("release");
+    }
+}
+
 /// A holder that stops renewing without releasing (a crash) loses the lock to a waiter after about
 /// one TTL.
 pub async fn crashed_holder_expires(h: &impl Harness) {
@@ -456,8 +599,9 @@ pub async fn waiters_are_fifo(h: &impl Harness) {
 pub async fn max_hold_releases(h: &impl Harness) {
     let name = unique_name("max_hold");
     let (a, b) = (h.locker().await, h.locker().await);
-    // A long TTL: the lock must come free because of max_hold, not because it expired.
-    let ttl = Duration::from_secs(60);
+    // A long TTL (the default, which every backend accepts): the lock must come free because of
+    // max_hold, well before it could expire.
+    let ttl = crate::DEFAULT_TTL;
     let guard = a
         .lock(&name)
         .ttl(ttl)
@@ -465,16 +609,12 @@ pub async fn max_hold_releases(h: &impl Harness) {
         .acquire()
         .await
         .expect("acquire");
-    let reason = within(Duration::from_secs(20), "lost() after max_hold", guard.lost()).await;
+    let reason = within(ttl / 2, "lost() after max_hold", guard.lost()).await;
     assert_eq!(reason, LostReason::MaxHoldReached);
     assert!(!guard.is_held());
-    let next = within(
-        Duration::from_secs(20),
-        "acquire after max_hold",
-        b.lock(&name).acquire(),
-    )
-    .await
-    .expect("acquire");
+    let next = within(ttl / 2, "acquire after max_hold", b.lock(&name).acquire())
+        .await
+        .expect("acquire");
     next.release().await.expect("release");
     assert!(matches!(guard.release().await, Err(LockError::NotHeld { .. })));
 }
@@ -501,14 +641,9 @@ pub async fn release_not_held_is_an_error(h: &impl Harness) {
 pub async fn drop_releases(h: &impl Harness) {
     let name = unique_name("drop");
     let (a, b) = (h.locker().await, h.locker().await);
-    let guard: LockGuard = a
-        .lock(&name)
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .await
-        .expect("acquire");
+    let guard: LockGuard = a.lock(&name).ttl(crate::DEFAULT_TTL).acquire().await.expect("acquire");
     drop(guard);
-    let next = within(Duration::from_secs(20), "acquire after drop", b.lock(&name).acquire())
+    let next = within(crate::DEFAULT_TTL / 2, "acquire after drop", b.lock(&name).acquire())
         .await
         .expect("acquire");
     next.release().await.expect("release");
