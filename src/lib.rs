@@ -35,6 +35,8 @@
 
 pub use lockcore::*;
 
+use std::time::Duration;
+
 /// The URL schemes [`connect`] knows, with the Cargo feature each needs (`None`: always on).
 pub const SCHEMES: &[(&str, Option<&str>)] = &[
     ("mem", None),
@@ -43,13 +45,65 @@ pub const SCHEMES: &[(&str, Option<&str>)] = &[
     ("redis", Some("redis")),
 ];
 
+/// Settings a program gives [`connect_with`] on top of the URL; an option the URL sets itself wins.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ConnectOptions {
+    /// How long connecting may take (`connect_timeout`), on the backends that connect to a server.
+    pub connect_timeout: Option<Duration>,
+    /// The session TTL (`ttl`) on the backends whose TTL is per connection (etcd, ZooKeeper); the
+    /// per-lock TTL of the others is set on each lock.
+    pub session_ttl: Option<Duration>,
+}
+
+impl ConnectOptions {
+    /// No settings: the URL's own options and the backend's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`ConnectOptions::connect_timeout`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Sets [`ConnectOptions::session_ttl`].
+    pub fn session_ttl(mut self, ttl: Duration) -> Self {
+        self.session_ttl = Some(ttl);
+        self
+    }
+}
+
 /// Connects to the backend named by `url` and returns a [`Locker`] over it.
 ///
 /// Errors: [`LockError::InvalidUrl`] for a malformed URL, an unknown scheme, or a backend whose
 /// Cargo feature is not enabled (the message names the feature); [`LockError::Unavailable`] when
 /// the servers cannot be reached within the connect timeout.
 pub async fn connect(url: &str) -> Result<Locker> {
-    let parsed = BackendUrl::parse(url)?;
+    connect_url(BackendUrl::parse(url)?).await
+}
+
+/// [`connect`] with settings on top of the URL (which wins where it sets them too). Messages show
+/// the URL as given, without the options added here and without its password.
+pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Locker> {
+    let mut parsed = BackendUrl::parse(url)?;
+    let millis = |d: Duration| format!("{}ms", d.as_millis());
+    let remote = parsed.scheme != "mem";
+    let session = matches!(parsed.scheme.as_str(), "etcd" | "zk");
+    if let Some(t) = options.connect_timeout.filter(|_| remote) {
+        parsed.set_default_option("connect_timeout", millis(t));
+    }
+    if let Some(t) = options.session_ttl.filter(|_| session) {
+        if !parsed.query.contains_key("session_timeout") {
+            parsed.set_default_option("ttl", millis(t));
+        }
+    }
+    connect_url(parsed).await
+}
+
+/// [`connect`] with a URL parsed already.
+pub async fn connect_url(parsed: BackendUrl) -> Result<Locker> {
     tracing::debug!(scheme = %parsed.scheme, hosts = parsed.hosts.len(), "connecting");
     match parsed.scheme.as_str() {
         "mem" => connect_memory(&parsed),

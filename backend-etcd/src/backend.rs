@@ -290,7 +290,12 @@ impl LockBackend for EtcdBackend {
         let mut retry = Outage::new(deadline, self.retry_budget());
         let mut lease_refusals = 0;
         loop {
-            let slot = self.slot(&prefix).await;
+            // The Go layout's slot is taken by another attempt of this session on this lock: that
+            // is waiting for the lock too.
+            let slot = tokio::select! {
+                slot = self.slot(&prefix) => slot,
+                _ = sleep_until_opt(deadline) => return Err(retry.at_deadline()),
+            };
             let lease = match self.session.current().await {
                 Ok(lease) => lease,
                 Err(e) => {
@@ -435,5 +440,10 @@ impl LockBackend for EtcdBackend {
     /// together and are renewed by one keep-alive.
     fn renew_interval(&self, ttl: Duration) -> Duration {
         ttl / 3
+    }
+
+    /// The URL's `request_timeout`.
+    fn request_timeout(&self) -> Duration {
+        self.limit()
     }
 }

@@ -66,13 +66,29 @@ fn never_applied(e: &etcd_client::Error) -> bool {
 }
 
 /// Maps a client error: everything is treated as a (possibly transient) unavailability, except
-/// a request the server rejects as malformed, which is a protocol error.
+/// a request the server rejects as malformed, which is a protocol error. The message says in one
+/// line what failed; the client's whole error (hundreds of characters for a gRPC status) stays
+/// the `source`.
 pub fn from_etcd(what: &str, e: etcd_client::Error) -> LockError {
     match &e {
         etcd_client::Error::GRpcStatus(s) if s.code() as i32 == GRPC_INVALID_ARGUMENT => {
             LockError::Protocol(format!("{what}: etcd rejected the request: {}", s.message()))
         }
-        _ => LockError::unavailable(format!("{what}: {e}"), e),
+        _ => LockError::unavailable(format!("{what}: {}", short(&e)), e),
+    }
+}
+
+/// One short line for a client error: a gRPC status as `Code: message`, anything else as its
+/// first line.
+fn short(e: &etcd_client::Error) -> String {
+    let text = match e {
+        etcd_client::Error::GRpcStatus(s) => format!("{:?}: {}", s.code(), s.message()),
+        other => other.to_string(),
+    };
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(160) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_owned(),
     }
 }
 

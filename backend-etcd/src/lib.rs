@@ -118,8 +118,10 @@
 //! - A request that certainly had no effect (the chosen member refused the connection, or has
 //!   no leader during an election) is sent again within its time limit; the balanced client
 //!   then usually reaches another member.
-//! - `acquire` rides out an outage of up to the session TTL plus the request timeout (a
-//!   waiter keeps its queue key and place meanwhile); beyond that it fails with `Unavailable`.
+//! - `acquire` rides out an outage until its deadline (a waiter keeps its queue key and place
+//!   while the session lease lives), and then says `Unavailable`, not `Timeout`; without a
+//!   deadline it rides out an outage of up to the session TTL plus the request timeout, then
+//!   fails with `Unavailable`.
 //! - A holder whose keep-alives fail for the TTL minus the safety margin is told by `lost()`
 //!   (the watchdog) before the server can expire its lease. After a leader change, etcd extends
 //!   every lease by an election timeout, so a holder with a TTL well above the election time

@@ -239,6 +239,12 @@ impl LockBackend for RedisBackend {
             .collect()
     }
 
+    /// The URL's `connect_timeout` plus `response_timeout`: one request on a connection that may
+    /// have to be made again first.
+    fn request_timeout(&self) -> Duration {
+        self.inner.config.connect_timeout + self.inner.config.response_timeout
+    }
+
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
         let keys = self.inner.keys(name);
         let quorum = self.inner.config.quorum();

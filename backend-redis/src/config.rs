@@ -13,6 +13,8 @@ pub(crate) const OPTIONS: &[&str] = &[
     "waiter_ttl",
     "fence_floor",
     "restart_delay",
+    "poller_gap",
+    "max_pass_over",
 ];
 
 const DEFAULT_PORT: u16 = 6379;
@@ -20,6 +22,10 @@ const DEFAULT_PREFIX: &str = "locksmith:";
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_WAITER_TTL: Duration = Duration::from_secs(10);
+/// How long locksmith clients hand a plain-layout lock to each other before leaving it free for
+/// `poller_gap`, when the URL sets a `poller_gap` but no `max_pass_over`.
+const DEFAULT_MAX_PASS_OVER: Duration = Duration::from_secs(1);
+
 /// The default `restart_delay`, the default lock TTL: no TTL may be longer (see the crate docs,
 /// "After data loss").
 pub const DEFAULT_RESTART_DELAY: Duration = lockcore::DEFAULT_TTL;
@@ -73,6 +79,10 @@ pub(crate) struct Config {
     pub(crate) waiter_ttl: Duration,
     pub(crate) fence_floor: FenceFloor,
     pub(crate) restart_delay: Duration,
+    /// Plain layout: how long the lock is left free for polling clients (0: never).
+    pub(crate) poller_gap: Duration,
+    /// Plain layout: how long locksmith clients may hand the lock to each other before a gap.
+    pub(crate) max_pass_over: Duration,
 }
 
 impl Config {
@@ -128,6 +138,20 @@ impl Config {
         if restart_delay > lockcore::MAX_TTL {
             return Err(url.error(format!("restart_delay must be at most {:?}", lockcore::MAX_TTL)));
         }
+        let poller_gap = url.duration_option("poller_gap")?.unwrap_or(Duration::ZERO);
+        let max_pass_over = url.duration_option("max_pass_over")?;
+        if (!poller_gap.is_zero() || max_pass_over.is_some()) && layout != Layout::Plain {
+            return Err(url.error(
+                "poller_gap and max_pass_over are for layout=plain (clients that poll share only that layout)",
+            ));
+        }
+        if max_pass_over.is_some() && poller_gap.is_zero() {
+            return Err(url.error("max_pass_over needs a poller_gap"));
+        }
+        if poller_gap > Duration::from_secs(60) {
+            return Err(url.error("poller_gap must be at most 60s"));
+        }
+        let max_pass_over = max_pass_over.unwrap_or(DEFAULT_MAX_PASS_OVER);
         let auth = match &url.credentials {
             None => String::new(),
             Some((user, None)) => format!("{}@", escape(user)),
@@ -145,6 +169,8 @@ impl Config {
             waiter_ttl,
             fence_floor,
             restart_delay,
+            poller_gap,
+            max_pass_over,
         })
     }
 
@@ -188,6 +214,11 @@ mod tests {
         assert_eq!(c.fence_floor, FenceFloor::Time);
         assert_eq!(c.connect_timeout, Duration::from_secs(1));
         assert_eq!(c.restart_delay, DEFAULT_RESTART_DELAY);
+        let p = parse("redis://h?layout=plain&poller_gap=150ms").unwrap();
+        assert_eq!(
+            (p.poller_gap, p.max_pass_over),
+            (Duration::from_millis(150), DEFAULT_MAX_PASS_OVER)
+        );
         let n = parse("redis://h?fence_floor=none&restart_delay=0").unwrap();
         assert_eq!((n.fence_floor, n.restart_delay), (FenceFloor::None, Duration::ZERO));
         let d = parse("redis://localhost").unwrap();
@@ -212,6 +243,9 @@ mod tests {
             "redis://h?waiter_ttl=10ms",
             "redis://h?restart_delay=2d",
             "redis://h?restart_delay=soon",
+            "redis://h?poller_gap=100ms",
+            "redis://h?layout=plain&max_pass_over=1s",
+            "redis://h?layout=plain&poller_gap=2m",
             "etcd://h",
         ] {
             assert!(

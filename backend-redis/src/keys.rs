@@ -18,6 +18,12 @@ pub struct LockKeys {
     pub alive: String,
     /// The prefix of the waiters' wake-up channels: waiter `t` listens on `<wake>t`.
     pub wake: String,
+    /// Plain layout with `poller_gap`: when locksmith clients started handing the lock to each
+    /// other without a break (server time in ms).
+    pub streak: String,
+    /// Plain layout with `poller_gap`: present (with its `PX`) while the lock is left free for
+    /// clients that poll.
+    pub gap: String,
 }
 
 impl LockKeys {
@@ -45,6 +51,8 @@ impl LockKeys {
             queue: format!("{base}:queue"),
             alive: format!("{base}:alive"),
             wake: format!("{base}:wake:"),
+            streak: format!("{base}:streak"),
+            gap: format!("{base}:gap"),
         }
     }
 
@@ -100,7 +108,7 @@ mod tests {
             let mut seen = std::collections::HashSet::new();
             for n in ["a", "a/b", "ab", "a/", "a:lock", "{a}", "a}", "x.y", "x%2Ey"] {
                 let k = keys(layout, n);
-                for key in [k.lock, k.fence, k.queue, k.alive] {
+                for key in [k.lock, k.fence, k.queue, k.alive, k.streak, k.gap] {
                     assert!(seen.insert(key.clone()), "{layout:?}: {key} is shared");
                 }
             }

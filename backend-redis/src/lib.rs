@@ -18,6 +18,8 @@
 //! | `response_timeout` | `3s` | one command (no command of this backend blocks on the server, so this is not a wait limit) |
 //! | `waiter_ttl` | `10s` | a queue entry whose waiter stopped refreshing it for this long is skipped; waiters refresh every third of it |
 //! | `fence_floor` | `time` | `time`, `none` or a number: a lower bound for fencing tokens (see "After data loss") |
+//! | `poller_gap` | none | plain layout: leave the lock free this long for clients that poll, once locksmith clients have passed it among themselves for `max_pass_over` (see "The plain layout") |
+//! | `max_pass_over` | `1s` | plain layout with `poller_gap`: how long locksmith clients may hand the lock to each other before such a gap |
 //! | `restart_delay` | `15s` | after the server lost its data, no lock without a fencing counter is granted until the server has been up this long; no lock's TTL may be longer (see "After data loss"); `0` turns it off |
 //!
 //! ## Key layout
@@ -31,6 +33,7 @@
 //! | `<prefix>{E}:fence` | integer | the fencing counter, `INCR`ed by every successful acquire; expires an hour after the lock was last taken (never with `fence_floor=none` or a number) |
 //! | `<prefix>{E}:queue` | sorted set | waiter tokens scored by arrival (server time in ms, strictly increasing) |
 //! | `<prefix>{E}:alive` | hash | waiter token → server time (ms) after which the entry is stale |
+//! | `<prefix>{E}:streak`, `:gap` | string | plain layout with `poller_gap` only: when locksmith clients began holding the lock without a break; the gap left for polling clients |
 //! | channel `<prefix>{E}:wake:<token>` | pub/sub | the wake-ups of one waiter |
 //!
 //! All keys of a lock share the hash tag `{E}`, so each script touches one slot, as Redis Cluster
@@ -109,6 +112,16 @@
 //! - They ignore the queue. An old client polling `SET NX` can take a free lock ahead of queued
 //!   locksmith waiters (between a release and the head's take-over, one notification plus one
 //!   round trip). Mutual exclusion always holds; FIFO holds among locksmith waiters only.
+//! - The other way round, locksmith waiters hand the lock to each other in about a millisecond,
+//!   while an old client tries only every so often (redis-py sleeps 0.1 s between tries): as long
+//!   as locksmith waiters keep coming, a polling client can be passed over for good (in
+//!   `tests/interop.rs`, 3.5 s and counting behind four busy locksmith clients). `?poller_gap=150ms`
+//!   bounds that: once locksmith clients have held the lock without a break for `max_pass_over`
+//!   (default 1 s), a release leaves it free for `poller_gap`, during which no locksmith client
+//!   takes it, so a client that polls at least that often gets it within about
+//!   `max_pass_over + poller_gap` (0.1 s in the same test, with `max_pass_over=500ms`). Set
+//!   `poller_gap` a little above the old clients' retry interval. The cost: the lock idles for
+//!   `poller_gap` once per `max_pass_over` of continuous use, whether or not a poller waits.
 //! - Their holders have no fencing token; a locksmith holder's token comes from the counter key.
 //! - After a restart without persistence their own locks are not protected by `restart_delay`:
 //!   they may take a lock that a locksmith holder still believes it holds.

@@ -62,6 +62,9 @@ pub(crate) struct Node {
     floor: String,
     /// The scripts' restart delay argument, in ms (0: none).
     restart_delay_ms: u64,
+    /// The scripts' `poller_gap` and `max_pass_over` arguments, in ms (0: no gaps).
+    poller_gap_ms: u64,
+    max_pass_over_ms: u64,
     waiter_ttl: Duration,
     health: std::sync::Mutex<Health>,
 }
@@ -108,6 +111,8 @@ impl Node {
             op_timeout,
             floor: config.fence_floor.arg(),
             restart_delay_ms: u64::try_from(config.restart_delay.as_millis()).unwrap_or(u64::MAX),
+            poller_gap_ms: u64::try_from(config.poller_gap.as_millis()).unwrap_or(u64::MAX),
+            max_pass_over_ms: u64::try_from(config.max_pass_over.as_millis()).unwrap_or(u64::MAX),
             waiter_ttl: config.waiter_ttl,
             health: Default::default(),
         })
@@ -189,11 +194,14 @@ impl Node {
                         .key(&keys.fence)
                         .key(&keys.queue)
                         .key(&keys.alive)
+                        .key(&keys.streak)
+                        .key(&keys.gap)
                         .arg(token)
                         .arg(millis(ttl))
                         .arg(&self.floor)
                         .arg(&keys.wake)
                         .arg(self.restart_delay_ms)
+                        .arg(self.poller_gap_ms)
                         .invoke_async(&mut conn)
                         .await
                 }
@@ -219,12 +227,15 @@ impl Node {
                         .key(&keys.fence)
                         .key(&keys.queue)
                         .key(&keys.alive)
+                        .key(&keys.streak)
+                        .key(&keys.gap)
                         .arg(token)
                         .arg(millis(ttl))
                         .arg(&self.floor)
                         .arg(&keys.wake)
                         .arg(millis(self.waiter_ttl))
                         .arg(self.restart_delay_ms)
+                        .arg(self.poller_gap_ms)
                         .invoke_async(&mut conn)
                         .await
                 }
@@ -256,8 +267,9 @@ impl Node {
             .await
     }
 
-    /// Runs `release` or `leave`: both take the lock, queue and liveness keys, the token and the
-    /// wake channel, and answer 1 when they released a lock of `token`'s.
+    /// Runs `release` or `leave`: both take the lock, queue, liveness, streak and gap keys, the
+    /// token, the wake channel and the `poller_gap` arguments (`LEAVE` ignores the last ones), and
+    /// answer 1 when they released a lock of `token`'s.
     async fn give_up(
         &self,
         script: &redis::Script,
@@ -274,8 +286,12 @@ impl Node {
                         .key(&keys.lock)
                         .key(&keys.queue)
                         .key(&keys.alive)
+                        .key(&keys.streak)
+                        .key(&keys.gap)
                         .arg(token)
                         .arg(&keys.wake)
+                        .arg(self.poller_gap_ms)
+                        .arg(self.max_pass_over_ms)
                         .invoke_async(&mut conn)
                         .await
                 }

@@ -50,6 +50,30 @@ local function data_loss_wait(fence, delay)
   end
   return math.max(0, delay - tonumber(up) * 1000)
 end
+-- Plain layout with poller_gap (gap > 0 ms): how many ms the lock is still left free for clients
+-- that poll (0: none).
+local function gap_left(gapkey, gap)
+  if gap <= 0 then return 0 end
+  return math.max(0, redis.call('PTTL', gapkey))
+end
+-- A take in a streak of locksmith holders: starts the streak, or keeps its start.
+local function streak_on(streak, gap, ttl)
+  if gap <= 0 then return end
+  if redis.call('EXISTS', streak) == 0 then redis.call('SET', streak, now_ms()) end
+  redis.call('PEXPIRE', streak, tonumber(ttl) + gap)
+end
+-- A release: after `max` ms of locksmith holders without a break, leave the lock free for `gap`
+-- ms (a polling client gets its chance); otherwise the streak ends unless taken within `gap`.
+local function streak_off(streak, gapkey, gap, max)
+  if gap <= 0 then return end
+  local s = tonumber(redis.call('GET', streak))
+  if s and now_ms() - s >= max then
+    redis.call('DEL', streak)
+    redis.call('SET', gapkey, 1, 'PX', gap)
+  else
+    redis.call('PEXPIRE', streak, gap)
+  end
+end
 -- SET the lock for tok and return the next fencing token: above the counter, and at least the
 -- floor ('time': the server clock in microseconds; a number; '': none). With the time floor the
 -- counter can expire: it is kept for an hour after the lease's TTL.
@@ -77,22 +101,25 @@ end
 /// of a call whose answer was lost finds the lock already ours.
 /// The uncontended case (no lock key, no queue key) is `EXISTS`, `EXISTS` (the counter), `INCR`,
 /// `PEXPIRE` and `SET`.
-/// KEYS: lock, fence, queue, alive. ARGV: token, ttl ms, fence floor, wake prefix, restart delay ms.
-/// Returns `{1, fence}` or `{0, ms until it may be free: the holder's pttl, or the data-loss wait}`.
+/// KEYS: lock, fence, queue, alive, streak, gap. ARGV: token, ttl ms, fence floor, wake prefix,
+/// restart delay ms, poller gap ms.
+/// Returns `{1, fence}` or `{0, ms until it may be free: the holder's pttl, or a wait}`.
 const TRY_ACQUIRE: &str = r#"
-local delay = tonumber(ARGV[5])
+local delay, gap = tonumber(ARGV[5]), tonumber(ARGV[6])
 if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
-  local w = data_loss_wait(KEYS[2], delay)
+  local w = math.max(data_loss_wait(KEYS[2], delay), gap_left(KEYS[6], gap))
   if w > 0 then return {0, w} end
+  streak_on(KEYS[5], gap, ARGV[2])
   return {1, take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])}
 end
 local v = redis.call('GET', KEYS[1])
 if mine(v, ARGV[1]) then return {1, fence_of(v)} end
 local h, pruned = head(KEYS[3], KEYS[4], now_ms())
 if not v and (h == nil or h == ARGV[1]) then
-  local w = data_loss_wait(KEYS[2], delay)
+  local w = math.max(data_loss_wait(KEYS[2], delay), gap_left(KEYS[6], gap))
   if w > 0 then return {0, w} end
   if h then redis.call('ZREM', KEYS[3], h); redis.call('HDEL', KEYS[4], h) end
+  streak_on(KEYS[5], gap, ARGV[2])
   return {1, take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])}
 end
 if pruned then wake(ARGV[4], h) end
@@ -101,13 +128,14 @@ return {0, redis.call('PTTL', KEYS[1])}
 
 /// A waiter's one step: joins the queue (at the tail) if not in it, refreshes its liveness
 /// deadline, and takes the lock if it is free and this waiter is the live head (and the server
-/// has not just lost its data: then the head waits). Idempotent like `TRY_ACQUIRE`.
-/// KEYS: lock, fence, queue, alive. ARGV: token, ttl ms, fence floor, wake prefix, waiter ttl ms,
-/// restart delay ms.
+/// has not just lost its data, and no gap for polling clients is running: then the head waits).
+/// Idempotent like `TRY_ACQUIRE`.
+/// KEYS: lock, fence, queue, alive, streak, gap. ARGV: token, ttl ms, fence floor, wake prefix,
+/// waiter ttl ms, restart delay ms, poller gap ms.
 /// Returns `{1, fence}` or `{0, is_head, ms until it may be free, holder_is_foreign}`.
 const WAIT_STEP: &str = r#"
 local now = now_ms()
-local tok, wttl = ARGV[1], tonumber(ARGV[5])
+local tok, wttl, gap = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[7])
 local v = redis.call('GET', KEYS[1])
 if mine(v, tok) then return {1, fence_of(v)} end
 if not redis.call('ZSCORE', KEYS[3], tok) then
@@ -120,10 +148,11 @@ redis.call('HSET', KEYS[4], tok, now + wttl)
 local h, pruned = head(KEYS[3], KEYS[4], now)
 local wait = nil
 if not v and h == tok then
-  wait = data_loss_wait(KEYS[2], tonumber(ARGV[6]))
+  wait = math.max(data_loss_wait(KEYS[2], tonumber(ARGV[6])), gap_left(KEYS[6], gap))
   if wait == 0 then
     redis.call('ZREM', KEYS[3], tok)
     redis.call('HDEL', KEYS[4], tok)
+    streak_on(KEYS[5], gap, ARGV[2])
     return {1, take(KEYS[1], KEYS[2], tok, ARGV[2], ARGV[3])}
   end
 end
@@ -133,16 +162,21 @@ if redis.call('PTTL', KEYS[3]) < 2 * wttl then
   redis.call('PEXPIRE', KEYS[4], 2 * wttl)
 end
 local foreign = 0
-if v and not string.match(v, '^%x+:%d+$') then foreign = 1 end
+if v then
+  local t = string.match(v, '^(%x+):%d+$')
+  if not t or #t ~= 32 then foreign = 1 end
+end
 return {0, h == tok and 1 or 0, wait or redis.call('PTTL', KEYS[1]), foreign}
 "#;
 
 /// Compare-and-delete, then wake the live head of the queue (one PUBLISH). With nobody queued
-/// it is three commands: `GET`, `DEL`, `EXISTS`.
-/// KEYS: lock, queue, alive. ARGV: token, wake prefix. Returns 1 if released, 0 if not ours.
+/// it is three commands: `GET`, `DEL`, `EXISTS` (plus the streak bookkeeping of `poller_gap`).
+/// KEYS: lock, queue, alive, streak, gap. ARGV: token, wake prefix, poller gap ms, max pass over ms.
+/// Returns 1 if released, 0 if not ours.
 const RELEASE: &str = r#"
 if not mine(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
+streak_off(KEYS[4], KEYS[5], tonumber(ARGV[3]), tonumber(ARGV[4]))
 if redis.call('EXISTS', KEYS[2]) == 1 then
   wake(ARGV[2], (head(KEYS[2], KEYS[3], now_ms())))
 end

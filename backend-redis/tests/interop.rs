@@ -132,3 +132,64 @@ async fn raw_holder_that_expires_hands_over_at_its_ttl() {
     );
     guard.release().await.expect("release");
 }
+
+/// With `poller_gap`, locksmith clients that keep handing the lock to each other leave it free
+/// for a moment every `max_pass_over`, so that an old client which polls with `SET NX` (redis-py
+/// sleeps 0.1 s between tries) gets it within about `max_pass_over + poller_gap + its interval`.
+/// (Without it such a poller can be passed over for as long as locksmith waiters keep coming:
+/// they hand over in about a millisecond.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_client_is_passed_over_for_at_most_max_pass_over() {
+    let url = common::with_options(
+        &common::redis_url(),
+        "layout=plain&poller_gap=150ms&max_pass_over=500ms",
+    );
+    let name = unique_name("interop_poller");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let locker = common::locker(&url).await;
+        let (name, stop) = (name.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut rounds = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let guard = locker.lock(&name).acquire().await.expect("acquire");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                guard.release().await.expect("release");
+                rounds += 1;
+            }
+            rounds
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await; // the locksmith clients are busy
+    let mut raw = common::admin(&url).await;
+    let start = tokio::time::Instant::now();
+    let waited = within(Duration::from_secs(30), "the polling client", async {
+        loop {
+            if raw_set_nx(&mut raw, &name, "redis-py-poller", 5_000).await {
+                return start.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let _: i64 = redis::Script::new(RAW_RELEASE)
+        .key(&name)
+        .arg("redis-py-poller")
+        .invoke_async(&mut raw)
+        .await
+        .expect("raw release");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut rounds = 0;
+    for w in workers {
+        rounds += within(Duration::from_secs(30), "a locksmith worker", w)
+            .await
+            .expect("worker");
+    }
+    eprintln!("the poller waited {waited:?}; locksmith clients took the lock {rounds} times");
+    assert!(rounds > 20, "the locksmith clients barely ran ({rounds} rounds)");
+    assert!(
+        waited <= Duration::from_millis(500 + 150 + 100) + Duration::from_secs(2),
+        "the polling client was passed over for {waited:?}"
+    );
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lockcore::{
     async_trait, BackendUrl, HolderInfo, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, LostSignal,
-    Result,
+    Outage, Result,
 };
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -108,11 +108,22 @@ impl ZkBackend {
     }
 
     /// One attempt at the head of the queue; `wait` decides whether to queue or withdraw.
+    ///
+    /// A session that ends or a node that vanishes starts the attempt over (on a new session),
+    /// [`MAX_RESTARTS`] times at most; a server that fails is retried with backoff until the
+    /// deadline (see [`lockcore::Outage`]), which then answers `Unavailable`, not `Timeout`.
     async fn attempt(&self, req: &LockRequest, wait: bool, deadline: Option<Instant>) -> Result<Option<Lease>> {
         let lock_path = self.lock_path(&req.name);
+        let mut outage = Outage::new(deadline, self.config.session_timeout * 2);
         let mut restarts = 0;
         loop {
-            let session = self.session().await?;
+            let session = match self.session().await {
+                Ok(session) => session,
+                Err(e) => {
+                    outage.failed(e).await?;
+                    continue;
+                }
+            };
             let mut contender = Contender::new(session.clone(), lock_path.clone());
             let outcome = match contender.enqueue().await {
                 Ok((children, sent)) if wait => contender.wait_turn(children, sent, deadline).await.map(Some),
@@ -132,33 +143,38 @@ impl ZkBackend {
                     contender.withdraw().await;
                     return Err(LockError::Timeout(Duration::ZERO)); // the Locker reports its own timeout
                 }
+                Err(Failure::NoAnswer(why)) => {
+                    return Err(LockError::Unavailable {
+                        message: format!("ZooKeeper: {why}"),
+                        source: None,
+                    })
+                }
                 Err(Failure::Fatal(e, what)) => return Err(to_lock_error(what, e)),
                 Err(Failure::Restart(why)) => {
                     restarts += 1;
                     tracing::warn!(lock = %req.name, reason = %why, restarts, "starting the lock attempt over");
-                    if restarts > MAX_RESTARTS {
-                        return Err(LockError::Unavailable {
-                            message: format!("ZooKeeper: {why}"),
-                            source: None,
-                        });
-                    }
                     drop(contender); // withdraws whatever is left, in the background
-                    if deadline.is_some_and(|d| d <= Instant::now()) {
-                        return Err(LockError::Timeout(Duration::ZERO));
+                    let e = LockError::Unavailable {
+                        message: format!("ZooKeeper: {why}"),
+                        source: None,
+                    };
+                    if restarts > MAX_RESTARTS {
+                        return Err(e);
                     }
+                    outage.failed(e).await?;
                 }
             }
         }
     }
 }
 
-/// Bounds a request by the session timeout: while disconnected, the client holds requests until it
+/// Bounds a request by the request timeout: while disconnected, the client holds requests until it
 /// reconnects or the session expires (7/5 of the timeout), which is too long to keep a caller.
 async fn bounded<T>(
-    session: &Session,
+    config: &ZkConfig,
     request: impl std::future::Future<Output = std::result::Result<T, zk::Error>>,
 ) -> std::result::Result<T, zk::Error> {
-    tokio::time::timeout(session.timeout, request)
+    tokio::time::timeout(config.request_timeout, request)
         .await
         .unwrap_or(Err(zk::Error::Timeout))
 }
@@ -189,7 +205,7 @@ impl LockBackend for ZkBackend {
         // A lease declared lost is not ours any more, even if its node is still there: the node is
         // deleted all the same, but the answer is NotHeld.
         let lost = lease.lost.is_lost();
-        match bounded(&session, session.client.delete(&lease.holder_id, None)).await {
+        match bounded(&self.config, session.client.delete(&lease.holder_id, None)).await {
             Ok(()) if !lost => Ok(()),
             Ok(()) | Err(zk::Error::NoNode) => Err(LockError::not_held(lease.name.as_str())),
             Err(e) => {
@@ -206,6 +222,11 @@ impl LockBackend for ZkBackend {
         }
     }
 
+    /// The URL's `request_timeout`.
+    fn request_timeout(&self) -> Duration {
+        self.config.request_timeout
+    }
+
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         let session = self.current.lock().await.clone();
         renew_all(&session, &self.config.namespace, leases).await
@@ -215,7 +236,7 @@ impl LockBackend for ZkBackend {
         let session = self.session().await?;
         let lock_path = self.lock_path(name);
         for _ in 0..10 {
-            let children = match bounded(&session, session.client.list_children(&lock_path)).await {
+            let children = match bounded(&self.config, session.client.list_children(&lock_path)).await {
                 Ok(children) => layout::sorted(children),
                 Err(zk::Error::NoNode) => return Ok(LockInfo::default()),
                 Err(e) => return Err(to_lock_error("listing the lock's contenders", e)),
@@ -224,7 +245,7 @@ impl LockBackend for ZkBackend {
                 return Ok(LockInfo::default());
             };
             let holder_id = layout::child_path(&lock_path, first);
-            match bounded(&session, session.client.check_stat(&holder_id)).await {
+            match bounded(&self.config, session.client.check_stat(&holder_id)).await {
                 Ok(Some(stat)) => {
                     let holder = HolderInfo {
                         holder_id,

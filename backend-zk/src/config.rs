@@ -17,11 +17,15 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long [`crate::connect`] tries to establish a session when the URL sets no `connect_timeout`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest one call (other than a waiting acquire) may take when the URL sets no
+/// `request_timeout`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The namespace (parent of every lock node) when the URL has no path.
 pub const DEFAULT_NAMESPACE: &str = "/locksmith";
 
 /// The query options `zk://` understands. `ttl` is an alias of `session_timeout`.
-pub const OPTIONS: &[&str] = &["session_timeout", "ttl", "connect_timeout"];
+pub const OPTIONS: &[&str] = &["session_timeout", "ttl", "connect_timeout", "request_timeout"];
 
 /// The largest session timeout accepted in a URL (ZooKeeper's own maximum is far lower by default).
 const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
@@ -40,6 +44,8 @@ pub(crate) struct ZkConfig {
     pub(crate) session_timeout: Duration,
     /// How long to try establishing a session before giving up with `Unavailable`.
     pub(crate) connect_timeout: Duration,
+    /// The longest one call other than a waiting acquire may take.
+    pub(crate) request_timeout: Duration,
     /// `user:password` for ZooKeeper's `digest` authentication scheme, if the URL has credentials.
     pub(crate) digest_auth: Option<Vec<u8>>,
 }
@@ -74,6 +80,15 @@ impl ZkConfig {
             )));
         }
 
+        let request_timeout = url
+            .duration_option("request_timeout")?
+            .unwrap_or(DEFAULT_REQUEST_TIMEOUT);
+        if request_timeout.is_zero() || request_timeout > MAX_CONNECT_TIMEOUT {
+            return Err(url.error(format!(
+                "request_timeout {request_timeout:?} is outside 1ms..={MAX_CONNECT_TIMEOUT:?}"
+            )));
+        }
+
         let namespace = namespace(&url.path).map_err(|reason| url.error(reason))?;
         let digest_auth = url
             .credentials
@@ -84,6 +99,7 @@ impl ZkConfig {
             namespace,
             session_timeout,
             connect_timeout,
+            request_timeout,
             digest_auth,
         })
     }
@@ -136,6 +152,7 @@ mod tests {
         assert_eq!(c.namespace, DEFAULT_NAMESPACE);
         assert_eq!(c.session_timeout, DEFAULT_SESSION_TIMEOUT);
         assert_eq!(c.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(c.request_timeout, DEFAULT_REQUEST_TIMEOUT);
         assert!(c.digest_auth.is_none());
     }
 
@@ -158,6 +175,7 @@ mod tests {
             "zk://h?session_timeout=0",
             "zk://h?session_timeout=1s&ttl=2s",
             "zk://h?connect_timeout=0ms",
+            "zk://h?request_timeout=0",
             "zk://h/zookeeper/x",
             "zk://h/a//b",
             "zk://h/a/../b",

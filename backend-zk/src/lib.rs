@@ -23,8 +23,13 @@
 //!   valid ZooKeeper path and may not be under `/zookeeper`.
 //! - `session_timeout` (alias `ttl`), default 10s: the session timeout asked for (see *Session =
 //!   lease*).
-//! - `connect_timeout`, default 5s: how long [`connect`] tries to establish a session; an
-//!   unreachable ensemble is [`lockcore::LockError::Unavailable`] after at most this long.
+//! - `connect_timeout`, default 5s: how long [`connect`] (and a reconnect after the session
+//!   ended) tries to establish a session; an unreachable ensemble is
+//!   [`lockcore::LockError::Unavailable`] after at most this long.
+//! - `request_timeout`, default 5s: the longest one call other than a waiting `acquire` may take
+//!   (`try_acquire`, `release`, `inspect`, a renewal, reconnecting included); a server that
+//!   accepts connections but does not answer gives [`lockcore::LockError::Unavailable`] after it.
+//!   The ZooKeeper client itself would hold a request until it reconnects or the session expires.
 //! - `user:password@`: added to the session as ZooKeeper `digest` authentication. Nodes are created
 //!   with the open ACL (`world:anyone`), like Curator's default.
 //!
@@ -185,7 +190,9 @@ mod session;
 mod watch;
 
 pub use backend::ZkBackend;
-pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, OPTIONS};
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT, OPTIONS,
+};
 
 use lockcore::{BackendUrl, Locker, Result};
 

@@ -24,6 +24,8 @@ pub(crate) enum Failure {
     Timeout,
     /// The session ended, or our node vanished while we waited: start over on a (new) session.
     Restart(String),
+    /// The deadline came while the server was failing (it did not answer).
+    NoAnswer(String),
     /// Anything else: given to the caller.
     Fatal(zk::Error, &'static str),
 }
@@ -146,7 +148,7 @@ impl Contender {
                 return Ok(Granted { node: own, sent });
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
-                return Err(Failure::Timeout);
+                return Err(self.at_deadline());
             }
             // Watch only the node right before ours: its deletion is the only event that can make
             // us first (no herd). getData, not exists: on a missing node it leaves no watch behind.
@@ -155,17 +157,26 @@ impl Contender {
                 Ok((_, _, watcher)) => match deadline {
                     Some(d) => tokio::select! {
                         _ = watcher.changed() => {}
-                        _ = tokio::time::sleep_until(d) => return Err(Failure::Timeout),
+                        _ = tokio::time::sleep_until(d) => return Err(self.at_deadline()),
                     },
                     None => {
                         watcher.changed().await;
                     }
                 },
                 Err(zk::Error::NoNode) => {}
-                Err(e) if is_transient(&e) => pause(deadline).await?,
+                Err(e) if is_transient(&e) => pause(deadline, &e).await?,
                 Err(e) => return Err(classify(e, "watching the predecessor")),
             }
             (children, sent) = self.list().await?;
+        }
+    }
+
+    /// Why the deadline ended the wait: the lock was busy, or the server was out of reach (the
+    /// client had lost its connection, so the watch could not have fired).
+    fn at_deadline(&self) -> Failure {
+        match self.session.state() {
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => Failure::Timeout,
+            state => Failure::NoAnswer(format!("no answer by the deadline: the session is {state}")),
         }
     }
 
@@ -193,7 +204,7 @@ impl Contender {
             match self.session.client.list_children(&self.lock_path).await {
                 Ok(children) => return Ok((layout::sorted(children), sent)),
                 Err(zk::Error::NoNode) => return Ok((Vec::new(), sent)),
-                Err(e) if is_transient(&e) && Instant::now() < give_up => pause(None).await?,
+                Err(e) if is_transient(&e) && Instant::now() < give_up => pause(None, &e).await?,
                 Err(e) if is_transient(&e) => return Err(Failure::Restart(format!("listing the contenders: {e}"))),
                 Err(e) => return Err(classify(e, "listing the lock's contenders")),
             }
@@ -235,7 +246,7 @@ impl Contender {
         for result in futures_join_all(creates).await {
             match result {
                 Ok(_) | Err(zk::Error::NodeExists) => {}
-                Err(e) if is_transient(&e) => pause(None).await?,
+                Err(e) if is_transient(&e) => pause(None, &e).await?,
                 Err(e) => return Err(classify(e, "creating the lock node")),
             }
         }
@@ -302,13 +313,14 @@ fn classify(e: zk::Error, what: &'static str) -> Failure {
     }
 }
 
-/// A short pause before retrying after a connection error; `Timeout` if the deadline comes first.
-async fn pause(deadline: Option<Instant>) -> Result<(), Failure> {
+/// A short pause before retrying after the connection error `e`; `NoAnswer` if the deadline comes
+/// first (the server was failing, not the lock busy).
+async fn pause(deadline: Option<Instant>, e: &zk::Error) -> Result<(), Failure> {
     let until = Instant::now() + std::time::Duration::from_millis(50);
     match deadline {
         Some(d) if d <= until => {
             tokio::time::sleep_until(d).await;
-            Err(Failure::Timeout)
+            Err(Failure::NoAnswer(format!("no answer by the deadline: {e}")))
         }
         _ => {
             tokio::time::sleep_until(until).await;

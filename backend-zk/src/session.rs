@@ -80,7 +80,7 @@ impl Session {
             Err(_) => {
                 return Err(LockError::Unavailable {
                     message: format!(
-                        "{what}: no session within the connect timeout of {:?}",
+                        "{what}: no server established a session within connect_timeout={:?} (unreachable, or accepting connections without answering)",
                         config.connect_timeout
                     ),
                     source: None,

@@ -24,17 +24,23 @@ pub struct Cli {
     #[arg(long, env = "LOCKSMITH_URL", default_value = "mem://", global = true)]
     pub url: String,
 
-    /// Lease time: how long the lock outlives a locksmith that crashed or was cut off
-    /// (renewed in the background while held). E.g. 500ms, 10s, 2m. On etcd and ZooKeeper it is
-    /// the session TTL (the URL's ttl= option, if given, wins); backends may round it up.
-    #[arg(long, default_value = "15s", value_parser = parse_ttl, global = true)]
-    pub ttl: Duration,
+    /// Lease time (default 15s): how long the lock outlives a locksmith that crashed or was cut
+    /// off (renewed in the background while held). E.g. 500ms, 10s, 2m. On etcd and ZooKeeper it
+    /// is the session TTL (the URL's ttl= option, if given, wins); backends may round it up.
+    /// `inspect` takes no lock and rejects it.
+    #[arg(long, value_parser = parse_ttl, global = true)]
+    pub ttl: Option<Duration>,
 
-    /// How long to wait for a held lock (default: without limit); 0 makes one attempt.
+    /// How long the whole command may take to get its answer, connecting included (default:
+    /// without limit): `run`/`hold` wait this long for a held lock, `try` and `inspect` give up on
+    /// a backend that does not answer. 0 makes one attempt (connecting gets --connect-timeout).
+    /// When it runs out: exit 1 if the lock was held by another, exit 3 if the backend did not
+    /// answer.
     #[arg(long, value_parser = parse_any_duration, global = true)]
     pub timeout: Option<Duration>,
 
-    /// How long connecting to the backend may take before giving up (exit 3).
+    /// How long connecting to the backend may take before giving up (exit 3). It is also the
+    /// backend's own connect timeout (the URL's connect_timeout= option, if given, wins).
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration, global = true)]
     pub connect_timeout: Duration,
 
@@ -181,7 +187,7 @@ mod tests {
         };
         assert_eq!(run.command, ["sh", "-c", "exit 3"]);
         assert_eq!(run.grace, Duration::from_secs(1));
-        assert_eq!(cli.ttl, Duration::from_secs(2));
+        assert_eq!(cli.ttl, Some(Duration::from_secs(2)));
         assert!(Cli::try_parse_from(["locksmith", "run", "job"]).is_err());
     }
 }

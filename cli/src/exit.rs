@@ -38,6 +38,8 @@ pub struct Failure {
     pub code: u8,
     /// One line, without the `locksmith: ` prefix.
     pub message: String,
+    /// What the client library said underneath (the error's sources, on one line), shown with `-v`.
+    pub detail: Option<String>,
 }
 
 impl Failure {
@@ -46,6 +48,7 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            detail: None,
         }
     }
 }
@@ -58,18 +61,26 @@ impl From<LockError> for Failure {
             LockError::NotHeld { .. } => LOST,
             _ => UNAVAILABLE,
         };
-        Failure::new(code, one_line(&e))
+        let message = e.to_string().replace(['\n', '\r'], " ");
+        let detail = sources(&e);
+        Failure {
+            code,
+            detail: (!detail.is_empty() && !message.contains(&detail)).then_some(detail),
+            message,
+        }
     }
 }
 
-/// The error and its sources on one line.
-pub fn one_line(e: &LockError) -> String {
-    let mut line = e.to_string();
+/// The error's sources on one line (what the client library said), or an empty string.
+pub fn sources(e: &LockError) -> String {
+    let mut line = String::new();
     let mut source = e.source();
     while let Some(s) = source {
         let text = s.to_string();
         if !line.contains(&text) {
-            line.push_str(": ");
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
             line.push_str(&text);
         }
         source = s.source();
@@ -91,6 +102,7 @@ mod tests {
         let unavailable = LockError::unavailable("connecting", std::io::Error::other("refused\nnow"));
         let failure = Failure::from(unavailable);
         assert_eq!(failure.code, UNAVAILABLE);
-        assert_eq!(failure.message, "backend unavailable: connecting: refused now");
+        assert_eq!(failure.message, "backend unavailable: connecting");
+        assert_eq!(failure.detail.as_deref(), Some("refused now"));
     }
 }

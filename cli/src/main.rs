@@ -38,10 +38,10 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            return fail(Failure::new(
-                UNAVAILABLE,
-                format!("cannot start the async runtime: {e}"),
-            ))
+            return fail(
+                Failure::new(UNAVAILABLE, format!("cannot start the async runtime: {e}")),
+                cli.verbose,
+            )
         }
     };
     let result = runtime.block_on(async {
@@ -56,12 +56,16 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(Duration::from_millis(100));
     match result {
         Ok(code) => ExitCode::from(code),
-        Err(failure) => fail(failure),
+        Err(failure) => fail(failure, cli.verbose),
     }
 }
 
-fn fail(failure: Failure) -> ExitCode {
-    eprintln!("locksmith: {}", failure.message);
+/// One line on stderr; what the client library said underneath only with `-v`.
+fn fail(failure: Failure, verbose: u8) -> ExitCode {
+    match (&failure.detail, verbose) {
+        (Some(detail), 1..) => eprintln!("locksmith: {}: {detail}", failure.message),
+        _ => eprintln!("locksmith: {}", failure.message),
+    }
     ExitCode::from(failure.code)
 }
 
@@ -104,6 +108,13 @@ fn init_logging(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr())
         .with_target(false)
         .try_init();
+}
+
+/// Colour codes only on a terminal, and never when `NO_COLOR` is set (<https://no-color.org>).
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

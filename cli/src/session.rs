@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use locksmith::{BackendUrl, LockGuard, Locker};
+use locksmith::{BackendUrl, ConnectOptions, LockGuard, Locker, DEFAULT_TTL};
 use tokio::time::Instant;
 
 use crate::args::Cli;
@@ -11,17 +11,26 @@ use crate::exit::{Failure, NOT_ACQUIRED, UNAVAILABLE};
 use crate::output::{human, Output};
 use crate::signals::{self, Signals};
 
+/// How long a failed acquire waits for its clean-up (removing our place in the queue) before the
+/// process exits: one round trip to a server that answers; a server that does not answer gets
+/// nothing from waiting longer (our entry expires on it).
+const SETTLE: Duration = Duration::from_millis(250);
+
 /// The global options of one invocation.
 #[derive(Clone, Debug)]
 pub struct Session {
-    /// The backend URL.
+    /// The backend URL, as given.
     pub url: String,
     /// The requested lease time.
     pub ttl: Duration,
-    /// How long to wait for a held lock (`None`: without limit).
+    /// Whether `--ttl` was given (commands that have no use for it reject it).
+    pub ttl_given: bool,
+    /// How long the whole command may wait for the lock, connecting included (`None`: no limit).
     pub timeout: Option<Duration>,
     /// How long connecting may take.
     pub connect_timeout: Duration,
+    /// When the command started: `timeout` counts from here.
+    pub started: Instant,
     /// Where results and status go.
     pub out: Output,
 }
@@ -31,9 +40,11 @@ impl Session {
     pub fn new(cli: &Cli) -> Self {
         Session {
             url: cli.url.clone(),
-            ttl: cli.ttl,
+            ttl: cli.ttl.unwrap_or(DEFAULT_TTL),
+            ttl_given: cli.ttl.is_some(),
             timeout: cli.timeout,
             connect_timeout: cli.connect_timeout,
+            started: Instant::now(),
             out: Output {
                 json: cli.json,
                 quiet: cli.quiet,
@@ -41,28 +52,75 @@ impl Session {
         }
     }
 
-    /// Connects to the backend within the connect timeout.
+    /// The URL for messages: as given, without its password.
+    pub fn shown_url(&self) -> String {
+        locksmith::url::redact(&self.url)
+    }
+
+    /// When `--timeout` runs out, if it was given (`--timeout 0` is one attempt, not a deadline:
+    /// connecting still gets its `--connect-timeout`).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.timeout.filter(|t| !t.is_zero()).map(|t| self.started + t)
+    }
+
+    /// Fails with a usage error if `--ttl` was given to a command that has no use for it.
+    pub fn reject_ttl(&self, command: &str) -> Result<(), Failure> {
+        if self.ttl_given {
+            return Err(Failure::new(
+                crate::exit::USAGE,
+                format!("`{command}` takes no lock, so --ttl means nothing to it (see locksmith --help)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects to the backend within the connect timeout, and within `--timeout` (which bounds
+    /// the whole command). `--connect-timeout` is the backend's own connect timeout too, so it can
+    /// lengthen the wait as well as shorten it; the URL's `connect_timeout=` wins over it.
     pub async fn connect(&self) -> Result<Locker, Failure> {
         if self.url.trim_start().to_ascii_lowercase().starts_with("mem:") {
             tracing::debug!("mem:// is in-process only: other locksmith processes do not see these locks");
         }
-        let url = url_with_session_ttl(&self.url, self.ttl);
-        match tokio::time::timeout(self.connect_timeout, locksmith::connect(&url)).await {
+        // etcd and ZooKeeper enforce one TTL per connection (session), not per lock: a locksmith
+        // process holds one lock, so --ttl is the session TTL there, unless the URL sets one.
+        let options = ConnectOptions::new()
+            .connect_timeout(self.connect_timeout)
+            .session_ttl(self.ttl);
+        let url_timeout = BackendUrl::parse(&self.url)
+            .ok()
+            .and_then(|u| u.duration_option("connect_timeout").ok().flatten());
+        let mut limit = url_timeout.unwrap_or(self.connect_timeout);
+        let mut why = "--connect-timeout";
+        if let Some(deadline) = self.deadline() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left < limit {
+                (limit, why) = (left, "--timeout");
+            }
+        }
+        // The backend gives up after its own connect timeout; this bound is for --timeout and
+        // for a backend that would not.
+        match tokio::time::timeout(limit, locksmith::connect_with(&self.url, &options)).await {
             Ok(result) => Ok(result?),
             Err(_) => Err(Failure::new(
                 UNAVAILABLE,
                 format!(
-                    "backend unavailable: no connection to {} within {}",
-                    self.url,
-                    human(self.connect_timeout)
+                    "backend unavailable: no connection to {} within {} ({why})",
+                    self.shown_url(),
+                    human(limit)
                 ),
             )),
         }
     }
 
-    /// Acquires `name` as the options say: one attempt for `--timeout 0`, else wait up to the
-    /// timeout (or without limit). A signal received meanwhile abandons the wait (nothing is left
-    /// behind on the server) and fails with 128+signal.
+    /// The time left until `--timeout` runs out (`None`: no limit; zero: it has run out).
+    pub fn time_left(&self) -> Option<Duration> {
+        self.deadline().map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// Acquires `name` as the options say: one attempt for `--timeout 0`, else wait until
+    /// `--timeout` runs out (counted from the start of the command), or without limit. A signal
+    /// received meanwhile abandons the wait (nothing is left behind on the server) and fails with
+    /// 128+signal.
     pub async fn acquire(&self, locker: &Locker, name: &str, signals: &mut Signals) -> Result<LockGuard, Failure> {
         let builder = locker.lock(name).ttl(self.ttl);
         if self.timeout == Some(Duration::ZERO) {
@@ -74,7 +132,7 @@ impl Session {
                 )),
             };
         }
-        let builder = match self.timeout {
+        let builder = match self.time_left() {
             Some(t) => builder.timeout(t),
             None => builder,
         };
@@ -88,44 +146,32 @@ impl Session {
         loop {
             tokio::select! {
                 result = &mut acquire => {
-                    if result.is_err() {
-                        // A timed-out acquire leaves its clean-up (e.g. removing our place in the
-                        // queue) to a spawned task: let it finish before the process exits.
+                    if let Err(e) = &result {
+                        // A failed acquire leaves its clean-up (removing our place in the queue)
+                        // to a spawned task: give it one round trip before the process exits,
+                        // unless the server is not answering anyway.
                         drop(acquire);
-                        settle(tasks_before, Duration::from_secs(2)).await;
+                        if !matches!(e, locksmith::LockError::Unavailable { .. }) {
+                            settle(tasks_before, SETTLE).await;
+                        }
                     }
                     return Ok(result?);
                 }
                 () = &mut announce, if !announced => {
                     announced = true;
-                    let limit = self.timeout.map_or_else(|| "without time limit".to_owned(), |t| format!("up to {}", human(t)));
+                    let limit = self.time_left().map_or_else(|| "without time limit".to_owned(), |t| format!("up to {}", human(t)));
                     self.out.status(format_args!("waiting for {name:?} ({limit})"));
                 }
                 sig = signals.recv() => {
                     drop(acquire);
                     // The dropped acquire spawned its clean-up; give it a moment to reach the server.
-                    settle(tasks_before, Duration::from_secs(2)).await;
+                    settle(tasks_before, SETTLE).await;
                     let message = format!("interrupted by {} while waiting for {name:?}", signals::name(sig));
                     return Err(Failure::new(128 + sig as u8, message));
                 }
             }
         }
     }
-}
-
-/// etcd and ZooKeeper enforce one session TTL per connection, set by the URL's `ttl` option, and
-/// ignore the per-lock TTL. A locksmith process holds one lock, so `--ttl` becomes the session TTL
-/// there, unless the URL sets one itself.
-fn url_with_session_ttl(url: &str, ttl: Duration) -> String {
-    let Ok(parsed) = BackendUrl::parse(url) else {
-        return url.to_owned();
-    };
-    let session_based = matches!(parsed.scheme.as_str(), "etcd" | "zk");
-    if !session_based || parsed.query.contains_key("ttl") || parsed.query.contains_key("session_timeout") {
-        return url.to_owned();
-    }
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}ttl={}ms", ttl.as_millis())
 }
 
 fn alive_tasks() -> usize {
@@ -138,27 +184,5 @@ async fn settle(baseline: usize, limit: Duration) {
     let end = Instant::now() + limit;
     while alive_tasks() > baseline && Instant::now() < end {
         tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ttl_becomes_the_session_ttl_on_etcd_and_zookeeper() {
-        let ttl = Duration::from_secs(3);
-        assert_eq!(
-            url_with_session_ttl("etcd://h:2379/ns", ttl),
-            "etcd://h:2379/ns?ttl=3000ms"
-        );
-        assert_eq!(url_with_session_ttl("zk://h?x=1", ttl), "zk://h?x=1&ttl=3000ms");
-        assert_eq!(url_with_session_ttl("etcd://h?ttl=5s", ttl), "etcd://h?ttl=5s");
-        assert_eq!(
-            url_with_session_ttl("zk://h?session_timeout=5s", ttl),
-            "zk://h?session_timeout=5s"
-        );
-        assert_eq!(url_with_session_ttl("redis://h", ttl), "redis://h");
-        assert_eq!(url_with_session_ttl("not a url", ttl), "not a url");
     }
 }

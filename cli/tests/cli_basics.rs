@@ -14,6 +14,7 @@ fn bad_input_exits_2_with_one_line() {
         &["--url", "redis://127.0.0.1:16379?no_such_option=1", "try", "x"],
         &["--url", "etcd://h:99999", "try", "x"],
         &["--url", "mem://a/b", "inspect", "x"],
+        &["--ttl", "5s", "inspect", "x"],
         &["--ttl", "0", "try", "x"],
         &["--ttl", "5d", "hold", "x"],
         &["--timeout", "soon", "run", "x", "--", "true"],
@@ -93,4 +94,67 @@ fn mem_backend_works_in_process() {
     let out = run(&["hold", "x", "--for", "100ms"]);
     assert_code(&out, 0);
     token(&out.stdout);
+}
+
+/// Log lines carry no colour codes when stderr is not a terminal (here: a pipe), at any verbosity.
+#[test]
+fn no_colour_codes_off_a_terminal() {
+    let out = run(&["-vv", "try", "x"]);
+    assert_code(&out, 0);
+    assert!(out.stderr.contains("released"), "no log lines at -vv: {:?}", out.stderr);
+    assert!(
+        !out.stderr.contains('\u{1b}'),
+        "colour codes in piped stderr: {:?}",
+        out.stderr
+    );
+}
+
+/// No message ever shows a password: not for a bad URL, not for an unreachable server, not with
+/// `-v` (which adds what the client library said). Nor options the command added to the URL
+/// (`ttl=`, `connect_timeout=`): the URL is shown as it was typed.
+#[test]
+fn errors_never_show_the_password_or_added_options() {
+    let port = common::closed_port();
+    let mut urls = vec![format!("redis://user:hunter2@127.0.0.1:{port}?no_such_option=1")];
+    if cfg!(feature = "redis") {
+        urls.push(format!("redis://user:hunter2@127.0.0.1:{port}/0"));
+    }
+    if cfg!(feature = "etcd") {
+        urls.push(format!("etcd://user:hunter2@127.0.0.1:{port}"));
+    }
+    if cfg!(feature = "zk") {
+        urls.push(format!("zk://user:hunter2@127.0.0.1:{port}"));
+    }
+    for url in &urls {
+        for verbose in ["-q", "-v", "-vv"] {
+            let out = run(&[verbose, "--connect-timeout", "2s", "--url", url, "try", "x"]);
+            assert!(matches!(out.code, Some(2 | 3)), "{url}: {out:?}");
+            assert!(
+                !out.stderr.contains("hunter2"),
+                "{url} {verbose}: the password shows: {}",
+                out.stderr
+            );
+            // The command adds them as `ttl=15000ms` and `connect_timeout=2000ms`.
+            assert!(
+                !out.stderr.contains("15000ms") && !out.stderr.contains("2000ms"),
+                "{url} {verbose}: options the command added show: {}",
+                out.stderr
+            );
+        }
+    }
+}
+
+/// What failed fits on one short line; what the client library said underneath only with `-v`.
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_errors_are_one_short_line_unless_verbose() {
+    let url = format!("etcd://127.0.0.1:{}", common::closed_port());
+    let out = run(&["--connect-timeout", "2s", "--url", &url, "try", "x"]);
+    assert_clean_error(&out, 3);
+    assert!(
+        out.stderr.len() < 200,
+        "{} characters: {}",
+        out.stderr.len(),
+        out.stderr
+    );
 }

@@ -57,9 +57,12 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// held or another waiter is first in line. Never waits for the lock.
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>>;
 
-    /// Waits until the lock is held, in FIFO order with other waiters. Returns
-    /// [`crate::LockError::Timeout`] at `deadline` (and removes its waiter entry), or waits without
-    /// limit when `deadline` is `None`. Must be cancellation-safe (see the trait docs).
+    /// Waits until the lock is held, in FIFO order with other waiters, or without limit when
+    /// `deadline` is `None`. At `deadline` it returns [`crate::LockError::Timeout`] if it was
+    /// waiting for the lock (and removes its waiter entry), or [`crate::LockError::Unavailable`]
+    /// if it was retrying a server that failed (see [`crate::Outage`]). It need not cut short a
+    /// request in flight at the deadline: the [`crate::Locker`] gives up on it shortly after, as a
+    /// server that did not answer. Must be cancellation-safe (see the trait docs).
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease>;
 
     /// Releases the lease. [`crate::LockError::NotHeld`] if it was no longer ours (expired, taken
@@ -91,5 +94,33 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// How often the watchdog should renew a lease of `ttl`. Default: a third of it.
     fn renew_interval(&self, ttl: Duration) -> Duration {
         ttl / 3
+    }
+
+    /// The longest one call other than a waiting `acquire` may take (`try_acquire`, `release`,
+    /// `renew_many`, `inspect`, reconnecting included): the backend's request timeout (its URL's
+    /// `request_timeout`). lockcore cuts off a call that takes longer with
+    /// [`crate::LockError::Unavailable`]; every call must be cancellation-safe anyway.
+    fn request_timeout(&self) -> Duration {
+        DEFAULT_REQUEST_TIMEOUT
+    }
+}
+
+/// The request timeout of a backend that does not set one (see [`LockBackend::request_timeout`]).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs one backend call within `limit`; past it, [`crate::LockError::Unavailable`] saying what was
+/// being done. The call is dropped then, which every backend call tolerates (cancellation safety).
+pub(crate) async fn bounded<T>(
+    backend: &dyn LockBackend,
+    what: &str,
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => Err(crate::LockError::Unavailable {
+            message: format!("{} did not answer within {limit:?} ({what})", backend.kind()),
+            source: None,
+        }),
     }
 }

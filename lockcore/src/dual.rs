@@ -193,12 +193,8 @@ impl LockBackend for Dual {
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
         let old = self.old.acquire(req, deadline).await?;
         let old = ReleaseOnDrop::new(&self.old, old);
-        let new = match deadline {
-            None => self.new.acquire(req, deadline).await,
-            Some(d) => tokio::time::timeout_at(d, self.new.acquire(req, deadline))
-                .await
-                .unwrap_or(Err(LockError::Timeout(Duration::ZERO))),
-        };
+        // Each backend returns at the deadline by itself (the Locker cuts off one that does not).
+        let new = self.new.acquire(req, deadline).await;
         match new {
             Ok(new) => match old.keep() {
                 Some(old) => Ok(self.combine(old, new)),
@@ -270,6 +266,11 @@ impl LockBackend for Dual {
 
     fn renew_interval(&self, ttl: Duration) -> Duration {
         self.old.renew_interval(ttl).min(self.new.renew_interval(ttl))
+    }
+
+    /// `try_acquire` asks the old backend, then the new one.
+    fn request_timeout(&self) -> Duration {
+        self.old.request_timeout() + self.new.request_timeout()
     }
 }
 

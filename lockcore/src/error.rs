@@ -37,7 +37,7 @@ pub enum LockError {
     /// is not compiled in.
     #[error("invalid backend URL {url:?}: {reason}")]
     InvalidUrl {
-        /// The URL as given (credentials are not redacted: do not log URLs with passwords).
+        /// The URL as given, with its password (if any) replaced by `***`.
         url: String,
         /// Why it was rejected, e.g. "the `etcd` feature of locksmith is not enabled".
         reason: String,

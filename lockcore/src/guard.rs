@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
+use crate::backend::bounded;
 use crate::error::Result;
 use crate::lease::{Lease, LostReason};
 use crate::locker::Locker;
@@ -96,7 +97,13 @@ impl LockGuard {
         self.locker.inner().watchdog.unregister(self.watch_id);
         let backend = self.locker.backend();
         let span = tracing::info_span!("release", lock = %self.lease.name, backend = backend.kind());
-        let result = backend.release(&self.lease).instrument(span).await;
+        let release = bounded(
+            backend.as_ref(),
+            "releasing the lock",
+            backend.request_timeout(),
+            backend.release(&self.lease),
+        );
+        let result = release.instrument(span).await;
         match &result {
             Ok(()) => tracing::info!(fencing_token = self.lease.fencing_token, "released"),
             Err(e) => tracing::warn!(fencing_token = self.lease.fencing_token, error = %e, "release failed"),
@@ -126,7 +133,8 @@ impl Drop for LockGuard {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
-                    match backend.release(&lease).await {
+                    let limit = backend.request_timeout();
+                    match bounded(backend.as_ref(), "releasing the lock", limit, backend.release(&lease)).await {
                         Ok(()) => tracing::debug!(lock = %lease.name, "released on drop"),
                         Err(e) => tracing::warn!(lock = %lease.name, error = %e, "release on drop failed"),
                     }

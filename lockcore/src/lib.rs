@@ -57,7 +57,7 @@ mod outage;
 pub mod url;
 mod watchdog;
 
-pub use backend::{HolderInfo, LockBackend, LockInfo};
+pub use backend::{HolderInfo, LockBackend, LockInfo, DEFAULT_REQUEST_TIMEOUT};
 pub use dual::Dual;
 pub use error::{BoxError, LockError, Result};
 pub use guard::LockGuard;

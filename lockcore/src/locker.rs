@@ -7,15 +7,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::LockBackend;
+use crate::backend::{bounded, LockBackend, LockInfo};
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
 use crate::lease::{LockRequest, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use crate::name::LockName;
 use crate::watchdog::Watchdog;
 
-/// How long after its deadline an `acquire` is cut off if the backend has not returned by itself.
-const DEADLINE_GRACE: Duration = Duration::from_millis(100);
+/// How long after its deadline an `acquire` is cut off if the backend has not returned by itself
+/// (it is then inside a request that the server does not answer).
+const DEADLINE_GRACE: Duration = Duration::from_millis(500);
 
 /// A connection to one lock backend, shared by all the locks taken through it.
 ///
@@ -74,6 +75,20 @@ impl Locker {
     /// The backend behind this locker.
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.inner.backend
+    }
+
+    /// Who holds `name` right now and how many wait: a read-only look for operators (the CLI's
+    /// `inspect`), never a basis for locking decisions. Bounded by the backend's request timeout.
+    pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
+        let name = LockName::new(name)?;
+        let backend = self.backend();
+        bounded(
+            backend.as_ref(),
+            "inspecting a lock",
+            backend.request_timeout(),
+            backend.inspect(&name),
+        )
+        .await
     }
 
     /// How many guards of this locker the watchdog is renewing right now.
@@ -164,18 +179,28 @@ impl LockBuilder {
             let result = match self.timeout {
                 None => backend.acquire(&req, None).await,
                 // A zero timeout is exactly one attempt, whatever the round-trip time.
-                Some(t) if t.is_zero() => backend
-                    .try_acquire(&req)
-                    .await
-                    .and_then(|lease| lease.ok_or(LockError::Timeout(t))),
+                Some(t) if t.is_zero() => {
+                    let limit = backend.request_timeout();
+                    bounded(backend.as_ref(), "trying to take the lock", limit, backend.try_acquire(&req))
+                        .await
+                        .and_then(|lease| lease.ok_or(LockError::Timeout(t)))
+                }
                 Some(t) => {
-                    // The backend returns at the deadline itself, saying whether the lock was held
-                    // (`Timeout`) or its server did not answer (`Unavailable`); the outer bound
-                    // only guards against a backend that does not.
+                    // The backend returns at the deadline by itself when it is waiting for the lock
+                    // (`Timeout`) or retrying a server that fails (`Unavailable`). One still inside
+                    // a request DEADLINE_GRACE later is waiting for a server that does not answer.
                     let deadline = start + t;
                     tokio::time::timeout_at(deadline + DEADLINE_GRACE, backend.acquire(&req, Some(deadline)))
                         .await
-                        .unwrap_or(Err(LockError::Timeout(t)))
+                        .unwrap_or_else(|_| {
+                            Err(LockError::Unavailable {
+                                message: format!(
+                                    "{} did not answer by the deadline (a request was still in flight {DEADLINE_GRACE:?} after it)",
+                                    backend.kind()
+                                ),
+                                source: None,
+                            })
+                        })
                 }
             };
             match result {
@@ -202,12 +227,24 @@ impl LockBuilder {
     }
 
     /// One attempt: `Some(guard)` if the lock was free, `None` if it is held (or another waiter is
-    /// first in line). Never waits for the lock.
+    /// first in line). Never waits for the lock. A server that does not answer within the
+    /// backend's request timeout (or the builder's [`LockBuilder::timeout`], if shorter) gives
+    /// [`LockError::Unavailable`].
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
         let req = self.request()?;
         let backend = self.locker.inner().backend.clone();
         let span = tracing::info_span!("try_acquire", lock = %req.name, backend = backend.kind());
-        let lease = backend.try_acquire(&req).instrument(span).await?;
+        let limit = match self.timeout {
+            Some(t) if !t.is_zero() => t.min(backend.request_timeout()),
+            _ => backend.request_timeout(),
+        };
+        let attempt = bounded(
+            backend.as_ref(),
+            "trying to take the lock",
+            limit,
+            backend.try_acquire(&req),
+        );
+        let lease = attempt.instrument(span).await?;
         Ok(lease.map(|lease| LockGuard::new(self.locker, lease, self.max_hold)))
     }
 }

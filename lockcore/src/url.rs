@@ -31,7 +31,9 @@ impl HostPort {
 }
 
 /// A parsed backend URL.
-#[derive(Clone, Debug)]
+///
+/// Its `Debug` output, [`BackendUrl::redacted`] and every error it makes hide the password.
+#[derive(Clone)]
 pub struct BackendUrl {
     raw: String,
     /// The scheme, lower-cased: `mem`, `etcd`, `zk`, `redis`, ...
@@ -50,7 +52,7 @@ impl BackendUrl {
     /// Parses `url`, rejecting what is malformed with [`LockError::InvalidUrl`].
     pub fn parse(url: &str) -> Result<Self> {
         let bad = |reason: &str| LockError::InvalidUrl {
-            url: url.to_owned(),
+            url: redact(url),
             reason: reason.to_owned(),
         };
         let (scheme, rest) = url
@@ -113,17 +115,29 @@ impl BackendUrl {
         })
     }
 
-    /// The URL as given.
+    /// The URL as given (with its password, if it has one: see [`BackendUrl::redacted`]).
     pub fn as_str(&self) -> &str {
         &self.raw
     }
 
-    /// An [`LockError::InvalidUrl`] for this URL with the given reason.
+    /// The URL as given, with its password (if any) replaced by `***`: for messages and logs.
+    pub fn redacted(&self) -> String {
+        redact(&self.raw)
+    }
+
+    /// An [`LockError::InvalidUrl`] for this URL (redacted) with the given reason.
     pub fn error(&self, reason: impl Into<String>) -> LockError {
         LockError::InvalidUrl {
-            url: self.raw.clone(),
+            url: self.redacted(),
             reason: reason.into(),
         }
+    }
+
+    /// Sets the query option `key` to `value` unless the URL sets it itself: how a program (the
+    /// CLI's `--connect-timeout`, say) gives a default that the URL can still override. What
+    /// [`BackendUrl::as_str`] and messages show stays the URL as given.
+    pub fn set_default_option(&mut self, key: &str, value: impl Into<String>) {
+        self.query.entry(key.to_owned()).or_insert_with(|| value.into());
     }
 
     /// Fails unless every query key is one of `known`: a misspelt option must not be ignored.
@@ -160,6 +174,28 @@ impl BackendUrl {
                 .map(Some)
                 .ok_or_else(|| self.error(format!("option {key}={v:?} is not a duration like 500ms, 10s or 2m"))),
         }
+    }
+}
+
+impl std::fmt::Debug for BackendUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BackendUrl").field(&self.redacted()).finish()
+    }
+}
+
+/// `url` with the password of its `user:password@` part replaced by `***` (a URL without one is
+/// returned as it is).
+pub fn redact(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+    let Some(at) = url[start..authority_end].rfind('@').map(|i| start + i) else {
+        return url.to_owned();
+    };
+    match url[start..at].find(':').map(|i| start + i) {
+        Some(colon) => format!("{}:***{}", &url[..colon], &url[at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -272,6 +308,34 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        for (url, shown) in [
+            ("redis://:s%40cret@h:1/0", "redis://:***@h:1/0"),
+            ("etcd://user:pw@h1,h2/ns?x=1", "etcd://user:***@h1,h2/ns?x=1"),
+            ("zk://user@h", "zk://user@h"),
+            ("redis://h/0?a=b@c", "redis://h/0?a=b@c"),
+        ] {
+            assert_eq!(redact(url), shown);
+            let parsed = BackendUrl::parse(url).unwrap();
+            assert_eq!(parsed.redacted(), shown);
+            assert!(!format!("{parsed:?}").contains("cret") && !format!("{parsed:?}").contains("pw@"));
+            assert!(!parsed.error("x").to_string().contains("cret"));
+        }
+        let bad = BackendUrl::parse("etcd://u:topsecret@h:notaport").unwrap_err();
+        assert!(!bad.to_string().contains("topsecret"), "{bad}");
+    }
+
+    #[test]
+    fn defaults_do_not_override_the_url() {
+        let mut u = BackendUrl::parse("etcd://h?ttl=5s").unwrap();
+        u.set_default_option("ttl", "1s");
+        u.set_default_option("connect_timeout", "2s");
+        assert_eq!(u.query["ttl"], "5s");
+        assert_eq!(u.query["connect_timeout"], "2s");
+        assert_eq!(u.as_str(), "etcd://h?ttl=5s");
     }
 
     #[test]

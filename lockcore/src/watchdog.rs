@@ -193,8 +193,10 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
     let (ids, leases): (Vec<u64>, Vec<Lease>) = due.into_iter().unzip();
     let sent = Instant::now();
     let span = tracing::debug_span!("renew", backend = shared.backend.kind(), leases = leases.len());
-    // Do not let a hung server keep us from declaring leases lost in time.
-    let budget = earliest_expiry.unwrap_or(sent + Duration::from_secs(1));
+    // Do not let a hung server keep us from declaring leases lost in time, nor from renewing
+    // again after a request timeout.
+    let limit = sent + shared.backend.request_timeout();
+    let budget = earliest_expiry.map_or(limit, |e| e.min(limit));
     let outcome = tokio::time::timeout_at(budget, shared.backend.renew_many(&leases))
         .instrument(span)
         .await;
@@ -257,7 +259,14 @@ fn end_lease(shared: &Shared, lease: Lease, reason: LostReason) {
     // Fire first: the holder must stop acting as one before the lock can pass to someone else.
     fire_lost(&lease, reason);
     tokio::spawn(async move {
-        if let Err(e) = backend.release(&lease).await {
+        let limit = backend.request_timeout();
+        let release = crate::backend::bounded(
+            backend.as_ref(),
+            "releasing a lost lock",
+            limit,
+            backend.release(&lease),
+        );
+        if let Err(e) = release.await {
             tracing::debug!(lock = %lease.name, error = %e, "release after loss found nothing to release");
         }
     });

@@ -58,11 +58,7 @@ pub async fn contenders(admin: &zk::Client, name: &LockName) -> Vec<String> {
         Err(zk::Error::NoNode) => return Vec::new(),
         Err(e) => panic!("listing {path}: {e}"),
     };
-    let key = |c: &String| {
-        c.rsplit_once("lock-")
-            .map(|(_, seq)| seq.to_owned())
-            .unwrap_or_else(|| c.clone())
-    };
-    children.sort_by_key(key);
+    // By the sequence number ZooKeeper appended (the last 10 characters), whatever the prefix.
+    children.sort_by_key(|c| c[c.len().saturating_sub(10)..].to_owned());
     children.into_iter().map(|c| format!("{path}/{c}")).collect()
 }

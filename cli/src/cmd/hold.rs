@@ -46,7 +46,9 @@ pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
     };
     let why = tokio::select! {
         reason = guard.lost() => {
-            let _ = guard.release().await;
+            // Exit at once: the lock is gone, and a release could only wait for a server that
+            // may not answer (the watchdog already asked it to let go of whatever is left).
+            drop(guard);
             return Err(Failure::new(LOST, format!("lost {:?} while holding it: {reason}", args.name)));
         }
         () = wait_for => "the hold time passed".to_owned(),

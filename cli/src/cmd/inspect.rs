@@ -1,17 +1,28 @@
 //! `locksmith inspect NAME`: who holds a lock and how many wait.
 
-use locksmith::LockName;
 use serde_json::json;
 
-use crate::exit::Failure;
+use crate::exit::{Failure, UNAVAILABLE};
 use crate::output::{human, millis};
 use crate::session::Session;
 
 /// Prints the holder (id, fencing token, remaining TTL) and the number of waiters of NAME.
+/// `--timeout` bounds the whole command (exit 3 when the backend does not answer within it).
 pub async fn inspect(session: &Session, name: &str) -> Result<u8, Failure> {
-    let lock_name = LockName::new(name)?;
+    session.reject_ttl("inspect")?;
     let locker = session.connect().await?;
-    let info = locker.backend().inspect(&lock_name).await?;
+    let info = match session.time_left() {
+        None => locker.inspect(name).await?,
+        Some(left) => match tokio::time::timeout(left, locker.inspect(name)).await {
+            Ok(info) => info?,
+            Err(_) => {
+                return Err(Failure::new(
+                    UNAVAILABLE,
+                    format!("backend unavailable: no answer within {} (--timeout)", human(left)),
+                ))
+            }
+        },
+    };
     let unknown = || "unknown".to_owned();
     let text = match &info.holder {
         Some(h) => format!(

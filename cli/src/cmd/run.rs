@@ -84,7 +84,7 @@ pub async fn run(session: &Session, args: &RunArgs) -> Result<u8, Failure> {
                 .status(format_args!("lost {:?}: {reason}; sending SIGTERM to CMD", args.name));
             cmd.signal(libc::SIGTERM);
             stop(session, &mut cmd, &mut signals, args.grace).await;
-            let _ = guard.release().await;
+            drop(guard); // no waiting for a release: the lock is gone already
             Err(Failure::new(
                 LOST,
                 format!("lost {:?} while CMD was running: {reason}", args.name),

@@ -1,14 +1,21 @@
 //! `locksmith try NAME`: one attempt, no waiting.
 
+use std::time::Duration;
+
 use serde_json::json;
 
 use crate::exit::{Failure, NOT_ACQUIRED};
 use crate::session::Session;
 
 /// Acquires NAME if it is free, prints the fencing token and releases (exit 0); exit 1 if held.
+/// `--timeout` bounds the whole command: a backend that does not answer within it is exit 3.
 pub async fn try_once(session: &Session, name: &str) -> Result<u8, Failure> {
     let locker = session.connect().await?;
-    match locker.lock(name).ttl(session.ttl).try_acquire().await? {
+    let mut builder = locker.lock(name).ttl(session.ttl);
+    if let Some(left) = session.time_left() {
+        builder = builder.timeout(left.max(Duration::from_millis(1)));
+    }
+    match builder.try_acquire().await? {
         Some(guard) => {
             session.out.acquired(&guard);
             guard.release().await?;

@@ -195,6 +195,12 @@ impl Proc {
     /// Waits for the exit (closing stdin first), at most [`LIMIT`]; returns everything printed.
     pub fn finish(mut self) -> Output {
         self.stdin = None;
+        self.exited()
+    }
+
+    /// Waits for the exit with stdin left open (for a `hold` that must end by itself), at most
+    /// [`LIMIT`]; returns everything printed.
+    pub fn exited(mut self) -> Output {
         let status = self.wait_exit();
         // The reader threads end at EOF, which follows the exit.
         let mut stdout = std::mem::take(&mut self.seen_out);
@@ -276,4 +282,46 @@ pub fn closed_port() -> u16 {
     drop(listener);
     port
 }
+/// A [`lockcore::conformance::proxy::Proxy`] in front of the server of a test URL, with the
+/// runtime it runs on (these tests are synchronous).
+pub struct TestProxy {
+    proxy: lockcore::conformance::proxy::Proxy,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl TestProxy {
+    /// A proxy to the (first) server of `url`.
+    pub fn start(url: &str) -> TestProxy {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let upstream = server_of(url);
+        let proxy = runtime.block_on(lockcore::conformance::proxy::Proxy::start(&upstream));
+        TestProxy {
+            proxy,
+            _runtime: runtime,
+        }
+    }
+
+    /// `url` with its server replaced by this proxy.
+    pub fn url(&self, url: &str) -> String {
+        let server = server_of(url);
+        url.replacen(&server, &self.proxy.addr(), 1)
+    }
+
+    /// Changes what the proxy forwards.
+    pub fn set(&self, mode: lockcore::conformance::proxy::Mode) {
+        self.proxy.set(mode);
+    }
+}
+
+/// The `host:port` of the first server of a test URL (`scheme://host:port[,...][/path][?query]`).
+pub fn server_of(url: &str) -> String {
+    let rest = url.split_once("://").expect("a URL").1;
+    let end = rest.find([',', '/', '?']).unwrap_or(rest.len());
+    rest[..end].to_owned()
+}
+
 pub mod suite;

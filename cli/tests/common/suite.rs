@@ -4,7 +4,20 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
+use lockcore::conformance::proxy::Mode;
+
 use super::*;
+
+/// How much later than its timeout a command may end (a loaded machine; far below what waiting
+/// for a client library's own reconnect took: 30 s and more).
+const MARGIN: Duration = Duration::from_secs(2);
+
+/// Runs `locksmith ARGS` and returns its output and how long it took.
+fn timed_run(args: &[&str]) -> (Output, Duration) {
+    let start = Instant::now();
+    let out = run(args);
+    (out, start.elapsed())
+}
 
 /// Expands one `#[test]` per test body below, each with the backend built by `$backend`.
 #[macro_export]
@@ -16,7 +29,9 @@ macro_rules! cli_suite {
             run_excludes_other_processes_while_cmd_runs, run_exit_code_of_a_killed_cmd, run_times_out_when_held,
             run_waits_for_the_lock, run_lost_lock_terminates_cmd_and_exits_4, run_lost_lock_kills_cmd_after_grace,
             run_forwards_sigterm_to_cmd, interrupted_wait_leaves_nothing_behind, run_cmd_not_found,
-            run_cmd_gets_sigterm_when_locksmith_is_killed);
+            run_cmd_gets_sigterm_when_locksmith_is_killed, silent_server_ends_try_and_inspect_at_the_timeout,
+            waiter_whose_server_goes_down_exits_3_at_its_deadline, hold_exits_4_as_soon_as_the_lock_is_lost,
+            connect_timeout_lengthens_the_wait);
     };
     (@tests $backend:expr; $($test:ident),* $(,)?) => {
         $(
@@ -339,4 +354,92 @@ pub fn run_cmd_gets_sigterm_when_locksmith_is_killed(b: &dyn Backend) {
     runner.signal("KILL");
     // CMD writes to the stdout it shares with the killed locksmith.
     assert_eq!(runner.next_line(), "got-sigterm");
+}
+
+/// Behind a server that accepts connections but answers nothing: `--timeout` bounds the whole
+/// command, connecting included, for `try` and `inspect` (exit 3: the backend did not answer),
+/// whatever `--connect-timeout` says.
+pub fn silent_server_ends_try_and_inspect_at_the_timeout(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("silent");
+    let proxy = TestProxy::start(&url);
+    let via = proxy.url(&url);
+    // Connected first, then silent: the requests go unanswered.
+    let mut holder = Proc::locksmith(&args(&via, &["hold", &unique_name("silent-held")]));
+    token(&holder.next_line());
+    proxy.set(Mode::FREEZE);
+    for command in ["try", "inspect"] {
+        let (out, took) = timed_run(&args(
+            &via,
+            &["--timeout", "2s", "--connect-timeout", "20s", command, &name],
+        ));
+        assert_code(&out, 3);
+        assert!(
+            took <= Duration::from_secs(2) + MARGIN,
+            "`--timeout 2s {command}` behind a silent server took {took:?}"
+        );
+    }
+    drop(holder);
+}
+
+/// A waiter whose `--timeout` runs out while the server is down exits 3 (the backend did not
+/// answer), not 1 (held by another), and at its deadline, not later.
+pub fn waiter_whose_server_goes_down_exits_3_at_its_deadline(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("down");
+    let mut holder = Proc::locksmith(&args(&url, &["hold", &name]));
+    token(&holder.next_line());
+    let proxy = TestProxy::start(&url);
+    let via = proxy.url(&url);
+    let start = Instant::now();
+    let mut waiter = Proc::locksmith(&args(&via, &["--timeout", "4s", "run", &name, "--", "echo", "ran"]));
+    waiter.wait_stderr("waiting for");
+    proxy.set(Mode::Cut);
+    let out = waiter.finish();
+    let took = start.elapsed();
+    assert_code(&out, 3);
+    assert!(!out.stdout.contains("ran"), "CMD ran without the lock");
+    assert!(
+        took >= Duration::from_secs(4) && took <= Duration::from_secs(4) + MARGIN,
+        "the waiter exited after {took:?}, not at its 4s deadline"
+    );
+    holder.close_stdin();
+    assert_code(&holder.finish(), 0);
+}
+
+/// `hold` exits 4 as soon as its lock is lost (here: its server fell silent for longer than the
+/// TTL), without first waiting for a release that cannot be answered.
+pub fn hold_exits_4_as_soon_as_the_lock_is_lost(b: &dyn Backend) {
+    let url = b.url();
+    let proxy = TestProxy::start(&url);
+    let via = proxy.url(&url);
+    let mut holder = Proc::locksmith(&args(&via, &["--ttl", "2s", "hold", &unique_name("hold-lost")]));
+    token(&holder.next_line());
+    proxy.set(Mode::FREEZE);
+    let frozen = Instant::now();
+    let out = holder.exited();
+    let took = frozen.elapsed();
+    assert_code(&out, 4);
+    assert!(
+        took <= Duration::from_secs(2) + MARGIN,
+        "hold exited {took:?} after its server fell silent, TTL 2s"
+    );
+}
+
+/// `--connect-timeout` is the backend's connect timeout too: longer than the backend's default
+/// (3-5 s), it makes connecting to a silent server wait that long.
+pub fn connect_timeout_lengthens_the_wait(b: &dyn Backend) {
+    let url = b.url();
+    let proxy = TestProxy::start(&url);
+    proxy.set(Mode::FREEZE);
+    let via = proxy.url(&url);
+    let (out, took) = timed_run(&args(
+        &via,
+        &["--connect-timeout", "7s", "try", &unique_name("connect")],
+    ));
+    assert_code(&out, 3);
+    assert!(
+        took >= Duration::from_secs(7) && took <= Duration::from_secs(7) + MARGIN,
+        "`--connect-timeout 7s` against a silent server gave up after {took:?}"
+    );
 }

@@ -25,6 +25,8 @@ use tokio::time::Instant;
 
 use crate::{LockError, LockGuard, LockName, Locker, LostReason};
 
+pub mod deadlines;
+pub mod proxy;
 pub mod servers;
 
 /// What a backend's tests provide to the suite.

@@ -1,0 +1,167 @@
+//! Every call ends in time when the server goes away or stops answering: run by each backend's
+//! `tests/deadlines.rs` against its real server, reached through a [`Proxy`] that cuts or freezes
+//! the traffic.
+//!
+//! - **Server down** (the proxy closes every connection): a waiter whose timeout runs out says
+//!   the backend did not answer (`Unavailable`), not that the lock was busy, at its deadline.
+//! - **Server silent** (connections stay open, nothing is answered — a frozen server, a proxy
+//!   that stops forwarding): `try_acquire`, `acquire` with a timeout, `inspect` and `release`
+//!   end within their bound (the caller's timeout, else the backend's request timeout) with
+//!   `Unavailable`, and a held lock's `lost()` fires within its TTL.
+//!
+//! Each bound is checked with a margin of [`MARGIN`]: generous against a loaded machine, far
+//! below what a call that waits for the client library's own reconnect would take (tens of
+//! seconds to minutes).
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::proxy::{Mode, Proxy};
+use super::{unique_name, within};
+use crate::{LockError, Locker};
+
+/// How much later than its bound a call may end.
+pub const MARGIN: Duration = Duration::from_secs(2);
+
+/// The lease TTL the held lock asks for (session backends take theirs from the URL instead:
+/// `connect` should ask for about this much).
+pub const TTL: Duration = Duration::from_secs(2);
+
+/// Runs `call`, checks it ended within `bound` + [`MARGIN`] with [`LockError::Unavailable`].
+async fn ends_unavailable<T: std::fmt::Debug>(
+    what: &str,
+    bound: Duration,
+    call: impl Future<Output = Result<T, LockError>>,
+) {
+    let start = Instant::now();
+    let result = within(bound + MARGIN * 10, what, call).await;
+    let took = start.elapsed();
+    assert!(
+        matches!(result, Err(LockError::Unavailable { .. })),
+        "{what}: expected Unavailable, got {result:?} after {took:?}"
+    );
+    assert!(
+        took <= bound + MARGIN,
+        "{what}: took {took:?}, more than its bound of {bound:?} (+{MARGIN:?})"
+    );
+}
+
+/// The whole check. `upstream` is the server's `host:port`; `connect(addr)` returns a new
+/// [`Locker`] for the server at `addr`, with `request_timeout` as its request timeout (and a
+/// session TTL of about [`TTL`] on session backends).
+pub async fn calls_end_in_time<F, Fut>(upstream: &str, request_timeout: Duration, connect: F)
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Locker>,
+{
+    let direct = connect(upstream.to_owned()).await;
+    let busy_name = unique_name("deadline_busy");
+    let busy = direct.lock(&busy_name).acquire().await.expect("acquire");
+
+    // Server down: a waiter's deadline says "unavailable".
+    let proxy = Proxy::start(upstream).await;
+    let waiter = connect(proxy.addr()).await;
+    let timeout = Duration::from_secs(3);
+    let waiting = tokio::spawn({
+        let name = busy_name.clone();
+        async move {
+            let start = Instant::now();
+            let result = waiter.lock(&name).timeout(timeout).acquire().await.map(drop);
+            (result, start.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.set(Mode::Cut);
+    let (result, took) = waiting.await.expect("waiter task");
+    assert!(
+        matches!(result, Err(LockError::Unavailable { .. })),
+        "a waiter whose server went down must say so at its deadline, not report a busy lock: {result:?}"
+    );
+    assert!(
+        took >= timeout && took <= timeout + MARGIN,
+        "the waiter ended after {took:?}, not at its deadline of {timeout:?}"
+    );
+    drop(proxy);
+
+    // Server silent.
+    let proxy = Proxy::start(upstream).await;
+    let locker = connect(proxy.addr()).await;
+    let held = locker
+        .lock(unique_name("deadline_held"))
+        .ttl(TTL)
+        .acquire()
+        .await
+        .expect("acquire");
+    let free = unique_name("deadline_free");
+    proxy.set(Mode::FREEZE);
+    let frozen_at = Instant::now();
+    ends_unavailable(
+        "try_acquire",
+        request_timeout,
+        locker.lock(&free).ttl(TTL).try_acquire(),
+    )
+    .await;
+    let short = Duration::from_secs(1);
+    ends_unavailable(
+        "try_acquire with a 1s timeout",
+        short,
+        locker.lock(&free).ttl(TTL).timeout(short).try_acquire(),
+    )
+    .await;
+    ends_unavailable(
+        "acquire of a free lock with a 2s timeout",
+        TTL,
+        locker.lock(&free).ttl(TTL).timeout(TTL).acquire(),
+    )
+    .await;
+    ends_unavailable("inspect", request_timeout, locker.inspect(&free)).await;
+    let ttl = held.ttl();
+    within(
+        ttl + MARGIN * 5,
+        "lost() of a lock held behind the silent server",
+        held.lost(),
+    )
+    .await;
+    assert!(
+        frozen_at.elapsed() <= ttl.max(request_timeout * 4) + MARGIN * 2,
+        "lost() fired {:?} after the server fell silent, TTL {ttl:?}",
+        frozen_at.elapsed()
+    );
+    let start = Instant::now();
+    let released = within(request_timeout + MARGIN * 10, "release", held.release()).await;
+    assert!(released.is_err(), "a lost lock released fine behind a silent server");
+    assert!(
+        start.elapsed() <= request_timeout + MARGIN,
+        "release took {:?}",
+        start.elapsed()
+    );
+
+    // Healed: the same locker works again.
+    proxy.set(Mode::Forward);
+    let again = within(
+        Duration::from_secs(60),
+        "acquire after the server answers again",
+        async {
+            loop {
+                match locker
+                    .lock(&free)
+                    .ttl(TTL)
+                    .timeout(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                {
+                    Ok(guard) => return guard,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "not yet");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        },
+    )
+    .await;
+    again.release().await.expect("release");
+    busy.release().await.expect("release");
+}
