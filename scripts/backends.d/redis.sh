@@ -1,15 +1,20 @@
 # shellcheck shell=bash
-# scripts/backends.d/redis.sh — Redis: a single server `redis` and 3 independent masters
-# `redis-q1..3` (no replication: the Redlock quorum). A server kind for scripts/backends (the
+# scripts/backends.d/redis.sh — Redis: a single server `redis`, 3 independent masters
+# `redis-q1..3` (no replication: the Redlock quorum), and `register`, the fault suite's fenced
+# register (a store of its own, which no fault touches: see chaos/src/register.rs). A server kind for scripts/backends (the
 # interface is described in lib.sh).
 
-register_ids redis single redis
+register_ids redis single redis register
 register_ids redis cluster redis-q1 redis-q2 redis-q3
 need_command redis-server redis-server
 need_command redis-cli redis-tools
 
-redis_ports() { # 16379 (+member)
+redis_ports() { # 16379 (+member); the fault suite's fenced register 16390
     local n
+    [[ $1 != register ]] || {
+        port 16390
+        return
+    }
     n=$(member_of "$1")
     port $((16379 + ${n:-0}))
 }
@@ -55,6 +60,7 @@ redis_uptime() {
 
 redis_settle() {
     local up
+    [[ $1 != register ]] || return 0 # holds no locks
     up=$(redis_uptime "$1")
     up=${up:-0}
     if ((up < REDIS_SETTLE_SECS)); then
@@ -65,7 +71,10 @@ redis_settle() {
 
 redis_exports() {
     case $1 in
-    single) emit LOCKSMITH_TEST_REDIS "redis://$(address redis)" ;;
+    single)
+        emit LOCKSMITH_TEST_REDIS "redis://$(address redis)"
+        emit LOCKSMITH_TEST_REGISTER "redis://$(address register)"
+        ;;
     cluster) emit LOCKSMITH_TEST_REDIS_QUORUM "redis://$(addresses redis-q1 redis-q2 redis-q3)" ;;
     esac
 }

@@ -1,0 +1,13 @@
+//! The sections beyond the fault runs: leaks, load, soak, bad input, and the Markdown page.
+
+mod bad_input;
+mod leaks;
+mod load;
+pub mod markdown;
+mod probe;
+mod soak;
+
+pub use bad_input::{bad_input, BadInput};
+pub use leaks::{leaks, Leak};
+pub use load::{load, Load};
+pub use soak::{soak, Soak};

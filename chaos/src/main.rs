@@ -1,0 +1,129 @@
+//! `lockchaos`: locksmith's fault suite. `scripts/chaos` runs it; see `docs/reliability.md` for
+//! what it does and what it found.
+//!
+//! - `lockchaos run [--quick]`: the driver. For every backend and topology that
+//!   `scripts/backends` starts, it runs real worker processes that take a lock, write their fencing
+//!   token to a fenced register, hold, release — and injects faults into them and into the
+//!   servers: the holder paused or killed, cut off from the server, the server restarted, the
+//!   cluster's leader killed, a follower cut off. Then leaks, load, soak and bad input. It writes
+//!   the figures as JSON (`lockchaos/1`) and as the Markdown page, and exits 1 when a promise was
+//!   broken (a stale write accepted, a token that went backwards, an overlap without a fault, a
+//!   leftover, a panic).
+//! - `lockchaos worker ...`: one worker process (started by the driver).
+
+mod check;
+mod events;
+mod extras;
+mod faults;
+mod fleet;
+mod register;
+mod report;
+mod run;
+mod targets;
+mod worker;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+/// locksmith's fault suite.
+#[derive(Debug, Parser)]
+#[command(name = "lockchaos")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the suite (the driver).
+    Run(RunArgs),
+    /// One worker process (started by the driver).
+    Worker(worker::WorkerArgs),
+}
+
+/// The driver's options.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// A few minutes instead of most of an hour: each fault once, short soak, fewer waiters.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only these targets (`backend/topology`, comma-separated; e.g. `redis/single,etcd/cluster`).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Only these faults (comma-separated names, e.g. `pause,kill`).
+    #[arg(long, value_delimiter = ',')]
+    pub faults: Vec<String>,
+    /// Only these sections (`faults`, `self-check`, `leaks`, `load`, `soak`, `bad-input`).
+    #[arg(long, value_delimiter = ',')]
+    pub sections: Vec<String>,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the Markdown page here.
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+}
+
+impl RunArgs {
+    fn wants(&self, section: &str) -> bool {
+        self.sections.is_empty() || self.sections.iter().any(|s| s == section)
+    }
+}
+
+fn main() -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,lockchaos=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lockchaos: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => drive(args).await,
+            Command::Worker(args) => worker::run(args).await.map(|()| true),
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("lockchaos: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The whole suite; `Ok(false)` when a promise was broken.
+async fn drive(args: RunArgs) -> Result<bool> {
+    let report = report::Report::collect(&args).await?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+        eprintln!("lockchaos: wrote {}", path.display());
+    }
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, report.markdown())?;
+        eprintln!("lockchaos: wrote {}", path.display());
+    }
+    let broken = report.broken_promises();
+    for b in &broken {
+        eprintln!("lockchaos: BROKEN: {b}");
+    }
+    if broken.is_empty() {
+        eprintln!("lockchaos: every promise held");
+    }
+    Ok(broken.is_empty())
+}

@@ -1,0 +1,343 @@
+//! Running every section and putting the figures together: the JSON (`lockchaos/1`), the
+//! Markdown page, and the list of broken promises that fails the suite.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::extras::{self, BadInput, Leak, Load, Soak};
+use crate::run::{self, RunResult, Shape};
+use crate::targets::{self, env_url, Fault, Target};
+use crate::RunArgs;
+
+/// Everything one `lockchaos run` found.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// `lockchaos/1`.
+    pub schema: &'static str,
+    /// Where and how it ran.
+    pub machine: Machine,
+    /// One row per backend × topology × fault.
+    pub results: Vec<Row>,
+    /// The suite run against a deliberately broken setup, which it must flag.
+    pub self_check: Option<SelfCheck>,
+    /// Waiter entries left behind by cancelled and killed waiters.
+    pub leaks: Vec<Leak>,
+    /// Many waiters on one lock.
+    pub load: Vec<Load>,
+    /// Many locks held for a long time.
+    pub soak: Vec<Soak>,
+    /// Every bad input tried, with the error it got.
+    pub bad_input: Vec<BadInput>,
+    /// Targets or sections that did not run, and why.
+    pub notes: Vec<String>,
+}
+
+/// The machine and the run's settings.
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// `uname -sr`.
+    pub os: String,
+    /// Server versions, as they report them.
+    pub servers: Vec<String>,
+    /// `--quick` or not.
+    pub quick: bool,
+    /// The lease TTL of single servers, in ms (clusters: at least 2000).
+    pub ttl_ms: u128,
+    /// Workers per run.
+    pub workers: usize,
+    /// Injections per fault.
+    pub repeats: usize,
+    /// Wall time of the whole run, in s.
+    pub seconds: f64,
+}
+
+/// One backend × topology × fault (the contract's field names).
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// `mem`, `etcd`, `zk`, `redis`.
+    pub backend: &'static str,
+    /// `single`, `cluster`, `ensemble`, `quorum`.
+    pub topology: &'static str,
+    /// The fault.
+    pub fault: &'static str,
+    /// Injections of the fault.
+    pub runs: usize,
+    /// Grants.
+    pub acquisitions: usize,
+    /// Pairs of critical sections that overlapped.
+    pub overlaps: usize,
+    /// The longest overlap, in ms.
+    pub overlap_ms_max: f64,
+    /// Writes of stale holders accepted after a newer holder's (must be 0).
+    pub stale_writes_accepted: usize,
+    /// Writes the register rejected.
+    pub stale_writes_rejected: usize,
+    /// Faults whose holder was told (`lost()` fired).
+    pub lost_signalled: usize,
+    /// Faults whose holder was overtaken and never told.
+    pub lost_not_signalled: usize,
+    /// Median time from the fault to the holder's `lost()`, in ms.
+    pub lost_ms_p50: Option<f64>,
+    /// Median time from the fault to the next holder, in ms.
+    pub takeover_ms_p50: Option<f64>,
+    /// The lease TTL, in ms.
+    pub ttl_ms: u128,
+    /// Grants whose token was below an earlier grant's.
+    pub token_regressions: usize,
+    /// Holders and waiters left on the server after the workers stopped and a TTL passed.
+    pub leftovers: usize,
+    /// Errors the workers reported.
+    pub errors: usize,
+    /// How the faults were injected.
+    pub detail: Vec<String>,
+}
+
+/// The broken setup and what the suite saw.
+#[derive(Debug, Serialize)]
+pub struct SelfCheck {
+    /// What was broken.
+    pub variant: String,
+    /// Its row.
+    pub row: Row,
+    /// Whether the suite flagged it (it must).
+    pub caught: bool,
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[v.len() / 2])
+}
+
+impl Row {
+    fn from(r: RunResult) -> Row {
+        let m = r.measured;
+        Row {
+            backend: r.backend,
+            topology: r.topology,
+            fault: r.fault,
+            runs: r.injected.len().max(1),
+            acquisitions: m.acquisitions,
+            overlaps: m.overlaps,
+            overlap_ms_max: m.overlap_ms_max,
+            stale_writes_accepted: m.stale_writes_accepted,
+            stale_writes_rejected: m.stale_writes_rejected,
+            lost_signalled: m.lost_signalled,
+            lost_not_signalled: m.lost_not_signalled,
+            lost_ms_p50: median(&m.lost_ms),
+            takeover_ms_p50: median(&m.takeover_ms),
+            ttl_ms: r.ttl_ms,
+            token_regressions: m.token_regressions,
+            leftovers: r.leftovers,
+            errors: m.errors,
+            detail: r.injected.into_iter().map(|i| i.detail).collect(),
+        }
+    }
+
+    /// What this row breaks, if anything.
+    fn broken(&self) -> Vec<String> {
+        let id = format!("{}/{} {}", self.backend, self.topology, self.fault);
+        let mut out = Vec::new();
+        if self.stale_writes_accepted > 0 {
+            out.push(format!("{id}: {} stale writes accepted", self.stale_writes_accepted));
+        }
+        if self.token_regressions > 0 {
+            out.push(format!(
+                "{id}: {} fencing tokens went backwards",
+                self.token_regressions
+            ));
+        }
+        if self.fault == "none" && self.overlaps > 0 {
+            out.push(format!("{id}: {} overlaps without any fault", self.overlaps));
+        }
+        if self.leftovers > 0 {
+            out.push(format!("{id}: {} holders/waiters left on the server", self.leftovers));
+        }
+        out
+    }
+}
+
+/// `uname -sr`, or `unknown`.
+fn os() -> String {
+    std::process::Command::new("uname")
+        .arg("-sr")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The first line each server binary prints of its version.
+fn server_versions() -> Vec<String> {
+    let first_line = |cmd: &str, args: &[&str]| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_owned))
+    };
+    let mut out: Vec<String> = [
+        first_line("etcd", &["--version"]),
+        first_line("redis-server", &["--version"]),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if let Ok(entries) = std::fs::read_dir("/usr/share/java") {
+        let zk = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .find(|n| n.starts_with("zookeeper-3") && n.ends_with(".jar"));
+        out.extend(zk.map(|z| {
+            format!(
+                "ZooKeeper {}",
+                z.trim_start_matches("zookeeper-").trim_end_matches(".jar")
+            )
+        }));
+    }
+    out
+}
+
+impl Report {
+    /// Runs the sections `args` asks for.
+    pub async fn collect(args: &RunArgs) -> Result<Report> {
+        let started = std::time::Instant::now();
+        let ttl = if args.quick {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_secs(2)
+        };
+        let shape = Shape {
+            workers: 4,
+            repeats: if args.quick { 1 } else { 4 },
+        };
+        let targets: Vec<Target> = targets::all(ttl)?
+            .into_iter()
+            .filter(|t| args.only.is_empty() || args.only.contains(&t.id()))
+            .collect();
+        let faults: Vec<Fault> = if args.faults.is_empty() {
+            Fault::ALL.to_vec()
+        } else {
+            args.faults.iter().map(|f| Fault::parse(f)).collect::<Result<_>>()?
+        };
+        let register = env_url("LOCKSMITH_TEST_REGISTER")?;
+        let mut report = Report {
+            schema: "lockchaos/1",
+            machine: Machine {
+                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                os: os(),
+                servers: server_versions(),
+                quick: args.quick,
+                ttl_ms: ttl.as_millis(),
+                workers: shape.workers,
+                repeats: shape.repeats,
+                seconds: 0.0,
+            },
+            results: Vec::new(),
+            self_check: None,
+            leaks: Vec::new(),
+            load: Vec::new(),
+            soak: Vec::new(),
+            bad_input: Vec::new(),
+            notes: Vec::new(),
+        };
+        if args.wants("faults") {
+            for target in &targets {
+                for fault in faults.iter().copied().filter(|f| target.has(*f)) {
+                    tracing::info!(target = target.id(), %fault, "run");
+                    match run::run(target, fault, shape, &register, true).await {
+                        Ok(r) => report.results.push(Row::from(r)),
+                        Err(e) => {
+                            tracing::error!(target = target.id(), %fault, error = %format!("{e:#}"), "run failed");
+                            report
+                                .notes
+                                .push(format!("{} {fault}: the run failed: {e:#}", target.id()));
+                        }
+                    }
+                }
+            }
+        }
+        if args.wants("self-check") {
+            report.self_check = self_check(&targets, ttl, &register).await;
+        }
+        let singles: Vec<&Target> = targets.iter().filter(|t| t.topology == "single").collect();
+        if args.wants("leaks") {
+            report.leaks = extras::leaks(&singles, args.quick, &register).await;
+        }
+        if args.wants("load") {
+            report.load = extras::load(&singles, args.quick).await;
+        }
+        if args.wants("soak") {
+            report.soak = extras::soak(&singles, args.quick).await;
+        }
+        if args.wants("bad-input") {
+            report.bad_input = extras::bad_input(&singles).await;
+        }
+        report.machine.seconds = started.elapsed().as_secs_f64();
+        Ok(report)
+    }
+
+    /// Every broken promise: what fails the suite.
+    pub fn broken_promises(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.results.iter().flat_map(Row::broken).collect();
+        if let Some(s) = &self.self_check {
+            if !s.caught {
+                out.push(format!("self-check: the suite did not flag {}", s.variant));
+            }
+        }
+        out.extend(self.notes.iter().filter(|n| n.contains("run failed")).cloned());
+        out.extend(self.leaks.iter().flat_map(Leak::broken));
+        out.extend(self.load.iter().flat_map(Load::broken));
+        out.extend(self.soak.iter().flat_map(Soak::broken));
+        out.extend(self.bad_input.iter().flat_map(BadInput::broken));
+        out
+    }
+
+    /// The Markdown page.
+    pub fn markdown(&self) -> String {
+        crate::extras::markdown::page(self)
+    }
+}
+
+/// The suite against a register that does not check tokens, on the first networked single
+/// target, with pauses: the stale holders' writes land after the new holders' and must be flagged.
+async fn self_check(targets: &[Target], ttl: Duration, register: &str) -> Option<SelfCheck> {
+    let target = targets
+        .iter()
+        .find(|t| t.backend == "redis" && t.topology == "single")
+        .or_else(|| targets.iter().find(|t| t.backend != "mem" && t.topology == "single"))?
+        .clone();
+    let shape = Shape { workers: 4, repeats: 5 };
+    let _ = ttl;
+    match run::run(&target, Fault::Pause, shape, register, false).await {
+        Ok(r) => {
+            let row = Row::from(r);
+            Some(SelfCheck {
+                variant: format!(
+                    "a register that accepts every write (no token check), {} with 5 pauses",
+                    target.id()
+                ),
+                caught: !row.broken().is_empty(),
+                row,
+            })
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "self-check failed to run");
+            None
+        }
+    }
+}
+
+/// Writes `rows` as a Markdown table (helper for the page).
+pub fn table(out: &mut String, header: &[&str], rows: Vec<Vec<String>>) {
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
+    for r in rows {
+        let _ = writeln!(out, "| {} |", r.join(" | "));
+    }
+    out.push('\n');
+}

@@ -1,0 +1,143 @@
+//! One run: a fleet of workers on one target, one fault injected `repeats` times while they work,
+//! then everything stopped, the leftovers looked for, and the run measured.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::check::{measure, Measured};
+use crate::events::{now_ns, Event};
+use crate::faults::{inject, Injected};
+use crate::fleet::{Fleet, WorkerSpec};
+use crate::register::Register;
+use crate::targets::{Fault, Target};
+
+/// How a run is sized.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Workers contending for the lock.
+    pub workers: usize,
+    /// How many times the fault is injected.
+    pub repeats: usize,
+}
+
+/// What one run produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    /// `mem`, `etcd`, `zk`, `redis`.
+    pub backend: &'static str,
+    /// `single`, `cluster`, `ensemble`, `quorum`.
+    pub topology: &'static str,
+    /// The fault.
+    pub fault: &'static str,
+    /// The lease TTL, in ms.
+    pub ttl_ms: u128,
+    /// What was measured.
+    #[serde(flatten)]
+    pub measured: Measured,
+    /// Holders and waiters left on the server once the workers stopped and a TTL passed.
+    pub leftovers: usize,
+    /// The faults as injected.
+    pub injected: Vec<Injected>,
+    /// Whether the register checked tokens (false only in the self-check).
+    pub register_checked: bool,
+}
+
+/// Runs `fault` on `target`.
+pub async fn run(target: &Target, fault: Fault, shape: Shape, register_url: &str, checked: bool) -> Result<RunResult> {
+    let name = format!("chaos/{}/{}/{:08x}", target.id(), fault, rand::random::<u32>());
+    let spec = WorkerSpec {
+        name: name.clone(),
+        register: register_url.to_owned(),
+        unsafe_register: !checked,
+        wait_only: false,
+        hold_max: hold_max(target, fault),
+    };
+    let mut fleet = Fleet::new(target, spec);
+    for _ in 0..shape.workers {
+        fleet.spawn().await?;
+    }
+    let ready = |e: &Event| matches!(e, Event::Ready { .. });
+    fleet
+        .wait_for("workers ready", Duration::from_secs(60), shape.workers, ready)
+        .await?;
+    let enter = |e: &Event| matches!(e, Event::Enter { .. });
+    fleet
+        .wait_for("the first grants", Duration::from_secs(60), 3, enter)
+        .await?;
+
+    let mut injected = Vec::new();
+    for n in 0..shape.repeats {
+        let holder = fleet.wait_holder(Duration::from_secs(60)).await?;
+        let done = inject(&mut fleet, target, fault, holder, n).await;
+        let done = match done {
+            Ok(d) => d,
+            Err(e) => {
+                crate::faults::restore(target).await;
+                return Err(e.context(format!("injecting {fault} on {}", target.id())));
+            }
+        };
+        injected.push(done);
+        // Recovery: the lock must pass on and the workers settle before the next fault.
+        let grants = fleet.events().iter().filter(|(_, e)| enter(e)).count();
+        tokio::time::sleep(target.ttl * 2).await;
+        fleet
+            .wait_for("grants after the fault", Duration::from_secs(60), grants + 2, enter)
+            .await
+            .with_context(|| format!("{} after {fault}", target.id()))?;
+    }
+    if fault == Fault::None {
+        tokio::time::sleep(target.ttl * 3).await;
+    }
+    let run_end = now_ns();
+    fleet.stop(Duration::from_secs(15)).await;
+
+    let events = fleet.events();
+    let killed: Vec<Option<u64>> = fleet.workers.iter().map(|w| w.killed_at).collect();
+    let ids: Vec<String> = fleet.workers.iter().map(|w| w.id.clone()).collect();
+    let register = Register::connect(register_url, checked).await?;
+    let log = register.log(&name).await?;
+    let measured = measure(&events, &killed, &log, &ids, &injected, run_end);
+    let leftovers = leftovers(target, &name).await?;
+    Ok(RunResult {
+        backend: target.backend,
+        topology: target.topology,
+        fault: fault.name(),
+        ttl_ms: target.ttl.as_millis(),
+        measured,
+        leftovers,
+        injected,
+        register_checked: checked,
+    })
+}
+
+/// The longest hold of a run: 300 ms, but 3 TTLs for partitions, so that a holder cut off from
+/// its server is often still at work when its lease runs out (and must be told).
+pub fn hold_max(target: &Target, fault: Fault) -> Duration {
+    match fault {
+        Fault::Partition => target.ttl * 3,
+        _ => Duration::from_millis(300),
+    }
+}
+
+/// Holders and waiters of `name` on the server after its last worker stopped, once they had a
+/// TTL (plus the Redis waiters' own TTL) to expire.
+pub async fn leftovers(target: &Target, name: &str) -> Result<usize> {
+    if target.backend == "mem" {
+        // The in-process store: the workers' releases are all there is.
+        let locker = locksmith::connect(&target.url).await?;
+        let info = locker.inspect(name).await?;
+        return Ok(usize::from(info.holder.is_some()) + info.waiters);
+    }
+    let locker = locksmith::connect(&target.url).await?;
+    let deadline = tokio::time::Instant::now() + target.ttl * 2 + Duration::from_secs(5);
+    loop {
+        let info = locker.inspect(name).await?;
+        let left = usize::from(info.holder.is_some()) + info.waiters;
+        if left == 0 || tokio::time::Instant::now() > deadline {
+            return Ok(left);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

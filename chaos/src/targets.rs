@@ -1,0 +1,212 @@
+//! What the suite runs against: each backend in each topology `scripts/backends` starts, with the
+//! URL options of the suite, the servers its faults touch, and the faults that apply to it.
+
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use locksmith::BackendUrl;
+
+/// A fault the suite injects (the names are the JSON contract's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fault {
+    /// Nothing: the baseline.
+    None,
+    /// The holder's whole process group is stopped (`SIGSTOP`) for 2–3 TTLs, then resumed.
+    Pause,
+    /// The holder is killed (`SIGKILL`); a new worker takes its place.
+    Kill,
+    /// The holder's traffic to the server is frozen or cut (both ways or one) for 2 TTLs.
+    Partition,
+    /// The server is stopped and started again (Redis without persistence loses its data).
+    Restart,
+    /// The cluster's leader is killed, and started again a TTL later.
+    LeaderKill,
+    /// One follower is cut off from everyone (stopped with `SIGSTOP`) for 2 TTLs.
+    MinorityPartition,
+}
+
+impl Fault {
+    /// Every fault, in report order.
+    pub const ALL: [Fault; 7] = [
+        Fault::None,
+        Fault::Pause,
+        Fault::Kill,
+        Fault::Partition,
+        Fault::Restart,
+        Fault::LeaderKill,
+        Fault::MinorityPartition,
+    ];
+
+    /// The name in the JSON output and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::Pause => "pause",
+            Fault::Kill => "kill",
+            Fault::Partition => "partition",
+            Fault::Restart => "restart",
+            Fault::LeaderKill => "leader-kill",
+            Fault::MinorityPartition => "minority-partition",
+        }
+    }
+
+    /// The fault named `name`.
+    pub fn parse(name: &str) -> Result<Fault> {
+        match Fault::ALL.iter().find(|f| f.name() == name) {
+            Some(f) => Ok(*f),
+            None => bail!("unknown fault {name:?}"),
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One backend in one topology.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// `mem`, `etcd`, `zk` or `redis`.
+    pub backend: &'static str,
+    /// `single`, `cluster`, `ensemble` or `quorum`.
+    pub topology: &'static str,
+    /// The URL the workers use (before the driver puts its proxies in), with the suite's options.
+    pub url: String,
+    /// The lease TTL (the session TTL on etcd and ZooKeeper).
+    pub ttl: Duration,
+    /// The server `restart` stops and starts (`scripts/backends` id).
+    pub restart: Option<&'static str>,
+    /// The leader group of `scripts/backends leader` (clusters).
+    pub group: Option<&'static str>,
+    /// The members of the cluster, for `minority-partition`.
+    pub members: &'static [&'static str],
+}
+
+impl Target {
+    /// `backend/topology`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.backend, self.topology)
+    }
+
+    /// Whether `fault` applies here.
+    pub fn has(&self, fault: Fault) -> bool {
+        match fault {
+            Fault::None => true,
+            Fault::Pause | Fault::Kill | Fault::Partition => self.backend != "mem",
+            Fault::Restart => self.restart.is_some(),
+            Fault::LeaderKill | Fault::MinorityPartition => self.group.is_some(),
+        }
+    }
+
+    /// The hosts (`host:port`) of the URL, which the driver replaces by its proxies.
+    pub fn hosts(&self) -> Result<Vec<String>> {
+        let url = BackendUrl::parse(&self.url)?;
+        Ok(url.hosts.iter().map(|h| h.to_addr(0)).collect())
+    }
+
+    /// The URL with its hosts replaced by `hosts`.
+    pub fn url_with_hosts(&self, hosts: &[String]) -> Result<String> {
+        let old = self.hosts()?.join(",");
+        if old.is_empty() {
+            return Ok(self.url.clone());
+        }
+        Ok(self.url.replacen(&old, &hosts.join(","), 1))
+    }
+}
+
+/// The URL of a `LOCKSMITH_TEST_*` variable, or an error telling how to start the servers.
+pub fn env_url(var: &str) -> Result<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Ok(url.trim_end_matches('/').to_owned()),
+        _ => bail!("{var} is not set: start the servers with `eval \"$(scripts/backends up)\"` (scripts/chaos does)"),
+    }
+}
+
+/// Every target, from the `LOCKSMITH_TEST_*` variables. `ttl` is the lease TTL of single servers;
+/// clusters get at least 2 s (etcd's minimum there).
+pub fn all(ttl: Duration) -> Result<Vec<Target>> {
+    let secs = |d: Duration| format!("{}ms", d.as_millis());
+    let cluster_ttl = ttl.max(Duration::from_secs(2));
+    let etcd =
+        |base: String, ttl: Duration| format!("{base}/chaos?ttl={}&request_timeout=2s&connect_timeout=3s", secs(ttl));
+    let zk = |base: String, ttl: Duration| {
+        format!(
+            "{base}/chaos?session_timeout={}&request_timeout=2s&connect_timeout=3s",
+            secs(ttl)
+        )
+    };
+    let redis = |base: String, ttl: Duration| {
+        format!(
+            "{base}/0?prefix=chaos:&restart_delay={}&waiter_ttl=2s&connect_timeout=1s&response_timeout=1s",
+            secs(ttl)
+        )
+    };
+    Ok(vec![
+        Target {
+            backend: "mem",
+            topology: "single",
+            url: "mem://chaos".into(),
+            ttl,
+            restart: None,
+            group: None,
+            members: &[],
+        },
+        Target {
+            backend: "etcd",
+            topology: "single",
+            url: etcd(env_url("LOCKSMITH_TEST_ETCD")?, ttl),
+            ttl,
+            restart: Some("etcd"),
+            group: None,
+            members: &[],
+        },
+        Target {
+            backend: "etcd",
+            topology: "cluster",
+            url: etcd(env_url("LOCKSMITH_TEST_ETCD_CLUSTER")?, cluster_ttl),
+            ttl: cluster_ttl,
+            restart: Some("etcd-2"),
+            group: Some("etcd-cluster"),
+            members: &["etcd-1", "etcd-2", "etcd-3"],
+        },
+        Target {
+            backend: "zk",
+            topology: "single",
+            url: zk(env_url("LOCKSMITH_TEST_ZK")?, ttl),
+            ttl,
+            restart: Some("zk"),
+            group: None,
+            members: &[],
+        },
+        Target {
+            backend: "zk",
+            topology: "ensemble",
+            url: zk(env_url("LOCKSMITH_TEST_ZK_ENSEMBLE")?, cluster_ttl),
+            ttl: cluster_ttl,
+            restart: Some("zk-2"),
+            group: Some("zk-ensemble"),
+            members: &["zk-1", "zk-2", "zk-3"],
+        },
+        Target {
+            backend: "redis",
+            topology: "single",
+            url: redis(env_url("LOCKSMITH_TEST_REDIS")?, ttl),
+            ttl,
+            restart: Some("redis"),
+            group: None,
+            members: &[],
+        },
+        Target {
+            backend: "redis",
+            topology: "quorum",
+            url: redis(env_url("LOCKSMITH_TEST_REDIS_QUORUM")?, ttl),
+            ttl,
+            restart: Some("redis-q1"),
+            group: None,
+            members: &[],
+        },
+    ])
+}

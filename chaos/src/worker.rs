@@ -1,0 +1,194 @@
+//! `lockchaos worker`: one client process of the fault suite. It loops: acquire the lock, write
+//! its fencing token to the fenced register, hold for a random time (cut short when `lost()`
+//! fires), write again, release — reporting every step as an [`Event`] on stdout.
+//!
+//! It runs in a process group of its own (the driver starts it so), so that pausing it
+//! (`SIGSTOP` of the group) freezes its watchdog too, as a GC pause or a stopped VM would.
+//! `SIGTERM` makes it finish the current step and exit.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+use locksmith::{ConnectOptions, LockError, Locker};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+use crate::events::{now_ns, Event};
+use crate::register::Register;
+
+/// The worker's command line.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The backend URL (the driver points it at its proxies).
+    #[arg(long)]
+    pub url: String,
+    /// The lock name.
+    #[arg(long)]
+    pub name: String,
+    /// The fenced register's Redis URL.
+    #[arg(long)]
+    pub register: String,
+    /// This worker's id, as the register's log shows it.
+    #[arg(long)]
+    pub id: String,
+    /// The lease TTL (the session TTL on etcd and ZooKeeper).
+    #[arg(long, value_parser = parse_ms)]
+    pub ttl: Duration,
+    /// The shortest hold.
+    #[arg(long, default_value = "10", value_parser = parse_ms)]
+    pub hold_min: Duration,
+    /// The longest hold.
+    #[arg(long, default_value = "300", value_parser = parse_ms)]
+    pub hold_max: Duration,
+    /// Accept every write in the register (a deliberately broken setup).
+    #[arg(long)]
+    pub unsafe_register: bool,
+    /// Only wait for the lock, forever (for the leak test, which kills waiters).
+    #[arg(long)]
+    pub wait_only: bool,
+}
+
+fn parse_ms(s: &str) -> Result<Duration, String> {
+    s.parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|e| format!("{s:?}: {e} (a number of milliseconds)"))
+}
+
+/// What one worker does, in or out of a process of its own.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The lock name.
+    pub name: String,
+    /// Its id in the register's log.
+    pub id: String,
+    /// The lease TTL.
+    pub ttl: Duration,
+    /// The shortest and longest hold.
+    pub hold: (Duration, Duration),
+    /// Only wait for the lock (see [`WorkerArgs::wait_only`]).
+    pub wait_only: bool,
+}
+
+/// Where a worker's events go: stdout in a worker process, a shared list in the driver (mem://).
+pub type Sink = dyn Fn(Event) + Send + Sync;
+
+/// Prints `event` as one JSON line on stdout.
+pub fn to_stdout(event: Event) {
+    let mut out = std::io::stdout().lock();
+    if let Ok(line) = serde_json::to_string(&event) {
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+fn error(sink: &Sink, what: &str, e: impl std::fmt::Display) {
+    sink(Event::Error {
+        t: now_ns(),
+        what: what.to_owned(),
+        error: e.to_string(),
+    });
+}
+
+/// The worker process: connects, then [`work`]s until SIGTERM.
+pub async fn run(args: WorkerArgs) -> Result<()> {
+    let mut term = signal(SignalKind::terminate())?;
+    let (stop_tx, mut stop) = watch::channel(false);
+    tokio::spawn(async move {
+        term.recv().await;
+        let _ = stop_tx.send(true);
+    });
+    let options = ConnectOptions::new().session_ttl(args.ttl);
+    let locker = loop {
+        tokio::select! {
+            _ = stop.changed() => return Ok(()),
+            connected = locksmith::connect_with(&args.url, &options) => match connected {
+                Ok(locker) => break locker,
+                Err(e) => {
+                    error(&to_stdout, "connect", &e);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            },
+        }
+    };
+    let register = Register::connect(&args.register, !args.unsafe_register).await?;
+    let plan = Plan {
+        name: args.name,
+        id: args.id,
+        ttl: args.ttl,
+        hold: (args.hold_min, args.hold_max),
+        wait_only: args.wait_only,
+    };
+    to_stdout(Event::Ready { t: now_ns() });
+    work(&locker, &register, &plan, &to_stdout, &mut stop).await;
+    Ok(())
+}
+
+/// The loop: acquire, write the token, hold (cut short by `lost()`), write again, release; until
+/// `stop` turns true.
+pub async fn work(locker: &Locker, register: &Register, plan: &Plan, sink: &Sink, stop: &mut watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        let acquire = locker
+            .lock(&plan.name)
+            .ttl(plan.ttl)
+            .timeout(Duration::from_secs(60))
+            .acquire();
+        let guard = tokio::select! {
+            _ = stop.changed() => break,
+            guard = acquire => guard,
+        };
+        let guard = match guard {
+            Ok(guard) if !plan.wait_only => guard,
+            Ok(guard) => {
+                // Only the leak test's waiters get here: hold until told to stop.
+                let _ = stop.changed().await;
+                drop(guard);
+                break;
+            }
+            Err(LockError::Timeout(_)) => continue,
+            Err(e) => {
+                error(sink, "acquire", &e);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let token = guard.fencing_token();
+        sink(Event::Enter { t: now_ns(), token });
+        let lost = guard.lost();
+        tokio::pin!(lost);
+        write(register, plan, sink, token).await;
+        let (min, max) = (plan.hold.0.as_millis(), plan.hold.1.as_millis());
+        let hold = Duration::from_millis(u64::try_from(rand::random_range(min..=max.max(min))).unwrap_or(0));
+        let cut_short = tokio::select! {
+            biased;
+            reason = &mut lost => Some(reason),
+            _ = tokio::time::sleep(hold) => None,
+        };
+        match cut_short {
+            Some(reason) => sink(Event::Lost {
+                t: now_ns(),
+                reason: reason.to_string(),
+            }),
+            None => write(register, plan, sink, token).await,
+        }
+        sink(Event::Exit { t: now_ns() });
+        let ok = guard.release().await.is_ok();
+        sink(Event::Released { t: now_ns(), ok });
+    }
+    sink(Event::Done { t: now_ns() });
+}
+
+/// One register write, reported.
+async fn write(register: &Register, plan: &Plan, sink: &Sink, token: u64) {
+    let sent = now_ns();
+    match register.write(&plan.name, token, &plan.id).await {
+        Ok(accepted) => sink(Event::Write {
+            sent,
+            t: now_ns(),
+            token,
+            accepted,
+        }),
+        Err(e) => error(sink, "register", format!("{e:#}")),
+    }
+}
