@@ -37,13 +37,35 @@ pub use lockcore::*;
 
 use std::time::Duration;
 
-/// The URL schemes [`connect`] knows, with the Cargo feature each needs (`None`: always on).
-pub const SCHEMES: &[(&str, Option<&str>)] = &[
-    ("mem", None),
-    ("etcd", Some("etcd")),
-    ("zk", Some("zk")),
-    ("redis", Some("redis")),
-];
+/// The registry: every backend the facade knows, with its Cargo feature and URL schemes (checked
+/// against the backend's own [`Descriptor`] in the tests). A new backend is one line here.
+macro_rules! registry {
+    ($($feature:literal => $krate:ident: [$($scheme:literal),+]),* $(,)?) => {
+        static BACKENDS: &[&Descriptor] = &[
+            &MemoryBackend::DESCRIPTOR,
+            $(#[cfg(feature = $feature)] &$krate::DESCRIPTOR,)*
+        ];
+
+        /// The backends compiled into this build (their [`Descriptor`]s), `mem://` first.
+        pub fn backends() -> &'static [&'static Descriptor] {
+            BACKENDS
+        }
+
+        /// Every backend this facade knows, compiled in or not: its Cargo feature and schemes.
+        pub const KNOWN: &[(&str, &[&str])] = &[("", &["mem"]), $(($feature, &[$($scheme),+])),*];
+    };
+}
+
+registry! {
+    "etcd" => backend_etcd: ["etcd"],
+    "zk" => backend_zk: ["zk"],
+    "redis" => backend_redis: ["redis"],
+}
+
+/// The backend serving `scheme` in this build, if any.
+pub fn backend_for(scheme: &str) -> Option<&'static Descriptor> {
+    backends().iter().copied().find(|d| d.schemes.contains(&scheme))
+}
 
 /// Settings a program gives [`connect_with`] on top of the URL; an option the URL sets itself wins.
 #[derive(Clone, Debug, Default)]
@@ -88,49 +110,46 @@ pub async fn connect(url: &str) -> Result<Locker> {
 /// the URL as given, without the options added here and without its password.
 pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Locker> {
     let mut parsed = BackendUrl::parse(url)?;
+    let backend = find(&parsed)?;
     let millis = |d: Duration| format!("{}ms", d.as_millis());
-    let remote = parsed.scheme != "mem";
-    let session = matches!(parsed.scheme.as_str(), "etcd" | "zk");
-    if let Some(t) = options.connect_timeout.filter(|_| remote) {
+    if let Some(t) = options.connect_timeout.filter(|_| backend.accepts("connect_timeout")) {
         parsed.set_default_option("connect_timeout", millis(t));
     }
-    if let Some(t) = options.session_ttl.filter(|_| session) {
+    if let (Some(t), TtlScope::PerSession { option }) = (options.session_ttl, backend.ttl) {
+        // An alias the URL may use instead (ZooKeeper's session_timeout) also wins.
         if !parsed.query.contains_key("session_timeout") {
-            parsed.set_default_option("ttl", millis(t));
+            parsed.set_default_option(option, millis(t));
         }
     }
-    connect_url(parsed).await
+    tracing::debug!(backend = backend.name, hosts = parsed.hosts.len(), "connecting");
+    (backend.connect)(&parsed).await
 }
 
 /// [`connect`] with a URL parsed already.
 pub async fn connect_url(parsed: BackendUrl) -> Result<Locker> {
-    tracing::debug!(scheme = %parsed.scheme, hosts = parsed.hosts.len(), "connecting");
-    match parsed.scheme.as_str() {
-        "mem" => connect_memory(&parsed),
-        #[cfg(feature = "etcd")]
-        "etcd" => backend_etcd::connect(&parsed).await,
-        #[cfg(feature = "zk")]
-        "zk" => backend_zk::connect(&parsed).await,
-        #[cfg(feature = "redis")]
-        "redis" => backend_redis::connect(&parsed).await,
-        scheme => Err(match SCHEMES.iter().find(|(s, _)| *s == scheme) {
-            Some((_, Some(feature))) => parsed.error(format!(
-                "the `{feature}` feature of locksmith is not enabled; add `features = [\"{feature}\"]` to the locksmith dependency"
-            )),
-            _ => parsed.error(format!(
-                "unknown scheme {scheme:?}; expected one of {}",
-                SCHEMES.iter().map(|(s, _)| format!("{s}://")).collect::<Vec<_>>().join(", ")
-            )),
-        }),
-    }
+    let backend = find(&parsed)?;
+    tracing::debug!(backend = backend.name, hosts = parsed.hosts.len(), "connecting");
+    (backend.connect)(&parsed).await
 }
 
-fn connect_memory(url: &BackendUrl) -> Result<Locker> {
-    url.expect_only_options(&[])?;
-    let plain = url.hosts.len() <= 1 && url.hosts.iter().all(|h| h.port.is_none());
-    if !plain || url.credentials.is_some() || !url.path.is_empty() {
-        return Err(url.error("mem:// takes at most a store name: mem:// or mem://NAME"));
+/// The backend of `url`'s scheme, or the error that says which feature would add it.
+fn find(url: &BackendUrl) -> Result<&'static Descriptor> {
+    if let Some(backend) = backend_for(&url.scheme) {
+        return Ok(backend);
     }
-    let store = url.hosts.first().map_or("", |h| h.host.as_str());
-    Ok(Locker::new(MemoryBackend::shared(store)))
+    Err(match KNOWN.iter().find(|(_, schemes)| schemes.contains(&url.scheme.as_str())) {
+        Some((feature, _)) => url.error(format!(
+            "the `{feature}` feature of locksmith is not enabled; add `features = [\"{feature}\"]` to the locksmith dependency"
+        )),
+        None => url.error(format!(
+            "unknown scheme {:?}; expected one of {}",
+            url.scheme,
+            KNOWN
+                .iter()
+                .flat_map(|(_, schemes)| schemes.iter())
+                .map(|s| format!("{s}://"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    })
 }

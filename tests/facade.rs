@@ -39,17 +39,28 @@ async fn unknown_schemes_name_the_known_ones() {
 #[cfg(not(all(feature = "etcd", feature = "zk", feature = "redis")))]
 #[tokio::test]
 async fn every_disabled_backend_names_its_feature() {
-    for (scheme, feature) in locksmith::SCHEMES {
-        let Some(feature) = feature else { continue };
-        let enabled = match *feature {
-            "etcd" => cfg!(feature = "etcd"),
-            "zk" => cfg!(feature = "zk"),
-            "redis" => cfg!(feature = "redis"),
-            _ => unreachable!(),
-        };
-        if !enabled {
-            let reason = invalid_url_reason(connect(&format!("{scheme}://127.0.0.1:1")).await);
-            assert!(reason.contains(&format!("`{feature}` feature")), "{reason}");
+    for (feature, schemes) in locksmith::KNOWN {
+        for scheme in *schemes {
+            if locksmith::backend_for(scheme).is_none() {
+                let reason = invalid_url_reason(connect(&format!("{scheme}://127.0.0.1:1")).await);
+                assert!(reason.contains(&format!("`{feature}` feature")), "{reason}");
+            }
+        }
+    }
+}
+
+/// The registry's line for each backend and the backend's own descriptor agree.
+#[test]
+fn the_registry_matches_the_backends() {
+    for backend in locksmith::backends() {
+        let (feature, schemes) = locksmith::KNOWN
+            .iter()
+            .find(|(_, schemes)| schemes.contains(&backend.name) || backend.schemes.iter().any(|s| schemes.contains(s)))
+            .expect("every compiled-in backend is in KNOWN");
+        assert_eq!(backend.feature.unwrap_or(""), *feature, "{}", backend.name);
+        assert_eq!(backend.schemes, *schemes, "{}", backend.name);
+        for scheme in backend.schemes {
+            assert_eq!(locksmith::backend_for(scheme).map(|d| d.name), Some(backend.name));
         }
     }
 }

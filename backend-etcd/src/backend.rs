@@ -17,6 +17,7 @@ use crate::layout::Layout;
 use crate::queue::{self, Place};
 use crate::session::{LeaseRef, Session};
 use crate::slots::Slot;
+use crate::sweeper;
 
 /// The etcd lock backend: one client and one session lease, shared by every lock of the
 /// [`lockcore::Locker`] built on it. See the [crate docs](crate) for the algorithm.
@@ -62,9 +63,9 @@ impl EtcdBackend {
     /// Connects as configured: creates the client and grants the session lease, failing with
     /// [`LockError::Unavailable`] when the cluster does not answer within the connect timeout.
     pub async fn connect(cfg: Config) -> Result<Self> {
-        Ok(EtcdBackend {
-            session: Session::start(cfg).await?,
-        })
+        let session = Session::start(cfg).await?;
+        sweeper::start(&session);
+        Ok(EtcdBackend { session })
     }
 
     /// The key layout in use.

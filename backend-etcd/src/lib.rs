@@ -199,6 +199,7 @@ mod queue;
 mod session;
 mod slots;
 mod sweep;
+mod sweeper;
 mod watch;
 
 pub use backend::{EtcdBackend, EtcdStats};
@@ -208,10 +209,24 @@ pub use config::{
 };
 pub use layout::Layout;
 
-use lockcore::{BackendUrl, Locker, Result};
+use lockcore::{BackendUrl, Connecting, Descriptor, Locker, Result, TtlScope};
 
 #[allow(unused_imports)] // for the docs
 use lockcore::LockError;
+
+/// This backend in the registry of `locksmith::connect`.
+pub static DESCRIPTOR: Descriptor = Descriptor {
+    name: "etcd",
+    schemes: &["etcd"],
+    feature: Some("etcd"),
+    options: OPTIONS,
+    ttl: TtlScope::PerSession { option: "ttl" },
+    connect: connect_boxed,
+};
+
+fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
+    Box::pin(connect(url))
+}
 
 /// Connects to etcd as described by `url` (see the [crate docs](crate) for the options) and
 /// returns a [`Locker`] with its own client and session lease.

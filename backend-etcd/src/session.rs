@@ -22,7 +22,7 @@ use crate::conn::{Conn, Stats};
 use crate::error::{from_etcd, request, timed};
 use crate::held::{Held, HeldRegistry};
 use crate::slots::{Slot, Slots};
-use crate::sweep::{self, Sweep};
+use crate::sweep::Sweep;
 use crate::watch::WatchHub;
 
 /// The lease a request is made under.
@@ -134,7 +134,6 @@ impl Session {
             waiters: watch::channel(0).0,
         });
         tokio::spawn(keeper(Arc::downgrade(&session), session.waiters.subscribe()));
-        sweep::start(&session);
         Ok(session)
     }
 
@@ -318,7 +317,7 @@ impl Session {
     }
 
     /// Records a granted lock (the sweeper watches its key if it is still held after
-    /// [`sweep::WATCH_DELAY`]). Returns when the lease was last refreshed (the lock's
+    /// [`crate::sweep::WATCH_DELAY`]). Returns when the lease was last refreshed (the lock's
     /// `acquired_at`). If the lease was lost meanwhile, `lost` fires at once.
     pub fn register_held(
         &self,

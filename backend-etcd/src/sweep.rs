@@ -1,5 +1,7 @@
-//! The session's sweeper: ONE background task per session, on one timer, that does two kinds of
-//! deferred per-lock work so that neither costs a task or a request per lock on the critical path.
+//! The work of the session's sweeper ([`crate::sweeper`]): ONE background task per session, on
+//! one timer, that does deferred per-lock work so that none of it costs a task or a request per
+//! lock on the critical path. This module holds the queues of that work, which the session owns;
+//! the task itself is in [`crate::sweeper`].
 //!
 //! - **Held-key watches, opened late.** A granted lock's key gets its deletion watch (see
 //!   [`crate::watch`]) only once it has been held for [`WATCH_DELAY`]. The watch starts at the
@@ -10,7 +12,7 @@
 //!   alive as long as it holds any lock, so etcd alone would keep an abandoned lock (a guard the
 //!   watchdog no longer renews) forever. The registry remembers when each lock was last part of
 //!   a successful `renew_many` (or granted); a lock not renewed for its TTL is reaped here: its
-//!   lost signal fires ([`LostReason::LeaseGone`]) and its key is deleted, as etcd would have
+//!   lost signal fires (`LostReason::LeaseGone`) and its key is deleted, as etcd would have
 //!   done had the lock had its own lease. The watchdog renews every third of the TTL and gives a
 //!   lock up itself at `TTL - TTL/10` without a renewal, so a lock it still renews is never
 //!   reaped.
@@ -21,16 +23,11 @@
 //!   a key that nobody owns (see [`crate::cleanup`]).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lockcore::LostReason;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-use crate::cleanup::delete_in_background;
-use crate::queue;
-use crate::session::Session;
 
 /// How long a lock is held before its key's deletion watch is opened.
 pub(crate) const WATCH_DELAY: Duration = Duration::from_millis(100);
@@ -44,11 +41,11 @@ pub(crate) struct Sweep {
     unwatched: Mutex<VecDeque<(String, i64, Instant)>>,
     /// Keys a failed request may still create: `(key, lease id, checks left)`.
     suspects: Mutex<Vec<(String, i64, u32)>>,
-    wake: Arc<Notify>,
+    pub(crate) wake: Arc<Notify>,
 }
 
 impl Sweep {
-    fn unwatched(&self) -> MutexGuard<'_, VecDeque<(String, i64, Instant)>> {
+    pub(crate) fn unwatched(&self) -> MutexGuard<'_, VecDeque<(String, i64, Instant)>> {
         lock(&self.unwatched)
     }
 
@@ -72,7 +69,7 @@ impl Sweep {
     }
 
     /// The suspects due for another delete (counting this check), forgetting those done.
-    fn take_suspect_round(&self, lease_id: Option<i64>) -> Vec<String> {
+    pub(crate) fn take_suspect_round(&self, lease_id: Option<i64>) -> Vec<String> {
         let mut suspects = lock(&self.suspects);
         suspects.retain(|(_, lease, left)| *left > 0 && Some(*lease) == lease_id);
         suspects
@@ -84,106 +81,11 @@ impl Sweep {
             .collect()
     }
 
-    fn has_suspects(&self) -> bool {
+    pub(crate) fn has_suspects(&self) -> bool {
         !lock(&self.suspects).is_empty()
     }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Starts the sweeper of `session`; it ends when the session is dropped.
-pub(crate) fn start(session: &Arc<Session>) {
-    let wake = session.sweep.wake.clone();
-    tokio::spawn(run(Arc::downgrade(session), wake));
-}
-
-async fn run(session: Weak<Session>, wake: Arc<Notify>) {
-    let mut next_reap: Option<Instant> = None;
-    loop {
-        let next = {
-            let Some(s) = session.upgrade() else { return };
-            let now = Instant::now();
-            open_due_watches(&s, now);
-            if next_reap.is_some_and(|t| t <= now) {
-                reap(&s, now);
-                recheck_suspects(&s);
-                next_reap = None;
-            }
-            if next_reap.is_none() && (!s.held.is_empty() || s.sweep.has_suspects()) {
-                next_reap = Some(now + s.ttl() / 4);
-            }
-            let next_watch = s.sweep.unwatched().front().map(|(_, _, at)| *at + WATCH_DELAY);
-            match (next_watch, next_reap) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        };
-        match next {
-            Some(at) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {}
-                    _ = wake.notified() => {}
-                }
-            }
-            None => wake.notified().await,
-        }
-    }
-}
-
-/// Opens the watches of the locks held for [`WATCH_DELAY`] (skipping those already released).
-fn open_due_watches(s: &Session, now: Instant) {
-    loop {
-        let due = {
-            let mut q = s.sweep.unwatched();
-            match q.front() {
-                Some((_, _, at)) if *at + WATCH_DELAY <= now => q.pop_front(),
-                _ => None,
-            }
-        };
-        let Some((key, create_rev, _)) = due else { return };
-        if s.held.lease_of(&key, create_rev).is_none() {
-            continue; // released (or lost) before it needed a watch
-        }
-        let id = s.hub.watch_held(&key, create_rev);
-        if !s.held.set_watch(&key, create_rev, id) {
-            s.hub.cancel(id); // released meanwhile
-        }
-    }
-}
-
-/// Deletes the suspect keys again (one background task for all of them).
-fn recheck_suspects(s: &Arc<Session>) {
-    let keys = s.sweep.take_suspect_round(s.lease_id());
-    if keys.is_empty() {
-        return;
-    }
-    let session = s.clone();
-    tokio::spawn(async move {
-        for key in keys {
-            match queue::delete(&session.conn, &key, None).await {
-                Ok(true) => tracing::warn!(key, "deleted a lock key that a failed request created late"),
-                Ok(false) => {}
-                Err(e) => tracing::debug!(key, error = %e, "re-checking a suspect lock key failed"),
-            }
-        }
-    });
-}
-
-/// Reaps the locks nobody renewed for their TTL.
-fn reap(s: &Arc<Session>, now: Instant) {
-    let Some(before) = now.checked_sub(s.ttl()) else { return };
-    for (key, held) in s.held.take_unrenewed(before) {
-        if held.lost.fire(LostReason::LeaseGone(format!(
-            "the lock was not renewed for its TTL ({:?}); its key {key} was deleted",
-            s.ttl()
-        ))) {
-            tracing::warn!(key, fencing_token = held.create_rev, "lock expired: nobody renewed it");
-        }
-        if let Some(id) = held.watch_id {
-            s.hub.cancel(id);
-        }
-        delete_in_background(s.clone(), key, held.create_rev, held.lease_id, held.slot);
-    }
 }

@@ -6,48 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockcore::{
-    async_trait, BackendUrl, HolderInfo, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, LostSignal,
-    Result,
+    async_trait, BackendUrl, HolderInfo, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, Result,
 };
 use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;
 use crate::config::Config;
 use crate::fanout::{counts, fan_out};
+use crate::inner::{lease, new_token, Inner};
 use crate::keys::LockKeys;
-use crate::node::{Attempt, Node};
-use crate::{quorum, wait};
-
-/// What every clone of a backend and every clean-up task shares.
-pub(crate) struct Inner {
-    pub(crate) config: Config,
-    pub(crate) nodes: Vec<Node>,
-}
-
-impl Inner {
-    pub(crate) fn keys(&self, name: &LockName) -> LockKeys {
-        LockKeys::new(&self.config.prefix, self.config.layout, name)
-    }
-
-    /// Refuses a TTL that could outlast the restart delay (see the crate docs, "After data loss").
-    pub(crate) fn check_ttl(&self, req: &LockRequest) -> Result<()> {
-        let delay = self.config.restart_delay;
-        if delay.is_zero() || req.ttl <= delay {
-            return Ok(());
-        }
-        Err(LockError::InvalidOption(format!(
-            "ttl {:?} is longer than the Redis backend's restart_delay {delay:?}: after Redis loses its \
-             data (a restart without persistence) no lock is granted for restart_delay, so that every \
-             lease granted before has run out; raise restart_delay in the URL to at least the longest \
-             TTL (or set restart_delay=0 if Redis persists every write)",
-            req.ttl
-        )))
-    }
-
-    pub(crate) fn is_quorum(&self) -> bool {
-        self.nodes.len() > 1
-    }
-}
+use crate::session::{Attempt, Node};
+use crate::{queue, quorum};
 
 /// The Redis backend. Build it with [`RedisBackend::connect`] (or [`crate::connect`] for a
 /// [`lockcore::Locker`]).
@@ -109,23 +78,6 @@ impl RedisBackend {
     }
 }
 
-/// A fresh random 128-bit holder token, as 32 hex digits.
-pub(crate) fn new_token() -> String {
-    format!("{:032x}", rand::random::<u128>())
-}
-
-/// The lease for a lock taken with `token` by a request sent at `sent`.
-pub(crate) fn lease(req: &LockRequest, fence: u64, token: String, sent: Instant) -> Lease {
-    Lease {
-        name: req.name.clone(),
-        fencing_token: fence,
-        ttl: req.ttl,
-        holder_id: token,
-        acquired_at: sent,
-        lost: LostSignal::new(),
-    }
-}
-
 #[async_trait]
 impl LockBackend for RedisBackend {
     fn kind(&self) -> &'static str {
@@ -154,7 +106,7 @@ impl LockBackend for RedisBackend {
         if self.inner.is_quorum() {
             quorum::acquire(&self.inner, req, deadline).await
         } else {
-            wait::acquire(&self.inner, req, deadline).await
+            queue::acquire(&self.inner, req, deadline).await
         }
     }
 

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use crate::backend::Inner;
 use crate::fanout::fan_out;
+use crate::inner::Inner;
 use crate::keys::LockKeys;
 
 /// Armed from the first request of an acquire until its lease is returned.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use lockcore::{BackendUrl, Result};
 
 /// The query options `redis://` accepts.
-pub(crate) const OPTIONS: &[&str] = &[
+pub const OPTIONS: &[&str] = &[
     "prefix",
     "layout",
     "connect_timeout",

@@ -203,18 +203,34 @@
 mod backend;
 mod cleanup;
 mod config;
+mod error;
 mod fanout;
+mod inner;
 mod keys;
-mod node;
 mod notify;
+mod queue;
 mod quorum;
 mod scripts;
-mod wait;
+mod session;
 
-use lockcore::{BackendUrl, Locker, Result};
+use lockcore::{BackendUrl, Connecting, Descriptor, Locker, Result, TtlScope};
 
 pub use backend::RedisBackend;
-pub use config::{FenceFloor, Layout, DEFAULT_RESTART_DELAY};
+pub use config::{FenceFloor, Layout, DEFAULT_RESTART_DELAY, OPTIONS};
+
+/// This backend in the registry of `locksmith::connect`.
+pub static DESCRIPTOR: Descriptor = Descriptor {
+    name: "redis",
+    schemes: &["redis"],
+    feature: Some("redis"),
+    options: OPTIONS,
+    ttl: TtlScope::PerLock,
+    connect: connect_boxed,
+};
+
+fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
+    Box::pin(connect(url))
+}
 pub use keys::LockKeys;
 
 /// Connects to redis as described by `url` and returns a [`Locker`] over it.

@@ -8,7 +8,7 @@
 //!   majority, before the lease is returned. Any later holder's majority overlaps this one in at
 //!   least one master whose counter is already at the maximum, so its token is larger.
 //! - **Release:** on all masters. **Renew:** the watchdog's batch on all masters, each getting
-//!   one `RENEW_MANY` call per 500 leases (see [`crate::node::Node::renew_many`]); a lease lives
+//!   one `RENEW_MANY` call per 500 leases (see [`crate::session::Node::renew_many`]); a lease lives
 //!   while a majority extended it.
 //! - **Dead masters:** every operation returns as soon as the answers decide it (a majority
 //!   granted, or can no longer grant), without waiting for the rest; a master that failed is
@@ -23,11 +23,11 @@ use std::time::Duration;
 use lockcore::{Lease, LockError, LockRequest, Result};
 use tokio::time::Instant;
 
-use crate::backend::{lease, new_token, Inner};
 use crate::cleanup::Cleanup;
 use crate::fanout::fan_out;
-use crate::node::Attempt;
-use crate::wait::until;
+use crate::inner::{lease, new_token, Inner};
+use crate::queue::until;
+use crate::session::Attempt;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);

@@ -11,11 +11,12 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
-use crate::errors::to_lock_error;
+use crate::error::to_lock_error;
 use crate::layout;
 use crate::queue::{Contender, Failure, Granted};
 use crate::renew::renew_all;
 use crate::session::Session;
+use crate::watch::watch_held;
 
 /// How many times one `acquire`/`try_acquire` starts over after its session ended or its node
 /// vanished before it gives up with [`LockError::Unavailable`].
@@ -47,7 +48,7 @@ impl ZkBackend {
     /// [`LockError::Unavailable`] if no session is established within the connect timeout.
     pub async fn connect(url: &BackendUrl) -> Result<Self> {
         let config = ZkConfig::from_url(url)?;
-        let session = Session::connect(&config).await?;
+        let session = open_session(&config).await?;
         Ok(ZkBackend {
             config,
             current: tokio::sync::Mutex::new(session),
@@ -74,7 +75,7 @@ impl ZkBackend {
         let mut current = self.current.lock().await;
         if current.is_terminated() {
             tracing::info!(old = ?*current, "the ZooKeeper session ended; opening a new one");
-            *current = Session::connect(&self.config).await?;
+            *current = open_session(&self.config).await?;
         }
         Ok(current.clone())
     }
@@ -166,6 +167,13 @@ impl ZkBackend {
             }
         }
     }
+}
+
+/// A new session with its watch task.
+async fn open_session(config: &ZkConfig) -> Result<Arc<Session>> {
+    let (session, granted) = Session::connect(config).await?;
+    tokio::spawn(watch_held(Arc::downgrade(&session), granted));
+    Ok(session)
 }
 
 /// Bounds a request by the request timeout: while disconnected, the client holds requests until it

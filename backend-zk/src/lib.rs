@@ -182,7 +182,7 @@
 
 mod backend;
 mod config;
-mod errors;
+mod error;
 mod layout;
 mod queue;
 mod renew;
@@ -194,7 +194,21 @@ pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT, OPTIONS,
 };
 
-use lockcore::{BackendUrl, Locker, Result};
+use lockcore::{BackendUrl, Connecting, Descriptor, Locker, Result, TtlScope};
+
+/// This backend in the registry of `locksmith::connect`.
+pub static DESCRIPTOR: Descriptor = Descriptor {
+    name: "zk",
+    schemes: &["zk"],
+    feature: Some("zk"),
+    options: OPTIONS,
+    ttl: TtlScope::PerSession { option: "ttl" },
+    connect: connect_boxed,
+};
+
+fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
+    Box::pin(connect(url))
+}
 
 /// Connects to ZooKeeper as described by `url` (see the [crate docs](crate) for its form) and
 /// returns a [`Locker`] over one new session.

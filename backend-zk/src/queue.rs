@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::errors::{is_session_gone, is_transient};
+use crate::error::{is_session_gone, is_transient};
 use crate::layout;
 use crate::session::Session;
 

@@ -24,7 +24,7 @@ use lockcore::{Lease, LockError, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::errors::{is_session_gone, to_lock_error};
+use crate::error::{is_session_gone, to_lock_error};
 use crate::session::Session;
 
 /// Renews (confirms) `leases`, one result per lease in order. `probe` is the path the confirming

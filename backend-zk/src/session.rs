@@ -22,7 +22,6 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
-use crate::watch::watch_held;
 
 /// A connected ZooKeeper session and the leases held through it.
 pub(crate) struct Session {
@@ -60,8 +59,9 @@ impl std::fmt::Debug for Session {
 
 impl Session {
     /// Establishes a new session, giving up with [`LockError::Unavailable`] after the connect
-    /// timeout, and starts its monitor task.
-    pub(crate) async fn connect(config: &ZkConfig) -> Result<Arc<Session>> {
+    /// timeout, and starts its monitor task. The paths of the leases it grants arrive on the
+    /// returned receiver, for the caller's watch task ([`crate::watch::watch_held`]).
+    pub(crate) async fn connect(config: &ZkConfig) -> Result<(Arc<Session>, mpsc::UnboundedReceiver<String>)> {
         let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
         if let Some(auth) = &config.digest_auth {
             connector = connector.with_auth("digest", auth);
@@ -97,8 +97,7 @@ impl Session {
         });
         tracing::info!(session = %format_args!("{:#x}", session.id), timeout = ?session.timeout, "ZooKeeper session established");
         tokio::spawn(monitor(Arc::downgrade(&session), session.client.state_watcher()));
-        tokio::spawn(watch_held(Arc::downgrade(&session), granted_paths));
-        Ok(session)
+        Ok((session, granted_paths))
     }
 
     /// The client's view of the session state.

@@ -11,15 +11,17 @@ use crate::reference::{self, Reference};
 use crate::system::{LockSystem, Locksmith};
 use crate::workloads::{contended, handover, herd, scale, takeover, uncontended};
 
-/// Whether locksmith's backend `name` is compiled into this lockbench.
+/// Whether locksmith's backend `name` is compiled into this lockbench (the facade's registry).
 fn built_in(name: &str) -> bool {
-    let features = [
-        ("mem", true),
-        ("etcd", cfg!(feature = "etcd")),
-        ("zk", cfg!(feature = "zk")),
-        ("redis", cfg!(feature = "redis")),
-    ];
-    features.iter().any(|&(n, on)| n == name && on)
+    locksmith::backends().iter().any(|d| d.name == name)
+}
+
+/// The registry's own `&'static` spelling of a backend name the facade knows, compiled in or not.
+fn known(name: &str) -> Option<&'static str> {
+    locksmith::KNOWN
+        .iter()
+        .flat_map(|(_, schemes)| schemes.iter().copied())
+        .find(|s| *s == name)
 }
 
 fn url_of(args: &Args, backend: &str) -> Option<String> {
@@ -52,17 +54,13 @@ pub async fn run(args: &Args) -> Result<Report> {
     };
     for backend in &args.backends {
         let backend = backend.as_str();
-        let static_name: &'static str = match backend {
-            "mem" => "mem",
-            "etcd" => "etcd",
-            "zk" => "zk",
-            "redis" => "redis",
-            other => {
-                report.notes.push(format!(
-                    "unknown backend {other:?} skipped (known: mem, etcd, zk, redis)"
-                ));
-                continue;
-            }
+        let Some(static_name) = known(backend) else {
+            let all: Vec<&str> = locksmith::KNOWN.iter().flat_map(|(_, s)| s.iter().copied()).collect();
+            report.notes.push(format!(
+                "unknown backend {backend:?} skipped (known: {})",
+                all.join(", ")
+            ));
+            continue;
         };
         let Some(url) = url_of(args, backend) else {
             report.notes.push(format!(

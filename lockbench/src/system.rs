@@ -95,14 +95,13 @@ pub fn unique_name(workload: &str, system: &str) -> String {
     format!("lockbench/{workload}/{system}/{}-{n}", std::process::id())
 }
 
-/// `url` with the lease TTL set where the backend takes it from the URL: etcd and ZooKeeper lease
-/// one session per connection (`?ttl=`), and a lock lives as long as the session; Redis takes the
-/// TTL per lock, so its URL is left alone. An explicit `ttl=` in the URL wins.
-pub fn with_session_ttl(url: &str, ttl: Duration) -> String {
-    let session = url.starts_with("etcd://") || url.starts_with("zk://");
-    if !session || url.contains("ttl=") {
-        return url.to_string();
-    }
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}ttl={}ms", ttl.as_millis())
+/// Connects with the lease TTL set where the backend takes it from the connection (the session
+/// of etcd and ZooKeeper; see `locksmith::TtlScope`); an explicit `ttl=` in the URL wins. Other
+/// backends take the TTL per lock.
+pub async fn connect_with_ttl(url: &str, ttl: Duration) -> Result<Locker> {
+    let options = locksmith::ConnectOptions::new().session_ttl(ttl);
+    tokio::time::timeout(Duration::from_secs(15), locksmith::connect_with(url, &options))
+        .await
+        .with_context(|| format!("connecting to {url}: no answer within 15 s"))?
+        .with_context(|| format!("connecting to {url}"))
 }

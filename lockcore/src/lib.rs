@@ -10,6 +10,7 @@
 //!   and release on `release().await` or on drop;
 //! - [`LockName`], the validation and the one collision-free encoding of lock names;
 //! - [`MemoryBackend`], the embedded backend (`mem://`);
+//! - [`Descriptor`], what a backend crate tells the facade about itself (schemes, options, TTL);
 //! - [`Dual`], one lock held in two backends at once, for migrations;
 //! - [`Outage`], how a backend's waiting `acquire` rides out an outage;
 //! - [`conformance`] (feature `conformance`), the test suite every backend runs.
@@ -46,6 +47,7 @@
 mod backend;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod descriptor;
 mod dual;
 mod error;
 mod guard;
@@ -58,6 +60,7 @@ pub mod url;
 mod watchdog;
 
 pub use backend::{HolderInfo, LockBackend, LockInfo, DEFAULT_REQUEST_TIMEOUT};
+pub use descriptor::{Connecting, Descriptor, TtlScope};
 pub use dual::Dual;
 pub use error::{BoxError, LockError, Result};
 pub use guard::LockGuard;

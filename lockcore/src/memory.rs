@@ -13,8 +13,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{HolderInfo, LockBackend, LockInfo};
+use crate::descriptor::{Connecting, Descriptor, TtlScope};
 use crate::error::{LockError, Result};
 use crate::lease::{Lease, LockRequest, LostReason, LostSignal};
+use crate::locker::Locker;
+use crate::url::BackendUrl;
 
 /// An in-process lock store with the semantics of the networked backends (TTL expiry, FIFO waiters,
 /// fencing tokens, cancellation safety). Clones share one store, like several clients of one server:
@@ -65,9 +68,31 @@ enum Turn {
 }
 
 impl MemoryBackend {
+    /// The `mem://` backend in the registry of `locksmith::connect`.
+    pub const DESCRIPTOR: Descriptor = Descriptor {
+        name: "mem",
+        schemes: &["mem"],
+        feature: None,
+        options: &[],
+        ttl: TtlScope::PerLock,
+        connect: connect_boxed,
+    };
+
     /// A new, empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A [`Locker`] over the store a `mem://` or `mem://NAME` URL names (see
+    /// [`MemoryBackend::shared`]); [`LockError::InvalidUrl`] for anything else in the URL.
+    pub fn connect(url: &BackendUrl) -> Result<Locker> {
+        url.expect_only_options(&[])?;
+        let plain = url.hosts.len() <= 1 && url.hosts.iter().all(|h| h.port.is_none());
+        if !plain || url.credentials.is_some() || !url.path.is_empty() {
+            return Err(url.error("mem:// takes at most a store name: mem:// or mem://NAME"));
+        }
+        let store = url.hosts.first().map_or("", |h| h.host.as_str());
+        Ok(Locker::new(MemoryBackend::shared(store)))
     }
 
     /// The store named `name` in this process (created empty on first use). `mem://` URLs use
@@ -174,6 +199,10 @@ impl State {
             self.locks.remove(key);
         }
     }
+}
+
+fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
+    Box::pin(async move { MemoryBackend::connect(url) })
 }
 
 /// Drops an expired holder (firing its lost signal) and wakes the next waiter.

@@ -5,15 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The value of a `LOCKSMITH_TEST_*` variable; panics with how to set it when it is unset.
-pub fn env_url(var: &str) -> String {
-    match std::env::var(var) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!(
-            "{var} is not set: start the test servers with `eval \"$(scripts/backends up)\"` and run the tests again"
-        ),
-    }
-}
+pub use lockcore::conformance::env_url;
 
 /// `mem://` and every backend compiled in (its test server must be up).
 pub fn backend_urls() -> Vec<(&'static str, String)> {

@@ -8,15 +8,7 @@ use std::time::Duration;
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
 use lockcore::BackendUrl;
 
-/// The URL in `var`, or a panic telling how to start the servers.
-pub fn env_url(var: &str) -> String {
-    match std::env::var(var) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!(
-            "{var} is not set: start the test servers with `eval \"$(scripts/backends up)\"` and run the tests again"
-        ),
-    }
-}
+pub use lockcore::conformance::env_url;
 
 /// `base` with `query` appended (`base` has no query of its own in our env vars).
 pub fn with_query(base: &str, query: &str) -> String {

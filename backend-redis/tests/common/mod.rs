@@ -8,14 +8,7 @@ use backend_redis::LockKeys;
 use lockcore::conformance::Harness;
 use lockcore::{async_trait, BackendUrl, LockName, Locker};
 
-/// The URL in env var `var`; fails the test (never skips it) when it is unset.
-pub fn env_url(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!(
-            "{var} is not set: start the test servers with `eval \"$(scripts/backends up)\"` and run the tests again"
-        )
-    })
-}
+pub use lockcore::conformance::env_url;
 
 /// The single test server (`LOCKSMITH_TEST_REDIS`).
 pub fn redis_url() -> String {

@@ -11,13 +11,7 @@ use zookeeper_client as zk;
 /// The namespace every test locks under.
 pub const NAMESPACE: &str = "/locksmith-test";
 
-/// The URL in `var`, or a failure telling how to start the servers.
-pub fn env_url(var: &str) -> String {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!("{var} is not set: run `eval \"$(scripts/backends up)\"` first"),
-    }
-}
+pub use lockcore::conformance::env_url;
 
 /// `base` (e.g. `zk://127.0.0.1:21810`) with the test namespace and `options`.
 pub fn url_with(base: &str, options: &str) -> BackendUrl {

@@ -22,15 +22,8 @@ pub trait Backend {
     fn delete_behind_back(&self, name: &str);
 }
 
-/// The value of a `LOCKSMITH_TEST_*` variable; panics with how to set it when it is unset.
-pub fn env_url(var: &str) -> String {
-    match std::env::var(var) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!(
-            "{var} is not set: start the test servers with `eval \"$(scripts/backends up)\"` and run the tests again"
-        ),
-    }
-}
+#[allow(unused_imports)] // not every test file uses it
+pub use lockcore::conformance::env_url;
 
 /// A lock name no other test (or earlier run) uses.
 pub fn unique_name(test: &str) -> String {

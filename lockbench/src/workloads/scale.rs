@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use crate::cli::Sizes;
 use crate::counters::{Counter, Counting};
 use crate::model::{round3, Record};
-use crate::system::{connect, unique_name, with_session_ttl};
+use crate::system::{connect_with_ttl, unique_name};
 
 /// Acquisitions in flight while taking the locks.
 const IN_FLIGHT: usize = 64;
@@ -72,7 +72,7 @@ pub async fn run(backend: &str, url: &str, sizes: &Sizes) -> Result<Vec<Record>>
 
 /// The child: holds `locks` locks for `window`, prints one JSON [`Record`] line.
 pub async fn child(backend: &str, url: &str, locks: usize, window: Duration, ttl: Duration) -> Result<()> {
-    let plain = connect(&with_session_ttl(url, ttl)).await?;
+    let plain = connect_with_ttl(url, ttl).await?;
     // Calls into the backend are counted on every backend (the watchdog's renew_many calls show
     // the client-side batching); the server's own counter is the figure reported where there is one.
     let calls = Arc::new(AtomicU64::new(0));

@@ -13,7 +13,7 @@ use tokio::process::Command;
 use crate::cli::Sizes;
 use crate::model::{round3, Record};
 use crate::stats::Samples;
-use crate::system::{connect, unique_name, with_session_ttl};
+use crate::system::{connect, connect_with_ttl, unique_name};
 
 /// Runs the takeover on locksmith's `backend` at `url`.
 pub async fn run(backend: &str, url: &str, sizes: &Sizes) -> Result<Record> {
@@ -22,12 +22,11 @@ pub async fn run(backend: &str, url: &str, sizes: &Sizes) -> Result<Record> {
     let pb = super::bar(sizes.takeover_ops as u64, format!("{backend} locksmith takeover"));
     let mut samples = Samples::with_capacity(sizes.takeover_ops);
     let mut effective_ttl_ms = 0;
-    let holder_url = with_session_ttl(url, ttl);
     for _ in 0..sizes.takeover_ops {
         let name = unique_name("takeover", "locksmith");
         let exe = std::env::current_exe().context("finding lockbench's own executable")?;
         let mut child = Command::new(exe)
-            .args(["__hold", &holder_url, &name, &ttl.as_millis().to_string()])
+            .args(["__hold", url, &name, &ttl.as_millis().to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -79,7 +78,7 @@ pub async fn run(backend: &str, url: &str, sizes: &Sizes) -> Result<Record> {
 
 /// The child: holds `name` until killed, after printing `HELD <effective ttl ms>`.
 pub async fn hold(url: &str, name: &str, ttl_ms: u64) -> Result<()> {
-    let locker = connect(url).await?;
+    let locker = connect_with_ttl(url, Duration::from_millis(ttl_ms)).await?;
     let guard = locker
         .lock(name)
         .ttl(Duration::from_millis(ttl_ms))

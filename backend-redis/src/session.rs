@@ -12,7 +12,9 @@ use tokio::time::Instant;
 
 use lockcore::{LockError, Result};
 use redis::aio::ConnectionManager;
-use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{RedisError, Value};
+
+use crate::error::{is_noscript, map_error};
 
 use crate::config::Config;
 use crate::keys::LockKeys;
@@ -444,23 +446,6 @@ enum Resend {
     IfDropped,
     /// Never: a second run could answer differently (`RELEASE`).
     Never,
-}
-
-/// Server-side script errors are protocol errors; everything else (I/O, timeouts, a server that
-/// is loading or read-only) means the server is not usable right now.
-fn map_error(e: RedisError, what: &str, addr: &str) -> LockError {
-    match e.kind() {
-        ErrorKind::Parse
-        | ErrorKind::UnexpectedReturnType
-        | ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::NoScript | ServerErrorKind::CrossSlot) => {
-            LockError::Protocol(format!("{what} on redis at {addr}: {e}"))
-        }
-        _ => LockError::unavailable(format!("{what} on redis at {addr}"), e),
-    }
-}
-
-fn is_noscript(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
 }
 
 fn fence_token(n: i64) -> Result<u64> {

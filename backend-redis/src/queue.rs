@@ -22,9 +22,9 @@ use std::time::Duration;
 use lockcore::{Lease, LockRequest, Outage, Result};
 use tokio::time::Instant;
 
-use crate::backend::{lease, new_token, Inner};
 use crate::cleanup::Cleanup;
-use crate::node::{Attempt, Step};
+use crate::inner::{lease, new_token, Inner};
+use crate::session::{Attempt, Step};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);

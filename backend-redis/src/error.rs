@@ -1,0 +1,21 @@
+//! Turning the Redis client's errors into [`LockError`]s.
+
+use lockcore::LockError;
+use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+
+/// Server-side script errors are protocol errors; everything else (I/O, timeouts, a server that
+/// is loading or read-only) means the server is not usable right now.
+pub(crate) fn map_error(e: RedisError, what: &str, addr: &str) -> LockError {
+    match e.kind() {
+        ErrorKind::Parse
+        | ErrorKind::UnexpectedReturnType
+        | ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::NoScript | ServerErrorKind::CrossSlot) => {
+            LockError::Protocol(format!("{what} on redis at {addr}: {e}"))
+        }
+        _ => LockError::unavailable(format!("{what} on redis at {addr}"), e),
+    }
+}
+
+pub(crate) fn is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+}
