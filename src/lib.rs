@@ -57,9 +57,9 @@ macro_rules! registry {
 }
 
 registry! {
-    "etcd" => backend_etcd: ["etcd"],
-    "zk" => backend_zk: ["zk"],
-    "redis" => backend_redis: ["redis"],
+    "etcd" => backend_etcd: ["etcd", "etcds"],
+    "zk" => backend_zk: ["zk", "zks"],
+    "redis" => backend_redis: ["redis", "rediss"],
 }
 
 /// The backend serving `scheme` in this build, if any.
@@ -76,6 +76,15 @@ pub struct ConnectOptions {
     /// The session TTL (`ttl`) on the backends whose TTL is per connection (etcd, ZooKeeper); the
     /// per-lock TTL of the others is set on each lock.
     pub session_ttl: Option<Duration>,
+    /// TLS: the CA bundle to trust (`ca`), the client certificate and key (`cert`, `key`).
+    pub ca: Option<String>,
+    /// See [`ConnectOptions::ca`].
+    pub cert: Option<String>,
+    /// See [`ConnectOptions::ca`].
+    pub key: Option<String>,
+    /// A file holding the password (`password_file`); the `LOCKSMITH_PASSWORD` environment
+    /// variable is read when neither the URL nor this gives one.
+    pub password_file: Option<String>,
 }
 
 impl ConnectOptions {
@@ -93,6 +102,18 @@ impl ConnectOptions {
     /// Sets [`ConnectOptions::session_ttl`].
     pub fn session_ttl(mut self, ttl: Duration) -> Self {
         self.session_ttl = Some(ttl);
+        self
+    }
+
+    /// Sets the TLS files ([`ConnectOptions::ca`], `cert`, `key`); `None` leaves one unset.
+    pub fn tls_files(mut self, ca: Option<String>, cert: Option<String>, key: Option<String>) -> Self {
+        (self.ca, self.cert, self.key) = (ca, cert, key);
+        self
+    }
+
+    /// Sets [`ConnectOptions::password_file`].
+    pub fn password_file(mut self, path: impl Into<String>) -> Self {
+        self.password_file = Some(path.into());
         self
     }
 }
@@ -114,6 +135,20 @@ pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Locker>
     let millis = |d: Duration| format!("{}ms", d.as_millis());
     if let Some(t) = options.connect_timeout.filter(|_| backend.accepts("connect_timeout")) {
         parsed.set_default_option("connect_timeout", millis(t));
+    }
+    let files = [
+        ("ca", &options.ca),
+        ("cert", &options.cert),
+        ("key", &options.key),
+        ("password_file", &options.password_file),
+    ];
+    for (option, value) in files {
+        if let Some(value) = value {
+            if !backend.accepts(option) {
+                return Err(parsed.error(format!("{}:// takes no {option}", parsed.scheme)));
+            }
+            parsed.set_default_option(option, value.clone());
+        }
     }
     if let (Some(t), TtlScope::PerSession { option }) = (options.session_ttl, backend.ttl) {
         // An alias the URL may use instead (ZooKeeper's session_timeout) also wins.

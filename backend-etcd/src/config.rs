@@ -1,4 +1,5 @@
-//! The `etcd://` URL: endpoints, namespace, key layout, session TTL and timeouts.
+//! The `etcd://` / `etcds://` URL: endpoints, namespace, key layout, session TTL, timeouts, TLS
+//! and credentials.
 
 use std::time::Duration;
 
@@ -21,16 +22,30 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The namespace of the default layout when the URL has no path.
 pub const DEFAULT_NAMESPACE: &str = "locksmith";
 
-/// The query options an `etcd://` URL accepts.
-pub const OPTIONS: &[&str] = &["ttl", "connect_timeout", "request_timeout", "layout"];
+/// The query options an `etcd://` or `etcds://` URL accepts (the last five are the TLS and secret
+/// options every backend shares).
+pub const OPTIONS: &[&str] = &[
+    "ttl",
+    "connect_timeout",
+    "request_timeout",
+    "layout",
+    "ca",
+    "cert",
+    "key",
+    "server_name",
+    "password_file",
+];
 
-/// Everything [`crate::connect`] reads from the URL.
-#[derive(Clone, Debug)]
+/// Everything [`crate::connect`] reads from the URL. Its `Debug` output hides the password.
+#[derive(Clone)]
 pub struct Config {
-    /// `http://host:port` of every endpoint, in URL order.
+    /// `http://host:port` (`https://` for `etcds://`) of every endpoint, in URL order.
     pub endpoints: Vec<String>,
-    /// `user` and `password` for etcd authentication, if the URL has credentials.
+    /// `user` and `password` for etcd authentication: the URL's user, and the password from the
+    /// URL, `password_file=` or `LOCKSMITH_PASSWORD`.
     pub credentials: Option<(String, String)>,
+    /// TLS (`etcds://`), with its files read.
+    pub tls: Option<lockcore::url::TlsFiles>,
     /// How keys are laid out.
     pub layout: Layout,
     /// The session TTL requested from the server, already rounded up to whole seconds.
@@ -45,22 +60,35 @@ impl Config {
     /// Reads the configuration from `url`, rejecting unknown or malformed options with
     /// [`lockcore::LockError::InvalidUrl`].
     pub fn from_url(url: &BackendUrl) -> Result<Self> {
-        if url.scheme != "etcd" {
-            return Err(url.error(format!("expected the etcd:// scheme, not {}://", url.scheme)));
-        }
+        let tls = match url.scheme.as_str() {
+            "etcd" => false,
+            "etcds" => true,
+            other => return Err(url.error(format!("expected the etcd:// or etcds:// scheme, not {other}://"))),
+        };
         url.expect_only_options(OPTIONS)?;
         let hosts = url.expect_hosts()?;
+        let http = if tls { "https" } else { "http" };
         let endpoints = hosts
             .iter()
-            .map(|h| format!("http://{}", h.to_addr(DEFAULT_PORT)))
+            .map(|h| format!("{http}://{}", h.to_addr(DEFAULT_PORT)))
             .collect();
-        let credentials = match &url.credentials {
-            None => None,
-            Some((user, Some(password))) if !user.is_empty() => Some((user.clone(), password.clone())),
-            Some(_) => {
-                return Err(url.error("etcd credentials need both a user and a password: etcd://user:password@host"))
-            }
+        let credentials = match (url.user(), url.query.contains_key("password_file")) {
+            (Some(user), _) => match url.password()? {
+                Some(password) => Some((user.to_owned(), password)),
+                None => return Err(url.error(
+                    "etcd credentials need a password: etcd://user:password@host, password_file= or LOCKSMITH_PASSWORD",
+                )),
+            },
+            (None, true) => return Err(url.error("password_file needs a user: etcd://user@host?password_file=...")),
+            (None, false) => None,
         };
+        let tls_files = url.tls_files()?;
+        if !tls && (tls_files.ca.is_some() || tls_files.identity.is_some() || tls_files.server_name.is_some()) {
+            return Err(url.error("ca, cert, key and server_name are TLS options: use etcds://"));
+        }
+        if tls && !cfg!(feature = "tls") {
+            return Err(url.error("etcds:// needs the `tls` feature of locksmith (or of backend-etcd)"));
+        }
         let session_ttl = url.duration_option("ttl")?.unwrap_or(DEFAULT_SESSION_TTL);
         if session_ttl.is_zero() || session_ttl > lockcore::MAX_TTL {
             return Err(url.error(format!(
@@ -100,11 +128,26 @@ impl Config {
         Ok(Config {
             endpoints,
             credentials,
+            tls: tls.then_some(tls_files),
             layout,
             session_ttl: round_up_to_seconds(session_ttl),
             connect_timeout,
             request_timeout,
         })
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("endpoints", &self.endpoints)
+            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
+            .field("tls", &self.tls)
+            .field("layout", &self.layout)
+            .field("session_ttl", &self.session_ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
     }
 }
 

@@ -71,11 +71,24 @@ fn never_applied(e: &etcd_client::Error) -> bool {
 /// the `source`.
 pub fn from_etcd(what: &str, e: etcd_client::Error) -> LockError {
     match &e {
+        etcd_client::Error::GRpcStatus(s) if is_denied(s.code() as i32, s.message()) => {
+            LockError::Denied(format!("{what}: etcd says: {}", s.message()))
+        }
         etcd_client::Error::GRpcStatus(s) if s.code() as i32 == GRPC_INVALID_ARGUMENT => {
             LockError::Protocol(format!("{what}: etcd rejected the request: {}", s.message()))
         }
         _ => LockError::unavailable(format!("{what}: {}", short(&e)), e),
     }
+}
+
+/// Whether the server refused our credentials or permissions: `Unauthenticated`,
+/// `PermissionDenied`, or an auth failure etcd reports as `InvalidArgument`.
+fn is_denied(code: i32, message: &str) -> bool {
+    code == GRPC_PERMISSION_DENIED
+        || code == GRPC_UNAUTHENTICATED
+        || message.contains("authentication failed")
+        || message.contains("permission denied")
+        || message.contains("user name is empty")
 }
 
 /// One short line for a client error: a gRPC status as `Code: message`, anything else as its
@@ -108,6 +121,12 @@ pub fn is_lease_not_found(e: &LockError) -> bool {
 
 /// gRPC status code 3, `INVALID_ARGUMENT` (compared as a number to avoid a direct tonic dependency).
 const GRPC_INVALID_ARGUMENT: i32 = 3;
+
+/// gRPC status code 7, `PERMISSION_DENIED`.
+const GRPC_PERMISSION_DENIED: i32 = 7;
+
+/// gRPC status code 16, `UNAUTHENTICATED`.
+const GRPC_UNAUTHENTICATED: i32 = 16;
 
 /// gRPC status code 14, `UNAVAILABLE`.
 const GRPC_UNAVAILABLE: i32 = 14;

@@ -9,7 +9,7 @@
 //!
 //! ## URL
 //!
-//! `etcd://[user:password@]host[:port][,host[:port]...][/namespace][?options]`, port 2379 by
+//! `etcd[s]://[user[:password]@]host[:port][,host[:port]...][/namespace][?options]`, port 2379 by
 //! default. Several hosts form one cluster: the client balances over them and fails over when one
 //! is down (a member cut off from the leader refuses requests, so it is skipped too).
 //!
@@ -20,7 +20,14 @@
 //! | `request_timeout` | `5s` | bound on every later request (renewals included) |
 //! | `layout` | `default` | `default` or `go-mutex` (see *Layouts*) |
 //!
+//! | `ca`, `cert`, `key` | — | `etcds://` (feature `tls`): TLS with rustls; a PEM bundle to trust instead of the system's roots; a client certificate and key for mutual TLS (`--client-cert-auth`) |
+//! | `server_name` | the host | `etcds://`: the name to verify the server's certificate against |
+//! | `password_file` | — | the password of `user@` in a file; else `LOCKSMITH_PASSWORD` |
+//!
 //! Unknown options, zero durations and unknown layouts are [`LockError::InvalidUrl`].
+//! `user:password@` authenticates with etcd's users and roles (`auth enable`); a wrong password
+//! or a role without the namespace's key range is [`LockError::Denied`]. With mutual TLS and no
+//! password, etcd takes the client certificate's CN as the user.
 //!
 //! ## Session and TTL
 //!
@@ -217,7 +224,7 @@ use lockcore::LockError;
 /// This backend in the registry of `locksmith::connect`.
 pub static DESCRIPTOR: Descriptor = Descriptor {
     name: "etcd",
-    schemes: &["etcd"],
+    schemes: &["etcd", "etcds"],
     feature: Some("etcd"),
     options: OPTIONS,
     ttl: TtlScope::PerSession { option: "ttl" },

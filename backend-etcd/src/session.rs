@@ -87,6 +87,9 @@ impl Session {
         if let Some((user, password)) = &cfg.credentials {
             options = options.with_user(user, password);
         }
+        if let Some(tls) = &cfg.tls {
+            options = with_tls(options, tls)?;
+        }
         let where_ = cfg.endpoints.join(",");
         let deadline = Instant::now() + cfg.connect_timeout;
         let client = timed(
@@ -367,6 +370,35 @@ impl Session {
             });
         }
     }
+}
+
+/// TLS with the URL's files: its `ca` (else the system's roots), its client certificate, and the
+/// name to verify the server's certificate against.
+#[cfg(feature = "tls")]
+fn with_tls(options: ConnectOptions, tls: &lockcore::url::TlsFiles) -> Result<ConnectOptions> {
+    use etcd_client::{Certificate, Identity, TlsOptions};
+    // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
+    // in (a program with every backend has ring and aws-lc-rs): ring, unless the program chose.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut config = TlsOptions::new();
+    config = match &tls.ca {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+        None => config.with_native_roots(),
+    };
+    if let Some((cert, key)) = &tls.identity {
+        config = config.identity(Identity::from_pem(cert, key));
+    }
+    if let Some(name) = &tls.server_name {
+        config = config.domain_name(name.clone());
+    }
+    Ok(options.with_tls(config))
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(_: ConnectOptions, _: &lockcore::url::TlsFiles) -> Result<ConnectOptions> {
+    Err(LockError::InvalidOption(
+        "etcds:// needs the `tls` feature of locksmith".into(),
+    ))
 }
 
 fn granted_ttl(ttl: i64, error: &str) -> Result<Duration> {

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use lockcore::{BackendUrl, Result};
 
-/// The query options `redis://` accepts.
+/// The query options `redis://` and `rediss://` accept (the last five are the TLS and secret
+/// options every backend shares: `ca`, `cert`, `key`, `server_name`, `password_file`).
 pub const OPTIONS: &[&str] = &[
     "prefix",
     "layout",
@@ -15,6 +16,11 @@ pub const OPTIONS: &[&str] = &[
     "restart_delay",
     "poller_gap",
     "max_pass_over",
+    "ca",
+    "cert",
+    "key",
+    "server_name",
+    "password_file",
 ];
 
 const DEFAULT_PORT: u16 = 6379;
@@ -66,10 +72,13 @@ impl FenceFloor {
 }
 
 /// Everything `connect` reads from the URL.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Config {
-    /// One `redis://user:pass@host:port/db` connection URL per master.
+    /// One `redis[s]://user:pass@host:port/db` connection URL per master (it holds the password:
+    /// never shown; `Config` has no `Debug`).
     pub(crate) node_urls: Vec<String>,
+    /// TLS (`rediss://`), with its files read.
+    pub(crate) tls: Option<lockcore::url::TlsFiles>,
     /// The master addresses as given, for messages.
     pub(crate) addrs: Vec<String>,
     pub(crate) prefix: String,
@@ -88,9 +97,11 @@ pub(crate) struct Config {
 impl Config {
     /// Validates `url`; every problem is a [`lockcore::LockError::InvalidUrl`].
     pub(crate) fn parse(url: &BackendUrl) -> Result<Config> {
-        if url.scheme != "redis" {
-            return Err(url.error("expected a redis:// URL"));
-        }
+        let tls = match url.scheme.as_str() {
+            "redis" => false,
+            "rediss" => true,
+            _ => return Err(url.error("expected a redis:// or rediss:// URL")),
+        };
         url.expect_only_options(OPTIONS)?;
         let hosts = url.expect_hosts()?;
         let db: u32 = if url.path.is_empty() {
@@ -152,15 +163,31 @@ impl Config {
             return Err(url.error("poller_gap must be at most 60s"));
         }
         let max_pass_over = max_pass_over.unwrap_or(DEFAULT_MAX_PASS_OVER);
-        let auth = match &url.credentials {
-            None => String::new(),
-            Some((user, None)) => format!("{}@", escape(user)),
-            Some((user, Some(pass))) => format!("{}:{}@", escape(user), escape(pass)),
+        let tls_files = url.tls_files()?;
+        if !tls && (tls_files.ca.is_some() || tls_files.identity.is_some() || tls_files.server_name.is_some()) {
+            return Err(url.error("ca, cert, key and server_name are TLS options: use rediss://"));
+        }
+        if tls_files.server_name.is_some() {
+            return Err(url.error(
+                "server_name is not supported on rediss:// (the redis client verifies the host of the URL): \
+                 connect to a name the server's certificate has",
+            ));
+        }
+        if tls && !cfg!(feature = "tls") {
+            return Err(url.error("rediss:// needs the `tls` feature of locksmith (or of backend-redis)"));
+        }
+        let password = url.password()?;
+        let auth = match (url.user(), password) {
+            (None, None) => String::new(),
+            (Some(user), None) => format!("{}@", escape(user)),
+            (user, Some(pass)) => format!("{}:{}@", escape(user.unwrap_or("")), escape(&pass)),
         };
+        let scheme = if tls { "rediss" } else { "redis" };
         let addrs: Vec<String> = hosts.iter().map(|h| h.to_addr(DEFAULT_PORT)).collect();
-        let node_urls = addrs.iter().map(|a| format!("redis://{auth}{a}/{db}")).collect();
+        let node_urls = addrs.iter().map(|a| format!("{scheme}://{auth}{a}/{db}")).collect();
         Ok(Config {
             node_urls,
+            tls: tls.then_some(tls_files),
             addrs,
             prefix,
             layout,
@@ -206,6 +233,7 @@ mod tests {
     fn reads_hosts_db_and_options() {
         let c = parse("redis://:p%40ss@h1,h2:7000,h3/2?prefix=app:&layout=plain&fence_floor=time&connect_timeout=1s")
             .unwrap();
+        assert!(c.tls.is_none());
         assert_eq!(c.node_urls[0], "redis://:p%40ss@h1:6379/2");
         assert_eq!(c.node_urls[1], "redis://:p%40ss@h2:7000/2");
         assert_eq!(c.quorum(), 2);
@@ -242,6 +270,8 @@ mod tests {
             "redis://h?fence_floor=-1",
             "redis://h?waiter_ttl=10ms",
             "redis://h?restart_delay=2d",
+            "redis://h?ca=/etc/hostname",
+            "rediss://h?server_name=x",
             "redis://h?restart_delay=soon",
             "redis://h?poller_gap=100ms",
             "redis://h?layout=plain&max_pass_over=1s",

@@ -6,6 +6,12 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 /// Server-side script errors are protocol errors; everything else (I/O, timeouts, a server that
 /// is loading or read-only) means the server is not usable right now.
 pub(crate) fn map_error(e: RedisError, what: &str, addr: &str) -> LockError {
+    if e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("NOPERM") || e.code() == Some("WRONGPASS") {
+        return LockError::Denied(format!(
+            "{what} on redis at {addr}: {}",
+            e.detail().unwrap_or("authentication failed")
+        ));
+    }
     match e.kind() {
         ErrorKind::Parse
         | ErrorKind::UnexpectedReturnType

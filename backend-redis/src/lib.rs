@@ -1,6 +1,15 @@
 //! # The locksmith Redis backend
 //!
-//! `redis://[user:password@]host[:port][,host2[:port],...][/db][?options]`
+//! `redis[s]://[user[:password]@]host[:port][,host2[:port],...][/db][?options]`
+//!
+//! `rediss://` (feature `tls`) is TLS with rustls: the system's roots, or `ca=` (a PEM bundle),
+//! and `cert=`/`key=` for mutual TLS (`tls-auth-clients yes`); the host of the URL is what the
+//! server's certificate is verified against. `user:password@` is an ACL user (Redis 6+
+//! `AUTH user password`), `:password@` the `default` user's password (`requirepass`); the
+//! password may come from `password_file=` or `LOCKSMITH_PASSWORD` instead. A wrong password, or
+//! an ACL that forbids the scripts (`EVALSHA`, `SCRIPT LOAD`) or the keys (`~locksmith:*`), is
+//! [`lockcore::LockError::Denied`]. Redis enforces ACLs per user, not per lock: any client allowed
+//! to write the keys can delete a lock key.
 //!
 //! A lock is a key set with `SET key <token>:<fence> NX PX <ttl>`, renewed by lockcore's watchdog,
 //! released by compare-and-delete; waiters queue in Redis in FIFO order and are woken by the
@@ -20,6 +29,8 @@
 //! | `fence_floor` | `time` | `time`, `none` or a number: a lower bound for fencing tokens (see "After data loss") |
 //! | `poller_gap` | none | plain layout: leave the lock free this long for clients that poll, once locksmith clients have passed it among themselves for `max_pass_over` (see "The plain layout") |
 //! | `max_pass_over` | `1s` | plain layout with `poller_gap`: how long locksmith clients may hand the lock to each other before such a gap |
+//! | `ca`, `cert`, `key` | — | `rediss://`: the CA bundle to trust, the client certificate and key (PEM files) |
+//! | `password_file` | — | the password in a file; else `LOCKSMITH_PASSWORD` |
 //! | `restart_delay` | `15s` | after the server lost its data, no lock without a fencing counter is granted until the server has been up this long; no lock's TTL may be longer (see "After data loss"); `0` turns it off |
 //!
 //! ## Key layout
@@ -221,7 +232,7 @@ pub use config::{FenceFloor, Layout, DEFAULT_RESTART_DELAY, OPTIONS};
 /// This backend in the registry of `locksmith::connect`.
 pub static DESCRIPTOR: Descriptor = Descriptor {
     name: "redis",
-    schemes: &["redis"],
+    schemes: &["redis", "rediss"],
     feature: Some("redis"),
     options: OPTIONS,
     ttl: TtlScope::PerLock,

@@ -21,6 +21,36 @@ use crate::keys::LockKeys;
 use crate::notify::Notifier;
 use crate::scripts::SCRIPTS;
 
+/// The client of server `i`: plain, or TLS with the URL's certificates.
+fn client(config: &Config, i: usize) -> redis::RedisResult<redis::Client> {
+    let url = config.node_urls[i].as_str();
+    match &config.tls {
+        None => redis::Client::open(url),
+        #[cfg(feature = "tls")]
+        Some(tls) => {
+            // The redis client builds its TLS configuration with rustls's process-wide crypto
+            // provider: choose ring unless the program installed one (with several providers
+            // compiled in, rustls cannot choose by itself).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: tls.identity.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+                        client_cert: cert.clone(),
+                        client_key: key.clone(),
+                    }),
+                    root_cert: tls.ca.clone(),
+                },
+            )
+        }
+        #[cfg(not(feature = "tls"))]
+        Some(_) => Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "rediss:// needs the `tls` feature",
+        ))),
+    }
+}
+
 /// The answer of a one-shot attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
@@ -92,7 +122,7 @@ impl Node {
     /// Prepares the connections to server `i` of `config` without contacting it (see [`Node::ping`]).
     pub(crate) fn new(config: &Config, i: usize) -> Result<Node> {
         let addr = config.addrs[i].clone();
-        let client = redis::Client::open(config.node_urls[i].as_str()).map_err(|e| LockError::InvalidUrl {
+        let client = client(config, i).map_err(|e| LockError::InvalidUrl {
             url: addr.clone(),
             reason: e.to_string(),
         })?;

@@ -24,8 +24,22 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The namespace (parent of every lock node) when the URL has no path.
 pub const DEFAULT_NAMESPACE: &str = "/locksmith";
 
-/// The query options `zk://` understands. `ttl` is an alias of `session_timeout`.
-pub const OPTIONS: &[&str] = &["session_timeout", "ttl", "connect_timeout", "request_timeout"];
+/// The query options `zk://` and `zks://` understand. `ttl` is an alias of `session_timeout`;
+/// `admin` names a second `digest` identity (`user:base64(sha1(user:password))`, as ZooKeeper's
+/// `setAcl digest:...` takes it) that may also change the nodes; the last five are the TLS and
+/// secret options every backend shares.
+pub const OPTIONS: &[&str] = &[
+    "session_timeout",
+    "ttl",
+    "connect_timeout",
+    "request_timeout",
+    "admin",
+    "ca",
+    "cert",
+    "key",
+    "server_name",
+    "password_file",
+];
 
 /// The largest session timeout accepted in a URL (ZooKeeper's own maximum is far lower by default).
 const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
@@ -33,8 +47,8 @@ const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 /// The largest connect timeout accepted in a URL.
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
-/// Everything the backend needs from the URL.
-#[derive(Clone, Debug)]
+/// Everything the backend needs from the URL. (No `Debug`: it holds the password.)
+#[derive(Clone)]
 pub(crate) struct ZkConfig {
     /// `host1:port1,host2:port2`, as the ZooKeeper client takes it.
     pub(crate) connect_string: String,
@@ -48,11 +62,20 @@ pub(crate) struct ZkConfig {
     pub(crate) request_timeout: Duration,
     /// `user:password` for ZooKeeper's `digest` authentication scheme, if the URL has credentials.
     pub(crate) digest_auth: Option<Vec<u8>>,
+    /// A second `digest` identity (`user:hash`) given all permissions on the nodes.
+    pub(crate) admin: Option<String>,
+    /// TLS (`zks://`), with its files read.
+    pub(crate) tls: Option<lockcore::url::TlsFiles>,
 }
 
 impl ZkConfig {
     /// Reads and validates a `zk://` URL; every problem is [`lockcore::LockError::InvalidUrl`].
     pub(crate) fn from_url(url: &BackendUrl) -> Result<Self> {
+        let tls = match url.scheme.as_str() {
+            "zk" => false,
+            "zks" => true,
+            other => return Err(url.error(format!("expected the zk:// or zks:// scheme, not {other}://"))),
+        };
         url.expect_only_options(OPTIONS)?;
         let hosts = url.expect_hosts()?;
         let connect_string = hosts
@@ -90,10 +113,36 @@ impl ZkConfig {
         }
 
         let namespace = namespace(&url.path).map_err(|reason| url.error(reason))?;
-        let digest_auth = url
-            .credentials
-            .as_ref()
-            .map(|(user, password)| format!("{user}:{}", password.as_deref().unwrap_or_default()).into_bytes());
+        let digest_auth = match (url.user(), url.query.contains_key("password_file")) {
+            (Some(user), _) => {
+                let password = url.password()?.unwrap_or_default();
+                Some(format!("{user}:{password}").into_bytes())
+            }
+            (None, true) => return Err(url.error("password_file needs a user: zk://user@host?password_file=...")),
+            (None, false) => None,
+        };
+        let admin = url.query.get("admin").cloned();
+        if admin.as_ref().is_some_and(|a| !a.contains(':')) {
+            return Err(url.error("admin=user:hash (the digest id of ZooKeeper's setAcl digest:user:hash:cdrwa)"));
+        }
+        if admin.is_some() && digest_auth.is_none() {
+            return Err(url.error(
+                "admin needs credentials of our own (zk://user:password@...): without them every node is open",
+            ));
+        }
+        let tls_files = url.tls_files()?;
+        if !tls && (tls_files.ca.is_some() || tls_files.identity.is_some() || tls_files.server_name.is_some()) {
+            return Err(url.error("ca, cert, key and server_name are TLS options: use zks://"));
+        }
+        if tls && tls_files.ca.is_none() {
+            return Err(url.error("zks:// needs ca= (the ZooKeeper client has no system roots to fall back on)"));
+        }
+        if tls_files.server_name.is_some() {
+            return Err(url.error("server_name is not supported on zks:// (the client verifies the host of the URL)"));
+        }
+        if tls && !cfg!(feature = "tls") {
+            return Err(url.error("zks:// needs the `tls` feature of locksmith (or of backend-zk)"));
+        }
         Ok(ZkConfig {
             connect_string,
             namespace,
@@ -101,6 +150,8 @@ impl ZkConfig {
             connect_timeout,
             request_timeout,
             digest_auth,
+            admin,
+            tls: tls.then_some(tls_files),
         })
     }
 }

@@ -8,7 +8,7 @@ use zookeeper_client as zk;
 pub(crate) fn is_session_gone(e: &zk::Error) -> bool {
     matches!(
         e,
-        zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed | zk::Error::SessionMoved
+        zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::SessionMoved
     )
 }
 
@@ -40,12 +40,17 @@ fn is_answer(e: &zk::Error) -> bool {
 /// Whether `e` is a connection hiccup after which the same session may carry on: a lost
 /// connection (reported as `ConnectionLoss` or as the I/O error itself), a timeout, throttling.
 pub(crate) fn is_transient(e: &zk::Error) -> bool {
-    !is_answer(e) && !is_session_gone(e)
+    !is_answer(e) && !is_session_gone(e) && !matches!(e, zk::Error::AuthFailed)
 }
 
 /// `e` as a [`LockError`]: connectivity and session problems are `Unavailable` (retryable); an
 /// answer the protocol does not expect is `Protocol`.
 pub(crate) fn to_lock_error(what: &str, e: zk::Error) -> LockError {
+    if matches!(e, zk::Error::NoAuth | zk::Error::AuthFailed) {
+        return LockError::Denied(format!(
+            "ZooKeeper: {what}: {e} (the node's ACL does not let this identity do it)"
+        ));
+    }
     if is_answer(&e) {
         LockError::Protocol(format!("ZooKeeper: {what}: {e}"))
     } else {

@@ -30,8 +30,20 @@
 //!   (`try_acquire`, `release`, `inspect`, a renewal, reconnecting included); a server that
 //!   accepts connections but does not answer gives [`lockcore::LockError::Unavailable`] after it.
 //!   The ZooKeeper client itself would hold a request until it reconnects or the session expires.
-//! - `user:password@`: added to the session as ZooKeeper `digest` authentication. Nodes are created
-//!   with the open ACL (`world:anyone`), like Curator's default.
+//! - `user:password@` (or `user@` with `password_file=` / `LOCKSMITH_PASSWORD`): added to the
+//!   session as ZooKeeper `digest` authentication, and every node locksmith creates (namespace,
+//!   lock node, contenders) gets an ACL that gives all permissions to this identity only (the
+//!   `auth` scheme), plus `admin=user:hash` if given (a digest id as `setAcl digest:user:hash`
+//!   takes it). ZooKeeper checks DELETE on the parent, so no other client can delete a
+//!   contender and break a lock, nor queue in a lock node (`LockError::Denied`). Without
+//!   credentials nodes get the open ACL (`world:anyone`), like Curator's default, and the server
+//!   enforces nothing. Note that the digest scheme accepts **any** password: a wrong one is simply
+//!   another identity, refused by the ACLs of nodes the right one created. Nodes that existed
+//!   before (a namespace node created without credentials) keep their ACL.
+//! - `zks://` (feature `tls`): ZooKeeper's secure client port (`secureClientPort`), TLS with
+//!   rustls; `ca=` (a PEM bundle) is required (the client has no system roots to fall back on),
+//!   `cert=` and `key=` for mutual TLS (`ssl.clientAuth=need`). The host in the URL is what the
+//!   server's certificate is verified against (`server_name=` is not supported).
 //!
 //! Unknown options, malformed durations or paths are [`lockcore::LockError::InvalidUrl`].
 //!
@@ -199,7 +211,7 @@ use lockcore::{BackendUrl, Connecting, Descriptor, Locker, Result, TtlScope};
 /// This backend in the registry of `locksmith::connect`.
 pub static DESCRIPTOR: Descriptor = Descriptor {
     name: "zk",
-    schemes: &["zk"],
+    schemes: &["zk", "zks"],
     feature: Some("zk"),
     options: OPTIONS,
     ttl: TtlScope::PerSession { option: "ttl" },

@@ -59,11 +59,6 @@ pub(crate) struct Contender {
     armed: bool,
 }
 
-/// EPHEMERAL_SEQUENTIAL, world-readable and writable (Curator's default ACL).
-const CONTENDER: zk::CreateOptions<'static> = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-/// Container nodes for the namespace and the lock node: the server deletes them once empty.
-const CONTAINER: zk::CreateOptions<'static> = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
-
 /// How often a create is retried after a missing parent or a connection loss.
 const CREATE_ATTEMPTS: usize = 5;
 
@@ -87,7 +82,9 @@ impl Contender {
         for _ in 0..CREATE_ATTEMPTS {
             let sent = Instant::now();
             self.armed = true; // from here on a node of ours may exist
-            let create = client.create(&prefix, data.as_bytes(), &CONTENDER);
+                               // EPHEMERAL_SEQUENTIAL, with the session's ACL (see `crate::session`).
+            let contender = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&self.session.acl));
+            let create = client.create(&prefix, data.as_bytes(), &contender);
             let list = client.list_children(&self.lock_path); // pipelined: sent before create's answer
             let (created, listed) = tokio::join!(create, list);
             match created {
@@ -239,9 +236,12 @@ impl Contender {
     /// processed in order, so each parent exists before its child's create).
     async fn create_parents(&self) -> Result<(), Failure> {
         let client = &self.session.client;
+        // Containers: the server deletes them once empty. With the session's ACL: only our
+        // identity may delete a contender in them.
+        let container = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.session.acl));
         let creates: Vec<_> = layout::ancestors_and_self(&self.lock_path)
             .into_iter()
-            .map(|path| client.create(path, &[], &CONTAINER))
+            .map(|path| client.create(path, &[], &container))
             .collect();
         for result in futures_join_all(creates).await {
             match result {

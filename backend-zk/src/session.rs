@@ -31,6 +31,8 @@ pub(crate) struct Session {
     pub(crate) id: i64,
     /// The session timeout the server granted: the effective TTL of every lease.
     pub(crate) timeout: Duration,
+    /// The ACL of every node this session creates (see [`acl`]).
+    pub(crate) acl: Vec<zk::Acl>,
     held: Mutex<HashMap<String, Held>>,
     /// Paths of newly held nodes, for the watch task.
     granted: mpsc::UnboundedSender<String>,
@@ -67,14 +69,20 @@ impl Session {
             connector = connector.with_auth("digest", auth);
         }
         let what = format!("connecting to ZooKeeper at {}", config.connect_string);
-        let client = match tokio::time::timeout(config.connect_timeout, connector.connect(&config.connect_string)).await
-        {
+        let connecting = match &config.tls {
+            None => futures_util::future::Either::Left(connector.connect(&config.connect_string)),
+            Some(tls) => futures_util::future::Either::Right(secure_connect(connector, tls, &config.connect_string)),
+        };
+        let client = match tokio::time::timeout(config.connect_timeout, connecting).await {
             Ok(Ok(client)) => client,
             Ok(Err(zk::Error::BadArguments(reason))) => {
                 return Err(LockError::InvalidUrl {
                     url: config.connect_string.clone(),
                     reason: reason.to_string(),
                 })
+            }
+            Ok(Err(zk::Error::AuthFailed)) => {
+                return Err(LockError::Denied(format!("{what}: the server refused the credentials")))
             }
             Ok(Err(e)) => return Err(LockError::unavailable(what, e)),
             Err(_) => {
@@ -89,6 +97,7 @@ impl Session {
         };
         let (granted, granted_paths) = mpsc::unbounded_channel();
         let session = Arc::new(Session {
+            acl: acl(config),
             id: client.session_id().0,
             timeout: client.session_timeout(),
             held: Mutex::new(HashMap::new()),
@@ -222,6 +231,52 @@ impl Session {
             }
         }
     }
+}
+
+/// The ACL of the nodes a session creates: with credentials, all permissions for its own
+/// identity (ZooKeeper's `auth` scheme: whoever authenticated as it) and the `admin`, if named,
+/// and nothing for anyone else — so no other client can delete a contender (which needs DELETE on
+/// its lock node) and break the lock. Without credentials the nodes are open, like Curator's
+/// default; the server then enforces nothing.
+fn acl(config: &ZkConfig) -> Vec<zk::Acl> {
+    if config.digest_auth.is_none() {
+        return zk::Acls::anyone_all().iter().cloned().collect();
+    }
+    let mut acl: Vec<zk::Acl> = zk::Acls::creator_all().iter().cloned().collect();
+    if let Some(admin) = &config.admin {
+        acl.push(zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("digest", admin)));
+    }
+    acl
+}
+
+/// Connects over TLS with the URL's CA and client certificate.
+#[cfg(feature = "tls")]
+async fn secure_connect(
+    connector: zk::Connector,
+    tls: &lockcore::url::TlsFiles,
+    hosts: &str,
+) -> std::result::Result<zk::Client, zk::Error> {
+    // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
+    // in (a program with every backend has ring and aws-lc-rs): ring, unless the program chose.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pem = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let mut options = zk::TlsOptions::new();
+    if let Some(ca) = &tls.ca {
+        options = options.with_pem_ca(&pem(ca))?;
+    }
+    if let Some((cert, key)) = &tls.identity {
+        options = options.with_pem_identity(&pem(cert), &pem(key))?;
+    }
+    connector.with_tls(options).secure_connect(hosts).await
+}
+
+#[cfg(not(feature = "tls"))]
+async fn secure_connect(
+    _: zk::Connector,
+    _: &lockcore::url::TlsFiles,
+    _: &str,
+) -> std::result::Result<zk::Client, zk::Error> {
+    Err(zk::Error::BadArguments(&"zks:// needs the `tls` feature"))
 }
 
 /// Watches the session state and reaps abandoned leases until the session is dropped or ends.

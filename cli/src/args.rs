@@ -44,6 +44,25 @@ pub struct Cli {
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration, global = true)]
     pub connect_timeout: Duration,
 
+    /// TLS: a PEM bundle of the CA certificates to trust instead of the system's (the URL's
+    /// `ca=` wins). For etcds://, zks:// and rediss:// URLs.
+    #[arg(long, env = "LOCKSMITH_CA", global = true, value_name = "FILE")]
+    pub ca: Option<String>,
+
+    /// TLS: a client certificate (PEM), with --key, for servers that require one (mutual TLS).
+    #[arg(long, env = "LOCKSMITH_CERT", global = true, value_name = "FILE", requires = "key")]
+    pub cert: Option<String>,
+
+    /// TLS: the client certificate's private key (PEM).
+    #[arg(long, env = "LOCKSMITH_KEY", global = true, value_name = "FILE", requires = "cert")]
+    pub key: Option<String>,
+
+    /// A file holding the password of the URL's user (keeps it out of the URL, the shell history
+    /// and `ps`). LOCKSMITH_PASSWORD is read when neither the URL nor this gives one. Passwords
+    /// never appear in messages.
+    #[arg(long, env = "LOCKSMITH_PASSWORD_FILE", global = true, value_name = "FILE")]
+    pub password_file: Option<String>,
+
     /// Print results on stdout as one JSON object per line.
     #[arg(long, global = true)]
     pub json: bool,

@@ -12,6 +12,8 @@ pub const USAGE: u8 = 2;
 pub const UNAVAILABLE: u8 = 3;
 /// The lock was lost while held (`run`, `hold`).
 pub const LOST: u8 = 4;
+/// The server refused the credentials (wrong user or password) or our identity's permissions.
+pub const DENIED: u8 = 5;
 /// `run`: CMD was found but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: u8 = 126;
 /// `run`: CMD was not found (shell convention).
@@ -26,6 +28,7 @@ Exit codes:
   2        usage error or invalid input (empty name, bad URL, unknown scheme, TTL 0)
   3        backend unavailable
   4        the lock was lost while held (`run`: CMD got SIGTERM, then SIGKILL after --grace)
+  5        refused by the server: wrong user or password, or not permitted (an ACL)
   126/127  `run`: CMD could not be executed / was not found
   128+SIG  interrupted by signal SIG before the lock was acquired
 
@@ -59,6 +62,7 @@ impl From<LockError> for Failure {
             LockError::Timeout(_) => NOT_ACQUIRED,
             LockError::InvalidName(_) | LockError::InvalidOption(_) | LockError::InvalidUrl { .. } => USAGE,
             LockError::NotHeld { .. } => LOST,
+            LockError::Denied(_) => DENIED,
             _ => UNAVAILABLE,
         };
         let message = e.to_string().replace(['\n', '\r'], " ");

@@ -29,6 +29,8 @@ pub struct Session {
     pub timeout: Option<Duration>,
     /// How long connecting may take.
     pub connect_timeout: Duration,
+    /// TLS files and the password file of the command line.
+    pub secrets: (Option<String>, Option<String>, Option<String>, Option<String>),
     /// When the command started: `timeout` counts from here.
     pub started: Instant,
     /// Where results and status go.
@@ -44,6 +46,12 @@ impl Session {
             ttl_given: cli.ttl.is_some(),
             timeout: cli.timeout,
             connect_timeout: cli.connect_timeout,
+            secrets: (
+                cli.ca.clone(),
+                cli.cert.clone(),
+                cli.key.clone(),
+                cli.password_file.clone(),
+            ),
             started: Instant::now(),
             out: Output {
                 json: cli.json,
@@ -83,9 +91,14 @@ impl Session {
         }
         // etcd and ZooKeeper enforce one TTL per connection (session), not per lock: a locksmith
         // process holds one lock, so --ttl is the session TTL there, unless the URL sets one.
-        let options = ConnectOptions::new()
+        let (ca, cert, key, password_file) = self.secrets.clone();
+        let mut options = ConnectOptions::new()
             .connect_timeout(self.connect_timeout)
-            .session_ttl(self.ttl);
+            .session_ttl(self.ttl)
+            .tls_files(ca, cert, key);
+        if let Some(file) = password_file {
+            options = options.password_file(file);
+        }
         let url_timeout = BackendUrl::parse(&self.url)
             .ok()
             .and_then(|u| u.duration_option("connect_timeout").ok().flatten());

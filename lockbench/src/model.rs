@@ -19,7 +19,8 @@ pub struct Machine {
 /// One measured row. Fields that do not apply to a workload are `None` and omitted from JSON.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Record {
-    /// `locksmith`, `floor`, `rslock`, `etcd-lock-rpc` or `zk-recipe`.
+    /// `locksmith`, `locksmith+tls` (over a secured server), `floor`, `rslock`, `etcd-lock-rpc`
+    /// or `zk-recipe`.
     pub system: String,
     /// `mem`, `etcd`, `zk` or `redis`.
     pub backend: String,
@@ -126,7 +127,7 @@ impl Report {
         let peers: Vec<Record> = self
             .results
             .iter()
-            .filter(|r| r.system != "floor" && r.system != "locksmith")
+            .filter(|r| r.system != "floor" && !r.system.starts_with("locksmith"))
             .cloned()
             .collect();
         for r in self.results.iter_mut().filter(|r| r.system == "locksmith") {

@@ -34,6 +34,14 @@ fn url_of(args: &Args, backend: &str) -> Option<String> {
     }
 }
 
+/// The URL of the backend's secured server (TLS + credentials), from `scripts/backends up`
+/// (`LOCKSMITH_TEST_<BACKEND>_SECURE`): its rows show what TLS costs.
+fn secure_url(backend: &str) -> Option<String> {
+    std::env::var(format!("{}_SECURE", env_var(backend)))
+        .ok()
+        .filter(|u| !u.is_empty())
+}
+
 /// The variable `scripts/backends up` sets for `backend`.
 fn env_var(backend: &str) -> String {
     format!("LOCKSMITH_TEST_{}", backend.to_uppercase())
@@ -75,6 +83,7 @@ pub async fn run(args: &Args) -> Result<Report> {
             sizes: &sizes,
             report: &mut report,
             locksmith: None,
+            secure: None,
             reference: Reference::default(),
         };
         run.prepare(args.no_reference).await;
@@ -94,6 +103,8 @@ struct BackendRun<'a> {
     report: &'a mut Report,
     /// locksmith on this backend, when built in and reachable.
     locksmith: Option<Arc<dyn LockSystem>>,
+    /// locksmith on the backend's secured server (TLS + credentials), when there is one.
+    secure: Option<Arc<dyn LockSystem>>,
     reference: Reference,
 }
 
@@ -108,10 +119,24 @@ impl BackendRun<'_> {
             let sys = Locksmith {
                 backend: b,
                 url: self.url.clone(),
+                system: "locksmith",
             };
             match sys.client().await {
                 Ok(_) => self.locksmith = Some(Arc::new(sys)),
                 Err(e) => self.note(format!("{b}: locksmith rows skipped: {} unreachable: {e:#}", self.url)),
+            }
+        }
+        if let Some(url) = secure_url(b).filter(|_| built_in(b)) {
+            let sys = Locksmith {
+                backend: b,
+                url,
+                system: "locksmith+tls",
+            };
+            match sys.client().await {
+                Ok(_) => self.secure = Some(Arc::new(sys)),
+                Err(e) => self.note(format!(
+                    "{b}: TLS rows skipped: the secured server is unreachable: {e:#}"
+                )),
             }
         }
         if !no_reference {
@@ -147,8 +172,14 @@ impl BackendRun<'_> {
         let ls = self.locksmith.clone();
         let floor = self.reference.floor.clone();
         let peers = self.reference.peers.clone();
-        let lock_systems: Vec<Arc<dyn LockSystem>> =
-            ls.iter().chain(floor.iter()).chain(peers.iter()).cloned().collect();
+        let secure = self.secure.clone();
+        let lock_systems: Vec<Arc<dyn LockSystem>> = ls
+            .iter()
+            .chain(secure.iter())
+            .chain(floor.iter())
+            .chain(peers.iter())
+            .cloned()
+            .collect();
         match workload {
             "uncontended" => {
                 for sys in lock_systems {
@@ -157,9 +188,9 @@ impl BackendRun<'_> {
                 }
             }
             "handover" => {
-                if let Some(sys) = &ls {
+                for sys in ls.iter().chain(secure.iter()) {
                     let rows = handover::run(sys.as_ref(), sizes).await;
-                    self.push(rows, "handover (locksmith)");
+                    self.push(rows, &format!("handover ({})", sys.system()));
                 }
                 if let Some(n) = self.reference.notify.clone() {
                     let rows = handover::run_floor(n.as_ref(), sizes).await;

@@ -40,12 +40,14 @@ pub struct Locksmith {
     pub backend: &'static str,
     /// The URL given to `locksmith::connect`.
     pub url: String,
+    /// The `system` of its rows: `locksmith`, or `locksmith+tls` over a secured server.
+    pub system: &'static str,
 }
 
 #[async_trait]
 impl LockSystem for Locksmith {
     fn system(&self) -> &'static str {
-        "locksmith"
+        self.system
     }
 
     fn backend(&self) -> &'static str {

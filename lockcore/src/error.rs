@@ -58,6 +58,11 @@ pub enum LockError {
     /// an unexpected node type, a script error).
     #[error("unexpected backend state: {0}")]
     Protocol(String),
+
+    /// The server refused us: wrong user or password, or our identity may not do this (an ACL, a
+    /// role without permission). Retrying with the same credentials does not help.
+    #[error("refused by the server: {0}")]
+    Denied(String),
 }
 
 impl LockError {

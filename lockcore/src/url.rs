@@ -133,6 +133,55 @@ impl BackendUrl {
         }
     }
 
+    /// The password: the URL's own (`user:password@`), else the contents of the file named by the
+    /// `password_file` option (one trailing newline dropped), else the `LOCKSMITH_PASSWORD`
+    /// environment variable; `None` when none of them is set. A file that cannot be read is
+    /// [`LockError::InvalidUrl`] naming the file, never its contents.
+    pub fn password(&self) -> Result<Option<String>> {
+        if let Some((_, Some(password))) = &self.credentials {
+            return Ok(Some(password.clone()));
+        }
+        if let Some(path) = self.query.get("password_file") {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| self.error(format!("password_file {path:?} cannot be read: {e}")))?;
+            let password = text.strip_suffix('\n').unwrap_or(&text);
+            let password = password.strip_suffix('\r').unwrap_or(password);
+            return Ok(Some(password.to_owned()));
+        }
+        Ok(std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()))
+    }
+
+    /// The user name of `user:password@`, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.credentials
+            .as_ref()
+            .map(|(user, _)| user.as_str())
+            .filter(|u| !u.is_empty())
+    }
+
+    /// The TLS options of the URL ([`TLS_OPTIONS`]), with their files read. `cert` and `key` go
+    /// together. A file that cannot be read is [`LockError::InvalidUrl`] naming it.
+    pub fn tls_files(&self) -> Result<TlsFiles> {
+        let read = |key: &str| -> Result<Option<Vec<u8>>> {
+            match self.query.get(key) {
+                None => Ok(None),
+                Some(path) => std::fs::read(path)
+                    .map(Some)
+                    .map_err(|e| self.error(format!("{key}={path:?} cannot be read: {e}"))),
+            }
+        };
+        let identity = match (read("cert")?, read("key")?) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => return Err(self.error("cert and key go together (a client certificate and its private key)")),
+        };
+        Ok(TlsFiles {
+            ca: read("ca")?,
+            identity,
+            server_name: self.query.get("server_name").cloned(),
+        })
+    }
+
     /// Sets the query option `key` to `value` unless the URL sets it itself: how a program (the
     /// CLI's `--connect-timeout`, say) gives a default that the URL can still override. What
     /// [`BackendUrl::as_str`] and messages show stays the URL as given.
@@ -174,6 +223,39 @@ impl BackendUrl {
                 .map(Some)
                 .ok_or_else(|| self.error(format!("option {key}={v:?} is not a duration like 500ms, 10s or 2m"))),
         }
+    }
+}
+
+/// The environment variable that gives a password the URL does not (see [`BackendUrl::password`]).
+pub const PASSWORD_ENV: &str = "LOCKSMITH_PASSWORD";
+
+/// The URL options of TLS, the same on every backend: `ca` (a PEM bundle of the certificates to
+/// trust instead of the system's), `cert` and `key` (a client certificate and its key, for
+/// mutual TLS), `server_name` (the name to verify the server's certificate against, when it is
+/// not the host in the URL).
+pub const TLS_OPTIONS: &[&str] = &["ca", "cert", "key", "server_name"];
+
+/// The URL options of credentials, the same on every backend: `password_file`.
+pub const SECRET_OPTIONS: &[&str] = &["password_file"];
+
+/// The TLS settings of a URL, with the files read ([`BackendUrl::tls_files`]).
+#[derive(Clone, Default)]
+pub struct TlsFiles {
+    /// The PEM certificates to trust (`ca`); `None`: the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// The client certificate and private key, PEM (`cert`, `key`).
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name to verify the server's certificate against (`server_name`).
+    pub server_name: Option<String>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("ca", &self.ca.as_ref().map(|c| format!("{} bytes", c.len())))
+            .field("identity", &self.identity.as_ref().map(|_| "a certificate and its key"))
+            .field("server_name", &self.server_name)
+            .finish()
     }
 }
 
@@ -326,6 +408,30 @@ mod tests {
         }
         let bad = BackendUrl::parse("etcd://u:topsecret@h:notaport").unwrap_err();
         assert!(!bad.to_string().contains("topsecret"), "{bad}");
+    }
+
+    #[test]
+    fn passwords_come_from_the_url_a_file_or_the_environment() {
+        let dir = std::env::temp_dir().join(format!("locksmith-url-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pw");
+        std::fs::write(&file, "from-file\n").unwrap();
+        let url = |q: &str| BackendUrl::parse(&format!("redis://u:in-url@h{q}")).unwrap();
+        assert_eq!(url("").password().unwrap().as_deref(), Some("in-url"));
+        let with_file = BackendUrl::parse(&format!("redis://u@h?password_file={}", file.display())).unwrap();
+        assert_eq!(with_file.password().unwrap().as_deref(), Some("from-file"));
+        assert_eq!(with_file.user(), Some("u"));
+        let missing = BackendUrl::parse("redis://u@h?password_file=/nonexistent/secret").unwrap();
+        let e = missing.password().unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/secret"), "{e}");
+        let tls = BackendUrl::parse(&format!("etcds://h?ca={}&server_name=x", file.display())).unwrap();
+        let files = tls.tls_files().unwrap();
+        assert_eq!(files.ca.as_deref(), Some(&b"from-file\n"[..]));
+        assert_eq!(files.server_name.as_deref(), Some("x"));
+        assert!(!format!("{files:?}").contains("from-file"));
+        let half = BackendUrl::parse(&format!("etcds://h?cert={}", file.display())).unwrap();
+        assert!(half.tls_files().is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

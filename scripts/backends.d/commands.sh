@@ -216,7 +216,7 @@ cmd_status() {
         return 0
     fi
     log "state dir: $STATE"
-    printf '%-9s %-8s %-8s %s\n' ID PID STATE ADDRESS
+    printf '%-12s %-8s %-8s %s\n' ID PID STATE ADDRESS
     for id in "${ALL_IDS[@]}"; do
         [[ -d $STATE/$id ]] || continue
         if pid=$(owned_pid "$id"); then
@@ -225,7 +225,7 @@ cmd_status() {
         else
             pid=- state=stopped
         fi
-        printf '%-9s %-8s %-8s %s\n' "$id" "$pid" "$state" "$(address "$id")"
+        printf '%-12s %-8s %-8s %s\n' "$id" "$pid" "$state" "$(address "$id")"
     done
 }
 

@@ -15,6 +15,8 @@
 #   etcd, etcdctl                   etcd-server, etcd-client          up (etcd.sh)
 #   zookeeper.jar (+ deps), java    zookeeper, default-jre-headless   up (zk.sh)
 #   redis-server, redis-cli         redis-server, redis-tools         up (redis.sh)
+#   openssl (the secure servers'    openssl                           up (tls.sh)
+#     throw-away CA; TLS checks)
 #   protoc                          protobuf-compiler                 up + check
 #   protoc's include files          libprotobuf-dev                   up (by descriptor.proto)
 #     (google/protobuf/*.proto)                                       + check
@@ -25,7 +27,7 @@
 #   cargo                           (rustup)                          check: one-line error
 #   rustfmt, clippy                 (rustup components)               scripts/test adds them with
 #                                                                     rustup; one-line error without
-# Not used: curl, wget, python, openssl, nc, git, systemctl (ss is only named in an error hint).
+# Not used: curl, wget, python, nc, git, systemctl (ss is only named in an error hint).
 # `up` installs everything missing with one `apt-get update` and one `apt-get install`, and
 # runs no apt-get at all when nothing is missing.
 
@@ -470,3 +472,9 @@ find_leader() {
     done
     return 1
 }
+
+# --- TLS ----------------------------------------------------------------------------------
+
+# The secure servers' throw-away CA (tls_ensure, TLS_DIR) and their URLs (tls_url).
+# shellcheck source=backends.d/tls.sh disable=SC1091 # followed with shellcheck -x
+source "$BACKENDS_LIB/tls.sh"

@@ -19,14 +19,12 @@ redis_ports() { # 16379 (+member); the fault suite's fenced register 16390
     port $((16379 + ${n:-0}))
 }
 
-redis_start() {
-    local id=$1 dir="$STATE/$1" port
-    port=$(client_port "$id")
-    mkdir -p "$dir/data"
-    cat >"$dir/redis.conf" <<EOF
-# written by scripts/backends for server '$id'
+# The config lines every Redis of ours has (redis-secure.sh adds its TLS and users to them).
+redis_base_conf() { # ID
+    local dir="$STATE/$1"
+    cat <<EOF
+# written by scripts/backends for server '$1'
 bind $HOST
-port $port
 protected-mode yes
 # run in the foreground: scripts/backends puts it in the background and records its pid
 daemonize no
@@ -39,11 +37,22 @@ logfile ""
 # keep the full command line (with this file's path): it is how we recognise our process
 set-proc-title no
 EOF
+}
+
+redis_start() {
+    local id=$1 dir="$STATE/$1"
+    mkdir -p "$dir/data"
+    {
+        redis_base_conf "$id"
+        echo "port $(client_port "$id")"
+    } >"$dir/redis.conf"
     launch "$id" redis-server "$dir/redis.conf"
 }
 
+redis_cli() { timeout 3 redis-cli -h "$HOST" -p "$(client_port "$1")" "${@:2}"; } # ID ARGS...
+
 redis_ready() {
-    [[ $(timeout 3 redis-cli -h "$HOST" -p "$(client_port "$1")" ping 2>/dev/null) == PONG ]]
+    [[ $(redis_cli "$1" ping 2>/dev/null) == PONG ]]
 }
 
 # A Redis that started less than locksmith's restart_delay ago (15 s by default) may have lost
@@ -53,15 +62,17 @@ redis_ready() {
 # after `up` do not stall on it. (`start ID`, the restart of the fault tests, does not wait.)
 readonly REDIS_SETTLE_SECS=${LOCKSMITH_REDIS_SETTLE_SECS:-15}
 
+# ID [CLI]: seconds since ID started, from INFO; CLI runs redis-cli for ID (default redis_cli;
+# redis-secure.sh passes its own).
 redis_uptime() {
-    timeout 3 redis-cli -h "$HOST" -p "$(client_port "$1")" info server 2>/dev/null |
+    "${2:-redis_cli}" "$1" info server 2>/dev/null |
         sed -n 's/^uptime_in_seconds:\([0-9]*\).*/\1/p'
 }
 
-redis_settle() {
+redis_settle() { # ID [CLI]
     local up
     [[ $1 != register ]] || return 0 # holds no locks
-    up=$(redis_uptime "$1")
+    up=$(redis_uptime "$1" "${2:-}")
     up=${up:-0}
     if ((up < REDIS_SETTLE_SECS)); then
         log "$1: waiting $((REDIS_SETTLE_SECS - up))s until it has been up for locksmith's restart_delay (${REDIS_SETTLE_SECS}s)"

@@ -40,36 +40,42 @@ zk_classpath() {
     echo "$cp"
 }
 
+# zk_base_conf ID CLIENT_PORT: the zoo.cfg lines every ZooKeeper of ours has (zk-secure.sh adds
+# its TLS port and settings to them).
+zk_base_conf() {
+    local id=$1 dir="$STATE/$1" cport=$2
+    echo "# written by scripts/backends for server '$id'"
+    # Time unit 200 ms: sessions expire and are checked at this granularity.
+    echo "tickTime=200"
+    # Session timeouts a client asks for are clamped to [min, max]. The tests use short
+    # sessions (expiry within ~1 s) and also normal ones: the default max would be
+    # 20 * tickTime = 4 s, far too low, and the min 2 * tickTime = 400 ms.
+    echo "minSessionTimeout=400"
+    echo "maxSessionTimeout=60000"
+    # Ensemble: followers get 50 ticks (10 s) to connect and sync, 25 ticks (5 s) to lag.
+    echo "initLimit=50"
+    echo "syncLimit=25"
+    echo "dataDir=$dir/data"
+    echo "clientPort=$cport"
+    echo "clientPortAddress=$HOST"
+    # No per-IP connection limit: every test connects from 127.0.0.1 (default 60).
+    echo "maxClientCnxns=0"
+    # The AdminServer (Jetty) would listen on 8080: not wanted.
+    echo "admin.enableServer=false"
+    # Four-letter words (ruok, srvr, mntr ...): our health checks and the benchmarks.
+    echo "4lw.commands.whitelist=*"
+    # Test data: no fsync per transaction (a killed process loses nothing, only a
+    # machine crash would), and 4 MB instead of 64 MB preallocated log files.
+    echo "forceSync=no"
+    echo "preAllocSize=4096"
+}
+
 zk_start() {
-    local id=$1 n dir="$STATE/$1" cport i main
+    local id=$1 n dir="$STATE/$1" i main
     n=$(member_of "$id")
-    cport=$(client_port "$id")
     mkdir -p "$dir/data"
     {
-        echo "# written by scripts/backends for server '$id'"
-        # Time unit 200 ms: sessions expire and are checked at this granularity.
-        echo "tickTime=200"
-        # Session timeouts a client asks for are clamped to [min, max]. The tests use short
-        # sessions (expiry within ~1 s) and also normal ones: the default max would be
-        # 20 * tickTime = 4 s, far too low, and the min 2 * tickTime = 400 ms.
-        echo "minSessionTimeout=400"
-        echo "maxSessionTimeout=60000"
-        # Ensemble: followers get 50 ticks (10 s) to connect and sync, 25 ticks (5 s) to lag.
-        echo "initLimit=50"
-        echo "syncLimit=25"
-        echo "dataDir=$dir/data"
-        echo "clientPort=$cport"
-        echo "clientPortAddress=$HOST"
-        # No per-IP connection limit: every test connects from 127.0.0.1 (default 60).
-        echo "maxClientCnxns=0"
-        # The AdminServer (Jetty) would listen on 8080: not wanted.
-        echo "admin.enableServer=false"
-        # Four-letter words (ruok, srvr, mntr ...): our health checks and the benchmarks.
-        echo "4lw.commands.whitelist=*"
-        # Test data: no fsync per transaction (a killed process loses nothing, only a
-        # machine crash would), and 4 MB instead of 64 MB preallocated log files.
-        echo "forceSync=no"
-        echo "preAllocSize=4096"
+        zk_base_conf "$id" "$(client_port "$id")"
         if [[ -n $n ]]; then
             for i in 1 2 3; do
                 echo "server.$i=$HOST:$(port $((28880 + i))):$(port $((38880 + i)))"
@@ -82,7 +88,13 @@ zk_start() {
     else
         main=org.apache.zookeeper.server.ZooKeeperServerMain
     fi
-    # java is exec'd directly (no zkServer.sh wrapper), so the recorded pid is the JVM's.
+    zk_launch "$id" "$main" "$(zk_classpath)"
+}
+
+# zk_launch ID MAIN CLASSPATH [JVM OPTIONS...]: run ZooKeeper's MAIN class on $STATE/ID/zoo.cfg.
+# java is exec'd directly (no zkServer.sh wrapper), so the recorded pid is the JVM's.
+zk_launch() {
+    local id=$1 dir="$STATE/$1"
     launch "$id" java \
         -Xms32m -Xmx256m -XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError \
         -Djava.net.preferIPv4Stack=true \
@@ -91,8 +103,9 @@ zk_start() {
         -Dzookeeper.log.dir="$dir" \
         -Dorg.slf4j.simpleLogger.showDateTime=true \
         "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss.SSS" \
-        -cp "$(zk_classpath)" \
-        "$main" "$dir/zoo.cfg"
+        "${@:4}" \
+        -cp "$3" \
+        "$2" "$dir/zoo.cfg"
 }
 
 # A ZooKeeper four-letter word (ruok, srvr, mntr ...), via bash's /dev/tcp.

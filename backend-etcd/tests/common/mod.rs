@@ -5,12 +5,14 @@
 
 use std::time::Duration;
 
+use backend_etcd::{Layout, DEFAULT_NAMESPACE};
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
-use lockcore::BackendUrl;
+use lockcore::conformance::Harness;
+use lockcore::{async_trait, BackendUrl, LockName, Locker};
 
 pub use lockcore::conformance::env_url;
 
-/// `base` with `query` appended (`base` has no query of its own in our env vars).
+/// `base` with `query` appended.
 pub fn with_query(base: &str, query: &str) -> String {
     if base.contains('?') {
         format!("{base}&{query}")
@@ -72,4 +74,108 @@ pub async fn messages_received(endpoint: &str, method: &str) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .map(|v| v as u64)
         .sum()
+}
+
+/// The single test server's minimum lease TTL (scripts/backends configures it for 1 s leases).
+pub const CONFORMANCE_TTL: Duration = Duration::from_secs(1);
+
+/// The conformance harness: lockers on `url` (each its own client and session lease), an admin
+/// client to reach around the lock.
+pub struct EtcdHarness {
+    url: BackendUrl,
+    admin: Client,
+    layout: Layout,
+}
+
+impl EtcdHarness {
+    /// On the plain server (`LOCKSMITH_TEST_ETCD`), default layout.
+    pub async fn plain() -> EtcdHarness {
+        init_tracing();
+        let base = env_url("LOCKSMITH_TEST_ETCD");
+        EtcdHarness {
+            admin: admin(&base).await,
+            url: BackendUrl::parse(&with_query(&base, "ttl=1s")).expect("LOCKSMITH_TEST_ETCD"),
+            layout: Layout::Default {
+                namespace: DEFAULT_NAMESPACE.to_owned(),
+            },
+        }
+    }
+
+    /// On the secured server (`LOCKSMITH_TEST_ETCD_SECURE`: mutual TLS and a user with a password);
+    /// the admin client is the same user over the same TLS.
+    #[cfg(feature = "tls")]
+    pub async fn secure() -> EtcdHarness {
+        init_tracing();
+        let base = env_url("LOCKSMITH_TEST_ETCD_SECURE");
+        EtcdHarness {
+            admin: secure_admin(&base).await,
+            url: BackendUrl::parse(&with_query(&base, "ttl=1s")).expect("LOCKSMITH_TEST_ETCD_SECURE"),
+            layout: Layout::Default {
+                namespace: DEFAULT_NAMESPACE.to_owned(),
+            },
+        }
+    }
+}
+
+/// A plain etcd client over TLS with the user, password, CA and client certificate of `url`.
+#[cfg(feature = "tls")]
+pub async fn secure_admin(url: &str) -> Client {
+    use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+    let parsed = BackendUrl::parse(url).expect("secure URL");
+    let files = parsed.tls_files().expect("TLS files");
+    let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(files.ca.expect("ca")));
+    if let Some((cert, key)) = files.identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    let password = parsed.password().expect("password").expect("a password");
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_tls(tls)
+        .with_user(parsed.user().expect("a user"), password);
+    let endpoints: Vec<String> = parsed
+        .hosts
+        .iter()
+        .map(|h| format!("https://{}", h.to_addr(2379)))
+        .collect();
+    tokio::time::timeout(Duration::from_secs(10), Client::connect(endpoints, Some(options)))
+        .await
+        .expect("admin client: connect timed out")
+        .expect("admin client")
+}
+
+#[async_trait]
+impl Harness for EtcdHarness {
+    async fn locker(&self) -> Locker {
+        backend_etcd::connect(&self.url).await.expect("connect to etcd")
+    }
+
+    async fn delete_behind_back(&self, name: &LockName) {
+        let prefix = self.layout.lock_prefix(name);
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let resp = self
+            .admin
+            .kv_client()
+            .get(prefix.as_str(), Some(options))
+            .await
+            .expect("get holder");
+        let holder = resp.kvs().first().expect("no holder to delete").key().to_vec();
+        let deleted = self
+            .admin
+            .kv_client()
+            .delete(holder, None)
+            .await
+            .expect("delete holder");
+        assert_eq!(deleted.deleted(), 1);
+    }
+
+    async fn residue(&self, name: &LockName) -> Vec<String> {
+        keys_under(&self.admin, &self.layout.lock_prefix(name)).await
+    }
+
+    fn short_ttl(&self) -> Duration {
+        CONFORMANCE_TTL
+    }
 }

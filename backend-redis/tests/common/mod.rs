@@ -54,6 +54,38 @@ pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
         .expect("admin connection")
 }
 
+/// A raw connection over TLS to the server of a `rediss://` `url`, as its user, or as
+/// `(user, password)` when given.
+#[cfg(feature = "tls")]
+pub async fn secure_admin(
+    url: &str,
+    who: Option<(&str, &str)>,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let parsed = BackendUrl::parse(url).expect("url");
+    let files = parsed.tls_files().expect("TLS files");
+    let (user, password) = match who {
+        Some((u, p)) => (u.to_owned(), p.to_owned()),
+        None => (
+            parsed.user().expect("a user").to_owned(),
+            parsed.password().expect("password").expect("a password"),
+        ),
+    };
+    let host = parsed.hosts[0].to_addr(6379);
+    let client = redis::Client::build_with_tls(
+        format!("rediss://{user}:{password}@{host}/0"),
+        redis::TlsCertificates {
+            client_tls: files.identity.map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
+            root_cert: files.ca,
+        },
+    )?;
+    tokio::time::timeout(Duration::from_secs(10), client.get_multiplexed_async_connection())
+        .await
+        .expect("admin connection timed out")
+}
+
 /// Connects a new Locker (its own connections) to `url`.
 pub async fn locker(url: &str) -> Locker {
     let parsed = BackendUrl::parse(url).expect("url");
@@ -73,6 +105,19 @@ impl RedisHarness {
         let parsed = BackendUrl::parse(&url).expect("url");
         RedisHarness {
             admin: admin(&url).await,
+            url,
+            parsed,
+        }
+    }
+
+    /// On the secured server (`LOCKSMITH_TEST_REDIS_SECURE`: mutual TLS and an ACL user); the
+    /// admin connection is the same user over the same TLS.
+    #[cfg(feature = "tls")]
+    pub async fn secure() -> RedisHarness {
+        let url = env_url("LOCKSMITH_TEST_REDIS_SECURE");
+        let parsed = BackendUrl::parse(&url).expect("url");
+        RedisHarness {
+            admin: secure_admin(&url, None).await.expect("admin connection"),
             url,
             parsed,
         }

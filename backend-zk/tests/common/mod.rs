@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use lockcore::{BackendUrl, LockName, Locker};
+use lockcore::conformance::Harness;
+use lockcore::{async_trait, BackendUrl, LockName, Locker};
 use zookeeper_client as zk;
 
 /// The namespace every test locks under.
@@ -55,4 +56,85 @@ pub async fn contenders(admin: &zk::Client, name: &LockName) -> Vec<String> {
     // By the sequence number ZooKeeper appended (the last 10 characters), whatever the prefix.
     children.sort_by_key(|c| c[c.len().saturating_sub(10)..].to_owned());
     children.into_iter().map(|c| format!("{path}/{c}")).collect()
+}
+
+/// `base` (a URL that may have a query of its own) with the test namespace and `options` added.
+pub fn with_namespace(base: &str, options: &str) -> String {
+    let (url, query) = base.split_once('?').unwrap_or((base, ""));
+    let url = url.trim_end_matches('/');
+    let query: Vec<&str> = [query, options].into_iter().filter(|q| !q.is_empty()).collect();
+    format!("{url}{NAMESPACE}?{}", query.join("&"))
+}
+
+/// The session timeout of the conformance lockers: short, so expiry tests are quick, but well
+/// above the server's minimum and a busy machine's hiccups.
+pub const CONFORMANCE_SESSION: Duration = Duration::from_secs(3);
+
+/// The conformance harness: lockers on `url` (each its own session), an admin client to reach
+/// around the lock.
+pub struct ZkHarness {
+    url: String,
+    admin: zk::Client,
+}
+
+impl ZkHarness {
+    /// On the plain server (`LOCKSMITH_TEST_ZK`).
+    pub async fn plain() -> ZkHarness {
+        let base = env_url("LOCKSMITH_TEST_ZK");
+        ZkHarness {
+            url: with_namespace(&base, &format!("session_timeout={}ms", CONFORMANCE_SESSION.as_millis())),
+            admin: admin(&base).await,
+        }
+    }
+
+    /// On the secured server (`LOCKSMITH_TEST_ZK_SECURE`: TLS and digest credentials); the admin
+    /// client uses its plaintext port with the same digest identity, which the ACL lets in.
+    pub async fn secure() -> ZkHarness {
+        let base = env_url("LOCKSMITH_TEST_ZK_SECURE");
+        let plain = env_url("LOCKSMITH_TEST_ZK_SECURE_PLAIN");
+        let parsed = BackendUrl::parse(&base).expect("secure URL");
+        let (user, password) = parsed.credentials.clone().expect("credentials in the secure URL");
+        let auth = format!("{user}:{}", password.unwrap_or_default());
+        let connect = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .with_auth("digest", auth.as_bytes())
+            .connect(&plain);
+        let admin = tokio::time::timeout(Duration::from_secs(20), connect)
+            .await
+            .expect("admin connect timed out")
+            .expect("admin connect");
+        ZkHarness {
+            url: with_namespace(&base, &format!("session_timeout={}ms", CONFORMANCE_SESSION.as_millis())),
+            admin,
+        }
+    }
+}
+
+#[async_trait]
+impl Harness for ZkHarness {
+    async fn locker(&self) -> Locker {
+        backend_zk::connect(&BackendUrl::parse(&self.url).expect("URL"))
+            .await
+            .expect("connect to ZooKeeper")
+    }
+
+    async fn delete_behind_back(&self, name: &LockName) {
+        let holder = contenders(&self.admin, name)
+            .await
+            .into_iter()
+            .next()
+            .expect("a holder to delete");
+        self.admin
+            .delete(&holder, None)
+            .await
+            .expect("delete the holder's node");
+    }
+
+    async fn residue(&self, name: &LockName) -> Vec<String> {
+        contenders(&self.admin, name).await
+    }
+
+    fn short_ttl(&self) -> Duration {
+        CONFORMANCE_SESSION
+    }
 }

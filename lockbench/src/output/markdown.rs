@@ -40,6 +40,7 @@ pub fn render(report: &Report, charts: &[Chart], charts_href: &str, quick: bool)
         s.push('\n');
     }
     summary(&mut s, report);
+    tls_cost(&mut s, report);
     targets_section(&mut s, report);
     details(&mut s, report);
     if !charts.is_empty() {
@@ -65,6 +66,52 @@ fn find<'a>(
             && r.workload == workload
             && key.is_none_or(|(k, v)| r.param_u64(k) == Some(v))
     })
+}
+
+/// What TLS (and authentication) costs: locksmith on each backend's secured server beside the
+/// plain one, measured in the same run.
+fn tls_cost(s: &mut String, report: &Report) {
+    let rows: Vec<String> = BACKENDS
+        .iter()
+        .filter_map(|b| {
+            let plain = find(report, "locksmith", b, "uncontended", None)?.p50_us?;
+            let tls = find(report, "locksmith+tls", b, "uncontended", None)?.p50_us?;
+            let handover = |system: &str| {
+                report
+                    .results
+                    .iter()
+                    .filter(|r| r.system == system && r.backend == *b && r.workload == "handover")
+                    .filter_map(|r| r.p50_us)
+                    .next()
+            };
+            let hand = match (handover("locksmith"), handover("locksmith+tls")) {
+                (Some(p), Some(t)) => format!("{p:.0} → {t:.0}"),
+                _ => "—".into(),
+            };
+            Some(format!("| {b} | {plain:.0} → {tls:.0} | {:.2} | {hand} |", tls / plain))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "### What TLS costs
+"
+    );
+    let _ = writeln!(
+        s,
+        "locksmith on each backend's secured server (`scripts/backends`: mutual TLS with rustls, and a user with a password) beside the plain server, in the same run (`locksmith+tls` rows below). The connection's handshake is paid once, at connect; what remains is encryption per request.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| backend | uncontended p50 µs, plain → TLS | × | handover p50 µs (shortest wait), plain → TLS |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(s, "{r}");
+    }
+    s.push('\n');
 }
 
 fn summary(s: &mut String, report: &Report) {

@@ -12,7 +12,9 @@ use crate::cli::Sizes;
 use crate::model::{round3, Record};
 use crate::system::{unique_name, LockSystem};
 
-const TTL: Duration = Duration::from_secs(30);
+/// The lease: long enough never to run out during a measurement, and no longer than the Redis
+/// backend's default `restart_delay`, which bounds every TTL there.
+const TTL: Duration = locksmith::DEFAULT_TTL;
 
 /// The critical-section check shared by all clients.
 #[derive(Default)]

@@ -18,7 +18,9 @@ use crate::model::{round3, Record};
 use crate::system::{connect, unique_name};
 
 /// Long enough that no renewal falls inside the measured window.
-const TTL: Duration = Duration::from_secs(60);
+/// The lease: long enough never to run out during a measurement, and no longer than the Redis
+/// backend's default `restart_delay`, which bounds every TTL there.
+const TTL: Duration = locksmith::DEFAULT_TTL;
 /// At most this many connections: every waiter has its own up to here, the rest share them
 /// round-robin. (A stock ZooKeeper allows 60 connections per client address; `scripts/backends`
 /// lifts that limit.)

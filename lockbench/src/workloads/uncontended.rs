@@ -11,7 +11,9 @@ use crate::stats::Samples;
 use crate::system::{unique_name, LockSystem};
 
 /// The lease TTL used: long enough that no renewal happens during a cycle.
-const TTL: Duration = Duration::from_secs(30);
+/// The lease: long enough never to run out during a measurement, and no longer than the Redis
+/// backend's default `restart_delay`, which bounds every TTL there.
+const TTL: Duration = locksmith::DEFAULT_TTL;
 
 /// Runs the workload on `sys`.
 pub async fn run(sys: &dyn LockSystem, sizes: &Sizes) -> Result<Record> {

@@ -1,0 +1,71 @@
+//! etcd with mutual TLS and authentication (`LOCKSMITH_TEST_ETCD_SECURE`, started by
+//! `scripts/backends`): the whole conformance suite, and clear failures — a wrong password, an
+//! untrusted certificate, a plaintext client at the TLS port — that never show the password.
+#![cfg(feature = "tls")]
+
+mod common;
+
+use std::time::Duration;
+
+use lockcore::conformance::within;
+use lockcore::{BackendUrl, LockError};
+
+mod conformance {
+    lockcore::conformance_tests!(crate::common::EtcdHarness::secure().await);
+}
+
+async fn connect(url: &str) -> Result<lockcore::Locker, LockError> {
+    let parsed = BackendUrl::parse(url)?;
+    within(Duration::from_secs(30), url, backend_etcd::connect(&parsed)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_credentials_and_tls_fail_clearly_and_keep_the_password() {
+    let base = common::env_url("LOCKSMITH_TEST_ETCD_SECURE");
+    let dir = common::env_url("LOCKSMITH_TEST_TLS_DIR");
+    let password = "lock-pass-123";
+    let wrong = base.replacen(password, "not-the-password", 1);
+    let untrusted = base.replace(&format!("{dir}/ca.pem"), &format!("{dir}/other-ca.pem"));
+    let stranger = base
+        .replace(&format!("{dir}/client.pem"), &format!("{dir}/untrusted.pem"))
+        .replace(&format!("{dir}/client.key"), &format!("{dir}/untrusted.key"));
+    let plaintext = base.replacen("etcds://", "etcd://", 1);
+    let plaintext = plaintext.split('?').next().unwrap().to_owned();
+    let cases = [
+        ("wrong password", with_timeout(&wrong), true),
+        ("untrusted server certificate", with_timeout(&untrusted), false),
+        ("client certificate of an unknown CA", with_timeout(&stranger), false),
+        ("plaintext client at the TLS port", with_timeout(&plaintext), false),
+    ];
+    for (what, url, denied) in cases {
+        let start = std::time::Instant::now();
+        let e = connect(&url).await.expect_err(what);
+        let shown = format!("{e} {e:?}");
+        assert!(
+            !shown.contains(password) && !shown.contains("not-the-password"),
+            "{what}: a password shows: {shown}"
+        );
+        if denied {
+            assert!(matches!(e, LockError::Denied(_)), "{what}: {e:?}");
+        } else {
+            assert!(matches!(e, LockError::Unavailable { .. }), "{what}: {e:?}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{what}: took {:?}",
+            start.elapsed()
+        );
+    }
+    // The right credentials work.
+    let locker = connect(&with_timeout(&base)).await.expect("connect");
+    let g = locker
+        .lock(lockcore::conformance::unique_name("secure"))
+        .try_acquire()
+        .await
+        .expect("try");
+    g.expect("free").release().await.expect("release");
+}
+
+fn with_timeout(url: &str) -> String {
+    common::with_query(url, "connect_timeout=3s")
+}

@@ -1,0 +1,105 @@
+//! ZooKeeper over TLS with digest credentials (`LOCKSMITH_TEST_ZK_SECURE`, started by
+//! `scripts/backends`): the whole conformance suite, the ACL that keeps other identities from
+//! breaking a lock, and clear failures that never show the password.
+#![cfg(feature = "tls")]
+
+mod common;
+
+use std::time::Duration;
+
+use lockcore::conformance::{unique_name, within};
+use lockcore::{BackendUrl, LockError, LockName};
+use zookeeper_client as zk;
+
+mod conformance {
+    lockcore::conformance_tests!(crate::common::ZkHarness::secure().await);
+}
+
+fn secure() -> String {
+    common::env_url("LOCKSMITH_TEST_ZK_SECURE")
+}
+
+fn tls_dir() -> String {
+    common::env_url("LOCKSMITH_TEST_TLS_DIR")
+}
+
+/// A client of another identity (or of none) cannot delete a locksmith holder's node: the ACL
+/// gives all permissions to locksmith's identity only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_identities_cannot_delete_a_lock_node() {
+    let url = common::with_namespace(&secure(), "session_timeout=5s");
+    let locker = backend_zk::connect(&BackendUrl::parse(&url).unwrap())
+        .await
+        .expect("connect");
+    let name = unique_name("acl");
+    let guard = locker.lock(&name).acquire().await.expect("acquire");
+    let plain = common::env_url("LOCKSMITH_TEST_ZK_SECURE_PLAIN");
+    for auth in [Some("intruder:not-the-password"), None] {
+        let mut connector = zk::Client::connector().with_session_timeout(Duration::from_secs(10));
+        if let Some(auth) = auth {
+            connector = connector.with_auth("digest", auth.as_bytes());
+        }
+        let other = within(
+            Duration::from_secs(20),
+            "an intruder's session",
+            connector.connect(&plain),
+        )
+        .await
+        .expect("connect");
+        let refused = other.delete(&guard.lease().holder_id, None).await;
+        assert!(matches!(refused, Err(zk::Error::NoAuth)), "{auth:?}: {refused:?}");
+        let lock_node = common::lock_path(&LockName::new(&name).unwrap());
+        let child = other
+            .create(
+                &format!("{lock_node}/x"),
+                b"",
+                &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+            )
+            .await;
+        assert!(
+            matches!(child, Err(zk::Error::NoAuth)),
+            "{auth:?} created a node in the lock: {child:?}"
+        );
+    }
+    assert!(guard.is_held());
+    guard.release().await.expect("release");
+}
+
+/// A plaintext client at the TLS port, an untrusted certificate, and zks:// without a CA all
+/// fail clearly, in bounded time, without the password in any message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tls_fails_clearly_and_keeps_the_password() {
+    let base = secure();
+    let dir = tls_dir();
+    let password = "lock-pass-123";
+    let plaintext = base.replacen("zks://", "zk://", 1);
+    let plaintext = plaintext.split('?').next().unwrap().to_owned() + "?connect_timeout=3s";
+    let untrusted = base.replace(&format!("{dir}/ca.pem"), &format!("{dir}/other-ca.pem"));
+    let no_ca = base.replace(&format!("ca={dir}/ca.pem&"), "");
+    for (what, url) in [
+        ("plaintext client at the TLS port", plaintext),
+        ("untrusted server certificate", untrusted),
+        ("no ca", no_ca),
+    ] {
+        let url = common::with_namespace(&url, "connect_timeout=3s");
+        let start = std::time::Instant::now();
+        let result = match BackendUrl::parse(&url) {
+            Ok(parsed) => within(Duration::from_secs(30), what, backend_zk::connect(&parsed))
+                .await
+                .map(drop),
+            Err(e) => Err(e),
+        };
+        let e = result.expect_err(what);
+        let shown = format!("{e} {e:?}");
+        assert!(!shown.contains(password), "{what}: the password shows: {shown}");
+        assert!(
+            matches!(e, LockError::Unavailable { .. } | LockError::InvalidUrl { .. }),
+            "{what}: {e:?}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{what}: took {:?}",
+            start.elapsed()
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! The command line against the secured servers of `scripts/backends` (TLS + credentials): the
+//! password from `--password-file` or `LOCKSMITH_PASSWORD` instead of the URL, the TLS files from
+//! `--ca`/`--cert`/`--key` instead of URL options, a wrong password refused with exit 5, and no
+//! password in any message, at any verbosity.
+#![cfg(feature = "tls")]
+
+mod common;
+
+use common::{assert_code, env_url, run, token, unique_name};
+
+const PASSWORD: &str = "lock-pass-123";
+
+/// The secure URLs of the backends this build has.
+fn secure_urls() -> Vec<String> {
+    let mut urls = Vec::new();
+    if cfg!(feature = "etcd") {
+        urls.push(env_url("LOCKSMITH_TEST_ETCD_SECURE"));
+    }
+    if cfg!(feature = "zk") {
+        urls.push(env_url("LOCKSMITH_TEST_ZK_SECURE"));
+    }
+    if cfg!(feature = "redis") {
+        urls.push(env_url("LOCKSMITH_TEST_REDIS_SECURE"));
+    }
+    urls
+}
+
+/// `url` without its password and without its query (the TLS options).
+fn bare(url: &str) -> String {
+    url.replacen(&format!(":{PASSWORD}@"), "@", 1)
+        .split('?')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn tls_args() -> Vec<String> {
+    let dir = env_url("LOCKSMITH_TEST_TLS_DIR");
+    vec![
+        "--ca".into(),
+        format!("{dir}/ca.pem"),
+        "--cert".into(),
+        format!("{dir}/client.pem"),
+        "--key".into(),
+        format!("{dir}/client.key"),
+    ]
+}
+
+#[test]
+fn secrets_from_a_file_or_the_environment_and_tls_from_flags() {
+    let file = std::env::temp_dir().join(format!("locksmith-cli-pw-{}", std::process::id()));
+    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
+    let file = file.display().to_string();
+    for url in secure_urls() {
+        let bare = bare(&url);
+        let mut args: Vec<String> = vec!["--url".into(), bare.clone(), "--password-file".into(), file.clone()];
+        args.extend(tls_args());
+        args.extend(["try".into(), unique_name("secure")]);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = run(&refs);
+        assert_code(&out, 0);
+        token(&out.stdout);
+
+        // LOCKSMITH_PASSWORD, with the TLS files in the URL.
+        let without_password = url.replacen(&format!(":{PASSWORD}@"), "@", 1);
+        let mut cmd = common::locksmith(&["--url", &without_password, "try", &unique_name("secure-env")]);
+        cmd.env("LOCKSMITH_PASSWORD", PASSWORD);
+        let out = common::Proc::spawn(cmd).finish();
+        assert_code(&out, 0);
+    }
+    std::fs::remove_file(&file).ok();
+}
+
+#[test]
+fn a_wrong_password_exits_5_and_no_message_shows_a_password() {
+    for url in secure_urls() {
+        let wrong = url.replacen(PASSWORD, "hunter2-wrong", 1);
+        let is_zk = url.starts_with("zks://");
+        for verbose in ["-q", "-v", "-vv"] {
+            let out = run(&[
+                verbose,
+                "--connect-timeout",
+                "5s",
+                "--url",
+                &wrong,
+                "try",
+                &unique_name("wrong"),
+            ]);
+            // ZooKeeper's digest scheme takes any password: a wrong one is another identity,
+            // which the ACL of a lock node refuses only once such a node exists; a fresh lock is
+            // free to it. etcd and Redis refuse the credentials themselves.
+            if !is_zk {
+                assert_code(&out, 5);
+            }
+            for secret in ["hunter2-wrong", PASSWORD] {
+                assert!(
+                    !out.stderr.contains(secret),
+                    "{verbose}: {secret} shows: {}",
+                    out.stderr
+                );
+                assert!(
+                    !out.stdout.contains(secret),
+                    "{verbose}: {secret} shows: {}",
+                    out.stdout
+                );
+            }
+        }
+    }
+}
