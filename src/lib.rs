@@ -59,7 +59,7 @@ macro_rules! registry {
 registry! {
     "etcd" => backend_etcd: ["etcd", "etcds"],
     "zk" => backend_zk: ["zk", "zks"],
-    "redis" => backend_redis: ["redis", "rediss"],
+    "redis" => backend_redis: ["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis-cluster", "rediss-cluster"],
 }
 
 /// The backend serving `scheme` in this build, if any.

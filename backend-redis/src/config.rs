@@ -21,6 +21,9 @@ pub const OPTIONS: &[&str] = &[
     "key",
     "server_name",
     "password_file",
+    "db",
+    "min_replicas",
+    "replica_timeout",
 ];
 
 const DEFAULT_PORT: u16 = 6379;
@@ -28,6 +31,9 @@ const DEFAULT_PREFIX: &str = "locksmith:";
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_WAITER_TTL: Duration = Duration::from_secs(10);
+/// How long an acquire waits for its replicas to confirm (`replica_timeout`).
+const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// How long locksmith clients hand a plain-layout lock to each other before leaving it free for
 /// `poller_gap`, when the URL sets a `poller_gap` but no `max_pass_over`.
 const DEFAULT_MAX_PASS_OVER: Duration = Duration::from_secs(1);
@@ -71,9 +77,44 @@ impl FenceFloor {
     }
 }
 
+/// How the servers of a URL are arranged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// `redis://h` (one server) or `redis://h1,h2,h3` (independent masters, a quorum).
+    Servers,
+    /// `redis+sentinel://s1,s2/master`: the master that these sentinels name, followed across
+    /// failovers.
+    Sentinel {
+        /// The sentinels, `(host, port)`.
+        sentinels: Vec<(String, u16)>,
+        /// The name the sentinels monitor the master under.
+        master: String,
+    },
+    /// `redis-cluster://h1,h2`: a Redis Cluster, found from these seed nodes.
+    Cluster {
+        /// The seed nodes, `(host, port)`.
+        seeds: Vec<(String, u16)>,
+    },
+}
+
+/// The default port of a sentinel.
+const SENTINEL_PORT: u16 = 26379;
+
 /// Everything `connect` reads from the URL.
 #[derive(Clone)]
 pub(crate) struct Config {
+    /// How the servers are arranged.
+    pub(crate) topology: Topology,
+    /// The database number (0 on a cluster).
+    pub(crate) db: u32,
+    /// The user and password of the data servers (for the sentinel and cluster clients; the
+    /// `node_urls` carry them too).
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    /// Replicas that must confirm an acquire (`WAIT`) before it is trusted; 0: none.
+    pub(crate) min_replicas: u32,
+    /// How long an acquire waits for them.
+    pub(crate) replica_timeout: Duration,
     /// One `redis[s]://user:pass@host:port/db` connection URL per master (it holds the password:
     /// never shown; `Config` has no `Debug`).
     pub(crate) node_urls: Vec<String>,
@@ -97,20 +138,82 @@ pub(crate) struct Config {
 impl Config {
     /// Validates `url`; every problem is a [`lockcore::LockError::InvalidUrl`].
     pub(crate) fn parse(url: &BackendUrl) -> Result<Config> {
-        let tls = match url.scheme.as_str() {
-            "redis" => false,
-            "rediss" => true,
-            _ => return Err(url.error("expected a redis:// or rediss:// URL")),
+        let (tls, kind) = match url.scheme.as_str() {
+            "redis" => (false, "servers"),
+            "rediss" => (true, "servers"),
+            "redis+sentinel" => (false, "sentinel"),
+            "rediss+sentinel" => (true, "sentinel"),
+            "redis-cluster" => (false, "cluster"),
+            "rediss-cluster" => (true, "cluster"),
+            _ => {
+                return Err(url.error(
+                    "expected redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis-cluster:// or rediss-cluster://",
+                ))
+            }
         };
         url.expect_only_options(OPTIONS)?;
         let hosts = url.expect_hosts()?;
-        let db: u32 = if url.path.is_empty() {
-            0
-        } else {
-            url.path
-                .parse()
-                .map_err(|_| url.error(format!("the path must be a database number, not {:?}", url.path)))?
+        let number = |what: &str, text: &str| -> Result<u32> {
+            text.parse()
+                .map_err(|_| url.error(format!("{what} must be a database number, not {text:?}")))
         };
+        let host_ports = || {
+            hosts
+                .iter()
+                .map(|h| (h.host.clone(), h.port.unwrap_or(DEFAULT_PORT)))
+                .collect()
+        };
+        let (topology, db) = match kind {
+            "servers" => {
+                if url.query.contains_key("db") {
+                    return Err(url.error("give the database as the path: redis://host/N"));
+                }
+                let db = if url.path.is_empty() {
+                    0
+                } else {
+                    number("the path", &url.path)?
+                };
+                (Topology::Servers, db)
+            }
+            "sentinel" => {
+                if url.path.is_empty() || url.path.contains('/') {
+                    return Err(url.error("the path is the master's name: redis+sentinel://s1:26379,s2:26379/mymaster"));
+                }
+                let sentinels = hosts
+                    .iter()
+                    .map(|h| (h.host.clone(), h.port.unwrap_or(SENTINEL_PORT)))
+                    .collect();
+                let db = match url.query.get("db") {
+                    None => 0,
+                    Some(n) => number("db", n)?,
+                };
+                let master = url.path.clone();
+                (Topology::Sentinel { sentinels, master }, db)
+            }
+            _ => {
+                if !url.path.is_empty() || url.query.contains_key("db") {
+                    return Err(url.error("a Redis Cluster has only database 0: no path, no db="));
+                }
+                (Topology::Cluster { seeds: host_ports() }, 0)
+            }
+        };
+        let min_replicas = match url.query.get("min_replicas") {
+            None => 0,
+            Some(n) => n
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n <= 16)
+                .ok_or_else(|| url.error(format!("min_replicas={n:?}: expected a number from 0 to 16")))?,
+        };
+        if min_replicas > 0 && topology == Topology::Servers && hosts.len() > 1 {
+            return Err(url.error("min_replicas is for a master with replicas; the masters of a quorum have none"));
+        }
+        let replica_timeout = url
+            .duration_option("replica_timeout")?
+            .unwrap_or(DEFAULT_REPLICA_TIMEOUT);
+        if replica_timeout.is_zero() {
+            return Err(url.error("replica_timeout must be greater than zero"));
+        }
         let prefix = url
             .query
             .get("prefix")
@@ -133,6 +236,12 @@ impl Config {
         };
         let connect_timeout = positive("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
         let response_timeout = positive("response_timeout", DEFAULT_RESPONSE_TIMEOUT)?;
+        if min_replicas > 0 && replica_timeout >= response_timeout {
+            return Err(url.error(format!(
+                "replica_timeout ({replica_timeout:?}) must be shorter than response_timeout ({response_timeout:?}): \
+                 WAIT blocks for up to replica_timeout"
+            )));
+        }
         let waiter_ttl = positive("waiter_ttl", DEFAULT_WAITER_TTL)?;
         if waiter_ttl < Duration::from_millis(300) {
             return Err(url.error("waiter_ttl must be at least 300ms"));
@@ -177,15 +286,32 @@ impl Config {
             return Err(url.error("rediss:// needs the `tls` feature of locksmith (or of backend-redis)"));
         }
         let password = url.password()?;
-        let auth = match (url.user(), password) {
+        let auth = match (url.user(), &password) {
             (None, None) => String::new(),
             (Some(user), None) => format!("{}@", escape(user)),
-            (user, Some(pass)) => format!("{}:{}@", escape(user.unwrap_or("")), escape(&pass)),
+            (user, Some(pass)) => format!("{}:{}@", escape(user.unwrap_or("")), escape(pass)),
         };
         let scheme = if tls { "rediss" } else { "redis" };
-        let addrs: Vec<String> = hosts.iter().map(|h| h.to_addr(DEFAULT_PORT)).collect();
-        let node_urls = addrs.iter().map(|a| format!("{scheme}://{auth}{a}/{db}")).collect();
+        let (addrs, node_urls) = match &topology {
+            Topology::Servers => {
+                let addrs: Vec<String> = hosts.iter().map(|h| h.to_addr(DEFAULT_PORT)).collect();
+                let urls = addrs.iter().map(|a| format!("{scheme}://{auth}{a}/{db}")).collect();
+                (addrs, urls)
+            }
+            // One logical server, whose address is found at run time.
+            Topology::Sentinel { master, .. } => (vec![format!("sentinel master {master:?}")], vec![String::new()]),
+            Topology::Cluster { seeds } => {
+                let seeds: Vec<String> = seeds.iter().map(|(h, p)| host_port(h, *p)).collect();
+                (vec![format!("cluster {}", seeds.join(","))], vec![String::new()])
+            }
+        };
         Ok(Config {
+            topology,
+            db,
+            user: url.user().map(str::to_owned),
+            password,
+            min_replicas,
+            replica_timeout,
             node_urls,
             tls: tls.then_some(tls_files),
             addrs,
@@ -208,7 +334,16 @@ impl Config {
 }
 
 /// Percent-encodes a user name or password for the connection URL.
-fn escape(s: &str) -> String {
+/// `host:port`, with an IPv6 host in brackets.
+pub(crate) fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+pub(crate) fn escape(s: &str) -> String {
     use std::fmt::Write;
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -258,6 +393,34 @@ mod tests {
     }
 
     #[test]
+    fn reads_sentinel_and_cluster_urls() {
+        let s = parse("redis+sentinel://:pw@s1,s2:26380/mymaster?db=3&min_replicas=1&replica_timeout=250ms").unwrap();
+        assert_eq!(
+            s.topology,
+            Topology::Sentinel {
+                sentinels: vec![("s1".into(), 26379), ("s2".into(), 26380)],
+                master: "mymaster".into()
+            }
+        );
+        assert_eq!(
+            (s.db, s.min_replicas, s.replica_timeout),
+            (3, 1, Duration::from_millis(250))
+        );
+        assert_eq!(s.password.as_deref(), Some("pw"));
+        assert_eq!((s.node_urls.len(), s.quorum()), (1, 1));
+        let c = parse("redis-cluster://h1:7000,h2:7001").unwrap();
+        assert_eq!(
+            c.topology,
+            Topology::Cluster {
+                seeds: vec![("h1".into(), 7000), ("h2".into(), 7001)]
+            }
+        );
+        assert_eq!((c.db, c.min_replicas, c.quorum()), (0, 0, 1));
+        assert_eq!(c.replica_timeout, DEFAULT_REPLICA_TIMEOUT);
+        assert_eq!(parse("redis://h?min_replicas=2").unwrap().min_replicas, 2);
+    }
+
+    #[test]
     fn rejects_bad_urls() {
         for bad in [
             "redis://",
@@ -277,6 +440,19 @@ mod tests {
             "redis://h?layout=plain&max_pass_over=1s",
             "redis://h?layout=plain&poller_gap=2m",
             "etcd://h",
+            "redis://h?db=1",
+            "redis+sentinel://s1,s2",
+            "redis+sentinel://s1/a/b",
+            "redis+sentinel://s1/m?db=x",
+            "redis-cluster://h1/2",
+            "redis-cluster://h1?db=1",
+            "redis://h?min_replicas=17",
+            "redis://h?min_replicas=-1",
+            "redis://h1,h2,h3?min_replicas=1",
+            "redis+sentinel://s/m?min_replicas=1&replica_timeout=0",
+            "redis+sentinel://s/m?min_replicas=1&replica_timeout=5s",
+            "redis+sentinel://s/m?min_replicas=1&replica_timeout=1s&response_timeout=1s",
+            "redis+cluster://h",
         ] {
             assert!(
                 matches!(parse(bad), Err(lockcore::LockError::InvalidUrl { .. })),

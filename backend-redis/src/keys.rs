@@ -41,8 +41,9 @@ impl LockKeys {
                 (format!("{base}:lock"), base)
             }
             Layout::Plain => {
-                let tag = slot_tag(name.as_str()).unwrap_or(enc);
-                (name.as_str().to_owned(), format!("{prefix}{{{tag}}}:{enc}"))
+                let raw = name.as_str();
+                let tag = slot_tag(raw).map_or_else(|| tag_for_slot(slot_of(raw)), str::to_owned);
+                (raw.to_owned(), format!("{prefix}{{{tag}}}:{enc}"))
             }
         };
         LockKeys {
@@ -64,7 +65,7 @@ impl LockKeys {
 
 /// The hash tag that puts a key in the same Redis Cluster slot as the raw key `key`: the key's own
 /// `{tag}` if it has one, else the whole key, unless `{key}` would be cut short by a `}` inside it
-/// (then `None`: no sibling key can share its slot, which only matters on Redis Cluster).
+/// (then `None`, and [`tag_for_slot`] finds another tag of the same slot).
 fn slot_tag(key: &str) -> Option<&str> {
     if let Some(open) = key.find('{') {
         if let Some(len) = key[open + 1..].find('}') {
@@ -74,6 +75,59 @@ fn slot_tag(key: &str) -> Option<&str> {
         }
     }
     (!key.contains('}')).then_some(key)
+}
+
+/// A short tag (`~0`, `~1`, … in base 36) whose slot is `slot`: the first one of that sequence,
+/// so every client finds the same. Some 16 thousand tries at most on average; only names with a
+/// `}` and no `{tag}` of their own need it.
+fn tag_for_slot(slot: u16) -> String {
+    (0u64..)
+        .map(|n| format!("~{}", base36(n)))
+        .find(|tag| slot_of(tag) == slot)
+        .unwrap_or_default()
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the text between its first
+/// `{` and the next `}`, when not empty) or of the whole key, modulo 16384.
+pub(crate) fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = match key.find('{') {
+        Some(open) => match key[open + 1..].find('}') {
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    crc16_xmodem(hashed) % 16384
+}
+
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
 }
 
 #[cfg(test)]
@@ -99,7 +153,38 @@ mod tests {
         assert_eq!(k.lock, "orders/42");
         assert_eq!(k.fence, "ls:{orders/42}:orders%2F42:fence");
         assert_eq!(keys(Layout::Plain, "x{user1}y").fence, "ls:{user1}:x%7Buser1%7Dy:fence");
-        assert_eq!(keys(Layout::Plain, "a}b").fence, "ls:{a%7Db}:a%7Db:fence");
+        // `{a}b}` would hash `a`: another tag of the slot of `a}b` is used.
+        let odd = keys(Layout::Plain, "a}b");
+        assert!(
+            odd.fence.starts_with("ls:{~") && odd.fence.ends_with("}:a%7Db:fence"),
+            "{}",
+            odd.fence
+        );
+        assert_eq!(slot_of(&odd.fence), slot_of("a}b"));
+    }
+
+    #[test]
+    fn cluster_slots() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("{user1000}.following"), slot_of("{user1000}.followers"));
+        assert_eq!(slot_of("{}x"), slot_of("{}x"));
+        assert_ne!(slot_of("{}a"), slot_of("a"));
+        for layout in [Layout::Default, Layout::Plain] {
+            for name in ["orders/42", "x{user1}y", "a}b", "}{", "x}{y}", "{", "{}", "plain"] {
+                let k = keys(layout, name);
+                let slot = slot_of(&k.lock);
+                for key in [&k.fence, &k.queue, &k.alive, &k.streak, &k.gap] {
+                    assert_eq!(
+                        slot_of(key),
+                        slot,
+                        "{layout:?} {name}: {key} is in another slot than {}",
+                        k.lock
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,13 @@
 //! # The locksmith Redis backend
 //!
-//! `redis[s]://[user[:password]@]host[:port][,host2[:port],...][/db][?options]`
+//! - `redis[s]://[user[:password]@]host[:port][/db][?options]`: one server.
+//! - `redis[s]://host1[:port],host2[:port],host3[:port][/db]`: independent masters, a quorum
+//!   (Redlock; see "Several independent masters").
+//! - `redis[s]+sentinel://[user[:password]@]s1[:26379],s2[:26379],…/mastername[?db=N&…]`: the
+//!   master that these sentinels monitor under `mastername`, followed across failovers (see
+//!   "Redis Sentinel and Redis Cluster").
+//! - `redis[s]-cluster://[user[:password]@]h1[:6379],h2[:6379],…`: a Redis Cluster found from
+//!   these seed nodes.
 //!
 //! `rediss://` (feature `tls`) is TLS with rustls: the system's roots, or `ca=` (a PEM bundle),
 //! and `cert=`/`key=` for mutual TLS (`tls-auth-clients yes`); the host of the URL is what the
@@ -20,7 +27,7 @@
 //!
 //! | option | default | meaning |
 //! |---|---|---|
-//! | path `/N` | `0` | the database number |
+//! | path `/N` | `0` | the database number (`db=N` on Sentinel; a cluster has only 0) |
 //! | `prefix` | `locksmith:` | prefix of every key locksmith creates (must not contain `{` or `}`) |
 //! | `layout` | `default` | `default` or `plain` (see below) |
 //! | `connect_timeout` | `3s` | connecting; an unreachable server is [`lockcore::LockError::Unavailable`] after this |
@@ -31,6 +38,8 @@
 //! | `max_pass_over` | `1s` | plain layout with `poller_gap`: how long locksmith clients may hand the lock to each other before such a gap |
 //! | `ca`, `cert`, `key` | — | `rediss://`: the CA bundle to trust, the client certificate and key (PEM files) |
 //! | `password_file` | — | the password in a file; else `LOCKSMITH_PASSWORD` |
+//! | `min_replicas` | `0` | replicas that must acknowledge every grant and renewal (`WAIT`) before it is trusted; 0 to 16 (see "Replica confirmation") |
+//! | `replica_timeout` | `500ms` | how long a grant or renewal waits for them (less than `response_timeout`) |
 //! | `restart_delay` | `15s` | after the server lost its data, no lock without a fencing counter is granted until the server has been up this long; no lock's TTL may be longer (see "After data loss"); `0` turns it off |
 //!
 //! ## Key layout
@@ -48,7 +57,7 @@
 //! | channel `<prefix>{E}:wake:<token>` | pub/sub | the wake-ups of one waiter |
 //!
 //! All keys of a lock share the hash tag `{E}`, so each script touches one slot, as Redis Cluster
-//! requires (this crate itself connects to standalone servers only). The queue and liveness keys
+//! requires; different locks spread over the slots, and so over the masters. The queue and liveness keys
 //! expire `2 × waiter_ttl` after the last waiter refreshed them, the fencing counter an hour after
 //! the lock was last taken: a program that locks one name per entity (`orders/<id>`) leaves at most
 //! one counter per name taken in the last hour. (With `fence_floor=none` or a number the counter
@@ -75,8 +84,9 @@
 //!   flag per lease; a lease whose key no longer holds our token is reported `NotHeld`, which
 //!   fires its `lost()`, and does not affect the others of its batch. The chunks keep each script
 //!   short (a script blocks its server while it runs: about a millisecond for 500 leases).
-//!   On Redis Cluster the keys of one call would have to share a hash slot, i.e. a batch would
-//!   have to be grouped by slot first; this crate connects to standalone servers only.
+//!   On Redis Cluster the batch is grouped by the master that serves each lock's slot, and each
+//!   group is one `RENEW_MANY_CROSS` call (the same script, flagged `allow-cross-slot-keys`) on
+//!   its master: one round trip per node, the nodes in parallel.
 //! - **leave** (`LEAVE`): a cancelled or timed-out acquire removes its queue entry, releases a lock
 //!   granted to it but never returned, and passes the wake-up on if it was first in line.
 //!   It runs from a `Drop` guard (spawned), so dropping an acquire future leaves nothing behind.
@@ -108,9 +118,11 @@
 //! `SET name token NX PX ttl` and released by compare-and-delete: the layout of redis-py's `Lock`,
 //! redsync, node-redlock and most hand-written Redis locks. A process still on such a library and
 //! one on locksmith exclude each other on the same name. Locksmith's own bookkeeping lives next to
-//! it: `<prefix>{T}:E:fence`, `:queue`, `:alive`, where `T` is the raw name's cluster hash tag
-//! (its own `{tag}` if it has one, else the name). Don't name locks so that they start with the
-//! prefix.
+//! it: `<prefix>{T}:E:fence`, `:queue`, `:alive`, where `T` puts them in the Redis Cluster slot
+//! of the raw name: the name's own `{tag}` if it has one, else the name itself (for a name with
+//! a `}` and no tag, another short tag of the same slot). So on Redis Cluster the lock key that
+//! redis-py's `SET name …` writes and locksmith's bookkeeping are on one node, and one script
+//! reaches them all. Don't name locks so that they start with the prefix.
 //!
 //! Choose it while old and new clients share locks; choose the default layout otherwise (its keys
 //! are namespaced by the prefix and safe for any name).
@@ -202,12 +214,59 @@
 //!   last taken). `fence_floor=none` gives small consecutive tokens that start over after data
 //!   loss; `fence_floor=N` is a fixed floor to raise by hand after an incident.
 //!
-//! What stays uncovered: a failover to a replica that had not received the latest writes (the new
-//! master has the old counter and no data-loss marker it could notice); data lost to eviction
+//! What stays uncovered: a failover to a replica that had not received the latest writes, unless
+//! `min_replicas` is set (see "Replica confirmation"); data lost to eviction
 //! (run with `maxmemory-policy noeviction`: lock keys carry a TTL, so `volatile-*` policies may
 //! evict them); a server clock that jumps. `tests/restart.rs` restarts a server without
 //! persistence under a held lock and a queued waiter: the old holder is told ~0.5 s after the
 //! restart, the waiter gets the lock only after `restart_delay`, with a larger token.
+//!
+//! ## Redis Sentinel and Redis Cluster
+//!
+//! Everything above holds on both: the FIFO queue with wake-ups pushed by the server, fencing,
+//! batched renewal, cancellation safety, the plain layout, TLS and ACL users.
+//!
+//! - **Sentinel** (`redis+sentinel://s1,s2,s3/mymaster`): the backend asks the sentinels for the
+//!   master (and checks with `ROLE` that it is one), and sends everything there. A request that
+//!   fails as a failover makes it fail (connection refused or dropped, no answer, `READONLY` from
+//!   a demoted master, no replica acknowledging a write) makes it ask the sentinels again (at most
+//!   every 200 ms); if they name another master, every request goes there, and the pub/sub
+//!   connection is closed so that every waiter subscribes again on the new master and re-checks
+//!   its lock. A holder's watchdog keeps renewing on the new master, which knows the lease if it
+//!   was replicated; if it was not, the renewal answers "not held" and `lost()` fires; if the new
+//!   master cannot be reached before the lease's validity ends, `lost()` fires then.
+//! - **Cluster** (`redis-cluster://h1:7000,h2:7001`): each request goes to the master of its key's
+//!   slot, following `MOVED` (resharding, failover) and `ASK` (a slot being migrated). All keys of
+//!   a lock share one slot; the renewals of a batch are grouped by node (above). Wake-ups are
+//!   `PUBLISH`ed by the scripts on the lock's node and reach the waiters' pub/sub connection on
+//!   any node (the first seed that answers).
+//!
+//! Until the old master is demoted (the sentinels reconfigure it, or the cluster notices it is
+//! back), it may still accept writes that its successor never sees: a lease renewed only there
+//! is shorter on the new master than its holder believes. Replica confirmation closes that gap.
+//!
+//! ## Replica confirmation (`min_replicas`)
+//!
+//! Redis replicates asynchronously: a master can acknowledge a lock and fail before any replica
+//! received it, and the replica promoted in its place then grants the lock to someone else while
+//! the first holder still believes it holds it. With `min_replicas=n`, every grant and every
+//! renewal batch is followed by `WAIT n replica_timeout` on the connection that wrote it; a grant
+//! fewer than `n` replicas acknowledged is given back at once (the acquire fails with
+//! [`lockcore::LockError::Unavailable`], or a waiting acquire keeps trying until its deadline),
+//! and a renewal they did not acknowledge does not count (the watchdog retries, and fires
+//! `lost()` when the lease runs out unconfirmed). A replica that the sentinels or the cluster
+//! promote has then seen every lease its holder believes in.
+//!
+//! Use it for locks that guard correctness on Sentinel or Cluster, with `n` = the number of
+//! replicas of the master (the failover picks the most up-to-date replica, but with `n` smaller
+//! than the replica count it may pick one that did not acknowledge). It costs one round trip to
+//! a replica per grant and per renewal batch (`docs/comparison.md`), and while fewer than `n`
+//! replicas answer nothing can be granted or renewed. `docs/reliability.md` measures failovers
+//! with and without it. Not with a quorum of independent masters (they have no replicas).
+//!
+//! What it does not cover: a master and its replicas that lose their data together (restarted
+//! without persistence; `restart_delay` covers that), a replica that acknowledged a write and
+//! then lost it before being promoted, and clock jumps.
 
 #![warn(missing_docs)]
 
@@ -218,9 +277,11 @@ mod error;
 mod fanout;
 mod inner;
 mod keys;
+mod link;
 mod notify;
 mod queue;
 mod quorum;
+mod renew;
 mod scripts;
 mod session;
 
@@ -232,7 +293,14 @@ pub use config::{FenceFloor, Layout, DEFAULT_RESTART_DELAY, OPTIONS};
 /// This backend in the registry of `locksmith::connect`.
 pub static DESCRIPTOR: Descriptor = Descriptor {
     name: "redis",
-    schemes: &["redis", "rediss"],
+    schemes: &[
+        "redis",
+        "rediss",
+        "redis+sentinel",
+        "rediss+sentinel",
+        "redis-cluster",
+        "rediss-cluster",
+    ],
     feature: Some("redis"),
     options: OPTIONS,
     ttl: TtlScope::PerLock,

@@ -4,6 +4,10 @@
 //! A waiter subscribes *before* it joins the queue, so no wake-up can be published before it
 //! listens. If the pub/sub connection breaks, every subscription ends (its receiver yields `None`)
 //! and the waiter subscribes again on a new connection and re-checks the lock.
+//!
+//! The connection goes to the server of the [`Link`]: after a sentinel failover it is closed (so
+//! every waiter subscribes again, on the new master); on a cluster it goes to the first seed node
+//! that answers (a `PUBLISH` on any node reaches the subscribers of every node).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,11 +18,13 @@ use lockcore::{LockError, Result};
 use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::link::Link;
+
 type Senders = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<()>>>>;
 
 /// The pub/sub side of one server.
 pub(crate) struct Notifier {
-    client: redis::Client,
+    link: Arc<Link>,
     addr: String,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -41,14 +47,9 @@ pub(crate) struct Subscription {
 }
 
 impl Notifier {
-    pub(crate) fn new(
-        client: redis::Client,
-        addr: String,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(link: Arc<Link>, addr: String, connect_timeout: Duration, response_timeout: Duration) -> Self {
         Notifier {
-            client,
+            link,
             addr,
             connect_timeout,
             response_timeout,
@@ -94,24 +95,8 @@ impl Notifier {
                 return Ok(conn.clone());
             }
         }
-        let pubsub = match tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub()).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
-                return Err(LockError::unavailable(
-                    format!("connecting to redis at {} for pub/sub", self.addr),
-                    e,
-                ))
-            }
-            Err(_) => {
-                return Err(LockError::Unavailable {
-                    message: format!(
-                        "connecting to redis at {} for pub/sub: timed out after {:?}",
-                        self.addr, self.connect_timeout
-                    ),
-                    source: None,
-                })
-            }
-        };
+        let pubsub = self.open().await?;
+        let mut moves = self.link.moves();
         let (sink, mut stream) = pubsub.split();
         let conn = Conn {
             sink,
@@ -125,6 +110,10 @@ impl Notifier {
                 let msg = tokio::select! {
                     msg = stream.next() => msg,
                     _ = &mut stopped => break, // the backend is gone: dropping the stream closes the connection
+                    _ = moves.changed() => {
+                        tracing::debug!(%addr, "the redis master moved; waiters will subscribe on the new one");
+                        break;
+                    }
                 };
                 let Some(msg) = msg else {
                     tracing::debug!(%addr, "redis pub/sub connection closed; waiters will subscribe again");
@@ -139,6 +128,42 @@ impl Notifier {
         });
         *current = Some((conn.clone(), stop));
         Ok(conn)
+    }
+
+    /// A new pub/sub connection to the first of the link's servers that answers.
+    async fn open(&self) -> Result<redis::aio::PubSub> {
+        let clients = self.link.pubsub_clients().await.map_err(|e| {
+            self.link.failed(Some(&e));
+            LockError::unavailable(format!("finding the redis server of {}", self.addr), e)
+        })?;
+        let mut last = None;
+        for client in clients {
+            let at = client.get_connection_info().addr().to_string();
+            match tokio::time::timeout(self.connect_timeout, client.get_async_pubsub()).await {
+                Ok(Ok(p)) => return Ok(p),
+                Ok(Err(e)) => {
+                    self.link.failed(Some(&e));
+                    last = Some(LockError::unavailable(
+                        format!("connecting to redis at {at} for pub/sub"),
+                        e,
+                    ));
+                }
+                Err(_) => {
+                    self.link.failed(None);
+                    last = Some(LockError::Unavailable {
+                        message: format!(
+                            "connecting to redis at {at} for pub/sub: timed out after {:?}",
+                            self.connect_timeout
+                        ),
+                        source: None,
+                    });
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| LockError::Unavailable {
+            message: format!("no redis server to subscribe on for {}", self.addr),
+            source: None,
+        }))
     }
 }
 

@@ -207,14 +207,34 @@ return released
 /// `i`, its token at `2i - 1` and its TTL in ms at `2i`. Returns one integer per lease, in order:
 /// 1 if extended, 0 if the key no longer holds that token.
 ///
-/// The keys of different locks are in different hash slots: on Redis Cluster a batch would have
-/// to be grouped by slot (this crate connects to standalone servers only).
+/// The keys of different locks are in different hash slots: on Redis Cluster a batch holds the
+/// locks of one node only, and runs as [`RENEW_MANY_CROSS`].
 const RENEW_MANY: &str = r#"
 local out = {}
 for i = 1, #KEYS do
   local k = KEYS[i]
   if mine(redis.call('GET', k), ARGV[2 * i - 1]) then
     redis.call('PEXPIRE', k, ARGV[2 * i])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"#;
+
+/// `RENEW_MANY` for the locks of one Redis Cluster node (Redis 7.0 or later). A cluster node
+/// refuses a script whose declared keys are in different slots, so only the first lock key is
+/// declared (the node checks that it serves it); the script reaches the others through ARGV,
+/// which `allow-cross-slot-keys` permits for keys of this node (another node's key is an error,
+/// and the batch is renewed again lease by lease). KEYS: the first lease's lock key. ARGV: for
+/// lease `i`, its lock key at `3i - 2`, its token at `3i - 1`, its TTL in ms at `3i`.
+const RENEW_MANY_CROSS: &str = r#"
+local out = {}
+for i = 1, #ARGV / 3 do
+  local k = ARGV[3 * i - 2]
+  if mine(redis.call('GET', k), ARGV[3 * i - 1]) then
+    redis.call('PEXPIRE', k, ARGV[3 * i])
     out[i] = 1
   else
     out[i] = 0
@@ -256,9 +276,12 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) leave: Script,
     pub(crate) renew_many: Script,
+    /// `RENEW_MANY_CROSS`: `RENEW_MANY` for the locks of one Redis Cluster node.
+    pub(crate) renew_many_cross: Script,
     pub(crate) raise_fence: Script,
     pub(crate) inspect: Script,
-    /// The source of every script, for `SCRIPT LOAD` at connect.
+    /// The source of every script but `renew_many_cross` (which needs Redis 7), for `SCRIPT LOAD`
+    /// at connect.
     pub(crate) sources: Vec<String>,
 }
 
@@ -277,6 +300,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         renew_many: s(4),
         raise_fence: s(5),
         inspect: s(6),
+        renew_many_cross: Script::new(&format!(
+            "#!lua flags=allow-cross-slot-keys\n{}",
+            full(RENEW_MANY_CROSS)
+        )),
         sources,
     }
 });

@@ -1,55 +1,32 @@
-//! One Redis server: its command connection, its pub/sub side, and the typed calls of the scripts.
+//! One logical Redis server (a server, the master the sentinels name, or a cluster): its command
+//! connection, its pub/sub side, and the typed calls of the scripts.
 //!
-//! Commands go over one auto-reconnecting multiplexed connection
-//! ([`redis::aio::ConnectionManager`]). Nothing blocks on it (no BLPOP): waiting happens on the
-//! pub/sub connection of [`Notifier`]. Every call is bounded by the connect plus response
-//! timeout, so a dead or paused server yields [`LockError::Unavailable`], never a hang.
+//! Commands go over auto-reconnecting multiplexed connections (see [`crate::link`]). Nothing
+//! blocks on them (no BLPOP): waiting happens on the pub/sub connection of [`Notifier`]. Every
+//! call is bounded by the connect plus response timeout, so a dead or paused server yields
+//! [`LockError::Unavailable`], never a hang.
+//!
+//! With `min_replicas`, a grant is trusted only once that many replicas acknowledged it (`WAIT`
+//! on the connection that made it); otherwise the lock is given back at once and the call fails
+//! with [`LockError::Unavailable`]. Renewals are confirmed the same way (see [`crate::renew`]).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use lockcore::{LockError, Result};
-use redis::aio::ConnectionManager;
-use redis::{RedisError, Value};
 
-use crate::error::{is_noscript, map_error};
+use redis::ScriptInvocation;
+
+use crate::error::map_error;
 
 use crate::config::Config;
 use crate::keys::LockKeys;
+use crate::link::{Conn, Link};
 use crate::notify::Notifier;
 use crate::scripts::SCRIPTS;
-
-/// The client of server `i`: plain, or TLS with the URL's certificates.
-fn client(config: &Config, i: usize) -> redis::RedisResult<redis::Client> {
-    let url = config.node_urls[i].as_str();
-    match &config.tls {
-        None => redis::Client::open(url),
-        #[cfg(feature = "tls")]
-        Some(tls) => {
-            // The redis client builds its TLS configuration with rustls's process-wide crypto
-            // provider: choose ring unless the program installed one (with several providers
-            // compiled in, rustls cannot choose by itself).
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            redis::Client::build_with_tls(
-                url,
-                redis::TlsCertificates {
-                    client_tls: tls.identity.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
-                        client_cert: cert.clone(),
-                        client_key: key.clone(),
-                    }),
-                    root_cert: tls.ca.clone(),
-                },
-            )
-        }
-        #[cfg(not(feature = "tls"))]
-        Some(_) => Err(redis::RedisError::from((
-            redis::ErrorKind::InvalidClientConfig,
-            "rediss:// needs the `tls` feature",
-        ))),
-    }
-}
 
 /// The answer of a one-shot attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,9 +64,12 @@ pub(crate) struct RawInfo {
 /// One Redis server.
 pub(crate) struct Node {
     pub(crate) addr: String,
-    conn: ConnectionManager,
+    pub(crate) link: Arc<Link>,
     pub(crate) notifier: Notifier,
-    op_timeout: Duration,
+    pub(crate) op_timeout: Duration,
+    /// Replicas that must acknowledge a grant or renewal (0: none), and how long to wait for them.
+    pub(crate) min_replicas: u32,
+    pub(crate) replica_timeout: Duration,
     /// The scripts' fence floor argument (see [`crate::FenceFloor`]).
     floor: String,
     /// The scripts' restart delay argument, in ms (0: none).
@@ -110,11 +90,6 @@ struct Health {
     backoff: Duration,
 }
 
-/// Leases per `RENEW_MANY` call: a script blocks its server while it runs, so a batch of
-/// thousands is split into calls of this size (still sent in one pipelined round trip). 500
-/// leases take on the order of a millisecond of server time.
-pub(crate) const RENEW_CHUNK: usize = 500;
-
 const MIN_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(2);
 
@@ -122,25 +97,31 @@ impl Node {
     /// Prepares the connections to server `i` of `config` without contacting it (see [`Node::ping`]).
     pub(crate) fn new(config: &Config, i: usize) -> Result<Node> {
         let addr = config.addrs[i].clone();
-        let client = client(config, i).map_err(|e| LockError::InvalidUrl {
-            url: addr.clone(),
-            reason: e.to_string(),
-        })?;
         let manager_config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.response_timeout))
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
-            .map_err(|e| LockError::unavailable(format!("setting up the connection to redis at {addr}"), e))?;
-        let notifier = Notifier::new(client, addr.clone(), config.connect_timeout, config.response_timeout);
+        let link = Link::new(config, i, manager_config).map_err(|e| LockError::InvalidUrl {
+            url: addr.clone(),
+            reason: e.to_string(),
+        })?;
+        let link = Arc::new(link);
+        let notifier = Notifier::new(
+            link.clone(),
+            addr.clone(),
+            config.connect_timeout,
+            config.response_timeout,
+        );
         let op_timeout = config.connect_timeout + config.response_timeout;
         Ok(Node {
             addr,
-            conn,
+            link,
             notifier,
             op_timeout,
+            min_replicas: config.min_replicas,
+            replica_timeout: config.replica_timeout,
             floor: config.fence_floor.arg(),
             restart_delay_ms: u64::try_from(config.restart_delay.as_millis()).unwrap_or(u64::MAX),
             poller_gap_ms: u64::try_from(config.poller_gap.as_millis()).unwrap_or(u64::MAX),
@@ -201,44 +182,49 @@ impl Node {
 
     /// Checks that the server answers, and loads every script (one pipelined round trip), so
     /// that the first `EVALSHA` of each does not cost a `NOSCRIPT` error and a second round trip.
+    /// On a cluster every master loads them (`SCRIPT LOAD` goes to all masters).
     pub(crate) async fn ping(&self) -> Result<()> {
         let mut pipe = redis::pipe();
         for source in &SCRIPTS.sources {
             pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
         }
         pipe.cmd("PING");
+        let cluster = self.link.is_cluster();
         self.bounded("connecting", Resend::IfDropped, || {
-            let (mut conn, pipe) = (self.conn.clone(), &pipe);
-            async move { pipe.query_async::<(String,)>(&mut conn).await }
+            let pipe = &pipe;
+            async move {
+                let mut conn = self.link.conn().await?;
+                if !cluster {
+                    return pipe.query_async::<(String,)>(&mut conn).await.map(drop);
+                }
+                for source in &SCRIPTS.sources {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(source)
+                        .exec_async(&mut conn)
+                        .await?;
+                }
+                redis::cmd("PING").exec_async(&mut conn).await
+            }
         })
         .await
-        .map(drop)
     }
 
     pub(crate) async fn try_acquire(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Attempt> {
-        let reply: Vec<i64> = self
-            .bounded("acquiring", Resend::IfDropped, || {
-                let mut conn = self.conn.clone();
-                async move {
-                    SCRIPTS
-                        .try_acquire
-                        .key(&keys.lock)
-                        .key(&keys.fence)
-                        .key(&keys.queue)
-                        .key(&keys.alive)
-                        .key(&keys.streak)
-                        .key(&keys.gap)
-                        .arg(token)
-                        .arg(millis(ttl))
-                        .arg(&self.floor)
-                        .arg(&keys.wake)
-                        .arg(self.restart_delay_ms)
-                        .arg(self.poller_gap_ms)
-                        .invoke_async(&mut conn)
-                        .await
-                }
-            })
-            .await?;
+        let mut call = SCRIPTS.try_acquire.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.alive)
+            .key(&keys.streak)
+            .key(&keys.gap)
+            .arg(token)
+            .arg(millis(ttl))
+            .arg(&self.floor)
+            .arg(&keys.wake)
+            .arg(self.restart_delay_ms)
+            .arg(self.poller_gap_ms);
+        let reply = self.grant("acquiring", keys, token, &call).await?;
         match reply.as_slice() {
             [1, fence] => Ok(Attempt::Acquired(fence_token(*fence)?)),
             [0, pttl] => Ok(Attempt::Busy { pttl_ms: *pttl }),
@@ -249,30 +235,21 @@ impl Node {
     }
 
     pub(crate) async fn wait_step(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Step> {
-        let reply: Vec<i64> = self
-            .bounded("waiting", Resend::IfDropped, || {
-                let mut conn = self.conn.clone();
-                async move {
-                    SCRIPTS
-                        .wait_step
-                        .key(&keys.lock)
-                        .key(&keys.fence)
-                        .key(&keys.queue)
-                        .key(&keys.alive)
-                        .key(&keys.streak)
-                        .key(&keys.gap)
-                        .arg(token)
-                        .arg(millis(ttl))
-                        .arg(&self.floor)
-                        .arg(&keys.wake)
-                        .arg(millis(self.waiter_ttl))
-                        .arg(self.restart_delay_ms)
-                        .arg(self.poller_gap_ms)
-                        .invoke_async(&mut conn)
-                        .await
-                }
-            })
-            .await?;
+        let mut call = SCRIPTS.wait_step.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.alive)
+            .key(&keys.streak)
+            .key(&keys.gap)
+            .arg(token)
+            .arg(millis(ttl))
+            .arg(&self.floor)
+            .arg(&keys.wake)
+            .arg(millis(self.waiter_ttl))
+            .arg(self.restart_delay_ms)
+            .arg(self.poller_gap_ms);
+        let reply = self.grant("waiting", keys, token, &call).await?;
         match reply.as_slice() {
             [1, fence] => Ok(Step::Acquired(fence_token(*fence)?)),
             [0, head, pttl, foreign] => Ok(Step::Waiting {
@@ -311,22 +288,20 @@ impl Node {
         token: &str,
     ) -> Result<bool> {
         let released: i64 = self
-            .bounded(what, resend, || {
-                let mut conn = self.conn.clone();
-                async move {
-                    script
-                        .key(&keys.lock)
-                        .key(&keys.queue)
-                        .key(&keys.alive)
-                        .key(&keys.streak)
-                        .key(&keys.gap)
-                        .arg(token)
-                        .arg(&keys.wake)
-                        .arg(self.poller_gap_ms)
-                        .arg(self.max_pass_over_ms)
-                        .invoke_async(&mut conn)
-                        .await
-                }
+            .bounded(what, resend, || async move {
+                let mut conn = self.link.conn().await?;
+                script
+                    .key(&keys.lock)
+                    .key(&keys.queue)
+                    .key(&keys.alive)
+                    .key(&keys.streak)
+                    .key(&keys.gap)
+                    .arg(token)
+                    .arg(&keys.wake)
+                    .arg(self.poller_gap_ms)
+                    .arg(self.max_pass_over_ms)
+                    .invoke_async(&mut conn)
+                    .await
             })
             .await?;
         Ok(released == 1)
@@ -335,98 +310,32 @@ impl Node {
     /// Quorum mode: raises the fencing counter to `fence` if `token` still holds the lock.
     pub(crate) async fn raise_fence(&self, keys: &LockKeys, token: &str, fence: u64) -> Result<bool> {
         let held: i64 = self
-            .bounded("raising the fencing counter", Resend::IfDropped, || {
-                let mut conn = self.conn.clone();
-                async move {
-                    SCRIPTS
-                        .raise_fence
-                        .key(&keys.lock)
-                        .key(&keys.fence)
-                        .arg(token)
-                        .arg(fence)
-                        .invoke_async(&mut conn)
-                        .await
-                }
+            .bounded("raising the fencing counter", Resend::IfDropped, || async move {
+                let mut conn = self.link.conn().await?;
+                SCRIPTS
+                    .raise_fence
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .arg(token)
+                    .arg(fence)
+                    .invoke_async(&mut conn)
+                    .await
             })
             .await?;
         Ok(held == 1)
     }
 
-    /// Extends every `(lock key, token, ttl)`; `true` where extended. One `RENEW_MANY` script call
-    /// per [`RENEW_CHUNK`] leases, all chunks pipelined in one round trip.
-    pub(crate) async fn renew_many(&self, items: &[(&str, &str, Duration)]) -> Result<Vec<bool>> {
-        if items.is_empty() {
-            return Ok(Vec::new());
-        }
-        let chunks: Vec<&[(&str, &str, Duration)]> = items.chunks(RENEW_CHUNK).collect();
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for chunk in &chunks {
-            let mut call = SCRIPTS.renew_many.prepare_invoke();
-            for (key, token, ttl) in *chunk {
-                call.key(*key).arg(*token).arg(millis(*ttl));
-            }
-            pipe.invoke_script(&call);
-        }
-        let replies: Vec<Value> = self
-            .bounded("renewing", Resend::IfDropped, || {
-                let (mut conn, pipe) = (self.conn.clone(), &pipe);
-                async move {
-                    let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-                    if !replies.iter().any(is_noscript) {
-                        return Ok(replies);
-                    }
-                    // The server lost its script cache (a restart): load the script and go again.
-                    SCRIPTS.renew_many.prepare_invoke().load_async(&mut conn).await?;
-                    pipe.query_async(&mut conn).await
-                }
-            })
-            .await?;
-        if replies.len() != chunks.len() {
-            return Err(LockError::Protocol(format!(
-                "{} renewal replies for {} script calls",
-                replies.len(),
-                chunks.len()
-            )));
-        }
-        let mut renewed = Vec::with_capacity(items.len());
-        for (reply, chunk) in replies.into_iter().zip(&chunks) {
-            match reply {
-                Value::Array(flags) if flags.len() == chunk.len() => {
-                    for flag in flags {
-                        match flag {
-                            Value::Int(n) => renewed.push(n == 1),
-                            other => return Err(LockError::Protocol(format!("unexpected renewal result {other:?}"))),
-                        }
-                    }
-                }
-                Value::ServerError(e) => {
-                    return Err(map_error(RedisError::from(e), "renewing", &self.addr));
-                }
-                other => {
-                    return Err(LockError::Protocol(format!(
-                        "unexpected renewal reply {other:?} for {} leases",
-                        chunk.len()
-                    )))
-                }
-            }
-        }
-        Ok(renewed)
-    }
-
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<RawInfo> {
         let (value, pttl_ms, waiters): (Option<String>, i64, usize) = self
-            .bounded("inspecting", Resend::IfDropped, || {
-                let mut conn = self.conn.clone();
-                async move {
-                    SCRIPTS
-                        .inspect
-                        .key(&keys.lock)
-                        .key(&keys.queue)
-                        .key(&keys.alive)
-                        .invoke_async(&mut conn)
-                        .await
-                }
+            .bounded("inspecting", Resend::IfDropped, || async move {
+                let mut conn = self.link.conn().await?;
+                SCRIPTS
+                    .inspect
+                    .key(&keys.lock)
+                    .key(&keys.queue)
+                    .key(&keys.alive)
+                    .invoke_async(&mut conn)
+                    .await
             })
             .await?;
         Ok(RawInfo {
@@ -436,11 +345,77 @@ impl Node {
         })
     }
 
+    /// Runs a script that may grant the lock to `token` (its reply starts with 1 then) and, with
+    /// `min_replicas`, has the grant confirmed; an unconfirmed grant is given back and is an error.
+    async fn grant(&self, what: &str, keys: &LockKeys, token: &str, call: &ScriptInvocation<'_>) -> Result<Vec<i64>> {
+        let (reply, acks) = self
+            .bounded(what, Resend::IfDropped, || async move {
+                let mut conn = self.grant_conn().await?;
+                let reply: Vec<i64> = call.invoke_async(&mut conn).await?;
+                let acks = self
+                    .confirm_if(reply.first() == Some(&1), &mut conn, &keys.lock)
+                    .await?;
+                Ok((reply, acks))
+            })
+            .await?;
+        self.check_confirmed(keys, token, acks).await?;
+        Ok(reply)
+    }
+
+    /// The connection for a request that may grant a lock: the one `WAIT` is sent on when grants
+    /// must be confirmed.
+    async fn grant_conn(&self) -> redis::RedisResult<Conn> {
+        if self.min_replicas > 0 {
+            self.link.confirm_conn().await
+        } else {
+            self.link.conn().await
+        }
+    }
+
+    /// With `min_replicas`, after a request that `granted` a lock on `conn`: how many replicas
+    /// acknowledged it (`None`: nothing to confirm).
+    async fn confirm_if(&self, granted: bool, conn: &mut Conn, key: &str) -> redis::RedisResult<Option<i64>> {
+        if !granted || self.min_replicas == 0 {
+            return Ok(None);
+        }
+        conn.wait_replicas(key, self.min_replicas, self.replica_timeout)
+            .await
+            .map(Some)
+    }
+
+    /// Gives back a lock that too few replicas acknowledged (a failover could hand it to someone
+    /// else), and says so.
+    async fn check_confirmed(&self, keys: &LockKeys, token: &str, acks: Option<i64>) -> Result<()> {
+        let Some(acks) = acks.filter(|a| *a < i64::from(self.min_replicas)) else {
+            return Ok(());
+        };
+        if let Err(e) = self.leave(keys, token).await {
+            tracing::warn!(lock = %keys.lock, error = %e, "could not give back an unconfirmed lock; it expires with its TTL");
+        }
+        Err(self.unconfirmed("the lock", acks))
+    }
+
+    /// The error for a write that only `acks` replicas acknowledged.
+    pub(crate) fn unconfirmed(&self, what: &str, acks: i64) -> LockError {
+        // A master that lost its replicas may have been failed over: ask the sentinels again.
+        self.link.failed(None);
+        LockError::Unavailable {
+            message: format!(
+                "{what} on redis at {} was acknowledged by {acks} replica(s) within {:?}; min_replicas={} \
+                 (a failover could lose it)",
+                self.link.describe(&self.addr),
+                self.replica_timeout,
+                self.min_replicas
+            ),
+            source: None,
+        }
+    }
+
     /// Runs one request within the operation timeout, mapping the client's errors to
     /// [`LockError`]. A request that met a dropped connection (the server restarted, the
     /// connection was reset) is sent once more on the reconnected connection when `resend`
     /// allows it: every script but `RELEASE` gives the same answer when run twice.
-    async fn bounded<T, F, Fut>(&self, what: &str, resend: Resend, mut call: F) -> Result<T>
+    pub(crate) async fn bounded<T, F, Fut>(&self, what: &str, resend: Resend, mut call: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
@@ -451,18 +426,24 @@ impl Node {
             match tokio::time::timeout_at(deadline, call()).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if resends > 0 && e.is_connection_dropped() => {
+                    self.link.failed(Some(&e));
                     resends -= 1;
                     tracing::debug!(addr = %self.addr, error = %e, what, "redis connection dropped; sending again");
                 }
-                Ok(Err(e)) => return Err(map_error(e, what, &self.addr)),
+                Ok(Err(e)) => {
+                    self.link.failed(Some(&e));
+                    return Err(map_error(e, what, &self.link.describe(&self.addr)));
+                }
                 Err(_) => {
+                    self.link.failed(None);
                     return Err(LockError::Unavailable {
                         message: format!(
                             "{what} on redis at {}: no answer within {:?}",
-                            self.addr, self.op_timeout
+                            self.link.describe(&self.addr),
+                            self.op_timeout
                         ),
                         source: None,
-                    })
+                    });
                 }
             }
         }
@@ -471,7 +452,7 @@ impl Node {
 
 /// Whether a request may be sent again after its connection dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Resend {
+pub(crate) enum Resend {
     /// Once more: running it twice answers as running it once.
     IfDropped,
     /// Never: a second run could answer differently (`RELEASE`).

@@ -66,3 +66,56 @@ async fn quorum_with_no_master_reachable_is_unavailable() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn bad_sentinel_and_cluster_urls_are_invalid_url() {
+    for bad in [
+        "redis+sentinel://127.0.0.1:26390",
+        "redis+sentinel://127.0.0.1:26390/a/b",
+        "redis-cluster://127.0.0.1:17001/1",
+        "redis://127.0.0.1:16380,127.0.0.1:16381,127.0.0.1:16382?min_replicas=1",
+        "redis://127.0.0.1:16379?min_replicas=99",
+        "redis://127.0.0.1:16379?min_replicas=1&replica_timeout=10s",
+    ] {
+        let result = connect(bad).await;
+        assert!(matches!(result, Err(LockError::InvalidUrl { .. })), "{bad}: {result:?}");
+    }
+}
+
+#[tokio::test]
+async fn sentinels_and_seeds_that_are_down_are_unavailable() {
+    for url in [
+        "redis+sentinel://127.0.0.1:1,127.0.0.1:2/locksmith?connect_timeout=1s",
+        "redis-cluster://127.0.0.1:1,127.0.0.1:2?connect_timeout=1s",
+    ] {
+        let start = tokio::time::Instant::now();
+        let result = tokio::time::timeout(Duration::from_secs(30), connect(url))
+            .await
+            .expect("connect hung");
+        assert!(
+            matches!(result, Err(LockError::Unavailable { .. })),
+            "{url}: {result:?}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{url}: took {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_master_name_the_sentinels_do_not_know_is_unavailable_and_says_so() {
+    let url = common::sentinel_url().replace("/locksmith", "/no-such-master");
+    let result = connect(&format!("{url}?connect_timeout=2s")).await;
+    match result {
+        Err(LockError::Unavailable { message, source }) => {
+            let text = format!("{message}: {}", source.map(|s| s.to_string()).unwrap_or_default());
+            assert!(
+                text.contains("no-such-master") || text.to_lowercase().contains("master"),
+                "{text}"
+            );
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}

@@ -92,6 +92,21 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
             servers(&["start", id]).await?;
             format!("{id} stopped and started")
         }
+        Fault::LeaderKill if target.fails_over => {
+            // Redis Sentinel or Cluster: the master is killed, the replica takes over (the
+            // sentinels or the cluster decide it), and the old master comes back as its replica.
+            let (ask, old) = redis_leader(fleet, target).await?;
+            let ask: Vec<&str> = ask.iter().map(String::as_str).collect();
+            let killed = std::time::Instant::now();
+            servers(&["kill", &old]).await?;
+            let new = wait_for_new_leader(&ask, &old).await?;
+            let failover_ms = killed.elapsed().as_millis();
+            tokio::time::sleep(ttl.saturating_sub(killed.elapsed())).await;
+            servers(&["start", &old]).await?;
+            format!(
+                "{old} (the master) killed; {new} took over after {failover_ms} ms; {old} started again as its replica"
+            )
+        }
         Fault::LeaderKill => {
             let group = target.group.context("no leader group")?;
             let leader = servers(&["leader", group]).await?;
@@ -102,6 +117,11 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
                 "{leader} (the leader) killed, started again {} ms later",
                 ttl.as_millis()
             )
+        }
+        Fault::Failover => {
+            let took = std::time::Instant::now();
+            let new = servers(&["failover", "redis-sentinel"]).await?;
+            format!("SENTINEL FAILOVER to {new} ({} ms)", took.elapsed().as_millis())
         }
         Fault::MinorityPartition => {
             let group = target.group.context("no leader group")?;
@@ -122,10 +142,76 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
     })
 }
 
+/// The `scripts/backends` command that names the master a Redis failover target's lock lives on
+/// (`leader redis-sentinel`, or `slot-owner redis-cluster SLOT` of the lock's slot), and its
+/// answer now.
+async fn redis_leader(fleet: &Fleet, target: &Target) -> Result<(Vec<String>, String)> {
+    let group = target.group.context("no leader group")?;
+    let ask: Vec<String> = if group == "redis-cluster" {
+        let url = locksmith::BackendUrl::parse(&target.url)?;
+        let name = locksmith::LockName::new(fleet.lock_name())?;
+        let key = backend_redis::LockKeys::for_url(&url, &name)?.lock;
+        let slot = slot_of(&url.hosts[0].to_addr(6379), &key).await?;
+        vec!["slot-owner".into(), group.into(), slot.to_string()]
+    } else {
+        vec!["leader".into(), group.into()]
+    };
+    let refs: Vec<&str> = ask.iter().map(String::as_str).collect();
+    let leader = servers(&refs).await?;
+    Ok((ask, leader))
+}
+
+/// `CLUSTER KEYSLOT key`, asked of the cluster node at `addr`.
+async fn slot_of(addr: &str, key: &str) -> Result<i64> {
+    let client = redis::Client::open(format!("redis://{addr}"))?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    Ok(redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(&mut conn)
+        .await?)
+}
+
+/// Polls `scripts/backends ASK` (at most 30 s) until it names another server than `old`.
+async fn wait_for_new_leader(ask: &[&str], old: &str) -> Result<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(now) = servers(ask).await {
+            if !now.is_empty() && now != old {
+                return Ok(now);
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "no failover: `scripts/backends {}` still says {old} after 30 s",
+                ask.join(" ")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The data servers of a Redis failover target.
+fn redis_servers(target: &Target) -> &'static [&'static str] {
+    match target.group {
+        Some("redis-sentinel") => &["sentinel-m", "sentinel-r"],
+        Some("redis-cluster") => &[
+            "cluster-1",
+            "cluster-2",
+            "cluster-3",
+            "cluster-r1",
+            "cluster-r2",
+            "cluster-r3",
+        ],
+        _ => &[],
+    }
+}
+
 /// Puts every server of `target` back (started, resumed), whatever a failed run left behind.
 pub async fn restore(target: &Target) {
     let mut ids: Vec<&str> = target.members.to_vec();
     ids.extend(target.restart);
+    ids.extend(redis_servers(target));
     for id in ids {
         let _ = servers(&["resume", id]).await;
         let _ = servers(&["start", id]).await;

@@ -63,6 +63,11 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// The lock the workers contend for.
+    pub fn lock_name(&self) -> &str {
+        &self.spec.name
+    }
+
     /// An empty fleet for `target`.
     pub fn new(target: &Target, spec: WorkerSpec) -> Fleet {
         Fleet {

@@ -77,7 +77,8 @@ impl RunArgs {
 fn main() -> ExitCode {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,lockchaos=info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,redis=error,lockchaos=info".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(false)

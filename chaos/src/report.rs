@@ -52,6 +52,8 @@ pub struct Machine {
     pub workers: usize,
     /// Injections per fault.
     pub repeats: usize,
+    /// Injections of `leader-kill` and `failover` on Redis Sentinel and Cluster.
+    pub failovers: usize,
     /// Wall time of the whole run, in s.
     pub seconds: f64,
 }
@@ -61,7 +63,7 @@ pub struct Machine {
 pub struct Row {
     /// `mem`, `etcd`, `zk`, `redis`.
     pub backend: &'static str,
-    /// `single`, `cluster`, `ensemble`, `quorum`.
+    /// `single`, `cluster`, `ensemble`, `quorum`, `sentinel`, `sentinel+confirm`, `cluster+confirm`.
     pub topology: &'static str,
     /// The fault.
     pub fault: &'static str,
@@ -152,6 +154,13 @@ impl Row {
                 self.token_regressions
             ));
         }
+        let fails_over = matches!(self.fault, "leader-kill" | "failover");
+        if self.topology.ends_with("+confirm") && fails_over && self.lost_not_signalled > 0 {
+            out.push(format!(
+                "{id}: {} holders overtaken without being told, with replica confirmation",
+                self.lost_not_signalled
+            ));
+        }
         if self.fault == "none" && self.overlaps > 0 {
             out.push(format!("{id}: {} overlaps without any fault", self.overlaps));
         }
@@ -214,6 +223,7 @@ impl Report {
         let shape = Shape {
             workers: 4,
             repeats: if args.quick { 1 } else { 4 },
+            failovers: if args.quick { 1 } else { 10 },
         };
         let targets: Vec<Target> = targets::all(ttl)?
             .into_iter()
@@ -235,6 +245,7 @@ impl Report {
                 ttl_ms: ttl.as_millis(),
                 workers: shape.workers,
                 repeats: shape.repeats,
+                failovers: shape.failovers,
                 seconds: 0.0,
             },
             results: Vec::new(),
@@ -247,7 +258,14 @@ impl Report {
         };
         if args.wants("faults") {
             for target in &targets {
-                for fault in faults.iter().copied().filter(|f| target.has(*f)) {
+                let applies = |f: &Fault| {
+                    if args.quick {
+                        target.has_quick(*f)
+                    } else {
+                        target.has(*f)
+                    }
+                };
+                for fault in faults.iter().copied().filter(applies) {
                     tracing::info!(target = target.id(), %fault, "run");
                     match run::run(target, fault, shape, &register, true).await {
                         Ok(r) => report.results.push(Row::from(r)),
@@ -311,7 +329,11 @@ async fn self_check(targets: &[Target], ttl: Duration, register: &str) -> Option
         .find(|t| t.backend == "redis" && t.topology == "single")
         .or_else(|| targets.iter().find(|t| t.backend != "mem" && t.topology == "single"))?
         .clone();
-    let shape = Shape { workers: 4, repeats: 5 };
+    let shape = Shape {
+        workers: 4,
+        repeats: 5,
+        failovers: 5,
+    };
     let _ = ttl;
     match run::run(&target, Fault::Pause, shape, register, false).await {
         Ok(r) => {

@@ -20,6 +20,9 @@ pub struct Shape {
     pub workers: usize,
     /// How many times the fault is injected.
     pub repeats: usize,
+    /// How many times a failover is injected on the Redis failover targets, whose figures are the
+    /// point of their runs.
+    pub failovers: usize,
 }
 
 /// What one run produced.
@@ -68,7 +71,7 @@ pub async fn run(target: &Target, fault: Fault, shape: Shape, register_url: &str
         .await?;
 
     let mut injected = Vec::new();
-    for n in 0..shape.repeats {
+    for n in 0..repeats(target, fault, shape) {
         let holder = fleet.wait_holder(Duration::from_secs(60)).await?;
         let done = inject(&mut fleet, target, fault, holder, n).await;
         let done = match done {
@@ -113,11 +116,22 @@ pub async fn run(target: &Target, fault: Fault, shape: Shape, register_url: &str
 }
 
 /// The longest hold of a run: 300 ms, but 3 TTLs for partitions, so that a holder cut off from
-/// its server is often still at work when its lease runs out (and must be told).
+/// its server is often still at work when its lease runs out (and must be told), and for Redis
+/// failovers, so that the holder is still at work when the replica takes over (and its lease must
+/// be there, or it must be told).
 pub fn hold_max(target: &Target, fault: Fault) -> Duration {
     match fault {
         Fault::Partition => target.ttl * 3,
+        Fault::LeaderKill | Fault::Failover if target.fails_over => target.ttl * 3,
         _ => Duration::from_millis(300),
+    }
+}
+
+/// How many times `fault` is injected in a run.
+fn repeats(target: &Target, fault: Fault, shape: Shape) -> usize {
+    match fault {
+        Fault::LeaderKill | Fault::Failover if target.fails_over => shape.failovers,
+        _ => shape.repeats,
     }
 }
 

@@ -24,11 +24,14 @@ pub enum Fault {
     LeaderKill,
     /// One follower is cut off from everyone (stopped with `SIGSTOP`) for 2 TTLs.
     MinorityPartition,
+    /// Redis Sentinel: `SENTINEL FAILOVER` (the replica becomes the master, the old master its
+    /// replica), with no server down.
+    Failover,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::None,
         Fault::Pause,
         Fault::Kill,
@@ -36,6 +39,7 @@ impl Fault {
         Fault::Restart,
         Fault::LeaderKill,
         Fault::MinorityPartition,
+        Fault::Failover,
     ];
 
     /// The name in the JSON output and on the command line.
@@ -48,6 +52,7 @@ impl Fault {
             Fault::Restart => "restart",
             Fault::LeaderKill => "leader-kill",
             Fault::MinorityPartition => "minority-partition",
+            Fault::Failover => "failover",
         }
     }
 
@@ -79,10 +84,15 @@ pub struct Target {
     pub ttl: Duration,
     /// The server `restart` stops and starts (`scripts/backends` id).
     pub restart: Option<&'static str>,
-    /// The leader group of `scripts/backends leader` (clusters).
+    /// The leader group of `scripts/backends leader` (clusters), or for Redis Cluster the kind
+    /// (`redis-cluster`) whose `slot-owner` is the leader of the lock's slot.
     pub group: Option<&'static str>,
     /// The members of the cluster, for `minority-partition`.
     pub members: &'static [&'static str],
+    /// A Redis topology with automatic failover (Sentinel, Cluster): its URL names sentinels or
+    /// seed nodes, not the servers that hold the locks (so the suite's proxies cannot partition a
+    /// holder), and `leader-kill` waits for the failover before it starts the old master again.
+    pub fails_over: bool,
 }
 
 impl Target {
@@ -95,10 +105,19 @@ impl Target {
     pub fn has(&self, fault: Fault) -> bool {
         match fault {
             Fault::None => true,
-            Fault::Pause | Fault::Kill | Fault::Partition => self.backend != "mem",
+            Fault::Pause | Fault::Kill => self.backend != "mem",
+            Fault::Partition => self.backend != "mem" && !self.fails_over,
             Fault::Restart => self.restart.is_some(),
-            Fault::LeaderKill | Fault::MinorityPartition => self.group.is_some(),
+            Fault::LeaderKill => self.group.is_some(),
+            Fault::MinorityPartition => !self.members.is_empty(),
+            Fault::Failover => self.group == Some("redis-sentinel"),
         }
+    }
+
+    /// Whether `fault` runs here in `--quick` mode: on the failover topologies only the faults
+    /// that fail over (the others are the single server's, measured there).
+    pub fn has_quick(&self, fault: Fault) -> bool {
+        self.has(fault) && (!self.fails_over || matches!(fault, Fault::LeaderKill | Fault::Failover))
     }
 
     /// The hosts (`host:port`) of the URL, which the driver replaces by its proxies.
@@ -144,6 +163,31 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             secs(ttl)
         )
     };
+    // Sentinel and Cluster: a lease long enough to ride out most failovers (2-4 s here).
+    let failover_ttl = ttl.max(Duration::from_secs(4));
+    let failover = |base: String, confirm: bool| {
+        format!(
+            "{base}?prefix=chaos:&restart_delay={}&waiter_ttl=2s&connect_timeout=1s&response_timeout=1s{}",
+            secs(failover_ttl),
+            if confirm {
+                "&min_replicas=1&replica_timeout=500ms"
+            } else {
+                ""
+            }
+        )
+    };
+    let sentinel = env_url("LOCKSMITH_TEST_REDIS_SENTINEL")?;
+    let cluster = env_url("LOCKSMITH_TEST_REDIS_CLUSTER")?;
+    let failover_target = |topology: &'static str, url: String, group: &'static str| Target {
+        backend: "redis",
+        topology,
+        url,
+        ttl: failover_ttl,
+        restart: None,
+        group: Some(group),
+        members: &[],
+        fails_over: true,
+    };
     Ok(vec![
         Target {
             backend: "mem",
@@ -153,6 +197,7 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             restart: None,
             group: None,
             members: &[],
+            fails_over: false,
         },
         Target {
             backend: "etcd",
@@ -162,6 +207,7 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             restart: Some("etcd"),
             group: None,
             members: &[],
+            fails_over: false,
         },
         Target {
             backend: "etcd",
@@ -171,6 +217,7 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             restart: Some("etcd-2"),
             group: Some("etcd-cluster"),
             members: &["etcd-1", "etcd-2", "etcd-3"],
+            fails_over: false,
         },
         Target {
             backend: "zk",
@@ -180,6 +227,7 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             restart: Some("zk"),
             group: None,
             members: &[],
+            fails_over: false,
         },
         Target {
             backend: "zk",
@@ -189,6 +237,7 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             restart: Some("zk-2"),
             group: Some("zk-ensemble"),
             members: &["zk-1", "zk-2", "zk-3"],
+            fails_over: false,
         },
         Target {
             backend: "redis",
@@ -198,6 +247,7 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             restart: Some("redis"),
             group: None,
             members: &[],
+            fails_over: false,
         },
         Target {
             backend: "redis",
@@ -207,6 +257,11 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             restart: Some("redis-q1"),
             group: None,
             members: &[],
+            fails_over: false,
         },
+        failover_target("sentinel", failover(sentinel.clone(), false), "redis-sentinel"),
+        failover_target("sentinel+confirm", failover(sentinel, true), "redis-sentinel"),
+        failover_target("cluster", failover(cluster.clone(), false), "redis-cluster"),
+        failover_target("cluster+confirm", failover(cluster, true), "redis-cluster"),
     ])
 }

@@ -19,7 +19,7 @@ use crate::exit::EXIT_CODES_HELP;
 )]
 pub struct Cli {
     /// Backend URL: etcd://h:2379, zk://h:2181, redis://h:6379 (or redis://h:6379?layout=plain),
-    /// mem://. mem:// is in-process only: separate locksmith processes never see each other's
+    /// redis+sentinel://s1:26379,s2:26379/mymaster, redis-cluster://h1:7000,h2:7001, mem://. mem:// is in-process only: separate locksmith processes never see each other's
     /// locks there, so it is only good for trying the command out.
     #[arg(long, env = "LOCKSMITH_URL", default_value = "mem://", global = true)]
     pub url: String,
@@ -45,7 +45,7 @@ pub struct Cli {
     pub connect_timeout: Duration,
 
     /// TLS: a PEM bundle of the CA certificates to trust instead of the system's (the URL's
-    /// `ca=` wins). For etcds://, zks:// and rediss:// URLs.
+    /// `ca=` wins). For etcds://, zks://, rediss:// (and rediss+sentinel://, rediss-cluster://) URLs.
     #[arg(long, env = "LOCKSMITH_CA", global = true, value_name = "FILE")]
     pub ca: Option<String>,
 

@@ -97,10 +97,12 @@ fn usage_error(e: clap::Error) -> ExitCode {
 }
 
 /// Logs of the lock library on stderr: warnings by default (e.g. renewal retries), more with -v.
+/// The Redis client's own warnings (each node of a cluster it failed to reach, before the error
+/// that says so) only from -v on.
 fn init_logging(verbose: u8) {
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
-        0 => "warn",
+        0 => "warn,redis=error",
         1 => "info",
         _ => "debug",
     };

@@ -1,4 +1,5 @@
-//! The CLI against a real Redis (`LOCKSMITH_TEST_REDIS`), in the default and the plain layout.
+//! The CLI against a real Redis (`LOCKSMITH_TEST_REDIS`), in the default and the plain layout,
+//! and against Redis Sentinel and Redis Cluster (the URLs `scripts/backends up` prints, as they are).
 #![cfg(feature = "redis")]
 
 mod common;
@@ -46,4 +47,78 @@ mod default_layout {
 mod plain_layout {
     use super::*;
     crate::cli_suite!(RedisPlain);
+}
+
+/// Redis Sentinel (`LOCKSMITH_TEST_REDIS_SENTINEL`): the master its sentinels name.
+struct RedisSentinel;
+
+/// Redis Cluster (`LOCKSMITH_TEST_REDIS_CLUSTER`).
+struct RedisCluster;
+
+fn default_key(name: &str) -> String {
+    let encoded = locksmith::LockName::new(name).expect("name");
+    format!("locksmith:{{{}}}:lock", encoded.encoded())
+}
+
+/// The seed or sentinel addresses and the path of a multi-host URL.
+fn hosts_and_path(url: &str) -> (Vec<String>, String) {
+    let rest = url.split_once("://").expect("a URL").1;
+    let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+    (
+        hosts.split(',').map(|h| format!("redis://{h}")).collect(),
+        path.to_owned(),
+    )
+}
+
+impl Backend for RedisSentinel {
+    fn url(&self) -> String {
+        env_url("LOCKSMITH_TEST_REDIS_SENTINEL")
+    }
+    fn delete_behind_back(&self, name: &str) {
+        let (sentinels, master) = hosts_and_path(&self.url());
+        let mut sentinel = redis::sentinel::SentinelClient::build(
+            sentinels,
+            master,
+            None,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .expect("sentinel client");
+        let mut con = sentinel.get_connection().expect("the sentinels' master");
+        let deleted: i64 = redis::cmd("DEL").arg(default_key(name)).query(&mut con).expect("DEL");
+        assert_eq!(deleted, 1, "no lock {name:?} to delete");
+    }
+}
+
+impl Backend for RedisCluster {
+    fn url(&self) -> String {
+        env_url("LOCKSMITH_TEST_REDIS_CLUSTER")
+    }
+    fn delete_behind_back(&self, name: &str) {
+        let (seeds, _) = hosts_and_path(&self.url());
+        let client = redis::cluster::ClusterClient::new(seeds).expect("cluster client");
+        let mut con = client.get_connection().expect("cluster connection");
+        let deleted: i64 = redis::cmd("DEL").arg(default_key(name)).query(&mut con).expect("DEL");
+        assert_eq!(deleted, 1, "no lock {name:?} to delete");
+    }
+}
+
+/// The suite's tests that need no proxy in front of "the" server (these URLs name sentinels or
+/// seed nodes, not the servers that hold the locks).
+macro_rules! topology_suite {
+    ($backend:expr) => {
+        crate::cli_suite!(@tests $backend;
+            try_prints_a_token_and_releases, hold_excludes_try_in_another_process, inspect_shows_holder_and_free_lock,
+            run_passes_token_and_exit_code, run_excludes_other_processes_while_cmd_runs, run_waits_for_the_lock,
+            run_lost_lock_terminates_cmd_and_exits_4, interrupted_wait_leaves_nothing_behind);
+    };
+}
+
+mod sentinel {
+    use super::*;
+    topology_suite!(RedisSentinel);
+}
+
+mod cluster {
+    use super::*;
+    topology_suite!(RedisCluster);
 }

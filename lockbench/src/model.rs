@@ -19,8 +19,9 @@ pub struct Machine {
 /// One measured row. Fields that do not apply to a workload are `None` and omitted from JSON.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Record {
-    /// `locksmith`, `locksmith+tls` (over a secured server), `floor`, `rslock`, `etcd-lock-rpc`
-    /// or `zk-recipe`.
+    /// `locksmith`, a variant of it (`locksmith+tls` over a secured server; on Redis
+    /// `locksmith+sentinel`, `locksmith+cluster`, and `…+wait` with `min_replicas=1`), `floor`,
+    /// `rslock`, `etcd-lock-rpc` or `zk-recipe`.
     pub system: String,
     /// `mem`, `etcd`, `zk` or `redis`.
     pub backend: String,

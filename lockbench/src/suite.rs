@@ -42,6 +42,29 @@ fn secure_url(backend: &str) -> Option<String> {
         .filter(|u| !u.is_empty())
 }
 
+/// The other ways locksmith reaches `backend`, each a row `system` of its own beside `locksmith`:
+/// its secured server (TLS + credentials: what TLS costs) and, for Redis, Sentinel and Cluster
+/// with and without replica confirmation (what they cost), when `scripts/backends up` gave their
+/// URLs.
+fn variants(backend: &str) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if let Some(url) = secure_url(backend) {
+        out.push(("locksmith+tls", url));
+    }
+    if backend == "redis" {
+        let env = |var: &str| std::env::var(var).ok().filter(|u| !u.is_empty());
+        if let Some(url) = env("LOCKSMITH_TEST_REDIS_SENTINEL") {
+            out.push(("locksmith+sentinel", url.clone()));
+            out.push(("locksmith+sentinel+wait", format!("{url}?min_replicas=1")));
+        }
+        if let Some(url) = env("LOCKSMITH_TEST_REDIS_CLUSTER") {
+            out.push(("locksmith+cluster", url.clone()));
+            out.push(("locksmith+cluster+wait", format!("{url}?min_replicas=1")));
+        }
+    }
+    out
+}
+
 /// The variable `scripts/backends up` sets for `backend`.
 fn env_var(backend: &str) -> String {
     format!("LOCKSMITH_TEST_{}", backend.to_uppercase())
@@ -83,7 +106,7 @@ pub async fn run(args: &Args) -> Result<Report> {
             sizes: &sizes,
             report: &mut report,
             locksmith: None,
-            secure: None,
+            variants: Vec::new(),
             reference: Reference::default(),
         };
         run.prepare(args.no_reference).await;
@@ -103,8 +126,8 @@ struct BackendRun<'a> {
     report: &'a mut Report,
     /// locksmith on this backend, when built in and reachable.
     locksmith: Option<Arc<dyn LockSystem>>,
-    /// locksmith on the backend's secured server (TLS + credentials), when there is one.
-    secure: Option<Arc<dyn LockSystem>>,
+    /// locksmith reaching the backend in other ways ([`variants`]), where they answer.
+    variants: Vec<Arc<dyn LockSystem>>,
     reference: Reference,
 }
 
@@ -126,17 +149,15 @@ impl BackendRun<'_> {
                 Err(e) => self.note(format!("{b}: locksmith rows skipped: {} unreachable: {e:#}", self.url)),
             }
         }
-        if let Some(url) = secure_url(b).filter(|_| built_in(b)) {
+        for (system, url) in variants(b).into_iter().filter(|_| built_in(b)) {
             let sys = Locksmith {
                 backend: b,
                 url,
-                system: "locksmith+tls",
+                system,
             };
             match sys.client().await {
-                Ok(_) => self.secure = Some(Arc::new(sys)),
-                Err(e) => self.note(format!(
-                    "{b}: TLS rows skipped: the secured server is unreachable: {e:#}"
-                )),
+                Ok(_) => self.variants.push(Arc::new(sys)),
+                Err(e) => self.note(format!("{b}: {system} rows skipped: unreachable: {e:#}")),
             }
         }
         if !no_reference {
@@ -172,10 +193,10 @@ impl BackendRun<'_> {
         let ls = self.locksmith.clone();
         let floor = self.reference.floor.clone();
         let peers = self.reference.peers.clone();
-        let secure = self.secure.clone();
+        let variants = self.variants.clone();
         let lock_systems: Vec<Arc<dyn LockSystem>> = ls
             .iter()
-            .chain(secure.iter())
+            .chain(variants.iter())
             .chain(floor.iter())
             .chain(peers.iter())
             .cloned()
@@ -188,7 +209,7 @@ impl BackendRun<'_> {
                 }
             }
             "handover" => {
-                for sys in ls.iter().chain(secure.iter()) {
+                for sys in ls.iter().chain(variants.iter()) {
                     let rows = handover::run(sys.as_ref(), sizes).await;
                     self.push(rows, &format!("handover ({})", sys.system()));
                 }

@@ -40,7 +40,8 @@ pub struct Locksmith {
     pub backend: &'static str,
     /// The URL given to `locksmith::connect`.
     pub url: String,
-    /// The `system` of its rows: `locksmith`, or `locksmith+tls` over a secured server.
+    /// The `system` of its rows: `locksmith`, or a variant (`locksmith+tls` over a secured server,
+    /// `locksmith+sentinel`, `locksmith+cluster+wait`, ...).
     pub system: &'static str,
 }
 

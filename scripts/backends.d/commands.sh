@@ -25,6 +25,12 @@ usage: scripts/backends COMMAND [ARGS]
   resume ID         SIGCONT the server
   pid ID            print the server's pid
 $(leader_usage)
+  failover redis-sentinel   SENTINEL FAILOVER: the replica becomes the master; waits (at most
+                    30s) until it is, every sentinel names it and the old master replicates
+                    it; prints the new master's id
+  reshard redis-cluster SLOT [ID]   move the slot (0-16383) and its keys to master ID (default:
+                    the next master after its owner); waits until every node agrees; prints ID
+  slot-owner redis-cluster SLOT     print the id of the master serving the slot
   help              this text
 
 IDs: ${ALL_IDS[*]}
@@ -33,11 +39,13 @@ EOF
 }
 
 leader_usage() { # one line per leader group
-    local g members
+    local g members ids
     for g in "${LEADER_GROUPS[@]}"; do
         read -ra members <<<"${GROUP_MEMBERS[$g]}"
-        printf '  %-20s print the id (%s..%s) of the current %s leader\n' "leader $g" \
-            "${members[0]}" "${members[-1]##*[!0-9]}" "${GROUP_DESC[$g]}"
+        ids="${members[*]}"
+        [[ ${members[0]} != *[0-9] ]] || ids="${members[0]}..${members[-1]##*[!0-9]}" # etcd-1..3
+        printf '  %-20s print the id (%s) of the current %s\n' "leader $g" \
+            "${ids// /, }" "${GROUP_DESC[$g]}"
     done
 }
 
@@ -50,7 +58,7 @@ ids_of_mode() { # the ids `up MODE` / `check MODE` mean
 }
 
 cmd_up() {
-    local mode=${1:-all} idlist ids id pid kind started=()
+    local mode=${1:-all} idlist ids id pid kind mine started=()
     idlist=$(ids_of_mode up "$mode")
     read -ra ids <<<"$idlist"
     ensure_installed
@@ -71,6 +79,12 @@ cmd_up() {
         fi
     done
     wait_ready "${ids[@]}"
+    for kind in "${KINDS[@]}"; do
+        declare -F "${kind//-/_}_assemble" >/dev/null || continue
+        mine=()
+        for id in "${ids[@]}"; do [[ ${KIND_OF[$id]} != "$kind" ]] || mine+=("$id"); done
+        ((${#mine[@]} == 0)) || "${kind//-/_}_assemble" "${mine[@]}"
+    done
     for id in "${started[@]}"; do
         if declare -F "${KIND_OF[$id]//-/_}_settle" >/dev/null; then kind_call "$id" settle; fi
     done
@@ -196,6 +210,25 @@ cmd_leader() {
         ((SECONDS < deadline)) || die "$what has no leader (waited ${WAIT_SECS}s)"
         sleep 0.2
     done
+}
+
+# failover / reshard / slot-owner NAME ARGS...: the command of a kind that offers it (its
+# P_failover, P_reshard, P_slot_owner, called with NAME ARGS...); NAME is the kind or one of its
+# leader groups.
+cmd_kind_hook() {
+    local cmd=$1 name=${2:-} kind="" k members offered=()
+    [[ -d $STATE ]] || die "$cmd: $STATE does not exist (scripts/backends up all)"
+    if [[ -n $name && -n ${GROUP_MEMBERS[$name]:-} ]]; then
+        read -ra members <<<"${GROUP_MEMBERS[$name]}"
+        kind=${KIND_OF[${members[0]}]}
+    fi
+    for k in "${KINDS[@]}"; do
+        [[ $k != "$name" ]] || kind=$k
+        ! declare -F "${k//-/_}_${cmd//-/_}" >/dev/null || offered+=("$k")
+    done
+    [[ -n $kind && " ${offered[*]} " == *" $kind "* ]] ||
+        die "$cmd: expected $(or_list "${offered[@]}"), got '$name'"
+    "${kind//-/_}_${cmd//-/_}" "$name" "${@:3}"
 }
 
 or_list() { # 'a', 'b' or 'c'

@@ -4,7 +4,7 @@
 
 register_ids etcd single etcd
 register_ids etcd cluster etcd-1 etcd-2 etcd-3
-leader_group etcd-cluster "etcd cluster" etcd-1 etcd-2 etcd-3
+leader_group etcd-cluster "etcd cluster leader" etcd-1 etcd-2 etcd-3
 need_command etcd etcd-server
 need_command etcdctl etcd-client
 

@@ -90,7 +90,8 @@ emit() { printf 'export %s=%s\n' "$1" "$2"; } # one line for `eval "$(scripts/ba
 #   need_file PATH PACKAGE           ... when PATH is missing;
 #   need_check FUNCTION PACKAGE WHAT ... when FUNCTION fails (WHAT names it in errors).
 #   leader_group NAME "DESCRIPTION" ID...   optional: `leader NAME` prints which of the IDs
-#                                    leads (asks P_is_leader of each running one).
+#                                    leads (asks P_is_leader of each running one); `help`
+#                                    says "print the id ... of the current DESCRIPTION".
 # and defines:
 #   P_ports ID      print every port ID listens on (through `port N`, which adds the offset),
 #                   the client port first (it is the address in status and the URLs). Checked
@@ -107,6 +108,12 @@ emit() { printf 'export %s=%s\n' "$1" "$2"; } # one line for `eval "$(scripts/ba
 #   P_stop_last     print ids that `down` must stop after all the others (see etcd.sh).
 #   P_settle ID     after `up` started ID (not after `start ID`) and it answers: wait until it
 #                   is fit for the tests (see redis.sh).
+#   P_assemble ID...  after every server of `up` answers, with this kind's ids among them
+#                   (started now or before): join them into what they form and wait until it
+#                   works (redis-cluster.sh makes its cluster once). Runs before the P_settles.
+#   P_failover NAME, P_reshard NAME ARGS..., P_slot_owner NAME ARGS...   the kind's own
+#                   `scripts/backends failover|reshard|slot-owner NAME ...`; NAME is the kind or
+#                   one of its leader groups (see redis-sentinel.sh, redis-cluster.sh).
 
 KINDS=() SINGLE_IDS=() CLUSTER_IDS=() LEADER_GROUPS=()
 declare -A KIND_OF=() GROUP_MEMBERS=() GROUP_DESC=()

@@ -36,15 +36,22 @@ dir $dir/data
 logfile ""
 # keep the full command line (with this file's path): it is how we recognise our process
 set-proc-title no
+# replication (redis-sentinel.sh, redis-cluster.sh): a full sync starts at once (not 5 s
+# later, waiting for more replicas), and the replica deletes its RDB file once loaded
+repl-diskless-sync-delay 0
+rdb-del-sync-files yes
 EOF
 }
 
+# ID [LINE...]: the extra config lines of redis-sentinel.sh and redis-cluster.sh
 redis_start() {
     local id=$1 dir="$STATE/$1"
     mkdir -p "$dir/data"
+    rm -f "$dir/data/dump.rdb" # a replica killed before it deleted it: a restart is empty
     {
         redis_base_conf "$id"
         echo "port $(client_port "$id")"
+        (($# < 2)) || printf "%s\n" "${@:2}"
     } >"$dir/redis.conf"
     launch "$id" redis-server "$dir/redis.conf"
 }

@@ -4,7 +4,7 @@
 
 register_ids zk single zk
 register_ids zk cluster zk-1 zk-2 zk-3
-leader_group zk-ensemble "ZooKeeper ensemble" zk-1 zk-2 zk-3
+leader_group zk-ensemble "ZooKeeper ensemble leader" zk-1 zk-2 zk-3
 need_check zk_jar zookeeper "zookeeper.jar (looked in /usr/share/java, /usr/share/zookeeper)" # pulls libzookeeper-java + deps
 need_command java default-jre-headless
 

@@ -38,6 +38,88 @@ pub fn with_options(base: &str, options: &str) -> String {
     }
 }
 
+/// The Sentinel topology (`LOCKSMITH_TEST_REDIS_SENTINEL`: a master and a replica, three
+/// sentinels).
+pub fn sentinel_url() -> String {
+    env_url("LOCKSMITH_TEST_REDIS_SENTINEL")
+}
+
+/// The Redis Cluster (`LOCKSMITH_TEST_REDIS_CLUSTER`: three masters, each with a replica).
+pub fn cluster_url() -> String {
+    env_url("LOCKSMITH_TEST_REDIS_CLUSTER")
+}
+
+/// A raw connection for any topology: a server's, or a cluster's (which routes each command to
+/// its key's node).
+#[derive(Clone)]
+pub enum Admin {
+    Server(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Admin {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Admin::Server(c) => c.req_packed_command(cmd),
+            Admin::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Admin::Server(c) => c.req_packed_commands(pipeline, offset, count),
+            Admin::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// A raw connection to what `url` names: its single server, the master its sentinels name now,
+/// or its cluster.
+pub async fn admin_for(url: &str) -> Admin {
+    let parsed = BackendUrl::parse(url).expect("url");
+    let hosts: Vec<String> = parsed.hosts.iter().map(|h| h.to_addr(6379)).collect();
+    let connect = async {
+        match parsed.scheme.as_str() {
+            "redis+sentinel" => {
+                let mut sentinel = redis::sentinel::SentinelClient::build(
+                    hosts.iter().map(|h| format!("redis://{h}")).collect(),
+                    parsed.path.clone(),
+                    None,
+                    redis::sentinel::SentinelServerType::Master,
+                )
+                .expect("sentinel client");
+                let client = sentinel.async_get_client().await.expect("the sentinels name a master");
+                Admin::Server(
+                    client
+                        .get_multiplexed_async_connection()
+                        .await
+                        .expect("master connection"),
+                )
+            }
+            "redis-cluster" => {
+                let client = redis::cluster::ClusterClient::new(
+                    hosts.iter().map(|h| format!("redis://{h}")).collect::<Vec<_>>(),
+                )
+                .expect("cluster client");
+                Admin::Cluster(client.get_async_connection().await.expect("cluster connection"))
+            }
+            _ => Admin::Server(admin(url).await),
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), connect)
+        .await
+        .expect("admin connection timed out")
+}
+
 /// A raw connection to the server of a single-host `url`, as an operator or an old client has.
 pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
     let parsed = BackendUrl::parse(url).expect("url");
@@ -96,16 +178,21 @@ pub async fn locker(url: &str) -> Locker {
 pub struct RedisHarness {
     pub url: String,
     parsed: BackendUrl,
-    admin: redis::aio::MultiplexedConnection,
+    admin: Admin,
 }
 
 impl RedisHarness {
+    /// On the single test server, with `options`.
     pub async fn new(options: &str) -> RedisHarness {
-        let url = with_options(&redis_url(), options);
-        let parsed = BackendUrl::parse(&url).expect("url");
+        RedisHarness::on(&with_options(&redis_url(), options)).await
+    }
+
+    /// On whatever `url` names (a server, sentinels, a cluster).
+    pub async fn on(url: &str) -> RedisHarness {
+        let parsed = BackendUrl::parse(url).expect("url");
         RedisHarness {
-            admin: admin(&url).await,
-            url,
+            admin: admin_for(url).await,
+            url: url.to_owned(),
             parsed,
         }
     }
@@ -117,7 +204,7 @@ impl RedisHarness {
         let url = env_url("LOCKSMITH_TEST_REDIS_SECURE");
         let parsed = BackendUrl::parse(&url).expect("url");
         RedisHarness {
-            admin: secure_admin(&url, None).await.expect("admin connection"),
+            admin: Admin::Server(secure_admin(&url, None).await.expect("admin connection")),
             url,
             parsed,
         }
@@ -185,4 +272,127 @@ pub fn init_logs() {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_test_writer()
         .try_init();
+}
+
+/// Serializes the tests of one test binary that fail servers over, kill or stop them: each holds
+/// this while it runs, so that they do not disturb one another.
+pub static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `scripts/backends ARGS` from async code (on a blocking thread, so that the watchdogs of the
+/// test's locks keep running meanwhile); panics if it fails.
+pub async fn backends(args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        lockcore::conformance::servers::backends(&args)
+    })
+    .await
+    .expect("scripts/backends task")
+}
+
+/// Polls `scripts/backends ARGS` (at most `limit`) until its output is not `old`; `None` while it
+/// fails (e.g. `leader` when no server is master yet).
+pub async fn wait_for_change(args: &[&str], old: &str, limit: Duration) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends");
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let out = tokio::process::Command::new("bash")
+            .arg(std::env::var("LOCKSMITH_BACKENDS_SCRIPT").unwrap_or_else(|_| script.to_owned()))
+            .args(args)
+            .output()
+            .await
+            .expect("running scripts/backends");
+        let now = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if out.status.success() && !now.is_empty() && now != old {
+            return now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "scripts/backends {args:?} still says {old:?} after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A contender that tries to take `name` every 100 ms until stopped, and records every grant it
+/// got (at once released) with its time: a grant while the holder still holds is a double grant.
+pub struct Contender {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<(tokio::time::Instant, u64)>>,
+}
+
+impl Contender {
+    pub fn start(locker: Locker, name: String) -> Contender {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let mut grants = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    if let Ok(Some(g)) = locker.lock(&name).ttl(Duration::from_secs(2)).try_acquire().await {
+                        grants.push((tokio::time::Instant::now(), g.fencing_token()));
+                        let _ = g.release().await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                grants
+            }
+        });
+        Contender { stop, task }
+    }
+
+    /// Stops and returns the grants it got.
+    pub async fn stop(self) -> Vec<(tokio::time::Instant, u64)> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.expect("contender task")
+    }
+}
+
+/// A holder, a waiter queued behind it and a contender on one lock, and `fault(lock name)` in the
+/// middle (a failover, a resharding): the holder keeps the lock through the fault (its renewals
+/// reach the new master), the waiter gets the lock once it is released, with a larger fencing
+/// token, nobody gets it before, and nothing is left behind.
+pub async fn holds_through<F, Fut>(url: &str, ttl: Duration, fault: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use lockcore::conformance::{unique_name, within};
+    let (a, b, c) = (locker(url).await, locker(url).await, locker(url).await);
+    let name = unique_name("fault");
+    let held = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    let token = held.fencing_token();
+    let waiter = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move { b.lock(&name).ttl(ttl).timeout(Duration::from_secs(120)).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(c.inspect(&name).await.expect("inspect").waiters, 1);
+    let contender = Contender::start(c.clone(), name.clone());
+
+    fault(name.clone()).await;
+
+    // A TTL after the fault: had no renewal reached the new master since, the lease would be over.
+    tokio::time::sleep(ttl.max(Duration::from_secs(3))).await;
+    assert!(held.is_held(), "the holder lost its lock: {:?}", held.lost_reason());
+    assert!(c.inspect(&name).await.expect("inspect").holder.is_some());
+    let released_at = tokio::time::Instant::now();
+    held.release().await.expect("release after the fault");
+    let got = within(Duration::from_secs(30), "the waiter after the fault", waiter)
+        .await
+        .expect("waiter task")
+        .expect("a waiter queued before the fault gets the lock");
+    assert!(
+        got.fencing_token() > token,
+        "fencing went from {token} to {}",
+        got.fencing_token()
+    );
+    got.release().await.expect("release");
+    let grants = contender.stop().await;
+    assert!(
+        grants.iter().all(|(at, _)| *at >= released_at),
+        "a contender got the lock while it was held: {grants:?}"
+    );
+    let info = c.inspect(&name).await.expect("inspect");
+    assert!(info.holder.is_none() && info.waiters == 0, "left behind: {info:?}");
 }

@@ -48,6 +48,51 @@ const FAULT_HEADER: &[&str] = &[
     "leftovers",
 ];
 
+/// What a Redis failover does to a held lock, with and without replica confirmation: the rows
+/// of the failover faults on Sentinel and Cluster, and how to read them.
+fn redis_failover(out: &mut String, r: &Report) {
+    let rows: Vec<&Row> = r
+        .results
+        .iter()
+        .filter(|row| {
+            row.backend == "redis"
+                && (row.topology.starts_with("sentinel") || row.topology.starts_with("cluster"))
+                && matches!(row.fault, "leader-kill" | "failover")
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Redis failover: what replica confirmation buys
+"
+    );
+    let _ = writeln!(
+        out,
+        "Redis replicates asynchronously: a master that acknowledged a lock (or its renewal) can fail \
+         before its replica saw it, and the promoted replica then grants the lock to someone else while \
+         the first holder still believes it holds it. *Overlaps* below are such double grants; *not \
+         told* are holders overtaken without `lost()` firing. With `min_replicas=1` a grant or renewal \
+         counts only once a replica acknowledged it (`WAIT`), so the promoted replica knows every lease \
+         its holder believes in: a holder keeps its lock through the failover or is told it lost it \
+         before anyone else can get it (a broken promise otherwise).\n"
+    );
+    table(out, FAULT_HEADER, fault_rows(&rows));
+    let _ = writeln!(
+        out,
+        "How to read it: without `min_replicas`, Redis Sentinel and Cluster are as safe as the \
+         replication lag is short — fine for efficiency locks (a duplicate run of a job is harmless), \
+         not for correctness locks unless the protected resource checks fencing tokens. With \
+         `min_replicas=1` (every replica, on a master with one) a failover cannot silently hand a held \
+         lock to another holder; it costs one `WAIT` round trip per grant and per renewal batch (see \
+         `docs/comparison.md`), and while no replica answers nothing can be granted or renewed (holders \
+         are told they lost their locks when their leases run out). What no setting fixes: a master \
+         and its replica that both lose their data at once (restart without persistence), and clock \
+         jumps; `restart_delay` and fencing tokens cover the first.\n"
+    );
+}
+
 /// The whole page.
 pub fn page(r: &Report) -> String {
     let mut out = String::new();
@@ -65,14 +110,16 @@ pub fn page(r: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "Machine: {} CPUs, {}; {}. Lease TTL {} ms on single servers (clusters: at least 2000 ms); {} \
-         workers per run; each fault injected {} time(s); {:.0} s in all.\n",
+        "Machine: {} CPUs, {}; {}. Lease TTL {} ms on single servers (clusters: at least 2000 ms; \
+         Redis Sentinel and Cluster: at least 4000 ms); {} workers per run; each fault injected {} \
+         time(s), failovers on Redis Sentinel and Cluster {} times; {:.0} s in all.\n",
         m.cpus,
         m.os,
         m.servers.join(", "),
         m.ttl_ms,
         m.workers,
         m.repeats,
+        m.failovers,
         m.seconds
     );
     if broken.is_empty() {
@@ -102,7 +149,11 @@ pub fn page(r: &Report) -> String {
          keep theirs; on a cluster, one member).\n- **leader-kill**: the cluster's leader is killed \
          and started again a TTL later.\n- **minority-partition**: one follower is cut off from \
          everyone (its process stopped) for 2 TTLs; a partition in which the member keeps serving \
-         its clients is not simulated.\n- Clock jumps are out of scope: every bound here counts on \
+         its clients is not simulated.\n- On Redis Sentinel and Redis Cluster, **leader-kill** kills \
+         the master that holds the lock (on a cluster: of the lock's slot), waits until the sentinels \
+         or the cluster promote its replica, and starts it again (it comes back as the new master's \
+         replica); **failover** is `SENTINEL FAILOVER`, with no server down. `+confirm` targets use \
+         `min_replicas=1`.\n- Clock jumps are out of scope: every bound here counts on \
          clocks that run at about the same rate.\n"
     );
     let _ = writeln!(
@@ -116,6 +167,7 @@ pub fn page(r: &Report) -> String {
     );
     let rows: Vec<&Row> = r.results.iter().collect();
     table(&mut out, FAULT_HEADER, fault_rows(&rows));
+    redis_failover(&mut out, r);
 
     if let Some(s) = &r.self_check {
         let _ = writeln!(out, "## Self-check: the suite catches a broken setup\n");

@@ -1,0 +1,552 @@
+//! How a [`crate::session::Node`] reaches its server, in each topology:
+//!
+//! - **Fixed**: one server at one address (a single server, or one master of a quorum), over one
+//!   auto-reconnecting multiplexed connection.
+//! - **Sentinel**: the master that a set of sentinels names (`SENTINEL get-master-addr-by-name`,
+//!   then `ROLE` on the server to check it is a master). When a request fails in a way a failover
+//!   causes (the connection refused or dropped, no answer, `READONLY` from a master demoted to
+//!   replica), the sentinels are asked again (at most every [`RECHECK`]); if they name another
+//!   master, every request goes there from then on and [`Link::moves`] ticks, so that the pub/sub
+//!   side moves too.
+//! - **Cluster**: a Redis Cluster connection, which sends each request to the master of its key's
+//!   slot and follows `MOVED`/`ASK` and resharding by itself; [`Link::slot_owners`] tells which
+//!   node serves which slots, for the renewals that are grouped by node.
+//!
+//! With replica confirmation (`min_replicas`), the requests that must be confirmed go over a
+//! second connection ([`Link::confirm_conn`]), because `WAIT` blocks the connection it is sent on
+//! until the replicas answer, and confirms the writes made on that same connection only.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{Client, Cmd, ConnectionAddr, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use tokio::sync::{watch, OnceCell};
+use tokio::time::Instant;
+
+use crate::config::{escape, host_port, Config, Topology};
+use crate::keys::slot_of;
+
+/// The least time between two questions to the sentinels.
+const RECHECK: Duration = Duration::from_millis(200);
+
+/// A connection to send requests on, whatever the topology.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    /// One server's multiplexed connection.
+    Server(ConnectionManager),
+    /// A cluster connection.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Server(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Server(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Server(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl Conn {
+    /// `WAIT replicas timeout` on the server that holds `key` (the connection's server, or on a
+    /// cluster the master of `key`'s slot, over that node's connection): how many replicas
+    /// acknowledged every write made so far on this connection.
+    pub(crate) async fn wait_replicas(&mut self, key: &str, replicas: u32, timeout: Duration) -> RedisResult<i64> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas)
+            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1));
+        match self {
+            Conn::Server(c) => wait.query_async(c).await,
+            Conn::Cluster(c) => {
+                let route = redis::cluster_routing::Route::new(slot_of(key), redis::cluster_routing::SlotAddr::Master);
+                let value = c
+                    .route_command(
+                        wait,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await?;
+                Ok(redis::from_redis_value(value)?)
+            }
+        }
+    }
+
+    /// Sends `pipeline` to the cluster node at `host:port` (on a server connection: to its server).
+    pub(crate) async fn pipeline_to(&mut self, pipeline: &Pipeline, node: &(String, u16)) -> RedisResult<Vec<Value>> {
+        match self {
+            Conn::Server(c) => pipeline.query_async(c).await,
+            Conn::Cluster(c) => {
+                let to = SingleNodeRoutingInfo::ByAddress {
+                    host: node.0.clone(),
+                    port: node.1,
+                };
+                c.route_pipeline(pipeline.clone(), 0, pipeline.len(), to).await
+            }
+        }
+    }
+}
+
+/// The way to one logical server.
+pub(crate) struct Link {
+    way: Way,
+    /// Ticks whenever the server behind the link changes (a sentinel failover).
+    moved: watch::Sender<u64>,
+}
+
+enum Way {
+    /// One server at a fixed address.
+    Fixed(Server),
+    /// The master the sentinels name.
+    Sentinel(SentinelLink),
+    /// A Redis Cluster.
+    Cluster(ClusterLink),
+}
+
+/// One server's client and connections.
+#[derive(Clone)]
+struct Server {
+    addr: String,
+    client: Client,
+    conn: ConnectionManager,
+    /// For the requests that `WAIT` for replicas (made on first use).
+    confirm: ConnectionManager,
+}
+
+impl Server {
+    fn new(addr: String, client: Client, manager: &ConnectionManagerConfig) -> RedisResult<Server> {
+        Ok(Server {
+            addr,
+            conn: ConnectionManager::new_lazy_with_config(client.clone(), manager.clone())?,
+            confirm: ConnectionManager::new_lazy_with_config(client.clone(), manager.clone())?,
+            client,
+        })
+    }
+}
+
+/// The sentinel topology's state.
+struct SentinelLink {
+    sentinel: tokio::sync::Mutex<SentinelClient>,
+    manager: ConnectionManagerConfig,
+    /// How long one question to the sentinels may take.
+    ask_timeout: Duration,
+    current: RwLock<Option<Server>>,
+    /// A request failed as a failover makes them fail: ask the sentinels again.
+    stale: AtomicBool,
+    last_asked: Mutex<Option<Instant>>,
+}
+
+/// The cluster topology's state.
+struct ClusterLink {
+    client: ClusterClient,
+    conn: OnceCell<ClusterConnection>,
+    confirm: OnceCell<ClusterConnection>,
+    /// One client per seed node, for the pub/sub side (a message published on any node of a
+    /// cluster reaches the subscribers of every node).
+    seeds: Vec<Client>,
+    /// Which master serves which slots (`CLUSTER SLOTS`), read when renewals need it and
+    /// forgotten when a renewal meets a node that no longer serves a slot.
+    slots: RwLock<Option<SlotOwners>>,
+}
+
+/// Slot ranges `(first, last, master host, master port)`, sorted.
+pub(crate) type SlotOwners = Vec<(u16, u16, String, u16)>;
+
+impl Link {
+    /// The link of server `i` of `config` (connections are made on first use).
+    pub(crate) fn new(config: &Config, i: usize, manager: ConnectionManagerConfig) -> RedisResult<Link> {
+        let way = match &config.topology {
+            Topology::Servers => {
+                let client = client_for(config, &config.node_urls[i])?;
+                Way::Fixed(Server::new(config.addrs[i].clone(), client, &manager)?)
+            }
+            Topology::Sentinel { sentinels, master } => {
+                let addrs: Vec<ConnectionAddr> = sentinels
+                    .iter()
+                    .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port))
+                    .collect();
+                let mut builder = SentinelClientBuilder::new(addrs, master.clone(), SentinelServerType::Master)?
+                    .set_client_to_redis_db(i64::from(config.db));
+                if let Some(user) = &config.user {
+                    builder = builder.set_client_to_redis_username(user);
+                }
+                if let Some(password) = &config.password {
+                    builder = builder.set_client_to_redis_password(password);
+                }
+                builder = with_sentinel_tls(builder, config)?;
+                Way::Sentinel(SentinelLink {
+                    sentinel: tokio::sync::Mutex::new(builder.build()?),
+                    manager,
+                    ask_timeout: config.connect_timeout + config.response_timeout,
+                    current: RwLock::new(None),
+                    stale: AtomicBool::new(false),
+                    last_asked: Mutex::new(None),
+                })
+            }
+            Topology::Cluster { seeds } => {
+                let scheme = if config.tls.is_some() { "rediss" } else { "redis" };
+                let urls: Vec<String> = seeds
+                    .iter()
+                    .map(|(h, p)| format!("{scheme}://{}", host_port(h, *p)))
+                    .collect();
+                let mut builder = ClusterClientBuilder::new(urls.clone())
+                    .connection_timeout(config.connect_timeout)
+                    .response_timeout(config.response_timeout);
+                if let Some(user) = &config.user {
+                    builder = builder.username(user.clone());
+                }
+                if let Some(password) = &config.password {
+                    builder = builder.password(password.clone());
+                }
+                builder = with_cluster_tls(builder, config);
+                let seeds = urls
+                    .iter()
+                    .map(|u| client_for(config, &with_auth(config, u)))
+                    .collect::<RedisResult<Vec<_>>>()?;
+                Way::Cluster(ClusterLink {
+                    client: builder.build()?,
+                    conn: OnceCell::new(),
+                    confirm: OnceCell::new(),
+                    seeds,
+                    slots: RwLock::new(None),
+                })
+            }
+        };
+        Ok(Link {
+            way,
+            moved: watch::Sender::new(0),
+        })
+    }
+
+    /// The connection to send the next request on (for a sentinel link, to the current master,
+    /// asking the sentinels first if a failure asked for it).
+    pub(crate) async fn conn(&self) -> RedisResult<Conn> {
+        match &self.way {
+            Way::Fixed(s) => Ok(Conn::Server(s.conn.clone())),
+            Way::Sentinel(s) => Ok(Conn::Server(Box::pin(s.master(&self.moved)).await?.conn)),
+            Way::Cluster(c) => Ok(Conn::Cluster(Box::pin(c.connection(&c.conn)).await?)),
+        }
+    }
+
+    /// The connection for requests whose writes are then confirmed with `WAIT`.
+    pub(crate) async fn confirm_conn(&self) -> RedisResult<Conn> {
+        match &self.way {
+            Way::Fixed(s) => Ok(Conn::Server(s.confirm.clone())),
+            Way::Sentinel(s) => Ok(Conn::Server(Box::pin(s.master(&self.moved)).await?.confirm)),
+            Way::Cluster(c) => Ok(Conn::Cluster(Box::pin(c.connection(&c.confirm)).await?)),
+        }
+    }
+
+    /// The clients the pub/sub side may connect to, in order of preference.
+    pub(crate) async fn pubsub_clients(&self) -> RedisResult<Vec<Client>> {
+        match &self.way {
+            Way::Fixed(s) => Ok(vec![s.client.clone()]),
+            Way::Sentinel(s) => Ok(vec![Box::pin(s.master(&self.moved)).await?.client]),
+            Way::Cluster(c) => Ok(c.seeds.clone()),
+        }
+    }
+
+    /// Ticks whenever the server behind the link changes: the pub/sub side then drops its
+    /// connection to the old one.
+    pub(crate) fn moves(&self) -> watch::Receiver<u64> {
+        self.moved.subscribe()
+    }
+
+    /// The address to name in messages: the server's, the current master's, or the cluster's.
+    pub(crate) fn describe(&self, fallback: &str) -> String {
+        match &self.way {
+            Way::Fixed(s) => s.addr.clone(),
+            Way::Sentinel(s) => match s.current.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                Some(m) => format!("{fallback} ({})", m.addr),
+                None => fallback.to_owned(),
+            },
+            Way::Cluster(_) => fallback.to_owned(),
+        }
+    }
+
+    /// A request on this link failed with `e` (`None`: it got no answer in time). After a failover
+    /// the sentinels are asked again; on a cluster, the slot owners are read again.
+    pub(crate) fn failed(&self, e: Option<&RedisError>) {
+        let moved = e.is_none_or(|e| {
+            e.is_io_error()
+                || e.is_connection_refusal()
+                || e.is_timeout()
+                || e.is_connection_dropped()
+                || matches!(
+                    e.code(),
+                    Some("READONLY" | "MASTERDOWN" | "MOVED" | "ASK" | "CLUSTERDOWN" | "TRYAGAIN")
+                )
+        });
+        if !moved {
+            return;
+        }
+        match &self.way {
+            Way::Fixed(_) => {}
+            Way::Sentinel(s) => s.stale.store(true, Ordering::SeqCst),
+            Way::Cluster(c) => *c.slots.write().unwrap_or_else(|e| e.into_inner()) = None,
+        }
+    }
+
+    /// Whether this is a cluster link.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.way, Way::Cluster(_))
+    }
+
+    /// On a cluster, which master serves which slots (read once, then after a failure).
+    pub(crate) async fn slot_owners(&self) -> RedisResult<SlotOwners> {
+        let Way::Cluster(c) = &self.way else {
+            return Ok(Vec::new());
+        };
+        if let Some(owners) = c.slots.read().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(owners);
+        }
+        let mut conn = c.connection(&c.conn).await?;
+        let reply = conn
+            .route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+            )
+            .await?;
+        let owners = parse_slots(reply)?;
+        *c.slots.write().unwrap_or_else(|e| e.into_inner()) = Some(owners.clone());
+        Ok(owners)
+    }
+}
+
+impl SentinelLink {
+    /// The current master, asking the sentinels when there is none yet or a failure asked for it
+    /// (and the last question is at least [`RECHECK`] old).
+    async fn master(&self, moved: &watch::Sender<u64>) -> RedisResult<Server> {
+        let current = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let due = {
+            let last = self.last_asked.lock().unwrap_or_else(|e| e.into_inner());
+            last.is_none_or(|t| t.elapsed() >= RECHECK)
+        };
+        match current {
+            Some(master) if !(self.stale.load(Ordering::SeqCst) && due) => Ok(master),
+            current => match self.ask(moved).await {
+                Ok(master) => Ok(master),
+                Err(e) => match current {
+                    // The sentinels do not answer: keep using the last master.
+                    Some(master) => {
+                        tracing::debug!(error = %e, "the redis sentinels do not answer; keeping the last master");
+                        Ok(master)
+                    }
+                    None => Err(e),
+                },
+            },
+        }
+    }
+
+    /// Asks the sentinels which server is the master now; switches to it if it moved.
+    async fn ask(&self, moved: &watch::Sender<u64>) -> RedisResult<Server> {
+        let mut sentinel = self.sentinel.lock().await;
+        *self.last_asked.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        let client = match tokio::time::timeout(self.ask_timeout, sentinel.async_get_client()).await {
+            Ok(client) => client?,
+            Err(_) => {
+                return Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the sentinels named no master within {:?}", self.ask_timeout),
+                )))
+            }
+        };
+        self.stale.store(false, Ordering::SeqCst);
+        let addr = client.get_connection_info().addr().to_string();
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(master) = current.as_ref().filter(|m| m.addr == addr) {
+            return Ok(master.clone());
+        }
+        if current.is_some() {
+            tracing::warn!(master = %addr, "the sentinels name a new redis master: following the failover");
+        }
+        let master = Server::new(addr, client, &self.manager)?;
+        *current = Some(master.clone());
+        moved.send_modify(|n| *n += 1);
+        Ok(master)
+    }
+}
+
+impl ClusterLink {
+    async fn connection(&self, cell: &OnceCell<ClusterConnection>) -> RedisResult<ClusterConnection> {
+        Ok(cell
+            .get_or_try_init(|| self.client.get_async_connection())
+            .await?
+            .clone())
+    }
+}
+
+/// Reads a `CLUSTER SLOTS` reply: `[[first, last, [host, port, id, …], replicas…], …]`.
+fn parse_slots(reply: Value) -> RedisResult<SlotOwners> {
+    let bad = || RedisError::from((redis::ErrorKind::Parse, "unexpected CLUSTER SLOTS reply"));
+    let Value::Array(ranges) = reply else { return Err(bad()) };
+    let mut owners = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(parts) = range else { return Err(bad()) };
+        let [first, last, master, ..] = parts.as_slice() else {
+            return Err(bad());
+        };
+        let Value::Array(master) = master else {
+            return Err(bad());
+        };
+        let [host, port, ..] = master.as_slice() else {
+            return Err(bad());
+        };
+        owners.push((
+            redis::from_redis_value_ref(first)?,
+            redis::from_redis_value_ref(last)?,
+            redis::from_redis_value_ref(host)?,
+            redis::from_redis_value_ref(port)?,
+        ));
+    }
+    owners.sort_unstable();
+    Ok(owners)
+}
+
+/// A client for `url` (a `redis[s]://user:pass@host:port/db` URL), with the URL's TLS files.
+fn client_for(config: &Config, url: &str) -> RedisResult<Client> {
+    match &config.tls {
+        None => Client::open(url),
+        #[cfg(feature = "tls")]
+        Some(tls) => {
+            install_crypto_provider();
+            Client::build_with_tls(url, certificates(tls))
+        }
+        #[cfg(not(feature = "tls"))]
+        Some(_) => Err(needs_tls()),
+    }
+}
+
+/// `url` (`scheme://host:port`) with the config's credentials.
+fn with_auth(config: &Config, url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match (&config.user, &config.password) {
+        (None, None) => url.to_owned(),
+        (user, password) => format!(
+            "{scheme}://{}:{}@{rest}",
+            escape(user.as_deref().unwrap_or("")),
+            escape(password.as_deref().unwrap_or(""))
+        ),
+    }
+}
+
+/// The redis client builds its TLS configuration with rustls's process-wide crypto provider:
+/// choose ring unless the program installed one (with several providers compiled in, rustls
+/// cannot choose by itself).
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+#[cfg(feature = "tls")]
+fn certificates(tls: &lockcore::url::TlsFiles) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: tls.identity.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+            client_cert: cert.clone(),
+            client_key: key.clone(),
+        }),
+        root_cert: tls.ca.clone(),
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn needs_tls() -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "rediss:// needs the `tls` feature",
+    ))
+}
+
+#[cfg(feature = "tls")]
+fn with_sentinel_tls(builder: SentinelClientBuilder, config: &Config) -> RedisResult<SentinelClientBuilder> {
+    let Some(tls) = &config.tls else { return Ok(builder) };
+    install_crypto_provider();
+    // rediss+sentinel://: the sentinels are reached over TLS too, with the same files.
+    Ok(builder
+        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+        .set_client_to_redis_certificates(certificates(tls))
+        .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure)
+        .set_client_to_sentinel_certificates(certificates(tls)))
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_sentinel_tls(builder: SentinelClientBuilder, config: &Config) -> RedisResult<SentinelClientBuilder> {
+    match config.tls {
+        None => Ok(builder),
+        Some(_) => Err(needs_tls()),
+    }
+}
+
+#[cfg(feature = "tls")]
+fn with_cluster_tls(builder: ClusterClientBuilder, config: &Config) -> ClusterClientBuilder {
+    match &config.tls {
+        None => builder,
+        Some(tls) => {
+            install_crypto_provider();
+            builder.tls(redis::TlsMode::Secure).certs(certificates(tls))
+        }
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_cluster_tls(builder: ClusterClientBuilder, _: &Config) -> ClusterClientBuilder {
+    builder
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_slots_reply() {
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(5461),
+                Value::Int(10922),
+                node("127.0.0.1", 7002),
+                node("127.0.0.1", 7005),
+            ]),
+            Value::Array(vec![Value::Int(0), Value::Int(5460), node("127.0.0.1", 7001)]),
+        ]);
+        assert_eq!(
+            parse_slots(reply).unwrap(),
+            vec![
+                (0, 5460, "127.0.0.1".to_owned(), 7001),
+                (5461, 10922, "127.0.0.1".to_owned(), 7002)
+            ]
+        );
+        assert!(parse_slots(Value::Int(1)).is_err());
+    }
+}

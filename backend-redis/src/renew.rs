@@ -1,0 +1,184 @@
+//! The watchdog's batched renewal on one logical server ([`Node::renew_many`]).
+//!
+//! - On a server (or the master the sentinels name) the whole batch is one `RENEW_MANY` call per
+//!   [`RENEW_CHUNK`] leases, all pipelined in one round trip.
+//! - On a cluster the leases are grouped by the master that serves their slot (`CLUSTER SLOTS`),
+//!   and each group is pipelined to its master the same way, the groups in parallel: one round
+//!   trip per node, not per lock. A group that meets a node that no longer serves one of its
+//!   slots (resharding, failover) is renewed again one lease at a time, each call following
+//!   `MOVED`/`ASK` to the right node, and the slot map is read again before the next batch.
+//! - With `min_replicas`, the batch ends with `WAIT` on the same connection: a renewal that too
+//!   few replicas acknowledged does not count (the watchdog tries again, and fires `lost()` if the
+//!   lease runs out unconfirmed), because a failover would bring back the older expiry.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use lockcore::{LockError, Result};
+use redis::{RedisError, Value};
+
+use crate::error::{is_noscript, map_error};
+use crate::keys::slot_of;
+use crate::scripts::SCRIPTS;
+use crate::session::{millis, Node, Resend};
+
+/// Leases per `RENEW_MANY` call: a script blocks its server while it runs, so a batch of
+/// thousands is split into calls of this size (still sent in one pipelined round trip). 500
+/// leases take on the order of a millisecond of server time.
+pub(crate) const RENEW_CHUNK: usize = 500;
+
+/// One lease to extend: its lock key, its holder token, its TTL.
+pub(crate) type Item<'a> = (&'a str, &'a str, Duration);
+
+impl Node {
+    /// Extends every `(lock key, token, ttl)`; `true` where extended.
+    pub(crate) async fn renew_many(&self, items: &[Item<'_>]) -> Result<Vec<bool>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.link.is_cluster() {
+            return self.renew_on(None, items).await;
+        }
+        let owners = self
+            .bounded("reading the cluster's slots", Resend::IfDropped, || {
+                self.link.slot_owners()
+            })
+            .await?;
+        let mut groups: BTreeMap<Option<(String, u16)>, Vec<usize>> = BTreeMap::new();
+        for (i, (key, _, _)) in items.iter().enumerate() {
+            let slot = slot_of(key);
+            let owner = owners
+                .iter()
+                .find(|(first, last, _, _)| (*first..=*last).contains(&slot))
+                .map(|(_, _, host, port)| (host.clone(), *port));
+            groups.entry(owner).or_default().push(i);
+        }
+        let results = join_all(groups.iter().map(|(owner, indexes)| async move {
+            let group: Vec<Item<'_>> = indexes.iter().map(|&i| items[i]).collect();
+            if let Some(owner) = owner {
+                match self.renew_on(Some(owner), &group).await {
+                    Ok(flags) => return Ok(flags),
+                    Err(e) => {
+                        tracing::debug!(node = %format!("{}:{}", owner.0, owner.1), error = %e,
+                            "batched renewal on a cluster node failed; renewing its leases one by one");
+                        self.link.failed(None);
+                    }
+                }
+            }
+            let each = join_all(group.iter().map(|item| self.renew_on(None, std::slice::from_ref(item)))).await;
+            each.into_iter()
+                .map(|r| r.map(|flags| flags[0]))
+                .collect::<Result<Vec<bool>>>()
+        }))
+        .await;
+        let mut renewed = vec![false; items.len()];
+        for (indexes, result) in groups.values().zip(results) {
+            for (&i, flag) in indexes.iter().zip(result?) {
+                renewed[i] = flag;
+            }
+        }
+        Ok(renewed)
+    }
+
+    /// Renews `items` in one round trip: on the server, on the cluster node `node`, or (`None` on
+    /// a cluster, for leases of one slot) on the node the cluster routes the first key to.
+    async fn renew_on(&self, node: Option<&(String, u16)>, items: &[Item<'_>]) -> Result<Vec<bool>> {
+        let script = if node.is_some() {
+            &SCRIPTS.renew_many_cross
+        } else {
+            &SCRIPTS.renew_many
+        };
+        let chunks: Vec<&[Item<'_>]> = items.chunks(RENEW_CHUNK).collect();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for chunk in &chunks {
+            let mut call = script.prepare_invoke();
+            for (key, token, ttl) in *chunk {
+                match node {
+                    Some(_) => call.arg(*key).arg(*token).arg(millis(*ttl)),
+                    None => call.key(*key).arg(*token).arg(millis(*ttl)),
+                };
+            }
+            if node.is_some() {
+                call.key(chunk[0].0);
+            }
+            pipe.invoke_script(&call);
+        }
+        let confirm = self.min_replicas > 0;
+        if confirm {
+            pipe.cmd("WAIT")
+                .arg(self.min_replicas)
+                .arg(millis(self.replica_timeout));
+        }
+        let mut replies: Vec<Value> = self
+            .bounded("renewing", Resend::IfDropped, || {
+                let pipe = &pipe;
+                async move {
+                    let mut conn = if confirm {
+                        self.link.confirm_conn().await?
+                    } else {
+                        self.link.conn().await?
+                    };
+                    let send = |mut conn: crate::link::Conn| async move {
+                        match node {
+                            Some(node) => conn.pipeline_to(pipe, node).await,
+                            None => pipe.query_async(&mut conn).await,
+                        }
+                    };
+                    let replies: Vec<Value> = send(conn.clone()).await?;
+                    if !replies.iter().any(is_noscript) {
+                        return Ok(replies);
+                    }
+                    // The server lost its script cache (a restart, a promoted replica): load the
+                    // script (on a cluster: on every master) and go again.
+                    script.prepare_invoke().load_async(&mut conn).await?;
+                    send(conn).await
+                }
+            })
+            .await?;
+        if confirm {
+            let acks = match replies.pop() {
+                Some(Value::Int(acks)) => acks,
+                other => return Err(LockError::Protocol(format!("unexpected WAIT reply {other:?}"))),
+            };
+            if acks < i64::from(self.min_replicas) {
+                return Err(self.unconfirmed("renewing", acks));
+            }
+        }
+        if replies.len() != chunks.len() {
+            return Err(LockError::Protocol(format!(
+                "{} renewal replies for {} script calls",
+                replies.len(),
+                chunks.len()
+            )));
+        }
+        let mut renewed = Vec::with_capacity(items.len());
+        for (reply, chunk) in replies.into_iter().zip(&chunks) {
+            match reply {
+                Value::Array(flags) if flags.len() == chunk.len() => {
+                    for flag in flags {
+                        match flag {
+                            Value::Int(n) => renewed.push(n == 1),
+                            other => return Err(LockError::Protocol(format!("unexpected renewal result {other:?}"))),
+                        }
+                    }
+                }
+                Value::ServerError(e) => {
+                    return Err(map_error(
+                        RedisError::from(e),
+                        "renewing",
+                        &self.link.describe(&self.addr),
+                    ));
+                }
+                other => {
+                    return Err(LockError::Protocol(format!(
+                        "unexpected renewal reply {other:?} for {} leases",
+                        chunk.len()
+                    )))
+                }
+            }
+        }
+        Ok(renewed)
+    }
+}

@@ -1,0 +1,211 @@
+//! Redis Cluster (`LOCKSMITH_TEST_REDIS_CLUSTER`: three masters, each with a replica): locks
+//! spread over the masters and renewed in one batch per node; a slot resharded while a lock in it
+//! is held; a master killed while a lock in its slots is held; the plain layout's keys in the slot
+//! of the raw name.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use backend_redis::LockKeys;
+use common::{admin_for, backends, cluster_url, holds_through, wait_for_change, with_options, Admin, FAULTS};
+use lockcore::conformance::servers::OnDrop;
+use lockcore::conformance::unique_name;
+use lockcore::{BackendUrl, LockName};
+
+async fn keyslot(admin: &mut Admin, key: &str) -> i64 {
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(admin)
+        .await
+        .expect("CLUSTER KEYSLOT")
+}
+
+fn lock_key(url: &str, name: &str) -> String {
+    let parsed = BackendUrl::parse(url).expect("url");
+    LockKeys::for_url(&parsed, &LockName::new(name).expect("name"))
+        .expect("keys")
+        .lock
+}
+
+/// The masters, as `(first slot, last slot, "host:port")`.
+async fn masters(admin: &mut Admin) -> Vec<(i64, i64, String)> {
+    let ranges: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(admin)
+        .await
+        .expect("CLUSTER SLOTS");
+    ranges
+        .into_iter()
+        .map(|r| {
+            let first: i64 = redis::from_redis_value_ref(&r[0]).expect("first");
+            let last: i64 = redis::from_redis_value_ref(&r[1]).expect("last");
+            let node: Vec<redis::Value> = redis::from_redis_value_ref(&r[2]).expect("node");
+            let host: String = redis::from_redis_value_ref(&node[0]).expect("host");
+            let port: i64 = redis::from_redis_value_ref(&node[1]).expect("port");
+            (first, last, format!("{host}:{port}"))
+        })
+        .collect()
+}
+
+/// Script calls (`EVALSHA` and `EVAL`) every master has run so far, summed.
+async fn script_calls(addrs: &BTreeSet<String>) -> u64 {
+    let mut total = 0;
+    for addr in addrs {
+        let mut conn = common::admin(&format!("redis://{addr}")).await;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO");
+        for line in info.lines() {
+            if line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:") {
+                let calls = line.split("calls=").nth(1).and_then(|r| r.split(',').next());
+                total += calls.and_then(|c| c.parse::<u64>().ok()).expect("calls=");
+            }
+        }
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_spread_over_the_masters_and_renew_in_one_call_per_node() {
+    let _serial = FAULTS.lock().await;
+    common::init_logs();
+    let url = cluster_url();
+    let mut admin = admin_for(&url).await;
+    let a = common::locker(&url).await;
+    let ttl = Duration::from_millis(1500);
+    let mut guards = Vec::new();
+    for i in 0..60 {
+        let name = unique_name(&format!("spread-{i}"));
+        guards.push(a.lock(&name).ttl(ttl).acquire().await.expect("acquire"));
+    }
+    let ranges = masters(&mut admin).await;
+    let mut used = BTreeSet::new();
+    for g in &guards {
+        let slot = keyslot(&mut admin, &lock_key(&url, g.name())).await;
+        let (_, _, owner) = ranges
+            .iter()
+            .find(|(f, l, _)| (*f..=*l).contains(&slot))
+            .expect("an owner");
+        used.insert(owner.clone());
+    }
+    assert!(used.len() >= 2, "60 locks all on one master: {used:?}");
+
+    // Renewals every ttl/3 = 500 ms for 3 s: 6 or 7 rounds. One call per node and round is at
+    // most ~7 × 3; one call per lock would be ~7 × 60.
+    let all: BTreeSet<String> = ranges.iter().map(|(_, _, a)| a.clone()).collect();
+    let before = script_calls(&all).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let calls = script_calls(&all).await - before;
+    for g in &guards {
+        assert!(g.is_held(), "{} lost: {:?}", g.name(), g.lost_reason());
+    }
+    assert!(
+        calls <= 8 * all.len() as u64,
+        "{calls} script calls on the masters in 3 s to renew 60 locks on {} masters: not grouped by node",
+        all.len()
+    );
+    for g in guards {
+        g.release().await.expect("release");
+    }
+}
+
+/// The slot of `name`'s keys on the cluster of `url`, as `scripts/backends` takes it.
+async fn slot_of(url: &str, name: &str) -> String {
+    let mut admin = admin_for(url).await;
+    keyslot(&mut admin, &lock_key(url, name)).await.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resharding_the_slot_of_a_held_lock() {
+    let _serial = FAULTS.lock().await;
+    common::init_logs();
+    let url = cluster_url();
+    let at = url.clone();
+    holds_through(&url, Duration::from_secs(2), |name| async move {
+        let slot = slot_of(&at, &name).await;
+        let from = backends(&["slot-owner", "redis-cluster", &slot]).await;
+        let to = backends(&["reshard", "redis-cluster", &slot]).await;
+        assert_ne!(from, to, "slot {slot} did not move");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_master_keeps_a_confirmed_lock() {
+    let _serial = FAULTS.lock().await;
+    common::init_logs();
+    // Leases outlast the cluster's failover (node timeout 2 s, then an election) and the old
+    // master's return as a replica (until then its shard cannot confirm renewals).
+    let url = with_options(&cluster_url(), "min_replicas=1");
+    let at = url.clone();
+    holds_through(&url, Duration::from_secs(14), |name| async move {
+        let slot = slot_of(&at, &name).await;
+        let owner = backends(&["slot-owner", "redis-cluster", &slot]).await;
+        let _restart = OnDrop::start(&owner);
+        backends(&["kill", &owner]).await;
+        wait_for_change(&["slot-owner", "redis-cluster", &slot], &owner, Duration::from_secs(30)).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_layout_keys_share_the_slot_of_the_raw_name() {
+    common::init_logs();
+    let url = with_options(&cluster_url(), "layout=plain");
+    let mut admin = admin_for(&url).await;
+    let name = format!("orders:{:x}", rand_suffix());
+    // An old client's lock (redis-py's `Lock`: SET name token NX PX).
+    let _: () = redis::cmd("SET")
+        .arg(&name)
+        .arg("redis-py-token")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut admin)
+        .await
+        .expect("SET");
+    let a = common::locker(&url).await;
+    assert!(a.lock(&name).try_acquire().await.expect("try").is_none());
+    let holder = a.inspect(&name).await.expect("inspect").holder.expect("a holder");
+    assert_eq!(holder.holder_id, "redis-py-token");
+    let keys = LockKeys::for_url(
+        &BackendUrl::parse(&url).expect("url"),
+        &LockName::new(&name).expect("name"),
+    )
+    .expect("keys");
+    let slot = keyslot(&mut admin, &name).await;
+    for key in [
+        &keys.lock,
+        &keys.fence,
+        &keys.queue,
+        &keys.alive,
+        &keys.streak,
+        &keys.gap,
+    ] {
+        assert_eq!(
+            keyslot(&mut admin, key).await,
+            slot,
+            "{key} is not in the slot of {name}"
+        );
+    }
+    let _: () = redis::cmd("DEL").arg(&name).query_async(&mut admin).await.expect("DEL");
+    let g = a
+        .lock(&name)
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("free after the old client let go");
+    g.release().await.expect("release");
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,6 @@
+//! The whole lockcore conformance suite on Redis Cluster (`LOCKSMITH_TEST_REDIS_CLUSTER`: three
+//! masters, each with a replica): every lock's keys in one slot, locks spread over the masters.
+
+mod common;
+
+lockcore::conformance_tests!(common::RedisHarness::on(&common::cluster_url()).await);

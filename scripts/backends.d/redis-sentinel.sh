@@ -1,0 +1,194 @@
+# shellcheck shell=bash
+# scripts/backends.d/redis-sentinel.sh — Redis Sentinel: a master `sentinel-m`, its replica
+# `sentinel-r`, and three sentinels `sentinel-s1..3` that monitor them under the name
+# `locksmith` (quorum 2) and fail over in a few seconds. A server kind for scripts/backends (the
+# interface is described in lib.sh); loaded after redis.sh, whose config lines, start, redis-cli
+# wrapper and settle wait it shares.
+#
+# The data servers have no persistence (like `redis`): a restart is an empty server. Which of
+# the two is the master changes with every failover (`scripts/backends leader redis-sentinel`
+# prints it; `scripts/backends failover redis-sentinel` makes one). A data server that starts
+# replicates the master that the sentinels name (sentinel-m when no sentinel knows one), so a
+# killed master that is started again after a failover comes back as a replica.
+# A sentinel rewrites its own config file (current master, epochs, the replicas and sentinels
+# it knows): it is written once, by the first start in a state directory, and reused by every
+# later start (`stop` + `start` of a sentinel keeps what it knew).
+
+register_ids redis-sentinel cluster sentinel-m sentinel-r sentinel-s1 sentinel-s2 sentinel-s3
+leader_group redis-sentinel "Redis Sentinel master" sentinel-m sentinel-r
+need_command redis-server redis-server
+need_command redis-cli redis-tools
+
+readonly SENTINEL_MASTER=locksmith SENTINEL_DATA=(sentinel-m sentinel-r)
+readonly SENTINEL_IDS=(sentinel-s1 sentinel-s2 sentinel-s3)
+
+redis_sentinel_ports() { # data servers 16392 (m), 16393 (r); sentinels 26390-26392
+    case $1 in
+    sentinel-m) port 16392 ;;
+    sentinel-r) port 16393 ;;
+    *) port $((26389 + $(member_of "$1"))) ;;
+    esac
+}
+
+sentinel_is_data() { [[ $1 == sentinel-[mr] ]]; }
+
+# The sentinels' answer for the master: "HOST PORT" from the first sentinel that knows it.
+sentinel_master_addr() {
+    local id out
+    for id in "${SENTINEL_IDS[@]}"; do
+        out=$(redis_cli "$id" SENTINEL get-master-addr-by-name "$SENTINEL_MASTER" 2>/dev/null) || continue
+        [[ $out =~ ^([^$'\n']+)$'\n'([0-9]+)$ ]] || continue
+        echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+        return 0
+    done
+    return 1
+}
+
+sentinel_id_of_port() { # the data server on port $1 (empty if none)
+    local id
+    for id in "${SENTINEL_DATA[@]}"; do
+        [[ $(client_port "$id") != "$1" ]] || echo "$id"
+    done
+}
+
+# The data server the sentinels call master: asked of the sentinels, else read from a sentinel's
+# (rewritten) config file, else sentinel-m (nothing was ever started).
+sentinel_current_master() {
+    local addr f
+    if addr=$(sentinel_master_addr); then
+        sentinel_id_of_port "${addr#* }"
+        return
+    fi
+    for f in "$STATE"/sentinel-s[123]/sentinel.conf; do
+        [[ -f $f ]] || continue
+        addr=$(sed -n "s/^sentinel monitor $SENTINEL_MASTER [^ ]* \([0-9]*\) .*/\1/p" "$f")
+        [[ -z $addr ]] || {
+            sentinel_id_of_port "$addr"
+            return
+        }
+    done
+    echo sentinel-m
+}
+
+redis_sentinel_start() {
+    local id=$1 dir="$STATE/$1" master
+    if sentinel_is_data "$id"; then
+        master=$(sentinel_current_master)
+        if [[ -n $master && $master != "$id" ]]; then
+            log "$id: replica of $master (the sentinels' master)"
+            redis_start "$id" "replica-announce-ip $HOST" "replicaof $HOST $(client_port "$master")"
+        else
+            redis_start "$id" "replica-announce-ip $HOST"
+        fi
+        return
+    fi
+    [[ -s $dir/sentinel.conf ]] || cat >"$dir/sentinel.conf" <<EOF
+# written by scripts/backends for sentinel '$id'; the sentinel rewrites this file as it runs
+bind $HOST
+port $(client_port "$id")
+protected-mode yes
+daemonize no
+dir $dir
+logfile ""
+set-proc-title no
+# tell clients and the other sentinels loopback addresses
+sentinel announce-ip $HOST
+sentinel monitor $SENTINEL_MASTER $HOST $(port 16392) 2
+sentinel down-after-milliseconds $SENTINEL_MASTER 1000
+sentinel failover-timeout $SENTINEL_MASTER 5000
+sentinel parallel-syncs $SENTINEL_MASTER 1
+EOF
+    launch "$id" redis-server "$dir/sentinel.conf" --sentinel
+}
+
+sentinel_info() { # ID FIELD: a field of INFO replication
+    redis_cli "$1" info replication 2>/dev/null | tr -d '\r' | sed -n "s/^$2:\(.*\)/\1/p"
+}
+
+# Data servers: answer, and a replica's link to its master is up. Sentinels: name a master that
+# says role:master (a sentinel started again may name the one of before a failover for a moment),
+# list a replica, and know the two other sentinels (a failover needs them).
+redis_sentinel_ready() {
+    local id=$1 out
+    if sentinel_is_data "$id"; then
+        out=$(redis_cli "$id" info replication 2>/dev/null) || return 1
+        [[ $out == *role:master* || $out == *master_link_status:up* ]]
+        return
+    fi
+    out=$(redis_cli "$id" SENTINEL get-master-addr-by-name "$SENTINEL_MASTER" 2>/dev/null) || return 1
+    out=$(sentinel_id_of_port "${out##*$'\n'}")
+    [[ -n $out && $(sentinel_info "$out" role) == master ]] || return 1
+    out=$(redis_cli "$id" SENTINEL replicas "$SENTINEL_MASTER" 2>/dev/null) && [[ -n $out ]] || return 1
+    out=$(redis_cli "$id" SENTINEL master "$SENTINEL_MASTER" 2>/dev/null) || return 1
+    [[ $out == *$'num-other-sentinels\n2'* ]]
+}
+
+# The master: says role:master, and is the one the sentinels name (when one answers): just
+# after a failover the old master says role:master too, until the sentinels turn it into a
+# replica.
+redis_sentinel_is_leader() {
+    local addr
+    [[ $(sentinel_info "$1" role) == master ]] || return 1
+    addr=$(sentinel_master_addr) || return 0
+    [[ ${addr#* } == "$(client_port "$1")" ]]
+}
+
+redis_sentinel_settle() { ! sentinel_is_data "$1" || redis_settle "$1"; } # see redis.sh
+
+# failover redis-sentinel: SENTINEL FAILOVER on the first sentinel that accepts it (retried
+# while none can, e.g. "NOGOODSLAVE" just after a start); once every running sentinel names the
+# new master, turn the old one into its replica as the sentinels would (REPLICAOF, and CLIENT
+# KILL TYPE normal so that its clients reconnect), but now rather than ~10 s later; then wait
+# until it replicates with its link up. Prints the new master's id.
+redis_sentinel_failover() {
+    local old new id out deadline=$((SECONDS + 30)) t0=$SECONDS
+    old=$(find_leader redis-sentinel) || die "failover: redis-sentinel has no master now"
+    [[ $old == sentinel-m ]] && new=sentinel-r || new=sentinel-m
+    owned_pid "$new" >/dev/null || die "failover: $new (the replica) is not running"
+    until [[ ${out:-} == OK ]]; do
+        ((SECONDS < deadline)) || die "failover: no sentinel would fail over: ${out:-no answer}"
+        for id in "${SENTINEL_IDS[@]}"; do
+            out=$(redis_cli "$id" SENTINEL failover "$SENTINEL_MASTER" 2>&1) && [[ $out == OK ]] && break
+        done
+        [[ $out == OK ]] || sleep 0.5
+    done
+    log "failover: $id started a failover from $old to $new"
+    until sentinels_name "$new"; do
+        ((SECONDS < deadline)) || die "failover: the sentinels do not all name $new after 30s"
+        sleep 0.2
+    done
+    if sentinel_live "$old" && [[ $(sentinel_info "$old" role) == master ]]; then
+        printf '%s\n' MULTI "REPLICAOF $HOST $(client_port "$new")" "CLIENT KILL TYPE normal" EXEC |
+            redis_cli "$old" >/dev/null || true
+    fi
+    until sentinel_failover_done "$old" "$new"; do
+        ((SECONDS < deadline)) || die "failover: $new is not the settled master after 30s (leader: $(find_leader redis-sentinel || echo none))"
+        sleep 0.2
+    done
+    log "failover: $new is the master, $old its replica ($((SECONDS - t0))s)"
+    echo "$new"
+}
+
+sentinels_name() { # ID: every running sentinel names ID as the master
+    local id addr
+    for id in "${SENTINEL_IDS[@]}"; do
+        owned_pid "$id" >/dev/null || continue
+        addr=$(redis_cli "$id" SENTINEL get-master-addr-by-name "$SENTINEL_MASTER" 2>/dev/null) || return 1
+        [[ ${addr##*$'\n'} == "$(client_port "$1")" ]] || return 1
+    done
+}
+
+sentinel_failover_done() { # OLD NEW
+    [[ $(find_leader redis-sentinel) == "$2" ]] && sentinels_name "$2" || return 1
+    ! sentinel_live "$1" || [[ $(sentinel_info "$1" master_link_status) == up ]]
+}
+
+sentinel_live() { # ID: running and not paused
+    local pid
+    pid=$(owned_pid "$1") && [[ $(proc_state "$pid") != T ]]
+}
+
+redis_sentinel_exports() {
+    [[ $1 == cluster ]] || return 0
+    emit LOCKSMITH_TEST_REDIS_SENTINEL "redis+sentinel://$(addresses "${SENTINEL_IDS[@]}")/$SENTINEL_MASTER"
+}
