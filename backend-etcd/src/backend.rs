@@ -245,6 +245,7 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        lockcore::unsupported_kind(self.kind(), req)?;
         let prefix = self.layout().lock_prefix(&req.name);
         let mut slot = if self.layout().one_key_per_session() {
             match self.session.slots.try_take(&prefix) {
@@ -284,6 +285,7 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        lockcore::unsupported_kind(self.kind(), req)?;
         let prefix = self.layout().lock_prefix(&req.name);
         // The keeper keeps the session alive only while this acquire waits in a queue: an
         // acquire that finds the lock free does not wake it.

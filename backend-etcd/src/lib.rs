@@ -86,7 +86,7 @@
 //!   **1 round trip**.
 //! - **`release`** — one transaction: *if my key still has my create revision, delete it*
 //!   (**1 round trip**); a stale lease never deletes a newer holder's key. An uncontended
-//!   acquire + release is its two transactions and nothing else (`examples/uncontended.rs`).
+//!   acquire + release is its two transactions and nothing else (`examples/etcd_uncontended.rs`).
 //! - **renewal** — one keep-alive per tick for the whole session.
 //! - **cancellation** — the key of an `acquire` (or `try_acquire`) that times out or is dropped
 //!   at any await point is deleted by a background task spawned from a drop guard; nothing

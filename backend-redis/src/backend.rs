@@ -85,6 +85,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        lockcore::unsupported_kind(self.kind(), req)?;
         self.inner.check_ttl(req)?;
         if self.inner.is_quorum() {
             return quorum::try_acquire(&self.inner, req).await.map(|t| t.lease());
@@ -102,6 +103,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        lockcore::unsupported_kind(self.kind(), req)?;
         self.inner.check_ttl(req)?;
         if self.inner.is_quorum() {
             quorum::acquire(&self.inner, req, deadline).await

@@ -194,10 +194,12 @@ impl LockBackend for ZkBackend {
     }
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        lockcore::unsupported_kind(self.kind(), req)?;
         self.attempt(req, false, None).await
     }
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        lockcore::unsupported_kind(self.kind(), req)?;
         match self.attempt(req, true, deadline).await? {
             Some(lease) => Ok(lease),
             None => Err(LockError::Protocol("a waiting acquire returned no lease".into())),

@@ -33,8 +33,16 @@ pub struct HolderInfo {
 
 /// A distributed-lock backend.
 ///
-/// Implementations must uphold, for every lock name:
-/// - **Mutual exclusion:** at most one unexpired lease at a time.
+/// Every request carries a [`crate::LockKind`]: the mutex, a semaphore permit, a read-write lock's
+/// side, or an election's leadership. Each [`crate::Family`] is a namespace of its own (keys built
+/// from [`crate::Family::segment`]), and within one name's queue [`crate::queue::standing`] says
+/// who holds. A backend that cannot serve a kind (a layout made for another library's keys, a
+/// mode that cannot keep its promises) refuses it with [`crate::LockError::InvalidOption`], saying
+/// why.
+///
+/// Implementations must uphold, for every lock name and kind:
+/// - **Mutual exclusion:** at most one unexpired lease at a time (a semaphore: at most its permit
+///   count; a read-write lock: readers only, or one writer).
 /// - **Fencing:** [`Lease::fencing_token`] strictly increases across holders.
 /// - **Independence:** names only ever compete with themselves; keys and paths are built from
 ///   [`crate::LockName::encoded`].
@@ -91,6 +99,28 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// `inspect`), never used for locking decisions.
     async fn inspect(&self, name: &LockName) -> Result<LockInfo>;
 
+    /// Who leads the election `name` now: the holder of its [`crate::LockKind::Leader`] queue, with
+    /// its value and term. The default refuses (a backend without elections).
+    async fn leader(&self, name: &LockName) -> Result<Option<crate::Leader>> {
+        let _ = name;
+        Err(crate::LockError::InvalidOption(format!(
+            "{} has no elections",
+            self.kind()
+        )))
+    }
+
+    /// Watches the election `name`: the current leader at once, then every change, pushed by the
+    /// server (a watch, a notification), never by polling. The observation runs in a task of the
+    /// backend's, which rides out outages and ends when the returned watch is dropped. The default
+    /// refuses (a backend without elections).
+    async fn observe(&self, name: &LockName) -> Result<crate::LeaderWatch> {
+        let _ = name;
+        Err(crate::LockError::InvalidOption(format!(
+            "{} has no elections",
+            self.kind()
+        )))
+    }
+
     /// How often the watchdog should renew a lease of `ttl`. Default: a third of it.
     fn renew_interval(&self, ttl: Duration) -> Duration {
         ttl / 3
@@ -122,5 +152,18 @@ pub(crate) async fn bounded<T>(
             message: format!("{} did not answer within {limit:?} ({what})", backend.kind()),
             source: None,
         }),
+    }
+}
+
+/// Temporary: refuses every kind but the mutex (`InvalidOption`), for a backend that serves
+/// mutexes only.
+#[doc(hidden)]
+pub fn unsupported_kind(backend: &str, req: &LockRequest) -> Result<()> {
+    match req.kind {
+        crate::LockKind::Mutex => Ok(()),
+        _ => Err(crate::LockError::InvalidOption(format!(
+            "{backend} has no {}s yet",
+            req.kind.family().name()
+        ))),
     }
 }

@@ -13,6 +13,8 @@
 //! - lost: fires when either backend reports its lease lost;
 //! - release: both (the error of either is returned);
 //! - fencing token: the new backend's (the old one's tokens are a different sequence);
+//! - every lock kind the same way (a semaphore permit, a read-write lock side, leadership held in
+//!   both); an election's `leader()` and `observe()` are the new backend's;
 //! - TTL: the smaller of the two effective TTLs.
 
 use std::collections::HashMap;
@@ -262,6 +264,16 @@ impl LockBackend for Dual {
             }
         }
         Ok(info)
+    }
+
+    /// The new backend's leader (every dual leader leads in both).
+    async fn leader(&self, name: &LockName) -> Result<Option<crate::Leader>> {
+        self.new.leader(name).await
+    }
+
+    /// The new backend's leadership.
+    async fn observe(&self, name: &LockName) -> Result<crate::LeaderWatch> {
+        self.new.observe(name).await
     }
 
     fn renew_interval(&self, ttl: Duration) -> Duration {

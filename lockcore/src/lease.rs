@@ -21,13 +21,138 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// The TTL used when the caller sets none.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 
-/// One request to a backend: which lock, for how long a lease.
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u32 = 10_000;
+
+/// One request to a backend: which lock, what of it, for how long a lease.
 #[derive(Clone, Debug)]
 pub struct LockRequest {
     /// The validated lock name; backends build keys from [`LockName::encoded`].
     pub name: LockName,
     /// The requested lease time, within [`MIN_TTL`]..=[`MAX_TTL`].
     pub ttl: Duration,
+    /// What is asked for: the mutex, a semaphore's permit, a read-write lock's side, leadership.
+    pub kind: LockKind,
+}
+
+impl LockRequest {
+    /// A request for the mutex `name`.
+    pub fn mutex(name: LockName, ttl: Duration) -> Self {
+        LockRequest {
+            name,
+            ttl,
+            kind: LockKind::Mutex,
+        }
+    }
+}
+
+/// What a [`LockRequest`] asks for. Each [`Family`] is a namespace of its own: a mutex, a
+/// semaphore, a read-write lock and an election named `x` are four independent things.
+///
+/// All of them are one FIFO queue per name, granted in order by one rule (see
+/// [`crate::queue::standing`]); they differ in who may hold at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// The mutex: one holder.
+    Mutex,
+    /// One permit of a semaphore with `permits` permits (1 to [`MAX_PERMITS`]): at most that many
+    /// holders. Every holder and waiter of one semaphore must ask for the same count: a request
+    /// that disagrees with one queued before it is refused with [`crate::LockError::InvalidOption`].
+    Permit {
+        /// The semaphore's permit count.
+        permits: u32,
+    },
+    /// A read-write lock's read side: held together with other readers, never with a writer.
+    Read,
+    /// A read-write lock's write side: one holder, no reader. A waiting writer makes the readers
+    /// that come after it wait too (no writer starvation).
+    Write,
+    /// Leadership of an election, campaigning with `value` (what [`crate::Election::leader`]
+    /// shows, e.g. the candidate's address): one leader; the fencing token is its term.
+    Leader {
+        /// The candidate's value.
+        value: String,
+    },
+}
+
+impl LockKind {
+    /// The family (namespace) of this kind.
+    pub fn family(&self) -> Family {
+        match self {
+            LockKind::Mutex => Family::Mutex,
+            LockKind::Permit { .. } => Family::Semaphore,
+            LockKind::Read | LockKind::Write => Family::RwLock,
+            LockKind::Leader { .. } => Family::Election,
+        }
+    }
+
+    /// How this kind shares the lock with the others of its queue.
+    pub fn role(&self) -> Role {
+        match self {
+            LockKind::Mutex | LockKind::Write | LockKind::Leader { .. } => Role::Exclusive,
+            LockKind::Read => Role::Shared,
+            LockKind::Permit { permits } => Role::Permit(*permits),
+        }
+    }
+}
+
+/// How an entry of a queue shares the lock (see [`crate::queue::standing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Alone: the first entry of the queue holds it (a mutex, a writer, a leader).
+    Exclusive,
+    /// With the other shared entries: held when no exclusive entry is ahead (a reader).
+    Shared,
+    /// One of `n`: held when fewer than `n` entries are ahead (a semaphore permit).
+    Permit(u32),
+}
+
+/// The families of lock kinds. Each has its own namespace on every backend: backends put
+/// [`Family::suffix`] after the encoded name, and [`LockName::encoded`] never contains a `.`, so
+/// the keys of different families never mix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Family {
+    /// Mutexes ([`LockKind::Mutex`]).
+    Mutex,
+    /// Semaphores ([`LockKind::Permit`]).
+    Semaphore,
+    /// Read-write locks ([`LockKind::Read`], [`LockKind::Write`]).
+    RwLock,
+    /// Elections ([`LockKind::Leader`]).
+    Election,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 4] = [Family::Mutex, Family::Semaphore, Family::RwLock, Family::Election];
+
+    /// What backends append to [`LockName::encoded`] for this family's keys: nothing for a
+    /// mutex (the layout of earlier versions), `.sem`, `.rw`, `.elect`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Family::Mutex => "",
+            Family::Semaphore => ".sem",
+            Family::RwLock => ".rw",
+            Family::Election => ".elect",
+        }
+    }
+
+    /// The family's name in messages: `mutex`, `semaphore`, `read-write lock`, `election`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Mutex => "mutex",
+            Family::Semaphore => "semaphore",
+            Family::RwLock => "read-write lock",
+            Family::Election => "election",
+        }
+    }
+
+    /// `name`'s encoded form with this family's suffix: the one key/path segment backends use.
+    pub fn segment(self, name: &LockName) -> String {
+        format!("{}{}", name.encoded(), self.suffix())
+    }
 }
 
 /// A held lock, as a backend reports it.

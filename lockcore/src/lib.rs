@@ -8,6 +8,9 @@
 //! - [`Locker`] and [`LockGuard`], the API users hold: a builder for TTL, timeout and `max_hold`;
 //!   a guard with a fencing token, a background watchdog that renews the lease, a `lost()` future,
 //!   and release on `release().await` or on drop;
+//! - beyond the mutex, with the same guard: semaphores ([`Locker::semaphore`]), read-write locks
+//!   ([`Locker::rwlock`]) and leader election ([`Locker::election`]), all one FIFO queue per name
+//!   granted by one rule ([`queue`]);
 //! - [`LockName`], the validation and the one collision-free encoding of lock names;
 //! - [`MemoryBackend`], the embedded backend (`mem://`);
 //! - [`Descriptor`], what a backend crate tells the facade about itself (schemes, options, TTL);
@@ -49,6 +52,7 @@ mod backend;
 pub mod conformance;
 mod descriptor;
 mod dual;
+mod election;
 mod error;
 mod guard;
 mod lease;
@@ -56,19 +60,25 @@ mod locker;
 mod memory;
 mod name;
 mod outage;
+pub mod queue;
+mod rwlock;
 pub mod url;
 mod watchdog;
 
-pub use backend::{HolderInfo, LockBackend, LockInfo, DEFAULT_REQUEST_TIMEOUT};
+pub use backend::{unsupported_kind, HolderInfo, LockBackend, LockInfo, DEFAULT_REQUEST_TIMEOUT};
 pub use descriptor::{Connecting, Descriptor, TtlScope};
 pub use dual::Dual;
+pub use election::{Campaign, Election, Leader, LeaderGuard, LeaderWatch, MAX_VALUE_LEN};
 pub use error::{BoxError, LockError, Result};
 pub use guard::LockGuard;
-pub use lease::{Lease, LockRequest, LostReason, LostSignal, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+pub use lease::{
+    Family, Lease, LockKind, LockRequest, LostReason, LostSignal, Role, DEFAULT_TTL, MAX_PERMITS, MAX_TTL, MIN_TTL,
+};
 pub use locker::{LockBuilder, Locker};
 pub use memory::MemoryBackend;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use outage::Outage;
+pub use rwlock::RwLock;
 pub use url::BackendUrl;
 
 /// Re-exported so backends implement [`LockBackend`] with the same macro version.

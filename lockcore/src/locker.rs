@@ -8,10 +8,12 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{bounded, LockBackend, LockInfo};
+use crate::election::{Election, MAX_VALUE_LEN};
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
-use crate::lease::{LockRequest, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+use crate::lease::{LockKind, LockRequest, DEFAULT_TTL, MAX_PERMITS, MAX_TTL, MIN_TTL};
 use crate::name::LockName;
+use crate::rwlock::RwLock;
 use crate::watchdog::Watchdog;
 
 /// How long after its deadline an `acquire` is cut off if the backend has not returned by itself
@@ -60,12 +62,46 @@ impl Locker {
         }
     }
 
-    /// Starts a request for the lock `name`; set options on the builder, then call
+    /// Starts a request for the mutex `name`; set options on the builder, then call
     /// [`LockBuilder::acquire`] or [`LockBuilder::try_acquire`].
     pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
+        self.build(name.into(), LockKind::Mutex)
+    }
+
+    /// Starts a request for one permit of the semaphore `name`, which has `permits` permits (1 to
+    /// [`MAX_PERMITS`]): at most that many guards of it are held at once, across every client.
+    /// Every client must give the same count; one that disagrees with the semaphore's holders and
+    /// waiters gets [`LockError::InvalidOption`]. Waiting is FIFO; each guard has its own fencing
+    /// token, greater than every earlier permit's.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lockcore::LockError> {
+    /// # let locker = lockcore::Locker::new(lockcore::MemoryBackend::new());
+    /// let a = locker.semaphore("api-quota", 2).acquire().await?;
+    /// let b = locker.semaphore("api-quota", 2).acquire().await?;
+    /// assert!(locker.semaphore("api-quota", 2).try_acquire().await?.is_none());
+    /// # drop((a, b)); Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockBuilder {
+        self.build(name.into(), LockKind::Permit { permits })
+    }
+
+    /// The read-write lock `name` (see [`RwLock`]).
+    pub fn rwlock(&self, name: impl Into<String>) -> RwLock {
+        RwLock::new(self.clone(), name.into())
+    }
+
+    /// The election `name` (see [`Election`]).
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(self.clone(), name.into())
+    }
+
+    pub(crate) fn build(&self, name: String, kind: LockKind) -> LockBuilder {
         LockBuilder {
             locker: self.clone(),
-            name: name.into(),
+            name,
+            kind,
             ttl: DEFAULT_TTL,
             timeout: None,
             max_hold: None,
@@ -107,11 +143,13 @@ impl fmt::Debug for Locker {
     }
 }
 
-/// Options of one lock request. Created by [`Locker::lock`].
+/// Options of one lock request. Created by [`Locker::lock`], [`Locker::semaphore`],
+/// [`RwLock::read`] and [`RwLock::write`].
 #[must_use = "a LockBuilder does nothing until acquire() or try_acquire() is awaited"]
 pub struct LockBuilder {
     locker: Locker,
     name: String,
+    kind: LockKind,
     ttl: Duration,
     timeout: Option<Duration>,
     max_hold: Option<Duration>,
@@ -164,7 +202,25 @@ impl LockBuilder {
                 self.timeout
             )));
         }
-        Ok(LockRequest { name, ttl: self.ttl })
+        match &self.kind {
+            LockKind::Permit { permits } if !(1..=MAX_PERMITS).contains(permits) => {
+                return Err(LockError::InvalidOption(format!(
+                    "a semaphore has 1 to {MAX_PERMITS} permits, not {permits}"
+                )));
+            }
+            LockKind::Leader { value } if value.len() > MAX_VALUE_LEN => {
+                return Err(LockError::InvalidOption(format!(
+                    "a campaign value has at most {MAX_VALUE_LEN} bytes, not {}",
+                    value.len()
+                )));
+            }
+            _ => {}
+        }
+        Ok(LockRequest {
+            name,
+            ttl: self.ttl,
+            kind: self.kind.clone(),
+        })
     }
 
     /// Waits until the lock is held (or the timeout passes) and returns its guard.
@@ -173,7 +229,8 @@ impl LockBuilder {
     pub async fn acquire(self) -> Result<LockGuard> {
         let req = self.request()?;
         let backend = self.locker.inner().backend.clone();
-        let span = tracing::info_span!("acquire", lock = %req.name, backend = backend.kind());
+        let span =
+            tracing::info_span!("acquire", lock = %req.name, kind = req.kind.family().name(), backend = backend.kind());
         async {
             let start = Instant::now();
             let result = match self.timeout {
@@ -233,7 +290,7 @@ impl LockBuilder {
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
         let req = self.request()?;
         let backend = self.locker.inner().backend.clone();
-        let span = tracing::info_span!("try_acquire", lock = %req.name, backend = backend.kind());
+        let span = tracing::info_span!("try_acquire", lock = %req.name, kind = req.kind.family().name(), backend = backend.kind());
         let limit = match self.timeout {
             Some(t) if !t.is_zero() => t.min(backend.request_timeout()),
             _ => backend.request_timeout(),

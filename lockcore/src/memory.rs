@@ -1,27 +1,33 @@
 //! The embedded in-process backend (`mem://`): the same semantics as the networked ones — TTL
-//! expiry when the holder stops renewing, FIFO waiters, fencing tokens, cancellation safety — with
-//! no server. It is what the quickstart runs on and what applications use in their unit tests.
+//! expiry when the holder stops renewing, FIFO waiters, fencing tokens, cancellation safety, every
+//! lock kind — with no server. It is what the quickstart runs on and what applications use in
+//! their unit tests.
 //!
-//! Clones of a [`MemoryBackend`] share one store, like several clients of one server; give each
+//! Each lock (a name in one [`crate::Family`]) is one queue of entries in arrival order, holders
+//! and waiters alike, granted by [`crate::queue::standing`] as on etcd and ZooKeeper. Clones of a
+//! [`MemoryBackend`] share one store, like several clients of one server; give each
 //! [`crate::Locker`] its own clone to model separate processes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use async_trait::async_trait;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::backend::{HolderInfo, LockBackend, LockInfo};
 use crate::descriptor::{Connecting, Descriptor, TtlScope};
+use crate::election::{Leader, LeaderWatch};
 use crate::error::{LockError, Result};
-use crate::lease::{Lease, LockRequest, LostReason, LostSignal};
+use crate::lease::{Family, Lease, LockKind, LockRequest, LostReason, LostSignal, Role};
 use crate::locker::Locker;
+use crate::name::LockName;
+use crate::queue::{holds_at_tail, standing, Standing};
 use crate::url::BackendUrl;
 
 /// An in-process lock store with the semantics of the networked backends (TTL expiry, FIFO waiters,
-/// fencing tokens, cancellation safety). Clones share one store, like several clients of one server:
-/// give each [`crate::Locker`] its own clone to model separate processes.
+/// fencing tokens, cancellation safety, every lock kind). Clones share one store, like several
+/// clients of one server: give each [`crate::Locker`] its own clone to model separate processes.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryBackend {
     store: Arc<Store>,
@@ -30,40 +36,43 @@ pub struct MemoryBackend {
 #[derive(Debug, Default)]
 struct Store {
     state: Mutex<State>,
+    /// Notified on every change of any lock: what election observers wait on.
+    changed: Notify,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    locks: HashMap<String, MemLock>,
+    /// By [`Family::segment`] of the name.
+    locks: HashMap<String, Vec<Entry>>,
     /// One counter for all names: strictly increasing per name, and nothing to keep per name.
     last_token: u64,
-    last_waiter: u64,
+    last_entry: u64,
 }
 
-#[derive(Debug, Default)]
-struct MemLock {
-    holder: Option<Holder>,
-    waiters: VecDeque<Waiter>,
+/// A holder or waiter, in arrival order.
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    role: Role,
+    /// What a candidate campaigns with.
+    value: String,
+    wake: Arc<Notify>,
+    /// Set once it holds.
+    grant: Option<Grant>,
 }
 
 #[derive(Debug)]
-struct Holder {
-    id: String,
+struct Grant {
+    holder_id: String,
     token: u64,
     expires_at: Instant,
     lost: LostSignal,
 }
 
-#[derive(Debug)]
-struct Waiter {
-    id: u64,
-    wake: Arc<Notify>,
-}
-
 /// What a waiter found when it looked at the lock.
 enum Turn {
     Granted(Lease),
-    /// Not yet: sleep until woken, or until this instant (the holder's expiry) if any.
+    /// Not yet: sleep until woken, or until this instant (a holder's expiry) if any.
     Wait(Option<Instant>),
 }
 
@@ -106,80 +115,146 @@ impl MemoryBackend {
         stores.entry(name.to_owned()).or_default().clone()
     }
 
-    /// Removes the holder of `name` behind its back, as an operator deleting the key would, and
-    /// fires its lost signal. Returns whether there was a holder. For tests of lost-lock handling.
-    pub fn force_remove(&self, name: &crate::LockName) -> bool {
+    /// Removes the holders of `name` in `family` behind their back, as an operator deleting their
+    /// keys would, and fires their lost signals. Returns whether there was a holder. For tests of
+    /// lost-lock handling.
+    pub fn force_remove_in(&self, family: Family, name: &LockName) -> bool {
+        let key = family.segment(name);
         let mut state = self.store.lock();
-        let Some(lock) = state.locks.get_mut(name.encoded()) else {
+        let Some(entries) = state.locks.get_mut(&key) else {
             return false;
         };
-        let Some(holder) = lock.holder.take() else { return false };
-        holder
-            .lost
-            .fire(LostReason::LeaseGone("the lock was removed on the server".into()));
-        wake_head(lock);
-        state.forget_if_idle(name.encoded());
-        true
-    }
-
-    fn grant(state: &mut State, key: &str, req: &LockRequest, now: Instant) -> Lease {
-        state.last_token += 1;
-        let token = state.last_token;
-        let lost = LostSignal::new();
-        let id = format!("mem-{token}");
-        let lock = state.locks.entry(key.to_owned()).or_default();
-        lock.holder = Some(Holder {
-            id: id.clone(),
-            token,
-            expires_at: now + req.ttl,
-            lost: lost.clone(),
+        let before = entries.len();
+        entries.retain(|e| match &e.grant {
+            Some(g) => {
+                g.lost
+                    .fire(LostReason::LeaseGone("the lock was removed on the server".into()));
+                false
+            }
+            None => true,
         });
-        Lease {
-            name: req.name.clone(),
-            fencing_token: token,
-            ttl: req.ttl,
-            holder_id: id,
-            acquired_at: now,
-            lost,
-        }
+        let removed = entries.len() < before;
+        self.store.changed_locked(&mut state, &key);
+        removed
     }
 
-    /// Looks at the lock on behalf of waiter `waiter_id`: takes it if that waiter is first in line
-    /// and the lock is free.
-    fn take_turn(&self, req: &LockRequest, waiter_id: u64) -> Turn {
-        let key = req.name.encoded();
+    /// [`MemoryBackend::force_remove_in`] for the mutex `name`.
+    pub fn force_remove(&self, name: &LockName) -> bool {
+        self.force_remove_in(Family::Mutex, name)
+    }
+
+    /// The entries of every lock of `family` named `name`, as `holder:<id>` / `waiter:<n>`: what
+    /// the conformance suite's residue check reads.
+    pub fn entries(&self, family: Family, name: &LockName) -> Vec<String> {
+        let now = Instant::now();
+        let key = family.segment(name);
+        let mut state = self.store.lock();
+        self.store.expire(&mut state, &key, now);
+        state.locks.get(&key).map_or_else(Vec::new, |entries| {
+            entries
+                .iter()
+                .map(|e| match &e.grant {
+                    Some(g) => format!("holder:{}", g.holder_id),
+                    None => format!("waiter:{}", e.id),
+                })
+                .collect()
+        })
+    }
+
+    /// Looks at the lock on behalf of entry `id`: takes it if the entry now holds.
+    fn take_turn(&self, req: &LockRequest, key: &str, id: u64) -> Result<Turn> {
         let now = Instant::now();
         let mut state = self.store.lock();
-        let lock = state.locks.entry(key.to_owned()).or_default();
-        expire(lock, now);
-        let first = lock.waiters.front().map(|w| w.id) == Some(waiter_id);
-        match &lock.holder {
-            None if first => {
-                lock.waiters.pop_front();
-                Turn::Granted(Self::grant(&mut state, key, req, now))
+        self.store.expire(&mut state, key, now);
+        let entries = state.locks.entry(key.to_owned()).or_default();
+        let roles: Vec<Role> = entries.iter().map(|e| e.role).collect();
+        let me = entries
+            .iter()
+            .position(|e| e.id == id)
+            .ok_or_else(|| LockError::Protocol("the waiter's entry is gone".into()))?;
+        let next_expiry = entries
+            .iter()
+            .filter_map(|e| e.grant.as_ref().map(|g| g.expires_at))
+            .min();
+        match standing(&roles, me)? {
+            Standing::Holds => {
+                let lease = grant(&mut state, key, me, req, now);
+                self.store.changed_locked(&mut state, key);
+                Ok(Turn::Granted(lease))
             }
-            Some(holder) if first => Turn::Wait(Some(holder.expires_at)),
-            _ => Turn::Wait(None),
+            _ => Ok(Turn::Wait(next_expiry)),
         }
     }
-}
 
-impl MemoryBackend {
     /// Extends one lease by its TTL from now, if it is still ours.
     fn renew_one(&self, lease: &Lease) -> Result<()> {
         let now = Instant::now();
         let mut state = self.store.lock();
-        let holder = state.locks.get_mut(lease.name.encoded()).and_then(|lock| {
-            expire(lock, now);
-            lock.holder.as_mut().filter(|h| h.id == lease.holder_id)
+        let Some(key) = self.store.key_of(&state, lease) else {
+            return Err(LockError::not_held(lease.name.as_str()));
+        };
+        self.store.expire(&mut state, &key, now);
+        let found = state.locks.get_mut(&key).and_then(|entries| {
+            entries
+                .iter_mut()
+                .filter_map(|e| e.grant.as_mut())
+                .find(|g| g.holder_id == lease.holder_id)
         });
-        match holder {
-            Some(h) => {
-                h.expires_at = now + lease.ttl;
+        match found {
+            Some(g) => {
+                g.expires_at = now + lease.ttl;
                 Ok(())
             }
             None => Err(LockError::not_held(lease.name.as_str())),
         }
+    }
+
+    /// The leader of election `name` now.
+    fn current_leader(&self, name: &LockName) -> (Option<Leader>, Option<Instant>) {
+        let key = Family::Election.segment(name);
+        let now = Instant::now();
+        let mut state = self.store.lock();
+        self.store.expire(&mut state, &key, now);
+        let first = state
+            .locks
+            .get(&key)
+            .and_then(|entries| entries.first())
+            .and_then(|e| e.grant.as_ref().map(|g| (e, g)));
+        match first {
+            Some((e, g)) => (
+                Some(Leader {
+                    value: e.value.clone(),
+                    term: g.token,
+                    holder_id: g.holder_id.clone(),
+                }),
+                Some(g.expires_at),
+            ),
+            None => (None, None),
+        }
+    }
+}
+
+/// Grants entry `me` of lock `key`.
+fn grant(state: &mut State, key: &str, me: usize, req: &LockRequest, now: Instant) -> Lease {
+    state.last_token += 1;
+    let token = state.last_token;
+    let lost = LostSignal::new();
+    let holder_id = format!("mem-{token}");
+    if let Some(entry) = state.locks.get_mut(key).and_then(|entries| entries.get_mut(me)) {
+        entry.grant = Some(Grant {
+            holder_id: holder_id.clone(),
+            token,
+            expires_at: now + req.ttl,
+            lost: lost.clone(),
+        });
+    }
+    Lease {
+        name: req.name.clone(),
+        fencing_token: token,
+        ttl: req.ttl,
+        holder_id,
+        acquired_at: now,
+        lost,
     }
 }
 
@@ -187,17 +262,57 @@ impl Store {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
 
-impl State {
-    fn forget_if_idle(&mut self, key: &str) {
-        if self
-            .locks
-            .get(key)
-            .is_some_and(|l| l.holder.is_none() && l.waiters.is_empty())
-        {
-            self.locks.remove(key);
+    /// Drops the expired holders of `key` (firing their lost signals).
+    fn expire(&self, state: &mut State, key: &str, now: Instant) {
+        let Some(entries) = state.locks.get_mut(key) else {
+            return;
+        };
+        let before = entries.len();
+        entries.retain(|e| match &e.grant {
+            Some(g) if g.expires_at <= now => {
+                g.lost.fire(LostReason::LeaseGone("the lease expired".into()));
+                false
+            }
+            _ => true,
+        });
+        if entries.len() < before {
+            self.changed_locked(state, key);
         }
+    }
+
+    /// After a change of lock `key`: wakes its waiters and the observers, and forgets the lock
+    /// once it is empty.
+    fn changed_locked(&self, state: &mut State, key: &str) {
+        if let Some(entries) = state.locks.get(key) {
+            for e in entries.iter().filter(|e| e.grant.is_none()) {
+                e.wake.notify_one();
+            }
+            if entries.is_empty() {
+                state.locks.remove(key);
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// The lock key of a lease (the family is not in the lease: find the queue holding it).
+    fn key_of(&self, state: &State, lease: &Lease) -> Option<String> {
+        Family::ALL.iter().map(|f| f.segment(&lease.name)).find(|k| {
+            state.locks.get(k).is_some_and(|entries| {
+                entries
+                    .iter()
+                    .any(|e| e.grant.as_ref().is_some_and(|g| g.holder_id == lease.holder_id))
+            })
+        })
+    }
+
+    /// Removes entry `id` of lock `key` (a waiter that gave up, a holder that released).
+    fn remove(&self, key: &str, id: u64) {
+        let mut state = self.lock();
+        if let Some(entries) = state.locks.get_mut(key) {
+            entries.retain(|e| e.id != id);
+        }
+        self.changed_locked(&mut state, key);
     }
 }
 
@@ -205,24 +320,8 @@ fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
     Box::pin(async move { MemoryBackend::connect(url) })
 }
 
-/// Drops an expired holder (firing its lost signal) and wakes the next waiter.
-fn expire(lock: &mut MemLock, now: Instant) {
-    if lock.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
-        if let Some(h) = lock.holder.take() {
-            h.lost.fire(LostReason::LeaseGone("the lease expired".into()));
-        }
-        wake_head(lock);
-    }
-}
-
-fn wake_head(lock: &MemLock) {
-    if let Some(w) = lock.waiters.front() {
-        w.wake.notify_one();
-    }
-}
-
-/// Removes a waiter from its queue when its `acquire` future ends without the lock (timeout,
-/// cancellation): this is what keeps a dropped future from blocking the queue.
+/// Removes a waiter's entry when its `acquire` future ends without the lock (timeout,
+/// cancellation, an error): this is what keeps a dropped future from blocking the queue.
 struct QueuedWaiter {
     store: Arc<Store>,
     key: String,
@@ -232,18 +331,23 @@ struct QueuedWaiter {
 
 impl Drop for QueuedWaiter {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            self.store.remove(&self.key, self.id);
         }
-        let mut state = self.store.lock();
-        if let Some(lock) = state.locks.get_mut(&self.key) {
-            let was_first = lock.waiters.front().map(|w| w.id) == Some(self.id);
-            lock.waiters.retain(|w| w.id != self.id);
-            if was_first {
-                wake_head(lock);
-            }
-        }
-        state.forget_if_idle(&self.key);
+    }
+}
+
+fn new_entry(state: &mut State, kind: &LockKind) -> Entry {
+    state.last_entry += 1;
+    Entry {
+        id: state.last_entry,
+        role: kind.role(),
+        value: match kind {
+            LockKind::Leader { value } => value.clone(),
+            _ => String::new(),
+        },
+        wake: Arc::new(Notify::new()),
+        grant: None,
     }
 }
 
@@ -254,38 +358,43 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
-        let key = req.name.encoded();
+        let key = req.kind.family().segment(&req.name);
         let now = Instant::now();
         let mut state = self.store.lock();
-        let lock = state.locks.entry(key.to_owned()).or_default();
-        expire(lock, now);
-        if lock.holder.is_none() && lock.waiters.is_empty() {
-            Ok(Some(Self::grant(&mut state, key, req, now)))
-        } else {
-            state.forget_if_idle(key);
-            Ok(None)
+        self.store.expire(&mut state, &key, now);
+        let roles: Vec<Role> = state
+            .locks
+            .get(&key)
+            .map_or_else(Vec::new, |e| e.iter().map(|e| e.role).collect());
+        if !holds_at_tail(&roles, req.kind.role())? {
+            return Ok(None);
         }
+        let entry = new_entry(&mut state, &req.kind);
+        let entries = state.locks.entry(key.clone()).or_default();
+        entries.push(entry);
+        let me = entries.len() - 1;
+        let lease = grant(&mut state, &key, me, req, now);
+        self.store.changed_locked(&mut state, &key);
+        Ok(Some(lease))
     }
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
-        let key = req.name.encoded().to_owned();
-        let wake = Arc::new(Notify::new());
-        let id = {
+        let key = req.kind.family().segment(&req.name);
+        let (id, wake) = {
             let mut state = self.store.lock();
-            state.last_waiter += 1;
-            let id = state.last_waiter;
-            let lock = state.locks.entry(key.clone()).or_default();
-            lock.waiters.push_back(Waiter { id, wake: wake.clone() });
-            id
+            let entry = new_entry(&mut state, &req.kind);
+            let (id, wake) = (entry.id, entry.wake.clone());
+            state.locks.entry(key.clone()).or_default().push(entry);
+            (id, wake)
         };
         let mut queued = QueuedWaiter {
             store: self.store.clone(),
-            key,
+            key: key.clone(),
             id,
             armed: true,
         };
         loop {
-            let expiry = match self.take_turn(req, id) {
+            let expiry = match self.take_turn(req, &key, id)? {
                 Turn::Granted(lease) => {
                     queued.armed = false;
                     return Ok(lease);
@@ -309,43 +418,83 @@ impl LockBackend for MemoryBackend {
         }
     }
 
-    async fn inspect(&self, name: &crate::LockName) -> Result<LockInfo> {
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
         let now = Instant::now();
+        let key = Family::Mutex.segment(name);
         let mut state = self.store.lock();
-        let Some(lock) = state.locks.get_mut(name.encoded()) else {
+        self.store.expire(&mut state, &key, now);
+        let Some(entries) = state.locks.get(&key) else {
             return Ok(LockInfo::default());
         };
-        expire(lock, now);
-        let holder = lock.holder.as_ref().map(|h| HolderInfo {
-            holder_id: h.id.clone(),
-            fencing_token: Some(h.token),
-            ttl_remaining: Some(h.expires_at.saturating_duration_since(now)),
+        let holder = entries.iter().find_map(|e| e.grant.as_ref()).map(|g| HolderInfo {
+            holder_id: g.holder_id.clone(),
+            fencing_token: Some(g.token),
+            ttl_remaining: Some(g.expires_at.saturating_duration_since(now)),
         });
         Ok(LockInfo {
             holder,
-            waiters: lock.waiters.len(),
+            waiters: entries.iter().filter(|e| e.grant.is_none()).count(),
         })
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let key = lease.name.encoded();
         let now = Instant::now();
-        let mut state = self.store.lock();
-        let Some(lock) = state.locks.get_mut(key) else {
-            return Err(LockError::not_held(lease.name.as_str()));
+        let id = {
+            let mut state = self.store.lock();
+            let key = self.store.key_of(&state, lease);
+            if let Some(key) = &key {
+                self.store.expire(&mut state, key, now);
+            }
+            let found = key.clone().and_then(|k| state.locks.get(&k)).and_then(|entries| {
+                entries
+                    .iter()
+                    .find(|e| e.grant.as_ref().is_some_and(|g| g.holder_id == lease.holder_id))
+                    .map(|e| e.id)
+            });
+            found.zip(key)
         };
-        expire(lock, now);
-        if lock.holder.as_ref().is_some_and(|h| h.id == lease.holder_id) {
-            lock.holder = None;
-            wake_head(lock);
-            state.forget_if_idle(key);
-            Ok(())
-        } else {
-            Err(LockError::not_held(lease.name.as_str()))
+        match id {
+            Some((id, key)) => {
+                self.store.remove(&key, id);
+                Ok(())
+            }
+            None => Err(LockError::not_held(lease.name.as_str())),
         }
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         leases.iter().map(|lease| self.renew_one(lease)).collect()
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        Ok(self.current_leader(name).0)
+    }
+
+    async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
+        let (first, _) = self.current_leader(name);
+        let (tx, rx) = watch::channel(first);
+        let (backend, name) = (self.clone(), name.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let changed = backend.store.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                let (leader, expiry) = backend.current_leader(&name);
+                tx.send_if_modified(|seen| {
+                    let differs = *seen != leader;
+                    if differs {
+                        seen.clone_from(&leader);
+                    }
+                    differs
+                });
+                let far = Instant::now() + std::time::Duration::from_secs(86_400);
+                tokio::select! {
+                    _ = changed => {}
+                    _ = tokio::time::sleep_until(expiry.unwrap_or(far)) => {}
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(LeaderWatch::new(rx, task))
     }
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, Dual, LockBackend, LockError, LockName, Locker, MemoryBackend};
+use lockcore::{async_trait, Dual, Family, LockBackend, LockError, LockName, Locker, MemoryBackend};
 
 struct DualHarness {
     old: MemoryBackend,
@@ -41,12 +41,29 @@ impl Harness for DualHarness {
         entries
     }
 
+    /// The entries of both stores; a new-store holder without an old-store holder is a leak.
+    async fn residue_in(&self, family: Family, name: &LockName) -> Vec<String> {
+        let old = self.old.entries(family, name);
+        let new = self.new.entries(family, name);
+        let old_holders = old.iter().filter(|e| e.starts_with("holder:")).count();
+        let new_holders = new.iter().filter(|e| e.starts_with("holder:")).count();
+        let mut entries: Vec<String> = old.into_iter().map(|e| format!("old-{e}")).collect();
+        entries.extend(
+            new.iter()
+                .filter(|e| e.starts_with("waiter:"))
+                .map(|e| format!("new-{e}")),
+        );
+        entries.extend((old_holders..new_holders).map(|i| format!("leaked-new-holder-{i}")));
+        entries
+    }
+
     fn short_ttl(&self) -> Duration {
         Duration::from_millis(300)
     }
 }
 
 lockcore::conformance_tests!(harness());
+lockcore::primitive_tests!(harness());
 
 #[tokio::test]
 async fn failed_second_lock_rolls_back_the_first() {

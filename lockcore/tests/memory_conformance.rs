@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, LockBackend, LockName, Locker, MemoryBackend};
+use lockcore::{async_trait, Family, LockName, Locker, MemoryBackend};
 
 struct MemHarness {
     store: MemoryBackend,
@@ -26,9 +26,11 @@ impl Harness for MemHarness {
     }
 
     async fn residue(&self, name: &LockName) -> Vec<String> {
-        let info = self.store.inspect(name).await.expect("inspect");
-        let waiters = (0..info.waiters).map(|i| format!("waiter-{i}"));
-        info.holder.map(|h| h.holder_id).into_iter().chain(waiters).collect()
+        self.store.entries(Family::Mutex, name)
+    }
+
+    async fn residue_in(&self, family: Family, name: &LockName) -> Vec<String> {
+        self.store.entries(family, name)
     }
 
     fn short_ttl(&self) -> Duration {
@@ -37,3 +39,4 @@ impl Harness for MemHarness {
 }
 
 lockcore::conformance_tests!(harness());
+lockcore::primitive_tests!(harness());

@@ -26,10 +26,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::{LockError, LockGuard, LockName, Locker, LostReason};
+use crate::{Family, LockError, LockGuard, LockName, Locker, LostReason};
 
 pub mod deadlines;
+pub mod election;
 pub mod proxy;
+pub mod rwlock;
+pub mod semaphore;
 pub mod servers;
 
 /// What a backend's tests provide to the suite.
@@ -46,6 +49,19 @@ pub trait Harness: Send + Sync + 'static {
     /// The keys or nodes on the server that represent holders or waiters of `name` (not counters or
     /// other bookkeeping that is meant to stay). Used to show that nothing is left behind.
     async fn residue(&self, name: &LockName) -> Vec<String>;
+
+    /// [`Harness::residue`] for a lock of any family: the holder and waiter entries of the
+    /// semaphore, read-write lock or election `name`. Harnesses that run
+    /// [`primitive_tests!`](crate::primitive_tests) implement it; the default knows mutexes only.
+    async fn residue_in(&self, family: Family, name: &LockName) -> Vec<String> {
+        assert_eq!(
+            family,
+            Family::Mutex,
+            "this harness cannot list the entries of a {}",
+            family.name()
+        );
+        self.residue(name).await
+    }
 
     /// A short TTL this backend honours (the server's minimum or a little more): used in tests of
     /// expiry and renewal.
@@ -76,6 +92,34 @@ macro_rules! conformance_tests {
     };
 }
 
+/// Expands to one `#[tokio::test]` per test of the semaphore, read-write lock and election suites
+/// ([`semaphore`], [`rwlock`], [`election`]), for a harness that implements
+/// [`Harness::residue_in`].
+#[macro_export]
+macro_rules! primitive_tests {
+    ($harness:expr) => {
+        $crate::primitive_tests!(@tests $harness;
+            semaphore::semaphore_never_over_grants, semaphore::semaphore_try_acquire_when_full,
+            semaphore::semaphore_waiters_are_fifo, semaphore::semaphore_permit_counts_must_agree,
+            semaphore::semaphore_crashed_holder_expires, semaphore::semaphore_cancellation_leaves_nothing,
+            semaphore::bad_permit_counts_are_rejected,
+            rwlock::rwlock_readers_share_writers_exclude, rwlock::rwlock_waiting_writer_blocks_later_readers,
+            rwlock::rwlock_never_mixes_readers_and_writers, rwlock::rwlock_crashed_writer_expires,
+            rwlock::rwlock_cancellation_leaves_nothing,
+            election::election_one_leader_at_a_time_in_order, election::election_crashed_leader_passes_on,
+            election::election_try_and_cancel, election::families_are_independent);
+    };
+    (@tests $harness:expr; $($module:ident :: $test:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                let harness = $harness;
+                $crate::conformance::$module::$test(&harness).await;
+            }
+        )*
+    };
+}
+
 /// The URL in the environment variable `var` (`LOCKSMITH_TEST_ETCD`, ...), or a panic that says
 /// how to start the test servers: a backend test fails, never skips, when its server is missing.
 pub fn env_url(var: &str) -> String {
@@ -101,24 +145,33 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
 }
 
 /// The generous bound used for steps that should take about one TTL.
-fn patience(h: &impl Harness) -> Duration {
+pub(crate) fn patience(h: &impl Harness) -> Duration {
     h.short_ttl() * 10 + Duration::from_secs(10)
 }
 
 async fn wait_for_residue(h: &impl Harness, name: &LockName, count: usize) {
-    within(
-        patience(h),
-        &format!("waiting for {count} holder/waiter entries of {name}"),
-        async {
-            loop {
-                if h.residue(name).await.len() == count {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+    wait_for_residue_in(h, Family::Mutex, name, count).await
+}
+
+/// Waits (within [`patience`]) until `family`'s lock `name` has `count` holder and waiter entries.
+pub(crate) async fn wait_for_residue_in(h: &impl Harness, family: Family, name: &LockName, count: usize) {
+    let mut last = Vec::new();
+    let waited = tokio::time::timeout(patience(h), async {
+        loop {
+            last = h.residue_in(family, name).await;
+            if last.len() == count {
+                return;
             }
-        },
-    )
-    .await
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "waiting for {count} holder/waiter entries of the {} {name}: still {last:?} after {:?}",
+        family.name(),
+        patience(h)
+    );
 }
 
 /// N clients on separate connections increment a shared counter non-atomically inside the lock:

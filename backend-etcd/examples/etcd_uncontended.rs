@@ -2,7 +2,7 @@
 //! floor of a bare etcd-client put-with-lease transaction + delete (2 round trips), and the
 //! requests each cycle costs.
 //!
-//! `cargo run --release -p backend-etcd --example uncontended -- etcd://127.0.0.1:23790 [rounds]`
+//! `cargo run --release -p backend-etcd --example etcd_uncontended -- etcd://127.0.0.1:23790 [rounds]`
 
 use std::time::Duration;
 
@@ -60,10 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     report("locksmith acquire + release", samples);
     // The backend alone, without the Locker (its watchdog registration and guard).
     use lockcore::LockBackend;
-    let req = lockcore::LockRequest {
-        name: lockcore::LockName::new(&name)?,
-        ttl: Duration::from_secs(10),
-    };
+    let req = lockcore::LockRequest::mutex(lockcore::LockName::new(&name)?, Duration::from_secs(10));
     let mut bare = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let t = Instant::now();

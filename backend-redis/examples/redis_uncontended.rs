@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! eval "$(scripts/backends up)"
-//! cargo run --release -p backend-redis --example uncontended [-- OPS]
+//! cargo run --release -p backend-redis --example redis_uncontended [-- OPS]
 //! ```
 //!
 //! With `LOCKSMITH_TEST_REDIS_QUORUM` set, it also times a quorum acquire+release.
@@ -84,10 +84,7 @@ async fn locksmith(locker: &Locker, name: &str, ops: usize, timeout: bool) -> Re
 /// The backend alone, without the Locker (its watchdog registration and tracing spans).
 async fn direct(locker: &Locker, name: &str, ops: usize) -> Result<Vec<Duration>, Error> {
     let backend = locker.backend();
-    let req = lockcore::LockRequest {
-        name: lockcore::LockName::new(name)?,
-        ttl: TTL,
-    };
+    let req = lockcore::LockRequest::mutex(lockcore::LockName::new(name)?, TTL);
     let mut samples = Vec::with_capacity(ops);
     for i in 0..ops + ops / 10 {
         let t = Instant::now();

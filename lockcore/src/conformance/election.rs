@@ -1,0 +1,219 @@
+//! The election suite ([`crate::Locker::election`]): one leader at a time, in campaign order, with
+//! growing terms; `leader()` and `observe()` show who leads, pushed by the server; a crashed
+//! leader passes leadership on after its TTL; and the families of one name never mix.
+
+use std::time::Duration;
+
+use super::{patience, unique_name, wait_for_residue_in, within, Harness};
+use crate::{Family, LeaderWatch, LockName};
+
+fn lock_name(name: &str) -> LockName {
+    LockName::new(name).expect("name")
+}
+
+/// Waits (within `limit`) until the observed leader's value is `expected` (`None`: nobody);
+/// changes in between (coalesced or not) are skipped. Returns the term seen.
+async fn observe_until(watch: &mut LeaderWatch, expected: Option<&str>, limit: Duration) -> Option<u64> {
+    let what = format!("observing the leader become {expected:?}");
+    within(limit, &what, async {
+        let mut now = watch.leader();
+        loop {
+            if now.as_ref().map(|l| l.value.as_str()) == expected {
+                return now.map(|l| l.term);
+            }
+            now = watch.changed().await.expect("the observation ended");
+        }
+    })
+    .await
+}
+
+/// Three candidates campaign one after another: the first leads, the others follow in order as
+/// each resigns, with growing terms; `leader()` and an observer that started before anybody
+/// campaigned agree at every step, and see nobody at the end.
+pub async fn election_one_leader_at_a_time_in_order(h: &impl Harness) {
+    let name = unique_name("elect_order");
+    let key = lock_name(&name);
+    let limit = patience(h);
+    let watcher = h.locker().await;
+    let election = watcher.election(&name);
+    assert_eq!(election.leader().await.expect("leader"), None);
+    let mut observed = election.observe().await.expect("observe");
+    assert_eq!(observed.leader(), None);
+
+    let (a, b, c) = (h.locker().await, h.locker().await, h.locker().await);
+    let lead_a = a.election(&name).campaign("node-a").acquire().await.expect("campaign");
+    let now = election.leader().await.expect("leader").expect("a leader");
+    assert_eq!((now.value.as_str(), now.term), ("node-a", lead_a.term()));
+    let (tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+    let mut followers = Vec::new();
+    for (i, (locker, value)) in [(b, "node-b"), (c, "node-c")].into_iter().enumerate() {
+        let (name, tx) = (name.clone(), tx.clone());
+        followers.push(tokio::spawn(async move {
+            let lead = locker
+                .election(&name)
+                .campaign(value)
+                .acquire()
+                .await
+                .expect("campaign");
+            let _ = tx.send((value, lead.term()));
+            lead
+        }));
+        wait_for_residue_in(h, Family::Election, &key, 2 + i).await;
+    }
+    assert_eq!(
+        observe_until(&mut observed, Some("node-a"), limit).await,
+        Some(lead_a.term())
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), order.recv())
+            .await
+            .is_err(),
+        "two leaders at once"
+    );
+
+    let term_a = lead_a.term();
+    lead_a.resign().await.expect("resign");
+    let (value, term_b) = within(limit, "the next leader", order.recv()).await.expect("a leader");
+    assert_eq!(value, "node-b", "leadership skipped the next candidate in line");
+    assert!(term_b > term_a, "term went from {term_a} to {term_b}");
+    let now = election.leader().await.expect("leader").expect("a leader");
+    assert_eq!((now.value.as_str(), now.term), ("node-b", term_b));
+    assert_eq!(observe_until(&mut observed, Some("node-b"), limit).await, Some(term_b));
+
+    followers
+        .remove(0)
+        .await
+        .expect("follower")
+        .resign()
+        .await
+        .expect("resign");
+    let (value, term_c) = within(limit, "the last leader", order.recv()).await.expect("a leader");
+    assert_eq!(value, "node-c");
+    assert!(term_c > term_b);
+    assert_eq!(observe_until(&mut observed, Some("node-c"), limit).await, Some(term_c));
+    followers
+        .remove(0)
+        .await
+        .expect("follower")
+        .resign()
+        .await
+        .expect("resign");
+    observe_until(&mut observed, None, limit).await;
+    assert_eq!(election.leader().await.expect("leader"), None);
+    wait_for_residue_in(h, Family::Election, &key, 0).await;
+}
+
+/// A leader that stops renewing (crashed) loses leadership after its TTL: the next candidate
+/// leads, with a greater term, and an observer sees the change without asking.
+pub async fn election_crashed_leader_passes_on(h: &impl Harness) {
+    let name = unique_name("elect_crash");
+    let ttl = h.short_ttl();
+    let (a, b, watcher) = (h.locker().await, h.locker().await, h.locker().await);
+    let lead = a
+        .election(&name)
+        .campaign("crashed")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("campaign");
+    let term = lead.term();
+    let mut observed = watcher.election(&name).observe().await.expect("observe");
+    observe_until(&mut observed, Some("crashed"), patience(h)).await;
+    let _lease = lead.abandon(); // stops renewing without resigning, as a crashed process would
+    let next = within(
+        patience(h),
+        "the next leader after a crash",
+        b.election(&name).campaign("next").ttl(ttl).acquire(),
+    )
+    .await
+    .expect("campaign");
+    assert!(next.term() > term);
+    let seen = observe_until(&mut observed, Some("next"), patience(h)).await;
+    assert_eq!(seen, Some(next.term()));
+    next.resign().await.expect("resign");
+}
+
+/// `try_acquire` of a campaign leads only when nobody does; cancelled campaigns leave nothing.
+pub async fn election_try_and_cancel(h: &impl Harness) {
+    let name = unique_name("elect_try");
+    let key = lock_name(&name);
+    let (a, b) = (h.locker().await, h.locker().await);
+    let lead = a
+        .election(&name)
+        .campaign("a")
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("nobody leads");
+    assert!(b
+        .election(&name)
+        .campaign("b")
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_none());
+    for i in 0..4u64 {
+        let campaign = b
+            .election(&name)
+            .campaign("b")
+            .timeout(Duration::from_millis(30 * i + 1))
+            .acquire();
+        let _ = tokio::time::timeout(Duration::from_millis(15 * i + 1), campaign).await;
+    }
+    wait_for_residue_in(h, Family::Election, &key, 1).await;
+    lead.resign().await.expect("resign");
+    wait_for_residue_in(h, Family::Election, &key, 0).await;
+    assert_eq!(b.election(&name).leader().await.expect("leader"), None);
+}
+
+/// A mutex, a semaphore, a read-write lock and an election of one name are four independent
+/// locks: all four are held at once, each excludes only its own kind.
+pub async fn families_are_independent(h: &impl Harness) {
+    let name = unique_name("families");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let mutex = a.lock(&name).try_acquire().await.expect("try").expect("the mutex");
+    let permit = a
+        .semaphore(&name, 1)
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("the semaphore");
+    let write = a
+        .rwlock(&name)
+        .write()
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("the rwlock");
+    let lead = a
+        .election(&name)
+        .campaign("a")
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("the election");
+    assert!(b.lock(&name).try_acquire().await.expect("try").is_none());
+    assert!(b.semaphore(&name, 1).try_acquire().await.expect("try").is_none());
+    assert!(b.rwlock(&name).read().try_acquire().await.expect("try").is_none());
+    assert!(b
+        .election(&name)
+        .campaign("b")
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_none());
+    assert_eq!(
+        b.election(&name).leader().await.expect("leader").map(|l| l.value),
+        Some("a".into())
+    );
+    for family in Family::ALL {
+        wait_for_residue_in(h, family, &lock_name(&name), 1).await;
+    }
+    mutex.release().await.expect("release");
+    permit.release().await.expect("release");
+    write.release().await.expect("release");
+    lead.resign().await.expect("resign");
+    for family in Family::ALL {
+        wait_for_residue_in(h, family, &lock_name(&name), 0).await;
+    }
+}

@@ -1,0 +1,231 @@
+//! Leader election: [`Election`] (from [`crate::Locker::election`]), [`Campaign`],
+//! [`LeaderGuard`], and what a backend reports: [`Leader`], [`LeaderWatch`].
+//!
+//! An election is a lock queue like a mutex's, in a namespace of its own: candidates queue in
+//! arrival order, the first one leads, its fencing token is its **term** (strictly increasing
+//! from one leader to the next), and its value (an address, a host name) is what everyone else
+//! sees of it. When the leader resigns, crashes (its lease runs out) or is cut off, the next
+//! candidate in line leads. This is etcd's `concurrency.Election` and Curator's `LeaderLatch`.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::backend::bounded;
+use crate::error::{LockError, Result};
+use crate::guard::LockGuard;
+use crate::lease::{LockKind, LostReason};
+use crate::locker::{LockBuilder, Locker};
+use crate::name::LockName;
+
+/// The largest campaign value accepted (every backend stores it with the candidate's entry).
+pub const MAX_VALUE_LEN: usize = 64 * 1024;
+
+/// Who leads an election.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    /// The value the leader campaigned with.
+    pub value: String,
+    /// Its term: its fencing token, greater than every earlier leader's.
+    pub term: u64,
+    /// The backend's identity of the leader's entry (as [`crate::Lease::holder_id`]).
+    pub holder_id: String,
+}
+
+/// The leadership of one election as the server pushes its changes (see [`Election::observe`]).
+/// Dropping it stops the observation.
+pub struct LeaderWatch {
+    rx: watch::Receiver<Option<Leader>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl LeaderWatch {
+    /// For backends: a watch whose values `task` sends (the current leader first, then every
+    /// change it sees). The task is aborted when the watch is dropped.
+    pub fn new(rx: watch::Receiver<Option<Leader>>, task: tokio::task::JoinHandle<()>) -> Self {
+        LeaderWatch { rx, task: Some(task) }
+    }
+
+    /// The leader as last seen (`None`: nobody leads).
+    pub fn leader(&self) -> Option<Leader> {
+        self.rx.borrow().clone()
+    }
+
+    /// Waits for the next change of leader and returns the new one (`None`: nobody leads now).
+    /// Changes that happen in quick succession may be seen as one. While the server cannot be
+    /// reached, the last leader seen stays; the backend keeps trying and reports the next change.
+    ///
+    /// [`LockError::Unavailable`] if the observation ended for good (the backend was dropped).
+    pub async fn changed(&mut self) -> Result<Option<Leader>> {
+        match self.rx.changed().await {
+            Ok(()) => Ok(self.rx.borrow_and_update().clone()),
+            Err(_) => Err(LockError::Unavailable {
+                message: "the observation of the election ended".into(),
+                source: None,
+            }),
+        }
+    }
+}
+
+impl Drop for LeaderWatch {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl fmt::Debug for LeaderWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderWatch").field("leader", &self.leader()).finish()
+    }
+}
+
+/// One election, by name. Created by [`crate::Locker::election`].
+#[derive(Clone, Debug)]
+pub struct Election {
+    locker: Locker,
+    name: String,
+}
+
+impl Election {
+    pub(crate) fn new(locker: Locker, name: String) -> Self {
+        Election { locker, name }
+    }
+
+    /// Starts a campaign with `value` (what the others see of this candidate, e.g. its address);
+    /// set options on it, then [`Campaign::acquire`] to wait until this candidate leads.
+    pub fn campaign(&self, value: impl Into<String>) -> Campaign {
+        Campaign {
+            builder: self
+                .locker
+                .build(self.name.clone(), LockKind::Leader { value: value.into() }),
+        }
+    }
+
+    /// Who leads now (`None`: nobody), read from the server. Bounded by the backend's request
+    /// timeout.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        let name = LockName::new(&self.name)?;
+        let backend = self.locker.backend();
+        bounded(
+            backend.as_ref(),
+            "reading the leader",
+            backend.request_timeout(),
+            backend.leader(&name),
+        )
+        .await
+    }
+
+    /// Watches the leadership: the current leader at once ([`LeaderWatch::leader`]), then every
+    /// change as the server pushes it ([`LeaderWatch::changed`]), without polling.
+    pub async fn observe(&self) -> Result<LeaderWatch> {
+        let name = LockName::new(&self.name)?;
+        let backend = self.locker.backend();
+        bounded(
+            backend.as_ref(),
+            "starting to observe the election",
+            backend.request_timeout(),
+            backend.observe(&name),
+        )
+        .await
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// The options of one campaign. Created by [`Election::campaign`].
+#[must_use = "a Campaign does nothing until acquire() or try_acquire() is awaited"]
+pub struct Campaign {
+    builder: LockBuilder,
+}
+
+impl Campaign {
+    /// The lease time of the leadership (see [`LockBuilder::ttl`]): how long a leader that crashed
+    /// or was cut off keeps leading before the next candidate takes over.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.builder = self.builder.ttl(ttl);
+        self
+    }
+
+    /// How long [`Campaign::acquire`] waits to lead (default: no limit); see
+    /// [`LockBuilder::timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.builder = self.builder.timeout(timeout);
+        self
+    }
+
+    /// Resign after this long, whatever the leader is doing (see [`LockBuilder::max_hold`]).
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.builder = self.builder.max_hold(max_hold);
+        self
+    }
+
+    /// Waits in line until this candidate leads (or the timeout passes). Cancellation-safe:
+    /// dropping the future leaves no candidate behind.
+    pub async fn acquire(self) -> Result<LeaderGuard> {
+        self.builder.acquire().await.map(LeaderGuard::new)
+    }
+
+    /// Leads now if nobody leads and nobody is in line; `None` otherwise.
+    pub async fn try_acquire(self) -> Result<Option<LeaderGuard>> {
+        Ok(self.builder.try_acquire().await?.map(LeaderGuard::new))
+    }
+}
+
+/// Leadership of an election: renewed in the background while it lives; given up by
+/// [`LeaderGuard::resign`] or when dropped. Check [`LeaderGuard::lost`] and pass
+/// [`LeaderGuard::term`] to what the leader writes to, as with any fencing token.
+#[must_use = "dropping a LeaderGuard resigns at once"]
+#[derive(Debug)]
+pub struct LeaderGuard {
+    guard: LockGuard,
+}
+
+impl LeaderGuard {
+    fn new(guard: LockGuard) -> Self {
+        LeaderGuard { guard }
+    }
+
+    /// The term: this leader's fencing token, greater than every earlier leader's.
+    pub fn term(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        self.guard.name()
+    }
+
+    /// True until the leadership is lost (see [`LeaderGuard::lost`]).
+    pub fn is_leader(&self) -> bool {
+        self.guard.is_held()
+    }
+
+    /// Resolves when the leadership is lost, before the next candidate can lead (see
+    /// [`LockGuard::lost`]).
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        self.guard.lost()
+    }
+
+    /// Gives up the leadership: the next candidate in line leads.
+    pub async fn resign(self) -> Result<()> {
+        self.guard.release().await
+    }
+
+    /// The underlying guard (its lease, TTL, holder id).
+    pub fn guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
+    /// Stops renewing without resigning, as if this process had crashed: the next candidate leads
+    /// once the lease runs out (see [`LockGuard::abandon`]).
+    pub fn abandon(self) -> crate::Lease {
+        self.guard.abandon()
+    }
+}
