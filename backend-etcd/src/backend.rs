@@ -121,6 +121,7 @@ impl EtcdBackend {
         tracing::debug!(key, fencing_token = rev, "etcd lock granted");
         Lease {
             name: req.name.clone(),
+            kind: req.kind.clone(),
             fencing_token: u64::try_from(rev).unwrap_or(0),
             ttl: lease.ttl,
             holder_id: key,

@@ -50,6 +50,7 @@ pub(crate) fn new_token() -> String {
 pub(crate) fn lease(req: &LockRequest, fence: u64, token: String, sent: Instant) -> Lease {
     Lease {
         name: req.name.clone(),
+        kind: req.kind.clone(),
         fencing_token: fence,
         ttl: req.ttl,
         holder_id: token,

@@ -97,6 +97,7 @@ impl ZkBackend {
         }
         let lease = Lease {
             name: req.name.clone(),
+            kind: req.kind.clone(),
             fencing_token: token,
             ttl: session.timeout,
             holder_id: node.path,

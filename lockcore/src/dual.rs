@@ -76,6 +76,7 @@ impl Dual {
         tokio::spawn(forward_lost(old.lost.clone(), new.lost.clone(), lost.clone(), stopped));
         let lease = Lease {
             name: new.name.clone(),
+            kind: new.kind.clone(),
             fencing_token: new.fencing_token,
             ttl: old.ttl.min(new.ttl),
             holder_id: format!("{}+{}", old.holder_id, new.holder_id),

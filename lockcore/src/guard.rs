@@ -41,6 +41,11 @@ impl LockGuard {
         self.lease.name.as_str()
     }
 
+    /// What this guard holds: the mutex, a semaphore permit, a read-write lock's side, leadership.
+    pub fn kind(&self) -> &crate::LockKind {
+        &self.lease.kind
+    }
+
     /// The fencing token: strictly greater than every earlier holder's token for this lock name.
     pub fn fencing_token(&self) -> u64 {
         self.lease.fencing_token

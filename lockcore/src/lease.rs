@@ -162,6 +162,8 @@ impl Family {
 pub struct Lease {
     /// The lock name.
     pub name: LockName,
+    /// What is held: the mutex, a permit, a side of a read-write lock, leadership (as requested).
+    pub kind: LockKind,
     /// The fencing token: strictly greater than the token of every earlier holder of this name on
     /// this backend. Storage that accepts writes only with a token at least as large as the last it
     /// saw rejects a stale holder's late writes.
@@ -183,6 +185,7 @@ impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("name", &self.name)
+            .field("kind", &self.kind)
             .field("fencing_token", &self.fencing_token)
             .field("ttl", &self.ttl)
             .field("holder_id", &self.holder_id)

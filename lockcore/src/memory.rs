@@ -250,6 +250,7 @@ fn grant(state: &mut State, key: &str, me: usize, req: &LockRequest, now: Instan
     }
     Lease {
         name: req.name.clone(),
+        kind: req.kind.clone(),
         fencing_token: token,
         ttl: req.ttl,
         holder_id,
@@ -295,15 +296,15 @@ impl Store {
         self.changed.notify_waiters();
     }
 
-    /// The lock key of a lease (the family is not in the lease: find the queue holding it).
+    /// The lock key of a lease, if it still holds there.
     fn key_of(&self, state: &State, lease: &Lease) -> Option<String> {
-        Family::ALL.iter().map(|f| f.segment(&lease.name)).find(|k| {
-            state.locks.get(k).is_some_and(|entries| {
-                entries
-                    .iter()
-                    .any(|e| e.grant.as_ref().is_some_and(|g| g.holder_id == lease.holder_id))
-            })
-        })
+        let key = lease.kind.family().segment(&lease.name);
+        let holds = state.locks.get(&key).is_some_and(|entries| {
+            entries
+                .iter()
+                .any(|e| e.grant.as_ref().is_some_and(|g| g.holder_id == lease.holder_id))
+        });
+        holds.then_some(key)
     }
 
     /// Removes entry `id` of lock `key` (a waiter that gave up, a holder that released).
