@@ -1,4 +1,8 @@
-//! [`EtcdBackend`]: the [`LockBackend`] over one etcd session.
+//! [`EtcdBackend`]: the [`LockBackend`] over one etcd session, and which protocol serves each
+//! lock kind: the exclusive kinds (mutex, writer, leader) queue as the mutex always did
+//! ([`crate::exclusive`]); the kinds that share a lock (semaphore permits, readers) read the
+//! queue ahead of them ([`crate::shared`]); elections are read and observed by
+//! [`crate::election`].
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -6,15 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockcore::{
-    async_trait, HolderInfo, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, LostSignal, Outage, Result,
+    async_trait, HolderInfo, Leader, LeaderWatch, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest,
+    LostSignal, Outage, Result, Role,
 };
 use tokio::time::Instant;
 
-use crate::cleanup::{delete_in_background, Created, PendingKey};
+use crate::cleanup::{delete_in_background, PendingKey};
 use crate::config::Config;
-use crate::error::{is_lease_not_found, request};
+use crate::election;
+use crate::error::request;
 use crate::layout::Layout;
-use crate::queue::{self, Place};
+use crate::queue;
 use crate::session::{LeaseRef, Session};
 use crate::slots::Slot;
 use crate::sweeper;
@@ -53,7 +59,7 @@ pub struct EtcdStats {
 }
 
 /// How one attempt in the queue ended.
-enum Outcome {
+pub(crate) enum Outcome {
     Granted,
     /// The key vanished (lease lost, or deleted by an operator) while waiting: queue again.
     Requeue(&'static str),
@@ -97,9 +103,14 @@ impl EtcdBackend {
         self.session.cfg.request_timeout
     }
 
+    /// The session (for the protocol modules).
+    pub(crate) fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
     /// The slot of one attempt: the in-process exclusion of the Go layout, or the key number
     /// of the default layout (see [`crate::slots`]).
-    async fn slot(&self, prefix: &str) -> Slot {
+    pub(crate) async fn slot(&self, prefix: &str) -> Slot {
         if self.layout().one_key_per_session() {
             self.session.slots.take(prefix).await
         } else {
@@ -107,14 +118,21 @@ impl EtcdBackend {
         }
     }
 
-    /// The key of an attempt under `lease_id` with `slot`.
-    fn key(&self, name: &LockName, lease_id: i64, slot: &Slot) -> String {
+    /// The key of an attempt for `req` under `lease_id` with `slot`.
+    pub(crate) fn key(&self, req: &LockRequest, lease_id: i64, slot: &Slot) -> String {
         let number = slot.key_number().unwrap_or_default();
-        self.layout().key(name, lease_id, number)
+        self.layout().key_in(req.kind.family(), &req.name, lease_id, number)
     }
 
     /// Hands out the lease of a granted key.
-    fn grant(&self, req: &LockRequest, key: String, rev: i64, lease: LeaseRef, pending: PendingKey) -> Lease {
+    pub(crate) fn grant(
+        &self,
+        req: &LockRequest,
+        key: String,
+        rev: i64,
+        lease: LeaseRef,
+        pending: PendingKey,
+    ) -> Lease {
         let slot = pending.disarm();
         let lost = LostSignal::new();
         let acquired_at = self.session.register_held(&key, lease, rev, &lost, slot);
@@ -132,7 +150,7 @@ impl EtcdBackend {
 
     /// A waiter became first: make sure the lease it hands out was refreshed recently (after an
     /// outage it may not have been), so the lock starts with most of its TTL.
-    async fn fresh_grant(&self, retry: &mut Outage, lease: LeaseRef) -> Result<Outcome> {
+    pub(crate) async fn fresh_grant(&self, retry: &mut Outage, lease: LeaseRef) -> Result<Outcome> {
         loop {
             match self.session.refresh_if_stale(lease.id).await {
                 Ok(true) => return Ok(Outcome::Granted),
@@ -145,94 +163,26 @@ impl EtcdBackend {
     /// How long an `acquire` without a deadline rides out an outage (see [`Outage`]): beyond
     /// the session TTL plus the request timeout the session lease, and the waiter's key with it,
     /// is probably gone.
-    fn retry_budget(&self) -> Duration {
+    pub(crate) fn retry_budget(&self) -> Duration {
         self.session.ttl() + self.limit()
     }
 
-    /// Waits in the queue until `key` is first, it vanishes, or the deadline passes.
-    async fn wait_in_queue(
-        &self,
-        prefix: &str,
-        key: &str,
-        rev: i64,
-        lease: LeaseRef,
-        mut place: Place,
-        retry: &mut Outage,
-    ) -> Result<Outcome> {
-        loop {
-            let pred = match place {
-                Place::First => return Ok(Outcome::Granted),
-                Place::Gone => return Ok(Outcome::Requeue("the queue key vanished while waiting")),
-                Place::Behind(pred) => pred,
-            };
-            // Watch first (synced: no start revision), then confirm the predecessor is still
-            // there: a delete after the confirmation is certain to reach the watch.
-            let mut watch = match self.session.hub.watch_delete(&pred.key).await {
-                Ok(w) => w,
-                Err(e) => {
-                    retry.failed(e).await?;
-                    place = Place::Behind(pred);
-                    continue;
-                }
-            };
-            match queue::place(&self.session.conn, prefix, key, rev).await {
-                Ok(Place::Behind(now)) if now == pred => retry.succeeded(),
-                Ok(other) => {
-                    retry.succeeded();
-                    place = other;
-                    continue;
-                }
-                Err(e) => {
-                    retry.failed(e).await?;
-                    place = Place::Behind(pred);
-                    continue;
-                }
+    /// Deletes the key of an attempt that will not hold (a semaphore permit count that disagrees
+    /// with the queue) before returning, so that the caller's next attempt finds the queue
+    /// without it; if that fails, the clean-up deletes it in the background.
+    pub(crate) async fn withdraw(&self, pending: PendingKey, key: &str, rev: i64) {
+        match queue::delete(&self.session.conn, key, Some(rev)).await {
+            Ok(_) => drop(pending.disarm()),
+            Err(e) => {
+                tracing::debug!(key, error = %e, "withdrawing a queue key failed; deleting it in the background");
+                drop(pending);
             }
-            tracing::trace!(key, predecessor = pred.key_str(), "waiting for the predecessor");
-            tokio::select! {
-                r = watch.deleted() => {
-                    if let Err(why) = r {
-                        tracing::debug!(key, why, "predecessor watch ended; looking again");
-                    }
-                }
-                _ = self.session.lease_lost(lease.generation) => {
-                    return Ok(Outcome::Requeue("the session lease was lost while waiting"));
-                }
-                _ = sleep_until_opt(retry.deadline()) => return Err(retry.at_deadline()),
-            }
-            drop(watch);
-            // The handover: one round trip after the delete notification.
-            place = match queue::place(&self.session.conn, prefix, key, rev).await {
-                Ok(p) => p,
-                Err(e) => {
-                    retry.failed(e).await?;
-                    Place::Behind(pred)
-                }
-            };
         }
     }
 }
 
-/// What [`queue::take_if_free`] did to the key.
-fn took(result: &Result<Option<i64>>) -> Created {
-    match result {
-        Ok(Some(rev)) => Created::At(*rev),
-        Ok(None) => Created::Nothing,
-        Err(e) if is_lease_not_found(e) => Created::Nothing,
-        Err(_) => Created::Unknown,
-    }
-}
-
-/// What [`queue::join`] did to the key.
-fn joined(result: &Result<(i64, Option<Place>)>) -> Created {
-    match result {
-        Ok((rev, _)) => Created::At(*rev),
-        Err(e) if is_lease_not_found(e) => Created::Nothing,
-        Err(_) => Created::Unknown,
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
+/// Sleeps until `at`, or forever.
+pub(crate) async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
@@ -246,110 +196,18 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
-        lockcore::unsupported_kind(self.kind(), req)?;
-        let prefix = self.layout().lock_prefix(&req.name);
-        let mut slot = if self.layout().one_key_per_session() {
-            match self.session.slots.try_take(&prefix) {
-                Some(slot) => Some(slot),
-                None => return Ok(None), // this session holds or waits for it already
-            }
-        } else {
-            Some(self.session.slots.number(&prefix))
-        };
-        for _ in 0..2 {
-            let lease = self.session.current().await?;
-            let Some(this_slot) = slot.take() else {
-                return Err(LockError::Protocol("a lock slot went missing".into()));
-            };
-            let key = self.key(&req.name, lease.id, &this_slot);
-            let mut pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, Some(this_slot));
-            let request = {
-                let (conn, prefix, key) = (self.session.conn.clone(), prefix.clone(), key.clone());
-                async move { queue::take_if_free(&conn, &prefix, &key, lease.id).await }
-            };
-            match pending.create(request, took).await {
-                Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending))),
-                Ok(None) => {
-                    pending.disarm(); // nothing was written
-                    return Ok(None);
-                }
-                Err(e) if is_lease_not_found(&e) => {
-                    slot = pending.disarm();
-                    self.session.lease_gone(lease.id, "a put with it was refused");
-                }
-                Err(e) => return Err(e),
-            }
+        self.layout().supports(req.kind.family())?;
+        match req.kind.role() {
+            Role::Exclusive => self.try_exclusive(req).await,
+            Role::Shared | Role::Permit(_) => self.try_shared(req).await,
         }
-        Err(LockError::Protocol(
-            "etcd refused the session lease twice in a row".into(),
-        ))
     }
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
-        lockcore::unsupported_kind(self.kind(), req)?;
-        let prefix = self.layout().lock_prefix(&req.name);
-        // The keeper keeps the session alive only while this acquire waits in a queue: an
-        // acquire that finds the lock free does not wake it.
-        let mut waiting = None;
-        let mut retry = Outage::new(deadline, self.retry_budget());
-        let mut lease_refusals = 0;
-        loop {
-            // The Go layout's slot is taken by another attempt of this session on this lock: that
-            // is waiting for the lock too.
-            let slot = tokio::select! {
-                slot = self.slot(&prefix) => slot,
-                _ = sleep_until_opt(deadline) => return Err(retry.at_deadline()),
-            };
-            let lease = match self.session.current().await {
-                Ok(lease) => lease,
-                Err(e) => {
-                    drop(slot);
-                    retry.failed(e).await?;
-                    continue;
-                }
-            };
-            let key = self.key(&req.name, lease.id, &slot);
-            let mut pending = PendingKey::new(self.session.clone(), key.clone(), lease.id, Some(slot));
-            let request = {
-                let (conn, prefix, key) = (self.session.conn.clone(), prefix.clone(), key.clone());
-                async move { queue::join(&conn, &prefix, &key, lease.id).await }
-            };
-            let joined = match pending.create(request, joined).await {
-                Ok((rev, Some(place))) => Ok((rev, place)),
-                Ok((rev, None)) => queue::place(&self.session.conn, &prefix, &key, rev)
-                    .await
-                    .map(|place| (rev, place)),
-                Err(e) => Err(e),
-            };
-            let (rev, place) = match joined {
-                Ok(joined) => joined,
-                Err(e) if is_lease_not_found(&e) && lease_refusals < 2 => {
-                    lease_refusals += 1;
-                    drop(pending.disarm());
-                    self.session.lease_gone(lease.id, "a put with it was refused");
-                    continue;
-                }
-                Err(e) => {
-                    drop(pending); // deletes what the put created, once its outcome is known
-                    retry.failed(e).await?;
-                    continue;
-                }
-            };
-            retry.succeeded();
-            if !matches!(place, Place::First) && waiting.is_none() {
-                waiting = Some(self.session.waiting());
-            }
-            let outcome = match self.wait_in_queue(&prefix, &key, rev, lease, place, &mut retry).await? {
-                Outcome::Granted => self.fresh_grant(&mut retry, lease).await?,
-                requeue => requeue,
-            };
-            match outcome {
-                Outcome::Granted => return Ok(self.grant(req, key, rev, lease, pending)),
-                Outcome::Requeue(why) => {
-                    tracing::warn!(key, why, "queueing again at the end of the queue");
-                    drop(pending);
-                }
-            }
+        self.layout().supports(req.kind.family())?;
+        match req.kind.role() {
+            Role::Exclusive => self.acquire_exclusive(req, deadline).await,
+            Role::Shared | Role::Permit(_) => self.acquire_shared(req, deadline).await,
         }
     }
 
@@ -438,6 +296,35 @@ impl LockBackend for EtcdBackend {
             }),
             waiters: count.saturating_sub(1),
         })
+    }
+
+    /// Every key of the namespace, tallied by lock (the default layout only: the Go layout's
+    /// prefixes nest, so its locks cannot be told apart).
+    async fn list(&self, prefix: &str) -> Result<Vec<lockcore::ListedLock>> {
+        let Layout::Default { namespace } = self.layout() else {
+            return Err(LockError::InvalidOption(
+                "layout=go-mutex cannot list its locks (its prefixes nest): use etcdctl get --prefix".into(),
+            ));
+        };
+        let segments = queue::segments(&self.session.conn, namespace).await?;
+        Ok(lockcore::ListedLock::from_segments(
+            prefix,
+            segments.iter().map(|(segment, n)| (segment.as_str(), *n)),
+        ))
+    }
+
+    /// The oldest key of the election's prefix: its value, its create revision (the term).
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        self.layout().supports(lockcore::Family::Election)?;
+        let prefix = self.layout().prefix(lockcore::Family::Election, name);
+        Ok(election::read_leader(&self.session.conn, &prefix).await?.0)
+    }
+
+    /// A task of this backend's that follows the election's first key (see the crate docs).
+    async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
+        self.layout().supports(lockcore::Family::Election)?;
+        let prefix = self.layout().prefix(lockcore::Family::Election, name);
+        election::observe(&self.session, prefix).await
     }
 
     /// A third of the TTL, as usual; all locks of the session share one TTL, so they fall due

@@ -82,6 +82,7 @@ impl PendingKey {
     {
         let (tx, rx) = oneshot::channel();
         self.in_flight = Some(rx);
+        let request = lockcore::metrics::counting_for_caller(request);
         let task = tokio::spawn(async move {
             let result = request.await;
             let _ = tx.send(outcome(&result));

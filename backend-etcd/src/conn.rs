@@ -1,11 +1,14 @@
 //! The connection handle every request goes through, with the counters behind
-//! [`crate::EtcdBackend::stats`].
+//! [`crate::EtcdBackend::stats`], and the TLS settings of the connection.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::Client;
+use etcd_client::{Client, ConnectOptions};
+#[cfg(not(feature = "tls"))]
+use lockcore::LockError;
+use lockcore::Result;
 
 /// What every request needs: the client, the time limit, and the counters.
 #[derive(Clone)]
@@ -21,4 +24,33 @@ pub(crate) struct Stats {
     pub txns: AtomicU64,
     pub keep_alives: AtomicU64,
     pub watch_requests: AtomicU64,
+}
+
+/// TLS with the URL's files: its `ca` (else the system's roots), its client certificate, and the
+/// name to verify the server's certificate against.
+#[cfg(feature = "tls")]
+pub(crate) fn with_tls(options: ConnectOptions, tls: &lockcore::url::TlsFiles) -> Result<ConnectOptions> {
+    use etcd_client::{Certificate, Identity, TlsOptions};
+    // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
+    // in (a program with every backend has ring and aws-lc-rs): ring, unless the program chose.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut config = TlsOptions::new();
+    config = match &tls.ca {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+        None => config.with_native_roots(),
+    };
+    if let Some((cert, key)) = &tls.identity {
+        config = config.identity(Identity::from_pem(cert, key));
+    }
+    if let Some(name) = &tls.server_name {
+        config = config.domain_name(name.clone());
+    }
+    Ok(options.with_tls(config))
+}
+
+#[cfg(not(feature = "tls"))]
+pub(crate) fn with_tls(_: ConnectOptions, _: &lockcore::url::TlsFiles) -> Result<ConnectOptions> {
+    Err(LockError::InvalidOption(
+        "etcds:// needs the `tls` feature of locksmith".into(),
+    ))
 }

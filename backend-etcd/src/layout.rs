@@ -1,29 +1,35 @@
 //! Where the keys of a lock live.
 //!
-//! Every lock is a key prefix; every holder or waiter is one key under it, attached to its
-//! session lease. The owner is the key with the lowest create revision under the prefix.
+//! Every lock (a name in one [`Family`]) is a key prefix; every holder or waiter is one key under
+//! it, attached to its session lease. The queue is the keys under the prefix in create-revision
+//! order (see [`lockcore::queue`]).
 
-use lockcore::LockName;
+use lockcore::{Family, LockError, LockName, Result};
 
 /// The key layout of a backend, chosen with the URL option `layout=`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Layout {
-    /// `layout=default`: `<namespace>/<encoded name>/<lease id hex>-<n>`.
+    /// `layout=default`: `<namespace>/<encoded name><family suffix>/<lease id hex>-<n>`.
     ///
     /// The namespace (the URL path, or `locksmith`) and the name are each encoded into one
     /// segment without `/` ([`LockName::encoded`]), so no lock's prefix is a prefix of another's:
-    /// `a`, `a/b`, `ab` and `a/` are independent locks, in any namespace. `n` is the lowest
+    /// `a`, `a/b`, `ab` and `a/` are independent locks, in any namespace. The family suffix
+    /// ([`Family::segment`]: none for a mutex, `.sem`, `.rw`, `.elect`) makes the mutex, the
+    /// semaphore, the read-write lock and the election of one name four independent locks. `n` is the lowest
     /// number no other live attempt of the session on this lock uses, so attempts of one session
     /// never share a key, and a lock taken again reuses the name of its deleted key.
     Default {
         /// The encoded namespace segment.
         namespace: String,
     },
-    /// `layout=go-mutex`: exactly the keys of etcd's Go `concurrency.Mutex` and of
-    /// `etcdctl lock NAME`: `<prefix>NAME/<lease id hex>`, with the raw name.
+    /// `layout=go-mutex`: exactly the keys of etcd's Go `concurrency.Mutex` and `Election`, and
+    /// of `etcdctl lock NAME` and `etcdctl elect NAME`: `<prefix>NAME/<lease id hex>`, with the
+    /// raw name. Mutexes and elections only (Go has no semaphore or read-write lock to share
+    /// keys with).
     ///
     /// It inherits the Go prefix pitfall: the lock `a` is the prefix `a/`, which also contains
-    /// the keys of the lock `a/b`, so a holder or waiter of `a/b` can own or block `a`.
+    /// the keys of the lock `a/b`, so a holder or waiter of `a/b` can own or block `a`. And, as
+    /// in Go, a mutex and an election of one name share their prefix: they are one queue.
     GoMutex {
         /// Put before every name: empty, or the URL path followed by `/`.
         prefix: String,
@@ -31,20 +37,45 @@ pub enum Layout {
 }
 
 impl Layout {
-    /// The prefix under which all holder and waiter keys of `name` live (ends with `/`).
+    /// The prefix under which all holder and waiter keys of the mutex `name` live (ends with `/`).
     pub fn lock_prefix(&self, name: &LockName) -> String {
+        self.prefix(Family::Mutex, name)
+    }
+
+    /// The prefix under which all holder and waiter keys of `family`'s lock `name` live (ends
+    /// with `/`). In the Go layout it is the same for every family (see [`Layout::supports`]).
+    pub fn prefix(&self, family: Family, name: &LockName) -> String {
         match self {
-            Layout::Default { namespace } => format!("{namespace}/{}/", name.encoded()),
+            Layout::Default { namespace } => format!("{namespace}/{}/", family.segment(name)),
             Layout::GoMutex { prefix } => format!("{prefix}{}/", name.as_str()),
         }
     }
 
-    /// The key of one acquire attempt of session `lease_id` (`number`: see the `slots` module;
-    /// unused in the Go layout).
+    /// The key of one acquire attempt of session `lease_id` on the mutex `name` (`number`: see
+    /// the `slots` module; unused in the Go layout).
     pub fn key(&self, name: &LockName, lease_id: i64, number: u64) -> String {
+        self.key_in(Family::Mutex, name, lease_id, number)
+    }
+
+    /// [`Layout::key`] for a lock of `family`.
+    pub fn key_in(&self, family: Family, name: &LockName, lease_id: i64, number: u64) -> String {
         match self {
-            Layout::Default { .. } => format!("{}{lease_id:x}-{number}", self.lock_prefix(name)),
-            Layout::GoMutex { .. } => format!("{}{lease_id:x}", self.lock_prefix(name)),
+            Layout::Default { .. } => format!("{}{lease_id:x}-{number}", self.prefix(family, name)),
+            Layout::GoMutex { .. } => format!("{}{lease_id:x}", self.prefix(family, name)),
+        }
+    }
+
+    /// Whether this layout has keys for `family`: the default layout has all of them; the Go
+    /// layout has the Go package's mutex and election only, and refuses the others with
+    /// [`LockError::InvalidOption`].
+    pub fn supports(&self, family: Family) -> Result<()> {
+        match (self, family) {
+            (Layout::Default { .. }, _) | (Layout::GoMutex { .. }, Family::Mutex | Family::Election) => Ok(()),
+            (Layout::GoMutex { .. }, other) => Err(LockError::InvalidOption(format!(
+                "layout=go-mutex has the keys of etcd's Go concurrency.Mutex and Election only, and Go has no {0}: \
+                 use the default layout (no layout= option) for a {0}",
+                other.name()
+            ))),
         }
     }
 
@@ -74,6 +105,15 @@ mod tests {
         }
         let name = LockName::new("orders/42").unwrap();
         assert_eq!(layout.key(&name, 0x1f, 3), "ns/orders%2F42/1f-3");
+        assert_eq!(
+            layout.key_in(Family::Semaphore, &name, 0x1f, 3),
+            "ns/orders%2F42.sem/1f-3"
+        );
+        assert_eq!(layout.prefix(Family::RwLock, &name), "ns/orders%2F42.rw/");
+        assert_eq!(layout.prefix(Family::Election, &name), "ns/orders%2F42.elect/");
+        for family in Family::ALL {
+            assert!(layout.supports(family).is_ok());
+        }
     }
 
     #[test]
@@ -83,5 +123,14 @@ mod tests {
         assert_eq!(layout.key(&name, 0x694d7cd5e1b2a00f, 9), "orders/42/694d7cd5e1b2a00f");
         let nested = Layout::GoMutex { prefix: "svc/".into() };
         assert_eq!(nested.lock_prefix(&name), "svc/orders/42/");
+        // `etcdctl elect orders/42 ...` writes orders/42/<lease hex>, as `etcdctl lock` does.
+        assert_eq!(
+            layout.key_in(Family::Election, &name, 0x694d7cd5e1b2a00f, 9),
+            "orders/42/694d7cd5e1b2a00f"
+        );
+        assert!(layout.supports(Family::Election).is_ok());
+        for family in [Family::Semaphore, Family::RwLock] {
+            assert!(matches!(layout.supports(family), Err(LockError::InvalidOption(_))));
+        }
     }
 }

@@ -24,7 +24,7 @@ pub(crate) struct QueueKey {
 }
 
 impl QueueKey {
-    fn from_kv(kv: &etcd_client::KeyValue) -> Self {
+    pub fn from_kv(kv: &etcd_client::KeyValue) -> Self {
         QueueKey {
             key: kv.key().to_vec(),
             create_rev: kv.create_revision(),
@@ -55,13 +55,13 @@ fn newest_first() -> GetOptions {
         .with_sort(SortTarget::Create, SortOrder::Descend)
 }
 
-fn oldest_first() -> GetOptions {
+pub(crate) fn oldest_first() -> GetOptions {
     GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
 }
 
-fn gets(resp: &TxnResponse) -> Vec<GetResponse> {
+pub(crate) fn gets(resp: &TxnResponse) -> Vec<GetResponse> {
     resp.op_responses()
         .into_iter()
         .filter_map(|r| match r {
@@ -72,7 +72,7 @@ fn gets(resp: &TxnResponse) -> Vec<GetResponse> {
 }
 
 /// Sends one transaction (again, if it certainly did not reach etcd; see [`request`]).
-async fn run(conn: &Conn, what: &str, txn: Txn) -> Result<TxnResponse> {
+pub(crate) async fn run(conn: &Conn, what: &str, txn: Txn) -> Result<TxnResponse> {
     request(what, conn.limit, || {
         conn.stats.txns.fetch_add(1, Ordering::Relaxed);
         let (mut kv, txn) = (conn.client.kv_client(), txn.clone());
@@ -81,28 +81,40 @@ async fn run(conn: &Conn, what: &str, txn: Txn) -> Result<TxnResponse> {
     .await
 }
 
-fn revision(resp: &TxnResponse) -> Result<i64> {
+pub(crate) fn revision(resp: &TxnResponse) -> Result<i64> {
     resp.header()
         .map(|h| h.revision())
         .ok_or_else(|| LockError::Protocol("etcd sent a response without header".into()))
 }
 
-/// Joins the queue in one transaction: creates `key` with the lease unless it exists, and reads
-/// the oldest key of the queue (the holder) and the two newest (the new key and its
-/// predecessor). Returns the key's create revision and its place, when that one read tells it
-/// (almost always; otherwise ask [`place`]).
-pub(crate) async fn join(conn: &Conn, prefix: &str, key: &str, lease: i64) -> Result<(i64, Option<Place>)> {
+/// Joins the queue in one transaction: creates `key` with the lease and `value` unless it
+/// exists, and reads the oldest key of the queue (the holder) and the two newest (the new key and
+/// its predecessor). Returns the key's create revision and its place, when that one read tells it
+/// (almost always; otherwise ask [`place`]). A key that exists already (the Go layout: created
+/// by another client with our lease id) is taken as ours; if `value` is not empty it is written
+/// into it, as the Go `Election` proclaims its value on a key it finds.
+pub(crate) async fn join(
+    conn: &Conn,
+    prefix: &str,
+    key: &str,
+    lease: i64,
+    value: &str,
+) -> Result<(i64, Option<Place>)> {
+    let mut found = vec![
+        TxnOp::get(key, None),
+        TxnOp::get(prefix, Some(oldest_first().with_limit(1))),
+    ];
+    if !value.is_empty() {
+        found.insert(0, TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))));
+    }
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([
-            TxnOp::put(key, "", Some(PutOptions::new().with_lease(lease))),
+            TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
             TxnOp::get(prefix, Some(oldest_first().with_limit(1))),
             TxnOp::get(prefix, Some(newest_first().with_limit(2))),
         ])
-        .or_else([
-            TxnOp::get(key, None),
-            TxnOp::get(prefix, Some(oldest_first().with_limit(1))),
-        ]);
+        .or_else(found);
     let resp = run(conn, "joining the lock queue", txn).await?;
     let gets = gets(&resp);
     let first_kv = |i: usize| gets.get(i).and_then(|g| g.kvs().first());
@@ -151,14 +163,15 @@ pub(crate) async fn place(conn: &Conn, prefix: &str, key: &str, rev: i64) -> Res
     })
 }
 
-/// Takes the lock only if nobody holds or waits for it: creates `key` if the prefix is empty, in
-/// one transaction. On failure nothing was written. Returns the key's create revision.
-pub(crate) async fn take_if_free(conn: &Conn, prefix: &str, key: &str, lease: i64) -> Result<Option<i64>> {
+/// Takes the lock only if nobody holds or waits for it: creates `key` with `value` if the prefix
+/// is empty, in one transaction. On failure nothing was written. Returns the key's create
+/// revision.
+pub(crate) async fn take_if_free(conn: &Conn, prefix: &str, key: &str, lease: i64, value: &str) -> Result<Option<i64>> {
     // A compare over a range holds only if it holds for every key in it; over an empty range
     // it compares a missing key, whose create revision is 0. So this is "no key under prefix".
     let txn = Txn::new()
         .when([Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix()])
-        .and_then([TxnOp::put(key, "", Some(PutOptions::new().with_lease(lease)))]);
+        .and_then([TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)))]);
     let resp = run(conn, "trying to take the lock", txn).await?;
     if resp.succeeded() {
         Ok(Some(revision(&resp)?))
@@ -192,4 +205,25 @@ pub(crate) async fn holder_and_count(conn: &Conn, prefix: &str) -> Result<(Optio
         .get(1)
         .map_or(0, |g| usize::try_from(g.count()).unwrap_or(usize::MAX));
     Ok((holder, count))
+}
+
+/// Every key under `namespace/`, keys only, tallied by the segment after the namespace (one lock
+/// per segment in the default layout): what `list` reports.
+pub(crate) async fn segments(conn: &Conn, namespace: &str) -> Result<Vec<(String, usize)>> {
+    let root = format!("{namespace}/");
+    let txn = Txn::new().and_then([TxnOp::get(
+        root.as_str(),
+        Some(GetOptions::new().with_prefix().with_keys_only()),
+    )]);
+    let resp = run(conn, "listing the locks", txn).await?;
+    let mut tally: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for get in gets(&resp) {
+        for kv in get.kvs() {
+            let key = String::from_utf8_lossy(kv.key());
+            if let Some((segment, _entry)) = key.strip_prefix(&root).and_then(|rest| rest.split_once('/')) {
+                *tally.entry(segment.to_owned()).or_default() += 1;
+            }
+        }
+    }
+    Ok(tally.into_iter().collect())
 }

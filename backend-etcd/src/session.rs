@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::conn::{Conn, Stats};
+use crate::conn::{with_tls, Conn, Stats};
 use crate::error::{from_etcd, request, timed};
 use crate::held::{Held, HeldRegistry};
 use crate::slots::{Slot, Slots};
@@ -62,6 +62,8 @@ pub(crate) struct Session {
     keep_alive: tokio::sync::Mutex<Option<KeepAlive>>,
     generation: watch::Sender<u64>,
     waiters: watch::Sender<usize>,
+    /// Set when the backend is dropped: what the election observers end on.
+    closed: watch::Sender<bool>,
 }
 
 /// Counts one waiting `acquire` while it lives (the keeper task runs while any does).
@@ -135,6 +137,7 @@ impl Session {
             keep_alive: tokio::sync::Mutex::new(None),
             generation: watch::channel(0).0,
             waiters: watch::channel(0).0,
+            closed: watch::channel(false).0,
         });
         tokio::spawn(keeper(Arc::downgrade(&session), session.waiters.subscribe()));
         Ok(session)
@@ -356,8 +359,19 @@ impl Session {
         acquired_at
     }
 
+    /// Resolves once the backend was dropped ([`Session::close`]).
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.closed.subscribe();
+        async move {
+            // An error means the session itself is gone: closed too.
+            let _ = rx.wait_for(|closed| *closed).await;
+        }
+    }
+
     /// Revokes the lease in the background (when the backend is dropped): its keys go at once.
+    /// Election observers of this backend end.
     pub fn close(&self) {
+        self.closed.send_replace(true);
         let Some(id) = self.state().id.take() else { return };
         let mut client = self.client.clone();
         let limit = self.cfg.request_timeout;
@@ -370,35 +384,6 @@ impl Session {
             });
         }
     }
-}
-
-/// TLS with the URL's files: its `ca` (else the system's roots), its client certificate, and the
-/// name to verify the server's certificate against.
-#[cfg(feature = "tls")]
-fn with_tls(options: ConnectOptions, tls: &lockcore::url::TlsFiles) -> Result<ConnectOptions> {
-    use etcd_client::{Certificate, Identity, TlsOptions};
-    // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
-    // in (a program with every backend has ring and aws-lc-rs): ring, unless the program chose.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut config = TlsOptions::new();
-    config = match &tls.ca {
-        Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
-        None => config.with_native_roots(),
-    };
-    if let Some((cert, key)) = &tls.identity {
-        config = config.identity(Identity::from_pem(cert, key));
-    }
-    if let Some(name) = &tls.server_name {
-        config = config.domain_name(name.clone());
-    }
-    Ok(options.with_tls(config))
-}
-
-#[cfg(not(feature = "tls"))]
-fn with_tls(_: ConnectOptions, _: &lockcore::url::TlsFiles) -> Result<ConnectOptions> {
-    Err(LockError::InvalidOption(
-        "etcds:// needs the `tls` feature of locksmith".into(),
-    ))
 }
 
 fn granted_ttl(ttl: i64, error: &str) -> Result<Duration> {

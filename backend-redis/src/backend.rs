@@ -1,12 +1,15 @@
 //! [`RedisBackend`]: the [`LockBackend`] over one Redis server, or over several independent
-//! masters with a quorum (see [`crate::quorum`]).
+//! masters with a quorum (see [`crate::quorum`]). Mutexes go to [`crate::queue`] and
+//! [`crate::quorum`]; semaphores, read-write locks and elections to [`crate::kind_queue`] and
+//! [`crate::election`].
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockcore::{
-    async_trait, BackendUrl, HolderInfo, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, Result,
+    async_trait, BackendUrl, HolderInfo, Leader, LeaderWatch, Lease, LockBackend, LockError, LockInfo, LockKind,
+    LockName, LockRequest, Result,
 };
 use tokio::time::Instant;
 
@@ -14,9 +17,10 @@ use crate::cleanup::Cleanup;
 use crate::config::Config;
 use crate::fanout::{counts, fan_out};
 use crate::inner::{lease, new_token, Inner};
-use crate::keys::LockKeys;
+use crate::keys::{entry, KindKeys, LockKeys};
+use crate::renew::Item;
 use crate::session::{Attempt, Node};
-use crate::{queue, quorum};
+use crate::{election, kind_queue, queue, quorum};
 
 /// The Redis backend. Build it with [`RedisBackend::connect`] (or [`crate::connect`] for a
 /// [`lockcore::Locker`]).
@@ -85,8 +89,11 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
-        lockcore::unsupported_kind(self.kind(), req)?;
         self.inner.check_ttl(req)?;
+        if req.kind != LockKind::Mutex {
+            self.inner.check_family(req.kind.family())?;
+            return kind_queue::try_acquire(&self.inner, req).await;
+        }
         if self.inner.is_quorum() {
             return quorum::try_acquire(&self.inner, req).await.map(|t| t.lease());
         }
@@ -103,9 +110,11 @@ impl LockBackend for RedisBackend {
     }
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
-        lockcore::unsupported_kind(self.kind(), req)?;
         self.inner.check_ttl(req)?;
-        if self.inner.is_quorum() {
+        if req.kind != LockKind::Mutex {
+            self.inner.check_family(req.kind.family())?;
+            kind_queue::acquire(&self.inner, req, deadline).await
+        } else if self.inner.is_quorum() {
             quorum::acquire(&self.inner, req, deadline).await
         } else {
             queue::acquire(&self.inner, req, deadline).await
@@ -113,6 +122,15 @@ impl LockBackend for RedisBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
+        if lease.kind != LockKind::Mutex {
+            self.inner.check_family(lease.kind.family())?;
+            let keys = self.inner.kind_keys(lease.kind.family(), &lease.name);
+            let entry = entry(&lease.kind, &lease.holder_id);
+            return match self.inner.nodes[0].release_kind(&keys, &entry).await? {
+                true => Ok(()),
+                false => Err(LockError::not_held(lease.name.as_str())),
+            };
+        }
         let keys = self.inner.keys(&lease.name);
         let quorum = self.inner.config.quorum();
         let results = fan_out(
@@ -139,14 +157,28 @@ impl LockBackend for RedisBackend {
         }
     }
 
-    /// Each server gets the whole batch as one `RENEW_MANY` script call per 500 leases, all
-    /// pipelined in one round trip (see the crate docs, "The scripts").
+    /// Each server gets the whole batch as one `RENEW_MANY` script call per 500 leases of one
+    /// kind (mutexes, or the others), all pipelined in one round trip (see the crate docs, "The
+    /// scripts").
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
-        let keys: Vec<LockKeys> = leases.iter().map(|l| self.inner.keys(&l.name)).collect();
-        let items: Vec<(&str, &str, Duration)> = leases
+        let targets: Vec<Target> = leases.iter().map(|l| Target::of(&self.inner, l)).collect();
+        let items: Vec<Item<'_>> = leases
             .iter()
-            .zip(&keys)
-            .map(|(l, k)| (k.lock.as_str(), l.holder_id.as_str(), l.ttl))
+            .zip(&targets)
+            .map(|(l, t)| match t {
+                Target::Mutex(k) => Item {
+                    key: &k.lock,
+                    info: None,
+                    id: &l.holder_id,
+                    ttl: l.ttl,
+                },
+                Target::Kind(k, entry) => Item {
+                    key: &k.holders,
+                    info: Some(&k.info),
+                    id: entry,
+                    ttl: l.ttl,
+                },
+            })
             .collect();
         let quorum = self.inner.config.quorum();
         let n = self.inner.nodes.len();
@@ -197,6 +229,18 @@ impl LockBackend for RedisBackend {
     /// have to be made again first.
     fn request_timeout(&self) -> Duration {
         self.inner.config.connect_timeout + self.inner.config.response_timeout
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<lockcore::ListedLock>> {
+        crate::listing::list(&self.inner, prefix).await
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        election::leader(&self.inner, name).await
+    }
+
+    async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
+        election::observe(&self.inner, name).await
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
@@ -258,6 +302,25 @@ impl LockBackend for RedisBackend {
             })
         });
         Ok(LockInfo { holder, waiters })
+    }
+}
+
+/// The keys a lease is renewed in.
+enum Target {
+    Mutex(LockKeys),
+    /// Another kind's keys, and the lease's entry.
+    Kind(KindKeys, String),
+}
+
+impl Target {
+    fn of(inner: &crate::inner::Inner, lease: &Lease) -> Target {
+        match lease.kind {
+            LockKind::Mutex => Target::Mutex(inner.keys(&lease.name)),
+            _ => Target::Kind(
+                inner.kind_keys(lease.kind.family(), &lease.name),
+                entry(&lease.kind, &lease.holder_id),
+            ),
+        }
     }
 }
 

@@ -9,22 +9,39 @@ use std::sync::Arc;
 
 use crate::fanout::fan_out;
 use crate::inner::Inner;
-use crate::keys::LockKeys;
+use crate::keys::{KindKeys, LockKeys};
+
+/// What to clean up after.
+#[derive(Clone)]
+enum Target {
+    /// A mutex: its keys and the waiter's token (`LEAVE` on every server).
+    Mutex(LockKeys, String),
+    /// Any other kind: its keys and the waiter's entry (its `LEAVE`, on the one server).
+    Kind(KindKeys, String),
+}
 
 /// Armed from the first request of an acquire until its lease is returned.
 pub(crate) struct Cleanup {
     inner: Arc<Inner>,
-    keys: LockKeys,
-    token: String,
+    target: Target,
     armed: bool,
 }
 
 impl Cleanup {
+    /// For a mutex acquire with `token`.
     pub(crate) fn new(inner: Arc<Inner>, keys: LockKeys, token: String) -> Self {
+        Self::armed(inner, Target::Mutex(keys, token))
+    }
+
+    /// For an acquire of another kind, with its queue `entry`.
+    pub(crate) fn for_kind(inner: Arc<Inner>, keys: KindKeys, entry: String) -> Self {
+        Self::armed(inner, Target::Kind(keys, entry))
+    }
+
+    fn armed(inner: Arc<Inner>, target: Target) -> Self {
         Cleanup {
             inner,
-            keys,
-            token,
+            target,
             armed: true,
         }
     }
@@ -36,7 +53,7 @@ impl Cleanup {
 
     /// Cleans up now and waits for it; falls back to the background clean-up if a server fails.
     pub(crate) async fn run_now(mut self) {
-        if leave_everywhere(&self.inner, &self.keys, &self.token).await {
+        if leave_everywhere(&self.inner, &self.target).await {
             self.armed = false;
         }
     }
@@ -47,35 +64,54 @@ impl Drop for Cleanup {
         if !self.armed {
             return;
         }
-        let (inner, keys, token) = (self.inner.clone(), self.keys.clone(), std::mem::take(&mut self.token));
+        let (inner, target) = (self.inner.clone(), self.target.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
-                    leave_everywhere(&inner, &keys, &token).await;
+                    leave_everywhere(&inner, &target).await;
                 });
             }
             Err(_) => tracing::warn!(
-                lock = %keys.lock,
+                lock = %target.describe(),
                 "acquire dropped outside a tokio runtime: its queue entry expires after waiter_ttl"
             ),
         }
     }
 }
 
+impl Target {
+    fn describe(&self) -> &str {
+        match self {
+            Target::Mutex(keys, _) => &keys.lock,
+            Target::Kind(keys, _) => &keys.holders,
+        }
+    }
+}
+
 /// Runs the LEAVE script on every server; `true` if all of them answered.
-async fn leave_everywhere(inner: &Inner, keys: &LockKeys, token: &str) -> bool {
-    let results = fan_out(&inner.nodes, |_, n| n.leave(keys, token), |_| false).await;
+async fn leave_everywhere(inner: &Inner, target: &Target) -> bool {
+    let results = fan_out(
+        &inner.nodes,
+        |_, n| async move {
+            match target {
+                Target::Mutex(keys, token) => n.leave(keys, token).await,
+                Target::Kind(keys, entry) => n.leave_kind(keys, entry).await,
+            }
+        },
+        |_| false,
+    )
+    .await;
     let mut all = true;
     for (node, result) in inner.nodes.iter().zip(results) {
         let Some(result) = result else { continue };
         match result {
             Ok(true) => {
-                tracing::debug!(lock = %keys.lock, addr = %node.addr, "released a lock granted to a cancelled acquire")
+                tracing::debug!(lock = %target.describe(), addr = %node.addr, "released a lock granted to a cancelled acquire")
             }
             Ok(false) => {}
             Err(e) => {
                 all = false;
-                tracing::warn!(lock = %keys.lock, addr = %node.addr, error = %e, "clean-up of a cancelled acquire failed");
+                tracing::warn!(lock = %target.describe(), addr = %node.addr, error = %e, "clean-up of a cancelled acquire failed");
             }
         }
     }

@@ -3,11 +3,11 @@
 //! [`Lease`] of a granted lock. A leaf module: it imports no other module of the crate but the
 //! configuration, the keys and the servers.
 
-use lockcore::{Lease, LockError, LockName, LockRequest, LostSignal, Result};
+use lockcore::{Family, Lease, LockError, LockName, LockRequest, LostSignal, Result};
 use tokio::time::Instant;
 
-use crate::config::Config;
-use crate::keys::LockKeys;
+use crate::config::{Config, Layout};
+use crate::keys::{KindKeys, LockKeys};
 use crate::session::Node;
 
 /// What every clone of a backend and every clean-up task shares.
@@ -19,6 +19,36 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn keys(&self, name: &LockName) -> LockKeys {
         LockKeys::new(&self.config.prefix, self.config.layout, name)
+    }
+
+    /// The keys of `family`'s lock `name` (any family but the mutex).
+    pub(crate) fn kind_keys(&self, family: Family, name: &LockName) -> KindKeys {
+        KindKeys::new(&self.config.prefix, family, name)
+    }
+
+    /// Refuses the families this configuration cannot serve ([`LockError::InvalidOption`], saying
+    /// why): every one but the mutex in quorum mode and in the plain layout.
+    pub(crate) fn check_family(&self, family: Family) -> Result<()> {
+        if family == Family::Mutex {
+            return Ok(());
+        }
+        let what = family.name();
+        if self.is_quorum() {
+            return Err(LockError::InvalidOption(format!(
+                "the Redis quorum mode (several independent masters) serves mutexes only, not a {what}: \
+                 each master would count holders on its own, so a semaphore could be over-granted (with \
+                 3 masters and 2 permits, three clients can each hold a different majority: every master \
+                 sees 2 holders, yet 3 hold), and it has no queue to keep waiters in order or push \
+                 leader changes; use one server, Redis Sentinel or Redis Cluster for {what}s"
+            )));
+        }
+        if self.config.layout == Layout::Plain {
+            return Err(LockError::InvalidOption(format!(
+                "layout=plain keeps mutexes in the raw keys of redis-py, redsync and node-redlock, \
+                 which have no {what}s to share keys with; use the default layout for {what}s"
+            )));
+        }
+        Ok(())
     }
 
     /// Refuses a TTL that could outlast the restart delay (see the crate docs, "After data loss").

@@ -1,6 +1,6 @@
 //! The Redis keys and pub/sub channels of one lock, in both layouts.
 
-use lockcore::{BackendUrl, LockName, Result};
+use lockcore::{BackendUrl, Family, LockError, LockKind, LockName, Result, Role};
 
 use crate::config::{Config, Layout};
 
@@ -60,6 +60,88 @@ impl LockKeys {
     /// The wake-up channel of the waiter with `token`.
     pub(crate) fn channel(&self, token: &str) -> String {
         format!("{}{token}", self.wake)
+    }
+}
+
+/// The keys of a semaphore, read-write lock or election (default layout only): all of them share
+/// the hash tag `{<segment>}` of [`Family::segment`] (`{orders%2F42.sem}`), so each script touches
+/// one Redis Cluster slot, and the families of one name never share a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KindKeys {
+    /// The lock's family.
+    pub family: Family,
+    /// The holders: a sorted set of entries (`<role>:<token>`) scored by their lease deadline
+    /// (server time in ms).
+    pub holders: String,
+    /// The holders' data: a hash from entry to `<fencing token>:<campaign value>`.
+    pub info: String,
+    /// The fencing counter (as the mutex's).
+    pub fence: String,
+    /// The waiter queue: a sorted set of entries scored by arrival.
+    pub queue: String,
+    /// The waiters' liveness: a sorted set of entries scored by the server time (ms) after which
+    /// the entry is stale.
+    pub alive: String,
+    /// The exclusive waiters (writers, candidates), scored as in the queue: what readers check.
+    pub writers: String,
+    /// The prefix of the waiters' wake-up channels: the waiter with token `t` listens on `<wake>t`.
+    pub wake: String,
+    /// The channel on which an election announces every change of its leader.
+    pub leader: String,
+}
+
+impl KindKeys {
+    /// The keys of `family`'s lock `name` for the backend at `url` (its `prefix` option);
+    /// [`LockError::InvalidOption`] for the mutex (see [`LockKeys`]) or the plain layout.
+    pub fn for_url(url: &BackendUrl, family: Family, name: &LockName) -> Result<KindKeys> {
+        let config = Config::parse(url)?;
+        if family == Family::Mutex || config.layout == Layout::Plain {
+            return Err(LockError::InvalidOption(format!(
+                "no {} keys in the {:?} layout",
+                family.name(),
+                config.layout
+            )));
+        }
+        Ok(KindKeys::new(&config.prefix, family, name))
+    }
+
+    pub(crate) fn new(prefix: &str, family: Family, name: &LockName) -> KindKeys {
+        let base = format!("{prefix}{{{}}}", family.segment(name));
+        KindKeys {
+            family,
+            holders: format!("{base}:holders"),
+            info: format!("{base}:info"),
+            fence: format!("{base}:fence"),
+            queue: format!("{base}:queue"),
+            alive: format!("{base}:alive"),
+            writers: format!("{base}:writers"),
+            wake: format!("{base}:wake:"),
+            leader: format!("{base}:leader"),
+        }
+    }
+
+    /// The wake-up channel of the waiter with `token`.
+    pub(crate) fn channel(&self, token: &str) -> String {
+        format!("{}{token}", self.wake)
+    }
+
+    /// The scripts' leader channel argument: the channel for an election, `""` otherwise.
+    pub(crate) fn announce(&self) -> &str {
+        if self.family == Family::Election {
+            &self.leader
+        } else {
+            ""
+        }
+    }
+}
+
+/// The entry of the holder or waiter with `token` asking for `kind`: `X:<token>` (exclusive),
+/// `S:<token>` (shared) or `P<n>:<token>` (one of `n` permits).
+pub(crate) fn entry(kind: &LockKind, token: &str) -> String {
+    match kind.role() {
+        Role::Exclusive => format!("X:{token}"),
+        Role::Shared => format!("S:{token}"),
+        Role::Permit(n) => format!("P{n}:{token}"),
     }
 }
 
@@ -185,6 +267,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn kinds_have_keys_of_their_own_in_one_slot() {
+        let name = LockName::new("orders/42").unwrap();
+        let sem = KindKeys::new("ls:", Family::Semaphore, &name);
+        assert_eq!(sem.holders, "ls:{orders%2F42.sem}:holders");
+        assert_eq!(sem.channel("t"), "ls:{orders%2F42.sem}:wake:t");
+        assert_eq!(sem.announce(), "");
+        let elect = KindKeys::new("ls:", Family::Election, &name);
+        assert_eq!(elect.announce(), "ls:{orders%2F42.elect}:leader");
+        let mutex = keys(Layout::Default, "orders/42");
+        for family in [Family::Semaphore, Family::RwLock, Family::Election] {
+            let k = KindKeys::new("ls:", family, &name);
+            let slot = slot_of(&k.holders);
+            for key in [&k.info, &k.fence, &k.queue, &k.alive, &k.writers, &k.leader] {
+                assert_eq!(slot_of(key), slot, "{key}");
+                assert!(![&mutex.lock, &mutex.fence, &mutex.queue, &mutex.alive].contains(&key));
+            }
+        }
+        assert_eq!(entry(&LockKind::Permit { permits: 3 }, "ab"), "P3:ab");
+        assert_eq!(entry(&LockKind::Read, "ab"), "S:ab");
+        assert_eq!(entry(&LockKind::Write, "ab"), "X:ab");
     }
 
     #[test]

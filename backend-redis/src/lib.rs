@@ -20,7 +20,8 @@
 //!
 //! A lock is a key set with `SET key <token>:<fence> NX PX <ttl>`, renewed by lockcore's watchdog,
 //! released by compare-and-delete; waiters queue in Redis in FIFO order and are woken by the
-//! server (pub/sub), one at a time. Works with Redis 6 and later (tested with 7.0, which has no
+//! server (pub/sub), one at a time. Semaphores, read-write locks and elections keep their holders
+//! in a sorted set instead (see "Semaphores, read-write locks and elections"). Works with Redis 6 and later (tested with 7.0, which has no
 //! native compare-and-delete: every state change is one Lua script).
 //!
 //! ## Options
@@ -102,6 +103,57 @@
 //! second time when its connection dropped (the server restarted): each answers a repeat as it
 //! answered the first run.
 //!
+//! ## Semaphores, read-write locks and elections
+//!
+//! Default layout only, on one server, Sentinel or Cluster (the plain layout and the quorum mode
+//! refuse them with [`lockcore::LockError::InvalidOption`], saying why). Each is one lock queue per
+//! name and family, granted by lockcore's rule ([`lockcore::queue`]), in keys of its own:
+//! `<prefix>{S}:…` where `S` is [`lockcore::Family::segment`] (`orders%2F42.sem`, `.rw`,
+//! `.elect`), so the families of one name never mix and each lock is in one cluster slot.
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `<prefix>{S}:holders` | sorted set | holder entries scored by lease deadline (server ms); past it a holder is gone |
+//! | `<prefix>{S}:info` | hash | entry → `<fencing token>:<campaign value>` |
+//! | `<prefix>{S}:fence` | integer | the fencing counter, as the mutex's |
+//! | `<prefix>{S}:queue` | sorted set | waiter entries scored by arrival |
+//! | `<prefix>{S}:alive` | sorted set | waiter entries scored by liveness deadline (server ms) |
+//! | `<prefix>{S}:writers` | sorted set | the exclusive waiters, scored as in the queue |
+//! | channel `<prefix>{S}:wake:<token>` | pub/sub | the wake-ups of one waiter |
+//! | channel `<prefix>{S}:leader` | pub/sub | elections: a message at every change of leader |
+//!
+//! An entry is `X:<token>` (a writer, a candidate: exclusive), `S:<token>` (a reader: shared) or
+//! `P<n>:<token>` (a permit of `n`); the lease's `holder_id` is the token. Redis 7.0 has no
+//! per-field TTL, so every script first drops the holders past their deadline and the waiters
+//! past their liveness (`ZRANGEBYSCORE … -inf now`); the keys themselves expire once their last
+//! deadline has passed. The rule, in O(log n) per check: an exclusive entry holds when nobody
+//! holds and it heads the queue; a reader when no writer holds and no writer waits ahead of it
+//! (the first of `writers`); a permit when holders plus waiters ahead of it are fewer than `n`.
+//! A permit request whose count differs from the semaphore's holders (or its first waiter) is
+//! refused. Every grant `INCR`s the counter (with `fence_floor` and `restart_delay` as for the
+//! mutex), so every token, readers' and permits' too, is above every earlier grant's.
+//!
+//! Scripts (one `EVALSHA` each): `TRY_ACQUIRE` (an uncontended acquire: one round trip),
+//! `WAIT_STEP` (join the queue, take when the rule allows), `RELEASE` (one round trip), `LEAVE`
+//! (clean-up of a cancelled acquire), `RENEW_MANY` (the holders' deadlines, in the watchdog's
+//! batch beside the mutexes': one pipelined round trip per server, per node on a cluster) and
+//! `LEADER` (read-only). A release, a leave or a noticed expiry `PUBLISH`es one wake-up to each
+//! waiter that can hold now and to no other: the first writer, the readers ahead of the first
+//! waiting writer, or the first `n − holders` permit waiters (`tests/herd_kinds.rs`: a writer's
+//! release wakes exactly the 20 readers queued behind it, a release of a semaphore with 20
+//! waiters exactly one). A waiter sleeps until a wake-up, its heartbeat, or the deadline of the
+//! holder it depends on (the step names it: the last holder for a head writer, the writer for a
+//! reader, the `k`-th deadline for the `k`-th permit waiter), never polling. A wait costs the
+//! attempt, a `SUBSCRIBE`, one step to queue, and one step when woken; a hand-over, one
+//! notification plus one round trip.
+//!
+//! Elections: the campaign value is stored with the holder; [`lockcore::LockBackend::leader`] is
+//! one `LEADER` call (the holder before its deadline, its value and fencing token = term).
+//! [`lockcore::LockBackend::observe`] subscribes to the leader channel (shared by the observers of
+//! one backend), reads the leader, then reads it again at every message and at the leader's
+//! deadline (an expiry publishes nothing); a broken pub/sub connection (a restart, a failover) is
+//! subscribed again and the leader read again; it ends when its watch is dropped.
+//!
 //! ## The queue and wake-ups
 //!
 //! A waiter subscribes to its own channel (one shared pub/sub connection per backend and server),
@@ -125,7 +177,8 @@
 //! reaches them all. Don't name locks so that they start with the prefix.
 //!
 //! Choose it while old and new clients share locks; choose the default layout otherwise (its keys
-//! are namespaced by the prefix and safe for any name).
+//! are namespaced by the prefix and safe for any name). The plain layout serves mutexes only:
+//! those libraries have no semaphores, read-write locks or elections to share keys with.
 //!
 //! What old clients change:
 //! - They never wake anybody. While a foreign holder (a value that is not `<token>:<n>`) has the
@@ -185,6 +238,13 @@
 //! any two majorities share a master, tokens strictly increase across holders as long as no
 //! master loses its counter; they are not consecutive.
 //!
+//! Mutexes only: semaphores, read-write locks and elections are refused. A semaphore cannot be
+//! made safe this way (DistributedLock documents the same for its Redis semaphore): each master
+//! counts holders on its own, so with 3 masters and 2 permits, three clients holding the
+//! majorities {1,2}, {2,3} and {1,3} are each within the count on every master, yet three hold.
+//! And there is no queue to keep readers, writers and candidates in order or to push leader
+//! changes.
+//!
 //! ## After data loss
 //!
 //! A Redis without persistence (the `save ""` / `appendonly no` of many cache deployments) that
@@ -224,7 +284,9 @@
 //! ## Redis Sentinel and Redis Cluster
 //!
 //! Everything above holds on both: the FIFO queue with wake-ups pushed by the server, fencing,
-//! batched renewal, cancellation safety, the plain layout, TLS and ACL users.
+//! batched renewal, cancellation safety, semaphores, read-write locks and elections (and their
+//! observers, which subscribe again on the new master after a failover), the plain layout, TLS
+//! and ACL users.
 //!
 //! - **Sentinel** (`redis+sentinel://s1,s2,s3/mymaster`): the backend asks the sentinels for the
 //!   master (and checks with `ROLE` that it is one), and sends everything there. A request that
@@ -273,11 +335,16 @@
 mod backend;
 mod cleanup;
 mod config;
+mod election;
 mod error;
 mod fanout;
 mod inner;
 mod keys;
+mod kind_queue;
+mod kind_scripts;
+mod kind_session;
 mod link;
+mod listing;
 mod notify;
 mod queue;
 mod quorum;
@@ -310,7 +377,7 @@ pub static DESCRIPTOR: Descriptor = Descriptor {
 fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
     Box::pin(connect(url))
 }
-pub use keys::LockKeys;
+pub use keys::{KindKeys, LockKeys};
 
 /// Connects to redis as described by `url` and returns a [`Locker`] over it.
 ///

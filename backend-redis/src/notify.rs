@@ -2,7 +2,9 @@
 //! waiters of that backend, each listening on its own channel.
 //!
 //! A waiter subscribes *before* it joins the queue, so no wake-up can be published before it
-//! listens. If the pub/sub connection breaks, every subscription ends (its receiver yields `None`)
+//! listens. An election observer subscribes to the election's leader channel, which several
+//! observers of one backend may share ([`Notifier::subscribe_shared`]): the channel stays
+//! subscribed on the server while any of them listens. If the pub/sub connection breaks, every subscription ends (its receiver yields `None`)
 //! and the waiter subscribes again on a new connection and re-checks the lock.
 //!
 //! The connection goes to the server of the [`Link`]: after a sentinel failover it is closed (so
@@ -20,7 +22,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::link::Link;
 
-type Senders = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<()>>>>;
+/// The listeners of each channel, by subscription id.
+type Senders = Arc<Mutex<HashMap<String, Vec<(u64, mpsc::UnboundedSender<()>)>>>>;
+
+/// The id of the next subscription.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The pub/sub side of one server.
 pub(crate) struct Notifier {
@@ -37,11 +43,17 @@ struct Conn {
     sink: PubSubSink,
     senders: Senders,
     closed: Arc<std::sync::atomic::AtomicBool>,
+    /// Held while a shared channel is subscribed or unsubscribed, so that the `UNSUBSCRIBE` of its
+    /// last listener never overtakes the `SUBSCRIBE` of a new one.
+    order: Arc<tokio::sync::Mutex<()>>,
 }
 
-/// One waiter's channel. Unsubscribes (in the background) when dropped.
+/// One listener's channel. Unsubscribes (in the background) when dropped.
 pub(crate) struct Subscription {
     channel: String,
+    id: u64,
+    /// Other listeners may share the channel (see [`Notifier::subscribe_shared`]).
+    shared: bool,
     rx: mpsc::UnboundedReceiver<()>,
     conn: Conn,
 }
@@ -57,13 +69,30 @@ impl Notifier {
         }
     }
 
-    /// Subscribes to `channel`; returns once the server has confirmed the subscription.
+    /// Subscribes to `channel`, which nobody else listens on (a waiter's own); returns once the
+    /// server has confirmed the subscription.
     pub(crate) async fn subscribe(&self, channel: String) -> Result<Subscription> {
         let conn = self.connection().await?;
+        self.listen(conn, channel, false).await
+    }
+
+    /// Subscribes to `channel`, which other listeners of this backend may share (an election's
+    /// leader channel); returns once the server has confirmed the subscription.
+    pub(crate) async fn subscribe_shared(&self, channel: String) -> Result<Subscription> {
+        let conn = self.connection().await?;
+        let order = conn.order.clone();
+        let _order = order.lock().await;
+        self.listen(conn, channel, true).await
+    }
+
+    async fn listen(&self, conn: Conn, channel: String, shared: bool) -> Result<Subscription> {
         let (tx, rx) = mpsc::unbounded_channel();
-        lock(&conn.senders).insert(channel.clone(), tx);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&conn.senders).entry(channel.clone()).or_default().push((id, tx));
         let sub = Subscription {
             channel: channel.clone(),
+            id,
+            shared,
             rx,
             conn: conn.clone(),
         };
@@ -102,6 +131,7 @@ impl Notifier {
             sink,
             senders: Senders::default(),
             closed: Default::default(),
+            order: Default::default(),
         };
         let (senders, closed, addr) = (conn.senders.clone(), conn.closed.clone(), self.addr.clone());
         let (stop, mut stopped) = oneshot::channel::<()>();
@@ -119,8 +149,10 @@ impl Notifier {
                     tracing::debug!(%addr, "redis pub/sub connection closed; waiters will subscribe again");
                     break;
                 };
-                if let Some(tx) = lock(&senders).get(msg.get_channel_name()) {
-                    let _ = tx.send(());
+                if let Some(listeners) = lock(&senders).get(msg.get_channel_name()) {
+                    for (_, tx) in listeners {
+                        let _ = tx.send(());
+                    }
                 }
             }
             closed.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -176,14 +208,31 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        lock(&self.conn.senders).remove(&self.channel);
-        if self.conn.closed.load(std::sync::atomic::Ordering::SeqCst) {
+        let last = {
+            let mut senders = lock(&self.conn.senders);
+            let listeners = senders.entry(self.channel.clone()).or_default();
+            listeners.retain(|(id, _)| *id != self.id);
+            let last = listeners.is_empty();
+            if last {
+                senders.remove(&self.channel);
+            }
+            last
+        };
+        if !last || self.conn.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let mut sink = self.conn.sink.clone();
+        let (conn, shared) = (self.conn.clone(), self.shared);
         let channel = std::mem::take(&mut self.channel);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
+                // A waiter's own channel has no other listener: nothing to keep in order.
+                let order = conn.order.clone();
+                let _order = if shared { Some(order.lock().await) } else { None };
+                // A listener that came meanwhile keeps a shared channel.
+                if lock(&conn.senders).contains_key(&channel) {
+                    return;
+                }
+                let mut sink = conn.sink.clone();
                 let _ = tokio::time::timeout(Duration::from_secs(10), sink.unsubscribe(&channel)).await;
             });
         }

@@ -1,7 +1,10 @@
 //! The watchdog's batched renewal on one logical server ([`Node::renew_many`]).
 //!
 //! - On a server (or the master the sentinels name) the whole batch is one `RENEW_MANY` call per
-//!   [`RENEW_CHUNK`] leases, all pipelined in one round trip.
+//!   [`RENEW_CHUNK`] leases, all pipelined in one round trip. A batch that mixes kinds has the
+//!   mutexes in the mutex's `RENEW_MANY` calls and the semaphore permits, read-write lock sides and
+//!   leaderships (a deadline per holder in a sorted set) in the `RENEW_MANY` calls of
+//!   [`crate::kind_scripts`], all in the same pipeline.
 //! - On a cluster the leases are grouped by the master that serves their slot (`CLUSTER SLOTS`),
 //!   and each group is pipelined to its master the same way, the groups in parallel: one round
 //!   trip per node, not per lock. A group that meets a node that no longer serves one of its
@@ -16,10 +19,11 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use lockcore::{LockError, Result};
-use redis::{RedisError, Value};
+use redis::{RedisError, Script, Value};
 
 use crate::error::{is_noscript, map_error};
 use crate::keys::slot_of;
+use crate::kind_scripts::KIND_SCRIPTS;
 use crate::scripts::SCRIPTS;
 use crate::session::{millis, Node, Resend};
 
@@ -28,8 +32,17 @@ use crate::session::{millis, Node, Resend};
 /// leases take on the order of a millisecond of server time.
 pub(crate) const RENEW_CHUNK: usize = 500;
 
-/// One lease to extend: its lock key, its holder token, its TTL.
-pub(crate) type Item<'a> = (&'a str, &'a str, Duration);
+/// One lease to extend.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Item<'a> {
+    /// A mutex's lock key, or the holders set of another kind.
+    pub(crate) key: &'a str,
+    /// Another kind's holder data (`None`: a mutex).
+    pub(crate) info: Option<&'a str>,
+    /// The mutex holder's token, or the other kind's entry.
+    pub(crate) id: &'a str,
+    pub(crate) ttl: Duration,
+}
 
 impl Node {
     /// Extends every `(lock key, token, ttl)`; `true` where extended.
@@ -46,8 +59,8 @@ impl Node {
             })
             .await?;
         let mut groups: BTreeMap<Option<(String, u16)>, Vec<usize>> = BTreeMap::new();
-        for (i, (key, _, _)) in items.iter().enumerate() {
-            let slot = slot_of(key);
+        for (i, item) in items.iter().enumerate() {
+            let slot = slot_of(item.key);
             let owner = owners
                 .iter()
                 .find(|(first, last, _, _)| (*first..=*last).contains(&slot))
@@ -84,24 +97,29 @@ impl Node {
     /// Renews `items` in one round trip: on the server, on the cluster node `node`, or (`None` on
     /// a cluster, for leases of one slot) on the node the cluster routes the first key to.
     async fn renew_on(&self, node: Option<&(String, u16)>, items: &[Item<'_>]) -> Result<Vec<bool>> {
-        let script = if node.is_some() {
-            &SCRIPTS.renew_many_cross
-        } else {
-            &SCRIPTS.renew_many
-        };
-        let chunks: Vec<&[Item<'_>]> = items.chunks(RENEW_CHUNK).collect();
+        let cross = node.is_some();
+        let (mutexes, others): (Vec<usize>, Vec<usize>) = (0..items.len()).partition(|&i| items[i].info.is_none());
+        // One script call per chunk of one kind; `chunks[c]` lists the items call `c` renews.
+        let chunks: Vec<&[usize]> = mutexes.chunks(RENEW_CHUNK).chain(others.chunks(RENEW_CHUNK)).collect();
+        let mut scripts: Vec<&Script> = Vec::new();
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for chunk in &chunks {
+            let script = script_for(items[chunk[0]].info.is_none(), cross);
+            if !scripts.iter().any(|s| s.get_hash() == script.get_hash()) {
+                scripts.push(script);
+            }
             let mut call = script.prepare_invoke();
-            for (key, token, ttl) in *chunk {
-                match node {
-                    Some(_) => call.arg(*key).arg(*token).arg(millis(*ttl)),
-                    None => call.key(*key).arg(*token).arg(millis(*ttl)),
+            for item in chunk.iter().map(|&i| items[i]) {
+                match (item.info, cross) {
+                    (None, true) => call.arg(item.key).arg(item.id).arg(millis(item.ttl)),
+                    (None, false) => call.key(item.key).arg(item.id).arg(millis(item.ttl)),
+                    (Some(info), true) => call.arg(item.key).arg(info).arg(item.id).arg(millis(item.ttl)),
+                    (Some(info), false) => call.key(item.key).key(info).arg(item.id).arg(millis(item.ttl)),
                 };
             }
-            if node.is_some() {
-                call.key(chunk[0].0);
+            if cross {
+                call.key(items[chunk[0]].key);
             }
             pipe.invoke_script(&call);
         }
@@ -113,7 +131,7 @@ impl Node {
         }
         let mut replies: Vec<Value> = self
             .bounded("renewing", Resend::IfDropped, || {
-                let pipe = &pipe;
+                let (pipe, scripts) = (&pipe, &scripts);
                 async move {
                     let mut conn = if confirm {
                         self.link.confirm_conn().await?
@@ -131,8 +149,10 @@ impl Node {
                         return Ok(replies);
                     }
                     // The server lost its script cache (a restart, a promoted replica): load the
-                    // script (on a cluster: on every master) and go again.
-                    script.prepare_invoke().load_async(&mut conn).await?;
+                    // scripts (on a cluster: on every master) and go again.
+                    for script in scripts {
+                        script.prepare_invoke().load_async(&mut conn).await?;
+                    }
                     send(conn).await
                 }
             })
@@ -153,13 +173,13 @@ impl Node {
                 chunks.len()
             )));
         }
-        let mut renewed = Vec::with_capacity(items.len());
+        let mut renewed = vec![false; items.len()];
         for (reply, chunk) in replies.into_iter().zip(&chunks) {
             match reply {
                 Value::Array(flags) if flags.len() == chunk.len() => {
-                    for flag in flags {
+                    for (flag, &i) in flags.into_iter().zip(*chunk) {
                         match flag {
-                            Value::Int(n) => renewed.push(n == 1),
+                            Value::Int(n) => renewed[i] = n == 1,
                             other => return Err(LockError::Protocol(format!("unexpected renewal result {other:?}"))),
                         }
                     }
@@ -180,5 +200,16 @@ impl Node {
             }
         }
         Ok(renewed)
+    }
+}
+
+/// The renewal script for a chunk of mutexes (`mutex`) or of other kinds, on one node of a
+/// cluster (`cross`: keys of several slots) or not.
+fn script_for(mutex: bool, cross: bool) -> &'static Script {
+    match (mutex, cross) {
+        (true, false) => &SCRIPTS.renew_many,
+        (true, true) => &SCRIPTS.renew_many_cross,
+        (false, false) => &KIND_SCRIPTS.renew_many,
+        (false, true) => &KIND_SCRIPTS.renew_many_cross,
     }
 }

@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// Helpers shared by the scripts, prepended to each.
-const PRELUDE: &str = r#"
+pub(crate) const PRELUDE: &str = r#"
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -74,10 +74,10 @@ local function streak_off(streak, gapkey, gap, max)
     redis.call('PEXPIRE', streak, gap)
   end
 end
--- SET the lock for tok and return the next fencing token: above the counter, and at least the
--- floor ('time': the server clock in microseconds; a number; '': none). With the time floor the
--- counter can expire: it is kept for an hour after the lease's TTL.
-local function take(lock, fence, tok, ttl, floor)
+-- The next fencing token of a lock: above the counter, and at least the floor ('time': the server
+-- clock in microseconds; a number; '': none). With the time floor the counter can expire: it is
+-- kept for an hour after the lease's TTL.
+local function next_fence(fence, ttl, floor)
   local fl = nil
   if floor == 'time' then
     local t = redis.call('TIME')
@@ -90,6 +90,11 @@ local function take(lock, fence, tok, ttl, floor)
   end
   local f = redis.call('INCR', fence)
   if floor == 'time' then redis.call('PEXPIRE', fence, tonumber(ttl) + 3600000) end
+  return f
+end
+-- SET the lock for tok and return the next fencing token (see next_fence).
+local function take(lock, fence, tok, ttl, floor)
+  local f = next_fence(fence, ttl, floor)
   -- %d: a token above 2^47 would print in exponent notation by default.
   redis.call('SET', lock, tok .. ':' .. string.format('%d', f), 'PX', ttl)
   return f

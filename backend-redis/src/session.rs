@@ -24,6 +24,7 @@ use crate::error::map_error;
 
 use crate::config::Config;
 use crate::keys::LockKeys;
+use crate::kind_scripts::KIND_SCRIPTS;
 use crate::link::{Conn, Link};
 use crate::notify::Notifier;
 use crate::scripts::SCRIPTS;
@@ -71,13 +72,13 @@ pub(crate) struct Node {
     pub(crate) min_replicas: u32,
     pub(crate) replica_timeout: Duration,
     /// The scripts' fence floor argument (see [`crate::FenceFloor`]).
-    floor: String,
+    pub(crate) floor: String,
     /// The scripts' restart delay argument, in ms (0: none).
-    restart_delay_ms: u64,
+    pub(crate) restart_delay_ms: u64,
     /// The scripts' `poller_gap` and `max_pass_over` arguments, in ms (0: no gaps).
     poller_gap_ms: u64,
     max_pass_over_ms: u64,
-    waiter_ttl: Duration,
+    pub(crate) waiter_ttl: Duration,
     health: std::sync::Mutex<Health>,
 }
 
@@ -184,23 +185,24 @@ impl Node {
     /// that the first `EVALSHA` of each does not cost a `NOSCRIPT` error and a second round trip.
     /// On a cluster every master loads them (`SCRIPT LOAD` goes to all masters).
     pub(crate) async fn ping(&self) -> Result<()> {
+        let sources: Vec<&String> = SCRIPTS.sources.iter().chain(&KIND_SCRIPTS.sources).collect();
         let mut pipe = redis::pipe();
-        for source in &SCRIPTS.sources {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+        for source in &sources {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(*source).ignore();
         }
         pipe.cmd("PING");
         let cluster = self.link.is_cluster();
         self.bounded("connecting", Resend::IfDropped, || {
-            let pipe = &pipe;
+            let (pipe, sources) = (&pipe, &sources);
             async move {
                 let mut conn = self.link.conn().await?;
                 if !cluster {
                     return pipe.query_async::<(String,)>(&mut conn).await.map(drop);
                 }
-                for source in &SCRIPTS.sources {
+                for source in sources {
                     redis::cmd("SCRIPT")
                         .arg("LOAD")
-                        .arg(source)
+                        .arg(*source)
                         .exec_async(&mut conn)
                         .await?;
                 }
@@ -364,7 +366,7 @@ impl Node {
 
     /// The connection for a request that may grant a lock: the one `WAIT` is sent on when grants
     /// must be confirmed.
-    async fn grant_conn(&self) -> redis::RedisResult<Conn> {
+    pub(crate) async fn grant_conn(&self) -> redis::RedisResult<Conn> {
         if self.min_replicas > 0 {
             self.link.confirm_conn().await
         } else {
@@ -374,7 +376,12 @@ impl Node {
 
     /// With `min_replicas`, after a request that `granted` a lock on `conn`: how many replicas
     /// acknowledged it (`None`: nothing to confirm).
-    async fn confirm_if(&self, granted: bool, conn: &mut Conn, key: &str) -> redis::RedisResult<Option<i64>> {
+    pub(crate) async fn confirm_if(
+        &self,
+        granted: bool,
+        conn: &mut Conn,
+        key: &str,
+    ) -> redis::RedisResult<Option<i64>> {
         if !granted || self.min_replicas == 0 {
             return Ok(None);
         }
@@ -423,6 +430,7 @@ impl Node {
         let deadline = Instant::now() + self.op_timeout;
         let mut resends = usize::from(resend == Resend::IfDropped);
         loop {
+            lockcore::metrics::round_trip();
             match tokio::time::timeout_at(deadline, call()).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if resends > 0 && e.is_connection_dropped() => {

@@ -1,18 +1,18 @@
 //! Redis Cluster (`LOCKSMITH_TEST_REDIS_CLUSTER`: three masters, each with a replica): locks
-//! spread over the masters and renewed in one batch per node; a slot resharded while a lock in it
-//! is held; a master killed while a lock in its slots is held; the plain layout's keys in the slot
-//! of the raw name.
+//! (mutexes, and the other kinds) spread over the masters and renewed in one batch per node; a
+//! slot resharded while a lock in it is held; a master killed while a lock in its slots is held;
+//! the plain layout's keys in the slot of the raw name.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use backend_redis::LockKeys;
+use backend_redis::{KindKeys, LockKeys};
 use common::{admin_for, backends, cluster_url, holds_through, wait_for_change, with_options, Admin, FAULTS};
 use lockcore::conformance::servers::OnDrop;
 use lockcore::conformance::unique_name;
-use lockcore::{BackendUrl, LockName};
+use lockcore::{BackendUrl, Family, LockName};
 
 async fn keyslot(admin: &mut Admin, key: &str) -> i64 {
     redis::cmd("CLUSTER")
@@ -111,6 +111,78 @@ async fn locks_spread_over_the_masters_and_renew_in_one_call_per_node() {
     );
     for g in guards {
         g.release().await.expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_kinds_spread_over_the_masters_and_renew_in_one_call_per_node() {
+    let _serial = FAULTS.lock().await;
+    common::init_logs();
+    let url = cluster_url();
+    let mut admin = admin_for(&url).await;
+    let a = common::locker(&url).await;
+    let ttl = Duration::from_millis(1500);
+    let (mut guards, mut leads) = (Vec::new(), Vec::new());
+    let mut holder_keys = Vec::new();
+    let parsed = BackendUrl::parse(&url).expect("url");
+    for i in 0..60 {
+        let name = unique_name(&format!("spread-kinds-{i}"));
+        let family = match i % 4 {
+            0 => {
+                guards.push(a.semaphore(&name, 3).ttl(ttl).acquire().await.expect("permit"));
+                Family::Semaphore
+            }
+            1 => {
+                guards.push(a.rwlock(&name).read().ttl(ttl).acquire().await.expect("read"));
+                Family::RwLock
+            }
+            2 => {
+                guards.push(a.rwlock(&name).write().ttl(ttl).acquire().await.expect("write"));
+                Family::RwLock
+            }
+            _ => {
+                leads.push(a.election(&name).campaign("a").ttl(ttl).acquire().await.expect("lead"));
+                Family::Election
+            }
+        };
+        let keys = KindKeys::for_url(&parsed, family, &LockName::new(&name).expect("name")).expect("keys");
+        holder_keys.push(keys.holders);
+    }
+    let ranges = masters(&mut admin).await;
+    let mut used = BTreeSet::new();
+    for key in &holder_keys {
+        let slot = keyslot(&mut admin, key).await;
+        let (_, _, owner) = ranges
+            .iter()
+            .find(|(f, l, _)| (*f..=*l).contains(&slot))
+            .expect("an owner");
+        used.insert(owner.clone());
+    }
+    assert!(used.len() >= 2, "60 locks all on one master: {used:?}");
+
+    // As for mutexes: renewals every 500 ms for 3 s, one call per node and round.
+    let all: BTreeSet<String> = ranges.iter().map(|(_, _, a)| a.clone()).collect();
+    let before = script_calls(&all).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let calls = script_calls(&all).await - before;
+    eprintln!(
+        "60 semaphore, read-write lock and election leases on {} masters: {calls} script calls in 3 s",
+        all.len()
+    );
+    for g in &guards {
+        assert!(g.is_held(), "{} lost: {:?}", g.name(), g.lost_reason());
+    }
+    assert!(leads.iter().all(|l| l.is_leader()), "a leadership was lost");
+    assert!(
+        calls <= 8 * all.len() as u64,
+        "{calls} script calls on the masters in 3 s to renew 60 leases on {} masters: not grouped by node",
+        all.len()
+    );
+    for g in guards {
+        g.release().await.expect("release");
+    }
+    for l in leads {
+        l.resign().await.expect("resign");
     }
 }
 

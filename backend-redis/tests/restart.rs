@@ -4,7 +4,8 @@
 //! The restarted server has lost every key: the holder's lock, the queue, the fencing counter.
 //! What must hold anyway: nobody is granted the lock before the old holder's `lost()` fired (the
 //! server grants nothing new for `restart_delay` after it started), a waiter that was queued
-//! rides out the restart and gets the lock, and fencing tokens keep growing.
+//! rides out the restart and gets the lock, and fencing tokens keep growing. The same for a
+//! semaphore permit and an election's leadership.
 
 mod common;
 
@@ -18,8 +19,12 @@ use tokio::time::Instant;
 /// The options of every locker here: a short restart delay, so the test takes seconds.
 const OPTIONS: &str = "restart_delay=3s";
 
+/// Held by the tests that restart redis-q1.
+static RESTARTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_without_persistence_never_double_grants() {
+    let _serial = RESTARTS.lock().await;
     common::init_logs();
     let url = common::with_options(&common::quorum_hosts().remove(0), OPTIONS); // redis-q1
     let (a, b, c) = (
@@ -101,6 +106,99 @@ async fn restart_without_persistence_never_double_grants() {
     );
     got.release().await.expect("release");
     assert!(held.release().await.is_err());
+}
+
+/// The same for a semaphore permit and an election's leadership: after the restart nobody gets
+/// them before their holder was told it lost them, and tokens (terms) keep growing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_without_persistence_never_double_grants_permits_or_leadership() {
+    let _serial = RESTARTS.lock().await;
+    common::init_logs();
+    let url = common::with_options(&common::quorum_hosts().remove(0), OPTIONS); // redis-q1
+    let (a, b, c) = (
+        common::locker(&url).await,
+        common::locker(&url).await,
+        common::locker(&url).await,
+    );
+    let name = unique_name("restart_kinds");
+    let ttl = Duration::from_secs(2);
+    let permit = a.semaphore(&name, 1).ttl(ttl).acquire().await.expect("permit");
+    let lead = a.election(&name).campaign("a").ttl(ttl).acquire().await.expect("lead");
+    let (token, term) = (permit.fencing_token(), lead.term());
+    let lost = [permit.lease().lost.clone(), lead.guard().lease().lost.clone()].map(|lost| {
+        tokio::spawn(async move {
+            lost.wait().await;
+            Instant::now()
+        })
+    });
+    let waiting_permit = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move {
+            let got = b
+                .semaphore(&name, 1)
+                .ttl(ttl)
+                .timeout(Duration::from_secs(60))
+                .acquire()
+                .await;
+            (Instant::now(), got.expect("a permit after the restart").fencing_token())
+        }
+    });
+    let waiting_lead = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move {
+            let got = b
+                .election(&name)
+                .campaign("b")
+                .ttl(ttl)
+                .timeout(Duration::from_secs(60))
+                .acquire()
+                .await;
+            (Instant::now(), got.expect("leadership after the restart").term())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    {
+        let _restore = OnDrop::start("redis-q1");
+        backends(&["stop", "redis-q1"]);
+        backends(&["start", "redis-q1"]);
+    }
+    assert!(c
+        .semaphore(&name, 1)
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_none());
+    assert!(c
+        .election(&name)
+        .campaign("c")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_none());
+    let (permit_at, new_token) = within(Duration::from_secs(60), "the permit waiter", waiting_permit)
+        .await
+        .expect("task");
+    let (lead_at, new_term) = within(Duration::from_secs(60), "the candidate", waiting_lead)
+        .await
+        .expect("task");
+    let [permit_lost, lead_lost] = lost;
+    let permit_lost = within(Duration::from_secs(30), "the permit's lost()", permit_lost)
+        .await
+        .expect("task");
+    let lead_lost = within(Duration::from_secs(30), "the leadership's lost()", lead_lost)
+        .await
+        .expect("task");
+    assert!(
+        permit_lost < permit_at,
+        "a second permit holder before the first was told"
+    );
+    assert!(lead_lost < lead_at, "a second leader before the first was told");
+    assert!(
+        new_token > token && new_term > term,
+        "tokens went backwards: {token} → {new_token}, {term} → {new_term}"
+    );
 }
 
 /// A lock whose TTL is longer than the restart delay could outlive the delay after a restart:

@@ -4,7 +4,8 @@
 //!
 //! What must hold through a failover: the holder keeps its lock (its watchdog renews it on the
 //! new master) or is told it lost it before anyone else gets it; a waiter queued before the
-//! failover gets the lock once it is released; fencing tokens keep growing.
+//! failover gets the lock once it is released; fencing tokens keep growing. The same for a
+//! semaphore permit and an election's leadership, whose observer keeps seeing changes.
 
 mod common;
 
@@ -45,6 +46,95 @@ async fn sentinel_failover_keeps_held_locks_and_wakes_waiters() {
         .await
         .expect("try")
         .is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_keeps_permits_and_leaders_and_observers() {
+    let _serial = FAULTS.lock().await;
+    common::init_logs();
+    let url = sentinel_url();
+    let ttl = Duration::from_secs(6); // as in the mutex's failover test
+    let (a, b, watcher) = (
+        common::locker(&url).await,
+        common::locker(&url).await,
+        common::locker(&url).await,
+    );
+    let name = unique_name("failover_kinds");
+    let permit = a.semaphore(&name, 1).ttl(ttl).acquire().await.expect("permit");
+    let lead = a.election(&name).campaign("a").ttl(ttl).acquire().await.expect("lead");
+    let (token, term) = (permit.fencing_token(), lead.term());
+    let waiting_permit = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move {
+            b.semaphore(&name, 1)
+                .ttl(ttl)
+                .timeout(Duration::from_secs(120))
+                .acquire()
+                .await
+        }
+    });
+    let waiting_lead = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move {
+            b.election(&name)
+                .campaign("b")
+                .ttl(ttl)
+                .timeout(Duration::from_secs(120))
+                .acquire()
+                .await
+        }
+    });
+    let mut observed = watcher.election(&name).observe().await.expect("observe");
+    assert_eq!(observed.leader().map(|l| l.term), Some(term));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let old = backends(&["leader", "redis-sentinel"]).await;
+    let new = backends(&["failover", "redis-sentinel"]).await;
+    assert_ne!(old, new, "the failover did not move the master");
+
+    // A TTL after the failover: the holders renewed on the new master, nobody else got in.
+    tokio::time::sleep(ttl).await;
+    assert!(permit.is_held(), "the permit was lost: {:?}", permit.lost_reason());
+    assert!(
+        lead.is_leader(),
+        "the leadership was lost: {:?}",
+        lead.guard().lost_reason()
+    );
+    assert!(
+        !waiting_permit.is_finished() && !waiting_lead.is_finished(),
+        "a waiter got in"
+    );
+    assert_eq!(observed.leader().map(|l| l.value), Some("a".into()));
+    let leader = watcher
+        .election(&name)
+        .leader()
+        .await
+        .expect("leader")
+        .expect("a leader");
+    assert_eq!((leader.value.as_str(), leader.term), ("a", term));
+
+    // The waiters queued before the failover get in once released; the observer, subscribed
+    // again on the new master, is told at once.
+    permit.release().await.expect("release");
+    lead.resign().await.expect("resign");
+    let got = within(Duration::from_secs(30), "the permit waiter", waiting_permit)
+        .await
+        .expect("task")
+        .expect("acquire");
+    assert!(got.fencing_token() > token);
+    let next = within(Duration::from_secs(30), "the next leader", waiting_lead)
+        .await
+        .expect("task")
+        .expect("campaign");
+    assert!(next.term() > term);
+    within(Duration::from_secs(2), "the observer sees the next leader", async {
+        while observed.leader().map(|l| l.value).as_deref() != Some("b") {
+            observed.changed().await.expect("observation");
+        }
+    })
+    .await;
+    got.release().await.expect("release");
+    next.resign().await.expect("resign");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,10 @@
 //! # backend-zk — locksmith on ZooKeeper
 //!
-//! Curator's `InterProcessMutex` recipe in async Rust: a fair (FIFO) queue of EPHEMERAL_SEQUENTIAL
-//! nodes under one node per lock, with the ZooKeeper *session* as the lease. Built on the
-//! [`zookeeper_client`] crate.
+//! Apache Curator's lock recipes in async Rust — `InterProcessMutex`, `InterProcessReadWriteLock`,
+//! `InterProcessSemaphoreV2` and `LeaderLatch`, node for node, so that Java services using Curator
+//! and Rust services using locksmith share their locks: fair (FIFO) queues of
+//! EPHEMERAL_SEQUENTIAL nodes, one node per lock, with the ZooKeeper *session* as the lease. Built
+//! on the [`zookeeper_client`] crate.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> lockcore::Result<()> {
@@ -50,25 +52,42 @@
 //! ## Node layout
 //!
 //! ```text
-//! <namespace>                                  container node, created on demand
-//! └── <LockName::encoded()>                    the lock node: container, one per lock name
-//!     ├── _c_<uuid>-lock-0000000007            EPHEMERAL_SEQUENTIAL: the holder (lowest sequence)
-//!     ├── _c_<uuid>-lock-0000000008            the first waiter: watches ...07
-//!     └── _c_<uuid>-lock-0000000009            the next waiter: watches ...08
+//! <namespace>                                      container node, created on demand
+//! ├── <encoded>                                    a mutex: container, one per lock name
+//! │   ├── _c_<uuid>-lock-0000000007                EPHEMERAL_SEQUENTIAL: the holder (lowest sequence)
+//! │   ├── _c_<uuid>-lock-0000000008                the first waiter: watches ...07
+//! │   └── _c_<uuid>-lock-0000000009                the next waiter: watches ...08
+//! ├── <encoded>.rw                                 a read-write lock
+//! │   ├── _c_<uuid>-__READ__0000000003             readers: hold together while no writer is ahead
+//! │   ├── _c_<uuid>-__READ__0000000004
+//! │   ├── _c_<uuid>-__WRIT__0000000005             a writer: holds when first; watches ...04
+//! │   └── _c_<uuid>-__READ__0000000006             a later reader waits for the writer: watches ...05
+//! ├── <encoded>.sem                                a semaphore
+//! │   ├── locks/_c_<uuid>-p3-lock-0000000012       its internal lock (a mutex, as above)
+//! │   └── leases/_c_<uuid>-p3-lease-0000000040     one lease per permit held (or being taken)
+//! └── <encoded>.elect                              an election
+//!     ├── _c_<uuid>-latch-0000000002               the leader; its data is its value
+//!     └── _c_<uuid>-latch-0000000005               the next candidate: watches ...02
 //! ```
 //!
 //! - Each lock name is **one path segment** ([`lockcore::LockName::encoded`]: `[A-Za-z0-9_-]` and
-//!   `%XX`), so `a`, `a/b`, `ab` and `a/` are four sibling nodes that never compete.
-//! - The namespace and lock nodes are **container nodes**: the server deletes them once their last
-//!   contender is gone (ZooKeeper's container manager runs every minute by default), and they are
-//!   created again, pipelined, by the next contender that finds them missing.
-//! - Node data: `locksmith pid=<pid>`, for operators.
-//! - **Fencing token** = the holder node's `czxid` (the zxid of the transaction that created it).
-//!   zxids are global and only grow, so the token keeps increasing across holders even when the lock
-//!   node is deleted and recreated (the per-parent sequence number restarts then; the czxid does
-//!   not). Because contenders hold the lock in creation order, each holder's czxid is greater than
-//!   every earlier holder's.
-//! - `holder_id` = the holder node's full path.
+//!   `%XX`), so `a`, `a/b`, `ab` and `a/` are four sibling nodes that never compete. Each family
+//!   has its own segment ([`lockcore::Family::segment`]: the suffixes `.rw`, `.sem`, `.elect`;
+//!   encoded names never contain a `.`), so the mutex, semaphore, read-write lock and election
+//!   named `x` are four independent locks.
+//! - The namespace and lock nodes (and a semaphore's `locks` and `leases`) are **container
+//!   nodes**: the server deletes them once their last contender is gone (ZooKeeper's container
+//!   manager runs every minute by default), and they are created again, pipelined, by the next
+//!   contender that finds them missing. They get the session's ACL, as every node locksmith
+//!   creates (see the URL's credentials).
+//! - Node data: `locksmith pid=<pid>`, for operators; an election candidate's is its value.
+//! - **Fencing token** = the `czxid` of the held node (the zxid of the transaction that created
+//!   it; a semaphore's: its lease's). zxids are global and only grow, so the token keeps increasing
+//!   across holders even when the lock node is deleted and recreated (the per-parent sequence
+//!   number restarts then; the czxid does not). Contenders are granted in creation order, so each
+//!   holder's czxid is greater than every earlier holder's — a writer's than every reader's and
+//!   writer's before it, a leader's (its **term**) than every earlier leader's.
+//! - `holder_id` = the held node's full path.
 //!
 //! ## Round trips
 //!
@@ -77,32 +96,73 @@
 //!
 //! | operation | round trips |
 //! |---|---|
-//! | uncontended acquire / `try_acquire` | **1**: `create` + `getChildren` pipelined (+1 the first time, to create the missing container nodes, pipelined) |
-//! | `try_acquire` on a held lock | 2: the above, then `delete` of our node |
-//! | handover to the next waiter | holder's `delete` → watch event → waiter's `getChildren` (½ + 1) |
-//! | after every grant | +1 `getData` with a watch on our node, sent in the background (the acquire does not wait for it): how a deletion behind our back is noticed (see *Losing a lock*) |
+//! | uncontended acquire / `try_acquire` of a mutex, a read or write side, leadership | **1**: `create` + `getChildren` pipelined (+1 the first time, to create the missing container nodes, pipelined) |
+//! | uncontended semaphore permit | **2**: internal lock `create` + `getChildren` + leases `getChildren`; lease `create` + `getChildren`. The internal lock's `delete` is sent as the permit is handed out, not waited for |
+//! | `try_acquire` on a held lock (or a full semaphore) | 2: the above (its first round trip), then `delete` of our node |
+//! | handover to the next waiter | holder's `delete` → watch event → waiter's `getChildren` (½ + 1); a semaphore's first waiter lists the leases again with a watch (½ + 1) |
+//! | after every grant | +1 `getData` with a watch on the held node, sent in the background (the acquire does not wait for it): how a deletion behind our back is noticed (see *Losing a lock*) |
 //! | release | 1 `delete` (its watch event ends the node's watch) |
-//! | renewal of *all* leases of a locker | **1 `exists` per watchdog batch, whatever the number of locks** (see *Session = lease*) |
-//! | `inspect` | 2: `getChildren`, `exists` on the holder |
+//! | renewal of *all* leases of a locker | **1 `exists` per watchdog batch, whatever the number and kinds of locks** (see *Session = lease*) |
+//! | `inspect` (mutexes) | 2: `getChildren`, `exists` on the holder |
+//! | `leader()` | 2: `getChildren`, `getData` of the first candidate |
+//! | `observe()` | the first read as `leader()`, then per change of the candidates: watch event, `getChildren` with a watch, `getData` of the first |
 //!
 //! ## Acquire, wait, cancel
 //!
-//! 1. Create `_c_<uuid>-lock-` (EPHEMERAL_SEQUENTIAL) and list the children, pipelined. A fresh
+//! Every kind but the semaphore is one queue, granted by one rule ([`lockcore::queue::standing`]:
+//! an exclusive contender holds when first, a reader when no writer is ahead):
+//!
+//! 1. Create `_c_<uuid>-<name>` (EPHEMERAL_SEQUENTIAL) and list the children, pipelined. A fresh
 //!    version-4 uuid per attempt: if the create's answer is lost to a connection loss, the node it
 //!    may have made is found by its `_c_<uuid>-` prefix instead of being orphaned (Curator's
 //!    "protected mode").
-//! 2. Sort the children by sequence (Curator's order). First → the lock is ours.
-//! 3. Otherwise watch **only the predecessor** (`getData` with a watch — unlike `exists`, it leaves
-//!    no watch behind on a node that is already gone), wait for its event, list again. Every
-//!    release wakes exactly one waiter: no herd, and FIFO by sequence.
+//! 2. Sort the children by sequence (Curator's order) and apply the rule: held → the lock is ours.
+//! 3. Otherwise watch **only the one node in our way** — the predecessor of an exclusive
+//!    contender, the nearest writer ahead of a reader — with `getData` and a watch (unlike
+//!    `exists`, it leaves no watch behind on a node that is already gone), wait for its event,
+//!    list again. A release wakes one waiter (or the readers behind a writer, who all get in): no
+//!    herd, and FIFO by sequence; a waiting writer holds back the readers after it.
 //! 4. Deadline, timeout or a dropped future: our node is deleted. A `Drop` guard sends the delete
 //!    synchronously (the client sends on call), or — if the create was sent but its answer not
-//!    seen — spawns a task that finds the node by its uuid prefix and deletes it. That covers the
-//!    window in which the lock was granted but the lease not yet returned. `try_acquire` deletes
-//!    its node before returning `None`, and returns `None` whenever anyone is queued first.
+//!    seen — spawns a task that finds the node by its uuid prefix and deletes it; a delete that
+//!    fails on a connection loss is retried by the session's monitor while the session lives.
+//!    That covers the window in which the lock was granted but the lease not yet returned.
+//!    `try_acquire` deletes its node before returning `None`, and returns `None` whenever anyone
+//!    is queued first.
 //!
 //! If the session ends while waiting, or our node is deleted behind our back, the attempt starts
 //! over (a new session if needed), a few times at most, then fails with `Unavailable`.
+//!
+//! ## Semaphores
+//!
+//! Curator's `InterProcessSemaphoreV2` algorithm under `<encoded>.sem`: queue in the internal lock
+//! `locks/` as for a mutex (the leases are listed in the same round trip); holding it, create our
+//! lease `leases/_c_<uuid>-p<N>-lease-<seq>` and list the leases; while there are more than N,
+//! list them with a children watch and wait for it — only the internal lock's holder waits on the
+//! leases, so a freed permit wakes one client and permits go out in FIFO order; then delete our
+//! internal-lock node. A grant counts every lease, granted or being taken, so no more than N are
+//! ever held, whatever happens to the internal lock. Leases are created under the internal lock,
+//! so their creation order is the grant order and the lease's czxid the fencing token. Both nodes
+//! of one contender carry the same uuid, and dropping an acquire deletes both.
+//!
+//! **Permit counts.** locksmith's nodes carry N after the protected prefix (`p<N>-`, which costs
+//! no extra request). A request whose N differs from a locksmith lease's, or from a locksmith
+//! waiter's ahead of it in the internal lock, is refused with
+//! [`lockcore::LockError::InvalidOption`] and its nodes are withdrawn. Curator's nodes carry no
+//! count (Curator keeps N in each client): they are counted as leases, but a Curator client with
+//! another N cannot be detected — give both sides the same N.
+//!
+//! ## Elections
+//!
+//! Curator's `LeaderLatch` layout under `<encoded>.elect`: each candidate is a
+//! `_c_<uuid>-latch-<seq>` node whose data is its value (Curator stores the participant id
+//! there); the lowest sequence leads, each candidate watches its predecessor, the term is the
+//! leader's czxid. `leader()` reads the first candidate (the first whose node can still be read,
+//! as Curator's `getLeader()`). `observe()` starts a task of the backend's that lists the
+//! candidates with a children watch (an `exists` watch while the election node does not exist)
+//! and reads the first one's data after every event, sending only changes of leader; it reads
+//! again after a reconnection, opens a new session after an expiry, and ends when the
+//! [`lockcore::LeaderWatch`] is dropped (or the backend is).
 //!
 //! ## Session = lease
 //!
@@ -149,6 +209,9 @@
 //! | our node deleted behind our back | — | `lost()` fires at once (`LeaseGone`): the data watch set on the node when it was granted reports `NodeDeleted` |
 //! | lease not renewed within its TTL | — | the node is deleted, `lost()` fires (`LeaseGone`) |
 //!
+//! All of this holds for every kind: the held node is a reader's or writer's node, a semaphore's
+//! lease, a leader's candidate node.
+//!
 //! After an expiry the locker opens a new session for its next request; locks of the old session
 //! stay lost.
 //!
@@ -170,35 +233,60 @@
 //! A holder told its lock is lost deletes its node if it still exists (the watchdog releases it),
 //! so a holder that was merely slow does not keep waiters behind a lock it gave up.
 //!
-//! ## Curator interop
+//! ## Curator and kazoo interop
 //!
-//! locksmith's nodes follow Curator's `InterProcessMutex` layout exactly (checked against Curator's
-//! `LockInternals`, `StandardLockInternalsDriver`, `ProtectedUtils` and `ZKPaths`): Curator creates
-//! `ZKPaths.makePath(path, "lock-")` EPHEMERAL_SEQUENTIAL `withProtection()`, that is
-//! `<path>/_c_<uuid>-lock-<seq>`, and orders contenders by the text after the last `lock-`. So a
-//! Java service and a Rust service exclude each other when the Java side locks
+//! locksmith's nodes follow Curator's recipes exactly (checked against Curator 5.4's
+//! `LockInternals`, `StandardLockInternalsDriver`, `InterProcessReadWriteLock`,
+//! `InterProcessSemaphoreV2`, `LeaderLatch`, `ProtectedUtils` and `ZKPaths`): Curator creates
+//! `ZKPaths.makePath(path, <name>)` EPHEMERAL_SEQUENTIAL `withProtection()`, that is
+//! `<path>/_c_<uuid>-<name><seq>`. So a Java service and a Rust service share a lock when the Java
+//! side uses, with `p = "<namespace>/" + encoded(name)`:
 //!
 //! ```text
-//! new InterProcessMutex(client, "<namespace>/" + encoded(name))
+//! new InterProcessMutex(client, p)                         locker.lock(name)
+//! new InterProcessReadWriteLock(client, p + ".rw")         locker.rwlock(name)
+//! new InterProcessSemaphoreV2(client, p + ".sem", n)       locker.semaphore(name, n)
+//! new LeaderLatch(client, p + ".elect", value)             locker.election(name).campaign(value)
 //! ```
 //!
 //! where `encoded(name)` is [`lockcore::LockName::encoded`] (`orders/42` → `orders%2F42`; names of
 //! only `[A-Za-z0-9_-]` are unchanged) and `<namespace>` is the URL path (default `/locksmith`),
 //! or, with a Curator client built with `.namespace("locksmith")`, `"/" + encoded(name)`.
-//! The fencing token of a Curator holder is the `czxid` of its node (`inspect` shows it).
-//! Differences: Curator's mutex is re-entrant per thread (locksmith's is not); Curator puts the
-//! client's IP address in the node data. (`tests/curator_layout.rs` checks the layout and that a
-//! contender creating Curator's nodes and locksmith queue behind each other; no JVM is involved.)
+//! Contenders of every library are ordered by their sequence number alone, whatever their
+//! prefix. The fencing token of a Curator holder is the `czxid` of its node; locksmith's
+//! `leader()` shows a Curator leader's participant id, and Curator's `getLeader().getId()` a
+//! locksmith leader's value.
+//!
+//! Differences: Curator's mutex and write lock are re-entrant per thread, and its write-lock
+//! holder may also take the read lock (locksmith's are not re-entrant); a Curator reader waits
+//! for the *first* writer ahead, locksmith's for the nearest (both wait until no writer is ahead);
+//! Curator puts the client's IP address in lock node data; Curator's semaphore nodes carry no
+//! permit count (see *Semaphores*). kazoo's read-write lock nodes (`<uuid>__rlock__<seq>` readers,
+//! `<uuid>__lock__<seq>` writers) in a `.rw` node are read the same way: `__READ__` and
+//! `__rlock__` are readers, every other contender is exclusive.
+//!
+//! Tests: `tests/curator_interop.rs` runs Curator's own `InterProcessReadWriteLock`,
+//! `InterProcessSemaphoreV2` and `LeaderLatch` in a JVM against locksmith on one server (writers
+//! and readers of both exclude each other, a semaphore shared by both never has more holders than
+//! permits and serves both in order, leaders and `getLeader()` agree); `tests/curator_layout.rs`
+//! and `tests/primitives.rs` check the node names; `tests/foreign_recipes.rs` and
+//! `tests/primitives.rs` queue kazoo-style nodes with locksmith's.
 
 #![warn(missing_docs)]
 
 mod backend;
 mod config;
+mod election;
 mod error;
 mod layout;
+mod listing;
 mod queue;
+mod recipe;
 mod renew;
+mod semaphore;
 mod session;
+mod sessions;
+mod take;
 mod watch;
 
 pub use backend::ZkBackend;

@@ -1,20 +1,27 @@
-//! One contender in a lock's queue: create the EPHEMERAL_SEQUENTIAL node, wait for the
-//! predecessor to go, and clean up whatever is left if the caller gives up or goes away.
+//! One contender in a queue of EPHEMERAL_SEQUENTIAL nodes — a mutex's, a read-write lock's, an
+//! election's, a semaphore's internal lock or its leases ([`Recipe`]): create the node, wait for
+//! its turn by the one grant rule ([`lockcore::queue::standing`]) watching one node, and clean up
+//! whatever is left if the caller gives up or goes away.
 //!
 //! Round trips (the ZooKeeper client sends each request when the method is *called*, and the server
 //! answers one session's requests in order, so requests issued back to back share one round trip):
-//! - enqueue: `create` + `getChildren` sent together: **1 round trip** when the lock node exists
-//!   (+1 to create the missing namespace/lock nodes, all pipelined, the first time);
-//! - each wait: `getData`-with-watch on the predecessor (1), the watch event, then `getChildren` (1);
+//! - enqueue: `create` + `getChildren` (+ the `getChildren` of a [`Contender::peek`] node) sent
+//!   together: **1 round trip** when the parent exists (+1 to create the missing parents, all
+//!   pipelined, the first time);
+//! - each wait: `getData`-with-watch on the one node [`standing`] names (1), the watch event, then
+//!   `getChildren` (1);
 //! - giving up: `delete` of our node (1; sent synchronously even from `Drop`).
 
 use std::sync::Arc;
 
+use lockcore::queue::{standing, Standing};
+use lockcore::{LockError, Role};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{is_session_gone, is_transient};
 use crate::layout;
+use crate::recipe::Recipe;
 use crate::session::Session;
 
 /// How the attempt ended, when it did not get the lock.
@@ -28,12 +35,15 @@ pub(crate) enum Failure {
     NoAnswer(String),
     /// Anything else: given to the caller.
     Fatal(zk::Error, &'static str),
+    /// The request is refused (a semaphore's permit count that disagrees with its holders'); our
+    /// nodes are withdrawn.
+    Refused(LockError),
 }
 
 /// Our node, once the create is confirmed.
 #[derive(Clone, Debug)]
 pub(crate) struct OwnNode {
-    /// The child name: `_c_<uuid>-lock-<seq>`.
+    /// The child name: `_c_<uuid>-lock-<seq>`, `_c_<uuid>-__READ__<seq>` ...
     pub(crate) name: String,
     /// The full path.
     pub(crate) path: String,
@@ -41,60 +51,82 @@ pub(crate) struct OwnNode {
     pub(crate) czxid: i64,
 }
 
-/// The lock is ours: our node is first in line.
-pub(crate) struct Granted {
-    pub(crate) node: OwnNode,
-    /// When the request that showed us first was sent.
+/// The contenders of a queue as one listing saw them.
+#[derive(Debug)]
+pub(crate) struct Listing {
+    /// The contenders, in queue order.
+    pub(crate) children: Vec<String>,
+    /// The contenders of the [`Contender::peek`] node, listed in the same round trip (`None` if it
+    /// was not listed: no peek, a missing node, or the enqueue had to retry).
+    pub(crate) peeked: Option<Vec<String>>,
+    /// When the listing was sent.
     pub(crate) sent: Instant,
 }
 
-/// A contender for one lock on one session. Dropping it while [`Contender::armed`] deletes its
-/// node (or, if the create's answer never came, the node the create may have made).
+/// A contender for one queue on one session. Dropping it while armed deletes its node (or, if the
+/// create's answer never came, the node the create may have made).
 pub(crate) struct Contender {
     session: Arc<Session>,
-    lock_path: String,
+    recipe: Recipe,
     uuid: String,
     own: Option<OwnNode>,
     /// Whether a node of ours may exist on the server and is not handed over yet.
     armed: bool,
+    peek: Option<String>,
 }
 
 /// How often a create is retried after a missing parent or a connection loss.
 const CREATE_ATTEMPTS: usize = 5;
 
 impl Contender {
-    pub(crate) fn new(session: Arc<Session>, lock_path: String) -> Self {
+    /// A contender that will create `recipe`'s node, protected by `uuid` (`_c_<uuid>-`).
+    pub(crate) fn new(session: Arc<Session>, recipe: Recipe, uuid: String) -> Self {
         Contender {
             session,
-            lock_path,
-            uuid: uuid::Uuid::new_v4().to_string(),
+            recipe,
+            uuid,
             own: None,
             armed: false,
+            peek: None,
         }
     }
 
-    /// Creates our node and lists the lock's contenders, pipelined (one round trip). Returns them
-    /// in queue order, and when the listing was sent.
-    pub(crate) async fn enqueue(&mut self) -> Result<(Vec<String>, Instant), Failure> {
+    /// Also lists the children of `path` in [`Contender::enqueue`]'s round trip.
+    pub(crate) fn peek(&mut self, path: String) {
+        self.peek = Some(path);
+    }
+
+    /// Our node, once created.
+    pub(crate) fn own(&self) -> Option<&OwnNode> {
+        self.own.as_ref()
+    }
+
+    /// Creates our node and lists the queue (and the peek node), pipelined: one round trip.
+    pub(crate) async fn enqueue(&mut self) -> Result<Listing, Failure> {
         let client = self.session.client.clone();
-        let prefix = layout::contender_prefix(&self.lock_path, &self.uuid);
-        let data = format!("locksmith pid={}", std::process::id());
+        let prefix = layout::contender_prefix(&self.recipe.parent, &self.uuid, &self.recipe.base);
         for _ in 0..CREATE_ATTEMPTS {
             let sent = Instant::now();
+            lockcore::metrics::round_trip(); // create + listings, pipelined
             self.armed = true; // from here on a node of ours may exist
                                // EPHEMERAL_SEQUENTIAL, with the session's ACL (see `crate::session`).
-            let contender = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&self.session.acl));
-            let create = client.create(&prefix, data.as_bytes(), &contender);
-            let list = client.list_children(&self.lock_path); // pipelined: sent before create's answer
-            let (created, listed) = tokio::join!(create, list);
+            let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&self.session.acl));
+            let create = client.create(&prefix, &self.recipe.data, &mode);
+            let list = client.list_children(&self.recipe.parent); // pipelined: sent before create's answer
+            let peek = self.peek.as_deref().map(|p| client.list_children(p));
+            let peeked = async {
+                match peek {
+                    Some(listing) => listing.await.map(Some),
+                    None => Ok(None),
+                }
+            };
+            let (created, listed, peeked) = tokio::join!(create, list, peeked);
+            // A missing peek node is no listing either: its contenders may be on their way.
+            let peeked = peeked.ok().flatten().map(layout::sorted);
             match created {
                 Ok((stat, sequence)) => {
-                    let name = format!(
-                        "{}{}{sequence}",
-                        layout::protected_marker(&self.uuid),
-                        layout::LOCK_NAME
-                    );
-                    let path = layout::child_path(&self.lock_path, &name);
+                    let name = format!("{}{}{sequence}", layout::protected_marker(&self.uuid), self.recipe.base);
+                    let path = layout::child_path(&self.recipe.parent, &name);
                     let czxid = if stat.is_invalid() {
                         self.czxid_of(&path).await?
                     } else {
@@ -102,7 +134,11 @@ impl Contender {
                     };
                     self.own = Some(OwnNode { name, path, czxid });
                     return match listed {
-                        Ok(children) => Ok((layout::sorted(children), sent)),
+                        Ok(children) => Ok(Listing {
+                            children: layout::sorted(children),
+                            peeked,
+                            sent,
+                        }),
                         Err(_) => self.list().await,
                     };
                 }
@@ -122,14 +158,17 @@ impl Contender {
         Err(Failure::Restart("could not create the contender node".into()))
     }
 
-    /// Waits until our node is first. `children`/`sent` are the last listing and when it was sent.
+    /// Waits until our node holds by [`standing`] over the queue's roles. `listing` is the last
+    /// listing. Returns our node and when the listing that showed it holding was sent.
     pub(crate) async fn wait_turn(
         &mut self,
-        mut children: Vec<String>,
-        mut sent: Instant,
+        listing: Listing,
         deadline: Option<Instant>,
-    ) -> Result<Granted, Failure> {
+    ) -> Result<(OwnNode, Instant), Failure> {
         let client = self.session.client.clone();
+        let Listing {
+            mut children, mut sent, ..
+        } = listing;
         loop {
             let own = self
                 .own
@@ -141,16 +180,21 @@ impl Contender {
                     own.path
                 )));
             };
-            if index == 0 {
-                return Ok(Granted { node: own, sent });
-            }
+            let roles: Vec<Role> = children.iter().map(|c| (self.recipe.role_of)(c)).collect();
+            let watched = match standing(&roles, index).map_err(Failure::Refused)? {
+                Standing::Holds => return Ok((own, sent)),
+                Standing::After(i) => i,
+                // Not a role of our recipes (the semaphore counts its leases itself); the
+                // predecessor is a safe node to wait for.
+                Standing::AfterAny => index.saturating_sub(1),
+            };
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Err(self.at_deadline());
             }
-            // Watch only the node right before ours: its deletion is the only event that can make
-            // us first (no herd). getData, not exists: on a missing node it leaves no watch behind.
-            let predecessor = layout::child_path(&self.lock_path, &children[index - 1]);
-            match client.get_and_watch_data(&predecessor).await {
+            // Watch only the node that stands in our way: its deletion is the only event that can
+            // let us in (no herd). getData, not exists: on a missing node it leaves no watch behind.
+            let blocker = layout::child_path(&self.recipe.parent, &children[watched]);
+            match client.get_and_watch_data(&blocker).await {
                 Ok((_, _, watcher)) => match deadline {
                     Some(d) => tokio::select! {
                         _ = watcher.changed() => {}
@@ -162,22 +206,22 @@ impl Contender {
                 },
                 Err(zk::Error::NoNode) => {}
                 Err(e) if is_transient(&e) => pause(deadline, &e).await?,
-                Err(e) => return Err(classify(e, "watching the predecessor")),
+                Err(e) => return Err(classify(e, "watching the node ahead")),
             }
-            (children, sent) = self.list().await?;
+            Listing { children, sent, .. } = self.list().await?;
         }
     }
 
     /// Why the deadline ended the wait: the lock was busy, or the server was out of reach (the
     /// client had lost its connection, so the watch could not have fired).
-    fn at_deadline(&self) -> Failure {
+    pub(crate) fn at_deadline(&self) -> Failure {
         match self.session.state() {
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => Failure::Timeout,
             state => Failure::NoAnswer(format!("no answer by the deadline: the session is {state}")),
         }
     }
 
-    /// The lock is handed over to a lease: dropping the contender no longer deletes the node.
+    /// The node is handed over to a lease: dropping the contender no longer deletes it.
     pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
@@ -185,6 +229,7 @@ impl Contender {
     /// Deletes our node now and waits for the answer (best effort; `Drop` retries in background).
     pub(crate) async fn withdraw(&mut self) {
         if let Some(own) = &self.own {
+            lockcore::metrics::round_trip();
             match self.session.client.delete(&own.path, None).await {
                 Ok(()) | Err(zk::Error::NoNode) => self.armed = false,
                 Err(e) => tracing::debug!(node = %own.path, error = %e, "withdrawing failed; retrying in background"),
@@ -192,23 +237,47 @@ impl Contender {
         }
     }
 
-    /// The sorted children of the lock node, and when the request was sent.
-    /// Connection errors are retried for at most twice the session timeout.
-    async fn list(&self) -> Result<(Vec<String>, Instant), Failure> {
+    /// The sorted children of the queue's node, and when the request was sent. Connection errors
+    /// are retried for at most twice the session timeout.
+    pub(crate) async fn list(&self) -> Result<Listing, Failure> {
         let give_up = Instant::now() + self.session.timeout * 2;
         loop {
             let sent = Instant::now();
-            match self.session.client.list_children(&self.lock_path).await {
-                Ok(children) => return Ok((layout::sorted(children), sent)),
-                Err(zk::Error::NoNode) => return Ok((Vec::new(), sent)),
+            lockcore::metrics::round_trip();
+            match self.session.client.list_children(&self.recipe.parent).await {
+                Ok(children) => return Ok(listing(children, sent)),
+                Err(zk::Error::NoNode) => return Ok(listing(Vec::new(), sent)),
                 Err(e) if is_transient(&e) && Instant::now() < give_up => pause(None, &e).await?,
                 Err(e) if is_transient(&e) => return Err(Failure::Restart(format!("listing the contenders: {e}"))),
-                Err(e) => return Err(classify(e, "listing the lock's contenders")),
+                Err(e) => return Err(classify(e, "listing the contenders")),
+            }
+        }
+    }
+
+    /// [`Contender::list`] with a watch on the children (a semaphore's leases: what only the
+    /// holder of its internal lock waits on).
+    pub(crate) async fn list_and_watch(&self) -> Result<(Listing, zk::OneshotWatcher), Failure> {
+        let give_up = Instant::now() + self.session.timeout * 2;
+        loop {
+            let sent = Instant::now();
+            lockcore::metrics::round_trip();
+            match self.session.client.list_and_watch_children(&self.recipe.parent).await {
+                Ok((children, watcher)) => return Ok((listing(children, sent), watcher)),
+                Err(zk::Error::NoNode) => {
+                    return Err(Failure::Restart(format!(
+                        "{} vanished while waiting",
+                        self.recipe.parent
+                    )))
+                }
+                Err(e) if is_transient(&e) && Instant::now() < give_up => pause(None, &e).await?,
+                Err(e) if is_transient(&e) => return Err(Failure::Restart(format!("listing the contenders: {e}"))),
+                Err(e) => return Err(classify(e, "listing the contenders")),
             }
         }
     }
 
     async fn czxid_of(&self, path: &str) -> Result<i64, Failure> {
+        lockcore::metrics::round_trip();
         match self.session.client.check_stat(path).await {
             Ok(Some(stat)) => Ok(stat.czxid),
             Ok(None) => Err(Failure::Restart(format!(
@@ -221,28 +290,30 @@ impl Contender {
     /// Our node, if a create whose answer was lost made it.
     async fn find_own(&self) -> Result<Option<OwnNode>, Failure> {
         let marker = layout::protected_marker(&self.uuid);
-        let (children, _) = self.list().await?;
+        let Listing { children, .. } = self.list().await?;
         match children.into_iter().find(|c| c.starts_with(&marker)) {
             None => Ok(None),
             Some(name) => {
-                let path = layout::child_path(&self.lock_path, &name);
+                let path = layout::child_path(&self.recipe.parent, &name);
                 let czxid = self.czxid_of(&path).await?;
                 Ok(Some(OwnNode { name, path, czxid }))
             }
         }
     }
 
-    /// Creates the namespace and lock nodes as containers, all requests pipelined (they are
-    /// processed in order, so each parent exists before its child's create).
+    /// Creates the namespace and every node down to the queue's parent as containers, all
+    /// requests pipelined (they are processed in order, so each parent exists before its child's
+    /// create).
     async fn create_parents(&self) -> Result<(), Failure> {
         let client = &self.session.client;
         // Containers: the server deletes them once empty. With the session's ACL: only our
         // identity may delete a contender in them.
         let container = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.session.acl));
-        let creates: Vec<_> = layout::ancestors_and_self(&self.lock_path)
+        let creates: Vec<_> = layout::ancestors_and_self(&self.recipe.parent)
             .into_iter()
             .map(|path| client.create(path, &[], &container))
             .collect();
+        lockcore::metrics::round_trip(); // all creates pipelined
         for result in futures_join_all(creates).await {
             match result {
                 Ok(_) | Err(zk::Error::NodeExists) => {}
@@ -259,7 +330,7 @@ impl Drop for Contender {
         if !self.armed {
             return;
         }
-        let client = self.session.client.clone();
+        let (client, session) = (self.session.client.clone(), Arc::downgrade(&self.session));
         match &self.own {
             Some(own) => {
                 // The request is sent right here; the task only waits for the answer.
@@ -269,7 +340,7 @@ impl Drop for Contender {
                     handle.spawn(async move {
                         match delete.await {
                             Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "withdrew from the queue"),
-                            Err(e) => tracing::warn!(node = %path, error = %e, "could not withdraw; the node goes with the session"),
+                            Err(e) => remove_later(&session, path, &e),
                         }
                     });
                 }
@@ -277,10 +348,10 @@ impl Drop for Contender {
             None => {
                 // The create was sent but its answer not seen: find the node by its protected
                 // prefix. The listing is processed after the create (same session, in order).
-                let (lock_path, marker) = (self.lock_path.clone(), layout::protected_marker(&self.uuid));
-                let list = client.get_children(&lock_path); // sent now, answered after the create
+                let (parent, marker) = (self.recipe.parent.clone(), layout::protected_marker(&self.uuid));
+                let list = client.get_children(&parent); // sent now, answered after the create
                 let Ok(handle) = tokio::runtime::Handle::try_current() else {
-                    tracing::warn!(lock = %lock_path, "cancelled outside a runtime; a queued node may stay until the session ends");
+                    tracing::warn!(queue = %parent, "cancelled outside a runtime; a queued node may stay until the session ends");
                     return;
                 };
                 handle.spawn(async move {
@@ -288,14 +359,15 @@ impl Drop for Contender {
                         Ok((children, _)) => children,
                         Err(zk::Error::NoNode) => return,
                         Err(e) => {
-                            tracing::warn!(lock = %lock_path, error = %e, "could not look for a cancelled node");
+                            tracing::warn!(queue = %parent, error = %e, "could not look for a cancelled node; it goes with the session");
                             return;
                         }
                     };
                     for child in children.iter().filter(|c| c.starts_with(&marker)) {
-                        let path = layout::child_path(&lock_path, child);
-                        if let Err(e) = client.delete(&path, None).await {
-                            tracing::debug!(node = %path, error = %e, "could not delete a cancelled node");
+                        let path = layout::child_path(&parent, child);
+                        match client.delete(&path, None).await {
+                            Ok(()) | Err(zk::Error::NoNode) => {}
+                            Err(e) => remove_later(&session, path, &e),
                         }
                     }
                 });
@@ -304,8 +376,27 @@ impl Drop for Contender {
     }
 }
 
+/// A withdrawal whose `delete` failed: the session's monitor retries it while the session lives.
+fn remove_later(session: &std::sync::Weak<Session>, path: String, e: &zk::Error) {
+    match session.upgrade() {
+        Some(session) if !is_session_gone(e) => {
+            tracing::debug!(node = %path, error = %e, "could not withdraw yet; the session monitor retries");
+            session.remove_later(path);
+        }
+        _ => tracing::debug!(node = %path, error = %e, "could not withdraw; the node goes with the session"),
+    }
+}
+
+fn listing(children: Vec<String>, sent: Instant) -> Listing {
+    Listing {
+        children: layout::sorted(children),
+        peeked: None,
+        sent,
+    }
+}
+
 /// Maps a client error: session loss restarts the attempt, the rest is fatal.
-fn classify(e: zk::Error, what: &'static str) -> Failure {
+pub(crate) fn classify(e: zk::Error, what: &'static str) -> Failure {
     if is_session_gone(&e) {
         Failure::Restart(format!("{what}: {e}"))
     } else {

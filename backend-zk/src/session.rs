@@ -34,6 +34,9 @@ pub(crate) struct Session {
     /// The ACL of every node this session creates (see [`acl`]).
     pub(crate) acl: Vec<zk::Acl>,
     held: Mutex<HashMap<String, Held>>,
+    /// Nodes of ours that must go but whose `delete` failed (a withdrawal during a connection
+    /// loss, a semaphore's internal lock after the grant): the monitor retries them.
+    leftovers: Mutex<Vec<String>>,
     /// Paths of newly held nodes, for the watch task.
     granted: mpsc::UnboundedSender<String>,
 }
@@ -101,6 +104,7 @@ impl Session {
             id: client.session_id().0,
             timeout: client.session_timeout(),
             held: Mutex::new(HashMap::new()),
+            leftovers: Mutex::new(Vec::new()),
             granted,
             client,
         });
@@ -149,6 +153,27 @@ impl Session {
             released: true,
         };
         self.held().insert(lease.holder_id.clone(), held);
+    }
+
+    /// Has the monitor delete our node at `path`, which is not held by anyone (a withdrawal whose
+    /// `delete` failed), as soon as it can while the session lives.
+    pub(crate) fn remove_later(&self, path: String) {
+        self.leftovers.lock().unwrap_or_else(|e| e.into_inner()).push(path);
+    }
+
+    /// Deletes the nodes handed to [`Session::remove_later`]; those that fail again stay for the
+    /// next round.
+    async fn delete_leftovers(&self) {
+        let due = std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(|e| e.into_inner()));
+        for path in due {
+            match self.client.delete(&path, None).await {
+                Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "deleted a leftover node"),
+                Err(e) => {
+                    tracing::debug!(node = %path, error = %e, "could not delete a leftover node yet");
+                    self.remove_later(path);
+                }
+            }
+        }
     }
 
     /// The creation zxid of the held node at `path`, if this session holds it.
@@ -310,7 +335,10 @@ async fn monitor(session: Weak<Session>, mut states: zk::StateWatcher) {
             Some(state) => {
                 tracing::info!(session = %format_args!("{:#x}", session.id), %state, "ZooKeeper connection state")
             }
-            None => session.reap_abandoned().await,
+            None => {
+                session.reap_abandoned().await;
+                session.delete_leftovers().await;
+            }
         }
     }
 }

@@ -8,11 +8,12 @@ mod common;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockError, LockName};
+use lockcore::{BackendUrl, Family, LockError, LockName};
 use zookeeper_client as zk;
 
 mod conformance {
     lockcore::conformance_tests!(crate::common::ZkHarness::secure().await);
+    lockcore::primitive_tests!(crate::common::ZkHarness::secure().await);
 }
 
 fn secure() -> String {
@@ -63,6 +64,73 @@ async fn other_identities_cannot_delete_a_lock_node() {
     }
     assert!(guard.is_held());
     guard.release().await.expect("release");
+}
+
+/// The nodes of semaphores, read-write locks and elections get the ACL of a mutex's: the holders'
+/// and their parents (`.rw`, `.elect`, `.sem` and its `locks` and `leases`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_gets_the_mutex_acl() {
+    let url = common::with_namespace(&secure(), "session_timeout=5s");
+    let locker = backend_zk::connect(&BackendUrl::parse(&url).unwrap())
+        .await
+        .expect("connect");
+    let admin = common::ZkHarness::secure_admin().await;
+    let name = unique_name("acl_kinds");
+    let key = LockName::new(&name).unwrap();
+    let mutex = locker.lock(&name).acquire().await.expect("mutex");
+    let (expected, _) = admin
+        .get_acl(&mutex.lease().holder_id)
+        .await
+        .expect("the mutex node's ACL");
+    assert!(
+        !expected.iter().any(|acl| acl.scheme() == "world"),
+        "the mutex node is open: {expected:?}"
+    );
+    let read = locker.rwlock(&name).read().acquire().await.expect("read");
+    let permit = locker.semaphore(&name, 1).acquire().await.expect("permit");
+    // A second contender holds the internal lock while it waits: its node is there to look at.
+    let waiter = tokio::spawn({
+        let (locker, name) = (locker.clone(), name.clone());
+        async move {
+            locker
+                .semaphore(&name, 1)
+                .timeout(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    let lead = locker.election(&name).campaign("a").acquire().await.expect("lead");
+    let semaphore = common::family_path(Family::Semaphore, &key);
+    let mut nodes = vec![
+        common::family_path(Family::Mutex, &key),
+        read.lease().holder_id.clone(),
+        common::family_path(Family::RwLock, &key),
+        permit.lease().holder_id.clone(),
+        format!("{semaphore}/leases"),
+        format!("{semaphore}/locks"),
+        semaphore.clone(),
+        lead.guard().lease().holder_id.clone(),
+        common::family_path(Family::Election, &key),
+    ];
+    let lock_node = within(Duration::from_secs(20), "the waiter's internal-lock node", async {
+        loop {
+            if let Some(node) = common::children_of(&admin, &format!("{semaphore}/locks")).await.pop() {
+                return node;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    nodes.push(lock_node);
+    for node in nodes {
+        let (acl, _) = admin.get_acl(&node).await.unwrap_or_else(|e| panic!("{node}: {e}"));
+        assert_eq!(acl, expected, "{node}");
+    }
+    waiter.abort();
+    for guard in [mutex, read, permit] {
+        guard.release().await.expect("release");
+    }
+    lead.resign().await.expect("resign");
 }
 
 /// A plaintext client at the TLS port, an untrusted certificate, and zks:// without a CA all

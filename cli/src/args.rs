@@ -1,11 +1,11 @@
-//! The command line: global options and the four subcommands, parsed with clap.
+//! The command line: global options and the subcommands, parsed with clap.
 
 use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 use locksmith::url::parse_duration;
-use locksmith::{LockName, MAX_TTL, MIN_TTL};
+use locksmith::{LockKind, LockName, MAX_PERMITS, MAX_TTL, MIN_TTL};
 
 use crate::exit::EXIT_CODES_HELP;
 
@@ -14,13 +14,14 @@ use crate::exit::EXIT_CODES_HELP;
 #[command(
     name = "locksmith",
     version,
-    about = "flock(1) for etcd, ZooKeeper, Redis and an in-process store: run a command under a distributed lock",
+    about = "flock(1) for etcd, ZooKeeper, Redis and an in-process store: run a command under a distributed lock, a semaphore permit, a read-write lock, or while leading an election",
     after_help = EXIT_CODES_HELP
 )]
 pub struct Cli {
     /// Backend URL: etcd://h:2379, zk://h:2181, redis://h:6379 (or redis://h:6379?layout=plain),
-    /// redis+sentinel://s1:26379,s2:26379/mymaster, redis-cluster://h1:7000,h2:7001, mem://. mem:// is in-process only: separate locksmith processes never see each other's
-    /// locks there, so it is only good for trying the command out.
+    /// redis+sentinel://s1:26379,s2:26379/mymaster, redis-cluster://h1:7000,h2:7001, mem://.
+    /// mem:// is in-process only: separate locksmith processes never see each other's locks
+    /// there, so it is only good for trying the command out.
     #[arg(long, env = "LOCKSMITH_URL", default_value = "mem://", global = true)]
     pub url: String,
 
@@ -89,12 +90,106 @@ pub enum Command {
     /// locksmith exits 4. SIGINT, SIGTERM and SIGHUP sent to locksmith are forwarded to CMD.
     Run(RunArgs),
     /// One attempt, no waiting: print the fencing token and release (exit 0), or exit 1 if held.
-    Try(NameArg),
+    Try(TryArgs),
     /// Acquire NAME, print the fencing token, and hold it until --for passes, stdin closes, or
     /// SIGINT/SIGTERM arrives; then release.
     Hold(HoldArgs),
     /// Show who holds NAME (holder id, fencing token, remaining TTL) and how many wait.
     Inspect(NameArg),
+    /// Campaign in the election NAME and run CMD while leading: CMD starts once this process
+    /// leads, gets LOCKSMITH_TERM (the fencing token) in its environment, and is stopped as by
+    /// `run` if the leadership is lost (exit 4); when CMD exits, locksmith resigns. Candidates
+    /// lead one after another, in the order they started.
+    Elect(ElectArgs),
+    /// List the locks in use (held or waited for) whose names start with PREFIX, in the URL's
+    /// namespace: one line per lock with its kind and number of holders and waiters.
+    List(ListArgs),
+    /// Print who leads the election NAME (its value and term): exit 0, or 1 if nobody leads.
+    /// With --follow, print every change of leader as the server reports it, until a signal.
+    Leader(LeaderArgs),
+}
+
+/// What kind of lock `run`, `try` and `hold` take (default: the mutex NAME).
+#[derive(Debug, Args, Clone, Copy, Default)]
+#[group(multiple = false)]
+pub struct KindArgs {
+    /// Take one permit of the semaphore NAME, which has N permits: up to N holders at once.
+    /// Every holder of NAME must give the same N (a different one is refused, exit 2).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PERMITS)))]
+    pub permits: Option<u32>,
+
+    /// Take the read side of the read-write lock NAME: shared with other readers.
+    #[arg(long)]
+    pub read: bool,
+
+    /// Take the write side of the read-write lock NAME: alone (waiting writers go before later
+    /// readers).
+    #[arg(long)]
+    pub write: bool,
+}
+
+impl KindArgs {
+    /// The lock kind these flags ask for.
+    pub fn kind(&self) -> LockKind {
+        match (self.permits, self.read, self.write) {
+            (Some(permits), _, _) => LockKind::Permit { permits },
+            (None, true, _) => LockKind::Read,
+            (None, false, true) => LockKind::Write,
+            (None, false, false) => LockKind::Mutex,
+        }
+    }
+}
+
+/// Arguments of `try`.
+#[derive(Debug, Args)]
+pub struct TryArgs {
+    /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
+    #[arg(value_parser = parse_name)]
+    pub name: String,
+
+    #[command(flatten)]
+    pub kind: KindArgs,
+}
+
+/// Arguments of `elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The election's name (1 to 1024 bytes of UTF-8, no NUL).
+    #[arg(value_parser = parse_name)]
+    pub name: String,
+
+    /// What the other candidates and `locksmith leader` see of this one (default:
+    /// `<hostname>:<pid>`).
+    #[arg(long)]
+    pub value: Option<String>,
+
+    /// After SIGTERM, how long CMD has to exit before it gets SIGKILL (when leadership was lost).
+    #[arg(long, default_value = "10s", value_parser = parse_any_duration)]
+    pub grace: Duration,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// Arguments of `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only locks whose names start with this (default: every lock).
+    #[arg(default_value = "")]
+    pub prefix: String,
+}
+
+/// Arguments of `leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// The election's name (1 to 1024 bytes of UTF-8, no NUL).
+    #[arg(value_parser = parse_name)]
+    pub name: String,
+
+    /// Keep printing: one line per change of leader, pushed by the server, until SIGINT/SIGTERM.
+    #[arg(long)]
+    pub follow: bool,
 }
 
 /// A lock name.
@@ -116,6 +211,9 @@ pub struct RunArgs {
     #[arg(long, default_value = "10s", value_parser = parse_any_duration)]
     pub grace: Duration,
 
+    #[command(flatten)]
+    pub kind: KindArgs,
+
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -135,6 +233,9 @@ pub struct HoldArgs {
     /// Do not watch stdin (for running in the background with stdin at /dev/null).
     #[arg(long)]
     pub ignore_stdin: bool,
+
+    #[command(flatten)]
+    pub kind: KindArgs,
 }
 
 fn parse_any_duration(s: &str) -> Result<Duration, String> {

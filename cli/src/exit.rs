@@ -22,14 +22,16 @@ pub const NOT_FOUND: u8 = 127;
 /// The exit codes, as `--help` shows them.
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
-  0        success (`try`: acquired; `run`: CMD exited 0)
-  N        `run`: CMD's own exit code (128+SIG if CMD was killed by signal SIG)
-  1        not acquired: held by another (`try`, `--timeout 0`) or the timeout passed
+  0        success (`try`: acquired; `run`/`elect`: CMD exited 0; `leader`: someone leads)
+  N        `run`/`elect`: CMD's own exit code (128+SIG if CMD was killed by signal SIG)
+  1        not acquired: held by another (`try`, `--timeout 0`) or the timeout passed;
+           `leader`: nobody leads
   2        usage error or invalid input (empty name, bad URL, unknown scheme, TTL 0)
   3        backend unavailable
-  4        the lock was lost while held (`run`: CMD got SIGTERM, then SIGKILL after --grace)
+  4        the lock (or leadership) was lost while held (`run`/`elect`: CMD got SIGTERM, then
+           SIGKILL after --grace)
   5        refused by the server: wrong user or password, or not permitted (an ACL)
-  126/127  `run`: CMD could not be executed / was not found
+  126/127  `run`/`elect`: CMD could not be executed / was not found
   128+SIG  interrupted by signal SIG before the lock was acquired
 
 Status messages go to stderr, results (fencing tokens, inspect output) to stdout.";

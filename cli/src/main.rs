@@ -1,5 +1,7 @@
-//! `locksmith`: take a distributed lock from the shell — `run` a command under it, `try` it,
-//! `hold` it, or `inspect` it — on etcd, ZooKeeper, Redis or the in-process store.
+//! `locksmith`: take a distributed lock from the shell — `run` a command under it (or under a
+//! semaphore permit, or a side of a read-write lock), `try` it, `hold` it, `inspect` it, `elect`
+//! a leader that runs a command, or show the `leader` — on etcd, ZooKeeper, Redis or the
+//! in-process store.
 //!
 //! Exit codes are listed in `locksmith --help` ([`exit::EXIT_CODES_HELP`]).
 
@@ -47,9 +49,12 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match &cli.command {
             Command::Run(args) => cmd::run::run(&session, args).await,
-            Command::Try(arg) => cmd::try_once::try_once(&session, &arg.name).await,
+            Command::Try(args) => cmd::try_once::try_once(&session, args).await,
             Command::Hold(args) => cmd::hold::hold(&session, args).await,
             Command::Inspect(arg) => cmd::inspect::inspect(&session, &arg.name).await,
+            Command::Elect(args) => cmd::elect::elect(&session, args).await,
+            Command::List(args) => cmd::list::list(&session, &args.prefix).await,
+            Command::Leader(args) => cmd::leader::leader(&session, args).await,
         }
     });
     // Background tasks (connections, a stdin reader) must not keep us alive.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use locksmith::{BackendUrl, ConnectOptions, LockGuard, Locker, DEFAULT_TTL};
+use locksmith::{BackendUrl, ConnectOptions, LockBuilder, LockGuard, LockKind, Locker, DEFAULT_TTL};
 use tokio::time::Instant;
 
 use crate::args::Cli;
@@ -130,12 +130,23 @@ impl Session {
         self.deadline().map(|d| d.saturating_duration_since(Instant::now()))
     }
 
-    /// Acquires `name` as the options say: one attempt for `--timeout 0`, else wait until
-    /// `--timeout` runs out (counted from the start of the command), or without limit. A signal
-    /// received meanwhile abandons the wait (nothing is left behind on the server) and fails with
-    /// 128+signal.
-    pub async fn acquire(&self, locker: &Locker, name: &str, signals: &mut Signals) -> Result<LockGuard, Failure> {
-        let builder = locker.lock(name).ttl(self.ttl);
+    /// The request for `kind` of `name`, with `--ttl`.
+    pub fn request(&self, locker: &Locker, name: &str, kind: LockKind) -> LockBuilder {
+        locker.request(name, kind).ttl(self.ttl)
+    }
+
+    /// Acquires `kind` of `name` as the options say: one attempt for `--timeout 0`, else wait
+    /// until `--timeout` runs out (counted from the start of the command), or without limit. A
+    /// signal received meanwhile abandons the wait (nothing is left behind on the server) and
+    /// fails with 128+signal.
+    pub async fn acquire(
+        &self,
+        locker: &Locker,
+        name: &str,
+        kind: LockKind,
+        signals: &mut Signals,
+    ) -> Result<LockGuard, Failure> {
+        let builder = self.request(locker, name, kind);
         if self.timeout == Some(Duration::ZERO) {
             return match builder.try_acquire().await? {
                 Some(guard) => Ok(guard),

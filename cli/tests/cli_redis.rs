@@ -46,7 +46,8 @@ mod default_layout {
 
 mod plain_layout {
     use super::*;
-    crate::cli_suite!(RedisPlain);
+    // The plain layout serves mutexes only (its keys are redis-py's).
+    crate::cli_suite!(mutex_only RedisPlain);
 }
 
 /// Redis Sentinel (`LOCKSMITH_TEST_REDIS_SENTINEL`): the master its sentinels name.
@@ -109,7 +110,9 @@ macro_rules! topology_suite {
         crate::cli_suite!(@tests $backend;
             try_prints_a_token_and_releases, hold_excludes_try_in_another_process, inspect_shows_holder_and_free_lock,
             run_passes_token_and_exit_code, run_excludes_other_processes_while_cmd_runs, run_waits_for_the_lock,
-            run_lost_lock_terminates_cmd_and_exits_4, interrupted_wait_leaves_nothing_behind);
+            run_lost_lock_terminates_cmd_and_exits_4, interrupted_wait_leaves_nothing_behind,
+            permits_let_that_many_holders_in, readers_share_and_writers_exclude, elect_runs_cmd_while_leading,
+            list_shows_the_locks_in_use);
     };
 }
 

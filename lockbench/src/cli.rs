@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "uncontended,handover,contended,herd,takeover,scale"
+        default_value = "uncontended,handover,contended,herd,takeover,scale,semaphore,rwlock,election"
     )]
     pub workloads: Vec<String>,
     /// Skip the reference rows (raw floor and peer libraries).
@@ -70,6 +70,16 @@ pub enum Child {
         /// Backend URL.
         url: String,
         /// Lock name.
+        name: String,
+        /// TTL in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Lead one election until killed (election workload).
+    #[command(name = "__lead", hide = true)]
+    Lead {
+        /// Backend URL.
+        url: String,
+        /// Election name.
         name: String,
         /// TTL in milliseconds.
         ttl_ms: u64,

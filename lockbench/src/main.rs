@@ -1,7 +1,7 @@
 //! `lockbench`: the comparative benchmark suite behind `docs/comparison.md`.
 //!
-//! Runs the same workloads (uncontended, handover, contended, herd, takeover, scale) on every
-//! backend it is given, beside the raw client floor and the peer libraries, and writes JSON
+//! Runs the same workloads (uncontended, handover, contended, herd, takeover, scale; and for the
+//! semaphore, the read-write lock and the election) on every backend it is given, beside the raw client floor and the peer libraries, and writes JSON
 //! (schema `lockbench/1`), a markdown comparison and SVG charts. See `lockbench --help`.
 
 mod cli;
@@ -36,6 +36,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match &args.child {
             Some(Child::Hold { url, name, ttl_ms }) => workloads::takeover::hold(url, name, *ttl_ms).await,
+            Some(Child::Lead { url, name, ttl_ms }) => workloads::election::lead(url, name, *ttl_ms).await,
             Some(Child::Scale {
                 backend,
                 url,

@@ -9,7 +9,7 @@ use crate::cli::{Args, Sizes};
 use crate::model::{Machine, Record, Report, SCHEMA};
 use crate::reference::{self, Reference};
 use crate::system::{LockSystem, Locksmith};
-use crate::workloads::{contended, handover, herd, scale, takeover, uncontended};
+use crate::workloads::{contended, election, handover, herd, rwlock, scale, semaphore, takeover, uncontended};
 
 /// Whether locksmith's backend `name` is compiled into this lockbench (the facade's registry).
 fn built_in(name: &str) -> bool {
@@ -248,6 +248,17 @@ impl BackendRun<'_> {
                 if ls.is_some() {
                     let rows = scale::run(b, &self.url, sizes).await;
                     self.push(rows, "scale");
+                }
+            }
+            "semaphore" | "rwlock" | "election" => {
+                if ls.is_some() {
+                    let url = self.url.clone();
+                    let rows = match workload {
+                        "semaphore" => semaphore::run(b, &url, sizes).await,
+                        "rwlock" => rwlock::run(b, &url, sizes).await,
+                        _ => election::run(b, &url, sizes).await,
+                    };
+                    self.push(rows, workload);
                 }
             }
             other => self.note(format!("unknown workload {other:?} skipped")),

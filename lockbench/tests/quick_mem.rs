@@ -5,7 +5,20 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: &[&str] = &["uncontended", "handover", "contended", "herd", "takeover", "scale"];
+const WORKLOADS: &[&str] = &[
+    "uncontended",
+    "handover",
+    "contended",
+    "herd",
+    "takeover",
+    "scale",
+    "semaphore",
+    "semaphore-handover",
+    "rwlock",
+    "rwlock-handover",
+    "election-resign",
+    "election-failover",
+];
 const SYSTEMS: &[&str] = &["locksmith", "floor", "rslock", "etcd-lock-rpc", "zk-recipe"];
 const BACKENDS: &[&str] = &["mem", "etcd", "zk", "redis"];
 const NUMBERS: &[&str] = &[
@@ -69,13 +82,24 @@ fn quick_run_on_mem_writes_the_schema() {
                 k => panic!("field {k} is not in the schema: {r}"),
             }
         }
-        if workload == Some("contended") {
+        if matches!(workload, Some("contended" | "semaphore" | "rwlock")) {
             assert_eq!(r["violations"], 0, "mutual exclusion violated: {r}");
         }
         seen.insert(workload.unwrap_or_default().to_string());
     }
-    // Everything but takeover (needs a server shared with a child process) runs on mem.
-    for w in ["uncontended", "handover", "contended", "herd", "scale"] {
+    // Everything but the takeovers (a server shared with a child process) runs on mem.
+    for w in [
+        "uncontended",
+        "handover",
+        "contended",
+        "herd",
+        "scale",
+        "semaphore",
+        "semaphore-handover",
+        "rwlock",
+        "rwlock-handover",
+        "election-resign",
+    ] {
         assert!(seen.contains(w), "no {w} row in {seen:?}");
     }
     let notes = report["notes"].as_array().expect("the skipped takeover is noted");

@@ -31,6 +31,40 @@ pub struct HolderInfo {
     pub ttl_remaining: Option<Duration>,
 }
 
+/// A lock that [`LockBackend::list`] found: someone holds it or waits for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedLock {
+    /// The lock's name.
+    pub name: String,
+    /// Which kind of lock it is.
+    pub family: crate::Family,
+    /// Its holder and waiter entries.
+    pub entries: usize,
+}
+
+impl ListedLock {
+    /// What [`LockBackend::list`] returns, from the lock segments a backend found on its server
+    /// (each a [`crate::Family::segment`], with its number of entries): segments that are not
+    /// locksmith's or hold no entries are left out, names are kept when they start with `prefix`,
+    /// and the result is sorted by name then family.
+    pub fn from_segments<'a>(prefix: &str, segments: impl IntoIterator<Item = (&'a str, usize)>) -> Vec<ListedLock> {
+        let mut out: Vec<ListedLock> = segments
+            .into_iter()
+            .filter(|(_, entries)| *entries > 0)
+            .filter_map(|(segment, entries)| {
+                let (name, family) = crate::Family::parse_segment(segment)?;
+                name.as_str().starts_with(prefix).then(|| ListedLock {
+                    name: name.as_str().to_owned(),
+                    family,
+                    entries,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.name, a.family).cmp(&(&b.name, b.family)));
+        out
+    }
+}
+
 /// A distributed-lock backend.
 ///
 /// Every request carries a [`crate::LockKind`]: the mutex, a semaphore permit, a read-write lock's
@@ -99,6 +133,17 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// `inspect`), never used for locking decisions.
     async fn inspect(&self, name: &LockName) -> Result<LockInfo>;
 
+    /// The locks of this backend's namespace whose names start with `prefix` and that have holders
+    /// or waiters now, sorted by name then family: a read-only look for operators (the CLI's
+    /// `list`). The default refuses (a backend that cannot enumerate its locks).
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
+        let _ = prefix;
+        Err(crate::LockError::InvalidOption(format!(
+            "{} cannot list its locks",
+            self.kind()
+        )))
+    }
+
     /// Who leads the election `name` now: the holder of its [`crate::LockKind::Leader`] queue, with
     /// its value and term. The default refuses (a backend without elections).
     async fn leader(&self, name: &LockName) -> Result<Option<crate::Leader>> {
@@ -152,18 +197,5 @@ pub(crate) async fn bounded<T>(
             message: format!("{} did not answer within {limit:?} ({what})", backend.kind()),
             source: None,
         }),
-    }
-}
-
-/// Temporary: refuses every kind but the mutex (`InvalidOption`), for a backend that serves
-/// mutexes only.
-#[doc(hidden)]
-pub fn unsupported_kind(backend: &str, req: &LockRequest) -> Result<()> {
-    match req.kind {
-        crate::LockKind::Mutex => Ok(()),
-        _ => Err(crate::LockError::InvalidOption(format!(
-            "{backend} has no {}s yet",
-            req.kind.family().name()
-        ))),
     }
 }

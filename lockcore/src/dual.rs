@@ -267,6 +267,11 @@ impl LockBackend for Dual {
         Ok(info)
     }
 
+    /// The new backend's locks.
+    async fn list(&self, prefix: &str) -> Result<Vec<crate::ListedLock>> {
+        self.new.list(prefix).await
+    }
+
     /// The new backend's leader (every dual leader leads in both).
     async fn leader(&self, name: &LockName) -> Result<Option<crate::Leader>> {
         self.new.leader(name).await

@@ -6,10 +6,13 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
+use tokio::time::Instant;
+
 use crate::backend::bounded;
 use crate::error::Result;
 use crate::lease::{Lease, LostReason};
 use crate::locker::Locker;
+use crate::metrics::Labels;
 
 /// A held lock. Renewed in the background while it lives; released by [`LockGuard::release`] or,
 /// best effort, when dropped.
@@ -23,17 +26,30 @@ pub struct LockGuard {
     lease: Lease,
     watch_id: u64,
     finished: bool,
+    labels: Labels,
+    granted: Instant,
 }
 
 impl LockGuard {
-    pub(crate) fn new(locker: Locker, lease: Lease, max_hold: Option<std::time::Duration>) -> Self {
+    pub(crate) fn new(locker: Locker, lease: Lease, max_hold: Option<std::time::Duration>, labels: Labels) -> Self {
         let watch_id = locker.inner().watchdog.register(lease.clone(), max_hold);
+        let on_lost = labels.clone();
+        lease.lost.on_lost(move |reason| on_lost.lost(reason));
         LockGuard {
             locker,
             lease,
             watch_id,
             finished: false,
+            labels,
+            granted: Instant::now(),
         }
+    }
+
+    /// Stops renewing and counts the end of the guard.
+    fn finish(&mut self) {
+        self.finished = true;
+        self.locker.inner().watchdog.unregister(self.watch_id);
+        self.labels.guard_ended(self.granted.elapsed());
     }
 
     /// The lock name.
@@ -98,17 +114,25 @@ impl LockGuard {
     /// Returns [`crate::LockError::NotHeld`] if the lock was no longer ours (lost, expired, or
     /// already released by the watchdog after `max_hold`).
     pub async fn release(mut self) -> Result<()> {
-        self.finished = true;
-        self.locker.inner().watchdog.unregister(self.watch_id);
+        self.finish();
         let backend = self.locker.backend();
-        let span = tracing::info_span!("release", lock = %self.lease.name, backend = backend.kind());
+        let span = tracing::info_span!(
+            "release",
+            lock = %self.lease.name,
+            kind = crate::metrics::kind_label(&self.lease.kind),
+            backend = backend.kind(),
+            fencing_token = self.lease.fencing_token,
+            round_trips = tracing::field::Empty,
+        );
         let release = bounded(
             backend.as_ref(),
             "releasing the lock",
             backend.request_timeout(),
             backend.release(&self.lease),
         );
-        let result = release.instrument(span).await;
+        let (result, round_trips) = crate::metrics::counted(release).instrument(span.clone()).await;
+        span.record("round_trips", round_trips);
+        self.labels.released(&result);
         match &result {
             Ok(()) => tracing::info!(fencing_token = self.lease.fencing_token, "released"),
             Err(e) => tracing::warn!(fencing_token = self.lease.fencing_token, error = %e, "release failed"),
@@ -120,8 +144,7 @@ impl LockGuard {
     /// the lock stays held on the server until its TTL runs out. Meant for tests of crash recovery
     /// and for handing a lease over to code that renews it itself.
     pub fn abandon(mut self) -> Lease {
-        self.finished = true;
-        self.locker.inner().watchdog.unregister(self.watch_id);
+        self.finish();
         tracing::info!(lock = %self.lease.name, "lock abandoned without release");
         self.lease.clone()
     }
@@ -132,14 +155,17 @@ impl Drop for LockGuard {
         if self.finished {
             return;
         }
-        self.locker.inner().watchdog.unregister(self.watch_id);
+        self.finish();
         let backend = self.locker.backend().clone();
         let lease = self.lease.clone();
+        let labels = self.labels.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
                     let limit = backend.request_timeout();
-                    match bounded(backend.as_ref(), "releasing the lock", limit, backend.release(&lease)).await {
+                    let result = bounded(backend.as_ref(), "releasing the lock", limit, backend.release(&lease)).await;
+                    labels.released(&result);
+                    match result {
                         Ok(()) => tracing::debug!(lock = %lease.name, "released on drop"),
                         Err(e) => tracing::warn!(lock = %lease.name, error = %e, "release on drop failed"),
                     }

@@ -153,6 +153,18 @@ impl Family {
     pub fn segment(self, name: &LockName) -> String {
         format!("{}{}", name.encoded(), self.suffix())
     }
+
+    /// The name and family of a [`Family::segment`]; `None` for anything else.
+    pub fn parse_segment(segment: &str) -> Option<(LockName, Family)> {
+        let (encoded, family) = match segment.find('.') {
+            None => (segment, Family::Mutex),
+            Some(dot) => (
+                &segment[..dot],
+                *Family::ALL.iter().find(|f| f.suffix() == &segment[dot..])?,
+            ),
+        };
+        Some((LockName::decode(encoded)?, family))
+    }
 }
 
 /// A held lock, as a backend reports it.
@@ -224,12 +236,17 @@ impl fmt::Display for LostReason {
 #[derive(Clone)]
 pub struct LostSignal {
     tx: Arc<watch::Sender<Option<LostReason>>>,
+    /// Called once with the reason when the signal fires (lockcore's metrics).
+    hook: Arc<std::sync::Mutex<Option<LostHook>>>,
 }
+
+type LostHook = Box<dyn FnOnce(&LostReason) + Send>;
 
 impl Default for LostSignal {
     fn default() -> Self {
         LostSignal {
             tx: Arc::new(watch::channel(None).0),
+            hook: Arc::default(),
         }
     }
 }
@@ -242,14 +259,33 @@ impl LostSignal {
 
     /// Marks the lease lost. Returns true if this call was the one that fired it.
     pub fn fire(&self, reason: LostReason) -> bool {
-        self.tx.send_if_modified(|current| {
+        let fired = self.tx.send_if_modified(|current| {
             if current.is_none() {
-                *current = Some(reason);
+                *current = Some(reason.clone());
                 true
             } else {
                 false
             }
-        })
+        });
+        if fired {
+            let hook = self.hook.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(hook) = hook {
+                hook(&reason);
+            }
+        }
+        fired
+    }
+
+    /// Calls `hook` once with the reason when the signal fires (at once if it has fired).
+    pub(crate) fn on_lost(&self, hook: impl FnOnce(&LostReason) + Send + 'static) {
+        let mut slot = self.hook.lock().unwrap_or_else(|e| e.into_inner());
+        match self.reason() {
+            Some(reason) => {
+                drop(slot);
+                hook(&reason);
+            }
+            None => *slot = Some(Box::new(hook)),
+        }
     }
 
     /// Whether the lease has been declared lost.

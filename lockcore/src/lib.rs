@@ -58,6 +58,7 @@ mod guard;
 mod lease;
 mod locker;
 mod memory;
+pub mod metrics;
 mod name;
 mod outage;
 pub mod queue;
@@ -65,7 +66,7 @@ mod rwlock;
 pub mod url;
 mod watchdog;
 
-pub use backend::{unsupported_kind, HolderInfo, LockBackend, LockInfo, DEFAULT_REQUEST_TIMEOUT};
+pub use backend::{HolderInfo, ListedLock, LockBackend, LockInfo, DEFAULT_REQUEST_TIMEOUT};
 pub use descriptor::{Connecting, Descriptor, TtlScope};
 pub use dual::Dual;
 pub use election::{Campaign, Election, Leader, LeaderGuard, LeaderWatch, MAX_VALUE_LEN};

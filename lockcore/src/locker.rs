@@ -12,6 +12,7 @@ use crate::election::{Election, MAX_VALUE_LEN};
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
 use crate::lease::{LockKind, LockRequest, DEFAULT_TTL, MAX_PERMITS, MAX_TTL, MIN_TTL};
+use crate::metrics::{counted, failure_outcome, Labels, NameLabel};
 use crate::name::LockName;
 use crate::rwlock::RwLock;
 use crate::watchdog::Watchdog;
@@ -46,6 +47,8 @@ pub struct Locker {
 pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn LockBackend>,
     pub(crate) watchdog: Watchdog,
+    /// The `name` label of this locker's metrics, if any (see [`Locker::with_name_label`]).
+    name_label: Option<NameLabel>,
 }
 
 impl Locker {
@@ -58,8 +61,38 @@ impl Locker {
     pub fn from_arc(backend: Arc<dyn LockBackend>) -> Self {
         let watchdog = Watchdog::new(backend.clone());
         Locker {
-            inner: Arc::new(Inner { backend, watchdog }),
+            inner: Arc::new(Inner {
+                backend,
+                watchdog,
+                name_label: None,
+            }),
         }
+    }
+
+    /// This locker with a `name` label on its metrics: `label` turns a lock name into the label's
+    /// value, or `None` for no label (see [`crate::metrics`]). Lock names are unbounded and each
+    /// label value is a time series, so map them onto a few: e.g. the part before the first `/`
+    /// (`|name| name.split('/').next().map(str::to_owned)`). Call it before taking locks: the
+    /// returned locker renews its locks apart from this one's.
+    pub fn with_name_label(self, label: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Locker {
+        let backend = self.inner.backend.clone();
+        Locker {
+            inner: Arc::new(Inner {
+                watchdog: Watchdog::new(backend.clone()),
+                backend,
+                name_label: Some(Arc::new(label)),
+            }),
+        }
+    }
+
+    /// The metric labels of a request.
+    fn labels(&self, req: &LockRequest) -> Labels {
+        Labels::new(
+            self.inner.backend.kind(),
+            &req.kind,
+            req.name.as_str(),
+            self.inner.name_label.as_ref(),
+        )
     }
 
     /// Starts a request for the mutex `name`; set options on the builder, then call
@@ -97,6 +130,13 @@ impl Locker {
         Election::new(self.clone(), name.into())
     }
 
+    /// A request for `kind` of the lock `name`: what [`Locker::lock`], [`Locker::semaphore`],
+    /// [`RwLock::read`]/[`RwLock::write`] and [`crate::Election::campaign`] build, for code that
+    /// chooses the kind at run time (a command-line tool).
+    pub fn request(&self, name: impl Into<String>, kind: LockKind) -> LockBuilder {
+        self.build(name.into(), kind)
+    }
+
     pub(crate) fn build(&self, name: String, kind: LockKind) -> LockBuilder {
         LockBuilder {
             locker: self.clone(),
@@ -123,6 +163,20 @@ impl Locker {
             "inspecting a lock",
             backend.request_timeout(),
             backend.inspect(&name),
+        )
+        .await
+    }
+
+    /// The locks whose names start with `prefix` that someone holds or waits for, with their kind
+    /// and number of entries: a read-only look for operators (the CLI's `list`). Bounded by the
+    /// backend's request timeout.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<crate::ListedLock>> {
+        let backend = self.backend();
+        bounded(
+            backend.as_ref(),
+            "listing locks",
+            backend.request_timeout(),
+            backend.list(prefix),
         )
         .await
     }
@@ -229,11 +283,19 @@ impl LockBuilder {
     pub async fn acquire(self) -> Result<LockGuard> {
         let req = self.request()?;
         let backend = self.locker.inner().backend.clone();
-        let span =
-            tracing::info_span!("acquire", lock = %req.name, kind = req.kind.family().name(), backend = backend.kind());
+        let labels = self.locker.labels(&req);
+        let span = tracing::info_span!(
+            "acquire",
+            lock = %req.name,
+            kind = crate::metrics::kind_label(&req.kind),
+            backend = backend.kind(),
+            fencing_token = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            round_trips = tracing::field::Empty,
+        );
         async {
             let start = Instant::now();
-            let result = match self.timeout {
+            let call = async { match self.timeout {
                 None => backend.acquire(&req, None).await,
                 // A zero timeout is exactly one attempt, whatever the round-trip time.
                 Some(t) if t.is_zero() => {
@@ -259,22 +321,35 @@ impl LockBuilder {
                             })
                         })
                 }
-            };
+            } };
+            let (result, round_trips) = counted(call).await;
+            let span = tracing::Span::current();
+            span.record("round_trips", round_trips);
             match result {
                 Ok(lease) => {
-                    tracing::info!(fencing_token = lease.fencing_token, waited = ?start.elapsed(), "acquired");
+                    let waited = start.elapsed();
+                    span.record("fencing_token", lease.fencing_token);
+                    span.record("outcome", "acquired");
+                    tracing::info!(fencing_token = lease.fencing_token, ?waited, "acquired");
                     if lease.ttl != req.ttl {
                         tracing::debug!(requested = ?req.ttl, effective = ?lease.ttl, "the backend enforces another TTL");
                     }
-                    Ok(LockGuard::new(self.locker, lease, self.max_hold))
+                    // A grant sent later than the first attempt is one that waited for a release.
+                    let handover = lease.acquired_at > start + Duration::from_millis(1);
+                    labels.acquire_ended("acquired", waited, handover);
+                    Ok(LockGuard::new(self.locker, lease, self.max_hold, labels))
                 }
                 Err(LockError::Timeout(_)) => {
                     let waited = self.timeout.unwrap_or_default();
+                    span.record("outcome", "timeout");
                     tracing::info!(?waited, "timed out");
+                    labels.acquire_ended("timeout", start.elapsed(), false);
                     Err(LockError::Timeout(waited))
                 }
                 Err(e) => {
+                    span.record("outcome", failure_outcome(&e));
                     tracing::warn!(error = %e, "acquire failed");
+                    labels.acquire_ended(failure_outcome(&e), start.elapsed(), false);
                     Err(e)
                 }
             }
@@ -290,7 +365,16 @@ impl LockBuilder {
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
         let req = self.request()?;
         let backend = self.locker.inner().backend.clone();
-        let span = tracing::info_span!("try_acquire", lock = %req.name, kind = req.kind.family().name(), backend = backend.kind());
+        let labels = self.locker.labels(&req);
+        let span = tracing::info_span!(
+            "try_acquire",
+            lock = %req.name,
+            kind = crate::metrics::kind_label(&req.kind),
+            backend = backend.kind(),
+            fencing_token = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            round_trips = tracing::field::Empty,
+        );
         let limit = match self.timeout {
             Some(t) if !t.is_zero() => t.min(backend.request_timeout()),
             _ => backend.request_timeout(),
@@ -301,7 +385,19 @@ impl LockBuilder {
             limit,
             backend.try_acquire(&req),
         );
-        let lease = attempt.instrument(span).await?;
-        Ok(lease.map(|lease| LockGuard::new(self.locker, lease, self.max_hold)))
+        let start = Instant::now();
+        let (result, round_trips) = counted(attempt).instrument(span.clone()).await;
+        span.record("round_trips", round_trips);
+        let outcome = match &result {
+            Ok(Some(lease)) => {
+                span.record("fencing_token", lease.fencing_token);
+                "acquired"
+            }
+            Ok(None) => "busy",
+            Err(e) => failure_outcome(e),
+        };
+        span.record("outcome", outcome);
+        labels.acquire_ended(outcome, start.elapsed(), false);
+        Ok(result?.map(|lease| LockGuard::new(self.locker, lease, self.max_hold, labels)))
     }
 }

@@ -467,6 +467,22 @@ impl LockBackend for MemoryBackend {
         leases.iter().map(|lease| self.renew_one(lease)).collect()
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<crate::ListedLock>> {
+        let now = Instant::now();
+        let mut state = self.store.lock();
+        let keys: Vec<String> = state.locks.keys().cloned().collect();
+        let mut segments = Vec::with_capacity(keys.len());
+        for key in keys {
+            self.store.expire(&mut state, &key, now);
+            let entries = state.locks.get(&key).map_or(0, |e| e.len());
+            segments.push((key, entries));
+        }
+        Ok(crate::ListedLock::from_segments(
+            prefix,
+            segments.iter().map(|(key, n)| (key.as_str(), *n)),
+        ))
+    }
+
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
         Ok(self.current_leader(name).0)
     }

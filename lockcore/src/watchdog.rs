@@ -12,8 +12,9 @@
 //! - a failed renewal is retried after `t/10`; `NotHeld` fires `lost()` at once; no success before
 //!   the validity ends fires `lost()` with [`LostReason::RenewalFailed`].
 //!
-//! The task exits when no lease is registered and is started again by the next registration, so
-//! an idle `Locker` costs nothing.
+//! The task exits once no lease has been registered for [`LINGER`] (or at once when its `Locker`
+//! is dropped), and is started again by the next registration: an idle `Locker` costs nothing,
+//! and a busy one does not start a task for every lock it takes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,6 +26,9 @@ use tracing::Instrument;
 
 use crate::backend::LockBackend;
 use crate::lease::{Lease, LostReason};
+
+/// How long the task stays after its last lease ended, waiting for the next one.
+const LINGER: Duration = Duration::from_secs(10);
 
 /// The safety margin subtracted from a lease's TTL.
 pub(crate) fn margin(ttl: Duration) -> Duration {
@@ -39,7 +43,7 @@ pub(crate) struct Watchdog {
 struct Shared {
     backend: Arc<dyn LockBackend>,
     state: Mutex<State>,
-    wake: Notify,
+    wake: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -70,7 +74,7 @@ impl Watchdog {
             shared: Arc::new(Shared {
                 backend,
                 state: Mutex::new(State::default()),
-                wake: Notify::new(),
+                wake: Arc::new(Notify::new()),
             }),
         }
     }
@@ -120,6 +124,13 @@ impl Watchdog {
     }
 }
 
+impl Drop for Watchdog {
+    /// Wakes the task, which finds its `Locker` gone and ends.
+    fn drop(&mut self) {
+        self.shared.wake.notify_one();
+    }
+}
+
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock cannot leave the map inconsistent; keep going.
@@ -128,11 +139,17 @@ impl Shared {
 }
 
 async fn run(shared: Arc<Shared>) {
+    // Between batches the task holds only a weak reference, so that dropping the Locker frees
+    // the backend (its connections) without waiting for the task.
+    let (weak, wake) = (Arc::downgrade(&shared), shared.wake.clone());
+    drop(shared);
+    let mut idle_since: Option<Instant> = None;
     loop {
+        let Some(shared) = weak.upgrade() else { return };
         let now = Instant::now();
         let mut due = Vec::new();
         let mut ended = Vec::new();
-        let (next_wake, earliest_expiry) = {
+        let work = {
             let mut state = shared.lock();
             state.entries.retain(|_, e| {
                 if e.lease.lost.is_lost() {
@@ -149,23 +166,39 @@ async fn run(shared: Arc<Shared>) {
                 }
             });
             if state.entries.is_empty() && ended.is_empty() {
-                state.task_running = false;
-                return;
-            }
-            // When a batch goes out, it takes everything due within the next half interval too:
-            // renewing early is safe, and it merges leases taken at different times into one
-            // batch per interval.
-            if state.entries.values().any(|e| e.renew_at <= now) {
-                for (id, e) in &state.entries {
-                    let slack = shared.backend.renew_interval(e.lease.ttl) / 2;
-                    if e.renew_at <= now + slack {
-                        due.push((*id, e.lease.clone()));
+                let since = *idle_since.get_or_insert(now);
+                if now >= since + LINGER {
+                    state.task_running = false;
+                    return;
+                }
+                None
+            } else {
+                idle_since = None;
+                // When a batch goes out, it takes everything due within the next half interval too:
+                // renewing early is safe, and it merges leases taken at different times into one
+                // batch per interval.
+                if state.entries.values().any(|e| e.renew_at <= now) {
+                    for (id, e) in &state.entries {
+                        let slack = shared.backend.renew_interval(e.lease.ttl) / 2;
+                        if e.renew_at <= now + slack {
+                            due.push((*id, e.lease.clone()));
+                        }
                     }
                 }
+                let next_wake = state.entries.values().map(Entry::next_event).min();
+                let earliest_expiry = state.entries.values().map(|e| e.valid_until).min();
+                Some((next_wake, earliest_expiry))
             }
-            let next_wake = state.entries.values().map(Entry::next_event).min();
-            let earliest_expiry = state.entries.values().map(|e| e.valid_until).min();
-            (next_wake, earliest_expiry)
+        };
+        let Some((next_wake, earliest_expiry)) = work else {
+            // Idle: wait for the next lease (or the Locker's end) without holding the backend.
+            let since = idle_since.unwrap_or(now);
+            drop(shared);
+            tokio::select! {
+                _ = tokio::time::sleep_until(since + LINGER) => {}
+                _ = wake.notified() => {}
+            }
+            continue;
         };
 
         for (lease, ending) in ended {
@@ -202,6 +235,7 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
         .await;
     let now = Instant::now();
     let mut lost = Vec::new();
+    let (mut renewed, mut gone, mut failed) = (0, 0, 0);
     {
         let mut state = shared.lock();
         for (i, id) in ids.iter().enumerate() {
@@ -218,6 +252,11 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
                 continue;
             };
             let ttl = entry.lease.ttl;
+            match &outcome {
+                Renewal::Renewed => renewed += 1,
+                Renewal::Gone(_) => gone += 1,
+                Renewal::Failed(_) => failed += 1,
+            }
             match outcome {
                 Renewal::Renewed => {
                     entry.valid_until = sent + ttl - margin(ttl);
@@ -236,6 +275,7 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
             }
         }
     }
+    crate::metrics::renewal_batch(shared.backend.kind(), now - sent, renewed, gone, failed);
     for (lease, reason) in lost {
         fire_lost(&lease, reason);
     }

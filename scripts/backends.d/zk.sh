@@ -7,6 +7,10 @@ register_ids zk cluster zk-1 zk-2 zk-3
 leader_group zk-ensemble "ZooKeeper ensemble leader" zk-1 zk-2 zk-3
 need_check zk_jar zookeeper "zookeeper.jar (looked in /usr/share/java, /usr/share/zookeeper)" # pulls libzookeeper-java + deps
 need_command java default-jre-headless
+# backend-zk/tests/curator_interop.rs runs Apache Curator's recipes against locksmith's: it compiles
+# its Java peer with javac against Debian's Curator jars (which pull in the framework and client).
+need_file /usr/share/java/curator-recipes.jar libcurator-recipes-java
+need_command javac default-jdk-headless
 
 zk_ports() { # client 21810 (+member); ensemble members also quorum 2888N and election 3888N
     local n

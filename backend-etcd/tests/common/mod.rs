@@ -8,7 +8,7 @@ use std::time::Duration;
 use backend_etcd::{Layout, DEFAULT_NAMESPACE};
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, BackendUrl, LockName, Locker};
+use lockcore::{async_trait, BackendUrl, Family, LockName, Locker};
 
 pub use lockcore::conformance::env_url;
 
@@ -173,6 +173,10 @@ impl Harness for EtcdHarness {
 
     async fn residue(&self, name: &LockName) -> Vec<String> {
         keys_under(&self.admin, &self.layout.lock_prefix(name)).await
+    }
+
+    async fn residue_in(&self, family: Family, name: &LockName) -> Vec<String> {
+        keys_under(&self.admin, &self.layout.prefix(family, name)).await
     }
 
     fn short_ttl(&self) -> Duration {

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use backend_redis::LockKeys;
+use backend_redis::{KindKeys, LockKeys};
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, BackendUrl, LockName, Locker};
+use lockcore::{async_trait, BackendUrl, Family, LockName, Locker};
 
 pub use lockcore::conformance::env_url;
 
@@ -213,6 +213,41 @@ impl RedisHarness {
     pub fn keys(&self, name: &LockName) -> LockKeys {
         LockKeys::for_url(&self.parsed, name).expect("keys")
     }
+
+    /// The keys of a semaphore, read-write lock or election.
+    pub fn kind_keys(&self, family: Family, name: &LockName) -> KindKeys {
+        KindKeys::for_url(&self.parsed, family, name).expect("keys")
+    }
+}
+
+/// The server's clock in ms (on a cluster: some node's; they share this machine's clock).
+pub async fn server_ms(conn: &mut Admin) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// The holders (before their deadline) and the waiters of a semaphore, read-write lock or
+/// election, as `holder:<entry>` and `waiter:<entry>`.
+pub async fn kind_entries(conn: &mut Admin, keys: &KindKeys) -> Vec<String> {
+    let now = server_ms(conn).await;
+    let holders: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+        .arg(&keys.holders)
+        .arg(format!("({now}"))
+        .arg("+inf")
+        .query_async(conn)
+        .await
+        .expect("ZRANGEBYSCORE");
+    let waiters: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&keys.queue)
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .expect("ZRANGE");
+    let holders = holders.into_iter().map(|h| format!("holder:{h}"));
+    holders
+        .chain(waiters.into_iter().map(|w| format!("waiter:{w}")))
+        .collect()
 }
 
 #[async_trait]
@@ -246,6 +281,13 @@ impl Harness for RedisHarness {
             .await
             .expect("ZRANGE");
         holder.into_iter().chain(queued).collect()
+    }
+
+    async fn residue_in(&self, family: Family, name: &LockName) -> Vec<String> {
+        if family == Family::Mutex {
+            return self.residue(name).await;
+        }
+        kind_entries(&mut self.admin.clone(), &self.kind_keys(family, name)).await
     }
 
     fn short_ttl(&self) -> Duration {

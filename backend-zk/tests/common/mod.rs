@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, BackendUrl, LockName, Locker};
+use lockcore::{async_trait, BackendUrl, Family, LockName, Locker};
 use zookeeper_client as zk;
 
 /// The namespace every test locks under.
@@ -45,17 +45,49 @@ pub fn lock_path(name: &LockName) -> String {
     format!("{NAMESPACE}/{}", name.encoded())
 }
 
-/// The contender nodes of `name`, in queue order (holder first).
+/// The node of `name` in `family`: `<namespace>/<encoded><suffix>`.
+pub fn family_path(family: Family, name: &LockName) -> String {
+    format!("{NAMESPACE}/{}", family.segment(name))
+}
+
+/// The contender nodes of the mutex `name`, in queue order (holder first).
 pub async fn contenders(admin: &zk::Client, name: &LockName) -> Vec<String> {
-    let path = lock_path(name);
-    let mut children = match admin.list_children(&path).await {
+    children_of(admin, &lock_path(name)).await
+}
+
+/// The children of `path` as full paths, in queue order (by the sequence number ZooKeeper
+/// appended, the last 10 characters, whatever the prefix); none if `path` does not exist.
+pub async fn children_of(admin: &zk::Client, path: &str) -> Vec<String> {
+    let mut children = match admin.list_children(path).await {
         Ok(children) => children,
         Err(zk::Error::NoNode) => return Vec::new(),
         Err(e) => panic!("listing {path}: {e}"),
     };
-    // By the sequence number ZooKeeper appended (the last 10 characters), whatever the prefix.
     children.sort_by_key(|c| c[c.len().saturating_sub(10)..].to_owned());
     children.into_iter().map(|c| format!("{path}/{c}")).collect()
+}
+
+/// The holder and waiter entries of `name` in `family`: the contenders of a mutex, read-write
+/// lock or election; for a semaphore, one entry per contender whether it has a lease, a node in
+/// the internal lock or both (locksmith gives both nodes of one contender the same `_c_<uuid>-`):
+/// its lease if it has one, else its internal-lock node.
+pub async fn entries(admin: &zk::Client, family: Family, name: &LockName) -> Vec<String> {
+    let path = family_path(family, name);
+    if family != Family::Semaphore {
+        return children_of(admin, &path).await;
+    }
+    let leases = children_of(admin, &format!("{path}/leases")).await;
+    let locks = children_of(admin, &format!("{path}/locks")).await;
+    let contender = |node: &str| {
+        let child = node.rsplit('/').next().unwrap_or(node);
+        child.get(..40).unwrap_or(child).to_owned() // `_c_` + 36-character uuid + `-`
+    };
+    let mut seen = std::collections::HashSet::new();
+    leases
+        .into_iter()
+        .chain(locks)
+        .filter(|node| seen.insert(contender(node)))
+        .collect()
 }
 
 /// `base` (a URL that may have a query of its own) with the test namespace and `options` added.
@@ -91,6 +123,16 @@ impl ZkHarness {
     /// client uses its plaintext port with the same digest identity, which the ACL lets in.
     pub async fn secure() -> ZkHarness {
         let base = env_url("LOCKSMITH_TEST_ZK_SECURE");
+        ZkHarness {
+            url: with_namespace(&base, &format!("session_timeout={}ms", CONFORMANCE_SESSION.as_millis())),
+            admin: Self::secure_admin().await,
+        }
+    }
+
+    /// A client of the secured server's plaintext port (`LOCKSMITH_TEST_ZK_SECURE_PLAIN`) with the
+    /// digest identity of `LOCKSMITH_TEST_ZK_SECURE`.
+    pub async fn secure_admin() -> zk::Client {
+        let base = env_url("LOCKSMITH_TEST_ZK_SECURE");
         let plain = env_url("LOCKSMITH_TEST_ZK_SECURE_PLAIN");
         let parsed = BackendUrl::parse(&base).expect("secure URL");
         let (user, password) = parsed.credentials.clone().expect("credentials in the secure URL");
@@ -99,14 +141,10 @@ impl ZkHarness {
             .with_session_timeout(Duration::from_secs(10))
             .with_auth("digest", auth.as_bytes())
             .connect(&plain);
-        let admin = tokio::time::timeout(Duration::from_secs(20), connect)
+        tokio::time::timeout(Duration::from_secs(20), connect)
             .await
             .expect("admin connect timed out")
-            .expect("admin connect");
-        ZkHarness {
-            url: with_namespace(&base, &format!("session_timeout={}ms", CONFORMANCE_SESSION.as_millis())),
-            admin,
-        }
+            .expect("admin connect")
     }
 }
 
@@ -132,6 +170,10 @@ impl Harness for ZkHarness {
 
     async fn residue(&self, name: &LockName) -> Vec<String> {
         contenders(&self.admin, name).await
+    }
+
+    async fn residue_in(&self, family: Family, name: &LockName) -> Vec<String> {
+        entries(&self.admin, family, name).await
     }
 
     fn short_ttl(&self) -> Duration {

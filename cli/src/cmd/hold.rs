@@ -18,7 +18,9 @@ pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
         locker = session.connect() => locker?,
         sig = signals.recv() => return Ok(128 + sig as u8),
     };
-    let guard = session.acquire(&locker, &args.name, &mut signals).await?;
+    let guard = session
+        .acquire(&locker, &args.name, args.kind.kind(), &mut signals)
+        .await?;
     session.out.acquired(&guard);
     let until = match (args.hold_for, args.ignore_stdin) {
         (Some(d), _) => format!("for {}", human(d)),

@@ -2,7 +2,10 @@
 //!
 //! [`Failure`]: crate::exit::Failure
 
+pub mod elect;
 pub mod hold;
 pub mod inspect;
+pub mod leader;
+pub mod list;
 pub mod run;
 pub mod try_once;

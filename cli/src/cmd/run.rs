@@ -1,6 +1,10 @@
-//! `locksmith run NAME -- CMD ARGS…`: run a command while holding a lock.
+//! `locksmith run NAME -- CMD ARGS…`: run a command while holding a lock (or a semaphore permit,
+//! or a side of a read-write lock); and what `elect` shares with it: running CMD under a guard.
 
+use std::ffi::OsString;
 use std::time::Duration;
+
+use locksmith::LockGuard;
 
 use crate::args::RunArgs;
 use crate::child::Cmd;
@@ -17,16 +21,19 @@ enum End {
     Lost(String),
 }
 
-/// Acquires NAME, runs CMD with `LOCKSMITH_FENCING_TOKEN` and `LOCKSMITH_LOCK_NAME` set, and
-/// releases when CMD exits: exit CMD's code. If the lock is lost first, CMD's process group gets
-/// SIGTERM, SIGKILL after the grace period, and the exit code is 4.
+/// Acquires NAME (`--permits`, `--read`, `--write`: a permit or a side of it), runs CMD with
+/// `LOCKSMITH_FENCING_TOKEN` and `LOCKSMITH_LOCK_NAME` set, and releases when CMD exits: exit
+/// CMD's code. If the lock is lost first, CMD's process group gets SIGTERM, SIGKILL after the
+/// grace period, and the exit code is 4.
 pub async fn run(session: &Session, args: &RunArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
     let locker = tokio::select! {
         locker = session.connect() => locker?,
         sig = signals.recv() => return Ok(128 + sig as u8),
     };
-    let guard = session.acquire(&locker, &args.name, &mut signals).await?;
+    let guard = session
+        .acquire(&locker, &args.name, args.kind.kind(), &mut signals)
+        .await?;
     let token = guard.fencing_token();
     session
         .out
@@ -35,7 +42,31 @@ pub async fn run(session: &Session, args: &RunArgs) -> Result<u8, Failure> {
         ("LOCKSMITH_FENCING_TOKEN", token.to_string()),
         ("LOCKSMITH_LOCK_NAME", args.name.clone()),
     ];
-    let mut cmd = match Cmd::spawn(&args.command, &env) {
+    run_held(
+        session,
+        guard,
+        &args.name,
+        &args.command,
+        &env,
+        args.grace,
+        &mut signals,
+    )
+    .await
+}
+
+/// Runs CMD with `env` while `guard` is held, and gives the guard up when CMD exits: CMD's exit
+/// code. If the guard is lost first, CMD's process group gets SIGTERM, SIGKILL after `grace`, and
+/// the exit code is 4.
+pub async fn run_held(
+    session: &Session,
+    guard: LockGuard,
+    name: &str,
+    command: &[OsString],
+    env: &[(&str, String)],
+    grace: Duration,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let mut cmd = match Cmd::spawn(command, env) {
         Ok(cmd) => cmd,
         Err(failure) => {
             let _ = guard.release().await;
@@ -64,16 +95,12 @@ pub async fn run(session: &Session, args: &RunArgs) -> Result<u8, Failure> {
             Ok(()) => Ok(code),
             Err(e) if e.is_not_held() => Err(Failure::new(
                 LOST,
-                format!(
-                    "CMD exited with {code}, but {:?} was lost before it could be released",
-                    args.name
-                ),
+                format!("CMD exited with {code}, but {name:?} was lost before it could be released"),
             )),
             Err(e) => {
                 // CMD ran under the lock; the lease expires by itself after its TTL.
                 session.out.status(format_args!(
-                    "releasing {:?} failed (it expires after its TTL): {e}",
-                    args.name
+                    "releasing {name:?} failed (it expires after its TTL): {e}"
                 ));
                 Ok(code)
             }
@@ -81,13 +108,13 @@ pub async fn run(session: &Session, args: &RunArgs) -> Result<u8, Failure> {
         End::Lost(reason) => {
             session
                 .out
-                .status(format_args!("lost {:?}: {reason}; sending SIGTERM to CMD", args.name));
+                .status(format_args!("lost {name:?}: {reason}; sending SIGTERM to CMD"));
             cmd.signal(libc::SIGTERM);
-            stop(session, &mut cmd, &mut signals, args.grace).await;
+            stop(session, &mut cmd, signals, grace).await;
             drop(guard); // no waiting for a release: the lock is gone already
             Err(Failure::new(
                 LOST,
-                format!("lost {:?} while CMD was running: {reason}", args.name),
+                format!("lost {name:?} while CMD was running: {reason}"),
             ))
         }
     }

@@ -4,14 +4,17 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::args::TryArgs;
 use crate::exit::{Failure, NOT_ACQUIRED};
 use crate::session::Session;
 
-/// Acquires NAME if it is free, prints the fencing token and releases (exit 0); exit 1 if held.
-/// `--timeout` bounds the whole command: a backend that does not answer within it is exit 3.
-pub async fn try_once(session: &Session, name: &str) -> Result<u8, Failure> {
+/// Acquires NAME (or one of its permits, or a side of it) if it is free, prints the fencing token
+/// and releases (exit 0); exit 1 if held. `--timeout` bounds the whole command: a backend that
+/// does not answer within it is exit 3.
+pub async fn try_once(session: &Session, args: &TryArgs) -> Result<u8, Failure> {
+    let name = args.name.as_str();
     let locker = session.connect().await?;
-    let mut builder = locker.lock(name).ttl(session.ttl);
+    let mut builder = session.request(&locker, name, args.kind.kind());
     if let Some(left) = session.time_left() {
         builder = builder.timeout(left.max(Duration::from_millis(1)));
     }

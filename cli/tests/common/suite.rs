@@ -19,10 +19,12 @@ fn timed_run(args: &[&str]) -> (Output, Duration) {
     (out, start.elapsed())
 }
 
-/// Expands one `#[test]` per test body below, each with the backend built by `$backend`.
+/// Expands one `#[test]` per test body below, each with the backend built by `$backend`;
+/// `(mutex_only $backend)` leaves out the semaphore, read-write lock and election tests (for a
+/// layout that serves mutexes only).
 #[macro_export]
 macro_rules! cli_suite {
-    ($backend:expr) => {
+    (mutex_only $backend:expr) => {
         $crate::cli_suite!(@tests $backend;
             try_prints_a_token_and_releases, hold_excludes_try_in_another_process, hold_for_releases_after_the_duration,
             hold_releases_on_sigterm, inspect_shows_holder_and_free_lock, run_passes_token_and_exit_code,
@@ -32,6 +34,12 @@ macro_rules! cli_suite {
             run_cmd_gets_sigterm_when_locksmith_is_killed, silent_server_ends_try_and_inspect_at_the_timeout,
             waiter_whose_server_goes_down_exits_3_at_its_deadline, hold_exits_4_as_soon_as_the_lock_is_lost,
             connect_timeout_lengthens_the_wait);
+    };
+    ($backend:expr) => {
+        $crate::cli_suite!(mutex_only $backend);
+        $crate::cli_suite!(@tests $backend;
+            permits_let_that_many_holders_in, readers_share_and_writers_exclude, elect_runs_cmd_while_leading,
+            list_shows_the_locks_in_use);
     };
     (@tests $backend:expr; $($test:ident),* $(,)?) => {
         $(
@@ -442,4 +450,146 @@ pub fn connect_timeout_lengthens_the_wait(b: &dyn Backend) {
         took >= Duration::from_secs(7) && took <= Duration::from_secs(7) + MARGIN,
         "`--connect-timeout 7s` against a silent server gave up after {took:?}"
     );
+}
+
+/// `--permits 2`: two holders at once, a third `try` exits 1, a different count exits 2, the
+/// mutex of the same name is another lock; a permit frees when its holder ends.
+pub fn permits_let_that_many_holders_in(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("permits");
+    let mut first = Proc::locksmith(&args(&url, &["hold", "--permits", "2", &name]));
+    let t1 = token(&first.next_line());
+    let mut second = Proc::locksmith(&args(&url, &["hold", "--permits", "2", &name]));
+    let t2 = token(&second.next_line());
+    assert!(t2 > t1, "permit tokens {t1} then {t2}");
+    assert_code(&run(&args(&url, &["try", "--permits", "2", &name])), 1);
+    let mismatch = run(&args(&url, &["try", "--permits", "3", &name]));
+    assert_code(&mismatch, 2);
+    assert!(mismatch.stderr.contains("permits"), "{}", mismatch.stderr);
+    assert_code(&run(&args(&url, &["try", &name])), 0);
+    first.close_stdin();
+    assert_code(&first.finish(), 0);
+    let ran = run(&args(
+        &url,
+        &[
+            "--timeout",
+            "10s",
+            "run",
+            "--permits",
+            "2",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKSMITH_FENCING_TOKEN",
+        ],
+    ));
+    assert_code(&ran, 0);
+    assert!(token(&ran.stdout) > t2);
+    second.close_stdin();
+    assert_code(&second.finish(), 0);
+}
+
+/// `--read` and `--write`: readers share, a writer waits for them and excludes them.
+pub fn readers_share_and_writers_exclude(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("rw");
+    let mut r1 = Proc::locksmith(&args(&url, &["hold", "--read", &name]));
+    token(&r1.next_line());
+    let mut r2 = Proc::locksmith(&args(&url, &["hold", "--read", &name]));
+    token(&r2.next_line());
+    assert_code(&run(&args(&url, &["try", "--write", &name])), 1);
+    assert_code(&run(&args(&url, &["try", "--read", &name])), 0);
+    r1.close_stdin();
+    r2.close_stdin();
+    assert_code(&r1.finish(), 0);
+    assert_code(&r2.finish(), 0);
+    let mut w = Proc::locksmith(&args(&url, &["hold", "--write", &name]));
+    token(&w.next_line());
+    assert_code(&run(&args(&url, &["try", "--read", &name])), 1);
+    w.close_stdin();
+    assert_code(&w.finish(), 0);
+}
+
+/// `elect`: the first candidate runs CMD with its term while the second waits; `leader` shows
+/// it; when the first's CMD ends, it resigns and the second leads with a greater term;
+/// `leader --follow` prints each change.
+pub fn elect_runs_cmd_while_leading(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("elect");
+    let mut follow = Proc::locksmith(&args(&url, &["leader", "--follow", &name]));
+    assert_eq!(follow.next_line(), "none");
+    assert_code(&run(&args(&url, &["leader", &name])), 1);
+    let mut one = Proc::locksmith(&args(
+        &url,
+        &[
+            "elect",
+            &name,
+            "--value",
+            "one",
+            "--",
+            "sh",
+            "-c",
+            "echo term=$LOCKSMITH_TERM; exec cat",
+        ],
+    ));
+    let t1: u64 = one.next_line().trim_start_matches("term=").parse().expect("a term");
+    let shown = run(&args(&url, &["leader", &name]));
+    assert_code(&shown, 0);
+    assert_eq!(shown.stdout.trim(), format!("one (term {t1})"));
+    assert_eq!(follow.next_line(), format!("one (term {t1})"));
+    let mut two = Proc::locksmith(&args(
+        &url,
+        &[
+            "elect",
+            &name,
+            "--value",
+            "two",
+            "--",
+            "sh",
+            "-c",
+            "echo term=$LOCKSMITH_TERM",
+        ],
+    ));
+    two.wait_stderr("waiting for");
+    one.close_stdin(); // CMD (cat) ends: `one` resigns
+    assert_code(&one.finish(), 0);
+    let out = two.finish();
+    assert_code(&out, 0);
+    let t2: u64 = out.stdout.trim().trim_start_matches("term=").parse().expect("a term");
+    assert!(t2 > t1, "terms {t1} then {t2}");
+    let mut seen = Vec::new();
+    while seen.last().map(String::as_str) != Some("none") {
+        seen.push(follow.next_line());
+    }
+    assert!(seen.contains(&format!("two (term {t2})")), "--follow printed {seen:?}");
+    follow.signal("TERM");
+}
+
+/// `list PREFIX`: a held lock and a semaphore in use are listed with their kinds; nothing once
+/// they are free.
+pub fn list_shows_the_locks_in_use(b: &dyn Backend) {
+    let url = b.url();
+    let prefix = unique_name("list");
+    let (mutex, sem) = (format!("{prefix}/m"), format!("{prefix}/s"));
+    let mut holder = Proc::locksmith(&args(&url, &["hold", &mutex]));
+    token(&holder.next_line());
+    let mut permit = Proc::locksmith(&args(&url, &["hold", "--permits", "3", &sem]));
+    token(&permit.next_line());
+    let out = run(&args(&url, &["list", &prefix]));
+    assert_code(&out, 0);
+    assert_eq!(out.stdout, format!("{mutex}\tmutex\t1\n{sem}\tsemaphore\t1\n"));
+    holder.close_stdin();
+    permit.close_stdin();
+    assert_code(&holder.finish(), 0);
+    assert_code(&permit.finish(), 0);
+    let mut left = String::from("?");
+    for _ in 0..50 {
+        left = run(&args(&url, &["list", &prefix])).stdout;
+        if left.is_empty() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(left, "", "still listed after the release");
 }

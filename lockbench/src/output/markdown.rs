@@ -3,9 +3,9 @@
 
 use std::fmt::Write;
 
-use super::cell;
 use super::charts::Chart;
 use super::targets::{self, Verdict};
+use super::{cell, costs, find, primitives};
 use crate::model::{Record, Report};
 
 const BACKENDS: &[&str] = &["mem", "etcd", "zk", "redis"];
@@ -40,8 +40,9 @@ pub fn render(report: &Report, charts: &[Chart], charts_href: &str, quick: bool)
         s.push('\n');
     }
     summary(&mut s, report);
-    tls_cost(&mut s, report);
-    redis_topologies(&mut s, report);
+    costs::tls_cost(&mut s, report);
+    costs::redis_topologies(&mut s, report);
+    primitives::section(&mut s, report);
     targets_section(&mut s, report);
     details(&mut s, report);
     if !charts.is_empty() {
@@ -52,116 +53,6 @@ pub fn render(report: &Report, charts: &[Chart], charts_href: &str, quick: bool)
     }
     reading(&mut s, report);
     s
-}
-
-fn find<'a>(
-    report: &'a Report,
-    system: &str,
-    backend: &str,
-    workload: &str,
-    key: Option<(&str, u64)>,
-) -> Option<&'a Record> {
-    report.results.iter().find(|r| {
-        r.system == system
-            && r.backend == backend
-            && r.workload == workload
-            && key.is_none_or(|(k, v)| r.param_u64(k) == Some(v))
-    })
-}
-
-/// What TLS (and authentication) costs: locksmith on each backend's secured server beside the
-/// plain one, measured in the same run.
-fn tls_cost(s: &mut String, report: &Report) {
-    let rows: Vec<String> = BACKENDS
-        .iter()
-        .filter_map(|b| {
-            let plain = find(report, "locksmith", b, "uncontended", None)?.p50_us?;
-            let tls = find(report, "locksmith+tls", b, "uncontended", None)?.p50_us?;
-            let hand = match (
-                handover_p50(report, "locksmith", b),
-                handover_p50(report, "locksmith+tls", b),
-            ) {
-                (Some(p), Some(t)) => format!("{p:.0} → {t:.0}"),
-                _ => "—".into(),
-            };
-            Some(format!("| {b} | {plain:.0} → {tls:.0} | {:.2} | {hand} |", tls / plain))
-        })
-        .collect();
-    if rows.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        s,
-        "### What TLS costs
-"
-    );
-    let _ = writeln!(
-        s,
-        "locksmith on each backend's secured server (`scripts/backends`: mutual TLS with rustls, and a user with a password) beside the plain server, in the same run (`locksmith+tls` rows below). The connection's handshake is paid once, at connect; what remains is encryption per request.\n"
-    );
-    let _ = writeln!(
-        s,
-        "| backend | uncontended p50 µs, plain → TLS | × | handover p50 µs (shortest wait), plain → TLS |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|");
-    for r in rows {
-        let _ = writeln!(s, "{r}");
-    }
-    s.push('\n');
-}
-
-/// The p50 of the first `handover` row of `system` on `backend` (its shortest wait).
-fn handover_p50(report: &Report, system: &str, backend: &str) -> Option<f64> {
-    report
-        .results
-        .iter()
-        .filter(|r| r.system == system && r.backend == backend && r.workload == "handover")
-        .find_map(|r| r.p50_us)
-}
-
-/// What Redis Sentinel and Cluster cost, and replica confirmation (`min_replicas=1`, one `WAIT`
-/// per grant and per renewal batch) on each, beside locksmith on one Redis server.
-fn redis_topologies(s: &mut String, report: &Report) {
-    let Some(single) = find(report, "locksmith", "redis", "uncontended", None).and_then(|r| r.p50_us) else {
-        return;
-    };
-    let variants = [
-        ("locksmith+sentinel", "Sentinel (the master the sentinels name)"),
-        ("locksmith+sentinel+wait", "Sentinel, `min_replicas=1`"),
-        ("locksmith+cluster", "Cluster (3 masters)"),
-        ("locksmith+cluster+wait", "Cluster, `min_replicas=1`"),
-    ];
-    let rows: Vec<String> = variants
-        .iter()
-        .filter_map(|(system, label)| {
-            let p50 = find(report, system, "redis", "uncontended", None)?.p50_us?;
-            let hand = handover_p50(report, system, "redis").map_or_else(|| "—".into(), |h| format!("{h:.0}"));
-            Some(format!("| {label} | {p50:.0} | {:.2} | {hand} |", p50 / single))
-        })
-        .collect();
-    if rows.is_empty() {
-        return;
-    }
-    let _ = writeln!(s, "### What Redis Sentinel, Cluster and replica confirmation cost\n");
-    let _ = writeln!(
-        s,
-        "locksmith on the test servers' Redis Sentinel (a master, a replica, three sentinels) and Redis \
-         Cluster (three masters, each with a replica) beside one Redis server, in the same run. \
-         `min_replicas=1` waits for a replica to acknowledge every grant and renewal batch (`WAIT`) \
-         before trusting it, so that a failover cannot hand a held lock to someone else (see \
-         `docs/reliability.md`, \"Redis failover\"): its cost is that round trip to the replica.\n"
-    );
-    let hand = handover_p50(report, "locksmith", "redis").map_or_else(|| "—".into(), |h| format!("{h:.0}"));
-    let _ = writeln!(
-        s,
-        "| redis topology | uncontended p50 µs | × one server | handover p50 µs (shortest wait) |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|");
-    let _ = writeln!(s, "| one server | {single:.0} | 1.00 | {hand} |");
-    for r in rows {
-        let _ = writeln!(s, "{r}");
-    }
-    s.push('\n');
 }
 
 fn summary(s: &mut String, report: &Report) {

@@ -2,14 +2,16 @@
 //! SVG charts it embeds. The target checks live in [`targets`], shared by markdown and the terminal.
 
 pub mod charts;
+mod costs;
 pub mod markdown;
+mod primitives;
 pub mod targets;
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::model::Report;
+use crate::model::{Record, Report};
 
 /// Writes the report as pretty-printed JSON.
 pub fn write_json(path: &Path, report: &Report) -> Result<()> {
@@ -31,4 +33,29 @@ pub fn create_parent(path: &Path) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// The first row of `system` on `backend` for `workload` whose params include `key` (if given).
+pub(crate) fn find<'a>(
+    report: &'a Report,
+    system: &str,
+    backend: &str,
+    workload: &str,
+    key: Option<(&str, u64)>,
+) -> Option<&'a Record> {
+    report.results.iter().find(|r| {
+        r.system == system
+            && r.backend == backend
+            && r.workload == workload
+            && key.is_none_or(|(k, v)| r.param_u64(k) == Some(v))
+    })
+}
+
+/// The p50 of the first `handover` row of `system` on `backend` (its shortest wait).
+pub(crate) fn handover_p50(report: &Report, system: &str, backend: &str) -> Option<f64> {
+    report
+        .results
+        .iter()
+        .filter(|r| r.system == system && r.backend == backend && r.workload == "handover")
+        .find_map(|r| r.p50_us)
 }

@@ -196,25 +196,28 @@ fn scale(report: &Report) -> Target {
 
 fn contended(report: &Report) -> Target {
     let (mut judged, mut misses) = (Vec::new(), Vec::new());
-    for r in report.results.iter().filter(|r| r.workload == "contended") {
+    let checked = ["contended", "semaphore", "rwlock"];
+    for r in report.results.iter().filter(|r| checked.contains(&r.workload.as_str())) {
         let v = r.violations.unwrap_or(0);
         judged.push(format!(
-            "{} {} {} clients: {v}",
+            "{} {} {} {} clients: {v}",
             r.system,
             r.backend,
+            r.workload,
             r.param_u64("clients").unwrap_or(0)
         ));
         if v > 0 {
             misses.push(format!(
-                "{} on {} with {} clients: {v} violations",
+                "{} {} on {} with {} clients: {v} violations",
                 r.system,
+                r.workload,
                 r.backend,
                 r.param_u64("clients").unwrap_or(0)
             ));
         }
     }
     Target {
-        statement: "contended: 0 violations always",
+        statement: "contended (mutex, semaphore, read-write lock): 0 violations always",
         verdict: verdict(&judged, misses, "contended"),
         judged_on: judged,
     }

@@ -1,9 +1,13 @@
-//! The six workloads, one module each, and the progress bar they share.
+//! The workloads, one module each, and the progress bar they share: the mutex's six, and the
+//! semaphore's, read-write lock's and election's.
 
 pub mod contended;
+pub mod election;
 pub mod handover;
 pub mod herd;
+pub mod rwlock;
 pub mod scale;
+pub mod semaphore;
 pub mod takeover;
 pub mod uncontended;
 

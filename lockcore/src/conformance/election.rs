@@ -217,3 +217,38 @@ pub async fn families_are_independent(h: &impl Harness) {
         wait_for_residue_in(h, family, &lock_name(&name), 0).await;
     }
 }
+
+/// `list` shows the locks in use under a prefix, each family apart, and forgets them once free.
+pub async fn list_shows_locks_in_use(h: &impl Harness) {
+    let prefix = unique_name("list");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let mutex = a.lock(format!("{prefix}/m")).acquire().await.expect("mutex");
+    let p1 = a.semaphore(format!("{prefix}/s"), 2).acquire().await.expect("permit");
+    let p2 = b.semaphore(format!("{prefix}/s"), 2).acquire().await.expect("permit");
+    let lead = a
+        .election(format!("{prefix}/e"))
+        .campaign("x")
+        .acquire()
+        .await
+        .expect("campaign");
+    let listed = a.list(&prefix).await.expect("list");
+    let seen: Vec<(String, Family, usize)> = listed.into_iter().map(|l| (l.name, l.family, l.entries)).collect();
+    assert_eq!(
+        seen,
+        vec![
+            (format!("{prefix}/e"), Family::Election, 1),
+            (format!("{prefix}/m"), Family::Mutex, 1),
+            (format!("{prefix}/s"), Family::Semaphore, 2),
+        ]
+    );
+    mutex.release().await.expect("release");
+    p1.release().await.expect("release");
+    p2.release().await.expect("release");
+    lead.resign().await.expect("resign");
+    within(patience(h), "the listed locks going away", async {
+        while !a.list(&prefix).await.expect("list").is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}

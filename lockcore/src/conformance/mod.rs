@@ -107,7 +107,8 @@ macro_rules! primitive_tests {
             rwlock::rwlock_never_mixes_readers_and_writers, rwlock::rwlock_crashed_writer_expires,
             rwlock::rwlock_cancellation_leaves_nothing,
             election::election_one_leader_at_a_time_in_order, election::election_crashed_leader_passes_on,
-            election::election_try_and_cancel, election::families_are_independent);
+            election::election_try_and_cancel, election::families_are_independent,
+            election::list_shows_locks_in_use);
     };
     (@tests $harness:expr; $($module:ident :: $test:ident),* $(,)?) => {
         $(

@@ -1,0 +1,217 @@
+//! The queue protocol of the exclusive kinds — a mutex, a read-write lock's writer, an
+//! election's candidate — whose entry holds when it is first: the mutex's protocol (see the
+//! crate docs, *Algorithm and round trips*), with the kind's value in the key.
+//!
+//! An exclusive entry's standing depends only on its position ([`lockcore::queue::standing`]:
+//! first, or after the entry just ahead of it, whatever that entry is), so it never reads the
+//! values of the queue: it joins with one transaction that reads the holder and its predecessor,
+//! and waits for its predecessor's deletion with a synced watch.
+
+use lockcore::{Lease, LockError, LockRequest, Outage, Result};
+use tokio::time::Instant;
+
+use crate::backend::{sleep_until_opt, EtcdBackend, Outcome};
+use crate::cleanup::{Created, PendingKey};
+use crate::error::is_lease_not_found;
+use crate::kinds::value_of;
+use crate::queue::{self, Place};
+use crate::session::LeaseRef;
+
+impl EtcdBackend {
+    /// `try_acquire` of an exclusive kind: one transaction that creates the key if the queue is
+    /// empty, and writes nothing otherwise.
+    pub(crate) async fn try_exclusive(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        let session = self.session();
+        let prefix = self.layout().prefix(req.kind.family(), &req.name);
+        let value = value_of(&req.kind);
+        let mut slot = if self.layout().one_key_per_session() {
+            match session.slots.try_take(&prefix) {
+                Some(slot) => Some(slot),
+                None => return Ok(None), // this session holds or waits for it already
+            }
+        } else {
+            Some(session.slots.number(&prefix))
+        };
+        for _ in 0..2 {
+            let lease = session.current().await?;
+            let Some(this_slot) = slot.take() else {
+                return Err(LockError::Protocol("a lock slot went missing".into()));
+            };
+            let key = self.key(req, lease.id, &this_slot);
+            let mut pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(this_slot));
+            let request = {
+                let (conn, prefix, key, value) = (session.conn.clone(), prefix.clone(), key.clone(), value.clone());
+                async move { queue::take_if_free(&conn, &prefix, &key, lease.id, &value).await }
+            };
+            match pending.create(request, took).await {
+                Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending))),
+                Ok(None) => {
+                    pending.disarm(); // nothing was written
+                    return Ok(None);
+                }
+                Err(e) if is_lease_not_found(&e) => {
+                    slot = pending.disarm();
+                    session.lease_gone(lease.id, "a put with it was refused");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(LockError::Protocol(
+            "etcd refused the session lease twice in a row".into(),
+        ))
+    }
+
+    /// `acquire` of an exclusive kind: join the queue, then wait for the predecessor's deletion
+    /// until the key is first.
+    pub(crate) async fn acquire_exclusive(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        let session = self.session();
+        let prefix = self.layout().prefix(req.kind.family(), &req.name);
+        let value = value_of(&req.kind);
+        // The keeper keeps the session alive only while this acquire waits in a queue: an
+        // acquire that finds the lock free does not wake it.
+        let mut waiting = None;
+        let mut retry = Outage::new(deadline, self.retry_budget());
+        let mut lease_refusals = 0;
+        loop {
+            // The Go layout's slot is taken by another attempt of this session on this lock: that
+            // is waiting for the lock too.
+            let slot = tokio::select! {
+                slot = self.slot(&prefix) => slot,
+                _ = sleep_until_opt(deadline) => return Err(retry.at_deadline()),
+            };
+            let lease = match session.current().await {
+                Ok(lease) => lease,
+                Err(e) => {
+                    drop(slot);
+                    retry.failed(e).await?;
+                    continue;
+                }
+            };
+            let key = self.key(req, lease.id, &slot);
+            let mut pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(slot));
+            let request = {
+                let (conn, prefix, key, value) = (session.conn.clone(), prefix.clone(), key.clone(), value.clone());
+                async move { queue::join(&conn, &prefix, &key, lease.id, &value).await }
+            };
+            let joined = match pending.create(request, joined).await {
+                Ok((rev, Some(place))) => Ok((rev, place)),
+                Ok((rev, None)) => queue::place(&session.conn, &prefix, &key, rev)
+                    .await
+                    .map(|place| (rev, place)),
+                Err(e) => Err(e),
+            };
+            let (rev, place) = match joined {
+                Ok(joined) => joined,
+                Err(e) if is_lease_not_found(&e) && lease_refusals < 2 => {
+                    lease_refusals += 1;
+                    drop(pending.disarm());
+                    session.lease_gone(lease.id, "a put with it was refused");
+                    continue;
+                }
+                Err(e) => {
+                    drop(pending); // deletes what the put created, once its outcome is known
+                    retry.failed(e).await?;
+                    continue;
+                }
+            };
+            retry.succeeded();
+            if !matches!(place, Place::First) && waiting.is_none() {
+                waiting = Some(session.waiting());
+            }
+            let outcome = match self.wait_in_queue(&prefix, &key, rev, lease, place, &mut retry).await? {
+                Outcome::Granted => self.fresh_grant(&mut retry, lease).await?,
+                requeue => requeue,
+            };
+            match outcome {
+                Outcome::Granted => return Ok(self.grant(req, key, rev, lease, pending)),
+                Outcome::Requeue(why) => {
+                    tracing::warn!(key, why, "queueing again at the end of the queue");
+                    drop(pending);
+                }
+            }
+        }
+    }
+
+    /// Waits in the queue until `key` is first, it vanishes, or the deadline passes.
+    async fn wait_in_queue(
+        &self,
+        prefix: &str,
+        key: &str,
+        rev: i64,
+        lease: LeaseRef,
+        mut place: Place,
+        retry: &mut Outage,
+    ) -> Result<Outcome> {
+        loop {
+            let pred = match place {
+                Place::First => return Ok(Outcome::Granted),
+                Place::Gone => return Ok(Outcome::Requeue("the queue key vanished while waiting")),
+                Place::Behind(pred) => pred,
+            };
+            // Watch first (synced: no start revision), then confirm the predecessor is still
+            // there: a delete after the confirmation is certain to reach the watch.
+            let mut watch = match self.session().hub.watch_delete(&pred.key).await {
+                Ok(w) => w,
+                Err(e) => {
+                    retry.failed(e).await?;
+                    place = Place::Behind(pred);
+                    continue;
+                }
+            };
+            match queue::place(&self.session().conn, prefix, key, rev).await {
+                Ok(Place::Behind(now)) if now == pred => retry.succeeded(),
+                Ok(other) => {
+                    retry.succeeded();
+                    place = other;
+                    continue;
+                }
+                Err(e) => {
+                    retry.failed(e).await?;
+                    place = Place::Behind(pred);
+                    continue;
+                }
+            }
+            tracing::trace!(key, predecessor = pred.key_str(), "waiting for the predecessor");
+            tokio::select! {
+                r = watch.fired() => {
+                    if let Err(why) = r {
+                        tracing::debug!(key, why, "predecessor watch ended; looking again");
+                    }
+                }
+                _ = self.session().lease_lost(lease.generation) => {
+                    return Ok(Outcome::Requeue("the session lease was lost while waiting"));
+                }
+                _ = sleep_until_opt(retry.deadline()) => return Err(retry.at_deadline()),
+            }
+            drop(watch);
+            // The handover: one round trip after the delete notification.
+            place = match queue::place(&self.session().conn, prefix, key, rev).await {
+                Ok(p) => p,
+                Err(e) => {
+                    retry.failed(e).await?;
+                    Place::Behind(pred)
+                }
+            };
+        }
+    }
+}
+
+/// What a request that creates the key only when it holds ([`queue::take_if_free`], and the
+/// `try_acquire` requests of [`crate::line`]) did to the key.
+pub(crate) fn took(result: &Result<Option<i64>>) -> Created {
+    match result {
+        Ok(Some(rev)) => Created::At(*rev),
+        Ok(None) => Created::Nothing,
+        Err(e) if is_lease_not_found(e) => Created::Nothing,
+        Err(_) => Created::Unknown,
+    }
+}
+
+/// What [`queue::join`] did to the key.
+fn joined(result: &Result<(i64, Option<Place>)>) -> Created {
+    match result {
+        Ok((rev, _)) => Created::At(*rev),
+        Err(e) if is_lease_not_found(e) => Created::Nothing,
+        Err(_) => Created::Unknown,
+    }
+}

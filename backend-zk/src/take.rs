@@ -1,0 +1,67 @@
+//! One try at a lock of any kind on one session. A mutex, either side of a read-write lock and an
+//! election's leadership each join one queue ([`Recipe::for_request`]) and wait for their turn in
+//! it; a semaphore takes its internal lock, then a lease ([`crate::semaphore`]).
+
+use std::sync::Arc;
+
+use lockcore::{Family, LockKind, LockRequest};
+use tokio::time::Instant;
+
+use crate::layout;
+use crate::queue::{Contender, Failure, OwnNode};
+use crate::recipe::Recipe;
+use crate::semaphore;
+use crate::session::Session;
+
+/// The lock is ours: the node that holds it, still armed (dropping this deletes the node) until
+/// the backend hands it out as a lease.
+pub(crate) struct Granted {
+    /// The contender that created the node; the backend disarms it.
+    pub(crate) contender: Contender,
+    /// The held node: its path is the lease's holder id, its czxid the fencing token.
+    pub(crate) node: OwnNode,
+    /// When the request that showed the grant was sent.
+    pub(crate) sent: Instant,
+}
+
+/// A fresh protected-mode id: a version-4 uuid per attempt, so that a create whose answer is lost
+/// finds its node by the `_c_<uuid>-` prefix instead of orphaning it.
+pub(crate) fn new_uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// One try at `req` under `namespace` on `session`: `wait` until `deadline` (then
+/// [`Failure::Timeout`]) or, without `wait`, `None` unless the lock is free at once. Everything it
+/// created is withdrawn when it ends without the lock, and by `Drop` when it is cancelled.
+pub(crate) async fn take(
+    session: &Arc<Session>,
+    namespace: &str,
+    req: &LockRequest,
+    wait: bool,
+    deadline: Option<Instant>,
+) -> Result<Option<Granted>, Failure> {
+    match &req.kind {
+        LockKind::Permit { permits } => {
+            let path = layout::family_path(namespace, Family::Semaphore, &req.name);
+            semaphore::take(session, &path, *permits, wait, deadline).await
+        }
+        _ => {
+            let recipe = Recipe::for_request(namespace, req).map_err(Failure::Refused)?;
+            let mut contender = Contender::new(session.clone(), recipe, new_uuid());
+            let listing = contender.enqueue().await?;
+            let until = if wait { deadline } else { Some(Instant::now()) };
+            match contender.wait_turn(listing, until).await {
+                Ok((node, sent)) => Ok(Some(Granted { contender, node, sent })),
+                Err(Failure::Timeout) => {
+                    contender.withdraw().await;
+                    if wait {
+                        Err(Failure::Timeout)
+                    } else {
+                        Ok(None)
+                    }
+                }
+                Err(f) => Err(f),
+            }
+        }
+    }
+}

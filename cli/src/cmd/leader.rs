@@ -1,0 +1,68 @@
+//! `locksmith leader NAME [--follow]`: who leads an election.
+
+use locksmith::Leader;
+use serde_json::json;
+
+use crate::args::LeaderArgs;
+use crate::exit::{Failure, NOT_ACQUIRED, UNAVAILABLE};
+use crate::output::human;
+use crate::session::Session;
+use crate::signals::Signals;
+
+/// Prints the leader of NAME (value and term): exit 0, or exit 1 when nobody leads. With
+/// `--follow`, prints the leader and then every change the server pushes, until a signal (exit
+/// 128+signal) or until `--timeout` runs out (exit 0).
+pub async fn leader(session: &Session, args: &LeaderArgs) -> Result<u8, Failure> {
+    session.reject_ttl("leader")?;
+    let mut signals = Signals::install()?;
+    let locker = tokio::select! {
+        locker = session.connect() => locker?,
+        sig = signals.recv() => return Ok(128 + sig as u8),
+    };
+    let election = locker.election(&args.name);
+    if !args.follow {
+        let leader = match session.time_left() {
+            None => election.leader().await?,
+            Some(left) => match tokio::time::timeout(left, election.leader()).await {
+                Ok(leader) => leader?,
+                Err(_) => {
+                    return Err(Failure::new(
+                        UNAVAILABLE,
+                        format!("backend unavailable: no answer within {} (--timeout)", human(left)),
+                    ))
+                }
+            },
+        };
+        print(session, &args.name, leader.as_ref());
+        return Ok(if leader.is_some() { 0 } else { NOT_ACQUIRED });
+    }
+    let mut watch = election.observe().await?;
+    print(session, &args.name, watch.leader().as_ref());
+    let until = async {
+        match session.deadline() {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(until);
+    loop {
+        tokio::select! {
+            changed = watch.changed() => print(session, &args.name, changed?.as_ref()),
+            sig = signals.recv() => return Ok(128 + sig as u8),
+            () = &mut until => return Ok(0),
+        }
+    }
+}
+
+/// One line: `VALUE (term N)` or `none`, or its JSON.
+fn print(session: &Session, name: &str, leader: Option<&Leader>) {
+    let text = leader.map_or_else(|| "none".to_owned(), |l| format!("{} (term {})", l.value, l.term));
+    let value = json!({
+        "name": name,
+        "leader": leader.is_some(),
+        "value": leader.map(|l| l.value.clone()),
+        "term": leader.map(|l| l.term),
+        "holder_id": leader.map(|l| l.holder_id.clone()),
+    });
+    session.out.result(text, value);
+}
