@@ -41,7 +41,8 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorded {
 }
 
 /// The round trips of a second uncontended `try_acquire` and `release` of one name (the first
-/// may create parents), and of a `try_acquire` that finds the lock held.
+/// may create parents), of a `try_acquire` that finds the lock held, and of an uncontended
+/// `acquire` and its `release`.
 async fn measure(url: &str) -> Vec<(String, u64)> {
     let recorded = Recorded::default();
     let subscriber = tracing_subscriber::registry().with(recorded.clone());
@@ -58,6 +59,8 @@ async fn measure(url: &str) -> Vec<(String, u64)> {
     let busy = b.lock(&name).try_acquire().await.expect("try");
     assert!(busy.is_none(), "{url}: the lock is held");
     guard.release().await.expect("release");
+    let waited = a.lock(&name).acquire().await.expect("acquire");
+    waited.release().await.expect("release");
     recorded.take()
 }
 
@@ -68,7 +71,11 @@ fn rand_suffix() -> u64 {
 
 fn check(url: &str, seen: &[(String, u64)], most: u64) {
     let names: Vec<&str> = seen.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["try_acquire", "try_acquire", "release"], "{url}: {seen:?}");
+    assert_eq!(
+        names,
+        ["try_acquire", "try_acquire", "release", "acquire", "release"],
+        "{url}: {seen:?}"
+    );
     for (span, n) in seen {
         if url.starts_with("mem:") {
             assert_eq!(*n, 0, "{url}: {span} sends nothing");

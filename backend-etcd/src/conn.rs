@@ -13,7 +13,8 @@ use lockcore::Result;
 /// What every request needs: the client, the time limit, and the counters.
 #[derive(Clone)]
 pub(crate) struct Conn {
-    pub client: Client,
+    /// Shared: a `Client` holds a gRPC client per etcd service, and requests clone the `Conn`.
+    pub client: std::sync::Arc<Client>,
     pub limit: Duration,
     pub stats: Arc<Stats>,
 }

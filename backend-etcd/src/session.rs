@@ -118,7 +118,7 @@ impl Session {
         let session = Arc::new(Session {
             hub: WatchHub::new(client.clone(), held.clone(), cfg.request_timeout, stats.clone()),
             conn: Conn {
-                client: client.clone(),
+                client: Arc::new(client.clone()),
                 limit: cfg.request_timeout,
                 stats,
             },

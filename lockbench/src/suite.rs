@@ -9,7 +9,9 @@ use crate::cli::{Args, Sizes};
 use crate::model::{Machine, Record, Report, SCHEMA};
 use crate::reference::{self, Reference};
 use crate::system::{LockSystem, Locksmith};
-use crate::workloads::{contended, election, handover, herd, rwlock, scale, semaphore, takeover, uncontended};
+use crate::workloads::{
+    contended, election, handover, herd, herd_reference, rwlock, scale, semaphore, takeover, uncontended,
+};
 
 /// Whether locksmith's backend `name` is compiled into this lockbench (the facade's registry).
 fn built_in(name: &str) -> bool {
@@ -232,6 +234,12 @@ impl BackendRun<'_> {
                 if ls.is_some() {
                     let rows = herd::run(b, &self.url, sizes).await.map(|r| vec![r]);
                     self.push(rows, "herd");
+                }
+                for sys in self.reference.herd.clone() {
+                    let rows = herd_reference::run(sys.as_ref(), &self.url, sizes)
+                        .await
+                        .map(|r| vec![r]);
+                    self.push(rows, &format!("herd ({})", sys.system()));
                 }
             }
             "takeover" => {

@@ -12,7 +12,7 @@ use crate::election::{Election, MAX_VALUE_LEN};
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
 use crate::lease::{LockKind, LockRequest, DEFAULT_TTL, MAX_PERMITS, MAX_TTL, MIN_TTL};
-use crate::metrics::{counted, failure_outcome, Labels, NameLabel};
+use crate::metrics::{counted, failure_outcome, LabelSets, Labels, NameLabel};
 use crate::name::LockName;
 use crate::rwlock::RwLock;
 use crate::watchdog::Watchdog;
@@ -49,6 +49,8 @@ pub(crate) struct Inner {
     pub(crate) watchdog: Watchdog,
     /// The `name` label of this locker's metrics, if any (see [`Locker::with_name_label`]).
     name_label: Option<NameLabel>,
+    /// The metrics of each label set used so far.
+    label_sets: LabelSets,
 }
 
 impl Locker {
@@ -65,6 +67,7 @@ impl Locker {
                 backend,
                 watchdog,
                 name_label: None,
+                label_sets: LabelSets::default(),
             }),
         }
     }
@@ -81,13 +84,14 @@ impl Locker {
                 watchdog: Watchdog::new(backend.clone()),
                 backend,
                 name_label: Some(Arc::new(label)),
+                label_sets: LabelSets::default(),
             }),
         }
     }
 
     /// The metric labels of a request.
     fn labels(&self, req: &LockRequest) -> Labels {
-        Labels::new(
+        self.inner.label_sets.get(
             self.inner.backend.kind(),
             &req.kind,
             req.name.as_str(),

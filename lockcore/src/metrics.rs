@@ -1,6 +1,8 @@
 //! Metrics, through the [`metrics`](https://docs.rs/metrics) crate's facade: any recorder a
-//! program installs (Prometheus, StatsD, OpenTelemetry) receives them; with none installed they
-//! cost a few atomic loads. `docs/metrics.md` lists them with their units and labels.
+//! program installs (Prometheus, StatsD, OpenTelemetry) receives them. A `Locker` registers the
+//! metrics of each label set once, when it first takes a lock with those labels, so install the
+//! recorder before taking locks; after that a call costs a few atomic operations.
+//! `docs/metrics.md` lists them with their units and labels.
 //!
 //! Every metric has the labels `backend` (`mem`, `etcd`, `zk`, `redis`, `dual`) and, except the
 //! renewal ones, `kind` (`mutex`, `semaphore`, `read`, `write`, `election`). Lock names are
@@ -12,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram, Label};
 
 use crate::error::LockError;
 use crate::lease::{LockKind, LostReason};
@@ -41,70 +43,118 @@ pub const RENEWAL_BATCH: &str = "locksmith_renewal_batch_seconds";
 /// Turns a lock name into the value of the `name` label, or `None` for no label.
 pub type NameLabel = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
-/// The labels of one lock's metrics.
-#[derive(Clone, Debug)]
-pub(crate) struct Labels {
-    backend: &'static str,
-    kind: &'static str,
-    name: Option<String>,
+/// The `outcome` values of [`ACQUIRES`].
+const ACQUIRE_OUTCOMES: [&str; 5] = ["acquired", "busy", "timeout", "unavailable", "error"];
+/// The `outcome` values of [`RELEASES`].
+const RELEASE_OUTCOMES: [&str; 3] = ["released", "not_held", "error"];
+/// The `reason` values of [`LOST`].
+const LOST_REASONS: [&str; 3] = ["renewal_failed", "lease_gone", "max_hold"];
+
+/// The metrics of one label set (backend, kind, name label), registered once with the recorder
+/// and then updated with a few atomic operations per call: a registration builds and hashes the
+/// labels, which cost more than the rest of an in-process acquire.
+#[derive(Debug)]
+struct Handles {
+    acquires: [Counter; 5],
+    acquire_wait: Histogram,
+    held: Gauge,
+    handovers: Counter,
+    hold: Histogram,
+    releases: [Counter; 3],
+    lost: [Counter; 3],
 }
 
+/// The metrics of one lock's calls (shared by every call with the same labels).
+#[derive(Clone, Debug)]
+pub(crate) struct Labels(Arc<Handles>);
+
 impl Labels {
-    pub(crate) fn new(backend: &'static str, kind: &LockKind, name: &str, label: Option<&NameLabel>) -> Self {
-        Labels {
-            backend,
-            kind: kind_label(kind),
-            name: label.and_then(|f| f(name)),
+    fn register(backend: &'static str, kind: &'static str, name: Option<&str>) -> Self {
+        let mut base = vec![
+            Label::from_static_parts("backend", backend),
+            Label::from_static_parts("kind", kind),
+        ];
+        if let Some(name) = name {
+            base.push(Label::new("name", name.to_owned()));
         }
+        let with = |key: &'static str, value: &'static str| {
+            let mut labels = base.clone();
+            labels.push(Label::from_static_parts(key, value));
+            labels
+        };
+        Labels(Arc::new(Handles {
+            acquires: ACQUIRE_OUTCOMES.map(|o| counter!(ACQUIRES, with("outcome", o))),
+            acquire_wait: histogram!(ACQUIRE_WAIT, base.clone()),
+            held: gauge!(HELD, base.clone()),
+            handovers: counter!(HANDOVERS, base.clone()),
+            hold: histogram!(HOLD, base.clone()),
+            releases: RELEASE_OUTCOMES.map(|o| counter!(RELEASES, with("outcome", o))),
+            lost: LOST_REASONS.map(|r| counter!(LOST, with("reason", r))),
+        }))
     }
 
-    fn with(&self, extra: Option<(&'static str, &'static str)>) -> Vec<(&'static str, String)> {
-        let mut labels = vec![("backend", self.backend.to_owned()), ("kind", self.kind.to_owned())];
-        if let Some(name) = &self.name {
-            labels.push(("name", name.clone()));
-        }
-        if let Some((k, v)) = extra {
-            labels.push((k, v.to_owned()));
-        }
-        labels
-    }
-
-    /// An acquire call ended with `outcome` after `waited`; `handover` if it had to wait.
+    /// An acquire call ended with `outcome` (one of [`ACQUIRE_OUTCOMES`]) after `waited`;
+    /// `handover` if it had to wait.
     pub(crate) fn acquire_ended(&self, outcome: &'static str, waited: Duration, handover: bool) {
-        counter!(ACQUIRES, &self.with(Some(("outcome", outcome)))).increment(1);
-        if outcome == "acquired" {
-            histogram!(ACQUIRE_WAIT, &self.with(None)).record(waited.as_secs_f64());
-            gauge!(HELD, &self.with(None)).increment(1.0);
+        let i = ACQUIRE_OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(4);
+        self.0.acquires[i].increment(1);
+        if i == 0 {
+            self.0.acquire_wait.record(waited.as_secs_f64());
+            self.0.held.increment(1.0);
             if handover {
-                counter!(HANDOVERS, &self.with(None)).increment(1);
+                self.0.handovers.increment(1);
             }
         }
     }
 
     /// A guard ended (released, dropped, or given up after a loss) after `held`.
     pub(crate) fn guard_ended(&self, held: Duration) {
-        gauge!(HELD, &self.with(None)).decrement(1.0);
-        histogram!(HOLD, &self.with(None)).record(held.as_secs_f64());
+        self.0.held.decrement(1.0);
+        self.0.hold.record(held.as_secs_f64());
     }
 
     /// A release answered `result`.
     pub(crate) fn released(&self, result: &Result<(), LockError>) {
-        let outcome = match result {
-            Ok(()) => "released",
-            Err(e) if e.is_not_held() => "not_held",
-            Err(_) => "error",
+        let i = match result {
+            Ok(()) => 0,
+            Err(e) if e.is_not_held() => 1,
+            Err(_) => 2,
         };
-        counter!(RELEASES, &self.with(Some(("outcome", outcome)))).increment(1);
+        self.0.releases[i].increment(1);
     }
 
     /// The lock was lost for `reason`.
     pub(crate) fn lost(&self, reason: &LostReason) {
-        let reason = match reason {
-            LostReason::RenewalFailed(_) => "renewal_failed",
-            LostReason::LeaseGone(_) => "lease_gone",
-            LostReason::MaxHoldReached => "max_hold",
+        let i = match reason {
+            LostReason::RenewalFailed(_) => 0,
+            LostReason::LeaseGone(_) => 1,
+            LostReason::MaxHoldReached => 2,
         };
-        counter!(LOST, &self.with(Some(("reason", reason)))).increment(1);
+        self.0.lost[i].increment(1);
+    }
+}
+
+/// A [`crate::Locker`]'s metrics, one [`Labels`] per label set met so far (a few: one per kind,
+/// times the values of the name label function, which must be few anyway). They are registered
+/// with the recorder installed when the label set is first used: install the recorder before
+/// taking locks.
+#[derive(Default)]
+pub(crate) struct LabelSets {
+    sets: std::sync::Mutex<Vec<(&'static str, Option<String>, Labels)>>,
+}
+
+impl LabelSets {
+    /// The metrics of a call on `name` of `kind`.
+    pub(crate) fn get(&self, backend: &'static str, kind: &LockKind, name: &str, label: Option<&NameLabel>) -> Labels {
+        let kind = kind_label(kind);
+        let name = label.and_then(|f| f(name));
+        let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, labels)) = sets.iter().find(|(k, n, _)| *k == kind && *n == name) {
+            return labels.clone();
+        }
+        let labels = Labels::register(backend, kind, name.as_deref());
+        sets.push((kind, name, labels.clone()));
+        labels
     }
 }
 

@@ -85,13 +85,15 @@ fn is_unreserved(b: u8) -> bool {
 }
 
 fn encode(name: &str) -> String {
-    use fmt::Write;
-    let mut out = String::with_capacity(name.len());
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(name.len() + 8);
     for &b in name.as_bytes() {
         if is_unreserved(b) {
             out.push(b as char);
         } else {
-            let _ = write!(out, "%{b:02X}");
+            out.push('%');
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 0xF)] as char);
         }
     }
     out

@@ -139,9 +139,10 @@ redis_sentinel_settle() { ! sentinel_is_data "$1" || redis_settle "$1"; } # see 
 # while none can, e.g. "NOGOODSLAVE" just after a start); once every running sentinel names the
 # new master, turn the old one into its replica as the sentinels would (REPLICAOF, and CLIENT
 # KILL TYPE normal so that its clients reconnect), but now rather than ~10 s later; then wait
-# until it replicates with its link up. Prints the new master's id.
+# until it replicates with its link up. Prints the new master's id. Gives up after 60 s (a
+# loaded machine has taken over 30 s for the sentinels to agree).
 redis_sentinel_failover() {
-    local old new id out deadline=$((SECONDS + 30)) t0=$SECONDS
+    local old new id out deadline=$((SECONDS + 60)) t0=$SECONDS
     old=$(find_leader redis-sentinel) || die "failover: redis-sentinel has no master now"
     [[ $old == sentinel-m ]] && new=sentinel-r || new=sentinel-m
     owned_pid "$new" >/dev/null || die "failover: $new (the replica) is not running"
@@ -154,7 +155,7 @@ redis_sentinel_failover() {
     done
     log "failover: $id started a failover from $old to $new"
     until sentinels_name "$new"; do
-        ((SECONDS < deadline)) || die "failover: the sentinels do not all name $new after 30s"
+        ((SECONDS < deadline)) || die "failover: the sentinels do not all name $new after 60s"
         sleep 0.2
     done
     if sentinel_live "$old" && [[ $(sentinel_info "$old" role) == master ]]; then
@@ -162,7 +163,7 @@ redis_sentinel_failover() {
             redis_cli "$old" >/dev/null || true
     fi
     until sentinel_failover_done "$old" "$new"; do
-        ((SECONDS < deadline)) || die "failover: $new is not the settled master after 30s (leader: $(find_leader redis-sentinel || echo none))"
+        ((SECONDS < deadline)) || die "failover: $new is not the settled master after 60s (leader: $(find_leader redis-sentinel || echo none))"
         sleep 0.2
     done
     log "failover: $new is the master, $old its replica ($((SECONDS - t0))s)"

@@ -158,6 +158,10 @@ fn summary(s: &mut String, report: &Report) {
 
 fn targets_section(s: &mut String, report: &Report) {
     let _ = writeln!(s, "## Targets\n");
+    let _ = writeln!(
+        s,
+        "Where an uncontended cycle's time goes, and what was removed from it: [overhead.md](overhead.md).\n"
+    );
     for t in targets::check(report) {
         match &t.verdict {
             Verdict::Met => {

@@ -64,8 +64,8 @@ fn uncontended(report: &Report) -> Target {
         match r.ratio_to_floor {
             Some(ratio) => {
                 judged.push(format!("{}: {ratio:.2}× floor", r.backend));
-                if ratio > 1.15 {
-                    misses.push(format!("{}: {ratio:.2}× the raw floor (target ≤ 1.15×)", r.backend));
+                if ratio > 1.10 {
+                    misses.push(format!("{}: {ratio:.2}× the raw floor (target ≤ 1.10×)", r.backend));
                 }
             }
             None => missing.push(format!("{}: no floor row", r.backend)),
@@ -88,7 +88,7 @@ fn uncontended(report: &Report) -> Target {
     }
     judged.extend(missing);
     Target {
-        statement: "uncontended: ≤ 1.15 × the raw floor on every backend, and faster than each peer on its backend",
+        statement: "uncontended: ≤ 1.10 × the raw floor on every backend, and faster than each peer on its backend",
         verdict: verdict(&judged, misses, "locksmith uncontended on a server backend"),
         judged_on: judged,
     }

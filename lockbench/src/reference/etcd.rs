@@ -1,12 +1,14 @@
-//! etcd reference rows: the floor with the bare `etcd-client` crate, watch notification, and
-//! etcd's server-side lock RPC.
+//! etcd reference rows: the floor with the bare `etcd-client` crate, watch notification, etcd's
+//! server-side lock RPC, and the single-key lock many hand-written etcd locks use (etcdsync's:
+//! create the key if absent, otherwise watch it and try again when it is deleted), whose every
+//! waiter wakes on each release (a thundering herd, measured by the `herd` workload).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, EventType, LockOptions, PutOptions, Txn, TxnOp, WatchOptions};
 
 use super::{first_host, token, Notification, Reference};
 use crate::system::{Held, LockClient, LockSystem};
@@ -20,26 +22,41 @@ pub async fn reference(url: &str) -> Result<Reference> {
     let endpoint = first_host(url, 2379)?;
     let mut client = Client::connect([endpoint.as_str()], None).await?;
     client.status().await?;
-    Ok(Reference {
-        floor: Some(Arc::new(Etcd {
+    let system = |mode| -> Arc<dyn LockSystem> {
+        Arc::new(Etcd {
             endpoint: endpoint.clone(),
-            rpc: false,
-        })),
+            mode,
+        })
+    };
+    let single_key = system(Mode::SingleKey);
+    Ok(Reference {
+        floor: Some(system(Mode::Floor)),
         notify: Some(Arc::new(WatchFloor { client })),
-        peers: vec![Arc::new(Etcd { endpoint, rpc: true })],
+        peers: vec![system(Mode::LockRpc), single_key.clone()],
+        herd: vec![single_key],
     })
 }
 
-/// The floor (`rpc: false`: create-if-absent txn + delete) or the lock RPC (`rpc: true`).
+/// Which etcd lock a reference row runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The floor: one create-if-absent transaction, one delete; never waits.
+    Floor,
+    /// etcd's `Lock` RPC (the server runs the Go mutex: a predecessor watch).
+    LockRpc,
+    /// One key per lock; a waiter watches that key and tries again on its deletion (etcdsync).
+    SingleKey,
+}
+
 struct Etcd {
     endpoint: String,
-    rpc: bool,
+    mode: Mode,
 }
 
 struct EtcdClient {
     client: Client,
     lease: i64,
-    rpc: bool,
+    mode: Mode,
     keepalive: tokio::task::JoinHandle<()>,
 }
 
@@ -52,16 +69,16 @@ impl Drop for EtcdClient {
 struct EtcdHeld {
     client: Client,
     key: Vec<u8>,
-    rpc: bool,
+    mode: Mode,
 }
 
 #[async_trait]
 impl LockSystem for Etcd {
     fn system(&self) -> &'static str {
-        if self.rpc {
-            "etcd-lock-rpc"
-        } else {
-            "floor"
+        match self.mode {
+            Mode::Floor => "floor",
+            Mode::LockRpc => "etcd-lock-rpc",
+            Mode::SingleKey => "single-key",
         }
     }
     fn backend(&self) -> &'static str {
@@ -82,7 +99,7 @@ impl LockSystem for Etcd {
         Ok(Arc::new(EtcdClient {
             client,
             lease,
-            rpc: self.rpc,
+            mode: self.mode,
             keepalive,
         }))
     }
@@ -92,40 +109,77 @@ impl LockSystem for Etcd {
 impl LockClient for EtcdClient {
     async fn acquire(&self, name: &str, _ttl: Duration) -> Result<Box<dyn Held>> {
         let mut client = self.client.clone();
-        if self.rpc {
-            let name = format!("lockbench-rpc/{name}");
-            let resp = client
-                .lock(name, Some(LockOptions::new().with_lease(self.lease)))
-                .await?;
-            return Ok(Box::new(EtcdHeld {
-                client,
-                key: resp.key().to_vec(),
-                rpc: true,
-            }));
-        }
-        let key = format!("lockbench-floor/{name}").into_bytes();
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                token(),
-                Some(PutOptions::new().with_lease(self.lease)),
-            )]);
-        if !client.txn(txn).await?.succeeded() {
-            bail!("floor: the key is held (the floor makes single attempts)");
-        }
+        let key = match self.mode {
+            Mode::LockRpc => {
+                let name = format!("lockbench-rpc/{name}");
+                let resp = client
+                    .lock(name, Some(LockOptions::new().with_lease(self.lease)))
+                    .await?;
+                resp.key().to_vec()
+            }
+            Mode::Floor => {
+                let key = format!("lockbench-floor/{name}").into_bytes();
+                if self.create(&mut client, &key).await?.is_some() {
+                    bail!("floor: the key is held (the floor makes single attempts)");
+                }
+                key
+            }
+            Mode::SingleKey => {
+                let key = format!("lockbench-single/{name}").into_bytes();
+                while let Some(seen) = self.create(&mut client, &key).await? {
+                    wait_deleted(&mut client, &key, seen).await?;
+                }
+                key
+            }
+        };
         Ok(Box::new(EtcdHeld {
             client,
             key,
-            rpc: false,
+            mode: self.mode,
         }))
     }
+}
+
+impl EtcdClient {
+    /// Creates `key` with the lease if it does not exist: `None` when created, else the revision
+    /// at which it was seen held.
+    async fn create(&self, client: &mut Client, key: &[u8]) -> Result<Option<i64>> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.to_vec(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.to_vec(),
+                token(),
+                Some(PutOptions::new().with_lease(self.lease)),
+            )]);
+        let resp = client.txn(txn).await?;
+        if resp.succeeded() {
+            return Ok(None);
+        }
+        let revision = resp
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| anyhow!("no header"))?;
+        Ok(Some(revision))
+    }
+}
+
+/// Waits for the deletion of `key` after revision `seen` (etcdsync's wait: every waiter watches
+/// the one key, so every release wakes them all).
+async fn wait_deleted(client: &mut Client, key: &[u8], seen: i64) -> Result<()> {
+    let options = WatchOptions::new().with_start_revision(seen + 1);
+    let mut stream = client.watch(key.to_vec(), Some(options)).await?;
+    while let Some(msg) = stream.message().await? {
+        if msg.events().iter().any(|e| e.event_type() == EventType::Delete) {
+            return Ok(());
+        }
+    }
+    bail!("the watch stream closed")
 }
 
 #[async_trait]
 impl Held for EtcdHeld {
     async fn release(mut self: Box<Self>) -> Result<()> {
-        if self.rpc {
+        if self.mode == Mode::LockRpc {
             self.client.unlock(self.key).await?;
         } else {
             self.client.delete(self.key, None).await?;

@@ -42,6 +42,8 @@ pub struct Reference {
     pub notify: Option<Arc<dyn Notification>>,
     /// Peer libraries.
     pub peers: Vec<Arc<dyn LockSystem>>,
+    /// Peers whose herd effect the `herd` workload measures beside locksmith's.
+    pub herd: Vec<Arc<dyn LockSystem>>,
 }
 
 /// Sets up the reference systems for `backend` at `url`. `Err` carries the note to report when

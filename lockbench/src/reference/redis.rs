@@ -31,6 +31,7 @@ pub async fn reference(url: &str) -> Result<Reference> {
         floor: Some(Arc::new(Floor { client: client.clone() })),
         notify: Some(Arc::new(notify)),
         peers: vec![Arc::new(RsLock { url: plain })],
+        herd: Vec::new(),
     })
 }
 

@@ -26,6 +26,7 @@ pub async fn reference(url: &str) -> Result<Reference> {
         })),
         notify: Some(Arc::new(WatchFloor { client })),
         peers: vec![Arc::new(Zk { cluster, recipe: true })],
+        herd: Vec::new(),
     })
 }
 

@@ -5,6 +5,7 @@ pub mod contended;
 pub mod election;
 pub mod handover;
 pub mod herd;
+pub mod herd_reference;
 pub mod rwlock;
 pub mod scale;
 pub mod semaphore;
@@ -22,4 +23,31 @@ pub fn bar(len: u64, label: String) -> ProgressBar {
     pb.set_style(style);
     pb.set_prefix(label);
     pb
+}
+
+/// A primitive's rows: one throughput row per client count of `sizes`, then one handover row,
+/// under one progress bar labelled `label`.
+pub async fn throughput_then_handover<T, TF, H, HF>(
+    label: String,
+    sizes: &crate::cli::Sizes,
+    mut throughput: T,
+    handover: H,
+) -> anyhow::Result<Vec<crate::model::Record>>
+where
+    T: FnMut(usize) -> TF,
+    TF: std::future::Future<Output = anyhow::Result<crate::model::Record>>,
+    H: FnOnce() -> HF,
+    HF: std::future::Future<Output = anyhow::Result<crate::model::Record>>,
+{
+    let mut rows = Vec::new();
+    let pb = bar(sizes.clients.len() as u64 + 1, label);
+    for &clients in &sizes.clients {
+        pb.set_message(format!("{clients} clients"));
+        rows.push(throughput(clients).await?);
+        pb.inc(1);
+    }
+    pb.set_message("handover");
+    rows.push(handover().await?);
+    pb.finish_and_clear();
+    Ok(rows)
 }

@@ -22,17 +22,13 @@ const READERS: usize = 4;
 
 /// One throughput row per client count, then one handover row.
 pub async fn run(backend: &str, url: &str, sizes: &Sizes) -> Result<Vec<Record>> {
-    let mut rows = Vec::new();
-    let pb = super::bar(sizes.clients.len() as u64 + 1, format!("{backend} locksmith rwlock"));
-    for &clients in &sizes.clients {
-        pb.set_message(format!("{clients} clients"));
-        rows.push(throughput(backend, url, clients, sizes.contended_for).await?);
-        pb.inc(1);
-    }
-    pb.set_message("handover");
-    rows.push(handover(backend, url, sizes.handover_ops).await?);
-    pb.finish_and_clear();
-    Ok(rows)
+    super::throughput_then_handover(
+        format!("{backend} locksmith rwlock"),
+        sizes,
+        |clients| throughput(backend, url, clients, sizes.contended_for),
+        || handover(backend, url, sizes.handover_ops),
+    )
+    .await
 }
 
 async fn throughput(backend: &str, url: &str, clients: usize, run_for: Duration) -> Result<Record> {
