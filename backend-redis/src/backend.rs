@@ -97,7 +97,7 @@ impl LockBackend for RedisBackend {
         if self.inner.is_quorum() {
             return quorum::try_acquire(&self.inner, req).await.map(|t| t.lease());
         }
-        let keys = self.inner.keys(&req.name);
+        let keys = Arc::new(self.inner.keys(&req.name));
         let token = new_token();
         let mut guard = Cleanup::new(self.inner.clone(), keys.clone(), token.clone());
         let sent = Instant::now();

@@ -15,7 +15,7 @@ use crate::keys::{KindKeys, LockKeys};
 #[derive(Clone)]
 enum Target {
     /// A mutex: its keys and the waiter's token (`LEAVE` on every server).
-    Mutex(LockKeys, String),
+    Mutex(Arc<LockKeys>, String),
     /// Any other kind: its keys and the waiter's entry (its `LEAVE`, on the one server).
     Kind(KindKeys, String),
 }
@@ -29,7 +29,7 @@ pub(crate) struct Cleanup {
 
 impl Cleanup {
     /// For a mutex acquire with `token`.
-    pub(crate) fn new(inner: Arc<Inner>, keys: LockKeys, token: String) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, keys: Arc<LockKeys>, token: String) -> Self {
         Self::armed(inner, Target::Mutex(keys, token))
     }
 

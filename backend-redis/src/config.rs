@@ -62,7 +62,8 @@ pub enum FenceFloor {
     Fixed(u64),
     /// The default (`?fence_floor=time`): tokens are at least the server's clock in microseconds
     /// since the Unix epoch, so they keep growing across data loss as long as that clock does;
-    /// the counter expires an hour after its lock was last taken.
+    /// the counter expires an hour after it was created (the next grant starts it again at the
+    /// clock).
     Time,
 }
 

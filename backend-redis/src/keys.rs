@@ -63,6 +63,23 @@ impl LockKeys {
     pub(crate) fn channel(&self, token: &str) -> String {
         concat(&[&self.wake, token])
     }
+
+    /// The keys of the acquire scripts (`TRY_ACQUIRE`, `WAIT_STEP`), in their order.
+    pub(crate) fn lock_script_keys(&self) -> [&str; 6] {
+        [
+            &self.lock,
+            &self.fence,
+            &self.queue,
+            &self.alive,
+            &self.streak,
+            &self.gap,
+        ]
+    }
+
+    /// The keys of the scripts that give a lock up (`RELEASE`, `LEAVE`), in their order.
+    pub(crate) fn release_script_keys(&self) -> [&str; 5] {
+        [&self.lock, &self.queue, &self.alive, &self.streak, &self.gap]
+    }
 }
 
 /// The keys of a semaphore, read-write lock or election (default layout only): all of them share

@@ -187,11 +187,12 @@ local function join(m, now)
   keep(QUEUE, ALIVE, 2 * WTTL)
   keep(QUEUE, WRITERS, 2 * WTTL)
 end
--- Makes m a holder until now + TTL and returns its fencing token.
-local function grant(m, now)
-  local f = next_fence(FENCE, TTL, FLOOR)
+-- Makes m a holder until now + TTL and returns its fencing token (`counter`: the fencing
+-- counter's value as `GET` answered, false when absent; see next_fence).
+local function grant(m, now, counter)
+  local f, s = next_fence(FENCE, counter, TTL, FLOOR)
   redis.call('ZADD', HOLDERS, string.format('%d', now + TTL), m)
-  redis.call('HSET', INFO, m, string.format('%d', f) .. ':' .. VALUE)
+  redis.call('HSET', INFO, m, s .. ':' .. VALUE)
   keep(HOLDERS, INFO, TTL)
   announce(m)
   return f
@@ -211,8 +212,9 @@ local result = {0, 0}
 if other then
   result = {-1, other}
 elseif holds_at_tail(ME) then
-  local w = data_loss_wait(FENCE, DELAY)
-  if w == 0 then result = {1, grant(ME, now)} else result = {0, w} end
+  local counter = redis.call('GET', FENCE)
+  local w = data_loss_wait(counter, DELAY)
+  if w == 0 then result = {1, grant(ME, now, counter)} else result = {0, w} end
 end
 if changed then wake_eligible(ME) end
 return result
@@ -239,10 +241,11 @@ join(ME, now)
 local h = redis.call('ZCARD', HOLDERS)
 local result
 if may_hold(ME, h) then
-  local w = data_loss_wait(FENCE, DELAY)
+  local counter = redis.call('GET', FENCE)
+  local w = data_loss_wait(counter, DELAY)
   if w == 0 then
     drop_waiter(ME)
-    result = {1, grant(ME, now)}
+    result = {1, grant(ME, now, counter)}
   else
     result = {0, w}
   end

@@ -51,7 +51,7 @@
 //! | key | type | content |
 //! |---|---|---|
 //! | `<prefix>{E}:lock` | string, `PX` = lease | `<token>:<fencing token>`; `token` is 128 random bits in hex, the lease's `holder_id` |
-//! | `<prefix>{E}:fence` | integer | the fencing counter, `INCR`ed by every successful acquire; expires an hour after the lock was last taken (never with `fence_floor=none` or a number) |
+//! | `<prefix>{E}:fence` | integer | the fencing counter, raised by every successful acquire; with `fence_floor=time` it expires an hour (plus a TTL) after it was created, and the next grant starts it again at the clock (never with `fence_floor=none` or a number) |
 //! | `<prefix>{E}:queue` | sorted set | waiter tokens scored by arrival (server time in ms, strictly increasing) |
 //! | `<prefix>{E}:alive` | hash | waiter token → server time (ms) after which the entry is stale |
 //! | `<prefix>{E}:streak`, `:gap` | string | plain layout with `poller_gap` only: when locksmith clients began holding the lock without a break; the gap left for polling clients |
@@ -60,16 +60,17 @@
 //! All keys of a lock share the hash tag `{E}`, so each script touches one slot, as Redis Cluster
 //! requires; different locks spread over the slots, and so over the masters. The queue and liveness keys
 //! expire `2 × waiter_ttl` after the last waiter refreshed them, the fencing counter an hour after
-//! the lock was last taken: a program that locks one name per entity (`orders/<id>`) leaves at most
-//! one counter per name taken in the last hour. (With `fence_floor=none` or a number the counter
+//! it was created: a program that locks one name per entity (`orders/<id>`) leaves at most one
+//! counter per name taken in the last hour. (With `fence_floor=none` or a number the counter
 //! is all that orders the tokens, and it never expires.)
 //!
 //! ## The scripts (one round trip each)
 //!
 //! - **acquire** (`TRY_ACQUIRE`): drop stale queue heads; if the lock key is absent and no live
-//!   waiter is queued (and the server has not just lost its data: see "After data loss"), `INCR`
-//!   the counter and `SET lock token:fence PX ttl` → the fencing token. A second run of the same
-//!   call (sent again after a dropped connection) finds the lock already ours and answers the same.
+//!   waiter is queued (and the server has not just lost its data: see "After data loss"), raise
+//!   the counter (by one, and to at least the floor) and `SET lock token:fence PX ttl` → the
+//!   fencing token. A second run of the same call (sent again after a dropped connection) finds
+//!   the lock already ours and answers the same.
 //! - **wait step** (`WAIT_STEP`): join the queue tail if not in it, refresh the liveness deadline,
 //!   drop stale heads; if the lock is free and we are the head, take it (as above) and leave the
 //!   queue. Otherwise return whether we are the head, the holder's `PTTL`, and whether the holder
@@ -96,10 +97,10 @@
 //! Every script is loaded (`SCRIPT LOAD`, one pipelined round trip) when connecting, and sent as
 //! `EVALSHA` through [`redis::Script`], which reloads it on `NOSCRIPT` (after a server restart);
 //! the renewal pipeline does the same (loads `RENEW_MANY` and sends the pipeline again). An
-//! uncontended acquire is one `EVALSHA` (`EXISTS lock queue`, `EXISTS fence`, `TIME`, `GET`/`SET`
-//! of the counter's floor, `INCR`, `PEXPIRE`, `SET`; plus one `INFO server` when the lock has no
-//! counter yet) and a release one `EVALSHA` (`GET`, `DEL`, `EXISTS queue`): no subscription or
-//! queue entry unless the lock is busy or someone waits. Every script but `RELEASE` may be sent a
+//! uncontended acquire is one `EVALSHA` (`EXISTS lock queue`, `GET fence`, `TIME`, `SET fence`
+//! (keeping its expiry), `SET lock`; plus one `INFO server` when the lock has no counter) and a
+//! release one `EVALSHA` (`GET`, `DEL`, `EXISTS queue`): no subscription or queue entry unless
+//! the lock is busy or someone waits. Every script but `RELEASE` may be sent a
 //! second time when its connection dropped (the server restarted): each answers a repeat as it
 //! answered the first run.
 //!
@@ -130,7 +131,7 @@
 //! holds and it heads the queue; a reader when no writer holds and no writer waits ahead of it
 //! (the first of `writers`); a permit when holders plus waiters ahead of it are fewer than `n`.
 //! A permit request whose count differs from the semaphore's holders (or its first waiter) is
-//! refused. Every grant `INCR`s the counter (with `fence_floor` and `restart_delay` as for the
+//! refused. Every grant raises the counter (with `fence_floor` and `restart_delay` as for the
 //! mutex), so every token, readers' and permits' too, is above every earlier grant's.
 //!
 //! Scripts (one `EVALSHA` each): `TRY_ACQUIRE` (an uncontended acquire: one round trip),
@@ -270,9 +271,10 @@
 //!   within the 2^53 that every JSON reader keeps exact), and above the counter: tokens keep growing
 //!   across data loss as long as the server's clock does (a clock stepped back by more than the
 //!   time since the lost tokens were granted could repeat one: clock jumps are not covered). With
-//!   the time floor the counter is only a tie-breaker, so it can expire (an hour after the lock was
-//!   last taken). `fence_floor=none` gives small consecutive tokens that start over after data
-//!   loss; `fence_floor=N` is a fixed floor to raise by hand after an incident.
+//!   the time floor the counter is only a tie-breaker, so it can expire (an hour after it was
+//!   created; the next grant starts it again at the clock). `fence_floor=none` gives small
+//!   consecutive tokens that start over after data loss; `fence_floor=N` is a fixed floor to raise
+//!   by hand after an incident.
 //!
 //! What stays uncovered: a failover to a replica that had not received the latest writes, unless
 //! `min_replicas` is set (see "Replica confirmation"); data lost to eviction
@@ -333,6 +335,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod call;
 mod cleanup;
 mod config;
 mod election;

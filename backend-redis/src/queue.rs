@@ -32,7 +32,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Waits in the queue of `req.name` on the one server of `inner` until the lock is ours.
 pub(crate) async fn acquire(inner: &Arc<Inner>, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
     let node = &inner.nodes[0];
-    let keys = inner.keys(&req.name);
+    let keys = Arc::new(inner.keys(&req.name));
     let token = new_token();
     let mut guard = Cleanup::new(inner.clone(), keys.clone(), token.clone());
     let mut outage = Outage::new(deadline, inner.config.waiter_ttl + inner.config.connect_timeout);

@@ -55,7 +55,7 @@ fn drift(ttl: Duration) -> Duration {
 
 /// One quorum attempt; undoes partial success.
 pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result<Try> {
-    let keys = inner.keys(&req.name);
+    let keys = Arc::new(inner.keys(&req.name));
     let token = new_token();
     let guard = Cleanup::new(inner.clone(), keys.clone(), token.clone());
     let quorum = inner.config.quorum();

@@ -41,9 +41,10 @@ end
 -- How many ms a free lock must stay free because the server may have lost its data (restarted
 -- without persistence, or flushed) less than `delay` ms ago: a lease granted before the loss may
 -- still be believed held by its holder. 0 once the server has been up for `delay`, or when the
--- lock's fencing counter survived (the data was not lost).
-local function data_loss_wait(fence, delay)
-  if delay <= 0 or redis.call('EXISTS', fence) == 1 then return 0 end
+-- lock's fencing counter survived (the data was not lost). `counter`: the counter's value, as
+-- `GET` of the fence key answered (false when it is absent).
+local function data_loss_wait(counter, delay)
+  if delay <= 0 or counter then return 0 end
   local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
   if not up then
     error('locksmith: INFO server shows no uptime_in_seconds; set restart_delay=0')
@@ -74,29 +75,36 @@ local function streak_off(streak, gapkey, gap, max)
     redis.call('PEXPIRE', streak, gap)
   end
 end
--- The next fencing token of a lock: above the counter, and at least the floor ('time': the server
--- clock in microseconds; a number; '': none). With the time floor the counter can expire: it is
--- kept for an hour after the lease's TTL.
-local function next_fence(fence, ttl, floor)
-  local fl = nil
+-- The next fencing token of a lock, stored in its counter and returned as a number and as its
+-- decimal string: above the counter (`counter`: its value as `GET` answered, false when absent),
+-- and at least the floor ('time': the server clock in microseconds; a number; '': none). With
+-- the time floor the counter is only a tie-breaker: it is created to expire an hour after the
+-- lease's TTL and keeps that expiry when raised, so a lock taken for more than an hour finds it
+-- gone now and then and starts it again at the clock, above every earlier token.
+local function next_fence(fence, counter, ttl, floor)
+  local f = (tonumber(counter) or 0) + 1
   if floor == 'time' then
     local t = redis.call('TIME')
-    fl = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    f = math.max(f, t[1] * 1000000 + t[2])
   elseif floor ~= '' then
-    fl = tonumber(floor)
+    f = math.max(f, tonumber(floor))
   end
-  if fl and (tonumber(redis.call('GET', fence)) or 0) < fl then
-    redis.call('SET', fence, string.format('%d', fl))
-  end
-  local f = redis.call('INCR', fence)
-  if floor == 'time' then redis.call('PEXPIRE', fence, tonumber(ttl) + 3600000) end
-  return f
-end
--- SET the lock for tok and return the next fencing token (see next_fence).
-local function take(lock, fence, tok, ttl, floor)
-  local f = next_fence(fence, ttl, floor)
   -- %d: a token above 2^47 would print in exponent notation by default.
-  redis.call('SET', lock, tok .. ':' .. string.format('%d', f), 'PX', ttl)
+  local s = string.format('%d', f)
+  if counter then
+    redis.call('SET', fence, s, 'KEEPTTL')
+  elseif floor == 'time' then
+    redis.call('SET', fence, s, 'PX', ttl + 3600000)
+  else
+    redis.call('SET', fence, s)
+  end
+  return f, s
+end
+-- SET the lock for tok (for `ttl` ms, as a string) and return the next fencing token (see
+-- next_fence).
+local function take(lock, fence, counter, tok, ttl, floor)
+  local f, s = next_fence(fence, counter, ttl, floor)
+  redis.call('SET', lock, tok .. ':' .. s, 'PX', ttl)
   return f
 end
 "#;
@@ -104,28 +112,30 @@ end
 /// One attempt, never queueing: takes the lock if it is free and nobody live is queued before us.
 /// Stale heads it drops are replaced by the next live waiter, which is woken. Idempotent: a retry
 /// of a call whose answer was lost finds the lock already ours.
-/// The uncontended case (no lock key, no queue key) is `EXISTS`, `EXISTS` (the counter), `INCR`,
-/// `PEXPIRE` and `SET`.
+/// The uncontended case (no lock key, no queue key) is `EXISTS`, `GET` (the counter), `TIME`,
+/// `SET` (the counter) and `SET` (the lock).
 /// KEYS: lock, fence, queue, alive, streak, gap. ARGV: token, ttl ms, fence floor, wake prefix,
 /// restart delay ms, poller gap ms.
 /// Returns `{1, fence}` or `{0, ms until it may be free: the holder's pttl, or a wait}`.
 const TRY_ACQUIRE: &str = r#"
 local delay, gap = tonumber(ARGV[5]), tonumber(ARGV[6])
 if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
-  local w = math.max(data_loss_wait(KEYS[2], delay), gap_left(KEYS[6], gap))
+  local counter = redis.call('GET', KEYS[2])
+  local w = math.max(data_loss_wait(counter, delay), gap_left(KEYS[6], gap))
   if w > 0 then return {0, w} end
   streak_on(KEYS[5], gap, ARGV[2])
-  return {1, take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])}
+  return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], ARGV[3])}
 end
 local v = redis.call('GET', KEYS[1])
 if mine(v, ARGV[1]) then return {1, fence_of(v)} end
 local h, pruned = head(KEYS[3], KEYS[4], now_ms())
 if not v and (h == nil or h == ARGV[1]) then
-  local w = math.max(data_loss_wait(KEYS[2], delay), gap_left(KEYS[6], gap))
+  local counter = redis.call('GET', KEYS[2])
+  local w = math.max(data_loss_wait(counter, delay), gap_left(KEYS[6], gap))
   if w > 0 then return {0, w} end
   if h then redis.call('ZREM', KEYS[3], h); redis.call('HDEL', KEYS[4], h) end
   streak_on(KEYS[5], gap, ARGV[2])
-  return {1, take(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])}
+  return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], ARGV[3])}
 end
 if pruned then wake(ARGV[4], h) end
 return {0, redis.call('PTTL', KEYS[1])}
@@ -153,12 +163,13 @@ redis.call('HSET', KEYS[4], tok, now + wttl)
 local h, pruned = head(KEYS[3], KEYS[4], now)
 local wait = nil
 if not v and h == tok then
-  wait = math.max(data_loss_wait(KEYS[2], tonumber(ARGV[6])), gap_left(KEYS[6], gap))
+  local counter = redis.call('GET', KEYS[2])
+  wait = math.max(data_loss_wait(counter, tonumber(ARGV[6])), gap_left(KEYS[6], gap))
   if wait == 0 then
     redis.call('ZREM', KEYS[3], tok)
     redis.call('HDEL', KEYS[4], tok)
     streak_on(KEYS[5], gap, ARGV[2])
-    return {1, take(KEYS[1], KEYS[2], tok, ARGV[2], ARGV[3])}
+    return {1, take(KEYS[1], KEYS[2], counter, tok, ARGV[2], ARGV[3])}
   end
 end
 if pruned and h ~= tok then wake(ARGV[4], h) end

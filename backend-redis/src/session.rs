@@ -18,10 +18,9 @@ use tokio::time::Instant;
 
 use lockcore::{LockError, Result};
 
-use redis::ScriptInvocation;
-
 use crate::error::map_error;
 
+use crate::call::ScriptCall;
 use crate::config::Config;
 use crate::keys::LockKeys;
 use crate::kind_scripts::KIND_SCRIPTS;
@@ -213,14 +212,8 @@ impl Node {
     }
 
     pub(crate) async fn try_acquire(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Attempt> {
-        let mut call = SCRIPTS.try_acquire.prepare_invoke();
-        call.key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.alive)
-            .key(&keys.streak)
-            .key(&keys.gap)
-            .arg(token)
+        let mut call = ScriptCall::new(&SCRIPTS.try_acquire, &keys.lock_script_keys());
+        call.arg(token)
             .arg(millis(ttl))
             .arg(&self.floor)
             .arg(&keys.wake)
@@ -237,14 +230,8 @@ impl Node {
     }
 
     pub(crate) async fn wait_step(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Step> {
-        let mut call = SCRIPTS.wait_step.prepare_invoke();
-        call.key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.alive)
-            .key(&keys.streak)
-            .key(&keys.gap)
-            .arg(token)
+        let mut call = ScriptCall::new(&SCRIPTS.wait_step, &keys.lock_script_keys());
+        call.arg(token)
             .arg(millis(ttl))
             .arg(&self.floor)
             .arg(&keys.wake)
@@ -292,18 +279,12 @@ impl Node {
         let released: i64 = self
             .bounded(what, resend, || async move {
                 let mut conn = self.link.conn().await?;
-                script
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.alive)
-                    .key(&keys.streak)
-                    .key(&keys.gap)
-                    .arg(token)
+                let mut call = ScriptCall::new(script, &keys.release_script_keys());
+                call.arg(token)
                     .arg(&keys.wake)
                     .arg(self.poller_gap_ms)
-                    .arg(self.max_pass_over_ms)
-                    .invoke_async(&mut conn)
-                    .await
+                    .arg(self.max_pass_over_ms);
+                call.invoke(&mut conn).await
             })
             .await?;
         Ok(released == 1)
@@ -349,11 +330,11 @@ impl Node {
 
     /// Runs a script that may grant the lock to `token` (its reply starts with 1 then) and, with
     /// `min_replicas`, has the grant confirmed; an unconfirmed grant is given back and is an error.
-    async fn grant(&self, what: &str, keys: &LockKeys, token: &str, call: &ScriptInvocation<'_>) -> Result<Vec<i64>> {
+    async fn grant(&self, what: &str, keys: &LockKeys, token: &str, call: &ScriptCall<'_>) -> Result<Vec<i64>> {
         let (reply, acks) = self
             .bounded(what, Resend::IfDropped, || async move {
                 let mut conn = self.grant_conn().await?;
-                let reply: Vec<i64> = call.invoke_async(&mut conn).await?;
+                let reply: Vec<i64> = call.invoke(&mut conn).await?;
                 let acks = self
                     .confirm_if(reply.first() == Some(&1), &mut conn, &keys.lock)
                     .await?;

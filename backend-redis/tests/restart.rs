@@ -247,11 +247,52 @@ async fn fencing_counters_expire() {
         last = g.fencing_token();
         g.release().await.expect("release");
         let keys = harness.keys(&lockcore::LockName::new(&name).unwrap());
-        let pttl: i64 = redis::cmd("PTTL")
+        let pttl = pttl(&mut admin, &keys.fence).await;
+        assert!(pttl > 0, "the fencing counter of {name} never expires (PTTL {pttl})");
+    }
+}
+
+/// With the time floor a grant keeps the counter's expiry (it does not push it back), and a
+/// counter that expired (or was lost) starts again at the clock: every token of a lock stays above
+/// every earlier one.
+#[tokio::test]
+async fn fencing_counter_keeps_its_expiry_and_restarts_above_earlier_tokens() {
+    let url = common::redis_url();
+    let locker = common::locker(&url).await;
+    let harness = common::RedisHarness::new("").await;
+    let mut admin = common::admin(&url).await;
+    let name = unique_name("counter-expiry");
+    let keys = harness.keys(&lockcore::LockName::new(&name).unwrap());
+    let mut last = 0;
+    for round in 0..3 {
+        let mut ttls = Vec::new();
+        for _ in 0..5 {
+            let g = locker.lock(&name).acquire().await.expect("acquire");
+            assert!(
+                g.fencing_token() > last,
+                "round {round}: token {} after {last}",
+                g.fencing_token()
+            );
+            last = g.fencing_token();
+            g.release().await.expect("release");
+            let pttl = pttl(&mut admin, &keys.fence).await;
+            assert!(pttl > 0, "the counter has no expiry (PTTL {pttl})");
+            ttls.push(pttl);
+        }
+        assert!(
+            ttls.windows(2).all(|w| w[1] <= w[0]),
+            "a grant pushed the counter's expiry back: {ttls:?}"
+        );
+        // As if it expired: the next grant starts it again, above the tokens given so far.
+        let _: i64 = redis::cmd("DEL")
             .arg(&keys.fence)
             .query_async(&mut admin)
             .await
-            .expect("PTTL");
-        assert!(pttl > 0, "the fencing counter of {name} never expires (PTTL {pttl})");
+            .expect("DEL");
     }
+}
+
+/// `PTTL key` on the admin connection.
+async fn pttl(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(admin).await.expect("PTTL")
 }
