@@ -88,11 +88,12 @@ pub(crate) fn revision(resp: &TxnResponse) -> Result<i64> {
 }
 
 /// Joins the queue in one transaction: creates `key` with the lease and `value` unless it
-/// exists, and reads the oldest key of the queue (the holder) and the two newest (the new key and
-/// its predecessor). Returns the key's create revision and its place, when that one read tells it
-/// (almost always; otherwise ask [`place`]). A key that exists already (the Go layout: created
-/// by another client with our lease id) is taken as ours; if `value` is not empty it is written
-/// into it, as the Go `Election` proclaims its value on a key it finds.
+/// exists, and reads the two newest keys of the queue: the new key and its predecessor, if any
+/// (none: the new key is the oldest, it holds). Returns the key's create revision and its place,
+/// when that one read tells it (a created key always; otherwise ask [`place`]). A key that exists
+/// already (the Go layout: created by another client with our lease id) is taken as ours, and the
+/// queue's oldest key is read instead; if `value` is not empty it is written into it, as the Go
+/// `Election` proclaims its value on a key it finds.
 pub(crate) async fn join(
     conn: &Conn,
     prefix: &str,
@@ -111,36 +112,33 @@ pub(crate) async fn join(
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([
             TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
-            TxnOp::get(prefix, Some(oldest_first().with_limit(1))),
             TxnOp::get(prefix, Some(newest_first().with_limit(2))),
         ])
         .or_else(found);
     let resp = run(conn, "joining the lock queue", txn).await?;
     let gets = gets(&resp);
-    let first_kv = |i: usize| gets.get(i).and_then(|g| g.kvs().first());
-    let (my_rev, owner) = if resp.succeeded() {
-        (revision(&resp)?, first_kv(0))
-    } else {
-        // Only the Go layout can find its key already there (created by another client with our
-        // lease id); like the Go Mutex, take it as ours.
-        let existing =
-            first_kv(0).ok_or_else(|| LockError::Protocol("the queue key vanished in a transaction".into()))?;
-        (existing.create_revision(), first_kv(1))
-    };
-    if owner.is_some_and(|o| o.key() == key.as_bytes()) {
-        return Ok((my_rev, Some(Place::First)));
-    }
     if resp.succeeded() {
-        // The new key is the newest; the one after it in the newest-first list is its predecessor.
-        let newest = gets.get(1).map(|g| g.kvs()).unwrap_or_default();
-        if let Some(pred) = newest
+        let my_rev = revision(&resp)?;
+        // The new key is the newest; the one after it in the newest-first list is its
+        // predecessor. With none, nothing was queued before it.
+        let newest = gets.first().map(|g| g.kvs()).unwrap_or_default();
+        let place = match newest
             .iter()
             .find(|kv| kv.key() != key.as_bytes() && kv.create_revision() < my_rev)
         {
-            return Ok((my_rev, Some(Place::Behind(QueueKey::from_kv(pred)))));
-        }
+            Some(pred) => Place::Behind(QueueKey::from_kv(pred)),
+            None => Place::First,
+        };
+        return Ok((my_rev, Some(place)));
     }
-    Ok((my_rev, None))
+    // Only the Go layout can find its key already there (created by another client with our
+    // lease id); like the Go Mutex, take it as ours.
+    let first_kv = |i: usize| gets.get(i).and_then(|g| g.kvs().first());
+    let existing = first_kv(0).ok_or_else(|| LockError::Protocol("the queue key vanished in a transaction".into()))?;
+    if first_kv(1).is_some_and(|o| o.key() == key.as_bytes()) {
+        return Ok((existing.create_revision(), Some(Place::First)));
+    }
+    Ok((existing.create_revision(), None))
 }
 
 /// The place of `key` (created at `rev`) in the queue of `prefix`: one transaction that checks
