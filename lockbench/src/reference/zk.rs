@@ -44,7 +44,11 @@ struct ZkClient {
 enum ZkHeld {
     /// The floor's node, deleted explicitly.
     Node { client: Client, path: String },
-    /// The recipe's guard: dropping it deletes the lock node (the recipe's release).
+    /// The recipe's guard. Its release is dropping it, which *spawns* the delete of the lock node
+    /// and returns before the server freed the lock; every other row's release returns once the
+    /// server confirmed it. So that this row times the same work, its release deletes the node and
+    /// waits for the answer, then forgets the guard (whose delete would find nothing and cost a
+    /// request in the next cycle): one client handle leaked per cycle, nothing on the server.
     Recipe(OwnedLockClient),
 }
 
@@ -111,7 +115,10 @@ impl Held for ZkHeld {
     async fn release(self: Box<Self>) -> Result<()> {
         match *self {
             ZkHeld::Node { client, path } => client.delete(&path, None).await?,
-            ZkHeld::Recipe(lock) => drop(lock),
+            ZkHeld::Recipe(lock) => {
+                lock.delete(lock.lock_path(), None).await?;
+                std::mem::forget(lock);
+            }
         }
         Ok(())
     }
