@@ -54,7 +54,18 @@ async fn servers(args: &[&str]) -> Result<String> {
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        std::panic::catch_unwind(|| backends(&refs)).map_err(|_| anyhow::anyhow!("scripts/backends {args:?} failed"))
+        // The panic message carries the script's stderr: it says why (it goes into the report).
+        std::panic::catch_unwind(|| backends(&refs)).map_err(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("scripts/backends failed");
+            // Its last line is the script's own reason (`backends: ...`); the lines before it
+            // are its progress log.
+            let last = why.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(why);
+            anyhow::anyhow!("scripts/backends {args:?} failed: {}", last.trim())
+        })
     })
     .await
     .context("scripts/backends task")?
