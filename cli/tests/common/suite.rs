@@ -548,7 +548,9 @@ pub fn elect_runs_cmd_while_leading(b: &dyn Backend) {
             "--",
             "sh",
             "-c",
-            "echo term=$LOCKSMITH_TERM",
+            // Leads for a second: changes in quick succession may be seen as one
+            // (`LeaderWatch::changed`), and a leader that resigns at once can be missed.
+            "echo term=$LOCKSMITH_TERM; sleep 1",
         ],
     ));
     two.wait_stderr("waiting for");
@@ -558,11 +560,15 @@ pub fn elect_runs_cmd_while_leading(b: &dyn Backend) {
     assert_code(&out, 0);
     let t2: u64 = out.stdout.trim().trim_start_matches("term=").parse().expect("a term");
     assert!(t2 > t1, "terms {t1} then {t2}");
-    let mut seen = Vec::new();
-    while seen.last().map(String::as_str) != Some("none") {
+    // `one` resigns before `two` is granted, so nobody may lead in between ("none" before
+    // `two`); read until `two` has led and resigned. A missing `two` ends in next_line's timeout,
+    // with every line seen in its message.
+    let two_led = format!("two (term {t2})");
+    let mut seen: Vec<String> = Vec::new();
+    while !(seen.contains(&two_led) && seen.last().map(String::as_str) == Some("none")) {
         seen.push(follow.next_line());
     }
-    assert!(seen.contains(&format!("two (term {t2})")), "--follow printed {seen:?}");
+    assert!(seen.contains(&two_led), "--follow printed {seen:?}");
     follow.signal("TERM");
 }
 
