@@ -104,6 +104,13 @@
 //! second time when its connection dropped (the server restarted): each answers a repeat as it
 //! answered the first run.
 //!
+//! The mutex scripts carry the URL's settings (`fence_floor`, `restart_delay`, `poller_gap`,
+//! `max_pass_over`) as constants in their source instead of as arguments, and take the streak
+//! and gap keys only with `poller_gap`: an uncontended acquire sends 4 keys and 3 arguments, a
+//! release 3 keys and 2 arguments (each key or argument costs the server about as much as a
+//! `GET`). Clients with different settings therefore run different scripts (their own SHA1s) on
+//! the same keys.
+//!
 //! ## Semaphores, read-write locks and elections
 //!
 //! Default layout only, on one server, Sentinel or Cluster (the plain layout and the quorum mode

@@ -114,30 +114,29 @@ end
 /// of a call whose answer was lost finds the lock already ours.
 /// The uncontended case (no lock key, no queue key) is `EXISTS`, `GET` (the counter), `TIME`,
 /// `SET` (the counter) and `SET` (the lock).
-/// KEYS: lock, fence, queue, alive, streak, gap. ARGV: token, ttl ms, fence floor, wake prefix,
-/// restart delay ms, poller gap ms.
+/// KEYS: lock, fence, queue, alive (and streak, gap with `poller_gap`). ARGV: token, ttl ms, wake
+/// prefix. The settings (`FLOOR`, `DELAY`, `GAP`) are constants of the script (see [`LockScripts`]).
 /// Returns `{1, fence}` or `{0, ms until it may be free: the holder's pttl, or a wait}`.
 const TRY_ACQUIRE: &str = r#"
-local delay, gap = tonumber(ARGV[5]), tonumber(ARGV[6])
 if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   local counter = redis.call('GET', KEYS[2])
-  local w = math.max(data_loss_wait(counter, delay), gap_left(KEYS[6], gap))
+  local w = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
   if w > 0 then return {0, w} end
-  streak_on(KEYS[5], gap, ARGV[2])
-  return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], ARGV[3])}
+  streak_on(KEYS[5], GAP, ARGV[2])
+  return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], FLOOR)}
 end
 local v = redis.call('GET', KEYS[1])
 if mine(v, ARGV[1]) then return {1, fence_of(v)} end
 local h, pruned = head(KEYS[3], KEYS[4], now_ms())
 if not v and (h == nil or h == ARGV[1]) then
   local counter = redis.call('GET', KEYS[2])
-  local w = math.max(data_loss_wait(counter, delay), gap_left(KEYS[6], gap))
+  local w = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
   if w > 0 then return {0, w} end
   if h then redis.call('ZREM', KEYS[3], h); redis.call('HDEL', KEYS[4], h) end
-  streak_on(KEYS[5], gap, ARGV[2])
-  return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], ARGV[3])}
+  streak_on(KEYS[5], GAP, ARGV[2])
+  return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], FLOOR)}
 end
-if pruned then wake(ARGV[4], h) end
+if pruned then wake(ARGV[3], h) end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
@@ -145,12 +144,12 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// deadline, and takes the lock if it is free and this waiter is the live head (and the server
 /// has not just lost its data, and no gap for polling clients is running: then the head waits).
 /// Idempotent like `TRY_ACQUIRE`.
-/// KEYS: lock, fence, queue, alive, streak, gap. ARGV: token, ttl ms, fence floor, wake prefix,
-/// waiter ttl ms, restart delay ms, poller gap ms.
+/// KEYS: lock, fence, queue, alive (and streak, gap with `poller_gap`). ARGV: token, ttl ms, wake
+/// prefix, waiter ttl ms.
 /// Returns `{1, fence}` or `{0, is_head, ms until it may be free, holder_is_foreign}`.
 const WAIT_STEP: &str = r#"
 local now = now_ms()
-local tok, wttl, gap = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[7])
+local tok, wttl = ARGV[1], tonumber(ARGV[4])
 local v = redis.call('GET', KEYS[1])
 if mine(v, tok) then return {1, fence_of(v)} end
 if not redis.call('ZSCORE', KEYS[3], tok) then
@@ -164,15 +163,15 @@ local h, pruned = head(KEYS[3], KEYS[4], now)
 local wait = nil
 if not v and h == tok then
   local counter = redis.call('GET', KEYS[2])
-  wait = math.max(data_loss_wait(counter, tonumber(ARGV[6])), gap_left(KEYS[6], gap))
+  wait = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
   if wait == 0 then
     redis.call('ZREM', KEYS[3], tok)
     redis.call('HDEL', KEYS[4], tok)
-    streak_on(KEYS[5], gap, ARGV[2])
-    return {1, take(KEYS[1], KEYS[2], counter, tok, ARGV[2], ARGV[3])}
+    streak_on(KEYS[5], GAP, ARGV[2])
+    return {1, take(KEYS[1], KEYS[2], counter, tok, ARGV[2], FLOOR)}
   end
 end
-if pruned and h ~= tok then wake(ARGV[4], h) end
+if pruned and h ~= tok then wake(ARGV[3], h) end
 if redis.call('PTTL', KEYS[3]) < 2 * wttl then
   redis.call('PEXPIRE', KEYS[3], 2 * wttl)
   redis.call('PEXPIRE', KEYS[4], 2 * wttl)
@@ -187,12 +186,12 @@ return {0, h == tok and 1 or 0, wait or redis.call('PTTL', KEYS[1]), foreign}
 
 /// Compare-and-delete, then wake the live head of the queue (one PUBLISH). With nobody queued
 /// it is three commands: `GET`, `DEL`, `EXISTS` (plus the streak bookkeeping of `poller_gap`).
-/// KEYS: lock, queue, alive, streak, gap. ARGV: token, wake prefix, poller gap ms, max pass over ms.
+/// KEYS: lock, queue, alive (and streak, gap with `poller_gap`). ARGV: token, wake prefix.
 /// Returns 1 if released, 0 if not ours.
 const RELEASE: &str = r#"
 if not mine(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
-streak_off(KEYS[4], KEYS[5], tonumber(ARGV[3]), tonumber(ARGV[4]))
+streak_off(KEYS[4], KEYS[5], GAP, MAX_PASS)
 if redis.call('EXISTS', KEYS[2]) == 1 then
   wake(ARGV[2], (head(KEYS[2], KEYS[3], now_ms())))
 end
@@ -285,12 +284,55 @@ fn full(body: &str) -> String {
     format!("{PRELUDE}{body}")
 }
 
-/// The compiled scripts (their SHA1s are computed once; `redis::Script` reloads on NOSCRIPT).
-pub(crate) struct Scripts {
+/// The mutex scripts of one server (`TRY_ACQUIRE`, `WAIT_STEP`, `RELEASE`, `LEAVE`), with the
+/// settings of its URL written into their source as constants (`FLOOR`, `DELAY`, `GAP`,
+/// `MAX_PASS`) rather than sent as arguments on every call: every key or argument of an
+/// `EVALSHA` costs the server about as much as a `GET`, and these run on every acquire and
+/// release. Each set of settings is a script of its own on the server (a few per application).
+/// Without `poller_gap` the scripts never touch the streak and gap keys, and are not sent them.
+pub(crate) struct LockScripts {
     pub(crate) try_acquire: Script,
     pub(crate) wait_step: Script,
     pub(crate) release: Script,
     pub(crate) leave: Script,
+    /// How many of [`crate::keys::LockKeys::lock_script_keys`] the acquire scripts take (4, or 6
+    /// with the streak and gap keys of `poller_gap`); the release scripts take two fewer.
+    pub(crate) keys: usize,
+    /// The source of each, for `SCRIPT LOAD` at connect.
+    pub(crate) sources: Vec<String>,
+}
+
+impl LockScripts {
+    /// The scripts for these settings: the fence floor argument ([`crate::FenceFloor`]: `time`,
+    /// a number or empty), the restart delay, `poller_gap` and `max_pass_over` in ms.
+    pub(crate) fn new(floor: &str, restart_delay_ms: u64, poller_gap_ms: u64, max_pass_over_ms: u64) -> LockScripts {
+        // The floor is written as a Lua string: it is `time`, digits or nothing, never a quote.
+        debug_assert!(
+            floor.chars().all(|c| c.is_ascii_alphanumeric()),
+            "fence floor {floor:?}"
+        );
+        let settings = format!(
+            "local FLOOR, DELAY, GAP, MAX_PASS = '{floor}', {restart_delay_ms}, {poller_gap_ms}, {max_pass_over_ms}\n"
+        );
+        let sources: Vec<String> = [TRY_ACQUIRE, WAIT_STEP, RELEASE, LEAVE]
+            .iter()
+            .map(|body| format!("{settings}{PRELUDE}{body}"))
+            .collect();
+        let s = |i: usize| Script::new(&sources[i]);
+        LockScripts {
+            try_acquire: s(0),
+            wait_step: s(1),
+            release: s(2),
+            leave: s(3),
+            keys: if poller_gap_ms > 0 { 6 } else { 4 },
+            sources,
+        }
+    }
+}
+
+/// The scripts that take no settings (their SHA1s are computed once; a call reloads a script on
+/// `NOSCRIPT`).
+pub(crate) struct Scripts {
     pub(crate) renew_many: Script,
     /// `RENEW_MANY_CROSS`: `RENEW_MANY` for the locks of one Redis Cluster node.
     pub(crate) renew_many_cross: Script,
@@ -303,19 +345,12 @@ pub(crate) struct Scripts {
 
 /// The one instance.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let sources: Vec<String> = [TRY_ACQUIRE, WAIT_STEP, RELEASE, LEAVE, RENEW_MANY, RAISE_FENCE, INSPECT]
-        .iter()
-        .map(|b| full(b))
-        .collect();
+    let sources: Vec<String> = [RENEW_MANY, RAISE_FENCE, INSPECT].iter().map(|b| full(b)).collect();
     let s = |i: usize| Script::new(&sources[i]);
     Scripts {
-        try_acquire: s(0),
-        wait_step: s(1),
-        release: s(2),
-        leave: s(3),
-        renew_many: s(4),
-        raise_fence: s(5),
-        inspect: s(6),
+        renew_many: s(0),
+        raise_fence: s(1),
+        inspect: s(2),
         renew_many_cross: Script::new(&format!(
             "#!lua flags=allow-cross-slot-keys\n{}",
             full(RENEW_MANY_CROSS)
@@ -323,3 +358,32 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         sources,
     }
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_constants_of_the_script() {
+        let a = LockScripts::new("time", 15000, 0, 0);
+        assert!(a.sources[0].starts_with("local FLOOR, DELAY, GAP, MAX_PASS = 'time', 15000, 0, 0\n"));
+        assert_eq!(a.keys, 4);
+        let b = LockScripts::new("", 0, 200, 5000);
+        assert_eq!(b.keys, 6);
+        assert_ne!(a.try_acquire.get_hash(), b.try_acquire.get_hash());
+        // The same settings, the same scripts (one entry in the server's script cache).
+        assert_eq!(
+            a.release.get_hash(),
+            LockScripts::new("time", 15000, 0, 0).release.get_hash()
+        );
+    }
+
+    #[test]
+    fn mutex_scripts_read_no_setting_from_their_arguments() {
+        for body in [TRY_ACQUIRE, WAIT_STEP, RELEASE, LEAVE] {
+            for arg in ["ARGV[5]", "ARGV[6]", "ARGV[7]"] {
+                assert!(!body.contains(arg), "{arg} in {body}");
+            }
+        }
+    }
+}

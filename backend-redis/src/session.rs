@@ -26,7 +26,7 @@ use crate::keys::LockKeys;
 use crate::kind_scripts::KIND_SCRIPTS;
 use crate::link::{Conn, Link};
 use crate::notify::Notifier;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{LockScripts, SCRIPTS};
 
 /// The answer of a one-shot attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,9 +74,8 @@ pub(crate) struct Node {
     pub(crate) floor: String,
     /// The scripts' restart delay argument, in ms (0: none).
     pub(crate) restart_delay_ms: u64,
-    /// The scripts' `poller_gap` and `max_pass_over` arguments, in ms (0: no gaps).
-    poller_gap_ms: u64,
-    max_pass_over_ms: u64,
+    /// The mutex scripts, with this URL's settings in them.
+    scripts: LockScripts,
     pub(crate) waiter_ttl: Duration,
     health: std::sync::Mutex<Health>,
 }
@@ -115,6 +114,16 @@ impl Node {
             config.response_timeout,
         );
         let op_timeout = config.connect_timeout + config.response_timeout;
+        let floor = config.fence_floor.arg();
+        // Not `millis`: 0 means "off" for these.
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let restart_delay_ms = ms(config.restart_delay);
+        let scripts = LockScripts::new(
+            &floor,
+            restart_delay_ms,
+            ms(config.poller_gap),
+            ms(config.max_pass_over),
+        );
         Ok(Node {
             addr,
             link,
@@ -122,10 +131,9 @@ impl Node {
             op_timeout,
             min_replicas: config.min_replicas,
             replica_timeout: config.replica_timeout,
-            floor: config.fence_floor.arg(),
-            restart_delay_ms: u64::try_from(config.restart_delay.as_millis()).unwrap_or(u64::MAX),
-            poller_gap_ms: u64::try_from(config.poller_gap.as_millis()).unwrap_or(u64::MAX),
-            max_pass_over_ms: u64::try_from(config.max_pass_over.as_millis()).unwrap_or(u64::MAX),
+            floor,
+            restart_delay_ms,
+            scripts,
             waiter_ttl: config.waiter_ttl,
             health: Default::default(),
         })
@@ -184,7 +192,10 @@ impl Node {
     /// that the first `EVALSHA` of each does not cost a `NOSCRIPT` error and a second round trip.
     /// On a cluster every master loads them (`SCRIPT LOAD` goes to all masters).
     pub(crate) async fn ping(&self) -> Result<()> {
-        let sources: Vec<&String> = SCRIPTS.sources.iter().chain(&KIND_SCRIPTS.sources).collect();
+        let sources: Vec<&String> = (self.scripts.sources.iter())
+            .chain(&SCRIPTS.sources)
+            .chain(&KIND_SCRIPTS.sources)
+            .collect();
         let mut pipe = redis::pipe();
         for source in &sources {
             pipe.cmd("SCRIPT").arg("LOAD").arg(*source).ignore();
@@ -212,13 +223,9 @@ impl Node {
     }
 
     pub(crate) async fn try_acquire(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Attempt> {
-        let mut call = ScriptCall::new(&SCRIPTS.try_acquire, &keys.lock_script_keys());
-        call.arg(token)
-            .arg(millis(ttl))
-            .arg(&self.floor)
-            .arg(&keys.wake)
-            .arg(self.restart_delay_ms)
-            .arg(self.poller_gap_ms);
+        let scripts = &self.scripts;
+        let mut call = ScriptCall::new(&scripts.try_acquire, &keys.lock_script_keys()[..scripts.keys]);
+        call.arg(token).arg(millis(ttl)).arg(&keys.wake);
         let reply = self.grant("acquiring", keys, token, &call).await?;
         match reply.as_slice() {
             [1, fence] => Ok(Attempt::Acquired(fence_token(*fence)?)),
@@ -230,14 +237,12 @@ impl Node {
     }
 
     pub(crate) async fn wait_step(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Step> {
-        let mut call = ScriptCall::new(&SCRIPTS.wait_step, &keys.lock_script_keys());
+        let scripts = &self.scripts;
+        let mut call = ScriptCall::new(&scripts.wait_step, &keys.lock_script_keys()[..scripts.keys]);
         call.arg(token)
             .arg(millis(ttl))
-            .arg(&self.floor)
             .arg(&keys.wake)
-            .arg(millis(self.waiter_ttl))
-            .arg(self.restart_delay_ms)
-            .arg(self.poller_gap_ms);
+            .arg(millis(self.waiter_ttl));
         let reply = self.grant("waiting", keys, token, &call).await?;
         match reply.as_slice() {
             [1, fence] => Ok(Step::Acquired(fence_token(*fence)?)),
@@ -255,35 +260,49 @@ impl Node {
     /// Compare-and-delete; `true` if the lock was ours. Never sent twice: a second run after a
     /// first whose answer was lost would answer "not ours".
     pub(crate) async fn release(&self, keys: &LockKeys, token: &str) -> Result<bool> {
-        self.give_up(&SCRIPTS.release, "releasing", Resend::Never, keys, token)
-            .await
+        let taken = &keys.release_script_keys()[..self.scripts.keys - 1]; // lock, queue, alive (, streak, gap)
+        self.give_up(
+            &self.scripts.release,
+            "releasing",
+            Resend::Never,
+            taken,
+            &keys.wake,
+            token,
+        )
+        .await
     }
 
     /// Leaves the queue and releases a lock granted to `token`; `true` if a lock was released.
     pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> Result<bool> {
-        self.give_up(&SCRIPTS.leave, "leaving the queue", Resend::IfDropped, keys, token)
-            .await
+        let taken = &keys.release_script_keys()[..3]; // lock, queue, alive
+        self.give_up(
+            &self.scripts.leave,
+            "leaving the queue",
+            Resend::IfDropped,
+            taken,
+            &keys.wake,
+            token,
+        )
+        .await
     }
 
-    /// Runs `release` or `leave`: both take the lock, queue, liveness, streak and gap keys, the
-    /// token, the wake channel and the `poller_gap` arguments (`LEAVE` ignores the last ones), and
-    /// answer 1 when they released a lock of `token`'s.
+    /// Runs `release` or `leave` on `keys` (the lock, queue and liveness keys, and for `RELEASE`
+    /// with `poller_gap` the streak and gap keys) with the token and the wake channel prefix;
+    /// both answer 1 when they released a lock of `token`'s.
     async fn give_up(
         &self,
         script: &redis::Script,
         what: &str,
         resend: Resend,
-        keys: &LockKeys,
+        keys: &[&str],
+        wake: &str,
         token: &str,
     ) -> Result<bool> {
         let released: i64 = self
             .bounded(what, resend, || async move {
                 let mut conn = self.link.conn().await?;
-                let mut call = ScriptCall::new(script, &keys.release_script_keys());
-                call.arg(token)
-                    .arg(&keys.wake)
-                    .arg(self.poller_gap_ms)
-                    .arg(self.max_pass_over_ms);
+                let mut call = ScriptCall::new(script, keys);
+                call.arg(token).arg(wake);
                 call.invoke(&mut conn).await
             })
             .await?;
