@@ -24,7 +24,8 @@ pub struct WorkerSpec {
     pub name: String,
     /// The fenced register's URL.
     pub register: String,
-    /// Accept every write in the register (the broken setup of the self-check).
+    /// The self-check's broken setup: the register accepts every write and the worker writes
+    /// after a lost lock too (see [`crate::worker::WorkerArgs::unsafe_register`]).
     pub unsafe_register: bool,
     /// Only wait for the lock (the leak test).
     pub wait_only: bool,
@@ -150,6 +151,7 @@ impl Fleet {
             ttl: self.target.ttl,
             hold: (Duration::from_millis(10), self.spec.hold_max),
             wait_only: self.spec.wait_only,
+            heeds_lost: !self.spec.unsafe_register,
         };
         let (stop_tx, mut stop) = watch::channel(false);
         let events = self.events.clone();

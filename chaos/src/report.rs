@@ -321,8 +321,11 @@ impl Report {
     }
 }
 
-/// The suite against a register that does not check tokens, on the first networked single
-/// target, with pauses: the stale holders' writes land after the new holders' and must be flagged.
+/// The suite against a register that does not check tokens and workers that write after losing
+/// their lock (as a holder paused between checking `lost()` and writing would), on the first
+/// networked single target, with pauses: each paused holder's write lands after the new holder's
+/// and must be flagged. (Workers that heed `lost()` usually hear of the loss first when they
+/// wake, which left the check to a race it sometimes lost.)
 async fn self_check(targets: &[Target], ttl: Duration, register: &str) -> Option<SelfCheck> {
     let target = targets
         .iter()
@@ -340,7 +343,8 @@ async fn self_check(targets: &[Target], ttl: Duration, register: &str) -> Option
             let row = Row::from(r);
             Some(SelfCheck {
                 variant: format!(
-                    "a register that accepts every write (no token check), {} with 5 pauses",
+                    "a register that accepts every write (no token check) and holders that write \
+                     after losing their lock, {} with 5 pauses",
                     target.id()
                 ),
                 caught: !row.broken().is_empty(),

@@ -42,7 +42,9 @@ pub struct WorkerArgs {
     /// The longest hold.
     #[arg(long, default_value = "300", value_parser = parse_ms)]
     pub hold_max: Duration,
-    /// Accept every write in the register (a deliberately broken setup).
+    /// A deliberately broken setup (the self-check's): the register accepts every write, and the
+    /// worker writes once its hold ends whether or not `lost()` fired, as a holder paused between
+    /// checking it and writing would.
     #[arg(long)]
     pub unsafe_register: bool,
     /// Only wait for the lock, forever (for the leak test, which kills waiters).
@@ -69,6 +71,9 @@ pub struct Plan {
     pub hold: (Duration, Duration),
     /// Only wait for the lock (see [`WorkerArgs::wait_only`]).
     pub wait_only: bool,
+    /// Cut the hold short when `lost()` fires (false only in the self-check: see
+    /// [`WorkerArgs::unsafe_register`]).
+    pub heeds_lost: bool,
 }
 
 /// Where a worker's events go: stdout in a worker process, a shared list in the driver (mem://).
@@ -119,6 +124,7 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
         ttl: args.ttl,
         hold: (args.hold_min, args.hold_max),
         wait_only: args.wait_only,
+        heeds_lost: !args.unsafe_register,
     };
     to_stdout(Event::Ready { t: now_ns() });
     work(&locker, &register, &plan, &to_stdout, &mut stop).await;
@@ -160,17 +166,26 @@ pub async fn work(locker: &Locker, register: &Register, plan: &Plan, sink: &Sink
         write(register, plan, sink, token).await;
         let (min, max) = (plan.hold.0.as_millis(), plan.hold.1.as_millis());
         let hold = Duration::from_millis(u64::try_from(rand::random_range(min..=max.max(min))).unwrap_or(0));
-        let cut_short = tokio::select! {
-            biased;
-            reason = &mut lost => Some(reason),
-            _ = tokio::time::sleep(hold) => None,
+        let cut_short = if plan.heeds_lost {
+            tokio::select! {
+                biased;
+                reason = &mut lost => Some(reason),
+                _ = tokio::time::sleep(hold) => None,
+            }
+        } else {
+            // The self-check's blind holder: it writes whatever happened meanwhile, then says
+            // whether its lock was lost, so a pause during the hold always yields a stale write.
+            tokio::time::sleep(hold).await;
+            write(register, plan, sink, token).await;
+            guard.lost_reason()
         };
         match cut_short {
             Some(reason) => sink(Event::Lost {
                 t: now_ns(),
                 reason: reason.to_string(),
             }),
-            None => write(register, plan, sink, token).await,
+            None if plan.heeds_lost => write(register, plan, sink, token).await,
+            None => {}
         }
         sink(Event::Exit { t: now_ns() });
         let ok = guard.release().await.is_ok();
