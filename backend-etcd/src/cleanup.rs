@@ -130,7 +130,7 @@ pub(crate) fn delete_in_background(session: Arc<Session>, key: String, rev: i64,
 }
 
 /// Deletes `target` of `key` in a background task, retrying while etcd is unreachable and the
-/// key's lease may still be alive. `slot` is freed only afterwards, so that no later attempt of
+/// key's lease is still the session's. `slot` is freed only afterwards, so that no later attempt of
 /// this session re-creates the key name before it is gone.
 fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i64, slot: Option<Slot>) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -157,13 +157,16 @@ fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i6
                     tracing::debug!(key, deleted, "lock key cleaned up");
                     break;
                 }
-                Err(e) if session.lease_may_be_alive(lease_id) => {
+                // While the lease is the session's, a key left behind would live as long as the
+                // session: retry. (Giving up once no keep-alive had been answered for a TTL left
+                // such keys behind after a leader kill: the lease outlived the outage.)
+                Err(e) if session.owns_lease(lease_id) => {
                     tracing::warn!(key, error = %e, "deleting a lock key failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(session.ttl());
                 }
-                // The lease is gone or expires unrenewed, and the key with it. Keep its name
-                // out of use anyway: if the lease comes back, the key is still there.
+                // The session found the lease gone and no longer renews it: the key goes with
+                // it. Keep its name out of use anyway.
                 Err(_) => {
                     if let Some(slot) = slot {
                         slot.keep_number();
@@ -183,4 +186,73 @@ fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i6
         }
         drop(slot);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use etcd_client::PutOptions;
+    use lockcore::conformance::proxy::{Mode, Proxy};
+    use lockcore::conformance::{env_url, unique_name};
+    use lockcore::BackendUrl;
+
+    use crate::{Config, EtcdBackend};
+
+    /// A release whose delete fails while no keep-alive has been answered for a TTL (an etcd
+    /// leader election) must still delete the key once etcd answers again: etcd extends every
+    /// lease when a new leader takes over, so the session's lease, and a key left behind with
+    /// it, live on. The old clean-up gave up in that case, and the key blocked the lock for as
+    /// long as the session lived (seen in the fault suite: etcd/cluster leader-kill).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_delete_is_retried_while_the_session_owns_the_lease() {
+        let base = env_url("LOCKSMITH_TEST_ETCD");
+        let upstream = base
+            .trim_start_matches("etcd://")
+            .split(['/', '?'])
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let proxy = Proxy::start(&upstream).await;
+        let url = BackendUrl::parse(&format!("etcd://{}?ttl=5s&request_timeout=300ms", proxy.addr())).expect("url");
+        let backend = EtcdBackend::connect(Config::from_url(&url).expect("config"))
+            .await
+            .expect("connect");
+        let session = backend.session().clone();
+        let lease = session.current().await.expect("lease");
+
+        // A key of the session, as a granted lock's, written straight to the server.
+        let mut direct = etcd_client::Client::connect([upstream.as_str()], None)
+            .await
+            .expect("direct client");
+        let key = format!("cleanup-test/{}", unique_name("retry"));
+        let put = direct
+            .put(key.as_str(), "", Some(PutOptions::new().with_lease(lease.id)))
+            .await
+            .expect("put");
+        let rev = put.header().map(|h| h.revision()).expect("revision");
+
+        proxy.set(Mode::Freeze {
+            to_server: true,
+            to_client: true,
+        });
+        session.age_refresh();
+        super::delete_in_background(session.clone(), key.clone(), rev, lease.id, None);
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        proxy.set(Mode::Forward);
+
+        let mut gone = false;
+        for _ in 0..40 {
+            // The session keeps its lease alive, as a waiting or holding session does.
+            let _ = session.keep_alive(lease.id).await;
+            let left = direct.get(key.as_str(), None).await.expect("get").kvs().len();
+            if left == 0 {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let _ = direct.delete(key.as_str(), None).await;
+        assert!(gone, "the key was left behind while its lease lived on");
+    }
 }

@@ -157,10 +157,20 @@ impl Session {
         self.state().id
     }
 
-    /// Whether lease `id` is current and may not have expired yet (it was refreshed within its TTL).
-    pub fn lease_may_be_alive(&self, id: i64) -> bool {
-        let s = self.state();
-        s.id == Some(id) && Instant::now() < s.refreshed_at + s.ttl
+    /// Whether lease `id` is still this session's lease: it has not been found gone, so a later
+    /// keep-alive may refresh it, even after keep-alives failed for longer than its TTL (etcd
+    /// extends every lease when a new leader takes over).
+    pub fn owns_lease(&self, id: i64) -> bool {
+        self.state().id == Some(id)
+    }
+
+    /// Test support: as if no keep-alive of the lease had been answered for twice its TTL (an
+    /// election under way), without touching the lease on the server.
+    #[cfg(test)]
+    pub(crate) fn age_refresh(&self) {
+        let mut s = self.state();
+        let ttl = s.ttl;
+        s.refreshed_at = Instant::now().checked_sub(ttl * 2).unwrap_or(s.refreshed_at);
     }
 
     /// Marks one `acquire` as waiting until the returned guard drops.

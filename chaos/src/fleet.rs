@@ -189,10 +189,34 @@ impl Fleet {
                 return Ok(());
             }
             if Instant::now() > end {
-                bail!("{what}: not seen within {limit:?}");
+                bail!("{what}: not seen within {limit:?}; {}", self.describe());
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// Each worker's last event and how long ago, with its last error if any: what a run that
+    /// got stuck reports.
+    pub fn describe(&self) -> String {
+        let events = lock(&self.events);
+        let now = now_ns();
+        let ago = |t: u64| format!("{} ms ago", now.saturating_sub(t) / 1_000_000);
+        let mut out = Vec::new();
+        for (w, worker) in self.workers.iter().enumerate() {
+            let mine = || events.iter().filter(|(x, _)| *x == w).map(|(_, e)| e);
+            let last = match mine().next_back() {
+                Some(e) => format!("last {e:?} ({})", ago(e.t())),
+                None => "no event".into(),
+            };
+            let errors = mine().filter(|e| matches!(e, Event::Error { .. })).count();
+            let last_error = mine().rfind(|e| matches!(e, Event::Error { .. }));
+            let killed = if worker.killed_at.is_some() { ", killed" } else { "" };
+            out.push(match last_error {
+                Some(e) => format!("{}{killed}: {last}; {errors} errors, the last {e:?}", worker.id),
+                None => format!("{}{killed}: {last}", worker.id),
+            });
+        }
+        format!("workers: {}", out.join(" | "))
     }
 
     /// The worker inside its critical section right now (entered, not exited), if any; the one

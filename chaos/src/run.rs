@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 
 use crate::check::{measure, Measured};
@@ -85,10 +85,13 @@ pub async fn run(target: &Target, fault: Fault, shape: Shape, register_url: &str
         // Recovery: the lock must pass on and the workers settle before the next fault.
         let grants = fleet.events().iter().filter(|(_, e)| enter(e)).count();
         tokio::time::sleep(target.ttl * 2).await;
-        fleet
+        let recovered = fleet
             .wait_for("grants after the fault", Duration::from_secs(60), grants + 2, enter)
-            .await
-            .with_context(|| format!("{} after {fault}", target.id()))?;
+            .await;
+        if let Err(e) = recovered {
+            let server = server_view(target, &name).await;
+            return Err(e.context(format!("{} after {fault} ({server})", target.id())));
+        }
     }
     if fault == Fault::None {
         tokio::time::sleep(target.ttl * 3).await;
@@ -132,6 +135,16 @@ fn repeats(target: &Target, fault: Fault, shape: Shape) -> usize {
     match fault {
         Fault::LeaderKill | Fault::Failover if target.fails_over => shape.failovers,
         _ => shape.repeats,
+    }
+}
+
+/// What the server says of `name` (its holder and waiters), for a run that got stuck.
+async fn server_view(target: &Target, name: &str) -> String {
+    let info = async { locksmith::connect(&target.url).await?.inspect(name).await };
+    match tokio::time::timeout(Duration::from_secs(10), info).await {
+        Ok(Ok(info)) => format!("the server shows holder {:?} and {} waiters", info.holder, info.waiters),
+        Ok(Err(e)) => format!("inspecting the lock failed: {e}"),
+        Err(_) => "inspecting the lock took over 10 s".into(),
     }
 }
 
