@@ -206,13 +206,8 @@ mod tests {
     /// long as the session lived (seen in the fault suite: etcd/cluster leader-kill).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_delete_is_retried_while_the_session_owns_the_lease() {
-        let base = env_url("LOCKSMITH_TEST_ETCD");
-        let upstream = base
-            .trim_start_matches("etcd://")
-            .split(['/', '?'])
-            .next()
-            .unwrap_or_default()
-            .to_owned();
+        let base = BackendUrl::parse(&env_url("LOCKSMITH_TEST_ETCD")).expect("test URL");
+        let upstream = base.hosts.first().expect("a host").to_addr(2379);
         let proxy = Proxy::start(&upstream).await;
         let url = BackendUrl::parse(&format!("etcd://{}?ttl=5s&request_timeout=300ms", proxy.addr())).expect("url");
         let backend = EtcdBackend::connect(Config::from_url(&url).expect("config"))

@@ -173,19 +173,24 @@ pub async fn work(locker: &Locker, register: &Register, plan: &Plan, sink: &Sink
                 _ = tokio::time::sleep(hold) => None,
             }
         } else {
-            // The self-check's blind holder: it writes whatever happened meanwhile, then says
-            // whether its lock was lost, so a pause during the hold always yields a stale write.
+            // The self-check's blind holder holds for its whole time whatever happens meanwhile,
+            // so a pause during the hold always yields a stale write.
             tokio::time::sleep(hold).await;
-            write(register, plan, sink, token).await;
-            guard.lost_reason()
+            None
         };
-        match cut_short {
-            Some(reason) => sink(Event::Lost {
+        if cut_short.is_none() {
+            write(register, plan, sink, token).await;
+        }
+        // The blind holder says after its write whether the lock was lost meanwhile.
+        let lost_reason = match cut_short {
+            None if !plan.heeds_lost => guard.lost_reason(),
+            reason => reason,
+        };
+        if let Some(reason) = lost_reason {
+            sink(Event::Lost {
                 t: now_ns(),
                 reason: reason.to_string(),
-            }),
-            None if plan.heeds_lost => write(register, plan, sink, token).await,
-            None => {}
+            });
         }
         sink(Event::Exit { t: now_ns() });
         let ok = guard.release().await.is_ok();
