@@ -18,7 +18,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::scripts::PRELUDE;
+use crate::scripts::with_helpers;
 
 /// Helpers that need no lock keys (the renewal scripts use them too).
 const HELPERS: &str = r#"
@@ -326,7 +326,7 @@ return {r[1], redis.call('HGET', KEYS[2], r[1]) or '', tonumber(r[2]) - now}
 "#;
 
 fn lock_script(body: &str) -> String {
-    format!("{PRELUDE}{HELPERS}{STATE}{body}")
+    with_helpers(&format!("{HELPERS}{STATE}{body}"))
 }
 
 /// The compiled scripts of the kinds other than the mutex.
@@ -349,8 +349,8 @@ pub(crate) static KIND_SCRIPTS: LazyLock<KindScripts> = LazyLock::new(|| {
         .iter()
         .map(|b| lock_script(b))
         .collect();
-    sources.push(format!("{PRELUDE}{HELPERS}{RENEW_MANY}"));
-    sources.push(format!("{PRELUDE}{LEADER}"));
+    sources.push(with_helpers(&format!("{HELPERS}{RENEW_MANY}")));
+    sources.push(with_helpers(LEADER));
     let s = |i: usize| Script::new(&sources[i]);
     KindScripts {
         try_acquire: s(0),
@@ -360,7 +360,8 @@ pub(crate) static KIND_SCRIPTS: LazyLock<KindScripts> = LazyLock::new(|| {
         renew_many: s(4),
         leader: s(5),
         renew_many_cross: Script::new(&format!(
-            "#!lua flags=allow-cross-slot-keys\n{PRELUDE}{HELPERS}{RENEW_MANY_CROSS}"
+            "#!lua flags=allow-cross-slot-keys\n{}",
+            with_helpers(&format!("{HELPERS}{RENEW_MANY_CROSS}"))
         )),
         sources,
     }

@@ -8,8 +8,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Helpers shared by the scripts, prepended to each.
-pub(crate) const PRELUDE: &str = r#"
+/// Helpers shared by the scripts. Each script is sent with only the helpers it calls
+/// ([`with_helpers`]): every `local function` is a closure the server builds on every call.
+const PRELUDE: &str = r#"
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -280,8 +281,45 @@ end
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), live}
 "#;
 
-fn full(body: &str) -> String {
-    format!("{PRELUDE}{body}")
+/// The helpers of [`PRELUDE`], each with its name and source (with its comment), in their order.
+static PRELUDE_HELPERS: LazyLock<Vec<(&'static str, &'static str)>> = LazyLock::new(|| {
+    let mut helpers = Vec::new();
+    let mut start = 0;
+    let mut name = None;
+    let mut at = 0;
+    for line in PRELUDE.split_inclusive('\n') {
+        if let Some(rest) = line.strip_prefix("local function ") {
+            name = rest.split('(').next();
+        }
+        at += line.len();
+        if line.trim_end() == "end" {
+            let name = name.take().expect("a helper ends before it begins");
+            helpers.push((name, &PRELUDE[start..at]));
+            start = at;
+        }
+    }
+    helpers
+});
+
+/// `body` (a script's code, with any helpers of its own) after the helpers of [`PRELUDE`] that it
+/// calls, directly or through another helper, and no others.
+pub(crate) fn with_helpers(body: &str) -> String {
+    let calls = |text: &str, name: &str| text.contains(&format!("{name}("));
+    let mut used = vec![false; PRELUDE_HELPERS.len()];
+    // A helper calls only helpers defined before it: walking back finds every one needed.
+    for i in (0..PRELUDE_HELPERS.len()).rev() {
+        let name = PRELUDE_HELPERS[i].0;
+        used[i] =
+            calls(body, name) || (i + 1..PRELUDE_HELPERS.len()).any(|j| used[j] && calls(PRELUDE_HELPERS[j].1, name));
+    }
+    let mut s: String = PRELUDE_HELPERS
+        .iter()
+        .zip(&used)
+        .filter(|(_, used)| **used)
+        .map(|((_, source), _)| *source)
+        .collect();
+    s.push_str(body);
+    s
 }
 
 /// The mutex scripts of one server (`TRY_ACQUIRE`, `WAIT_STEP`, `RELEASE`, `LEAVE`), with the
@@ -316,7 +354,7 @@ impl LockScripts {
         );
         let sources: Vec<String> = [TRY_ACQUIRE, WAIT_STEP, RELEASE, LEAVE]
             .iter()
-            .map(|body| format!("{settings}{PRELUDE}{body}"))
+            .map(|body| format!("{settings}{}", with_helpers(body)))
             .collect();
         let s = |i: usize| Script::new(&sources[i]);
         LockScripts {
@@ -345,7 +383,10 @@ pub(crate) struct Scripts {
 
 /// The one instance.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let sources: Vec<String> = [RENEW_MANY, RAISE_FENCE, INSPECT].iter().map(|b| full(b)).collect();
+    let sources: Vec<String> = [RENEW_MANY, RAISE_FENCE, INSPECT]
+        .iter()
+        .map(|b| with_helpers(b))
+        .collect();
     let s = |i: usize| Script::new(&sources[i]);
     Scripts {
         renew_many: s(0),
@@ -353,7 +394,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         inspect: s(2),
         renew_many_cross: Script::new(&format!(
             "#!lua flags=allow-cross-slot-keys\n{}",
-            full(RENEW_MANY_CROSS)
+            with_helpers(RENEW_MANY_CROSS)
         )),
         sources,
     }
@@ -376,6 +417,24 @@ mod tests {
             a.release.get_hash(),
             LockScripts::new("time", 15000, 0, 0).release.get_hash()
         );
+    }
+
+    #[test]
+    fn each_script_defines_the_helpers_it_calls_and_no_others() {
+        let mut sources = LockScripts::new("time", 15000, 0, 0).sources;
+        sources.extend(SCRIPTS.sources.iter().cloned());
+        sources.extend(crate::kind_scripts::KIND_SCRIPTS.sources.iter().cloned());
+        assert_eq!(PRELUDE_HELPERS.len(), PRELUDE.matches("local function ").count());
+        for source in &sources {
+            for (name, _) in PRELUDE_HELPERS.iter() {
+                let defined = source.contains(&format!("local function {name}("));
+                let called = source.matches(&format!("{name}(")).count() > usize::from(defined);
+                assert_eq!(called, defined, "{name} in {source}");
+            }
+        }
+        // The release needs neither the clock's fence nor the data-loss check.
+        let release = &LockScripts::new("time", 15000, 0, 0).sources[2];
+        assert!(!release.contains("next_fence") && !release.contains("data_loss_wait"));
     }
 
     #[test]
