@@ -205,9 +205,8 @@ impl BackendRun<'_> {
             .collect();
         match workload {
             "uncontended" => {
-                for sys in lock_systems {
-                    let rows = uncontended::run(sys.as_ref(), sizes).await.map(|r| vec![r]);
-                    self.push(rows, &format!("uncontended ({})", sys.system()));
+                for (system, row) in uncontended::run(&lock_systems, sizes).await {
+                    self.push(row.map(|r| vec![r]), &format!("uncontended ({system})"));
                 }
             }
             "handover" => {
