@@ -87,7 +87,8 @@ pub enum Command {
     /// Acquire NAME, run CMD while holding it, release when CMD exits. CMD gets
     /// LOCKSMITH_FENCING_TOKEN and LOCKSMITH_LOCK_NAME in its environment and runs in a process
     /// group of its own; if the lock is lost, that group gets SIGTERM (SIGKILL after --grace) and
-    /// locksmith exits 4. SIGINT, SIGTERM and SIGHUP sent to locksmith are forwarded to CMD.
+    /// locksmith exits 4. If locksmith itself dies (even by SIGKILL), the group gets the same. SIGINT,
+    /// SIGTERM and SIGHUP sent to locksmith are forwarded to CMD.
     Run(RunArgs),
     /// One attempt, no waiting: print the fencing token and release (exit 0), or exit 1 if held.
     Try(TryArgs),

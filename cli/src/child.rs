@@ -3,9 +3,10 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::process::ExitStatus;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdin, Command};
 
 use crate::exit::{Failure, CANNOT_EXECUTE, NOT_FOUND};
 
@@ -14,13 +15,72 @@ pub struct Cmd {
     child: Child,
     /// The process group id (= CMD's pid), `None` once CMD has been reaped.
     group: Option<i32>,
+    /// The group's [`Sentinel`], told when this is dropped that locksmith ended in order
+    /// (whatever CMD left running in its group then stays).
+    _sentinel: Option<Sentinel>,
+}
+
+/// A small `sh` watching for locksmith's death, to stop CMD's whole process group then: the
+/// death signal the kernel sends on locksmith's death (`PR_SET_PDEATHSIG`) reaches CMD only, and
+/// whatever CMD started would run on without the lock. The sentinel reads a pipe that only
+/// locksmith writes: a line means locksmith ended in order (the sentinel exits); end of file
+/// without one means locksmith died (SIGKILL, a crash), and the sentinel sends the group SIGTERM,
+/// then SIGKILL after the grace period. It runs in a process group of its own and ignores the
+/// terminal's signals, so that it outlives locksmith.
+struct Sentinel {
+    _process: Child,
+    pipe: Option<ChildStdin>,
+}
+
+/// The sentinel's script: `$0` the group to stop, `$1` the grace period in whole seconds.
+const SENTINEL: &str = r#"trap '' INT TERM HUP QUIT
+if read -r _; then exit 0; fi
+kill -TERM "-$0" 2>/dev/null || exit 0
+sleep "$1"
+kill -KILL "-$0" 2>/dev/null
+exit 0"#;
+
+impl Sentinel {
+    fn start(group: i32, grace: Duration) -> io::Result<Sentinel> {
+        let mut process = Command::new("sh")
+            .args(["-c", SENTINEL])
+            .arg(group.to_string())
+            .arg(grace.as_secs().max(1).to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(false)
+            .spawn()?;
+        let pipe = process.stdin.take();
+        Ok(Sentinel {
+            _process: process,
+            pipe,
+        })
+    }
+
+    /// Tells the sentinel that locksmith ended in order: it exits without signalling anyone.
+    fn disarm(&mut self) {
+        if let Some(Ok(fd)) = self.pipe.take().map(ChildStdin::into_owned_fd) {
+            // One byte into an empty pipe: the write cannot block.
+            let _ = io::Write::write_all(&mut std::fs::File::from(fd), b"\n");
+        }
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        self.disarm();
+    }
 }
 
 impl Cmd {
     /// Starts `argv` with `env` added to our environment, in a new process group, so that a lost
     /// lock can stop CMD *and* everything it started. On Linux CMD also gets SIGTERM if locksmith
     /// itself dies (even by SIGKILL), so that it never runs on without a holder renewing the lock.
-    pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Cmd, Failure> {
+    /// Whatever CMD started in its group gets SIGTERM too (SIGKILL after `grace`) when
+    /// locksmith dies without ending in order.
+    pub fn spawn(argv: &[OsString], env: &[(&str, String)], grace: Duration) -> Result<Cmd, Failure> {
         let Some((program, args)) = argv.split_first() else {
             return Err(Failure::new(crate::exit::USAGE, "no command given after --"));
         };
@@ -54,7 +114,18 @@ impl Cmd {
             }
         })?;
         let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-        Ok(Cmd { child, group })
+        let sentinel = group.and_then(|group| match Sentinel::start(group, grace) {
+            Ok(sentinel) => Some(sentinel),
+            Err(e) => {
+                tracing::warn!(error = %e, "no sentinel for CMD's process group: if locksmith dies, only CMD is told");
+                None
+            }
+        });
+        Ok(Cmd {
+            child,
+            group,
+            _sentinel: sentinel,
+        })
     }
 
     /// Sends `sig` to CMD's process group (CMD and whatever it started that is still in it).

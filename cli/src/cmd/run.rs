@@ -66,7 +66,7 @@ pub async fn run_held(
     grace: Duration,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    let mut cmd = match Cmd::spawn(command, env) {
+    let mut cmd = match Cmd::spawn(command, env, grace) {
         Ok(cmd) => cmd,
         Err(failure) => {
             let _ = guard.release().await;

@@ -31,7 +31,8 @@ macro_rules! cli_suite {
             run_excludes_other_processes_while_cmd_runs, run_exit_code_of_a_killed_cmd, run_times_out_when_held,
             run_waits_for_the_lock, run_lost_lock_terminates_cmd_and_exits_4, run_lost_lock_kills_cmd_after_grace,
             run_forwards_sigterm_to_cmd, interrupted_wait_leaves_nothing_behind, run_cmd_not_found,
-            run_cmd_gets_sigterm_when_locksmith_is_killed, silent_server_ends_try_and_inspect_at_the_timeout,
+            run_cmd_gets_sigterm_when_locksmith_is_killed, run_cmds_group_is_stopped_when_locksmith_is_killed,
+            silent_server_ends_try_and_inspect_at_the_timeout,
             waiter_whose_server_goes_down_exits_3_at_its_deadline, hold_exits_4_as_soon_as_the_lock_is_lost,
             connect_timeout_lengthens_the_wait);
     };
@@ -362,6 +363,22 @@ pub fn run_cmd_gets_sigterm_when_locksmith_is_killed(b: &dyn Backend) {
     runner.signal("KILL");
     // CMD writes to the stdout it shares with the killed locksmith.
     assert_eq!(runner.next_line(), "got-sigterm");
+}
+
+/// locksmith killed with SIGKILL: whatever CMD started in its process group is stopped too, not
+/// only CMD (the kernel's death signal reaches CMD alone; the rest would run on without the lock).
+pub fn run_cmds_group_is_stopped_when_locksmith_is_killed(b: &dyn Backend) {
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let url = b.url();
+    let name = unique_name("run-killed-group");
+    // CMD starts a child that reports SIGTERM, or that it ran on for 10 s; CMD itself just waits.
+    let script = r#"sh -c 'trap "echo child-got-sigterm; exit 0" TERM; echo ready; i=0; while [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; echo child-ran-on' & wait"#;
+    let mut runner = Proc::locksmith(&args(&url, &["--ttl", "2s", "run", &name, "--", "sh", "-c", script]));
+    assert_eq!(runner.next_line(), "ready");
+    runner.signal("KILL");
+    assert_eq!(runner.next_line(), "child-got-sigterm");
 }
 
 /// Behind a server that accepts connections but answers nothing: `--timeout` bounds the whole
