@@ -167,6 +167,32 @@ impl EtcdBackend {
         self.session.ttl() + self.limit()
     }
 
+    /// Resolves at the deadline of `retry` (never without one) with the error a waiter's acquire
+    /// ends with there: [`Outage::at_deadline`]'s verdict, unless etcd did not answer a read of
+    /// `key` sent [`DEADLINE_PROBE`] before the deadline. A waiter's watch only listens: without
+    /// the read, a server that fell silent mid-wait would look like a lock held the whole time
+    /// ([`LockError::Timeout`] where the backend did not answer: [`LockError::Unavailable`]).
+    pub(crate) async fn deadline_verdict(&self, retry: &Outage, key: &str) -> LockError {
+        let Some(deadline) = retry.deadline() else {
+            return std::future::pending().await;
+        };
+        let lead = DEADLINE_PROBE.min(self.limit());
+        tokio::time::sleep_until(deadline.checked_sub(lead).unwrap_or(deadline)).await;
+        let answer = tokio::time::timeout_at(deadline, queue::ping(&self.session.conn, key)).await;
+        tokio::time::sleep_until(deadline).await;
+        match answer {
+            Ok(Ok(())) => retry.at_deadline(),
+            Ok(Err(e)) => LockError::Unavailable {
+                message: format!("no answer at the deadline: {e}"),
+                source: None,
+            },
+            Err(_) => LockError::Unavailable {
+                message: format!("no answer at the deadline: etcd did not answer a read sent {lead:?} before it"),
+                source: None,
+            },
+        }
+    }
+
     /// Deletes the key of an attempt that will not hold (a semaphore permit count that disagrees
     /// with the queue) before returning, so that the caller's next attempt finds the queue
     /// without it; if that fails, the clean-up deletes it in the background.
@@ -180,6 +206,10 @@ impl EtcdBackend {
         }
     }
 }
+
+/// How long before a waiter's deadline it asks etcd whether it still answers (at most the
+/// request timeout): see [`EtcdBackend::deadline_verdict`].
+const DEADLINE_PROBE: Duration = Duration::from_secs(1);
 
 /// Sleeps until `at`, or forever.
 pub(crate) async fn sleep_until_opt(at: Option<Instant>) {

@@ -181,7 +181,7 @@ impl EtcdBackend {
                 _ = self.session().lease_lost(lease.generation) => {
                     return Ok(Outcome::Requeue("the session lease was lost while waiting"));
                 }
-                _ = sleep_until_opt(retry.deadline()) => return Err(retry.at_deadline()),
+                e = self.deadline_verdict(retry, key) => return Err(e),
             }
             drop(watch);
             // The handover: one round trip after the delete notification.

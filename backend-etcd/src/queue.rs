@@ -190,6 +190,12 @@ pub(crate) async fn delete(conn: &Conn, key: &str, rev: Option<i64>) -> Result<b
     Ok(resp.succeeded())
 }
 
+/// One read of `key` (its count only): whether etcd answers at all.
+pub(crate) async fn ping(conn: &Conn, key: &str) -> Result<()> {
+    let txn = Txn::new().and_then([TxnOp::get(key, Some(GetOptions::new().with_count_only()))]);
+    run(conn, "asking etcd whether it answers", txn).await.map(drop)
+}
+
 /// The holder (oldest key) of `prefix` and the number of keys under it, in one read.
 pub(crate) async fn holder_and_count(conn: &Conn, prefix: &str) -> Result<(Option<QueueKey>, usize)> {
     let txn = Txn::new().and_then([

@@ -23,7 +23,7 @@ use lockcore::queue::holds_at_tail;
 use lockcore::{Family, Lease, LockError, LockRequest, Outage, Result, Role};
 use tokio::time::Instant;
 
-use crate::backend::{sleep_until_opt, EtcdBackend, Outcome};
+use crate::backend::{EtcdBackend, Outcome};
 use crate::cleanup::{Created, PendingKey};
 use crate::error::is_lease_not_found;
 use crate::exclusive::took;
@@ -254,7 +254,7 @@ impl EtcdBackend {
                 _ = self.session().lease_lost(spot.lease.generation) => {
                     return Ok(Outcome::Requeue("the session lease was lost while waiting"));
                 }
-                _ = sleep_until_opt(retry.deadline()) => return Err(retry.at_deadline()),
+                e = self.deadline_verdict(retry, spot.key) => return Err(e),
             }
             drop(wakeup);
             match self.look(spot, retry).await? {

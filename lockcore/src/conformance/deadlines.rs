@@ -2,8 +2,9 @@
 //! `tests/deadlines.rs` against its real server, reached through a [`Proxy`] that cuts or freezes
 //! the traffic.
 //!
-//! - **Server down** (the proxy closes every connection): a waiter whose timeout runs out says
-//!   the backend did not answer (`Unavailable`), not that the lock was busy, at its deadline.
+//! - **Server down** (the proxy closes every connection), or **silent while a waiter waits**: a
+//!   waiter whose timeout runs out says the backend did not answer (`Unavailable`), not that the
+//!   lock was busy, at its deadline.
 //! - **Server silent** (connections stay open, nothing is answered — a frozen server, a proxy
 //!   that stops forwarding): `try_acquire`, `acquire` with a timeout, `inspect` and `release`
 //!   end within their bound (the caller's timeout, else the backend's request timeout) with
@@ -82,6 +83,31 @@ where
     assert!(
         took >= timeout && took <= timeout + MARGIN,
         "the waiter ended after {took:?}, not at its deadline of {timeout:?}"
+    );
+    drop(proxy);
+
+    // Server silent while a waiter waits: its deadline says "unavailable" too, though every
+    // request it made was answered (the server fell silent while it only listened).
+    let proxy = Proxy::start(upstream).await;
+    let waiter = connect(proxy.addr()).await;
+    let waiting = tokio::spawn({
+        let name = busy_name.clone();
+        async move {
+            let start = Instant::now();
+            let result = waiter.lock(&name).timeout(timeout).acquire().await.map(drop);
+            (result, start.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.set(Mode::FREEZE);
+    let (result, took) = waiting.await.expect("waiter task");
+    assert!(
+        matches!(result, Err(LockError::Unavailable { .. })),
+        "a waiter whose server fell silent mid-wait must say so at its deadline, not report a busy lock: {result:?}"
+    );
+    assert!(
+        took >= timeout && took <= timeout + MARGIN,
+        "the waiter behind a silent server ended after {took:?}, not at its deadline of {timeout:?}"
     );
     drop(proxy);
 
