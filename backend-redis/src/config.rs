@@ -174,6 +174,17 @@ impl Config {
                 } else {
                     number("the path", &url.path)?
                 };
+                // A quorum counts servers: one named twice would count twice toward a majority.
+                let mut seen = std::collections::HashSet::new();
+                let servers: Vec<(String, u16)> = host_ports();
+                for (host, port) in servers {
+                    if !seen.insert((host.to_ascii_lowercase(), port)) {
+                        return Err(url.error(format!(
+                            "{} is named twice: the masters of a quorum must be different servers",
+                            host_port(&host, port)
+                        )));
+                    }
+                }
                 (Topology::Servers, db)
             }
             "sentinel" => {
@@ -363,6 +374,15 @@ mod tests {
 
     fn parse(s: &str) -> Result<Config> {
         Config::parse(&BackendUrl::parse(s)?)
+    }
+
+    #[test]
+    fn a_quorum_refuses_a_server_named_twice() {
+        for url in ["redis://h1:6379,h2,H1", "redis://h1,h1:6379", "redis://[::1]:7000,h2,[::1]:7000"] {
+            let e = parse(url).err().expect("refused").to_string();
+            assert!(e.contains("named twice"), "{url}: {e}");
+        }
+        assert_eq!(parse("redis://h1:6379,h1:6380,h2").unwrap().quorum(), 2);
     }
 
     #[test]
