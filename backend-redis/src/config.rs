@@ -378,7 +378,11 @@ mod tests {
 
     #[test]
     fn a_quorum_refuses_a_server_named_twice() {
-        for url in ["redis://h1:6379,h2,H1", "redis://h1,h1:6379", "redis://[::1]:7000,h2,[::1]:7000"] {
+        for url in [
+            "redis://h1:6379,h2,H1",
+            "redis://h1,h1:6379",
+            "redis://[::1]:7000,h2,[::1]:7000",
+        ] {
             let e = parse(url).err().expect("refused").to_string();
             assert!(e.contains("named twice"), "{url}: {e}");
         }

@@ -145,7 +145,7 @@ impl KindArgs {
 #[derive(Debug, Args)]
 pub struct TryArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = parse_name)]
+    #[arg(value_parser = NameParser)]
     pub name: String,
 
     #[command(flatten)]
@@ -156,7 +156,7 @@ pub struct TryArgs {
 #[derive(Debug, Args)]
 pub struct ElectArgs {
     /// The election's name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = parse_name)]
+    #[arg(value_parser = NameParser)]
     pub name: String,
 
     /// What the other candidates and `locksmith leader` see of this one (default:
@@ -185,7 +185,7 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct LeaderArgs {
     /// The election's name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = parse_name)]
+    #[arg(value_parser = NameParser)]
     pub name: String,
 
     /// Keep printing: one line per change of leader, pushed by the server, until SIGINT/SIGTERM.
@@ -197,7 +197,7 @@ pub struct LeaderArgs {
 #[derive(Debug, Args)]
 pub struct NameArg {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = parse_name)]
+    #[arg(value_parser = NameParser)]
     pub name: String,
 }
 
@@ -205,7 +205,7 @@ pub struct NameArg {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = parse_name)]
+    #[arg(value_parser = NameParser)]
     pub name: String,
 
     /// After SIGTERM, how long CMD has to exit before it gets SIGKILL (when the lock was lost).
@@ -224,7 +224,7 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct HoldArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = parse_name)]
+    #[arg(value_parser = NameParser)]
     pub name: String,
 
     /// Release after this long (default: hold until stdin closes or a signal arrives).
@@ -258,16 +258,57 @@ fn parse_ttl(s: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
-fn parse_name(s: &str) -> Result<String, String> {
-    LockName::new(s)
-        .map(|n| n.as_str().to_owned())
-        .map_err(|e| e.to_string())
+/// Parses a lock name. A refused name is shown cut to its first [`NAME_SHOWN`] characters: a
+/// name of many kilobytes would otherwise fill the terminal with one error line.
+#[derive(Clone)]
+struct NameParser;
+
+/// How many characters of a refused lock name its error shows.
+const NAME_SHOWN: usize = 60;
+
+impl clap::builder::TypedValueParser for NameParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let refuse = |kind, message: String| clap::Error::raw(kind, format!("{message}\n")).with_cmd(cmd);
+        let s = value.to_str().ok_or_else(|| {
+            refuse(
+                clap::error::ErrorKind::InvalidUtf8,
+                "the lock name is not valid UTF-8".into(),
+            )
+        })?;
+        LockName::new(s).map(|n| n.as_str().to_owned()).map_err(|e| {
+            let shown: String = s.chars().take(NAME_SHOWN).collect();
+            let cut = if shown.len() < s.len() { "..." } else { "" };
+            refuse(
+                clap::error::ErrorKind::ValueValidation,
+                format!("{e} (the name: {shown:?}{cut})"),
+            )
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn a_refused_lock_name_is_shown_cut_short() {
+        let long = "a".repeat(5000);
+        let e = Cli::try_parse_from(["locksmith", "try", &long])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("invalid lock name") && e.contains("5000 bytes"), "{e}");
+        assert!(e.len() < 300, "{} bytes of error", e.len());
+        let e = Cli::try_parse_from(["locksmith", "try", ""]).unwrap_err().to_string();
+        assert!(e.contains("invalid lock name: the name is empty (the name: \"\")"), "{e}");
+    }
 
     #[test]
     fn the_command_line_is_consistent() {
@@ -282,9 +323,13 @@ mod tests {
         assert!(parse_ttl("2d").is_err());
         assert!(parse_positive_duration("0s").is_err());
         assert_eq!(parse_any_duration("0"), Ok(Duration::ZERO));
-        assert!(parse_name("").is_err());
-        assert!(parse_name("a\0b").is_err());
-        assert_eq!(parse_name("orders/42"), Ok("orders/42".into()));
+        let name = |s: &str| {
+            let cmd = Cli::command();
+            clap::builder::TypedValueParser::parse_ref(&NameParser, &cmd, None, std::ffi::OsStr::new(s))
+        };
+        assert!(name("").is_err());
+        assert!(name("a\0b").is_err());
+        assert_eq!(name("orders/42").ok(), Some("orders/42".into()));
     }
 
     #[test]
