@@ -307,7 +307,10 @@ mod tests {
         assert!(e.contains("invalid lock name") && e.contains("5000 bytes"), "{e}");
         assert!(e.len() < 300, "{} bytes of error", e.len());
         let e = Cli::try_parse_from(["locksmith", "try", ""]).unwrap_err().to_string();
-        assert!(e.contains("invalid lock name: the name is empty (the name: \"\")"), "{e}");
+        assert!(
+            e.contains("invalid lock name: the name is empty (the name: \"\")"),
+            "{e}"
+        );
     }
 
     #[test]
