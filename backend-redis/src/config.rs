@@ -176,12 +176,11 @@ impl Config {
                 };
                 // A quorum counts servers: one named twice would count twice toward a majority.
                 let mut seen = std::collections::HashSet::new();
-                let servers: Vec<(String, u16)> = host_ports();
-                for (host, port) in servers {
-                    if !seen.insert((host.to_ascii_lowercase(), port)) {
+                for h in hosts {
+                    if !seen.insert((h.host.to_ascii_lowercase(), h.port.unwrap_or(DEFAULT_PORT))) {
                         return Err(url.error(format!(
                             "{} is named twice: the masters of a quorum must be different servers",
-                            host_port(&host, port)
+                            h.to_addr(DEFAULT_PORT)
                         )));
                     }
                 }

@@ -58,19 +58,15 @@ impl Sentinel {
             pipe,
         })
     }
+}
 
+impl Drop for Sentinel {
     /// Tells the sentinel that locksmith ended in order: it exits without signalling anyone.
-    fn disarm(&mut self) {
+    fn drop(&mut self) {
         if let Some(Ok(fd)) = self.pipe.take().map(ChildStdin::into_owned_fd) {
             // One byte into an empty pipe: the write cannot block.
             let _ = io::Write::write_all(&mut std::fs::File::from(fd), b"\n");
         }
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        self.disarm();
     }
 }
 

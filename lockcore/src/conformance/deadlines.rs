@@ -49,6 +49,38 @@ async fn ends_unavailable<T: std::fmt::Debug>(
     );
 }
 
+/// A waiter queued on the held lock `name` through a proxy that turns to `fault` half a second
+/// into its 3 s wait: it must end with [`LockError::Unavailable`] at its deadline. `what` says
+/// what the server did, for the messages.
+async fn waiter_ends_unavailable<F, Fut>(upstream: &str, connect: &F, name: &str, fault: Mode, what: &str)
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Locker>,
+{
+    let proxy = Proxy::start(upstream).await;
+    let waiter = connect(proxy.addr()).await;
+    let timeout = Duration::from_secs(3);
+    let waiting = tokio::spawn({
+        let name = name.to_owned();
+        async move {
+            let start = Instant::now();
+            let result = waiter.lock(&name).timeout(timeout).acquire().await.map(drop);
+            (result, start.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.set(fault);
+    let (result, took) = waiting.await.expect("waiter task");
+    assert!(
+        matches!(result, Err(LockError::Unavailable { .. })),
+        "a waiter whose server {what} must say so at its deadline, not report a busy lock: {result:?}"
+    );
+    assert!(
+        took >= timeout && took <= timeout + MARGIN,
+        "the waiter whose server {what} ended after {took:?}, not at its deadline of {timeout:?}"
+    );
+}
+
 /// The whole check. `upstream` is the server's `host:port`; `connect(addr)` returns a new
 /// [`Locker`] for the server at `addr`, with `request_timeout` as its request timeout (and a
 /// session TTL of about [`TTL`] on session backends).
@@ -61,55 +93,11 @@ where
     let busy_name = unique_name("deadline_busy");
     let busy = direct.lock(&busy_name).acquire().await.expect("acquire");
 
-    // Server down: a waiter's deadline says "unavailable".
-    let proxy = Proxy::start(upstream).await;
-    let waiter = connect(proxy.addr()).await;
-    let timeout = Duration::from_secs(3);
-    let waiting = tokio::spawn({
-        let name = busy_name.clone();
-        async move {
-            let start = Instant::now();
-            let result = waiter.lock(&name).timeout(timeout).acquire().await.map(drop);
-            (result, start.elapsed())
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    proxy.set(Mode::Cut);
-    let (result, took) = waiting.await.expect("waiter task");
-    assert!(
-        matches!(result, Err(LockError::Unavailable { .. })),
-        "a waiter whose server went down must say so at its deadline, not report a busy lock: {result:?}"
-    );
-    assert!(
-        took >= timeout && took <= timeout + MARGIN,
-        "the waiter ended after {took:?}, not at its deadline of {timeout:?}"
-    );
-    drop(proxy);
-
-    // Server silent while a waiter waits: its deadline says "unavailable" too, though every
-    // request it made was answered (the server fell silent while it only listened).
-    let proxy = Proxy::start(upstream).await;
-    let waiter = connect(proxy.addr()).await;
-    let waiting = tokio::spawn({
-        let name = busy_name.clone();
-        async move {
-            let start = Instant::now();
-            let result = waiter.lock(&name).timeout(timeout).acquire().await.map(drop);
-            (result, start.elapsed())
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    proxy.set(Mode::FREEZE);
-    let (result, took) = waiting.await.expect("waiter task");
-    assert!(
-        matches!(result, Err(LockError::Unavailable { .. })),
-        "a waiter whose server fell silent mid-wait must say so at its deadline, not report a busy lock: {result:?}"
-    );
-    assert!(
-        took >= timeout && took <= timeout + MARGIN,
-        "the waiter behind a silent server ended after {took:?}, not at its deadline of {timeout:?}"
-    );
-    drop(proxy);
+    // Server down, then silent, while a waiter waits: its deadline says "unavailable", not
+    // "busy". Silent, every request the waiter made was answered: it fell silent while the
+    // waiter only listened.
+    waiter_ends_unavailable(upstream, &connect, &busy_name, Mode::Cut, "went down").await;
+    waiter_ends_unavailable(upstream, &connect, &busy_name, Mode::FREEZE, "fell silent").await;
 
     // Server silent.
     let proxy = Proxy::start(upstream).await;
