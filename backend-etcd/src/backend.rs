@@ -15,7 +15,7 @@ use lockcore::{
 };
 use tokio::time::Instant;
 
-use crate::cleanup::{delete_in_background, PendingKey};
+use crate::cleanup::PendingKey;
 use crate::config::Config;
 use crate::election;
 use crate::error::request;
@@ -241,23 +241,42 @@ impl LockBackend for EtcdBackend {
         }
     }
 
+    /// Deletes the holder's key (if it is still that revision). Cancel-safe: the lock leaves the
+    /// session's registry (so that its keep-alives stop counting it as renewed) together with a
+    /// clean-up guard that deletes the key if this call is dropped before etcd answered;
+    /// otherwise the session's keep-alives would keep an unowned key alive for as long as the
+    /// process lives.
     async fn release(&self, lease: &Lease) -> Result<()> {
         let rev = i64::try_from(lease.fencing_token).unwrap_or(i64::MAX);
         let held = self.session.held.take(&lease.holder_id, rev);
         if let Some(id) = held.as_ref().and_then(|h| h.watch_id) {
             self.session.hub.cancel(id);
         }
+        let releasing =
+            held.map(|h| PendingKey::releasing(self.session.clone(), lease.holder_id.clone(), rev, h.lease_id, h.slot));
         match queue::delete(&self.session.conn, &lease.holder_id, Some(rev)).await {
-            Ok(true) if held.is_some() => Ok(()),
-            Ok(_) => Err(LockError::not_held(lease.name.as_str())),
-            Err(e) => {
-                if let Some(h) = held {
-                    // Do not leave a key that the session's keep-alives would keep forever.
-                    delete_in_background(self.session.clone(), lease.holder_id.clone(), rev, h.lease_id, h.slot);
+            Ok(deleted) => {
+                // The slot (Go layout) is freed only now that the key is gone.
+                let was_held = releasing.map(PendingKey::disarm).is_some();
+                if deleted && was_held {
+                    Ok(())
+                } else {
+                    Err(LockError::not_held(lease.name.as_str()))
                 }
+            }
+            Err(e) => {
+                // Dropping the guard deletes the key in the background, retried while the
+                // session owns the lease.
+                drop(releasing);
                 Err(e)
             }
         }
+    }
+
+    /// Revokes the session lease (every key of this backend goes at once) and takes no more
+    /// requests.
+    async fn shutdown(&self) -> Result<()> {
+        self.session.shutdown().await
     }
 
     /// One keep-alive of the session lease renews every lock of this backend on the server; the

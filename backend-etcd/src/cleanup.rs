@@ -96,6 +96,14 @@ impl PendingKey {
         result
     }
 
+    /// A held key at create revision `rev` that is being released: dropping it (armed) deletes
+    /// that revision in the background, so that a release cut off part-way still releases.
+    pub fn releasing(session: Arc<Session>, key: String, rev: i64, lease_id: i64, slot: Option<Slot>) -> Self {
+        let mut key = PendingKey::new(session, key, lease_id, slot);
+        key.created = Created::At(rev);
+        key
+    }
+
     /// The key is ours to keep: nothing will be deleted. Returns the Go layout's slot.
     pub fn disarm(mut self) -> Option<Slot> {
         self.armed = false;
@@ -131,16 +139,11 @@ pub(crate) fn delete_in_background(session: Arc<Session>, key: String, rev: i64,
 
 /// Deletes `target` of `key` in a background task, retrying while etcd is unreachable and the
 /// key's lease is still the session's. `slot` is freed only afterwards, so that no later attempt of
-/// this session re-creates the key name before it is gone.
+/// this session re-creates the key name before it is gone. The task is a
+/// [`lockcore::cleanup::spawn`]: the call that dropped the key, and `Locker::shutdown`, wait for it.
 fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i64, slot: Option<Slot>) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(
-            key,
-            "no tokio runtime to delete a lock key; it goes when the session lease expires"
-        );
-        return;
-    };
-    handle.spawn(async move {
+    let what = key.clone();
+    let spawned = lockcore::cleanup::spawn(async move {
         let rev = match target {
             Target::Rev(rev) => Some(rev),
             Target::Any => None,
@@ -186,6 +189,12 @@ fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i6
         }
         drop(slot);
     });
+    if !spawned {
+        tracing::warn!(
+            key = what,
+            "no tokio runtime to delete a lock key; it goes when the session lease expires"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -236,6 +236,9 @@ impl Session {
         if self.state().id.is_some() {
             return Ok(());
         }
+        if *self.closed.borrow() {
+            return Err(LockError::Closed);
+        }
         let ttl_secs = i64::try_from(self.cfg.session_ttl.as_secs()).unwrap_or(i64::MAX);
         let sent = Instant::now();
         let grant = request("granting a session lease", self.cfg.request_timeout, || {
@@ -376,6 +379,28 @@ impl Session {
             // An error means the session itself is gone: closed too.
             let _ = rx.wait_for(|closed| *closed).await;
         }
+    }
+
+    /// Ends the session for `Locker::shutdown`: no lease is granted any more, the lease is revoked
+    /// (every key attached to it goes at once, and a lock still registered is lost), and election
+    /// observers end.
+    pub async fn shutdown(&self) -> Result<()> {
+        self.closed.send_replace(true);
+        let Some(id) = self.state().id.take() else {
+            return Ok(());
+        };
+        for watch_id in self.held.lease_gone(id, "the locker was shut down") {
+            self.hub.cancel(watch_id);
+        }
+        let mut client = self.client.clone();
+        timed(
+            "revoking the session lease",
+            self.cfg.request_timeout,
+            client.lease_revoke(id),
+        )
+        .await?;
+        tracing::debug!(lease = format_args!("{id:x}"), "etcd session ended at shutdown");
+        Ok(())
     }
 
     /// Revokes the lease in the background (when the backend is dropped): its keys go at once.

@@ -65,16 +65,17 @@ impl Drop for Cleanup {
             return;
         }
         let (inner, target) = (self.inner.clone(), self.target.clone());
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn(async move {
-                    leave_everywhere(&inner, &target).await;
-                });
-            }
-            Err(_) => tracing::warn!(
-                lock = %target.describe(),
+        let lock = target.describe().to_owned();
+        // Counted by lockcore (lockcore::cleanup): the call that dropped the guard, and
+        // Locker::shutdown, wait for it.
+        let spawned = lockcore::cleanup::spawn(async move {
+            leave_everywhere(&inner, &target).await;
+        });
+        if !spawned {
+            tracing::warn!(
+                lock,
                 "acquire dropped outside a tokio runtime: its queue entry expires after waiter_ttl"
-            ),
+            );
         }
     }
 }

@@ -173,6 +173,11 @@ impl LockBackend for ZkBackend {
         }
     }
 
+    /// Deletes the held node. Cancel-safe: the lease leaves the session's registry together
+    /// with a guard that, if this call is dropped before ZooKeeper answered (its request may be
+    /// lost with its connection), hands the node to the session's monitor to delete; otherwise
+    /// the session, alive for its other locks, would keep an unowned node for as long as it
+    /// lives.
     async fn release(&self, lease: &Lease) -> Result<()> {
         let session = self.sessions.current().await;
         let was_held = session.forget(&lease.holder_id);
@@ -182,11 +187,17 @@ impl LockBackend for ZkBackend {
         // A lease declared lost is not ours any more, even if its node is still there: the node is
         // deleted all the same, but the answer is NotHeld.
         let lost = lease.lost.is_lost();
-        match self
+        let unanswered = Unanswered {
+            session: &session,
+            lease,
+            armed: was_held || lost,
+        };
+        let answer = self
             .sessions
             .bounded(session.client.delete(&lease.holder_id, None))
-            .await
-        {
+            .await;
+        unanswered.disarm();
+        match answer {
             Ok(()) if !lost => Ok(()),
             Ok(()) | Err(zk::Error::NoNode) => Err(LockError::not_held(lease.name.as_str())),
             Err(e) => {
@@ -201,6 +212,11 @@ impl LockBackend for ZkBackend {
                 }
             }
         }
+    }
+
+    /// Opens no new session and deletes every node the session still has.
+    async fn shutdown(&self) -> Result<()> {
+        self.sessions.shutdown().await
     }
 
     /// The URL's `request_timeout`.
@@ -273,5 +289,28 @@ impl LockBackend for ZkBackend {
             first,
             self.alive.subscribe(),
         ))
+    }
+}
+
+/// A release whose delete is not answered yet: dropped armed (the release was cancelled), it has
+/// the session's monitor delete the node as soon as it can.
+struct Unanswered<'a> {
+    session: &'a Arc<Session>,
+    lease: &'a Lease,
+    armed: bool,
+}
+
+impl Unanswered<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(node = %self.lease.holder_id, "release cancelled before ZooKeeper answered; the session monitor deletes the node");
+            self.session.register_for_removal(self.lease);
+        }
     }
 }

@@ -336,25 +336,22 @@ impl Drop for Contender {
                 // The request is sent right here; the task only waits for the answer.
                 let delete = client.delete(&own.path, None);
                 let path = own.path.clone();
-                if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                    handle.spawn(async move {
-                        match delete.await {
-                            Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "withdrew from the queue"),
-                            Err(e) => remove_later(&session, path, &e),
-                        }
-                    });
-                }
+                // Counted by lockcore (lockcore::cleanup): the call that dropped the contender,
+                // and Locker::shutdown, wait for the answer.
+                lockcore::cleanup::spawn(async move {
+                    match delete.await {
+                        Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "withdrew from the queue"),
+                        Err(e) => remove_later(&session, path, &e),
+                    }
+                });
             }
             None => {
                 // The create was sent but its answer not seen: find the node by its protected
                 // prefix. The listing is processed after the create (same session, in order).
                 let (parent, marker) = (self.recipe.parent.clone(), layout::protected_marker(&self.uuid));
                 let list = client.get_children(&parent); // sent now, answered after the create
-                let Ok(handle) = tokio::runtime::Handle::try_current() else {
-                    tracing::warn!(queue = %parent, "cancelled outside a runtime; a queued node may stay until the session ends");
-                    return;
-                };
-                handle.spawn(async move {
+                let what = parent.clone();
+                let spawned = lockcore::cleanup::spawn(async move {
                     let children = match list.await {
                         Ok((children, _)) => children,
                         Err(zk::Error::NoNode) => return,
@@ -371,6 +368,9 @@ impl Drop for Contender {
                         }
                     }
                 });
+                if !spawned {
+                    tracing::warn!(queue = %what, "cancelled outside a runtime; a queued node may stay until the session ends");
+                }
             }
         }
     }

@@ -176,6 +176,41 @@ impl Session {
         }
     }
 
+    /// For `Locker::shutdown`: deletes every node this session still has — leftovers of failed
+    /// withdrawals, releases whose delete failed, locks still registered — each within `limit`.
+    /// `Ok` when none is left.
+    pub(crate) async fn delete_everything(&self, limit: std::time::Duration) -> Result<()> {
+        let mut paths = std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(|e| e.into_inner()));
+        paths.extend(self.held().drain().map(|(path, held)| {
+            held.lost.fire(lockcore::LostReason::Shutdown);
+            path
+        }));
+        let mut failed = 0;
+        for path in paths {
+            lockcore::metrics::round_trip();
+            match tokio::time::timeout(limit, self.client.delete(&path, None)).await {
+                Ok(Ok(()) | Err(zk::Error::NoNode)) => tracing::debug!(node = %path, "deleted at shutdown"),
+                Ok(Err(e)) => {
+                    failed += 1;
+                    tracing::warn!(node = %path, error = %e, "could not delete a node at shutdown; it goes with the session");
+                }
+                Err(_) => {
+                    failed += 1;
+                    tracing::warn!(node = %path, "no answer deleting a node at shutdown; it goes with the session");
+                }
+            }
+        }
+        if failed > 0 {
+            return Err(LockError::Unavailable {
+                message: format!(
+                    "{failed} ZooKeeper node(s) could not be deleted at shutdown; they go when the session expires"
+                ),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
     /// The creation zxid of the held node at `path`, if this session holds it.
     pub(crate) fn held_czxid(&self, path: &str) -> Option<i64> {
         self.held().get(path).filter(|h| !h.released).map(|h| h.czxid)

@@ -15,6 +15,8 @@ pub(crate) struct Sessions {
     /// The URL's settings.
     pub(crate) config: ZkConfig,
     current: tokio::sync::Mutex<Arc<Session>>,
+    /// Set by [`Sessions::shutdown`]: no new session is opened.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Sessions {
@@ -24,6 +26,7 @@ impl Sessions {
         Ok(Sessions {
             config,
             current: tokio::sync::Mutex::new(session),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -35,12 +38,28 @@ impl Sessions {
 
     /// The current session, replaced by a new one if it has ended.
     pub(crate) async fn session(&self) -> Result<Arc<Session>> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(lockcore::LockError::Closed);
+        }
         let mut current = self.current.lock().await;
         if current.is_terminated() {
             tracing::info!(old = ?*current, "the ZooKeeper session ended; opening a new one");
             *current = open_session(&self.config).await?;
         }
         Ok(current.clone())
+    }
+
+    /// For `Locker::shutdown`: opens no new session, and deletes every node the current one still
+    /// has (see [`Session::delete_everything`]). The session itself ends when the backend is
+    /// dropped (the client then sends `CloseSession`) or the process exits; it owns no node by
+    /// then.
+    pub(crate) async fn shutdown(&self) -> Result<()> {
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        let session = self.current().await;
+        if session.is_terminated() {
+            return Ok(());
+        }
+        session.delete_everything(self.config.request_timeout).await
     }
 
     /// Bounds a request by the request timeout: while disconnected, the client holds requests

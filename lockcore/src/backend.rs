@@ -83,7 +83,10 @@ impl ListedLock {
 /// - **Cancellation safety:** if a future returned by [`LockBackend::acquire`] or
 ///   [`LockBackend::try_acquire`] is dropped at any await point, nothing is left behind on the
 ///   server: no waiter entry, and no lease obtained but not yet returned (clean up from a `Drop`
-///   guard that spawns the deletion).
+///   guard that spawns the deletion with [`crate::cleanup::spawn`], so that the call that started
+///   it, and [`crate::Locker::shutdown`], can wait for it). The same holds for
+///   [`LockBackend::release`]: dropped part-way, it still releases (a clean-up guard armed before
+///   the first await).
 /// - **FIFO:** waiters get the lock in the order they started waiting.
 /// - **Expiry per lease:** a lease the watchdog stops renewing (its guard was abandoned, its
 ///   process is gone) expires on the server after about its TTL, even when the backend's session
@@ -164,6 +167,15 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
             "{} has no elections",
             self.kind()
         )))
+    }
+
+    /// Ends this backend's session or connections, once [`crate::Locker::shutdown`] has released
+    /// every lock of the locker and waited for its clean-up: etcd revokes its session lease,
+    /// ZooKeeper closes its session, so that nothing of this process outlives it on the server.
+    /// The backend takes no more requests afterwards. Bounded by the request timeout. Default:
+    /// nothing to end.
+    async fn shutdown(&self) -> Result<()> {
+        Ok(())
     }
 
     /// How often the watchdog should renew a lease of `ttl`. Default: a third of it.

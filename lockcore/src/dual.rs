@@ -148,13 +148,11 @@ impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         let Some(lease) = self.lease.take() else { return };
         let backend = self.backend.clone();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                if let Err(e) = backend.release(&lease).await {
-                    tracing::warn!(lock = %lease.name, error = %e, "rolling back the first lock of a dual acquire failed");
-                }
-            });
-        }
+        crate::cleanup::spawn(async move {
+            if let Err(e) = backend.release(&lease).await {
+                tracing::warn!(lock = %lease.name, error = %e, "rolling back the first lock of a dual acquire failed");
+            }
+        });
     }
 }
 
@@ -280,6 +278,12 @@ impl LockBackend for Dual {
     /// The new backend's leadership.
     async fn observe(&self, name: &LockName) -> Result<crate::LeaderWatch> {
         self.new.observe(name).await
+    }
+
+    /// Ends both backends' sessions, side by side.
+    async fn shutdown(&self) -> Result<()> {
+        let (old, new) = tokio::join!(self.old.shutdown(), self.new.shutdown());
+        old.and(new)
     }
 
     fn renew_interval(&self, ttl: Duration) -> Duration {

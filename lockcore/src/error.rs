@@ -59,6 +59,11 @@ pub enum LockError {
     #[error("unexpected backend state: {0}")]
     Protocol(String),
 
+    /// The [`crate::Locker`] was shut down ([`crate::Locker::shutdown`]): it takes no more locks,
+    /// and a request still waiting when it was shut down ends with this.
+    #[error("the locker was shut down")]
+    Closed,
+
     /// The server refused us: wrong user or password, or our identity may not do this (an ACL, a
     /// role without permission). Retrying with the same credentials does not help.
     #[error("refused by the server: {0}")]

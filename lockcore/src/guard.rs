@@ -15,7 +15,8 @@ use crate::locker::Locker;
 use crate::metrics::Labels;
 
 /// A held lock. Renewed in the background while it lives; released by [`LockGuard::release`] or,
-/// best effort, when dropped.
+/// in the background, when dropped (call [`Locker::shutdown`] before the process exits, so that
+/// such a release is done before it does).
 ///
 /// Holding a guard does not by itself make work safe: a holder can be paused (GC, swap, a stopped
 /// VM) past its lease. Check [`LockGuard::lost`] / [`LockGuard::is_held`], and pass
@@ -111,11 +112,25 @@ impl LockGuard {
 
     /// Releases the lock and waits for the backend to confirm.
     ///
-    /// Returns [`crate::LockError::NotHeld`] if the lock was no longer ours (lost, expired, or
-    /// already released by the watchdog after `max_hold`).
+    /// # Errors
+    ///
+    /// [`crate::LockError::NotHeld`] if the lock was no longer ours (lost, expired, already
+    /// released by the watchdog after `max_hold`, or by [`Locker::shutdown`]);
+    /// [`crate::LockError::Unavailable`] if the backend did not confirm within its request
+    /// timeout (the release is retried in the background; the lock expires after its TTL at
+    /// the latest).
+    ///
+    /// # Cancel safety
+    ///
+    /// The release runs in a task of its own: dropping the returned future (a timeout around it,
+    /// a `select!`) does not stop it, and the lock is released all the same.
+    /// [`Locker::shutdown`] waits for it.
     pub async fn release(mut self) -> Result<()> {
         self.finish();
-        let backend = self.locker.backend();
+        let backend = self.locker.backend().clone();
+        if self.lease.lost.reason() == Some(LostReason::Shutdown) {
+            return Err(crate::LockError::not_held(self.lease.name.as_str()));
+        }
         let span = tracing::info_span!(
             "release",
             lock = %self.lease.name,
@@ -124,19 +139,32 @@ impl LockGuard {
             fencing_token = self.lease.fencing_token,
             round_trips = tracing::field::Empty,
         );
-        let release = bounded(
-            backend.as_ref(),
-            "releasing the lock",
-            backend.request_timeout(),
-            backend.release(&self.lease),
-        );
-        let (result, round_trips) = crate::metrics::counted(release).instrument(span.clone()).await;
+        let lease = self.lease.clone();
+        let labels = self.labels.clone();
+        let release = async move {
+            let limit = backend.request_timeout();
+            let result = bounded(backend.as_ref(), "releasing the lock", limit, backend.release(&lease)).await;
+            labels.released(&result);
+            match &result {
+                Ok(()) => tracing::info!(fencing_token = lease.fencing_token, "released"),
+                Err(e) => tracing::warn!(fencing_token = lease.fencing_token, error = %e, "release failed"),
+            }
+            result
+        };
+        let tally = self.locker.inner().life.tally.clone();
+        let in_span = span.clone();
+        let (result, round_trips) = crate::metrics::counted(async move {
+            // Created inside `counted`, so that the task's round trips count for this call.
+            let task = crate::metrics::counting_for_caller(release.instrument(in_span));
+            match crate::cleanup::spawn_in(&tally, task) {
+                Some(handle) => handle
+                    .await
+                    .unwrap_or_else(|e| Err(crate::LockError::Protocol(format!("the release task failed: {e}")))),
+                None => Err(crate::LockError::Protocol("release needs a tokio runtime".into())),
+            }
+        })
+        .await;
         span.record("round_trips", round_trips);
-        self.labels.released(&result);
-        match &result {
-            Ok(()) => tracing::info!(fencing_token = self.lease.fencing_token, "released"),
-            Err(e) => tracing::warn!(fencing_token = self.lease.fencing_token, error = %e, "release failed"),
-        }
         result
     }
 
@@ -159,19 +187,21 @@ impl Drop for LockGuard {
         let backend = self.locker.backend().clone();
         let lease = self.lease.clone();
         let labels = self.labels.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn(async move {
-                    let limit = backend.request_timeout();
-                    let result = bounded(backend.as_ref(), "releasing the lock", limit, backend.release(&lease)).await;
-                    labels.released(&result);
-                    match result {
-                        Ok(()) => tracing::debug!(lock = %lease.name, "released on drop"),
-                        Err(e) => tracing::warn!(lock = %lease.name, error = %e, "release on drop failed"),
-                    }
-                });
+        if self.lease.lost.reason() == Some(LostReason::Shutdown) {
+            return; // released by Locker::shutdown
+        }
+        let release = async move {
+            let limit = backend.request_timeout();
+            let result = bounded(backend.as_ref(), "releasing the lock", limit, backend.release(&lease)).await;
+            labels.released(&result);
+            match result {
+                Ok(()) => tracing::debug!(lock = %lease.name, "released on drop"),
+                Err(e) => tracing::warn!(lock = %lease.name, error = %e, "release on drop failed"),
             }
-            Err(_) => tracing::warn!(
+        };
+        match crate::cleanup::spawn_in(&self.locker.inner().life.tally, release) {
+            Some(_) => {}
+            None => tracing::warn!(
                 lock = %self.lease.name,
                 "LockGuard dropped outside a tokio runtime: not released, it expires after its TTL"
             ),

@@ -218,6 +218,9 @@ pub enum LostReason {
     LeaseGone(String),
     /// The `max_hold` time passed; locksmith stopped renewing and released the lock.
     MaxHoldReached,
+    /// The guard's [`crate::Locker`] was shut down ([`crate::Locker::shutdown`]), which released
+    /// the lock.
+    Shutdown,
 }
 
 impl fmt::Display for LostReason {
@@ -226,6 +229,7 @@ impl fmt::Display for LostReason {
             LostReason::RenewalFailed(e) => write!(f, "renewal failed for longer than the lease: {e}"),
             LostReason::LeaseGone(e) => write!(f, "the lease is gone on the server: {e}"),
             LostReason::MaxHoldReached => f.write_str("max_hold reached; the lock was released"),
+            LostReason::Shutdown => f.write_str("the locker was shut down; the lock was released"),
         }
     }
 }

@@ -48,6 +48,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+pub mod cleanup;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod descriptor;

@@ -46,7 +46,10 @@ pub struct Locker {
 
 pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn LockBackend>,
-    pub(crate) watchdog: Watchdog,
+    pub(crate) watchdog: Arc<Watchdog>,
+    /// Whether the locker was shut down, and its clean-up in flight (shared with the lockers made
+    /// from it by [`Locker::with_name_label`]).
+    pub(crate) life: Arc<Life>,
     /// The `name` label of this locker's metrics, if any (see [`Locker::with_name_label`]).
     name_label: Option<NameLabel>,
     /// The metrics of each label set used so far.
@@ -61,11 +64,13 @@ impl Locker {
 
     /// A locker over a shared backend.
     pub fn from_arc(backend: Arc<dyn LockBackend>) -> Self {
-        let watchdog = Watchdog::new(backend.clone());
+        let life = Arc::new(Life::default());
+        let watchdog = Arc::new(Watchdog::new(backend.clone(), life.tally.clone()));
         Locker {
             inner: Arc::new(Inner {
                 backend,
                 watchdog,
+                life,
                 name_label: None,
                 label_sets: LabelSets::default(),
             }),
@@ -75,14 +80,14 @@ impl Locker {
     /// This locker with a `name` label on its metrics: `label` turns a lock name into the label's
     /// value, or `None` for no label (see [`crate::metrics`]). Lock names are unbounded and each
     /// label value is a time series, so map them onto a few: e.g. the part before the first `/`
-    /// (`|name| name.split('/').next().map(str::to_owned)`). Call it before taking locks: the
-    /// returned locker renews its locks apart from this one's.
+    /// (`|name| name.split('/').next().map(str::to_owned)`). The returned locker shares this one's
+    /// connection, watchdog and [`Locker::shutdown`].
     pub fn with_name_label(self, label: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Locker {
-        let backend = self.inner.backend.clone();
         Locker {
             inner: Arc::new(Inner {
-                watchdog: Watchdog::new(backend.clone()),
-                backend,
+                watchdog: self.inner.watchdog.clone(),
+                life: self.inner.life.clone(),
+                backend: self.inner.backend.clone(),
                 name_label: Some(Arc::new(label)),
                 label_sets: LabelSets::default(),
             }),
@@ -190,9 +195,148 @@ impl Locker {
         self.inner.watchdog.len()
     }
 
+    /// Shuts this locker down: what to call before `main` returns (or a worker ends) so that
+    /// nothing it took outlives it.
+    ///
+    /// In order: new requests and those still waiting end with [`LockError::Closed`] (a waiter
+    /// leaves its queue); every guard still held is lost ([`crate::LostReason::Shutdown`]) and
+    /// released; the clean-up still running in the background (releases of dropped guards,
+    /// cancelled acquires leaving their queues) is waited for; then the backend ends its session
+    /// ([`LockBackend::shutdown`]: etcd revokes its lease, ZooKeeper closes its session). Other
+    /// processes can take the locks as soon as it returns, instead of after their TTL.
+    ///
+    /// Without it, a process that ends right after dropping a guard (an early `?`) or giving up on
+    /// an `acquire` usually exits before the background release ran: the lock stays held until its
+    /// lease runs out.
+    ///
+    /// Every clone of this locker (and those made by [`Locker::with_name_label`]) shares the
+    /// shutdown. Lockers built with [`Locker::from_arc`] over the same backend share its
+    /// connection: shut down the last of them. Calling it again does no harm.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] if the backend did not confirm everything within its request
+    /// timeout: what was not confirmed expires after its TTL, as after a crash.
+    ///
+    /// # Cancel safety
+    ///
+    /// The releases it started run on when the future is dropped; only the wait for them and
+    /// the end of the session are given up (the session then ends after its TTL).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lockcore::LockError> {
+    /// # use lockcore as locksmith;
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let result = async {
+    ///     let guard = locker.lock("nightly").acquire().await?;
+    ///     // ... work that may fail with `?`, dropping the guard ...
+    ///     guard.release().await
+    /// }
+    /// .await;
+    /// locker.shutdown().await?; // nothing of this process is held after this line
+    /// result
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) -> Result<()> {
+        let backend = self.backend();
+        let limit = backend.request_timeout();
+        let deadline = Instant::now() + limit;
+        let life = &self.inner.life;
+        if !life.closed.send_replace(true) {
+            tracing::info!(backend = backend.kind(), "shutting the locker down");
+        }
+        let leases = self.inner.watchdog.drain();
+        for lease in leases {
+            if lease.lost.fire(crate::LostReason::Shutdown) {
+                tracing::info!(lock = %lease.name, fencing_token = lease.fencing_token, "releasing at shutdown");
+            }
+            let backend = backend.clone();
+            crate::cleanup::spawn_in(&life.tally, async move {
+                let limit = backend.request_timeout();
+                let release = bounded(
+                    backend.as_ref(),
+                    "releasing at shutdown",
+                    limit,
+                    backend.release(&lease),
+                );
+                if let Err(e) = release.await {
+                    tracing::warn!(lock = %lease.name, error = %e, "release at shutdown failed; the lock expires after its TTL");
+                }
+            });
+        }
+        let settled = tokio::time::timeout_at(deadline, life.tally.idle()).await.is_ok();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ended = bounded(backend.as_ref(), "ending the session", left, backend.shutdown()).await;
+        if !settled {
+            let running = life.tally.in_flight();
+            return Err(LockError::Unavailable {
+                message: format!(
+                    "{} clean-up request(s) of {} still unanswered after {limit:?} at shutdown; what they held expires after its TTL",
+                    running,
+                    backend.kind()
+                ),
+                source: None,
+            });
+        }
+        ended
+    }
+
+    /// Whether [`Locker::shutdown`] was called.
+    pub fn is_shut_down(&self) -> bool {
+        *self.inner.life.closed.borrow()
+    }
+
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
     }
+
+    /// [`LockError::Closed`] once the locker is shut down.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.is_shut_down() {
+            Err(LockError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs a backend call of a lock request: it ends with [`LockError::Closed`] if the locker is
+    /// shut down meanwhile, and if it fails (other than by a backend that does not answer) it
+    /// returns only once the clean-up it started has ended, for at most the request timeout.
+    async fn request_call<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let life = &self.inner.life;
+        let mut closed = life.closed.subscribe();
+        let watched = async {
+            tokio::select! {
+                result = call => result,
+                _ = closed.wait_for(|c| *c) => Err(LockError::Closed),
+            }
+        };
+        let (result, own) = crate::cleanup::scoped(&life.tally, watched).await;
+        // A backend that does not answer cannot take a clean-up request either: the clean-up
+        // goes on in the background (and Locker::shutdown waits for it).
+        let unanswered = matches!(result, Err(LockError::Unavailable { .. }));
+        if result.is_err() && !unanswered && own.in_flight() > 0 {
+            let limit = self.backend().request_timeout();
+            if !own.idle_within(limit).await {
+                tracing::warn!(
+                    "the clean-up of a failed attempt did not end within {limit:?}; it goes on in the background"
+                );
+            }
+        }
+        result
+    }
+}
+
+/// What the lockers made from one [`Locker::from_arc`] share about their life.
+#[derive(Default)]
+pub(crate) struct Life {
+    /// The background clean-up of these lockers in flight.
+    pub(crate) tally: crate::cleanup::Tally,
+    /// Set once by [`Locker::shutdown`].
+    pub(crate) closed: tokio::sync::watch::Sender<bool>,
 }
 
 impl fmt::Debug for Locker {
@@ -283,9 +427,23 @@ impl LockBuilder {
 
     /// Waits until the lock is held (or the timeout passes) and returns its guard.
     ///
-    /// Cancellation-safe: dropping the returned future leaves no waiter behind on the backend.
+    /// # Errors
+    ///
+    /// [`LockError::Timeout`] when the timeout passed while the lock was held by others;
+    /// [`LockError::Unavailable`] when the backend did not answer (a waiter with time left rides
+    /// out an outage); [`LockError::Closed`] after [`Locker::shutdown`]; the option and name
+    /// errors of the builder. Whatever the error, this attempt's queue entry has been removed
+    /// before it is returned (unless the backend stopped answering: then the removal goes on in
+    /// the background, and [`Locker::shutdown`] waits for it), so a process may exit right away.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future leaves no waiter behind on the backend: the queue entry is
+    /// removed in the background ([`Locker::shutdown`] waits for that), and a grant that raced
+    /// with the cancellation is released.
     pub async fn acquire(self) -> Result<LockGuard> {
         let req = self.request()?;
+        self.locker.check_open()?;
         let backend = self.locker.inner().backend.clone();
         let labels = self.locker.labels(&req);
         let span = tracing::info_span!(
@@ -326,7 +484,7 @@ impl LockBuilder {
                         })
                 }
             } };
-            let (result, round_trips) = counted(call).await;
+            let (result, round_trips) = counted(self.locker.request_call(call)).await;
             let span = tracing::Span::current();
             span.record("round_trips", round_trips);
             match result {
@@ -366,8 +524,13 @@ impl LockBuilder {
     /// first in line). Never waits for the lock. A server that does not answer within the
     /// backend's request timeout (or the builder's [`LockBuilder::timeout`], if shorter) gives
     /// [`LockError::Unavailable`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockBuilder::acquire`]: a dropped attempt leaves nothing held or queued.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
         let req = self.request()?;
+        self.locker.check_open()?;
         let backend = self.locker.inner().backend.clone();
         let labels = self.locker.labels(&req);
         let span = tracing::info_span!(
@@ -390,7 +553,9 @@ impl LockBuilder {
             backend.try_acquire(&req),
         );
         let start = Instant::now();
-        let (result, round_trips) = counted(attempt).instrument(span.clone()).await;
+        let (result, round_trips) = counted(self.locker.request_call(attempt))
+            .instrument(span.clone())
+            .await;
         span.record("round_trips", round_trips);
         let outcome = match &result {
             Ok(Some(lease)) => {

@@ -48,7 +48,7 @@ const ACQUIRE_OUTCOMES: [&str; 5] = ["acquired", "busy", "timeout", "unavailable
 /// The `outcome` values of [`RELEASES`].
 const RELEASE_OUTCOMES: [&str; 3] = ["released", "not_held", "error"];
 /// The `reason` values of [`LOST`].
-const LOST_REASONS: [&str; 3] = ["renewal_failed", "lease_gone", "max_hold"];
+const LOST_REASONS: [&str; 4] = ["renewal_failed", "lease_gone", "max_hold", "shutdown"];
 
 /// The metrics of one label set (backend, kind, name label), registered once with the recorder
 /// and then updated with a few atomic operations per call: a registration builds and hashes the
@@ -61,7 +61,7 @@ struct Handles {
     handovers: Counter,
     hold: Histogram,
     releases: [Counter; 3],
-    lost: [Counter; 3],
+    lost: [Counter; 4],
 }
 
 /// The metrics of one lock's calls (shared by every call with the same labels).
@@ -129,6 +129,7 @@ impl Labels {
             LostReason::RenewalFailed(_) => 0,
             LostReason::LeaseGone(_) => 1,
             LostReason::MaxHoldReached => 2,
+            LostReason::Shutdown => 3,
         };
         self.0.lost[i].increment(1);
     }

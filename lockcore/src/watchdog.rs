@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::LockBackend;
+use crate::cleanup::Tally;
 use crate::lease::{Lease, LostReason};
 
 /// How long the task stays after its last lease ended, waiting for the next one.
@@ -42,6 +43,8 @@ pub(crate) struct Watchdog {
 
 struct Shared {
     backend: Arc<dyn LockBackend>,
+    /// The Locker's clean-up tally: releases of lost leases are counted there.
+    tally: Tally,
     state: Mutex<State>,
     wake: Arc<Notify>,
 }
@@ -73,10 +76,11 @@ impl Entry {
 }
 
 impl Watchdog {
-    pub(crate) fn new(backend: Arc<dyn LockBackend>) -> Self {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, tally: Tally) -> Self {
         Watchdog {
             shared: Arc::new(Shared {
                 backend,
+                tally,
                 state: Mutex::new(State::default()),
                 wake: Arc::new(Notify::new()),
             }),
@@ -122,6 +126,11 @@ impl Watchdog {
     /// at its next planned look it finds the lease gone (and, with no lease left, idles).
     pub(crate) fn unregister(&self, id: u64) {
         self.shared.lock().entries.remove(&id);
+    }
+
+    /// Stops renewing every lease and returns them (for [`crate::Locker::shutdown`]).
+    pub(crate) fn drain(&self) -> Vec<Lease> {
+        self.shared.lock().entries.drain().map(|(_, e)| e.lease).collect()
     }
 
     /// How many leases are being renewed (for tests and metrics).
@@ -311,7 +320,7 @@ fn end_lease(shared: &Shared, lease: Lease, reason: LostReason) {
     let backend = shared.backend.clone();
     // Fire first: the holder must stop acting as one before the lock can pass to someone else.
     fire_lost(&lease, reason);
-    tokio::spawn(async move {
+    crate::cleanup::spawn_in(&shared.tally, async move {
         let limit = backend.request_timeout();
         let release = crate::backend::bounded(
             backend.as_ref(),

@@ -178,4 +178,83 @@ where
     .await;
     again.release().await.expect("release");
     busy.release().await.expect("release");
+
+    // A release cut off while its request is lost with its connection still releases.
+    for (other_held, level) in [(true, Level::Guard), (true, Level::Backend), (false, Level::Guard)] {
+        release_cut_off_and_lost(upstream, request_timeout, &connect, &direct, other_held, level).await;
+    }
+}
+
+/// Where [`release_cut_off_and_lost`] cuts the release off.
+#[derive(Clone, Copy, Debug)]
+enum Level {
+    /// `LockGuard::release()` under a 1 ms timeout.
+    Guard,
+    /// The backend's `release` of an abandoned lease, dropped after its first poll (the guard
+    /// runs its release in a task of its own, so this is a release cut off by its request
+    /// timeout).
+    Backend,
+}
+
+/// A release cut off mid-flight while its connection is frozen, whose request is then lost with
+/// the connection (cut, then reconnected), still releases: `direct` gets the lock within the
+/// request timeout after the traffic resumes — not after a TTL, and not never, which is what
+/// happens when a backend forgets the lock before its delete is sent and the locks still held on
+/// the connection (`other_held`) keep its session alive.
+async fn release_cut_off_and_lost<F, Fut>(
+    upstream: &str,
+    request_timeout: Duration,
+    connect: &F,
+    direct: &Locker,
+    other_held: bool,
+    level: Level,
+) where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Locker>,
+{
+    let proxy = Proxy::start(upstream).await;
+    let locker = connect(proxy.addr()).await;
+    let other = match other_held {
+        true => Some(
+            locker
+                .lock(unique_name("deadline_other"))
+                .ttl(TTL)
+                .acquire()
+                .await
+                .expect("acquire"),
+        ),
+        false => None,
+    };
+    let name = unique_name("deadline_release_cut");
+    let guard = locker.lock(&name).ttl(TTL).acquire().await.expect("acquire");
+    proxy.set(Mode::FREEZE);
+    match level {
+        Level::Guard => {
+            let _ = tokio::time::timeout(Duration::from_millis(1), guard.release()).await;
+        }
+        Level::Backend => {
+            let lease = guard.abandon();
+            let backend = locker.backend().clone();
+            let mut release = std::pin::pin!(backend.release(&lease));
+            let _ = std::future::poll_fn(|cx| std::task::Poll::Ready(release.as_mut().poll(cx).is_ready())).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set(Mode::Cut); // what was sent is lost with the connection
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set(Mode::Forward);
+    let resumed = Instant::now();
+    let what = format!("the lock after a release cut off and lost ({level:?} level, other lock held: {other_held})");
+    let taken = within(Duration::from_secs(60), &what, direct.lock(&name).ttl(TTL).acquire())
+        .await
+        .expect("acquire");
+    let took = resumed.elapsed();
+    taken.release().await.expect("release");
+    if let Some(other) = other {
+        let _ = other.release().await;
+    }
+    assert!(
+        took <= request_timeout + MARGIN,
+        "{what}: freed {took:?} after the traffic resumed"
+    );
 }

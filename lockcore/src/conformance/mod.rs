@@ -28,8 +28,14 @@ use tokio::time::Instant;
 
 use crate::{Family, LockError, LockGuard, LockName, Locker, LostReason};
 
+pub use lifecycle::{
+    backend_release_cancelled_releases, release_cancelled_mid_flight_releases, shutdown_releases_everything,
+    timed_out_waiter_that_exits_leaves_nothing,
+};
+
 pub mod deadlines;
 pub mod election;
+pub mod lifecycle;
 pub mod proxy;
 pub mod rwlock;
 pub mod semaphore;
@@ -79,7 +85,9 @@ macro_rules! conformance_tests {
             lost_fires_when_removed_behind_back, names_are_independent, waiters_are_fifo,
             max_hold_releases, release_not_held_is_an_error, drop_releases, invalid_input_is_rejected,
             cancellation_after_grant_leaves_nothing, cancellation_storm_leaves_nothing,
-            inspect_reports_holder_and_waiters);
+            inspect_reports_holder_and_waiters, release_cancelled_mid_flight_releases,
+            backend_release_cancelled_releases, timed_out_waiter_that_exits_leaves_nothing,
+            shutdown_releases_everything);
     };
     (@tests $harness:expr; $($test:ident),* $(,)?) => {
         $(

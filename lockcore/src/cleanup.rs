@@ -1,0 +1,170 @@
+//! Clean-up that runs in the background — a cancelled acquire's queue entry, a dropped guard's
+//! release, a delete retried after a failure — and must still end before the process does.
+//!
+//! Backends spawn such work with [`spawn`] instead of `tokio::spawn`. Each task is counted twice:
+//!
+//! - in the [`crate::Locker`] whose call started it (directly, or from a clean-up task that call
+//!   spawned), so that [`crate::Locker::shutdown`] waits for every one of them: a process that
+//!   dropped a guard through an early `?` and shuts its locker down leaves nothing held;
+//! - in the call that started it, so that `acquire` and `try_acquire` return an error only once the
+//!   clean-up of their own attempt has ended (within a bound): a process that exits right after a
+//!   `Timeout` leaves no waiter behind to become the holder later.
+//!
+//! A task spawned outside any locker call (a backend's own timer, a test calling a backend
+//! directly) is counted nowhere and runs as a plain tokio task.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+/// A count of clean-up tasks in flight that one can wait on to reach zero.
+#[derive(Clone, Default)]
+pub(crate) struct Tally(Arc<watch::Sender<usize>>);
+
+impl Tally {
+    /// Counts one task in until the returned token is dropped.
+    fn enter(&self) -> Entered {
+        self.0.send_modify(|n| *n += 1);
+        Entered(self.clone())
+    }
+
+    /// How many tasks are in flight now.
+    pub(crate) fn in_flight(&self) -> usize {
+        *self.0.borrow()
+    }
+
+    /// Waits until no task is in flight.
+    pub(crate) async fn idle(&self) {
+        let mut rx = self.0.subscribe();
+        // The sender lives in `self`, so `wait_for` can only end by its condition.
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// Waits until no task is in flight, for at most `limit`; `true` if none is left.
+    pub(crate) async fn idle_within(&self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.idle()).await.is_ok()
+    }
+}
+
+/// One counted task; dropping it counts the task out (also when its runtime shuts down).
+struct Entered(Tally);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        self.0 .0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// Where a clean-up spawned now is counted.
+#[derive(Clone)]
+struct Scope {
+    locker: Tally,
+    call: Option<Tally>,
+}
+
+tokio::task_local! {
+    static SCOPE: Scope;
+}
+
+/// Spawns `task`, a clean-up that must end before the process does, on the current tokio
+/// runtime, counted in the locker and the call it comes from (see the module docs). Returns
+/// `false`, without running it, when there is no runtime (the caller logs what is left to expire).
+///
+/// Clean-up spawned from within `task` is counted in the same locker.
+pub fn spawn<F>(task: F) -> bool
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return false;
+    };
+    match SCOPE.try_with(Scope::clone) {
+        Ok(scope) => {
+            let counted = (scope.locker.enter(), scope.call.as_ref().map(Tally::enter));
+            let inner = Scope {
+                locker: scope.locker,
+                call: None,
+            };
+            handle.spawn(SCOPE.scope(inner, async move {
+                let _counted = counted;
+                task.await;
+            }));
+        }
+        Err(_) => {
+            handle.spawn(task);
+        }
+    }
+    true
+}
+
+/// Runs `call` so that the clean-up it spawns is counted in `locker` and in a tally of the call's
+/// own, returned with its output. The scope also covers dropping `call` part-way (a timeout that
+/// cuts it off inside this future).
+pub(crate) async fn scoped<F: Future>(locker: &Tally, call: F) -> (F::Output, Tally) {
+    let own = Tally::default();
+    let scope = Scope {
+        locker: locker.clone(),
+        call: Some(own.clone()),
+    };
+    (SCOPE.scope(scope, call).await, own)
+}
+
+/// Runs `task` as a clean-up of `locker` (a guard's release): counted there, so that
+/// [`crate::Locker::shutdown`] waits for it, and run to its end even if whoever awaits the returned
+/// handle gives up. `None` without a runtime.
+pub(crate) fn spawn_in<F>(locker: &Tally, task: F) -> Option<tokio::task::JoinHandle<F::Output>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handle = tokio::runtime::Handle::try_current().ok()?;
+    let counted = locker.enter();
+    let scope = Scope {
+        locker: locker.clone(),
+        call: None,
+    };
+    Some(handle.spawn(SCOPE.scope(scope, async move {
+        let _counted = counted;
+        task.await
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_waits_for_the_clean_up_it_spawned_and_the_locker_counts_it() {
+        let locker = Tally::default();
+        let (release, gate) = tokio::sync::oneshot::channel::<()>();
+        let ((), own) = scoped(&locker, async move {
+            assert!(spawn(async move {
+                let _ = gate.await;
+                // Spawned from a clean-up: counted in the locker, not in the call.
+                spawn(tokio::time::sleep(Duration::from_millis(20)));
+            }));
+        })
+        .await;
+        assert_eq!(own.in_flight(), 1);
+        assert_eq!(locker.in_flight(), 1);
+        assert!(!own.idle_within(Duration::from_millis(20)).await, "still gated");
+        release.send(()).unwrap();
+        assert!(own.idle_within(Duration::from_secs(5)).await);
+        assert!(locker.idle_within(Duration::from_secs(5)).await);
+        assert_eq!(locker.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_task_outside_any_call_is_not_counted() {
+        let locker = Tally::default();
+        assert!(spawn(async {}));
+        assert_eq!(locker.in_flight(), 0);
+    }
+
+    #[test]
+    fn without_a_runtime_nothing_is_spawned() {
+        assert!(!spawn(async {}));
+    }
+}

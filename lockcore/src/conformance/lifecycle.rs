@@ -1,0 +1,222 @@
+//! The edges of a lock's life that no fault injects: a `release()` dropped mid-flight, a process
+//! that exits right after an `acquire` timed out, a process that drops its guard and shuts its
+//! [`Locker`] down before it exits. Nothing may be left held by a holder that is gone.
+//!
+//! A "process" here is a tokio runtime of its own on a thread of its own, with its own
+//! [`Harness::locker`] (its own connection or session): when the body returns, the runtime is
+//! shut down at once, and every task of it stops where it is, as at `exit` — a clean-up the
+//! process left to a background task never runs.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{patience, unique_name, wait_for_residue, within, Harness};
+use crate::{LockError, LockName, Locker, LostReason};
+
+/// Runs `body` with a new locker in a "process" of its own (see the module docs) and returns its
+/// output once the process is gone.
+async fn in_a_process<H, F, Fut, T>(h: &H, body: F) -> T
+where
+    H: Harness,
+    F: FnOnce(Locker) -> Fut + Send,
+    Fut: Future<Output = T>,
+    T: Send,
+{
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(1)
+                        .enable_all()
+                        .build()
+                        .expect("a runtime for the process");
+                    let out = runtime.block_on(async {
+                        let locker = h.locker().await;
+                        body(locker).await
+                    });
+                    // `exit`: no task of the process runs again.
+                    runtime.shutdown_background();
+                    out
+                })
+                .join()
+                .expect("the process panicked")
+        })
+    })
+}
+
+/// Takes `name` on `locker` as soon as it is free, within [`patience`]: the lock must come
+/// without waiting for a TTL or for the end of a session.
+async fn taken_within(h: &impl Harness, locker: &Locker, name: &str, what: &str) {
+    let guard = within(patience(h), what, locker.lock(name).acquire())
+        .await
+        .expect("acquire");
+    guard.release().await.expect("release");
+}
+
+/// A `release()` whose future is dropped before the backend answered (a timeout around it)
+/// still releases: another client gets the lock, with and without other locks held on the
+/// releasing connection (which keep its session alive).
+pub async fn release_cancelled_mid_flight_releases(h: &impl Harness) {
+    for other_held in [true, false] {
+        let name = unique_name("release_cancelled");
+        let (a, b) = (h.locker().await, h.locker().await);
+        let other = match other_held {
+            true => Some(
+                a.lock(unique_name("release_cancelled_other"))
+                    .acquire()
+                    .await
+                    .expect("acquire other"),
+            ),
+            false => None,
+        };
+        let guard = a.lock(&name).acquire().await.expect("acquire");
+        let cut = tokio::time::timeout(Duration::from_millis(1), guard.release()).await;
+        tracing::debug!(finished = cut.is_ok(), "release cut off after 1ms");
+        let what = format!("the lock after a release cut off mid-flight (other lock held: {other_held})");
+        taken_within(h, &b, &name, &what).await;
+        wait_for_residue(h, &LockName::new(&name).unwrap(), 0).await;
+        if let Some(other) = other {
+            other.release().await.expect("release other");
+        }
+    }
+}
+
+/// The backend's own `release`, dropped at its first await point, still releases (the trait's
+/// cancellation contract; the guard runs its release in a task of its own, so this is the case
+/// of a release cut off by its request timeout): checked with another lock held on the same
+/// connection, whose renewals keep the session alive.
+pub async fn backend_release_cancelled_releases(h: &impl Harness) {
+    let name = unique_name("backend_release_cancelled");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let other = a
+        .lock(unique_name("backend_release_other"))
+        .acquire()
+        .await
+        .expect("acquire other");
+    let lease = a.lock(&name).acquire().await.expect("acquire").abandon();
+    let backend = a.backend().clone();
+    let mut release = std::pin::pin!(backend.release(&lease));
+    // One poll sends what the backend sends first; then the call is dropped.
+    let polled = futures_poll_once(release.as_mut()).await;
+    drop(release);
+    tracing::debug!(finished = polled, "backend release dropped after one poll");
+    // Not waiting for a TTL: the abandoned lease would expire after its TTL anyway, and the other
+    // lock keeps the connection's session alive meanwhile.
+    let bound = lease.ttl.min(patience(h));
+    let guard = within(
+        bound,
+        "the lock after the backend's release was dropped",
+        b.lock(&name).acquire(),
+    )
+    .await
+    .expect("acquire");
+    guard.release().await.expect("release");
+    other.release().await.expect("release other");
+}
+
+/// Polls `fut` once; `true` if it finished.
+async fn futures_poll_once<F: Future + Unpin>(mut fut: F) -> bool {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut fut).poll(cx).is_ready())).await
+}
+
+/// A process whose `acquire` timed out and that exits right after the error (`main` returning
+/// through `?`) leaves no waiter behind: when the holder releases, the lock is free at once, not
+/// held by the dead process's queue entry for the rest of its session.
+pub async fn timed_out_waiter_that_exits_leaves_nothing(h: &impl Harness) {
+    let name = unique_name("timeout_exit");
+    let lock_name = LockName::new(&name).unwrap();
+    let (holder, next) = (h.locker().await, h.locker().await);
+    let held = holder.lock(&name).acquire().await.expect("acquire");
+    let result = in_a_process(h, |locker| {
+        let name = name.clone();
+        async move {
+            locker
+                .lock(&name)
+                .timeout(Duration::from_millis(300))
+                .acquire()
+                .await
+                .map(drop)
+        }
+    })
+    .await;
+    assert!(
+        matches!(result, Err(LockError::Timeout(_))),
+        "expected Timeout, got {result:?}"
+    );
+    // The process is gone: what it left now is left for good (until its session expires).
+    let left = h.residue(&lock_name).await;
+    assert_eq!(
+        left.len(),
+        1,
+        "a process that exited after a timeout left its queue entry: {left:?}"
+    );
+    held.release().await.expect("release");
+    let guard = next.lock(&name).try_acquire().await.expect("try_acquire");
+    assert!(
+        guard.is_some(),
+        "the lock was not free after its holder released: a dead waiter's entry holds it ({:?})",
+        h.residue(&lock_name).await
+    );
+    drop(guard);
+}
+
+/// A process that drops a guard through an early `?`, holds another, has a request waiting, and
+/// calls [`Locker::shutdown`] before it exits leaves nothing held: the other clients get both
+/// locks at once (within a round trip, not a TTL); the guard still held was told it is lost
+/// ([`LostReason::Shutdown`]); the waiting request and every later one end with
+/// [`LockError::Closed`].
+pub async fn shutdown_releases_everything(h: &impl Harness) {
+    let (dropped, kept) = (unique_name("shutdown_dropped"), unique_name("shutdown_kept"));
+    let (dropped_name, kept_name) = (LockName::new(&dropped).unwrap(), LockName::new(&kept).unwrap());
+    let other = h.locker().await;
+    let (lost, waited, later) = in_a_process(h, |locker| {
+        let (dropped, kept) = (dropped.clone(), kept.clone());
+        async move {
+            let early: Result<(), LockError> = async {
+                let _guard = locker.lock(&dropped).acquire().await?;
+                Err(LockError::Protocol("an early `?` drops the guard".into()))
+            }
+            .await;
+            assert!(early.is_err());
+            let held = locker.lock(&kept).acquire().await.expect("acquire");
+            let lost = held.lost();
+            let waiting = tokio::spawn({
+                let (locker, kept) = (locker.clone(), kept.clone());
+                async move { locker.lock(&kept).acquire().await.map(drop) }
+            });
+            tokio::time::sleep(Duration::from_millis(200)).await; // the waiter is queued
+            locker.shutdown().await.expect("shutdown");
+            let lost = tokio::time::timeout(Duration::from_secs(1), lost).await.ok();
+            let waited = tokio::time::timeout(Duration::from_secs(1), waiting)
+                .await
+                .map(|joined| joined.expect("waiter task"));
+            let later = locker.lock(&dropped).try_acquire().await.map(|g| g.is_some());
+            drop(held); // after shutdown: nothing more to do
+            (lost, waited, later)
+        }
+    })
+    .await;
+    assert_eq!(
+        lost,
+        Some(LostReason::Shutdown),
+        "the guard held at shutdown was not told"
+    );
+    assert!(
+        matches!(waited, Ok(Err(LockError::Closed))),
+        "a request waiting at shutdown must end with Closed: {waited:?}"
+    );
+    assert!(
+        matches!(later, Err(LockError::Closed)),
+        "a request after shutdown: {later:?}"
+    );
+    for (name, lock_name) in [(&dropped, &dropped_name), (&kept, &kept_name)] {
+        let guard = other.lock(name).try_acquire().await.expect("try_acquire");
+        assert!(
+            guard.is_some(),
+            "{name} is still held after its process shut down and exited: {:?}",
+            h.residue(lock_name).await
+        );
+        guard.unwrap().release().await.expect("release");
+    }
+}
