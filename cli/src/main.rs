@@ -14,6 +14,7 @@ mod exit;
 mod output;
 mod session;
 mod signals;
+mod terminal;
 
 use std::process::ExitCode;
 use std::time::Duration;
