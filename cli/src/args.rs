@@ -88,7 +88,10 @@ pub enum Command {
     /// LOCKSMITH_FENCING_TOKEN and LOCKSMITH_LOCK_NAME in its environment and runs in a process
     /// group of its own; if the lock is lost, that group gets SIGTERM (SIGKILL after --grace) and
     /// locksmith exits 4. If locksmith itself dies (even by SIGKILL), the group gets the same. SIGINT,
-    /// SIGTERM and SIGHUP sent to locksmith are forwarded to CMD.
+    /// SIGTERM and SIGHUP sent to locksmith are forwarded to CMD's group; if CMD still runs --grace
+    /// after a SIGINT/SIGTERM, or a second SIGINT/SIGTERM arrives, the group gets SIGKILL. On a
+    /// terminal, CMD's group is the foreground group while CMD runs (it can read the terminal, and
+    /// gets Ctrl-C itself).
     Run(RunArgs),
     /// One attempt, no waiting: print the fencing token and release (exit 0), or exit 1 if held.
     Try(TryArgs),
@@ -100,7 +103,8 @@ pub enum Command {
     /// Campaign in the election NAME and run CMD while leading: CMD starts once this process
     /// leads, gets LOCKSMITH_TERM (the fencing token) in its environment, and is stopped as by
     /// `run` if the leadership is lost (exit 4); when CMD exits, locksmith resigns. Candidates
-    /// lead one after another, in the order they started.
+    /// lead one after another, in the order they started. Signals and the terminal are handled as
+    /// by `run` (a second SIGINT/SIGTERM sends CMD's group SIGKILL).
     Elect(ElectArgs),
     /// List the locks in use (held or waited for) whose names start with PREFIX, in the URL's
     /// namespace: one line per lock with its kind and number of holders and waiters.
@@ -164,7 +168,8 @@ pub struct ElectArgs {
     #[arg(long)]
     pub value: Option<String>,
 
-    /// After SIGTERM, how long CMD has to exit before it gets SIGKILL (when leadership was lost).
+    /// How long CMD has to exit before its group gets SIGKILL: after the SIGTERM sent when
+    /// leadership was lost, or after a SIGINT/SIGTERM forwarded to it (a second one kills at once).
     #[arg(long, default_value = "10s", value_parser = parse_any_duration)]
     pub grace: Duration,
 
@@ -208,7 +213,8 @@ pub struct RunArgs {
     #[arg(value_parser = NameParser)]
     pub name: String,
 
-    /// After SIGTERM, how long CMD has to exit before it gets SIGKILL (when the lock was lost).
+    /// How long CMD has to exit before its group gets SIGKILL: after the SIGTERM sent when the
+    /// lock was lost, or after a SIGINT/SIGTERM forwarded to it (a second one kills at once).
     #[arg(long, default_value = "10s", value_parser = parse_any_duration)]
     pub grace: Duration,
 

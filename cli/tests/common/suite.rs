@@ -34,7 +34,8 @@ macro_rules! cli_suite {
             run_cmd_gets_sigterm_when_locksmith_is_killed, run_cmds_group_is_stopped_when_locksmith_is_killed,
             silent_server_ends_try_and_inspect_at_the_timeout,
             waiter_whose_server_goes_down_exits_3_at_its_deadline, hold_exits_4_as_soon_as_the_lock_is_lost,
-            connect_timeout_lengthens_the_wait);
+            connect_timeout_lengthens_the_wait, run_second_signal_kills_a_cmd_that_ignores_it,
+            run_forwarded_signal_is_followed_by_sigkill_after_grace);
     };
     ($backend:expr) => {
         $crate::cli_suite!(mutex_only $backend);
@@ -615,4 +616,73 @@ pub fn list_shows_the_locks_in_use(b: &dyn Backend) {
         thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(left, "", "still listed after the release");
+}
+/// A CMD that ignores SIGINT and SIGTERM: the first SIGTERM sent to locksmith is forwarded, the
+/// second sends CMD's group SIGKILL at once (long before --grace). locksmith exits with CMD's
+/// code (128+9), the lock is free, and nothing of CMD's group survives.
+pub fn run_second_signal_kills_a_cmd_that_ignores_it(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-escalate");
+    let script = r#"trap '' INT TERM; echo $$; sleep 60"#;
+    let mut runner = Proc::locksmith(&args(&url, &["run", &name, "--grace", "1h", "--", "sh", "-c", script]));
+    let group: u32 = runner.next_line().trim().parse().expect("CMD's pid");
+    runner.signal("TERM");
+    runner.wait_stderr("forwarding SIGTERM");
+    assert!(runner.running(), "one SIGTERM ended locksmith although CMD ignores it");
+    runner.signal("TERM");
+    let out = runner.finish();
+    assert_code(&out, 137);
+    assert!(out.stderr.contains("SIGKILL"), "{}", out.stderr);
+    assert_code(&run(&args(&url, &["try", &name])), 0);
+    assert_group_gone(group);
+}
+
+/// A SIGTERM forwarded to a CMD that ignores it is followed by SIGKILL once --grace has passed.
+pub fn run_forwarded_signal_is_followed_by_sigkill_after_grace(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-kill-after");
+    let script = r#"trap '' INT TERM; echo $$; sleep 60"#;
+    let mut runner = Proc::locksmith(&args(
+        &url,
+        &["run", &name, "--grace", "500ms", "--", "sh", "-c", script],
+    ));
+    let group: u32 = runner.next_line().trim().parse().expect("CMD's pid");
+    runner.signal("INT");
+    runner.wait_stderr("sending SIGKILL");
+    assert_code(&runner.finish(), 137);
+    assert_code(&run(&args(&url, &["try", &name])), 0);
+    assert_group_gone(group);
+}
+
+/// Waits (bounded) until no live process is left in the process group `group` (a zombie waiting
+/// for its reaper is dead already).
+fn assert_group_gone(group: u32) {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive = live_members(group);
+        if alive.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "processes of CMD's group {group} survived: {alive:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The `/proc/PID/stat` lines of the live (not zombie) processes in the process group `group`.
+fn live_members(group: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+        .filter(|stat| {
+            // pid (comm) state ppid pgrp ...: comm may hold spaces, so split after its ')'.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+            fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string()
+        })
+        .collect()
 }
