@@ -158,3 +158,21 @@ fn etcd_errors_are_one_short_line_unless_verbose() {
         out.stderr
     );
 }
+
+/// A refused connection says "connection refused", whichever backend.
+#[test]
+fn a_refused_connection_says_so() {
+    let port = common::closed_port();
+    let mut urls = Vec::new();
+    if cfg!(feature = "redis") {
+        urls.push(format!("redis://127.0.0.1:{port}"));
+    }
+    if cfg!(feature = "etcd") {
+        urls.push(format!("etcd://127.0.0.1:{port}"));
+    }
+    for url in &urls {
+        let out = run(&["--connect-timeout", "5s", "--url", url, "try", "x"]);
+        assert_clean_error(&out, 3);
+        assert!(out.stderr.contains("connection refused"), "{url}: {}", out.stderr);
+    }
+}
