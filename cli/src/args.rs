@@ -33,15 +33,18 @@ pub struct Cli {
     pub ttl: Option<Duration>,
 
     /// How long the whole command may take to get its answer, connecting included (default:
-    /// without limit): `run`/`hold` wait this long for a held lock, `try` and `inspect` give up on
-    /// a backend that does not answer. 0 makes one attempt (connecting gets --connect-timeout).
-    /// When it runs out: exit 1 if the lock was held by another, exit 3 if the backend did not
-    /// answer.
+    /// without limit), with a unit: 500ms, 10s, 2m. `run`/`hold`/`elect` wait this long for a held
+    /// lock and for a backend that cannot be reached yet (retrying the connection); `try`,
+    /// `inspect`, `list` and `leader` give up on a backend that does not answer. 0 makes one
+    /// attempt (connecting gets --connect-timeout). When it runs out: exit 1 if the lock was held
+    /// by another, exit 3 if the backend did not answer.
     #[arg(long, value_parser = parse_any_duration, global = true)]
     pub timeout: Option<Duration>,
 
-    /// How long connecting to the backend may take before giving up (exit 3). It is also the
-    /// backend's own connect timeout (the URL's connect_timeout= option, if given, wins).
+    /// How long one attempt to connect to the backend may take (with a unit: 500ms, 10s, 2m):
+    /// `try`, `inspect`, `list` and `leader` then give up (exit 3); `run`, `hold` and `elect` try
+    /// again, with backoff, until --timeout. It is also the backend's own connect timeout (the
+    /// URL's connect_timeout= option, if given, wins).
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration, global = true)]
     pub connect_timeout: Duration,
 

@@ -58,14 +58,19 @@ fn help_documents_the_exit_codes() {
 #[test]
 fn unreachable_backend_exits_3() {
     let url = format!("redis://127.0.0.1:{}", common::closed_port());
-    for args in [
-        vec!["--url", &url, "try", "x"],
-        vec!["--url", &url, "inspect", "x"],
-        vec!["--url", &url, "hold", "x"],
-        vec!["--url", &url, "run", "x", "--", "echo", "ran"],
-    ] {
+    for args in [vec!["--url", &url, "try", "x"], vec!["--url", &url, "inspect", "x"]] {
         let out = run(&args);
         assert_clean_error(&out, 3);
+    }
+    // `hold` and `run` retry until --timeout (logging that they do), then exit 3 saying why.
+    for args in [
+        vec!["--url", &url, "--timeout", "1s", "hold", "x"],
+        vec!["--url", &url, "--timeout", "1s", "run", "x", "--", "echo", "ran"],
+    ] {
+        let out = run(&args);
+        assert_code(&out, 3);
+        let last = out.stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with("locksmith: backend unavailable"), "{}", out.stderr);
         assert!(!out.stdout.contains("ran"));
     }
 }

@@ -28,7 +28,7 @@ enum End {
 pub async fn run(session: &Session, args: &RunArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
     let locker = tokio::select! {
-        locker = session.connect() => locker?,
+        locker = session.connect_waiting() => locker?,
         sig = signals.recv() => return Ok(128 + sig as u8),
     };
     let guard = session
