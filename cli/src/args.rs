@@ -26,7 +26,7 @@ pub struct Cli {
     pub url: String,
 
     /// Lease time (default 15s): how long the lock outlives a locksmith that crashed or was cut
-    /// off (renewed in the background while held). E.g. 500ms, 10s, 2m. On etcd and ZooKeeper it
+    /// off (renewed in the background while held). With a unit: 500ms, 10s, 2m. On etcd and ZooKeeper it
     /// is the session TTL (the URL's ttl= option, if given, wins); backends may round it up.
     /// `inspect` takes no lock and rejects it.
     #[arg(long, value_parser = parse_ttl, global = true)]
@@ -82,6 +82,33 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The subcommands that take no lock, and so reject `--ttl`: their help does not show it.
+const NO_TTL: [&str; 3] = ["inspect", "list", "leader"];
+
+/// The command line as clap parses it: [`Cli`], where the subcommands that reject `--ttl`
+/// ([`NO_TTL`]) have a hidden `--ttl` of their own that refuses any value, so that their help
+/// does not offer the global one (`locksmith --ttl 5s inspect x` is refused as before).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    for name in NO_TTL {
+        let refuse = move |_: &str| -> Result<Duration, String> {
+            Err(format!("`{name}` takes no lock, so --ttl means nothing to it"))
+        };
+        // A subcommand that has an argument of a global's id does not get the global one.
+        cmd = cmd.mut_subcommand(name, |sub| {
+            sub.arg(
+                clap::Arg::new("ttl")
+                    .long("ttl")
+                    .value_name("TTL")
+                    .hide(true)
+                    .value_parser(refuse),
+            )
+        });
+    }
+    cmd
 }
 
 /// The subcommands.
@@ -248,7 +275,13 @@ pub struct HoldArgs {
     pub kind: KindArgs,
 }
 
+/// A duration with its unit (`500ms`, `10s`, `2m`, `1h`); a bare number is refused (is `10` ten
+/// seconds or ten milliseconds?), except `0`, which is zero in any unit.
 fn parse_any_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) && t.bytes().any(|b| b != b'0') {
+        return Err(format!("{s:?} has no unit: add a unit: 10s, 500ms, 2m"));
+    }
     parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s, 2m or 1h"))
 }
 
@@ -305,7 +338,7 @@ impl clap::builder::TypedValueParser for NameParser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
+    use clap::{CommandFactory, FromArgMatches};
 
     #[test]
     fn a_refused_lock_name_is_shown_cut_short() {
@@ -325,6 +358,20 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    #[test]
+    fn commands_that_take_no_lock_refuse_ttl() {
+        let parse = |args: &[&str]| command().try_get_matches_from(args).map(|m| Cli::from_arg_matches(&m));
+        let e = parse(&["locksmith", "inspect", "x", "--ttl", "5s"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`inspect` takes no lock"), "{e}");
+        let cli = parse(&["locksmith", "--ttl", "5s", "inspect", "x"]).unwrap().unwrap();
+        assert_eq!(cli.ttl, Some(Duration::from_secs(5)), "refused later, by the command");
+        let cli = parse(&["locksmith", "try", "x", "--ttl", "5s"]).unwrap().unwrap();
+        assert_eq!(cli.ttl, Some(Duration::from_secs(5)));
     }
 
     #[test]
