@@ -28,7 +28,7 @@ pub struct Cli {
     /// Lease time (default 15s): how long the lock outlives a locksmith that crashed or was cut
     /// off (renewed in the background while held). With a unit: 500ms, 10s, 2m. On etcd and ZooKeeper it
     /// is the session TTL (the URL's ttl= option, if given, wins); backends may round it up.
-    /// `inspect` takes no lock and rejects it.
+    /// `inspect`, `list` and `leader` take no lock and reject it.
     #[arg(long, value_parser = parse_ttl, global = true)]
     pub ttl: Option<Duration>,
 
@@ -128,7 +128,9 @@ pub enum Command {
     /// Acquire NAME, print the fencing token, and hold it until --for passes, stdin closes, or
     /// SIGINT/SIGTERM arrives; then release.
     Hold(HoldArgs),
-    /// Show who holds NAME (holder id, fencing token, remaining TTL) and how many wait.
+    /// Show who holds NAME and how many wait, for every kind of lock of that name in use: the
+    /// mutex (holder id, fencing token, remaining TTL), the semaphore, the read-write lock, the
+    /// election (leader and term).
     Inspect(NameArg),
     /// Campaign in the election NAME and run CMD while leading: CMD starts once this process
     /// leads, gets LOCKSMITH_TERM (the fencing token) in its environment, and is stopped as by
