@@ -26,22 +26,25 @@ pub struct Cli {
     pub url: String,
 
     /// Lease time (default 15s): how long the lock outlives a locksmith that crashed or was cut
-    /// off (renewed in the background while held). E.g. 500ms, 10s, 2m. On etcd and ZooKeeper it
+    /// off (renewed in the background while held). With a unit: 500ms, 10s, 2m. On etcd and ZooKeeper it
     /// is the session TTL (the URL's ttl= option, if given, wins); backends may round it up.
-    /// `inspect` takes no lock and rejects it.
+    /// `inspect`, `list` and `leader` take no lock and reject it.
     #[arg(long, value_parser = parse_ttl, global = true)]
     pub ttl: Option<Duration>,
 
     /// How long the whole command may take to get its answer, connecting included (default:
-    /// without limit): `run`/`hold` wait this long for a held lock, `try` and `inspect` give up on
-    /// a backend that does not answer. 0 makes one attempt (connecting gets --connect-timeout).
-    /// When it runs out: exit 1 if the lock was held by another, exit 3 if the backend did not
-    /// answer.
+    /// without limit), with a unit: 500ms, 10s, 2m. `run`/`hold`/`elect` wait this long for a held
+    /// lock and for a backend that cannot be reached yet (retrying the connection); `try`,
+    /// `inspect`, `list` and `leader` give up on a backend that does not answer. 0 makes one
+    /// attempt (connecting gets --connect-timeout). When it runs out: exit 1 if the lock was held
+    /// by another, exit 3 if the backend did not answer.
     #[arg(long, value_parser = parse_any_duration, global = true)]
     pub timeout: Option<Duration>,
 
-    /// How long connecting to the backend may take before giving up (exit 3). It is also the
-    /// backend's own connect timeout (the URL's connect_timeout= option, if given, wins).
+    /// How long one attempt to connect to the backend may take (with a unit: 500ms, 10s, 2m):
+    /// `try`, `inspect`, `list` and `leader` then give up (exit 3); `run`, `hold` and `elect` try
+    /// again, with backoff, until --timeout. It is also the backend's own connect timeout (the
+    /// URL's connect_timeout= option, if given, wins).
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration, global = true)]
     pub connect_timeout: Duration,
 
@@ -81,6 +84,33 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The subcommands that take no lock, and so reject `--ttl`: their help does not show it.
+const NO_TTL: [&str; 3] = ["inspect", "list", "leader"];
+
+/// The command line as clap parses it: [`Cli`], where the subcommands that reject `--ttl`
+/// ([`NO_TTL`]) have a hidden `--ttl` of their own that refuses any value, so that their help
+/// does not offer the global one (`locksmith --ttl 5s inspect x` is refused as before).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    for name in NO_TTL {
+        let refuse = move |_: &str| -> Result<Duration, String> {
+            Err(format!("`{name}` takes no lock, so --ttl means nothing to it"))
+        };
+        // A subcommand that has an argument of a global's id does not get the global one.
+        cmd = cmd.mut_subcommand(name, |sub| {
+            sub.arg(
+                clap::Arg::new("ttl")
+                    .long("ttl")
+                    .value_name("TTL")
+                    .hide(true)
+                    .value_parser(refuse),
+            )
+        });
+    }
+    cmd
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -88,19 +118,25 @@ pub enum Command {
     /// LOCKSMITH_FENCING_TOKEN and LOCKSMITH_LOCK_NAME in its environment and runs in a process
     /// group of its own; if the lock is lost, that group gets SIGTERM (SIGKILL after --grace) and
     /// locksmith exits 4. If locksmith itself dies (even by SIGKILL), the group gets the same. SIGINT,
-    /// SIGTERM and SIGHUP sent to locksmith are forwarded to CMD.
+    /// SIGTERM and SIGHUP sent to locksmith are forwarded to CMD's group; if CMD still runs --grace
+    /// after a SIGINT/SIGTERM, or a second SIGINT/SIGTERM arrives, the group gets SIGKILL. On a
+    /// terminal, CMD's group is the foreground group while CMD runs (it can read the terminal, and
+    /// gets Ctrl-C itself).
     Run(RunArgs),
     /// One attempt, no waiting: print the fencing token and release (exit 0), or exit 1 if held.
     Try(TryArgs),
     /// Acquire NAME, print the fencing token, and hold it until --for passes, stdin closes, or
     /// SIGINT/SIGTERM arrives; then release.
     Hold(HoldArgs),
-    /// Show who holds NAME (holder id, fencing token, remaining TTL) and how many wait.
+    /// Show who holds NAME and how many wait, for every kind of lock of that name in use: the
+    /// mutex (holder id, fencing token, remaining TTL), the semaphore, the read-write lock, the
+    /// election (leader and term).
     Inspect(NameArg),
     /// Campaign in the election NAME and run CMD while leading: CMD starts once this process
     /// leads, gets LOCKSMITH_TERM (the fencing token) in its environment, and is stopped as by
     /// `run` if the leadership is lost (exit 4); when CMD exits, locksmith resigns. Candidates
-    /// lead one after another, in the order they started.
+    /// lead one after another, in the order they started. Signals and the terminal are handled as
+    /// by `run` (a second SIGINT/SIGTERM sends CMD's group SIGKILL).
     Elect(ElectArgs),
     /// List the locks in use (held or waited for) whose names start with PREFIX, in the URL's
     /// namespace: one line per lock with its kind and number of holders and waiters.
@@ -164,7 +200,8 @@ pub struct ElectArgs {
     #[arg(long)]
     pub value: Option<String>,
 
-    /// After SIGTERM, how long CMD has to exit before it gets SIGKILL (when leadership was lost).
+    /// How long CMD has to exit before its group gets SIGKILL: after the SIGTERM sent when
+    /// leadership was lost, or after a SIGINT/SIGTERM forwarded to it (a second one kills at once).
     #[arg(long, default_value = "10s", value_parser = parse_any_duration)]
     pub grace: Duration,
 
@@ -208,7 +245,8 @@ pub struct RunArgs {
     #[arg(value_parser = NameParser)]
     pub name: String,
 
-    /// After SIGTERM, how long CMD has to exit before it gets SIGKILL (when the lock was lost).
+    /// How long CMD has to exit before its group gets SIGKILL: after the SIGTERM sent when the
+    /// lock was lost, or after a SIGINT/SIGTERM forwarded to it (a second one kills at once).
     #[arg(long, default_value = "10s", value_parser = parse_any_duration)]
     pub grace: Duration,
 
@@ -239,7 +277,13 @@ pub struct HoldArgs {
     pub kind: KindArgs,
 }
 
+/// A duration with its unit (`500ms`, `10s`, `2m`, `1h`); a bare number is refused (is `10` ten
+/// seconds or ten milliseconds?), except `0`, which is zero in any unit.
 fn parse_any_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) && t.bytes().any(|b| b != b'0') {
+        return Err(format!("{s:?} has no unit: add a unit: 10s, 500ms, 2m"));
+    }
     parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s, 2m or 1h"))
 }
 
@@ -296,7 +340,7 @@ impl clap::builder::TypedValueParser for NameParser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
+    use clap::{CommandFactory, FromArgMatches};
 
     #[test]
     fn a_refused_lock_name_is_shown_cut_short() {
@@ -316,6 +360,20 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    #[test]
+    fn commands_that_take_no_lock_refuse_ttl() {
+        let parse = |args: &[&str]| command().try_get_matches_from(args).map(|m| Cli::from_arg_matches(&m));
+        let e = parse(&["locksmith", "inspect", "x", "--ttl", "5s"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`inspect` takes no lock"), "{e}");
+        let cli = parse(&["locksmith", "--ttl", "5s", "inspect", "x"]).unwrap().unwrap();
+        assert_eq!(cli.ttl, Some(Duration::from_secs(5)), "refused later, by the command");
+        let cli = parse(&["locksmith", "try", "x", "--ttl", "5s"]).unwrap().unwrap();
+        assert_eq!(cli.ttl, Some(Duration::from_secs(5)));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The command `run` starts: spawned in a process group of its own, signalled as a group, and its
-//! exit status turned into an exit code.
+//! The command `run` starts: spawned in a process group of its own, signalled as a group, given
+//! the terminal while it runs (when locksmith has it), and its exit status turned into an exit
+//! code.
 
 use std::ffi::OsString;
 use std::io;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use tokio::process::{Child, ChildStdin, Command};
 
 use crate::exit::{Failure, CANNOT_EXECUTE, NOT_FOUND};
+use crate::terminal::{self, Terminal};
 
 /// A running CMD.
 pub struct Cmd {
@@ -18,6 +20,9 @@ pub struct Cmd {
     /// The group's [`Sentinel`], told when this is dropped that locksmith ended in order
     /// (whatever CMD left running in its group then stays).
     _sentinel: Option<Sentinel>,
+    /// The terminal lent to CMD's group while CMD runs (taken back when CMD exits or this is
+    /// dropped).
+    terminal: Option<Terminal>,
 }
 
 /// A small `sh` watching for locksmith's death, to stop CMD's whole process group then: the
@@ -75,7 +80,9 @@ impl Cmd {
     /// lock can stop CMD *and* everything it started. On Linux CMD also gets SIGTERM if locksmith
     /// itself dies (even by SIGKILL), so that it never runs on without a holder renewing the lock.
     /// Whatever CMD started in its group gets SIGTERM too (SIGKILL after `grace`) when
-    /// locksmith dies without ending in order.
+    /// locksmith dies without ending in order. When locksmith is in the foreground of a terminal,
+    /// CMD's group is made the terminal's foreground group until CMD exits, so that CMD can read
+    /// from it (a background group would be stopped by SIGTTIN).
     pub fn spawn(argv: &[OsString], env: &[(&str, String)], grace: Duration) -> Result<Cmd, Failure> {
         let Some((program, args)) = argv.split_first() else {
             return Err(Failure::new(crate::exit::USAGE, "no command given after --"));
@@ -86,21 +93,28 @@ impl Cmd {
             .envs(env.iter().map(|(k, v)| (k, v)))
             .process_group(0)
             .kill_on_drop(false);
+        let mut terminal = Terminal::foreground();
+        let tty = terminal.as_ref().map(Terminal::fd);
+        // SAFETY: the closure runs in the forked child before exec (after it made its own process
+        // group) and calls only async-signal-safe functions (prctl, getppid, kill, sigprocmask,
+        // tcsetpgrp).
         #[cfg(target_os = "linux")]
-        {
-            // SAFETY: the closure runs in the forked child before exec and calls only
-            // async-signal-safe functions (prctl, getppid, kill).
-            let parent = std::process::id();
-            unsafe {
-                command.pre_exec(move || {
+        let parent = std::process::id();
+        unsafe {
+            command.pre_exec(move || {
+                #[cfg(target_os = "linux")]
+                {
                     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
                     // The parent may have died before prctl: then nobody would tell us.
                     if libc::getppid() as u32 != parent {
                         libc::kill(libc::getpid(), libc::SIGTERM);
                     }
-                    Ok(())
-                });
-            }
+                }
+                if let Some(fd) = tty {
+                    terminal::take_in_child(fd);
+                }
+                Ok(())
+            });
         }
         let child = command.spawn().map_err(|e| {
             let program = program.to_string_lossy();
@@ -117,10 +131,16 @@ impl Cmd {
                 None
             }
         });
+        // CMD took the terminal itself before exec; doing it here too (as shells do) leaves no
+        // doubt, and sets locksmith up to be in the background meanwhile.
+        if let (Some(terminal), Some(group)) = (terminal.as_mut(), group) {
+            terminal.lend(group);
+        }
         Ok(Cmd {
             child,
             group,
             _sentinel: sentinel,
+            terminal,
         })
     }
 
@@ -134,13 +154,14 @@ impl Cmd {
         }
     }
 
-    /// Waits for CMD to exit; returns its exit code. Cancellation-safe.
+    /// Waits for CMD to exit and takes the terminal back; returns its exit code.
+    /// Cancellation-safe.
     pub async fn wait(&mut self) -> Result<u8, Failure> {
-        let status = self
-            .child
-            .wait()
-            .await
-            .map_err(|e| Failure::new(crate::exit::UNAVAILABLE, format!("waiting for CMD failed: {e}")))?;
+        let status = self.child.wait().await;
+        // CMD is gone: locksmith's group is the terminal's foreground group again.
+        self.terminal = None;
+        let status =
+            status.map_err(|e| Failure::new(crate::exit::UNAVAILABLE, format!("waiting for CMD failed: {e}")))?;
         Ok(exit_code(status))
     }
 }

@@ -67,7 +67,10 @@ impl From<LockError> for Failure {
             LockError::Denied(_) => DENIED,
             _ => UNAVAILABLE,
         };
-        let message = e.to_string().replace(['\n', '\r'], " ");
+        let mut message = e.to_string().replace(['\n', '\r'], " ");
+        if refused(&e) && !message.to_ascii_lowercase().contains("connection refused") {
+            message.push_str(": connection refused");
+        }
         let detail = sources(&e);
         Failure {
             code,
@@ -75,6 +78,26 @@ impl From<LockError> for Failure {
             message,
         }
     }
+}
+
+/// Whether a connection was refused underneath `e` (nothing listens at the address): an
+/// [`std::io::Error`] of kind [`std::io::ErrorKind::ConnectionRefused`] among its sources, or a
+/// source that says so in words (client libraries that keep only the text of the I/O error).
+pub fn refused(e: &LockError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        let text = s.to_string().to_ascii_lowercase();
+        if text.contains("connection refused") || text.contains("kind: connectionrefused") {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// The error's sources on one line (what the client library said), or an empty string.
@@ -110,5 +133,15 @@ mod tests {
         assert_eq!(failure.code, UNAVAILABLE);
         assert_eq!(failure.message, "backend unavailable: connecting");
         assert_eq!(failure.detail.as_deref(), Some("refused now"));
+    }
+
+    #[test]
+    fn a_refused_connection_says_so() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let failure = Failure::from(LockError::unavailable("connecting on redis at 127.0.0.1:1", refused));
+        assert_eq!(failure.code, UNAVAILABLE);
+        assert!(failure.message.ends_with(": connection refused"), "{}", failure.message);
+        let other = LockError::unavailable("connecting", std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(!Failure::from(other).message.contains("refused"));
     }
 }

@@ -14,12 +14,13 @@ mod exit;
 mod output;
 mod session;
 mod signals;
+mod terminal;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::error::ErrorKind;
-use clap::Parser;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::FromArgMatches;
 
 use crate::args::{Cli, Command};
 use crate::exit::{Failure, UNAVAILABLE, USAGE};
@@ -31,7 +32,10 @@ fn main() -> ExitCode {
         let message = info.to_string().replace('\n', " ");
         eprintln!("locksmith: internal error: {message}");
     }));
-    let cli = match Cli::try_parse() {
+    let parsed = args::command()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
@@ -86,19 +90,58 @@ fn usage_error(e: clap::Error) -> ExitCode {
             ExitCode::from(USAGE)
         }
         _ => {
-            // clap's first paragraph, on one line: "error: ..." and any indented lines under it.
-            let rendered = e.render().to_string();
-            let paragraph: Vec<&str> = rendered
-                .lines()
-                .skip_while(|l| l.trim().is_empty())
-                .take_while(|l| !l.trim().is_empty())
-                .collect();
-            let reason = paragraph.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
-            let reason = reason.trim_start_matches("error: ");
+            let reason = missing_double_dash(&e, std::env::args_os()).unwrap_or_else(|| one_line(&e));
             eprintln!("locksmith: {reason} (see locksmith --help)");
             ExitCode::from(USAGE)
         }
     }
+}
+
+/// clap's error on one line: its first paragraph ("error: ..." and any indented lines under it)
+/// and its tips ("a similar argument exists: '--permits'"), without the usage.
+fn one_line(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let mut paragraphs = rendered
+        .split("\n\n")
+        .map(|p| p.lines().map(str::trim).filter(|l| !l.is_empty()));
+    let mut parts: Vec<String> = paragraphs
+        .next()
+        .map(|first| first.collect::<Vec<_>>().join(" "))
+        .into_iter()
+        .collect();
+    // Not "to pass '--permit' as a value, use '-- --permit'": CMD after `--` is the only
+    // free-form value, so that tip misleads.
+    let tips = paragraphs
+        .flatten()
+        .filter(|l| l.starts_with("tip:") && !l.starts_with("tip: to pass"));
+    parts.extend(tips.map(str::to_owned));
+    let line = parts.join("; ");
+    line.trim_start_matches("error: ").to_owned()
+}
+
+/// For `run`/`elect` given CMD without `--` before it (`locksmith run x true`): a reason that
+/// says so, instead of clap's "unexpected argument 'true' found".
+fn missing_double_dash(e: &clap::Error, args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<String> {
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let Some(ContextValue::StyledStr(usage)) = e.get(ContextKind::Usage) else {
+        return None;
+    };
+    let usage = usage.to_string();
+    let takes_cmd = usage.contains("-- <CMD>");
+    if arg.starts_with('-') || !takes_cmd || args.into_iter().any(|a| a == "--") {
+        return None;
+    }
+    let command = ["run", "elect"]
+        .into_iter()
+        .find(|c| usage.contains(&format!("locksmith {c} ")))?;
+    Some(format!(
+        "`--` is missing before CMD ({arg:?}): write locksmith {command} NAME [OPTIONS] -- CMD [ARGS]..."
+    ))
 }
 
 /// Logs of the lock library on stderr: warnings by default (e.g. renewal retries), more with -v.

@@ -16,6 +16,29 @@ use crate::signals::{self, Signals};
 /// nothing from waiting longer (our entry expires on it).
 const SETTLE: Duration = Duration::from_millis(250);
 
+/// The first pause before a connection attempt is made again ([`Session::connect_waiting`]).
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+
+/// The longest pause between connection attempts.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// How one connection attempt failed.
+enum Attempt {
+    /// The backend said why.
+    Failed(locksmith::LockError),
+    /// No answer within the connect timeout or `--timeout`.
+    TimedOut(Failure),
+}
+
+impl From<Attempt> for Failure {
+    fn from(attempt: Attempt) -> Failure {
+        match attempt {
+            Attempt::Failed(e) => Failure::from(e),
+            Attempt::TimedOut(failure) => failure,
+        }
+    }
+}
+
 /// The global options of one invocation.
 #[derive(Clone, Debug)]
 pub struct Session {
@@ -82,10 +105,61 @@ impl Session {
         Ok(())
     }
 
-    /// Connects to the backend within the connect timeout, and within `--timeout` (which bounds
-    /// the whole command). `--connect-timeout` is the backend's own connect timeout too, so it can
+    /// Connects to the backend in one attempt, within the connect timeout and within `--timeout`
+    /// (which bounds the whole command): for the commands that only look (`try`, `inspect`,
+    /// `list`, `leader`). `--connect-timeout` is the backend's own connect timeout too, so it can
     /// lengthen the wait as well as shorten it; the URL's `connect_timeout=` wins over it.
     pub async fn connect(&self) -> Result<Locker, Failure> {
+        Ok(self.connect_once().await?)
+    }
+
+    /// Connects to the backend for a command that waits for a lock (`run`, `hold`, `elect`): an
+    /// attempt that finds the backend unavailable (nothing listening yet, the sentinels naming a
+    /// master that is gone) is made again, after a pause that doubles from [`RETRY_FIRST`] up to
+    /// [`RETRY_MAX`], until `--timeout` runs out (without it: until a signal). `--timeout 0` makes
+    /// one attempt. Other errors (a bad URL, refused credentials) are never retried.
+    pub async fn connect_waiting(&self) -> Result<Locker, Failure> {
+        if self.timeout == Some(Duration::ZERO) {
+            return self.connect().await;
+        }
+        let mut pause = RETRY_FIRST;
+        let mut attempts = 0u32;
+        let mut last: Option<Failure> = None;
+        loop {
+            let failure = match self.connect_once().await {
+                Ok(locker) => return Ok(locker),
+                Err(Attempt::Failed(e @ locksmith::LockError::Unavailable { .. })) => Failure::from(e),
+                Err(Attempt::TimedOut(failure)) => failure,
+                Err(e) => return Err(e.into()),
+            };
+            attempts += 1;
+            let left = self.time_left();
+            // Too little time for another attempt: this one's reason is the answer, unless it
+            // was cut short by --timeout after an earlier one said more (connection refused).
+            if left.is_some_and(|left| left < RETRY_FIRST) {
+                return Err(match last.take() {
+                    Some(earlier) if left == Some(Duration::ZERO) => earlier,
+                    _ => failure,
+                });
+            }
+            let wait = left.map_or(pause, |left| pause.min(left / 2));
+            let until = left.map_or_else(
+                || "without time limit".to_owned(),
+                |t| format!("for up to {} more (--timeout)", human(t)),
+            );
+            if attempts == 1 {
+                tracing::warn!("{}; retrying {until}", failure.message);
+            } else {
+                tracing::debug!(attempts, retry_in = ?wait, "{}; retrying {until}", failure.message);
+            }
+            last = Some(failure);
+            tokio::time::sleep(wait).await;
+            pause = (pause * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// One connection attempt, bounded by the connect timeout and by `--timeout`.
+    async fn connect_once(&self) -> Result<Locker, Attempt> {
         if self.url.trim_start().to_ascii_lowercase().starts_with("mem:") {
             tracing::debug!("mem:// is in-process only: other locksmith processes do not see these locks");
         }
@@ -113,15 +187,15 @@ impl Session {
         // The backend gives up after its own connect timeout; this bound is for --timeout and
         // for a backend that would not.
         match tokio::time::timeout(limit, locksmith::connect_with(&self.url, &options)).await {
-            Ok(result) => Ok(result?),
-            Err(_) => Err(Failure::new(
+            Ok(result) => result.map_err(Attempt::Failed),
+            Err(_) => Err(Attempt::TimedOut(Failure::new(
                 UNAVAILABLE,
                 format!(
                     "backend unavailable: no connection to {} within {} ({why})",
                     self.shown_url(),
                     human(limit)
                 ),
-            )),
+            ))),
         }
     }
 

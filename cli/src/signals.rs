@@ -37,6 +37,12 @@ impl Signals {
     }
 }
 
+/// Whether `sig` asks CMD to stop (SIGINT, SIGTERM): forwarded once, then escalated to SIGKILL
+/// (SIGHUP is only forwarded).
+pub fn stops(sig: i32) -> bool {
+    matches!(sig, libc::SIGINT | libc::SIGTERM)
+}
+
 /// The name of a signal for messages.
 pub fn name(sig: i32) -> String {
     match sig {

@@ -15,6 +15,7 @@ fn bad_input_exits_2_with_one_line() {
         &["--url", "etcd://h:99999", "try", "x"],
         &["--url", "mem://a/b", "inspect", "x"],
         &["--ttl", "5s", "inspect", "x"],
+        &["inspect", "x", "--ttl", "5s"],
         &["--ttl", "0", "try", "x"],
         &["--ttl", "5d", "hold", "x"],
         &["--timeout", "soon", "run", "x", "--", "true"],
@@ -58,14 +59,19 @@ fn help_documents_the_exit_codes() {
 #[test]
 fn unreachable_backend_exits_3() {
     let url = format!("redis://127.0.0.1:{}", common::closed_port());
-    for args in [
-        vec!["--url", &url, "try", "x"],
-        vec!["--url", &url, "inspect", "x"],
-        vec!["--url", &url, "hold", "x"],
-        vec!["--url", &url, "run", "x", "--", "echo", "ran"],
-    ] {
+    for args in [vec!["--url", &url, "try", "x"], vec!["--url", &url, "inspect", "x"]] {
         let out = run(&args);
         assert_clean_error(&out, 3);
+    }
+    // `hold` and `run` retry until --timeout (logging that they do), then exit 3 saying why.
+    for args in [
+        vec!["--url", &url, "--timeout", "1s", "hold", "x"],
+        vec!["--url", &url, "--timeout", "1s", "run", "x", "--", "echo", "ran"],
+    ] {
+        let out = run(&args);
+        assert_code(&out, 3);
+        let last = out.stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with("locksmith: backend unavailable"), "{}", out.stderr);
         assert!(!out.stdout.contains("ran"));
     }
 }
@@ -157,4 +163,110 @@ fn etcd_errors_are_one_short_line_unless_verbose() {
         out.stderr.len(),
         out.stderr
     );
+}
+
+/// A typo still gets clap's suggestion (it used to be cut from the one-line error).
+#[test]
+fn typos_get_a_suggestion() {
+    let out = run(&["run", "--permit", "2", "x", "--", "true"]);
+    assert_clean_error(&out, 2);
+    assert!(out.stderr.contains("'--permits'"), "{}", out.stderr);
+    assert!(!out.stderr.contains("as a value"), "{}", out.stderr);
+    let out = run(&["tri", "x"]);
+    assert_clean_error(&out, 2);
+    assert!(out.stderr.contains("'try'"), "{}", out.stderr);
+}
+
+/// CMD without `--` before it: the error says that `--` is missing.
+#[test]
+fn cmd_without_double_dash_says_so() {
+    for args in [
+        &["run", "x", "true"][..],
+        &["elect", "x", "true"],
+        &["run", "x", "--grace", "1s", "echo", "hi"],
+    ] {
+        let out = run(args);
+        assert_clean_error(&out, 2);
+        assert!(
+            out.stderr.contains("`--` is missing before CMD"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+}
+
+/// Durations need a unit (is `--ttl 10` ten seconds or ten milliseconds?); `0` needs none.
+#[test]
+fn durations_need_a_unit() {
+    for args in [
+        &["--ttl", "10", "try", "x"][..],
+        &["--timeout", "5", "try", "x"],
+        &["--connect-timeout", "5", "try", "x"],
+        &["run", "x", "--grace", "3", "--", "true"],
+        &["hold", "x", "--for", "2"],
+    ] {
+        let out = run(args);
+        assert_clean_error(&out, 2);
+        assert!(
+            out.stderr.contains("add a unit: 10s, 500ms, 2m"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    assert_code(&run(&["--timeout", "0", "try", "x"]), 0);
+    assert_code(
+        &run(&[
+            "--timeout",
+            "500ms",
+            "--ttl",
+            "10s",
+            "run",
+            "x",
+            "--grace",
+            "0",
+            "--",
+            "true",
+        ]),
+        0,
+    );
+}
+
+/// `inspect`, `list` and `leader` reject --ttl, and their help does not offer it; the help of
+/// `run` and `elect` says what a second SIGINT/SIGTERM does.
+#[test]
+fn help_offers_what_each_command_takes() {
+    for command in ["inspect", "list", "leader"] {
+        let out = run(&[command, "--help"]);
+        assert_code(&out, 0);
+        assert!(
+            !out.stdout.contains("--ttl"),
+            "`{command} --help` offers --ttl:\n{}",
+            out.stdout
+        );
+    }
+    let out = run(&["try", "--help"]);
+    assert!(out.stdout.contains("--ttl"), "{}", out.stdout);
+    for command in ["run", "elect"] {
+        let out = run(&[command, "--help"]);
+        let words = out.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(words.contains("a second SIGINT/SIGTERM"), "{}", out.stdout);
+    }
+}
+
+/// A refused connection says "connection refused", whichever backend.
+#[test]
+fn a_refused_connection_says_so() {
+    let port = common::closed_port();
+    let mut urls = Vec::new();
+    if cfg!(feature = "redis") {
+        urls.push(format!("redis://127.0.0.1:{port}"));
+    }
+    if cfg!(feature = "etcd") {
+        urls.push(format!("etcd://127.0.0.1:{port}"));
+    }
+    for url in &urls {
+        let out = run(&["--connect-timeout", "5s", "--url", url, "try", "x"]);
+        assert_clean_error(&out, 3);
+        assert!(out.stderr.contains("connection refused"), "{url}: {}", out.stderr);
+    }
 }

@@ -125,3 +125,80 @@ mod cluster {
     use super::*;
     topology_suite!(RedisCluster);
 }
+
+/// `run --timeout` rides out a backend that cannot be reached yet (a server still starting, the
+/// sentinels naming a master that is gone): it retries connecting until its timeout. Here the
+/// server appears a second after locksmith started, on a port of its own (the shared servers are
+/// left alone).
+#[test]
+fn run_waits_for_a_server_that_comes_up_within_its_timeout() {
+    let port = common::closed_port();
+    // restart_delay=0: a freshly started Redis grants the lock at once (by default it waits, in
+    // case it lost the locks of an earlier life).
+    let url = format!("redis://127.0.0.1:{port}?restart_delay=0");
+    let name = common::unique_name("late-server");
+    let runner = common::Proc::locksmith(&["--url", &url, "--timeout", "5s", "run", &name, "--", "echo", "ran"]);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let _server = LateServer::start(port);
+    let out = runner.finish();
+    common::assert_code(&out, 0);
+    assert_eq!(out.stdout, "ran\n");
+}
+
+/// With no server at all, `run --timeout 3s` keeps trying until its timeout, then exits 3 (it
+/// used to give up at the first refused connection).
+#[test]
+fn run_without_a_server_exits_3_at_its_timeout() {
+    let url = format!("redis://127.0.0.1:{}", common::closed_port());
+    let start = std::time::Instant::now();
+    let out = common::run(&["--url", &url, "--timeout", "3s", "run", "x", "--", "echo", "ran"]);
+    let took = start.elapsed();
+    common::assert_code(&out, 3);
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("locksmith: ") && last.contains("connection refused"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("retrying"), "no retry logged: {}", out.stderr);
+    assert!(!out.stdout.contains("ran"));
+    assert!(
+        took >= std::time::Duration::from_millis(2500),
+        "gave up after {took:?}, not at its 3s timeout"
+    );
+    // `try` makes one attempt: its one line is the refusal, no retry is logged.
+    let out = common::run(&["--url", &url, "--timeout", "3s", "try", "x"]);
+    common::assert_clean_error(&out, 3);
+    assert!(!out.stderr.contains("retrying"), "{}", out.stderr);
+}
+
+/// A throw-away `redis-server` on a port of its own, stopped (by its pid) when dropped.
+struct LateServer(std::process::Child);
+
+impl LateServer {
+    fn start(port: u16) -> LateServer {
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--bind",
+                "127.0.0.1",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian: redis-server) is needed for this test");
+        LateServer(child)
+    }
+}
+
+impl Drop for LateServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -15,7 +15,7 @@ use crate::signals::Signals;
 pub async fn elect(session: &Session, args: &ElectArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
     let locker = tokio::select! {
-        locker = session.connect() => locker?,
+        locker = session.connect_waiting() => locker?,
         sig = signals.recv() => return Ok(128 + sig as u8),
     };
     let value = args.value.clone().unwrap_or_else(default_value);

@@ -15,7 +15,7 @@ use crate::signals::{self, Signals};
 pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
     let locker = tokio::select! {
-        locker = session.connect() => locker?,
+        locker = session.connect_waiting() => locker?,
         sig = signals.recv() => return Ok(128 + sig as u8),
     };
     let guard = session

@@ -28,7 +28,7 @@ enum End {
 pub async fn run(session: &Session, args: &RunArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
     let locker = tokio::select! {
-        locker = session.connect() => locker?,
+        locker = session.connect_waiting() => locker?,
         sig = signals.recv() => return Ok(128 + sig as u8),
     };
     let guard = session
@@ -76,6 +76,11 @@ pub async fn run_held(
 
     let lost = guard.lost();
     tokio::pin!(lost);
+    // A SIGINT or SIGTERM forwarded to CMD gives it `grace` to exit; then, or at a second one,
+    // its group gets SIGKILL (as timeout(1) does with --kill-after).
+    let kill_at = tokio::time::sleep(Duration::MAX / 4);
+    tokio::pin!(kill_at);
+    let mut stopping: Option<i32> = None;
     let end = loop {
         tokio::select! {
             // A loss seen at the same moment as CMD's exit counts as a loss: CMD may have run
@@ -83,10 +88,37 @@ pub async fn run_held(
             biased;
             reason = &mut lost => break End::Lost(reason.to_string()),
             code = cmd.wait() => break End::Exited(code?),
-            sig = signals.recv() => {
-                session.out.status(format_args!("forwarding {} to CMD", signals::name(sig)));
-                cmd.signal(sig);
+            () = &mut kill_at, if stopping.is_some() => {
+                let sig = stopping.take().map(signals::name).unwrap_or_default();
+                session.out.status(format_args!(
+                    "CMD still running {} after {sig}; sending SIGKILL",
+                    human(grace)
+                ));
+                cmd.signal(libc::SIGKILL);
             }
+            sig = signals.recv() => match (stopping, signals::stops(sig)) {
+                (Some(_), true) => {
+                    session.out.status(format_args!(
+                        "second {}: sending SIGKILL to CMD",
+                        signals::name(sig)
+                    ));
+                    cmd.signal(libc::SIGKILL);
+                }
+                (None, true) => {
+                    session.out.status(format_args!(
+                        "forwarding {} to CMD (SIGKILL after {} or at a second signal)",
+                        signals::name(sig),
+                        human(grace)
+                    ));
+                    cmd.signal(sig);
+                    stopping = Some(sig);
+                    kill_at.as_mut().reset(tokio::time::Instant::now() + grace);
+                }
+                (_, false) => {
+                    session.out.status(format_args!("forwarding {} to CMD", signals::name(sig)));
+                    cmd.signal(sig);
+                }
+            },
         }
     };
 
@@ -120,21 +152,30 @@ pub async fn run_held(
     }
 }
 
-/// Waits up to `grace` for CMD to exit after SIGTERM, then sends SIGKILL and reaps it.
+/// Waits up to `grace` for CMD to exit after SIGTERM, then sends SIGKILL and reaps it. A SIGINT
+/// or SIGTERM received meanwhile sends SIGKILL at once; a SIGHUP is forwarded.
 async fn stop(session: &Session, cmd: &mut Cmd, signals: &mut Signals, grace: Duration) {
     let deadline = tokio::time::sleep(grace);
     tokio::pin!(deadline);
     loop {
         tokio::select! {
             _ = cmd.wait() => return,
-            () = &mut deadline => break,
-            sig = signals.recv() => cmd.signal(sig),
+            () = &mut deadline => {
+                session.out.status(format_args!(
+                    "CMD still running {} after SIGTERM; sending SIGKILL",
+                    human(grace)
+                ));
+                break;
+            }
+            sig = signals.recv() => {
+                if signals::stops(sig) {
+                    session.out.status(format_args!("{}: sending SIGKILL to CMD", signals::name(sig)));
+                    break;
+                }
+                cmd.signal(sig);
+            }
         }
     }
-    session.out.status(format_args!(
-        "CMD still running {} after SIGTERM; sending SIGKILL",
-        human(grace)
-    ));
     cmd.signal(libc::SIGKILL);
     let _ = cmd.wait().await;
 }

@@ -34,13 +34,14 @@ macro_rules! cli_suite {
             run_cmd_gets_sigterm_when_locksmith_is_killed, run_cmds_group_is_stopped_when_locksmith_is_killed,
             silent_server_ends_try_and_inspect_at_the_timeout,
             waiter_whose_server_goes_down_exits_3_at_its_deadline, hold_exits_4_as_soon_as_the_lock_is_lost,
-            connect_timeout_lengthens_the_wait);
+            connect_timeout_lengthens_the_wait, run_second_signal_kills_a_cmd_that_ignores_it,
+            run_forwarded_signal_is_followed_by_sigkill_after_grace);
     };
     ($backend:expr) => {
         $crate::cli_suite!(mutex_only $backend);
         $crate::cli_suite!(@tests $backend;
             permits_let_that_many_holders_in, readers_share_and_writers_exclude, elect_runs_cmd_while_leading,
-            list_shows_the_locks_in_use);
+            list_shows_the_locks_in_use, inspect_shows_every_kind_in_use);
     };
     (@tests $backend:expr; $($test:ident),* $(,)?) => {
         $(
@@ -599,9 +600,31 @@ pub fn list_shows_the_locks_in_use(b: &dyn Backend) {
     token(&holder.next_line());
     let mut permit = Proc::locksmith(&args(&url, &["hold", "--permits", "3", &sem]));
     token(&permit.next_line());
+    let mut second = Proc::locksmith(&args(&url, &["hold", "--permits", "3", &sem]));
+    token(&second.next_line());
     let out = run(&args(&url, &["list", &prefix]));
     assert_code(&out, 0);
-    assert_eq!(out.stdout, format!("{mutex}\tmutex\t1\n{sem}\tsemaphore\t1\n"));
+    assert_eq!(
+        out.stdout,
+        format!("NAME\tKIND\tHOLDERS\tWAITERS\n{mutex}\tmutex\t1\t0\n{sem}\tsemaphore\t1-2\t0-1\n")
+    );
+    let json = run(&args(&url, &["--json", "list", &prefix]));
+    assert_code(&json, 0);
+    let rows: Vec<serde_json::Value> = json
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("list --json prints JSON lines"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{}", json.stdout);
+    assert_eq!(
+        (&rows[0]["holders"], &rows[0]["waiters"]),
+        (&1.into(), &0.into()),
+        "{}",
+        rows[0]
+    );
+    assert_eq!(rows[1]["entries"], 2, "{}", rows[1]);
+    second.close_stdin();
+    assert_code(&second.finish(), 0);
     holder.close_stdin();
     permit.close_stdin();
     assert_code(&holder.finish(), 0);
@@ -615,4 +638,149 @@ pub fn list_shows_the_locks_in_use(b: &dyn Backend) {
         thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(left, "", "still listed after the release");
+}
+
+/// A CMD that ignores SIGINT and SIGTERM: the first SIGTERM sent to locksmith is forwarded, the
+/// second sends CMD's group SIGKILL at once (long before --grace). locksmith exits with CMD's
+/// code (128+9), the lock is free, and nothing of CMD's group survives.
+pub fn run_second_signal_kills_a_cmd_that_ignores_it(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-escalate");
+    let script = r#"trap '' INT TERM; echo $$; sleep 60"#;
+    let mut runner = Proc::locksmith(&args(&url, &["run", &name, "--grace", "1h", "--", "sh", "-c", script]));
+    let group: u32 = runner.next_line().trim().parse().expect("CMD's pid");
+    runner.signal("TERM");
+    runner.wait_stderr("forwarding SIGTERM");
+    assert!(runner.running(), "one SIGTERM ended locksmith although CMD ignores it");
+    runner.signal("TERM");
+    let out = runner.finish();
+    assert_code(&out, 137);
+    assert!(out.stderr.contains("SIGKILL"), "{}", out.stderr);
+    assert_code(&run(&args(&url, &["try", &name])), 0);
+    assert_group_gone(group);
+}
+
+/// A SIGTERM forwarded to a CMD that ignores it is followed by SIGKILL once --grace has passed.
+pub fn run_forwarded_signal_is_followed_by_sigkill_after_grace(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("run-kill-after");
+    let script = r#"trap '' INT TERM; echo $$; sleep 60"#;
+    let mut runner = Proc::locksmith(&args(
+        &url,
+        &["run", &name, "--grace", "500ms", "--", "sh", "-c", script],
+    ));
+    let group: u32 = runner.next_line().trim().parse().expect("CMD's pid");
+    runner.signal("INT");
+    runner.wait_stderr("sending SIGKILL");
+    assert_code(&runner.finish(), 137);
+    assert_code(&run(&args(&url, &["try", &name])), 0);
+    assert_group_gone(group);
+}
+
+/// `inspect NAME` shows every kind of lock of that name in use: a full semaphore, a read-write
+/// lock held by readers and by a writer, an election (each used to be `held: no`: only the mutex
+/// was looked at).
+pub fn inspect_shows_every_kind_in_use(b: &dyn Backend) {
+    let url = b.url();
+    let base = unique_name("inspect-kinds");
+    let inspect = |name: &str| {
+        let out = run(&args(&url, &["inspect", name]));
+        assert_code(&out, 0);
+        let json = run(&args(&url, &["--json", "inspect", name]));
+        assert_code(&json, 0);
+        let v: serde_json::Value = serde_json::from_str(json.stdout.trim()).expect("one JSON line");
+        (out.stdout, v)
+    };
+
+    let sem = format!("{base}/sem");
+    let mut p1 = Proc::locksmith(&args(&url, &["hold", "--permits", "2", &sem]));
+    token(&p1.next_line());
+    let mut p2 = Proc::locksmith(&args(&url, &["hold", "--permits", "2", &sem]));
+    token(&p2.next_line());
+    let (text, v) = inspect(&sem);
+    assert!(text.contains("kind: semaphore\nheld: yes"), "{text}");
+    assert_eq!(
+        (&v["kind"], &v["held"], &v["entries"]),
+        (&"semaphore".into(), &true.into(), &2.into()),
+        "{v}"
+    );
+
+    let read = format!("{base}/read");
+    let mut r = Proc::locksmith(&args(&url, &["hold", "--read", &read]));
+    token(&r.next_line());
+    let (text, v) = inspect(&read);
+    assert!(text.contains("kind: read-write lock\nheld: yes"), "{text}");
+    assert_eq!(
+        (&v["held"], &v["holders"], &v["waiters"]),
+        (&true.into(), &1.into(), &0.into()),
+        "{v}"
+    );
+
+    let write = format!("{base}/write");
+    let mut w = Proc::locksmith(&args(&url, &["hold", "--write", &write]));
+    token(&w.next_line());
+    let (text, v) = inspect(&write);
+    assert!(text.contains("kind: read-write lock\nheld: yes"), "{text}");
+    assert_eq!(v["held"], true, "{v}");
+
+    let elect = format!("{base}/elect");
+    let mut leader = Proc::locksmith(&args(
+        &url,
+        &[
+            "elect",
+            &elect,
+            "--value",
+            "cand-1",
+            "--",
+            "sh",
+            "-c",
+            "echo term=$LOCKSMITH_TERM; exec cat",
+        ],
+    ));
+    let term: u64 = leader.next_line().trim_start_matches("term=").parse().expect("a term");
+    let (text, v) = inspect(&elect);
+    assert!(text.contains("kind: election\nheld: yes\nleader: cand-1"), "{text}");
+    assert_eq!(
+        (&v["leader"], &v["term"], &v["holders"]),
+        (&"cand-1".into(), &term.into(), &1.into()),
+        "{v}"
+    );
+
+    for mut p in [p1, p2, r, w, leader] {
+        p.close_stdin();
+        assert_code(&p.finish(), 0);
+    }
+}
+
+/// Waits (bounded) until no live process is left in the process group `group` (a zombie waiting
+/// for its reaper is dead already).
+fn assert_group_gone(group: u32) {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive = live_members(group);
+        if alive.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "processes of CMD's group {group} survived: {alive:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The `/proc/PID/stat` lines of the live (not zombie) processes in the process group `group`.
+fn live_members(group: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+        .filter(|stat| {
+            // pid (comm) state ppid pgrp ...: comm may hold spaces, so split after its ')'.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+            fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string()
+        })
+        .collect()
 }

@@ -1,0 +1,127 @@
+//! The terminal locksmith runs on, lent to CMD's process group while CMD runs.
+//!
+//! CMD runs in a process group of its own (so that a lost lock can stop it and everything it
+//! started). On a terminal that group is in the background: its first read from the terminal
+//! would stop it (SIGTTIN) while the lock stays held. So, as a shell does for a foreground job,
+//! locksmith makes CMD's group the terminal's foreground group while CMD runs, and takes the
+//! terminal back when CMD exits. Both CMD (before it execs) and locksmith (after the spawn) make
+//! the switch, so that CMD never reads before it has the terminal. Only when locksmith itself is
+//! in the foreground: a locksmith started in the background leaves the terminal alone.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+
+/// A terminal whose foreground process group is locksmith's own, and that can be lent to CMD.
+pub struct Terminal {
+    /// The terminal's file descriptor: stdin, or the controlling terminal opened anew.
+    fd: RawFd,
+    /// The controlling terminal opened anew (when stdin is not a terminal), closed on drop.
+    _opened: Option<OwnedFd>,
+    /// locksmith's own process group: the terminal's foreground group when found.
+    own_group: libc::pid_t,
+    /// SIGTTOU's disposition before it was ignored to lend the terminal (`Some` while lent).
+    saved_ttou: Option<libc::sigaction>,
+}
+
+impl Terminal {
+    /// The terminal on stdin (or else the controlling terminal, `/dev/tty`) if locksmith's process
+    /// group is its foreground group; `None` without a terminal or in the background.
+    pub fn foreground() -> Option<Terminal> {
+        // SAFETY: plain system calls on file descriptors and our own process; no memory shared.
+        let own_group = unsafe { libc::getpgrp() };
+        let in_foreground = |fd: RawFd| unsafe { libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == own_group };
+        if in_foreground(libc::STDIN_FILENO) {
+            return Some(Terminal {
+                fd: libc::STDIN_FILENO,
+                _opened: None,
+                own_group,
+                saved_ttou: None,
+            });
+        }
+        // O_NOCTTY: never make it a controlling terminal (it already is ours, or we have none).
+        let tty = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open("/dev/tty")
+            .ok()?;
+        let opened = OwnedFd::from(tty);
+        in_foreground(opened.as_raw_fd()).then(|| Terminal {
+            fd: opened.as_raw_fd(),
+            _opened: Some(opened),
+            own_group,
+            saved_ttou: None,
+        })
+    }
+
+    /// The terminal's file descriptor, for [`take_in_child`] (it stays open in the child until it
+    /// execs: the descriptor of `/dev/tty` is close-on-exec).
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// Makes `group` the terminal's foreground group. locksmith's own group is then in the
+    /// background: SIGTTOU is ignored until [`Terminal::reclaim`], so that neither taking the
+    /// terminal back nor a status line written meanwhile (with `stty tostop`) stops locksmith.
+    pub fn lend(&mut self, group: libc::pid_t) {
+        if self.saved_ttou.is_none() {
+            self.saved_ttou = ignore_ttou();
+        }
+        // SAFETY: tcsetpgrp(3) on a descriptor we hold open; no memory is involved.
+        if unsafe { libc::tcsetpgrp(self.fd, group) } != 0 {
+            // CMD may have exited already: its group is gone.
+            tracing::debug!(group, error = %io::Error::last_os_error(), "giving CMD the terminal failed");
+        }
+    }
+
+    /// Gives the terminal back to locksmith's own process group (after CMD exited), and SIGTTOU
+    /// its former disposition.
+    pub fn reclaim(&mut self) {
+        let Some(saved) = self.saved_ttou.take() else { return };
+        // SAFETY: as in `lend`; SIGTTOU is still ignored here, so this cannot stop us.
+        if unsafe { libc::tcsetpgrp(self.fd, self.own_group) } != 0 {
+            tracing::debug!(error = %io::Error::last_os_error(), "taking the terminal back failed");
+        }
+        // SAFETY: restores the disposition `ignore_ttou` read; `saved` is a valid sigaction.
+        unsafe { libc::sigaction(libc::SIGTTOU, &saved, std::ptr::null_mut()) };
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        self.reclaim();
+    }
+}
+
+/// Ignores SIGTTOU for the whole process; returns its former disposition (`None`: unchanged).
+fn ignore_ttou() -> Option<libc::sigaction> {
+    // SAFETY: sigaction(2) with valid, zero-initialised structures.
+    unsafe {
+        let mut ignore: libc::sigaction = std::mem::zeroed();
+        ignore.sa_sigaction = libc::SIG_IGN;
+        libc::sigemptyset(&mut ignore.sa_mask);
+        let mut saved: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGTTOU, &ignore, &mut saved) != 0 {
+            tracing::debug!(error = %io::Error::last_os_error(), "cannot ignore SIGTTOU");
+            return None;
+        }
+        Some(saved)
+    }
+}
+
+/// In CMD's process, between fork and exec (already the leader of its own group): makes that
+/// group the foreground group of the terminal `fd`, with SIGTTOU blocked meanwhile (the group is
+/// in the background until then). Calls only async-signal-safe functions.
+pub fn take_in_child(fd: RawFd) {
+    // SAFETY: sigset and sigprocmask/tcsetpgrp calls on valid structures; async-signal-safe.
+    unsafe {
+        let mut ttou: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut ttou);
+        libc::sigaddset(&mut ttou, libc::SIGTTOU);
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &ttou, &mut old);
+        libc::tcsetpgrp(fd, libc::getpgrp());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}

@@ -1,0 +1,76 @@
+//! `run` on a terminal (a pseudo-terminal made by `script(1)`, from Debian's bsdutils): CMD runs
+//! in a process group of its own, which locksmith makes the terminal's foreground group while CMD
+//! runs, so that CMD can read the terminal instead of being stopped by SIGTTIN.
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{assert_code, env_url, run, unique_name};
+
+/// How long the terminal session may take (it hung for good before the fix).
+const BOUND: Duration = Duration::from_secs(30);
+
+/// CMD reads a line from the terminal and echoes it: the line arrives, locksmith exits 0 and the
+/// lock is free afterwards.
+#[test]
+fn cmd_reads_from_the_terminal() {
+    let url = env_url("LOCKSMITH_TEST_REDIS");
+    let name = unique_name("terminal");
+    let line = format!(
+        "{} --url {url} run {name} -- sh -c 'read v; echo got:$v'",
+        env!("CARGO_BIN_EXE_locksmith")
+    );
+    let mut script = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("LOCKSMITH_URL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script(1) (Debian: bsdutils) is needed for this test");
+    let mut stdin = script.stdin.take().expect("piped stdin");
+    // Typed on the terminal: waits in its input queue until CMD reads it.
+    stdin.write_all(b"hello\n").expect("typing on the terminal");
+    let mut stdout = script.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut seen = String::new();
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            let _ = tx.send(seen.clone());
+        }
+    });
+    let end = Instant::now() + BOUND;
+    let mut seen = String::new();
+    let status = loop {
+        seen = rx.try_iter().last().unwrap_or(seen);
+        if let Some(status) = script.try_wait().expect("waiting for script") {
+            break status;
+        }
+        if Instant::now() > end {
+            let _ = script.kill();
+            let _ = script.wait();
+            panic!("locksmith on a terminal did not end within {BOUND:?} (CMD stopped?); terminal: {seen:?}");
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    drop(stdin);
+    thread::sleep(Duration::from_millis(100));
+    seen = rx.try_iter().last().unwrap_or(seen);
+    assert!(
+        seen.contains("got:hello"),
+        "CMD did not echo the line it read; terminal: {seen:?}"
+    );
+    assert_eq!(status.code(), Some(0), "terminal: {seen:?}");
+    assert_code(&run(&["--url", &url, "try", &name]), 0);
+}
