@@ -18,6 +18,8 @@
 //!     .await?;
 //! println!("holding orders/42 with fencing token {}", guard.fencing_token());
 //! guard.release().await?;
+//! // Before the process exits: releases what an early `?` dropped, ends the session.
+//! locker.shutdown().await?;
 //! # Ok(()) }
 //! ```
 //!

@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match &cli.command {
+        let result = match &cli.command {
             Command::Run(args) => cmd::run::run(&session, args).await,
             Command::Try(args) => cmd::try_once::try_once(&session, args).await,
             Command::Hold(args) => cmd::hold::hold(&session, args).await,
@@ -59,7 +59,10 @@ fn main() -> ExitCode {
             Command::Elect(args) => cmd::elect::elect(&session, args).await,
             Command::List(args) => cmd::list::list(&session, &args.prefix).await,
             Command::Leader(args) => cmd::leader::leader(&session, args).await,
-        }
+        };
+        // Whatever happened, nothing of this process outlives it on the server.
+        session.shutdown().await;
+        result
     });
     // Background tasks (connections, a stdin reader) must not keep us alive.
     runtime.shutdown_timeout(Duration::from_millis(100));

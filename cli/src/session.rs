@@ -58,6 +58,8 @@ pub struct Session {
     pub started: Instant,
     /// Where results and status go.
     pub out: Output,
+    /// The locker of the command, once connected: shut down before locksmith exits.
+    connected: std::sync::Arc<std::sync::Mutex<Option<Locker>>>,
 }
 
 impl Session {
@@ -80,6 +82,20 @@ impl Session {
                 json: cli.json,
                 quiet: cli.quiet,
             },
+            connected: Default::default(),
+        }
+    }
+
+    /// Shuts the command's locker down (if it connected) before locksmith exits, so that nothing
+    /// this process took or queued for outlives it: a lock whose release was still in flight, a
+    /// waiter's queue entry, the etcd session lease. A failure is logged, never the exit code:
+    /// what was not confirmed expires after its TTL.
+    pub async fn shutdown(&self) {
+        let locker = self.connected.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(locker) = locker {
+            if let Err(e) = locker.shutdown().await {
+                tracing::warn!(error = %e, "shutting the connection down");
+            }
         }
     }
 
@@ -187,7 +203,11 @@ impl Session {
         // The backend gives up after its own connect timeout; this bound is for --timeout and
         // for a backend that would not.
         match tokio::time::timeout(limit, locksmith::connect_with(&self.url, &options)).await {
-            Ok(result) => result.map_err(Attempt::Failed),
+            Ok(result) => {
+                let locker = result.map_err(Attempt::Failed)?;
+                *self.connected.lock().unwrap_or_else(|e| e.into_inner()) = Some(locker.clone());
+                Ok(locker)
+            }
             Err(_) => Err(Attempt::TimedOut(Failure::new(
                 UNAVAILABLE,
                 format!(

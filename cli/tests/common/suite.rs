@@ -35,7 +35,7 @@ macro_rules! cli_suite {
             silent_server_ends_try_and_inspect_at_the_timeout,
             waiter_whose_server_goes_down_exits_3_at_its_deadline, hold_exits_4_as_soon_as_the_lock_is_lost,
             connect_timeout_lengthens_the_wait, run_second_signal_kills_a_cmd_that_ignores_it,
-            run_forwarded_signal_is_followed_by_sigkill_after_grace);
+            run_forwarded_signal_is_followed_by_sigkill_after_grace, waiters_that_time_out_and_exit_leave_nothing);
     };
     ($backend:expr) => {
         $crate::cli_suite!(mutex_only $backend);
@@ -783,4 +783,24 @@ fn live_members(group: u32) -> Vec<String> {
             fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string()
         })
         .collect()
+}
+
+/// Waiters that time out and exit at once (exit 1) leave no queue entry behind: when the holder
+/// lets go, the lock is free at once, not held by a dead process's entry for the rest of its
+/// session.
+pub fn waiters_that_time_out_and_exit_leave_nothing(b: &dyn Backend) {
+    let url = b.url();
+    let name = unique_name("timeout-exit");
+    let mut holder = Proc::locksmith(&args(&url, &["hold", &name]));
+    token(&holder.next_line());
+    for _ in 0..3 {
+        let out = run(&args(&url, &["--timeout", "1s", "run", &name, "--", "true"]));
+        assert_code(&out, 1);
+    }
+    holder.close_stdin();
+    assert_code(&holder.finish(), 0);
+    let after = run(&args(&url, &["try", &name]));
+    assert_code(&after, 0);
+    let free = run(&args(&url, &["inspect", &name]));
+    assert!(free.stdout.contains("held: no"), "{}", free.stdout);
 }
