@@ -160,7 +160,12 @@
 //! [`lockcore::LockBackend::observe`] subscribes to the leader channel (shared by the observers of
 //! one backend), reads the leader, then reads it again at every message and at the leader's
 //! deadline (an expiry publishes nothing); a broken pub/sub connection (a restart, a failover) is
-//! subscribed again and the leader read again; it ends when its watch is dropped.
+//! subscribed again and the leader read again; it ends when its watch is dropped. A handover is
+//! one change, as on etcd and ZooKeeper: while nobody holds but a live candidate waits in line
+//! (between a leader's release or expiry and the next candidate's grant), the observer keeps the
+//! previous leader and waits for the grant's message, rather than reporting nobody in between;
+//! it reads again when a candidate leaves the queue (announced on the leader channel too) or its
+//! entry goes stale (`waiter_ttl`), and reports nobody once no live candidate is left.
 //!
 //! ## The queue and wake-ups
 //!
