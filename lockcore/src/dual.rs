@@ -14,7 +14,10 @@
 //! - release: both (the error of either is returned);
 //! - fencing token: the new backend's (the old one's tokens are a different sequence);
 //! - every lock kind the same way (a semaphore permit, a read-write lock side, leadership held in
-//!   both); an election's `leader()` and `observe()` are the new backend's;
+//!   both); an election's `leader()` and `observe()` are the new backend's. Unlike a backend's
+//!   own observer, a dual observer may report nobody between two leaders for an instant: the
+//!   next dual candidate waits in the old backend, and queues in the new one only once the
+//!   leader has released the old one;
 //! - TTL: the smaller of the two effective TTLs.
 
 use std::collections::HashMap;

@@ -60,6 +60,10 @@ impl Harness for DualHarness {
     fn short_ttl(&self) -> Duration {
         Duration::from_millis(300)
     }
+
+    fn seamless_handover(&self) -> bool {
+        false
+    }
 }
 
 lockcore::conformance_tests!(harness());
