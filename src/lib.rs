@@ -74,7 +74,7 @@ pub struct ConnectOptions {
     /// How long connecting may take (`connect_timeout`), on the backends that connect to a server.
     pub connect_timeout: Option<Duration>,
     /// The session TTL (`ttl`) on the backends whose TTL is per connection (etcd, ZooKeeper); the
-    /// per-lock TTL of the others is set on each lock.
+    /// per-lock TTL of the others is set on each lock (by default their URL's `ttl=`).
     pub session_ttl: Option<Duration>,
     /// TLS: the CA bundle to trust (`ca`), the client certificate and key (`cert`, `key`).
     pub ca: Option<String>,

@@ -29,6 +29,7 @@
 //! | option | default | meaning |
 //! |---|---|---|
 //! | path `/N` | `0` | the database number (`db=N` on Sentinel; a cluster has only 0) |
+//! | `ttl` | `15s` ([`lockcore::DEFAULT_TTL`]) | the TTL of every lock whose builder sets no `.ttl(…)` (a builder's TTL wins), as `ttl=` on etcd and ZooKeeper; 50 ms to 24 h, at most `restart_delay` unless that is `0` |
 //! | `prefix` | `locksmith:` | prefix of every key locksmith creates (must not contain `{` or `}`) |
 //! | `layout` | `default` | `default` or `plain` (see below) |
 //! | `connect_timeout` | `3s` | connecting; an unreachable server is [`lockcore::LockError::Unavailable`] after this |

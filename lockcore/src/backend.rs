@@ -166,6 +166,13 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         )))
     }
 
+    /// The TTL of a lock whose builder sets none ([`crate::LockBuilder::ttl`]): the backend URL's
+    /// `ttl=` on the backends whose TTL is per lock (Redis, `mem://`). The default, `None`, leaves
+    /// it at [`crate::DEFAULT_TTL`].
+    fn default_ttl(&self) -> Option<Duration> {
+        None
+    }
+
     /// How often the watchdog should renew a lease of `ttl`. Default: a third of it.
     fn renew_interval(&self, ttl: Duration) -> Duration {
         ttl / 3

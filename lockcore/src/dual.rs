@@ -18,7 +18,8 @@
 //!   own observer, a dual observer may report nobody between two leaders for an instant: the
 //!   next dual candidate waits in the old backend, and queues in the new one only once the
 //!   leader has released the old one;
-//! - TTL: the smaller of the two effective TTLs.
+//! - TTL: the smaller of the two effective TTLs; a lock whose builder sets none gets the smaller
+//!   of the two URLs' `ttl=` where they have one (Redis, `mem://`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -283,6 +284,14 @@ impl LockBackend for Dual {
     /// The new backend's leadership.
     async fn observe(&self, name: &LockName) -> Result<crate::LeaderWatch> {
         self.new.observe(name).await
+    }
+
+    /// The smaller of the two backends' URL TTLs (either one's if only one has one).
+    fn default_ttl(&self) -> Option<Duration> {
+        match (self.old.default_ttl(), self.new.default_ttl()) {
+            (Some(old), Some(new)) => Some(old.min(new)),
+            (old, new) => old.or(new),
+        }
     }
 
     fn renew_interval(&self, ttl: Duration) -> Duration {

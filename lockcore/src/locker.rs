@@ -146,7 +146,7 @@ impl Locker {
             locker: self.clone(),
             name,
             kind,
-            ttl: DEFAULT_TTL,
+            ttl: None,
             timeout: None,
             max_hold: None,
         }
@@ -208,22 +208,26 @@ pub struct LockBuilder {
     locker: Locker,
     name: String,
     kind: LockKind,
-    ttl: Duration,
+    /// `None`: the backend's [`LockBackend::default_ttl`], else [`DEFAULT_TTL`].
+    ttl: Option<Duration>,
     timeout: Option<Duration>,
     max_hold: Option<Duration>,
 }
 
 impl LockBuilder {
-    /// The lease time (default 15 s, allowed 50 ms to 24 h). The lease is renewed in the background
-    /// while the guard lives; the TTL is how long the lock outlives a holder that crashed or was
-    /// cut off.
+    /// The lease time (allowed 50 ms to 24 h). The lease is renewed in the background while the
+    /// guard lives; the TTL is how long the lock outlives a holder that crashed or was cut off.
+    ///
+    /// Default: the backend URL's `ttl=` where the TTL is per lock (`redis://…?ttl=5s`,
+    /// `mem://?ttl=5s`; see [`LockBackend::default_ttl`]), else [`DEFAULT_TTL`] (15 s). A TTL set
+    /// here wins over the URL's.
     ///
     /// [`LockGuard::ttl`] is the value the server enforces, which can differ: on etcd and ZooKeeper
     /// every lock of a connection lives on the connection's session, whose TTL is set in the URL
     /// (`?ttl=` / `?session_timeout=`) and rounded by the server; the per-lock TTL does not change
     /// it. On Redis and `mem://` the per-lock TTL is used as given.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.ttl = Some(ttl);
         self
     }
 
@@ -245,10 +249,13 @@ impl LockBuilder {
 
     fn request(&self) -> Result<LockRequest> {
         let name = LockName::new(&self.name)?;
-        if self.ttl < MIN_TTL || self.ttl > MAX_TTL {
+        let ttl = self
+            .ttl
+            .or_else(|| self.locker.inner().backend.default_ttl())
+            .unwrap_or(DEFAULT_TTL);
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
             return Err(LockError::InvalidOption(format!(
-                "ttl {:?} is outside the allowed range {MIN_TTL:?}..={MAX_TTL:?}",
-                self.ttl
+                "ttl {ttl:?} is outside the allowed range {MIN_TTL:?}..={MAX_TTL:?}"
             )));
         }
         if self.max_hold.is_some_and(|m| m.is_zero()) {
@@ -276,7 +283,7 @@ impl LockBuilder {
         }
         Ok(LockRequest {
             name,
-            ttl: self.ttl,
+            ttl,
             kind: self.kind.clone(),
         })
     }

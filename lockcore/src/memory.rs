@@ -31,6 +31,8 @@ use crate::url::BackendUrl;
 #[derive(Clone, Debug, Default)]
 pub struct MemoryBackend {
     store: Arc<Store>,
+    /// The TTL of locks whose builder sets none: a `mem://` URL's `ttl=`.
+    default_ttl: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -82,7 +84,7 @@ impl MemoryBackend {
         name: "mem",
         schemes: &["mem"],
         feature: None,
-        options: &[],
+        options: &["ttl"],
         ttl: TtlScope::PerLock,
         connect: connect_boxed,
     };
@@ -93,15 +95,20 @@ impl MemoryBackend {
     }
 
     /// A [`Locker`] over the store a `mem://` or `mem://NAME` URL names (see
-    /// [`MemoryBackend::shared`]); [`LockError::InvalidUrl`] for anything else in the URL.
+    /// [`MemoryBackend::shared`]). Its one option, `ttl=` (e.g. `mem://?ttl=5s`), is the TTL of
+    /// the locks whose builder sets none, as on Redis. [`LockError::InvalidUrl`] for anything else
+    /// in the URL.
     pub fn connect(url: &BackendUrl) -> Result<Locker> {
-        url.expect_only_options(&[])?;
+        url.expect_only_options(Self::DESCRIPTOR.options)?;
         let plain = url.hosts.len() <= 1 && url.hosts.iter().all(|h| h.port.is_none());
         if !plain || url.credentials.is_some() || !url.path.is_empty() {
             return Err(url.error("mem:// takes at most a store name: mem:// or mem://NAME"));
         }
         let store = url.hosts.first().map_or("", |h| h.host.as_str());
-        Ok(Locker::new(MemoryBackend::shared(store)))
+        Ok(Locker::new(MemoryBackend {
+            default_ttl: url.lock_ttl_option()?,
+            ..MemoryBackend::shared(store)
+        }))
     }
 
     /// The store named `name` in this process (created empty on first use). `mem://` URLs use
@@ -500,6 +507,10 @@ impl LockBackend for MemoryBackend {
             prefix,
             segments.iter().map(|(key, n)| (key.as_str(), *n)),
         ))
+    }
+
+    fn default_ttl(&self) -> Option<std::time::Duration> {
+        self.default_ttl
     }
 
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
