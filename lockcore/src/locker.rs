@@ -27,10 +27,11 @@ const DEADLINE_GRACE: Duration = Duration::from_millis(500);
 /// [`Locker::new`], or from a URL with `locksmith::connect`.
 ///
 /// ```
+/// # extern crate lockcore as locksmith; // users depend on the locksmith facade
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lockcore::LockError> {
+/// # async fn main() -> Result<(), locksmith::LockError> {
 /// use std::time::Duration;
-/// use lockcore::{Locker, MemoryBackend};
+/// use locksmith::{Locker, MemoryBackend};
 ///
 /// let locker = Locker::new(MemoryBackend::new());
 /// let guard = locker.lock("orders/42").ttl(Duration::from_secs(10)).acquire().await?;
@@ -112,9 +113,10 @@ impl Locker {
     /// token, greater than every earlier permit's.
     ///
     /// ```
+    /// # extern crate lockcore as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lockcore::LockError> {
-    /// # let locker = lockcore::Locker::new(lockcore::MemoryBackend::new());
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
     /// let a = locker.semaphore("api-quota", 2).acquire().await?;
     /// let b = locker.semaphore("api-quota", 2).acquire().await?;
     /// assert!(locker.semaphore("api-quota", 2).try_acquire().await?.is_none());
