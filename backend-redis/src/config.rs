@@ -39,8 +39,8 @@ const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
 /// `poller_gap`, when the URL sets a `poller_gap` but no `max_pass_over`.
 const DEFAULT_MAX_PASS_OVER: Duration = Duration::from_secs(1);
 
-/// The default `restart_delay`, the default lock TTL: no TTL may be longer (see the crate docs,
-/// "After data loss").
+/// The default `restart_delay`, 15 s, the default lock TTL ([`lockcore::DEFAULT_TTL`]): no TTL
+/// may be longer (see the crate docs, "After data loss").
 pub const DEFAULT_RESTART_DELAY: Duration = lockcore::DEFAULT_TTL;
 
 /// Where the lock key lives and what it holds (see the crate docs, "Key layout").

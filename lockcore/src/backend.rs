@@ -187,7 +187,8 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// The request timeout of a backend that does not set one (see [`LockBackend::request_timeout`]).
+/// The request timeout of a backend that does not set one: 5 s (see
+/// [`LockBackend::request_timeout`]).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs one backend call within `limit`; past it, [`crate::LockError::Unavailable`] saying what was

@@ -20,7 +20,8 @@ use crate::lease::{LockKind, LostReason};
 use crate::locker::{LockBuilder, Locker};
 use crate::name::LockName;
 
-/// The largest campaign value accepted (every backend stores it with the candidate's entry).
+/// The largest campaign value accepted: 64 KiB (65 536 bytes; every backend stores it with the
+/// candidate's entry).
 pub const MAX_VALUE_LEN: usize = 64 * 1024;
 
 /// Who leads an election.
