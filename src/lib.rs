@@ -28,7 +28,15 @@
 //! | `mem://` or `mem://NAME` | in-process store (shared by all `connect` calls with the same NAME) | always on |
 //! | `etcd://h1:2379,h2:2379/namespace` | etcd v3 | `etcd` |
 //! | `zk://h1:2181,h2:2181/chroot` | ZooKeeper | `zk` |
-//! | `redis://h:6379/0` | Redis | `redis` |
+//! | `redis://h:6379/0` | Redis (one server, or `h1,h2,h3` for a quorum of independent masters) | `redis` |
+//! | `redis+sentinel://s1:26379,s2:26379/mymaster` | Redis Sentinel: the master the sentinels name, followed across failovers | `redis` |
+//! | `redis-cluster://h1:7000,h2:7001` | Redis Cluster (seed nodes; follows `MOVED`/`ASK`, resharding and failover) | `redis` |
+//! | `etcds://`, `zks://`, `rediss://`, `rediss+sentinel://`, `rediss-cluster://` | the same over TLS (rustls; `ca=`, `cert=`, `key=` options) | `tls` too |
+//!
+//! Every backend takes `ttl=` in its URL: on etcd and ZooKeeper the TTL of the connection's
+//! session, which all its locks share; on Redis and `mem://` the TTL of each lock whose builder
+//! sets none ([`LockBuilder::ttl`] wins; without either, [`DEFAULT_TTL`]). Each backend crate's
+//! documentation lists its other options.
 //!
 //! Everything else — the guard, the watchdog, `lost()`, fencing tokens, errors — is
 //! [`lockcore`]'s, re-exported here.
@@ -76,7 +84,7 @@ pub struct ConnectOptions {
     /// How long connecting may take (`connect_timeout`), on the backends that connect to a server.
     pub connect_timeout: Option<Duration>,
     /// The session TTL (`ttl`) on the backends whose TTL is per connection (etcd, ZooKeeper); the
-    /// per-lock TTL of the others is set on each lock.
+    /// per-lock TTL of the others is set on each lock (by default their URL's `ttl=`).
     pub session_ttl: Option<Duration>,
     /// TLS: the CA bundle to trust (`ca`), the client certificate and key (`cert`, `key`).
     pub ca: Option<String>,

@@ -18,6 +18,8 @@ async fn malformed_urls_are_rejected() {
         "etcd://h:99999",
         "redis://a,,b",
         "mem://x?y=1",
+        "mem://x?ttl=10ms",
+        "mem://x?ttl=soon",
         "mem://a/b",
         "mem://a:1",
         "mem://a,b",
@@ -84,4 +86,34 @@ async fn mem_urls_share_a_store_per_name() {
 #[tokio::test]
 async fn scheme_is_case_insensitive() {
     assert!(connect("MEM://").await.is_ok());
+}
+
+/// `mem://?ttl=` is the TTL of the locks whose builder sets none, as on Redis (and as `ttl=` is
+/// the session TTL on etcd and ZooKeeper): swapping backends by URL keeps it. The builder's wins.
+#[tokio::test]
+async fn the_mem_url_ttl_is_the_default_lock_ttl() {
+    use std::time::Duration;
+    let with = connect("mem://facade-ttl?ttl=2s").await.unwrap();
+    let without = connect("mem://facade-ttl").await.unwrap();
+    let guard = with.lock("facade/ttl").acquire().await.unwrap();
+    assert_eq!(guard.ttl(), Duration::from_secs(2));
+    assert!(
+        without.lock("facade/ttl").try_acquire().await.unwrap().is_none(),
+        "ttl= changed the store"
+    );
+    guard.release().await.unwrap();
+    let guard = with
+        .lock("facade/ttl")
+        .ttl(Duration::from_secs(3))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(guard.ttl(), Duration::from_secs(3));
+    guard.release().await.unwrap();
+    let guard = without.lock("facade/ttl").acquire().await.unwrap();
+    assert_eq!(guard.ttl(), locksmith::DEFAULT_TTL);
+    guard.release().await.unwrap();
+    let permit = with.semaphore("facade/ttl", 2).acquire().await.unwrap();
+    assert_eq!(permit.ttl(), Duration::from_secs(2));
+    permit.release().await.unwrap();
 }

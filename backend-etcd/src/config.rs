@@ -10,13 +10,14 @@ use crate::layout::Layout;
 /// The etcd client port used when a host in the URL has none.
 pub const DEFAULT_PORT: u16 = 2379;
 
-/// The session TTL used when the URL has no `ttl=` option.
+/// The session TTL used when the URL has no `ttl=` option: 10 s.
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(10);
 
-/// How long [`crate::connect`] waits for the first answer of the cluster (`connect_timeout=`).
+/// How long [`crate::connect`] waits for the first answer of the cluster (`connect_timeout=`):
+/// 3 s.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// How long one request may take before it fails as unavailable (`request_timeout=`).
+/// How long one request may take before it fails as unavailable (`request_timeout=`): 5 s.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The namespace of the default layout when the URL has no path.

@@ -225,6 +225,11 @@ impl LockBackend for RedisBackend {
             .collect()
     }
 
+    /// The URL's `ttl=`.
+    fn default_ttl(&self) -> Option<Duration> {
+        self.inner.config.default_ttl
+    }
+
     /// The URL's `connect_timeout` plus `response_timeout`: one request on a connection that may
     /// have to be made again first.
     fn request_timeout(&self) -> Duration {

@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use lockcore::{BackendUrl, Result};
 
-/// The query options `redis://` and `rediss://` accept (the last five are the TLS and secret
-/// options every backend shares: `ca`, `cert`, `key`, `server_name`, `password_file`).
+/// The query options `redis://` and `rediss://` accept (the TLS and secret options every backend
+/// shares among them: `ca`, `cert`, `key`, `server_name`, `password_file`).
 pub const OPTIONS: &[&str] = &[
+    "ttl",
     "prefix",
     "layout",
     "connect_timeout",
@@ -38,8 +39,8 @@ const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
 /// `poller_gap`, when the URL sets a `poller_gap` but no `max_pass_over`.
 const DEFAULT_MAX_PASS_OVER: Duration = Duration::from_secs(1);
 
-/// The default `restart_delay`, the default lock TTL: no TTL may be longer (see the crate docs,
-/// "After data loss").
+/// The default `restart_delay`, 15 s, the default lock TTL ([`lockcore::DEFAULT_TTL`]): no TTL
+/// may be longer (see the crate docs, "After data loss").
 pub const DEFAULT_RESTART_DELAY: Duration = lockcore::DEFAULT_TTL;
 
 /// Where the lock key lives and what it holds (see the crate docs, "Key layout").
@@ -116,6 +117,8 @@ pub(crate) struct Config {
     pub(crate) min_replicas: u32,
     /// How long an acquire waits for them.
     pub(crate) replica_timeout: Duration,
+    /// The TTL of locks whose builder sets none (`ttl`); `None`: lockcore's default.
+    pub(crate) default_ttl: Option<Duration>,
     /// One `redis[s]://user:pass@host:port/db` connection URL per master (it holds the password:
     /// never shown; `Config` has no `Debug`).
     pub(crate) node_urls: Vec<String>,
@@ -269,6 +272,13 @@ impl Config {
         if restart_delay > lockcore::MAX_TTL {
             return Err(url.error(format!("restart_delay must be at most {:?}", lockcore::MAX_TTL)));
         }
+        let default_ttl = url.lock_ttl_option()?;
+        if let Some(ttl) = default_ttl.filter(|ttl| !restart_delay.is_zero() && *ttl > restart_delay) {
+            return Err(url.error(format!(
+                "ttl={ttl:?} is longer than restart_delay ({restart_delay:?}): no lock's TTL may be longer \
+                 (see \"After data loss\" in the Redis backend's docs); raise restart_delay to at least the TTL"
+            )));
+        }
         let poller_gap = url.duration_option("poller_gap")?.unwrap_or(Duration::ZERO);
         let max_pass_over = url.duration_option("max_pass_over")?;
         if (!poller_gap.is_zero() || max_pass_over.is_some()) && layout != Layout::Plain {
@@ -323,6 +333,7 @@ impl Config {
             password,
             min_replicas,
             replica_timeout,
+            default_ttl,
             node_urls,
             tls: tls.then_some(tls_files),
             addrs,
@@ -442,6 +453,49 @@ mod tests {
         assert_eq!((c.db, c.min_replicas, c.quorum()), (0, 0, 1));
         assert_eq!(c.replica_timeout, DEFAULT_REPLICA_TIMEOUT);
         assert_eq!(parse("redis://h?min_replicas=2").unwrap().min_replicas, 2);
+    }
+
+    #[test]
+    fn ttl_is_the_default_lock_ttl_on_every_url_form() {
+        for url in [
+            "redis://h?ttl=2s",
+            "redis://h1,h2,h3?ttl=2s",
+            "redis+sentinel://s1,s2/mymaster?ttl=2s",
+            "redis-cluster://h1,h2?ttl=2s",
+            "redis://h/3?prefix=app:&ttl=2000ms&layout=plain",
+        ] {
+            assert_eq!(parse(url).unwrap().default_ttl, Some(Duration::from_secs(2)), "{url}");
+        }
+        #[cfg(feature = "tls")]
+        for url in [
+            "rediss://h?ttl=2s",
+            "rediss+sentinel://s/m?ttl=2s",
+            "rediss-cluster://h?ttl=2s",
+        ] {
+            assert_eq!(parse(url).unwrap().default_ttl, Some(Duration::from_secs(2)), "{url}");
+        }
+        assert_eq!(parse("redis://h").unwrap().default_ttl, None);
+        // No longer than restart_delay, unless that is off.
+        assert_eq!(
+            parse("redis://h?ttl=1m&restart_delay=1m").unwrap().default_ttl,
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            parse("redis://h?ttl=1h&restart_delay=0").unwrap().default_ttl,
+            Some(Duration::from_secs(3600))
+        );
+        for bad in [
+            "redis://h?ttl=0",
+            "redis://h?ttl=10ms",
+            "redis://h?ttl=25h&restart_delay=0",
+            "redis://h?ttl=soon",
+            "redis://h?ttl=16s",
+            "redis+sentinel://s/m?ttl=1m",
+        ] {
+            let e = parse(bad).err().expect(bad);
+            assert!(matches!(e, lockcore::LockError::InvalidUrl { .. }), "{bad}: {e}");
+            assert!(e.to_string().contains("ttl="), "{bad}: {e}");
+        }
     }
 
     #[test]

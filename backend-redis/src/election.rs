@@ -10,7 +10,19 @@
 //! per backend, shared with the waiters): it reads the leader (the `LEADER` script, one round
 //! trip) when it starts, on every message, and when the current leader's lease would run out
 //! (an expiry publishes nothing, and nobody may run a script then), and sends changes into a
-//! `tokio::sync::watch`. When the pub/sub connection breaks (a restart, a Sentinel failover
+//! `tokio::sync::watch`.
+//!
+//! A handover is one change, as on etcd and ZooKeeper: when a leader resigns (or its lease runs
+//! out) while a candidate waits in line, there is an instant when nobody holds (between the
+//! release and the candidate's grant: one notification and one round trip). The `LEADER` script
+//! tells that instant apart from "nobody leads and nobody waits": nobody holds, but a candidate
+//! that is still alive is queued ([`LeaderRead::Pending`]). The observer then keeps the leader it
+//! last reported and waits for the grant's message, instead of reporting nobody in between; it
+//! reads again when a candidate leaves the queue (`LEAVE` announces it) or when the first live
+//! candidate's entry would go stale (a crashed candidate is skipped after `waiter_ttl`; a stale
+//! entry publishes nothing), and reports nobody once no live candidate is left.
+//!
+//! When the pub/sub connection breaks (a restart, a Sentinel failover
 //! moving the master, a cluster node going away), it subscribes again and reads the leader again,
 //! so no change is missed for good; while the server cannot be reached it keeps the last leader
 //! seen and retries with backoff. It ends when its [`LeaderWatch`] is dropped.
@@ -24,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::inner::Inner;
 use crate::keys::KindKeys;
+use crate::kind_session::LeaderRead;
 use crate::notify::Subscription;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -33,7 +46,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 pub(crate) async fn leader(inner: &Inner, name: &LockName) -> Result<Option<Leader>> {
     inner.check_family(Family::Election)?;
     let keys = inner.kind_keys(Family::Election, name);
-    Ok(inner.nodes[0].leader(&keys).await?.map(|(leader, _)| leader))
+    Ok(inner.nodes[0].leader(&keys).await?.leader())
 }
 
 /// Starts watching the election `name`: subscribes, then reads the current leader (so no change
@@ -43,17 +56,22 @@ pub(crate) async fn observe(inner: &Arc<Inner>, name: &LockName) -> Result<Leade
     let keys = inner.kind_keys(Family::Election, name);
     let node = &inner.nodes[0];
     let sub = node.notifier.subscribe_shared(keys.leader.clone()).await?;
-    let (first, left) = split(node.leader(&keys).await?);
-    let (tx, rx) = watch::channel(first);
-    let task = tokio::spawn(run(inner.clone(), keys, sub, left.map(|l| Instant::now() + l), tx));
+    let read = node.leader(&keys).await?;
+    let recheck = recheck_after(&read);
+    // While a candidate is about to lead, this observer has no earlier leader to keep: nobody.
+    let (tx, rx) = watch::channel(read.leader());
+    let task = tokio::spawn(run(inner.clone(), keys, sub, recheck, tx));
     Ok(LeaderWatch::new(rx, task))
 }
 
-fn split(read: Option<(Leader, Duration)>) -> (Option<Leader>, Option<Duration>) {
-    match read {
-        Some((leader, left)) => (Some(leader), Some(left)),
-        None => (None, None),
-    }
+/// When to read again if no message comes: once the leader's lease would run out, or once the
+/// first candidate in line would go stale (neither publishes anything).
+fn recheck_after(read: &LeaderRead) -> Option<Instant> {
+    let left = match read {
+        LeaderRead::Leads(_, left) | LeaderRead::Pending(left) => *left,
+        LeaderRead::Nobody => return None,
+    };
+    Some(Instant::now() + left + Duration::from_millis(1))
 }
 
 /// The observation: waits for a message, the leader's deadline, or the end; reads the leader.
@@ -97,8 +115,12 @@ async fn run(
         match node.leader(&keys).await {
             Ok(read) => {
                 backoff = MIN_BACKOFF;
-                let (leader, left) = split(read);
-                recheck = left.map(|l| Instant::now() + l + Duration::from_millis(1));
+                recheck = recheck_after(&read);
+                if let LeaderRead::Pending(_) = read {
+                    // A handover under way: the grant's message brings the next leader.
+                    continue;
+                }
+                let leader = read.leader();
                 tx.send_if_modified(|seen| {
                     let differs = *seen != leader;
                     if differs {

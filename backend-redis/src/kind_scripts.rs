@@ -273,13 +273,16 @@ return 0
 "#;
 
 /// Clean-up of a cancelled or failed acquire: leaves the queue, gives back a grant that never
-/// reached the caller, and wakes every waiter that may hold now. Returns 1 if a grant was given
-/// back.
+/// reached the caller, and wakes every waiter that may hold now. A candidate leaving an election's
+/// queue is announced on the leader channel (observers count it as the coming leader while nobody
+/// leads; see [`crate::election`]). Returns 1 if a grant was given back.
 const LEAVE: &str = r#"
 local now = now_ms()
 local changed, released = false, 0
 if redis.call('ZSCORE', QUEUE, ME) or redis.call('ZSCORE', ALIVE, ME) then
   drop_waiter(ME)
+  -- An election's observers count a queued candidate as the coming leader: tell them it left.
+  announce(ME)
   changed = true
 end
 if redis.call('ZSCORE', HOLDERS, ME) then
@@ -316,13 +319,18 @@ end
 return out
 "#;
 
-/// Read-only: the exclusive holder of an election. KEYS: holders, info.
-/// Returns `{entry, '<fence>:<value>', ms until its deadline}`, or `{}` when nobody leads.
+/// Read-only: the exclusive holder of an election. KEYS: holders, info, alive.
+/// Returns `{entry, '<fence>:<value>', ms until its deadline}`; when nobody leads, `{ms}` if a
+/// candidate that is still alive waits in line (it is about to lead: the grant publishes), ms
+/// until the first such liveness deadline; `{}` if nobody waits either.
 const LEADER: &str = r#"
 local now = now_ms()
-local r = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-if not r[1] then return {} end
-return {r[1], redis.call('HGET', KEYS[2], r[1]) or '', tonumber(r[2]) - now}
+local t = '(' .. string.format('%d', now)
+local r = redis.call('ZRANGEBYSCORE', KEYS[1], t, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if r[1] then return {r[1], redis.call('HGET', KEYS[2], r[1]) or '', tonumber(r[2]) - now} end
+local w = redis.call('ZRANGEBYSCORE', KEYS[3], t, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if w[1] then return {tonumber(w[2]) - now} end
+return {}
 "#;
 
 fn lock_script(body: &str) -> String {

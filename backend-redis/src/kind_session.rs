@@ -83,8 +83,8 @@ impl Node {
     }
 
     /// The leader of the election whose keys these are, and how long until its lease runs out
-    /// unless renewed.
-    pub(crate) async fn leader(&self, keys: &KindKeys) -> Result<Option<(Leader, Duration)>> {
+    /// unless renewed; or, while nobody leads, whether a candidate is about to.
+    pub(crate) async fn leader(&self, keys: &KindKeys) -> Result<LeaderRead> {
         let reply: Vec<Value> = self
             .bounded("reading the leader", Resend::IfDropped, || async move {
                 let mut conn = self.link.conn().await?;
@@ -92,6 +92,7 @@ impl Node {
                     .leader
                     .key(&keys.holders)
                     .key(&keys.info)
+                    .key(&keys.alive)
                     .invoke_async(&mut conn)
                     .await
             })
@@ -152,15 +153,46 @@ impl Node {
     }
 }
 
-/// `{entry, '<fence>:<value>', ms left}` or `{}`.
-fn parse_leader(reply: &[Value]) -> Result<Option<(Leader, Duration)>> {
+/// What the `LEADER` script read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LeaderRead {
+    /// This leader leads, its lease runs out after this long unless renewed.
+    Leads(Leader, Duration),
+    /// Nobody leads, but a candidate that is still alive waits in line: it is about to lead (its
+    /// grant publishes on the leader channel), unless every such candidate leaves (announced too)
+    /// or stops refreshing its entry; the first of them goes stale after this long.
+    Pending(Duration),
+    /// Nobody leads and nobody waits.
+    Nobody,
+}
+
+impl LeaderRead {
+    /// The leader, if one leads now.
+    pub(crate) fn leader(self) -> Option<Leader> {
+        match self {
+            LeaderRead::Leads(leader, _) => Some(leader),
+            LeaderRead::Pending(_) | LeaderRead::Nobody => None,
+        }
+    }
+}
+
+/// `{entry, '<fence>:<value>', ms left}`, `{ms}` or `{}`.
+fn parse_leader(reply: &[Value]) -> Result<LeaderRead> {
     let bad = || LockError::Protocol(format!("unexpected reply {reply:?} from the leader script"));
+    let millis = |v: &Value| -> Result<Duration> {
+        let ms: i64 = redis::from_redis_value_ref(v).map_err(|_| bad())?;
+        Ok(Duration::from_millis(ms.max(0).unsigned_abs()))
+    };
     let [entry, info, left] = reply else {
-        return if reply.is_empty() { Ok(None) } else { Err(bad()) };
+        return match reply {
+            [] => Ok(LeaderRead::Nobody),
+            [stale_in] => Ok(LeaderRead::Pending(millis(stale_in)?)),
+            _ => Err(bad()),
+        };
     };
     let entry: String = redis::from_redis_value_ref(entry).map_err(|_| bad())?;
     let info: String = redis::from_redis_value_ref(info).map_err(|_| bad())?;
-    let left: i64 = redis::from_redis_value_ref(left).map_err(|_| bad())?;
+    let left = millis(left)?;
     let (fence, value) = info.split_once(':').ok_or_else(bad)?;
     let holder_id = entry.split_once(':').map(|(_, t)| t.to_owned()).ok_or_else(bad)?;
     let leader = Leader {
@@ -168,7 +200,7 @@ fn parse_leader(reply: &[Value]) -> Result<Option<(Leader, Duration)>> {
         term: fence.parse().map_err(|_| bad())?,
         holder_id,
     };
-    Ok(Some((leader, Duration::from_millis(left.max(0).unsigned_abs()))))
+    Ok(LeaderRead::Leads(leader, left))
 }
 
 #[cfg(test)]
@@ -177,18 +209,25 @@ mod tests {
 
     #[test]
     fn leader_replies() {
-        assert_eq!(parse_leader(&[]).unwrap(), None);
+        assert_eq!(parse_leader(&[]).unwrap(), LeaderRead::Nobody);
+        assert_eq!(
+            parse_leader(&[Value::Int(700)]).unwrap(),
+            LeaderRead::Pending(Duration::from_millis(700))
+        );
         let reply = [
             Value::BulkString(b"X:abc".to_vec()),
             Value::BulkString(b"42:host:1 a".to_vec()),
             Value::Int(900),
         ];
-        let (leader, left) = parse_leader(&reply).unwrap().unwrap();
+        let LeaderRead::Leads(leader, left) = parse_leader(&reply).unwrap() else {
+            panic!("a leader")
+        };
         assert_eq!(
             (leader.value.as_str(), leader.term, leader.holder_id.as_str()),
             ("host:1 a", 42, "abc")
         );
         assert_eq!(left, Duration::from_millis(900));
-        assert!(parse_leader(&[Value::Int(1)]).is_err());
+        assert!(parse_leader(&[Value::BulkString(b"x".to_vec())]).is_err());
+        assert!(parse_leader(&[Value::Int(1), Value::Int(2)]).is_err());
     }
 }

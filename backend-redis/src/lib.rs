@@ -29,6 +29,7 @@
 //! | option | default | meaning |
 //! |---|---|---|
 //! | path `/N` | `0` | the database number (`db=N` on Sentinel; a cluster has only 0) |
+//! | `ttl` | `15s` ([`lockcore::DEFAULT_TTL`]) | the TTL of every lock whose builder sets no `.ttl(…)` (a builder's TTL wins), as `ttl=` on etcd and ZooKeeper; 50 ms to 24 h, at most `restart_delay` unless that is `0` |
 //! | `prefix` | `locksmith:` | prefix of every key locksmith creates (must not contain `{` or `}`) |
 //! | `layout` | `default` | `default` or `plain` (see below) |
 //! | `connect_timeout` | `3s` | connecting; an unreachable server is [`lockcore::LockError::Unavailable`] after this |
@@ -160,7 +161,12 @@
 //! [`lockcore::LockBackend::observe`] subscribes to the leader channel (shared by the observers of
 //! one backend), reads the leader, then reads it again at every message and at the leader's
 //! deadline (an expiry publishes nothing); a broken pub/sub connection (a restart, a failover) is
-//! subscribed again and the leader read again; it ends when its watch is dropped.
+//! subscribed again and the leader read again; it ends when its watch is dropped. A handover is
+//! one change, as on etcd and ZooKeeper: while nobody holds but a live candidate waits in line
+//! (between a leader's release or expiry and the next candidate's grant), the observer keeps the
+//! previous leader and waits for the grant's message, rather than reporting nobody in between;
+//! it reads again when a candidate leaves the queue (announced on the leader channel too) or its
+//! entry goes stale (`waiter_ttl`), and reports nobody once no live candidate is left.
 //!
 //! ## The queue and wake-ups
 //!

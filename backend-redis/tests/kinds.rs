@@ -1,7 +1,7 @@
 //! Semaphores, read-write locks and elections on Redis, beyond the conformance suites: what the
 //! plain layout and the quorum mode refuse, waiters that died in the queue, observers that lose
-//! their pub/sub connection, renewal batches that mix every kind, replica confirmation, and keys
-//! that do not outlive their locks.
+//! their pub/sub connection or wait out dead candidates, renewal batches that mix every kind,
+//! replica confirmation, and keys that do not outlive their locks.
 //!
 //! The tests that kill pub/sub connections or count script calls use redis-q2 as a single server
 //! (only `renew_batch.rs` and `quorum.rs`, other test binaries, use it) and hold [`Q2`] while
@@ -129,6 +129,91 @@ async fn dead_waiters_are_skipped() {
         .expect("task")
         .expect("acquire");
     got.release().await.expect("release");
+}
+
+/// Every value `watch` reports from now on, in a channel (the task ends with the watch).
+fn record(mut watch: LeaderWatch) -> tokio::sync::mpsc::UnboundedReceiver<Option<String>> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(now) = watch.changed().await {
+            if tx.send(now.map(|l| l.value)).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The values `seen` reports until (and with) `last`.
+async fn seen_until(
+    seen: &mut tokio::sync::mpsc::UnboundedReceiver<Option<String>>,
+    last: Option<&str>,
+    what: &str,
+) -> Vec<Option<String>> {
+    let mut values = Vec::new();
+    within(Duration::from_secs(10), what, async {
+        while values.last().map(Option::as_deref) != Some(last) {
+            values.push(seen.recv().await.expect("the observation ended"));
+        }
+    })
+    .await;
+    values
+}
+
+/// A candidate that died in line (its entry stays live for a while) delays a handover, and the
+/// observer still never reports nobody in between: it keeps the old leader until the live
+/// candidate behind the dead one is granted. With only a dead candidate in line, it reports
+/// nobody once the entry is stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_wait_out_dead_candidates() {
+    common::init_logs();
+    let url = with_options(&common::redis_url(), "waiter_ttl=1s");
+    let mut admin = common::admin_for(&url).await;
+    let (a, b, watcher) = (
+        common::locker(&url).await,
+        common::locker(&url).await,
+        common::locker(&url).await,
+    );
+    let name = unique_name("observe_dead");
+    let keys = kind_keys(&url, Family::Election, &name);
+    let lead = a.election(&name).campaign("a").acquire().await.expect("campaign");
+    let mut observed = watcher.election(&name).observe().await.expect("observe");
+    sees(&mut observed, Some("a"), "the observer sees the first leader").await;
+    let mut seen = record(observed);
+
+    // a dead candidate, then a live one
+    plant_dead_waiter(&mut admin, &keys, "X:deadbeefdeadbeefdeadbeefdeadbeef", 500).await;
+    let next = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move { b.election(&name).campaign("b").acquire().await }
+    });
+    within(Duration::from_secs(5), "the live candidate queues", async {
+        while kind_entries(&mut admin, &keys).await.len() < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    lead.resign().await.expect("resign");
+    let lead = within(Duration::from_secs(10), "the live candidate leads", next)
+        .await
+        .expect("task")
+        .expect("campaign");
+    let values = seen_until(&mut seen, Some("b"), "the observer sees the live candidate").await;
+    assert!(
+        values.iter().all(Option::is_some),
+        "between a and b the observer reported {values:?}"
+    );
+
+    // only a dead candidate in line
+    plant_dead_waiter(&mut admin, &keys, "X:deadbeefdeadbeefdeadbeefdeadbeef", 300).await;
+    lead.resign().await.expect("resign");
+    seen_until(
+        &mut seen,
+        None,
+        "the observer sees nobody once the dead candidate is stale",
+    )
+    .await;
+    assert_eq!(watcher.election(&name).leader().await.expect("leader"), None);
 }
 
 /// Waits until `watch` shows `value` as leader (`None`: nobody).

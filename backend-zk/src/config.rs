@@ -11,14 +11,15 @@ use lockcore::{BackendUrl, Result};
 /// ZooKeeper's client port when the URL gives none.
 pub const DEFAULT_PORT: u16 = 2181;
 
-/// The session timeout asked for when the URL sets none.
+/// The session timeout asked for when the URL sets none: 10 s.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long [`crate::connect`] tries to establish a session when the URL sets no `connect_timeout`.
+/// How long [`crate::connect`] tries to establish a session when the URL sets no `connect_timeout`:
+/// 5 s.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The longest one call (other than a waiting acquire) may take when the URL sets no
-/// `request_timeout`.
+/// `request_timeout`: 5 s.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The namespace (parent of every lock node) when the URL has no path.

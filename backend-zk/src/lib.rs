@@ -7,8 +7,9 @@
 //! on the [`zookeeper_client`] crate.
 //!
 //! ```no_run
-//! # #[tokio::main] async fn main() -> lockcore::Result<()> {
-//! let url = lockcore::BackendUrl::parse("zk://zk1:2181,zk2:2181,zk3:2181/billing?session_timeout=10s")?;
+//! # extern crate lockcore as locksmith; // users depend on the locksmith facade
+//! # #[tokio::main] async fn main() -> locksmith::Result<()> {
+//! let url = locksmith::BackendUrl::parse("zk://zk1:2181,zk2:2181,zk3:2181/billing?session_timeout=10s")?;
 //! let locker = backend_zk::connect(&url).await?;
 //! let guard = locker.lock("invoice/42").acquire().await?;
 //! // ... pass guard.fencing_token() to the storage you write to ...

@@ -178,6 +178,13 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
+    /// The TTL of a lock whose builder sets none ([`crate::LockBuilder::ttl`]): the backend URL's
+    /// `ttl=` on the backends whose TTL is per lock (Redis, `mem://`). The default, `None`, leaves
+    /// it at [`crate::DEFAULT_TTL`].
+    fn default_ttl(&self) -> Option<Duration> {
+        None
+    }
+
     /// How often the watchdog should renew a lease of `ttl`. Default: a third of it.
     fn renew_interval(&self, ttl: Duration) -> Duration {
         ttl / 3
@@ -192,7 +199,8 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// The request timeout of a backend that does not set one (see [`LockBackend::request_timeout`]).
+/// The request timeout of a backend that does not set one: 5 s (see
+/// [`LockBackend::request_timeout`]).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs one backend call within `limit`; past it, [`crate::LockError::Unavailable`] saying what was

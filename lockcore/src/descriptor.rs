@@ -16,7 +16,8 @@ pub type Connecting<'a> = Pin<Box<dyn Future<Output = Result<Locker>> + Send + '
 /// Where a backend keeps the TTL that the server enforces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TtlScope {
-    /// Each lock has its own (the builder's `.ttl(..)`): mem, Redis.
+    /// Each lock has its own (the builder's `.ttl(..)`; by default the URL's `ttl=`, see
+    /// [`crate::LockBackend::default_ttl`]): mem, Redis.
     PerLock,
     /// One per connection, set by this URL option: the session lease of etcd, the session of
     /// ZooKeeper. A program that holds one lock per connection (the CLI) sets it to the lock's TTL.

@@ -14,8 +14,12 @@
 //! - release: both (the error of either is returned);
 //! - fencing token: the new backend's (the old one's tokens are a different sequence);
 //! - every lock kind the same way (a semaphore permit, a read-write lock side, leadership held in
-//!   both); an election's `leader()` and `observe()` are the new backend's;
-//! - TTL: the smaller of the two effective TTLs.
+//!   both); an election's `leader()` and `observe()` are the new backend's. Unlike a backend's
+//!   own observer, a dual observer may report nobody between two leaders for an instant: the
+//!   next dual candidate waits in the old backend, and queues in the new one only once the
+//!   leader has released the old one;
+//! - TTL: the smaller of the two effective TTLs; a lock whose builder sets none gets the smaller
+//!   of the two URLs' `ttl=` where they have one (Redis, `mem://`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -284,6 +288,14 @@ impl LockBackend for Dual {
     async fn shutdown(&self) -> Result<()> {
         let (old, new) = tokio::join!(self.old.shutdown(), self.new.shutdown());
         old.and(new)
+    }
+
+    /// The smaller of the two backends' URL TTLs (either one's if only one has one).
+    fn default_ttl(&self) -> Option<Duration> {
+        match (self.old.default_ttl(), self.new.default_ttl()) {
+            (Some(old), Some(new)) => Some(old.min(new)),
+            (old, new) => old.or(new),
+        }
     }
 
     fn renew_interval(&self, ttl: Duration) -> Duration {

@@ -20,7 +20,8 @@ use crate::lease::{LockKind, LostReason};
 use crate::locker::{LockBuilder, Locker};
 use crate::name::LockName;
 
-/// The largest campaign value accepted (every backend stores it with the candidate's entry).
+/// The largest campaign value accepted: 64 KiB (65 536 bytes; every backend stores it with the
+/// candidate's entry).
 pub const MAX_VALUE_LEN: usize = 64 * 1024;
 
 /// Who leads an election.
@@ -34,8 +35,13 @@ pub struct Leader {
     pub holder_id: String,
 }
 
-/// The leadership of one election as the server pushes its changes (see [`Election::observe`]).
-/// Dropping it stops the observation.
+/// The leadership of one election as the server pushes its changes (see [`Election::observe`],
+/// which says how a handover from one leader to the next is reported). Dropping it stops the
+/// observation.
+///
+/// For backends: a handover (the leader gone while a candidate waits in line) is one change,
+/// from the old leader to the new one: while nobody holds but a live candidate is about to, send
+/// nothing and wait for its grant.
 pub struct LeaderWatch {
     rx: watch::Receiver<Option<Leader>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -121,6 +127,26 @@ impl Election {
 
     /// Watches the leadership: the current leader at once ([`LeaderWatch::leader`]), then every
     /// change as the server pushes it ([`LeaderWatch::changed`]), without polling.
+    ///
+    /// A handover is one change on every backend: when the leader resigns, is cut off or its
+    /// lease runs out while a candidate waits in line, observers see the old leader, then the new
+    /// one, never nobody in between. The backends differ only in when, within the handover, the
+    /// change is seen:
+    /// - etcd and ZooKeeper report the next candidate as soon as the old leader's key or node is
+    ///   gone, a moment before that candidate's `acquire` returns (its key or node is already
+    ///   first in line); Redis and `mem://` report it once it has been granted, and until then
+    ///   keep showing the old leader, a moment after its `resign` returned (one notification and
+    ///   one round trip on Redis).
+    /// - A candidate that crashed while in line: etcd and ZooKeeper report it as the leader until
+    ///   its session expires (then the next one); Redis keeps showing the previous leader until
+    ///   the crashed candidate's queue entry goes stale (its URL's `waiter_ttl`), then reports the
+    ///   next live candidate once granted, or nobody.
+    /// - An observer that starts in the middle of a handover on Redis or `mem://` reports nobody
+    ///   first (it has no earlier leader to keep), then the new leader; so can
+    ///   [`Election::leader`], a single read.
+    ///
+    /// A [`crate::Dual`] locker reports the new backend's leadership, and may report nobody for
+    /// an instant between two leaders (see `lockcore::dual`).
     pub async fn observe(&self) -> Result<LeaderWatch> {
         let name = LockName::new(&self.name)?;
         let backend = self.locker.backend();

@@ -89,9 +89,10 @@ impl LockGuard {
     /// is held. The future does not borrow the guard, so it can be raced against the guarded work:
     ///
     /// ```
+    /// # extern crate lockcore as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lockcore::LockError> {
-    /// # let locker = lockcore::Locker::new(lockcore::MemoryBackend::new());
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
     /// let guard = locker.lock("job").acquire().await?;
     /// tokio::select! {
     ///     reason = guard.lost() => eprintln!("stopping: {reason}"),

@@ -10,18 +10,19 @@ use tokio::time::Instant;
 
 use crate::name::LockName;
 
-/// The smallest TTL locksmith accepts. Backends may raise it (etcd to whole seconds, ZooKeeper to
-/// twice its tick time) and report the effective value in [`Lease::ttl`].
+/// The smallest TTL locksmith accepts: 50 ms. Backends may raise it (etcd to whole seconds,
+/// ZooKeeper to twice its tick time) and report the effective value in [`Lease::ttl`].
 pub const MIN_TTL: Duration = Duration::from_millis(50);
 
-/// The largest TTL locksmith accepts: longer leases are almost always a unit mistake, and a crashed
-/// holder would block everyone for that long.
+/// The largest TTL locksmith accepts: 24 hours (86 400 s). Longer leases are almost always a unit
+/// mistake, and a crashed holder would block everyone for that long.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// The TTL used when the caller sets none.
+/// The TTL used when the caller sets none: 15 s. Redis and `mem://` take another default from
+/// their URL's `ttl=` (see [`crate::LockBuilder::ttl`]).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 
-/// The most permits a semaphore may have.
+/// The most permits a semaphore may have: 10 000.
 pub const MAX_PERMITS: u32 = 10_000;
 
 /// One request to a backend: which lock, what of it, for how long a lease.

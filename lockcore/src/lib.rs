@@ -21,10 +21,11 @@
 //! ## Quickstart
 //!
 //! ```
+//! # extern crate lockcore as locksmith; // users depend on the locksmith facade
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), lockcore::LockError> {
+//! # async fn main() -> Result<(), locksmith::LockError> {
 //! use std::time::Duration;
-//! use lockcore::{Locker, MemoryBackend};
+//! use locksmith::{Locker, MemoryBackend};
 //!
 //! let locker = Locker::new(MemoryBackend::new());
 //! let guard = locker

@@ -27,10 +27,11 @@ const DEADLINE_GRACE: Duration = Duration::from_millis(500);
 /// [`Locker::new`], or from a URL with `locksmith::connect`.
 ///
 /// ```
+/// # extern crate lockcore as locksmith; // users depend on the locksmith facade
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lockcore::LockError> {
+/// # async fn main() -> Result<(), locksmith::LockError> {
 /// use std::time::Duration;
-/// use lockcore::{Locker, MemoryBackend};
+/// use locksmith::{Locker, MemoryBackend};
 ///
 /// let locker = Locker::new(MemoryBackend::new());
 /// let guard = locker.lock("orders/42").ttl(Duration::from_secs(10)).acquire().await?;
@@ -117,9 +118,10 @@ impl Locker {
     /// token, greater than every earlier permit's.
     ///
     /// ```
+    /// # extern crate lockcore as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lockcore::LockError> {
-    /// # let locker = lockcore::Locker::new(lockcore::MemoryBackend::new());
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
     /// let a = locker.semaphore("api-quota", 2).acquire().await?;
     /// let b = locker.semaphore("api-quota", 2).acquire().await?;
     /// assert!(locker.semaphore("api-quota", 2).try_acquire().await?.is_none());
@@ -151,7 +153,7 @@ impl Locker {
             locker: self.clone(),
             name,
             kind,
-            ttl: DEFAULT_TTL,
+            ttl: None,
             timeout: None,
             max_hold: None,
         }
@@ -352,22 +354,26 @@ pub struct LockBuilder {
     locker: Locker,
     name: String,
     kind: LockKind,
-    ttl: Duration,
+    /// `None`: the backend's [`LockBackend::default_ttl`], else [`DEFAULT_TTL`].
+    ttl: Option<Duration>,
     timeout: Option<Duration>,
     max_hold: Option<Duration>,
 }
 
 impl LockBuilder {
-    /// The lease time (default 15 s, allowed 50 ms to 24 h). The lease is renewed in the background
-    /// while the guard lives; the TTL is how long the lock outlives a holder that crashed or was
-    /// cut off.
+    /// The lease time (allowed 50 ms to 24 h). The lease is renewed in the background while the
+    /// guard lives; the TTL is how long the lock outlives a holder that crashed or was cut off.
+    ///
+    /// Default: the backend URL's `ttl=` where the TTL is per lock (`redis://…?ttl=5s`,
+    /// `mem://?ttl=5s`; see [`LockBackend::default_ttl`]), else [`DEFAULT_TTL`] (15 s). A TTL set
+    /// here wins over the URL's.
     ///
     /// [`LockGuard::ttl`] is the value the server enforces, which can differ: on etcd and ZooKeeper
     /// every lock of a connection lives on the connection's session, whose TTL is set in the URL
     /// (`?ttl=` / `?session_timeout=`) and rounded by the server; the per-lock TTL does not change
     /// it. On Redis and `mem://` the per-lock TTL is used as given.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.ttl = Some(ttl);
         self
     }
 
@@ -389,10 +395,13 @@ impl LockBuilder {
 
     fn request(&self) -> Result<LockRequest> {
         let name = LockName::new(&self.name)?;
-        if self.ttl < MIN_TTL || self.ttl > MAX_TTL {
+        let ttl = self
+            .ttl
+            .or_else(|| self.locker.inner().backend.default_ttl())
+            .unwrap_or(DEFAULT_TTL);
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
             return Err(LockError::InvalidOption(format!(
-                "ttl {:?} is outside the allowed range {MIN_TTL:?}..={MAX_TTL:?}",
-                self.ttl
+                "ttl {ttl:?} is outside the allowed range {MIN_TTL:?}..={MAX_TTL:?}"
             )));
         }
         if self.max_hold.is_some_and(|m| m.is_zero()) {
@@ -420,7 +429,7 @@ impl LockBuilder {
         }
         Ok(LockRequest {
             name,
-            ttl: self.ttl,
+            ttl,
             kind: self.kind.clone(),
         })
     }

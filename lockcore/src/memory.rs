@@ -31,6 +31,8 @@ use crate::url::BackendUrl;
 #[derive(Clone, Debug, Default)]
 pub struct MemoryBackend {
     store: Arc<Store>,
+    /// The TTL of locks whose builder sets none: a `mem://` URL's `ttl=`.
+    default_ttl: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -82,7 +84,7 @@ impl MemoryBackend {
         name: "mem",
         schemes: &["mem"],
         feature: None,
-        options: &[],
+        options: &["ttl"],
         ttl: TtlScope::PerLock,
         connect: connect_boxed,
     };
@@ -93,15 +95,20 @@ impl MemoryBackend {
     }
 
     /// A [`Locker`] over the store a `mem://` or `mem://NAME` URL names (see
-    /// [`MemoryBackend::shared`]); [`LockError::InvalidUrl`] for anything else in the URL.
+    /// [`MemoryBackend::shared`]). Its one option, `ttl=` (e.g. `mem://?ttl=5s`), is the TTL of
+    /// the locks whose builder sets none, as on Redis. [`LockError::InvalidUrl`] for anything else
+    /// in the URL.
     pub fn connect(url: &BackendUrl) -> Result<Locker> {
-        url.expect_only_options(&[])?;
+        url.expect_only_options(Self::DESCRIPTOR.options)?;
         let plain = url.hosts.len() <= 1 && url.hosts.iter().all(|h| h.port.is_none());
         if !plain || url.credentials.is_some() || !url.path.is_empty() {
             return Err(url.error("mem:// takes at most a store name: mem:// or mem://NAME"));
         }
         let store = url.hosts.first().map_or("", |h| h.host.as_str());
-        Ok(Locker::new(MemoryBackend::shared(store)))
+        Ok(Locker::new(MemoryBackend {
+            default_ttl: url.lock_ttl_option()?,
+            ..MemoryBackend::shared(store)
+        }))
     }
 
     /// The store named `name` in this process (created empty on first use). `mem://` URLs use
@@ -210,26 +217,45 @@ impl MemoryBackend {
     }
 
     /// The leader of election `name` now.
-    fn current_leader(&self, name: &LockName) -> (Option<Leader>, Option<Instant>) {
+    fn current_leader(&self, name: &LockName) -> LeaderNow {
         let key = Family::Election.segment(name);
         let now = Instant::now();
         let mut state = self.store.lock();
         self.store.expire(&mut state, &key, now);
-        let first = state
-            .locks
-            .get(&key)
-            .and_then(|entries| entries.first())
-            .and_then(|e| e.grant.as_ref().map(|g| (e, g)));
-        match first {
-            Some((e, g)) => (
-                Some(Leader {
-                    value: e.value.clone(),
-                    term: g.token,
-                    holder_id: g.holder_id.clone(),
-                }),
-                Some(g.expires_at),
-            ),
-            None => (None, None),
+        match state.locks.get(&key).and_then(|entries| entries.first()) {
+            Some(e) => match &e.grant {
+                Some(g) => LeaderNow::Leads(
+                    Leader {
+                        value: e.value.clone(),
+                        term: g.token,
+                        holder_id: g.holder_id.clone(),
+                    },
+                    g.expires_at,
+                ),
+                // A candidate first in line that does not hold yet has been woken to take over.
+                None => LeaderNow::Pending,
+            },
+            None => LeaderNow::Nobody,
+        }
+    }
+}
+
+/// Who leads an election, as `MemoryBackend::current_leader` reads it.
+enum LeaderNow {
+    /// This leader, whose lease runs out at this instant unless renewed.
+    Leads(Leader, Instant),
+    /// Nobody holds, but a candidate is first in line: it takes over as soon as its `acquire`
+    /// runs (a waiter's entry lives only as long as its `acquire` future).
+    Pending,
+    /// Nobody leads and nobody waits.
+    Nobody,
+}
+
+impl LeaderNow {
+    fn leader(self) -> Option<Leader> {
+        match self {
+            LeaderNow::Leads(leader, _) => Some(leader),
+            LeaderNow::Pending | LeaderNow::Nobody => None,
         }
     }
 }
@@ -483,12 +509,18 @@ impl LockBackend for MemoryBackend {
         ))
     }
 
-    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
-        Ok(self.current_leader(name).0)
+    fn default_ttl(&self) -> Option<std::time::Duration> {
+        self.default_ttl
     }
 
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        Ok(self.current_leader(name).leader())
+    }
+
+    /// A handover is one change: while nobody holds but a candidate is first in line (woken, about
+    /// to take over), the observer keeps the leader it last reported and waits for the grant.
     async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
-        let (first, _) = self.current_leader(name);
+        let first = self.current_leader(name).leader();
         let (tx, rx) = watch::channel(first);
         let (backend, name) = (self.clone(), name.clone());
         let task = tokio::spawn(async move {
@@ -496,14 +528,22 @@ impl LockBackend for MemoryBackend {
                 let changed = backend.store.changed.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
-                let (leader, expiry) = backend.current_leader(&name);
-                tx.send_if_modified(|seen| {
-                    let differs = *seen != leader;
-                    if differs {
-                        seen.clone_from(&leader);
-                    }
-                    differs
-                });
+                let read = backend.current_leader(&name);
+                let expiry = match &read {
+                    LeaderNow::Leads(_, expiry) => Some(*expiry),
+                    LeaderNow::Pending | LeaderNow::Nobody => None,
+                };
+                // Pending: the grant (or the candidate leaving) notifies `changed`.
+                if !matches!(read, LeaderNow::Pending) {
+                    let leader = read.leader();
+                    tx.send_if_modified(|seen| {
+                        let differs = *seen != leader;
+                        if differs {
+                            seen.clone_from(&leader);
+                        }
+                        differs
+                    });
+                }
                 let far = Instant::now() + std::time::Duration::from_secs(86_400);
                 tokio::select! {
                     _ = changed => {}

@@ -10,7 +10,7 @@ use std::fmt;
 
 use crate::error::{LockError, Result};
 
-/// The maximum length of a lock name, in bytes of UTF-8.
+/// The maximum length of a lock name: 1024 bytes of UTF-8.
 ///
 /// The encoded form is at most three times as long (3 KiB), which fits every backend's key and
 /// path limits with room for prefixes.

@@ -8,9 +8,10 @@ use crate::locker::{LockBuilder, Locker};
 /// follow arrival: a writer's token is greater than that of every reader and writer before it.
 ///
 /// ```
+/// # extern crate lockcore as locksmith; // users depend on the locksmith facade
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lockcore::LockError> {
-/// # let locker = lockcore::Locker::new(lockcore::MemoryBackend::new());
+/// # async fn main() -> Result<(), locksmith::LockError> {
+/// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
 /// let config = locker.rwlock("config");
 /// let r1 = config.read().acquire().await?;
 /// let r2 = config.read().acquire().await?; // readers share

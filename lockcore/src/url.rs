@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::{LockError, Result};
+use crate::lease::{MAX_TTL, MIN_TTL};
 
 /// One `host:port` of a backend URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,6 +215,22 @@ impl BackendUrl {
         }
     }
 
+    /// The `ttl` option of a backend whose TTL is per lock (Redis, `mem://`): the TTL of the locks
+    /// whose builder sets none (see [`crate::LockBackend::default_ttl`]). `None` if absent;
+    /// [`LockError::InvalidUrl`] unless it is a duration within
+    /// [`crate::MIN_TTL`]..=[`crate::MAX_TTL`].
+    pub fn lock_ttl_option(&self) -> Result<Option<Duration>> {
+        let Some(ttl) = self.duration_option("ttl")? else {
+            return Ok(None);
+        };
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            return Err(self.error(format!(
+                "ttl={ttl:?} is outside the allowed range {MIN_TTL:?}..={MAX_TTL:?}"
+            )));
+        }
+        Ok(Some(ttl))
+    }
+
     /// A duration option such as `ttl=10s`, `connect_timeout=500ms` (units `ms`, `s`, `m`; a bare
     /// number is seconds). `None` if absent.
     pub fn duration_option(&self, key: &str) -> Result<Option<Duration>> {
@@ -347,6 +364,22 @@ fn percent_decode(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_ttl_option_is_a_ttl_within_range() {
+        let ttl = |url: &str| BackendUrl::parse(url).unwrap().lock_ttl_option();
+        assert_eq!(ttl("mem://").unwrap(), None);
+        assert_eq!(ttl("mem://x?ttl=2s").unwrap(), Some(Duration::from_secs(2)));
+        assert_eq!(ttl("redis://h?ttl=50ms").unwrap(), Some(MIN_TTL));
+        assert_eq!(ttl("redis://h?ttl=24h").unwrap(), Some(MAX_TTL));
+        assert_eq!(
+            ttl("mem://x?ttl=1ms").unwrap_err().to_string(),
+            "invalid backend URL \"mem://x?ttl=1ms\": ttl=1ms is outside the allowed range 50ms..=86400s"
+        );
+        for bad in ["mem://?ttl=0", "mem://?ttl=25h", "mem://?ttl=soon"] {
+            assert!(matches!(ttl(bad), Err(LockError::InvalidUrl { .. })), "{bad}");
+        }
+    }
 
     #[test]
     fn parses_multi_host_urls() {

@@ -60,6 +60,10 @@ impl Harness for DualHarness {
     fn short_ttl(&self) -> Duration {
         Duration::from_millis(300)
     }
+
+    fn seamless_handover(&self) -> bool {
+        false
+    }
 }
 
 lockcore::conformance_tests!(harness());
@@ -132,4 +136,22 @@ async fn losing_either_half_loses_the_dual_lock() {
         assert_eq!(h.new.inspect(&name).await.unwrap().holder, None, "new half left held");
         let _ = h.old.kind();
     }
+}
+
+/// A lock whose builder sets no TTL gets the smaller of the two URLs' `ttl=` (either one's when
+/// only one has one); the builder's wins.
+#[tokio::test]
+async fn the_url_ttl_is_the_smaller_of_the_two() {
+    let mem = |url: &str| MemoryBackend::connect(&lockcore::BackendUrl::parse(url).unwrap()).unwrap();
+    let both = Dual::locker(&mem("mem://dual-ttl-a?ttl=3s"), &mem("mem://dual-ttl-b?ttl=2s"));
+    let guard = both.lock("ttl").acquire().await.unwrap();
+    assert_eq!(guard.ttl(), Duration::from_secs(2));
+    guard.release().await.unwrap();
+    let guard = both.lock("ttl").ttl(Duration::from_secs(5)).acquire().await.unwrap();
+    assert_eq!(guard.ttl(), Duration::from_secs(5));
+    guard.release().await.unwrap();
+    let one = Dual::locker(&mem("mem://dual-ttl-a?ttl=3s"), &mem("mem://dual-ttl-b"));
+    let guard = one.lock("ttl").acquire().await.unwrap();
+    assert_eq!(guard.ttl(), Duration::from_secs(3));
+    guard.release().await.unwrap();
 }

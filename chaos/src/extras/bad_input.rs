@@ -148,7 +148,7 @@ async fn one(target: &Target) -> Vec<BadInput> {
         }
     }
     if backend == "mem" {
-        for url in ["mem://a/b", "mem://x?ttl=1s", "mem://u:p@x"] {
+        for url in ["mem://a/b", "mem://x?ttl=1ms", "mem://u:p@x"] {
             out.push(connect_case(backend, "bad URL", url).await);
         }
         return out;

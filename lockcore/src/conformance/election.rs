@@ -103,6 +103,70 @@ pub async fn election_one_leader_at_a_time_in_order(h: &impl Harness) {
     wait_for_residue_in(h, Family::Election, &key, 0).await;
 }
 
+/// A leader resigns while the next candidate waits in line, five times in a row: an observer
+/// sees each next leader directly, never "nobody leads" in between (a handover is one change of
+/// leader on every backend, see [`crate::Election::observe`]).
+pub async fn election_handover_shows_no_gap(h: &impl Harness) {
+    const HANDOVERS: usize = 5;
+    let name = unique_name("elect_handover");
+    let key = lock_name(&name);
+    let limit = patience(h);
+    let watcher = h.locker().await;
+    let mut observed = watcher.election(&name).observe().await.expect("observe");
+    let first = h.locker().await;
+    let mut leader = first
+        .election(&name)
+        .campaign("leader-0")
+        .acquire()
+        .await
+        .expect("campaign");
+    observe_until(&mut observed, Some("leader-0"), limit).await;
+    // Every value the observer reports from here on, as soon as it reports it.
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let recorder = tokio::spawn(async move {
+        while let Ok(now) = observed.changed().await {
+            if seen_tx.send(now.map(|l| (l.value, l.term))).is_err() {
+                return;
+            }
+        }
+    });
+    for i in 1..=HANDOVERS {
+        let (locker, name) = (h.locker().await, name.clone());
+        let next = tokio::spawn(async move {
+            locker
+                .election(&name)
+                .campaign(format!("leader-{i}"))
+                .acquire()
+                .await
+                .expect("campaign")
+        });
+        wait_for_residue_in(h, Family::Election, &key, 2).await;
+        let before = leader.term();
+        leader.resign().await.expect("resign");
+        leader = within(limit, "the next leader", next).await.expect("campaign task");
+        let expected = (format!("leader-{i}"), leader.term());
+        let mut values = Vec::new();
+        within(limit, "observing the next leader", async {
+            while values.last() != Some(&Some(expected.clone())) {
+                values.push(seen.recv().await.expect("the observation ended"));
+            }
+        })
+        .await;
+        assert!(
+            values.iter().all(Option::is_some) || !h.seamless_handover(),
+            "handover {i}: between leader-{} (term {before}) and {expected:?} the observer reported {values:?}",
+            i - 1
+        );
+    }
+    leader.resign().await.expect("resign");
+    within(limit, "observing nobody lead", async {
+        while seen.recv().await.expect("the observation ended").is_some() {}
+    })
+    .await;
+    recorder.abort();
+    wait_for_residue_in(h, Family::Election, &key, 0).await;
+}
+
 /// A leader that stops renewing (crashed) loses leadership after its TTL: the next candidate
 /// leads, with a greater term, and an observer sees the change without asking.
 pub async fn election_crashed_leader_passes_on(h: &impl Harness) {

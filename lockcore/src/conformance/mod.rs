@@ -72,6 +72,14 @@ pub trait Harness: Send + Sync + 'static {
     /// A short TTL this backend honours (the server's minimum or a little more): used in tests of
     /// expiry and renewal.
     fn short_ttl(&self) -> Duration;
+
+    /// Whether an election observer sees a handover (a leader resigning while the next candidate
+    /// waits in line) as one change of leader, never "nobody leads" in between: true on every
+    /// backend. A harness over [`crate::Dual`] says false: its next candidate waits in the old
+    /// backend, not yet in line in the new one whose leadership it reports.
+    fn seamless_handover(&self) -> bool {
+        true
+    }
 }
 
 /// Expands to one `#[tokio::test]` per conformance test, each calling the suite with the harness
@@ -114,7 +122,8 @@ macro_rules! primitive_tests {
             rwlock::rwlock_readers_share_writers_exclude, rwlock::rwlock_waiting_writer_blocks_later_readers,
             rwlock::rwlock_never_mixes_readers_and_writers, rwlock::rwlock_crashed_writer_expires,
             rwlock::rwlock_cancellation_leaves_nothing,
-            election::election_one_leader_at_a_time_in_order, election::election_crashed_leader_passes_on,
+            election::election_one_leader_at_a_time_in_order, election::election_handover_shows_no_gap,
+            election::election_crashed_leader_passes_on,
             election::election_try_and_cancel, election::families_are_independent,
             election::list_shows_locks_in_use);
     };
