@@ -23,7 +23,13 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::FromArgMatches;
 
 use crate::args::{Cli, Command};
-use crate::exit::{Failure, UNAVAILABLE, USAGE};
+use crate::exit::{Failure, LOST, UNAVAILABLE, USAGE};
+
+/// How long locksmith waits, before it exits, for the backend to confirm that nothing of this
+/// process is left (`Locker::shutdown`).
+const SHUTDOWN: Duration = Duration::from_secs(2);
+/// The same after the backend did not answer or the lock was lost: a short look only.
+const SHUTDOWN_UNREACHABLE: Duration = Duration::from_millis(200);
 use crate::session::Session;
 
 fn main() -> ExitCode {
@@ -60,8 +66,21 @@ fn main() -> ExitCode {
             Command::List(args) => cmd::list::list(&session, &args.prefix).await,
             Command::Leader(args) => cmd::leader::leader(&session, args).await,
         };
-        // Whatever happened, nothing of this process outlives it on the server.
-        session.shutdown().await;
+        // Whatever happened, nothing of this process outlives it on the server; but a backend
+        // that did not answer (exit 3) or lost our lock (exit 4) gets no long wait: what it
+        // holds of ours expires after its TTL.
+        let code = match &result {
+            Ok(code) => *code,
+            Err(failure) => failure.code,
+        };
+        let limit = if matches!(code, UNAVAILABLE | LOST) {
+            SHUTDOWN_UNREACHABLE
+        } else {
+            SHUTDOWN
+        };
+        if tokio::time::timeout(limit, session.shutdown()).await.is_err() {
+            tracing::debug!(?limit, "the backend did not confirm the shutdown in time");
+        }
         result
     });
     // Background tasks (connections, a stdin reader) must not keep us alive.

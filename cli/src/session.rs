@@ -224,9 +224,15 @@ impl Session {
         self.deadline().map(|d| d.saturating_duration_since(Instant::now()))
     }
 
-    /// The request for `kind` of `name`, with `--ttl`.
+    /// The request for `kind` of `name`, with `--ttl` if it was given (else the URL's `ttl=` on
+    /// the backends whose TTL is per lock, else the library's default).
     pub fn request(&self, locker: &Locker, name: &str, kind: LockKind) -> LockBuilder {
-        locker.request(name, kind).ttl(self.ttl)
+        let request = locker.request(name, kind);
+        if self.ttl_given {
+            request.ttl(self.ttl)
+        } else {
+            request
+        }
     }
 
     /// Acquires `kind` of `name` as the options say: one attempt for `--timeout 0`, else wait

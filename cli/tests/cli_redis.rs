@@ -202,3 +202,29 @@ impl Drop for LateServer {
         let _ = self.0.wait();
     }
 }
+
+/// A URL's `ttl=` is the lock's TTL when `--ttl` is not given (the CLI used to pass its own 15 s
+/// default, hiding the URL's); `--ttl` still wins.
+#[test]
+fn the_urls_ttl_is_used_unless_ttl_is_given() {
+    let base = env_url("LOCKSMITH_TEST_REDIS");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}ttl=3s");
+    for (extra, bound_ms) in [(vec![], 3_000u64), (vec!["--ttl", "2s"], 2_000)] {
+        let name = common::unique_name("url-ttl");
+        let mut hold_args = vec!["--url", url.as_str()];
+        hold_args.extend(extra.iter().copied());
+        hold_args.extend(["hold", name.as_str()]);
+        let mut holder = common::Proc::locksmith(&hold_args);
+        common::token(&holder.next_line());
+        let out = common::run(&["--url", &url, "--json", "inspect", &name]);
+        let v: serde_json::Value = serde_json::from_str(out.stdout.lines().next().unwrap_or("{}")).expect("json");
+        let left = v["ttl_remaining_ms"].as_u64().expect("ttl_remaining_ms");
+        assert!(
+            left <= bound_ms && left > bound_ms / 2,
+            "ttl remaining {left} ms, expected at most {bound_ms} ms ({extra:?})"
+        );
+        holder.close_stdin();
+        common::assert_code(&holder.finish(), 0);
+    }
+}

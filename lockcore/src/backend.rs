@@ -112,6 +112,14 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Releases the lease. [`crate::LockError::NotHeld`] if it was no longer ours (expired, taken
     /// away, already released).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped at any await point (its request timeout cut it off, its connection was lost), it
+    /// still releases: a backend that forgets the lease before the server confirmed the delete
+    /// arms a clean-up guard first (spawned with [`crate::cleanup::spawn`]), or leaves the lease
+    /// where its expiry will find it. Checked by the conformance suites (`lifecycle`, and
+    /// `deadlines`, which loses a release's request with its connection).
     async fn release(&self, lease: &Lease) -> Result<()>;
 
     /// Renews many leases at once; returns one result per lease, in order: `Ok` when the lease

@@ -295,6 +295,20 @@ impl Locker {
         &self.inner
     }
 
+    /// The guard of a granted `lease`; if the locker was shut down while the grant was on its
+    /// way, the lock is released and the answer is [`LockError::Closed`]. The guard is
+    /// registered before the check: a shutdown that had not set its flag by then finds it when it
+    /// takes every guard; one that had is seen here, and dropping the guard releases it (counted
+    /// in the shutdown's wait), unless the shutdown took it already.
+    fn guard(&self, lease: crate::Lease, max_hold: Option<Duration>, labels: Labels) -> Result<LockGuard> {
+        let guard = LockGuard::new(self.clone(), lease, max_hold, labels);
+        if self.is_shut_down() {
+            drop(guard);
+            return Err(LockError::Closed);
+        }
+        Ok(guard)
+    }
+
     /// [`LockError::Closed`] once the locker is shut down.
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.is_shut_down() {
@@ -508,7 +522,7 @@ impl LockBuilder {
                     // A grant sent later than the first attempt is one that waited for a release.
                     let handover = lease.acquired_at > start + Duration::from_millis(1);
                     labels.acquire_ended("acquired", waited, handover);
-                    Ok(LockGuard::new(self.locker, lease, self.max_hold, labels))
+                    self.locker.guard(lease, self.max_hold, labels)
                 }
                 Err(LockError::Timeout(_)) => {
                     let waited = self.timeout.unwrap_or_default();
@@ -576,6 +590,9 @@ impl LockBuilder {
         };
         span.record("outcome", outcome);
         labels.acquire_ended(outcome, start.elapsed(), false);
-        Ok(result?.map(|lease| LockGuard::new(self.locker, lease, self.max_hold, labels)))
+        match result? {
+            Some(lease) => self.locker.guard(lease, self.max_hold, labels).map(Some),
+            None => Ok(None),
+        }
     }
 }
