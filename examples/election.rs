@@ -12,12 +12,21 @@
 
 use std::time::Duration;
 
-use locksmith::{LeaderGuard, LockError};
+use locksmith::{LeaderGuard, LockError, Locker};
 
 /// One replica: campaigns in `election` as `me`, runs `ticks` scheduler ticks while leading (or
 /// until the leadership is lost), then resigns. Returns its term.
 pub async fn replica(url: &str, election: &str, me: &str, ticks: u32) -> Result<u64, LockError> {
     let locker = locksmith::connect(url).await?;
+    let term = lead(&locker, election, me, ticks).await;
+    // Before returning: releases what an early `?` dropped (the leadership too) and ends the
+    // session, so the next replica takes over at once rather than after the TTL.
+    locker.shutdown().await?;
+    term
+}
+
+/// Campaigns, leads for `ticks` ticks, resigns.
+async fn lead(locker: &Locker, election: &str, me: &str, ticks: u32) -> Result<u64, LockError> {
     let leadership: LeaderGuard = locker
         .election(election)
         .campaign(me)
@@ -45,6 +54,18 @@ pub async fn replica(url: &str, election: &str, me: &str, ticks: u32) -> Result<
 /// the leaders the observer saw, as `(value, term)`, in order.
 pub async fn run_replicas(url: &str, election: &str, replicas: usize) -> Result<Vec<(String, u64)>, LockError> {
     let observer = locksmith::connect(url).await?;
+    let seen = observe(&observer, url, election, replicas).await;
+    observer.shutdown().await?; // the observer's session ends too, like each replica's
+    seen
+}
+
+/// Starts the replicas and watches the leadership pass from one to the next.
+async fn observe(
+    observer: &Locker,
+    url: &str,
+    election: &str,
+    replicas: usize,
+) -> Result<Vec<(String, u64)>, LockError> {
     let mut watch = observer.election(election).observe().await?;
     let mut tasks = Vec::new();
     for i in 0..replicas {
@@ -63,14 +84,18 @@ pub async fn run_replicas(url: &str, election: &str, replicas: usize) -> Result<
         }
         Ok::<(), LockError>(())
     };
-    tokio::time::timeout(Duration::from_secs(120), watching)
+    let watched = tokio::time::timeout(Duration::from_secs(120), watching)
         .await
-        .map_err(|_| LockError::Timeout(Duration::from_secs(120)))??;
+        .map_err(|_| LockError::Timeout(Duration::from_secs(120)));
+    // Every replica runs to its end (and shuts its locker down) before an error is returned.
+    let mut result = watched.and_then(|watched| watched);
     for task in tasks {
-        task.await
-            .map_err(|e| LockError::Protocol(format!("replica panicked: {e}")))??;
+        let joined = task
+            .await
+            .map_err(|e| LockError::Protocol(format!("replica panicked: {e}")));
+        result = result.and(joined.and_then(|term| term.map(drop)));
     }
-    Ok(seen)
+    result.map(|()| seen)
 }
 
 #[tokio::main]

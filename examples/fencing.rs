@@ -14,6 +14,8 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use locksmith::Locker;
+
 /// Errors of this example: lock errors and storage rejections.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -88,11 +90,21 @@ pub struct Report {
 
 /// Plays the scenario on the backend at `url` with lock `name` and lease time `ttl`.
 pub async fn paused_holder(url: &str, name: &str, ttl: Duration) -> Result<Report, Error> {
-    let storage = Storage::default();
     // Two connections, as two processes would have.
     let process_a = locksmith::connect(url).await?;
     let process_b = locksmith::connect(url).await?;
+    let report = play(&process_a, &process_b, name, ttl).await;
+    // Before returning: releases what an early `?` dropped and ends both sessions, so the lock is
+    // free at once rather than after its TTL. Both run, even if one fails.
+    let (a, b) = tokio::join!(process_a.shutdown(), process_b.shutdown());
+    a?;
+    b?;
+    report
+}
 
+/// The scenario itself, with A's and B's lockers.
+async fn play(process_a: &Locker, process_b: &Locker, name: &str, ttl: Duration) -> Result<Report, Error> {
+    let storage = Storage::default();
     let guard = process_a.lock(name).ttl(ttl).acquire().await?;
     let paused_token = guard.fencing_token();
     storage.write(paused_token, "A: before the pause")?;

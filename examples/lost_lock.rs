@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use locksmith::{BackendUrl, LockError, LockGuard, LockName, LostReason, MemoryBackend};
+use locksmith::{BackendUrl, LockError, LockGuard, LockName, Locker, LostReason, MemoryBackend};
 
 /// How the guarded work ended.
 #[derive(Debug)]
@@ -53,6 +53,15 @@ pub async fn guarded_work(guard: &LockGuard, steps: u32, step_time: Duration) ->
 /// `max_hold` has passed, and the work stops.
 pub async fn with_max_hold(url: &str, name: &str, max_hold: Duration) -> Result<Outcome, LockError> {
     let locker = locksmith::connect(url).await?;
+    let outcome = max_hold_job(&locker, name, max_hold).await;
+    // Before returning: releases what an early `?` dropped and ends the session, so the lock is
+    // free at once rather than after its TTL.
+    locker.shutdown().await?;
+    outcome
+}
+
+/// The job of [`with_max_hold`], on `locker`.
+async fn max_hold_job(locker: &Locker, name: &str, max_hold: Duration) -> Result<Outcome, LockError> {
     let guard = locker
         .lock(name)
         .ttl(Duration::from_secs(5))
@@ -73,6 +82,13 @@ pub async fn removed_behind_back(mem_url: &str, name: &str, after: Duration) -> 
     let parsed = BackendUrl::parse(mem_url)?;
     let store = MemoryBackend::shared(parsed.hosts.first().map_or("", |h| h.host.as_str()));
     let locker = locksmith::connect(mem_url).await?;
+    let outcome = removed_job(&locker, store, name, after).await;
+    locker.shutdown().await?; // as in `with_max_hold`
+    outcome
+}
+
+/// The job of [`removed_behind_back`], on `locker`, with the operator removing it from `store`.
+async fn removed_job(locker: &Locker, store: MemoryBackend, name: &str, after: Duration) -> Result<Outcome, LockError> {
     let guard = locker.lock(name).ttl(Duration::from_secs(5)).acquire().await?;
     let lock_name = LockName::new(name)?;
     let operator = tokio::spawn(async move {

@@ -159,7 +159,7 @@ fn old_worker(redis_url: String, name: String, rounds: usize, section: Arc<Secti
     })
 }
 
-/// A migrated process: `rounds` critical sections with `locker`.
+/// A migrated process: `rounds` critical sections with `locker`, then its shutdown.
 fn new_worker(
     locker: Locker,
     who: &'static str,
@@ -168,20 +168,32 @@ fn new_worker(
     section: Arc<Section>,
 ) -> JoinHandle<Result<(), Error>> {
     tokio::spawn(async move {
-        for _ in 0..rounds {
-            let guard = locker.lock(&name).ttl(TTL).timeout(WAIT).acquire().await?;
-            section.work(who).await;
-            guard.release().await?;
-        }
-        Ok(())
+        let work = async {
+            for _ in 0..rounds {
+                let guard = locker.lock(&name).ttl(TTL).timeout(WAIT).acquire().await?;
+                section.work(who).await;
+                guard.release().await?;
+            }
+            Ok::<(), Error>(())
+        };
+        let result = work.await;
+        // Before the process ends: releases what an early `?` dropped and ends the session (a
+        // `Dual` locker ends both backends' sessions), so the lock is free at once rather than
+        // after its TTL.
+        locker.shutdown().await?;
+        result
     })
 }
 
+/// Waits for every worker to end (each new one shuts its locker down), then returns the first
+/// error, if any.
 async fn join(workers: Vec<JoinHandle<Result<(), Error>>>, section: &Section) -> Result<StepReport, Error> {
+    let mut result = Ok(());
     for worker in workers {
-        worker.await??;
+        let joined = worker.await.map_err(Error::from);
+        result = result.and(joined.and_then(|worker| worker));
     }
-    Ok(section.report())
+    result.map(|()| section.report())
 }
 
 /// Step 1: the code of a migrated process — the same Redis, the same key, locksmith's client.
@@ -190,7 +202,8 @@ pub async fn drop_in_locker(redis_url: &str) -> Result<Locker, LockError> {
 }
 
 /// Step 2: the code of a migrated process — the lock in the old Redis (plain layout) first,
-/// then in the new backend; the fencing token is the new backend's.
+/// then in the new backend; the fencing token is the new backend's. Shutting the returned locker
+/// down ends the sessions of both backends too.
 pub async fn dual_locker(redis_url: &str, new_url: &str) -> Result<Locker, LockError> {
     let old = locksmith::connect(&plain_url(redis_url)).await?;
     let new = locksmith::connect(new_url).await?;
@@ -204,12 +217,13 @@ pub async fn new_only_locker(new_url: &str) -> Result<Locker, LockError> {
 
 /// Step 1 running: two old processes and two drop-in processes share the lock `name`.
 pub async fn step1(redis_url: &str, name: &str, rounds: usize) -> Result<StepReport, Error> {
+    let drop_ins = [drop_in_locker(redis_url).await?, drop_in_locker(redis_url).await?];
     let section = Arc::new(Section::default());
     let mut workers = Vec::new();
-    for _ in 0..2 {
+    for locker in drop_ins {
         workers.push(old_worker(redis_url.into(), name.into(), rounds, section.clone()));
         workers.push(new_worker(
-            drop_in_locker(redis_url).await?,
+            locker,
             "drop-in (plain)",
             name.into(),
             rounds,
@@ -221,19 +235,17 @@ pub async fn step1(redis_url: &str, name: &str, rounds: usize) -> Result<StepRep
 
 /// Step 2 running: an old process, a step-1 process and two dual processes share `name`.
 pub async fn step2(redis_url: &str, new_url: &str, name: &str, rounds: usize) -> Result<StepReport, Error> {
+    let drop_in = drop_in_locker(redis_url).await?;
+    let duals = [
+        dual_locker(redis_url, new_url).await?,
+        dual_locker(redis_url, new_url).await?,
+    ];
     let section = Arc::new(Section::default());
     let mut workers = vec![
         old_worker(redis_url.into(), name.into(), rounds, section.clone()),
-        new_worker(
-            drop_in_locker(redis_url).await?,
-            "drop-in (plain)",
-            name.into(),
-            rounds,
-            section.clone(),
-        ),
+        new_worker(drop_in, "drop-in (plain)", name.into(), rounds, section.clone()),
     ];
-    for _ in 0..2 {
-        let locker = dual_locker(redis_url, new_url).await?;
+    for locker in duals {
         workers.push(new_worker(locker, "dual", name.into(), rounds, section.clone()));
     }
     join(workers, &section).await
@@ -242,22 +254,12 @@ pub async fn step2(redis_url: &str, new_url: &str, name: &str, rounds: usize) ->
 /// Step 3 running: no old process is left; a dual process not yet redeployed and two new-only
 /// processes share `name` through the new backend.
 pub async fn step3(redis_url: &str, new_url: &str, name: &str, rounds: usize) -> Result<StepReport, Error> {
+    let dual = dual_locker(redis_url, new_url).await?;
+    let new_only = [new_only_locker(new_url).await?, new_only_locker(new_url).await?];
     let section = Arc::new(Section::default());
-    let mut workers = vec![new_worker(
-        dual_locker(redis_url, new_url).await?,
-        "dual",
-        name.into(),
-        rounds,
-        section.clone(),
-    )];
-    for _ in 0..2 {
-        workers.push(new_worker(
-            new_only_locker(new_url).await?,
-            "new only",
-            name.into(),
-            rounds,
-            section.clone(),
-        ));
+    let mut workers = vec![new_worker(dual, "dual", name.into(), rounds, section.clone())];
+    for locker in new_only {
+        workers.push(new_worker(locker, "new only", name.into(), rounds, section.clone()));
     }
     join(workers, &section).await
 }

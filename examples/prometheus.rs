@@ -30,29 +30,41 @@ pub fn install() -> PrometheusHandle {
 pub async fn workload(url: &str, rounds: usize) -> Result<(), LockError> {
     let mut tasks = Vec::new();
     for _ in 0..3 {
-        let locker = locksmith::connect(url)
-            .await?
-            .with_name_label(|name| name.split('/').next().map(str::to_owned));
+        let url = url.to_owned();
         tasks.push(tokio::spawn(async move {
-            for _ in 0..rounds {
-                let guard = locker
-                    .lock("reports/daily")
-                    .ttl(Duration::from_secs(5))
-                    .acquire()
-                    .await?;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                guard.release().await?;
-                let permit = locker.semaphore("quota/api", 2).acquire().await?;
-                permit.release().await?;
-            }
-            Ok::<(), LockError>(())
+            let locker = locksmith::connect(&url)
+                .await?
+                .with_name_label(|name| name.split('/').next().map(str::to_owned));
+            let work = async {
+                for _ in 0..rounds {
+                    let guard = locker
+                        .lock("reports/daily")
+                        .ttl(Duration::from_secs(5))
+                        .acquire()
+                        .await?;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    guard.release().await?;
+                    let permit = locker.semaphore("quota/api", 2).acquire().await?;
+                    permit.release().await?;
+                }
+                Ok::<(), LockError>(())
+            };
+            let result = work.await;
+            // Before the worker ends: releases what an early `?` dropped and ends the session, so
+            // the locks are free at once rather than after their TTL.
+            locker.shutdown().await?;
+            result
         }));
     }
+    // Every worker runs to its end (and shuts its locker down) before an error is returned.
+    let mut result = Ok(());
     for task in tasks {
-        task.await
-            .map_err(|e| LockError::Protocol(format!("worker panicked: {e}")))??;
+        let joined = task
+            .await
+            .map_err(|e| LockError::Protocol(format!("worker panicked: {e}")));
+        result = result.and(joined.and_then(|worker| worker));
     }
-    Ok(())
+    result
 }
 
 /// Serves `handle.render()` on every HTTP request to `addr` (a minimal HTTP/1.0 answer: enough
@@ -86,16 +98,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let addr = std::env::var("METRICS_ADDR").unwrap_or_else(|_| "127.0.0.1:9464".to_owned());
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let background = tokio::spawn(async move {
-        loop {
+        while !*stopped.borrow() {
             let _ = workload(&url, 5).await;
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::select! {
+                _ = stopped.changed() => {}
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
         }
     });
-    tokio::select! {
-        served = serve(&addr, handle) => served?,
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    background.abort();
+    let served = tokio::select! {
+        served = serve(&addr, handle) => served,
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    };
+    // The workload round under way finishes (its workers shut their lockers down) rather than
+    // being dropped with locks held.
+    let _ = stop.send(true);
+    background.await?;
+    served?;
     Ok(())
 }

@@ -7,22 +7,33 @@
 
 use std::time::Duration;
 
-use locksmith::LockError;
+use locksmith::{LockError, Locker};
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
     let url = std::env::var("LOCKSMITH_URL").unwrap_or_else(|_| "mem://".to_owned());
     println!("backend: {url}");
     let workers = ["worker-a", "worker-b"].map(|who| tokio::spawn(work(url.clone(), who)));
+    // Both workers run to their end (and shut their lockers down) before an error is returned.
+    let mut result = Ok(());
     for worker in workers {
-        worker.await.expect("worker panicked")?;
+        result = result.and(worker.await.expect("worker panicked"));
     }
-    Ok(())
+    result
 }
 
 /// One worker, as a separate process would be: its own connection, three turns at the lock.
 async fn work(url: String, who: &'static str) -> Result<(), LockError> {
     let locker = locksmith::connect(&url).await?;
+    let result = turns(&locker, who).await;
+    // Before returning: releases what an early `?` dropped and ends the session, so the lock is
+    // free at once rather than after its TTL.
+    locker.shutdown().await?;
+    result
+}
+
+/// Three turns at the lock.
+async fn turns(locker: &Locker, who: &str) -> Result<(), LockError> {
     for turn in 1..=3 {
         let guard = locker
             .lock("quickstart/orders")

@@ -37,60 +37,84 @@ pub async fn share_config(url: &str, name: &str, readers: usize, rounds: usize) 
     let version = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..readers {
-        let config = locksmith::connect(url).await?.rwlock(name);
-        let (r, w, most, mixed) = (
+        let (url, name, r, w, most, mixed) = (
+            url.to_owned(),
+            name.to_owned(),
             inside_readers.clone(),
             inside_writer.clone(),
             most.clone(),
             mixed.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            for _ in 0..rounds {
-                let read = config.read().timeout(Duration::from_secs(60)).acquire().await?;
-                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                if w.load(Ordering::SeqCst) > 0 {
-                    mixed.fetch_add(1, Ordering::SeqCst);
+            let locker = locksmith::connect(&url).await?;
+            let config = locker.rwlock(&name);
+            let reads = async {
+                for _ in 0..rounds {
+                    let read = config.read().timeout(Duration::from_secs(60)).acquire().await?;
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    if w.load(Ordering::SeqCst) > 0 {
+                        mixed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await; // reading the configuration
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    read.release().await?;
                 }
-                tokio::time::sleep(Duration::from_millis(10)).await; // reading the configuration
-                r.fetch_sub(1, Ordering::SeqCst);
-                read.release().await?;
-            }
-            Ok::<Vec<u64>, LockError>(Vec::new())
+                Ok::<Vec<u64>, LockError>(Vec::new())
+            };
+            let result = reads.await;
+            // Before the reader ends: releases what an early `?` dropped and ends the session, so
+            // the lock is free at once rather than after its TTL.
+            locker.shutdown().await?;
+            result
         }));
     }
-    let config = locksmith::connect(url).await?.rwlock(name);
-    let (r, w, seen_mixed, version) = (
+    let (url, name, r, w, seen_mixed, version) = (
+        url.to_owned(),
+        name.to_owned(),
         inside_readers.clone(),
         inside_writer.clone(),
         mixed.clone(),
         version.clone(),
     );
     tasks.push(tokio::spawn(async move {
-        let mut versions = Vec::new();
-        for _ in 0..rounds {
-            let write = config.write().timeout(Duration::from_secs(60)).acquire().await?;
-            w.fetch_add(1, Ordering::SeqCst);
-            if r.load(Ordering::SeqCst) > 0 {
-                seen_mixed.fetch_add(1, Ordering::SeqCst);
+        let locker = locksmith::connect(&url).await?;
+        let config = locker.rwlock(&name);
+        let writes = async {
+            let mut versions = Vec::new();
+            for _ in 0..rounds {
+                let write = config.write().timeout(Duration::from_secs(60)).acquire().await?;
+                w.fetch_add(1, Ordering::SeqCst);
+                if r.load(Ordering::SeqCst) > 0 {
+                    seen_mixed.fetch_add(1, Ordering::SeqCst);
+                }
+                // Writing the configuration, stamped with the writer's fencing token: storage
+                // that keeps the highest version it saw rejects a stale writer.
+                version.fetch_max(write.fencing_token(), Ordering::SeqCst);
+                versions.push(write.fencing_token());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                w.fetch_sub(1, Ordering::SeqCst);
+                write.release().await?;
             }
-            // Writing the configuration, stamped with the writer's fencing token: storage that
-            // keeps the highest version it saw rejects a stale writer.
-            version.fetch_max(write.fencing_token(), Ordering::SeqCst);
-            versions.push(write.fencing_token());
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            w.fetch_sub(1, Ordering::SeqCst);
-            write.release().await?;
-        }
-        Ok(versions)
+            Ok(versions)
+        };
+        let result = writes.await;
+        locker.shutdown().await?; // as the readers do
+        result
     }));
+    // Every task runs to its end (and shuts its locker down) before an error is returned.
     let mut report = Report::default();
+    let mut result = Ok(());
     for task in tasks {
-        let versions = task
+        let joined = task
             .await
-            .map_err(|e| LockError::Protocol(format!("task panicked: {e}")))??;
-        report.versions.extend(versions);
+            .map_err(|e| LockError::Protocol(format!("task panicked: {e}")));
+        match joined.and_then(|task| task) {
+            Ok(versions) => report.versions.extend(versions),
+            Err(e) => result = result.and(Err(e)),
+        }
     }
+    result?;
     report.most_readers = most.load(Ordering::SeqCst);
     report.mixed = mixed.load(Ordering::SeqCst) > 0;
     Ok(report)

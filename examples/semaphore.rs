@@ -40,35 +40,53 @@ pub async fn call_api(
     let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for _ in 0..workers {
-        let locker = locksmith::connect(url).await?;
-        let (name, in_flight, most, tokens) = (name.to_owned(), in_flight.clone(), most.clone(), tokens.clone());
+        let (url, name, in_flight, most, tokens) = (
+            url.to_owned(),
+            name.to_owned(),
+            in_flight.clone(),
+            most.clone(),
+            tokens.clone(),
+        );
         tasks.push(tokio::spawn(async move {
-            for _ in 0..calls_each {
-                let permit = locker
-                    .semaphore(&name, permits)
-                    .ttl(Duration::from_secs(10))
-                    .timeout(Duration::from_secs(60))
-                    .acquire()
-                    .await?;
-                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                tokens
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(permit.fencing_token());
-                // The API call. A real one would send the permit's fencing token along, and stop
-                // if `permit.lost()` fires.
-                tokio::time::sleep(Duration::from_millis(30)).await;
-                in_flight.fetch_sub(1, Ordering::SeqCst);
-                permit.release().await?;
-            }
-            Ok::<(), LockError>(())
+            let locker = locksmith::connect(&url).await?;
+            let calls = async {
+                for _ in 0..calls_each {
+                    let permit = locker
+                        .semaphore(&name, permits)
+                        .ttl(Duration::from_secs(10))
+                        .timeout(Duration::from_secs(60))
+                        .acquire()
+                        .await?;
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokens
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(permit.fencing_token());
+                    // The API call. A real one would send the permit's fencing token along, and
+                    // stop if `permit.lost()` fires.
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().await?;
+                }
+                Ok::<(), LockError>(())
+            };
+            let result = calls.await;
+            // Before the worker ends: releases what an early `?` dropped and ends the session, so
+            // the permit is free at once rather than after its TTL.
+            locker.shutdown().await?;
+            result
         }));
     }
+    // Every worker runs to its end (and shuts its locker down) before an error is returned.
+    let mut result = Ok(());
     for task in tasks {
-        task.await
-            .map_err(|e| LockError::Protocol(format!("worker panicked: {e}")))??;
+        let joined = task
+            .await
+            .map_err(|e| LockError::Protocol(format!("worker panicked: {e}")));
+        result = result.and(joined.and_then(|worker| worker));
     }
+    result?;
     let tokens = tokens.lock().unwrap_or_else(|e| e.into_inner()).clone();
     Ok(Report {
         most_at_once: most.load(Ordering::SeqCst),

@@ -38,39 +38,58 @@ pub async fn contend(url: &str, name: &str, workers: usize, rounds: usize) -> Re
     let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for _ in 0..workers {
-        let locker = locksmith::connect(url).await?;
-        let (inside, max_inside, tokens, name) = (inside.clone(), max_inside.clone(), tokens.clone(), name.to_owned());
+        let (url, inside, max_inside, tokens, name) = (
+            url.to_owned(),
+            inside.clone(),
+            max_inside.clone(),
+            tokens.clone(),
+            name.to_owned(),
+        );
         tasks.push(tokio::spawn(async move {
-            let mut ttl = Duration::ZERO;
-            for _ in 0..rounds {
-                let guard = locker
-                    .lock(&name)
-                    .ttl(Duration::from_secs(5))
-                    .timeout(Duration::from_secs(60))
-                    .acquire()
-                    .await?;
-                ttl = guard.ttl();
-                let now_inside = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                max_inside.fetch_max(now_inside, Ordering::SeqCst);
-                tokens
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(guard.fencing_token());
-                tokio::time::sleep(Duration::from_millis(5)).await; // the guarded work
-                inside.fetch_sub(1, Ordering::SeqCst);
-                guard.release().await?;
-            }
-            Ok::<_, LockError>((locker.backend().kind(), ttl))
+            let locker = locksmith::connect(&url).await?;
+            let work = async {
+                let mut ttl = Duration::ZERO;
+                for _ in 0..rounds {
+                    let guard = locker
+                        .lock(&name)
+                        .ttl(Duration::from_secs(5))
+                        .timeout(Duration::from_secs(60))
+                        .acquire()
+                        .await?;
+                    ttl = guard.ttl();
+                    let now_inside = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_inside.fetch_max(now_inside, Ordering::SeqCst);
+                    tokens
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(guard.fencing_token());
+                    tokio::time::sleep(Duration::from_millis(5)).await; // the guarded work
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await?;
+                }
+                Ok::<_, LockError>((locker.backend().kind(), ttl))
+            };
+            let result = work.await;
+            // Before the worker ends: releases what an early `?` dropped and ends the session, so
+            // the lock is free at once rather than after its TTL.
+            locker.shutdown().await?;
+            result
         }));
     }
+    // Every worker runs to its end (and shuts its locker down) before an error is returned.
     let mut backend = "";
     let mut effective_ttl = Duration::ZERO;
+    let mut result = Ok(());
     for task in tasks {
         let joined = task
             .await
-            .map_err(|e| LockError::Protocol(format!("worker panicked: {e}")))?;
-        (backend, effective_ttl) = joined?;
+            .map_err(|e| LockError::Protocol(format!("worker panicked: {e}")));
+        match joined.and_then(|worker| worker) {
+            Ok(seen) => (backend, effective_ttl) = seen,
+            Err(e) => result = result.and(Err(e)),
+        }
     }
+    result?;
     let tokens = std::mem::take(&mut *tokens.lock().unwrap_or_else(|e| e.into_inner()));
     Ok(Summary {
         backend,
