@@ -121,40 +121,18 @@ impl LockBackend for RedisBackend {
         }
     }
 
+    /// Runs the release script (on every server of a quorum). Cancel-safe: dropped before it
+    /// finished (a request timeout, a lost connection; on a Cluster its first poll sends
+    /// nothing), the release is run again in the background (a [`lockcore::cleanup::spawn`]),
+    /// so the key goes now rather than after its TTL.
     async fn release(&self, lease: &Lease) -> Result<()> {
-        if lease.kind != LockKind::Mutex {
-            self.inner.check_family(lease.kind.family())?;
-            let keys = self.inner.kind_keys(lease.kind.family(), &lease.name);
-            let entry = entry(&lease.kind, &lease.holder_id);
-            return match self.inner.nodes[0].release_kind(&keys, &entry).await? {
-                true => Ok(()),
-                false => Err(LockError::not_held(lease.name.as_str())),
-            };
-        }
-        let keys = self.inner.keys(&lease.name);
-        let quorum = self.inner.config.quorum();
-        let results = fan_out(
-            &self.inner.nodes,
-            |_, n| n.release(&keys, &lease.holder_id),
-            |answers| counts(answers).1 >= quorum,
-        )
-        .await;
-        let results = results.into_iter().flatten();
-        let mut first_error = None;
-        let mut released = false;
-        for r in results {
-            match r {
-                Ok(r) => released |= r,
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match (released, first_error) {
-            (true, _) => Ok(()),
-            (false, Some(e)) => Err(e),
-            (false, None) => Err(LockError::not_held(lease.name.as_str())),
-        }
+        let mut again = ReleaseAgain {
+            inner: self.inner.clone(),
+            lease: Some(lease.clone()),
+        };
+        let result = release(&self.inner, lease).await;
+        again.lease = None; // finished: nothing to do again
+        result
     }
 
     /// Each server gets the whole batch as one `RENEW_MANY` script call per 500 leases of one
@@ -349,6 +327,69 @@ impl fmt::Debug for RedisBackend {
             .field("layout", &self.inner.config.layout)
             .field("prefix", &self.inner.config.prefix)
             .finish()
+    }
+}
+
+/// The release of `lease`: the backend's `release` without its clean-up guard.
+async fn release(inner: &Inner, lease: &Lease) -> Result<()> {
+    if lease.kind != LockKind::Mutex {
+        inner.check_family(lease.kind.family())?;
+        let keys = inner.kind_keys(lease.kind.family(), &lease.name);
+        let entry = entry(&lease.kind, &lease.holder_id);
+        return match inner.nodes[0].release_kind(&keys, &entry).await? {
+            true => Ok(()),
+            false => Err(LockError::not_held(lease.name.as_str())),
+        };
+    }
+    let keys = inner.keys(&lease.name);
+    let quorum = inner.config.quorum();
+    let results = fan_out(
+        &inner.nodes,
+        |_, n| n.release(&keys, &lease.holder_id),
+        |answers| counts(answers).1 >= quorum,
+    )
+    .await;
+    let results = results.into_iter().flatten();
+    let mut first_error = None;
+    let mut released = false;
+    for r in results {
+        match r {
+            Ok(r) => released |= r,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match (released, first_error) {
+        (true, _) => Ok(()),
+        (false, Some(e)) => Err(e),
+        (false, None) => Err(LockError::not_held(lease.name.as_str())),
+    }
+}
+
+/// A release in flight: dropped while it still holds its lease (the call was cancelled before it
+/// finished), it runs the release again in the background.
+struct ReleaseAgain {
+    inner: Arc<Inner>,
+    lease: Option<Lease>,
+}
+
+impl Drop for ReleaseAgain {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else { return };
+        let inner = self.inner.clone();
+        let name = lease.name.clone();
+        let spawned = lockcore::cleanup::spawn(async move {
+            match release(&inner, &lease).await {
+                Ok(()) => tracing::debug!(lock = %lease.name, "released in the background after a cancelled release"),
+                Err(e) => {
+                    tracing::debug!(lock = %lease.name, error = %e, "background release after a cancelled release")
+                }
+            }
+        });
+        if !spawned {
+            tracing::warn!(lock = %name, "release cancelled outside a runtime; the key expires after its TTL");
+        }
     }
 }
 

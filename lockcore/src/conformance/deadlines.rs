@@ -235,8 +235,9 @@ async fn release_cut_off_and_lost<F, Fut>(
         Level::Backend => {
             let lease = guard.abandon();
             let backend = locker.backend().clone();
-            let mut release = std::pin::pin!(backend.release(&lease));
+            let mut release = backend.release(&lease);
             let _ = std::future::poll_fn(|cx| std::task::Poll::Ready(release.as_mut().poll(cx).is_ready())).await;
+            drop(release); // cut off after its first poll
         }
     }
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -96,7 +96,7 @@ pub async fn backend_release_cancelled_releases(h: &impl Harness) {
         .expect("acquire other");
     let lease = a.lock(&name).acquire().await.expect("acquire").abandon();
     let backend = a.backend().clone();
-    let mut release = std::pin::pin!(backend.release(&lease));
+    let mut release = backend.release(&lease);
     // One poll sends what the backend sends first; then the call is dropped.
     let polled = futures_poll_once(release.as_mut()).await;
     drop(release);
