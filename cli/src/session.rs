@@ -219,6 +219,24 @@ impl Session {
         }
     }
 
+    /// Runs `call`, a read of the backend's (`inspect`, `list`, `leader`), within what is left of
+    /// `--timeout` (without limit when none was given); past it, exit 3.
+    pub async fn within_timeout<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, locksmith::LockError>>,
+    ) -> Result<T, Failure> {
+        let Some(left) = self.time_left() else {
+            return Ok(call.await?);
+        };
+        match tokio::time::timeout(left, call).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(Failure::new(
+                UNAVAILABLE,
+                format!("backend unavailable: no answer within {} (--timeout)", human(left)),
+            )),
+        }
+    }
+
     /// The time left until `--timeout` runs out (`None`: no limit; zero: it has run out).
     pub fn time_left(&self) -> Option<Duration> {
         self.deadline().map(|d| d.saturating_duration_since(Instant::now()))

@@ -4,7 +4,7 @@
 use locksmith::{Family, HolderInfo, Leader, LockError, Locker};
 use serde_json::{json, Value};
 
-use crate::exit::{Failure, UNAVAILABLE};
+use crate::exit::Failure;
 use crate::output::{human, millis};
 use crate::session::Session;
 
@@ -39,18 +39,7 @@ impl KindReport {
 pub async fn inspect(session: &Session, name: &str) -> Result<u8, Failure> {
     session.reject_ttl("inspect")?;
     let locker = session.connect().await?;
-    let reports = match session.time_left() {
-        None => report(&locker, name).await?,
-        Some(left) => match tokio::time::timeout(left, report(&locker, name)).await {
-            Ok(reports) => reports?,
-            Err(_) => {
-                return Err(Failure::new(
-                    UNAVAILABLE,
-                    format!("backend unavailable: no answer within {} (--timeout)", human(left)),
-                ))
-            }
-        },
-    };
+    let reports = session.within_timeout(report(&locker, name)).await?;
     for kind in &reports {
         session
             .out

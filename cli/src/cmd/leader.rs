@@ -4,8 +4,7 @@ use locksmith::Leader;
 use serde_json::json;
 
 use crate::args::LeaderArgs;
-use crate::exit::{Failure, NOT_ACQUIRED, UNAVAILABLE};
-use crate::output::human;
+use crate::exit::{Failure, NOT_ACQUIRED};
 use crate::session::Session;
 use crate::signals::Signals;
 
@@ -21,18 +20,7 @@ pub async fn leader(session: &Session, args: &LeaderArgs) -> Result<u8, Failure>
     };
     let election = locker.election(&args.name);
     if !args.follow {
-        let leader = match session.time_left() {
-            None => election.leader().await?,
-            Some(left) => match tokio::time::timeout(left, election.leader()).await {
-                Ok(leader) => leader?,
-                Err(_) => {
-                    return Err(Failure::new(
-                        UNAVAILABLE,
-                        format!("backend unavailable: no answer within {} (--timeout)", human(left)),
-                    ))
-                }
-            },
-        };
+        let leader = session.within_timeout(election.leader()).await?;
         print(session, &args.name, leader.as_ref());
         return Ok(if leader.is_some() { 0 } else { NOT_ACQUIRED });
     }

@@ -3,8 +3,7 @@
 use serde_json::json;
 
 use crate::cmd::inspect::split;
-use crate::exit::{Failure, UNAVAILABLE};
-use crate::output::human;
+use crate::exit::Failure;
 use crate::session::Session;
 
 /// The header of the text output (tab-separated, like its lines).
@@ -17,18 +16,7 @@ pub const HEADER: &str = "NAME\tKIND\tHOLDERS\tWAITERS";
 pub async fn list(session: &Session, prefix: &str) -> Result<u8, Failure> {
     session.reject_ttl("list")?;
     let locker = session.connect().await?;
-    let locks = match session.time_left() {
-        None => locker.list(prefix).await?,
-        Some(left) => match tokio::time::timeout(left, locker.list(prefix)).await {
-            Ok(locks) => locks?,
-            Err(_) => {
-                return Err(Failure::new(
-                    UNAVAILABLE,
-                    format!("backend unavailable: no answer within {} (--timeout)", human(left)),
-                ))
-            }
-        },
-    };
+    let locks = session.within_timeout(locker.list(prefix)).await?;
     if !locks.is_empty() && !session.out.json {
         session.out.result(HEADER, json!(null));
     }
