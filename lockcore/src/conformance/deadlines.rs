@@ -236,7 +236,7 @@ async fn release_cut_off_and_lost<F, Fut>(
             let lease = guard.abandon();
             let backend = locker.backend().clone();
             let mut release = backend.release(&lease);
-            let _ = std::future::poll_fn(|cx| std::task::Poll::Ready(release.as_mut().poll(cx).is_ready())).await;
+            super::lifecycle::poll_once(release.as_mut()).await;
             drop(release); // cut off after its first poll
         }
     }

@@ -98,7 +98,7 @@ pub async fn backend_release_cancelled_releases(h: &impl Harness) {
     let backend = a.backend().clone();
     let mut release = backend.release(&lease);
     // One poll sends what the backend sends first; then the call is dropped.
-    let polled = futures_poll_once(release.as_mut()).await;
+    let polled = poll_once(release.as_mut()).await;
     drop(release);
     tracing::debug!(finished = polled, "backend release dropped after one poll");
     // Not waiting for a TTL: the abandoned lease would expire after its TTL anyway, and the other
@@ -116,7 +116,7 @@ pub async fn backend_release_cancelled_releases(h: &impl Harness) {
 }
 
 /// Polls `fut` once; `true` if it finished.
-async fn futures_poll_once<F: Future + Unpin>(mut fut: F) -> bool {
+pub(crate) async fn poll_once<F: Future + Unpin>(mut fut: F) -> bool {
     std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut fut).poll(cx).is_ready())).await
 }
 
