@@ -211,6 +211,12 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 /// [`LockBackend::request_timeout`]).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Releases `lease` within the backend's request timeout (see [`bounded`]); `what` says which
+/// release it is in the error.
+pub(crate) async fn bounded_release(backend: &dyn LockBackend, what: &str, lease: &Lease) -> Result<()> {
+    bounded(backend, what, backend.request_timeout(), backend.release(lease)).await
+}
+
 /// Runs one backend call within `limit`; past it, [`crate::LockError::Unavailable`] saying what was
 /// being done. The call is dropped then, which every backend call tolerates (cancellation safety).
 pub(crate) async fn bounded<T>(

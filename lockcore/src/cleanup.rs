@@ -77,26 +77,23 @@ pub fn spawn<F>(task: F) -> bool
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return false;
-    };
     match SCOPE.try_with(Scope::clone) {
         Ok(scope) => {
-            let counted = (scope.locker.enter(), scope.call.as_ref().map(Tally::enter));
-            let inner = Scope {
-                locker: scope.locker,
-                call: None,
-            };
-            handle.spawn(SCOPE.scope(inner, async move {
-                let _counted = counted;
+            let call = scope.call.as_ref().map(Tally::enter);
+            spawn_in(&scope.locker, async move {
+                let _call = call;
                 task.await;
-            }));
+            })
+            .is_some()
         }
-        Err(_) => {
-            handle.spawn(task);
-        }
+        Err(_) => match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(task);
+                true
+            }
+            Err(_) => false,
+        },
     }
-    true
 }
 
 /// Runs `call` so that the clean-up it spawns is counted in `locker` and in a tally of the call's

@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use tokio::time::Instant;
 
-use crate::backend::bounded;
+use crate::backend::bounded_release;
 use crate::error::Result;
 use crate::lease::{Lease, LostReason};
 use crate::locker::Locker;
@@ -143,8 +143,7 @@ impl LockGuard {
         let lease = self.lease.clone();
         let labels = self.labels.clone();
         let release = async move {
-            let limit = backend.request_timeout();
-            let result = bounded(backend.as_ref(), "releasing the lock", limit, backend.release(&lease)).await;
+            let result = bounded_release(backend.as_ref(), "releasing the lock", &lease).await;
             labels.released(&result);
             match &result {
                 Ok(()) => tracing::info!(fencing_token = lease.fencing_token, "released"),
@@ -192,8 +191,7 @@ impl Drop for LockGuard {
             return; // released by Locker::shutdown
         }
         let release = async move {
-            let limit = backend.request_timeout();
-            let result = bounded(backend.as_ref(), "releasing the lock", limit, backend.release(&lease)).await;
+            let result = bounded_release(backend.as_ref(), "releasing the lock", &lease).await;
             labels.released(&result);
             match result {
                 Ok(()) => tracing::debug!(lock = %lease.name, "released on drop"),

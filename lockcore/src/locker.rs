@@ -250,25 +250,8 @@ impl Locker {
         if !life.closed.send_replace(true) {
             tracing::info!(backend = backend.kind(), "shutting the locker down");
         }
-        let leases = self.inner.watchdog.drain();
-        for lease in leases {
-            if lease.lost.fire(crate::LostReason::Shutdown) {
-                tracing::info!(lock = %lease.name, fencing_token = lease.fencing_token, "releasing at shutdown");
-            }
-            let backend = backend.clone();
-            crate::cleanup::spawn_in(&life.tally, async move {
-                let limit = backend.request_timeout();
-                let release = bounded(
-                    backend.as_ref(),
-                    "releasing at shutdown",
-                    limit,
-                    backend.release(&lease),
-                );
-                if let Err(e) = release.await {
-                    tracing::warn!(lock = %lease.name, error = %e, "release at shutdown failed; the lock expires after its TTL");
-                }
-            });
-        }
+        // Every guard still held: lost, then released (a clean-up the wait below includes).
+        self.inner.watchdog.end_all(crate::LostReason::Shutdown);
         let settled = tokio::time::timeout_at(deadline, life.tally.idle()).await.is_ok();
         let left = deadline.saturating_duration_since(Instant::now());
         let ended = bounded(backend.as_ref(), "ending the session", left, backend.shutdown()).await;

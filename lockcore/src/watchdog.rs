@@ -128,9 +128,12 @@ impl Watchdog {
         self.shared.lock().entries.remove(&id);
     }
 
-    /// Stops renewing every lease and returns them (for [`crate::Locker::shutdown`]).
-    pub(crate) fn drain(&self) -> Vec<Lease> {
-        self.shared.lock().entries.drain().map(|(_, e)| e.lease).collect()
+    /// Ends every lease for `reason` (see [`end_lease`]): for [`crate::Locker::shutdown`].
+    pub(crate) fn end_all(&self, reason: LostReason) {
+        let leases: Vec<Lease> = self.shared.lock().entries.drain().map(|(_, e)| e.lease).collect();
+        for lease in leases {
+            end_lease(&self.shared, lease, reason.clone());
+        }
     }
 
     /// How many leases are being renewed (for tests and metrics).
@@ -310,26 +313,31 @@ enum Renewal {
 }
 
 fn fire_lost(lease: &Lease, reason: LostReason) {
+    let shutdown = reason == LostReason::Shutdown;
     if lease.lost.fire(reason.clone()) {
-        tracing::warn!(lock = %lease.name, fencing_token = lease.fencing_token, %reason, "lock lost");
+        if shutdown {
+            tracing::info!(lock = %lease.name, fencing_token = lease.fencing_token, "releasing at shutdown");
+        } else {
+            tracing::warn!(lock = %lease.name, fencing_token = lease.fencing_token, %reason, "lock lost");
+        }
     }
 }
 
-/// Fires the lost signal and releases in the background whatever may still be ours on the server.
+/// Fires the lost signal and releases in the background (a clean-up of the Locker, which
+/// [`crate::Locker::shutdown`] waits for) whatever may still be ours on the server.
 fn end_lease(shared: &Shared, lease: Lease, reason: LostReason) {
     let backend = shared.backend.clone();
     // Fire first: the holder must stop acting as one before the lock can pass to someone else.
     fire_lost(&lease, reason);
     crate::cleanup::spawn_in(&shared.tally, async move {
-        let limit = backend.request_timeout();
-        let release = crate::backend::bounded(
-            backend.as_ref(),
-            "releasing a lost lock",
-            limit,
-            backend.release(&lease),
-        );
-        if let Err(e) = release.await {
-            tracing::debug!(lock = %lease.name, error = %e, "release after loss found nothing to release");
+        match crate::backend::bounded_release(backend.as_ref(), "releasing a lost lock", &lease).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_held() => {
+                tracing::debug!(lock = %lease.name, error = %e, "release after loss found nothing to release");
+            }
+            Err(e) => {
+                tracing::warn!(lock = %lease.name, error = %e, "release after loss failed; the lock expires after its TTL");
+            }
         }
     });
 }
