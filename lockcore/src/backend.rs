@@ -179,7 +179,8 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Ends this backend's session or connections, once [`crate::Locker::shutdown`] has released
     /// every lock of the locker and waited for its clean-up: etcd revokes its session lease,
-    /// ZooKeeper closes its session, so that nothing of this process outlives it on the server.
+    /// ZooKeeper deletes every node its session still has, so that nothing of this process
+    /// outlives it on the server.
     /// The backend takes no more requests afterwards. Bounded by the request timeout. Default:
     /// nothing to end.
     async fn shutdown(&self) -> Result<()> {

@@ -204,7 +204,8 @@ impl Locker {
     /// leaves its queue); every guard still held is lost ([`crate::LostReason::Shutdown`]) and
     /// released; the clean-up still running in the background (releases of dropped guards,
     /// cancelled acquires leaving their queues) is waited for; then the backend ends its session
-    /// ([`LockBackend::shutdown`]: etcd revokes its lease, ZooKeeper closes its session). Other
+    /// ([`LockBackend::shutdown`]: etcd revokes its lease, ZooKeeper deletes every node its session
+    /// still has and opens no new session). Other
     /// processes can take the locks as soon as it returns, instead of after their TTL.
     ///
     /// Without it, a process that ends right after dropping a guard (an early `?`) or giving up on
@@ -217,8 +218,9 @@ impl Locker {
     ///
     /// # Errors
     ///
-    /// [`LockError::Unavailable`] if the backend did not confirm everything within its request
-    /// timeout: what was not confirmed expires after its TTL, as after a crash.
+    /// [`LockError::Unavailable`] if clean-up was still running when the request timeout passed,
+    /// or the backend could not end its session. A release that failed is logged, not returned:
+    /// its lock expires after its TTL, as after a crash.
     ///
     /// # Cancel safety
     ///
