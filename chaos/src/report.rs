@@ -290,7 +290,12 @@ impl Report {
             report.load = extras::load(&singles, args.quick).await;
         }
         if args.wants("soak") {
-            report.soak = extras::soak(&singles, args.quick).await;
+            // The same servers, with the soak's TTL in their URLs (etcd's and ZooKeeper's session).
+            let soak_targets: Vec<Target> = targets::all(extras::SOAK_TTL)?
+                .into_iter()
+                .filter(|t| singles.iter().any(|s| s.id() == t.id()))
+                .collect();
+            report.soak = extras::soak(&soak_targets.iter().collect::<Vec<_>>(), args.quick).await;
         }
         if args.wants("bad-input") {
             report.bad_input = extras::bad_input(&singles).await;

@@ -271,9 +271,11 @@ pub fn page(r: &Report) -> String {
         let _ = writeln!(out, "## Soak: many locks held for long\n");
         let _ = writeln!(
             out,
-            "One process holds the locks of every backend at once. *Requests/min* is the server's \
-             (server-wide) in the first and the last sampling interval: renewal traffic must stay \
-             flat. RSS is the one driver process with all soaks in it.\n"
+            "One process holds the locks of every backend at once (taken one backend after the \
+             other, with {:?} leases). *Requests/min* is the server's (server-wide) in the first and \
+             the last sampling interval: renewal traffic must stay flat. RSS is the one driver \
+             process with all soaks in it.\n",
+            super::SOAK_TTL
         );
         let rows = r
             .soak

@@ -10,4 +10,4 @@ mod soak;
 pub use bad_input::{bad_input, BadInput};
 pub use leaks::{leaks, Leak};
 pub use load::{load, Load};
-pub use soak::{soak, Soak};
+pub use soak::{soak, Soak, SOAK_TTL};
