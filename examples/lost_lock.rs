@@ -13,7 +13,8 @@
 
 use std::time::Duration;
 
-use locksmith::{BackendUrl, LockError, LockGuard, LockName, Locker, LostReason, MemoryBackend};
+use locksmith::driver::{BackendUrl, LockName};
+use locksmith::{LockError, LockGuard, Locker, LostReason, MemoryBackend};
 
 /// How the guarded work ended.
 #[derive(Debug)]

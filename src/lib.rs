@@ -43,9 +43,27 @@
 
 #![warn(missing_docs)]
 
-pub use lockcore::*;
+// The application's API, item by item (the backend author's API stays under `driver`).
+/// The backend author's API (see `lockcore::driver`): for writing a backend, not for using one.
+/// Its items are not at the root:
+///
+/// ```compile_fail
+/// use locksmith::LockRequest; // a backend receives it; an application never builds one
+/// ```
+///
+/// ```
+/// use locksmith::driver::{LockBackend, LockRequest};
+/// ```
+pub use lockcore::driver;
+pub use lockcore::{
+    metrics, BoxError, Campaign, Dual, Election, Family, HolderInfo, Leader, LeaderGuard, LeaderWatch, ListedLock,
+    LockBuilder, LockError, LockGuard, LockInfo, LockKind, Locker, LostReason, MemoryBackend, Result, RwLock,
+    DEFAULT_TTL, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_VALUE_LEN, MIN_TTL,
+};
 
 use std::time::Duration;
+
+use lockcore::driver::{BackendUrl, Descriptor, TtlScope};
 
 /// The registry: every backend the facade knows, with its Cargo feature and URL schemes (checked
 /// against the backend's own [`Descriptor`] in the tests). A new backend is one line here.

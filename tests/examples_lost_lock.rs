@@ -76,7 +76,7 @@ async fn work_stops_when_the_redis_key_is_deleted() {
     let guard = locker.lock(&name).ttl(Duration::from_secs(2)).acquire().await.unwrap();
     let key = format!(
         "locksmith:{{{}}}:lock",
-        locksmith::LockName::new(&name).unwrap().encoded()
+        locksmith::driver::LockName::new(&name).unwrap().encoded()
     );
     let operator = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;

@@ -81,7 +81,7 @@ async fn step1_old_and_new_see_each_others_keys() {
     );
     let info = new
         .backend()
-        .inspect(&locksmith::LockName::new(&name).unwrap())
+        .inspect(&locksmith::driver::LockName::new(&name).unwrap())
         .await
         .unwrap();
     assert_eq!(
@@ -131,7 +131,7 @@ async fn step2_dual_token_is_the_new_backends_and_rollback_frees_redis() {
         let guard = dual.lock(&name).acquire().await.unwrap();
         let shown = new_only
             .backend()
-            .inspect(&locksmith::LockName::new(&name).unwrap())
+            .inspect(&locksmith::driver::LockName::new(&name).unwrap())
             .await
             .unwrap();
         if let Some(token) = shown.holder.and_then(|h| h.fencing_token) {

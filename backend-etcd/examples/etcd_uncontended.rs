@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
-use lockcore::BackendUrl;
+use lockcore::driver::BackendUrl;
 use tokio::time::Instant;
 
 fn report(what: &str, mut samples: Vec<Duration>) {
@@ -59,8 +59,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let after = backend.stats();
     report("locksmith acquire + release", samples);
     // The backend alone, without the Locker (its watchdog registration and guard).
-    use lockcore::LockBackend;
-    let req = lockcore::LockRequest::mutex(lockcore::LockName::new(&name)?, Duration::from_secs(10));
+    use lockcore::driver::LockBackend;
+    let req = lockcore::driver::LockRequest::mutex(lockcore::driver::LockName::new(&name)?, Duration::from_secs(10));
     let mut bare = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let t = Instant::now();

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lockcore::BackendUrl;
+use lockcore::driver::BackendUrl;
 use tokio::time::Instant;
 
 #[tokio::main]

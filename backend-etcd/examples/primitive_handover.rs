@@ -9,7 +9,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use lockcore::{BackendUrl, LeaderGuard, LockGuard, Locker, Result};
+use lockcore::driver::BackendUrl;
+use lockcore::{LeaderGuard, LockGuard, Locker, Result};
 use tokio::time::Instant;
 
 fn report(what: &str, mut samples: Vec<Duration>) {

@@ -9,10 +9,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{
-    async_trait, HolderInfo, Leader, LeaderWatch, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest,
-    LostSignal, Outage, Result, Role,
-};
+use lockcore::driver::{async_trait, Lease, LockBackend, LockName, LockRequest, LostSignal, Outage, Role};
+use lockcore::{HolderInfo, Leader, LeaderWatch, LockError, LockInfo, Result};
 use tokio::time::Instant;
 
 use crate::cleanup::PendingKey;

@@ -140,10 +140,10 @@ pub(crate) fn delete_in_background(session: Arc<Session>, key: String, rev: i64,
 /// Deletes `target` of `key` in a background task, retrying while etcd is unreachable and the
 /// key's lease is still the session's. `slot` is freed only afterwards, so that no later attempt of
 /// this session re-creates the key name before it is gone. The task is a
-/// [`lockcore::cleanup::spawn`]: the call that dropped the key, and `Locker::shutdown`, wait for it.
+/// [`lockcore::driver::cleanup::spawn`]: the call that dropped the key, and `Locker::shutdown`, wait for it.
 fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i64, slot: Option<Slot>) {
     let what = key.clone();
-    let spawned = lockcore::cleanup::spawn(async move {
+    let spawned = lockcore::driver::cleanup::spawn(async move {
         let rev = match target {
             Target::Rev(rev) => Some(rev),
             Target::Any => None,
@@ -204,7 +204,7 @@ mod tests {
     use etcd_client::PutOptions;
     use lockcore::conformance::proxy::{Mode, Proxy};
     use lockcore::conformance::{env_url, unique_name};
-    use lockcore::BackendUrl;
+    use lockcore::driver::BackendUrl;
 
     use crate::{Config, EtcdBackend};
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use lockcore::{BackendUrl, LockName, Result};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::Result;
 
 use crate::layout::Layout;
 
@@ -46,7 +47,7 @@ pub struct Config {
     /// URL, `password_file=` or `LOCKSMITH_PASSWORD`.
     pub credentials: Option<(String, String)>,
     /// TLS (`etcds://`), with its files read.
-    pub tls: Option<lockcore::url::TlsFiles>,
+    pub tls: Option<lockcore::driver::url::TlsFiles>,
     /// How keys are laid out.
     pub layout: Layout,
     /// The session TTL requested from the server, already rounded up to whole seconds.

@@ -2,12 +2,13 @@
 //! election's candidate — whose entry holds when it is first: the mutex's protocol (see the
 //! crate docs, *Algorithm and round trips*), with the kind's value in the key.
 //!
-//! An exclusive entry's standing depends only on its position ([`lockcore::queue::standing`]:
+//! An exclusive entry's standing depends only on its position ([`lockcore::driver::queue::standing`]:
 //! first, or after the entry just ahead of it, whatever that entry is), so it never reads the
 //! values of the queue: it joins with one transaction that reads the holder and its predecessor,
 //! and waits for its predecessor's deletion with a synced watch.
 
-use lockcore::{Lease, LockError, LockRequest, Outage, Result};
+use lockcore::driver::{Lease, LockRequest, Outage};
+use lockcore::{LockError, Result};
 use tokio::time::Instant;
 
 use crate::backend::{sleep_until_opt, EtcdBackend, Outcome};

@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use lockcore::{LostReason, LostSignal};
+use lockcore::driver::LostSignal;
+use lockcore::LostReason;
 use tokio::time::Instant;
 
 use crate::slots::Slot;

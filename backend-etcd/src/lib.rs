@@ -43,7 +43,7 @@
 //! TTL semantics follow from the shared lease:
 //! - etcd TTLs are whole seconds, and the server raises small ones to its minimum (1.5 × the
 //!   election timeout, i.e. 2 s with default settings). The effective TTL is what the server
-//!   granted, and every [`lockcore::Lease::ttl`] / `LockGuard::ttl()` reports it. **Asking for
+//!   granted, and every [`lockcore::driver::Lease::ttl`] / `LockGuard::ttl()` reports it. **Asking for
 //!   `ttl=300ms` gives 1 s after rounding, then the server minimum: 2 s on a default etcd.**
 //! - The per-lock TTL of `LockBuilder::ttl` is **ignored**: one session serves all locks, so all
 //!   locks of a `Locker` share the session TTL. Use separate `connect` calls (URLs with different
@@ -127,7 +127,7 @@
 //! Every kind is one queue per name, in a namespace of its own (`<namespace>/<name>.sem/`,
 //! `.rw/`, `.elect/`; see *Layouts*), one key per holder or waiter as for the mutex (same key
 //! names, same session lease, same clean-up of cancelled attempts, same `lost()` watch, same
-//! riding out of outages), granted by the one rule of [`lockcore::queue::standing`]. The value
+//! riding out of outages), granted by the one rule of [`lockcore::driver::queue::standing`]. The value
 //! says what an entry is: a permit's key holds the semaphore's permit count in decimal, a
 //! read-write lock's key `read` or `write`, a candidate's key its campaign value. The fencing
 //! token is the key's create revision, so tokens follow arrival, which is grant order: a writer's
@@ -219,7 +219,7 @@
 //!
 //! - **`default`**: `<namespace>/<name><family>/<lease id hex>-<n>`, where the namespace (the
 //!   URL path, `locksmith` when empty) and the name are each encoded into one segment without
-//!   `/` ([`lockcore::LockName::encoded`]) and `<family>` is nothing for a mutex, `.sem`,
+//!   `/` ([`lockcore::driver::LockName::encoded`]) and `<family>` is nothing for a mutex, `.sem`,
 //!   `.rw` or `.elect` ([`lockcore::Family::segment`]; an encoded name has no `.`, so the four
 //!   kinds of one name never share keys). No lock's prefix is a prefix of another's, in any
 //!   namespace: `a`, `a/b`, `ab` and `a/` are independent. Each live attempt has its own key, so
@@ -294,7 +294,8 @@ pub use config::{
 };
 pub use layout::Layout;
 
-use lockcore::{BackendUrl, Connecting, Descriptor, Locker, Result, TtlScope};
+use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use lockcore::{Locker, Result};
 
 #[allow(unused_imports)] // for the docs
 use lockcore::LockError;

@@ -7,8 +7,9 @@
 //! ([`crate::queue`]) reads two or three keys.
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
-use lockcore::queue::{standing, Standing};
-use lockcore::{Family, LockError, Result, Role};
+use lockcore::driver::queue::{standing, Standing};
+use lockcore::driver::Role;
+use lockcore::{Family, LockError, Result};
 
 use crate::conn::Conn;
 use crate::kinds::role_of;

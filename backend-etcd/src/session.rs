@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper};
-use lockcore::{LockError, LostSignal, Result};
+use lockcore::driver::LostSignal;
+use lockcore::{LockError, Result};
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -1,6 +1,6 @@
 //! The queue protocol of the kinds that share a lock — a semaphore's permits, a read-write lock's
 //! readers — whose standing depends on what the entries ahead of them are
-//! ([`lockcore::queue::standing`]), so they read the queue ahead with its values
+//! ([`lockcore::driver::queue::standing`]), so they read the queue ahead with its values
 //! ([`crate::line`]).
 //!
 //! - **acquire**: one transaction creates the key (value: the permit count, or `read`) and reads
@@ -19,8 +19,9 @@
 //! - A permit count that disagrees with an entry ahead: the key is deleted and the caller gets
 //!   [`lockcore::LockError::InvalidOption`].
 
-use lockcore::queue::holds_at_tail;
-use lockcore::{Family, Lease, LockError, LockRequest, Outage, Result, Role};
+use lockcore::driver::queue::holds_at_tail;
+use lockcore::driver::{Lease, LockRequest, Outage, Role};
+use lockcore::{Family, LockError, Result};
 use tokio::time::Instant;
 
 use crate::backend::{EtcdBackend, Outcome};

@@ -5,7 +5,8 @@ mod common;
 use std::time::Duration;
 
 use lockcore::conformance::unique_name;
-use lockcore::{BackendUrl, LockError};
+use lockcore::driver::BackendUrl;
+use lockcore::LockError;
 
 async fn connect(url: &str) -> lockcore::Result<lockcore::Locker> {
     common::init_tracing();

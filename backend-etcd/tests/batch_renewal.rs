@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use backend_etcd::{Config, EtcdBackend};
 use lockcore::conformance::unique_name;
-use lockcore::{BackendUrl, Locker};
+use lockcore::driver::BackendUrl;
+use lockcore::Locker;
 
 const LOCKS: usize = 300;
 

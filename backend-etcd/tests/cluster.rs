@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use lockcore::conformance::servers::{backends, OnDrop};
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockName, Locker};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::Locker;
 use tokio::time::Instant;
 
 const PATIENCE: Duration = Duration::from_secs(90);

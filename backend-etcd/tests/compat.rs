@@ -8,7 +8,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockError, LockName, Locker};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::{LockError, Locker};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 

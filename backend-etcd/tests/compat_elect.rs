@@ -10,7 +10,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockError, Locker};
+use lockcore::driver::BackendUrl;
+use lockcore::{LockError, Locker};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use lockcore::conformance::servers::{backends, OnDrop};
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockError, LostReason};
+use lockcore::driver::BackendUrl;
+use lockcore::{LockError, LostReason};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 

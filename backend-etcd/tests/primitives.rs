@@ -11,7 +11,8 @@ use std::time::Duration;
 use backend_etcd::{Config, EtcdBackend, EtcdStats};
 use lockcore::conformance::proxy::{Mode, Proxy};
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockGuard, LockName, Locker};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::{LockGuard, Locker};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 

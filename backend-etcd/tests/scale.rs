@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use backend_etcd::{Config, EtcdBackend};
 use lockcore::conformance::unique_name;
-use lockcore::{
-    async_trait, BackendUrl, Lease, LockBackend, LockGuard, LockInfo, LockName, LockRequest, Locker, Result,
-};
+use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use lockcore::{LockGuard, LockInfo, Locker, Result};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 

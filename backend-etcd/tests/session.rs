@@ -8,7 +8,8 @@ use std::time::Duration;
 use backend_etcd::{Layout, DEFAULT_NAMESPACE};
 use etcd_client::Client;
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockError, LockName, Locker, LostReason};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::{LockError, Locker, LostReason};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 

@@ -12,7 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use lockcore::{BackendUrl, Locker};
+use lockcore::driver::BackendUrl;
+use lockcore::Locker;
 
 const TTL: Duration = Duration::from_secs(30);
 const RELEASE: &str =
@@ -84,7 +85,7 @@ async fn locksmith(locker: &Locker, name: &str, ops: usize, timeout: bool) -> Re
 /// The backend alone, without the Locker (its watchdog registration and tracing spans).
 async fn direct(locker: &Locker, name: &str, ops: usize) -> Result<Vec<Duration>, Error> {
     let backend = locker.backend();
-    let req = lockcore::LockRequest::mutex(lockcore::LockName::new(name)?, TTL);
+    let req = lockcore::driver::LockRequest::mutex(lockcore::driver::LockName::new(name)?, TTL);
     let mut samples = Vec::with_capacity(ops);
     for i in 0..ops + ops / 10 {
         let t = Instant::now();

@@ -7,10 +7,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{
-    async_trait, BackendUrl, HolderInfo, Leader, LeaderWatch, Lease, LockBackend, LockError, LockInfo, LockKind,
-    LockName, LockRequest, Result,
-};
+use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use lockcore::{HolderInfo, Leader, LeaderWatch, LockError, LockInfo, LockKind, Result};
 use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;
@@ -123,7 +121,7 @@ impl LockBackend for RedisBackend {
 
     /// Runs the release script (on every server of a quorum). Cancel-safe: dropped before it
     /// finished (a request timeout, a lost connection; on a Cluster its first poll sends
-    /// nothing), the release is run again in the background (a [`lockcore::cleanup::spawn`]),
+    /// nothing), the release is run again in the background (a [`lockcore::driver::cleanup::spawn`]),
     /// so the key goes now rather than after its TTL.
     async fn release(&self, lease: &Lease) -> Result<()> {
         let mut again = ReleaseAgain {
@@ -379,7 +377,7 @@ impl Drop for ReleaseAgain {
         let Some(lease) = self.lease.take() else { return };
         let inner = self.inner.clone();
         let name = lease.name.clone();
-        let spawned = lockcore::cleanup::spawn(async move {
+        let spawned = lockcore::driver::cleanup::spawn(async move {
             match release(&inner, &lease).await {
                 Ok(()) => tracing::debug!(lock = %lease.name, "released in the background after a cancelled release"),
                 Err(e) => {

@@ -66,9 +66,9 @@ impl Drop for Cleanup {
         }
         let (inner, target) = (self.inner.clone(), self.target.clone());
         let lock = target.describe().to_owned();
-        // Counted by lockcore (lockcore::cleanup): the call that dropped the guard, and
+        // Counted by lockcore (lockcore::driver::cleanup): the call that dropped the guard, and
         // Locker::shutdown, wait for it.
-        let spawned = lockcore::cleanup::spawn(async move {
+        let spawned = lockcore::driver::cleanup::spawn(async move {
             leave_everywhere(&inner, &target).await;
         });
         if !spawned {

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use lockcore::{BackendUrl, Result};
+use lockcore::driver::BackendUrl;
+use lockcore::Result;
 
 /// The query options `redis://` and `rediss://` accept (the TLS and secret options every backend
 /// shares among them: `ca`, `cert`, `key`, `server_name`, `password_file`).
@@ -123,7 +124,7 @@ pub(crate) struct Config {
     /// never shown; `Config` has no `Debug`).
     pub(crate) node_urls: Vec<String>,
     /// TLS (`rediss://`), with its files read.
-    pub(crate) tls: Option<lockcore::url::TlsFiles>,
+    pub(crate) tls: Option<lockcore::driver::url::TlsFiles>,
     /// The master addresses as given, for messages.
     pub(crate) addrs: Vec<String>,
     pub(crate) prefix: String,

@@ -1,5 +1,5 @@
-//! Who leads an election, and watching it change ([`lockcore::LockBackend::leader`] and
-//! [`lockcore::LockBackend::observe`]).
+//! Who leads an election, and watching it change ([`lockcore::driver::LockBackend::leader`] and
+//! [`lockcore::driver::LockBackend::observe`]).
 //!
 //! An election is a lock queue of exclusive entries (see [`crate::kind_scripts`]): the leader is
 //! its holder, its term the holder's fencing token, its value the campaign value stored with the
@@ -30,7 +30,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{Family, Leader, LeaderWatch, LockName, Result};
+use lockcore::driver::LockName;
+use lockcore::{Family, Leader, LeaderWatch, Result};
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -3,7 +3,8 @@
 //! [`Lease`] of a granted lock. A leaf module: it imports no other module of the crate but the
 //! configuration, the keys and the servers.
 
-use lockcore::{Family, Lease, LockError, LockName, LockRequest, LostSignal, Result};
+use lockcore::driver::{Lease, LockName, LockRequest, LostSignal};
+use lockcore::{Family, LockError, Result};
 use tokio::time::Instant;
 
 use crate::config::{Config, Layout};

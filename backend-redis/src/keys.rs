@@ -1,6 +1,7 @@
 //! The Redis keys and pub/sub channels of one lock, in both layouts.
 
-use lockcore::{BackendUrl, Family, LockError, LockKind, LockName, Result, Role};
+use lockcore::driver::{BackendUrl, LockName, Role};
+use lockcore::{Family, LockError, LockKind, Result};
 
 use crate::config::{Config, Layout};
 

@@ -13,13 +13,14 @@
 //!    nothing, so exactly the waiters it would let in watch it), the heartbeat that keeps the
 //!    entry alive (`waiter_ttl / 3`), or the acquire's deadline. Then go back to 2.
 //!
-//! Outages are ridden out as for the mutex (see [`lockcore::Outage`]): the waiter retries with
+//! Outages are ridden out as for the mutex (see [`lockcore::driver::Outage`]): the waiter retries with
 //! backoff, subscribes again, and its next step joins the queue again if the server lost it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{queue::permit_mismatch, Lease, LockError, LockKind, LockRequest, Outage, Result};
+use lockcore::driver::{queue::permit_mismatch, Lease, LockRequest, Outage};
+use lockcore::{LockError, LockKind, Result};
 use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;

@@ -5,7 +5,7 @@
 //! These locks may have several holders, so holders live in a sorted set rather than in one key.
 //! Every holder and waiter is an *entry* `<role>:<token>`: role `X` (exclusive: a writer, a
 //! candidate), `S` (shared: a reader) or `P<n>` (one permit of a semaphore of `n`). The grant rule
-//! is lockcore's ([`lockcore::queue`]): the holders are the front of the queue, and
+//! is lockcore's ([`lockcore::driver::queue`]): the holders are the front of the queue, and
 //! - `X` holds when nobody holds and it is the first waiter;
 //! - `S` holds when no `X` holds and no `X` waits ahead of it (the `writers` set);
 //! - `P<n>` holds when fewer than `n` entries are ahead of it (holders plus waiters ahead).

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use lockcore::{Leader, LockError, LockKind, LockRequest, Result};
+use lockcore::driver::LockRequest;
+use lockcore::{Leader, LockError, LockKind, Result};
 use redis::{Script, ScriptInvocation, Value};
 
 use crate::keys::KindKeys;

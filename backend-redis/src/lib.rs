@@ -46,7 +46,7 @@
 //!
 //! ## Key layout
 //!
-//! Default layout, for the lock named `N` with encoded form `E` ([`lockcore::LockName::encoded`],
+//! Default layout, for the lock named `N` with encoded form `E` ([`lockcore::driver::LockName::encoded`],
 //! so `a`, `a/b`, `ab` and `a/` never share a key):
 //!
 //! | key | type | content |
@@ -81,7 +81,7 @@
 //!   1000 clients wait, and one notification plus one round trip of latency.
 //! - **renew** (`RENEW_MANY`): compare-and-`PEXPIRE` of a whole batch. The watchdog renews all
 //!   leases of a [`lockcore::Locker`] that are due together in one
-//!   [`lockcore::LockBackend::renew_many`] call; that is **one `EVALSHA` per 500 leases**
+//!   [`lockcore::driver::LockBackend::renew_many`] call; that is **one `EVALSHA` per 500 leases**
 //!   (KEYS: the lock keys; ARGV: token and TTL of each), all of them in **one pipelined round
 //!   trip**: 1000 held locks cost two script calls per tick, not 1000. The script answers one
 //!   flag per lease; a lease whose key no longer holds our token is reported `NotHeld`, which
@@ -116,7 +116,7 @@
 //!
 //! Default layout only, on one server, Sentinel or Cluster (the plain layout and the quorum mode
 //! refuse them with [`lockcore::LockError::InvalidOption`], saying why). Each is one lock queue per
-//! name and family, granted by lockcore's rule ([`lockcore::queue`]), in keys of its own:
+//! name and family, granted by lockcore's rule ([`lockcore::driver::queue`]), in keys of its own:
 //! `<prefix>{S}:…` where `S` is [`lockcore::Family::segment`] (`orders%2F42.sem`, `.rw`,
 //! `.elect`), so the families of one name never mix and each lock is in one cluster slot.
 //!
@@ -156,9 +156,9 @@
 //! attempt, a `SUBSCRIBE`, one step to queue, and one step when woken; a hand-over, one
 //! notification plus one round trip.
 //!
-//! Elections: the campaign value is stored with the holder; [`lockcore::LockBackend::leader`] is
+//! Elections: the campaign value is stored with the holder; [`lockcore::driver::LockBackend::leader`] is
 //! one `LEADER` call (the holder before its deadline, its value and fencing token = term).
-//! [`lockcore::LockBackend::observe`] subscribes to the leader channel (shared by the observers of
+//! [`lockcore::driver::LockBackend::observe`] subscribes to the leader channel (shared by the observers of
 //! one backend), reads the leader, then reads it again at every message and at the leader's
 //! deadline (an expiry publishes nothing); a broken pub/sub connection (a restart, a failover) is
 //! subscribed again and the leader read again; it ends when its watch is dropped. A handover is
@@ -368,7 +368,8 @@ mod renew;
 mod scripts;
 mod session;
 
-use lockcore::{BackendUrl, Connecting, Descriptor, Locker, Result, TtlScope};
+use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use lockcore::{Locker, Result};
 
 pub use backend::RedisBackend;
 pub use config::{FenceFloor, Layout, DEFAULT_RESTART_DELAY, OPTIONS};

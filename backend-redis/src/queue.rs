@@ -12,14 +12,15 @@
 //! waiter also re-checks with a backoff (50 ms doubling to 1 s) while such a holder has the lock.
 //!
 //! A server that stops answering (down, restarting) does not end the wait: the waiter retries
-//! with backoff (see [`lockcore::Outage`]), subscribes again, and its next step joins the queue
+//! with backoff (see [`lockcore::driver::Outage`]), subscribes again, and its next step joins the queue
 //! again if the server lost it; it gives up at its deadline (saying the server did not answer),
 //! or, without one, once the outage lasted longer than `waiter_ttl` plus the connect timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{Lease, LockRequest, Outage, Result};
+use lockcore::driver::{Lease, LockRequest, Outage};
+use lockcore::Result;
 use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;

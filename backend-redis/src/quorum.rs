@@ -20,7 +20,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{Lease, LockError, LockRequest, Result};
+use lockcore::driver::{Lease, LockRequest};
+use lockcore::{LockError, Result};
 use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;

@@ -4,7 +4,8 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::{BackendUrl, LockError};
+use lockcore::driver::BackendUrl;
+use lockcore::LockError;
 
 async fn connect(url: &str) -> lockcore::Result<lockcore::Locker> {
     backend_redis::connect(&BackendUrl::parse(url)?).await

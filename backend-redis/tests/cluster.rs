@@ -12,7 +12,8 @@ use backend_redis::{KindKeys, LockKeys};
 use common::{admin_for, backends, cluster_url, holds_through, wait_for_change, with_options, Admin, FAULTS};
 use lockcore::conformance::servers::OnDrop;
 use lockcore::conformance::unique_name;
-use lockcore::{BackendUrl, Family, LockName};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::Family;
 
 async fn keyslot(admin: &mut Admin, key: &str) -> i64 {
     redis::cmd("CLUSTER")

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use lockcore::conformance::deadlines;
-use lockcore::BackendUrl;
+use lockcore::driver::BackendUrl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_end_in_time_when_redis_goes_away_or_falls_silent() {

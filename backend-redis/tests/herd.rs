@@ -37,8 +37,8 @@ async fn one_release_with_50_waiters_costs_constant_commands() {
     let mut admin = common::admin(&url).await;
     let name = unique_name("herd");
     let queue_key = backend_redis::LockKeys::for_url(
-        &lockcore::BackendUrl::parse(&url).unwrap(),
-        &lockcore::LockName::new(&name).unwrap(),
+        &lockcore::driver::BackendUrl::parse(&url).unwrap(),
+        &lockcore::driver::LockName::new(&name).unwrap(),
     )
     .unwrap()
     .queue;

@@ -18,7 +18,8 @@ use std::time::Duration;
 use backend_redis::KindKeys;
 use futures_util::StreamExt;
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, Family, LockGuard, LockName, Locker};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::{Family, LockGuard, Locker};
 use tokio::sync::mpsc;
 
 const WAITERS: usize = 20;

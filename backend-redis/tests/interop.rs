@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::{LockError, LockName};
+use lockcore::driver::LockName;
+use lockcore::LockError;
 
 /// What redis-py's `Lock.release()` / redsync's unlock run: delete only if the value is ours.
 const RAW_RELEASE: &str =

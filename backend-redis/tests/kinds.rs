@@ -14,7 +14,8 @@ use std::time::Duration;
 use backend_redis::KindKeys;
 use common::{kind_entries, server_ms, with_options, Admin};
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, Family, LeaderWatch, LockError, LockName, Locker};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::{Family, LeaderWatch, LockError, Locker};
 
 /// Serializes the tests of this binary that disturb or count on redis-q2.
 static Q2: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::kind_entries;
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, Family, LockError, LockName, Locker};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::{Family, LockError, Locker};
 
 /// One way of asking for a lock of the storm.
 #[derive(Clone, Copy, Debug)]

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockName};
+use lockcore::driver::{BackendUrl, LockName};
 
 /// Puts a fake waiter at the head of the queue whose entry stays live for `live_ms` more
 /// milliseconds of server time, as a crashed process would leave it.

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use lockcore::conformance::servers::{backends, OnDrop};
 use lockcore::conformance::unique_name;
-use lockcore::{LockError, LockName};
+use lockcore::driver::LockName;
+use lockcore::LockError;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_of_independent_masters() {
@@ -92,7 +93,7 @@ async fn majority_of_independent_masters() {
         let result = tokio::time::timeout(Duration::from_secs(30), a.lock(&name).try_acquire())
             .await
             .expect("hung");
-        let connect = backend_redis::connect(&lockcore::BackendUrl::parse(&url).unwrap()).await;
+        let connect = backend_redis::connect(&lockcore::driver::BackendUrl::parse(&url).unwrap()).await;
         if !(common::answers(&servers[0]).await || common::answers(&servers[1]).await) {
             match result {
                 Err(LockError::Unavailable { message, .. }) => {

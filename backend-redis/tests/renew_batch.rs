@@ -84,8 +84,8 @@ async fn renewal_is_one_script_call_per_chunk() {
     let mut conn = admin.clone();
     let gone_default = held.remove(7);
     let keys = backend_redis::LockKeys::for_url(
-        &lockcore::BackendUrl::parse(&server).unwrap(),
-        &lockcore::LockName::new(gone_default.name()).unwrap(),
+        &lockcore::driver::BackendUrl::parse(&server).unwrap(),
+        &lockcore::driver::LockName::new(gone_default.name()).unwrap(),
     )
     .unwrap();
     let deleted: i64 = redis::cmd("DEL")

@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockError};
+use lockcore::driver::BackendUrl;
+use lockcore::LockError;
 
 mod conformance {
     lockcore::conformance_tests!(crate::common::RedisHarness::secure().await);

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::with_options;
 use lockcore::conformance::{env_url, unique_name, within};
-use lockcore::{BackendUrl, Locker};
+use lockcore::driver::BackendUrl;
+use lockcore::Locker;
 
 async fn connect(url: &str) -> Locker {
     let parsed = BackendUrl::parse(url).expect("url");
@@ -36,7 +37,7 @@ async fn the_url_ttl_is_the_default_lock_ttl() {
     common::init_logs();
     for base in every_form() {
         let url = with_options(&base, "ttl=2s");
-        let shown = lockcore::url::redact(&url);
+        let shown = lockcore::driver::url::redact(&url);
         let locker = connect(&url).await;
         let name = unique_name("url_ttl");
         let guard = locker.lock(&name).acquire().await.expect("acquire");

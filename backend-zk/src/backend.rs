@@ -3,10 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{
-    async_trait, BackendUrl, Family, HolderInfo, Leader, LeaderWatch, Lease, LockBackend, LockError, LockInfo,
-    LockName, LockRequest, LostSignal, Outage, Result,
-};
+use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest, LostSignal, Outage};
+use lockcore::{Family, HolderInfo, Leader, LeaderWatch, LockError, LockInfo, Result};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -115,7 +113,7 @@ impl ZkBackend {
     ///
     /// A session that ends or a node that vanishes starts the attempt over (on a new session),
     /// [`MAX_RESTARTS`] times at most; a server that fails is retried with backoff until the
-    /// deadline (see [`lockcore::Outage`]), which then answers `Unavailable`, not `Timeout`.
+    /// deadline (see [`lockcore::driver::Outage`]), which then answers `Unavailable`, not `Timeout`.
     async fn attempt(&self, req: &LockRequest, wait: bool, deadline: Option<Instant>) -> Result<Option<Lease>> {
         let mut outage = Outage::new(deadline, self.config().session_timeout * 2);
         let mut restarts = 0;

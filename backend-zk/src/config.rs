@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use lockcore::{BackendUrl, Result};
+use lockcore::driver::BackendUrl;
+use lockcore::Result;
 
 /// ZooKeeper's client port when the URL gives none.
 pub const DEFAULT_PORT: u16 = 2181;
@@ -66,7 +67,7 @@ pub(crate) struct ZkConfig {
     /// A second `digest` identity (`user:hash`) given all permissions on the nodes.
     pub(crate) admin: Option<String>,
     /// TLS (`zks://`), with its files read.
-    pub(crate) tls: Option<lockcore::url::TlsFiles>,
+    pub(crate) tls: Option<lockcore::driver::url::TlsFiles>,
 }
 
 impl ZkConfig {

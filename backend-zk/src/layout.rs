@@ -17,7 +17,8 @@
 //! carry its permit count after the protected prefix (`p<N>-`), where Curator's recipes, which
 //! only look at what follows the last `lock-` or count the leases, do not see it.
 
-use lockcore::{Family, LockName, Role};
+use lockcore::driver::{LockName, Role};
+use lockcore::Family;
 
 /// Curator's lock node name for `InterProcessMutex` (`InterProcessMutex.LOCK_NAME`), also the
 /// name of the nodes of a semaphore's internal lock.

@@ -9,7 +9,7 @@
 //! ```no_run
 //! # extern crate lockcore as locksmith; // users depend on the locksmith facade
 //! # #[tokio::main] async fn main() -> locksmith::Result<()> {
-//! let url = locksmith::BackendUrl::parse("zk://zk1:2181,zk2:2181,zk3:2181/billing?session_timeout=10s")?;
+//! let url = locksmith::driver::BackendUrl::parse("zk://zk1:2181,zk2:2181,zk3:2181/billing?session_timeout=10s")?;
 //! let locker = backend_zk::connect(&url).await?;
 //! let guard = locker.lock("invoice/42").acquire().await?;
 //! // ... pass guard.fencing_token() to the storage you write to ...
@@ -71,7 +71,7 @@
 //!     └── _c_<uuid>-latch-0000000005               the next candidate: watches ...02
 //! ```
 //!
-//! - Each lock name is **one path segment** ([`lockcore::LockName::encoded`]: `[A-Za-z0-9_-]` and
+//! - Each lock name is **one path segment** ([`lockcore::driver::LockName::encoded`]: `[A-Za-z0-9_-]` and
 //!   `%XX`), so `a`, `a/b`, `ab` and `a/` are four sibling nodes that never compete. Each family
 //!   has its own segment ([`lockcore::Family::segment`]: the suffixes `.rw`, `.sem`, `.elect`;
 //!   encoded names never contain a `.`), so the mutex, semaphore, read-write lock and election
@@ -110,7 +110,7 @@
 //!
 //! ## Acquire, wait, cancel
 //!
-//! Every kind but the semaphore is one queue, granted by one rule ([`lockcore::queue::standing`]:
+//! Every kind but the semaphore is one queue, granted by one rule ([`lockcore::driver::queue::standing`]:
 //! an exclusive contender holds when first, a reader when no writer is ahead):
 //!
 //! 1. Create `_c_<uuid>-<name>` (EPHEMERAL_SEQUENTIAL) and list the children, pipelined. A fresh
@@ -174,7 +174,7 @@
 //!   cut off loses all its locks when its session expires. The server clamps the requested timeout
 //!   to `[minSessionTimeout, maxSessionTimeout]`, by default `[2, 20] × tickTime` (4 s to 40 s with
 //!   the default tickTime of 2 s; the test servers of `scripts/backends` use tickTime 200 ms with
-//!   explicit bounds of 400 ms and 60 s). [`lockcore::Lease::ttl`] (and `LockGuard::ttl()`) is the
+//!   explicit bounds of 400 ms and 60 s). [`lockcore::driver::Lease::ttl`] (and `LockGuard::ttl()`) is the
 //!   timeout the server **granted**; the TTL given to `LockBuilder::ttl` does not change it (one
 //!   session cannot have several timeouts). Pick the URL's `session_timeout` as you would pick a
 //!   lock TTL: how long locks outlive a crashed holder.
@@ -182,7 +182,7 @@
 //!   stopped) while the process and its session live on would otherwise hold the lock forever; the
 //!   backend deletes the node of any lease not renewed within its TTL, as the server would after a
 //!   crash.
-//! - **Renewal** ([`lockcore::LockBackend::renew_many`]) costs the same whatever the number of
+//! - **Renewal** ([`lockcore::driver::LockBackend::renew_many`]) costs the same whatever the number of
 //!   locks: one `exists` request on the namespace node per batch, the cheapest request the server
 //!   answers itself (no write, no leader round trip) and one that fails once the session is gone.
 //!   Its answer proves the server heard from the session after the request was sent, so the
@@ -250,7 +250,7 @@
 //! new LeaderLatch(client, p + ".elect", value)             locker.election(name).campaign(value)
 //! ```
 //!
-//! where `encoded(name)` is [`lockcore::LockName::encoded`] (`orders/42` → `orders%2F42`; names of
+//! where `encoded(name)` is [`lockcore::driver::LockName::encoded`] (`orders/42` → `orders%2F42`; names of
 //! only `[A-Za-z0-9_-]` are unchanged) and `<namespace>` is the URL path (default `/locksmith`),
 //! or, with a Curator client built with `.namespace("locksmith")`, `"/" + encoded(name)`.
 //! Contenders of every library are ordered by their sequence number alone, whatever their
@@ -295,7 +295,8 @@ pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT, OPTIONS,
 };
 
-use lockcore::{BackendUrl, Connecting, Descriptor, Locker, Result, TtlScope};
+use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use lockcore::{Locker, Result};
 
 /// This backend in the registry of `locksmith::connect`.
 pub static DESCRIPTOR: Descriptor = Descriptor {

@@ -1,6 +1,6 @@
 //! One contender in a queue of EPHEMERAL_SEQUENTIAL nodes — a mutex's, a read-write lock's, an
 //! election's, a semaphore's internal lock or its leases ([`Recipe`]): create the node, wait for
-//! its turn by the one grant rule ([`lockcore::queue::standing`]) watching one node, and clean up
+//! its turn by the one grant rule ([`lockcore::driver::queue::standing`]) watching one node, and clean up
 //! whatever is left if the caller gives up or goes away.
 //!
 //! Round trips (the ZooKeeper client sends each request when the method is *called*, and the server
@@ -14,8 +14,9 @@
 
 use std::sync::Arc;
 
-use lockcore::queue::{standing, Standing};
-use lockcore::{LockError, Role};
+use lockcore::driver::queue::{standing, Standing};
+use lockcore::driver::Role;
+use lockcore::LockError;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -336,9 +337,9 @@ impl Drop for Contender {
                 // The request is sent right here; the task only waits for the answer.
                 let delete = client.delete(&own.path, None);
                 let path = own.path.clone();
-                // Counted by lockcore (lockcore::cleanup): the call that dropped the contender,
+                // Counted by lockcore (lockcore::driver::cleanup): the call that dropped the contender,
                 // and Locker::shutdown, wait for the answer.
-                lockcore::cleanup::spawn(async move {
+                lockcore::driver::cleanup::spawn(async move {
                     match delete.await {
                         Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "withdrew from the queue"),
                         Err(e) => remove_later(&session, path, &e),
@@ -351,7 +352,7 @@ impl Drop for Contender {
                 let (parent, marker) = (self.recipe.parent.clone(), layout::protected_marker(&self.uuid));
                 let list = client.get_children(&parent); // sent now, answered after the create
                 let what = parent.clone();
-                let spawned = lockcore::cleanup::spawn(async move {
+                let spawned = lockcore::driver::cleanup::spawn(async move {
                     let children = match list.await {
                         Ok((children, _)) => children,
                         Err(zk::Error::NoNode) => return,

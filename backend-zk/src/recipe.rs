@@ -1,8 +1,9 @@
 //! What one contender creates for each lock kind — the queue it joins, the name and data of its
 //! node — and how it reads the other contenders of that queue (their [`Role`]s, for
-//! [`lockcore::queue::standing`]).
+//! [`lockcore::driver::queue::standing`]).
 
-use lockcore::{LockError, LockKind, LockRequest, Result, Role};
+use lockcore::driver::{LockRequest, Role};
+use lockcore::{LockError, LockKind, Result};
 
 use crate::layout;
 
@@ -77,7 +78,7 @@ fn pid_data() -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockcore::LockName;
+    use lockcore::driver::LockName;
     use std::time::Duration;
 
     fn req(kind: LockKind) -> LockRequest {

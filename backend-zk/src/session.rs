@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use lockcore::{Lease, LockError, LockName, LostReason, LostSignal, Result};
+use lockcore::driver::{Lease, LockName, LostSignal};
+use lockcore::{LockError, LostReason, Result};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -313,7 +314,7 @@ fn acl(config: &ZkConfig) -> Vec<zk::Acl> {
 #[cfg(feature = "tls")]
 async fn secure_connect(
     connector: zk::Connector,
-    tls: &lockcore::url::TlsFiles,
+    tls: &lockcore::driver::url::TlsFiles,
     hosts: &str,
 ) -> std::result::Result<zk::Client, zk::Error> {
     // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
@@ -333,7 +334,7 @@ async fn secure_connect(
 #[cfg(not(feature = "tls"))]
 async fn secure_connect(
     _: zk::Connector,
-    _: &lockcore::url::TlsFiles,
+    _: &lockcore::driver::url::TlsFiles,
     _: &str,
 ) -> std::result::Result<zk::Client, zk::Error> {
     Err(zk::Error::BadArguments(&"zks:// needs the `tls` feature"))

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use lockcore::{Family, LockKind, LockRequest};
+use lockcore::driver::LockRequest;
+use lockcore::{Family, LockKind};
 use tokio::time::Instant;
 
 use crate::layout;

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use lockcore::{BackendUrl, LockError};
+use lockcore::driver::BackendUrl;
+use lockcore::LockError;
 use tokio::time::Instant;
 
 /// How much later than its connect timeout `connect` may return on a busy machine: this checks

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use curator::Peer;
 use lockcore::conformance::{unique_name, within};
-use lockcore::{Family, LockName, Locker};
+use lockcore::driver::LockName;
+use lockcore::{Family, Locker};
 use zookeeper_client as zk;
 
 /// The bound of every step that should be quick (a grant after a release, a JVM's answer).

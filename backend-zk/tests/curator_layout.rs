@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::LockName;
+use lockcore::driver::LockName;
 use zookeeper_client as zk;
 
 /// `_c_<36-char uuid>-lock-<10 digits>`, as Curator's protected EPHEMERAL_SEQUENTIAL `lock-` nodes.

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use lockcore::conformance::servers::{backends, OnDrop};
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockGuard, LockName, Locker, LostReason};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::{LockGuard, Locker, LostReason};
 use tokio::sync::watch;
 
 const SESSION: Duration = Duration::from_secs(4);

@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::LockName;
+use lockcore::driver::LockName;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::ChildStdout;
 use tokio::time::Instant;

@@ -10,7 +10,8 @@ mod common;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::{LockError, LockName};
+use lockcore::driver::LockName;
+use lockcore::LockError;
 use zookeeper_client as zk;
 
 /// kazoo's `Lock` node prefix: a uuid4 in hex, then `__lock__`. A uuid starting with `f` sorted

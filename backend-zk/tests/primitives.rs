@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use lockcore::conformance::proxy::{Mode, Proxy};
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, Family, LockGuard, LockName, Locker, LostReason};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::{Family, LockGuard, Locker, LostReason};
 use zookeeper_client as zk;
 
 const LIMIT: Duration = Duration::from_secs(30);

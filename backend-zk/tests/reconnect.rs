@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, LockGuard, LostReason};
+use lockcore::driver::BackendUrl;
+use lockcore::{LockGuard, LostReason};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 

@@ -28,9 +28,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use lockcore::conformance::{unique_name, within};
-use lockcore::{
-    async_trait, BackendUrl, Lease, LockBackend, LockGuard, LockInfo, LockName, LockRequest, Locker, Result,
-};
+use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use lockcore::{LockGuard, LockInfo, Locker, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 

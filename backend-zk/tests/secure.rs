@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use lockcore::conformance::{unique_name, within};
-use lockcore::{BackendUrl, Family, LockError, LockName};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::{Family, LockError};
 use zookeeper_client as zk;
 
 mod conformance {

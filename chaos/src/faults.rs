@@ -159,8 +159,8 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
 async fn redis_leader(fleet: &Fleet, target: &Target) -> Result<(Vec<String>, String)> {
     let group = target.group.context("no leader group")?;
     let ask: Vec<String> = if group == "redis-cluster" {
-        let url = locksmith::BackendUrl::parse(&target.url)?;
-        let name = locksmith::LockName::new(fleet.lock_name())?;
+        let url = locksmith::driver::BackendUrl::parse(&target.url)?;
+        let name = locksmith::driver::LockName::new(fleet.lock_name())?;
         let key = backend_redis::LockKeys::for_url(&url, &name)?.lock;
         let slot = slot_of(&url.hosts[0].to_addr(6379), &key).await?;
         vec!["slot-owner".into(), group.into(), slot.to_string()]

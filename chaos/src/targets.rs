@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use locksmith::BackendUrl;
+use locksmith::driver::BackendUrl;
 
 /// A fault the suite injects (the names are the JSON contract's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

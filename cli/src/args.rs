@@ -4,8 +4,9 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
-use locksmith::url::parse_duration;
-use locksmith::{LockKind, LockName, MAX_PERMITS, MAX_TTL, MIN_TTL};
+use locksmith::driver::url::parse_duration;
+use locksmith::driver::LockName;
+use locksmith::{LockKind, MAX_PERMITS, MAX_TTL, MIN_TTL};
 
 use crate::exit::EXIT_CODES_HELP;
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use locksmith::{BackendUrl, ConnectOptions, LockBuilder, LockGuard, LockKind, Locker, DEFAULT_TTL};
+use locksmith::driver::BackendUrl;
+use locksmith::{ConnectOptions, LockBuilder, LockGuard, LockKind, Locker, DEFAULT_TTL};
 use tokio::time::Instant;
 
 use crate::args::Cli;
@@ -101,7 +102,7 @@ impl Session {
 
     /// The URL for messages: as given, without its password.
     pub fn shown_url(&self) -> String {
-        locksmith::url::redact(&self.url)
+        locksmith::driver::url::redact(&self.url)
     }
 
     /// When `--timeout` runs out, if it was given (`--timeout 0` is one attempt, not a deadline:

@@ -20,7 +20,7 @@ impl Backend for Etcd {
     fn delete_behind_back(&self, name: &str) {
         let base = env_url("LOCKSMITH_TEST_ETCD");
         let endpoints = base.trim_start_matches("etcd://").trim_end_matches('/');
-        let encoded = locksmith::LockName::new(name).expect("name");
+        let encoded = locksmith::driver::LockName::new(name).expect("name");
         let prefix = format!("{NAMESPACE}/{}/", encoded.encoded());
         let out = Command::new("etcdctl")
             .env("ETCDCTL_API", "3")

@@ -25,7 +25,7 @@ impl Backend for RedisDefault {
         env_url("LOCKSMITH_TEST_REDIS")
     }
     fn delete_behind_back(&self, name: &str) {
-        let encoded = locksmith::LockName::new(name).expect("name");
+        let encoded = locksmith::driver::LockName::new(name).expect("name");
         delete(&format!("locksmith:{{{}}}:lock", encoded.encoded()));
     }
 }
@@ -57,7 +57,7 @@ struct RedisSentinel;
 struct RedisCluster;
 
 fn default_key(name: &str) -> String {
-    let encoded = locksmith::LockName::new(name).expect("name");
+    let encoded = locksmith::driver::LockName::new(name).expect("name");
     format!("locksmith:{{{}}}:lock", encoded.encoded())
 }
 

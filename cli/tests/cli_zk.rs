@@ -23,7 +23,7 @@ impl Backend for ZooKeeper {
         let hosts = base.trim_start_matches("zk://").trim_end_matches('/').to_owned();
         let path = format!(
             "{NAMESPACE}/{}",
-            locksmith::LockName::new(name).expect("name").encoded()
+            locksmith::driver::LockName::new(name).expect("name").encoded()
         );
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use async_trait::async_trait;
-use locksmith::{BackendUrl, Lease, LockBackend, LockInfo, LockName, LockRequest, Locker};
+use locksmith::driver::{BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use locksmith::{LockInfo, Locker};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;

@@ -99,7 +99,7 @@ pub fn unique_name(workload: &str, system: &str) -> String {
 }
 
 /// Connects with the lease TTL set where the backend takes it from the connection (the session
-/// of etcd and ZooKeeper; see `locksmith::TtlScope`); an explicit `ttl=` in the URL wins. Other
+/// of etcd and ZooKeeper; see `locksmith::driver::TtlScope`); an explicit `ttl=` in the URL wins. Other
 /// backends take the TTL per lock.
 pub async fn connect_with_ttl(url: &str, ttl: Duration) -> Result<Locker> {
     let options = locksmith::ConnectOptions::new().session_ttl(ttl);

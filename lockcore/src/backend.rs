@@ -69,7 +69,7 @@ impl ListedLock {
 ///
 /// Every request carries a [`crate::LockKind`]: the mutex, a semaphore permit, a read-write lock's
 /// side, or an election's leadership. Each [`crate::Family`] is a namespace of its own (keys built
-/// from [`crate::Family::segment`]), and within one name's queue [`crate::queue::standing`] says
+/// from [`crate::Family::segment`]), and within one name's queue [`crate::driver::queue::standing`] says
 /// who holds. A backend that cannot serve a kind (a layout made for another library's keys, a
 /// mode that cannot keep its promises) refuses it with [`crate::LockError::InvalidOption`], saying
 /// why.
@@ -79,11 +79,11 @@ impl ListedLock {
 ///   count; a read-write lock: readers only, or one writer).
 /// - **Fencing:** [`Lease::fencing_token`] strictly increases across holders.
 /// - **Independence:** names only ever compete with themselves; keys and paths are built from
-///   [`crate::LockName::encoded`].
+///   [`crate::driver::LockName::encoded`].
 /// - **Cancellation safety:** if a future returned by [`LockBackend::acquire`] or
 ///   [`LockBackend::try_acquire`] is dropped at any await point, nothing is left behind on the
 ///   server: no waiter entry, and no lease obtained but not yet returned (clean up from a `Drop`
-///   guard that spawns the deletion with [`crate::cleanup::spawn`], so that the call that started
+///   guard that spawns the deletion with [`crate::driver::cleanup::spawn`], so that the call that started
 ///   it, and [`crate::Locker::shutdown`], can wait for it). The same holds for
 ///   [`LockBackend::release`]: dropped part-way, it still releases (a clean-up guard armed before
 ///   the first await).
@@ -105,7 +105,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Waits until the lock is held, in FIFO order with other waiters, or without limit when
     /// `deadline` is `None`. At `deadline` it returns [`crate::LockError::Timeout`] if it was
     /// waiting for the lock (and removes its waiter entry), or [`crate::LockError::Unavailable`]
-    /// if it was retrying a server that failed (see [`crate::Outage`]). It need not cut short a
+    /// if it was retrying a server that failed (see [`crate::driver::Outage`]). It need not cut short a
     /// request in flight at the deadline: the [`crate::Locker`] gives up on it shortly after, as a
     /// server that did not answer. Must be cancellation-safe (see the trait docs).
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease>;
@@ -117,7 +117,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     ///
     /// Dropped at any await point (its request timeout cut it off, its connection was lost), it
     /// still releases: a backend that forgets the lease before the server confirmed the delete
-    /// arms a clean-up guard first (spawned with [`crate::cleanup::spawn`]), or leaves the lease
+    /// arms a clean-up guard first (spawned with [`crate::driver::cleanup::spawn`]), or leaves the lease
     /// where its expiry will find it. Checked by the conformance suites (`lifecycle`, and
     /// `deadlines`, which loses a release's request with its connection).
     async fn release(&self, lease: &Lease) -> Result<()>;

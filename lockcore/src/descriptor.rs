@@ -6,9 +6,9 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::driver::url::BackendUrl;
 use crate::error::Result;
 use crate::locker::Locker;
-use crate::url::BackendUrl;
 
 /// The future [`Descriptor::connect`] returns.
 pub type Connecting<'a> = Pin<Box<dyn Future<Output = Result<Locker>> + Send + 'a>>;
@@ -17,7 +17,7 @@ pub type Connecting<'a> = Pin<Box<dyn Future<Output = Result<Locker>> + Send + '
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TtlScope {
     /// Each lock has its own (the builder's `.ttl(..)`; by default the URL's `ttl=`, see
-    /// [`crate::LockBackend::default_ttl`]): mem, Redis.
+    /// [`crate::driver::LockBackend::default_ttl`]): mem, Redis.
     PerLock,
     /// One per connection, set by this URL option: the session lease of etcd, the session of
     /// ZooKeeper. A program that holds one lock per connection (the CLI) sets it to the lock's TTL.
@@ -30,7 +30,7 @@ pub enum TtlScope {
 /// One backend, as the facade knows it.
 #[derive(Clone, Copy)]
 pub struct Descriptor {
-    /// A short name: `mem`, `etcd`, `zk`, `redis` (what [`crate::LockBackend::kind`] reports).
+    /// A short name: `mem`, `etcd`, `zk`, `redis` (what [`crate::driver::LockBackend::kind`] reports).
     pub name: &'static str,
     /// The URL schemes it serves.
     pub schemes: &'static [&'static str],

@@ -152,7 +152,7 @@ impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         let Some(lease) = self.lease.take() else { return };
         let backend = self.backend.clone();
-        crate::cleanup::spawn(async move {
+        crate::driver::cleanup::spawn(async move {
             if let Err(e) = backend.release(&lease).await {
                 tracing::warn!(lock = %lease.name, error = %e, "rolling back the first lock of a dual acquire failed");
             }

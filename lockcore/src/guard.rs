@@ -156,7 +156,7 @@ impl LockGuard {
         let (result, round_trips) = crate::metrics::counted(async move {
             // Created inside `counted`, so that the task's round trips count for this call.
             let task = crate::metrics::counting_for_caller(release.instrument(in_span));
-            match crate::cleanup::spawn_in(&tally, task) {
+            match crate::driver::cleanup::spawn_in(&tally, task) {
                 Some(handle) => handle
                     .await
                     .unwrap_or_else(|e| Err(crate::LockError::Protocol(format!("the release task failed: {e}")))),
@@ -198,7 +198,7 @@ impl Drop for LockGuard {
                 Err(e) => tracing::warn!(lock = %lease.name, error = %e, "release on drop failed"),
             }
         };
-        match crate::cleanup::spawn_in(&self.locker.inner().life.tally, release) {
+        match crate::driver::cleanup::spawn_in(&self.locker.inner().life.tally, release) {
             Some(_) => {}
             None => tracing::warn!(
                 lock = %self.lease.name,

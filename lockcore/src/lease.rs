@@ -51,7 +51,7 @@ impl LockRequest {
 /// semaphore, a read-write lock and an election named `x` are four independent things.
 ///
 /// All of them are one FIFO queue per name, granted in order by one rule (see
-/// [`crate::queue::standing`]); they differ in who may hold at once.
+/// [`crate::driver::queue::standing`]); they differ in who may hold at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockKind {
@@ -98,7 +98,7 @@ impl LockKind {
     }
 }
 
-/// How an entry of a queue shares the lock (see [`crate::queue::standing`]).
+/// How an entry of a queue shares the lock (see [`crate::driver::queue::standing`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
     /// Alone: the first entry of the queue holds it (a mutex, a writer, a leader).

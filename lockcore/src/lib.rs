@@ -1,22 +1,25 @@
 //! # lockcore — the locksmith lock contract
 //!
 //! One distributed-lock API over several coordination services. This crate holds everything that is
-//! the same on every backend:
+//! the same on every backend, in two parts for two audiences.
 //!
-//! - [`LockBackend`], the trait a backend implements: `acquire`, `try_acquire`, `release`, `renew`
-//!   (and `renew_many`, for backends that renew many leases in one request);
-//! - [`Locker`] and [`LockGuard`], the API users hold: a builder for TTL, timeout and `max_hold`;
-//!   a guard with a fencing token, a background watchdog that renews the lease, a `lost()` future,
-//!   and release on `release().await` or on drop;
+//! **Applications** (usually through the `locksmith` facade, which re-exports this part and
+//! connects by URL) use the crate root:
+//!
+//! - [`Locker`] and [`LockGuard`]: a builder for TTL, timeout and `max_hold`; a guard with a
+//!   fencing token, a background watchdog that renews the lease, a `lost()` future, and release on
+//!   `release().await` or on drop; [`Locker::shutdown`] before the process ends;
 //! - beyond the mutex, with the same guard: semaphores ([`Locker::semaphore`]), read-write locks
-//!   ([`Locker::rwlock`]) and leader election ([`Locker::election`]), all one FIFO queue per name
-//!   granted by one rule ([`queue`]);
-//! - [`LockName`], the validation and the one collision-free encoding of lock names;
-//! - [`MemoryBackend`], the embedded backend (`mem://`);
-//! - [`Descriptor`], what a backend crate tells the facade about itself (schemes, options, TTL);
-//! - [`Dual`], one lock held in two backends at once, for migrations;
-//! - [`Outage`], how a backend's waiting `acquire` rides out an outage;
-//! - [`conformance`] (feature `conformance`), the test suite every backend runs.
+//!   ([`Locker::rwlock`]) and leader election ([`Locker::election`]), all one FIFO queue per name;
+//! - [`LockError`] (what can go wrong, and which errors are worth retrying), [`LostReason`];
+//! - [`LockInfo`] and [`ListedLock`], what `inspect` and `list` show;
+//! - [`MemoryBackend`], the embedded backend (`mem://`), and [`Dual`], one lock held in two
+//!   backends at once, for migrations;
+//! - [`metrics`], the counters and histograms every locker records.
+//!
+//! **Backend authors** use [`driver`]: the [`driver::LockBackend`] trait, the request and lease
+//! types, the name encoding, the URL parsers, the shared queue rule and clean-up; and
+//! [`conformance`] (feature `conformance`), the test suite every backend runs.
 //!
 //! ## Quickstart
 //!
@@ -49,10 +52,10 @@
 #![warn(missing_docs)]
 
 mod backend;
-pub mod cleanup;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod descriptor;
+pub mod driver;
 mod dual;
 mod election;
 mod error;
@@ -63,26 +66,16 @@ mod memory;
 pub mod metrics;
 mod name;
 mod outage;
-pub mod queue;
 mod rwlock;
-pub mod url;
 mod watchdog;
 
-pub use backend::{HolderInfo, ListedLock, LockBackend, LockInfo, DEFAULT_REQUEST_TIMEOUT};
-pub use descriptor::{Connecting, Descriptor, TtlScope};
+pub use backend::{HolderInfo, ListedLock, LockInfo};
 pub use dual::Dual;
 pub use election::{Campaign, Election, Leader, LeaderGuard, LeaderWatch, MAX_VALUE_LEN};
 pub use error::{BoxError, LockError, Result};
 pub use guard::LockGuard;
-pub use lease::{
-    Family, Lease, LockKind, LockRequest, LostReason, LostSignal, Role, DEFAULT_TTL, MAX_PERMITS, MAX_TTL, MIN_TTL,
-};
+pub use lease::{Family, LockKind, LostReason, DEFAULT_TTL, MAX_PERMITS, MAX_TTL, MIN_TTL};
 pub use locker::{LockBuilder, Locker};
 pub use memory::MemoryBackend;
-pub use name::{LockName, MAX_NAME_LEN};
-pub use outage::Outage;
+pub use name::MAX_NAME_LEN;
 pub use rwlock::RwLock;
-pub use url::BackendUrl;
-
-/// Re-exported so backends implement [`LockBackend`] with the same macro version.
-pub use async_trait::async_trait;

@@ -285,7 +285,7 @@ impl Locker {
     /// registered before the check: a shutdown that had not set its flag by then finds it when it
     /// takes every guard; one that had is seen here, and dropping the guard releases it (counted
     /// in the shutdown's wait), unless the shutdown took it already.
-    fn guard(&self, lease: crate::Lease, max_hold: Option<Duration>, labels: Labels) -> Result<LockGuard> {
+    fn guard(&self, lease: crate::driver::Lease, max_hold: Option<Duration>, labels: Labels) -> Result<LockGuard> {
         let guard = LockGuard::new(self.clone(), lease, max_hold, labels);
         if self.is_shut_down() {
             drop(guard);
@@ -315,7 +315,7 @@ impl Locker {
                 _ = closed.wait_for(|c| *c) => Err(LockError::Closed),
             }
         };
-        let (result, own) = crate::cleanup::scoped(&life.tally, watched).await;
+        let (result, own) = crate::driver::cleanup::scoped(&life.tally, watched).await;
         // A backend that does not answer cannot take a clean-up request either: the clean-up
         // goes on in the background (and Locker::shutdown waits for it).
         let unanswered = matches!(result, Err(LockError::Unavailable { .. }));
@@ -335,7 +335,7 @@ impl Locker {
 #[derive(Default)]
 pub(crate) struct Life {
     /// The background clean-up of these lockers in flight.
-    pub(crate) tally: crate::cleanup::Tally,
+    pub(crate) tally: crate::driver::cleanup::Tally,
     /// Set once by [`Locker::shutdown`].
     pub(crate) closed: tokio::sync::watch::Sender<bool>,
 }

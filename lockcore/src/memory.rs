@@ -4,7 +4,7 @@
 //! their unit tests.
 //!
 //! Each lock (a name in one [`crate::Family`]) is one queue of entries in arrival order, holders
-//! and waiters alike, granted by [`crate::queue::standing`] as on etcd and ZooKeeper. Clones of a
+//! and waiters alike, granted by [`crate::driver::queue::standing`] as on etcd and ZooKeeper. Clones of a
 //! [`MemoryBackend`] share one store, like several clients of one server; give each
 //! [`crate::Locker`] its own clone to model separate processes.
 
@@ -17,13 +17,13 @@ use tokio::time::Instant;
 
 use crate::backend::{HolderInfo, LockBackend, LockInfo};
 use crate::descriptor::{Connecting, Descriptor, TtlScope};
+use crate::driver::queue::{holds_at_tail, standing, Standing};
+use crate::driver::url::BackendUrl;
 use crate::election::{Leader, LeaderWatch};
 use crate::error::{LockError, Result};
 use crate::lease::{Family, Lease, LockKind, LockRequest, LostReason, LostSignal, Role};
 use crate::locker::Locker;
 use crate::name::LockName;
-use crate::queue::{holds_at_tail, standing, Standing};
-use crate::url::BackendUrl;
 
 /// An in-process lock store with the semantics of the networked backends (TTL expiry, FIFO waiters,
 /// fencing tokens, cancellation safety, every lock kind). Clones share one store, like several

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::LockBackend;
-use crate::cleanup::Tally;
+use crate::driver::cleanup::Tally;
 use crate::lease::{Lease, LostReason};
 
 /// How long the task stays after its last lease ended, waiting for the next one.
@@ -329,7 +329,7 @@ fn end_lease(shared: &Shared, lease: Lease, reason: LostReason) {
     let backend = shared.backend.clone();
     // Fire first: the holder must stop acting as one before the lock can pass to someone else.
     fire_lost(&lease, reason);
-    crate::cleanup::spawn_in(&shared.tally, async move {
+    crate::driver::cleanup::spawn_in(&shared.tally, async move {
         match crate::backend::bounded_release(backend.as_ref(), "releasing a lost lock", &lease).await {
             Ok(()) => {}
             Err(e) if e.is_not_held() => {

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, Dual, Family, LockBackend, LockError, LockName, Locker, MemoryBackend};
+use lockcore::driver::{async_trait, LockBackend, LockName};
+use lockcore::{Dual, Family, LockError, Locker, MemoryBackend};
 
 struct DualHarness {
     old: MemoryBackend,
@@ -142,7 +143,7 @@ async fn losing_either_half_loses_the_dual_lock() {
 /// only one has one); the builder's wins.
 #[tokio::test]
 async fn the_url_ttl_is_the_smaller_of_the_two() {
-    let mem = |url: &str| MemoryBackend::connect(&lockcore::BackendUrl::parse(url).unwrap()).unwrap();
+    let mem = |url: &str| MemoryBackend::connect(&lockcore::driver::BackendUrl::parse(url).unwrap()).unwrap();
     let both = Dual::locker(&mem("mem://dual-ttl-a?ttl=3s"), &mem("mem://dual-ttl-b?ttl=2s"));
     let guard = both.lock("ttl").acquire().await.unwrap();
     assert_eq!(guard.ttl(), Duration::from_secs(2));

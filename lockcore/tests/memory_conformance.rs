@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, Family, LockName, Locker, MemoryBackend};
+use lockcore::driver::{async_trait, LockName};
+use lockcore::{Family, Locker, MemoryBackend};
 
 struct MemHarness {
     store: MemoryBackend,

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use lockcore::{LockName, Locker, MemoryBackend};
+use lockcore::driver::LockName;
+use lockcore::{Locker, MemoryBackend};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 

@@ -5,10 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{
-    async_trait, Lease, LockBackend, LockError, LockInfo, LockName, LockRequest, Locker, LostReason, MemoryBackend,
-    Result,
-};
+use lockcore::driver::{async_trait, Lease, LockBackend, LockName, LockRequest};
+use lockcore::{LockError, LockInfo, Locker, LostReason, MemoryBackend, Result};
 use tokio::time::Instant;
 
 #[derive(Debug, Default)]

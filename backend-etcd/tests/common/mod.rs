@@ -8,7 +8,8 @@ use std::time::Duration;
 use backend_etcd::{Layout, DEFAULT_NAMESPACE};
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, BackendUrl, Family, LockName, Locker};
+use lockcore::driver::{async_trait, BackendUrl, LockName};
+use lockcore::{Family, Locker};
 
 pub use lockcore::conformance::env_url;
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use backend_redis::{KindKeys, LockKeys};
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, BackendUrl, Family, LockName, Locker};
+use lockcore::driver::{async_trait, BackendUrl, LockName};
+use lockcore::{Family, Locker};
 
 pub use lockcore::conformance::env_url;
 

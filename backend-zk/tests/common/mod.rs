@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use lockcore::conformance::Harness;
-use lockcore::{async_trait, BackendUrl, Family, LockName, Locker};
+use lockcore::driver::{async_trait, BackendUrl, LockName};
+use lockcore::{Family, Locker};
 use zookeeper_client as zk;
 
 /// The namespace every test locks under.

@@ -74,7 +74,7 @@ pub async fn for_backend(backend: &str, url: &str) -> Result<Reference, String> 
 /// The first `host:port` of a locksmith URL, for the bare clients.
 #[allow(dead_code)]
 fn first_host(url: &str, default_port: u16) -> Result<String> {
-    let parsed = locksmith::BackendUrl::parse(url)?;
+    let parsed = locksmith::driver::BackendUrl::parse(url)?;
     parsed
         .hosts
         .first()

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use locksmith::{LockGuard, LockName, Locker};
+use locksmith::driver::LockName;
+use locksmith::{LockGuard, Locker};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use super::{patience, unique_name, wait_for_residue_in, within, Harness};
-use crate::{Family, LeaderWatch, LockName};
+use crate::driver::LockName;
+use crate::{Family, LeaderWatch};
 
 fn lock_name(name: &str) -> LockName {
     LockName::new(name).expect("name")

@@ -9,7 +9,7 @@
 //!
 //! ```ignore
 //! struct MyHarness;
-//! #[lockcore::async_trait]
+//! #[lockcore::driver::async_trait]
 //! impl lockcore::conformance::Harness for MyHarness { /* ... */ }
 //! lockcore::conformance_tests!(MyHarness);
 //! ```
@@ -26,7 +26,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::{Family, LockError, LockGuard, LockName, Locker, LostReason};
+use crate::driver::LockName;
+use crate::{Family, LockError, LockGuard, Locker, LostReason};
 
 pub use lifecycle::{
     backend_release_cancelled_releases, release_cancelled_mid_flight_releases, shutdown_releases_everything,

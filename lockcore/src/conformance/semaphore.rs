@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{patience, unique_name, wait_for_residue_in, within, Harness};
-use crate::{Family, LockError, LockName, MAX_PERMITS};
+use crate::driver::LockName;
+use crate::{Family, LockError, MAX_PERMITS};
 
 fn lock_name(name: &str) -> LockName {
     LockName::new(name).expect("name")

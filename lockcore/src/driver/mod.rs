@@ -1,0 +1,37 @@
+//! The backend author's API: what a backend crate implements and calls, kept apart from what an
+//! application uses (the crate root), as `sqlx` keeps its driver API apart from its user API.
+//!
+//! An application never needs this module: it connects with `locksmith::connect` (or builds a
+//! [`crate::Locker`] over a [`crate::MemoryBackend`]) and works with lockers, builders and guards.
+//! A backend implements [`LockBackend`] for its server and exposes a [`Descriptor`];
+//! `docs/backend-guide.md` in the repository is the step-by-step template (files, descriptor,
+//! conformance suite, test servers, benchmark and fault-suite rows).
+//!
+//! | item | what a backend does with it |
+//! |---|---|
+//! | [`LockBackend`], [`macro@async_trait`] | implements it: acquire, try, release, renew, inspect, list, shutdown |
+//! | [`LockRequest`], [`Lease`], [`Role`] | receives a request; returns the lease it granted; a lease's role among holders |
+//! | [`LostSignal`] | fires it when the server took a lock back |
+//! | [`LockName`] | encodes the validated name into its keys or paths |
+//! | [`Descriptor`], [`Connecting`], [`TtlScope`] | describes itself to the facade: schemes, URL options, connect |
+//! | [`BackendUrl`], [`url`] | parses its URL and options with the shared parsers |
+//! | [`queue`] | computes waiters' standing in a FIFO queue the same way on every backend |
+//! | [`Outage`] | tracks a connection outage for the deadlines every backend keeps |
+//! | [`cleanup`] | spawns background clean-up that `Locker::shutdown` and failed calls wait for |
+//!
+//! The shared conformance suite a backend must pass is [`crate::conformance`] (feature
+//! `conformance`, for the backend's tests).
+
+pub mod cleanup;
+pub mod queue;
+pub mod url;
+
+pub use crate::backend::{LockBackend, DEFAULT_REQUEST_TIMEOUT};
+pub use crate::descriptor::{Connecting, Descriptor, TtlScope};
+pub use crate::lease::{Lease, LockRequest, LostSignal, Role};
+pub use crate::name::LockName;
+pub use crate::outage::Outage;
+pub use url::BackendUrl;
+
+/// Re-exported so backends implement [`LockBackend`] with the same macro version.
+pub use async_trait::async_trait;
