@@ -148,15 +148,50 @@ impl ConnectOptions {
 
 /// Connects to the backend named by `url` and returns a [`Locker`] over it.
 ///
-/// Errors: [`LockError::InvalidUrl`] for a malformed URL, an unknown scheme, or a backend whose
-/// Cargo feature is not enabled (the message names the feature); [`LockError::Unavailable`] when
-/// the servers cannot be reached within the connect timeout.
+/// # Errors
+///
+/// [`LockError::InvalidUrl`] for a malformed URL, an unknown scheme, or a backend whose Cargo
+/// feature is not enabled (the message names the feature); [`LockError::InvalidOption`] for an
+/// option the backend does not know or a bad value; [`LockError::Unavailable`] when the servers
+/// cannot be reached within the connect timeout; [`LockError::Denied`] when they refuse the
+/// credentials.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: dropping the future before it returns drops the half-made connection; no lock
+/// was taken yet.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), locksmith::LockError> {
+/// // `mem://` needs no server; with the `redis` feature, `redis://127.0.0.1:6379/0` etc.
+/// let locker = locksmith::connect("mem://").await?;
+/// let guard = locker.lock("reports/daily").try_acquire().await?.expect("free");
+/// guard.release().await?;
+/// locker.shutdown().await?;
+///
+/// let err = locksmith::connect("nosuch://host").await.unwrap_err();
+/// assert!(matches!(err, locksmith::LockError::InvalidUrl { .. }));
+/// # Ok(()) }
+/// ```
 pub async fn connect(url: &str) -> Result<Locker> {
     connect_url(BackendUrl::parse(url)?).await
 }
 
 /// [`connect`] with settings on top of the URL (which wins where it sets them too). Messages show
 /// the URL as given, without the options added here and without its password.
+///
+/// # Errors
+///
+/// As [`connect`]; also [`LockError::InvalidUrl`] when an option is given for a backend that
+/// takes none of that kind (a CA file for `mem://`).
+///
+/// # Cancel safety
+///
+/// Cancel-safe: dropping the future before it returns drops the half-made connection; no lock
+/// was taken yet.
 pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Locker> {
     let mut parsed = BackendUrl::parse(url)?;
     let backend = find(&parsed)?;
@@ -189,6 +224,15 @@ pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Locker>
 }
 
 /// [`connect`] with a URL parsed already.
+///
+/// # Errors
+///
+/// As [`connect`].
+///
+/// # Cancel safety
+///
+/// Cancel-safe: dropping the future before it returns drops the half-made connection; no lock
+/// was taken yet.
 pub async fn connect_url(parsed: BackendUrl) -> Result<Locker> {
     let backend = find(&parsed)?;
     tracing::debug!(backend = backend.name, hosts = parsed.hosts.len(), "connecting");

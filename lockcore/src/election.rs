@@ -63,7 +63,14 @@ impl LeaderWatch {
     /// Changes that happen in quick succession may be seen as one. While the server cannot be
     /// reached, the last leader seen stays; the backend keeps trying and reports the next change.
     ///
+    /// # Errors
+    ///
     /// [`LockError::Unavailable`] if the observation ended for good (the backend was dropped).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a change that arrives while no call waits is kept, and the next call returns
+    /// at once with the latest leader (use it in `select!` loops).
     pub async fn changed(&mut self) -> Result<Option<Leader>> {
         match self.rx.changed().await {
             Ok(()) => Ok(self.rx.borrow_and_update().clone()),
@@ -113,6 +120,15 @@ impl Election {
 
     /// Who leads now (`None`: nobody), read from the server. Bounded by the backend's request
     /// timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`] for a bad election name; [`LockError::Unavailable`] when the
+    /// server did not answer within the request timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a read only, nothing is left behind.
     pub async fn leader(&self) -> Result<Option<Leader>> {
         let name = LockName::new(&self.name)?;
         let backend = self.locker.backend();
@@ -147,6 +163,15 @@ impl Election {
     ///
     /// A [`crate::Dual`] locker reports the new backend's leadership, and may report nobody for
     /// an instant between two leaders (see `lockcore::dual`).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`] for a bad election name; [`LockError::Unavailable`] when the
+    /// first read of the leader failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future (or the returned watch) stops the observation.
     pub async fn observe(&self) -> Result<LeaderWatch> {
         let name = LockName::new(&self.name)?;
         let backend = self.locker.backend();
@@ -192,13 +217,30 @@ impl Campaign {
         self
     }
 
-    /// Waits in line until this candidate leads (or the timeout passes). Cancellation-safe:
-    /// dropping the future leaves no candidate behind.
+    /// Waits in line until this candidate leads (or the timeout passes).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockBuilder::acquire`]: [`LockError::Timeout`] when the timeout passed,
+    /// [`LockError::Unavailable`] when the server could not be reached within the deadline,
+    /// [`LockError::Closed`] after [`crate::Locker::shutdown`], invalid names and options.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future leaves no candidate and no leadership behind.
     pub async fn acquire(self) -> Result<LeaderGuard> {
         self.builder.acquire().await.map(LeaderGuard::new)
     }
 
     /// Leads now if nobody leads and nobody is in line; `None` otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockBuilder::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe, as [`LockBuilder::try_acquire`].
     pub async fn try_acquire(self) -> Result<Option<LeaderGuard>> {
         Ok(self.builder.try_acquire().await?.map(LeaderGuard::new))
     }
@@ -240,6 +282,14 @@ impl LeaderGuard {
     }
 
     /// Gives up the leadership: the next candidate in line leads.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::release`]: [`LockError::NotHeld`] if the leadership was already lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the resignation runs to its end even if the future is dropped.
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await
     }

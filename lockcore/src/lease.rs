@@ -304,6 +304,11 @@ impl LostSignal {
     }
 
     /// Resolves with the reason when the lease is lost (at once if it already is).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: waiting changes nothing; a loss that happens meanwhile is seen by the next
+    /// call (and by [`LostSignal::reason`]).
     pub async fn wait(&self) -> LostReason {
         let mut rx = self.tx.subscribe();
         // The sender lives in `self`, so the channel cannot close while we wait; the fallback

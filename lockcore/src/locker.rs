@@ -166,6 +166,15 @@ impl Locker {
 
     /// Who holds `name` right now and how many wait: a read-only look for operators (the CLI's
     /// `inspect`), never a basis for locking decisions. Bounded by the backend's request timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`] for a bad name; [`LockError::Unavailable`] when the server did
+    /// not answer within the request timeout; [`LockError::Denied`] when it refused the read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a read only, nothing is left behind.
     pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
         let name = LockName::new(name)?;
         let backend = self.backend();
@@ -181,6 +190,15 @@ impl Locker {
     /// The locks whose names start with `prefix` that someone holds or waits for, with their kind
     /// and number of entries: a read-only look for operators (the CLI's `list`). Bounded by the
     /// backend's request timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when the server did not answer within the request timeout;
+    /// [`LockError::Denied`] when it refused the read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a read only, nothing is left behind.
     pub async fn list(&self, prefix: &str) -> Result<Vec<crate::ListedLock>> {
         let backend = self.backend();
         bounded(
@@ -532,6 +550,12 @@ impl LockBuilder {
     /// first in line). Never waits for the lock. A server that does not answer within the
     /// backend's request timeout (or the builder's [`LockBuilder::timeout`], if shorter) gives
     /// [`LockError::Unavailable`].
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`] and [`LockError::InvalidOption`] for bad input (before any
+    /// request); [`LockError::Unavailable`] as above; [`LockError::Denied`] when the server
+    /// refused the request; [`LockError::Closed`] after [`Locker::shutdown`].
     ///
     /// # Cancel safety
     ///

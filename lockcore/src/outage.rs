@@ -58,6 +58,14 @@ impl Outage {
     /// A request failed with `e`. Returns `Ok` (after a backoff pause) to try again, or an error:
     /// `e` itself when it is not [`LockError::Unavailable`] or the outage outlasted the budget
     /// (no deadline), [`Outage::at_deadline`] when the deadline came during the pause.
+    ///
+    /// # Errors
+    ///
+    /// As above: the error to end the waiting call with.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping it only cuts the pause short (the backoff then stays where it was).
     pub async fn failed(&mut self, e: LockError) -> Result<()> {
         if !matches!(e, LockError::Unavailable { .. }) {
             return Err(e);
