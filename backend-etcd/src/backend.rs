@@ -1,8 +1,8 @@
 //! [`EtcdBackend`]: the [`LockBackend`] over one etcd session, and which protocol serves each
 //! lock kind: the exclusive kinds (mutex, writer, leader) queue as the mutex always did
-//! ([`crate::exclusive`]); the kinds that share a lock (semaphore permits, readers) read the
-//! queue ahead of them ([`crate::shared`]); elections are read and observed by
-//! [`crate::election`].
+//! ([`crate::protocol::exclusive`]); the kinds that share a lock (semaphore permits, readers) read the
+//! queue ahead of them ([`crate::protocol::shared`]); elections are read and observed by
+//! [`crate::protocol::election`].
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -15,13 +15,13 @@ use tokio::time::Instant;
 
 use crate::cleanup::PendingKey;
 use crate::config::Config;
-use crate::election;
+use crate::conn::session::{LeaseRef, Session};
+use crate::conn::sweeper;
 use crate::error::request;
 use crate::layout::Layout;
-use crate::queue;
-use crate::session::{LeaseRef, Session};
-use crate::slots::Slot;
-use crate::sweeper;
+use crate::protocol::election;
+use crate::protocol::requests;
+use crate::protocol::slots::Slot;
 
 /// The etcd lock backend: one client and one session lease, shared by every lock of the
 /// [`lockcore::Locker`] built on it. See the [crate docs](crate) for the algorithm.
@@ -107,7 +107,7 @@ impl EtcdBackend {
     }
 
     /// The slot of one attempt: the in-process exclusion of the Go layout, or the key number
-    /// of the default layout (see [`crate::slots`]).
+    /// of the default layout (see [`crate::protocol::slots`]).
     pub(crate) async fn slot(&self, prefix: &str) -> Slot {
         if self.layout().one_key_per_session() {
             self.session.slots.take(prefix).await
@@ -176,7 +176,7 @@ impl EtcdBackend {
         };
         let lead = DEADLINE_PROBE.min(self.limit());
         tokio::time::sleep_until(deadline.checked_sub(lead).unwrap_or(deadline)).await;
-        let answer = tokio::time::timeout_at(deadline, queue::ping(&self.session.conn, key)).await;
+        let answer = tokio::time::timeout_at(deadline, requests::ping(&self.session.conn, key)).await;
         tokio::time::sleep_until(deadline).await;
         match answer {
             Ok(Ok(())) => retry.at_deadline(),
@@ -195,7 +195,7 @@ impl EtcdBackend {
     /// with the queue) before returning, so that the caller's next attempt finds the queue
     /// without it; if that fails, the clean-up deletes it in the background.
     pub(crate) async fn withdraw(&self, pending: PendingKey, key: &str, rev: i64) {
-        match queue::delete(&self.session.conn, key, Some(rev)).await {
+        match requests::delete(&self.session.conn, key, Some(rev)).await {
             Ok(_) => drop(pending.disarm()),
             Err(e) => {
                 tracing::debug!(key, error = %e, "withdrawing a queue key failed; deleting it in the background");
@@ -252,7 +252,7 @@ impl LockBackend for EtcdBackend {
         }
         let releasing =
             held.map(|h| PendingKey::releasing(self.session.clone(), lease.holder_id.clone(), rev, h.lease_id, h.slot));
-        match queue::delete(&self.session.conn, &lease.holder_id, Some(rev)).await {
+        match requests::delete(&self.session.conn, &lease.holder_id, Some(rev)).await {
             Ok(deleted) => {
                 // The slot (Go layout) is freed only now that the key is gone.
                 let was_held = releasing.map(PendingKey::disarm).is_some();
@@ -321,7 +321,7 @@ impl LockBackend for EtcdBackend {
 
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
         let prefix = self.layout().lock_prefix(name);
-        let (holder, count) = queue::holder_and_count(&self.session.conn, &prefix).await?;
+        let (holder, count) = requests::holder_and_count(&self.session.conn, &prefix).await?;
         let Some(holder) = holder else {
             return Ok(LockInfo::default());
         };
@@ -353,7 +353,7 @@ impl LockBackend for EtcdBackend {
                 "layout=go-mutex cannot list its locks (its prefixes nest): use etcdctl get --prefix".into(),
             ));
         };
-        let segments = queue::segments(&self.session.conn, namespace).await?;
+        let segments = requests::segments(&self.session.conn, namespace).await?;
         Ok(lockcore::ListedLock::from_segments(
             prefix,
             segments.iter().map(|(segment, n)| (segment.as_str(), *n)),

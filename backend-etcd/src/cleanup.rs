@@ -10,7 +10,7 @@
 //! blocks the lock for as long as the session lives.) When the outcome cannot be known (the
 //! request failed: timeout, connection lost) the key is deleted by name, and the session's
 //! sweeper deletes it again for a while in case the request is applied late (see
-//! [`crate::sweep`]); its key number is never reused by this session.
+//! [`crate::conn::sweep`]); its key number is never reused by this session.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,9 +19,9 @@ use std::time::Duration;
 use lockcore::{LockError, Result};
 use tokio::sync::oneshot;
 
-use crate::queue;
-use crate::session::Session;
-use crate::slots::Slot;
+use crate::conn::session::Session;
+use crate::protocol::requests;
+use crate::protocol::slots::Slot;
 
 /// What the request that may create a key did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,7 +155,7 @@ fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i6
         };
         let mut backoff = Duration::from_millis(50);
         loop {
-            match queue::delete(&session.conn, &key, rev).await {
+            match requests::delete(&session.conn, &key, rev).await {
                 Ok(deleted) => {
                     tracing::debug!(key, deleted, "lock key cleaned up");
                     break;

@@ -54,7 +54,7 @@
 //!   the session alive: the backend remembers when each lock was last included in a successful
 //!   `renew_many` (or granted), and one sweeper task per session (one timer, a quarter of the
 //!   TTL) deletes the key of a lock not renewed for its TTL and fires its `lost()` with
-//!   `LeaseGone` (see `sweep.rs`).
+//!   `LeaseGone` (see `conn/sweep.rs`).
 //! - A lease that was lost (etcd answered a keep-alive with TTL 0) is replaced by a new one on
 //!   the next request; waiters that were queued under it queue again at the end.
 //!
@@ -250,6 +250,20 @@
 //! number of keys under the prefix in one transaction, then the holder lease's remaining TTL
 //! (`LeaseTimeToLive`).
 //!
+//! ## Module map (the layout of `docs/backend-guide.md`)
+//!
+//! | file | role |
+//! |---|---|
+//! | `lib.rs` | these docs, `DESCRIPTOR`, `connect` |
+//! | `config.rs` | the URL and its options |
+//! | `error.rs` | etcd client errors → `LockError` |
+//! | `layout.rs` | where a lock's keys live, in both layouts |
+//! | `backend.rs` | `impl LockBackend`: each call to its protocol; `renew_many`, `inspect`, `list` |
+//! | `conn/` | the connection (`mod.rs`), the session lease (`session.rs`), the locks it holds (`held.rs`), its sweeper (`sweep.rs`, `sweeper.rs`) |
+//! | `protocol/` | one-round-trip requests (`requests.rs`), exclusive and shared kinds (`exclusive.rs`, `shared.rs`, `line.rs`, `kinds.rs`), the Go layout's slots (`slots.rs`), elections (`election.rs`) |
+//! | `wake/` | the session's one watch stream (`watch.rs`) and its task (`hub.rs`) |
+//! | `cleanup.rs` | the clean-up guard of a queue key no caller will hold |
+//!
 //! ## Tests (real servers from `scripts/backends`)
 //!
 //! `tests/conformance.rs` (the lockcore suites of every kind, default layout),
@@ -271,21 +285,10 @@ mod backend;
 mod cleanup;
 mod config;
 mod conn;
-mod election;
 mod error;
-mod exclusive;
-mod held;
-mod hub;
-mod kinds;
 mod layout;
-mod line;
-mod queue;
-mod session;
-mod shared;
-mod slots;
-mod sweep;
-mod sweeper;
-mod watch;
+mod protocol;
+mod wake;
 
 pub use backend::{EtcdBackend, EtcdStats};
 pub use config::{

@@ -1,6 +1,6 @@
-//! The task behind the session's [`crate::watch::WatchHub`]: it owns the one watch stream, adds
+//! The task behind the session's [`crate::wake::watch::WatchHub`]: it owns the one watch stream, adds
 //! and cancels watches on it, routes events to waiters and to the held registry, and re-opens the
-//! stream when it breaks (see [`crate::watch`] for what the watches are for).
+//! stream when it breaks (see [`crate::wake::watch`] for what the watches are for).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -14,10 +14,10 @@ use lockcore::{LockError, Result};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::conn::held::HeldRegistry;
 use crate::conn::Stats;
 use crate::error::timed;
-use crate::held::HeldRegistry;
-use crate::watch::WaitState;
+use crate::wake::watch::WaitState;
 
 /// Which events fire a waiter watch.
 pub(crate) enum Wanted {

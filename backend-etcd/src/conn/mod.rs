@@ -1,6 +1,11 @@
 //! The connection handle every request goes through, with the counters behind
 //! [`crate::EtcdBackend::stats`], and the TLS settings of the connection.
 
+pub(crate) mod held;
+pub(crate) mod session;
+pub(crate) mod sweep;
+pub(crate) mod sweeper;
+
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,10 +13,10 @@ use tokio::time::Instant;
 
 use crate::backend::{sleep_until_opt, EtcdBackend, Outcome};
 use crate::cleanup::{Created, PendingKey};
+use crate::conn::session::LeaseRef;
 use crate::error::is_lease_not_found;
-use crate::kinds::value_of;
-use crate::queue::{self, Place};
-use crate::session::LeaseRef;
+use crate::protocol::kinds::value_of;
+use crate::protocol::requests::{self, Place};
 
 impl EtcdBackend {
     /// `try_acquire` of an exclusive kind: one transaction that creates the key if the queue is
@@ -42,7 +42,7 @@ impl EtcdBackend {
             let mut pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(this_slot));
             let request = {
                 let (conn, prefix, key, value) = (session.conn.clone(), prefix.clone(), key.clone(), value.clone());
-                async move { queue::take_if_free(&conn, &prefix, &key, lease.id, &value).await }
+                async move { requests::take_if_free(&conn, &prefix, &key, lease.id, &value).await }
             };
             match pending.create(request, took).await {
                 Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending))),
@@ -92,11 +92,11 @@ impl EtcdBackend {
             let mut pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(slot));
             let request = {
                 let (conn, prefix, key, value) = (session.conn.clone(), prefix.clone(), key.clone(), value.clone());
-                async move { queue::join(&conn, &prefix, &key, lease.id, &value).await }
+                async move { requests::join(&conn, &prefix, &key, lease.id, &value).await }
             };
             let joined = match pending.create(request, joined).await {
                 Ok((rev, Some(place))) => Ok((rev, place)),
-                Ok((rev, None)) => queue::place(&session.conn, &prefix, &key, rev)
+                Ok((rev, None)) => requests::place(&session.conn, &prefix, &key, rev)
                     .await
                     .map(|place| (rev, place)),
                 Err(e) => Err(e),
@@ -159,7 +159,7 @@ impl EtcdBackend {
                     continue;
                 }
             };
-            match queue::place(&self.session().conn, prefix, key, rev).await {
+            match requests::place(&self.session().conn, prefix, key, rev).await {
                 Ok(Place::Behind(now)) if now == pred => retry.succeeded(),
                 Ok(other) => {
                     retry.succeeded();
@@ -186,7 +186,7 @@ impl EtcdBackend {
             }
             drop(watch);
             // The handover: one round trip after the delete notification.
-            place = match queue::place(&self.session().conn, prefix, key, rev).await {
+            place = match requests::place(&self.session().conn, prefix, key, rev).await {
                 Ok(p) => p,
                 Err(e) => {
                     retry.failed(e).await?;
@@ -197,8 +197,8 @@ impl EtcdBackend {
     }
 }
 
-/// What a request that creates the key only when it holds ([`queue::take_if_free`], and the
-/// `try_acquire` requests of [`crate::line`]) did to the key.
+/// What a request that creates the key only when it holds ([`requests::take_if_free`], and the
+/// `try_acquire` requests of [`crate::protocol::line`]) did to the key.
 pub(crate) fn took(result: &Result<Option<i64>>) -> Created {
     match result {
         Ok(Some(rev)) => Created::At(*rev),
@@ -208,7 +208,7 @@ pub(crate) fn took(result: &Result<Option<i64>>) -> Created {
     }
 }
 
-/// What [`queue::join`] did to the key.
+/// What [`requests::join`] did to the key.
 fn joined(result: &Result<(i64, Option<Place>)>) -> Created {
     match result {
         Ok((rev, _)) => Created::At(*rev),

@@ -3,8 +3,8 @@
 //! one's key.
 //!
 //! Such an entry's standing depends on what the entries ahead of it are, so these requests read
-//! the queue ahead with values (the [`crate::kinds`] of each entry), where the mutex protocol
-//! ([`crate::queue`]) reads two or three keys.
+//! the queue ahead with values (the [`crate::protocol::kinds`] of each entry), where the mutex protocol
+//! ([`crate::protocol::requests`]) reads two or three keys.
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
 use lockcore::driver::queue::{standing, Standing};
@@ -12,8 +12,8 @@ use lockcore::driver::Role;
 use lockcore::{Family, LockError, Result};
 
 use crate::conn::Conn;
-use crate::kinds::role_of;
-use crate::queue::{gets, oldest_first, revision, run, QueueKey};
+use crate::protocol::kinds::role_of;
+use crate::protocol::requests::{gets, oldest_first, revision, run, QueueKey};
 
 /// A key's view of its queue: every entry up to and including it, in arrival order.
 #[derive(Debug)]
@@ -87,7 +87,7 @@ impl Line {
 }
 
 /// Joins the queue in one transaction: creates `key` with `value` and the lease unless it exists
-/// (then it is taken as ours, as in [`crate::queue::join`]) and reads the whole queue with
+/// (then it is taken as ours, as in [`crate::protocol::requests::join`]) and reads the whole queue with
 /// values. Returns the key's create revision and its line; `mine` is the key's own role.
 pub(crate) async fn enter(
     conn: &Conn,

@@ -1,10 +1,10 @@
-//! The work of the session's sweeper ([`crate::sweeper`]): ONE background task per session, on
+//! The work of the session's sweeper ([`crate::conn::sweeper`]): ONE background task per session, on
 //! one timer, that does deferred per-lock work so that none of it costs a task or a request per
 //! lock on the critical path. This module holds the queues of that work, which the session owns;
-//! the task itself is in [`crate::sweeper`].
+//! the task itself is in [`crate::conn::sweeper`].
 //!
 //! - **Held-key watches, opened late.** A granted lock's key gets its deletion watch (see
-//!   [`crate::watch`]) only once it has been held for [`WATCH_DELAY`]. The watch starts at the
+//!   [`crate::wake::watch`]) only once it has been held for [`WATCH_DELAY`]. The watch starts at the
 //!   key's create revision + 1, so a deletion in between is still reported (etcd replays it), only
 //!   up to [`WATCH_DELAY`] later. A lock released sooner costs no watch create and no cancel: an
 //!   uncontended acquire + release is exactly its two transactions.

@@ -19,12 +19,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::conn::held::{Held, HeldRegistry};
+use crate::conn::sweep::Sweep;
 use crate::conn::{with_tls, Conn, Stats};
 use crate::error::{from_etcd, request, timed};
-use crate::held::{Held, HeldRegistry};
-use crate::slots::{Slot, Slots};
-use crate::sweep::Sweep;
-use crate::watch::WatchHub;
+use crate::protocol::slots::{Slot, Slots};
+use crate::wake::watch::WatchHub;
 
 /// The lease a request is made under.
 #[derive(Clone, Copy, Debug)]
@@ -337,7 +337,7 @@ impl Session {
     }
 
     /// Records a granted lock (the sweeper watches its key if it is still held after
-    /// [`crate::sweep::WATCH_DELAY`]). Returns when the lease was last refreshed (the lock's
+    /// [`crate::conn::sweep::WATCH_DELAY`]). Returns when the lease was last refreshed (the lock's
     /// `acquired_at`). If the lease was lost meanwhile, `lost` fires at once.
     pub fn register_held(
         &self,

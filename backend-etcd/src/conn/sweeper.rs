@@ -1,6 +1,6 @@
 //! The session's sweeper task: opens held-key watches late, reaps locks nobody renewed for their
 //! TTL, and deletes suspect keys again (the work and its reasons are described in
-//! [`crate::sweep`], whose queues the session owns).
+//! [`crate::conn::sweep`], whose queues the session owns).
 
 use std::sync::{Arc, Weak};
 
@@ -9,9 +9,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::cleanup::delete_in_background;
-use crate::queue;
-use crate::session::Session;
-use crate::sweep::WATCH_DELAY;
+use crate::conn::session::Session;
+use crate::conn::sweep::WATCH_DELAY;
+use crate::protocol::requests;
 
 /// Starts the sweeper of `session`; it ends when the session is dropped.
 pub(crate) fn start(session: &Arc<Session>) {
@@ -82,7 +82,7 @@ fn recheck_suspects(s: &Arc<Session>) {
     let session = s.clone();
     tokio::spawn(async move {
         for key in keys {
-            match queue::delete(&session.conn, &key, None).await {
+            match requests::delete(&session.conn, &key, None).await {
                 Ok(true) => tracing::warn!(key, "deleted a lock key that a failed request created late"),
                 Ok(false) => {}
                 Err(e) => tracing::debug!(key, error = %e, "re-checking a suspect lock key failed"),

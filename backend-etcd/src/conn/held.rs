@@ -2,7 +2,7 @@
 //!
 //! Entries leave the registry when the lock is released, when the hub sees the key deleted, when
 //! the session's lease is found gone, or when the lock was not renewed for its TTL (its guard was
-//! abandoned: see [`crate::sweep`]); all but the first fire the lost signal.
+//! abandoned: see [`crate::conn::sweep`]); all but the first fire the lost signal.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -11,7 +11,7 @@ use lockcore::driver::LostSignal;
 use lockcore::LostReason;
 use tokio::time::Instant;
 
-use crate::slots::Slot;
+use crate::protocol::slots::Slot;
 
 /// One held lock.
 pub(crate) struct Held {
@@ -21,7 +21,7 @@ pub(crate) struct Held {
     pub create_rev: i64,
     /// Fired when the lock is lost.
     pub lost: LostSignal,
-    /// The hub watch that reports the key's deletion, once it was opened (see [`crate::sweep`]).
+    /// The hub watch that reports the key's deletion, once it was opened (see [`crate::conn::sweep`]).
     pub watch_id: Option<i64>,
     /// When the lock was last renewed: the send time of the last keep-alive of a `renew_many`
     /// that included it (or its `acquired_at`). A lock not renewed for its TTL is reaped.

@@ -1,6 +1,6 @@
 //! Elections: who leads ([`read_leader`]) and the observation of the leadership ([`observe`]).
 //!
-//! A campaign is an exclusive entry of the election's queue ([`crate::exclusive`]) whose key
+//! A campaign is an exclusive entry of the election's queue ([`crate::protocol::exclusive`]) whose key
 //! holds the campaign value, exactly as etcd's Go `concurrency.Election` (and `etcdctl elect`)
 //! lays it out: the leader is the oldest key of the election's prefix, and its term is that key's
 //! create revision.
@@ -25,9 +25,9 @@ use etcd_client::{EventType, KeyValue, Txn, TxnOp, WatchFilterType, WatchOptions
 use lockcore::{Leader, LeaderWatch, LockError, Result};
 use tokio::sync::watch;
 
+use crate::conn::session::Session;
 use crate::conn::Conn;
-use crate::queue::{gets, oldest_first, revision, run};
-use crate::session::Session;
+use crate::protocol::requests::{gets, oldest_first, revision, run};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);

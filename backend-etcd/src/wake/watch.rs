@@ -1,6 +1,6 @@
 //! The watch hub: one etcd watch stream per session, shared by every watch the backend needs.
 //! This module is its handle ([`WatchHub`]) and the waiter's side of a watch ([`Wakeup`]); the
-//! task that owns the stream is in [`crate::hub`].
+//! task that owns the stream is in [`crate::wake::hub`].
 //!
 //! Two kinds of watches live on it:
 //! - **waiter** watches, opened *without* a start revision: the server creates them as synced
@@ -31,9 +31,9 @@ use etcd_client::Client;
 use lockcore::{LockError, Result};
 use tokio::sync::{mpsc, watch};
 
+use crate::conn::held::HeldRegistry;
 use crate::conn::Stats;
-use crate::held::HeldRegistry;
-use crate::hub::{Cmd, Entry, Kind, Wanted};
+use crate::wake::hub::{Cmd, Entry, Kind, Wanted};
 
 /// What a waiter watch has seen.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,7 +87,7 @@ impl Wakeup {
 impl WatchHub {
     /// Starts the hub task; it ends when the hub is dropped.
     pub fn new(client: Client, held: Arc<HeldRegistry>, request_timeout: Duration, stats: Arc<Stats>) -> Self {
-        let tx = crate::hub::start(client, held, request_timeout, stats);
+        let tx = crate::wake::hub::start(client, held, request_timeout, stats);
         WatchHub {
             tx,
             next_id: AtomicI64::new(1),

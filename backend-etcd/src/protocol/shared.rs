@@ -1,7 +1,7 @@
 //! The queue protocol of the kinds that share a lock — a semaphore's permits, a read-write lock's
 //! readers — whose standing depends on what the entries ahead of them are
 //! ([`lockcore::driver::queue::standing`]), so they read the queue ahead with its values
-//! ([`crate::line`]).
+//! ([`crate::protocol::line`]).
 //!
 //! - **acquire**: one transaction creates the key (value: the permit count, or `read`) and reads
 //!   the queue. Holds → done. Otherwise the entry waits for one event, on a synced watch of the
@@ -26,12 +26,12 @@ use tokio::time::Instant;
 
 use crate::backend::{EtcdBackend, Outcome};
 use crate::cleanup::{Created, PendingKey};
+use crate::conn::session::{LeaseRef, Waiting};
 use crate::error::is_lease_not_found;
-use crate::exclusive::took;
-use crate::kinds::value_of;
-use crate::line::{self, Found, Line, Target};
-use crate::session::{LeaseRef, Waiting};
-use crate::watch::Wakeup;
+use crate::protocol::exclusive::took;
+use crate::protocol::kinds::value_of;
+use crate::protocol::line::{self, Found, Line, Target};
+use crate::wake::watch::Wakeup;
 
 /// How many times a permit's `try_acquire` reads the queue again when it changed between its
 /// read and its write, before it gives up (`None`).
