@@ -13,11 +13,11 @@ use crate::config::ZkConfig;
 use crate::election;
 use crate::error::to_lock_error;
 use crate::layout;
-use crate::queue::Failure;
+use crate::queue::{Failure, Granted};
 use crate::renew::renew_all;
 use crate::session::Session;
 use crate::sessions::Sessions;
-use crate::take::{take, Granted};
+use crate::take::take;
 
 /// How many times one `acquire`/`try_acquire` starts over after its session ended or its node
 /// vanished before it gives up with [`LockError::Unavailable`].

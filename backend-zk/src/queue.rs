@@ -76,6 +76,23 @@ pub(crate) struct Contender {
     peek: Option<String>,
 }
 
+/// The lock is ours: the node that holds it, still armed (dropping this deletes the node) until
+/// the backend hands it out as a lease.
+pub(crate) struct Granted {
+    /// The contender that created the node; the backend disarms it.
+    pub(crate) contender: Contender,
+    /// The held node: its path is the lease's holder id, its czxid the fencing token.
+    pub(crate) node: OwnNode,
+    /// When the request that showed the grant was sent.
+    pub(crate) sent: Instant,
+}
+
+/// A fresh protected-mode id: a version-4 uuid per attempt, so that a create whose answer is lost
+/// finds its node by the `_c_<uuid>-` prefix instead of orphaning it.
+pub(crate) fn new_uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
 /// How often a create is retried after a missing parent or a connection loss.
 const CREATE_ATTEMPTS: usize = 5;
 

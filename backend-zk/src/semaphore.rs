@@ -45,10 +45,9 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::layout;
-use crate::queue::{Contender, Failure};
+use crate::queue::{new_uuid, Contender, Failure, Granted};
 use crate::recipe::Recipe;
 use crate::session::Session;
-use crate::take::{new_uuid, Granted};
 
 /// How often a permit is taken again from the start after a grant foreseen in the first round
 /// trip did not come true (a lease created by a client that ignores the internal lock).

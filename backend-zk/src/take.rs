@@ -9,27 +9,10 @@ use lockcore::{Family, LockKind};
 use tokio::time::Instant;
 
 use crate::layout;
-use crate::queue::{Contender, Failure, OwnNode};
+use crate::queue::{new_uuid, Contender, Failure, Granted};
 use crate::recipe::Recipe;
 use crate::semaphore;
 use crate::session::Session;
-
-/// The lock is ours: the node that holds it, still armed (dropping this deletes the node) until
-/// the backend hands it out as a lease.
-pub(crate) struct Granted {
-    /// The contender that created the node; the backend disarms it.
-    pub(crate) contender: Contender,
-    /// The held node: its path is the lease's holder id, its czxid the fencing token.
-    pub(crate) node: OwnNode,
-    /// When the request that showed the grant was sent.
-    pub(crate) sent: Instant,
-}
-
-/// A fresh protected-mode id: a version-4 uuid per attempt, so that a create whose answer is lost
-/// finds its node by the `_c_<uuid>-` prefix instead of orphaning it.
-pub(crate) fn new_uuid() -> String {
-    uuid::Uuid::new_v4().to_string()
-}
 
 /// One try at `req` under `namespace` on `session`: `wait` until `deadline` (then
 /// [`Failure::Timeout`]) or, without `wait`, `None` unless the lock is free at once. Everything it

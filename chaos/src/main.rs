@@ -116,7 +116,7 @@ async fn drive(args: RunArgs) -> Result<bool> {
         eprintln!("lockchaos: wrote {}", path.display());
     }
     if let Some(path) = &args.markdown {
-        std::fs::write(path, report.markdown())?;
+        std::fs::write(path, extras::markdown::page(&report))?;
         eprintln!("lockchaos: wrote {}", path.display());
     }
     let broken = report.broken_promises();

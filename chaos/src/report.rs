@@ -1,7 +1,7 @@
 //! Running every section and putting the figures together: the JSON (`lockchaos/1`), the
-//! Markdown page, and the list of broken promises that fails the suite.
+//! figures of the Markdown page (written by `extras::markdown`), and the list of broken promises
+//! that fails the suite.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -319,11 +319,6 @@ impl Report {
         out.extend(self.bad_input.iter().flat_map(BadInput::broken));
         out
     }
-
-    /// The Markdown page.
-    pub fn markdown(&self) -> String {
-        crate::extras::markdown::page(self)
-    }
 }
 
 /// The suite against a register that does not check tokens and workers that write after losing
@@ -361,14 +356,4 @@ async fn self_check(targets: &[Target], ttl: Duration, register: &str) -> Option
             None
         }
     }
-}
-
-/// Writes `rows` as a Markdown table (helper for the page).
-pub fn table(out: &mut String, header: &[&str], rows: Vec<Vec<String>>) {
-    let _ = writeln!(out, "| {} |", header.join(" | "));
-    let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
-    for r in rows {
-        let _ = writeln!(out, "| {} |", r.join(" | "));
-    }
-    out.push('\n');
 }

@@ -79,7 +79,7 @@ impl ListedLock {
 ///   count; a read-write lock: readers only, or one writer).
 /// - **Fencing:** [`Lease::fencing_token`] strictly increases across holders.
 /// - **Independence:** names only ever compete with themselves; keys and paths are built from
-///   [`crate::driver::LockName::encoded`].
+///   [`crate::name::LockName::encoded`].
 /// - **Cancellation safety:** if a future returned by [`LockBackend::acquire`] or
 ///   [`LockBackend::try_acquire`] is dropped at any await point, nothing is left behind on the
 ///   server: no waiter entry, and no lease obtained but not yet returned (clean up from a `Drop`
@@ -105,7 +105,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Waits until the lock is held, in FIFO order with other waiters, or without limit when
     /// `deadline` is `None`. At `deadline` it returns [`crate::LockError::Timeout`] if it was
     /// waiting for the lock (and removes its waiter entry), or [`crate::LockError::Unavailable`]
-    /// if it was retrying a server that failed (see [`crate::driver::Outage`]). It need not cut short a
+    /// if it was retrying a server that failed (see [`crate::outage::Outage`]). It need not cut short a
     /// request in flight at the deadline: the [`crate::Locker`] gives up on it shortly after, as a
     /// server that did not answer. Must be cancellation-safe (see the trait docs).
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease>;

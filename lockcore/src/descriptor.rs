@@ -17,7 +17,7 @@ pub type Connecting<'a> = Pin<Box<dyn Future<Output = Result<Locker>> + Send + '
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TtlScope {
     /// Each lock has its own (the builder's `.ttl(..)`; by default the URL's `ttl=`, see
-    /// [`crate::driver::LockBackend::default_ttl`]): mem, Redis.
+    /// [`crate::backend::LockBackend::default_ttl`]): mem, Redis.
     PerLock,
     /// One per connection, set by this URL option: the session lease of etcd, the session of
     /// ZooKeeper. A program that holds one lock per connection (the CLI) sets it to the lock's TTL.
@@ -30,7 +30,7 @@ pub enum TtlScope {
 /// One backend, as the facade knows it.
 #[derive(Clone, Copy)]
 pub struct Descriptor {
-    /// A short name: `mem`, `etcd`, `zk`, `redis` (what [`crate::driver::LockBackend::kind`] reports).
+    /// A short name: `mem`, `etcd`, `zk`, `redis` (what [`crate::backend::LockBackend::kind`] reports).
     pub name: &'static str,
     /// The URL schemes it serves.
     pub schemes: &'static [&'static str],

@@ -31,7 +31,7 @@ pub struct Leader {
     pub value: String,
     /// Its term: its fencing token, greater than every earlier leader's.
     pub term: u64,
-    /// The backend's identity of the leader's entry (as [`crate::driver::Lease::holder_id`]).
+    /// The backend's identity of the leader's entry (as [`crate::lease::Lease::holder_id`]).
     pub holder_id: String,
 }
 
@@ -301,7 +301,7 @@ impl LeaderGuard {
 
     /// Stops renewing without resigning, as if this process had crashed: the next candidate leads
     /// once the lease runs out (see [`LockGuard::abandon`]).
-    pub fn abandon(self) -> crate::driver::Lease {
+    pub fn abandon(self) -> crate::lease::Lease {
         self.guard.abandon()
     }
 }

@@ -303,7 +303,7 @@ impl Locker {
     /// registered before the check: a shutdown that had not set its flag by then finds it when it
     /// takes every guard; one that had is seen here, and dropping the guard releases it (counted
     /// in the shutdown's wait), unless the shutdown took it already.
-    fn guard(&self, lease: crate::driver::Lease, max_hold: Option<Duration>, labels: Labels) -> Result<LockGuard> {
+    fn guard(&self, lease: crate::lease::Lease, max_hold: Option<Duration>, labels: Labels) -> Result<LockGuard> {
         let guard = LockGuard::new(self.clone(), lease, max_hold, labels);
         if self.is_shut_down() {
             drop(guard);

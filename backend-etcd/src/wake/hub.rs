@@ -17,7 +17,19 @@ use tokio::time::Instant;
 use crate::conn::held::HeldRegistry;
 use crate::conn::Stats;
 use crate::error::timed;
-use crate::wake::watch::WaitState;
+
+/// What a waiter watch has seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum WaitState {
+    /// Not created on the server yet.
+    Pending,
+    /// Created: events from now on are reported.
+    Created,
+    /// The event waited for happened.
+    Fired,
+    /// The watch ended without it (stream lost, cancelled by the server).
+    Broken(String),
+}
 
 /// Which events fire a waiter watch.
 pub(crate) enum Wanted {

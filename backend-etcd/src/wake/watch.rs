@@ -33,20 +33,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::conn::held::HeldRegistry;
 use crate::conn::Stats;
-use crate::wake::hub::{Cmd, Entry, Kind, Wanted};
-
-/// What a waiter watch has seen.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum WaitState {
-    /// Not created on the server yet.
-    Pending,
-    /// Created: events from now on are reported.
-    Created,
-    /// The event waited for happened.
-    Fired,
-    /// The watch ended without it (stream lost, cancelled by the server).
-    Broken(String),
-}
+use crate::wake::hub::{Cmd, Entry, Kind, WaitState, Wanted};
 
 /// Handle to the hub task of one session.
 pub(crate) struct WatchHub {

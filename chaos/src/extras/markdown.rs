@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{table, Report, Row};
+use crate::report::{Report, Row};
 
 fn f(v: Option<f64>) -> String {
     v.map_or_else(|| "–".to_owned(), |v| format!("{v:.0}"))
@@ -385,4 +385,14 @@ fn promises(out: &mut String, r: &Report) {
          down or restarting (a restarted master grants nothing for `restart_delay`); it counts on \
          clocks and on no process pausing past its lease, so use fencing.\n"
     );
+}
+
+/// Writes `rows` as a Markdown table (helper for the page).
+fn table(out: &mut String, header: &[&str], rows: Vec<Vec<String>>) {
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
+    for r in rows {
+        let _ = writeln!(out, "| {} |", r.join(" | "));
+    }
+    out.push('\n');
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{patience, unique_name, wait_for_residue_in, within, Harness};
-use crate::driver::LockName;
+use crate::name::LockName;
 use crate::{Family, LeaderWatch};
 
 fn lock_name(name: &str) -> LockName {

@@ -26,7 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::driver::LockName;
+use crate::name::LockName;
 use crate::{Family, LockError, LockGuard, Locker, LostReason};
 
 pub use lifecycle::{

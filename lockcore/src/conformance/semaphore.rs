@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{patience, unique_name, wait_for_residue_in, within, Harness};
-use crate::driver::LockName;
+use crate::name::LockName;
 use crate::{Family, LockError, MAX_PERMITS};
 
 fn lock_name(name: &str) -> LockName {

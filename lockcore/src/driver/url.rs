@@ -216,7 +216,7 @@ impl BackendUrl {
     }
 
     /// The `ttl` option of a backend whose TTL is per lock (Redis, `mem://`): the TTL of the locks
-    /// whose builder sets none (see [`crate::driver::LockBackend::default_ttl`]). `None` if absent;
+    /// whose builder sets none (see [`crate::backend::LockBackend::default_ttl`]). `None` if absent;
     /// [`LockError::InvalidUrl`] unless it is a duration within
     /// [`crate::MIN_TTL`]..=[`crate::MAX_TTL`].
     pub fn lock_ttl_option(&self) -> Result<Option<Duration>> {
