@@ -10,14 +10,14 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
-use crate::election;
+use crate::conn::session::Session;
+use crate::conn::sessions::Sessions;
 use crate::error::to_lock_error;
 use crate::layout;
-use crate::queue::{Failure, Granted};
+use crate::protocol::contender::{Failure, Granted};
+use crate::protocol::election;
+use crate::protocol::take::take;
 use crate::renew::renew_all;
-use crate::session::Session;
-use crate::sessions::Sessions;
-use crate::take::take;
 
 /// How many times one `acquire`/`try_acquire` starts over after its session ended or its node
 /// vanished before it gives up with [`LockError::Unavailable`].

@@ -234,6 +234,21 @@
 //! A holder told its lock is lost deletes its node if it still exists (the watchdog releases it),
 //! so a holder that was merely slow does not keep waiters behind a lock it gave up.
 //!
+//! ## Module map (the layout of `docs/backend-guide.md`)
+//!
+//! | file | role |
+//! |---|---|
+//! | `lib.rs` | these docs, `DESCRIPTOR`, `connect` |
+//! | `config.rs` | the URL and its options |
+//! | `error.rs` | client errors → `LockError` |
+//! | `layout.rs` | where each lock lives in the tree; contender names and order |
+//! | `backend.rs` | `impl LockBackend`: each call to its protocol |
+//! | `conn/` | one session (`session.rs`, the lease of its locks) and the current one (`sessions.rs`) |
+//! | `protocol/` | a contender in a queue (`contender.rs`), what each kind creates (`recipe.rs`), one try (`take.rs`), Curator's semaphore (`semaphore.rs`), elections (`election.rs`) |
+//! | `wake/` | the watch that tells a holder its node is gone (`held.rs`) |
+//! | `renew.rs` | nothing per lock: the session's heartbeats |
+//! | `listing.rs` | `list` |
+//!
 //! ## Curator and kazoo interop
 //!
 //! locksmith's nodes follow Curator's recipes exactly (checked against Curator 5.4's
@@ -277,18 +292,13 @@
 
 mod backend;
 mod config;
-mod election;
+mod conn;
 mod error;
 mod layout;
 mod listing;
-mod queue;
-mod recipe;
+mod protocol;
 mod renew;
-mod semaphore;
-mod session;
-mod sessions;
-mod take;
-mod watch;
+mod wake;
 
 pub use backend::ZkBackend;
 pub use config::{

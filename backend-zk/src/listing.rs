@@ -4,9 +4,9 @@
 use lockcore::{Family, ListedLock, Result};
 use zookeeper_client as zk;
 
+use crate::conn::sessions::Sessions;
 use crate::error::to_lock_error;
 use crate::layout;
-use crate::sessions::Sessions;
 
 /// The locks under `namespace` whose names start with `prefix`, with their contenders.
 pub(crate) async fn list(sessions: &Sessions, namespace: &str, prefix: &str) -> Result<Vec<ListedLock>> {

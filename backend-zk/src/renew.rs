@@ -12,7 +12,7 @@
 //!   cannot expire before `sent + session timeout`, which is what the watchdog counts on.
 //!
 //! Whether each node still exists is not asked: a node deleted behind our back is reported by the
-//! data watch set on it when it was granted ([`crate::watch`]), which forgets the lease, so a
+//! data watch set on it when it was granted ([`crate::wake::held`]), which forgets the lease, so a
 //! renewal of it answers `NotHeld`. The renewal does record, per lease, that it was renewed: the
 //! session monitor deletes the node of a lease nobody renews within its TTL (an abandoned guard).
 //!
@@ -25,8 +25,8 @@ use lockcore::{LockError, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::conn::session::Session;
 use crate::error::{is_session_gone, to_lock_error};
-use crate::session::Session;
 
 /// Renews (confirms) `leases`, one result per lease in order. `probe` is the path the confirming
 /// `exists` asks about (the namespace node; whether it exists does not matter).

@@ -44,10 +44,10 @@ use lockcore::driver::queue::permit_mismatch;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::conn::session::Session;
 use crate::layout;
-use crate::queue::{new_uuid, Contender, Failure, Granted};
-use crate::recipe::Recipe;
-use crate::session::Session;
+use crate::protocol::contender::{new_uuid, Contender, Failure, Granted};
+use crate::protocol::recipe::Recipe;
 
 /// How often a permit is taken again from the start after a grant foreseen in the first round
 /// trip did not come true (a lease created by a client that ignores the internal lock).

@@ -2,7 +2,7 @@
 //! ([`observe`]). Candidates are Curator `LeaderLatch` nodes, `_c_<uuid>-latch-<seq>` under
 //! `<namespace>/<encoded>.elect`, holding the candidate's value (Curator: its participant id); the
 //! first by sequence leads, its `czxid` is the term. Campaigning is the queue of every other kind
-//! ([`crate::take`]).
+//! ([`crate::protocol::take`]).
 //!
 //! Reading the leader: `getChildren`, then `getData` of the first candidate (2 round trips).
 //! Observing: the same with a children watch on the election node (an `exists` watch while the
@@ -18,9 +18,9 @@ use lockcore::{Leader, LeaderWatch};
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
+use crate::conn::sessions::Sessions;
 use crate::error::{is_session_gone, is_transient};
 use crate::layout;
-use crate::sessions::Sessions;
 
 /// The pause before observing again after a connection error.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);

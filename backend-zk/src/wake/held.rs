@@ -27,8 +27,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
+use crate::conn::session::Session;
 use crate::error::{is_session_gone, is_transient};
-use crate::session::Session;
 
 /// How one held node's watch ended.
 enum Ended {

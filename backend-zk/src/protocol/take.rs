@@ -1,6 +1,6 @@
 //! One try at a lock of any kind on one session. A mutex, either side of a read-write lock and an
 //! election's leadership each join one queue ([`Recipe::for_request`]) and wait for their turn in
-//! it; a semaphore takes its internal lock, then a lease ([`crate::semaphore`]).
+//! it; a semaphore takes its internal lock, then a lease ([`crate::protocol::semaphore`]).
 
 use std::sync::Arc;
 
@@ -8,11 +8,11 @@ use lockcore::driver::LockRequest;
 use lockcore::{Family, LockKind};
 use tokio::time::Instant;
 
+use crate::conn::session::Session;
 use crate::layout;
-use crate::queue::{new_uuid, Contender, Failure, Granted};
-use crate::recipe::Recipe;
-use crate::semaphore;
-use crate::session::Session;
+use crate::protocol::contender::{new_uuid, Contender, Failure, Granted};
+use crate::protocol::recipe::Recipe;
+use crate::protocol::semaphore;
 
 /// One try at `req` under `namespace` on `session`: `wait` until `deadline` (then
 /// [`Failure::Timeout`]) or, without `wait`, `None` unless the lock is free at once. Everything it

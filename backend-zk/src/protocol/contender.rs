@@ -20,10 +20,10 @@ use lockcore::LockError;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::conn::session::Session;
 use crate::error::{is_session_gone, is_transient};
 use crate::layout;
-use crate::recipe::Recipe;
-use crate::session::Session;
+use crate::protocol::recipe::Recipe;
 
 /// How the attempt ended, when it did not get the lock.
 #[derive(Debug)]
@@ -127,7 +127,7 @@ impl Contender {
             let sent = Instant::now();
             lockcore::metrics::round_trip(); // create + listings, pipelined
             self.armed = true; // from here on a node of ours may exist
-                               // EPHEMERAL_SEQUENTIAL, with the session's ACL (see `crate::session`).
+                               // EPHEMERAL_SEQUENTIAL, with the session's ACL (see `crate::conn::session`).
             let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&self.session.acl));
             let create = client.create(&prefix, &self.recipe.data, &mode);
             let list = client.list_children(&self.recipe.parent); // pipelined: sent before create's answer

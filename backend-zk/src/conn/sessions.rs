@@ -7,8 +7,8 @@ use lockcore::Result;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
-use crate::session::Session;
-use crate::watch::watch_held;
+use crate::conn::session::Session;
+use crate::wake::held::watch_held;
 
 /// The configuration and the current session of one backend.
 pub(crate) struct Sessions {

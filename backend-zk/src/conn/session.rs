@@ -1,6 +1,6 @@
 //! One ZooKeeper session: the client, the leases held through it, a monitor task that turns
 //! session events into `lost()` signals and reaps leases nobody renews any more, and a watch task
-//! that notices held nodes deleted behind our back ([`crate::watch`]).
+//! that notices held nodes deleted behind our back ([`crate::wake::held`]).
 //!
 //! The session *is* the lease: the client's heartbeats keep it alive, and every contender node it
 //! created is ephemeral, so the server deletes them all when the session expires. The registry of
@@ -66,7 +66,7 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Establishes a new session, giving up with [`LockError::Unavailable`] after the connect
     /// timeout, and starts its monitor task. The paths of the leases it grants arrive on the
-    /// returned receiver, for the caller's watch task ([`crate::watch::watch_held`]).
+    /// returned receiver, for the caller's watch task ([`crate::wake::held::watch_held`]).
     pub(crate) async fn connect(config: &ZkConfig) -> Result<(Arc<Session>, mpsc::UnboundedReceiver<String>)> {
         let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
         if let Some(auth) = &config.digest_auth {

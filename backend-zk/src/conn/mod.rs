@@ -1,0 +1,5 @@
+//! The connection: one ZooKeeper session ([`session`]), which is the lease of every lock taken
+//! through it, and the backend's current session, replaced when it ends ([`sessions`]).
+
+pub(crate) mod session;
+pub(crate) mod sessions;
