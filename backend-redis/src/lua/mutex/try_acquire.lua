@@ -1,0 +1,29 @@
+-- Mutex: one attempt, never queueing: takes the lock if it is free and nobody live is queued before
+-- us. Stale heads it drops are replaced by the next live waiter, which is woken. Idempotent: a retry
+-- of a call whose answer was lost finds the lock already ours. The uncontended case (no lock key,
+-- no queue key) is EXISTS, GET (the counter), TIME, SET (the counter) and SET (the lock).
+-- Settings: FLOOR, DELAY, GAP (constants written before the script, see LockScripts).
+-- KEYS: lock, fence, queue, alive (and streak, gap with poller_gap).
+-- ARGV: token, ttl ms, wake prefix.
+-- Reply: {1, fence} or {0, ms until it may be free: the holder's pttl, or a wait}.
+
+if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  local counter = redis.call('GET', KEYS[2])
+  local w = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
+  if w > 0 then return {0, w} end
+  streak_on(KEYS[5], GAP, ARGV[2])
+  return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], FLOOR)}
+end
+local v = redis.call('GET', KEYS[1])
+if mine(v, ARGV[1]) then return {1, fence_of(v)} end
+local h, pruned = head(KEYS[3], KEYS[4], now_ms())
+if not v and (h == nil or h == ARGV[1]) then
+  local counter = redis.call('GET', KEYS[2])
+  local w = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
+  if w > 0 then return {0, w} end
+  if h then redis.call('ZREM', KEYS[3], h); redis.call('HDEL', KEYS[4], h) end
+  streak_on(KEYS[5], GAP, ARGV[2])
+  return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], FLOOR)}
+end
+if pruned then wake(ARGV[3], h) end
+return {0, redis.call('PTTL', KEYS[1])}

@@ -1,0 +1,43 @@
+-- Mutex: a waiter's one step: joins the queue (at the tail) if not in it, refreshes its liveness
+-- deadline, and takes the lock if it is free and this waiter is the live head (and the server has
+-- not just lost its data, and no gap for polling clients is running: then the head waits).
+-- Idempotent like try_acquire.lua.
+-- Settings: FLOOR, DELAY, GAP (constants written before the script, see LockScripts).
+-- KEYS: lock, fence, queue, alive (and streak, gap with poller_gap).
+-- ARGV: token, ttl ms, wake prefix, waiter ttl ms.
+-- Reply: {1, fence} or {0, is_head, ms until it may be free, holder_is_foreign}.
+
+local now = now_ms()
+local tok, wttl = ARGV[1], tonumber(ARGV[4])
+local v = redis.call('GET', KEYS[1])
+if mine(v, tok) then return {1, fence_of(v)} end
+if not redis.call('ZSCORE', KEYS[3], tok) then
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  local score = now
+  if last[2] and tonumber(last[2]) >= score then score = tonumber(last[2]) + 1 end
+  redis.call('ZADD', KEYS[3], score, tok)
+end
+redis.call('HSET', KEYS[4], tok, now + wttl)
+local h, pruned = head(KEYS[3], KEYS[4], now)
+local wait = nil
+if not v and h == tok then
+  local counter = redis.call('GET', KEYS[2])
+  wait = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
+  if wait == 0 then
+    redis.call('ZREM', KEYS[3], tok)
+    redis.call('HDEL', KEYS[4], tok)
+    streak_on(KEYS[5], GAP, ARGV[2])
+    return {1, take(KEYS[1], KEYS[2], counter, tok, ARGV[2], FLOOR)}
+  end
+end
+if pruned and h ~= tok then wake(ARGV[3], h) end
+if redis.call('PTTL', KEYS[3]) < 2 * wttl then
+  redis.call('PEXPIRE', KEYS[3], 2 * wttl)
+  redis.call('PEXPIRE', KEYS[4], 2 * wttl)
+end
+local foreign = 0
+if v then
+  local t = string.match(v, '^(%x+):%d+$')
+  if not t or #t ~= 32 then foreign = 1 end
+end
+return {0, h == tok and 1 or 0, wait or redis.call('PTTL', KEYS[1]), foreign}
