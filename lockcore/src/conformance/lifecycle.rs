@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{patience, unique_name, wait_for_residue, within, Harness};
+use super::harness::{patience, unique_name, wait_for_residue, within, Harness};
 use crate::{LockError, LockName, Locker, LostReason};
 
 /// Runs `body` with a new locker in a "process" of its own (see the module docs) and returns its
