@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::harness::{unique_name, within};
 use super::proxy::{Mode, Proxy};
-use super::{unique_name, within};
 use crate::{LockError, Locker};
 
 /// How much later than its bound a call may end.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{patience, unique_name, wait_for_residue_in, within, Harness};
+use super::harness::{patience, unique_name, wait_for_residue_in, within, Harness};
 use crate::name::LockName;
 use crate::{Family, LeaderWatch};
 

@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{patience, unique_name, wait_for_residue, within, Harness};
+use super::harness::{patience, unique_name, wait_for_residue, within, Harness};
 use crate::name::LockName;
 use crate::{LockError, Locker, LostReason};
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{patience, unique_name, wait_for_residue_in, within, Harness};
+use super::harness::{patience, unique_name, wait_for_residue_in, within, Harness};
 use crate::name::LockName;
 use crate::{Family, LockError, MAX_PERMITS};
 
