@@ -2,7 +2,8 @@
 //! lost, and neither the process's memory nor the renewal traffic may grow.
 //!
 //! The backends take their locks one after the other (each then holds while the next acquires),
-//! and every soak uses [`SOAK_TTL`] whatever the run's TTL: what is measured is holding. Taking
+//! and every soak runs on targets built with [`SOAK_TTL`] (their URLs and their locks' TTL),
+//! whatever the run's TTL: what is measured is holding. Taking
 //! 10,000 locks on every backend at once, with 1 s leases, kept a 2-core machine that also runs
 //! the servers busy enough to delay renewals past the lease (a loss `lost()` rightly reported, of
 //! the machine and not of the library); the load section measures acquiring.
@@ -100,7 +101,7 @@ async fn one(target: &Target, locks: usize, minutes: f64, acquiring: &tokio::syn
     for chunk in (0..locks).collect::<Vec<_>>().chunks(50) {
         let mut set = tokio::task::JoinSet::new();
         for i in chunk {
-            let (locker, name, ttl) = (locker.clone(), format!("{base}/{i}"), SOAK_TTL);
+            let (locker, name, ttl) = (locker.clone(), format!("{base}/{i}"), target.ttl);
             set.spawn(async move { locker.lock(&name).ttl(ttl).acquire().await });
         }
         while let Some(done) = set.join_next().await {
