@@ -1,47 +1,36 @@
-//! The clean-up guard of an acquire in flight: if the acquire future is dropped (cancelled, timed
-//! out) or fails before it hands a lease back, the guard removes the waiter's queue entry and any
-//! lock already granted to its token, on every server, from a spawned task.
+//! The clean-up at the edges of a lock's life, for every kind (over its [`Entry`]), from tasks of
+//! lockcore's clean-up machinery ([`lockcore::driver::cleanup::spawn`]), which the call that
+//! dropped the future and `Locker::shutdown` wait for:
+//! - [`Cleanup`], the guard of an acquire in flight: if the acquire future is dropped (cancelled,
+//!   timed out) or fails before it hands a lease back, it runs the entry's `LEAVE` on every server
+//!   (removing the waiter's queue entry and any lock already granted to its token);
+//! - [`release`]: a release whose future is dropped before it finished runs again in the
+//!   background.
 //!
 //! Commands of one backend go over one connection per server in order, so the clean-up always
 //! reaches a server after the acquire request it cleans up after.
 
 use std::sync::Arc;
 
-use crate::fanout::fan_out;
-use crate::inner::Inner;
-use crate::keys::{KindKeys, LockKeys};
+use lockcore::driver::LockName;
+use lockcore::Result;
 
-/// What to clean up after.
-#[derive(Clone)]
-enum Target {
-    /// A mutex: its keys and the waiter's token (`LEAVE` on every server).
-    Mutex(Arc<LockKeys>, String),
-    /// Any other kind: its keys and the waiter's entry (its `LEAVE`, on the one server).
-    Kind(KindKeys, String),
-}
+use crate::conn::inner::Inner;
+use crate::protocol::entry::{leave_everywhere, release_everywhere, Entry};
 
 /// Armed from the first request of an acquire until its lease is returned.
-pub(crate) struct Cleanup {
+pub(crate) struct Cleanup<E: Entry> {
     inner: Arc<Inner>,
-    target: Target,
+    entry: E,
     armed: bool,
 }
 
-impl Cleanup {
-    /// For a mutex acquire with `token`.
-    pub(crate) fn new(inner: Arc<Inner>, keys: Arc<LockKeys>, token: String) -> Self {
-        Self::armed(inner, Target::Mutex(keys, token))
-    }
-
-    /// For an acquire of another kind, with its queue `entry`.
-    pub(crate) fn for_kind(inner: Arc<Inner>, keys: KindKeys, entry: String) -> Self {
-        Self::armed(inner, Target::Kind(keys, entry))
-    }
-
-    fn armed(inner: Arc<Inner>, target: Target) -> Self {
+impl<E: Entry> Cleanup<E> {
+    /// Armed, for an acquire of `entry`.
+    pub(crate) fn new(inner: Arc<Inner>, entry: E) -> Self {
         Cleanup {
             inner,
-            target,
+            entry,
             armed: true,
         }
     }
@@ -53,23 +42,21 @@ impl Cleanup {
 
     /// Cleans up now and waits for it; falls back to the background clean-up if a server fails.
     pub(crate) async fn run_now(mut self) {
-        if leave_everywhere(&self.inner, &self.target).await {
+        if leave_everywhere(&self.inner, &self.entry).await {
             self.armed = false;
         }
     }
 }
 
-impl Drop for Cleanup {
+impl<E: Entry> Drop for Cleanup<E> {
     fn drop(&mut self) {
         if !self.armed {
             return;
         }
-        let (inner, target) = (self.inner.clone(), self.target.clone());
-        let lock = target.describe().to_owned();
-        // Counted by lockcore (lockcore::driver::cleanup): the call that dropped the guard, and
-        // Locker::shutdown, wait for it.
+        let (inner, entry) = (self.inner.clone(), self.entry.clone());
+        let lock = entry.key().to_owned();
         let spawned = lockcore::driver::cleanup::spawn(async move {
-            leave_everywhere(&inner, &target).await;
+            leave_everywhere(&inner, &entry).await;
         });
         if !spawned {
             tracing::warn!(
@@ -80,41 +67,42 @@ impl Drop for Cleanup {
     }
 }
 
-impl Target {
-    fn describe(&self) -> &str {
-        match self {
-            Target::Mutex(keys, _) => &keys.lock,
-            Target::Kind(keys, _) => &keys.holders,
-        }
-    }
+/// Releases `entry`'s lock `name` on every server. Cancel-safe: dropped before it finished (a
+/// request timeout, a lost connection; on a Cluster its first poll sends nothing), the release
+/// is run again in the background, so the key goes now rather than after its TTL.
+pub(crate) async fn release<E: Entry>(inner: &Arc<Inner>, name: &LockName, entry: E) -> Result<()> {
+    let mut again = ReleaseAgain {
+        inner: inner.clone(),
+        name: name.clone(),
+        entry: Some(entry.clone()),
+    };
+    let result = release_everywhere(inner, name, &entry).await;
+    again.entry = None; // finished: nothing to do again
+    result
 }
 
-/// Runs the LEAVE script on every server; `true` if all of them answered.
-async fn leave_everywhere(inner: &Inner, target: &Target) -> bool {
-    let results = fan_out(
-        &inner.nodes,
-        |_, n| async move {
-            match target {
-                Target::Mutex(keys, token) => n.leave(keys, token).await,
-                Target::Kind(keys, entry) => n.leave_kind(keys, entry).await,
+/// A release in flight: dropped while it still has its entry (the call was cancelled before it
+/// finished), it runs the release again in the background.
+struct ReleaseAgain<E: Entry> {
+    inner: Arc<Inner>,
+    name: LockName,
+    entry: Option<E>,
+}
+
+impl<E: Entry> Drop for ReleaseAgain<E> {
+    fn drop(&mut self) {
+        let Some(entry) = self.entry.take() else { return };
+        let (inner, name) = (self.inner.clone(), self.name.clone());
+        let spawned = lockcore::driver::cleanup::spawn(async move {
+            match release_everywhere(&inner, &name, &entry).await {
+                Ok(()) => tracing::debug!(lock = %name, "released in the background after a cancelled release"),
+                Err(e) => {
+                    tracing::debug!(lock = %name, error = %e, "background release after a cancelled release")
+                }
             }
-        },
-        |_| false,
-    )
-    .await;
-    let mut all = true;
-    for (node, result) in inner.nodes.iter().zip(results) {
-        let Some(result) = result else { continue };
-        match result {
-            Ok(true) => {
-                tracing::debug!(lock = %target.describe(), addr = %node.addr, "released a lock granted to a cancelled acquire")
-            }
-            Ok(false) => {}
-            Err(e) => {
-                all = false;
-                tracing::warn!(lock = %target.describe(), addr = %node.addr, error = %e, "clean-up of a cancelled acquire failed");
-            }
+        });
+        if !spawned {
+            tracing::warn!(lock = %self.name, "release cancelled outside a runtime; the key expires after its TTL");
         }
     }
-    all
 }

@@ -344,29 +344,36 @@
 //! What it does not cover: a master and its replicas that lose their data together (restarted
 //! without persistence; `restart_delay` covers that), a replica that acknowledged a write and
 //! then lost it before being promoted, and clock jumps.
+//!
+//! ## Module map (the layout of `docs/backend-guide.md`)
+//!
+//! | file | role |
+//! |---|---|
+//! | `lib.rs` | these docs, `DESCRIPTOR`, `connect` |
+//! | `config.rs` | the URL and its options |
+//! | `error.rs` | Redis client errors → `LockError` |
+//! | `layout.rs` | where a lock's keys and channels live, in both layouts; cluster slots |
+//! | `backend.rs` | `impl LockBackend`: each call to its protocol |
+//! | `conn/` | one logical server (`node.rs`), its connections per topology (`link.rs`), one script call (`call.rs`), a request on every server at once (`fanout.rs`), what every task shares (`inner.rs`) |
+//! | `protocol/` | the one wait loop (`wait.rs`) over an entry (`entry.rs`: try, step, leave, release) of the mutex (`mutex.rs`) or the other kinds (`kinds.rs`); elections (`election.rs`); the quorum of independent masters (`quorum.rs`); the scripts with the URL's settings (`scripts.rs`) |
+//! | `lua/` | the scripts: `mutex/`, `kinds/`, `helpers/` (one file each) |
+//! | `wake.rs` | pub/sub: one subscriber connection per server, a channel per waiter |
+//! | `renew.rs` | the watchdog's batch: one pipelined round trip per server (per cluster node) |
+//! | `cleanup.rs` | the clean-up of a cancelled acquire and of a cancelled release |
+//! | `listing.rs` | `list` and `inspect` |
 
 #![warn(missing_docs)]
 
 mod backend;
-mod call;
 mod cleanup;
 mod config;
-mod election;
+mod conn;
 mod error;
-mod fanout;
-mod inner;
-mod keys;
-mod kind_queue;
-mod kind_scripts;
-mod kind_session;
-mod link;
+mod layout;
 mod listing;
-mod notify;
-mod queue;
-mod quorum;
+mod protocol;
 mod renew;
-mod scripts;
-mod session;
+mod wake;
 
 use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
 use lockcore::{Locker, Result};
@@ -394,7 +401,7 @@ pub static DESCRIPTOR: Descriptor = Descriptor {
 fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
     Box::pin(connect(url))
 }
-pub use keys::{KindKeys, LockKeys};
+pub use layout::{KindKeys, LockKeys};
 
 /// Connects to redis as described by `url` and returns a [`Locker`] over it.
 ///

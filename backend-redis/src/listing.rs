@@ -1,3 +1,5 @@
+//! `list` and `inspect`.
+//!
 //! `list`: the locks of this backend's key prefix that have holders or waiters, found with
 //! `SCAN` (never `KEYS`: a big keyspace is walked in steps, not in one blocking call) on every
 //! server (every master of a cluster), then counted in one pipeline per step.
@@ -8,14 +10,18 @@
 //! independent masters (the quorum mode), a lock's count is the highest one master reports.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use lockcore::{ListedLock, LockError, Result};
+use lockcore::driver::LockName;
+use lockcore::{HolderInfo, ListedLock, LockError, LockInfo, Result};
 use redis::{RedisResult, Value};
 
 use crate::config::Layout;
-use crate::inner::Inner;
-use crate::link::Link;
-use crate::session::Resend;
+use crate::conn::fanout::{counts, fan_out};
+use crate::conn::inner::Inner;
+use crate::conn::link::Link;
+use crate::conn::node::Resend;
+use crate::protocol::mutex;
 
 /// Keys looked at per `SCAN` step.
 const STEP: usize = 1000;
@@ -155,6 +161,82 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
+/// Who holds the mutex `name`, and how many wait: the holder is whoever holds the key on a
+/// quorum of the servers (on all of one).
+pub(crate) async fn inspect(inner: &Inner, name: &LockName) -> Result<LockInfo> {
+    let keys = inner.keys(name);
+    let quorum = inner.config.quorum();
+    let answers = fan_out(
+        &inner.nodes,
+        |_, n| mutex::inspect(n, &keys),
+        // Done once the holder is decided: some holder on a majority, or no holder able to
+        // reach one with the answers still missing (a majority of answers is not enough: a
+        // master that has not seen the latest acquire yet must not hide the holder).
+        |answers| {
+            let (answered, ok) = counts(answers);
+            let missing = answers.len() - answered;
+            let mut ids: Vec<String> = answers
+                .iter()
+                .filter_map(|a| match a {
+                    Some(Ok(info)) => info.value.as_deref().map(|v| parse_value(v).0),
+                    _ => None,
+                })
+                .collect();
+            ids.sort_unstable();
+            let best = ids.chunk_by(|a, b| a == b).map(<[String]>::len).max().unwrap_or(0);
+            missing == 0 || ok + missing < quorum || best >= quorum || (ok >= quorum && best + missing < quorum)
+        },
+    )
+    .await;
+    let answers = answers.into_iter().flatten();
+    let mut infos = Vec::new();
+    let mut first_error = None;
+    for a in answers {
+        match a {
+            Ok(info) => infos.push(info),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if infos.len() < inner.config.quorum() {
+        return Err(first_error.unwrap_or_else(|| LockError::Protocol("no inspect answer".into())));
+    }
+    let waiters = infos.iter().map(|i| i.waiters).max().unwrap_or(0);
+    // The holder is whoever holds the key on a quorum of the servers (on all of one).
+    let holders: Vec<(String, Option<u64>, i64)> = infos
+        .iter()
+        .filter_map(|i| i.value.as_deref().map(|v| (parse_value(v), i.pttl_ms)))
+        .map(|((id, fence), pttl)| (id, fence, pttl))
+        .collect();
+    let holder = holders.iter().find_map(|(id, _, _)| {
+        let same: Vec<_> = holders.iter().filter(|(other, _, _)| other == id).collect();
+        (same.len() >= inner.config.quorum()).then(|| HolderInfo {
+            holder_id: id.clone(),
+            fencing_token: same.iter().filter_map(|(_, f, _)| *f).max(),
+            ttl_remaining: same
+                .iter()
+                .filter(|(_, _, p)| *p >= 0)
+                .map(|(_, _, p)| Duration::from_millis(p.unsigned_abs()))
+                .min(),
+        })
+    });
+    Ok(LockInfo { holder, waiters })
+}
+
+/// Splits a lock value into the holder id and the fencing token: `<32 hex>:<n>` is a locksmith
+/// holder; anything else (another client's token in the plain layout) is shown whole.
+fn parse_value(v: &str) -> (String, Option<u64>) {
+    if let Some((token, fence)) = v.split_once(':') {
+        if token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            if let Ok(fence) = fence.parse() {
+                return (token.to_owned(), Some(fence));
+            }
+        }
+    }
+    (v.to_owned(), None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +250,16 @@ mod tests {
         assert_eq!(split_key("ls:{a}:lock", "ls:"), Some(("a", "lock")));
         assert_eq!(split_key("other:{a}:lock", "ls:"), None);
         assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");
+    }
+
+    #[test]
+    fn lock_values() {
+        let t = "0123456789abcdef0123456789abcdef";
+        assert_eq!(parse_value(&format!("{t}:42")), (t.to_owned(), Some(42)));
+        assert_eq!(
+            parse_value("some-redis-py-uuid"),
+            ("some-redis-py-uuid".to_owned(), None)
+        );
+        assert_eq!(parse_value("short:1"), ("short:1".to_owned(), None));
     }
 }

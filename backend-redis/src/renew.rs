@@ -1,10 +1,11 @@
-//! The watchdog's batched renewal on one logical server ([`Node::renew_many`]).
+//! The watchdog's batched renewal ([`renew_many`]): every lease due, on every server (a quorum of
+//! them in quorum mode), in one round trip per server.
 //!
 //! - On a server (or the master the sentinels name) the whole batch is one `RENEW_MANY` call per
 //!   [`RENEW_CHUNK`] leases, all pipelined in one round trip. A batch that mixes kinds has the
 //!   mutexes in the mutex's `RENEW_MANY` calls and the semaphore permits, read-write lock sides and
 //!   leaderships (a deadline per holder in a sorted set) in the `RENEW_MANY` calls of
-//!   [`crate::kind_scripts`], all in the same pipeline.
+//!   `lua/kinds/`, all in the same pipeline.
 //! - On a cluster the leases are grouped by the master that serves their slot (`CLUSTER SLOTS`),
 //!   and each group is pipelined to its master the same way, the groups in parallel: one round
 //!   trip per node, not per lock. A group that meets a node that no longer serves one of its
@@ -18,14 +19,104 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lockcore::{LockError, Result};
+use lockcore::driver::Lease;
+use lockcore::{LockError, LockKind, Result};
 use redis::{RedisError, Script, Value};
 
+use crate::conn::fanout::fan_out;
+use crate::conn::inner::Inner;
+use crate::conn::node::{millis, Node, Resend};
 use crate::error::{is_noscript, map_error};
-use crate::keys::slot_of;
-use crate::kind_scripts::KIND_SCRIPTS;
-use crate::scripts::SCRIPTS;
-use crate::session::{millis, Node, Resend};
+use crate::layout::{entry, slot_of, KindKeys, LockKeys};
+use crate::protocol::scripts::SCRIPTS;
+
+/// Renews `leases` on every server: each gets the whole batch as one `RENEW_MANY` script call
+/// per [`RENEW_CHUNK`] leases of one kind (mutexes, or the others), all pipelined in one round
+/// trip. A lease is renewed when a quorum of the servers renewed it (all of one), gone
+/// ([`LockError::NotHeld`]) when too many no longer hold it.
+pub(crate) async fn renew_many(inner: &Inner, leases: &[Lease]) -> Vec<Result<()>> {
+    let targets: Vec<Target> = leases.iter().map(|l| Target::of(inner, l)).collect();
+    let items: Vec<Item<'_>> = leases
+        .iter()
+        .zip(&targets)
+        .map(|(l, t)| match t {
+            Target::Mutex(k) => Item {
+                key: &k.lock,
+                info: None,
+                id: &l.holder_id,
+                ttl: l.ttl,
+            },
+            Target::Kind(k, entry) => Item {
+                key: &k.holders,
+                info: Some(&k.info),
+                id: entry,
+                ttl: l.ttl,
+            },
+        })
+        .collect();
+    let quorum = inner.config.quorum();
+    let n = inner.nodes.len();
+    // Done once every lease is decided: renewed on a majority, or gone from too many.
+    let per_node = fan_out(
+        &inner.nodes,
+        |_, server| renew_on_server(server, &items),
+        |answers| {
+            (0..items.len()).all(|i| {
+                let renewed = answers.iter().filter(|a| matches!(a, Some(Ok(f)) if f[i])).count();
+                let gone = answers.iter().filter(|a| matches!(a, Some(Ok(f)) if !f[i])).count();
+                renewed >= quorum || gone > n - quorum
+            })
+        },
+    )
+    .await;
+    let per_node: Vec<Result<Vec<bool>>> = per_node.into_iter().flatten().collect();
+    leases
+        .iter()
+        .enumerate()
+        .map(|(i, lease)| {
+            let (mut renewed, mut gone, mut error) = (0, 0, None);
+            for result in &per_node {
+                match result {
+                    Ok(flags) if flags[i] => renewed += 1,
+                    Ok(_) => gone += 1,
+                    Err(e) => error = Some(e.to_string()),
+                }
+            }
+            if renewed >= quorum {
+                Ok(())
+            } else if gone > n - quorum {
+                Err(LockError::not_held(lease.name.as_str()))
+            } else {
+                Err(LockError::Unavailable {
+                    message: format!(
+                        "renewed on {renewed} of {n} redis servers, {quorum} needed: {}",
+                        error.unwrap_or_default()
+                    ),
+                    source: None,
+                })
+            }
+        })
+        .collect()
+}
+
+/// The keys a lease is renewed in.
+enum Target {
+    Mutex(LockKeys),
+    /// Another kind's keys, and the lease's entry.
+    Kind(KindKeys, String),
+}
+
+impl Target {
+    fn of(inner: &Inner, lease: &Lease) -> Target {
+        match lease.kind {
+            LockKind::Mutex => Target::Mutex(inner.keys(&lease.name)),
+            _ => Target::Kind(
+                inner.kind_keys(lease.kind.family(), &lease.name),
+                entry(&lease.kind, &lease.holder_id),
+            ),
+        }
+    }
+}
 
 /// Leases per `RENEW_MANY` call: a script blocks its server while it runs, so a batch of
 /// thousands is split into calls of this size (still sent in one pipelined round trip). 500
@@ -44,172 +135,175 @@ pub(crate) struct Item<'a> {
     pub(crate) ttl: Duration,
 }
 
-impl Node {
-    /// Extends every `(lock key, token, ttl)`; `true` where extended.
-    pub(crate) async fn renew_many(&self, items: &[Item<'_>]) -> Result<Vec<bool>> {
-        if items.is_empty() {
-            return Ok(Vec::new());
+/// Extends every `(lock key, token, ttl)` on one logical server; `true` where extended.
+async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<bool>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !server.link.is_cluster() {
+        return renew_batch(server, None, items).await;
+    }
+    let owners = server
+        .bounded("reading the cluster's slots", Resend::IfDropped, || {
+            server.link.slot_owners()
+        })
+        .await?;
+    let mut groups: BTreeMap<Option<(String, u16)>, Vec<usize>> = BTreeMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let slot = slot_of(item.key);
+        let owner = owners
+            .iter()
+            .find(|(first, last, _, _)| (*first..=*last).contains(&slot))
+            .map(|(_, _, host, port)| (host.clone(), *port));
+        groups.entry(owner).or_default().push(i);
+    }
+    let results = join_all(groups.iter().map(|(owner, indexes)| async move {
+        let group: Vec<Item<'_>> = indexes.iter().map(|&i| items[i]).collect();
+        if let Some(owner) = owner {
+            match renew_batch(server, Some(owner), &group).await {
+                Ok(flags) => return Ok(flags),
+                Err(e) => {
+                    tracing::debug!(node = %format!("{}:{}", owner.0, owner.1), error = %e,
+                        "batched renewal on a cluster node failed; renewing its leases one by one");
+                    server.link.failed(None);
+                }
+            }
         }
-        if !self.link.is_cluster() {
-            return self.renew_on(None, items).await;
-        }
-        let owners = self
-            .bounded("reading the cluster's slots", Resend::IfDropped, || {
-                self.link.slot_owners()
-            })
-            .await?;
-        let mut groups: BTreeMap<Option<(String, u16)>, Vec<usize>> = BTreeMap::new();
-        for (i, item) in items.iter().enumerate() {
-            let slot = slot_of(item.key);
-            let owner = owners
+        let each = join_all(
+            group
                 .iter()
-                .find(|(first, last, _, _)| (*first..=*last).contains(&slot))
-                .map(|(_, _, host, port)| (host.clone(), *port));
-            groups.entry(owner).or_default().push(i);
-        }
-        let results = join_all(groups.iter().map(|(owner, indexes)| async move {
-            let group: Vec<Item<'_>> = indexes.iter().map(|&i| items[i]).collect();
-            if let Some(owner) = owner {
-                match self.renew_on(Some(owner), &group).await {
-                    Ok(flags) => return Ok(flags),
-                    Err(e) => {
-                        tracing::debug!(node = %format!("{}:{}", owner.0, owner.1), error = %e,
-                            "batched renewal on a cluster node failed; renewing its leases one by one");
-                        self.link.failed(None);
-                    }
-                }
-            }
-            let each = join_all(group.iter().map(|item| self.renew_on(None, std::slice::from_ref(item)))).await;
-            each.into_iter()
-                .map(|r| r.map(|flags| flags[0]))
-                .collect::<Result<Vec<bool>>>()
-        }))
+                .map(|item| renew_batch(server, None, std::slice::from_ref(item))),
+        )
         .await;
-        let mut renewed = vec![false; items.len()];
-        for (indexes, result) in groups.values().zip(results) {
-            for (&i, flag) in indexes.iter().zip(result?) {
-                renewed[i] = flag;
-            }
+        each.into_iter()
+            .map(|r| r.map(|flags| flags[0]))
+            .collect::<Result<Vec<bool>>>()
+    }))
+    .await;
+    let mut renewed = vec![false; items.len()];
+    for (indexes, result) in groups.values().zip(results) {
+        for (&i, flag) in indexes.iter().zip(result?) {
+            renewed[i] = flag;
         }
-        Ok(renewed)
     }
+    Ok(renewed)
+}
 
-    /// Renews `items` in one round trip: on the server, on the cluster node `node`, or (`None` on
-    /// a cluster, for leases of one slot) on the node the cluster routes the first key to.
-    async fn renew_on(&self, node: Option<&(String, u16)>, items: &[Item<'_>]) -> Result<Vec<bool>> {
-        let cross = node.is_some();
-        let (mutexes, others): (Vec<usize>, Vec<usize>) = (0..items.len()).partition(|&i| items[i].info.is_none());
-        // One script call per chunk of one kind; `chunks[c]` lists the items call `c` renews.
-        let chunks: Vec<&[usize]> = mutexes.chunks(RENEW_CHUNK).chain(others.chunks(RENEW_CHUNK)).collect();
-        let mut scripts: Vec<&Script> = Vec::new();
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for chunk in &chunks {
-            let script = script_for(items[chunk[0]].info.is_none(), cross);
-            if !scripts.iter().any(|s| s.get_hash() == script.get_hash()) {
-                scripts.push(script);
-            }
-            let mut call = script.prepare_invoke();
-            for item in chunk.iter().map(|&i| items[i]) {
-                match (item.info, cross) {
-                    (None, true) => call.arg(item.key).arg(item.id).arg(millis(item.ttl)),
-                    (None, false) => call.key(item.key).arg(item.id).arg(millis(item.ttl)),
-                    (Some(info), true) => call.arg(item.key).arg(info).arg(item.id).arg(millis(item.ttl)),
-                    (Some(info), false) => call.key(item.key).key(info).arg(item.id).arg(millis(item.ttl)),
-                };
-            }
-            if cross {
-                call.key(items[chunk[0]].key);
-            }
-            pipe.invoke_script(&call);
+/// Renews `items` in one round trip: on the server, on the cluster node `target`, or (`None` on
+/// a cluster, for leases of one slot) on the node the cluster routes the first key to.
+async fn renew_batch(server: &Node, target: Option<&(String, u16)>, items: &[Item<'_>]) -> Result<Vec<bool>> {
+    let cross = target.is_some();
+    let (mutexes, others): (Vec<usize>, Vec<usize>) = (0..items.len()).partition(|&i| items[i].info.is_none());
+    // One script call per chunk of one kind; `chunks[c]` lists the items call `c` renews.
+    let chunks: Vec<&[usize]> = mutexes.chunks(RENEW_CHUNK).chain(others.chunks(RENEW_CHUNK)).collect();
+    let mut scripts: Vec<&Script> = Vec::new();
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for chunk in &chunks {
+        let script = script_for(items[chunk[0]].info.is_none(), cross);
+        if !scripts.iter().any(|s| s.get_hash() == script.get_hash()) {
+            scripts.push(script);
         }
-        let confirm = self.min_replicas > 0;
-        if confirm {
-            pipe.cmd("WAIT")
-                .arg(self.min_replicas)
-                .arg(millis(self.replica_timeout));
-        }
-        let mut replies: Vec<Value> = self
-            .bounded("renewing", Resend::IfDropped, || {
-                let (pipe, scripts) = (&pipe, &scripts);
-                async move {
-                    let mut conn = if confirm {
-                        self.link.confirm_conn().await?
-                    } else {
-                        self.link.conn().await?
-                    };
-                    let send = |mut conn: crate::link::Conn| async move {
-                        match node {
-                            Some(node) => conn.pipeline_to(pipe, node).await,
-                            None => pipe.query_async(&mut conn).await,
-                        }
-                    };
-                    let replies: Vec<Value> = send(conn.clone()).await?;
-                    if !replies.iter().any(is_noscript) {
-                        return Ok(replies);
-                    }
-                    // The server lost its script cache (a restart, a promoted replica): load the
-                    // scripts (on a cluster: on every master) and go again.
-                    for script in scripts {
-                        script.prepare_invoke().load_async(&mut conn).await?;
-                    }
-                    send(conn).await
-                }
-            })
-            .await?;
-        if confirm {
-            let acks = match replies.pop() {
-                Some(Value::Int(acks)) => acks,
-                other => return Err(LockError::Protocol(format!("unexpected WAIT reply {other:?}"))),
+        let mut call = script.prepare_invoke();
+        for item in chunk.iter().map(|&i| items[i]) {
+            match (item.info, cross) {
+                (None, true) => call.arg(item.key).arg(item.id).arg(millis(item.ttl)),
+                (None, false) => call.key(item.key).arg(item.id).arg(millis(item.ttl)),
+                (Some(info), true) => call.arg(item.key).arg(info).arg(item.id).arg(millis(item.ttl)),
+                (Some(info), false) => call.key(item.key).key(info).arg(item.id).arg(millis(item.ttl)),
             };
-            if acks < i64::from(self.min_replicas) {
-                return Err(self.unconfirmed("renewing", acks));
+        }
+        if cross {
+            call.key(items[chunk[0]].key);
+        }
+        pipe.invoke_script(&call);
+    }
+    let confirm = server.min_replicas > 0;
+    if confirm {
+        pipe.cmd("WAIT")
+            .arg(server.min_replicas)
+            .arg(millis(server.replica_timeout));
+    }
+    let mut replies: Vec<Value> = server
+        .bounded("renewing", Resend::IfDropped, || {
+            let (pipe, scripts) = (&pipe, &scripts);
+            async move {
+                let mut conn = if confirm {
+                    server.link.confirm_conn().await?
+                } else {
+                    server.link.conn().await?
+                };
+                let send = |mut conn: crate::conn::link::Conn| async move {
+                    match target {
+                        Some(target) => conn.pipeline_to(pipe, target).await,
+                        None => pipe.query_async(&mut conn).await,
+                    }
+                };
+                let replies: Vec<Value> = send(conn.clone()).await?;
+                if !replies.iter().any(is_noscript) {
+                    return Ok(replies);
+                }
+                // The server lost its script cache (a restart, a promoted replica): load the
+                // scripts (on a cluster: on every master) and go again.
+                for script in scripts {
+                    script.prepare_invoke().load_async(&mut conn).await?;
+                }
+                send(conn).await
             }
+        })
+        .await?;
+    if confirm {
+        let acks = match replies.pop() {
+            Some(Value::Int(acks)) => acks,
+            other => return Err(LockError::Protocol(format!("unexpected WAIT reply {other:?}"))),
+        };
+        if acks < i64::from(server.min_replicas) {
+            return Err(server.unconfirmed("renewing", acks));
         }
-        if replies.len() != chunks.len() {
-            return Err(LockError::Protocol(format!(
-                "{} renewal replies for {} script calls",
-                replies.len(),
-                chunks.len()
-            )));
-        }
-        let mut renewed = vec![false; items.len()];
-        for (reply, chunk) in replies.into_iter().zip(&chunks) {
-            match reply {
-                Value::Array(flags) if flags.len() == chunk.len() => {
-                    for (flag, &i) in flags.into_iter().zip(*chunk) {
-                        match flag {
-                            Value::Int(n) => renewed[i] = n == 1,
-                            other => return Err(LockError::Protocol(format!("unexpected renewal result {other:?}"))),
-                        }
+    }
+    if replies.len() != chunks.len() {
+        return Err(LockError::Protocol(format!(
+            "{} renewal replies for {} script calls",
+            replies.len(),
+            chunks.len()
+        )));
+    }
+    let mut renewed = vec![false; items.len()];
+    for (reply, chunk) in replies.into_iter().zip(&chunks) {
+        match reply {
+            Value::Array(flags) if flags.len() == chunk.len() => {
+                for (flag, &i) in flags.into_iter().zip(*chunk) {
+                    match flag {
+                        Value::Int(n) => renewed[i] = n == 1,
+                        other => return Err(LockError::Protocol(format!("unexpected renewal result {other:?}"))),
                     }
                 }
-                Value::ServerError(e) => {
-                    return Err(map_error(
-                        RedisError::from(e),
-                        "renewing",
-                        &self.link.describe(&self.addr),
-                    ));
-                }
-                other => {
-                    return Err(LockError::Protocol(format!(
-                        "unexpected renewal reply {other:?} for {} leases",
-                        chunk.len()
-                    )))
-                }
+            }
+            Value::ServerError(e) => {
+                return Err(map_error(
+                    RedisError::from(e),
+                    "renewing",
+                    &server.link.describe(&server.addr),
+                ));
+            }
+            other => {
+                return Err(LockError::Protocol(format!(
+                    "unexpected renewal reply {other:?} for {} leases",
+                    chunk.len()
+                )))
             }
         }
-        Ok(renewed)
     }
+    Ok(renewed)
 }
 
 /// The renewal script for a chunk of mutexes (`mutex`) or of other kinds, on one node of a
 /// cluster (`cross`: keys of several slots) or not.
 fn script_for(mutex: bool, cross: bool) -> &'static Script {
     match (mutex, cross) {
-        (true, false) => &SCRIPTS.renew_many,
-        (true, true) => &SCRIPTS.renew_many_cross,
-        (false, false) => &KIND_SCRIPTS.renew_many,
-        (false, true) => &KIND_SCRIPTS.renew_many_cross,
+        (true, false) => &SCRIPTS.renew_mutexes,
+        (true, true) => &SCRIPTS.renew_mutexes_cross,
+        (false, false) => &SCRIPTS.renew_kinds,
+        (false, true) => &SCRIPTS.renew_kinds_cross,
     }
 }

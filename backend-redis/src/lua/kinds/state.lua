@@ -1,12 +1,13 @@
 -- Semaphores, read-write locks, elections: the state of one lock and its rules, sent before every
 -- lock script of these kinds (try_acquire, wait_step, release, leave); not a script on its own.
+-- Settings: FLOOR, DELAY (constants written before the script, see LockScripts).
 -- KEYS: holders, info, fence, queue, alive, writers.
--- ARGV: entry, TTL ms, fence floor, wake prefix, waiter TTL ms, restart delay ms, leader channel
--- ('' but for elections), campaign value.
+-- ARGV: entry, TTL ms, wake prefix, waiter TTL ms, leader channel ('' but for elections),
+-- campaign value.
 
 local HOLDERS, INFO, FENCE, QUEUE, ALIVE, WRITERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local ME, TTL, FLOOR, WAKE = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local WTTL, DELAY, LEADER, VALUE = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local ME, TTL, WAKE = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local WTTL, LEADER, VALUE = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 
 local function first(key)
   local r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')

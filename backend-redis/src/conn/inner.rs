@@ -8,8 +8,8 @@ use lockcore::{Family, LockError, Result};
 use tokio::time::Instant;
 
 use crate::config::{Config, Layout};
-use crate::keys::{KindKeys, LockKeys};
-use crate::session::Node;
+use crate::conn::node::Node;
+use crate::layout::{KindKeys, LockKeys};
 
 /// What every clone of a backend and every clean-up task shares.
 pub(crate) struct Inner {

@@ -20,7 +20,7 @@ use lockcore::{LockError, Result};
 use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::link::Link;
+use crate::conn::link::Link;
 
 /// The listeners of each channel, by subscription id.
 type Senders = Arc<Mutex<HashMap<String, Vec<(u64, mpsc::UnboundedSender<()>)>>>>;

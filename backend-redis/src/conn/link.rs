@@ -1,4 +1,4 @@
-//! How a [`crate::session::Node`] reaches its server, in each topology:
+//! How a [`crate::conn::node::Node`] reaches its server, in each topology:
 //!
 //! - **Fixed**: one server at one address (a single server, or one master of a quorum), over one
 //!   auto-reconnecting multiplexed connection.
@@ -30,7 +30,7 @@ use tokio::sync::{watch, OnceCell};
 use tokio::time::Instant;
 
 use crate::config::{escape, host_port, Config, Topology};
-use crate::keys::slot_of;
+use crate::layout::slot_of;
 
 /// The least time between two questions to the sentinels.
 const RECHECK: Duration = Duration::from_millis(200);

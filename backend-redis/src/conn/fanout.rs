@@ -11,7 +11,7 @@ use std::future::Future;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use lockcore::Result;
 
-use crate::session::Node;
+use crate::conn::node::Node;
 
 /// Runs `op` on each node; stops once `enough(&answers)` holds (checked after each answer) or
 /// every node answered. `answers[i]` is `None` for a node that did not answer in time.

@@ -1,14 +1,15 @@
 //! One logical Redis server (a server, the master the sentinels name, or a cluster): its command
-//! connection, its pub/sub side, and the typed calls of the scripts.
+//! connection, its pub/sub side, whether it is up, and how one request is sent to it. What the
+//! requests say (the scripts and their replies) is the protocol's ([`crate::protocol`]).
 //!
-//! Commands go over auto-reconnecting multiplexed connections (see [`crate::link`]). Nothing
-//! blocks on them (no BLPOP): waiting happens on the pub/sub connection of [`Notifier`]. Every
-//! call is bounded by the connect plus response timeout, so a dead or paused server yields
+//! Commands go over auto-reconnecting multiplexed connections (see [`crate::conn::link`]).
+//! Nothing blocks on them (no BLPOP): waiting happens on the pub/sub connection of [`Notifier`].
+//! Every call is bounded by the connect plus response timeout, so a dead or paused server yields
 //! [`LockError::Unavailable`], never a hang.
 //!
 //! With `min_replicas`, a grant is trusted only once that many replicas acknowledged it (`WAIT`
-//! on the connection that made it); otherwise the lock is given back at once and the call fails
-//! with [`LockError::Unavailable`]. Renewals are confirmed the same way (see [`crate::renew`]).
+//! on the connection that made it; [`Node::run_grant`]). Renewals are confirmed the same way
+//! (see [`crate::renew`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,46 +21,11 @@ use lockcore::{LockError, Result};
 
 use crate::error::map_error;
 
-use crate::call::ScriptCall;
 use crate::config::Config;
-use crate::keys::LockKeys;
-use crate::kind_scripts::KIND_SCRIPTS;
-use crate::link::{Conn, Link};
-use crate::notify::Notifier;
-use crate::scripts::{LockScripts, SCRIPTS};
-
-/// The answer of a one-shot attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Attempt {
-    /// Taken, with this fencing token.
-    Acquired(u64),
-    /// Held by someone (or reserved for the head of the queue); the holder's PTTL in ms (-2: no
-    /// holder, -1: a holder without expiry).
-    Busy { pttl_ms: i64 },
-}
-
-/// The answer of a waiter's step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// Taken, with this fencing token.
-    Acquired(u64),
-    /// Still queued.
-    Waiting {
-        /// This waiter is the first live one in the queue.
-        head: bool,
-        /// The holder's PTTL in ms (-2: none, -1: no expiry).
-        pttl_ms: i64,
-        /// The holder is not a locksmith client (plain layout): it will not wake us on release.
-        foreign: bool,
-    },
-}
-
-/// What [`Node::inspect`] reads.
-pub(crate) struct RawInfo {
-    pub(crate) value: Option<String>,
-    pub(crate) pttl_ms: i64,
-    pub(crate) waiters: usize,
-}
+use crate::conn::call::ScriptCall;
+use crate::conn::link::{Conn, Link};
+use crate::protocol::scripts::{LockScripts, SCRIPTS};
+use crate::wake::Notifier;
 
 /// One Redis server.
 pub(crate) struct Node {
@@ -70,12 +36,8 @@ pub(crate) struct Node {
     /// Replicas that must acknowledge a grant or renewal (0: none), and how long to wait for them.
     pub(crate) min_replicas: u32,
     pub(crate) replica_timeout: Duration,
-    /// The scripts' fence floor argument (see [`crate::FenceFloor`]).
-    pub(crate) floor: String,
-    /// The scripts' restart delay argument, in ms (0: none).
-    pub(crate) restart_delay_ms: u64,
-    /// The mutex scripts, with this URL's settings in them.
-    scripts: LockScripts,
+    /// The scripts that read this URL's settings, with them written in.
+    pub(crate) scripts: LockScripts,
     pub(crate) waiter_ttl: Duration,
     health: std::sync::Mutex<Health>,
 }
@@ -114,13 +76,11 @@ impl Node {
             config.response_timeout,
         );
         let op_timeout = config.connect_timeout + config.response_timeout;
-        let floor = config.fence_floor.arg();
         // Not `millis`: 0 means "off" for these.
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let restart_delay_ms = ms(config.restart_delay);
         let scripts = LockScripts::new(
-            &floor,
-            restart_delay_ms,
+            &config.fence_floor.arg(),
+            ms(config.restart_delay),
             ms(config.poller_gap),
             ms(config.max_pass_over),
         );
@@ -131,8 +91,6 @@ impl Node {
             op_timeout,
             min_replicas: config.min_replicas,
             replica_timeout: config.replica_timeout,
-            floor,
-            restart_delay_ms,
             scripts,
             waiter_ttl: config.waiter_ttl,
             health: Default::default(),
@@ -192,10 +150,7 @@ impl Node {
     /// that the first `EVALSHA` of each does not cost a `NOSCRIPT` error and a second round trip.
     /// On a cluster every master loads them (`SCRIPT LOAD` goes to all masters).
     pub(crate) async fn ping(&self) -> Result<()> {
-        let sources: Vec<&String> = (self.scripts.sources.iter())
-            .chain(&SCRIPTS.sources)
-            .chain(&KIND_SCRIPTS.sources)
-            .collect();
+        let sources: Vec<&String> = self.scripts.sources.iter().chain(&SCRIPTS.sources).collect();
         let mut pipe = redis::pipe();
         for source in &sources {
             pipe.cmd("SCRIPT").arg("LOAD").arg(*source).ignore();
@@ -222,146 +177,28 @@ impl Node {
         .await
     }
 
-    pub(crate) async fn try_acquire(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Attempt> {
-        let scripts = &self.scripts;
-        let mut call = ScriptCall::new(&scripts.try_acquire, &keys.lock_script_keys()[..scripts.keys]);
-        call.arg(token).arg(millis(ttl)).arg(&keys.wake);
-        let reply = self.grant("acquiring", keys, token, &call).await?;
-        match reply.as_slice() {
-            [1, fence] => Ok(Attempt::Acquired(fence_token(*fence)?)),
-            [0, pttl] => Ok(Attempt::Busy { pttl_ms: *pttl }),
-            other => Err(LockError::Protocol(format!(
-                "unexpected reply {other:?} from the acquire script"
-            ))),
-        }
-    }
-
-    pub(crate) async fn wait_step(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Step> {
-        let scripts = &self.scripts;
-        let mut call = ScriptCall::new(&scripts.wait_step, &keys.lock_script_keys()[..scripts.keys]);
-        call.arg(token)
-            .arg(millis(ttl))
-            .arg(&keys.wake)
-            .arg(millis(self.waiter_ttl));
-        let reply = self.grant("waiting", keys, token, &call).await?;
-        match reply.as_slice() {
-            [1, fence] => Ok(Step::Acquired(fence_token(*fence)?)),
-            [0, head, pttl, foreign] => Ok(Step::Waiting {
-                head: *head == 1,
-                pttl_ms: *pttl,
-                foreign: *foreign == 1,
-            }),
-            other => Err(LockError::Protocol(format!(
-                "unexpected reply {other:?} from the wait script"
-            ))),
-        }
-    }
-
-    /// Compare-and-delete; `true` if the lock was ours. Never sent twice: a second run after a
-    /// first whose answer was lost would answer "not ours".
-    pub(crate) async fn release(&self, keys: &LockKeys, token: &str) -> Result<bool> {
-        let taken = &keys.release_script_keys()[..self.scripts.keys - 1]; // lock, queue, alive (, streak, gap)
-        self.give_up(
-            &self.scripts.release,
-            "releasing",
-            Resend::Never,
-            taken,
-            &keys.wake,
-            token,
-        )
-        .await
-    }
-
-    /// Leaves the queue and releases a lock granted to `token`; `true` if a lock was released.
-    pub(crate) async fn leave(&self, keys: &LockKeys, token: &str) -> Result<bool> {
-        let taken = &keys.release_script_keys()[..3]; // lock, queue, alive
-        self.give_up(
-            &self.scripts.leave,
-            "leaving the queue",
-            Resend::IfDropped,
-            taken,
-            &keys.wake,
-            token,
-        )
-        .await
-    }
-
-    /// Runs `release` or `leave` on `keys` (the lock, queue and liveness keys, and for `RELEASE`
-    /// with `poller_gap` the streak and gap keys) with the token and the wake channel prefix;
-    /// both answer 1 when they released a lock of `token`'s.
-    async fn give_up(
+    /// Runs `call`, a script that may grant a lock (its reply starts with 1 then), on the
+    /// connection grants go over; with `min_replicas`, also says how many replicas acknowledged a
+    /// grant on `key` (`None`: nothing to confirm). See [`Node::too_few`].
+    pub(crate) async fn run_grant(
         &self,
-        script: &redis::Script,
         what: &str,
-        resend: Resend,
-        keys: &[&str],
-        wake: &str,
-        token: &str,
-    ) -> Result<bool> {
-        let released: i64 = self
-            .bounded(what, resend, || async move {
-                let mut conn = self.link.conn().await?;
-                let mut call = ScriptCall::new(script, keys);
-                call.arg(token).arg(wake);
-                call.invoke(&mut conn).await
-            })
-            .await?;
-        Ok(released == 1)
-    }
-
-    /// Quorum mode: raises the fencing counter to `fence` if `token` still holds the lock.
-    pub(crate) async fn raise_fence(&self, keys: &LockKeys, token: &str, fence: u64) -> Result<bool> {
-        let held: i64 = self
-            .bounded("raising the fencing counter", Resend::IfDropped, || async move {
-                let mut conn = self.link.conn().await?;
-                SCRIPTS
-                    .raise_fence
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .arg(token)
-                    .arg(fence)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(held == 1)
-    }
-
-    pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<RawInfo> {
-        let (value, pttl_ms, waiters): (Option<String>, i64, usize) = self
-            .bounded("inspecting", Resend::IfDropped, || async move {
-                let mut conn = self.link.conn().await?;
-                SCRIPTS
-                    .inspect
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.alive)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(RawInfo {
-            value,
-            pttl_ms,
-            waiters,
+        key: &str,
+        call: &ScriptCall<'_>,
+    ) -> Result<(Vec<i64>, Option<i64>)> {
+        self.bounded(what, Resend::IfDropped, || async move {
+            let mut conn = self.grant_conn().await?;
+            let reply: Vec<i64> = call.invoke(&mut conn).await?;
+            let acks = self.confirm_if(reply.first() == Some(&1), &mut conn, key).await?;
+            Ok((reply, acks))
         })
+        .await
     }
 
-    /// Runs a script that may grant the lock to `token` (its reply starts with 1 then) and, with
-    /// `min_replicas`, has the grant confirmed; an unconfirmed grant is given back and is an error.
-    async fn grant(&self, what: &str, keys: &LockKeys, token: &str, call: &ScriptCall<'_>) -> Result<Vec<i64>> {
-        let (reply, acks) = self
-            .bounded(what, Resend::IfDropped, || async move {
-                let mut conn = self.grant_conn().await?;
-                let reply: Vec<i64> = call.invoke(&mut conn).await?;
-                let acks = self
-                    .confirm_if(reply.first() == Some(&1), &mut conn, &keys.lock)
-                    .await?;
-                Ok((reply, acks))
-            })
-            .await?;
-        self.check_confirmed(keys, token, acks).await?;
-        Ok(reply)
+    /// The acknowledgements of a grant, if they are fewer than `min_replicas` (the grant must be
+    /// given back: a failover could hand the lock to someone else).
+    pub(crate) fn too_few(&self, acks: Option<i64>) -> Option<i64> {
+        acks.filter(|a| *a < i64::from(self.min_replicas))
     }
 
     /// The connection for a request that may grant a lock: the one `WAIT` is sent on when grants
@@ -388,18 +225,6 @@ impl Node {
         conn.wait_replicas(key, self.min_replicas, self.replica_timeout)
             .await
             .map(Some)
-    }
-
-    /// Gives back a lock that too few replicas acknowledged (a failover could hand it to someone
-    /// else), and says so.
-    async fn check_confirmed(&self, keys: &LockKeys, token: &str, acks: Option<i64>) -> Result<()> {
-        let Some(acks) = acks.filter(|a| *a < i64::from(self.min_replicas)) else {
-            return Ok(());
-        };
-        if let Err(e) = self.leave(keys, token).await {
-            tracing::warn!(lock = %keys.lock, error = %e, "could not give back an unconfirmed lock; it expires with its TTL");
-        }
-        Err(self.unconfirmed("the lock", acks))
     }
 
     /// The error for a write that only `acks` replicas acknowledged.
@@ -465,13 +290,6 @@ pub(crate) enum Resend {
     IfDropped,
     /// Never: a second run could answer differently (`RELEASE`).
     Never,
-}
-
-fn fence_token(n: i64) -> Result<u64> {
-    u64::try_from(n)
-        .ok()
-        .filter(|n| *n > 0)
-        .ok_or_else(|| LockError::Protocol(format!("fencing counter at {n}")))
 }
 
 /// A TTL in whole milliseconds, at least 1.

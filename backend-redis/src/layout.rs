@@ -145,6 +145,18 @@ impl KindKeys {
         concat(&[&self.wake, token])
     }
 
+    /// The keys of the lock scripts (`lua/kinds/state.lua`), in their order.
+    pub(crate) fn script_keys(&self) -> [&str; 6] {
+        [
+            &self.holders,
+            &self.info,
+            &self.fence,
+            &self.queue,
+            &self.alive,
+            &self.writers,
+        ]
+    }
+
     /// The scripts' leader channel argument: the channel for an election, `""` otherwise.
     pub(crate) fn announce(&self) -> &str {
         if self.family == Family::Election {

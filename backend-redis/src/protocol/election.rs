@@ -1,7 +1,7 @@
 //! Who leads an election, and watching it change ([`lockcore::driver::LockBackend::leader`] and
 //! [`lockcore::driver::LockBackend::observe`]).
 //!
-//! An election is a lock queue of exclusive entries (see [`crate::kind_scripts`]): the leader is
+//! An election is a lock queue of exclusive entries (see [`crate::protocol::kinds`]): the leader is
 //! its holder, its term the holder's fencing token, its value the campaign value stored with the
 //! holder. Every script that changes the holder (a grant, a release, a candidate leaving with a
 //! grant, an expired leader pruned) publishes on the election's leader channel.
@@ -31,14 +31,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockcore::driver::LockName;
-use lockcore::{Family, Leader, LeaderWatch, Result};
+use lockcore::{Family, Leader, LeaderWatch, LockError, Result};
+use redis::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::inner::Inner;
-use crate::keys::KindKeys;
-use crate::kind_session::LeaderRead;
-use crate::notify::Subscription;
+use crate::conn::call::ScriptCall;
+use crate::conn::inner::Inner;
+use crate::conn::node::{Node, Resend};
+use crate::layout::KindKeys;
+use crate::protocol::scripts::SCRIPTS;
+use crate::wake::Subscription;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -47,7 +50,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 pub(crate) async fn leader(inner: &Inner, name: &LockName) -> Result<Option<Leader>> {
     inner.check_family(Family::Election)?;
     let keys = inner.kind_keys(Family::Election, name);
-    Ok(inner.nodes[0].leader(&keys).await?.leader())
+    Ok(read_leader(&inner.nodes[0], &keys).await?.leader())
 }
 
 /// Starts watching the election `name`: subscribes, then reads the current leader (so no change
@@ -57,7 +60,7 @@ pub(crate) async fn observe(inner: &Arc<Inner>, name: &LockName) -> Result<Leade
     let keys = inner.kind_keys(Family::Election, name);
     let node = &inner.nodes[0];
     let sub = node.notifier.subscribe_shared(keys.leader.clone()).await?;
-    let read = node.leader(&keys).await?;
+    let read = read_leader(node, &keys).await?;
     let recheck = recheck_after(&read);
     // While a candidate is about to lead, this observer has no earlier leader to keep: nobody.
     let (tx, rx) = watch::channel(read.leader());
@@ -113,7 +116,7 @@ async fn run(
                 }
             },
         }
-        match node.leader(&keys).await {
+        match read_leader(node, &keys).await {
             Ok(read) => {
                 backoff = MIN_BACKOFF;
                 recheck = recheck_after(&read);
@@ -147,5 +150,97 @@ async fn pause(tx: &watch::Sender<Option<Leader>>, backoff: &mut Duration) -> bo
     tokio::select! {
         _ = tokio::time::sleep(wait) => false,
         _ = tx.closed() => true,
+    }
+}
+
+/// The leader of the election whose keys these are, and how long until its lease runs out
+/// unless renewed; or, while nobody leads, whether a candidate is about to.
+async fn read_leader(node: &Node, keys: &KindKeys) -> Result<LeaderRead> {
+    let reply: Vec<Value> = node
+        .bounded("reading the leader", Resend::IfDropped, || async move {
+            let mut conn = node.link.conn().await?;
+            let call = ScriptCall::new(&SCRIPTS.leader, &[&keys.holders, &keys.info, &keys.alive]);
+            call.invoke(&mut conn).await
+        })
+        .await?;
+    parse_leader(&reply)
+}
+
+/// What the `LEADER` script read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LeaderRead {
+    /// This leader leads, its lease runs out after this long unless renewed.
+    Leads(Leader, Duration),
+    /// Nobody leads, but a candidate that is still alive waits in line: it is about to lead (its
+    /// grant publishes on the leader channel), unless every such candidate leaves (announced too)
+    /// or stops refreshing its entry; the first of them goes stale after this long.
+    Pending(Duration),
+    /// Nobody leads and nobody waits.
+    Nobody,
+}
+
+impl LeaderRead {
+    /// The leader, if one leads now.
+    pub(crate) fn leader(self) -> Option<Leader> {
+        match self {
+            LeaderRead::Leads(leader, _) => Some(leader),
+            LeaderRead::Pending(_) | LeaderRead::Nobody => None,
+        }
+    }
+}
+
+/// `{entry, '<fence>:<value>', ms left}`, `{ms}` or `{}`.
+fn parse_leader(reply: &[Value]) -> Result<LeaderRead> {
+    let bad = || LockError::Protocol(format!("unexpected reply {reply:?} from the leader script"));
+    let millis = |v: &Value| -> Result<Duration> {
+        let ms: i64 = redis::from_redis_value_ref(v).map_err(|_| bad())?;
+        Ok(Duration::from_millis(ms.max(0).unsigned_abs()))
+    };
+    let [entry, info, left] = reply else {
+        return match reply {
+            [] => Ok(LeaderRead::Nobody),
+            [stale_in] => Ok(LeaderRead::Pending(millis(stale_in)?)),
+            _ => Err(bad()),
+        };
+    };
+    let entry: String = redis::from_redis_value_ref(entry).map_err(|_| bad())?;
+    let info: String = redis::from_redis_value_ref(info).map_err(|_| bad())?;
+    let left = millis(left)?;
+    let (fence, value) = info.split_once(':').ok_or_else(bad)?;
+    let holder_id = entry.split_once(':').map(|(_, t)| t.to_owned()).ok_or_else(bad)?;
+    let leader = Leader {
+        value: value.to_owned(),
+        term: fence.parse().map_err(|_| bad())?,
+        holder_id,
+    };
+    Ok(LeaderRead::Leads(leader, left))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leader_replies() {
+        assert_eq!(parse_leader(&[]).unwrap(), LeaderRead::Nobody);
+        assert_eq!(
+            parse_leader(&[Value::Int(700)]).unwrap(),
+            LeaderRead::Pending(Duration::from_millis(700))
+        );
+        let reply = [
+            Value::BulkString(b"X:abc".to_vec()),
+            Value::BulkString(b"42:host:1 a".to_vec()),
+            Value::Int(900),
+        ];
+        let LeaderRead::Leads(leader, left) = parse_leader(&reply).unwrap() else {
+            panic!("a leader")
+        };
+        assert_eq!(
+            (leader.value.as_str(), leader.term, leader.holder_id.as_str()),
+            ("host:1 a", 42, "abc")
+        );
+        assert_eq!(left, Duration::from_millis(900));
+        assert!(parse_leader(&[Value::BulkString(b"x".to_vec())]).is_err());
+        assert!(parse_leader(&[Value::Int(1), Value::Int(2)]).is_err());
     }
 }

@@ -8,12 +8,12 @@
 //!   majority, before the lease is returned. Any later holder's majority overlaps this one in at
 //!   least one master whose counter is already at the maximum, so its token is larger.
 //! - **Release:** on all masters. **Renew:** the watchdog's batch on all masters, each getting
-//!   one `RENEW_MANY` call per 500 leases (see [`crate::session::Node::renew_many`]); a lease lives
+//!   one `RENEW_MANY` call per 500 leases (see [`crate::renew`]); a lease lives
 //!   while a majority extended it.
 //! - **Dead masters:** every operation returns as soon as the answers decide it (a majority
 //!   granted, or can no longer grant), without waiting for the rest; a master that failed is
 //!   skipped for a backoff (100 ms doubling to 2 s) and then tried by one operation, off the
-//!   critical path of the others (see [`crate::fanout`]).
+//!   critical path of the others (see [`crate::conn::fanout`]).
 //! - **Waiting:** not queued and not FIFO. A waiter retries at the holder's remaining TTL or
 //!   after a backoff (20 ms doubling to 1 s, with jitter), whichever is first.
 
@@ -25,10 +25,11 @@ use lockcore::{LockError, Result};
 use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;
-use crate::fanout::fan_out;
-use crate::inner::{lease, new_token, Inner};
-use crate::queue::until;
-use crate::session::Attempt;
+use crate::conn::fanout::fan_out;
+use crate::conn::inner::{lease, Inner};
+use crate::protocol::entry::{Entry, Turn};
+use crate::protocol::mutex::MutexEntry;
+use crate::protocol::wait::until;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -56,9 +57,8 @@ fn drift(ttl: Duration) -> Duration {
 
 /// One quorum attempt; undoes partial success.
 pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result<Try> {
-    let keys = Arc::new(inner.keys(&req.name));
-    let token = new_token();
-    let guard = Cleanup::new(inner.clone(), keys.clone(), token.clone());
+    let entry = MutexEntry::new(inner, &req.name, req.ttl);
+    let guard = Cleanup::new(inner.clone(), entry.clone());
     let quorum = inner.config.quorum();
     let total = inner.nodes.len();
 
@@ -66,11 +66,11 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
     // Done once a majority granted it, or once the missing answers could no longer make one.
     let results = fan_out(
         &inner.nodes,
-        |_, n| n.try_acquire(&keys, &token, req.ttl),
+        |_, n| entry.try_take(n),
         |answers| {
             let granted = answers
                 .iter()
-                .filter(|a| matches!(a, Some(Ok(Attempt::Acquired(_)))))
+                .filter(|a| matches!(a, Some(Ok(Turn::Granted(_)))))
                 .count();
             let missing = answers.iter().filter(|a| a.is_none()).count();
             granted >= quorum || granted + missing < quorum
@@ -81,12 +81,9 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
     let (mut granted, mut errors, mut pttl) = (Vec::new(), Vec::new(), None::<Duration>);
     for (i, r) in results.into_iter().enumerate() {
         match r {
-            Some(Ok(Attempt::Acquired(fence))) => granted.push((i, fence)),
-            Some(Ok(Attempt::Busy { pttl_ms })) if pttl_ms >= 0 => {
-                let p = Duration::from_millis(pttl_ms.unsigned_abs());
-                pttl = Some(pttl.map_or(p, |q| q.max(p)));
-            }
-            Some(Ok(Attempt::Busy { .. })) | None => {}
+            Some(Ok(Turn::Granted(fence))) => granted.push((i, fence)),
+            Some(Ok(Turn::Waiting { wake_in: Some(p), .. })) => pttl = Some(pttl.map_or(p, |q| q.max(p))),
+            Some(Ok(Turn::Waiting { .. } | Turn::Refused(_))) | None => {}
             Some(Err(e)) => errors.push(describe(&e)),
         }
     }
@@ -98,10 +95,10 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
             &inner.nodes,
             |i, n| {
                 let raise = granted_by(i);
-                let (keys, token) = (&keys, &token);
+                let entry = &entry;
                 async move {
                     if raise {
-                        n.raise_fence(keys, token, fence).await
+                        entry.raise_fence(n, fence).await
                     } else {
                         Ok(false)
                     }
@@ -117,7 +114,7 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
         if raised.iter().filter(|r| matches!(r, Some(Ok(true)))).count() >= quorum && valid(Instant::now()) {
             let mut guard = guard;
             guard.disarm();
-            return Ok(Try::Acquired(lease(req, fence, token, sent)));
+            return Ok(Try::Acquired(lease(req, fence, entry.token().to_owned(), sent)));
         }
     }
     // Not a quorum: give back what we got, everywhere (in the background if a server has not

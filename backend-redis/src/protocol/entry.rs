@@ -1,0 +1,152 @@
+//! What every lock kind supplies to the one wait loop ([`crate::protocol::wait`]) and to the
+//! clean-up guard ([`crate::cleanup`]): an [`Entry`], a waiter's or holder's place in one lock's
+//! queue, with its four scripts (try, step, leave, release); and what they share: the grant
+//! confirmed by replicas, and running the release or clean-up on every server.
+
+use std::future::Future;
+use std::time::Duration;
+
+use lockcore::driver::LockName;
+use lockcore::{LockError, Result};
+
+use crate::conn::call::ScriptCall;
+use crate::conn::fanout::{counts, fan_out};
+use crate::conn::inner::Inner;
+use crate::conn::node::{Node, Resend};
+
+/// Where an attempt or a waiter's step left the entry.
+#[derive(Debug)]
+pub(crate) enum Turn {
+    /// Granted, with this fencing token.
+    Granted(u64),
+    /// Not yet (for an attempt: busy).
+    Waiting {
+        /// When the holder this entry waits for runs out (an expired holder publishes nothing,
+        /// so the waiters it would let in watch its deadline), or when the server may grant
+        /// after a data loss; `None`: only a wake-up can let it in.
+        wake_in: Option<Duration>,
+        /// The holder is not a locksmith client (plain layout) and this entry is next: nobody
+        /// will wake it, so it checks again with a backoff.
+        poll: bool,
+    },
+    /// Refused for good (a semaphore in use with another permit count); the entry is gone.
+    Refused(LockError),
+}
+
+impl Turn {
+    /// The `Waiting` of a reply's "ms until" field (negative: no deadline to watch).
+    pub(crate) fn waiting(ms: i64, poll: bool) -> Turn {
+        let wake_in = u64::try_from(ms).ok().map(Duration::from_millis);
+        Turn::Waiting { wake_in, poll }
+    }
+}
+
+/// One entry of one lock's queue on the server: a mutex's token ([`crate::protocol::mutex`]) or
+/// the `<role>:<token>` entry of a semaphore, read-write lock or election
+/// ([`crate::protocol::kinds`]). Every method is one script call, bounded by the node's
+/// operation timeout; the wait loop decides when to call which.
+pub(crate) trait Entry: Clone + Send + Sync + 'static {
+    /// The holder token (the lease's `holder_id`).
+    fn token(&self) -> &str;
+    /// The key that names the lock in logs, and on which a grant is confirmed by replicas.
+    fn key(&self) -> &str;
+    /// The lock as messages name it: "the lock", "the semaphore"…
+    fn what(&self) -> String;
+    /// The pub/sub channel this entry is woken on.
+    fn channel(&self) -> String;
+    /// One attempt that never queues: `Waiting` means busy.
+    fn try_take(&self, node: &Node) -> impl Future<Output = Result<Turn>> + Send;
+    /// A waiter's step: joins the queue (again, if the server lost it), keeps the entry alive,
+    /// takes the lock when the rule lets it hold.
+    fn step(&self, node: &Node) -> impl Future<Output = Result<Turn>> + Send;
+    /// Leaves the queue and gives back a grant that never reached its caller; `true` if it did.
+    /// Sent again after a dropped connection (a second run answers as the first).
+    fn leave(&self, node: &Node) -> impl Future<Output = Result<bool>> + Send;
+    /// Gives up a held lock and wakes who may hold now; `true` if it still held. Never sent twice
+    /// (a second run would answer "not held").
+    fn release(&self, node: &Node) -> impl Future<Output = Result<bool>> + Send;
+}
+
+/// Runs `call`, a script of `entry` that may grant it (reply `{1, fence}`), and with
+/// `min_replicas` has the grant confirmed: an unconfirmed grant is given back (`leave`) and is an
+/// error. The reply otherwise.
+pub(crate) async fn grant<E: Entry>(node: &Node, entry: &E, what: &str, call: &ScriptCall<'_>) -> Result<Vec<i64>> {
+    let (reply, acks) = node.run_grant(what, entry.key(), call).await?;
+    if let Some(acks) = node.too_few(acks) {
+        if let Err(e) = entry.leave(node).await {
+            tracing::warn!(lock = %entry.key(), error = %e, "could not give back an unconfirmed grant; it expires with its TTL");
+        }
+        return Err(node.unconfirmed(&entry.what(), acks));
+    }
+    Ok(reply)
+}
+
+/// Runs a script that answers 1 or 0 (`release`, `leave`, `raise_fence`): `true` for 1.
+pub(crate) async fn run_flag(node: &Node, what: &str, resend: Resend, call: &ScriptCall<'_>) -> Result<bool> {
+    let done: i64 = node
+        .bounded(what, resend, || async move {
+            let mut conn = node.link.conn().await?;
+            call.invoke(&mut conn).await
+        })
+        .await?;
+    Ok(done == 1)
+}
+
+/// A fencing token from a reply: a counter value, always positive.
+pub(crate) fn fence_token(n: i64) -> Result<u64> {
+    u64::try_from(n)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| LockError::Protocol(format!("fencing counter at {n}")))
+}
+
+/// The error for a reply that is none of a script's answers.
+pub(crate) fn unexpected(reply: &[i64], script: &str) -> LockError {
+    LockError::Protocol(format!("unexpected reply {reply:?} from the {script} script"))
+}
+
+/// Releases `entry`'s lock `name` on every server (a quorum's answers are enough).
+pub(crate) async fn release_everywhere<E: Entry>(inner: &Inner, name: &LockName, entry: &E) -> Result<()> {
+    let quorum = inner.config.quorum();
+    let results = fan_out(
+        &inner.nodes,
+        |_, n| entry.release(n),
+        |answers| counts(answers).1 >= quorum,
+    )
+    .await;
+    let mut first_error = None;
+    let mut released = false;
+    for r in results.into_iter().flatten() {
+        match r {
+            Ok(r) => released |= r,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match (released, first_error) {
+        (true, _) => Ok(()),
+        (false, Some(e)) => Err(e),
+        (false, None) => Err(LockError::not_held(name.as_str())),
+    }
+}
+
+/// Runs `entry`'s `leave` on every server; `true` if all of them answered.
+pub(crate) async fn leave_everywhere<E: Entry>(inner: &Inner, entry: &E) -> bool {
+    let results = fan_out(&inner.nodes, |_, n| entry.leave(n), |_| false).await;
+    let mut all = true;
+    for (node, result) in inner.nodes.iter().zip(results) {
+        let Some(result) = result else { continue };
+        match result {
+            Ok(true) => {
+                tracing::debug!(lock = %entry.key(), addr = %node.addr, "released a lock granted to a cancelled acquire")
+            }
+            Ok(false) => {}
+            Err(e) => {
+                all = false;
+                tracing::warn!(lock = %entry.key(), addr = %node.addr, error = %e, "clean-up of a cancelled acquire failed");
+            }
+        }
+    }
+    all
+}

@@ -1,0 +1,154 @@
+//! The mutex's entry: one lock key holding `<token>:<fencing token>`, a FIFO queue of waiter
+//! tokens beside it, and the scripts of `lua/mutex/` (see the crate docs, "The scripts"). Also
+//! the mutex's two other requests: raising the fencing counter in quorum mode, and `inspect`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockcore::driver::{Lease, LockName};
+use lockcore::Result;
+
+use crate::conn::call::ScriptCall;
+use crate::conn::inner::{new_token, Inner};
+use crate::conn::node::{millis, Node, Resend};
+use crate::layout::LockKeys;
+use crate::protocol::entry::{fence_token, grant, run_flag, unexpected, Entry, Turn};
+use crate::protocol::scripts::SCRIPTS;
+
+/// A mutex waiter or holder: the lock's keys and its token.
+#[derive(Clone)]
+pub(crate) struct MutexEntry {
+    pub(crate) keys: Arc<LockKeys>,
+    token: String,
+    /// The lease's TTL (for the scripts that grant).
+    ttl: Duration,
+}
+
+impl MutexEntry {
+    /// A new waiter (a fresh token) for lock `name` with this TTL.
+    pub(crate) fn new(inner: &Inner, name: &LockName, ttl: Duration) -> MutexEntry {
+        MutexEntry {
+            keys: Arc::new(inner.keys(name)),
+            token: new_token(),
+            ttl,
+        }
+    }
+
+    /// The holder of `lease`.
+    pub(crate) fn of_lease(inner: &Inner, lease: &Lease) -> MutexEntry {
+        MutexEntry {
+            keys: Arc::new(inner.keys(&lease.name)),
+            token: lease.holder_id.clone(),
+            ttl: lease.ttl,
+        }
+    }
+
+    /// A call of an acquire script (`TRY_ACQUIRE`, `WAIT_STEP`): the lock keys, token, TTL and
+    /// wake channel prefix.
+    fn acquire_call<'a>(&self, node: &'a Node, wait_step: bool) -> ScriptCall<'a> {
+        let scripts = &node.scripts.mutex;
+        let script = if wait_step {
+            &scripts.wait_step
+        } else {
+            &scripts.try_acquire
+        };
+        let mut call = ScriptCall::new(script, &self.keys.lock_script_keys()[..node.scripts.mutex_keys]);
+        call.arg(&self.token).arg(millis(self.ttl)).arg(&self.keys.wake);
+        call
+    }
+
+    /// A call of `RELEASE` or `LEAVE`: the lock, queue and liveness keys (and with `poller_gap`
+    /// the streak and gap keys for `RELEASE`), the token and the wake channel prefix.
+    fn give_up_call<'a>(&self, script: &'a redis::Script, keys: usize) -> ScriptCall<'a> {
+        let mut call = ScriptCall::new(script, &self.keys.release_script_keys()[..keys]);
+        call.arg(&self.token).arg(&self.keys.wake);
+        call
+    }
+
+    /// Quorum mode: raises the fencing counter to `fence` if this entry still holds the lock.
+    pub(crate) async fn raise_fence(&self, node: &Node, fence: u64) -> Result<bool> {
+        let mut call = ScriptCall::new(&SCRIPTS.raise_fence, &[&self.keys.lock, &self.keys.fence]);
+        call.arg(&self.token).arg(fence);
+        run_flag(node, "raising the fencing counter", Resend::IfDropped, &call).await
+    }
+}
+
+impl Entry for MutexEntry {
+    fn token(&self) -> &str {
+        &self.token
+    }
+
+    fn key(&self) -> &str {
+        &self.keys.lock
+    }
+
+    fn what(&self) -> String {
+        "the lock".to_owned()
+    }
+
+    fn channel(&self) -> String {
+        self.keys.channel(&self.token)
+    }
+
+    /// Reply `{1, fence}` or `{0, the holder's PTTL}` (-2: none, -1: no expiry).
+    async fn try_take(&self, node: &Node) -> Result<Turn> {
+        let call = self.acquire_call(node, false);
+        match grant(node, self, "acquiring", &call).await?.as_slice() {
+            [1, fence] => Ok(Turn::Granted(fence_token(*fence)?)),
+            [0, pttl] => Ok(Turn::waiting(*pttl, false)),
+            other => Err(unexpected(other, "acquire")),
+        }
+    }
+
+    /// Reply `{1, fence}` or `{0, head, the holder's PTTL, foreign}`: only the first live waiter
+    /// (`head`) watches the holder's deadline, and polls a holder that is not a locksmith client.
+    async fn step(&self, node: &Node) -> Result<Turn> {
+        let mut call = self.acquire_call(node, true);
+        call.arg(millis(node.waiter_ttl));
+        match grant(node, self, "waiting", &call).await?.as_slice() {
+            [1, fence] => Ok(Turn::Granted(fence_token(*fence)?)),
+            [0, head, pttl, foreign] => {
+                let head = *head == 1;
+                Ok(Turn::waiting(if head { *pttl } else { -1 }, head && *foreign == 1))
+            }
+            other => Err(unexpected(other, "wait")),
+        }
+    }
+
+    async fn leave(&self, node: &Node) -> Result<bool> {
+        let call = self.give_up_call(&node.scripts.mutex.leave, 3); // lock, queue, alive
+        run_flag(node, "leaving the queue", Resend::IfDropped, &call).await
+    }
+
+    async fn release(&self, node: &Node) -> Result<bool> {
+        // lock, queue, alive (, streak, gap)
+        let call = self.give_up_call(&node.scripts.mutex.release, node.scripts.mutex_keys - 1);
+        run_flag(node, "releasing", Resend::Never, &call).await
+    }
+}
+
+/// What `inspect` reads of a mutex on one server.
+pub(crate) struct RawInfo {
+    /// The lock key's value (`<token>:<fence>`, or a foreign client's token).
+    pub(crate) value: Option<String>,
+    /// Its PTTL in ms (-2: no key, -1: no expiry).
+    pub(crate) pttl_ms: i64,
+    /// Live waiters in the queue.
+    pub(crate) waiters: usize,
+}
+
+/// Reads the holder and the queue length of the mutex with these keys.
+pub(crate) async fn inspect(node: &Node, keys: &LockKeys) -> Result<RawInfo> {
+    let (value, pttl_ms, waiters): (Option<String>, i64, usize) = node
+        .bounded("inspecting", Resend::IfDropped, || async move {
+            let mut conn = node.link.conn().await?;
+            let call = ScriptCall::new(&SCRIPTS.inspect, &[&keys.lock, &keys.queue, &keys.alive]);
+            call.invoke(&mut conn).await
+        })
+        .await?;
+    Ok(RawInfo {
+        value,
+        pttl_ms,
+        waiters,
+    })
+}

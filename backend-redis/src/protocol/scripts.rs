@@ -1,0 +1,354 @@
+//! The Lua scripts: every state change of a lock is one atomic script on the server.
+//!
+//! Each script is a file under `src/lua/`: `mutex/` for the mutex (one lock key), `kinds/` for
+//! semaphores, read-write locks and elections (holders in a sorted set; `kinds/state.lua`, the
+//! state of one lock and its rules, is sent before each of their lock scripts), and `helpers/`,
+//! one helper function per file. Every file starts with a comment saying what it does, its
+//! settings, KEYS, ARGV and reply.
+//!
+//! Settings reach every script one way: the URL's settings (`fence_floor`, `restart_delay`,
+//! `poller_gap`, `max_pass_over`) are constants written before the script's code
+//! ([`LockScripts`]), never arguments; KEYS and ARGV carry only what changes per call. The
+//! scripts that need no setting are built once ([`SCRIPTS`]).
+//!
+//! Key arguments: the mutex scripts take those of [`crate::LockKeys`] in its order (`lock,
+//! fence, queue, alive`, then `streak, gap` with `poller_gap`; the ones that give a lock up drop
+//! `fence`); the other kinds' lock scripts those of [`crate::KindKeys::script_keys`]. The batched
+//! renewals take the keys of many locks.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// The helper `lua/helpers/<name>.lua`, with its name: the file defines `local function <name>`.
+macro_rules! helper {
+    ($name:literal) => {
+        ($name, include_str!(concat!("../lua/helpers/", $name, ".lua")))
+    };
+}
+
+/// The helpers the scripts call, each with its name and file. Each script is sent with only the
+/// helpers it calls ([`with_helpers`]): every `local function` is a closure the server builds on
+/// every call. A helper calls only helpers listed before it.
+const HELPERS: [(&str, &str); 16] = [
+    helper!("now_ms"),
+    helper!("mine"),
+    helper!("fence_of"),
+    helper!("head"),
+    helper!("wake"),
+    helper!("data_loss_wait"),
+    helper!("gap_left"),
+    helper!("streak_on"),
+    helper!("streak_off"),
+    helper!("next_fence"),
+    helper!("take"),
+    // The helpers of the other kinds' scripts.
+    helper!("role"),
+    helper!("permits"),
+    helper!("token"),
+    helper!("keep"),
+    helper!("extend"),
+];
+
+/// Mutex: one attempt, never queueing (see the file for its keys, arguments and reply).
+const TRY_ACQUIRE: &str = include_str!("../lua/mutex/try_acquire.lua");
+/// Mutex: a waiter's one step.
+const WAIT_STEP: &str = include_str!("../lua/mutex/wait_step.lua");
+/// Mutex: compare-and-delete, then wake the head of the queue.
+const RELEASE: &str = include_str!("../lua/mutex/release.lua");
+/// Mutex: clean-up of a cancelled or failed acquire.
+const LEAVE: &str = include_str!("../lua/mutex/leave.lua");
+/// Mutex: the watchdog's batch, compare-and-pexpire of many leases. Its leases are read through
+/// the header before it: [`RENEW_MANY_LEASES`], or [`RENEW_MANY_CROSS_LEASES`] on a Redis Cluster
+/// node (see [`renewal_sources`]).
+const RENEW_MANY: &str = include_str!("../lua/mutex/renew_many.lua");
+/// The header of [`RENEW_MANY`] that reads its leases from KEYS (the lock keys) and ARGV.
+const RENEW_MANY_LEASES: &str = include_str!("../lua/mutex/renew_many_leases.lua");
+/// The header of [`RENEW_MANY`] for the locks of one Redis Cluster node: the lock keys are in
+/// ARGV (with `allow-cross-slot-keys`), only the first is declared in KEYS.
+const RENEW_MANY_CROSS_LEASES: &str = include_str!("../lua/mutex/renew_many_cross_leases.lua");
+/// Quorum mode: raises the fencing counter to the token chosen for the lease.
+const RAISE_FENCE: &str = include_str!("../lua/mutex/raise_fence.lua");
+/// Read-only look for `inspect`.
+const INSPECT: &str = include_str!("../lua/mutex/inspect.lua");
+
+/// Other kinds: the state of one lock and its rules (the names of its keys and arguments, and the
+/// functions of the grant rule), sent before each of their lock scripts.
+const KIND_STATE: &str = include_str!("../lua/kinds/state.lua");
+/// Other kinds: one attempt, never queueing.
+const KIND_TRY_ACQUIRE: &str = include_str!("../lua/kinds/try_acquire.lua");
+/// Other kinds: a waiter's one step.
+const KIND_WAIT_STEP: &str = include_str!("../lua/kinds/wait_step.lua");
+/// Other kinds: gives up a holder and wakes the waiters that may hold now.
+const KIND_RELEASE: &str = include_str!("../lua/kinds/release.lua");
+/// Other kinds: clean-up of a cancelled or failed acquire.
+const KIND_LEAVE: &str = include_str!("../lua/kinds/leave.lua");
+/// Other kinds: the watchdog's batch, read through [`KIND_RENEW_MANY_LEASES`] or
+/// [`KIND_RENEW_MANY_CROSS_LEASES`] (see [`renewal_sources`]).
+const KIND_RENEW_MANY: &str = include_str!("../lua/kinds/renew_many.lua");
+/// The header of [`KIND_RENEW_MANY`] that reads its leases from KEYS (holders set and holder data
+/// of each) and ARGV.
+const KIND_RENEW_MANY_LEASES: &str = include_str!("../lua/kinds/renew_many_leases.lua");
+/// The header of [`KIND_RENEW_MANY`] for the locks of one Redis Cluster node.
+const KIND_RENEW_MANY_CROSS_LEASES: &str = include_str!("../lua/kinds/renew_many_cross_leases.lua");
+/// Elections, read-only: who leads.
+const LEADER: &str = include_str!("../lua/kinds/leader.lua");
+
+/// The code of a `.lua` file: without the comment it starts with (what the file does, its KEYS,
+/// ARGV and reply) and the blank line after it, which the server has no use for.
+pub(crate) fn code(file: &str) -> &str {
+    let mut rest = file;
+    while rest.starts_with("--") {
+        rest = rest.split_once('\n').map_or("", |(_, after)| after);
+    }
+    rest.strip_prefix('\n').unwrap_or(rest)
+}
+
+/// `body` (a script's code, with any helpers of its own) after the helpers of [`HELPERS`] that it
+/// calls, directly or through another helper, and no others.
+pub(crate) fn with_helpers(body: &str) -> String {
+    let calls = |text: &str, name: &str| text.contains(&format!("{name}("));
+    let mut used = [false; HELPERS.len()];
+    // A helper calls only helpers listed before it: walking back finds every one needed.
+    for i in (0..HELPERS.len()).rev() {
+        let name = HELPERS[i].0;
+        used[i] = calls(body, name) || (i + 1..HELPERS.len()).any(|j| used[j] && calls(code(HELPERS[j].1), name));
+    }
+    let mut s: String = HELPERS
+        .iter()
+        .zip(&used)
+        .filter(|(_, used)| **used)
+        .map(|((_, file), _)| code(file))
+        .collect();
+    s.push_str(body);
+    s
+}
+
+/// The two sources of a batched renewal (`body`, a `.lua` file that reads its leases through
+/// `LEASES` and `lease(i)`): with the header `leases` that reads them from KEYS and ARGV, and with
+/// the header `cross_leases` that reads every key from ARGV, flagged `allow-cross-slot-keys`, for
+/// the locks of one Redis Cluster node (Redis 7.0 or later). The cross variant is the same body:
+/// only the header differs.
+pub(crate) fn renewal_sources(body: &str, leases: &str, cross_leases: &str) -> (String, String) {
+    let plain = with_helpers(&format!("{}{}", code(leases), code(body)));
+    let cross = format!(
+        "#!lua flags=allow-cross-slot-keys\n{}",
+        with_helpers(&format!("{}{}", code(cross_leases), code(body)))
+    );
+    (plain, cross)
+}
+
+/// The scripts of one lock kind's queue: an attempt, a waiter's step, giving a held lock up and
+/// leaving the queue.
+pub(crate) struct QueueScripts {
+    /// One attempt, never queueing (`try_acquire.lua`).
+    pub(crate) try_acquire: Script,
+    /// A waiter's one step (`wait_step.lua`).
+    pub(crate) wait_step: Script,
+    /// Gives up a held lock and wakes who may hold now (`release.lua`).
+    pub(crate) release: Script,
+    /// Clean-up of a cancelled or failed acquire (`leave.lua`).
+    pub(crate) leave: Script,
+}
+
+/// The scripts that read the URL's settings, for one set of them: the fence floor argument
+/// ([`crate::FenceFloor`]: `time`, a number or empty), the restart delay, `poller_gap` and
+/// `max_pass_over`, written into each source as constants (`FLOOR`, `DELAY`, `GAP`, `MAX_PASS`)
+/// rather than sent as arguments on every call: every key or argument of an `EVALSHA` costs the
+/// server about as much as a `GET`, and these run on every acquire and release. Each set of
+/// settings is a script of its own on the server (a few per application). Without `poller_gap`
+/// the mutex scripts never touch the streak and gap keys, and are not sent them.
+pub(crate) struct LockScripts {
+    /// The mutex's (`lua/mutex/`).
+    pub(crate) mutex: QueueScripts,
+    /// Semaphores', read-write locks' and elections' (`lua/kinds/`, after `state.lua`).
+    pub(crate) kinds: QueueScripts,
+    /// How many of [`crate::LockKeys`]'s script keys the mutex's acquire scripts take (4, or 6
+    /// with the streak and gap keys of `poller_gap`); its release scripts take one fewer (no
+    /// `fence`).
+    pub(crate) mutex_keys: usize,
+    /// The source of each, for `SCRIPT LOAD` at connect.
+    pub(crate) sources: Vec<String>,
+}
+
+impl LockScripts {
+    /// The scripts for these settings (ms for the durations; 0: off).
+    pub(crate) fn new(floor: &str, restart_delay_ms: u64, poller_gap_ms: u64, max_pass_over_ms: u64) -> LockScripts {
+        // The floor is written as a Lua string: it is `time`, digits or nothing, never a quote.
+        debug_assert!(
+            floor.chars().all(|c| c.is_ascii_alphanumeric()),
+            "fence floor {floor:?}"
+        );
+        let settings = format!(
+            "local FLOOR, DELAY, GAP, MAX_PASS = '{floor}', {restart_delay_ms}, {poller_gap_ms}, {max_pass_over_ms}\n"
+        );
+        let mutex = [TRY_ACQUIRE, WAIT_STEP, RELEASE, LEAVE].map(|file| with_helpers(code(file)));
+        let kinds = [KIND_TRY_ACQUIRE, KIND_WAIT_STEP, KIND_RELEASE, KIND_LEAVE]
+            .map(|file| with_helpers(&format!("{}{}", code(KIND_STATE), code(file))));
+        let sources: Vec<String> = mutex
+            .iter()
+            .chain(&kinds)
+            .map(|body| format!("{settings}{body}"))
+            .collect();
+        let queue = |at: usize| QueueScripts {
+            try_acquire: Script::new(&sources[at]),
+            wait_step: Script::new(&sources[at + 1]),
+            release: Script::new(&sources[at + 2]),
+            leave: Script::new(&sources[at + 3]),
+        };
+        LockScripts {
+            mutex: queue(0),
+            kinds: queue(4),
+            mutex_keys: if poller_gap_ms > 0 { 6 } else { 4 },
+            sources,
+        }
+    }
+}
+
+/// The scripts that read no setting (their SHA1s are computed once; a call reloads a script on
+/// `NOSCRIPT`).
+pub(crate) struct Scripts {
+    /// The watchdog's batch for mutexes (`lua/mutex/renew_many.lua` after its KEYS header).
+    pub(crate) renew_mutexes: Script,
+    /// The same for the locks of one Redis Cluster node (Redis 7): generated from it with the
+    /// header [`RENEW_MANY_CROSS_LEASES`] ([`renewal_sources`]).
+    pub(crate) renew_mutexes_cross: Script,
+    /// The watchdog's batch for the other kinds (`lua/kinds/renew_many.lua`).
+    pub(crate) renew_kinds: Script,
+    /// The same for the locks of one Redis Cluster node.
+    pub(crate) renew_kinds_cross: Script,
+    /// Quorum mode: raises the fencing counter (`lua/mutex/raise_fence.lua`).
+    pub(crate) raise_fence: Script,
+    /// Read-only look at a mutex for `inspect` (`lua/mutex/inspect.lua`).
+    pub(crate) inspect: Script,
+    /// Read-only: the leader of an election (`lua/kinds/leader.lua`).
+    pub(crate) leader: Script,
+    /// The source of every script but the cross-slot renewals (which need Redis 7), for
+    /// `SCRIPT LOAD` at connect.
+    pub(crate) sources: Vec<String>,
+}
+
+/// The one instance.
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    let (renew_mutexes, renew_mutexes_cross) = renewal_sources(RENEW_MANY, RENEW_MANY_LEASES, RENEW_MANY_CROSS_LEASES);
+    let (renew_kinds, renew_kinds_cross) =
+        renewal_sources(KIND_RENEW_MANY, KIND_RENEW_MANY_LEASES, KIND_RENEW_MANY_CROSS_LEASES);
+    let mut sources = vec![renew_mutexes, renew_kinds];
+    sources.extend(
+        [RAISE_FENCE, INSPECT, LEADER]
+            .iter()
+            .map(|file| with_helpers(code(file))),
+    );
+    let s = |i: usize| Script::new(&sources[i]);
+    Scripts {
+        renew_mutexes: s(0),
+        renew_kinds: s(1),
+        raise_fence: s(2),
+        inspect: s(3),
+        leader: s(4),
+        renew_mutexes_cross: Script::new(&renew_mutexes_cross),
+        renew_kinds_cross: Script::new(&renew_kinds_cross),
+        sources,
+    }
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_constants_of_every_script_that_reads_one() {
+        let a = LockScripts::new("time", 15000, 0, 0);
+        assert_eq!(a.sources.len(), 8);
+        for source in &a.sources {
+            assert!(source.starts_with("local FLOOR, DELAY, GAP, MAX_PASS = 'time', 15000, 0, 0\n"));
+        }
+        assert_eq!(a.mutex_keys, 4);
+        let b = LockScripts::new("", 0, 200, 5000);
+        assert_eq!(b.mutex_keys, 6);
+        assert_ne!(a.mutex.try_acquire.get_hash(), b.mutex.try_acquire.get_hash());
+        assert_ne!(a.kinds.wait_step.get_hash(), b.kinds.wait_step.get_hash());
+        // The same settings, the same scripts (one entry in the server's script cache).
+        let again = LockScripts::new("time", 15000, 0, 0);
+        assert_eq!(a.mutex.release.get_hash(), again.mutex.release.get_hash());
+        assert_eq!(a.kinds.leave.get_hash(), again.kinds.leave.get_hash());
+    }
+
+    /// Every source sent to the server: the scripts with settings (with and without
+    /// `poller_gap`), the others and both cross-slot renewals.
+    fn all_sources() -> Vec<String> {
+        let mut sources = LockScripts::new("time", 15000, 0, 0).sources;
+        sources.extend(LockScripts::new("", 0, 200, 5000).sources);
+        sources.extend(SCRIPTS.sources.iter().cloned());
+        sources.push(renewal_sources(RENEW_MANY, RENEW_MANY_LEASES, RENEW_MANY_CROSS_LEASES).1);
+        sources.push(renewal_sources(KIND_RENEW_MANY, KIND_RENEW_MANY_LEASES, KIND_RENEW_MANY_CROSS_LEASES).1);
+        sources
+    }
+
+    #[test]
+    fn each_script_defines_the_helpers_it_calls_and_no_others() {
+        for (name, file) in HELPERS {
+            assert_eq!(code(file).matches("local function ").count(), 1, "{name}");
+            assert!(code(file).starts_with(&format!("local function {name}(")), "{name}");
+        }
+        for source in &all_sources() {
+            for (name, _) in HELPERS {
+                let defined = source.contains(&format!("local function {name}("));
+                let called = source.matches(&format!("{name}(")).count() > usize::from(defined);
+                assert_eq!(called, defined, "{name} in {source}");
+            }
+        }
+        // The release needs neither the clock's fence nor the data-loss check.
+        let release = &LockScripts::new("time", 15000, 0, 0).sources[2];
+        assert!(!release.contains("next_fence") && !release.contains("data_loss_wait"));
+    }
+
+    #[test]
+    fn every_lua_file_starts_with_its_doc_and_every_helper_is_listed() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lua");
+        let mut files = 0;
+        for dir in ["helpers", "mutex", "kinds"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                let text = std::fs::read_to_string(&path).unwrap();
+                assert!(text.starts_with("-- "), "{} starts with no comment", path.display());
+                assert!(!code(&text).starts_with("--"), "{}", path.display());
+                if dir == "helpers" {
+                    let name = path.file_stem().unwrap().to_str().unwrap();
+                    assert!(HELPERS.iter().any(|(n, _)| *n == name), "{name} is not in HELPERS");
+                }
+                files += 1;
+            }
+        }
+        assert_eq!(files, HELPERS.len() + 9 + 9);
+    }
+
+    #[test]
+    fn cross_renewals_are_the_plain_ones_with_another_header() {
+        for (body, leases, cross_leases) in [
+            (RENEW_MANY, RENEW_MANY_LEASES, RENEW_MANY_CROSS_LEASES),
+            (KIND_RENEW_MANY, KIND_RENEW_MANY_LEASES, KIND_RENEW_MANY_CROSS_LEASES),
+        ] {
+            let (plain, cross) = renewal_sources(body, leases, cross_leases);
+            assert!(plain.ends_with(code(body)) && cross.ends_with(code(body)), "{cross}");
+            assert!(cross.starts_with("#!lua flags=allow-cross-slot-keys\n") && !plain.starts_with("#!"));
+            assert!(!cross.contains("KEYS"), "{cross}");
+        }
+    }
+
+    #[test]
+    fn no_script_reads_a_setting_from_its_arguments() {
+        // The mutex's ARGV: token, TTL, wake prefix, waiter TTL; the other kinds': entry, TTL,
+        // wake prefix, waiter TTL, leader channel, campaign value.
+        for body in [TRY_ACQUIRE, WAIT_STEP, RELEASE, LEAVE].map(code) {
+            for arg in ["ARGV[5]", "ARGV[6]", "ARGV[7]"] {
+                assert!(!body.contains(arg), "{arg} in {body}");
+            }
+        }
+        let state = code(KIND_STATE);
+        assert!(!state.contains("ARGV[7]") && !state.contains("ARGV[8]"), "{state}");
+        for setting in ["FLOOR =", "DELAY =", "FLOOR, ", "DELAY, "] {
+            assert!(!state.contains(&format!("local {setting}")), "{state}");
+        }
+    }
+}
