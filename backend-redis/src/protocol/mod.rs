@@ -17,5 +17,7 @@ pub(crate) mod entry;
 pub(crate) mod kinds;
 pub(crate) mod mutex;
 pub(crate) mod quorum;
+#[cfg(test)]
+mod script_tests;
 pub(crate) mod scripts;
 pub(crate) mod wait;

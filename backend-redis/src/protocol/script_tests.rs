@@ -1,0 +1,272 @@
+//! Every script's behaviour on a real server (`LOCKSMITH_TEST_REDIS`, started by
+//! `scripts/backends`), called with raw KEYS and ARGV as the backend sends them: what each one
+//! answers and what it leaves in the keys. The backend's own tests cover the same scripts
+//! through the API; these pin the scripts' contract (the reply shapes the Rust side parses).
+
+use lockcore::conformance::{env_url, unique_name};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::Family;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncCommands, FromRedisValue, Script, Value};
+
+use crate::config::Layout;
+use crate::conn::call::ScriptCall;
+use crate::layout::{KindKeys, LockKeys};
+use crate::protocol::scripts::{LockScripts, SCRIPTS};
+
+const PREFIX: &str = "locksmith-scripts:";
+const TTL: &str = "10000";
+const WAITER_TTL: &str = "30000";
+/// Holder tokens as the backend makes them (128 bits in hex: a holder with another value is a
+/// foreign client's, which the mutex's waiters poll).
+const A: &str = "000000000000000000000000000000aa";
+const B: &str = "000000000000000000000000000000bb";
+const C: &str = "000000000000000000000000000000cc";
+const W: &str = "000000000000000000000000000000dd";
+
+async fn connect() -> MultiplexedConnection {
+    let url = BackendUrl::parse(&env_url("LOCKSMITH_TEST_REDIS")).expect("url");
+    let client = redis::Client::open(format!("redis://{}/", url.hosts[0].to_addr(6379))).expect("client");
+    client.get_multiplexed_async_connection().await.expect("connect")
+}
+
+/// Restart delay off (the server may have just started), fences from the clock, no poller gap.
+fn scripts() -> LockScripts {
+    LockScripts::new("time", 0, 0, 0)
+}
+
+fn name(test: &str) -> LockName {
+    LockName::new(&unique_name(test)).expect("name")
+}
+
+async fn run<T: FromRedisValue>(conn: &mut MultiplexedConnection, script: &Script, keys: &[&str], args: &[&str]) -> T {
+    let mut call = ScriptCall::new(script, keys);
+    for arg in args {
+        call.arg(*arg);
+    }
+    call.invoke(conn).await.expect("script")
+}
+
+#[tokio::test]
+async fn mutex_scripts_grant_queue_hand_over_and_release_by_token_only() {
+    let mut c = connect().await;
+    let s = scripts();
+    let k = LockKeys::new(PREFIX, Layout::Default, &name("mutex"));
+    let take = k.lock_script_keys();
+    let take = &take[..4];
+    let give = k.release_script_keys();
+    let give = &give[..3];
+    let wake = k.wake.as_str();
+
+    // A free lock: granted, stored as `<token>:<fence>` with the TTL.
+    let [granted, f1]: [i64; 2] = run::<Vec<i64>>(&mut c, &s.mutex.try_acquire, take, &[A, TTL, wake])
+        .await
+        .try_into()
+        .expect("two fields");
+    assert_eq!(granted, 1);
+    assert!(f1 > 0);
+    assert_eq!(c.get::<_, String>(&k.lock).await.unwrap(), format!("{A}:{f1}"));
+    let pttl: i64 = c.pttl(&k.lock).await.unwrap();
+    assert!(pttl > 0 && pttl <= 10_000, "{pttl}");
+    // Taken: busy, with the holder's PTTL; an attempt queues nothing.
+    let busy: Vec<i64> = run(&mut c, &s.mutex.try_acquire, take, &[B, TTL, wake]).await;
+    assert!(busy[0] == 0 && busy[1] > 0, "{busy:?}");
+    assert!(!c.exists::<_, bool>(&k.queue).await.unwrap());
+    // A waiter's step queues it: head, the holder's PTTL, a locksmith holder (not foreign).
+    let step: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[B, TTL, wake, WAITER_TTL]).await;
+    assert!(
+        step.len() == 4 && step[0] == 0 && step[1] == 1 && step[2] > 0 && step[3] == 0,
+        "{step:?}"
+    );
+    assert!(c.zscore::<_, _, Option<f64>>(&k.queue, B).await.unwrap().is_some());
+    // Only the holder's token releases.
+    assert_eq!(run::<i64>(&mut c, &s.mutex.release, give, &[B, wake]).await, 0);
+    assert_eq!(c.get::<_, String>(&k.lock).await.unwrap(), format!("{A}:{f1}"));
+    assert_eq!(run::<i64>(&mut c, &s.mutex.release, give, &[A, wake]).await, 1);
+    assert!(!c.exists::<_, bool>(&k.lock).await.unwrap());
+    // Freed with a waiter queued: an attempt by another is refused (FIFO), the head's step takes it
+    // with a larger fence and leaves the queue.
+    let barged: Vec<i64> = run(&mut c, &s.mutex.try_acquire, take, &[C, TTL, wake]).await;
+    assert_eq!(barged[0], 0, "{barged:?}");
+    let step: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[B, TTL, wake, WAITER_TTL]).await;
+    assert!(step[0] == 1 && step[1] > f1, "{step:?}");
+    assert!(c.zscore::<_, _, Option<f64>>(&k.queue, B).await.unwrap().is_none());
+    // Run again (a resend after a dropped connection): the same answer.
+    let again: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[B, TTL, wake, WAITER_TTL]).await;
+    assert_eq!(again, step);
+    // LEAVE of a waiter that was granted gives the lock back.
+    assert_eq!(run::<i64>(&mut c, &s.mutex.leave, give, &[B, wake]).await, 1);
+    assert!(!c.exists::<_, bool>(&k.lock).await.unwrap());
+    assert_eq!(run::<i64>(&mut c, &s.mutex.leave, give, &[B, wake]).await, 0);
+}
+
+#[tokio::test]
+async fn mutex_renewal_raise_fence_and_inspect_act_only_for_the_holder() {
+    let mut c = connect().await;
+    let s = scripts();
+    let k = LockKeys::new(PREFIX, Layout::Default, &name("mutex_renew"));
+    let take = k.lock_script_keys();
+    let wake = k.wake.as_str();
+    let granted: Vec<i64> = run(&mut c, &s.mutex.try_acquire, &take[..4], &[A, "1000", wake]).await;
+    assert_eq!(granted[0], 1);
+    // RENEW_MANY: one flag per lease, extended only where the token holds.
+    let flags: Vec<i64> = run(
+        &mut c,
+        &SCRIPTS.renew_mutexes,
+        &[&k.lock, &k.lock],
+        &[A, "60000", B, "60000"],
+    )
+    .await;
+    assert_eq!(flags, [1, 0]);
+    let pttl: i64 = c.pttl(&k.lock).await.unwrap();
+    assert!(pttl > 1000, "{pttl}");
+    // RAISE_FENCE: only for the holder, and the counter goes up to the value.
+    let target = (granted[1] + 100).to_string();
+    assert_eq!(
+        run::<i64>(&mut c, &SCRIPTS.raise_fence, &[&k.lock, &k.fence], &[B, &target]).await,
+        0
+    );
+    assert_eq!(
+        run::<i64>(&mut c, &SCRIPTS.raise_fence, &[&k.lock, &k.fence], &[A, &target]).await,
+        1
+    );
+    assert_eq!(c.get::<_, i64>(&k.fence).await.unwrap(), granted[1] + 100);
+    // INSPECT: the value, its PTTL and the live waiters.
+    run::<Vec<i64>>(&mut c, &s.mutex.wait_step, &take[..4], &[W, TTL, wake, WAITER_TTL]).await;
+    let (value, pttl, waiters): (Option<String>, i64, usize) =
+        run(&mut c, &SCRIPTS.inspect, &[&k.lock, &k.queue, &k.alive], &[]).await;
+    assert_eq!(value, Some(format!("{A}:{}", granted[1])));
+    assert!(pttl > 0 && waiters == 1, "{pttl} {waiters}");
+    let _: i64 = run(&mut c, &s.mutex.release, &k.release_script_keys()[..3], &[A, wake]).await;
+    let _: i64 = run(&mut c, &s.mutex.leave, &k.release_script_keys()[..3], &[W, wake]).await;
+}
+
+/// The ARGV of a lock script of the other kinds: entry, TTL, wake prefix, waiter TTL, leader
+/// channel, campaign value.
+fn kind_args<'a>(k: &'a KindKeys, entry: &'a str, value: &'a str) -> [&'a str; 6] {
+    [entry, TTL, &k.wake, WAITER_TTL, k.announce(), value]
+}
+
+#[tokio::test]
+async fn semaphore_scripts_grant_n_permits_in_order_and_refuse_another_count() {
+    let mut c = connect().await;
+    let s = scripts();
+    let k = KindKeys::new(PREFIX, Family::Semaphore, &name("semaphore"));
+    let keys = k.script_keys();
+    let call = |entry: &'static str| kind_args(&k, entry, "");
+    let mut fences = Vec::new();
+    for entry in ["P2:a", "P2:b"] {
+        let granted: Vec<i64> = run(&mut c, &s.kinds.try_acquire, &keys, &call(entry)).await;
+        assert_eq!(granted[0], 1, "{entry}: {granted:?}");
+        fences.push(granted[1]);
+    }
+    assert!(fences[1] > fences[0]);
+    assert_eq!(c.zcard::<_, usize>(&k.holders).await.unwrap(), 2);
+    let full: Vec<i64> = run(&mut c, &s.kinds.try_acquire, &keys, &call("P2:c")).await;
+    assert_eq!(full[0], 0, "{full:?}");
+    // Another permit count: refused with the semaphore's count.
+    let other: Vec<i64> = run(&mut c, &s.kinds.try_acquire, &keys, &call("P3:d")).await;
+    assert_eq!(other, [-1, 2]);
+    // A waiter queues, is granted when a permit is released, and the release answers once.
+    let waiting: Vec<i64> = run(&mut c, &s.kinds.wait_step, &keys, &call("P2:c")).await;
+    assert_eq!(waiting[0], 0, "{waiting:?}");
+    assert_eq!(run::<i64>(&mut c, &s.kinds.release, &keys, &call("P2:a")).await, 1);
+    assert_eq!(run::<i64>(&mut c, &s.kinds.release, &keys, &call("P2:a")).await, 0);
+    let granted: Vec<i64> = run(&mut c, &s.kinds.wait_step, &keys, &call("P2:c")).await;
+    assert!(granted[0] == 1 && granted[1] > fences[1], "{granted:?}");
+    // RENEW_MANY of the kinds: holders set and holder data of each; a released entry is gone.
+    let flags: Vec<i64> = run(
+        &mut c,
+        &SCRIPTS.renew_kinds,
+        &[&k.holders, &k.info, &k.holders, &k.info],
+        &["P2:c", "60000", "P2:a", "60000"],
+    )
+    .await;
+    assert_eq!(flags, [1, 0]);
+    // LEAVE of a granted entry gives the permit back.
+    assert_eq!(run::<i64>(&mut c, &s.kinds.leave, &keys, &call("P2:c")).await, 1);
+    assert_eq!(run::<i64>(&mut c, &s.kinds.release, &keys, &call("P2:b")).await, 1);
+    assert_eq!(c.zcard::<_, usize>(&k.holders).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn rwlock_scripts_queue_readers_behind_a_waiting_writer() {
+    let mut c = connect().await;
+    let s = scripts();
+    let k = KindKeys::new(PREFIX, Family::RwLock, &name("rwlock"));
+    let keys = k.script_keys();
+    let call = |entry: &'static str| kind_args(&k, entry, "");
+    assert_eq!(
+        run::<Vec<i64>>(&mut c, &s.kinds.try_acquire, &keys, &call("S:a1")).await[0],
+        1
+    );
+    assert_eq!(
+        run::<Vec<i64>>(&mut c, &s.kinds.try_acquire, &keys, &call("S:a2")).await[0],
+        1
+    );
+    // A writer waits for the readers; a reader after it waits for the writer.
+    assert_eq!(
+        run::<Vec<i64>>(&mut c, &s.kinds.wait_step, &keys, &call("X:b0")).await[0],
+        0
+    );
+    assert_eq!(
+        run::<Vec<i64>>(&mut c, &s.kinds.try_acquire, &keys, &call("S:a3")).await[0],
+        0
+    );
+    for reader in ["S:a1", "S:a2"] {
+        assert_eq!(run::<i64>(&mut c, &s.kinds.release, &keys, &call(reader)).await, 1);
+    }
+    assert_eq!(
+        run::<Vec<i64>>(&mut c, &s.kinds.wait_step, &keys, &call("X:b0")).await[0],
+        1
+    );
+    assert_eq!(
+        run::<Vec<i64>>(&mut c, &s.kinds.try_acquire, &keys, &call("S:a3")).await[0],
+        0
+    );
+    assert_eq!(run::<i64>(&mut c, &s.kinds.release, &keys, &call("X:b0")).await, 1);
+    assert_eq!(
+        run::<Vec<i64>>(&mut c, &s.kinds.try_acquire, &keys, &call("S:a3")).await[0],
+        1
+    );
+    assert_eq!(run::<i64>(&mut c, &s.kinds.release, &keys, &call("S:a3")).await, 1);
+}
+
+#[tokio::test]
+async fn election_scripts_store_the_leaders_value_and_term() {
+    let mut c = connect().await;
+    let s = scripts();
+    let k = KindKeys::new(PREFIX, Family::Election, &name("election"));
+    let keys = k.script_keys();
+    let read = [k.holders.as_str(), &k.info, &k.alive];
+    let leader =
+        |mut c: MultiplexedConnection| async move { run::<Vec<Value>>(&mut c, &SCRIPTS.leader, &read, &[]).await };
+    assert!(leader(c.clone()).await.is_empty(), "nobody leads, nobody waits");
+    let granted: Vec<i64> = run(&mut c, &s.kinds.try_acquire, &keys, &kind_args(&k, "X:a", "host a")).await;
+    assert_eq!(granted[0], 1);
+    let read = leader(c.clone()).await;
+    let (entry, info, left): (String, String, i64) = (
+        redis::from_redis_value_ref(&read[0]).unwrap(),
+        redis::from_redis_value_ref(&read[1]).unwrap(),
+        redis::from_redis_value_ref(&read[2]).unwrap(),
+    );
+    assert_eq!((entry.as_str(), info), ("X:a", format!("{}:host a", granted[1])));
+    assert!(left > 0, "{left}");
+    // A candidate in line while the leader resigns: "pending" (one field), then its term.
+    assert_eq!(
+        run::<Vec<i64>>(&mut c, &s.kinds.wait_step, &keys, &kind_args(&k, "X:b", "host b")).await[0],
+        0
+    );
+    assert_eq!(
+        run::<i64>(&mut c, &s.kinds.release, &keys, &kind_args(&k, "X:a", "")).await,
+        1
+    );
+    assert_eq!(leader(c.clone()).await.len(), 1, "a live candidate is about to lead");
+    let next: Vec<i64> = run(&mut c, &s.kinds.wait_step, &keys, &kind_args(&k, "X:b", "host b")).await;
+    assert!(next[0] == 1 && next[1] > granted[1], "{next:?}");
+    assert_eq!(
+        run::<i64>(&mut c, &s.kinds.release, &keys, &kind_args(&k, "X:b", "")).await,
+        1
+    );
+    assert!(leader(c.clone()).await.is_empty());
+}
