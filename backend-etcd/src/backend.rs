@@ -10,18 +10,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockcore::driver::{async_trait, Lease, LockBackend, LockName, LockRequest, LostSignal, Outage, Role};
-use lockcore::{HolderInfo, Leader, LeaderWatch, LockError, LockInfo, Result};
+use lockcore::{Leader, LeaderWatch, LockError, LockInfo, Result};
 use tokio::time::Instant;
 
 use crate::cleanup::PendingKey;
 use crate::config::Config;
 use crate::conn::session::{LeaseRef, Session};
 use crate::conn::sweeper;
-use crate::error::request;
 use crate::layout::Layout;
+use crate::listing;
 use crate::protocol::election;
 use crate::protocol::requests;
 use crate::protocol::slots::Slot;
+use crate::renew;
 
 /// The etcd lock backend: one client and one session lease, shared by every lock of the
 /// [`lockcore::Locker`] built on it. See the [crate docs](crate) for the algorithm.
@@ -277,87 +278,20 @@ impl LockBackend for EtcdBackend {
         self.session.shutdown().await
     }
 
-    /// One keep-alive of the session lease renews every lock of this backend on the server; the
-    /// locks of this batch are also marked renewed, so that the sweeper does not reap them (a
-    /// lock left out of the batches for its TTL was abandoned: see the crate docs).
+    /// One keep-alive of the session lease renews every lock of this backend on the server (see
+    /// [`crate::renew`]).
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
-        let not_held = |l: &Lease| Err(LockError::not_held(l.name.as_str()));
-        let lease_ids: Vec<Option<i64>> = leases
-            .iter()
-            .map(|l| {
-                self.session
-                    .held
-                    .lease_of(&l.holder_id, i64::try_from(l.fencing_token).unwrap_or(i64::MAX))
-            })
-            .collect();
-        let Some(session_lease) = lease_ids.iter().flatten().next().copied() else {
-            return leases.iter().map(not_held).collect();
-        };
-        let sent = Instant::now();
-        let outcome = self.session.keep_alive(session_lease).await;
-        tracing::trace!(leases = leases.len(), took = ?sent.elapsed(), ok = ?outcome, "renew_many");
-        if matches!(outcome, Ok(true)) {
-            // Expiry per lock: what this batch renewed is not reaped (see `sweep`).
-            let renewed = leases
-                .iter()
-                .zip(&lease_ids)
-                .filter(|(_, id)| **id == Some(session_lease))
-                .map(|(l, _)| (l.holder_id.as_str(), i64::try_from(l.fencing_token).unwrap_or(i64::MAX)));
-            self.session.held.renewed(renewed, sent);
-        }
-        leases
-            .iter()
-            .zip(&lease_ids)
-            .map(|(l, id)| match (&outcome, id) {
-                (Ok(true), Some(id)) if *id == session_lease => Ok(()),
-                (Err(e), Some(_)) => Err(LockError::Unavailable {
-                    message: e.to_string(),
-                    source: None,
-                }),
-                _ => not_held(l),
-            })
-            .collect()
+        renew::renew_many(&self.session, leases).await
     }
 
+    /// The holder, its fencing token and lease TTL, and the waiters (see [`crate::listing`]).
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
-        let prefix = self.layout().lock_prefix(name);
-        let (holder, count) = requests::holder_and_count(&self.session.conn, &prefix).await?;
-        let Some(holder) = holder else {
-            return Ok(LockInfo::default());
-        };
-        let ttl_remaining = if holder.lease == 0 {
-            None
-        } else {
-            let resp = request("reading the holder's lease", self.limit(), || {
-                let mut lease = self.session.client.lease_client();
-                async move { lease.time_to_live(holder.lease, None).await }
-            })
-            .await?;
-            u64::try_from(resp.ttl()).ok().map(Duration::from_secs)
-        };
-        Ok(LockInfo {
-            holder: Some(HolderInfo {
-                holder_id: holder.key_str(),
-                fencing_token: u64::try_from(holder.create_rev).ok(),
-                ttl_remaining,
-            }),
-            waiters: count.saturating_sub(1),
-        })
+        listing::inspect(&self.session, name).await
     }
 
-    /// Every key of the namespace, tallied by lock (the default layout only: the Go layout's
-    /// prefixes nest, so its locks cannot be told apart).
+    /// Every key of the namespace, tallied by lock (see [`crate::listing`]).
     async fn list(&self, prefix: &str) -> Result<Vec<lockcore::ListedLock>> {
-        let Layout::Default { namespace } = self.layout() else {
-            return Err(LockError::InvalidOption(
-                "layout=go-mutex cannot list its locks (its prefixes nest): use etcdctl get --prefix".into(),
-            ));
-        };
-        let segments = requests::segments(&self.session.conn, namespace).await?;
-        Ok(lockcore::ListedLock::from_segments(
-            prefix,
-            segments.iter().map(|(segment, n)| (segment.as_str(), *n)),
-        ))
+        listing::list(&self.session, prefix).await
     }
 
     /// The oldest key of the election's prefix: its value, its create revision (the term).
