@@ -11,10 +11,11 @@ use lockcore::driver::{Lease, LockRequest, Outage};
 use lockcore::{LockError, Result};
 use tokio::time::Instant;
 
-use crate::backend::{sleep_until_opt, EtcdBackend, Outcome};
+use crate::backend::EtcdBackend;
 use crate::cleanup::{Created, PendingKey};
 use crate::conn::session::LeaseRef;
 use crate::error::is_lease_not_found;
+use crate::protocol::attempt::{sleep_until_opt, Outcome};
 use crate::protocol::kinds::value_of;
 use crate::protocol::requests::{self, Place};
 

@@ -24,10 +24,11 @@ use lockcore::driver::{Lease, LockRequest, Outage, Role};
 use lockcore::{Family, LockError, Result};
 use tokio::time::Instant;
 
-use crate::backend::{EtcdBackend, Outcome};
+use crate::backend::EtcdBackend;
 use crate::cleanup::{Created, PendingKey};
 use crate::conn::session::{LeaseRef, Waiting};
 use crate::error::is_lease_not_found;
+use crate::protocol::attempt::Outcome;
 use crate::protocol::exclusive::took;
 use crate::protocol::kinds::value_of;
 use crate::protocol::line::{self, Found, Line, Target};
