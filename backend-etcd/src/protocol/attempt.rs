@@ -1,8 +1,11 @@
 //! What the attempts of every kind share ([`crate::protocol::exclusive`] and
-//! [`crate::protocol::shared`]): the slot and key of an attempt, how a wait in the queue ends
-//! ([`Outcome`]), the grant that turns a key into a lease, the verdict at a waiter's deadline, and
-//! the withdrawal of a key that will not hold.
+//! [`crate::protocol::shared`]): the slot and key of an attempt, a `try_acquire` under the session
+//! lease ([`EtcdBackend::try_with_session_lease`]), an `acquire`'s entry into the queue
+//! ([`EtcdBackend::join_queue`]), how a wait in the queue ends ([`Outcome`],
+//! [`EtcdBackend::grant_or_requeue`]), the grant that turns a key into a lease, the verdict at a
+//! waiter's deadline, and the withdrawal of a key that will not hold.
 
+use std::future::Future;
 use std::time::Duration;
 
 use lockcore::driver::{Lease, LockRequest, LostSignal, Outage};
@@ -12,6 +15,7 @@ use tokio::time::Instant;
 use crate::backend::EtcdBackend;
 use crate::cleanup::PendingKey;
 use crate::conn::session::LeaseRef;
+use crate::error::is_lease_not_found;
 use crate::protocol::requests;
 use crate::protocol::slots::Slot;
 
@@ -20,6 +24,17 @@ pub(crate) enum Outcome {
     Granted,
     /// The key vanished (lease lost, or deleted by an operator) while waiting: queue again.
     Requeue(&'static str),
+}
+
+/// An `acquire`'s key in the queue, created by [`EtcdBackend::join_queue`].
+pub(crate) struct Entry {
+    pub key: String,
+    /// The key's create revision: the fencing token once it holds.
+    pub rev: i64,
+    /// The session lease the key lives on.
+    pub lease: LeaseRef,
+    /// Deletes the key unless it is handed out.
+    pub pending: PendingKey,
 }
 
 impl EtcdBackend {
@@ -37,6 +52,124 @@ impl EtcdBackend {
     pub(crate) fn key(&self, req: &LockRequest, lease_id: i64, slot: &Slot) -> String {
         let number = slot.key_number().unwrap_or_default();
         self.layout().key_in(req.kind.family(), &req.name, lease_id, number)
+    }
+
+    /// `try_acquire` under the session's current lease: `take` creates the key of `slot` if it
+    /// holds at once (its create revision) and writes nothing otherwise (`None`), and hands back
+    /// the key's clean-up guard with its answer. When etcd refuses the lease (it ended just
+    /// before), the session gets a new one and `take` runs again, once.
+    pub(crate) async fn try_with_session_lease<F, Fut>(
+        &self,
+        req: &LockRequest,
+        slot: Slot,
+        mut take: F,
+    ) -> Result<Option<Lease>>
+    where
+        F: FnMut(PendingKey, String, LeaseRef) -> Fut,
+        Fut: Future<Output = (PendingKey, Result<Option<i64>>)>,
+    {
+        let session = self.session();
+        let mut slot = Some(slot);
+        for _ in 0..2 {
+            let lease = session.current().await?;
+            let Some(this_slot) = slot.take() else {
+                return Err(LockError::Protocol("a lock slot went missing".into()));
+            };
+            let key = self.key(req, lease.id, &this_slot);
+            let pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(this_slot));
+            let (pending, taken) = take(pending, key.clone(), lease).await;
+            match taken {
+                Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending))),
+                Ok(None) => {
+                    pending.disarm(); // nothing was written
+                    return Ok(None);
+                }
+                Err(e) if is_lease_not_found(&e) => {
+                    slot = pending.disarm();
+                    session.lease_gone(lease.id, "a put with it was refused");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(LockError::Protocol(
+            "etcd refused the session lease twice in a row".into(),
+        ))
+    }
+
+    /// One try of an `acquire` at entering the queue with `slot`, under the session's current
+    /// lease: `join` creates the key and reads where it stands (`T`), and hands back the key's
+    /// clean-up guard with its answer. `None`: try again, with a new slot — the session had no
+    /// lease or a request failed (`retry` has waited its backoff, or ends the acquire), or etcd
+    /// refused the lease (replaced at once, twice per acquire at most: `lease_refusals`; then it
+    /// counts as a failure).
+    pub(crate) async fn join_queue<T, Fut>(
+        &self,
+        req: &LockRequest,
+        slot: Slot,
+        retry: &mut Outage,
+        lease_refusals: &mut u32,
+        join: impl FnOnce(PendingKey, String, LeaseRef) -> Fut,
+    ) -> Result<Option<(Entry, T)>>
+    where
+        Fut: Future<Output = (PendingKey, Result<(i64, T)>)>,
+    {
+        let session = self.session();
+        let lease = match session.current().await {
+            Ok(lease) => lease,
+            Err(e) => {
+                drop(slot);
+                retry.failed(e).await?;
+                return Ok(None);
+            }
+        };
+        let key = self.key(req, lease.id, &slot);
+        let pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(slot));
+        let (pending, joined) = join(pending, key.clone(), lease).await;
+        match joined {
+            Ok((rev, place)) => {
+                retry.succeeded();
+                Ok(Some((
+                    Entry {
+                        key,
+                        rev,
+                        lease,
+                        pending,
+                    },
+                    place,
+                )))
+            }
+            Err(e) if is_lease_not_found(&e) && *lease_refusals < 2 => {
+                *lease_refusals += 1;
+                drop(pending.disarm());
+                session.lease_gone(lease.id, "a put with it was refused");
+                Ok(None)
+            }
+            Err(e) => {
+                drop(pending); // deletes what the put created, once its outcome is known
+                retry.failed(e).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The end of an `acquire`'s wait in the queue: the lease of the `entry` key if `outcome` is
+    /// a grant; otherwise the key is deleted (in the background) and the caller queues again
+    /// (`None`).
+    pub(crate) fn grant_or_requeue(&self, req: &LockRequest, entry: Entry, outcome: Outcome) -> Option<Lease> {
+        let Entry {
+            key,
+            rev,
+            lease,
+            pending,
+        } = entry;
+        match outcome {
+            Outcome::Granted => Some(self.grant(req, key, rev, lease, pending)),
+            Outcome::Requeue(why) => {
+                tracing::warn!(key, why, "queueing again at the end of the queue");
+                drop(pending);
+                None
+            }
+        }
     }
 
     /// Hands out the lease of a granted key.
