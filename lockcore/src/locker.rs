@@ -17,6 +17,22 @@ use crate::name::LockName;
 use crate::rwlock::RwLock;
 use crate::watchdog::Watchdog;
 
+/// The span of a lock request (`$name`: `"acquire"` or `"try_acquire"`) of `$req` on `$backend`,
+/// with the fields recorded once known (its fencing token, outcome and round trips) still empty.
+macro_rules! request_span {
+    ($name:literal, $req:ident, $backend:ident) => {
+        tracing::info_span!(
+            $name,
+            lock = %$req.name,
+            kind = crate::metrics::kind_label(&$req.kind),
+            backend = $backend.kind(),
+            fencing_token = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            round_trips = tracing::field::Empty,
+        )
+    };
+}
+
 /// How long after its deadline an `acquire` is cut off if the backend has not returned by itself
 /// (it is then inside a request that the server does not answer).
 const DEADLINE_GRACE: Duration = Duration::from_millis(500);
@@ -410,6 +426,17 @@ impl LockBuilder {
         self
     }
 
+    /// What [`LockBuilder::acquire`] and [`LockBuilder::try_acquire`] start with: the request,
+    /// checked ([`LockBuilder::request`]), on a locker that is not shut down; its backend; its
+    /// metric labels.
+    fn begin(&self) -> Result<(LockRequest, Arc<dyn LockBackend>, Labels)> {
+        let req = self.request()?;
+        self.locker.check_open()?;
+        let backend = self.locker.inner().backend.clone();
+        let labels = self.locker.labels(&req);
+        Ok((req, backend, labels))
+    }
+
     fn request(&self) -> Result<LockRequest> {
         let name = LockName::new(&self.name)?;
         let ttl = self
@@ -468,19 +495,8 @@ impl LockBuilder {
     /// removed in the background ([`Locker::shutdown`] waits for that), and a grant that raced
     /// with the cancellation is released.
     pub async fn acquire(self) -> Result<LockGuard> {
-        let req = self.request()?;
-        self.locker.check_open()?;
-        let backend = self.locker.inner().backend.clone();
-        let labels = self.locker.labels(&req);
-        let span = tracing::info_span!(
-            "acquire",
-            lock = %req.name,
-            kind = crate::metrics::kind_label(&req.kind),
-            backend = backend.kind(),
-            fencing_token = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-            round_trips = tracing::field::Empty,
-        );
+        let (req, backend, labels) = self.begin()?;
+        let span = request_span!("acquire", req, backend);
         async {
             let start = Instant::now();
             let call = async { match self.timeout {
@@ -561,19 +577,8 @@ impl LockBuilder {
     ///
     /// As [`LockBuilder::acquire`]: a dropped attempt leaves nothing held or queued.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
-        let req = self.request()?;
-        self.locker.check_open()?;
-        let backend = self.locker.inner().backend.clone();
-        let labels = self.locker.labels(&req);
-        let span = tracing::info_span!(
-            "try_acquire",
-            lock = %req.name,
-            kind = crate::metrics::kind_label(&req.kind),
-            backend = backend.kind(),
-            fencing_token = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-            round_trips = tracing::field::Empty,
-        );
+        let (req, backend, labels) = self.begin()?;
+        let span = request_span!("try_acquire", req, backend);
         let limit = match self.timeout {
             Some(t) if !t.is_zero() => t.min(backend.request_timeout()),
             _ => backend.request_timeout(),
