@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{bounded, LockBackend, LockInfo};
+use crate::backend::{bounded, within_request_timeout, LockBackend, LockInfo};
 use crate::election::{Election, MAX_VALUE_LEN};
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
@@ -194,13 +194,7 @@ impl Locker {
     pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
         let name = LockName::new(name)?;
         let backend = self.backend();
-        bounded(
-            backend.as_ref(),
-            "inspecting a lock",
-            backend.request_timeout(),
-            backend.inspect(&name),
-        )
-        .await
+        within_request_timeout(backend.as_ref(), "inspecting a lock", backend.inspect(&name)).await
     }
 
     /// The locks whose names start with `prefix` that someone holds or waits for, with their kind
@@ -217,13 +211,7 @@ impl Locker {
     /// Cancel-safe: a read only, nothing is left behind.
     pub async fn list(&self, prefix: &str) -> Result<Vec<crate::ListedLock>> {
         let backend = self.backend();
-        bounded(
-            backend.as_ref(),
-            "listing locks",
-            backend.request_timeout(),
-            backend.list(prefix),
-        )
-        .await
+        within_request_timeout(backend.as_ref(), "listing locks", backend.list(prefix)).await
     }
 
     /// How many guards of this locker the watchdog is renewing right now.
