@@ -162,17 +162,17 @@ impl LockBackend for EtcdBackend {
     }
 
     /// One keep-alive of the session lease renews every lock of this backend on the server (see
-    /// [`crate::renew`]).
+    /// `renew.rs`).
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         renew::renew_many(&self.session, leases).await
     }
 
-    /// The holder, its fencing token and lease TTL, and the waiters (see [`crate::listing`]).
+    /// The holder, its fencing token and lease TTL, and the waiters (see `listing.rs`).
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
         listing::inspect(&self.session, name).await
     }
 
-    /// Every key of the namespace, tallied by lock (see [`crate::listing`]).
+    /// Every key of the namespace, tallied by lock (see `listing.rs`).
     async fn list(&self, prefix: &str) -> Result<Vec<lockcore::ListedLock>> {
         listing::list(&self.session, prefix).await
     }

@@ -221,18 +221,18 @@ impl LockBackend for ZkBackend {
     }
 
     /// Nothing to extend per lock: one request confirms the session, the lease of every lock (see
-    /// [`crate::renew`]).
+    /// `renew.rs`).
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         let session = self.sessions.current().await;
         renew_all(&session, &self.config().namespace, leases).await
     }
 
-    /// The locks of the namespace with contenders (see [`crate::listing`]).
+    /// The locks of the namespace with contenders (see `listing.rs`).
     async fn list(&self, prefix: &str) -> Result<Vec<lockcore::ListedLock>> {
         listing::list(&self.sessions, &self.config().namespace, prefix).await
     }
 
-    /// The holder and the waiters of the mutex `name` (see [`crate::listing`]).
+    /// The holder and the waiters of the mutex `name` (see `listing.rs`).
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
         listing::inspect(&self.sessions, &self.config().namespace, name).await
     }
