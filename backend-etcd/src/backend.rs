@@ -9,19 +9,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::driver::{async_trait, Lease, LockBackend, LockName, LockRequest, LostSignal, Outage, Role};
-use lockcore::{HolderInfo, Leader, LeaderWatch, LockError, LockInfo, Result};
+use lockcore::driver::{async_trait, Lease, LockBackend, LockName, LockRequest, Role};
+use lockcore::{Leader, LeaderWatch, LockError, LockInfo, Result};
 use tokio::time::Instant;
 
 use crate::cleanup::PendingKey;
 use crate::config::Config;
-use crate::conn::session::{LeaseRef, Session};
+use crate::conn::session::Session;
 use crate::conn::sweeper;
-use crate::error::request;
 use crate::layout::Layout;
+use crate::listing;
 use crate::protocol::election;
 use crate::protocol::requests;
-use crate::protocol::slots::Slot;
+use crate::renew;
 
 /// The etcd lock backend: one client and one session lease, shared by every lock of the
 /// [`lockcore::Locker`] built on it. See the [crate docs](crate) for the algorithm.
@@ -54,13 +54,6 @@ pub struct EtcdStats {
     pub keep_alives: u64,
     /// Watch create and cancel requests on the shared watch stream.
     pub watch_requests: u64,
-}
-
-/// How one attempt in the queue ended.
-pub(crate) enum Outcome {
-    Granted,
-    /// The key vanished (lease lost, or deleted by an operator) while waiting: queue again.
-    Requeue(&'static str),
 }
 
 impl EtcdBackend {
@@ -97,123 +90,14 @@ impl EtcdBackend {
         }
     }
 
-    fn limit(&self) -> Duration {
+    /// The URL's `request_timeout`: the time limit of every request.
+    pub(crate) fn limit(&self) -> Duration {
         self.session.cfg.request_timeout
     }
 
     /// The session (for the protocol modules).
     pub(crate) fn session(&self) -> &Arc<Session> {
         &self.session
-    }
-
-    /// The slot of one attempt: the in-process exclusion of the Go layout, or the key number
-    /// of the default layout (see [`crate::protocol::slots`]).
-    pub(crate) async fn slot(&self, prefix: &str) -> Slot {
-        if self.layout().one_key_per_session() {
-            self.session.slots.take(prefix).await
-        } else {
-            self.session.slots.number(prefix)
-        }
-    }
-
-    /// The key of an attempt for `req` under `lease_id` with `slot`.
-    pub(crate) fn key(&self, req: &LockRequest, lease_id: i64, slot: &Slot) -> String {
-        let number = slot.key_number().unwrap_or_default();
-        self.layout().key_in(req.kind.family(), &req.name, lease_id, number)
-    }
-
-    /// Hands out the lease of a granted key.
-    pub(crate) fn grant(
-        &self,
-        req: &LockRequest,
-        key: String,
-        rev: i64,
-        lease: LeaseRef,
-        pending: PendingKey,
-    ) -> Lease {
-        let slot = pending.disarm();
-        let lost = LostSignal::new();
-        let acquired_at = self.session.register_held(&key, lease, rev, &lost, slot);
-        tracing::debug!(key, fencing_token = rev, "etcd lock granted");
-        Lease {
-            name: req.name.clone(),
-            kind: req.kind.clone(),
-            fencing_token: u64::try_from(rev).unwrap_or(0),
-            ttl: lease.ttl,
-            holder_id: key,
-            acquired_at,
-            lost,
-        }
-    }
-
-    /// A waiter became first: make sure the lease it hands out was refreshed recently (after an
-    /// outage it may not have been), so the lock starts with most of its TTL.
-    pub(crate) async fn fresh_grant(&self, retry: &mut Outage, lease: LeaseRef) -> Result<Outcome> {
-        loop {
-            match self.session.refresh_if_stale(lease.id).await {
-                Ok(true) => return Ok(Outcome::Granted),
-                Ok(false) => return Ok(Outcome::Requeue("the session lease was lost just before the grant")),
-                Err(e) => retry.failed(e).await?,
-            }
-        }
-    }
-
-    /// How long an `acquire` without a deadline rides out an outage (see [`Outage`]): beyond
-    /// the session TTL plus the request timeout the session lease, and the waiter's key with it,
-    /// is probably gone.
-    pub(crate) fn retry_budget(&self) -> Duration {
-        self.session.ttl() + self.limit()
-    }
-
-    /// Resolves at the deadline of `retry` (never without one) with the error a waiter's acquire
-    /// ends with there: [`Outage::at_deadline`]'s verdict, unless etcd did not answer a read of
-    /// `key` sent [`DEADLINE_PROBE`] before the deadline. A waiter's watch only listens: without
-    /// the read, a server that fell silent mid-wait would look like a lock held the whole time
-    /// ([`LockError::Timeout`] where the backend did not answer: [`LockError::Unavailable`]).
-    pub(crate) async fn deadline_verdict(&self, retry: &Outage, key: &str) -> LockError {
-        let Some(deadline) = retry.deadline() else {
-            return std::future::pending().await;
-        };
-        let lead = DEADLINE_PROBE.min(self.limit());
-        tokio::time::sleep_until(deadline.checked_sub(lead).unwrap_or(deadline)).await;
-        let answer = tokio::time::timeout_at(deadline, requests::ping(&self.session.conn, key)).await;
-        tokio::time::sleep_until(deadline).await;
-        match answer {
-            Ok(Ok(())) => retry.at_deadline(),
-            Ok(Err(e)) => LockError::Unavailable {
-                message: format!("no answer at the deadline: {e}"),
-                source: None,
-            },
-            Err(_) => LockError::Unavailable {
-                message: format!("no answer at the deadline: etcd did not answer a read sent {lead:?} before it"),
-                source: None,
-            },
-        }
-    }
-
-    /// Deletes the key of an attempt that will not hold (a semaphore permit count that disagrees
-    /// with the queue) before returning, so that the caller's next attempt finds the queue
-    /// without it; if that fails, the clean-up deletes it in the background.
-    pub(crate) async fn withdraw(&self, pending: PendingKey, key: &str, rev: i64) {
-        match requests::delete(&self.session.conn, key, Some(rev)).await {
-            Ok(_) => drop(pending.disarm()),
-            Err(e) => {
-                tracing::debug!(key, error = %e, "withdrawing a queue key failed; deleting it in the background");
-                drop(pending);
-            }
-        }
-    }
-}
-
-/// How long before a waiter's deadline it asks etcd whether it still answers (at most the
-/// request timeout): see [`EtcdBackend::deadline_verdict`].
-const DEADLINE_PROBE: Duration = Duration::from_secs(1);
-
-/// Sleeps until `at`, or forever.
-pub(crate) async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
@@ -277,87 +161,20 @@ impl LockBackend for EtcdBackend {
         self.session.shutdown().await
     }
 
-    /// One keep-alive of the session lease renews every lock of this backend on the server; the
-    /// locks of this batch are also marked renewed, so that the sweeper does not reap them (a
-    /// lock left out of the batches for its TTL was abandoned: see the crate docs).
+    /// One keep-alive of the session lease renews every lock of this backend on the server (see
+    /// `renew.rs`).
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
-        let not_held = |l: &Lease| Err(LockError::not_held(l.name.as_str()));
-        let lease_ids: Vec<Option<i64>> = leases
-            .iter()
-            .map(|l| {
-                self.session
-                    .held
-                    .lease_of(&l.holder_id, i64::try_from(l.fencing_token).unwrap_or(i64::MAX))
-            })
-            .collect();
-        let Some(session_lease) = lease_ids.iter().flatten().next().copied() else {
-            return leases.iter().map(not_held).collect();
-        };
-        let sent = Instant::now();
-        let outcome = self.session.keep_alive(session_lease).await;
-        tracing::trace!(leases = leases.len(), took = ?sent.elapsed(), ok = ?outcome, "renew_many");
-        if matches!(outcome, Ok(true)) {
-            // Expiry per lock: what this batch renewed is not reaped (see `sweep`).
-            let renewed = leases
-                .iter()
-                .zip(&lease_ids)
-                .filter(|(_, id)| **id == Some(session_lease))
-                .map(|(l, _)| (l.holder_id.as_str(), i64::try_from(l.fencing_token).unwrap_or(i64::MAX)));
-            self.session.held.renewed(renewed, sent);
-        }
-        leases
-            .iter()
-            .zip(&lease_ids)
-            .map(|(l, id)| match (&outcome, id) {
-                (Ok(true), Some(id)) if *id == session_lease => Ok(()),
-                (Err(e), Some(_)) => Err(LockError::Unavailable {
-                    message: e.to_string(),
-                    source: None,
-                }),
-                _ => not_held(l),
-            })
-            .collect()
+        renew::renew_many(&self.session, leases).await
     }
 
+    /// The holder, its fencing token and lease TTL, and the waiters (see `listing.rs`).
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
-        let prefix = self.layout().lock_prefix(name);
-        let (holder, count) = requests::holder_and_count(&self.session.conn, &prefix).await?;
-        let Some(holder) = holder else {
-            return Ok(LockInfo::default());
-        };
-        let ttl_remaining = if holder.lease == 0 {
-            None
-        } else {
-            let resp = request("reading the holder's lease", self.limit(), || {
-                let mut lease = self.session.client.lease_client();
-                async move { lease.time_to_live(holder.lease, None).await }
-            })
-            .await?;
-            u64::try_from(resp.ttl()).ok().map(Duration::from_secs)
-        };
-        Ok(LockInfo {
-            holder: Some(HolderInfo {
-                holder_id: holder.key_str(),
-                fencing_token: u64::try_from(holder.create_rev).ok(),
-                ttl_remaining,
-            }),
-            waiters: count.saturating_sub(1),
-        })
+        listing::inspect(&self.session, name).await
     }
 
-    /// Every key of the namespace, tallied by lock (the default layout only: the Go layout's
-    /// prefixes nest, so its locks cannot be told apart).
+    /// Every key of the namespace, tallied by lock (see `listing.rs`).
     async fn list(&self, prefix: &str) -> Result<Vec<lockcore::ListedLock>> {
-        let Layout::Default { namespace } = self.layout() else {
-            return Err(LockError::InvalidOption(
-                "layout=go-mutex cannot list its locks (its prefixes nest): use etcdctl get --prefix".into(),
-            ));
-        };
-        let segments = requests::segments(&self.session.conn, namespace).await?;
-        Ok(lockcore::ListedLock::from_segments(
-            prefix,
-            segments.iter().map(|(segment, n)| (segment.as_str(), *n)),
-        ))
+        listing::list(&self.session, prefix).await
     }
 
     /// The oldest key of the election's prefix: its value, its create revision (the term).

@@ -258,11 +258,13 @@
 //! | `config.rs` | the URL and its options |
 //! | `error.rs` | etcd client errors → `LockError` |
 //! | `layout.rs` | where a lock's keys live, in both layouts |
-//! | `backend.rs` | `impl LockBackend`: each call to its protocol; `renew_many`, `inspect`, `list` |
+//! | `backend.rs` | `impl LockBackend`: each call to its protocol |
 //! | `conn/` | the connection (`mod.rs`), the session lease (`session.rs`), the locks it holds (`held.rs`), its sweeper (`sweep.rs`, `sweeper.rs`) |
-//! | `protocol/` | one-round-trip requests (`requests.rs`), exclusive and shared kinds (`exclusive.rs`, `shared.rs`, `line.rs`, `kinds.rs`), the Go layout's slots (`slots.rs`), elections (`election.rs`) |
+//! | `protocol/` | one-round-trip requests (`requests.rs`), what every kind's attempt shares (`attempt.rs`), exclusive and shared kinds (`exclusive.rs`, `shared.rs`, `line.rs`, `kinds.rs`), the Go layout's slots (`slots.rs`), elections (`election.rs`) |
 //! | `wake/` | the session's one watch stream (`watch.rs`) and its task (`hub.rs`) |
 //! | `cleanup.rs` | the clean-up guard of a queue key no caller will hold |
+//! | `renew.rs` | `renew_many`: one keep-alive of the session lease for the whole batch |
+//! | `listing.rs` | `inspect` and `list` |
 //!
 //! ## Tests (real servers from `scripts/backends`)
 //!
@@ -287,7 +289,9 @@ mod config;
 mod conn;
 mod error;
 mod layout;
+mod listing;
 mod protocol;
+mod renew;
 mod wake;
 
 pub use backend::{EtcdBackend, EtcdStats};

@@ -4,16 +4,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest, LostSignal, Outage};
-use lockcore::{Family, HolderInfo, Leader, LeaderWatch, LockError, LockInfo, Result};
+use lockcore::{Family, Leader, LeaderWatch, LockError, LockInfo, Result};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::cleanup::Unanswered;
 use crate::config::ZkConfig;
 use crate::conn::session::Session;
 use crate::conn::sessions::Sessions;
 use crate::error::to_lock_error;
 use crate::layout;
+use crate::listing;
 use crate::protocol::contender::{Failure, Granted};
 use crate::protocol::election;
 use crate::protocol::take::take;
@@ -83,7 +85,7 @@ impl ZkBackend {
     }
 
     /// Turns a granted node into a lease: no await from here to the return, so a cancelled caller
-    /// either gets the lease or the contender's `Drop` deletes the node.
+    /// either gets the lease or the contender's clean-up guard deletes the node.
     fn grant(&self, session: &Session, req: &LockRequest, granted: Granted) -> Result<Lease> {
         let Granted {
             mut contender,
@@ -185,11 +187,7 @@ impl LockBackend for ZkBackend {
         // A lease declared lost is not ours any more, even if its node is still there: the node is
         // deleted all the same, but the answer is NotHeld.
         let lost = lease.lost.is_lost();
-        let unanswered = Unanswered {
-            session: &session,
-            lease,
-            armed: was_held || lost,
-        };
+        let unanswered = Unanswered::new(&session, lease, was_held || lost);
         let answer = self
             .sessions
             .bounded(session.client.delete(&lease.holder_id, None))
@@ -222,47 +220,21 @@ impl LockBackend for ZkBackend {
         self.config().request_timeout
     }
 
+    /// Nothing to extend per lock: one request confirms the session, the lease of every lock (see
+    /// `renew.rs`).
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         let session = self.sessions.current().await;
         renew_all(&session, &self.config().namespace, leases).await
     }
 
+    /// The locks of the namespace with contenders (see `listing.rs`).
     async fn list(&self, prefix: &str) -> Result<Vec<lockcore::ListedLock>> {
-        crate::listing::list(&self.sessions, &self.config().namespace, prefix).await
+        listing::list(&self.sessions, &self.config().namespace, prefix).await
     }
 
+    /// The holder and the waiters of the mutex `name` (see `listing.rs`).
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
-        let session = self.sessions.session().await?;
-        let lock_path = self.lock_path(name);
-        for _ in 0..10 {
-            let children = match self.sessions.bounded(session.client.list_children(&lock_path)).await {
-                Ok(children) => layout::sorted(children),
-                Err(zk::Error::NoNode) => return Ok(LockInfo::default()),
-                Err(e) => return Err(to_lock_error("listing the lock's contenders", e)),
-            };
-            let Some(first) = children.first() else {
-                return Ok(LockInfo::default());
-            };
-            let holder_id = layout::child_path(&lock_path, first);
-            match self.sessions.bounded(session.client.check_stat(&holder_id)).await {
-                Ok(Some(stat)) => {
-                    let holder = HolderInfo {
-                        holder_id,
-                        fencing_token: u64::try_from(stat.czxid).ok(),
-                        ttl_remaining: None,
-                    };
-                    return Ok(LockInfo {
-                        holder: Some(holder),
-                        waiters: children.len() - 1,
-                    });
-                }
-                Ok(None) => continue, // the holder just left; look again
-                Err(e) => return Err(to_lock_error("reading the holder's node", e)),
-            }
-        }
-        Err(LockError::Protocol(format!(
-            "the holder of {lock_path} kept changing while inspecting"
-        )))
+        listing::inspect(&self.sessions, &self.config().namespace, name).await
     }
 
     /// The first candidate of the election's node and its value (see *Elections* in the
@@ -287,28 +259,5 @@ impl LockBackend for ZkBackend {
             first,
             self.alive.subscribe(),
         ))
-    }
-}
-
-/// A release whose delete is not answered yet: dropped armed (the release was cancelled), it has
-/// the session's monitor delete the node as soon as it can.
-struct Unanswered<'a> {
-    session: &'a Arc<Session>,
-    lease: &'a Lease,
-    armed: bool,
-}
-
-impl Unanswered<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Unanswered<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            tracing::debug!(node = %self.lease.holder_id, "release cancelled before ZooKeeper answered; the session monitor deletes the node");
-            self.session.register_for_removal(self.lease);
-        }
     }
 }

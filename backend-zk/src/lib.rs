@@ -123,10 +123,11 @@
 //!    `exists`, it leaves no watch behind on a node that is already gone), wait for its event,
 //!    list again. A release wakes one waiter (or the readers behind a writer, who all get in): no
 //!    herd, and FIFO by sequence; a waiting writer holds back the readers after it.
-//! 4. Deadline, timeout or a dropped future: our node is deleted. A `Drop` guard sends the delete
-//!    synchronously (the client sends on call), or — if the create was sent but its answer not
-//!    seen — spawns a task that finds the node by its uuid prefix and deletes it; a delete that
-//!    fails on a connection loss is retried by the session's monitor while the session lives.
+//! 4. Deadline, timeout or a dropped future: our node is deleted. A `Drop` guard (`cleanup.rs`)
+//!    sends the delete synchronously (the client sends on call), or — if the create was sent but
+//!    its answer not seen — spawns a task that finds the node by its uuid prefix and deletes it; a
+//!    delete that fails on a connection loss is retried by the session's monitor while the session
+//!    lives.
 //!    That covers the window in which the lock was granted but the lease not yet returned.
 //!    `try_acquire` deletes its node before returning `None`, and returns `None` whenever anyone
 //!    is queued first.
@@ -246,8 +247,9 @@
 //! | `conn/` | one session (`session.rs`, the lease of its locks) and the current one (`sessions.rs`) |
 //! | `protocol/` | a contender in a queue (`contender.rs`), what each kind creates (`recipe.rs`), one try (`take.rs`), Curator's semaphore (`semaphore.rs`), elections (`election.rs`) |
 //! | `wake/` | the watch that tells a holder its node is gone (`held.rs`) |
-//! | `renew.rs` | nothing per lock: the session's heartbeats |
-//! | `listing.rs` | `list` |
+//! | `renew.rs` | `renew_many`: nothing per lock (the session is the lease of every lock, kept by the client's heartbeats); one `exists` confirms the session for the whole batch |
+//! | `cleanup.rs` | the clean-up guards: a contender's node nobody holds yet (`PendingNode`), a release not answered yet (`Unanswered`) |
+//! | `listing.rs` | `inspect` and `list` |
 //!
 //! ## Curator and kazoo interop
 //!
@@ -291,6 +293,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod cleanup;
 mod config;
 mod conn;
 mod error;

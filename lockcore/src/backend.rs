@@ -215,7 +215,16 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Releases `lease` within the backend's request timeout (see [`bounded`]); `what` says which
 /// release it is in the error.
 pub(crate) async fn bounded_release(backend: &dyn LockBackend, what: &str, lease: &Lease) -> Result<()> {
-    bounded(backend, what, backend.request_timeout(), backend.release(lease)).await
+    within_request_timeout(backend, what, backend.release(lease)).await
+}
+
+/// Runs one backend call within the backend's request timeout (see [`bounded`]).
+pub(crate) async fn within_request_timeout<T>(
+    backend: &dyn LockBackend,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    bounded(backend, what, backend.request_timeout(), call).await
 }
 
 /// Runs one backend call within `limit`; past it, [`crate::LockError::Unavailable`] saying what was

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::backend::bounded;
+use crate::backend::within_request_timeout;
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
 use crate::lease::{LockKind, LostReason};
@@ -132,13 +132,7 @@ impl Election {
     pub async fn leader(&self) -> Result<Option<Leader>> {
         let name = LockName::new(&self.name)?;
         let backend = self.locker.backend();
-        bounded(
-            backend.as_ref(),
-            "reading the leader",
-            backend.request_timeout(),
-            backend.leader(&name),
-        )
-        .await
+        within_request_timeout(backend.as_ref(), "reading the leader", backend.leader(&name)).await
     }
 
     /// Watches the leadership: the current leader at once ([`LeaderWatch::leader`]), then every
@@ -175,10 +169,9 @@ impl Election {
     pub async fn observe(&self) -> Result<LeaderWatch> {
         let name = LockName::new(&self.name)?;
         let backend = self.locker.backend();
-        bounded(
+        within_request_timeout(
             backend.as_ref(),
             "starting to observe the election",
-            backend.request_timeout(),
             backend.observe(&name),
         )
         .await

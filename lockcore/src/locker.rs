@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{bounded, LockBackend, LockInfo};
+use crate::backend::{bounded, within_request_timeout, LockBackend, LockInfo};
 use crate::election::{Election, MAX_VALUE_LEN};
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
@@ -16,6 +16,22 @@ use crate::metrics::{counted, failure_outcome, LabelSets, Labels, NameLabel};
 use crate::name::LockName;
 use crate::rwlock::RwLock;
 use crate::watchdog::Watchdog;
+
+/// The span of a lock request (`$name`: `"acquire"` or `"try_acquire"`) of `$req` on `$backend`,
+/// with the fields recorded once known (its fencing token, outcome and round trips) still empty.
+macro_rules! request_span {
+    ($name:literal, $req:ident, $backend:ident) => {
+        tracing::info_span!(
+            $name,
+            lock = %$req.name,
+            kind = crate::metrics::kind_label(&$req.kind),
+            backend = $backend.kind(),
+            fencing_token = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            round_trips = tracing::field::Empty,
+        )
+    };
+}
 
 /// How long after its deadline an `acquire` is cut off if the backend has not returned by itself
 /// (it is then inside a request that the server does not answer).
@@ -178,13 +194,7 @@ impl Locker {
     pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
         let name = LockName::new(name)?;
         let backend = self.backend();
-        bounded(
-            backend.as_ref(),
-            "inspecting a lock",
-            backend.request_timeout(),
-            backend.inspect(&name),
-        )
-        .await
+        within_request_timeout(backend.as_ref(), "inspecting a lock", backend.inspect(&name)).await
     }
 
     /// The locks whose names start with `prefix` that someone holds or waits for, with their kind
@@ -201,13 +211,7 @@ impl Locker {
     /// Cancel-safe: a read only, nothing is left behind.
     pub async fn list(&self, prefix: &str) -> Result<Vec<crate::ListedLock>> {
         let backend = self.backend();
-        bounded(
-            backend.as_ref(),
-            "listing locks",
-            backend.request_timeout(),
-            backend.list(prefix),
-        )
-        .await
+        within_request_timeout(backend.as_ref(), "listing locks", backend.list(prefix)).await
     }
 
     /// How many guards of this locker the watchdog is renewing right now.
@@ -410,6 +414,17 @@ impl LockBuilder {
         self
     }
 
+    /// What [`LockBuilder::acquire`] and [`LockBuilder::try_acquire`] start with: the request,
+    /// checked ([`LockBuilder::request`]), on a locker that is not shut down; its backend; its
+    /// metric labels.
+    fn begin(&self) -> Result<(LockRequest, Arc<dyn LockBackend>, Labels)> {
+        let req = self.request()?;
+        self.locker.check_open()?;
+        let backend = self.locker.inner().backend.clone();
+        let labels = self.locker.labels(&req);
+        Ok((req, backend, labels))
+    }
+
     fn request(&self) -> Result<LockRequest> {
         let name = LockName::new(&self.name)?;
         let ttl = self
@@ -468,19 +483,8 @@ impl LockBuilder {
     /// removed in the background ([`Locker::shutdown`] waits for that), and a grant that raced
     /// with the cancellation is released.
     pub async fn acquire(self) -> Result<LockGuard> {
-        let req = self.request()?;
-        self.locker.check_open()?;
-        let backend = self.locker.inner().backend.clone();
-        let labels = self.locker.labels(&req);
-        let span = tracing::info_span!(
-            "acquire",
-            lock = %req.name,
-            kind = crate::metrics::kind_label(&req.kind),
-            backend = backend.kind(),
-            fencing_token = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-            round_trips = tracing::field::Empty,
-        );
+        let (req, backend, labels) = self.begin()?;
+        let span = request_span!("acquire", req, backend);
         async {
             let start = Instant::now();
             let call = async { match self.timeout {
@@ -561,19 +565,8 @@ impl LockBuilder {
     ///
     /// As [`LockBuilder::acquire`]: a dropped attempt leaves nothing held or queued.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
-        let req = self.request()?;
-        self.locker.check_open()?;
-        let backend = self.locker.inner().backend.clone();
-        let labels = self.locker.labels(&req);
-        let span = tracing::info_span!(
-            "try_acquire",
-            lock = %req.name,
-            kind = crate::metrics::kind_label(&req.kind),
-            backend = backend.kind(),
-            fencing_token = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-            round_trips = tracing::field::Empty,
-        );
+        let (req, backend, labels) = self.begin()?;
+        let span = request_span!("try_acquire", req, backend);
         let limit = match self.timeout {
             Some(t) if !t.is_zero() => t.min(backend.request_timeout()),
             _ => backend.request_timeout(),

@@ -8,13 +8,14 @@
 //! and waits for its predecessor's deletion with a synced watch.
 
 use lockcore::driver::{Lease, LockRequest, Outage};
-use lockcore::{LockError, Result};
+use lockcore::Result;
 use tokio::time::Instant;
 
-use crate::backend::{sleep_until_opt, EtcdBackend, Outcome};
+use crate::backend::EtcdBackend;
 use crate::cleanup::{Created, PendingKey};
 use crate::conn::session::LeaseRef;
 use crate::error::is_lease_not_found;
+use crate::protocol::attempt::{sleep_until_opt, Outcome};
 use crate::protocol::kinds::value_of;
 use crate::protocol::requests::{self, Place};
 
@@ -25,41 +26,25 @@ impl EtcdBackend {
         let session = self.session();
         let prefix = self.layout().prefix(req.kind.family(), &req.name);
         let value = value_of(&req.kind);
-        let mut slot = if self.layout().one_key_per_session() {
+        let slot = if self.layout().one_key_per_session() {
             match session.slots.try_take(&prefix) {
-                Some(slot) => Some(slot),
+                Some(slot) => slot,
                 None => return Ok(None), // this session holds or waits for it already
             }
         } else {
-            Some(session.slots.number(&prefix))
+            session.slots.number(&prefix)
         };
-        for _ in 0..2 {
-            let lease = session.current().await?;
-            let Some(this_slot) = slot.take() else {
-                return Err(LockError::Protocol("a lock slot went missing".into()));
-            };
-            let key = self.key(req, lease.id, &this_slot);
-            let mut pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(this_slot));
+        self.try_with_session_lease(req, slot, |mut pending, key, lease| {
             let request = {
-                let (conn, prefix, key, value) = (session.conn.clone(), prefix.clone(), key.clone(), value.clone());
+                let (conn, prefix, value) = (session.conn.clone(), prefix.clone(), value.clone());
                 async move { requests::take_if_free(&conn, &prefix, &key, lease.id, &value).await }
             };
-            match pending.create(request, took).await {
-                Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending))),
-                Ok(None) => {
-                    pending.disarm(); // nothing was written
-                    return Ok(None);
-                }
-                Err(e) if is_lease_not_found(&e) => {
-                    slot = pending.disarm();
-                    session.lease_gone(lease.id, "a put with it was refused");
-                }
-                Err(e) => return Err(e),
+            async move {
+                let taken = pending.create(request, took).await;
+                (pending, taken)
             }
-        }
-        Err(LockError::Protocol(
-            "etcd refused the session lease twice in a row".into(),
-        ))
+        })
+        .await
     }
 
     /// `acquire` of an exclusive kind: join the queue, then wait for the predecessor's deletion
@@ -80,55 +65,41 @@ impl EtcdBackend {
                 slot = self.slot(&prefix) => slot,
                 _ = sleep_until_opt(deadline) => return Err(retry.at_deadline()),
             };
-            let lease = match session.current().await {
-                Ok(lease) => lease,
-                Err(e) => {
-                    drop(slot);
-                    retry.failed(e).await?;
-                    continue;
+            let prefix = &prefix;
+            let join = |mut pending: PendingKey, key: String, lease: LeaseRef| {
+                let request = {
+                    let (conn, prefix, key, value) = (session.conn.clone(), prefix.clone(), key.clone(), value.clone());
+                    async move { requests::join(&conn, &prefix, &key, lease.id, &value).await }
+                };
+                async move {
+                    let answer = match pending.create(request, joined).await {
+                        Ok((rev, Some(place))) => Ok((rev, place)),
+                        Ok((rev, None)) => requests::place(&session.conn, prefix, &key, rev)
+                            .await
+                            .map(|place| (rev, place)),
+                        Err(e) => Err(e),
+                    };
+                    (pending, answer)
                 }
             };
-            let key = self.key(req, lease.id, &slot);
-            let mut pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(slot));
-            let request = {
-                let (conn, prefix, key, value) = (session.conn.clone(), prefix.clone(), key.clone(), value.clone());
-                async move { requests::join(&conn, &prefix, &key, lease.id, &value).await }
+            let Some((entry, place)) = self
+                .join_queue(req, slot, &mut retry, &mut lease_refusals, join)
+                .await?
+            else {
+                continue;
             };
-            let joined = match pending.create(request, joined).await {
-                Ok((rev, Some(place))) => Ok((rev, place)),
-                Ok((rev, None)) => requests::place(&session.conn, &prefix, &key, rev)
-                    .await
-                    .map(|place| (rev, place)),
-                Err(e) => Err(e),
-            };
-            let (rev, place) = match joined {
-                Ok(joined) => joined,
-                Err(e) if is_lease_not_found(&e) && lease_refusals < 2 => {
-                    lease_refusals += 1;
-                    drop(pending.disarm());
-                    session.lease_gone(lease.id, "a put with it was refused");
-                    continue;
-                }
-                Err(e) => {
-                    drop(pending); // deletes what the put created, once its outcome is known
-                    retry.failed(e).await?;
-                    continue;
-                }
-            };
-            retry.succeeded();
             if !matches!(place, Place::First) && waiting.is_none() {
                 waiting = Some(session.waiting());
             }
-            let outcome = match self.wait_in_queue(&prefix, &key, rev, lease, place, &mut retry).await? {
-                Outcome::Granted => self.fresh_grant(&mut retry, lease).await?,
+            let outcome = match self
+                .wait_in_queue(prefix, &entry.key, entry.rev, entry.lease, place, &mut retry)
+                .await?
+            {
+                Outcome::Granted => self.fresh_grant(&mut retry, entry.lease).await?,
                 requeue => requeue,
             };
-            match outcome {
-                Outcome::Granted => return Ok(self.grant(req, key, rev, lease, pending)),
-                Outcome::Requeue(why) => {
-                    tracing::warn!(key, why, "queueing again at the end of the queue");
-                    drop(pending);
-                }
+            if let Some(lease) = self.grant_or_requeue(req, entry, outcome) {
+                return Ok(lease);
             }
         }
     }

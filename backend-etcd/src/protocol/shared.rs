@@ -24,10 +24,11 @@ use lockcore::driver::{Lease, LockRequest, Outage, Role};
 use lockcore::{Family, LockError, Result};
 use tokio::time::Instant;
 
-use crate::backend::{EtcdBackend, Outcome};
+use crate::backend::EtcdBackend;
 use crate::cleanup::{Created, PendingKey};
 use crate::conn::session::{LeaseRef, Waiting};
 use crate::error::is_lease_not_found;
+use crate::protocol::attempt::Outcome;
 use crate::protocol::exclusive::took;
 use crate::protocol::kinds::value_of;
 use crate::protocol::line::{self, Found, Line, Target};
@@ -54,16 +55,11 @@ impl EtcdBackend {
         let session = self.session();
         let prefix = self.layout().prefix(req.kind.family(), &req.name);
         let value = value_of(&req.kind);
-        let mut slot = Some(self.slot(&prefix).await);
-        for _ in 0..2 {
-            let lease = session.current().await?;
-            let this_slot = slot
-                .take()
-                .ok_or_else(|| LockError::Protocol("a lock slot went missing".into()))?;
-            let key = self.key(req, lease.id, &this_slot);
-            let mut pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(this_slot));
-            let tried = match req.kind.role() {
-                Role::Permit(_) => self.try_permit(req, &mut pending, &prefix, &key, lease, &value).await,
+        let slot = self.slot(&prefix).await;
+        let (prefix, value) = (&prefix, &value);
+        self.try_with_session_lease(req, slot, |mut pending, key, lease| async move {
+            let taken = match req.kind.role() {
+                Role::Permit(_) => self.try_permit(req, &mut pending, prefix, &key, lease, value).await,
                 _ => {
                     let request = {
                         let (conn, prefix, key, value) =
@@ -73,22 +69,9 @@ impl EtcdBackend {
                     pending.create(request, took).await
                 }
             };
-            match tried {
-                Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending))),
-                Ok(None) => {
-                    pending.disarm(); // nothing was written
-                    return Ok(None);
-                }
-                Err(e) if is_lease_not_found(&e) => {
-                    slot = pending.disarm();
-                    session.lease_gone(lease.id, "a put with it was refused");
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(LockError::Protocol(
-            "etcd refused the session lease twice in a row".into(),
-        ))
+            (pending, taken)
+        })
+        .await
     }
 
     /// A permit's try: take the semaphore if it is unused; otherwise read it, and take a free
@@ -144,59 +127,42 @@ impl EtcdBackend {
         let mut lease_refusals = 0;
         loop {
             let slot = self.slot(&prefix).await;
-            let lease = match session.current().await {
-                Ok(lease) => lease,
-                Err(e) => {
-                    drop(slot);
-                    retry.failed(e).await?;
-                    continue;
+            let enter = |mut pending: PendingKey, key: String, lease: LeaseRef| {
+                let request = {
+                    let (conn, prefix, value) = (session.conn.clone(), prefix.clone(), value.clone());
+                    async move { line::enter(&conn, &prefix, &key, lease.id, &value, family, role).await }
+                };
+                async move {
+                    let answer = pending.create(request, entered).await;
+                    (pending, answer)
                 }
             };
-            let key = self.key(req, lease.id, &slot);
-            let mut pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(slot));
-            let request = {
-                let (conn, prefix, key, value) = (session.conn.clone(), prefix.clone(), key.clone(), value.clone());
-                async move { line::enter(&conn, &prefix, &key, lease.id, &value, family, role).await }
+            let Some((entry, line)) = self
+                .join_queue(req, slot, &mut retry, &mut lease_refusals, enter)
+                .await?
+            else {
+                continue;
             };
-            let (rev, line) = match pending.create(request, entered).await {
-                Ok(entered) => entered,
-                Err(e) if is_lease_not_found(&e) && lease_refusals < 2 => {
-                    lease_refusals += 1;
-                    drop(pending.disarm());
-                    session.lease_gone(lease.id, "a put with it was refused");
-                    continue;
-                }
-                Err(e) => {
-                    drop(pending); // deletes what the put created, once its outcome is known
-                    retry.failed(e).await?;
-                    continue;
-                }
-            };
-            retry.succeeded();
             let spot = Spot {
                 prefix: &prefix,
-                key: &key,
-                rev,
-                lease,
+                key: &entry.key,
+                rev: entry.rev,
+                lease: entry.lease,
                 value: &value,
                 family,
                 role,
             };
             let outcome = match self.wait_in_line(&spot, line, &mut retry, &mut waiting).await {
-                Ok(Outcome::Granted) => self.fresh_grant(&mut retry, lease).await?,
+                Ok(Outcome::Granted) => self.fresh_grant(&mut retry, entry.lease).await?,
                 Ok(requeue) => requeue,
                 Err(e @ LockError::InvalidOption(_)) => {
-                    self.withdraw(pending, &key, rev).await;
+                    self.withdraw(entry.pending, &entry.key, entry.rev).await;
                     return Err(e);
                 }
-                Err(e) => return Err(e), // `pending` deletes the key in the background
+                Err(e) => return Err(e), // `entry.pending` deletes the key in the background
             };
-            match outcome {
-                Outcome::Granted => return Ok(self.grant(req, key, rev, lease, pending)),
-                Outcome::Requeue(why) => {
-                    tracing::warn!(key, why, "queueing again at the end of the queue");
-                    drop(pending);
-                }
+            if let Some(lease) = self.grant_or_requeue(req, entry, outcome) {
+                return Ok(lease);
             }
         }
     }

@@ -1,7 +1,8 @@
 //! One contender in a queue of EPHEMERAL_SEQUENTIAL nodes — a mutex's, a read-write lock's, an
 //! election's, a semaphore's internal lock or its leases ([`Recipe`]): create the node, wait for
-//! its turn by the one grant rule ([`lockcore::driver::queue::standing`]) watching one node, and clean up
-//! whatever is left if the caller gives up or goes away.
+//! its turn by the one grant rule ([`lockcore::driver::queue::standing`]) watching one node, and
+//! withdraw; whatever is left if the caller gives up or goes away is cleaned up by the contender's
+//! guard ([`crate::cleanup::PendingNode`]).
 //!
 //! Round trips (the ZooKeeper client sends each request when the method is *called*, and the server
 //! answers one session's requests in order, so requests issued back to back share one round trip):
@@ -20,6 +21,7 @@ use lockcore::LockError;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::cleanup::PendingNode;
 use crate::conn::session::Session;
 use crate::error::{is_session_gone, is_transient};
 use crate::layout;
@@ -65,14 +67,14 @@ pub(crate) struct Listing {
 }
 
 /// A contender for one queue on one session. Dropping it while armed deletes its node (or, if the
-/// create's answer never came, the node the create may have made).
+/// create's answer never came, the node the create may have made): its [`PendingNode`] does.
 pub(crate) struct Contender {
     session: Arc<Session>,
     recipe: Recipe,
     uuid: String,
     own: Option<OwnNode>,
-    /// Whether a node of ours may exist on the server and is not handed over yet.
-    armed: bool,
+    /// The clean-up of a node of ours that may exist on the server and is not handed over yet.
+    pending: PendingNode,
     peek: Option<String>,
 }
 
@@ -99,12 +101,13 @@ const CREATE_ATTEMPTS: usize = 5;
 impl Contender {
     /// A contender that will create `recipe`'s node, protected by `uuid` (`_c_<uuid>-`).
     pub(crate) fn new(session: Arc<Session>, recipe: Recipe, uuid: String) -> Self {
+        let pending = PendingNode::new(session.clone(), recipe.parent.clone(), uuid.clone());
         Contender {
             session,
             recipe,
             uuid,
             own: None,
-            armed: false,
+            pending,
             peek: None,
         }
     }
@@ -126,8 +129,8 @@ impl Contender {
         for _ in 0..CREATE_ATTEMPTS {
             let sent = Instant::now();
             lockcore::metrics::round_trip(); // create + listings, pipelined
-            self.armed = true; // from here on a node of ours may exist
-                               // EPHEMERAL_SEQUENTIAL, with the session's ACL (see `crate::conn::session`).
+            self.pending.arm(); // from here on a node of ours may exist
+                                // EPHEMERAL_SEQUENTIAL, with the session's ACL (see `crate::conn::session`).
             let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&self.session.acl));
             let create = client.create(&prefix, &self.recipe.data, &mode);
             let list = client.list_children(&self.recipe.parent); // pipelined: sent before create's answer
@@ -150,7 +153,7 @@ impl Contender {
                     } else {
                         stat.czxid
                     };
-                    self.own = Some(OwnNode { name, path, czxid });
+                    self.found(OwnNode { name, path, czxid });
                     return match listed {
                         Ok(children) => Ok(Listing {
                             children: layout::sorted(children),
@@ -166,7 +169,7 @@ impl Contender {
                     // "protected mode") before creating again.
                     tracing::debug!(error = %e, "create answered with a connection error; looking for our node");
                     if let Some(node) = self.find_own().await? {
-                        self.own = Some(node);
+                        self.found(node);
                         return self.list().await;
                     }
                 }
@@ -241,15 +244,22 @@ impl Contender {
 
     /// The node is handed over to a lease: dropping the contender no longer deletes it.
     pub(crate) fn disarm(&mut self) {
-        self.armed = false;
+        self.pending.disarm();
     }
 
-    /// Deletes our node now and waits for the answer (best effort; `Drop` retries in background).
+    /// Our node is `node`: the one the clean-up deletes from now on.
+    fn found(&mut self, node: OwnNode) {
+        self.pending.created(node.path.clone());
+        self.own = Some(node);
+    }
+
+    /// Deletes our node now and waits for the answer (best effort; the guard's `Drop` retries in
+    /// background).
     pub(crate) async fn withdraw(&mut self) {
         if let Some(own) = &self.own {
             lockcore::metrics::round_trip();
             match self.session.client.delete(&own.path, None).await {
-                Ok(()) | Err(zk::Error::NoNode) => self.armed = false,
+                Ok(()) | Err(zk::Error::NoNode) => self.pending.disarm(),
                 Err(e) => tracing::debug!(node = %own.path, error = %e, "withdrawing failed; retrying in background"),
             }
         }
@@ -340,68 +350,6 @@ impl Contender {
             }
         }
         Ok(())
-    }
-}
-
-impl Drop for Contender {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (client, session) = (self.session.client.clone(), Arc::downgrade(&self.session));
-        match &self.own {
-            Some(own) => {
-                // The request is sent right here; the task only waits for the answer.
-                let delete = client.delete(&own.path, None);
-                let path = own.path.clone();
-                // Counted by lockcore (lockcore::driver::cleanup): the call that dropped the contender,
-                // and Locker::shutdown, wait for the answer.
-                lockcore::driver::cleanup::spawn(async move {
-                    match delete.await {
-                        Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "withdrew from the queue"),
-                        Err(e) => remove_later(&session, path, &e),
-                    }
-                });
-            }
-            None => {
-                // The create was sent but its answer not seen: find the node by its protected
-                // prefix. The listing is processed after the create (same session, in order).
-                let (parent, marker) = (self.recipe.parent.clone(), layout::protected_marker(&self.uuid));
-                let list = client.get_children(&parent); // sent now, answered after the create
-                let what = parent.clone();
-                let spawned = lockcore::driver::cleanup::spawn(async move {
-                    let children = match list.await {
-                        Ok((children, _)) => children,
-                        Err(zk::Error::NoNode) => return,
-                        Err(e) => {
-                            tracing::warn!(queue = %parent, error = %e, "could not look for a cancelled node; it goes with the session");
-                            return;
-                        }
-                    };
-                    for child in children.iter().filter(|c| c.starts_with(&marker)) {
-                        let path = layout::child_path(&parent, child);
-                        match client.delete(&path, None).await {
-                            Ok(()) | Err(zk::Error::NoNode) => {}
-                            Err(e) => remove_later(&session, path, &e),
-                        }
-                    }
-                });
-                if !spawned {
-                    tracing::warn!(queue = %what, "cancelled outside a runtime; a queued node may stay until the session ends");
-                }
-            }
-        }
-    }
-}
-
-/// A withdrawal whose `delete` failed: the session's monitor retries it while the session lives.
-fn remove_later(session: &std::sync::Weak<Session>, path: String, e: &zk::Error) {
-    match session.upgrade() {
-        Some(session) if !is_session_gone(e) => {
-            tracing::debug!(node = %path, error = %e, "could not withdraw yet; the session monitor retries");
-            session.remove_later(path);
-        }
-        _ => tracing::debug!(node = %path, error = %e, "could not withdraw; the node goes with the session"),
     }
 }
 

@@ -1,0 +1,151 @@
+//! The clean-up guards: what is left on the server when a caller gives up or goes away, and
+//! whose `Drop` hands its deletion to [`lockcore::driver::cleanup::spawn`] (so the call that
+//! dropped it, and `Locker::shutdown`, wait for it) or to the session's monitor.
+//!
+//! - [`PendingNode`]: a contender's node nobody holds yet (an attempt cancelled or ended without
+//!   the lock); owned by [`crate::protocol::contender::Contender`].
+//! - [`Unanswered`]: a release whose `delete` is not answered yet.
+
+use std::sync::{Arc, Weak};
+
+use lockcore::driver::Lease;
+use zookeeper_client as zk;
+
+use crate::conn::session::Session;
+use crate::error::is_session_gone;
+use crate::layout;
+
+/// A node of ours in a queue that no caller holds. Dropping it while armed deletes the node (or,
+/// if the create's answer never came, the node the create may have made, found by its protected
+/// prefix `_c_<uuid>-`).
+pub(crate) struct PendingNode {
+    session: Arc<Session>,
+    /// The queue's node: the parent of its contenders.
+    parent: String,
+    /// The protected-mode id of the attempt.
+    uuid: String,
+    /// Our node's path, once its create is confirmed.
+    path: Option<String>,
+    /// Whether a node of ours may exist on the server and is not handed over yet.
+    armed: bool,
+}
+
+impl PendingNode {
+    /// The guard of an attempt that will create a node under `parent`, protected by `uuid`;
+    /// disarmed until [`PendingNode::arm`].
+    pub(crate) fn new(session: Arc<Session>, parent: String, uuid: String) -> Self {
+        PendingNode {
+            session,
+            parent,
+            uuid,
+            path: None,
+            armed: false,
+        }
+    }
+
+    /// A node of ours may exist from here on (its create is about to be sent).
+    pub(crate) fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    /// The create is confirmed: the node at `path` is the one to delete.
+    pub(crate) fn created(&mut self, path: String) {
+        self.path = Some(path);
+    }
+
+    /// The node is gone or handed over to a lease: dropping the guard no longer deletes it.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for PendingNode {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (client, session) = (self.session.client.clone(), Arc::downgrade(&self.session));
+        match &self.path {
+            Some(own) => {
+                // The request is sent right here; the task only waits for the answer.
+                let delete = client.delete(own, None);
+                let path = own.clone();
+                // Counted by lockcore (lockcore::driver::cleanup): the call that dropped the contender,
+                // and Locker::shutdown, wait for the answer.
+                lockcore::driver::cleanup::spawn(async move {
+                    match delete.await {
+                        Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "withdrew from the queue"),
+                        Err(e) => remove_later(&session, path, &e),
+                    }
+                });
+            }
+            None => {
+                // The create was sent but its answer not seen: find the node by its protected
+                // prefix. The listing is processed after the create (same session, in order).
+                let (parent, marker) = (self.parent.clone(), layout::protected_marker(&self.uuid));
+                let list = client.get_children(&parent); // sent now, answered after the create
+                let what = parent.clone();
+                let spawned = lockcore::driver::cleanup::spawn(async move {
+                    let children = match list.await {
+                        Ok((children, _)) => children,
+                        Err(zk::Error::NoNode) => return,
+                        Err(e) => {
+                            tracing::warn!(queue = %parent, error = %e, "could not look for a cancelled node; it goes with the session");
+                            return;
+                        }
+                    };
+                    for child in children.iter().filter(|c| c.starts_with(&marker)) {
+                        let path = layout::child_path(&parent, child);
+                        match client.delete(&path, None).await {
+                            Ok(()) | Err(zk::Error::NoNode) => {}
+                            Err(e) => remove_later(&session, path, &e),
+                        }
+                    }
+                });
+                if !spawned {
+                    tracing::warn!(queue = %what, "cancelled outside a runtime; a queued node may stay until the session ends");
+                }
+            }
+        }
+    }
+}
+
+/// A withdrawal whose `delete` failed: the session's monitor retries it while the session lives.
+fn remove_later(session: &Weak<Session>, path: String, e: &zk::Error) {
+    match session.upgrade() {
+        Some(session) if !is_session_gone(e) => {
+            tracing::debug!(node = %path, error = %e, "could not withdraw yet; the session monitor retries");
+            session.remove_later(path);
+        }
+        _ => tracing::debug!(node = %path, error = %e, "could not withdraw; the node goes with the session"),
+    }
+}
+
+/// A release whose delete is not answered yet: dropped armed (the release was cancelled), it has
+/// the session's monitor delete the node as soon as it can.
+pub(crate) struct Unanswered<'a> {
+    session: &'a Arc<Session>,
+    lease: &'a Lease,
+    armed: bool,
+}
+
+impl<'a> Unanswered<'a> {
+    /// The guard of `lease`'s release on `session`; it does nothing unless `armed`.
+    pub(crate) fn new(session: &'a Arc<Session>, lease: &'a Lease, armed: bool) -> Self {
+        Unanswered { session, lease, armed }
+    }
+
+    /// The delete was answered: dropping the guard does nothing.
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(node = %self.lease.holder_id, "release cancelled before ZooKeeper answered; the session monitor deletes the node");
+            self.session.register_for_removal(self.lease);
+        }
+    }
+}
