@@ -84,6 +84,8 @@ pub const CONFORMANCE_TTL: Duration = Duration::from_secs(1);
 /// client to reach around the lock.
 pub struct EtcdHarness {
     url: BackendUrl,
+    /// The same with a 5 s session TTL ([`Harness::sturdy_locker`]).
+    sturdy_url: BackendUrl,
     admin: Client,
     layout: Layout,
 }
@@ -96,6 +98,7 @@ impl EtcdHarness {
         EtcdHarness {
             admin: admin(&base).await,
             url: BackendUrl::parse(&with_query(&base, "ttl=1s")).expect("LOCKSMITH_TEST_ETCD"),
+            sturdy_url: BackendUrl::parse(&with_query(&base, "ttl=5s")).expect("LOCKSMITH_TEST_ETCD"),
             layout: Layout::Default {
                 namespace: DEFAULT_NAMESPACE.to_owned(),
             },
@@ -111,6 +114,7 @@ impl EtcdHarness {
         EtcdHarness {
             admin: secure_admin(&base).await,
             url: BackendUrl::parse(&with_query(&base, "ttl=1s")).expect("LOCKSMITH_TEST_ETCD_SECURE"),
+            sturdy_url: BackendUrl::parse(&with_query(&base, "ttl=5s")).expect("LOCKSMITH_TEST_ETCD_SECURE"),
             layout: Layout::Default {
                 namespace: DEFAULT_NAMESPACE.to_owned(),
             },
@@ -148,6 +152,10 @@ pub async fn secure_admin(url: &str) -> Client {
 impl Harness for EtcdHarness {
     async fn locker(&self) -> Locker {
         backend_etcd::connect(&self.url).await.expect("connect to etcd")
+    }
+
+    async fn sturdy_locker(&self) -> Locker {
+        backend_etcd::connect(&self.sturdy_url).await.expect("connect to etcd")
     }
 
     async fn delete_behind_back(&self, name: &LockName) {

@@ -37,6 +37,14 @@ pub trait Harness: Send + Sync + 'static {
         self.residue(name).await
     }
 
+    /// A locker whose leases outlive a loaded machine's slow renewals (a few seconds): for the
+    /// tests that hold locks while they load the server (the cancellation storms), which test the
+    /// clean-up, not expiry. Default: [`Harness::locker`]; a harness whose `locker` has leases of
+    /// about a second (etcd's session TTL) gives a longer one here.
+    async fn sturdy_locker(&self) -> Locker {
+        self.locker().await
+    }
+
     /// A short TTL this backend honours (the server's minimum or a little more): used in tests of
     /// expiry and renewal.
     fn short_ttl(&self) -> Duration;

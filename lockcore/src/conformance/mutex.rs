@@ -283,11 +283,11 @@ pub async fn cancellation_storm_leaves_nothing(h: &impl Harness) {
     let base = unique_name("storm");
     let names: Vec<String> = (0..NAMES).map(|i| format!("{base}/{i}")).collect();
     let lock_names: Vec<LockName> = names.iter().map(|n| LockName::new(n).unwrap()).collect();
-    let holder = h.locker().await;
+    let holder = h.sturdy_locker().await;
     let mut lockers = Vec::new();
     let mut sides = Vec::new();
     for _ in 0..CONNECTIONS {
-        let locker = h.locker().await;
+        let locker = h.sturdy_locker().await;
         let side = locker
             .lock(unique_name("storm_side"))
             .acquire()
@@ -309,7 +309,7 @@ pub async fn cancellation_storm_leaves_nothing(h: &impl Harness) {
     for guard in held {
         guard.release().await.expect("release");
     }
-    let fresh = h.locker().await;
+    let fresh = h.sturdy_locker().await;
     all_free_at_once(&fresh, &names, "after its holder released").await;
 
     // The locks are free: cancellations race grants, and `try_acquire`s are dropped in flight.
