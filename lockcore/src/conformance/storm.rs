@@ -112,7 +112,10 @@ async fn storm(lockers: &[Locker], names: &[String], attempts: usize) {
 async fn entries_become(h: &impl Harness, names: &[String], counts: [usize; 3]) {
     for name in names {
         let key = LockName::new(name).expect("name");
-        for (family, count) in [Family::Semaphore, Family::RwLock, Family::Election].into_iter().zip(counts) {
+        for (family, count) in [Family::Semaphore, Family::RwLock, Family::Election]
+            .into_iter()
+            .zip(counts)
+        {
             wait_for_residue_in(h, family, &key, count).await;
         }
     }
