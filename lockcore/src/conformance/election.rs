@@ -377,6 +377,7 @@ pub async fn election_observer_rides_out_outages<F, Fut>(
                 .expect("campaign")
         });
         wait_for_residue_in(h, Family::Election, &key, 2).await;
+        mark_seen(&mut observed).await;
         let last_seen = observed.leader().map(|l| (l.value, l.term));
         assert_eq!(
             last_seen.as_ref().map(|(_, term)| *term),
@@ -433,4 +434,13 @@ pub async fn election_observer_rides_out_outages<F, Fut>(
     leader.resign().await.expect("resign");
     observe_until(&mut observed, None, limit).await;
     wait_for_residue_in(h, Family::Election, &key, 0).await;
+}
+
+/// Marks every change `watch` reported so far as seen ([`observe_until`] may leave the last one
+/// unseen), so that its next `changed()` returns only what is reported from now on.
+async fn mark_seen(watch: &mut LeaderWatch) {
+    // A zero timeout still polls `changed()` once: a change not yet seen returns at once.
+    while let Ok(changed) = tokio::time::timeout(Duration::ZERO, watch.changed()).await {
+        changed.expect("the observation ended");
+    }
 }
