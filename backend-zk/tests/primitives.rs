@@ -1,15 +1,16 @@
 //! Semaphores, read-write locks and elections on a real ZooKeeper (`LOCKSMITH_TEST_ZK`), beyond
 //! the conformance suites: the nodes each kind creates (Curator's layouts), lost detection for
-//! each, kazoo's read-write lock nodes, a storm of cancelled semaphore acquires, and an election
-//! observer that rides out a network cut and a session expiry.
+//! each, kazoo's read-write lock nodes, and a storm of cancelled semaphore acquires (the one of
+//! the conformance suite spreads over every kind; this one is a herd on the semaphore's internal
+//! lock). The election observer that rides out a cut and a session expiry is the conformance
+//! suite's (`tests/conformance.rs`).
 
 mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::proxy::{Mode, Proxy};
 use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{BackendUrl, LockName};
+use lockcore::driver::LockName;
 use lockcore::{Family, LockGuard, Locker, LostReason};
 use zookeeper_client as zk;
 
@@ -300,55 +301,4 @@ async fn cancelled_semaphore_acquires_leave_nothing() {
         assert!(side.is_held(), "a side lock was lost: {:?}", side.lost_reason());
         side.release().await.expect("release");
     }
-}
-
-/// An observer whose connection is cut while the leadership changes sees the new leader once it
-/// is back; after a cut longer than its session timeout it goes on with a new session.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_observer_rides_out_a_cut_and_a_session_expiry() {
-    const SESSION: Duration = Duration::from_secs(4);
-    let upstream = BackendUrl::parse(&base()).unwrap().hosts[0].to_addr(2181);
-    let proxy = Proxy::start(&upstream).await;
-    let url = format!(
-        "zk://{}{}?session_timeout={}ms",
-        proxy.addr(),
-        common::NAMESPACE,
-        SESSION.as_millis()
-    );
-    let observer = backend_zk::connect(&BackendUrl::parse(&url).unwrap())
-        .await
-        .expect("connect through the proxy");
-    let candidates = common::locker(&base(), "session_timeout=5s").await;
-    let name = unique_name("observe_cut");
-    let election = candidates.election(&name);
-    let mut watch = observer.election(&name).observe().await.expect("observe");
-    let first = election.campaign("one").acquire().await.expect("lead");
-    until_leader(&mut watch, Some("one")).await;
-
-    // A short cut: the session survives; the change made meanwhile is seen after it.
-    proxy.set(Mode::Cut);
-    first.resign().await.expect("resign");
-    let second = election.campaign("two").acquire().await.expect("lead");
-    tokio::time::sleep(SESSION / 4).await;
-    proxy.set(Mode::Forward);
-    until_leader(&mut watch, Some("two")).await;
-
-    // A cut past the session timeout: the session expires, the observer opens a new one.
-    proxy.set(Mode::Cut);
-    second.resign().await.expect("resign");
-    let third = election.campaign("three").acquire().await.expect("lead");
-    tokio::time::sleep(SESSION * 2).await;
-    proxy.set(Mode::Forward);
-    until_leader(&mut watch, Some("three")).await;
-    third.resign().await.expect("resign");
-    until_leader(&mut watch, None).await;
-}
-
-async fn until_leader(watch: &mut lockcore::LeaderWatch, expected: Option<&str>) {
-    within(LIMIT, &format!("observing {expected:?} lead"), async {
-        while watch.leader().as_ref().map(|l| l.value.as_str()) != expected {
-            watch.changed().await.expect("the observation ended");
-        }
-    })
-    .await
 }

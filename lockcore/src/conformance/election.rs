@@ -1,12 +1,20 @@
 //! The election suite ([`crate::Locker::election`]): one leader at a time, in campaign order, with
 //! growing terms; `leader()` and `observe()` show who leads, pushed by the server; a crashed
 //! leader passes leadership on after its TTL; and the families of one name never mix.
+//!
+//! [`election_observer_rides_out_outages`] is not in [`primitive_tests!`](crate::primitive_tests):
+//! it needs a locker whose traffic goes through a [`Proxy`], and each backend's tests call it with
+//! their server's address and a way to connect to the proxy (as [`super::deadlines`]).
 
+use std::future::Future;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::harness::{patience, unique_name, wait_for_residue_in, within, Harness};
+use super::proxy::{Mode, Proxy};
 use crate::name::LockName;
-use crate::{Family, LeaderWatch};
+use crate::{Family, LeaderWatch, Locker};
 
 fn lock_name(name: &str) -> LockName {
     LockName::new(name).expect("name")
@@ -316,4 +324,123 @@ pub async fn list_shows_locks_in_use(h: &impl Harness) {
         }
     })
     .await;
+}
+
+/// An observer whose connection is cut while the leadership is handed over (the next candidate
+/// already in line) keeps reporting the last leader it saw while it cannot reach the server, then
+/// reports the new leader, with its term, and nothing else: neither the old leader again nor
+/// "nobody"; `leader()` on its locker agrees. Twice: a short cut (a quarter of `session`, at least
+/// 1 s), and one of twice `session`, after which a session backend goes on with a new session. A second observer
+/// on the same locker sees the first handover too and is then dropped (after the reconnection):
+/// the first one goes on seeing. At the end it sees nobody lead.
+///
+/// `upstream` is the server's `host:port` (the one [`Harness::locker`]'s lockers use: they are the
+/// candidates, never cut); `connect(addr)` returns a new [`Locker`] for the server at `addr`,
+/// with `session` as its session timeout or lease TTL, and short connect and request timeouts.
+pub async fn election_observer_rides_out_outages<F, Fut>(
+    h: &impl Harness,
+    upstream: &str,
+    session: Duration,
+    connect: F,
+) where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = Locker>,
+{
+    let name = unique_name("elect_outage");
+    let key = lock_name(&name);
+    let limit = patience(h).max(Duration::from_secs(30)) + session * 2;
+    let proxy = Proxy::start(upstream).await;
+    let observer = connect(proxy.addr()).await;
+    let election = observer.election(&name);
+    let mut observed = election.observe().await.expect("observe");
+    let mut second = Some(election.observe().await.expect("observe"));
+    let first = h.locker().await;
+    let mut leader = first
+        .election(&name)
+        .campaign("leader-0")
+        .acquire()
+        .await
+        .expect("campaign");
+    observe_until(&mut observed, Some("leader-0"), limit).await;
+    observe_until(second.as_mut().expect("second observer"), Some("leader-0"), limit).await;
+
+    let short = (session / 4).max(Duration::from_secs(1));
+    for (i, cut) in [short, session * 2].into_iter().enumerate() {
+        let value = format!("leader-{}", i + 1);
+        let (locker, campaign_name, campaign_value) = (h.locker().await, name.clone(), value.clone());
+        let next = tokio::spawn(async move {
+            locker
+                .election(&campaign_name)
+                .campaign(campaign_value)
+                .acquire()
+                .await
+                .expect("campaign")
+        });
+        wait_for_residue_in(h, Family::Election, &key, 2).await;
+        mark_seen(&mut observed).await;
+        let last_seen = observed.leader().map(|l| (l.value, l.term));
+        assert_eq!(
+            last_seen.as_ref().map(|(_, term)| *term),
+            Some(leader.term()),
+            "before cut {i}"
+        );
+
+        proxy.set(Mode::Cut);
+        let cut_at = Instant::now();
+        leader.resign().await.expect("resign");
+        leader = within(limit, "the next leader, during the cut", next)
+            .await
+            .expect("campaign task");
+        tokio::time::sleep_until(cut_at + cut).await;
+        assert_eq!(
+            observed.leader().map(|l| (l.value, l.term)),
+            last_seen,
+            "cut {i} ({cut:?}): the observer cannot reach the server and must keep the last leader it saw"
+        );
+        proxy.set(Mode::Forward);
+
+        let expected = Some((value.clone(), leader.term()));
+        let mut values = Vec::new();
+        within(limit, &format!("observing {value} after cut {i} ({cut:?})"), async {
+            while values.last() != Some(&expected) {
+                let now = observed.changed().await.expect("the observation ended");
+                values.push(now.map(|l| (l.value, l.term)));
+            }
+        })
+        .await;
+        assert!(
+            values.iter().all(|v| *v == expected),
+            "after cut {i} ({cut:?}) the observer reported {values:?}, not only the new leader {expected:?}"
+        );
+        let read = within(limit, "leader() through the proxy after the cut", async {
+            loop {
+                match election.leader().await {
+                    Ok(read) => return read,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "leader() not yet");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        })
+        .await;
+        assert_eq!(read.map(|l| (l.value, l.term)), expected, "leader() after cut {i}");
+        if let Some(mut other) = second.take() {
+            let term = observe_until(&mut other, Some(value.as_str()), limit).await;
+            assert_eq!(term, Some(leader.term()), "the second observer");
+            drop(other); // after the reconnection: the first observer goes on alone
+        }
+    }
+    leader.resign().await.expect("resign");
+    observe_until(&mut observed, None, limit).await;
+    wait_for_residue_in(h, Family::Election, &key, 0).await;
+}
+
+/// Marks every change `watch` reported so far as seen ([`observe_until`] may leave the last one
+/// unseen), so that its next `changed()` returns only what is reported from now on.
+async fn mark_seen(watch: &mut LeaderWatch) {
+    // A zero timeout still polls `changed()` once: a change not yet seen returns at once.
+    while let Ok(changed) = tokio::time::timeout(Duration::ZERO, watch.changed()).await {
+        changed.expect("the observation ended");
+    }
 }

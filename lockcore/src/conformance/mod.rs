@@ -29,6 +29,7 @@ pub mod proxy;
 pub mod rwlock;
 pub mod semaphore;
 pub mod servers;
+pub mod storm;
 
 /// Expands to one `#[tokio::test]` per test of the mutex suite ([`mutex`]) and of the lifecycle
 /// suite ([`lifecycle`]), each calling the suite with the harness
@@ -60,8 +61,8 @@ macro_rules! conformance_tests {
 }
 
 /// Expands to one `#[tokio::test]` per test of the semaphore, read-write lock and election suites
-/// ([`semaphore`], [`rwlock`], [`election`]), for a harness that implements
-/// [`Harness::residue_in`].
+/// ([`semaphore`], [`rwlock`], [`election`]) and of the cancellation storm over all three
+/// ([`storm`]), for a harness that implements [`Harness::residue_in`].
 #[macro_export]
 macro_rules! primitive_tests {
     ($harness:expr) => {
@@ -76,7 +77,8 @@ macro_rules! primitive_tests {
             election::election_one_leader_at_a_time_in_order, election::election_handover_shows_no_gap,
             election::election_crashed_leader_passes_on,
             election::election_try_and_cancel, election::families_are_independent,
-            election::list_shows_locks_in_use);
+            election::list_shows_locks_in_use,
+            storm::cancellation_storm_over_every_kind_leaves_nothing);
     };
     (@tests $harness:expr; $($module:ident :: $test:ident),* $(,)?) => {
         $(
