@@ -132,11 +132,11 @@ async fn entries_become(h: &impl Harness, names: &[String], counts: [usize; 3]) 
 /// - no locker's own mutex was lost to the storm.
 pub async fn cancellation_storm_over_every_kind_leaves_nothing(h: &impl Harness) {
     const LOCKERS: usize = 6;
-    let holder = h.locker().await;
-    let fresh = h.locker().await;
+    let holder = h.sturdy_locker().await;
+    let fresh = h.sturdy_locker().await;
     let (mut lockers, mut sides) = (Vec::new(), Vec::new());
     for _ in 0..LOCKERS {
-        let locker = h.locker().await;
+        let locker = h.sturdy_locker().await;
         let side = locker.lock(unique_name("kinds_storm_side")).acquire().await;
         sides.push(side.expect("side lock"));
         lockers.push(locker);
