@@ -478,3 +478,22 @@ async fn confirmed_and_unconfirmed_grants_of_every_kind() {
     assert!(lead.is_leader(), "lost: {:?}", lead.guard().lost_reason());
     lead.resign().await.expect("resign");
 }
+
+/// An observation ends when its backend is dropped (`changed()` then fails, as its docs say),
+/// instead of keeping the backend, its connections and its task alive for as long as the watch
+/// lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_ends_with_its_backend() {
+    let url = common::redis_url();
+    let name = unique_name("observe_end");
+    let (watcher, leader) = (common::locker(&url).await, common::locker(&url).await);
+    let lead = leader.election(&name).campaign("one").acquire().await.expect("lead");
+    let mut observed = watcher.election(&name).observe().await.expect("observe");
+    assert_eq!(observed.leader().map(|l| l.value), Some("one".into()));
+    drop(watcher);
+    within(Duration::from_secs(10), "the observer ending with its backend", async {
+        while observed.changed().await.is_ok() {}
+    })
+    .await;
+    lead.resign().await.expect("resign");
+}

@@ -25,9 +25,10 @@
 //! When the pub/sub connection breaks (a restart, a Sentinel failover
 //! moving the master, a cluster node going away), it subscribes again and reads the leader again,
 //! so no change is missed for good; while the server cannot be reached it keeps the last leader
-//! seen and retries with backoff. It ends when its [`LeaderWatch`] is dropped.
+//! seen and retries with backoff. It ends when its [`LeaderWatch`] is dropped, or when its backend
+//! is (the task holds the backend only while it subscribes or reads).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use lockcore::driver::LockName;
@@ -64,7 +65,7 @@ pub(crate) async fn observe(inner: &Arc<Inner>, name: &LockName) -> Result<Leade
     let recheck = recheck_after(&read);
     // While a candidate is about to lead, this observer has no earlier leader to keep: nobody.
     let (tx, rx) = watch::channel(read.leader());
-    let task = tokio::spawn(run(inner.clone(), keys, sub, recheck, tx));
+    let task = tokio::spawn(run(Arc::downgrade(inner), keys, sub, recheck, tx));
     Ok(LeaderWatch::new(rx, task))
 }
 
@@ -79,42 +80,48 @@ fn recheck_after(read: &LeaderRead) -> Option<Instant> {
 }
 
 /// The observation: waits for a message, the leader's deadline, or the end; reads the leader.
+/// It holds its backend only while it subscribes or reads: once the backend is dropped (its
+/// notifier closes every subscription), the observation ends and its watch says so.
 async fn run(
-    inner: Arc<Inner>,
+    inner: Weak<Inner>,
     keys: KindKeys,
     sub: Subscription,
     mut recheck: Option<Instant>,
     tx: watch::Sender<Option<Leader>>,
 ) {
-    let node = &inner.nodes[0];
     let mut sub = Some(sub);
     let mut backoff = MIN_BACKOFF;
     loop {
-        match sub.as_mut() {
-            Some(s) => {
-                let far = Instant::now() + Duration::from_secs(3600);
-                tokio::select! {
-                    alive = s.recv() => {
-                        if !alive {
-                            tracing::debug!(election = %keys.leader, "pub/sub connection lost; observing again");
-                            sub = None;
-                            continue;
-                        }
+        if let Some(s) = sub.as_mut() {
+            let far = Instant::now() + Duration::from_secs(3600);
+            tokio::select! {
+                alive = s.recv() => {
+                    if !alive {
+                        tracing::debug!(election = %keys.leader, "pub/sub connection lost; observing again");
+                        sub = None;
                     }
-                    _ = tokio::time::sleep_until(recheck.unwrap_or(far)) => {}
-                    _ = tx.closed() => return,
                 }
+                _ = tokio::time::sleep_until(recheck.unwrap_or(far)) => {}
+                _ = tx.closed() => return,
             }
-            None => match node.notifier.subscribe_shared(keys.leader.clone()).await {
+        }
+        let Some(inner) = inner.upgrade() else {
+            tracing::debug!(election = %keys.leader, "the backend was dropped; the observation ends");
+            return;
+        };
+        let node = &inner.nodes[0];
+        if sub.is_none() {
+            match node.notifier.subscribe_shared(keys.leader.clone()).await {
                 Ok(s) => sub = Some(s),
                 Err(e) => {
                     tracing::debug!(election = %keys.leader, error = %e, "subscribing again failed; retrying");
+                    drop(inner);
                     if pause(&tx, &mut backoff).await {
                         return;
                     }
                     continue;
                 }
-            },
+            }
         }
         match read_leader(node, &keys).await {
             Ok(read) => {
