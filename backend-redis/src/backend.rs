@@ -20,6 +20,7 @@ use crate::conn::inner::Inner;
 use crate::conn::node::Node;
 use crate::protocol::kinds::KindEntry;
 use crate::protocol::mutex::MutexEntry;
+use crate::protocol::scripts::LockScripts;
 use crate::protocol::{election, quorum, wait};
 
 /// The Redis backend. Build it with [`RedisBackend::connect`] (or [`crate::connect`] for a
@@ -35,8 +36,9 @@ impl RedisBackend {
     /// not answer within the connect timeout.
     pub async fn connect(url: &BackendUrl) -> Result<RedisBackend> {
         let config = Config::parse(url)?;
+        let scripts = Arc::new(LockScripts::for_config(&config));
         let nodes = (0..config.node_urls.len())
-            .map(|i| Node::new(&config, i))
+            .map(|i| Node::new(&config, i, scripts.clone()))
             .collect::<Result<Vec<_>>>()?;
         let (limit, quorum) = (config.connect_timeout, config.quorum());
         // A majority is enough: a master that is down does not delay connecting.

@@ -105,9 +105,10 @@
 //! second time when its connection dropped (the server restarted): each answers a repeat as it
 //! answered the first run.
 //!
-//! The mutex scripts carry the URL's settings (`fence_floor`, `restart_delay`, `poller_gap`,
-//! `max_pass_over`) as constants in their source instead of as arguments, and take the streak
-//! and gap keys only with `poller_gap`: an uncontended acquire sends 4 keys and 3 arguments, a
+//! Every script that reads one of the URL's settings (`fence_floor`, `restart_delay`,
+//! `poller_gap`, `max_pass_over`), the mutex's and the other kinds', carries them as constants in
+//! its source instead of as arguments, and the mutex's take the streak and gap keys only with
+//! `poller_gap`: an uncontended acquire sends 4 keys and 3 arguments, a
 //! release 3 keys and 2 arguments (each key or argument costs the server about as much as a
 //! `GET`). Clients with different settings therefore run different scripts (their own SHA1s) on
 //! the same keys.
@@ -355,7 +356,7 @@
 //! | `layout.rs` | where a lock's keys and channels live, in both layouts; cluster slots |
 //! | `backend.rs` | `impl LockBackend`: each call to its protocol |
 //! | `conn/` | one logical server (`node.rs`), its connections per topology (`link.rs`), one script call (`call.rs`), a request on every server at once (`fanout.rs`), what every task shares (`inner.rs`) |
-//! | `protocol/` | the one wait loop (`wait.rs`) over an entry (`entry.rs`: try, step, leave, release) of the mutex (`mutex.rs`) or the other kinds (`kinds.rs`); elections (`election.rs`); the quorum of independent masters (`quorum.rs`); the scripts with the URL's settings (`scripts.rs`) |
+//! | `protocol/` | the one wait loop (`wait.rs`) over an entry (`entry.rs`: try, step, leave, release) of the mutex (`mutex.rs`) or the other kinds (`kinds.rs`); elections (`election.rs`); the quorum of independent masters (`quorum.rs`); the scripts with the URL's settings (`scripts.rs`), and every script's behaviour tested on a real server with raw KEYS and ARGV (`script_tests.rs`, unit tests: the scripts are private to the crate) |
 //! | `lua/` | the scripts: `mutex/`, `kinds/`, `helpers/` (one file each) |
 //! | `wake.rs` | pub/sub: one subscriber connection per server, a channel per waiter |
 //! | `renew.rs` | the watchdog's batch: one pipelined round trip per server (per cluster node) |

@@ -228,11 +228,7 @@ async fn renew_batch(server: &Node, target: Option<&(String, u16)>, items: &[Ite
         .bounded("renewing", Resend::IfDropped, || {
             let (pipe, scripts) = (&pipe, &scripts);
             async move {
-                let mut conn = if confirm {
-                    server.link.confirm_conn().await?
-                } else {
-                    server.link.conn().await?
-                };
+                let mut conn = server.write_conn().await?;
                 let send = |mut conn: crate::conn::link::Conn| async move {
                     match target {
                         Some(target) => conn.pipeline_to(pipe, target).await,

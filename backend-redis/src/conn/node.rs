@@ -36,8 +36,9 @@ pub(crate) struct Node {
     /// Replicas that must acknowledge a grant or renewal (0: none), and how long to wait for them.
     pub(crate) min_replicas: u32,
     pub(crate) replica_timeout: Duration,
-    /// The scripts that read this URL's settings, with them written in.
-    pub(crate) scripts: LockScripts,
+    /// The scripts that read this URL's settings, with them written in (one set for all the
+    /// backend's servers).
+    pub(crate) scripts: Arc<LockScripts>,
     pub(crate) waiter_ttl: Duration,
     health: std::sync::Mutex<Health>,
 }
@@ -55,8 +56,9 @@ const MIN_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(2);
 
 impl Node {
-    /// Prepares the connections to server `i` of `config` without contacting it (see [`Node::ping`]).
-    pub(crate) fn new(config: &Config, i: usize) -> Result<Node> {
+    /// Prepares the connections to server `i` of `config` without contacting it (see [`Node::ping`]),
+    /// with the scripts of `config`'s settings.
+    pub(crate) fn new(config: &Config, i: usize, scripts: Arc<LockScripts>) -> Result<Node> {
         let addr = config.addrs[i].clone();
         let manager_config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
@@ -76,14 +78,6 @@ impl Node {
             config.response_timeout,
         );
         let op_timeout = config.connect_timeout + config.response_timeout;
-        // Not `millis`: 0 means "off" for these.
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let scripts = LockScripts::new(
-            &config.fence_floor.arg(),
-            ms(config.restart_delay),
-            ms(config.poller_gap),
-            ms(config.max_pass_over),
-        );
         Ok(Node {
             addr,
             link,
@@ -187,7 +181,7 @@ impl Node {
         call: &ScriptCall<'_>,
     ) -> Result<(Vec<i64>, Option<i64>)> {
         self.bounded(what, Resend::IfDropped, || async move {
-            let mut conn = self.grant_conn().await?;
+            let mut conn = self.write_conn().await?;
             let reply: Vec<i64> = call.invoke(&mut conn).await?;
             let acks = self.confirm_if(reply.first() == Some(&1), &mut conn, key).await?;
             Ok((reply, acks))
@@ -201,9 +195,9 @@ impl Node {
         acks.filter(|a| *a < i64::from(self.min_replicas))
     }
 
-    /// The connection for a request that may grant a lock: the one `WAIT` is sent on when grants
-    /// must be confirmed.
-    pub(crate) async fn grant_conn(&self) -> redis::RedisResult<Conn> {
+    /// The connection for a write that replicas may have to confirm (a grant, a renewal batch):
+    /// with `min_replicas`, the one `WAIT` is sent on.
+    pub(crate) async fn write_conn(&self) -> redis::RedisResult<Conn> {
         if self.min_replicas > 0 {
             self.link.confirm_conn().await
         } else {
@@ -213,12 +207,7 @@ impl Node {
 
     /// With `min_replicas`, after a request that `granted` a lock on `conn`: how many replicas
     /// acknowledged it (`None`: nothing to confirm).
-    pub(crate) async fn confirm_if(
-        &self,
-        granted: bool,
-        conn: &mut Conn,
-        key: &str,
-    ) -> redis::RedisResult<Option<i64>> {
+    async fn confirm_if(&self, granted: bool, conn: &mut Conn, key: &str) -> redis::RedisResult<Option<i64>> {
         if !granted || self.min_replicas == 0 {
             return Ok(None);
         }

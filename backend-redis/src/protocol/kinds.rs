@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use lockcore::driver::queue::permit_mismatch;
-use lockcore::driver::{Lease, LockRequest};
+use lockcore::driver::{Lease, LockName, LockRequest};
 use lockcore::{LockError, LockKind, Result};
 
 use crate::conn::call::ScriptCall;
@@ -42,13 +42,7 @@ impl KindEntry {
         Self::with_token(inner, &lease.kind, &lease.name, lease.holder_id.clone(), lease.ttl)
     }
 
-    fn with_token(
-        inner: &Inner,
-        kind: &LockKind,
-        name: &lockcore::driver::LockName,
-        token: String,
-        ttl: Duration,
-    ) -> KindEntry {
+    fn with_token(inner: &Inner, kind: &LockKind, name: &LockName, token: String, ttl: Duration) -> KindEntry {
         KindEntry {
             keys: inner.kind_keys(kind.family(), name),
             entry: entry(kind, &token),

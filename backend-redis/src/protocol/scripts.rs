@@ -17,8 +17,11 @@
 //! renewals take the keys of many locks.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::Script;
+
+use crate::config::Config;
 
 /// The helper `lua/helpers/<name>.lua`, with its name: the file defines `local function <name>`.
 macro_rules! helper {
@@ -172,6 +175,18 @@ pub(crate) struct LockScripts {
 }
 
 impl LockScripts {
+    /// The scripts for the settings of `config`.
+    pub(crate) fn for_config(config: &Config) -> LockScripts {
+        // Not `millis`: 0 means "off" for these.
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        LockScripts::new(
+            &config.fence_floor.arg(),
+            ms(config.restart_delay),
+            ms(config.poller_gap),
+            ms(config.max_pass_over),
+        )
+    }
+
     /// The scripts for these settings (ms for the durations; 0: off).
     pub(crate) fn new(floor: &str, restart_delay_ms: u64, poller_gap_ms: u64, max_pass_over_ms: u64) -> LockScripts {
         // The floor is written as a Lua string: it is `time`, digits or nothing, never a quote.
