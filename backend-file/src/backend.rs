@@ -1,0 +1,135 @@
+//! `impl LockBackend` for the file backend: each method calls its step.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use lockcore::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, Result};
+
+use crate::config::Config;
+use crate::conn::Dir;
+use crate::error::join_error;
+use crate::layout::LockFile;
+use crate::protocol::state::entry_id;
+use crate::protocol::{election, queue, wait};
+use crate::{listing, renew};
+
+/// Locks in a directory shared by the processes of one machine (see the [crate docs](crate)).
+/// Clones share one locker's liveness; give each [`lockcore::Locker`] its own backend (its own
+/// [`FileBackend::connect`]) to model separate processes.
+#[derive(Clone, Debug)]
+pub struct FileBackend {
+    dir: Arc<Dir>,
+    config: Arc<Config>,
+}
+
+impl FileBackend {
+    /// Opens the directory of a `file://` URL (creating it if needed). Errors:
+    /// [`LockError::InvalidUrl`] for a bad URL, [`LockError::Denied`] when the process may not
+    /// write the directory, [`LockError::Unavailable`] for other file-system failures.
+    pub fn connect(url: &BackendUrl) -> Result<FileBackend> {
+        let config = Config::parse(url)?;
+        Ok(FileBackend {
+            dir: Arc::new(Dir::open(&config.dir)?),
+            config: Arc::new(config),
+        })
+    }
+
+    /// The lock directory (canonical).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir.path
+    }
+
+    /// The state file of the lock `name` in `family`: where its holders and waiters are (what an
+    /// operator would look at, or remove by hand).
+    pub fn state_path(&self, family: Family, name: &LockName) -> PathBuf {
+        LockFile::of(family, name).state_path(&self.dir.path)
+    }
+
+    /// The entries in the state file of `name` in `family`, as `holder:<holder id>` or
+    /// `waiter:<holder id>`, dead ones included (what is on disk now, for tests and operators).
+    ///
+    /// # Errors
+    ///
+    /// What reading the file can fail with.
+    pub fn entries(&self, family: Family, name: &LockName) -> Result<Vec<String>> {
+        let state = self.dir.read_raw(&LockFile::of(family, name))?;
+        Ok(state
+            .entries
+            .iter()
+            .map(|e| match e.grant {
+                Some(_) => format!("holder:{}", e.holder_id()),
+                None => format!("waiter:{}", e.holder_id()),
+            })
+            .collect())
+    }
+}
+
+#[async_trait]
+impl LockBackend for FileBackend {
+    fn kind(&self) -> &'static str {
+        "file"
+    }
+
+    async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        wait::try_acquire(&self.dir, req).await
+    }
+
+    async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        wait::acquire(&self.dir, req, deadline).await
+    }
+
+    /// # Cancel safety
+    ///
+    /// Its one step runs to its end in a blocking thread, whether or not the future is polled
+    /// again.
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let (dir, file) = (self.dir.clone(), LockFile::of(lease.kind.family(), &lease.name));
+        let id = entry_id(&lease.holder_id).to_owned();
+        let held = tokio::task::spawn_blocking(move || dir.transact(&file, |state, _| Ok(queue::leave(state, &id))))
+            .await
+            .map_err(join_error)??;
+        if held {
+            Ok(())
+        } else {
+            Err(LockError::not_held(lease.name.as_str()))
+        }
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
+        renew::renew_many(&self.dir, leases).await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        listing::inspect(&self.dir, name)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
+        listing::list(&self.dir, prefix)
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        election::leader(&self.dir, name)
+    }
+
+    async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
+        election::observe(&self.dir, name)
+    }
+
+    /// Ends this locker's liveness: whatever of it is still in a queue is dead to every process.
+    async fn shutdown(&self) -> Result<()> {
+        self.dir.close();
+        Ok(())
+    }
+
+    fn default_ttl(&self) -> Option<Duration> {
+        self.config.ttl
+    }
+
+    fn request_timeout(&self) -> Duration {
+        self.config.request_timeout
+    }
+}

@@ -1,0 +1,105 @@
+//! The clean-up edge of the file backend: an entry that an `acquire` or `try_acquire` put in a
+//! queue, or may have put there, is taken out when the call ends without returning it as a lease
+//! (a timeout, an error, the future dropped).
+//!
+//! Every step runs in a blocking thread that the caller cannot stop (a `flock` wait cannot be
+//! cancelled), so a dropped call may still have a step in flight that joins the queue or even
+//! grants it the lock. The clean-up therefore waits for that step to end and only then removes
+//! the entry: a call given up on never acquires later behind its caller's back, the classic bug of
+//! a blocking `flock` moved to a thread.
+//!
+//! A release needs no guard: its one step runs to its end in its thread whether or not anyone
+//! still awaits it.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use lockcore::driver::cleanup;
+use lockcore::Result;
+
+use crate::conn::Dir;
+use crate::error::join_error;
+use crate::layout::LockFile;
+use crate::protocol::queue;
+use crate::protocol::state::{Now, State};
+
+/// An entry of this call's in a queue: removed when dropped, unless [`Pending::keep`] says the
+/// caller now owns it (as a lease) or it was never added.
+pub(crate) struct Pending {
+    dir: Arc<Dir>,
+    file: LockFile,
+    id: String,
+    /// Ends (its sender is dropped) when the step in flight ended.
+    in_flight: Option<oneshot::Receiver<()>>,
+    armed: bool,
+}
+
+impl Pending {
+    /// The entry `id` of `file`'s queue.
+    pub fn new(dir: &Arc<Dir>, file: &LockFile, id: &str) -> Pending {
+        Pending {
+            dir: dir.clone(),
+            file: file.clone(),
+            id: id.to_owned(),
+            in_flight: None,
+            armed: true,
+        }
+    }
+
+    /// Runs `step` in a transaction on the lock's state, in a blocking thread.
+    pub async fn run<R, F>(&mut self, step: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut State, Now) -> Result<R> + Send + 'static,
+    {
+        let (done, in_flight) = oneshot::channel::<()>();
+        self.in_flight = Some(in_flight);
+        let (dir, file) = (self.dir.clone(), self.file.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            let _done = done;
+            dir.transact(&file, step)
+        })
+        .await
+        .map_err(join_error)?;
+        self.in_flight = None;
+        out
+    }
+
+    /// The entry is the caller's now (or was never added): nothing to clean up.
+    pub fn keep(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (dir, file, id, in_flight) = (
+            self.dir.clone(),
+            self.file.clone(),
+            self.id.clone(),
+            self.in_flight.take(),
+        );
+        let leave = {
+            let (dir, file, id) = (dir.clone(), file.clone(), id.clone());
+            move || dir.transact(&file, |state, _| Ok(queue::leave(state, &id)))
+        };
+        let spawned = cleanup::spawn(async move {
+            if let Some(step) = in_flight {
+                let _ = step.await;
+            }
+            match tokio::task::spawn_blocking(leave).await.map_err(join_error) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) | Err(e) => tracing::warn!(lock = %file.segment, error = %e,
+                    "file backend: could not remove a queue entry; it goes when this locker does"),
+            }
+        });
+        if !spawned {
+            // No runtime (the process is ending): remove it here, which blocks briefly.
+            let _ = dir.transact(&self.file, |state, _| Ok(queue::leave(state, &id)));
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Transactions on one lock's state: `flock` the lock file, read the state, drop the dead, run a
+//! step, write the state back if it changed (a new file renamed over the old, so readers without
+//! the lock always see a whole state), unlock.
+//!
+//! A step that hands out a fencing token is written durably (the file and the directory are
+//! synced before the step's caller learns the token), so tokens keep increasing across a crash or
+//! a reboot. Everything else is only renamed: after a power cut it may be lost, which loses
+//! nothing, since every entry of a boot that ended is dead.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use rustix::fs::{flock, FlockOperation};
+
+use lockcore::{LockError, Result};
+
+use super::Dir;
+use crate::error::{corrupt, errno_error, io_error};
+use crate::layout::{LockFile, STATE_SUFFIX};
+use crate::protocol::state::{Now, State, FORMAT};
+
+impl Dir {
+    /// Runs `step` on the state of `file` under its lock (blocking: call it from a blocking
+    /// thread), and writes back what it changed, also when it fails.
+    pub fn transact<R>(&self, file: &LockFile, step: impl FnOnce(&mut State, Now) -> Result<R>) -> Result<R> {
+        let _locked = self.lock(file)?;
+        let now = Now::read();
+        let original = self.load(file)?;
+        let mut state = original
+            .clone()
+            .unwrap_or_else(|| State::new(&file.segment, &self.boot));
+        state.prune(&self.boot, now, |owner| self.is_alive(owner, true));
+        let out = step(&mut state, now);
+        if original.as_ref() != Some(&state) && !(original.is_none() && state.entries.is_empty()) {
+            let durable = original.as_ref().is_none_or(|o| o.last_token != state.last_token);
+            self.store(file, &state, durable)?;
+        }
+        out
+    }
+
+    /// The state of `file` as it is now, without its dead entries, read without the lock (a
+    /// look, for waiters deciding whether to take a turn, and for `inspect`, `list`, `leader`).
+    pub fn read(&self, file: &LockFile) -> Result<State> {
+        let mut state = self
+            .load(file)?
+            .unwrap_or_else(|| State::new(&file.segment, &self.boot));
+        state.prune(&self.boot, Now::read(), |owner| self.is_alive(owner, false));
+        Ok(state)
+    }
+
+    /// The state of `file` as it is on disk, dead entries included.
+    pub fn read_raw(&self, file: &LockFile) -> Result<State> {
+        Ok(self
+            .load(file)?
+            .unwrap_or_else(|| State::new(&file.segment, &self.boot)))
+    }
+
+    /// The state file of stem `stem` (whatever lock it is), without its dead entries: what `list`
+    /// reads. `None` if it went meanwhile.
+    pub fn read_stem(&self, stem: &str) -> Result<Option<State>> {
+        let path = self.path.join(format!("{stem}{STATE_SUFFIX}"));
+        let Some(mut state) = self.load_path(&path, None)? else {
+            return Ok(None);
+        };
+        state.prune(&self.boot, Now::read(), |owner| self.is_alive(owner, false));
+        Ok(Some(state))
+    }
+
+    /// The lock file of `file`, locked. The lock file is never replaced by locksmith; if it was
+    /// removed by hand while this process waited for it, the new one is locked instead.
+    fn lock(&self, file: &LockFile) -> Result<File> {
+        let path = file.lock_path(&self.path);
+        loop {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o664)
+                .open(&path)
+                .map_err(|e| io_error("cannot open the lock file", &path, e))?;
+            flock(&f, FlockOperation::LockExclusive).map_err(|e| errno_error("cannot lock", &path, e))?;
+            let locked = f.metadata().map_err(|e| io_error("cannot read", &path, e))?.ino();
+            if std::fs::metadata(&path).is_ok_and(|m| m.ino() == locked) {
+                return Ok(f);
+            }
+        }
+    }
+
+    /// The state file of `file`, `None` if there is none yet.
+    fn load(&self, file: &LockFile) -> Result<Option<State>> {
+        self.load_path(&file.state_path(&self.path), Some(&file.segment))
+    }
+
+    /// The state file at `path`, which must be the state of `segment` if given.
+    fn load_path(&self, path: &Path, segment: Option<&str>) -> Result<Option<State>> {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error("cannot read the state file", path, e)),
+        };
+        let state: State = serde_json::from_slice(&bytes).map_err(|e| corrupt(path, e))?;
+        if state.format != FORMAT {
+            return Err(corrupt(
+                path,
+                format!("format {} (this version reads {FORMAT})", state.format),
+            ));
+        }
+        if segment.is_some_and(|segment| state.segment != segment) {
+            return Err(LockError::InvalidName(format!(
+                "this lock name's file name ({}) is taken by another name of the same long prefix",
+                path.display()
+            )));
+        }
+        Ok(Some(state))
+    }
+
+    /// Replaces the state file of `file` with `state`.
+    fn store(&self, file: &LockFile, state: &State, durable: bool) -> Result<()> {
+        let (temp, path) = (file.temp_path(&self.path), file.state_path(&self.path));
+        let bytes = serde_json::to_vec(state).map_err(|e| LockError::Protocol(e.to_string()))?;
+        let write = || -> std::io::Result<()> {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o664)
+                .open(&temp)?;
+            f.write_all(&bytes)?;
+            if durable {
+                f.sync_data()?;
+            }
+            std::fs::rename(&temp, &path)?;
+            if durable {
+                File::open(&self.path)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| io_error("cannot write the state file", &path, e))
+    }
+}

@@ -1,0 +1,36 @@
+//! File-system errors → [`LockError`]: what the caller can do about them.
+
+use std::io;
+use std::path::Path;
+
+use lockcore::LockError;
+
+/// The error for `what` failing on `path`: [`LockError::Denied`] when the process may not write
+/// there (permissions, a read-only file system), [`LockError::Unavailable`] otherwise (a full disk,
+/// a directory removed under the locker: maybe worth retrying).
+pub(crate) fn io_error(what: &str, path: &Path, err: io::Error) -> LockError {
+    let message = format!("{what} {}: {err}", path.display());
+    match err.kind() {
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => LockError::Denied(message),
+        _ => LockError::unavailable(message, err),
+    }
+}
+
+/// [`io_error`] for a `rustix` call.
+pub(crate) fn errno_error(what: &str, path: &Path, err: rustix::io::Errno) -> LockError {
+    io_error(what, path, io::Error::from(err))
+}
+
+/// A state file that is not what this crate writes.
+pub(crate) fn corrupt(path: &Path, err: impl std::fmt::Display) -> LockError {
+    LockError::Protocol(format!(
+        "{} is not a locksmith state file ({err}); remove it if no locksmith process uses it",
+        path.display()
+    ))
+}
+
+/// A blocking step that did not run to its end (its thread panicked or the runtime is shutting
+/// down).
+pub(crate) fn join_error(err: tokio::task::JoinError) -> LockError {
+    LockError::unavailable("a file-system step did not finish", err)
+}

@@ -1,0 +1,148 @@
+//! Where a lock lives in the directory: file names from [`LockName::encoded`], and back.
+//!
+//! One lock (a name in one [`Family`]) is two files named by its *stem*:
+//! - `<stem>.lock`: empty, never replaced; the `flock` on it makes each change of the state a
+//!   transaction (between processes and between tasks of one process alike);
+//! - `<stem>.state`: the queue, holders and waiters in arrival order, and the last fencing token
+//!   (JSON), replaced whole by a rename (written to `.<stem>.tmp` first).
+//!
+//! The stem is [`Family::segment`] (`[A-Za-z0-9_-]`, `%XX` escapes and the family's suffix),
+//! with every upper-case letter escaped too (`A` is `%41`), so that names differing only in case
+//! stay apart on case-insensitive file systems. A stem longer than [`MAX_STEM`] bytes is cut and
+//! ends in `~` and a hash of the whole segment; the state file carries the full segment, so a
+//! listing reads names from the files, never from their names, and two names that cut to the same
+//! stem are told apart (the second is refused, never mixed up with the first).
+//!
+//! The liveness files of the lockers using the directory are in `.owners/` (see
+//! `conn/owner.rs`).
+
+use std::path::{Path, PathBuf};
+
+use lockcore::driver::LockName;
+use lockcore::Family;
+
+/// The suffix of a lock's state file.
+pub(crate) const STATE_SUFFIX: &str = ".state";
+/// The suffix of a lock's lock file.
+const LOCK_SUFFIX: &str = ".lock";
+/// The directory of the lockers' liveness files.
+pub(crate) const OWNERS_DIR: &str = ".owners";
+/// The longest stem kept as it is (file names may have 255 bytes on most file systems).
+const MAX_STEM: usize = 200;
+
+/// The files of one lock.
+#[derive(Clone, Debug)]
+pub(crate) struct LockFile {
+    /// [`Family::segment`] of the name: what the state file records.
+    pub segment: String,
+    /// The stem of its file names.
+    pub stem: String,
+}
+
+impl LockFile {
+    /// The files of `name` in `family`.
+    pub fn of(family: Family, name: &LockName) -> LockFile {
+        let segment = family.segment(name);
+        LockFile {
+            stem: stem(&segment),
+            segment,
+        }
+    }
+
+    /// `<dir>/<stem>.lock`.
+    pub fn lock_path(&self, dir: &Path) -> PathBuf {
+        dir.join(format!("{}{LOCK_SUFFIX}", self.stem))
+    }
+
+    /// `<dir>/<stem>.state`.
+    pub fn state_path(&self, dir: &Path) -> PathBuf {
+        dir.join(format!("{}{STATE_SUFFIX}", self.stem))
+    }
+
+    /// `<dir>/.<stem>.tmp`: where the next state is written before it is renamed over the last.
+    pub fn temp_path(&self, dir: &Path) -> PathBuf {
+        dir.join(format!(".{}.tmp", self.stem))
+    }
+}
+
+/// The stem of a state file's name (`None` for any other file).
+pub(crate) fn stem_of_state_file(file_name: &str) -> Option<&str> {
+    file_name
+        .strip_suffix(STATE_SUFFIX)
+        .filter(|stem| !stem.starts_with('.'))
+}
+
+/// The file-name stem of a segment (see the module docs).
+fn stem(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for c in segment.chars() {
+        if c.is_ascii_uppercase() && !ends_in_escape(&out) {
+            out.push_str(&format!("%{:02X}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    if out.len() <= MAX_STEM {
+        return out;
+    }
+    let mut cut = MAX_STEM - 17;
+    while !out.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}~{:016x}", &out[..cut], fnv1a(segment.as_bytes()))
+}
+
+/// Whether `out` ends inside a `%XX` escape of the encoding (its hex digits stay upper case).
+fn ends_in_escape(out: &str) -> bool {
+    let b = out.as_bytes();
+    matches!(b, [.., b'%'] | [.., b'%', _])
+}
+
+/// FNV-1a, 64 bits: a hash that is the same in every build and process.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stem_of(name: &str) -> String {
+        LockFile::of(Family::Mutex, &LockName::new(name).unwrap()).stem
+    }
+
+    #[test]
+    fn names_that_differ_in_case_or_slashes_get_different_files() {
+        let names = ["a", "A", "a/b", "ab", "a/", "AB", "aB", "%", "ä", "Ä", ".", ".."];
+        let mut seen = std::collections::HashSet::new();
+        for n in names {
+            let s = stem_of(n);
+            assert!(!s.contains('/') && !s.starts_with('.'), "{n:?} -> {s}");
+            assert!(
+                seen.insert(s.to_ascii_lowercase()),
+                "{n:?} collides case-insensitively: {s}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_names_are_cut_with_a_hash_and_stay_apart() {
+        let long_a = "x".repeat(1000) + "a";
+        let long_b = "x".repeat(1000) + "b";
+        let (a, b) = (stem_of(&long_a), stem_of(&long_b));
+        assert!(a.len() <= MAX_STEM && b.len() <= MAX_STEM);
+        assert_ne!(a, b);
+        let huge = "É".repeat(512);
+        assert!(stem_of(&huge).len() <= MAX_STEM);
+    }
+
+    #[test]
+    fn only_state_files_name_locks() {
+        assert_eq!(stem_of_state_file("abc.state"), Some("abc"));
+        assert_eq!(stem_of_state_file(".abc.tmp"), None);
+        assert_eq!(stem_of_state_file("abc.lock"), None);
+        assert_eq!(stem_of_state_file(".owners"), None);
+    }
+}

@@ -1,0 +1,122 @@
+//! locksmith backend for the processes of one machine, with no server: `file:///absolute/dir`.
+//!
+//! Cron jobs that must not overlap, deploy scripts, CI runners sharing a cache, a worker pool on
+//! one box: what `flock(1)` is used for, with what it lacks — a lease that a paused holder loses,
+//! fencing tokens, FIFO, semaphores, read-write locks and elections, timeouts, and `inspect`/`list`
+//! showing who holds (host and pid).
+//!
+//! ```no_run
+//! # async fn run() -> lockcore::Result<()> {
+//! let url = lockcore::driver::BackendUrl::parse("file:///run/lock/myapp")?;
+//! let locker = backend_file::connect(&url).await?;
+//! let guard = locker.lock("nightly").acquire().await?;
+//! // ... the job, writing with guard.fencing_token() ...
+//! guard.release().await?;
+//! locker.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works
+//!
+//! Each lock is a state file (its queue of holders and waiters in arrival order, and its last
+//! fencing token) beside an empty lock file. Every change is a transaction: `flock` the lock file,
+//! read the state, drop the entries of the dead, change it, write a new state file and rename it
+//! over the old one, unlock. Who holds is lockcore's queue rule, as on etcd and ZooKeeper.
+//!
+//! - **Processes that die** release at once: each locker holds a `flock` on a liveness file of its
+//!   own in `.owners/` for as long as it lives; the kernel drops it when the process ends, however
+//!   it ends, and an entry whose owner's file can be locked is dead.
+//! - **Holders that stop** (a paused process, an abandoned guard) lose the lock after its TTL: a
+//!   holder's entry carries its expiry on `CLOCK_BOOTTIME`, which the watchdog pushes back.
+//! - **Waiters are woken by the kernel** (inotify): a state file renamed into place wakes the
+//!   waiters of that lock, a liveness file closed wakes every waiter; a holder's expiry is a timer.
+//!   Nothing polls. A change costs each waiter of that lock one read; only the next holder writes.
+//! - **FIFO**: waiters hold in arrival order (a waiting writer holds back later readers).
+//! - **Fencing tokens** strictly increase per name, across crashes and reboots: a step that hands
+//!   out a token syncs the state file and the directory before returning it. A state file removed
+//!   by hand starts again at the wall clock in microseconds, above every earlier token unless the
+//!   clock went back.
+//! - **Cancellation**: every step runs in a blocking thread to its end; an `acquire` given up on
+//!   (timeout, dropped) removes its entry once its last step has ended, so it never acquires later
+//!   in the background.
+//! - **`lost()`** fires when a holder's entry is gone at its next renewal (a third of its TTL):
+//!   its state file removed or replaced by hand, or its lease expired while the process was
+//!   paused.
+//!
+//! # Where it is not safe
+//!
+//! Only where every process sees one kernel's view of the directory: a local file system, or a
+//! directory shared by containers of one host (a bind mount; their pid namespaces may differ, so
+//! `inspect` shows each container's own pids). On NFS and other network file systems `flock` and
+//! inotify do not work across machines: two machines can both hold a lock and never wake each
+//! other's waiters. Use a server backend there. Names are told apart on case-insensitive file
+//! systems (upper-case letters are escaped in file names).
+//!
+//! # URL
+//!
+//! `file:///absolute/dir` (or `file://localhost/absolute/dir`); relative directories are refused.
+//! Options: `ttl=` (the TTL of locks whose builder sets none, as on Redis), `request_timeout=`
+//! (default 5 s). The directory is created (mode 0775 less the umask) if missing; a directory the
+//! process may not write is [`lockcore::LockError::Denied`]. To share it between users, give it a
+//! common group, the setgid bit and a umask of 002.
+//!
+//! # Module map
+//!
+//! The files of `docs/backend-guide.md`:
+//! - `config.rs` (the URL), `error.rs` (I/O errors → `LockError`), `layout.rs` (file names);
+//! - `conn/`: the directory (`mod.rs`), this locker's liveness file (`owner.rs`), transactions on
+//!   a state file (`txn.rs`);
+//! - `protocol/`: the state file's contents (`state.rs`), the steps on a queue (`queue.rs`), the
+//!   one wait loop of every kind (`wait.rs`), elections (`election.rs`);
+//! - `wake.rs` (inotify), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),
+//!   `listing.rs` (`inspect`, `list`), `backend.rs` (`impl LockBackend`).
+
+#![warn(missing_docs)]
+
+mod backend;
+mod cleanup;
+mod config;
+mod conn;
+mod error;
+mod layout;
+mod listing;
+mod protocol;
+mod renew;
+mod wake;
+
+pub use backend::FileBackend;
+pub use config::{default_dir, OPTIONS};
+
+use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use lockcore::{Locker, Result};
+
+/// This backend in the registry of `locksmith::connect`.
+pub static DESCRIPTOR: Descriptor = Descriptor {
+    name: "file",
+    schemes: &["file"],
+    feature: Some("file"),
+    options: OPTIONS,
+    ttl: TtlScope::PerLock,
+    connect: connect_boxed,
+};
+
+fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
+    Box::pin(connect(url))
+}
+
+/// Opens the lock directory of `url` (see the [crate docs](crate)) and returns a [`Locker`] over
+/// it, as one process of the machine.
+///
+/// # Errors
+///
+/// [`lockcore::LockError::InvalidUrl`] for a bad URL, [`lockcore::LockError::Denied`] when the
+/// process may not write the directory, [`lockcore::LockError::Unavailable`] for other
+/// file-system failures.
+pub async fn connect(url: &BackendUrl) -> Result<Locker> {
+    Ok(Locker::new(FileBackend::connect(url)?))
+}
+
+/// `file://` and the [`default_dir`]: the URL `locksmith` uses when given none.
+pub fn default_url() -> String {
+    format!("file://{}", default_dir().display())
+}

@@ -1,0 +1,46 @@
+//! `inspect` and `list`: reads of the state files without their lock (a file is only ever
+//! replaced whole), with the entries of the dead left out.
+
+use lockcore::driver::LockName;
+use lockcore::{Family, HolderInfo, ListedLock, LockInfo, Result};
+
+use crate::conn::Dir;
+use crate::error::io_error;
+use crate::layout::{stem_of_state_file, LockFile};
+use crate::protocol::state::Now;
+
+/// Who holds the mutex `name`, with the holder's host and pid in its id, and how many wait.
+pub(crate) fn inspect(dir: &Dir, name: &LockName) -> Result<LockInfo> {
+    let state = dir.read(&LockFile::of(Family::Mutex, name))?;
+    let now = Now::read();
+    let holder = state.entries.iter().find_map(|e| {
+        e.grant.map(|g| HolderInfo {
+            holder_id: e.holder_id(),
+            fencing_token: Some(g.token),
+            ttl_remaining: Some(now.until(g.expires_ns)),
+        })
+    });
+    Ok(LockInfo {
+        holder,
+        waiters: state.entries.iter().filter(|e| e.grant.is_none()).count(),
+    })
+}
+
+/// The locks of the directory whose names start with `prefix` and that are in use.
+pub(crate) fn list(dir: &Dir, prefix: &str) -> Result<Vec<ListedLock>> {
+    let entries = std::fs::read_dir(&dir.path).map_err(|e| io_error("cannot list", &dir.path, e))?;
+    let mut segments = Vec::new();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(stem) = file_name.to_str().and_then(stem_of_state_file) else {
+            continue;
+        };
+        if let Some(state) = dir.read_stem(stem)? {
+            segments.push((state.segment, state.entries.len()));
+        }
+    }
+    Ok(ListedLock::from_segments(
+        prefix,
+        segments.iter().map(|(segment, n)| (segment.as_str(), *n)),
+    ))
+}

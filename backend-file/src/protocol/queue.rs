@@ -1,0 +1,155 @@
+//! The steps on one lock's queue, each run inside one transaction (`conn/txn.rs`) on the state it
+//! read: join, take a turn, try once, renew, leave. Who holds is decided by
+//! [`lockcore::driver::queue::standing`], the rule of every queue backend, on the whole queue (the
+//! file holds it all), so a semaphore or a read-write lock needs no step of its own.
+
+use std::time::Duration;
+
+use lockcore::driver::queue::{holds_at_tail, standing, Standing};
+use lockcore::{LockError, Result};
+
+use super::state::{Entry, Grant, Now, State};
+
+/// What a waiter found.
+#[derive(Debug)]
+pub(crate) enum Turn {
+    /// It holds, with this fencing token.
+    Granted(u64),
+    /// Not yet: wait until woken, or until this instant (`CLOCK_BOOTTIME` ns: a holder's expiry).
+    Wait(Option<u64>),
+}
+
+/// Adds `entry` at the tail of the queue and takes its first turn.
+pub(crate) fn join(state: &mut State, entry: Entry, ttl: Duration, now: Now) -> Result<Turn> {
+    let id = entry.id.clone();
+    state.entries.push(entry);
+    turn(state, &id, ttl, now)
+}
+
+/// Entry `id` takes its turn: it holds now if the queue rule says so.
+pub(crate) fn turn(state: &mut State, id: &str, ttl: Duration, now: Now) -> Result<Turn> {
+    let me = state
+        .position(id)
+        .ok_or_else(|| LockError::Protocol("this waiter's entry was removed from the lock's state file".into()))?;
+    if let Some(grant) = state.entries[me].grant {
+        return Ok(Turn::Granted(grant.token));
+    }
+    match standing(&state.roles()?, me) {
+        Ok(Standing::Holds) => Ok(Turn::Granted(grant(state, me, ttl, now))),
+        Ok(_) => Ok(Turn::Wait(state.next_expiry())),
+        Err(e) => {
+            state.entries.remove(me);
+            Err(e)
+        }
+    }
+}
+
+/// Whether entry `id` would hold if it took its turn now: what a waiter checks on a state read
+/// without the lock before it takes the lock.
+pub(crate) fn would_hold(state: &State, id: &str) -> Result<bool> {
+    let Some(me) = state.position(id) else {
+        return Ok(true); // gone: take the turn, which says so
+    };
+    Ok(!matches!(
+        standing(&state.roles()?, me),
+        Ok(Standing::After(_) | Standing::AfterAny)
+    ))
+}
+
+/// One attempt: `entry` joins and holds if it would hold at once; otherwise nothing changes.
+pub(crate) fn try_take(state: &mut State, entry: Entry, ttl: Duration, now: Now) -> Result<Option<u64>> {
+    let role = entry.role().ok_or_else(|| LockError::Protocol("unknown role".into()))?;
+    if !holds_at_tail(&state.roles()?, role)? {
+        return Ok(None);
+    }
+    state.entries.push(entry);
+    Ok(Some(grant(state, state.entries.len() - 1, ttl, now)))
+}
+
+/// Extends the lease of holder `id` by `ttl` from now; [`LockError::NotHeld`] if it is gone.
+pub(crate) fn renew(state: &mut State, id: &str, ttl: Duration, now: Now, name: &str) -> Result<()> {
+    match state
+        .entries
+        .iter_mut()
+        .find(|e| e.id == id)
+        .and_then(|e| e.grant.as_mut())
+    {
+        Some(grant) => {
+            grant.expires_ns = now.plus(ttl);
+            Ok(())
+        }
+        None => Err(LockError::not_held(name)),
+    }
+}
+
+/// Removes entry `id` (a holder releasing, a waiter leaving); whether it held.
+pub(crate) fn leave(state: &mut State, id: &str) -> bool {
+    match state.position(id) {
+        Some(i) => state.entries.remove(i).grant.is_some(),
+        None => false,
+    }
+}
+
+/// Grants entry `me` a lease of `ttl` and the next fencing token.
+fn grant(state: &mut State, me: usize, ttl: Duration, now: Now) -> u64 {
+    state.last_token += 1;
+    let token = state.last_token;
+    state.entries[me].grant = Some(Grant {
+        token,
+        expires_ns: now.plus(ttl),
+    });
+    token
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockcore::driver::Role;
+
+    fn entry(id: &str, role: Role) -> Entry {
+        Entry {
+            id: id.into(),
+            owner: "o".into(),
+            pid: 1,
+            host: "h".into(),
+            role: Entry::role_text(role),
+            value: String::new(),
+            grant: None,
+        }
+    }
+
+    const TTL: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn waiters_hold_in_order_with_increasing_tokens() {
+        let now = Now { boot_ns: 0 };
+        let mut s = State::new("x", "b");
+        let Turn::Granted(t1) = join(&mut s, entry("1", Role::Exclusive), TTL, now).unwrap() else {
+            panic!("the first holds")
+        };
+        assert!(matches!(
+            join(&mut s, entry("2", Role::Exclusive), TTL, now).unwrap(),
+            Turn::Wait(Some(_))
+        ));
+        assert!(!would_hold(&s, "2").unwrap());
+        assert_eq!(try_take(&mut s, entry("3", Role::Exclusive), TTL, now).unwrap(), None);
+        assert!(leave(&mut s, "1"));
+        assert!(would_hold(&s, "2").unwrap());
+        let Turn::Granted(t2) = turn(&mut s, "2", TTL, now).unwrap() else {
+            panic!("next")
+        };
+        assert!(t2 > t1);
+        assert!(renew(&mut s, "2", TTL, Now { boot_ns: 5 }, "x").is_ok());
+        assert!(renew(&mut s, "1", TTL, now, "x").unwrap_err().is_not_held());
+        assert!(!leave(&mut s, "1"));
+    }
+
+    #[test]
+    fn a_semaphore_mismatch_removes_the_late_entry() {
+        let now = Now { boot_ns: 0 };
+        let mut s = State::new("x", "b");
+        join(&mut s, entry("1", Role::Permit(2)), TTL, now).unwrap();
+        assert!(join(&mut s, entry("2", Role::Permit(3)), TTL, now).is_err());
+        assert_eq!(s.entries.len(), 1);
+    }
+}

@@ -1,0 +1,244 @@
+//! What a lock's state file holds: its queue of holders and waiters in arrival order and its last
+//! fencing token, and the rules that drop the entries of the dead.
+
+use lockcore::driver::Role;
+use serde::{Deserialize, Serialize};
+
+/// The version of the state file's format, written in every file.
+pub(crate) const FORMAT: u32 = 1;
+
+/// One lock's state file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct State {
+    /// [`FORMAT`].
+    pub format: u32,
+    /// The lock: `Family::segment` of its name (names whose file names were cut to one stem are
+    /// told apart by it).
+    pub segment: String,
+    /// The boot the entries were written in (`/proc/sys/kernel/random/boot_id`): after a reboot
+    /// every entry is dead.
+    pub boot: String,
+    /// The last fencing token handed out for this lock.
+    pub last_token: u64,
+    /// Holders and waiters, in arrival order.
+    pub entries: Vec<Entry>,
+}
+
+/// A holder or a waiter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Entry {
+    /// Random, unique among the entries of every lock.
+    pub id: String,
+    /// The locker it belongs to: its liveness file in `.owners/`.
+    pub owner: String,
+    /// The process and host of that locker: what `inspect` shows.
+    pub pid: u32,
+    /// The host name.
+    pub host: String,
+    /// How it shares the lock: `exclusive`, `shared` or `permit:N`.
+    pub role: String,
+    /// What an election candidate campaigns with.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    /// Set once it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<Grant>,
+}
+
+/// A holder's lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Grant {
+    /// Its fencing token.
+    pub token: u64,
+    /// When it expires unless renewed: `CLOCK_BOOTTIME` in nanoseconds (one clock for every
+    /// process of the machine, never set back).
+    pub expires_ns: u64,
+}
+
+/// The instant a step runs at, on the clocks the state uses.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Now {
+    /// `CLOCK_BOOTTIME`, nanoseconds.
+    pub boot_ns: u64,
+}
+
+impl Now {
+    /// Now.
+    pub fn read() -> Now {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        Now {
+            boot_ns: (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64,
+        }
+    }
+
+    /// `self` plus `d`, in nanoseconds of `CLOCK_BOOTTIME`.
+    pub fn plus(self, d: std::time::Duration) -> u64 {
+        self.boot_ns
+            .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The time from now until `ns` (zero if it has passed).
+    pub fn until(self, ns: u64) -> std::time::Duration {
+        std::time::Duration::from_nanos(ns.saturating_sub(self.boot_ns))
+    }
+}
+
+impl Entry {
+    /// Its role, as the queue rule reads it (`None` if the file says something else).
+    pub fn role(&self) -> Option<Role> {
+        match self.role.as_str() {
+            "exclusive" => Some(Role::Exclusive),
+            "shared" => Some(Role::Shared),
+            other => other.strip_prefix("permit:")?.parse().ok().map(Role::Permit),
+        }
+    }
+
+    /// The text of a role in the file.
+    pub fn role_text(role: Role) -> String {
+        match role {
+            Role::Exclusive => "exclusive".into(),
+            Role::Shared => "shared".into(),
+            Role::Permit(n) => format!("permit:{n}"),
+        }
+    }
+
+    /// The holder id of a lease of this entry, as `inspect` shows it: `host:pid:id`.
+    pub fn holder_id(&self) -> String {
+        format!("{}:{}:{}", self.host, self.pid, self.id)
+    }
+}
+
+/// The entry id in a holder id made by [`Entry::holder_id`].
+pub(crate) fn entry_id(holder_id: &str) -> &str {
+    holder_id.rsplit(':').next().unwrap_or(holder_id)
+}
+
+impl State {
+    /// An empty state for the lock `segment`. Its token count starts at the wall clock in
+    /// microseconds, so a state file that was removed (by hand, say) starts again above every
+    /// token handed out before, unless the clock went back.
+    pub fn new(segment: &str, boot: &str) -> State {
+        let micros = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        State {
+            format: FORMAT,
+            segment: segment.to_owned(),
+            boot: boot.to_owned(),
+            last_token: micros,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Drops the entries of the dead: all of them after a reboot, those whose owner is gone
+    /// (`alive` says), holders whose lease expired. Returns whether any was dropped.
+    pub fn prune(&mut self, boot: &str, now: Now, mut alive: impl FnMut(&str) -> bool) -> bool {
+        let before = self.entries.len();
+        if self.boot != boot {
+            self.boot = boot.to_owned();
+            self.entries.clear();
+        }
+        let mut verdicts: Vec<(String, bool)> = Vec::new();
+        self.entries.retain(|e| {
+            if e.grant.is_some_and(|g| g.expires_ns <= now.boot_ns) {
+                return false;
+            }
+            match verdicts.iter().find(|(owner, _)| *owner == e.owner) {
+                Some((_, verdict)) => *verdict,
+                None => {
+                    let verdict = alive(&e.owner);
+                    verdicts.push((e.owner.clone(), verdict));
+                    verdict
+                }
+            }
+        });
+        self.entries.len() < before
+    }
+
+    /// The index of entry `id`.
+    pub fn position(&self, id: &str) -> Option<usize> {
+        self.entries.iter().position(|e| e.id == id)
+    }
+
+    /// The roles of the queue, in order ([`lockcore::LockError::Protocol`] for a role this
+    /// version does not know).
+    pub fn roles(&self) -> lockcore::Result<Vec<Role>> {
+        self.entries
+            .iter()
+            .map(|e| {
+                e.role()
+                    .ok_or_else(|| lockcore::LockError::Protocol(format!("unknown role {:?} in a state file", e.role)))
+            })
+            .collect()
+    }
+
+    /// The earliest expiry of a holder, if any holds.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.entries.iter().filter_map(|e| e.grant.map(|g| g.expires_ns)).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, owner: &str, grant: Option<Grant>) -> Entry {
+        Entry {
+            id: id.into(),
+            owner: owner.into(),
+            pid: 1,
+            host: "h".into(),
+            role: "exclusive".into(),
+            value: String::new(),
+            grant,
+        }
+    }
+
+    #[test]
+    fn prune_drops_the_dead_the_expired_and_everything_of_another_boot() {
+        let now = Now { boot_ns: 1_000 };
+        let mut s = State::new("x", "boot1");
+        s.entries = vec![
+            entry("1", "dead", None),
+            entry(
+                "2",
+                "live",
+                Some(Grant {
+                    token: 1,
+                    expires_ns: 999,
+                }),
+            ),
+            entry(
+                "3",
+                "live",
+                Some(Grant {
+                    token: 2,
+                    expires_ns: 2_000,
+                }),
+            ),
+            entry("4", "live", None),
+        ];
+        let mut asked = Vec::new();
+        assert!(s.prune("boot1", now, |o| {
+            asked.push(o.to_owned());
+            o == "live"
+        }));
+        let ids: Vec<_> = s.entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["3", "4"]);
+        assert_eq!(asked, ["dead", "live"], "each owner is asked once");
+        assert!(!s.prune("boot1", now, |_| true));
+        assert!(s.prune("boot2", now, |_| true));
+        assert!(s.entries.is_empty());
+    }
+
+    #[test]
+    fn roles_and_holder_ids_read_back() {
+        for role in [Role::Exclusive, Role::Shared, Role::Permit(7)] {
+            let mut e = entry("abc", "o", None);
+            e.role = Entry::role_text(role);
+            assert_eq!(e.role(), Some(role));
+        }
+        let e = entry("abc", "o", None);
+        assert_eq!(entry_id(&e.holder_id()), "abc");
+    }
+}

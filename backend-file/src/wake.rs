@@ -1,0 +1,131 @@
+//! Wake-ups from the kernel: one inotify instance per directory and process, read by a thread of
+//! its own (so that it serves every tokio runtime of the process), never polling.
+//!
+//! - A state file renamed into place or removed (`IN_MOVED_TO`, `IN_DELETE` of `<stem>.state`)
+//!   wakes the tasks of this process that wait on that lock.
+//! - A liveness file closed or removed in `.owners/` (`IN_CLOSE_WRITE`, `IN_DELETE`: a locker
+//!   ended, maybe by SIGKILL) wakes every waiting task of this process, since the dead locker's
+//!   entries may have been ahead of any of them.
+//!
+//! A task registers (enables its `Notified`) before it reads the state, so a change made after
+//! its read always wakes it.
+
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use tokio::sync::Notify;
+
+use crate::error::errno_error;
+use crate::layout::{stem_of_state_file, OWNERS_DIR};
+use lockcore::Result;
+
+/// The wake-ups of one directory in this process.
+#[derive(Debug)]
+pub(crate) struct Hub {
+    fd: Arc<OwnedFd>,
+    watches: [i32; 2],
+    /// One `Notify` per lock stem that a task of this process waits on.
+    locks: Mutex<HashMap<String, Weak<Notify>>>,
+}
+
+impl Hub {
+    /// The hub of `dir` (canonical) in this process, started on first use.
+    pub fn for_dir(dir: &Path) -> Result<Arc<Hub>> {
+        static HUBS: OnceLock<Mutex<HashMap<PathBuf, Weak<Hub>>>> = OnceLock::new();
+        let mut hubs = HUBS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(hub) = hubs.get(dir).and_then(Weak::upgrade) {
+            return Ok(hub);
+        }
+        hubs.retain(|_, hub| hub.strong_count() > 0);
+        let hub = Hub::start(dir)?;
+        hubs.insert(dir.to_owned(), Arc::downgrade(&hub));
+        Ok(hub)
+    }
+
+    fn start(dir: &Path) -> Result<Arc<Hub>> {
+        let fd = inotify::init(CreateFlags::CLOEXEC).map_err(|e| errno_error("cannot watch", dir, e))?;
+        let watch =
+            |path: &Path, flags| inotify::add_watch(&fd, path, flags).map_err(|e| errno_error("cannot watch", path, e));
+        let states = watch(dir, WatchFlags::MOVED_TO | WatchFlags::DELETE)?;
+        let owners = watch(&dir.join(OWNERS_DIR), WatchFlags::CLOSE_WRITE | WatchFlags::DELETE)?;
+        let hub = Arc::new(Hub {
+            fd: Arc::new(fd),
+            watches: [states, owners],
+            locks: Mutex::default(),
+        });
+        let (weak, fd) = (Arc::downgrade(&hub), hub.fd.clone());
+        std::thread::Builder::new()
+            .name("locksmith-file-wake".into())
+            .spawn(move || read_events(&fd, &weak, owners))
+            .map_err(|e| crate::error::io_error("cannot start the wake-up thread for", dir, e))?;
+        Ok(hub)
+    }
+
+    /// The `Notify` that the changes of lock `stem` wake.
+    pub fn lock(&self, stem: &str) -> Arc<Notify> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = locks.get(stem).and_then(Weak::upgrade) {
+            return notify;
+        }
+        locks.retain(|_, n| n.strong_count() > 0);
+        let notify = Arc::new(Notify::new());
+        locks.insert(stem.to_owned(), Arc::downgrade(&notify));
+        notify
+    }
+
+    fn wake(&self, stem: Option<&str>) {
+        let locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let woken = locks
+            .iter()
+            .filter(|(s, _)| stem.is_none_or(|stem| stem == s.as_str()))
+            .filter_map(|(_, n)| n.upgrade());
+        for notify in woken {
+            notify.notify_waiters();
+        }
+    }
+}
+
+impl Drop for Hub {
+    /// Removing the watches makes the kernel send `IN_IGNORED`, which ends the thread.
+    fn drop(&mut self) {
+        for wd in self.watches {
+            let _ = inotify::remove_watch(&*self.fd, wd);
+        }
+    }
+}
+
+/// The thread: reads events (a blocking read when none is buffered) until the hub is gone.
+fn read_events(fd: &OwnedFd, hub: &Weak<Hub>, owners: i32) {
+    let mut buf = vec![MaybeUninit::uninit(); 64 * 1024];
+    let mut reader = inotify::Reader::new(fd, &mut buf);
+    loop {
+        let event = match reader.next() {
+            Ok(event) => event,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "file backend: reading wake-ups failed; waiters fall back to their deadlines");
+                return;
+            }
+        };
+        let Some(hub) = hub.upgrade() else { return };
+        if event.events().contains(ReadFlags::IGNORED) {
+            continue;
+        }
+        if event.events().contains(ReadFlags::QUEUE_OVERFLOW) || event.wd() == owners {
+            hub.wake(None);
+        } else if let Some(stem) = event
+            .file_name()
+            .and_then(|n| n.to_str().ok())
+            .and_then(stem_of_state_file)
+        {
+            hub.wake(Some(stem));
+        }
+    }
+}
