@@ -31,10 +31,11 @@
 //! | `redis://h:6379/0` | Redis (one server, or `h1,h2,h3` for a quorum of independent masters) | `redis` |
 //! | `redis+sentinel://s1:26379,s2:26379/mymaster` | Redis Sentinel: the master the sentinels name, followed across failovers | `redis` |
 //! | `redis-cluster://h1:7000,h2:7001` | Redis Cluster (seed nodes; follows `MOVED`/`ASK`, resharding and failover) | `redis` |
+//! | `file:///run/lock/myapp` | lock files in a directory: the processes of one machine, no server (Linux) | `file` |
 //! | `etcds://`, `zks://`, `rediss://`, `rediss+sentinel://`, `rediss-cluster://` | the same over TLS (rustls; `ca=`, `cert=`, `key=` options) | `tls` too |
 //!
 //! Every backend takes `ttl=` in its URL: on etcd and ZooKeeper the TTL of the connection's
-//! session, which all its locks share; on Redis and `mem://` the TTL of each lock whose builder
+//! session, which all its locks share; on Redis, `file://` and `mem://` the TTL of each lock whose builder
 //! sets none ([`LockBuilder::ttl`] wins; without either, [`DEFAULT_TTL`]). Each backend crate's
 //! documentation lists its other options.
 //!
@@ -88,6 +89,15 @@ registry! {
     "etcd" => backend_etcd: ["etcd", "etcds"],
     "zk" => backend_zk: ["zk", "zks"],
     "redis" => backend_redis: ["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis-cluster", "rediss-cluster"],
+    "file" => backend_file: ["file"],
+}
+
+/// The `file://` URL of the directory that the processes of one user share when given no other:
+/// `$XDG_RUNTIME_DIR/locksmith`, else `locksmith-<uid>` in the temporary directory (what the
+/// `locksmith` command uses without `--url`).
+#[cfg(feature = "file")]
+pub fn default_file_url() -> String {
+    backend_file::default_url()
 }
 
 /// The backend serving `scheme` in this build, if any.

@@ -10,20 +10,31 @@ use locksmith::{LockKind, MAX_PERMITS, MAX_TTL, MIN_TTL};
 
 use crate::exit::EXIT_CODES_HELP;
 
+/// The URL without `--url` or `LOCKSMITH_URL`: the user's lock directory, or `mem://` in a build
+/// without the `file` backend.
+fn default_url() -> String {
+    #[cfg(feature = "file")]
+    return locksmith::default_file_url();
+    #[cfg(not(feature = "file"))]
+    return "mem://".to_owned();
+}
+
 /// `locksmith`: take a distributed lock from the shell.
 #[derive(Debug, Parser)]
 #[command(
     name = "locksmith",
     version,
-    about = "flock(1) for etcd, ZooKeeper, Redis and an in-process store: run a command under a distributed lock, a semaphore permit, a read-write lock, or while leading an election",
+    about = "flock(1) for etcd, ZooKeeper, Redis, lock files on this machine and an in-process store: run a command under a distributed lock, a semaphore permit, a read-write lock, or while leading an election",
     after_help = EXIT_CODES_HELP
 )]
 pub struct Cli {
     /// Backend URL: etcd://h:2379, zk://h:2181, redis://h:6379 (or redis://h:6379?layout=plain),
-    /// redis+sentinel://s1:26379,s2:26379/mymaster, redis-cluster://h1:7000,h2:7001, mem://.
-    /// mem:// is in-process only: separate locksmith processes never see each other's locks
-    /// there, so it is only good for trying the command out.
-    #[arg(long, env = "LOCKSMITH_URL", default_value = "mem://", global = true)]
+    /// redis+sentinel://s1:26379,s2:26379/mymaster, redis-cluster://h1:7000,h2:7001,
+    /// file:///dir (the processes of this machine, no server), mem://. The default is a
+    /// directory that every locksmith process of this user shares, so two `locksmith run`
+    /// commands on one machine exclude each other with no server. mem:// is in-process only:
+    /// only good for trying the command out.
+    #[arg(long, env = "LOCKSMITH_URL", default_value_t = default_url(), global = true)]
     pub url: String,
 
     /// Lease time (default 15s): how long the lock outlives a locksmith that crashed or was cut

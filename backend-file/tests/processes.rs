@@ -1,0 +1,221 @@
+//! The file backend between real processes: this test binary runs itself as the other process
+//! (the test `child`, which does nothing unless `LOCKSMITH_FILE_CHILD` says what to do).
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use lockcore::conformance::{within, Harness};
+use lockcore::driver::{BackendUrl, LockName};
+use lockcore::LockError;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::time::Instant;
+
+use common::FileHarness;
+
+/// What a child does, from `LOCKSMITH_FILE_CHILD`: `hold <url> <name> <ttl ms>` (hold until
+/// killed, saying `lost` if the lock is lost), `count <url> <name> <file> <rounds>` (add one to a
+/// counter file under the lock, `rounds` times).
+#[test]
+fn child() {
+    let Ok(task) = std::env::var("LOCKSMITH_FILE_CHILD") else {
+        return;
+    };
+    let args: Vec<String> = task.split(' ').map(str::to_owned).collect();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async move {
+        let locker = backend_file::connect(&BackendUrl::parse(&args[1]).unwrap()).await.unwrap();
+        match args[0].as_str() {
+            "hold" => {
+                let ttl = Duration::from_millis(args[3].parse().unwrap());
+                let guard = locker.lock(&args[2]).ttl(ttl).acquire().await.unwrap();
+                println!("CHILD held {}", guard.fencing_token());
+                guard.lost().await;
+                println!("CHILD lost");
+            }
+            "count" => {
+                for _ in 0..args[4].parse::<u32>().unwrap() {
+                    let guard = locker.lock(&args[2]).acquire().await.unwrap();
+                    let n: u64 = std::fs::read_to_string(&args[3]).map_or(0, |s| s.trim().parse().unwrap());
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    std::fs::write(&args[3], (n + 1).to_string()).unwrap();
+                    guard.release().await.unwrap();
+                }
+                locker.shutdown().await.unwrap();
+            }
+            other => panic!("unknown child task {other}"),
+        }
+    });
+}
+
+/// Starts this binary as a child doing `task`.
+fn spawn_child(task: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("LOCKSMITH_FILE_CHILD", task)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
+/// The next line the child says (without `CHILD `).
+async fn says(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
+    within(Duration::from_secs(30), "the child's next line", async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("the child ended");
+            // libtest writes its own words before the child's on the same line.
+            if let Some(at) = line.find("CHILD ") {
+                return line[at + "CHILD ".len()..].to_owned();
+            }
+        }
+    })
+    .await
+}
+
+fn signal(child: &Child, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, sig).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holders_lock_passes_on_at_once_not_after_its_ttl() {
+    let h = FileHarness::new();
+    let name = lockcore::conformance::unique_name("killed");
+    let (child, mut lines) = spawn_child(&format!("hold {} {name} 60000", h.url()));
+    let token: u64 = says(&mut lines).await.strip_prefix("held ").unwrap().parse().unwrap();
+    let info = h.locker().await.inspect(&name).await.unwrap();
+    let holder = info.holder.expect("the child holds").holder_id;
+    assert!(
+        holder.contains(&format!(":{}:", child.id().unwrap())),
+        "inspect shows the holder's pid: {holder}"
+    );
+    let waiter = h.locker().await;
+    let waiting = tokio::spawn(async move { waiter.lock(&name).timeout(Duration::from_secs(20)).acquire().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let killed_at = Instant::now();
+    signal(&child, rustix::process::Signal::KILL);
+    let guard = waiting.await.unwrap().expect("the waiter gets the lock of a killed holder");
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(10),
+        "the lock passed on {:?} after the kill; its TTL was 60 s",
+        killed_at.elapsed()
+    );
+    assert!(guard.fencing_token() > token);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_loses_its_lock_after_its_ttl_and_is_told() {
+    let h = FileHarness::new();
+    let name = lockcore::conformance::unique_name("paused");
+    let (child, mut lines) = spawn_child(&format!("hold {} {name} 1000", h.url()));
+    let token: u64 = says(&mut lines).await.strip_prefix("held ").unwrap().parse().unwrap();
+    signal(&child, rustix::process::Signal::STOP);
+    let paused_at = Instant::now();
+    let guard = h
+        .locker()
+        .await
+        .lock(&name)
+        .timeout(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("the lock of a paused holder passes on after its TTL");
+    assert!(paused_at.elapsed() >= Duration::from_millis(300), "it passed on before the TTL");
+    assert!(guard.fencing_token() > token);
+    signal(&child, rustix::process::Signal::CONT);
+    assert_eq!(says(&mut lines).await, "lost", "the resumed holder is told it lost the lock");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_exclude_each_other() {
+    let h = FileHarness::new();
+    let name = lockcore::conformance::unique_name("count");
+    let counter = h.dir.join("counter");
+    let children: Vec<_> = (0..4)
+        .map(|_| spawn_child(&format!("count {} {name} {} 25", h.url(), counter.display())))
+        .collect();
+    for (mut child, _output) in children {
+        let status = within(Duration::from_secs(60), "a counting child", child.wait()).await.unwrap();
+        assert!(status.success());
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "100", "an update was lost: two processes held the lock at once");
+    assert!(h.look.entries(lockcore::Family::Mutex, &LockName::new(&name).unwrap()).unwrap().is_empty());
+}
+
+/// The classic bug of a blocking `flock` moved to a thread: the thread is granted the lock after
+/// its caller gave up, and holds it for good. Here a waiter given up on (timeout, or its future
+/// dropped at any point) never holds later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_given_up_on_never_acquires_later() {
+    let h = FileHarness::new();
+    let name = lockcore::conformance::unique_name("given_up");
+    let lock_name = LockName::new(&name).unwrap();
+    let (holder, waiter, other) = (h.locker().await, h.locker().await, h.locker().await);
+    for round in 0..30u64 {
+        let held = holder.lock(&name).acquire().await.unwrap();
+        if round % 2 == 0 {
+            let r = waiter.lock(&name).timeout(Duration::from_millis(20)).acquire().await;
+            assert!(matches!(r, Err(LockError::Timeout(_))), "{r:?}");
+        } else {
+            let cut = Duration::from_micros(round * 150);
+            assert!(tokio::time::timeout(cut, waiter.lock(&name).acquire()).await.is_err());
+        }
+        held.release().await.unwrap();
+        // Whatever the dropped waiter had in flight has ended and been undone by now.
+        let got = within(Duration::from_secs(10), "the lock after the waiter gave up", other.lock(&name).acquire())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let entries = h.look.entries(lockcore::Family::Mutex, &lock_name).unwrap();
+        assert_eq!(entries.len(), 1, "round {round}: someone besides the holder is in line: {entries:?}");
+        got.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_directory_the_process_may_not_write_is_denied() {
+    let url = BackendUrl::parse("file:///sys/locksmith-test").unwrap();
+    let r = backend_file::connect(&url).await;
+    assert!(matches!(r, Err(LockError::Denied(_))), "{r:?}");
+    let r = backend_file::connect(&BackendUrl::parse("file://server/x").unwrap()).await;
+    assert!(matches!(r, Err(LockError::InvalidUrl { .. })), "{r:?}");
+}
+
+/// A step that waits for the lock file (a process paused in the middle of its own step holds it)
+/// cannot be stopped; when its caller gives up meanwhile, the clean-up runs after that step, never
+/// before it (or the step would queue the entry again after it was removed, for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_stalled_on_the_lock_file_is_undone_after_it_ran() {
+    let h = FileHarness::new();
+    let name = lockcore::conformance::unique_name("stalled");
+    let lock_name = LockName::new(&name).unwrap();
+    let lock_file = h.look.state_path(lockcore::Family::Mutex, &lock_name).with_extension("lock");
+    let (waiter, other) = (h.locker().await, h.locker().await);
+    for round in 0..10 {
+        // Another process in the middle of a step: it holds the lock file.
+        let paused = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_file).unwrap();
+        rustix::fs::flock(&paused, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        let gave_up = tokio::time::timeout(Duration::from_millis(50), waiter.lock(&name).acquire()).await;
+        assert!(gave_up.is_err());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(paused);
+        let got = within(Duration::from_secs(10), "the lock after the stalled step ran", async {
+            loop {
+                if let Some(guard) = other.lock(&name).try_acquire().await.unwrap() {
+                    return guard;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        let entries = h.look.entries(lockcore::Family::Mutex, &lock_name).unwrap();
+        assert_eq!(entries.len(), 1, "round {round}: the given-up waiter is back in line: {entries:?}");
+        got.release().await.unwrap();
+    }
+}
