@@ -33,7 +33,7 @@ impl FileBackend {
     pub fn connect(url: &BackendUrl) -> Result<FileBackend> {
         let config = Config::parse(url)?;
         Ok(FileBackend {
-            dir: Arc::new(Dir::open(&config.dir)?),
+            dir: Arc::new(Dir::open(&config.dir, config.sync)?),
             config: Arc::new(config),
         })
     }

@@ -7,7 +7,7 @@ use lockcore::driver::{BackendUrl, DEFAULT_REQUEST_TIMEOUT};
 use lockcore::Result;
 
 /// The URL options this backend accepts.
-pub const OPTIONS: &[&str] = &["ttl", "request_timeout"];
+pub const OPTIONS: &[&str] = &["ttl", "request_timeout", "sync"];
 
 /// A parsed `file://` URL.
 #[derive(Clone, Debug)]
@@ -19,6 +19,10 @@ pub(crate) struct Config {
     /// The longest one step may take (`request_timeout=`, default 5 s): a step waits for the
     /// lock file's `flock`, which a process paused in the middle of its step holds.
     pub request_timeout: Duration,
+    /// Whether a step that hands out a fencing token syncs the state file and the directory before
+    /// the token is returned (`sync=grant`, the default), or only renames the file (`sync=off`:
+    /// tokens then survive a power cut only through the wall-clock floor, see `protocol/queue.rs`).
+    pub sync: bool,
 }
 
 impl Config {
@@ -44,6 +48,11 @@ impl Config {
             request_timeout: url
                 .duration_option("request_timeout")?
                 .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
+            sync: match url.query.get("sync").map(String::as_str) {
+                None | Some("grant") => true,
+                Some("off") => false,
+                Some(other) => return Err(url.error(format!("sync={other}: expected sync=grant or sync=off"))),
+            },
         })
     }
 }
@@ -72,6 +81,8 @@ mod tests {
         assert_eq!(c.dir, PathBuf::from("/run/lock/my app"));
         assert_eq!(c.ttl, Some(Duration::from_secs(5)));
         assert_eq!(parse("file://localhost/tmp/x").unwrap().dir, PathBuf::from("/tmp/x"));
+        assert!(parse("file:///x").unwrap().sync);
+        assert!(!parse("file:///x?sync=off").unwrap().sync);
         for bad in [
             "file://",
             "file:///",

@@ -32,10 +32,11 @@
 //!   waiters of that lock, a liveness file closed wakes every waiter; a holder's expiry is a timer.
 //!   Nothing polls. A change costs each waiter of that lock one read; only the next holder writes.
 //! - **FIFO**: waiters hold in arrival order (a waiting writer holds back later readers).
-//! - **Fencing tokens** strictly increase per name, across crashes and reboots: a step that hands
-//!   out a token syncs the state file and the directory before returning it. A state file removed
-//!   by hand starts again at the wall clock in microseconds, above every earlier token unless the
-//!   clock went back.
+//! - **Fencing tokens** strictly increase per name, across crashes, reboots and power cuts: a step
+//!   that hands out a token syncs the state file and the directory before returning it. A token is
+//!   also at least the wall clock in microseconds, so a state file removed by hand goes on above
+//!   every earlier token unless the clock went back. `sync=off` in the URL skips the syncs (a
+//!   grant then costs no disk flush): tokens survive a power cut through that clock floor alone.
 //! - **Cancellation**: every step runs in a blocking thread to its end; an `acquire` given up on
 //!   (timeout, dropped) removes its entry once its last step has ended, so it never acquires later
 //!   in the background.
@@ -56,7 +57,8 @@
 //!
 //! `file:///absolute/dir` (or `file://localhost/absolute/dir`); relative directories are refused.
 //! Options: `ttl=` (the TTL of locks whose builder sets none, as on Redis), `request_timeout=`
-//! (default 5 s). The directory is created (mode 0775 less the umask) if missing; a directory the
+//! (default 5 s), `sync=grant` (the default: a grant's token is on disk before it is returned) or
+//! `sync=off` (see fencing tokens above). The directory is created (mode 0775 less the umask) if missing; a directory the
 //! process may not write is [`lockcore::LockError::Denied`]. To share it between users, give it a
 //! common group, the setgid bit and a umask of 002.
 //!

@@ -74,7 +74,7 @@ impl fmt::Display for Fault {
 /// One backend in one topology.
 #[derive(Clone, Debug)]
 pub struct Target {
-    /// `mem`, `etcd`, `zk` or `redis`.
+    /// `mem`, `file`, `etcd`, `zk` or `redis`.
     pub backend: &'static str,
     /// `single`, `cluster`, `ensemble` or `quorum`.
     pub topology: &'static str,
@@ -106,7 +106,8 @@ impl Target {
         match fault {
             Fault::None => true,
             Fault::Pause | Fault::Kill => self.backend != "mem",
-            Fault::Partition => self.backend != "mem" && !self.fails_over,
+            // No network between a file:// worker and its locks: nothing to partition.
+            Fault::Partition => !matches!(self.backend, "mem" | "file") && !self.fails_over,
             Fault::Restart => self.restart.is_some(),
             Fault::LeaderKill => self.group.is_some(),
             Fault::MinorityPartition => !self.members.is_empty(),
@@ -193,6 +194,20 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             backend: "mem",
             topology: "single",
             url: "mem://chaos".into(),
+            ttl,
+            restart: None,
+            group: None,
+            members: &[],
+            fails_over: false,
+        },
+        // Lock files shared by the worker processes of this machine (no server: pause and kill).
+        Target {
+            backend: "file",
+            topology: "single",
+            url: format!(
+                "file://{}?request_timeout=2s",
+                std::env::temp_dir().join(format!("locksmith-chaos-{}", std::process::id())).display()
+            ),
             ttl,
             restart: None,
             group: None,

@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Backends to measure, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "mem,etcd,zk,redis")]
+    #[arg(long, value_delimiter = ',', default_value = "mem,file,etcd,zk,redis")]
     pub backends: Vec<String>,
     /// Workloads to run, comma-separated.
     #[arg(
@@ -32,6 +32,9 @@ pub struct Args {
     /// URL of the in-process backend.
     #[arg(long, default_value = "mem://lockbench")]
     pub mem: String,
+    /// URL of the lock-file backend (a directory of the machine; no server).
+    #[arg(long, default_value = "file:///tmp/lockbench-file")]
+    pub file: String,
     /// etcd URL.
     #[arg(long, env = "LOCKSMITH_TEST_ETCD")]
     pub etcd: Option<String>,

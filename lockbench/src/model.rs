@@ -23,7 +23,7 @@ pub struct Record {
     /// `locksmith+sentinel`, `locksmith+cluster`, and `…+wait` with `min_replicas=1`), `floor`,
     /// `rslock`, `etcd-lock-rpc` or `zk-recipe`.
     pub system: String,
-    /// `mem`, `etcd`, `zk` or `redis`.
+    /// `mem`, `file`, `etcd`, `zk` or `redis`.
     pub backend: String,
     /// `uncontended`, `handover`, `contended`, `herd`, `takeover` or `scale`.
     pub workload: String,

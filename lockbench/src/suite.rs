@@ -29,6 +29,7 @@ fn known(name: &str) -> Option<&'static str> {
 fn url_of(args: &Args, backend: &str) -> Option<String> {
     match backend {
         "mem" => Some(args.mem.clone()),
+        "file" => Some(args.file.clone()),
         "etcd" => args.etcd.clone(),
         "zk" => args.zk.clone(),
         "redis" => args.redis.clone(),
@@ -48,10 +49,15 @@ fn secure_url(backend: &str) -> Option<String> {
 /// its secured server (TLS + credentials: what TLS costs) and, for Redis, Sentinel and Cluster
 /// with and without replica confirmation (what they cost), when `scripts/backends up` gave their
 /// URLs.
-fn variants(backend: &str) -> Vec<(&'static str, String)> {
+fn variants(backend: &str, url: &str) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     if let Some(url) = secure_url(backend) {
         out.push(("locksmith+tls", url));
+    }
+    if backend == "file" {
+        // What syncing each grant's token to disk costs (see backend-file's `sync=`).
+        let sep = if url.contains('?') { '&' } else { '?' };
+        out.push(("locksmith+nosync", format!("{url}{sep}sync=off")));
     }
     if backend == "redis" {
         let env = |var: &str| std::env::var(var).ok().filter(|u| !u.is_empty());
@@ -151,7 +157,7 @@ impl BackendRun<'_> {
                 Err(e) => self.note(format!("{b}: locksmith rows skipped: {} unreachable: {e:#}", self.url)),
             }
         }
-        for (system, url) in variants(b).into_iter().filter(|_| built_in(b)) {
+        for (system, url) in variants(b, &self.url).into_iter().filter(|_| built_in(b)) {
             let sys = Locksmith {
                 backend: b,
                 url,

@@ -36,7 +36,7 @@ pub trait Held: Send {
 
 /// locksmith itself, connected by URL.
 pub struct Locksmith {
-    /// `mem`, `etcd`, `zk` or `redis`.
+    /// `mem`, `file`, `etcd`, `zk` or `redis`.
     pub backend: &'static str,
     /// The URL given to `locksmith::connect`.
     pub url: String,

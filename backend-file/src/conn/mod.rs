@@ -37,13 +37,15 @@ pub(crate) struct Dir {
     pub hub: Arc<Hub>,
     /// Set by `shutdown`.
     closed: AtomicBool,
+    /// Whether a step that hands out a token syncs it to disk (the URL's `sync=`).
+    sync: bool,
 }
 
 impl Dir {
     /// Opens (creating it if needed, mode 0775 less the umask) the lock directory `path` and
-    /// starts this locker's liveness there. [`LockError::Denied`] when the process may not write
-    /// there.
-    pub fn open(path: &Path) -> Result<Dir> {
+    /// starts this locker's liveness there; `sync` says whether a step that hands out a fencing
+    /// token syncs it to disk. [`LockError::Denied`] when the process may not write there.
+    pub fn open(path: &Path, sync: bool) -> Result<Dir> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o775)
@@ -64,6 +66,7 @@ impl Dir {
             host: host_name(),
             boot: boot_id(),
             closed: AtomicBool::new(false),
+            sync,
         })
     }
 

@@ -3,9 +3,10 @@
 //! the lock always see a whole state), unlock.
 //!
 //! A step that hands out a fencing token is written durably (the file and the directory are
-//! synced before the step's caller learns the token), so tokens keep increasing across a crash or
-//! a reboot. Everything else is only renamed: after a power cut it may be lost, which loses
-//! nothing, since every entry of a boot that ended is dead.
+//! synced before the step's caller learns the token; the URL's `sync=off` skips it), so tokens
+//! keep increasing across a crash, a reboot or a power cut. Everything else is only renamed:
+//! after a power cut it may be lost, which loses nothing, since every entry of a boot that ended
+//! is dead.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -34,7 +35,7 @@ impl Dir {
         state.prune(&self.boot, now, |owner| self.is_alive(owner, true));
         let out = step(&mut state, now);
         if original.as_ref() != Some(&state) && !(original.is_none() && state.entries.is_empty()) {
-            let durable = original.as_ref().is_none_or(|o| o.last_token != state.last_token);
+            let durable = self.sync && original.as_ref().is_none_or(|o| o.last_token != state.last_token);
             self.store(file, &state, durable)?;
         }
         out

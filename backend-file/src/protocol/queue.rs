@@ -90,9 +90,12 @@ pub(crate) fn leave(state: &mut State, id: &str) -> bool {
     }
 }
 
-/// Grants entry `me` a lease of `ttl` and the next fencing token.
+/// Grants entry `me` a lease of `ttl` and the next fencing token: one more than the last, and at
+/// least the wall clock in microseconds, so that a state that went back (a power cut before an
+/// unsynced rename reached the disk, with `sync=off`; a state file removed by hand) still hands
+/// out tokens above every earlier one, unless the clock went back too.
 fn grant(state: &mut State, me: usize, ttl: Duration, now: Now) -> u64 {
-    state.last_token += 1;
+    state.last_token = (state.last_token + 1).max(now.unix_micros);
     let token = state.last_token;
     state.entries[me].grant = Some(Grant {
         token,
@@ -122,7 +125,7 @@ mod tests {
 
     #[test]
     fn waiters_hold_in_order_with_increasing_tokens() {
-        let now = Now { boot_ns: 0 };
+        let now = Now { boot_ns: 0, unix_micros: 0 };
         let mut s = State::new("x", "b");
         let Turn::Granted(t1) = join(&mut s, entry("1", Role::Exclusive), TTL, now).unwrap() else {
             panic!("the first holds")
@@ -139,14 +142,28 @@ mod tests {
             panic!("next")
         };
         assert!(t2 > t1);
-        assert!(renew(&mut s, "2", TTL, Now { boot_ns: 5 }, "x").is_ok());
+        assert!(renew(&mut s, "2", TTL, Now { boot_ns: 5, unix_micros: 0 }, "x").is_ok());
         assert!(renew(&mut s, "1", TTL, now, "x").unwrap_err().is_not_held());
         assert!(!leave(&mut s, "1"));
     }
 
     #[test]
+    fn tokens_are_one_more_than_the_last_and_at_least_the_wall_clock() {
+        let mut s = State::new("x", "b");
+        let at = |micros| Now { boot_ns: 0, unix_micros: micros };
+        assert_eq!(try_take(&mut s, entry("1", Role::Shared), TTL, at(1_000)).unwrap(), Some(1_000));
+        assert_eq!(try_take(&mut s, entry("2", Role::Shared), TTL, at(1_000)).unwrap(), Some(1_001));
+        // The clock went back: the tokens go on from the last.
+        assert_eq!(try_take(&mut s, entry("3", Role::Shared), TTL, at(10)).unwrap(), Some(1_002));
+        // A state that lost its last tokens (removed, or a power cut with sync=off) starts again
+        // at the clock, above them.
+        let mut fresh = State::new("x", "b");
+        assert_eq!(try_take(&mut fresh, entry("4", Role::Shared), TTL, at(5_000)).unwrap(), Some(5_000));
+    }
+
+    #[test]
     fn a_semaphore_mismatch_removes_the_late_entry() {
-        let now = Now { boot_ns: 0 };
+        let now = Now { boot_ns: 0, unix_micros: 0 };
         let mut s = State::new("x", "b");
         join(&mut s, entry("1", Role::Permit(2)), TTL, now).unwrap();
         assert!(join(&mut s, entry("2", Role::Permit(3)), TTL, now).is_err());

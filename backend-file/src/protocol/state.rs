@@ -60,6 +60,8 @@ pub(crate) struct Grant {
 pub(crate) struct Now {
     /// `CLOCK_BOOTTIME`, nanoseconds.
     pub boot_ns: u64,
+    /// The wall clock, microseconds since the Unix epoch: the floor of fencing tokens.
+    pub unix_micros: u64,
 }
 
 impl Now {
@@ -68,6 +70,7 @@ impl Now {
         let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
         Now {
             boot_ns: (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64,
+            unix_micros: unix_micros(),
         }
     }
 
@@ -81,6 +84,13 @@ impl Now {
     pub fn until(self, ns: u64) -> std::time::Duration {
         std::time::Duration::from_nanos(ns.saturating_sub(self.boot_ns))
     }
+}
+
+/// The wall clock in microseconds since the Unix epoch (0 before it).
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl Entry {
@@ -114,18 +124,14 @@ pub(crate) fn entry_id(holder_id: &str) -> &str {
 }
 
 impl State {
-    /// An empty state for the lock `segment`. Its token count starts at the wall clock in
-    /// microseconds, so a state file that was removed (by hand, say) starts again above every
-    /// token handed out before, unless the clock went back.
+    /// An empty state for the lock `segment` (tokens then start at the wall clock: see
+    /// `queue.rs`).
     pub fn new(segment: &str, boot: &str) -> State {
-        let micros = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         State {
             format: FORMAT,
             segment: segment.to_owned(),
             boot: boot.to_owned(),
-            last_token: micros,
+            last_token: 0,
             entries: Vec::new(),
         }
     }
@@ -196,7 +202,7 @@ mod tests {
 
     #[test]
     fn prune_drops_the_dead_the_expired_and_everything_of_another_boot() {
-        let now = Now { boot_ns: 1_000 };
+        let now = Now { boot_ns: 1_000, unix_micros: 0 };
         let mut s = State::new("x", "boot1");
         s.entries = vec![
             entry("1", "dead", None),

@@ -8,7 +8,7 @@ use super::targets::{self, Verdict};
 use super::{cell, costs, find, primitives};
 use crate::model::{Record, Report};
 
-const BACKENDS: &[&str] = &["mem", "etcd", "zk", "redis"];
+const BACKENDS: &[&str] = &["mem", "file", "etcd", "zk", "redis"];
 
 /// Renders the document. `charts_href` is how the document links the charts directory.
 pub fn render(report: &Report, charts: &[Chart], charts_href: &str, quick: bool) -> String {

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use super::{cell, find};
 use crate::model::Report;
 
-const BACKENDS: &[&str] = &["mem", "etcd", "zk", "redis"];
+const BACKENDS: &[&str] = &["mem", "file", "etcd", "zk", "redis"];
 
 /// The section, if the run measured any of them.
 pub fn section(s: &mut String, report: &Report) {

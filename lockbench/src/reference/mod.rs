@@ -7,9 +7,12 @@
 //! | redis | `SET NX PX` + compare-and-delete script | pub/sub message | `rslock` |
 //! | etcd | create-if-absent txn (on a kept-alive lease) + delete | watch event of a delete | lock RPC (`etcd-client` `lock`/`unlock`) |
 //! | zk | create ephemeral-sequential + get-children + delete | exists-watch of a delete | `zookeeper-client`'s lock recipe |
+//! | file | open + `flock(LOCK_EX\|LOCK_NB)`, `flock(LOCK_UN)` + close | inotify event of a rename | `distributed-lock-file`, `fd-lock` |
 
 #[cfg(feature = "etcd-ref")]
 mod etcd;
+#[cfg(feature = "file-ref")]
+mod file;
 #[cfg(feature = "redis-ref")]
 mod redis;
 #[cfg(feature = "zk-ref")]
@@ -57,6 +60,8 @@ pub async fn for_backend(backend: &str, url: &str) -> Result<Reference, String> 
             "etcd" => etcd::reference(url).await.map_err(|e| format!("{e:#}")),
             #[cfg(feature = "zk-ref")]
             "zk" => zk::reference(url).await.map_err(|e| format!("{e:#}")),
+            #[cfg(feature = "file-ref")]
+            "file" => file::reference(url).await.map_err(|e| format!("{e:#}")),
             "mem" => Err("the in-process backend has no server: no floor or peer rows".to_string()),
             other => {
                 let _ = url;
