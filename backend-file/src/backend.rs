@@ -89,6 +89,7 @@ impl LockBackend for FileBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let (dir, file) = (self.dir.clone(), LockFile::of(lease.kind.family(), &lease.name));
         let id = entry_id(&lease.holder_id).to_owned();
+        self.dir.forget(&id);
         let held = tokio::task::spawn_blocking(move || dir.transact(&file, |state, _| Ok(queue::leave(state, &id))))
             .await
             .map_err(join_error)??;

@@ -9,7 +9,8 @@
 //! a blocking `flock` moved to a thread.
 //!
 //! A release needs no guard: its one step runs to its end in its thread whether or not anyone
-//! still awaits it.
+//! still awaits it. A lease whose guard stopped renewing it (abandoned) is removed by [`reap`]
+//! once a heartbeat finds it (see `Dir::beat`).
 
 use std::sync::Arc;
 
@@ -100,6 +101,30 @@ impl Drop for Pending {
         if !spawned {
             // No runtime (the process is ending): remove it here, which blocks briefly.
             let _ = dir.transact(&self.file, |state, _| Ok(queue::leave(state, &id)));
+        }
+    }
+}
+
+/// Removes the entries of abandoned leases (`Dir::beat` found them) in the background.
+pub(crate) fn reap(dir: &Arc<Dir>, abandoned: Vec<(String, LockFile)>) {
+    if abandoned.is_empty() {
+        return;
+    }
+    let dir = dir.clone();
+    cleanup::spawn(async move {
+        let reaped = tokio::task::spawn_blocking(move || reap_now(&dir, abandoned));
+        if let Err(e) = reaped.await {
+            tracing::warn!(error = %e, "file backend: removing abandoned leases failed; they go when this locker does");
+        }
+    });
+}
+
+/// [`reap`], here and now (in a blocking thread).
+pub(crate) fn reap_now(dir: &Dir, abandoned: Vec<(String, LockFile)>) {
+    for (id, file) in abandoned {
+        tracing::debug!(lock = %file.segment, "file backend: removing a lease its guard stopped renewing");
+        if let Err(e) = dir.transact(&file, |state, _| Ok(queue::leave(state, &id))) {
+            tracing::warn!(lock = %file.segment, error = %e, "file backend: could not remove an abandoned lease");
         }
     }
 }

@@ -17,7 +17,7 @@ pub(crate) fn inspect(dir: &Dir, name: &LockName) -> Result<LockInfo> {
         e.grant.map(|g| HolderInfo {
             holder_id: e.holder_id(),
             fencing_token: Some(g.token),
-            ttl_remaining: Some(now.until(g.expires_ns)),
+            ttl_remaining: Some(now.until(e.expires_ns)),
         })
     });
     Ok(LockInfo {

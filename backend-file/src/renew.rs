@@ -1,49 +1,55 @@
-//! `renew_many`: one transaction per lock file for all the leases due in it, all in one blocking
-//! thread. A lease whose entry is gone (expired and dropped by another process, or its file
-//! removed by hand) answers `NotHeld`, and the watchdog fires its lost signal.
+//! `renew_many`: one heartbeat renews every entry of the locker (see `conn/owner.rs`), so renewing
+//! costs one small write however many locks are held. Each lease is then checked against its
+//! state file (a read without the lock): a lease whose entry is gone (its TTL passed while the
+//! process was paused, or its file was removed by hand) answers `NotHeld`, and the watchdog fires
+//! its lost signal. The same heartbeat finds the leases whose guard stopped renewing them, and
+//! removes them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+
+use tokio::time::Instant;
 
 use lockcore::driver::Lease;
 use lockcore::{LockError, Result};
 
+use crate::cleanup::reap_now;
 use crate::conn::Dir;
 use crate::error::join_error;
 use crate::layout::LockFile;
-use crate::protocol::queue;
-use crate::protocol::state::entry_id;
+use crate::protocol::state::{entry_id, State};
 
 /// Renews `leases`; one result per lease, in order.
 pub(crate) async fn renew_many(dir: &Arc<Dir>, leases: &[Lease]) -> Vec<Result<()>> {
     let (dir, leases) = (dir.clone(), leases.to_vec());
     let count = leases.len();
     let renewed = tokio::task::spawn_blocking(move || {
-        // The leases of each lock file, in order of their first lease.
-        let mut files: Vec<(LockFile, Vec<usize>)> = Vec::new();
-        for (i, lease) in leases.iter().enumerate() {
-            let file = LockFile::of(lease.kind.family(), &lease.name);
-            match files.iter_mut().find(|(f, _)| f.stem == file.stem) {
-                Some((_, due)) => due.push(i),
-                None => files.push((file, vec![i])),
-            }
-        }
-        let mut results: Vec<Result<()>> = Vec::with_capacity(leases.len());
-        results.resize_with(leases.len(), || Ok(()));
-        for (file, due) in files {
-            let outcome = dir.transact(&file, |state, now| {
-                Ok(due
-                    .iter()
-                    .map(|&i| {
-                        let l = &leases[i];
-                        queue::renew(state, entry_id(&l.holder_id), l.ttl, now, l.name.as_str())
-                    })
-                    .collect::<Vec<_>>())
-            });
-            match outcome {
-                Ok(each) => due.iter().zip(each).for_each(|(&i, r)| results[i] = r),
-                Err(e) => due.iter().for_each(|&i| results[i] = Err(again(&e))),
-            }
-        }
+        let sent = Instant::now();
+        let abandoned = match dir.beat() {
+            Ok(abandoned) => abandoned,
+            Err(e) => return leases.iter().map(|_| Err(again(&e))).collect(),
+        };
+        let mut states: HashMap<String, Option<State>> = HashMap::new();
+        let results = leases
+            .iter()
+            .map(|lease| {
+                let file = LockFile::of(lease.kind.family(), &lease.name);
+                let id = entry_id(&lease.holder_id);
+                let state = states
+                    .entry(file.stem.clone())
+                    .or_insert_with(|| dir.read_raw(&file).ok());
+                let in_file = state
+                    .as_ref()
+                    .is_some_and(|s| s.entries.iter().any(|e| e.id == id && e.grant.is_some()));
+                if in_file && dir.renewed(id, sent) {
+                    Ok(())
+                } else {
+                    dir.forget(id);
+                    Err(LockError::not_held(lease.name.as_str()))
+                }
+            })
+            .collect();
+        reap_now(&dir, abandoned);
         results
     })
     .await;
@@ -53,8 +59,8 @@ pub(crate) async fn renew_many(dir: &Arc<Dir>, leases: &[Lease]) -> Vec<Result<(
     })
 }
 
-/// One error for each of several leases (a failed transaction fails all of its leases): a
-/// failure to renew, which the watchdog retries until the lease runs out.
+/// One error for each of several leases (a failed heartbeat fails all of them): a failure to
+/// renew, which the watchdog retries until the lease runs out.
 fn again(e: &LockError) -> LockError {
     LockError::Unavailable {
         message: format!("renewal failed: {e}"),

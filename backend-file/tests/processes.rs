@@ -26,7 +26,9 @@ fn child() {
     let args: Vec<String> = task.split(' ').map(str::to_owned).collect();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async move {
-        let locker = backend_file::connect(&BackendUrl::parse(&args[1]).unwrap()).await.unwrap();
+        let locker = backend_file::connect(&BackendUrl::parse(&args[1]).unwrap())
+            .await
+            .unwrap();
         match args[0].as_str() {
             "hold" => {
                 let ttl = Duration::from_millis(args[3].parse().unwrap());
@@ -99,7 +101,10 @@ async fn a_killed_holders_lock_passes_on_at_once_not_after_its_ttl() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let killed_at = Instant::now();
     signal(&child, rustix::process::Signal::KILL);
-    let guard = waiting.await.unwrap().expect("the waiter gets the lock of a killed holder");
+    let guard = waiting
+        .await
+        .unwrap()
+        .expect("the waiter gets the lock of a killed holder");
     assert!(
         killed_at.elapsed() < Duration::from_secs(10),
         "the lock passed on {:?} after the kill; its TTL was 60 s",
@@ -125,10 +130,17 @@ async fn a_paused_holder_loses_its_lock_after_its_ttl_and_is_told() {
         .acquire()
         .await
         .expect("the lock of a paused holder passes on after its TTL");
-    assert!(paused_at.elapsed() >= Duration::from_millis(300), "it passed on before the TTL");
+    assert!(
+        paused_at.elapsed() >= Duration::from_millis(300),
+        "it passed on before the TTL"
+    );
     assert!(guard.fencing_token() > token);
     signal(&child, rustix::process::Signal::CONT);
-    assert_eq!(says(&mut lines).await, "lost", "the resumed holder is told it lost the lock");
+    assert_eq!(
+        says(&mut lines).await,
+        "lost",
+        "the resumed holder is told it lost the lock"
+    );
     guard.release().await.unwrap();
 }
 
@@ -141,11 +153,21 @@ async fn processes_exclude_each_other() {
         .map(|_| spawn_child(&format!("count {} {name} {} 25", h.url(), counter.display())))
         .collect();
     for (mut child, _output) in children {
-        let status = within(Duration::from_secs(60), "a counting child", child.wait()).await.unwrap();
+        let status = within(Duration::from_secs(60), "a counting child", child.wait())
+            .await
+            .unwrap();
         assert!(status.success());
     }
-    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "100", "an update was lost: two processes held the lock at once");
-    assert!(h.look.entries(lockcore::Family::Mutex, &LockName::new(&name).unwrap()).unwrap().is_empty());
+    assert_eq!(
+        std::fs::read_to_string(&counter).unwrap(),
+        "100",
+        "an update was lost: two processes held the lock at once"
+    );
+    assert!(h
+        .look
+        .entries(lockcore::Family::Mutex, &LockName::new(&name).unwrap())
+        .unwrap()
+        .is_empty());
 }
 
 /// The classic bug of a blocking `flock` moved to a thread: the thread is granted the lock after
@@ -168,12 +190,20 @@ async fn an_acquire_given_up_on_never_acquires_later() {
         }
         held.release().await.unwrap();
         // Whatever the dropped waiter had in flight has ended and been undone by now.
-        let got = within(Duration::from_secs(10), "the lock after the waiter gave up", other.lock(&name).acquire())
-            .await
-            .unwrap();
+        let got = within(
+            Duration::from_secs(10),
+            "the lock after the waiter gave up",
+            other.lock(&name).acquire(),
+        )
+        .await
+        .unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
         let entries = h.look.entries(lockcore::Family::Mutex, &lock_name).unwrap();
-        assert_eq!(entries.len(), 1, "round {round}: someone besides the holder is in line: {entries:?}");
+        assert_eq!(
+            entries.len(),
+            1,
+            "round {round}: someone besides the holder is in line: {entries:?}"
+        );
         got.release().await.unwrap();
     }
 }
@@ -195,11 +225,19 @@ async fn a_step_stalled_on_the_lock_file_is_undone_after_it_ran() {
     let h = FileHarness::new();
     let name = lockcore::conformance::unique_name("stalled");
     let lock_name = LockName::new(&name).unwrap();
-    let lock_file = h.look.state_path(lockcore::Family::Mutex, &lock_name).with_extension("lock");
+    let lock_file = h
+        .look
+        .state_path(lockcore::Family::Mutex, &lock_name)
+        .with_extension("lock");
     let (waiter, other) = (h.locker().await, h.locker().await);
     for round in 0..10 {
         // Another process in the middle of a step: it holds the lock file.
-        let paused = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_file).unwrap();
+        let paused = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_file)
+            .unwrap();
         rustix::fs::flock(&paused, rustix::fs::FlockOperation::LockExclusive).unwrap();
         let gave_up = tokio::time::timeout(Duration::from_millis(50), waiter.lock(&name).acquire()).await;
         assert!(gave_up.is_err());
@@ -215,7 +253,11 @@ async fn a_step_stalled_on_the_lock_file_is_undone_after_it_ran() {
         })
         .await;
         let entries = h.look.entries(lockcore::Family::Mutex, &lock_name).unwrap();
-        assert_eq!(entries.len(), 1, "round {round}: the given-up waiter is back in line: {entries:?}");
+        assert_eq!(
+            entries.len(),
+            1,
+            "round {round}: the given-up waiter is back in line: {entries:?}"
+        );
         got.release().await.unwrap();
     }
 }

@@ -206,7 +206,9 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             topology: "single",
             url: format!(
                 "file://{}?request_timeout=2s",
-                std::env::temp_dir().join(format!("locksmith-chaos-{}", std::process::id())).display()
+                std::env::temp_dir()
+                    .join(format!("locksmith-chaos-{}", std::process::id()))
+                    .display()
             ),
             ttl,
             restart: None,

@@ -57,10 +57,23 @@ fn without_a_url_two_processes_exclude_each_other() {
     let token = holder.next_line();
     assert!(token.parse::<u64>().is_ok(), "hold printed {token:?}");
     let out = with_runtime(&["try", &name]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "a second process got the held lock: {out:?}");
-    assert!(runtime.join("locksmith").is_dir(), "the default directory is under XDG_RUNTIME_DIR");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a second process got the held lock: {out:?}"
+    );
+    assert!(
+        runtime.join("locksmith").is_dir(),
+        "the default directory is under XDG_RUNTIME_DIR"
+    );
     holder.signal("KILL");
     let _ = holder.exited();
-    let out = with_runtime(&["--timeout", "10s", "run", &name, "--", "true"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "the lock of a killed holder passed on: {out:?}");
+    let out = with_runtime(&["--timeout", "10s", "run", &name, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the lock of a killed holder passed on: {out:?}"
+    );
 }

@@ -1,18 +1,23 @@
-//! The "connection" of a file backend: the directory, this locker's liveness file in it
-//! (`owner.rs`), and transactions on a lock's state file (`txn.rs`).
+//! The "connection" of a file backend: the directory, this locker's liveness file in it and its
+//! heartbeat (`owner.rs`), the leases it holds, and transactions on a lock's state file
+//! (`txn.rs`).
 
 mod owner;
 mod txn;
 
+use std::collections::HashMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use lockcore::{LockError, Result};
+use tokio::time::Instant;
 
 use crate::error::io_error;
-use crate::layout::OWNERS_DIR;
+use crate::layout::{LockFile, OWNERS_DIR};
+use crate::protocol::state::{Liveness, Now};
 use crate::wake::Hub;
 use owner::Owner;
 
@@ -37,6 +42,11 @@ pub(crate) struct Dir {
     pub hub: Arc<Hub>,
     /// Set by `shutdown`.
     closed: AtomicBool,
+    /// The last heartbeat written (`CLOCK_BOOTTIME` ns).
+    beat_ns: AtomicU64,
+    /// The leases this locker holds, by entry id: what a heartbeat must not keep alive once their
+    /// guard stopped renewing them (see [`Dir::beat`]).
+    held: Mutex<HashMap<String, HeldLease>>,
     /// Whether a step that hands out a token syncs it to disk (the URL's `sync=`).
     sync: bool,
 }
@@ -55,8 +65,11 @@ impl Dir {
             .canonicalize()
             .map_err(|e| io_error("cannot open the lock directory", path, e))?;
         let owners = path.join(OWNERS_DIR);
-        let owner = Owner::create(&owners)?;
+        let beat = Now::read().boot_ns;
+        let owner = Owner::create(&owners, beat)?;
         Ok(Dir {
+            beat_ns: AtomicU64::new(beat),
+            held: Mutex::default(),
             hub: Hub::for_dir(&path)?,
             owner_id: owner.id.clone(),
             owner: Mutex::new(Some(owner)),
@@ -84,14 +97,106 @@ impl Dir {
         drop(self.owner.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 
-    /// Whether the locker `owner` is alive (this one: until closed). `reap` removes a dead
-    /// owner's liveness file.
-    fn is_alive(&self, owner: &str, reap: bool) -> bool {
+    /// Whether the locker `owner` is alive (this one: until closed), and its last heartbeat.
+    /// `reap` removes a dead owner's liveness file.
+    fn liveness(&self, owner: &str, reap: bool) -> Liveness {
         if owner == self.owner_id {
-            return !self.closed.load(Ordering::Acquire);
+            return match self.closed.load(Ordering::Acquire) {
+                true => Liveness::Dead,
+                false => Liveness::Beat(self.beat_ns.load(Ordering::Acquire)),
+            };
         }
-        owner::is_alive(&self.owners, owner, reap)
+        owner::liveness(&self.owners, owner, reap)
     }
+
+    /// Writes a heartbeat: every entry of this locker lives for its TTL from now on. Returns the
+    /// held leases whose guard has not renewed them for their TTL (abandoned: the heartbeat would
+    /// keep them alive for good), which the caller removes.
+    ///
+    /// A held lease that had expired under the previous heartbeat by the time this one was
+    /// written may have been dropped by another process meanwhile (one that read the old
+    /// heartbeat), even though its entry is still in the file: it is marked lost, and its next
+    /// renewal says `NotHeld`.
+    pub fn beat(&self) -> Result<Vec<(String, LockFile)>> {
+        let previous = {
+            let owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
+            let owner = owner.as_ref().ok_or(LockError::Closed)?;
+            let now = Now::read().boot_ns;
+            owner.beat(now)?;
+            self.beat_ns.swap(now, Ordering::AcqRel)
+        };
+        let written = Now::read().boot_ns;
+        let now = Instant::now();
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        for h in held.values_mut() {
+            let expired_at = h.since_ns.max(previous).saturating_add(duration_ns(h.ttl));
+            h.lost |= expired_at <= written;
+        }
+        let abandoned: Vec<String> = held
+            .iter()
+            .filter(|(_, h)| h.renewed + h.ttl < now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        Ok(abandoned
+            .into_iter()
+            .filter_map(|id| held.remove(&id).map(|h| (id, h.file)))
+            .collect())
+    }
+
+    /// Records a lease granted to this locker: entry `id` of `file`, granted at `since_ns`
+    /// (`CLOCK_BOOTTIME`) by a request sent at `sent`.
+    pub fn hold(&self, id: &str, file: &LockFile, ttl: Duration, since_ns: u64, sent: Instant) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.insert(
+            id.to_owned(),
+            HeldLease {
+                file: file.clone(),
+                ttl,
+                since_ns,
+                renewed: sent,
+                lost: false,
+            },
+        );
+    }
+
+    /// Records that the lease of entry `id` was renewed by a heartbeat written after `sent`;
+    /// `false` (and the lease is forgotten) if it is not held any more or was marked lost.
+    pub fn renewed(&self, id: &str, sent: Instant) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        match held.get_mut(id) {
+            Some(h) if !h.lost => {
+                h.renewed = sent;
+                true
+            }
+            _ => {
+                held.remove(id);
+                false
+            }
+        }
+    }
+
+    /// Forgets the lease of entry `id` (released, or lost).
+    pub fn forget(&self, id: &str) {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+    }
+}
+
+/// A duration in nanoseconds (saturating).
+pub(crate) fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A lease this locker holds.
+#[derive(Debug)]
+struct HeldLease {
+    file: LockFile,
+    ttl: Duration,
+    /// When it was granted (`CLOCK_BOOTTIME` ns).
+    since_ns: u64,
+    /// When its last renewal (or its grant) was sent.
+    renewed: Instant,
+    /// It expired under a heartbeat before one that came too late (see [`Dir::beat`]).
+    lost: bool,
 }
 
 /// This host's name (what `inspect` shows beside the pid).

@@ -1,19 +1,25 @@
-//! Liveness: one file per locker in `.owners/`, locked (`flock`) for as long as the locker lives.
+//! Liveness: one file per locker in `.owners/`, locked (`flock`) for as long as the locker lives,
+//! holding its heartbeat.
 //!
-//! The kernel drops a `flock` when the last descriptor of its open file closes, which happens when
-//! the process ends however it ends (`exit`, a panic, SIGKILL). So an owner whose file another
-//! process can lock is gone, and its entries in every queue are dead: any transaction drops them,
-//! at once, with no TTL to wait for. The file is opened for writing, so its closing also raises
-//! `IN_CLOSE_WRITE` on the directory, which is what wakes waiters when a holder's process dies
-//! (see `wake.rs`).
+//! - **Death.** The kernel drops a `flock` when the last descriptor of its open file closes, which
+//!   happens when the process ends however it ends (`exit`, a panic, SIGKILL). So an owner whose
+//!   file another process can lock is gone, and its entries in every queue are dead: any
+//!   transaction drops them, at once, with no TTL to wait for. The file is open for writing, so
+//!   its closing also raises `IN_CLOSE_WRITE` on the directory, which is what wakes waiters when a
+//!   holder's process dies (see `wake.rs`).
+//! - **Heartbeat.** The file's 8 bytes are the `CLOCK_BOOTTIME` (ns) of the locker's last renewal
+//!   (or of a waiter's periodic beat), written in place. An entry lives for its TTL past the later
+//!   of its grant and that beat (`protocol/state.rs`), so one write renews every lock of the locker
+//!   and a paused process loses them all once their TTLs pass.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{flock, FlockOperation};
 
 use crate::error::{errno_error, io_error};
+use crate::protocol::state::Liveness;
 use lockcore::Result;
 
 /// This locker's liveness file, locked until it is dropped.
@@ -27,23 +33,36 @@ pub(crate) struct Owner {
 }
 
 impl Owner {
-    /// Creates and locks a new liveness file in `owners` (the `.owners` directory).
-    pub fn create(owners: &Path) -> Result<Owner> {
+    /// Creates and locks a new liveness file in `owners` (the `.owners` directory), with its first
+    /// heartbeat `beat_ns`. It is written and locked under a temporary name and then renamed into
+    /// place, so no other process ever sees it unlocked (which would make it dead).
+    pub fn create(owners: &Path, beat_ns: u64) -> Result<Owner> {
         let id = format!("{:032x}", rand::random::<u128>());
-        let path = owners.join(&id);
+        let (temp, path) = (owners.join(format!(".{id}.tmp")), owners.join(&id));
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o644)
-            .open(&path)
-            .map_err(|e| io_error("cannot create the liveness file", &path, e))?;
+            .open(&temp)
+            .map_err(|e| io_error("cannot create the liveness file", &temp, e))?;
         flock(&file, FlockOperation::NonBlockingLockExclusive)
-            .map_err(|e| errno_error("cannot lock the liveness file", &path, e))?;
-        Ok(Owner {
+            .map_err(|e| errno_error("cannot lock the liveness file", &temp, e))?;
+        let mut owner = Owner {
             id,
-            path,
+            path: temp,
             file: Some(file),
-        })
+        };
+        owner.beat(beat_ns)?;
+        std::fs::rename(&owner.path, &path).map_err(|e| io_error("cannot create the liveness file", &path, e))?;
+        owner.path = path;
+        Ok(owner)
+    }
+
+    /// Writes the heartbeat `beat_ns` (8 bytes in place: no rename, no sync).
+    pub fn beat(&self, beat_ns: u64) -> Result<()> {
+        let file = self.file.as_ref().expect("an owner's file is open until it is dropped");
+        file.write_all_at(&beat_ns.to_le_bytes(), 0)
+            .map_err(|e| io_error("cannot write the heartbeat to", &self.path, e))
     }
 }
 
@@ -55,26 +74,32 @@ impl Drop for Owner {
     }
 }
 
-/// Whether the owner `id` in `owners` is alive: its file exists and someone holds its lock. A dead
-/// owner's file is removed when `reap` is set (its lock is held while the file is removed, so a
-/// live owner's file is never removed).
-pub(crate) fn is_alive(owners: &Path, id: &str, reap: bool) -> bool {
+/// Whether the owner `id` in `owners` is alive (its file exists and someone holds its lock), and
+/// its last heartbeat. A dead owner's file is removed when `reap` is set (its lock is held while
+/// the file is removed, so a live owner's file is never removed).
+pub(crate) fn liveness(owners: &Path, id: &str, reap: bool) -> Liveness {
     if id.is_empty() || id.contains('/') || id.starts_with('.') {
-        return false;
+        return Liveness::Dead;
     }
     let path = owners.join(id);
     let Ok(file) = File::open(&path) else {
-        return false;
+        return Liveness::Dead;
     };
     match flock(&file, FlockOperation::NonBlockingLockShared) {
         Ok(()) => {
             if reap {
                 let _ = std::fs::remove_file(&path);
             }
-            false
+            Liveness::Dead
         }
         // Held by its owner (EWOULDBLOCK), or a failure to tell: count it alive, never drop a
-        // live holder.
-        Err(_) => true,
+        // live holder early. A heartbeat that cannot be read counts as "now".
+        Err(_) => {
+            let mut beat = [0u8; 8];
+            match file.read_exact_at(&mut beat, 0) {
+                Ok(()) => Liveness::Beat(u64::from_le_bytes(beat)),
+                Err(_) => Liveness::Beat(crate::protocol::state::Now::read().boot_ns),
+            }
+        }
     }
 }

@@ -29,14 +29,20 @@ impl Dir {
         let _locked = self.lock(file)?;
         let now = Now::read();
         let original = self.load(file)?;
-        let mut state = original
-            .clone()
-            .unwrap_or_else(|| State::new(&file.segment, &self.boot));
-        state.prune(&self.boot, now, |owner| self.is_alive(owner, true));
+        let mut state = match &original {
+            Some((state, _)) => state.clone(),
+            None => State::new(&file.segment, &self.boot),
+        };
+        state.prune(&self.boot, now, |owner| self.liveness(owner, true));
         let out = step(&mut state, now);
-        if original.as_ref() != Some(&state) && !(original.is_none() && state.entries.is_empty()) {
-            let durable = self.sync && original.as_ref().is_none_or(|o| o.last_token != state.last_token);
-            self.store(file, &state, durable)?;
+        let bytes = serde_json::to_vec(&state).map_err(|e| LockError::Protocol(e.to_string()))?;
+        let changed = match &original {
+            Some((_, old)) => *old != bytes,
+            None => !state.entries.is_empty(),
+        };
+        if changed {
+            let durable = self.sync && original.as_ref().is_none_or(|(o, _)| o.last_token != state.last_token);
+            self.store(file, &bytes, durable)?;
         }
         out
     }
@@ -44,28 +50,27 @@ impl Dir {
     /// The state of `file` as it is now, without its dead entries, read without the lock (a
     /// look, for waiters deciding whether to take a turn, and for `inspect`, `list`, `leader`).
     pub fn read(&self, file: &LockFile) -> Result<State> {
-        let mut state = self
-            .load(file)?
-            .unwrap_or_else(|| State::new(&file.segment, &self.boot));
-        state.prune(&self.boot, Now::read(), |owner| self.is_alive(owner, false));
+        let mut state = self.read_raw(file)?;
+        state.prune(&self.boot, Now::read(), |owner| self.liveness(owner, false));
         Ok(state)
     }
 
     /// The state of `file` as it is on disk, dead entries included.
     pub fn read_raw(&self, file: &LockFile) -> Result<State> {
-        Ok(self
-            .load(file)?
-            .unwrap_or_else(|| State::new(&file.segment, &self.boot)))
+        Ok(match self.load(file)? {
+            Some((state, _)) => state,
+            None => State::new(&file.segment, &self.boot),
+        })
     }
 
     /// The state file of stem `stem` (whatever lock it is), without its dead entries: what `list`
     /// reads. `None` if it went meanwhile.
     pub fn read_stem(&self, stem: &str) -> Result<Option<State>> {
         let path = self.path.join(format!("{stem}{STATE_SUFFIX}"));
-        let Some(mut state) = self.load_path(&path, None)? else {
+        let Some((mut state, _)) = self.load_path(&path, None)? else {
             return Ok(None);
         };
-        state.prune(&self.boot, Now::read(), |owner| self.is_alive(owner, false));
+        state.prune(&self.boot, Now::read(), |owner| self.liveness(owner, false));
         Ok(Some(state))
     }
 
@@ -90,13 +95,13 @@ impl Dir {
         }
     }
 
-    /// The state file of `file`, `None` if there is none yet.
-    fn load(&self, file: &LockFile) -> Result<Option<State>> {
+    /// The state file of `file` and its bytes, `None` if there is none yet.
+    fn load(&self, file: &LockFile) -> Result<Option<(State, Vec<u8>)>> {
         self.load_path(&file.state_path(&self.path), Some(&file.segment))
     }
 
-    /// The state file at `path`, which must be the state of `segment` if given.
-    fn load_path(&self, path: &Path, segment: Option<&str>) -> Result<Option<State>> {
+    /// The state file at `path` and its bytes; it must be the state of `segment` if given.
+    fn load_path(&self, path: &Path, segment: Option<&str>) -> Result<Option<(State, Vec<u8>)>> {
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -115,13 +120,12 @@ impl Dir {
                 path.display()
             )));
         }
-        Ok(Some(state))
+        Ok(Some((state, bytes)))
     }
 
-    /// Replaces the state file of `file` with `state`.
-    fn store(&self, file: &LockFile, state: &State, durable: bool) -> Result<()> {
+    /// Replaces the state file of `file` with `bytes`.
+    fn store(&self, file: &LockFile, bytes: &[u8], durable: bool) -> Result<()> {
         let (temp, path) = (file.temp_path(&self.path), file.state_path(&self.path));
-        let bytes = serde_json::to_vec(state).map_err(|e| LockError::Protocol(e.to_string()))?;
         let write = || -> std::io::Result<()> {
             let mut f = OpenOptions::new()
                 .write(true)
@@ -129,7 +133,7 @@ impl Dir {
                 .truncate(true)
                 .mode(0o664)
                 .open(&temp)?;
-            f.write_all(&bytes)?;
+            f.write_all(bytes)?;
             if durable {
                 f.sync_data()?;
             }

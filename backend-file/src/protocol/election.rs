@@ -42,7 +42,7 @@ fn read(dir: &Dir, file: &LockFile) -> Result<LeaderNow> {
                     term: g.token,
                     holder_id: e.holder_id(),
                 },
-                g.expires_ns,
+                e.expires_ns,
             ),
             None => LeaderNow::Pending,
         },

@@ -1,9 +1,8 @@
 //! The steps on one lock's queue, each run inside one transaction (`conn/txn.rs`) on the state it
-//! read: join, take a turn, try once, renew, leave. Who holds is decided by
+//! read: join, take a turn, try once, leave. (Renewing is no step: a locker's heartbeat renews all
+//! its entries, see `conn/owner.rs`.) Who holds is decided by
 //! [`lockcore::driver::queue::standing`], the rule of every queue backend, on the whole queue (the
 //! file holds it all), so a semaphore or a read-write lock needs no step of its own.
-
-use std::time::Duration;
 
 use lockcore::driver::queue::{holds_at_tail, standing, Standing};
 use lockcore::{LockError, Result};
@@ -13,29 +12,30 @@ use super::state::{Entry, Grant, Now, State};
 /// What a waiter found.
 #[derive(Debug)]
 pub(crate) enum Turn {
-    /// It holds, with this fencing token.
-    Granted(u64),
+    /// It holds: its fencing token, and when its lease started (`CLOCK_BOOTTIME` ns).
+    Granted(u64, u64),
     /// Not yet: wait until woken, or until this instant (`CLOCK_BOOTTIME` ns: a holder's expiry).
     Wait(Option<u64>),
 }
 
 /// Adds `entry` at the tail of the queue and takes its first turn.
-pub(crate) fn join(state: &mut State, entry: Entry, ttl: Duration, now: Now) -> Result<Turn> {
+pub(crate) fn join(state: &mut State, mut entry: Entry, now: Now) -> Result<Turn> {
     let id = entry.id.clone();
+    entry.since_ns = now.boot_ns;
     state.entries.push(entry);
-    turn(state, &id, ttl, now)
+    turn(state, &id, now)
 }
 
 /// Entry `id` takes its turn: it holds now if the queue rule says so.
-pub(crate) fn turn(state: &mut State, id: &str, ttl: Duration, now: Now) -> Result<Turn> {
+pub(crate) fn turn(state: &mut State, id: &str, now: Now) -> Result<Turn> {
     let me = state
         .position(id)
         .ok_or_else(|| LockError::Protocol("this waiter's entry was removed from the lock's state file".into()))?;
     if let Some(grant) = state.entries[me].grant {
-        return Ok(Turn::Granted(grant.token));
+        return Ok(Turn::Granted(grant.token, state.entries[me].since_ns));
     }
     match standing(&state.roles()?, me) {
-        Ok(Standing::Holds) => Ok(Turn::Granted(grant(state, me, ttl, now))),
+        Ok(Standing::Holds) => Ok(Turn::Granted(grant(state, me, now), now.boot_ns)),
         Ok(_) => Ok(Turn::Wait(state.next_expiry())),
         Err(e) => {
             state.entries.remove(me);
@@ -56,30 +56,15 @@ pub(crate) fn would_hold(state: &State, id: &str) -> Result<bool> {
     ))
 }
 
-/// One attempt: `entry` joins and holds if it would hold at once; otherwise nothing changes.
-pub(crate) fn try_take(state: &mut State, entry: Entry, ttl: Duration, now: Now) -> Result<Option<u64>> {
+/// One attempt: `entry` joins and holds if it would hold at once (its fencing token); otherwise
+/// nothing changes.
+pub(crate) fn try_take(state: &mut State, entry: Entry, now: Now) -> Result<Option<u64>> {
     let role = entry.role().ok_or_else(|| LockError::Protocol("unknown role".into()))?;
     if !holds_at_tail(&state.roles()?, role)? {
         return Ok(None);
     }
     state.entries.push(entry);
-    Ok(Some(grant(state, state.entries.len() - 1, ttl, now)))
-}
-
-/// Extends the lease of holder `id` by `ttl` from now; [`LockError::NotHeld`] if it is gone.
-pub(crate) fn renew(state: &mut State, id: &str, ttl: Duration, now: Now, name: &str) -> Result<()> {
-    match state
-        .entries
-        .iter_mut()
-        .find(|e| e.id == id)
-        .and_then(|e| e.grant.as_mut())
-    {
-        Some(grant) => {
-            grant.expires_ns = now.plus(ttl);
-            Ok(())
-        }
-        None => Err(LockError::not_held(name)),
-    }
+    Ok(Some(grant(state, state.entries.len() - 1, now)))
 }
 
 /// Removes entry `id` (a holder releasing, a waiter leaving); whether it held.
@@ -90,17 +75,16 @@ pub(crate) fn leave(state: &mut State, id: &str) -> bool {
     }
 }
 
-/// Grants entry `me` a lease of `ttl` and the next fencing token: one more than the last, and at
-/// least the wall clock in microseconds, so that a state that went back (a power cut before an
-/// unsynced rename reached the disk, with `sync=off`; a state file removed by hand) still hands
-/// out tokens above every earlier one, unless the clock went back too.
-fn grant(state: &mut State, me: usize, ttl: Duration, now: Now) -> u64 {
+/// Grants entry `me` its lease (its TTL counts from now) and the next fencing token: one more than
+/// the last, and at least the wall clock in microseconds, so that a state that went back (a power
+/// cut before an unsynced rename reached the disk, with `sync=off`; a state file removed by hand)
+/// still hands out tokens above every earlier one, unless the clock went back too.
+fn grant(state: &mut State, me: usize, now: Now) -> u64 {
     state.last_token = (state.last_token + 1).max(now.unix_micros);
     let token = state.last_token;
-    state.entries[me].grant = Some(Grant {
-        token,
-        expires_ns: now.plus(ttl),
-    });
+    let entry = &mut state.entries[me];
+    entry.since_ns = now.boot_ns;
+    entry.grant = Some(Grant { token });
     token
 }
 
@@ -117,56 +101,82 @@ mod tests {
             host: "h".into(),
             role: Entry::role_text(role),
             value: String::new(),
+            since_ns: 0,
+            ttl_ns: 1_000,
             grant: None,
+            expires_ns: 0,
         }
     }
 
-    const TTL: Duration = Duration::from_secs(1);
-
     #[test]
     fn waiters_hold_in_order_with_increasing_tokens() {
-        let now = Now { boot_ns: 0, unix_micros: 0 };
+        let now = Now {
+            boot_ns: 0,
+            unix_micros: 0,
+        };
         let mut s = State::new("x", "b");
-        let Turn::Granted(t1) = join(&mut s, entry("1", Role::Exclusive), TTL, now).unwrap() else {
+        let Turn::Granted(t1, _) = join(&mut s, entry("1", Role::Exclusive), now).unwrap() else {
             panic!("the first holds")
         };
         assert!(matches!(
-            join(&mut s, entry("2", Role::Exclusive), TTL, now).unwrap(),
-            Turn::Wait(Some(_))
+            join(&mut s, entry("2", Role::Exclusive), now).unwrap(),
+            Turn::Wait(_)
         ));
         assert!(!would_hold(&s, "2").unwrap());
-        assert_eq!(try_take(&mut s, entry("3", Role::Exclusive), TTL, now).unwrap(), None);
+        assert_eq!(try_take(&mut s, entry("3", Role::Exclusive), now).unwrap(), None);
         assert!(leave(&mut s, "1"));
         assert!(would_hold(&s, "2").unwrap());
-        let Turn::Granted(t2) = turn(&mut s, "2", TTL, now).unwrap() else {
+        let Turn::Granted(t2, since) = turn(
+            &mut s,
+            "2",
+            Now {
+                boot_ns: 7,
+                unix_micros: 0,
+            },
+        )
+        .unwrap() else {
             panic!("next")
         };
         assert!(t2 > t1);
-        assert!(renew(&mut s, "2", TTL, Now { boot_ns: 5, unix_micros: 0 }, "x").is_ok());
-        assert!(renew(&mut s, "1", TTL, now, "x").unwrap_err().is_not_held());
+        assert_eq!((s.entries[0].since_ns, since), (7, 7), "a grant starts the lease");
         assert!(!leave(&mut s, "1"));
     }
 
     #[test]
     fn tokens_are_one_more_than_the_last_and_at_least_the_wall_clock() {
         let mut s = State::new("x", "b");
-        let at = |micros| Now { boot_ns: 0, unix_micros: micros };
-        assert_eq!(try_take(&mut s, entry("1", Role::Shared), TTL, at(1_000)).unwrap(), Some(1_000));
-        assert_eq!(try_take(&mut s, entry("2", Role::Shared), TTL, at(1_000)).unwrap(), Some(1_001));
+        let at = |micros| Now {
+            boot_ns: 0,
+            unix_micros: micros,
+        };
+        assert_eq!(
+            try_take(&mut s, entry("1", Role::Shared), at(1_000)).unwrap(),
+            Some(1_000)
+        );
+        assert_eq!(
+            try_take(&mut s, entry("2", Role::Shared), at(1_000)).unwrap(),
+            Some(1_001)
+        );
         // The clock went back: the tokens go on from the last.
-        assert_eq!(try_take(&mut s, entry("3", Role::Shared), TTL, at(10)).unwrap(), Some(1_002));
+        assert_eq!(try_take(&mut s, entry("3", Role::Shared), at(10)).unwrap(), Some(1_002));
         // A state that lost its last tokens (removed, or a power cut with sync=off) starts again
         // at the clock, above them.
         let mut fresh = State::new("x", "b");
-        assert_eq!(try_take(&mut fresh, entry("4", Role::Shared), TTL, at(5_000)).unwrap(), Some(5_000));
+        assert_eq!(
+            try_take(&mut fresh, entry("4", Role::Shared), at(5_000)).unwrap(),
+            Some(5_000)
+        );
     }
 
     #[test]
     fn a_semaphore_mismatch_removes_the_late_entry() {
-        let now = Now { boot_ns: 0, unix_micros: 0 };
+        let now = Now {
+            boot_ns: 0,
+            unix_micros: 0,
+        };
         let mut s = State::new("x", "b");
-        join(&mut s, entry("1", Role::Permit(2)), TTL, now).unwrap();
-        assert!(join(&mut s, entry("2", Role::Permit(3)), TTL, now).is_err());
+        join(&mut s, entry("1", Role::Permit(2)), now).unwrap();
+        assert!(join(&mut s, entry("2", Role::Permit(3)), now).is_err());
         assert_eq!(s.entries.len(), 1);
     }
 }

@@ -1,5 +1,5 @@
 //! What a lock's state file holds: its queue of holders and waiters in arrival order and its last
-//! fencing token, and the rules that drop the entries of the dead.
+//! fencing token, and the rule that drops the entries of the dead.
 
 use lockcore::driver::Role;
 use serde::{Deserialize, Serialize};
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) const FORMAT: u32 = 1;
 
 /// One lock's state file.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct State {
     /// [`FORMAT`].
     pub format: u32,
@@ -25,7 +25,12 @@ pub(crate) struct State {
 }
 
 /// A holder or a waiter.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// It lives while its locker does (the locker's liveness file is locked) and until its TTL has
+/// passed since the later of the moment it joined or was granted (`since_ns`) and the locker's
+/// last heartbeat (written in the liveness file on every renewal: one write renews every entry of
+/// the locker, however many it has; see `conn/owner.rs`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Entry {
     /// Random, unique among the entries of every lock.
     pub id: String,
@@ -40,9 +45,18 @@ pub(crate) struct Entry {
     /// What an election candidate campaigns with.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub value: String,
+    /// When it joined, or was granted once it holds: `CLOCK_BOOTTIME` in nanoseconds (one clock
+    /// for every process of the machine, never set back).
+    pub since_ns: u64,
+    /// Its TTL in nanoseconds.
+    pub ttl_ns: u64,
     /// Set once it holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant: Option<Grant>,
+    /// When it expires unless its locker beats again (`CLOCK_BOOTTIME` ns), as the last
+    /// [`State::prune`] found; not stored.
+    #[serde(skip)]
+    pub expires_ns: u64,
 }
 
 /// A holder's lease.
@@ -50,9 +64,15 @@ pub(crate) struct Entry {
 pub(crate) struct Grant {
     /// Its fencing token.
     pub token: u64,
-    /// When it expires unless renewed: `CLOCK_BOOTTIME` in nanoseconds (one clock for every
-    /// process of the machine, never set back).
-    pub expires_ns: u64,
+}
+
+/// What a liveness check found of a locker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// Its process ended (or its locker shut down).
+    Dead,
+    /// Alive; its last heartbeat (`CLOCK_BOOTTIME` ns).
+    Beat(u64),
 }
 
 /// The instant a step runs at, on the clocks the state uses.
@@ -72,12 +92,6 @@ impl Now {
             boot_ns: (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64,
             unix_micros: unix_micros(),
         }
-    }
-
-    /// `self` plus `d`, in nanoseconds of `CLOCK_BOOTTIME`.
-    pub fn plus(self, d: std::time::Duration) -> u64 {
-        self.boot_ns
-            .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
 
     /// The time from now until `ns` (zero if it has passed).
@@ -136,25 +150,31 @@ impl State {
         }
     }
 
-    /// Drops the entries of the dead: all of them after a reboot, those whose owner is gone
-    /// (`alive` says), holders whose lease expired. Returns whether any was dropped.
-    pub fn prune(&mut self, boot: &str, now: Now, mut alive: impl FnMut(&str) -> bool) -> bool {
+    /// Drops the entries of the dead: all of them after a reboot, those whose owner is gone, and
+    /// those whose TTL has passed since they joined or were granted and since their owner's last
+    /// heartbeat (`liveness` says, asked once per owner). Sets the `expires_ns` of the others.
+    /// Returns whether any was dropped.
+    pub fn prune(&mut self, boot: &str, now: Now, mut liveness: impl FnMut(&str) -> Liveness) -> bool {
         let before = self.entries.len();
         if self.boot != boot {
             self.boot = boot.to_owned();
             self.entries.clear();
         }
-        let mut verdicts: Vec<(String, bool)> = Vec::new();
-        self.entries.retain(|e| {
-            if e.grant.is_some_and(|g| g.expires_ns <= now.boot_ns) {
-                return false;
-            }
-            match verdicts.iter().find(|(owner, _)| *owner == e.owner) {
+        let mut verdicts: Vec<(String, Liveness)> = Vec::new();
+        self.entries.retain_mut(|e| {
+            let verdict = match verdicts.iter().find(|(owner, _)| *owner == e.owner) {
                 Some((_, verdict)) => *verdict,
                 None => {
-                    let verdict = alive(&e.owner);
+                    let verdict = liveness(&e.owner);
                     verdicts.push((e.owner.clone(), verdict));
                     verdict
+                }
+            };
+            match verdict {
+                Liveness::Dead => false,
+                Liveness::Beat(beat) => {
+                    e.expires_ns = e.since_ns.max(beat).saturating_add(e.ttl_ns);
+                    e.expires_ns > now.boot_ns
                 }
             }
         });
@@ -178,9 +198,9 @@ impl State {
             .collect()
     }
 
-    /// The earliest expiry of a holder, if any holds.
+    /// The earliest expiry of an entry (as the last [`State::prune`] found), if there is one.
     pub fn next_expiry(&self) -> Option<u64> {
-        self.entries.iter().filter_map(|e| e.grant.map(|g| g.expires_ns)).min()
+        self.entries.iter().map(|e| e.expires_ns).min()
     }
 }
 
@@ -188,7 +208,7 @@ impl State {
 mod tests {
     use super::*;
 
-    fn entry(id: &str, owner: &str, grant: Option<Grant>) -> Entry {
+    fn entry(id: &str, owner: &str, since_ns: u64, ttl_ns: u64) -> Entry {
         Entry {
             id: id.into(),
             owner: owner.into(),
@@ -196,55 +216,55 @@ mod tests {
             host: "h".into(),
             role: "exclusive".into(),
             value: String::new(),
-            grant,
+            since_ns,
+            ttl_ns,
+            grant: None,
+            expires_ns: 0,
         }
     }
 
     #[test]
     fn prune_drops_the_dead_the_expired_and_everything_of_another_boot() {
-        let now = Now { boot_ns: 1_000, unix_micros: 0 };
+        let now = Now {
+            boot_ns: 1_000,
+            unix_micros: 0,
+        };
         let mut s = State::new("x", "boot1");
         s.entries = vec![
-            entry("1", "dead", None),
-            entry(
-                "2",
-                "live",
-                Some(Grant {
-                    token: 1,
-                    expires_ns: 999,
-                }),
-            ),
-            entry(
-                "3",
-                "live",
-                Some(Grant {
-                    token: 2,
-                    expires_ns: 2_000,
-                }),
-            ),
-            entry("4", "live", None),
+            entry("1", "dead", 900, 1_000),
+            // Joined long ago, its owner last beat at 500: 500 + 400 < 1000.
+            entry("2", "slow", 0, 400),
+            // The same owner's heartbeat keeps a longer TTL alive.
+            entry("3", "slow", 0, 600),
+            // Granted recently: since 800 + 300 > 1000, whatever the heartbeat.
+            entry("4", "slow", 800, 300),
         ];
         let mut asked = Vec::new();
         assert!(s.prune("boot1", now, |o| {
             asked.push(o.to_owned());
-            o == "live"
+            if o == "dead" {
+                Liveness::Dead
+            } else {
+                Liveness::Beat(500)
+            }
         }));
         let ids: Vec<_> = s.entries.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["3", "4"]);
-        assert_eq!(asked, ["dead", "live"], "each owner is asked once");
-        assert!(!s.prune("boot1", now, |_| true));
-        assert!(s.prune("boot2", now, |_| true));
+        assert_eq!(asked, ["dead", "slow"], "each owner is asked once");
+        assert_eq!(s.next_expiry(), Some(1_100));
+        assert!(!s.prune("boot1", now, |_| Liveness::Beat(1_000)));
+        assert!(s.prune("boot2", now, |_| Liveness::Beat(1_000)));
         assert!(s.entries.is_empty());
     }
 
     #[test]
     fn roles_and_holder_ids_read_back() {
         for role in [Role::Exclusive, Role::Shared, Role::Permit(7)] {
-            let mut e = entry("abc", "o", None);
+            let mut e = entry("abc", "o", 0, 1);
             e.role = Entry::role_text(role);
             assert_eq!(e.role(), Some(role));
         }
-        let e = entry("abc", "o", None);
+        let e = entry("abc", "o", 0, 1);
         assert_eq!(entry_id(&e.holder_id()), "abc");
     }
 }

@@ -1,9 +1,12 @@
 //! `try_acquire` and `acquire`: one wait loop for every kind.
 //!
 //! A waiter joins the queue in one transaction, then sleeps until the kernel says the lock's state
-//! file changed (or a locker of the directory ended), or until the earliest expiry of a holder.
+//! file changed (or a locker of the directory ended), or until the earliest expiry of an entry.
 //! Woken, it reads the state without the lock and takes the lock only when its turn has come, so
-//! a change costs each other waiter one read, and only the next holder writes.
+//! a change costs each other waiter one read, and only the next holder writes. While it waits it
+//! writes its locker's heartbeat every third of its TTL, so that its entry lives while it waits
+//! (and dies with a paused or stuck process). An entry dropped meanwhile (the process was paused
+//! past its TTL) joins again at the tail.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +18,7 @@ use lockcore::{LockError, LockKind, Result};
 
 use super::queue::{self, Turn};
 use super::state::{Entry, Now};
-use crate::cleanup::Pending;
+use crate::cleanup::{reap, Pending};
 use crate::conn::Dir;
 use crate::layout::LockFile;
 
@@ -23,50 +26,58 @@ use crate::layout::LockFile;
 pub(crate) async fn try_acquire(dir: &Arc<Dir>, req: &LockRequest) -> Result<Option<Lease>> {
     dir.check_open()?;
     let file = LockFile::of(req.kind.family(), &req.name);
-    let entry = new_entry(dir, &req.kind);
-    let (holder_id, ttl) = (entry.holder_id(), req.ttl);
-    let mut pending = Pending::new(dir, &file, &entry.id);
+    let entry = new_entry(dir, &req.kind, req.ttl);
+    let (id, holder_id) = (entry.id.clone(), entry.holder_id());
+    let mut pending = Pending::new(dir, &file, &id);
     let sent = Instant::now();
-    let token = pending
-        .run(move |state, now| queue::try_take(state, entry, ttl, now))
+    let taken = pending
+        .run(move |state, now| Ok(queue::try_take(state, entry, now)?.map(|token| (token, now.boot_ns))))
         .await?;
     pending.keep();
-    Ok(token.map(|token| lease(req, holder_id, token, sent)))
+    Ok(taken.map(|(token, since_ns)| {
+        dir.hold(&id, &file, req.ttl, since_ns, sent);
+        lease(req, holder_id, token, sent)
+    }))
 }
 
 /// Waits in line until the lock is held, or `deadline`.
 pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
     dir.check_open()?;
     let file = LockFile::of(req.kind.family(), &req.name);
-    let entry = new_entry(dir, &req.kind);
-    let (id, holder_id, ttl) = (entry.id.clone(), entry.holder_id(), req.ttl);
+    let entry = new_entry(dir, &req.kind, req.ttl);
+    let (id, holder_id) = (entry.id.clone(), entry.holder_id());
     let wake = dir.hub.lock(&file.stem);
     let mut pending = Pending::new(dir, &file, &id);
-    let mut joining = Some(entry);
+    let mut joining = true;
+    let mut beat_at = Instant::now() + req.ttl / 3;
     loop {
+        dir.check_open()?;
         let woken = wake.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
         let sent = Instant::now();
-        let turn = match joining.take() {
-            Some(entry) => {
-                pending
-                    .run(move |state, now| queue::join(state, entry, ttl, now))
-                    .await?
+        let turn = if joining {
+            joining = false;
+            let entry = entry.clone();
+            pending.run(move |state, now| queue::join(state, entry, now)).await?
+        } else {
+            let state = dir.read(&file)?;
+            if state.position(&id).is_none() {
+                // Dropped while this process could not beat (paused): in line again, at the tail.
+                joining = true;
+                continue;
             }
-            None => {
-                let state = dir.read(&file)?;
-                if queue::would_hold(&state, &id)? {
-                    let id = id.clone();
-                    pending.run(move |state, now| queue::turn(state, &id, ttl, now)).await?
-                } else {
-                    Turn::Wait(state.next_expiry())
-                }
+            if queue::would_hold(&state, &id)? {
+                let id = id.clone();
+                pending.run(move |state, now| queue::turn(state, &id, now)).await?
+            } else {
+                Turn::Wait(state.next_expiry())
             }
         };
         let expiry = match turn {
-            Turn::Granted(token) => {
+            Turn::Granted(token, since_ns) => {
                 pending.keep();
+                dir.hold(&id, &file, req.ttl, since_ns, sent);
                 return Ok(lease(req, holder_id, token, sent));
             }
             Turn::Wait(expiry) => expiry,
@@ -74,26 +85,26 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(LockError::Timeout(Duration::ZERO));
         }
-        // A holder's expiry is on CLOCK_BOOTTIME; a millisecond more makes sure it has passed.
+        if Instant::now() >= beat_at {
+            reap(dir, dir.beat()?);
+            beat_at = Instant::now() + req.ttl / 3;
+        }
+        // An entry's expiry is on CLOCK_BOOTTIME; a millisecond more makes sure it has passed.
         let expiry = expiry.map(|ns| Instant::now() + Now::read().until(ns) + Duration::from_millis(1));
-        let wake_at = match (expiry, deadline) {
-            (Some(e), Some(d)) => Some(e.min(d)),
-            (e, d) => e.or(d),
-        };
-        match wake_at {
-            Some(at) => {
-                tokio::select! {
-                    _ = woken => {}
-                    _ = tokio::time::sleep_until(at) => {}
-                }
-            }
-            None => woken.await,
+        let wake_at = [expiry, deadline, Some(beat_at)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(beat_at);
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep_until(wake_at) => {}
         }
     }
 }
 
-/// A new entry of this locker for a request of `kind`.
-fn new_entry(dir: &Dir, kind: &LockKind) -> Entry {
+/// A new entry of this locker for a request of `kind` with a lease of `ttl`.
+fn new_entry(dir: &Dir, kind: &LockKind, ttl: Duration) -> Entry {
     Entry {
         id: format!("{:016x}", rand::random::<u64>()),
         owner: dir.owner_id.clone(),
@@ -104,7 +115,10 @@ fn new_entry(dir: &Dir, kind: &LockKind) -> Entry {
             LockKind::Leader { value } => value.clone(),
             _ => String::new(),
         },
+        since_ns: 0,
+        ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
         grant: None,
+        expires_ns: 0,
     }
 }
 

@@ -27,7 +27,10 @@ pub async fn reference(url: &str) -> Result<Reference> {
     Ok(Reference {
         floor: Some(Arc::new(Flock { dir: dir.clone() })),
         notify: Some(Arc::new(InotifyFloor { dir: dir.clone() })),
-        peers: vec![Arc::new(DistributedLockFile { dir: dir.clone() }), Arc::new(FdLock { dir })],
+        peers: vec![
+            Arc::new(DistributedLockFile { dir: dir.clone() }),
+            Arc::new(FdLock { dir }),
+        ],
         herd: Vec::new(),
     })
 }
@@ -142,7 +145,10 @@ impl LockSystem for DistributedLockFile {
 impl LockClient for DlfClient {
     async fn acquire(&self, name: &str, _ttl: Duration) -> Result<Box<dyn Held>> {
         let lock = self.0.create_lock(&name.replace('/', "_"));
-        let handle = lock.acquire(Some(Duration::from_secs(60))).await.map_err(|e| anyhow!("{e}"))?;
+        let handle = lock
+            .acquire(Some(Duration::from_secs(60)))
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
         Ok(Box::new(DlfHeld(handle)))
     }
 }
