@@ -1,14 +1,15 @@
 //! One function, every backend: the locking code does not change when the backend does — only
 //! the URL and a Cargo feature.
 //!
-//! `contend` below is written once against the locksmith API. `main` runs it on `mem://` and on
-//! every backend compiled in (features `etcd`, `zk`, `redis`), at the URLs of the test servers
+//! `contend` below is written once against the locksmith API. `main` runs it on `mem://`, on
+//! `file://` (a temporary directory: no server) with the feature `file`, and on every server
+//! backend compiled in (features `etcd`, `zk`, `redis`), at the URLs of the test servers
 //! (`LOCKSMITH_TEST_ETCD`, `LOCKSMITH_TEST_ZK`, `LOCKSMITH_TEST_REDIS`, as printed by
 //! `scripts/backends up`), or only on `LOCKSMITH_URL` when that is set.
 //!
 //! ```text
-//! cargo run --example swap_backend
-//! eval "$(scripts/backends up)"; cargo run --example swap_backend --features etcd,zk,redis
+//! cargo run --example swap_backend --features file
+//! eval "$(scripts/backends up)"; cargo run --example swap_backend --features file,etcd,zk,redis
 //! ```
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -106,6 +107,10 @@ pub fn backends() -> Vec<(&'static str, Option<String>)> {
         return vec![("LOCKSMITH_URL", Some(url))];
     }
     let mut list = vec![("mem", Some("mem://".to_owned()))];
+    if cfg!(feature = "file") {
+        let dir = std::env::temp_dir().join("locksmith-swap-backend");
+        list.push(("file", Some(format!("file://{}", dir.display()))));
+    }
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     if cfg!(feature = "etcd") {
         list.push(("etcd", var("LOCKSMITH_TEST_ETCD")));

@@ -39,6 +39,9 @@ fn every_compiled_backend_is_listed() {
     }
     let listed: Vec<&str> = swap_backend::backends().into_iter().map(|(b, _)| b).collect();
     let mut expected = vec!["mem"];
+    if cfg!(feature = "file") {
+        expected.push("file");
+    }
     if cfg!(feature = "etcd") {
         expected.push("etcd");
     }

@@ -12,6 +12,11 @@ pub use lockcore::conformance::env_url;
 pub fn backend_urls() -> Vec<(&'static str, String)> {
     #[allow(unused_mut)]
     let mut urls = vec![("mem", "mem://".to_owned())];
+    #[cfg(feature = "file")]
+    urls.push((
+        "file",
+        format!("file://{}", std::env::temp_dir().join("locksmith-examples-test").display()),
+    ));
     #[cfg(feature = "etcd")]
     urls.push(("etcd", env_url("LOCKSMITH_TEST_ETCD")));
     #[cfg(feature = "zk")]
