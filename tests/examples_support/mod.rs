@@ -15,7 +15,10 @@ pub fn backend_urls() -> Vec<(&'static str, String)> {
     #[cfg(feature = "file")]
     urls.push((
         "file",
-        format!("file://{}", std::env::temp_dir().join("locksmith-examples-test").display()),
+        format!(
+            "file://{}",
+            std::env::temp_dir().join("locksmith-examples-test").display()
+        ),
     ));
     #[cfg(feature = "etcd")]
     urls.push(("etcd", env_url("LOCKSMITH_TEST_ETCD")));
