@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest, LostSignal, Outage};
+use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest, Outage};
 use lockcore::{Family, Leader, LeaderWatch, LockError, LockInfo, Result};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -98,13 +98,8 @@ impl ZkBackend {
             tracing::debug!(requested = ?req.ttl, effective = ?session.timeout, "the lease TTL is the session timeout");
         }
         let lease = Lease {
-            name: req.name.clone(),
-            kind: req.kind.clone(),
-            fencing_token: token,
             ttl: session.timeout,
-            holder_id: node.path,
-            acquired_at: sent,
-            lost: LostSignal::new(),
+            ..req.lease(token, node.path, sent)
         };
         session.register(&lease, node.czxid);
         contender.disarm();

@@ -45,6 +45,22 @@ impl LockRequest {
             kind: LockKind::Mutex,
         }
     }
+
+    /// The lease a backend grants for this request: its name, kind and TTL, the fencing token
+    /// `fencing_token`, the backend's identity of the holder `holder_id`, counted from `sent` (when
+    /// the request that obtained it was sent), with a new lost signal. A backend whose server
+    /// enforces another TTL (a session's) sets [`Lease::ttl`] to it.
+    pub fn lease(&self, fencing_token: u64, holder_id: String, sent: Instant) -> Lease {
+        Lease {
+            name: self.name.clone(),
+            kind: self.kind.clone(),
+            fencing_token,
+            ttl: self.ttl,
+            holder_id,
+            acquired_at: sent,
+            lost: LostSignal::new(),
+        }
+    }
 }
 
 /// What a [`LockRequest`] asks for. Each [`Family`] is a namespace of its own: a mutex, a
@@ -94,6 +110,14 @@ impl LockKind {
             LockKind::Mutex | LockKind::Write | LockKind::Leader { .. } => Role::Exclusive,
             LockKind::Read => Role::Shared,
             LockKind::Permit { permits } => Role::Permit(*permits),
+        }
+    }
+
+    /// The value a candidate campaigns with ([`LockKind::Leader`]); empty for every other kind.
+    pub fn campaign_value(&self) -> &str {
+        match self {
+            LockKind::Leader { value } => value,
+            _ => "",
         }
     }
 }

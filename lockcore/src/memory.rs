@@ -12,13 +12,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use async_trait::async_trait;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{HolderInfo, LockBackend, LockInfo};
 use crate::descriptor::{Connecting, Descriptor, TtlScope};
 use crate::driver::queue::{holds_at_tail, standing, Standing};
 use crate::driver::url::BackendUrl;
+use crate::driver::observe::{observe_by_reading, LeaderRead};
 use crate::election::{Leader, LeaderWatch};
 use crate::error::{LockError, Result};
 use crate::lease::{Family, Lease, LockKind, LockRequest, LostReason, LostSignal, Role};
@@ -39,7 +40,7 @@ pub struct MemoryBackend {
 struct Store {
     state: Mutex<State>,
     /// Notified on every change of any lock: what election observers wait on.
-    changed: Notify,
+    changed: Arc<Notify>,
 }
 
 #[derive(Debug, Default)]
@@ -217,14 +218,14 @@ impl MemoryBackend {
     }
 
     /// The leader of election `name` now.
-    fn current_leader(&self, name: &LockName) -> LeaderNow {
+    fn current_leader(&self, name: &LockName) -> LeaderRead {
         let key = Family::Election.segment(name);
         let now = Instant::now();
         let mut state = self.store.lock();
         self.store.expire(&mut state, &key, now);
         match state.locks.get(&key).and_then(|entries| entries.first()) {
             Some(e) => match &e.grant {
-                Some(g) => LeaderNow::Leads(
+                Some(g) => LeaderRead::Leads(
                     Leader {
                         value: e.value.clone(),
                         term: g.token,
@@ -233,29 +234,9 @@ impl MemoryBackend {
                     g.expires_at,
                 ),
                 // A candidate first in line that does not hold yet has been woken to take over.
-                None => LeaderNow::Pending,
+                None => LeaderRead::Pending,
             },
-            None => LeaderNow::Nobody,
-        }
-    }
-}
-
-/// Who leads an election, as `MemoryBackend::current_leader` reads it.
-enum LeaderNow {
-    /// This leader, whose lease runs out at this instant unless renewed.
-    Leads(Leader, Instant),
-    /// Nobody holds, but a candidate is first in line: it takes over as soon as its `acquire`
-    /// runs (a waiter's entry lives only as long as its `acquire` future).
-    Pending,
-    /// Nobody leads and nobody waits.
-    Nobody,
-}
-
-impl LeaderNow {
-    fn leader(self) -> Option<Leader> {
-        match self {
-            LeaderNow::Leads(leader, _) => Some(leader),
-            LeaderNow::Pending | LeaderNow::Nobody => None,
+            None => LeaderRead::Nobody,
         }
     }
 }
@@ -264,25 +245,16 @@ impl LeaderNow {
 fn grant(state: &mut State, key: &str, me: usize, req: &LockRequest, now: Instant) -> Lease {
     state.last_token += 1;
     let token = state.last_token;
-    let lost = LostSignal::new();
-    let holder_id = format!("mem-{token}");
+    let lease = req.lease(token, format!("mem-{token}"), now);
     if let Some(entry) = state.locks.get_mut(key).and_then(|entries| entries.get_mut(me)) {
         entry.grant = Some(Grant {
-            holder_id: holder_id.clone(),
+            holder_id: lease.holder_id.clone(),
             token,
             expires_at: now + req.ttl,
-            lost: lost.clone(),
+            lost: lease.lost.clone(),
         });
     }
-    Lease {
-        name: req.name.clone(),
-        kind: req.kind.clone(),
-        fencing_token: token,
-        ttl: req.ttl,
-        holder_id,
-        acquired_at: now,
-        lost,
-    }
+    lease
 }
 
 impl Store {
@@ -369,10 +341,7 @@ fn new_entry(state: &mut State, kind: &LockKind) -> Entry {
     Entry {
         id: state.last_entry,
         role: kind.role(),
-        value: match kind {
-            LockKind::Leader { value } => value.clone(),
-            _ => String::new(),
-        },
+        value: kind.campaign_value().to_owned(),
         wake: Arc::new(Notify::new()),
         grant: None,
     }
@@ -517,41 +486,12 @@ impl LockBackend for MemoryBackend {
         Ok(self.current_leader(name).leader())
     }
 
-    /// A handover is one change: while nobody holds but a candidate is first in line (woken, about
-    /// to take over), the observer keeps the leader it last reported and waits for the grant.
+    /// A handover is one change (see [`observe_by_reading`]). The observation holds the store,
+    /// not the backend: it ends when its watch is dropped.
     async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
-        let first = self.current_leader(name).leader();
-        let (tx, rx) = watch::channel(first);
         let (backend, name) = (self.clone(), name.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let changed = backend.store.changed.notified();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                let read = backend.current_leader(&name);
-                let expiry = match &read {
-                    LeaderNow::Leads(_, expiry) => Some(*expiry),
-                    LeaderNow::Pending | LeaderNow::Nobody => None,
-                };
-                // Pending: the grant (or the candidate leaving) notifies `changed`.
-                if !matches!(read, LeaderNow::Pending) {
-                    let leader = read.leader();
-                    tx.send_if_modified(|seen| {
-                        let differs = *seen != leader;
-                        if differs {
-                            seen.clone_from(&leader);
-                        }
-                        differs
-                    });
-                }
-                let far = Instant::now() + std::time::Duration::from_secs(86_400);
-                tokio::select! {
-                    _ = changed => {}
-                    _ = tokio::time::sleep_until(expiry.unwrap_or(far)) => {}
-                    _ = tx.closed() => return,
-                }
-            }
-        });
-        Ok(LeaderWatch::new(rx, task))
+        observe_by_reading(self.store.changed.clone(), move || {
+            Some(Ok(backend.current_leader(&name)))
+        })
     }
 }

@@ -25,9 +25,9 @@ pub(crate) fn value_of(kind: &LockKind) -> String {
         LockKind::Permit { permits } => permits.to_string(),
         LockKind::Read => READ.to_owned(),
         LockKind::Write => WRITE.to_owned(),
-        LockKind::Leader { value } => value.clone(),
-        // Mutex, and any kind added later: an empty value, like the Go Mutex's.
-        _ => String::new(),
+        // The leader's value; the mutex, and any kind added later: an empty value, like the Go
+        // Mutex's.
+        _ => kind.campaign_value().to_owned(),
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockcore::driver::{Lease, LockRequest, LostSignal};
+use lockcore::driver::{Lease, LockRequest};
 use lockcore::{LockError, LockKind, Result};
 
 use super::queue::{self, Turn};
@@ -36,7 +36,7 @@ pub(crate) async fn try_acquire(dir: &Arc<Dir>, req: &LockRequest) -> Result<Opt
     pending.keep();
     Ok(taken.map(|(token, since_ns)| {
         dir.hold(&id, &file, req.ttl, since_ns, sent);
-        lease(req, holder_id, token, sent)
+        req.lease(token, holder_id, sent)
     }))
 }
 
@@ -78,7 +78,7 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
             Turn::Granted(token, since_ns) => {
                 pending.keep();
                 dir.hold(&id, &file, req.ttl, since_ns, sent);
-                return Ok(lease(req, holder_id, token, sent));
+                return Ok(req.lease(token, holder_id, sent));
             }
             Turn::Wait(expiry) => expiry,
         };
@@ -111,25 +111,10 @@ fn new_entry(dir: &Dir, kind: &LockKind, ttl: Duration) -> Entry {
         pid: dir.pid,
         host: dir.host.clone(),
         role: Entry::role_text(kind.role()),
-        value: match kind {
-            LockKind::Leader { value } => value.clone(),
-            _ => String::new(),
-        },
+        value: kind.campaign_value().to_owned(),
         since_ns: 0,
         ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
         grant: None,
         expires_ns: 0,
-    }
-}
-
-fn lease(req: &LockRequest, holder_id: String, token: u64, sent: Instant) -> Lease {
-    Lease {
-        name: req.name.clone(),
-        kind: req.kind.clone(),
-        fencing_token: token,
-        ttl: req.ttl,
-        holder_id,
-        acquired_at: sent,
-        lost: LostSignal::new(),
     }
 }

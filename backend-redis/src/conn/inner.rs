@@ -3,9 +3,8 @@
 //! [`Lease`] of a granted lock. A leaf module: it imports no other module of the crate but the
 //! configuration, the keys and the servers.
 
-use lockcore::driver::{Lease, LockName, LockRequest, LostSignal};
+use lockcore::driver::{LockName, LockRequest};
 use lockcore::{Family, LockError, Result};
-use tokio::time::Instant;
 
 use crate::config::{Config, Layout};
 use crate::conn::node::Node;
@@ -77,15 +76,3 @@ pub(crate) fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// The lease for a lock taken with `token` by a request sent at `sent`.
-pub(crate) fn lease(req: &LockRequest, fence: u64, token: String, sent: Instant) -> Lease {
-    Lease {
-        name: req.name.clone(),
-        kind: req.kind.clone(),
-        fencing_token: fence,
-        ttl: req.ttl,
-        holder_id: token,
-        acquired_at: sent,
-        lost: LostSignal::new(),
-    }
-}

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;
 use crate::conn::fanout::fan_out;
-use crate::conn::inner::{lease, Inner};
+use crate::conn::inner::Inner;
 use crate::protocol::entry::{Entry, Turn};
 use crate::protocol::mutex::MutexEntry;
 use crate::protocol::wait::until;
@@ -114,7 +114,7 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
         if raised.iter().filter(|r| matches!(r, Some(Ok(true)))).count() >= quorum && valid(Instant::now()) {
             let mut guard = guard;
             guard.disarm();
-            return Ok(Try::Acquired(lease(req, fence, entry.token().to_owned(), sent)));
+            return Ok(Try::Acquired(req.lease(fence, entry.token().to_owned(), sent)));
         }
     }
     // Not a quorum: give back what we got, everywhere (in the background if a server has not

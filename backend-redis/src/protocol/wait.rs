@@ -33,7 +33,7 @@ use lockcore::Result;
 use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;
-use crate::conn::inner::{lease, Inner};
+use crate::conn::inner::Inner;
 use crate::protocol::entry::{Entry, Turn};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -47,7 +47,7 @@ pub(crate) async fn try_acquire<E: Entry>(inner: &Arc<Inner>, req: &LockRequest,
     let turn = entry.try_take(&inner.nodes[0]).await?;
     guard.disarm(); // answered: an attempt queues nothing
     match turn {
-        Turn::Granted(fence) => Ok(Some(lease(req, fence, entry.token().to_owned(), sent))),
+        Turn::Granted(fence) => Ok(Some(req.lease(fence, entry.token().to_owned(), sent))),
         Turn::Waiting { .. } => Ok(None),
         Turn::Refused(e) => Err(e),
     }
@@ -63,7 +63,7 @@ pub(crate) async fn acquire<E: Entry>(
     let node = &inner.nodes[0];
     let mut guard = Cleanup::new(inner.clone(), entry.clone());
     let mut outage = Outage::new(deadline, inner.config.waiter_ttl + inner.config.connect_timeout);
-    let granted = |fence: u64, sent: Instant| lease(req, fence, entry.token().to_owned(), sent);
+    let granted = |fence: u64, sent: Instant| req.lease(fence, entry.token().to_owned(), sent);
 
     let sent = Instant::now();
     match entry.try_take(node).await {

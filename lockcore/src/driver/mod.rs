@@ -18,11 +18,13 @@
 //! | [`queue`] | computes waiters' standing in a FIFO queue the same way on every backend |
 //! | [`Outage`] | tracks a connection outage for the deadlines every backend keeps |
 //! | [`cleanup`] | spawns background clean-up that `Locker::shutdown` and failed calls wait for |
+//! | [`observe`] | observes an election by reading it again on each change (backends told *that* it changed) |
 //!
 //! The shared conformance suite a backend must pass is [`crate::conformance`] (feature
 //! `conformance`, for the backend's tests).
 
 pub mod cleanup;
+pub mod observe;
 pub mod queue;
 pub mod url;
 
