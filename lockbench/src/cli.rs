@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "uncontended,handover,contended,herd,takeover,scale,semaphore,rwlock,election"
+        default_value = "uncontended,handover,contended,herd,takeover,scale,semaphore,rwlock,election,cli"
     )]
     pub workloads: Vec<String>,
     /// Skip the reference rows (raw floor and peer libraries).
@@ -132,6 +132,8 @@ pub struct Sizes {
     pub scale_window: Duration,
     /// Lease TTL of the scale workload.
     pub scale_ttl: Duration,
+    /// Runs of each command of the `cli` workload (`file://`).
+    pub cli_ops: usize,
 }
 
 impl Sizes {
@@ -153,6 +155,7 @@ impl Sizes {
                 scale_locks: vec![100, 1000],
                 scale_window: Duration::from_secs(3),
                 scale_ttl: Duration::from_secs(3),
+                cli_ops: 10,
             }
         } else {
             Sizes {
@@ -169,6 +172,7 @@ impl Sizes {
                 scale_locks: vec![100, 10_000],
                 scale_window: Duration::from_secs(60),
                 scale_ttl: Duration::from_secs(3),
+                cli_ops: 100,
             }
         }
     }

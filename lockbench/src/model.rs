@@ -25,7 +25,8 @@ pub struct Record {
     pub system: String,
     /// `mem`, `file`, `etcd`, `zk` or `redis`.
     pub backend: String,
-    /// `uncontended`, `handover`, `contended`, `herd`, `takeover` or `scale`.
+    /// `uncontended`, `handover`, `contended`, `herd`, `takeover`, `scale`, `cli`, or a primitive's
+    /// workload.
     pub workload: String,
     /// The workload's parameters (blocked_ms, clients, waiters, ttl_ms, locks, ...).
     pub params: Map<String, Value>,

@@ -10,7 +10,7 @@ use crate::model::{Machine, Record, Report, SCHEMA};
 use crate::reference::{self, Reference};
 use crate::system::{LockSystem, Locksmith};
 use crate::workloads::{
-    contended, election, handover, herd, herd_reference, rwlock, scale, semaphore, takeover, uncontended,
+    self, contended, election, handover, herd, herd_reference, rwlock, scale, semaphore, takeover, uncontended,
 };
 
 /// Whether locksmith's backend `name` is compiled into this lockbench (the facade's registry).
@@ -247,6 +247,11 @@ impl BackendRun<'_> {
                     self.push(rows, &format!("herd ({})", sys.system()));
                 }
             }
+            "cli" if b == "file" => {
+                let rows = workloads::cli::run(&self.url, sizes).await;
+                self.push(rows, "cli");
+            }
+            "cli" => {}
             "takeover" => {
                 if b == "mem" {
                     self.note(

@@ -17,9 +17,9 @@ use tokio::time::Instant;
 
 use crate::backend::{HolderInfo, LockBackend, LockInfo};
 use crate::descriptor::{Connecting, Descriptor, TtlScope};
+use crate::driver::observe::{observe_by_reading, LeaderRead};
 use crate::driver::queue::{holds_at_tail, standing, Standing};
 use crate::driver::url::BackendUrl;
-use crate::driver::observe::{observe_by_reading, LeaderRead};
 use crate::election::{Leader, LeaderWatch};
 use crate::error::{LockError, Result};
 use crate::lease::{Family, Lease, LockKind, LockRequest, LostReason, LostSignal, Role};

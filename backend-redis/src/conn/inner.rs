@@ -75,4 +75,3 @@ impl Inner {
 pub(crate) fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
-

@@ -185,7 +185,15 @@ fn targets_section(s: &mut String, report: &Report) {
 fn details(s: &mut String, report: &Report) {
     let _ = writeln!(s, "## All rows\n");
     let _ = writeln!(s, "Ratios: `× floor` is this row's p50 over the raw floor's p50 for the same workload and parameters (`ratio_to_floor` in the JSON); `× peer` (locksmith's rows, `ratio_to_peer`) and `× locksmith` (the peer's row) are both locksmith's p50 over the peer library's on the same backend (below 1: locksmith is faster).\n");
-    for workload in ["uncontended", "handover", "contended", "herd", "takeover", "scale"] {
+    for workload in [
+        "uncontended",
+        "handover",
+        "contended",
+        "herd",
+        "takeover",
+        "scale",
+        "cli",
+    ] {
         let rows: Vec<&Record> = report.results.iter().filter(|r| r.workload == workload).collect();
         if rows.is_empty() {
             continue;

@@ -1,6 +1,7 @@
-//! The workloads, one module each, and the progress bar they share: the mutex's six, and the
-//! semaphore's, read-write lock's and election's.
+//! The workloads, one module each, and the progress bar they share: the mutex's six, the
+//! semaphore's, read-write lock's and election's, and the command line's on `file://` (`cli`).
 
+pub mod cli;
 pub mod contended;
 pub mod election;
 pub mod handover;
