@@ -112,6 +112,15 @@ async fn a_killed_holders_lock_passes_on_at_once_not_after_its_ttl() {
     );
     assert!(guard.fencing_token() > token);
     guard.release().await.unwrap();
+    // The killed process's liveness file goes once its entries are dropped, or at the next
+    // connect: nothing piles up in .owners.
+    drop(h.locker().await);
+    let owners: Vec<_> = std::fs::read_dir(h.dir.join(".owners")).unwrap().flatten().collect();
+    assert!(
+        owners.len() <= 2,
+        "liveness files of ended lockers are left: {:?}",
+        owners.iter().map(|o| o.file_name()).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,6 +65,7 @@ impl Dir {
             .canonicalize()
             .map_err(|e| io_error("cannot open the lock directory", path, e))?;
         let owners = path.join(OWNERS_DIR);
+        reap_dead_owners(&owners);
         let beat = Now::read().boot_ns;
         let owner = Owner::create(&owners, beat)?;
         Ok(Dir {
@@ -197,6 +198,17 @@ struct HeldLease {
     renewed: Instant,
     /// It expired under a heartbeat before one that came too late (see [`Dir::beat`]).
     lost: bool,
+}
+
+/// Removes the liveness files of lockers that ended without removing theirs (killed) and that no
+/// queue entry names any more (a transaction reaps those it meets): they would pile up.
+fn reap_dead_owners(owners: &Path) {
+    let Ok(files) = std::fs::read_dir(owners) else { return };
+    for file in files.flatten() {
+        if let Some(id) = file.file_name().to_str() {
+            owner::liveness(owners, id, true);
+        }
+    }
 }
 
 /// This host's name (what `inspect` shows beside the pid).
