@@ -178,3 +178,17 @@ async fn every_lock_reports_the_session_ttl() {
         g.release().await.expect("release");
     }
 }
+
+/// A session whose lease is already gone (expired while the process was paused, revoked by an
+/// operator) has ended: shutting the locker down then succeeds instead of failing on the revoke
+/// ("requested lease not found").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_after_the_lease_is_gone_succeeds() {
+    let a = locker("ttl=5s").await;
+    let admin = admin().await;
+    let guard = a.lock(unique_name("gone")).acquire().await.expect("acquire");
+    let lease = lease_of(&admin, &guard.lease().holder_id).await;
+    admin.lease_client().revoke(lease).await.expect("revoke");
+    drop(guard.abandon());
+    a.shutdown().await.expect("shutdown of a locker whose lease is gone");
+}

@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::conn::held::{Held, HeldRegistry};
 use crate::conn::sweep::Sweep;
 use crate::conn::{with_tls, Conn, Stats};
-use crate::error::{from_etcd, request, timed};
+use crate::error::{from_etcd, is_lease_not_found, request, timed};
 use crate::protocol::slots::{Slot, Slots};
 use crate::wake::watch::WatchHub;
 
@@ -394,13 +394,24 @@ impl Session {
             self.hub.cancel(watch_id);
         }
         let mut client = self.client.clone();
-        timed(
+        match timed(
             "revoking the session lease",
             self.cfg.request_timeout,
             client.lease_revoke(id),
         )
-        .await?;
-        tracing::debug!(lease = format_args!("{id:x}"), "etcd session ended at shutdown");
+        .await
+        {
+            Ok(_) => tracing::debug!(lease = format_args!("{id:x}"), "etcd session ended at shutdown"),
+            // Expired already (the process was paused past its TTL, etcd lost it): the session
+            // has ended, which is what shutdown asks for.
+            Err(e) if is_lease_not_found(&e) => {
+                tracing::debug!(
+                    lease = format_args!("{id:x}"),
+                    "etcd session had expired before shutdown"
+                )
+            }
+            Err(e) => return Err(e),
+        }
         Ok(())
     }
 
