@@ -94,13 +94,19 @@ impl LockBackend for PgBackend {
             let _ = tx.send(conn.step(&seg, Op::Leave(id), Duration::ZERO).await);
         });
         if !spawned {
-            return Err(LockError::unavailable("postgres: no runtime to release on", "no runtime"));
+            return Err(LockError::unavailable(
+                "postgres: no runtime to release on",
+                "no runtime",
+            ));
         }
         match rx.await {
             Ok(Ok(Outcome::Left(true))) => Ok(()),
             Ok(Ok(_)) => Err(LockError::not_held(lease.name.as_str())),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(LockError::unavailable("postgres: the release did not finish", "task ended")),
+            Err(_) => Err(LockError::unavailable(
+                "postgres: the release did not finish",
+                "task ended",
+            )),
         }
     }
 

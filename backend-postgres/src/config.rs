@@ -67,7 +67,11 @@ impl Config {
             db if db.contains('/') => return Err(url.error("the path is one database name: postgres://host/db")),
             db => db.to_owned(),
         };
-        let schema = url.query.get("schema").cloned().unwrap_or_else(|| DEFAULT_SCHEMA.into());
+        let schema = url
+            .query
+            .get("schema")
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_SCHEMA.into());
         if !is_identifier(&schema) {
             return Err(url.error(format!(
                 "schema={schema}: expected a lower-case identifier ([a-z_][a-z0-9_]*, at most 40 characters)"
@@ -126,13 +130,21 @@ mod tests {
     #[test]
     fn urls_name_one_server_and_a_database() {
         let c = parse("postgres://u:secret@db.example:6543/app?schema=locks_1&ttl=5s").unwrap();
-        assert_eq!((c.host.as_str(), c.port, c.user.as_str(), c.db.as_str()), ("db.example", 6543, "u", "app"));
+        assert_eq!(
+            (c.host.as_str(), c.port, c.user.as_str(), c.db.as_str()),
+            ("db.example", 6543, "u", "app")
+        );
         assert_eq!(c.schema, "locks_1");
         assert_eq!(c.ttl, Some(Duration::from_secs(5)));
         assert!(!format!("{c:?}").contains("secret"));
         let d = parse("postgresql://me@h").unwrap();
         assert_eq!((d.port, d.db.as_str(), d.schema.as_str()), (5432, "me", "locksmith"));
-        for bad in ["postgres://", "postgres://h/x?nope=1", "postgres://h/x?schema=Bad-Name", "postgres://h/a/b"] {
+        for bad in [
+            "postgres://",
+            "postgres://h/x?nope=1",
+            "postgres://h/x?schema=Bad-Name",
+            "postgres://h/a/b",
+        ] {
             assert!(
                 matches!(parse(bad), Err(lockcore::LockError::InvalidUrl { .. })),
                 "{bad} was accepted"

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Mutex, MutexGuard};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
 use lockcore::{LockError, Result};
@@ -51,12 +52,26 @@ impl Conn {
         let sql = Sql::new(&config.schema);
         let client = connect(&config).await?;
         let bounded = tokio::time::timeout(config.request_timeout, async {
-            client.batch_execute(&sql.create).await.map_err(|e| pg_error("creating the tables", e))?;
-            let version: String = client
-                .query_one(&sql.version, &[])
-                .await
-                .map_err(|e| pg_error("reading the tables' version", e))?
-                .get(0);
+            // The DDL only when the tables are missing: even `CREATE INDEX IF NOT EXISTS` takes a
+            // table lock that waits for every step in flight.
+            let version: String = match client.query_one(&sql.version, &[]).await {
+                Ok(row) => row.get(0),
+                Err(e)
+                    if e.code()
+                        .is_some_and(|c| *c == SqlState::UNDEFINED_TABLE || *c == SqlState::INVALID_SCHEMA_NAME) =>
+                {
+                    client
+                        .batch_execute(&sql.create)
+                        .await
+                        .map_err(|e| pg_error("creating the tables", e))?;
+                    client
+                        .query_one(&sql.version, &[])
+                        .await
+                        .map_err(|e| pg_error("reading the tables' version", e))?
+                        .get(0)
+                }
+                Err(e) => return Err(pg_error("reading the tables' version", e)),
+            };
             if version != VERSION {
                 return Err(LockError::Protocol(format!(
                     "the tables in schema {} are of version {version}; this release reads version {VERSION}",
@@ -65,7 +80,9 @@ impl Conn {
             }
             Ok(())
         });
-        bounded.await.map_err(|_| timeout("creating the tables", config.request_timeout))??;
+        bounded
+            .await
+            .map_err(|_| timeout("creating the tables", config.request_timeout))??;
         let hub = Hub::start(&config, &sql.channel).await?;
         let conn = Conn {
             owner_id: format!("{:016x}", rand::random::<u64>()),

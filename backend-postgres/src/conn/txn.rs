@@ -48,7 +48,10 @@ impl Conn {
                 .await
                 .map_err(e("beating"))?;
         }
-        let rows = tx.query(&sql.queue, &[&segment]).await.map_err(e("reading the queue"))?;
+        let rows = tx
+            .query(&sql.queue, &[&segment])
+            .await
+            .map_err(e("reading the queue"))?;
         let mut rows = rows.iter().map(Row::read).collect::<Result<Vec<Row>>>()?;
         let out = queue::apply(self, &tx, segment, &mut rows, op, &mut changed).await;
         if matches!(out, Err(LockError::Unavailable { .. } | LockError::Denied(_))) {
