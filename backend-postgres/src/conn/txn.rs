@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use lockcore::{LockError, Result};
+use tokio_postgres::Client;
 
 use super::{millis, Conn};
 use crate::error::pg_error;
@@ -32,10 +33,25 @@ pub(crate) enum Outcome {
 impl Conn {
     /// Runs `op` on the lock `segment` in one transaction. `owner_ttl`: a join also beats this
     /// locker for that long, in the same transaction.
+    ///
+    /// Bounded by the request timeout; past it the connection is dropped (a server that froze),
+    /// and the next step opens a new one.
     pub async fn step(&self, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
         self.check_open()?;
         let mut guard = self.client().await?;
+        let limit = self.config.request_timeout;
         let client = guard.as_mut().ok_or(LockError::Closed)?;
+        match tokio::time::timeout(limit, self.run(client, segment, op, owner_ttl)).await {
+            Ok(out) => out,
+            Err(_) => {
+                *guard = None;
+                Err(super::timeout("a step", limit))
+            }
+        }
+    }
+
+    /// [`Conn::step`] on `client`.
+    async fn run(&self, client: &mut Client, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
         let sql = &self.sql;
         let e = |what| move |err| pg_error(what, err);
         let tx = client.transaction().await.map_err(e("starting a step"))?;

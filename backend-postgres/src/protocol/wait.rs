@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockcore::driver::{Lease, LockRequest};
+use lockcore::driver::{Lease, LockRequest, Outage};
 use lockcore::{LockError, Result};
 
 use super::queue::{holder_id, NewEntry, Op};
@@ -46,6 +46,9 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
     let mut joining = true;
     let beat_every = (req.ttl / 3).max(Duration::from_millis(10));
     let mut beat_at = Instant::now() + beat_every;
+    // A server that fails is retried until the deadline (or for about as long as the entry lives
+    // without beats), then reported as Unavailable, not as a busy lock.
+    let mut outage = Outage::new(deadline, req.ttl + conn.config.connect_timeout);
     loop {
         conn.check_open()?;
         let woken = wake.notified();
@@ -56,7 +59,17 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             true => Op::Join(entry.clone()),
             false => Op::Turn(id.clone()),
         };
-        let expiry = match conn.step(&seg, op, req.ttl).await? {
+        let stepped = match conn.step(&seg, op, req.ttl).await {
+            Ok(out) => {
+                outage.succeeded();
+                out
+            }
+            Err(e) => {
+                outage.failed(e).await?;
+                continue;
+            }
+        };
+        let expiry = match stepped {
             Outcome::Granted(token) => {
                 pending.keep();
                 return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &id), sent));
@@ -71,11 +84,21 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
         };
         joining = false;
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(LockError::Timeout(Duration::ZERO));
+            return Err(outage.at_deadline());
         }
         if Instant::now() >= beat_at {
-            conn.beat(req.ttl).await?;
-            beat_at = Instant::now() + beat_every;
+            let limit = conn.config.request_timeout;
+            match tokio::time::timeout(limit, conn.beat(req.ttl)).await {
+                Ok(Ok(())) => beat_at = Instant::now() + beat_every,
+                Ok(Err(e)) => {
+                    outage.failed(e).await?;
+                    continue;
+                }
+                Err(_) => {
+                    outage.failed(crate::conn::timeout("a heartbeat", limit)).await?;
+                    continue;
+                }
+            }
         }
         // A millisecond more makes sure the expiry has passed on the server's clock too.
         let expiry = expiry.map(|left| Instant::now() + left + Duration::from_millis(1));
