@@ -47,10 +47,14 @@ pub(crate) async fn list(conn: &Conn, prefix: &str) -> Result<Vec<ListedLock>> {
         .query(&conn.sql.list, &[])
         .await
         .map_err(|e| pg_error("listing", e))?;
-    let segments: Vec<(String, usize)> = rows
+    let segments = rows
         .iter()
-        .map(|r| (r.get::<_, String>(0), usize::try_from(r.get::<_, i64>(1)).unwrap_or(0)))
-        .collect();
+        .map(|r| {
+            let e = |e| pg_error("listing", e);
+            let n: i64 = r.try_get(1).map_err(e)?;
+            Ok((r.try_get::<_, String>(0).map_err(e)?, usize::try_from(n).unwrap_or(0)))
+        })
+        .collect::<Result<Vec<(String, usize)>>>()?;
     Ok(ListedLock::from_segments(
         prefix,
         segments.iter().map(|(s, n)| (s.as_str(), *n)),

@@ -45,5 +45,7 @@ async fn renew(conn: &Conn, leases: &[Lease]) -> Result<HashSet<String>> {
         .query(&conn.sql.renew, &[&conn.owner_id, &millis(longest), &ids])
         .await
         .map_err(|e| pg_error("renewing", e))?;
-    Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+    rows.iter()
+        .map(|r| r.try_get::<_, String>(0).map_err(|e| pg_error("renewing", e)))
+        .collect()
 }

@@ -55,7 +55,7 @@ impl Conn {
             // The DDL only when the tables are missing: even `CREATE INDEX IF NOT EXISTS` takes a
             // table lock that waits for every step in flight.
             let version: String = match client.query_one(&sql.version, &[]).await {
-                Ok(row) => row.get(0),
+                Ok(row) => row.try_get(0).map_err(|e| pg_error("reading the tables' version", e))?,
                 Err(e)
                     if e.code()
                         .is_some_and(|c| *c == SqlState::UNDEFINED_TABLE || *c == SqlState::INVALID_SCHEMA_NAME) =>
@@ -68,7 +68,8 @@ impl Conn {
                         .query_one(&sql.version, &[])
                         .await
                         .map_err(|e| pg_error("reading the tables' version", e))?
-                        .get(0)
+                        .try_get(0)
+                        .map_err(|e| pg_error("reading the tables' version", e))?
                 }
                 Err(e) => return Err(pg_error("reading the tables' version", e)),
             };
@@ -138,7 +139,9 @@ impl Conn {
             .await
             .map_err(|e| pg_error("removing this locker's entries", e))?;
         for row in rows {
-            let segment: String = row.get(0);
+            let Ok(segment) = row.try_get::<_, String>(0) else {
+                continue;
+            };
             let notified = client
                 .execute("SELECT pg_notify($1, $2)", &[&self.sql.channel, &segment])
                 .await;

@@ -154,7 +154,9 @@ pub(crate) async fn apply(
                 .await
                 .map_err(|e| pg_error("leaving", e))?;
             *changed |= row.is_some();
-            Ok(Outcome::Left(row.map(|r| r.get::<_, bool>(0)).unwrap_or(false)))
+            Ok(Outcome::Left(
+                row.is_some_and(|r| r.try_get::<_, bool>(0).unwrap_or(false)),
+            ))
         }
     }
 }
@@ -199,11 +201,11 @@ async fn turn(
 
 /// The lock's next fencing token (one more than the last, kept in its row).
 async fn next_token(conn: &Conn, tx: &Transaction<'_>, segment: &str) -> Result<i64> {
-    Ok(tx
-        .query_one(&conn.sql.next_token, &[&segment])
+    tx.query_one(&conn.sql.next_token, &[&segment])
         .await
         .map_err(|e| pg_error("handing out a token", e))?
-        .get(0))
+        .try_get(0)
+        .map_err(|e| pg_error("handing out a token", e))
 }
 
 /// Adds `entry` (holding `token` if given).
