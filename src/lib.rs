@@ -90,6 +90,7 @@ registry! {
     "zk" => backend_zk: ["zk", "zks"],
     "redis" => backend_redis: ["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis-cluster", "rediss-cluster"],
     "file" => backend_file: ["file"],
+    "postgres" => backend_postgres: ["postgres", "postgresql"],
 }
 
 /// The `file://` URL of the directory that the processes of one user share when given no other:

@@ -1,0 +1,145 @@
+//! `impl LockBackend` for PostgreSQL: each method calls its step.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use lockcore::driver::{async_trait, cleanup, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use lockcore::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, Result};
+
+use crate::config::Config;
+use crate::conn::{Conn, Outcome};
+use crate::error::pg_error;
+use crate::layout::segment;
+use crate::protocol::queue::{entry_id, Op};
+use crate::protocol::{election, wait};
+use crate::{listing, renew};
+
+/// Locks in the tables of one PostgreSQL schema (see the [crate docs](crate)). Each backend is
+/// one locker: its own two connections and owner row.
+#[derive(Clone, Debug)]
+pub struct PgBackend {
+    conn: Arc<Conn>,
+}
+
+impl PgBackend {
+    /// Connects to the server of a `postgres://` URL and creates the tables if missing. Errors:
+    /// [`LockError::InvalidUrl`] for a bad URL, [`LockError::Denied`] for a wrong password or a
+    /// missing privilege, [`LockError::Unavailable`] when the server cannot be reached within
+    /// `connect_timeout`.
+    pub async fn connect(url: &BackendUrl) -> Result<PgBackend> {
+        let config = Config::parse(url)?;
+        Ok(PgBackend {
+            conn: Conn::open(config).await?,
+        })
+    }
+
+    /// The live entries of `name` in `family`, as `holder:<holder id>` or `waiter:<holder id>`
+    /// (what is in the tables now, for tests and operators).
+    ///
+    /// # Errors
+    ///
+    /// What the read can fail with.
+    pub async fn entries(&self, family: Family, name: &LockName) -> Result<Vec<String>> {
+        listing::entries(&self.conn, &segment(family, name)).await
+    }
+
+    /// Deletes the holders of `name` in `family` behind their backs, as an operator's `DELETE`
+    /// would (tests), and wakes its waiters.
+    ///
+    /// # Errors
+    ///
+    /// What the delete can fail with.
+    pub async fn delete_holders(&self, family: Family, name: &LockName) -> Result<u64> {
+        let seg = segment(family, name);
+        let guard = self.conn.client().await?;
+        let client = guard.as_ref().ok_or(LockError::Closed)?;
+        let n = client
+            .execute(&self.conn.sql.delete_holders, &[&seg])
+            .await
+            .map_err(|e| pg_error("deleting holders", e))?;
+        client
+            .execute("SELECT pg_notify($1, $2)", &[&self.conn.sql.channel, &seg])
+            .await
+            .map_err(|e| pg_error("notifying", e))?;
+        Ok(n)
+    }
+}
+
+#[async_trait]
+impl LockBackend for PgBackend {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        wait::try_acquire(&self.conn, req).await
+    }
+
+    async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        wait::acquire(&self.conn, req, deadline).await
+    }
+
+    /// # Cancel safety
+    ///
+    /// Its step runs in a clean-up task of its own (`cleanup::spawn`), to its end whether or not
+    /// the future is polled again.
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let (conn, seg) = (self.conn.clone(), segment(lease.kind.family(), &lease.name));
+        let id = entry_id(&lease.holder_id).to_owned();
+        let (tx, rx) = oneshot::channel();
+        let spawned = cleanup::spawn(async move {
+            let _ = tx.send(conn.step(&seg, Op::Leave(id), Duration::ZERO).await);
+        });
+        if !spawned {
+            return Err(LockError::unavailable(
+                "postgres: no runtime to release on",
+                "no runtime",
+            ));
+        }
+        match rx.await {
+            Ok(Ok(Outcome::Left(true))) => Ok(()),
+            Ok(Ok(_)) => Err(LockError::not_held(lease.name.as_str())),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(LockError::unavailable(
+                "postgres: the release did not finish",
+                "task ended",
+            )),
+        }
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
+        renew::renew_many(&self.conn, leases).await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        listing::inspect(&self.conn, name).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
+        listing::list(&self.conn, prefix).await
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        election::leader(&self.conn, name).await
+    }
+
+    async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
+        election::observe(&self.conn, name).await
+    }
+
+    /// Removes this locker's owner row and entries and closes its LISTEN connection.
+    async fn shutdown(&self) -> Result<()> {
+        self.conn.close().await
+    }
+
+    fn default_ttl(&self) -> Option<Duration> {
+        self.conn.config.ttl
+    }
+
+    fn request_timeout(&self) -> Duration {
+        self.conn.config.request_timeout
+    }
+}

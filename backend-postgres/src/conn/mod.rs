@@ -1,0 +1,194 @@
+//! The connections of one locker: one for the steps (`txn.rs`: a transaction per step, one at a
+//! time, reconnected when lost) and one that LISTENs (`crate::wake`), whatever the number of locks
+//! and waiters; and this locker's owner row, whose expiry keeps its waiters alive.
+
+mod txn;
+
+pub(crate) use txn::Outcome;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, MutexGuard};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls};
+
+use lockcore::{LockError, Result};
+
+use crate::config::Config;
+use crate::error::pg_error;
+use crate::layout::Sql;
+use crate::wake::Hub;
+
+/// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
+const VERSION: &str = "1";
+
+/// One locker's connections and identity.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    /// The URL's settings.
+    pub config: Config,
+    /// The statements of the schema.
+    pub sql: Sql,
+    /// The connection of the steps; `None` after it was lost, until the next step reconnects.
+    client: Mutex<Option<Client>>,
+    /// This locker's owner row.
+    pub owner_id: String,
+    /// This process, as entries record it.
+    pub pid: i32,
+    /// This host's name.
+    pub host: String,
+    /// The wake-ups of this locker (the LISTEN connection).
+    pub hub: Arc<Hub>,
+    /// Set by `shutdown`.
+    closed: AtomicBool,
+}
+
+impl Conn {
+    /// Connects, creates the tables if missing, checks their version, adds this locker's owner
+    /// row and starts listening.
+    pub async fn open(config: Config) -> Result<Arc<Conn>> {
+        let sql = Sql::new(&config.schema);
+        let client = connect(&config).await?;
+        let bounded = tokio::time::timeout(config.request_timeout, async {
+            // The DDL only when the tables are missing: even `CREATE INDEX IF NOT EXISTS` takes a
+            // table lock that waits for every step in flight.
+            let version: String = match client.query_one(&sql.version, &[]).await {
+                Ok(row) => row.try_get(0).map_err(|e| pg_error("reading the tables' version", e))?,
+                Err(e)
+                    if e.code()
+                        .is_some_and(|c| *c == SqlState::UNDEFINED_TABLE || *c == SqlState::INVALID_SCHEMA_NAME) =>
+                {
+                    client
+                        .batch_execute(&sql.create)
+                        .await
+                        .map_err(|e| pg_error("creating the tables", e))?;
+                    client
+                        .query_one(&sql.version, &[])
+                        .await
+                        .map_err(|e| pg_error("reading the tables' version", e))?
+                        .try_get(0)
+                        .map_err(|e| pg_error("reading the tables' version", e))?
+                }
+                Err(e) => return Err(pg_error("reading the tables' version", e)),
+            };
+            if version != VERSION {
+                return Err(LockError::Protocol(format!(
+                    "the tables in schema {} are of version {version}; this release reads version {VERSION}",
+                    config.schema
+                )));
+            }
+            Ok(())
+        });
+        bounded
+            .await
+            .map_err(|_| timeout("creating the tables", config.request_timeout))??;
+        let hub = Hub::start(&config, &sql.channel).await?;
+        let conn = Conn {
+            owner_id: format!("{:016x}", rand::random::<u64>()),
+            pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
+            host: host_name(),
+            client: Mutex::new(Some(client)),
+            hub,
+            sql,
+            config,
+            closed: AtomicBool::new(false),
+        };
+        conn.beat(Duration::ZERO).await?;
+        Ok(Arc::new(conn))
+    }
+
+    /// [`LockError::Closed`] once [`Conn::close`] ran.
+    pub fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(LockError::Closed);
+        }
+        Ok(())
+    }
+
+    /// The steps' connection, reconnected if it was lost. Held for one step at a time.
+    pub async fn client(&self) -> Result<MutexGuard<'_, Option<Client>>> {
+        let mut guard = self.client.lock().await;
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = None;
+            *guard = Some(connect(&self.config).await?);
+        }
+        Ok(guard)
+    }
+
+    /// This locker's heartbeat: its owner row (re-added if it was removed) lives for at least
+    /// `ttl` from now (server clock), and its waiters with it.
+    pub async fn beat(&self, ttl: Duration) -> Result<()> {
+        let guard = self.client().await?;
+        let client = guard.as_ref().ok_or(LockError::Closed)?;
+        client
+            .execute(&self.sql.beat, &[&self.owner_id, &millis(ttl), &self.pid, &self.host])
+            .await
+            .map_err(|e| pg_error("beating", e))?;
+        Ok(())
+    }
+
+    /// Ends this locker: refuses new steps, removes its owner row and entries, wakes their locks.
+    pub async fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::Release);
+        let guard = self.client().await?;
+        let client = guard.as_ref().ok_or(LockError::Closed)?;
+        let rows = client
+            .query(&self.sql.close, &[&self.owner_id])
+            .await
+            .map_err(|e| pg_error("removing this locker's entries", e))?;
+        for row in rows {
+            let Ok(segment) = row.try_get::<_, String>(0) else {
+                continue;
+            };
+            let notified = client
+                .execute("SELECT pg_notify($1, $2)", &[&self.sql.channel, &segment])
+                .await;
+            if let Err(e) = notified {
+                tracing::debug!(error = %e, "postgres: could not wake the waiters of a lock at shutdown");
+            }
+        }
+        self.hub.stop();
+        Ok(())
+    }
+}
+
+/// Opens one connection (within `connect_timeout`) and drives it in a task of its own.
+pub(crate) async fn connect(config: &Config) -> Result<Client> {
+    let pg = config.client();
+    let connecting = pg.connect(NoTls);
+    let (client, connection) = tokio::time::timeout(config.connect_timeout, connecting)
+        .await
+        .map_err(|_| timeout("connecting", config.connect_timeout))?
+        .map_err(|e| pg_error("connecting", e))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "postgres: a connection ended");
+        }
+    });
+    Ok(client)
+}
+
+/// A call that took longer than `limit`.
+pub(crate) fn timeout(what: &str, limit: Duration) -> LockError {
+    LockError::Unavailable {
+        message: format!("postgres: {what} took longer than {limit:?}"),
+        source: None,
+    }
+}
+
+/// Milliseconds, as the tables store them.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// This host's name (what `inspect` shows beside the pid).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".into())
+}

@@ -1,0 +1,84 @@
+//! One step = one transaction on the steps' connection: lock the lock's row (inserting it if
+//! missing), drop the dead entries, read the queue, run the step (`crate::protocol::queue`), and
+//! NOTIFY the lock's waiters if the queue changed.
+//!
+//! A step whose future is dropped part-way is rolled back (tokio-postgres sends `ROLLBACK` when a
+//! transaction is dropped), or committed if its `COMMIT` was already sent; either way before any
+//! later step of this connection, which is what `crate::cleanup` relies on.
+
+use std::time::Duration;
+
+use lockcore::{LockError, Result};
+use tokio_postgres::Client;
+
+use super::{millis, Conn};
+use crate::error::pg_error;
+use crate::protocol::queue::{self, Op, Row};
+
+/// What a step found.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// The entry holds: its fencing token.
+    Granted(u64),
+    /// Not yet: wait until woken, or at most this long (the earliest expiry in the queue).
+    Wait(Option<Duration>),
+    /// A try found the lock taken.
+    Busy,
+    /// The entry is not in the queue (dropped while its locker did not beat).
+    Gone,
+    /// A leave: whether the entry held.
+    Left(bool),
+}
+
+impl Conn {
+    /// Runs `op` on the lock `segment` in one transaction. `owner_ttl`: a join also beats this
+    /// locker for that long, in the same transaction.
+    ///
+    /// Bounded by the request timeout; past it the connection is dropped (a server that froze),
+    /// and the next step opens a new one.
+    pub async fn step(&self, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
+        self.check_open()?;
+        let mut guard = self.client().await?;
+        let limit = self.config.request_timeout;
+        let client = guard.as_mut().ok_or(LockError::Closed)?;
+        match tokio::time::timeout(limit, self.run(client, segment, op, owner_ttl)).await {
+            Ok(out) => out,
+            Err(_) => {
+                *guard = None;
+                Err(super::timeout("a step", limit))
+            }
+        }
+    }
+
+    /// [`Conn::step`] on `client`.
+    async fn run(&self, client: &mut Client, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
+        let sql = &self.sql;
+        let e = |what| move |err| pg_error(what, err);
+        let tx = client.transaction().await.map_err(e("starting a step"))?;
+        tx.query_one(&sql.lock_row, &[&segment])
+            .await
+            .map_err(e("locking the lock's row"))?;
+        let mut changed = tx.execute(&sql.prune, &[&segment]).await.map_err(e("pruning"))? > 0;
+        if matches!(op, Op::Join(_)) {
+            tx.execute(&sql.beat, &[&self.owner_id, &millis(owner_ttl), &self.pid, &self.host])
+                .await
+                .map_err(e("beating"))?;
+        }
+        let rows = tx
+            .query(&sql.queue, &[&segment])
+            .await
+            .map_err(e("reading the queue"))?;
+        let mut rows = rows.iter().map(Row::read).collect::<Result<Vec<Row>>>()?;
+        let out = queue::apply(self, &tx, segment, &mut rows, op, &mut changed).await;
+        if matches!(out, Err(LockError::Unavailable { .. } | LockError::Denied(_))) {
+            return out; // a failed statement: the transaction rolls back
+        }
+        if changed {
+            tx.execute("SELECT pg_notify($1, $2)", &[&sql.channel, &segment])
+                .await
+                .map_err(e("notifying"))?;
+        }
+        tx.commit().await.map_err(e("committing a step"))?;
+        out
+    }
+}

@@ -1,0 +1,26 @@
+//! tokio-postgres errors → [`LockError`]: what the caller can do about them.
+
+use lockcore::LockError;
+use tokio_postgres::error::SqlState;
+
+/// The error for `what` failing: [`LockError::Denied`] for a wrong password, a user that may not
+/// log in or a missing privilege; [`LockError::Unavailable`] for everything else (a server that is
+/// down, restarting, or a connection lost: maybe worth retrying). The message is the server's,
+/// which never contains the password.
+pub(crate) fn pg_error(what: &str, err: tokio_postgres::Error) -> LockError {
+    if let Some(db) = err.as_db_error() {
+        let code = db.code();
+        let denied = [
+            SqlState::INVALID_PASSWORD,
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            SqlState::INVALID_CATALOG_NAME,
+        ];
+        if denied.contains(code) {
+            return LockError::Denied(format!("postgres: {what}: {} ({})", db.message(), code.code()));
+        }
+        let message = format!("postgres: {what}: {} ({})", db.message(), code.code());
+        return LockError::unavailable(message, err);
+    }
+    LockError::unavailable(format!("postgres: {what}: {err}"), err)
+}

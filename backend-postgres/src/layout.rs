@@ -1,0 +1,93 @@
+//! Where locks live: the tables of one schema (`src/sql/schema.sql`), lock rows keyed by
+//! [`lockcore::Family::segment`], and the statements on them with the schema filled in.
+
+use lockcore::driver::LockName;
+use lockcore::Family;
+
+/// The key of a lock's row: its family's segment of its name.
+pub(crate) fn segment(family: Family, name: &LockName) -> String {
+    family.segment(name)
+}
+
+/// The statements of one schema, built once per locker.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    /// The NOTIFY channel of the schema (payload: a lock's segment).
+    pub channel: String,
+    /// Creates the tables (`schema.sql`), several statements.
+    pub create: String,
+    /// Reads the format version.
+    pub version: String,
+    /// Inserts the lock's row if missing and locks it; returns `last_token`.
+    pub lock_row: String,
+    /// `prune.sql`.
+    pub prune: String,
+    /// `queue.sql`.
+    pub queue: String,
+    /// `renew.sql`.
+    pub renew: String,
+    /// Inserts or beats a locker's owner row: `$1` id, `$2` ms, `$3` pid, `$4` host.
+    pub beat: String,
+    /// Adds an entry: id, segment, owner, role, value, ttl_ms, token (or null), pid, host.
+    pub insert: String,
+    /// Hands out the next fencing token of a lock.
+    pub next_token: String,
+    /// Grants entry `$1` token `$2` (its lease counts from now).
+    pub grant: String,
+    /// Removes entry `$1`; returns whether it held.
+    pub delete: String,
+    /// Removes a locker's owner row and entries.
+    pub close: String,
+    /// `list`: segments in use with their number of entries.
+    pub list: String,
+    /// Removes the holders of lock `$1`, as an operator would (tests).
+    pub delete_holders: String,
+}
+
+impl Sql {
+    /// The statements of `schema` (an identifier of `[a-z_][a-z0-9_]*`, checked by `config.rs`).
+    pub fn new(schema: &str) -> Sql {
+        let q = format!("\"{schema}\"");
+        let fill = |text: &str| {
+            text.replace("{schema_literal}", &format!("'{schema}'"))
+                .replace("{schema}", &q)
+        };
+        Sql {
+            channel: format!("locksmith_{schema}"),
+            create: fill(include_str!("sql/schema.sql")),
+            version: fill("SELECT value FROM {schema}.meta WHERE key = 'version'"),
+            lock_row: fill(
+                "INSERT INTO {schema}.locks (segment) VALUES ($1) ON CONFLICT (segment) \
+                 DO UPDATE SET last_token = {schema}.locks.last_token RETURNING last_token",
+            ),
+            prune: fill(include_str!("sql/prune.sql")),
+            queue: fill(include_str!("sql/queue.sql")),
+            renew: fill(include_str!("sql/renew.sql")),
+            beat: fill(
+                "INSERT INTO {schema}.owners (id, expires_at, pid, host) \
+                 VALUES ($1, clock_timestamp() + $2::bigint * interval '1 millisecond', $3, $4) \
+                 ON CONFLICT (id) DO UPDATE SET expires_at = greatest({schema}.owners.expires_at, excluded.expires_at)",
+            ),
+            insert: fill(
+                "INSERT INTO {schema}.entries (id, segment, owner, role, value, ttl_ms, token, expires_at, pid, host) \
+                 VALUES ($1, $2, $3, $4, $5, $6::bigint, $7::bigint, \
+                 CASE WHEN $7::bigint IS NULL THEN NULL ELSE clock_timestamp() + $6::bigint * interval '1 millisecond' END, $8, $9)",
+            ),
+            next_token: fill(
+                "UPDATE {schema}.locks SET last_token = last_token + 1 WHERE segment = $1 RETURNING last_token",
+            ),
+            grant: fill(
+                "UPDATE {schema}.entries SET token = $2, \
+                 expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' WHERE id = $1",
+            ),
+            delete: fill("DELETE FROM {schema}.entries WHERE id = $1 RETURNING token IS NOT NULL"),
+            close: fill(
+                "WITH gone AS (DELETE FROM {schema}.entries WHERE owner = $1 RETURNING segment) \
+                 , o AS (DELETE FROM {schema}.owners WHERE id = $1) \
+                 SELECT DISTINCT segment FROM gone",
+            ),
+            list: fill(include_str!("sql/list.sql")),
+            delete_holders: fill("DELETE FROM {schema}.entries WHERE segment = $1 AND token IS NOT NULL"),
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! locksmith backend on PostgreSQL: `postgres://user:password@host:5432/db` (or `postgresql://`).
+//!
+//! For teams that already run PostgreSQL and want locks with leases, fencing tokens, FIFO,
+//! semaphores, read-write locks and elections without another server.
+//!
+//! ```no_run
+//! # async fn run() -> lockcore::Result<()> {
+//! let url = lockcore::driver::BackendUrl::parse("postgres://app:secret@db:5432/app")?;
+//! let locker = backend_postgres::connect(&url).await?;
+//! let guard = locker.lock("nightly").acquire().await?;
+//! // ... the job, writing with guard.fencing_token() ...
+//! guard.release().await?;
+//! locker.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works
+//!
+//! Tables in one schema (`schema=`, default `locksmith`), created on first use with a version
+//! row (`src/sql/schema.sql`): `locks` (one row per lock name and family, with its last fencing
+//! token), `entries` (holders and waiters, in arrival order by `seq`), `owners` (one row per
+//! live locker). Every step is one transaction: lock the lock's row (`INSERT … ON CONFLICT DO
+//! UPDATE`, inserting it if missing), drop the dead entries, read the queue, decide with
+//! lockcore's queue rule, write, `NOTIFY` the schema's channel with the lock's segment if the
+//! queue changed, commit.
+//!
+//! - **Holders that stop** (a paused process, an abandoned guard) lose the lock after its TTL: a
+//!   holder's `expires_at` is on the **server's** clock (`clock_timestamp()`), renewed by
+//!   `renew_many`, one statement per interval for every lease of the locker.
+//! - **Waiters of a process that dies** do not block the queue: a waiter lives while its locker's
+//!   owner row is unexpired, and a waiting locker beats it every third of its TTL.
+//! - **Waiters are woken by the server** (LISTEN/NOTIFY), and at the earliest expiry in the queue;
+//!   nothing polls. Each change costs each waiter of that lock one transaction.
+//! - **Fencing tokens** are `last_token + 1` of the lock's row: they survive server restarts.
+//! - **Cancellation**: an `acquire` given up on removes its entry, after any step still in flight
+//!   (`cleanup.rs`).
+//! - **Connections**: two per locker (steps, LISTEN), whatever the number of locks and waiters;
+//!   steps of one locker run one at a time.
+//!
+//! No TLS in this version (plain TCP: use it on a trusted network, or a local socket proxy).
+//!
+//! # URL
+//!
+//! `postgres://user:password@host:port/db`: port 5432, user `postgres` and the user's database by
+//! default. The password comes from the URL, `password_file=`, or `LOCKSMITH_PASSWORD`, and is
+//! never printed. Options: `ttl=`, `request_timeout=` (5 s), `connect_timeout=` (5 s), `schema=`.
+//! The user needs `CREATE` on the database the first time (to create the schema), then
+//! `SELECT/INSERT/UPDATE/DELETE` on its tables.
+//!
+//! # Module map
+//!
+//! The files of `docs/backend-guide.md`:
+//! - `config.rs` (the URL), `error.rs` (tokio-postgres errors → `LockError`), `layout.rs` (the
+//!   SQL names and statements; lock rows keyed by `Family::segment`), `sql/` (the `.sql` files);
+//! - `conn/`: the connections and the owner row (`mod.rs`), one step = one transaction
+//!   (`txn.rs`);
+//! - `protocol/`: the steps on a queue (`queue.rs`), the one wait loop of every kind (`wait.rs`),
+//!   elections (`election.rs`);
+//! - `wake.rs` (LISTEN/NOTIFY), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),
+//!   `listing.rs` (`inspect`, `list`), `backend.rs` (`impl LockBackend`).
+
+#![warn(missing_docs)]
+
+mod backend;
+mod cleanup;
+mod config;
+mod conn;
+mod error;
+mod layout;
+mod listing;
+mod protocol;
+mod renew;
+mod wake;
+
+pub use backend::PgBackend;
+pub use config::OPTIONS;
+
+use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use lockcore::{Locker, Result};
+
+/// This backend in the registry of `locksmith::connect`.
+pub static DESCRIPTOR: Descriptor = Descriptor {
+    name: "postgres",
+    schemes: &["postgres", "postgresql"],
+    feature: Some("postgres"),
+    options: OPTIONS,
+    ttl: TtlScope::PerLock,
+    connect: connect_boxed,
+};
+
+fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
+    Box::pin(connect(url))
+}
+
+/// Connects to the server of `url` (see the [crate docs](crate)) and returns a [`Locker`] over
+/// it.
+///
+/// # Errors
+///
+/// [`lockcore::LockError::InvalidUrl`] for a bad URL, [`lockcore::LockError::Denied`] for a wrong
+/// password or missing privileges, [`lockcore::LockError::Unavailable`] when the server cannot be
+/// reached.
+pub async fn connect(url: &BackendUrl) -> Result<Locker> {
+    Ok(Locker::new(PgBackend::connect(url).await?))
+}

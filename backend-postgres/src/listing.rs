@@ -1,0 +1,75 @@
+//! `inspect`, `list` and the reads of `leader`: plain reads without a transaction's row lock,
+//! with the entries of the dead left out (the rule of `prune.sql`).
+
+use lockcore::driver::LockName;
+use lockcore::{Family, HolderInfo, ListedLock, LockError, LockInfo, Result};
+
+use crate::conn::Conn;
+use crate::error::pg_error;
+use crate::layout::segment;
+use crate::protocol::queue::Row;
+
+/// The live entries of lock `seg`, in arrival order.
+pub(crate) async fn read_queue(conn: &Conn, seg: &str) -> Result<Vec<Row>> {
+    conn.check_open()?;
+    let guard = conn.client().await?;
+    let client = guard.as_ref().ok_or(LockError::Closed)?;
+    let rows = client
+        .query(&conn.sql.queue, &[&seg])
+        .await
+        .map_err(|e| pg_error("reading a queue", e))?;
+    let rows = rows.iter().map(Row::read).collect::<Result<Vec<_>>>()?;
+    Ok(rows.into_iter().filter(Row::live).collect())
+}
+
+/// Who holds the mutex `name`, with the holder's host and pid in its id, and how many wait.
+pub(crate) async fn inspect(conn: &Conn, name: &LockName) -> Result<LockInfo> {
+    let rows = read_queue(conn, &segment(Family::Mutex, name)).await?;
+    let holder = rows.iter().find_map(|r| {
+        r.token.map(|token| HolderInfo {
+            holder_id: r.holder_id(),
+            fencing_token: u64::try_from(token).ok(),
+            ttl_remaining: Some(r.left()),
+        })
+    });
+    Ok(LockInfo {
+        holder,
+        waiters: rows.iter().filter(|r| r.token.is_none()).count(),
+    })
+}
+
+/// The locks of the schema whose names start with `prefix` and that are in use.
+pub(crate) async fn list(conn: &Conn, prefix: &str) -> Result<Vec<ListedLock>> {
+    conn.check_open()?;
+    let guard = conn.client().await?;
+    let client = guard.as_ref().ok_or(LockError::Closed)?;
+    let rows = client
+        .query(&conn.sql.list, &[])
+        .await
+        .map_err(|e| pg_error("listing", e))?;
+    let segments = rows
+        .iter()
+        .map(|r| {
+            let e = |e| pg_error("listing", e);
+            let n: i64 = r.try_get(1).map_err(e)?;
+            Ok((r.try_get::<_, String>(0).map_err(e)?, usize::try_from(n).unwrap_or(0)))
+        })
+        .collect::<Result<Vec<(String, usize)>>>()?;
+    Ok(ListedLock::from_segments(
+        prefix,
+        segments.iter().map(|(s, n)| (s.as_str(), *n)),
+    ))
+}
+
+/// The live entries of lock `seg` as `holder:<holder id>` or `waiter:<holder id>` (tests and
+/// operators).
+pub(crate) async fn entries(conn: &Conn, seg: &str) -> Result<Vec<String>> {
+    Ok(read_queue(conn, seg)
+        .await?
+        .iter()
+        .map(|r| match r.token {
+            Some(_) => format!("holder:{}", r.holder_id()),
+            None => format!("waiter:{}", r.holder_id()),
+        })
+        .collect())
+}

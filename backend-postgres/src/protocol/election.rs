@@ -1,0 +1,91 @@
+//! Who leads an election (the first entry of its queue, once granted), and observing it: read
+//! again when a NOTIFY says the election's queue changed, or at the leader's expiry (the loop of
+//! lockcore's `observe_by_reading`, with an asynchronous read).
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use lockcore::driver::observe::LeaderRead;
+use lockcore::driver::LockName;
+use lockcore::{Family, Leader, LeaderWatch, Result};
+
+use crate::conn::Conn;
+use crate::layout::segment;
+use crate::listing::read_queue;
+
+/// Who leads, as one read of the queue says.
+async fn read(conn: &Conn, seg: &str) -> Result<LeaderRead> {
+    let rows = read_queue(conn, seg).await?;
+    Ok(match rows.first() {
+        Some(e) => match e.token {
+            Some(token) => LeaderRead::Leads(
+                Leader {
+                    value: e.value.clone(),
+                    term: u64::try_from(token).unwrap_or(0),
+                    holder_id: e.holder_id(),
+                },
+                Instant::now() + e.left(),
+            ),
+            None => LeaderRead::Pending,
+        },
+        None => LeaderRead::Nobody,
+    })
+}
+
+/// The leader of election `name` now.
+pub(crate) async fn leader(conn: &Conn, name: &LockName) -> Result<Option<Leader>> {
+    Ok(read(conn, &segment(Family::Election, name)).await?.leader())
+}
+
+/// Watches election `name`; the observation holds the backend weakly and ends with it or with
+/// the watch.
+pub(crate) async fn observe(conn: &Arc<Conn>, name: &LockName) -> Result<LeaderWatch> {
+    let seg = segment(Family::Election, name);
+    let changed = conn.hub.lock(&seg);
+    let first = read(conn, &seg).await?.leader();
+    let (tx, rx) = watch::channel(first);
+    let conn: Weak<Conn> = Arc::downgrade(conn);
+    let task = tokio::spawn(async move {
+        loop {
+            let woken = changed.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let Some(c) = conn.upgrade() else { return };
+            let now = read(&c, &seg).await;
+            drop(c);
+            let mut retry = None;
+            let expiry = match &now {
+                Ok(LeaderRead::Leads(_, expiry)) => Some(*expiry),
+                _ => None,
+            };
+            match now {
+                Ok(LeaderRead::Pending) => {}
+                Ok(now) => {
+                    let leader = now.leader();
+                    tx.send_if_modified(|seen| {
+                        let differs = *seen != leader;
+                        if differs {
+                            seen.clone_from(&leader);
+                        }
+                        differs
+                    });
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "postgres: reading an election failed; trying again");
+                    retry = Some(Instant::now() + Duration::from_millis(200));
+                }
+            }
+            let far = Instant::now() + Duration::from_secs(86_400);
+            let at = [expiry, retry].into_iter().flatten().min().unwrap_or(far);
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep_until(at) => {}
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    Ok(LeaderWatch::new(rx, task))
+}

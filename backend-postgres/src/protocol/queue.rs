@@ -1,0 +1,262 @@
+//! The steps on one lock's queue, each inside one transaction (`conn/txn.rs`) on the queue it
+//! read: join, take a turn, try once, leave. Who holds is [`lockcore::driver::queue::standing`],
+//! the rule of every queue backend, decided here in Rust on the whole queue.
+
+use std::time::Duration;
+
+use lockcore::driver::queue::{holds_at_tail, standing, Standing};
+use lockcore::driver::Role;
+use lockcore::{LockError, Result};
+use tokio_postgres::Transaction;
+
+use crate::conn::{Conn, Outcome};
+use crate::error::pg_error;
+
+/// An entry to add.
+#[derive(Clone, Debug)]
+pub(crate) struct NewEntry {
+    /// Random, unique.
+    pub id: String,
+    /// How it shares the lock.
+    pub role: Role,
+    /// An election candidate's value.
+    pub value: String,
+    /// Its lease, once granted.
+    pub ttl: Duration,
+}
+
+/// A step.
+#[derive(Debug)]
+pub(crate) enum Op {
+    /// Add the entry at the tail and take its first turn.
+    Join(NewEntry),
+    /// The entry with this id takes its turn.
+    Turn(String),
+    /// Add the entry only if it holds at once.
+    Try(NewEntry),
+    /// Remove the entry with this id.
+    Leave(String),
+}
+
+/// One entry as `queue.sql` reads it.
+#[derive(Clone, Debug)]
+pub(crate) struct Row {
+    /// Its id.
+    pub id: String,
+    /// Its role.
+    pub role: Role,
+    /// Its fencing token, once it holds.
+    pub token: Option<i64>,
+    /// An election candidate's value.
+    pub value: String,
+    /// The process that added it.
+    pub pid: i32,
+    /// Its host.
+    pub host: String,
+    /// Milliseconds until it expires unless renewed (`None`: its locker is gone).
+    pub left_ms: Option<i64>,
+    /// Whether its locker still has its owner row.
+    pub owned: bool,
+}
+
+impl Row {
+    /// Reads a row of `queue.sql`.
+    pub fn read(row: &tokio_postgres::Row) -> Result<Row> {
+        let e = |err| pg_error("reading an entry", err);
+        let role: String = row.try_get(1).map_err(e)?;
+        Ok(Row {
+            id: row.try_get(0).map_err(e)?,
+            role: parse_role(&role)
+                .ok_or_else(|| LockError::Protocol(format!("unknown role {role:?} in the entries table")))?,
+            token: row.try_get(2).map_err(e)?,
+            value: row.try_get(3).map_err(e)?,
+            pid: row.try_get(4).map_err(e)?,
+            host: row.try_get(5).map_err(e)?,
+            left_ms: row.try_get(6).map_err(e)?,
+            owned: row.try_get(7).map_err(e)?,
+        })
+    }
+
+    /// Whether it is live (the rule of `prune.sql`, for reads without a transaction).
+    pub fn live(&self) -> bool {
+        self.left_ms.is_some_and(|ms| ms > 0) && (self.token.is_none() || self.owned)
+    }
+
+    /// The holder id of its lease: `host:pid:id`.
+    pub fn holder_id(&self) -> String {
+        holder_id(&self.host, self.pid, &self.id)
+    }
+
+    /// Time left before it expires unless renewed.
+    pub fn left(&self) -> Duration {
+        Duration::from_millis(self.left_ms.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0))
+    }
+}
+
+/// The holder id of entry `id`: `host:pid:id`.
+pub(crate) fn holder_id(host: &str, pid: i32, id: &str) -> String {
+    format!("{host}:{pid}:{id}")
+}
+
+/// The entry id in a holder id made by [`holder_id`].
+pub(crate) fn entry_id(holder_id: &str) -> &str {
+    holder_id.rsplit(':').next().unwrap_or(holder_id)
+}
+
+/// The text of a role in the table.
+pub(crate) fn role_text(role: Role) -> String {
+    match role {
+        Role::Exclusive => "exclusive".into(),
+        Role::Shared => "shared".into(),
+        Role::Permit(n) => format!("permit:{n}"),
+    }
+}
+
+fn parse_role(text: &str) -> Option<Role> {
+    match text {
+        "exclusive" => Some(Role::Exclusive),
+        "shared" => Some(Role::Shared),
+        other => other.strip_prefix("permit:")?.parse().ok().map(Role::Permit),
+    }
+}
+
+/// Runs `op` on `rows` (the live queue of `segment`, its row locked) in `tx`; sets `changed` when
+/// the queue changed.
+pub(crate) async fn apply(
+    conn: &Conn,
+    tx: &Transaction<'_>,
+    segment: &str,
+    rows: &mut Vec<Row>,
+    op: Op,
+    changed: &mut bool,
+) -> Result<Outcome> {
+    let roles = |rows: &[Row]| rows.iter().map(|r| r.role).collect::<Vec<_>>();
+    match op {
+        Op::Join(entry) => {
+            insert(conn, tx, segment, &entry, None).await?;
+            *changed = true;
+            rows.push(pending_row(conn, &entry));
+            turn(conn, tx, segment, rows, &entry.id, changed).await
+        }
+        Op::Turn(id) => turn(conn, tx, segment, rows, &id, changed).await,
+        Op::Try(entry) => {
+            if !holds_at_tail(&roles(rows), entry.role)? {
+                return Ok(Outcome::Busy);
+            }
+            let token = next_token(conn, tx, segment).await?;
+            insert(conn, tx, segment, &entry, Some(token)).await?;
+            *changed = true;
+            Ok(Outcome::Granted(to_u64(token)))
+        }
+        Op::Leave(id) => {
+            let row = tx
+                .query_opt(&conn.sql.delete, &[&id])
+                .await
+                .map_err(|e| pg_error("leaving", e))?;
+            *changed |= row.is_some();
+            Ok(Outcome::Left(
+                row.is_some_and(|r| r.try_get::<_, bool>(0).unwrap_or(false)),
+            ))
+        }
+    }
+}
+
+/// Entry `id` takes its turn: it holds now if the queue rule says so.
+async fn turn(
+    conn: &Conn,
+    tx: &Transaction<'_>,
+    segment: &str,
+    rows: &mut [Row],
+    id: &str,
+    changed: &mut bool,
+) -> Result<Outcome> {
+    let Some(me) = rows.iter().position(|r| r.id == id) else {
+        return Ok(Outcome::Gone);
+    };
+    if let Some(token) = rows[me].token {
+        return Ok(Outcome::Granted(to_u64(token)));
+    }
+    let roles: Vec<Role> = rows.iter().map(|r| r.role).collect();
+    match standing(&roles, me) {
+        Ok(Standing::Holds) => {
+            let token = next_token(conn, tx, segment).await?;
+            tx.execute(&conn.sql.grant, &[&id, &token])
+                .await
+                .map_err(|e| pg_error("granting", e))?;
+            *changed = true;
+            Ok(Outcome::Granted(to_u64(token)))
+        }
+        Ok(_) => Ok(Outcome::Wait(
+            rows.iter().filter(|r| r.left_ms.is_some()).map(Row::left).min(),
+        )),
+        Err(e) => {
+            tx.execute(&conn.sql.delete, &[&id])
+                .await
+                .map_err(|e| pg_error("leaving", e))?;
+            *changed = true;
+            Err(e)
+        }
+    }
+}
+
+/// The lock's next fencing token (one more than the last, kept in its row).
+async fn next_token(conn: &Conn, tx: &Transaction<'_>, segment: &str) -> Result<i64> {
+    tx.query_one(&conn.sql.next_token, &[&segment])
+        .await
+        .map_err(|e| pg_error("handing out a token", e))?
+        .try_get(0)
+        .map_err(|e| pg_error("handing out a token", e))
+}
+
+/// Adds `entry` (holding `token` if given).
+async fn insert(conn: &Conn, tx: &Transaction<'_>, segment: &str, entry: &NewEntry, token: Option<i64>) -> Result<()> {
+    let ttl_ms = crate::conn::millis(entry.ttl);
+    tx.execute(
+        &conn.sql.insert,
+        &[
+            &entry.id,
+            &segment,
+            &conn.owner_id,
+            &role_text(entry.role),
+            &entry.value,
+            &ttl_ms,
+            &token,
+            &conn.pid,
+            &conn.host,
+        ],
+    )
+    .await
+    .map_err(|e| pg_error("joining", e))?;
+    Ok(())
+}
+
+/// The row of an entry just added (not holding).
+fn pending_row(conn: &Conn, entry: &NewEntry) -> Row {
+    Row {
+        id: entry.id.clone(),
+        role: entry.role,
+        token: None,
+        value: entry.value.clone(),
+        pid: conn.pid,
+        host: conn.host.clone(),
+        left_ms: None,
+        owned: true,
+    }
+}
+
+fn to_u64(token: i64) -> u64 {
+    u64::try_from(token).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_and_holder_ids_read_back() {
+        for role in [Role::Exclusive, Role::Shared, Role::Permit(7)] {
+            assert_eq!(parse_role(&role_text(role)), Some(role));
+        }
+        assert_eq!(entry_id(&holder_id("h", 1, "abc")), "abc");
+    }
+}

@@ -1,0 +1,51 @@
+//! `renew_many`: one statement (`src/sql/renew.sql`) beats this locker and extends every listed
+//! lease that is still live by its own TTL, on the server's clock. A lease it did not extend
+//! (expired, removed by an operator, taken over after an expiry) answers `NotHeld`, and the
+//! watchdog fires its lost signal.
+
+use std::collections::HashSet;
+
+use lockcore::driver::Lease;
+use lockcore::{LockError, Result};
+
+use crate::conn::{millis, Conn};
+use crate::error::pg_error;
+use crate::protocol::queue::entry_id;
+
+/// Renews `leases`; one result per lease, in order.
+pub(crate) async fn renew_many(conn: &Conn, leases: &[Lease]) -> Vec<Result<()>> {
+    match renew(conn, leases).await {
+        Ok(renewed) => leases
+            .iter()
+            .map(|l| match renewed.contains(entry_id(&l.holder_id)) {
+                true => Ok(()),
+                false => Err(LockError::not_held(l.name.as_str())),
+            })
+            .collect(),
+        Err(e) => leases
+            .iter()
+            .map(|_| {
+                Err(LockError::Unavailable {
+                    message: format!("renewal failed: {e}"),
+                    source: None,
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The ids of the entries renewed.
+async fn renew(conn: &Conn, leases: &[Lease]) -> Result<HashSet<String>> {
+    conn.check_open()?;
+    let ids: Vec<String> = leases.iter().map(|l| entry_id(&l.holder_id).to_owned()).collect();
+    let longest = leases.iter().map(|l| l.ttl).max().unwrap_or_default();
+    let guard = conn.client().await?;
+    let client = guard.as_ref().ok_or(LockError::Closed)?;
+    let rows = client
+        .query(&conn.sql.renew, &[&conn.owner_id, &millis(longest), &ids])
+        .await
+        .map_err(|e| pg_error("renewing", e))?;
+    rows.iter()
+        .map(|r| r.try_get::<_, String>(0).map_err(|e| pg_error("renewing", e)))
+        .collect()
+}

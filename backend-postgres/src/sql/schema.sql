@@ -1,0 +1,39 @@
+-- The schema of backend-postgres, version 1. {schema} is replaced by the quoted schema name.
+-- Run in one transaction under an advisory lock, so that lockers starting together do not race
+-- on CREATE ... IF NOT EXISTS.
+BEGIN;
+SELECT pg_advisory_xact_lock(hashtext('locksmith schema ' || {schema_literal}));
+CREATE SCHEMA IF NOT EXISTS {schema};
+-- 'version': the format of these tables; a later release migrates from it.
+CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL);
+INSERT INTO {schema}.meta (key, value) VALUES ('version', '1') ON CONFLICT (key) DO NOTHING;
+-- One row per lock ever used: its row lock serialises the steps on the lock, and last_token
+-- keeps fencing tokens increasing (rows are never deleted by locksmith).
+CREATE TABLE IF NOT EXISTS {schema}.locks (
+    segment text PRIMARY KEY,
+    last_token bigint NOT NULL DEFAULT 0
+);
+-- One row per live Locker: its waiters live while expires_at (server clock) is ahead.
+CREATE TABLE IF NOT EXISTS {schema}.owners (
+    id text PRIMARY KEY,
+    expires_at timestamptz NOT NULL,
+    pid integer NOT NULL,
+    host text NOT NULL
+);
+-- Holders (token set) and waiters, in arrival order (seq).
+CREATE TABLE IF NOT EXISTS {schema}.entries (
+    id text PRIMARY KEY,
+    segment text NOT NULL,
+    seq bigserial NOT NULL,
+    owner text NOT NULL,
+    role text NOT NULL,
+    value text NOT NULL DEFAULT '',
+    ttl_ms bigint NOT NULL,
+    token bigint,
+    expires_at timestamptz,
+    pid integer NOT NULL,
+    host text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_by_segment ON {schema}.entries (segment, seq);
+CREATE INDEX IF NOT EXISTS entries_by_owner ON {schema}.entries (owner);
+COMMIT;

@@ -1,0 +1,60 @@
+//! The harness of the PostgreSQL backend: every harness a schema of its own on the server of
+//! `LOCKSMITH_TEST_POSTGRES` (so tests never see each other's rows), every locker a new
+//! `connect` to it (as a separate process would).
+
+use std::time::Duration;
+
+use backend_postgres::PgBackend;
+use lockcore::conformance::Harness;
+use lockcore::driver::{async_trait, BackendUrl, LockName};
+use lockcore::{Family, Locker};
+
+/// The test server's URL (`scripts/backends up` exports it).
+pub fn server_url() -> String {
+    std::env::var("LOCKSMITH_TEST_POSTGRES")
+        .expect("LOCKSMITH_TEST_POSTGRES is not set: run `eval \"$(scripts/backends up single)\"` first")
+}
+
+/// A schema of its own.
+pub struct PgHarness {
+    pub url: String,
+    /// A backend of the harness's own, to read and delete rows with.
+    pub look: PgBackend,
+}
+
+impl PgHarness {
+    pub async fn plain() -> PgHarness {
+        let schema = format!("t_{:016x}", rand::random::<u64>());
+        let base = server_url();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}schema={schema}");
+        let look = PgBackend::connect(&BackendUrl::parse(&url).unwrap()).await.unwrap();
+        PgHarness { url, look }
+    }
+}
+
+#[async_trait]
+impl Harness for PgHarness {
+    async fn locker(&self) -> Locker {
+        backend_postgres::connect(&BackendUrl::parse(&self.url).unwrap())
+            .await
+            .unwrap()
+    }
+
+    async fn delete_behind_back(&self, name: &LockName) {
+        let n = self.look.delete_holders(Family::Mutex, name).await.unwrap();
+        assert!(n > 0, "no holder row to delete");
+    }
+
+    async fn residue(&self, name: &LockName) -> Vec<String> {
+        self.residue_in(Family::Mutex, name).await
+    }
+
+    async fn residue_in(&self, family: Family, name: &LockName) -> Vec<String> {
+        self.look.entries(family, name).await.expect("reading the entries")
+    }
+
+    fn short_ttl(&self) -> Duration {
+        Duration::from_millis(500)
+    }
+}

@@ -1,0 +1,98 @@
+# shellcheck shell=bash
+# scripts/backends.d/postgres.sh — PostgreSQL: one server `postgres` (`up single` and `up all`)
+# for backend-postgres's tests. A server kind for scripts/backends (the interface is described
+# in lib.sh).
+#
+# Its own cluster (initdb) in $STATE/postgres/data, on 127.0.0.1:15432 (+offset) only; its Unix
+# socket is in $STATE/postgres/run (not /var/run/postgresql). The server refuses to run as
+# root, so when we are root it runs as the `postgres` user that the Debian package creates
+# (setpriv execs it: the pid that `launch` records is the postmaster's own), and that user owns
+# $STATE/postgres/{data,run}. Unlike our Redis, a restart (`start postgres`) keeps the data:
+# the fencing tokens stored in the tables survive it, as in production.
+#
+# Throw-away test secrets (the server listens on loopback only):
+#   superuser  postgres / locksmith-admin-pw   (scram-sha-256 over TCP; peer on the socket)
+#   test user  locksmith / locksmith-test-pw, owner of the database `locksmith` (not a superuser)
+
+register_ids postgres single postgres
+need_check postgres_have_server postgresql "the PostgreSQL server (/usr/lib/postgresql/*/bin/postgres)"
+
+readonly POSTGRES_ADMIN_PW=locksmith-admin-pw
+readonly POSTGRES_TEST_USER=locksmith POSTGRES_TEST_PW=locksmith-test-pw POSTGRES_TEST_DB=locksmith
+
+# The newest installed server's bin directory (Debian: /usr/lib/postgresql/VERSION/bin).
+postgres_bin() {
+    local d best=
+    for d in /usr/lib/postgresql/*/bin; do
+        [[ -x $d/postgres ]] || continue
+        if [[ -z $best ]] || [[ $(printf '%s\n%s\n' "$best" "$d" | sort -V | tail -n 1) == "$d" ]]; then
+            best=$d
+        fi
+    done
+    [[ -n $best ]] || return 1
+    echo "$best"
+}
+
+postgres_have_server() { postgres_bin >/dev/null; }
+
+postgres_ports() { port 15432; }
+
+# Run a command as the server's user: `postgres` when we are root, else ourselves.
+postgres_as() {
+    if ((EUID == 0)); then
+        setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# First start only: initdb, then (single-user mode, before the server listens) the test user
+# and database.
+postgres_init() { # DIR BIN
+    local dir=$1 bin=$2 pwfile
+    mkdir -p "$dir/data" "$dir/run"
+    pwfile="$dir/run/admin-pw"
+    printf '%s\n' "$POSTGRES_ADMIN_PW" >"$pwfile"
+    if ((EUID == 0)); then chown -R postgres:postgres "$dir/data" "$dir/run"; fi
+    chmod 700 "$dir/data"
+    postgres_as "$bin/initdb" -D "$dir/data" -U postgres --pwfile="$pwfile" \
+        --auth-local=peer --auth-host=scram-sha-256 --encoding=UTF8 --locale=C.UTF-8 \
+        >>"$dir/server.log" 2>&1 || die "postgres: initdb failed (see $dir/server.log)"
+    rm -f "$pwfile"
+    postgres_as "$bin/postgres" --single -D "$dir/data" postgres >>"$dir/server.log" 2>&1 <<EOF ||
+CREATE ROLE $POSTGRES_TEST_USER LOGIN PASSWORD '$POSTGRES_TEST_PW'
+CREATE DATABASE $POSTGRES_TEST_DB OWNER $POSTGRES_TEST_USER
+EOF
+        die "postgres: creating the test user and database failed (see $dir/server.log)"
+    touch "$dir/initialized"
+}
+
+postgres_start() {
+    local id=$1 dir="$STATE/$1" bin
+    bin=$(postgres_bin) || die "postgres: no server in /usr/lib/postgresql/*/bin"
+    [[ -f $dir/initialized ]] || {
+        rm -rf "$dir/data" "$dir/run"
+        postgres_init "$dir" "$bin"
+    }
+    # -D "$dir/data" carries "$STATE/postgres/": how we recognise our process.
+    local as=()
+    ((EUID != 0)) || as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+    launch "$id" "${as[@]}" "$bin/postgres" -D "$dir/data" \
+        -c listen_addresses="$HOST" -c port="$(client_port "$id")" \
+        -c unix_socket_directories="$dir/run" -c max_connections=200 \
+        -c fsync=off -c synchronous_commit=off -c full_page_writes=off
+}
+
+postgres_ready() {
+    local bin
+    bin=$(postgres_bin) || return 1
+    PGPASSWORD=$POSTGRES_TEST_PW timeout 3 "$bin/psql" -X -q -t -A -w \
+        -h "$HOST" -p "$(client_port "$1")" -U "$POSTGRES_TEST_USER" -d "$POSTGRES_TEST_DB" \
+        -c 'select 1' 2>/dev/null | grep -qx 1
+}
+
+postgres_exports() {
+    [[ $1 == single ]] || return 0
+    emit LOCKSMITH_TEST_POSTGRES \
+        "postgres://$POSTGRES_TEST_USER:$POSTGRES_TEST_PW@$(address postgres)/$POSTGRES_TEST_DB"
+}
