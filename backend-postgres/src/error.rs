@@ -1,5 +1,7 @@
 //! tokio-postgres errors → [`LockError`]: what the caller can do about them.
 
+use std::time::Duration;
+
 use lockcore::LockError;
 use tokio_postgres::error::SqlState;
 
@@ -23,4 +25,12 @@ pub(crate) fn pg_error(what: &str, err: tokio_postgres::Error) -> LockError {
         return LockError::unavailable(message, err);
     }
     LockError::unavailable(format!("postgres: {what}: {err}"), err)
+}
+
+/// A call that took longer than `limit`.
+pub(crate) fn timeout(what: &str, limit: Duration) -> LockError {
+    LockError::Unavailable {
+        message: format!("postgres: {what} took longer than {limit:?}"),
+        source: None,
+    }
 }

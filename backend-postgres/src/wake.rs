@@ -112,7 +112,7 @@ async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Clien
     let connecting = pg.connect(NoTls);
     let (client, mut connection) = tokio::time::timeout(config.connect_timeout, connecting)
         .await
-        .map_err(|_| crate::conn::timeout("connecting", config.connect_timeout))?
+        .map_err(|_| crate::error::timeout("connecting", config.connect_timeout))?
         .map_err(|e| pg_error("connecting", e))?;
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
     let driver = tokio::spawn(async move {
@@ -143,7 +143,7 @@ async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Clien
         }
         Err(_) => {
             driver.abort();
-            return Err(crate::conn::timeout("listening", config.request_timeout));
+            return Err(crate::error::timeout("listening", config.request_timeout));
         }
     }
     Ok((client, driver))

@@ -17,7 +17,7 @@ use tokio_postgres::{Client, NoTls};
 use lockcore::{LockError, Result};
 
 use crate::config::Config;
-use crate::error::pg_error;
+use crate::error::{pg_error, timeout};
 use crate::layout::Sql;
 use crate::wake::Hub;
 
@@ -168,14 +168,6 @@ pub(crate) async fn connect(config: &Config) -> Result<Client> {
         }
     });
     Ok(client)
-}
-
-/// A call that took longer than `limit`.
-pub(crate) fn timeout(what: &str, limit: Duration) -> LockError {
-    LockError::Unavailable {
-        message: format!("postgres: {what} took longer than {limit:?}"),
-        source: None,
-    }
 }
 
 /// Milliseconds, as the tables store them.

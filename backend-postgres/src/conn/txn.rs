@@ -45,7 +45,7 @@ impl Conn {
             Ok(out) => out,
             Err(_) => {
                 *guard = None;
-                Err(super::timeout("a step", limit))
+                Err(crate::error::timeout("a step", limit))
             }
         }
     }

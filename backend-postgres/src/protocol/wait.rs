@@ -95,7 +95,7 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
                     continue;
                 }
                 Err(_) => {
-                    outage.failed(crate::conn::timeout("a heartbeat", limit)).await?;
+                    outage.failed(crate::error::timeout("a heartbeat", limit)).await?;
                     continue;
                 }
             }
