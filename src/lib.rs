@@ -101,6 +101,18 @@ pub fn default_file_url() -> String {
     backend_file::default_url()
 }
 
+/// The SQL that prepares a `postgres://` URL's schema for lockers whose user may not create
+/// tables: the tables, and the grants `role` needs (see `backend_postgres::setup_sql`). What
+/// `locksmith init --sql` prints.
+///
+/// # Errors
+///
+/// [`LockError::InvalidUrl`] when `url` is not a valid `postgres://` URL.
+#[cfg(feature = "postgres")]
+pub fn postgres_setup_sql(url: &str, role: Option<&str>) -> Result<String> {
+    backend_postgres::setup_sql(&BackendUrl::parse(url)?, role)
+}
+
 /// The backend serving `scheme` in this build, if any.
 pub fn backend_for(scheme: &str) -> Option<&'static Descriptor> {
     backends().iter().copied().find(|d| d.schemes.contains(&scheme))

@@ -34,6 +34,10 @@ pub(crate) struct Sql {
     pub next_token: String,
     /// Grants entry `$1` token `$2` (its lease counts from now).
     pub grant: String,
+    /// Restarts the lease of entry `$1`, granted by another's step, from now.
+    pub restart_lease: String,
+    /// The locks with waiters of lockers that stopped beating (`sweep.sql`).
+    pub sweep: String,
     /// Removes entry `$1`; returns whether it held.
     pub delete: String,
     /// Removes a locker's owner row and entries.
@@ -44,14 +48,30 @@ pub(crate) struct Sql {
     pub delete_holders: String,
 }
 
+/// `text` with the schema filled in: `{schema}` quoted, `{schema_literal}` as a string literal
+/// (`schema` is an identifier of `[a-z_][a-z0-9_]*`, checked by `config.rs`).
+fn fill(schema: &str, text: &str) -> String {
+    text.replace("{schema_literal}", &format!("'{schema}'"))
+        .replace("{schema}", &format!("\"{schema}\""))
+}
+
+/// What `locksmith init --sql` prints: the tables of `schema` (`schema.sql`, the statements a
+/// locker runs itself on first use) and, for `role`, the grants a locker's user needs then
+/// (`grants.sql`).
+pub(crate) fn setup_sql(schema: &str, role: Option<&str>) -> String {
+    let mut sql = fill(schema, include_str!("sql/schema.sql"));
+    if let Some(role) = role {
+        let quoted = format!("\"{}\"", role.replace('"', "\"\""));
+        sql.push('\n');
+        sql.push_str(&fill(schema, include_str!("sql/grants.sql")).replace("{role}", &quoted));
+    }
+    sql
+}
+
 impl Sql {
     /// The statements of `schema` (an identifier of `[a-z_][a-z0-9_]*`, checked by `config.rs`).
     pub fn new(schema: &str) -> Sql {
-        let q = format!("\"{schema}\"");
-        let fill = |text: &str| {
-            text.replace("{schema_literal}", &format!("'{schema}'"))
-                .replace("{schema}", &q)
-        };
+        let fill = |text: &str| fill(schema, text);
         Sql {
             channel: format!("locksmith_{schema}"),
             create: fill(include_str!("sql/schema.sql")),
@@ -80,6 +100,11 @@ impl Sql {
                 "UPDATE {schema}.entries SET token = $2, \
                  expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' WHERE id = $1",
             ),
+            restart_lease: fill(
+                "UPDATE {schema}.entries SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' \
+                 WHERE id = $1 AND token IS NOT NULL",
+            ),
+            sweep: fill(include_str!("sql/sweep.sql")),
             delete: fill("DELETE FROM {schema}.entries WHERE id = $1 RETURNING token IS NOT NULL"),
             close: fill(
                 "WITH gone AS (DELETE FROM {schema}.entries WHERE owner = $1 RETURNING segment) \

@@ -44,8 +44,27 @@
 //! `postgres://user:password@host:port/db`: port 5432, user `postgres` and the user's database by
 //! default. The password comes from the URL, `password_file=`, or `LOCKSMITH_PASSWORD`, and is
 //! never printed. Options: `ttl=`, `request_timeout=` (5 s), `connect_timeout=` (5 s), `schema=`.
-//! The user needs `CREATE` on the database the first time (to create the schema), then
-//! `SELECT/INSERT/UPDATE/DELETE` on its tables.
+//!
+//! # Set-up and rights
+//!
+//! The first locker creates the schema and its tables (`src/sql/schema.sql`, in one transaction
+//! under an advisory lock; a `meta` row holds their format version, which every locker checks at
+//! connect, so a later release can migrate them). That needs `CREATE` on the database. To run
+//! lockers as a user without it, create the tables beforehand as the database's owner:
+//! `locksmith --url postgres://owner@db/app init` does what a first locker does, and
+//! `locksmith --url … init --sql --grant app_user` prints the SQL instead ([`setup_sql`]),
+//! with the grants a locker's user needs and nothing more:
+//!
+//! ```sql
+//! GRANT USAGE ON SCHEMA "locksmith" TO app_user;
+//! GRANT SELECT ON "locksmith".meta TO app_user;
+//! GRANT SELECT, INSERT, UPDATE ON "locksmith".locks TO app_user;
+//! GRANT SELECT, INSERT, UPDATE, DELETE ON "locksmith".owners, "locksmith".entries TO app_user;
+//! GRANT USAGE ON SEQUENCE "locksmith".entries_seq_seq TO app_user;
+//! ```
+//!
+//! (`LISTEN`/`NOTIFY` need no grant.) A locker whose user lacks them fails at connect with
+//! [`lockcore::LockError::Denied`].
 //!
 //! # Module map
 //!
@@ -90,6 +109,28 @@ pub static DESCRIPTOR: Descriptor = Descriptor {
 
 fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
     Box::pin(connect(url))
+}
+
+/// The SQL that prepares `url`'s schema for lockers: its tables (what the first locker runs
+/// itself), then, when `role` is given, the grants a locker's user needs (see [Set-up and
+/// rights](crate#set-up-and-rights)). Nothing is sent to the server.
+///
+/// # Errors
+///
+/// [`lockcore::LockError::InvalidUrl`] when `url` is not a valid `postgres://` URL.
+///
+/// # Examples
+///
+/// ```
+/// let url = lockcore::driver::BackendUrl::parse("postgres://admin@db/app?schema=locks")?;
+/// let sql = backend_postgres::setup_sql(&url, Some("app_user"))?;
+/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"locks\".entries"));
+/// assert!(sql.contains("TO \"app_user\""));
+/// # Ok::<(), lockcore::LockError>(())
+/// ```
+pub fn setup_sql(url: &BackendUrl, role: Option<&str>) -> Result<String> {
+    let config = config::Config::parse(url)?;
+    Ok(layout::setup_sql(&config.schema, role))
 }
 
 /// Connects to the server of `url` (see the [crate docs](crate)) and returns a [`Locker`] over

@@ -1,11 +1,18 @@
-//! Wake-ups pushed by the server: one LISTEN connection per locker, on the schema's channel,
-//! whose notifications (payload: a lock's segment) wake the tasks of this locker that wait on
-//! that lock. Every step that changes a queue NOTIFYs in its transaction, so the notification
-//! arrives once the change is committed.
+//! Wake-ups pushed by the server: one LISTEN connection per locker, on the schema's channel.
+//! Every step that changes a queue NOTIFYs in its transaction, so the notification arrives once
+//! the change is committed; its payload ([`payload`]) names the lock's segment and **the waiters
+//! that have something to do**: those the step granted (they confirm with one step of their own)
+//! and the first waiter left in line, with the time until the earliest holder's lease runs out
+//! (it takes a step then, if nothing happened before). Nobody else is woken: a change costs the
+//! lock's other waiters nothing (no herd). A payload too long for NOTIFY (many readers granted
+//! at once) says "everyone" instead, as does a lost LISTEN connection (a notification may have
+//! been missed): every waiter of the lock takes a step.
 //!
-//! When the connection is lost, every waiter is woken (a notification may have been missed) and
-//! the hub reconnects, with a growing pause, until it is stopped. A task registers (enables its
-//! `Notified`) before its step, so a change after the step always wakes it.
+//! Observers of a lock (an election's watchers) are woken by every notification of it.
+//!
+//! When the connection is lost, the hub reconnects, with a growing pause, until it is stopped. A
+//! waiter registers ([`Hub::waiter`]) before its first step, so nothing addressed to it after that
+//! step is lost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -14,17 +21,115 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
+use tokio::time::Instant;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
 use crate::config::Config;
 use crate::error::pg_error;
 use lockcore::Result;
 
+/// The longest payload sent; PostgreSQL refuses 8000 bytes and more.
+const MAX_PAYLOAD: usize = 7900;
+
+/// What a notification tells the waiters it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Directive<'a> {
+    /// Entry `id` was granted: it takes a step to confirm (and learn its fencing token).
+    Granted(&'a str),
+    /// Entry `id` is first in line: it takes a step in `ms` (the earliest holder's lease runs out
+    /// then), unless woken before; `None`: no expiry to wait for.
+    First(&'a str, Option<u64>),
+}
+
+/// The payload of a notification on `segment`: `g<id>,f<id>:<ms>,…|<segment>`, or `*|<segment>`
+/// (every waiter of the lock) when the directives would not fit.
+pub(crate) fn payload(segment: &str, directives: &[Directive<'_>]) -> String {
+    let mut text = String::new();
+    for d in directives {
+        if !text.is_empty() {
+            text.push(',');
+        }
+        match d {
+            Directive::Granted(id) => text.push_str(&format!("g{id}")),
+            Directive::First(id, Some(ms)) => text.push_str(&format!("f{id}:{ms}")),
+            Directive::First(id, None) => text.push_str(&format!("f{id}")),
+        }
+    }
+    if text.len() + 1 + segment.len() > MAX_PAYLOAD {
+        text = "*".into();
+    }
+    format!("{text}|{segment}")
+}
+
+/// Reads a payload made by [`payload`]: the segment, and the directives (`None`: everyone).
+fn parse(payload: &str) -> (&str, Option<Vec<Directive<'_>>>) {
+    let Some((directives, segment)) = payload.split_once('|') else {
+        return (payload, None);
+    };
+    if directives == "*" {
+        return (segment, None);
+    }
+    let parsed: Option<Vec<_>> = directives.split(',').filter(|d| !d.is_empty()).map(directive).collect();
+    (segment, parsed)
+}
+
+/// One directive of a payload.
+fn directive(d: &str) -> Option<Directive<'_>> {
+    match d.split_at_checked(1)? {
+        ("g", id) => Some(Directive::Granted(id)),
+        ("f", rest) => Some(match rest.split_once(':') {
+            Some((id, ms)) => Directive::First(id, Some(ms.parse().ok()?)),
+            None => Directive::First(rest, None),
+        }),
+        _ => None,
+    }
+}
+
+/// What a waiting entry was told since it last looked ([`Waiter::take`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Told {
+    /// Take a step now: it was granted, or every waiter of its lock was asked to.
+    pub step: bool,
+    /// Take a step at this instant, unless told otherwise before (the earliest of what it was
+    /// told).
+    pub at: Option<Instant>,
+}
+
+/// One waiting entry's mailbox: what notifications told it, and a `Notify` to wait on.
+#[derive(Debug, Default)]
+pub(crate) struct Waiter {
+    told: Mutex<Told>,
+    notify: Notify,
+}
+
+impl Waiter {
+    /// What it was told since the last call, forgotten now.
+    pub fn take(&self) -> Told {
+        std::mem::take(&mut *self.told.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Resolves once something is told (at once if something was told since the last wait).
+    pub async fn told(&self) {
+        self.notify.notified().await;
+    }
+
+    fn tell(&self, step: bool, at: Option<Instant>) {
+        {
+            let mut told = self.told.lock().unwrap_or_else(|e| e.into_inner());
+            told.step |= step;
+            told.at = [told.at, at].into_iter().flatten().min();
+        }
+        self.notify.notify_one();
+    }
+}
+
 /// The wake-ups of one locker.
 #[derive(Debug)]
 pub(crate) struct Hub {
-    /// One `Notify` per lock segment that a task of this locker waits on.
+    /// One `Notify` per lock segment that an observer of this locker watches.
     locks: Mutex<HashMap<String, Weak<Notify>>>,
+    /// The waiting entries of this locker, by segment and entry id.
+    waiters: Mutex<HashMap<String, HashMap<String, Weak<Waiter>>>>,
     /// The listening task.
     task: Mutex<Option<AbortHandle>>,
 }
@@ -34,6 +139,7 @@ impl Hub {
     pub async fn start(config: &Config, channel: &str) -> Result<Arc<Hub>> {
         let hub = Arc::new(Hub {
             locks: Mutex::default(),
+            waiters: Mutex::default(),
             task: Mutex::default(),
         });
         let first = listen(config, channel, Arc::downgrade(&hub)).await?;
@@ -47,7 +153,7 @@ impl Hub {
                     pause = Duration::from_millis(50);
                 }
                 let Some(hub) = weak.upgrade() else { return };
-                hub.wake(None);
+                hub.wake(None, None);
                 drop(hub);
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
@@ -55,7 +161,7 @@ impl Hub {
                     Ok(driver) => {
                         tracing::debug!("postgres: listening again");
                         if let Some(hub) = weak.upgrade() {
-                            hub.wake(None); // what changed while no one listened
+                            hub.wake(None, None); // what changed while no one listened
                         }
                         running = Some(driver);
                     }
@@ -67,7 +173,22 @@ impl Hub {
         Ok(hub)
     }
 
-    /// The `Notify` that the changes of lock `segment` wake.
+    /// The mailbox of entry `id` of lock `segment`, registered while the returned `Arc` lives.
+    pub fn waiter(&self, segment: &str, id: &str) -> Arc<Waiter> {
+        let waiter = Arc::new(Waiter::default());
+        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        waiters.retain(|_, ids| {
+            ids.retain(|_, w| w.strong_count() > 0);
+            !ids.is_empty()
+        });
+        waiters
+            .entry(segment.to_owned())
+            .or_default()
+            .insert(id.to_owned(), Arc::downgrade(&waiter));
+        waiter
+    }
+
+    /// The `Notify` that every change of lock `segment` wakes (for observers).
     pub fn lock(&self, segment: &str) -> Arc<Notify> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(notify) = locks.get(segment).and_then(Weak::upgrade) {
@@ -79,15 +200,41 @@ impl Hub {
         notify
     }
 
-    /// Wakes the waiters of `segment`, or every waiter.
-    fn wake(&self, segment: Option<&str>) {
-        let locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        let woken = locks
-            .iter()
-            .filter(|(s, _)| segment.is_none_or(|segment| segment == s.as_str()))
-            .filter_map(|(_, n)| n.upgrade());
-        for notify in woken {
+    /// Wakes the observers of `segment` (or of every lock), and its waiters as `directives` say
+    /// (`None`: every waiter of `segment`, or of every lock).
+    fn wake(&self, segment: Option<&str>, directives: Option<&[Directive<'_>]>) {
+        let matches = |s: &String| segment.is_none_or(|segment| segment == s.as_str());
+        let observers: Vec<Arc<Notify>> = {
+            let locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            locks
+                .iter()
+                .filter(|(s, _)| matches(s))
+                .filter_map(|(_, n)| n.upgrade())
+                .collect()
+        };
+        for notify in observers {
             notify.notify_waiters();
+        }
+        let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, ids) in waiters.iter().filter(|(s, _)| matches(s)) {
+            let Some(directives) = directives else {
+                ids.values().filter_map(Weak::upgrade).for_each(|w| w.tell(true, None));
+                continue;
+            };
+            for d in directives {
+                let (id, step, at) = match *d {
+                    Directive::Granted(id) => (id, true, None),
+                    Directive::First(id, ms) => (
+                        id,
+                        false,
+                        // A millisecond more: the expiry has passed on the server's clock too.
+                        Some(Instant::now() + Duration::from_millis(ms.unwrap_or(u64::MAX / 4).min(1 << 40) + 1)),
+                    ),
+                };
+                if let Some(w) = ids.get(id).and_then(Weak::upgrade) {
+                    w.tell(step, at);
+                }
+            }
         }
     }
 
@@ -119,7 +266,10 @@ async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Clien
         while let Some(message) = messages.next().await {
             match message {
                 Ok(AsyncMessage::Notification(n)) => match hub.upgrade() {
-                    Some(hub) => hub.wake(Some(n.payload())),
+                    Some(hub) => {
+                        let (segment, directives) = parse(n.payload());
+                        hub.wake(Some(segment), directives.as_deref());
+                    }
                     None => return,
                 },
                 Ok(_) => {}
@@ -147,4 +297,50 @@ async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Clien
         }
     }
     Ok((client, driver))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_read_back() {
+        let directives = [
+            Directive::Granted("a1"),
+            Directive::First("b2", Some(750)),
+            Directive::First("c3", None),
+        ];
+        let text = payload("mutex/x|y,z", &directives);
+        assert_eq!(text, "ga1,fb2:750,fc3|mutex/x|y,z");
+        let (segment, read) = parse(&text);
+        assert_eq!((segment, read.as_deref()), ("mutex/x|y,z", Some(&directives[..])));
+        assert_eq!(parse(&payload("s", &[])), ("s", Some(vec![])));
+        // Too long for NOTIFY: everyone.
+        let many: Vec<String> = (0..1000).map(|i| format!("{i:016x}")).collect();
+        let granted: Vec<Directive<'_>> = many.iter().map(|id| Directive::Granted(id)).collect();
+        let text = payload("s", &granted);
+        assert!(text.len() < MAX_PAYLOAD);
+        assert_eq!(parse(&text), ("s", None));
+        assert_eq!(parse("fX:nope|s").1, None, "a malformed directive wakes everyone");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_hears_only_what_names_it() {
+        let hub = Hub {
+            locks: Mutex::default(),
+            waiters: Mutex::default(),
+            task: Mutex::default(),
+        };
+        let (a, b) = (hub.waiter("s", "a"), hub.waiter("s", "b"));
+        hub.wake(Some("s"), Some(&[Directive::Granted("a")]));
+        assert_eq!(a.take(), Told { step: true, at: None });
+        assert_eq!(b.take(), Told::default());
+        hub.wake(Some("s"), Some(&[Directive::First("b", Some(0))]));
+        let told = b.take();
+        assert!(!told.step && told.at.is_some());
+        hub.wake(Some("other"), None);
+        assert_eq!(a.take(), Told::default());
+        hub.wake(Some("s"), None);
+        assert!(a.take().step && b.take().step);
+    }
 }

@@ -1,5 +1,6 @@
 //! The PostgreSQL backend against the shared conformance suites.
 
+#[allow(dead_code)] // each test file uses a part of the harness
 mod common;
 
 lockcore::conformance_tests!(common::PgHarness::plain().await);

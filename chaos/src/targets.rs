@@ -74,7 +74,7 @@ impl fmt::Display for Fault {
 /// One backend in one topology.
 #[derive(Clone, Debug)]
 pub struct Target {
-    /// `mem`, `file`, `etcd`, `zk` or `redis`.
+    /// `mem`, `file`, `etcd`, `zk`, `redis` or `postgres`.
     pub backend: &'static str,
     /// `single`, `cluster`, `ensemble` or `quorum`.
     pub topology: &'static str,
@@ -254,6 +254,21 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             restart: Some("zk-2"),
             group: Some("zk-ensemble"),
             members: &["zk-1", "zk-2", "zk-3"],
+            fails_over: false,
+        },
+        // One PostgreSQL server; a restart keeps its data (the fencing tokens are in a table).
+        Target {
+            backend: "postgres",
+            topology: "single",
+            url: format!(
+                "{}?schema=chaos&ttl={}&request_timeout=2s&connect_timeout=3s",
+                env_url("LOCKSMITH_TEST_POSTGRES")?,
+                secs(ttl)
+            ),
+            ttl,
+            restart: Some("postgres"),
+            group: None,
+            members: &[],
             fails_over: false,
         },
         Target {

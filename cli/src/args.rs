@@ -30,7 +30,7 @@ fn default_url() -> String {
 pub struct Cli {
     /// Backend URL: etcd://h:2379, zk://h:2181, redis://h:6379 (or redis://h:6379?layout=plain),
     /// redis+sentinel://s1:26379,s2:26379/mymaster, redis-cluster://h1:7000,h2:7001,
-    /// file:///dir (the processes of this machine, no server), mem://. The default is a
+    /// postgres://user@h:5432/db, file:///dir (the processes of this machine, no server), mem://. The default is a
     /// directory that every locksmith process of this user shares, so two `locksmith run`
     /// commands on one machine exclude each other with no server. mem:// is in-process only:
     /// only good for trying the command out.
@@ -97,7 +97,7 @@ pub struct Cli {
 }
 
 /// The subcommands that take no lock, and so reject `--ttl`: their help does not show it.
-const NO_TTL: [&str; 3] = ["inspect", "list", "leader"];
+const NO_TTL: [&str; 4] = ["inspect", "list", "leader", "init"];
 
 /// The command line as clap parses it: [`Cli`], where the subcommands that reject `--ttl`
 /// ([`NO_TTL`]) have a hidden `--ttl` of their own that refuses any value, so that their help
@@ -156,6 +156,24 @@ pub enum Command {
     /// Print who leads the election NAME (its value and term): exit 0, or 1 if nobody leads.
     /// With --follow, print every change of leader as the server reports it, until a signal.
     Leader(LeaderArgs),
+    /// Prepare the backend for lockers and check it: connect as a locker does, creating what the
+    /// backend needs on first use (on PostgreSQL, the schema and its tables; nothing on the other
+    /// backends), then print what was found. With --sql (postgres:// only), print that SQL
+    /// instead, for a database owner to run, with the grants a locker's user needs (--grant).
+    Init(InitArgs),
+}
+
+/// Arguments of `init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Print the SQL that creates the tables (postgres:// URLs), without connecting.
+    #[arg(long)]
+    pub sql: bool,
+
+    /// With --sql: also print the grants that this database role needs to run lockers (and no
+    /// more: no CREATE, no ownership).
+    #[arg(long, value_name = "ROLE", requires = "sql")]
+    pub grant: Option<String>,
 }
 
 /// What kind of lock `run`, `try` and `hold` take (default: the mutex NAME).

@@ -65,6 +65,7 @@ fn main() -> ExitCode {
             Command::Elect(args) => cmd::elect::elect(&session, args).await,
             Command::List(args) => cmd::list::list(&session, &args.prefix).await,
             Command::Leader(args) => cmd::leader::leader(&session, args).await,
+            Command::Init(args) => cmd::init::init(&session, args).await,
         };
         // Whatever happened, nothing of this process outlives it on the server; but a backend
         // that did not answer (exit 3) or lost our lock (exit 4) gets no long wait: what it

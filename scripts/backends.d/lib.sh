@@ -108,6 +108,8 @@ emit() { printf 'export %s=%s\n' "$1" "$2"; } # one line for `eval "$(scripts/ba
 # and optionally:
 #   P_is_leader ID  exit 0 if member ID says it is its group's leader (for leader_group).
 #   P_stop_last     print ids that `down` must stop after all the others (see etcd.sh).
+#   P_stop_signal ID  print the signal that stops ID gracefully (default TERM; PostgreSQL's
+#                   TERM waits for every client to leave, its INT does not: see postgres.sh).
 #   P_settle ID     after `up` started ID (not after `start ID`) and it answers: wait until it
 #                   is fit for the tests (see redis.sh).
 #   P_assemble ID...  after every server of `up` answers, with this kind's ids among them
@@ -280,14 +282,25 @@ wait_gone() {
     done
 }
 
-# Send SIGTERM (+SIGCONT, so a paused server can act on it), SIGKILL after the grace period.
+# The signal that stops server $1 gracefully (P_stop_signal, else TERM).
+stop_signal() {
+    local kind=${KIND_OF[$1]:-}
+    if [[ -n $kind ]] && declare -F "${kind//-/_}_stop_signal" >/dev/null; then
+        "${kind//-/_}_stop_signal" "$1"
+    else
+        echo TERM
+    fi
+}
+
+# Send SIGTERM (or the kind's stop signal; +SIGCONT, so a paused server can act on it), SIGKILL
+# after the grace period.
 terminate() {
     local id=$1 pid
     pid=$(owned_pid "$id") || {
         rm -f "$STATE/$id/pid"
         return 0
     }
-    kill -TERM "$pid" 2>/dev/null || true
+    kill -"$(stop_signal "$id")" "$pid" 2>/dev/null || true
     kill -CONT "$pid" 2>/dev/null || true
     if ! wait_gone "$id" "$GRACE_SECS"; then
         log "$id (pid $pid) still running ${GRACE_SECS}s after SIGTERM: SIGKILL"
@@ -297,14 +310,14 @@ terminate() {
     rm -f "$STATE/$id/pid"
 }
 
-# SIGTERM (+SIGCONT) the given servers together, wait for them (SIGKILL after the grace
+# SIGTERM (or their stop signal; +SIGCONT) the given servers together, wait for them (SIGKILL after the grace
 # period); prints how many there were.
 terminate_all() {
     local id pid deadline live=()
     for id in "$@"; do
         if pid=$(owned_pid "$id"); then
             log "stopping $id (pid $pid)"
-            kill -TERM "$pid" 2>/dev/null || true
+            kill -"$(stop_signal "$id")" "$pid" 2>/dev/null || true
             kill -CONT "$pid" 2>/dev/null || true
             live+=("$id")
         fi

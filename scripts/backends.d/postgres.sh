@@ -13,12 +13,15 @@
 # Throw-away test secrets (the server listens on loopback only):
 #   superuser  postgres / locksmith-admin-pw   (scram-sha-256 over TCP; peer on the socket)
 #   test user  locksmith / locksmith-test-pw, owner of the database `locksmith` (not a superuser)
+#   app user   locksmith_app / locksmith-app-pw: no rights of its own (the least-privilege test
+#              grants it what `locksmith init --sql --grant` prints)
 
 register_ids postgres single postgres
 need_check postgres_have_server postgresql "the PostgreSQL server (/usr/lib/postgresql/*/bin/postgres)"
 
 readonly POSTGRES_ADMIN_PW=locksmith-admin-pw
 readonly POSTGRES_TEST_USER=locksmith POSTGRES_TEST_PW=locksmith-test-pw POSTGRES_TEST_DB=locksmith
+readonly POSTGRES_APP_USER=locksmith_app POSTGRES_APP_PW=locksmith-app-pw
 
 # The newest installed server's bin directory (Debian: /usr/lib/postgresql/VERSION/bin).
 postgres_bin() {
@@ -62,6 +65,7 @@ postgres_init() { # DIR BIN
     postgres_as "$bin/postgres" --single -D "$dir/data" postgres >>"$dir/server.log" 2>&1 <<EOF ||
 CREATE ROLE $POSTGRES_TEST_USER LOGIN PASSWORD '$POSTGRES_TEST_PW'
 CREATE DATABASE $POSTGRES_TEST_DB OWNER $POSTGRES_TEST_USER
+CREATE ROLE $POSTGRES_APP_USER LOGIN PASSWORD '$POSTGRES_APP_PW'
 EOF
         die "postgres: creating the test user and database failed (see $dir/server.log)"
     touch "$dir/initialized"
@@ -74,14 +78,22 @@ postgres_start() {
         rm -rf "$dir/data" "$dir/run"
         postgres_init "$dir" "$bin"
     }
-    # -D "$dir/data" carries "$STATE/postgres/": how we recognise our process.
+    # -D "$dir/data" carries "$STATE/postgres/": how we recognise our process. 300 connections:
+    # the fault suite's load test gives each of its 100 waiters a locker of its own (two
+    # connections each; 1,000 waiters in 10 processes need 20, see tests/processes.rs). No
+    # autovacuum: the tests' throw-away schemas need none, and its ANALYZEs take transaction ids,
+    # which tests/herd.rs counts.
     local as=()
     ((EUID != 0)) || as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
     launch "$id" "${as[@]}" "$bin/postgres" -D "$dir/data" \
         -c listen_addresses="$HOST" -c port="$(client_port "$id")" \
-        -c unix_socket_directories="$dir/run" -c max_connections=200 \
-        -c fsync=off -c synchronous_commit=off -c full_page_writes=off
+        -c unix_socket_directories="$dir/run" -c max_connections=300 \
+        -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c autovacuum=off
 }
+
+# SIGINT is PostgreSQL's fast shutdown (clients are disconnected, the data is kept); its SIGTERM
+# waits for every client to leave, which locksmith's connections never do by themselves.
+postgres_stop_signal() { echo INT; }
 
 postgres_ready() {
     local bin
@@ -95,4 +107,6 @@ postgres_exports() {
     [[ $1 == single ]] || return 0
     emit LOCKSMITH_TEST_POSTGRES \
         "postgres://$POSTGRES_TEST_USER:$POSTGRES_TEST_PW@$(address postgres)/$POSTGRES_TEST_DB"
+    emit LOCKSMITH_TEST_POSTGRES_APP \
+        "postgres://$POSTGRES_APP_USER:$POSTGRES_APP_PW@$(address postgres)/$POSTGRES_TEST_DB"
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Mutex, MutexGuard};
+use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
@@ -19,6 +20,7 @@ use lockcore::{LockError, Result};
 use crate::config::Config;
 use crate::error::{pg_error, timeout};
 use crate::layout::Sql;
+use crate::protocol::queue::Op;
 use crate::wake::Hub;
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
@@ -43,6 +45,9 @@ pub(crate) struct Conn {
     pub hub: Arc<Hub>,
     /// Set by `shutdown`.
     closed: AtomicBool,
+    /// Until when this locker's owner row lives for sure (by this process's clock), and how many
+    /// times a beat came after that ([`Conn::keep_alive`]).
+    alive: std::sync::Mutex<(Instant, u64)>,
 }
 
 impl Conn {
@@ -60,10 +65,12 @@ impl Conn {
                     if e.code()
                         .is_some_and(|c| *c == SqlState::UNDEFINED_TABLE || *c == SqlState::INVALID_SCHEMA_NAME) =>
                 {
-                    client
-                        .batch_execute(&sql.create)
-                        .await
-                        .map_err(|e| pg_error("creating the tables", e))?;
+                    client.batch_execute(&sql.create).await.map_err(|e| {
+                        pg_error(
+                            "creating the tables (a user without CREATE needs them made beforehand: `locksmith init`)",
+                            e,
+                        )
+                    })?;
                     client
                         .query_one(&sql.version, &[])
                         .await
@@ -94,6 +101,7 @@ impl Conn {
             sql,
             config,
             closed: AtomicBool::new(false),
+            alive: std::sync::Mutex::new((Instant::now(), 0)),
         };
         conn.beat(Duration::ZERO).await?;
         Ok(Arc::new(conn))
@@ -117,6 +125,61 @@ impl Conn {
         Ok(guard)
     }
 
+    /// Keeps this locker's waiters alive for a waiter whose lease is `ttl`: beats (at most one
+    /// beat per third of a TTL for all the waiters of this locker) and then sweeps the queues
+    /// that dead lockers' waiters hold up ([`Conn::sweep`]). Returns how many times this locker
+    /// has found its owner row possibly expired (a pause, a lost server): a waiter that has not
+    /// stepped since the count last moved takes a step, as its entry may be gone.
+    pub async fn keep_alive(&self, ttl: Duration) -> Result<u64> {
+        let now = Instant::now();
+        let (until, late) = *self.alive.lock().unwrap_or_else(|e| e.into_inner());
+        if until >= now + ttl * 2 / 3 {
+            return Ok(late);
+        }
+        self.beat(ttl).await?;
+        let late = {
+            let mut alive = self.alive.lock().unwrap_or_else(|e| e.into_inner());
+            if until <= now {
+                alive.1 += 1;
+            }
+            alive.0 = alive.0.max(now + ttl);
+            alive.1
+        };
+        self.sweep().await?;
+        Ok(late)
+    }
+
+    /// Records a beat of `ttl` sent at `sent` (a join beats in its own transaction).
+    pub fn beaten(&self, sent: Instant, ttl: Duration) {
+        let mut alive = self.alive.lock().unwrap_or_else(|e| e.into_inner());
+        alive.0 = alive.0.max(sent + ttl);
+    }
+
+    /// How many times [`Conn::keep_alive`] found the owner row possibly expired.
+    pub fn late_beats(&self) -> u64 {
+        self.alive.lock().unwrap_or_else(|e| e.into_inner()).1
+    }
+
+    /// A step on each lock whose queue holds waiters of lockers that stopped beating
+    /// (`sweep.sql`): it drops them and passes the lock on. Only the first waiter of a queue
+    /// watches the holders' expiry, so without this a dead first waiter would hold up the rest.
+    async fn sweep(&self) -> Result<()> {
+        let rows = {
+            let guard = self.client().await?;
+            let client = guard.as_ref().ok_or(LockError::Closed)?;
+            client
+                .query(&self.sql.sweep, &[])
+                .await
+                .map_err(|e| pg_error("looking for dead waiters", e))?
+        };
+        for row in rows {
+            let segment: String = row.try_get(0).map_err(|e| pg_error("looking for dead waiters", e))?;
+            tracing::debug!(lock = %segment, "postgres: dropping the waiters of a locker that stopped beating");
+            self.step(&segment, Op::Sweep, Duration::ZERO).await?;
+        }
+        Ok(())
+    }
+
     /// This locker's heartbeat: its owner row (re-added if it was removed) lives for at least
     /// `ttl` from now (server clock), and its waiters with it.
     pub async fn beat(&self, ttl: Duration) -> Result<()> {
@@ -132,8 +195,8 @@ impl Conn {
     /// Ends this locker: refuses new steps, removes its owner row and entries, wakes their locks.
     pub async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
-        let guard = self.client().await?;
-        let client = guard.as_ref().ok_or(LockError::Closed)?;
+        let mut guard = self.client().await?;
+        let client = guard.as_mut().ok_or(LockError::Closed)?;
         let rows = client
             .query(&self.sql.close, &[&self.owner_id])
             .await
@@ -142,11 +205,9 @@ impl Conn {
             let Ok(segment) = row.try_get::<_, String>(0) else {
                 continue;
             };
-            let notified = client
-                .execute("SELECT pg_notify($1, $2)", &[&self.sql.channel, &segment])
-                .await;
-            if let Err(e) = notified {
-                tracing::debug!(error = %e, "postgres: could not wake the waiters of a lock at shutdown");
+            // Pass on what this locker held, as its releases would have.
+            if let Err(e) = self.run(client, &segment, Op::Sweep, Duration::ZERO).await {
+                tracing::debug!(error = %e, "postgres: could not pass a lock on at shutdown");
             }
         }
         self.hub.stop();

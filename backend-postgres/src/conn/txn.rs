@@ -1,6 +1,7 @@
 //! One step = one transaction on the steps' connection: lock the lock's row (inserting it if
 //! missing), drop the dead entries, read the queue, run the step (`crate::protocol::queue`), and
-//! NOTIFY the lock's waiters if the queue changed.
+//! if the queue changed, grant the waiters that hold now (`queue::promote`) and NOTIFY the ones
+//! that have something to do (`crate::wake::payload`).
 //!
 //! A step whose future is dropped part-way is rolled back (tokio-postgres sends `ROLLBACK` when a
 //! transaction is dropped), or committed if its `COMMIT` was already sent; either way before any
@@ -14,6 +15,7 @@ use tokio_postgres::Client;
 use super::{millis, Conn};
 use crate::error::pg_error;
 use crate::protocol::queue::{self, Op, Row};
+use crate::wake::{payload, Directive};
 
 /// What a step found.
 #[derive(Debug)]
@@ -51,7 +53,7 @@ impl Conn {
     }
 
     /// [`Conn::step`] on `client`.
-    async fn run(&self, client: &mut Client, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
+    pub(super) async fn run(&self, client: &mut Client, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
         let sql = &self.sql;
         let e = |what| move |err| pg_error(what, err);
         let tx = client.transaction().await.map_err(e("starting a step"))?;
@@ -74,7 +76,12 @@ impl Conn {
             return out; // a failed statement: the transaction rolls back
         }
         if changed {
-            tx.execute("SELECT pg_notify($1, $2)", &[&sql.channel, &segment])
+            let granted = queue::promote(self, &tx, segment, &mut rows).await?;
+            let mut told: Vec<Directive<'_>> = granted.iter().map(|id| Directive::Granted(id)).collect();
+            if let Some((id, ms)) = queue::first_waiting(&rows) {
+                told.push(Directive::First(id, ms));
+            }
+            tx.execute("SELECT pg_notify($1, $2)", &[&sql.channel, &payload(segment, &told)])
                 .await
                 .map_err(e("notifying"))?;
         }

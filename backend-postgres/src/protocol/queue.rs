@@ -1,6 +1,11 @@
 //! The steps on one lock's queue, each inside one transaction (`conn/txn.rs`) on the queue it
-//! read: join, take a turn, try once, leave. Who holds is [`lockcore::driver::queue::standing`],
-//! the rule of every queue backend, decided here in Rust on the whole queue.
+//! read: join, take a turn, try once, leave, sweep. Who holds is
+//! [`lockcore::driver::queue::standing`], the rule of every queue backend, decided here in Rust on
+//! the whole queue.
+//!
+//! A step that changes the queue also grants every waiter that holds by the rule afterwards
+//! ([`promote`]): a release hands the lock over in the releaser's own transaction, and the new
+//! holder only confirms (one step), so a handover wakes nobody else.
 
 use std::time::Duration;
 
@@ -36,6 +41,8 @@ pub(crate) enum Op {
     Try(NewEntry),
     /// Remove the entry with this id.
     Leave(String),
+    /// Nothing of its own: drop the dead entries and pass the lock on (`conn::Conn::sweep`).
+    Sweep,
 }
 
 /// One entry as `queue.sql` reads it.
@@ -146,6 +153,9 @@ pub(crate) async fn apply(
             let token = next_token(conn, tx, segment).await?;
             insert(conn, tx, segment, &entry, Some(token)).await?;
             *changed = true;
+            let mut row = pending_row(conn, &entry);
+            row.token = Some(token);
+            rows.push(row);
             Ok(Outcome::Granted(to_u64(token)))
         }
         Op::Leave(id) => {
@@ -154,11 +164,47 @@ pub(crate) async fn apply(
                 .await
                 .map_err(|e| pg_error("leaving", e))?;
             *changed |= row.is_some();
+            rows.retain(|r| r.id != id);
             Ok(Outcome::Left(
                 row.is_some_and(|r| r.try_get::<_, bool>(0).unwrap_or(false)),
             ))
         }
+        Op::Sweep => Ok(Outcome::Left(false)),
     }
+}
+
+/// Grants every entry of `rows` that holds by the queue rule but has no token yet (after a step
+/// changed the queue: a holder left or expired, a waiter ahead gave up); returns their ids.
+pub(crate) async fn promote(conn: &Conn, tx: &Transaction<'_>, segment: &str, rows: &mut [Row]) -> Result<Vec<String>> {
+    let roles: Vec<Role> = rows.iter().map(|r| r.role).collect();
+    let mut granted = Vec::new();
+    for (i, row) in rows.iter_mut().enumerate() {
+        if row.token.is_some() || !matches!(standing(&roles, i), Ok(Standing::Holds)) {
+            continue;
+        }
+        let token = next_token(conn, tx, segment).await?;
+        tx.execute(&conn.sql.grant, &[&row.id, &token])
+            .await
+            .map_err(|e| pg_error("granting", e))?;
+        row.token = Some(token);
+        granted.push(row.id.clone());
+    }
+    Ok(granted)
+}
+
+/// The first entry of `rows` still waiting, and the milliseconds until the earliest lease of the
+/// holders ahead of it runs out (`None`: no holder has a lease that runs out).
+pub(crate) fn first_waiting(rows: &[Row]) -> Option<(&str, Option<u64>)> {
+    let first = rows.iter().position(|r| r.token.is_none())?;
+    Some((
+        &rows[first].id,
+        holders_expiry(&rows[..first]).map(|d| crate::conn::millis(d).max(0) as u64),
+    ))
+}
+
+/// The earliest expiry of the holders among `ahead`.
+fn holders_expiry(ahead: &[Row]) -> Option<Duration> {
+    ahead.iter().filter(|r| r.left_ms.is_some()).map(Row::left).min()
 }
 
 /// Entry `id` takes its turn: it holds now if the queue rule says so.
@@ -166,7 +212,7 @@ async fn turn(
     conn: &Conn,
     tx: &Transaction<'_>,
     segment: &str,
-    rows: &mut [Row],
+    rows: &mut Vec<Row>,
     id: &str,
     changed: &mut bool,
 ) -> Result<Outcome> {
@@ -174,6 +220,11 @@ async fn turn(
         return Ok(Outcome::Gone);
     };
     if let Some(token) = rows[me].token {
+        // Granted by another's step (`promote`): its lease counts from now, so that the caller's
+        // lease, which starts when it sent this step, never outlasts the one in the table.
+        tx.execute(&conn.sql.restart_lease, &[&id])
+            .await
+            .map_err(|e| pg_error("confirming a grant", e))?;
         return Ok(Outcome::Granted(to_u64(token)));
     }
     let roles: Vec<Role> = rows.iter().map(|r| r.role).collect();
@@ -184,16 +235,21 @@ async fn turn(
                 .await
                 .map_err(|e| pg_error("granting", e))?;
             *changed = true;
+            rows[me].token = Some(token);
             Ok(Outcome::Granted(to_u64(token)))
         }
-        Ok(_) => Ok(Outcome::Wait(
-            rows.iter().filter(|r| r.left_ms.is_some()).map(Row::left).min(),
-        )),
+        // Only the first waiter wakes when a lease runs out; the others are told by the step
+        // that makes them first (`conn/txn.rs`).
+        Ok(_) => Ok(Outcome::Wait(match rows.iter().position(|r| r.token.is_none()) {
+            Some(first) if first == me => holders_expiry(&rows[..me]),
+            _ => None,
+        })),
         Err(e) => {
             tx.execute(&conn.sql.delete, &[&id])
                 .await
                 .map_err(|e| pg_error("leaving", e))?;
             *changed = true;
+            rows.remove(me);
             Err(e)
         }
     }

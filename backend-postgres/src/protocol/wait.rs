@@ -1,10 +1,13 @@
 //! `try_acquire` and `acquire`: one wait loop for every kind.
 //!
-//! A waiter joins the queue in one transaction, then sleeps until a NOTIFY says the lock's queue
-//! changed, or until the earliest expiry in the queue, and then takes its turn (another
-//! transaction). While it waits it beats its locker every third of its TTL, so that its entry
-//! lives while it waits (and dies with a paused or killed process). An entry dropped meanwhile
-//! (the process was paused past its TTL) joins again at the tail.
+//! A waiter joins the queue in one transaction, then sleeps until a NOTIFY names it (`crate::wake`):
+//! granted by another's step (it confirms with one step of its own, which also tells it its
+//! fencing token), or first in line (it takes a step when the holders' earliest lease runs out,
+//! unless told before). Nothing else wakes it: a change of the queue costs the other waiters
+//! nothing. While it waits its locker beats (one beat per third of a TTL for all its waiters,
+//! `Conn::keep_alive`), so that its entry lives while it waits and dies with a paused or killed
+//! process. An entry dropped meanwhile (the process was paused past its TTL) joins again at the
+//! tail.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,20 +44,17 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
     let seg = segment(req.kind.family(), &req.name);
     let entry = new_entry(req);
     let id = entry.id.clone();
-    let wake = conn.hub.lock(&seg);
+    // Registered before the first step: what a later step tells this entry is kept for it.
+    let mailbox = conn.hub.waiter(&seg, &id);
     let pending = Pending::new(conn, &seg, &id);
     let mut joining = true;
-    let beat_every = (req.ttl / 3).max(Duration::from_millis(10));
-    let mut beat_at = Instant::now() + beat_every;
     // A server that fails is retried until the deadline (or for about as long as the entry lives
     // without beats), then reported as Unavailable, not as a busy lock.
     let mut outage = Outage::new(deadline, req.ttl + conn.config.connect_timeout);
     loop {
         conn.check_open()?;
-        let woken = wake.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
         let sent = Instant::now();
+        let late = conn.late_beats();
         let op = match joining {
             true => Op::Join(entry.clone()),
             false => Op::Turn(id.clone()),
@@ -69,7 +69,7 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
                 continue;
             }
         };
-        let expiry = match stepped {
+        let mut step_at = match stepped {
             Outcome::Granted(token) => {
                 pending.keep();
                 return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &id), sent));
@@ -79,37 +79,55 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
                 joining = true;
                 continue;
             }
-            Outcome::Wait(expiry) => expiry,
+            // A millisecond more makes sure the expiry has passed on the server's clock too.
+            Outcome::Wait(expiry) => expiry.map(|left| Instant::now() + left + Duration::from_millis(1)),
             Outcome::Busy | Outcome::Left(_) => return Err(LockError::Protocol("unexpected step outcome".into())),
         };
-        joining = false;
+        if joining {
+            conn.beaten(sent, req.ttl);
+            joining = false;
+        }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(outage.at_deadline());
         }
-        if Instant::now() >= beat_at {
+        // Until told to step (granted, or everyone asked to), or the first waiter's expiry.
+        loop {
+            let told = mailbox.take();
+            if told.step {
+                break;
+            }
+            step_at = [step_at, told.at].into_iter().flatten().min();
+            // At the deadline, one last step: the lock may be free, or the server gone (which
+            // the caller is told rather than a busy lock).
+            let now = Instant::now();
+            if [step_at, deadline].into_iter().flatten().any(|at| now >= at) {
+                break;
+            }
+            // This locker's heartbeat keeps the entry alive; if it came late (a pause), the
+            // entry may be gone: look.
             let limit = conn.config.request_timeout;
-            match tokio::time::timeout(limit, conn.beat(req.ttl)).await {
-                Ok(Ok(())) => beat_at = Instant::now() + beat_every,
+            match tokio::time::timeout(limit, conn.keep_alive(req.ttl)).await {
+                Ok(Ok(now_late)) if now_late != late => break,
+                Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     outage.failed(e).await?;
-                    continue;
+                    break;
                 }
                 Err(_) => {
                     outage.failed(crate::error::timeout("a heartbeat", limit)).await?;
-                    continue;
+                    break;
                 }
             }
-        }
-        // A millisecond more makes sure the expiry has passed on the server's clock too.
-        let expiry = expiry.map(|left| Instant::now() + left + Duration::from_millis(1));
-        let wake_at = [expiry, deadline, Some(beat_at)]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(beat_at);
-        tokio::select! {
-            _ = woken => {}
-            _ = tokio::time::sleep_until(wake_at) => {}
+            let beat_at = Instant::now() + (req.ttl / 3).max(Duration::from_millis(10));
+            let wake_at = [step_at, deadline, Some(beat_at)]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(beat_at);
+            tokio::select! {
+                _ = mailbox.told() => {}
+                _ = tokio::time::sleep_until(wake_at) => {}
+            }
         }
     }
 }

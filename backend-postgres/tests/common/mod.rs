@@ -33,6 +33,36 @@ impl PgHarness {
     }
 }
 
+/// The URL of the test server's role without rights of its own (`scripts/backends up` exports it).
+pub fn app_url() -> String {
+    std::env::var("LOCKSMITH_TEST_POSTGRES_APP")
+        .expect("LOCKSMITH_TEST_POSTGRES_APP is not set: run `eval \"$(scripts/backends up single)\"` first")
+}
+
+/// Runs `sql` as the test database's owner (the user of [`server_url`]).
+pub async fn run_as_owner(sql: &str) {
+    let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+        .await
+        .expect("connecting as the owner");
+    let task = tokio::spawn(connection);
+    client.batch_execute(sql).await.expect("running SQL as the owner");
+    drop(client);
+    let _ = task.await;
+}
+
+impl PgHarness {
+    /// A schema of its own, made by its owner with `locksmith init --sql --grant locksmith_app`'s
+    /// SQL, used by lockers that log in as `locksmith_app` (no rights but those grants).
+    pub async fn least_privilege() -> PgHarness {
+        let schema = format!("lp_{:016x}", rand::random::<u64>());
+        let owner = BackendUrl::parse(&format!("{}?schema={schema}", server_url())).unwrap();
+        run_as_owner(&backend_postgres::setup_sql(&owner, Some("locksmith_app")).unwrap()).await;
+        let url = format!("{}?schema={schema}", app_url());
+        let look = PgBackend::connect(&BackendUrl::parse(&url).unwrap()).await.unwrap();
+        PgHarness { url, look }
+    }
+}
+
 #[async_trait]
 impl Harness for PgHarness {
     async fn locker(&self) -> Locker {

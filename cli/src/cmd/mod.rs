@@ -4,6 +4,7 @@
 
 pub mod elect;
 pub mod hold;
+pub mod init;
 pub mod inspect;
 pub mod leader;
 pub mod list;

@@ -310,11 +310,13 @@ impl TestProxy {
     }
 }
 
-/// The `host:port` of the first server of a test URL (`scheme://host:port[,...][/path][?query]`).
+/// The `host:port` of the first server of a test URL
+/// (`scheme://[user[:password]@]host:port[,...][/path][?query]`).
 pub fn server_of(url: &str) -> String {
     let rest = url.split_once("://").expect("a URL").1;
-    let end = rest.find([',', '/', '?']).unwrap_or(rest.len());
-    rest[..end].to_owned()
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let hosts = authority.rsplit_once('@').map_or(authority, |(_, hosts)| hosts);
+    hosts.split(',').next().unwrap_or(hosts).to_owned()
 }
 
 pub mod suite;

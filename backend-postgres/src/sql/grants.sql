@@ -1,0 +1,11 @@
+-- The rights a locker's database user needs once the tables exist (`locksmith init --sql`
+-- prints them for a role). {schema} is the quoted schema, {role} the quoted role. Nothing else:
+-- no CREATE on the database or the schema, no superuser, no ownership of the tables.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+-- The format version, read at connect.
+GRANT SELECT ON {schema}.meta TO {role};
+-- Lock rows: inserted on first use, last_token moved forward; never deleted.
+GRANT SELECT, INSERT, UPDATE ON {schema}.locks TO {role};
+-- Owner rows and queue entries: added, beaten, removed.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.owners, {schema}.entries TO {role};
+GRANT USAGE ON SEQUENCE {schema}.entries_seq_seq TO {role};

@@ -1,0 +1,91 @@
+//! No thundering herd: with 30 waiters queued (each its own locker, as separate processes would
+//! be), a release and the hand-over to the next waiter cost a constant number of transactions,
+//! whatever the number of waiters. Counted with the server's transaction ids (every step writes,
+//! so it takes one); this file is a test binary of its own so no other test of this crate runs
+//! beside it.
+
+#[allow(dead_code)] // each test file uses a part of the harness
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockcore::conformance::unique_name;
+use lockcore::driver::BackendUrl;
+use tokio::sync::{mpsc, watch};
+
+const WAITERS: usize = 30;
+
+/// The server's next transaction id (this read takes one itself).
+async fn xid(admin: &tokio_postgres::Client) -> i64 {
+    admin
+        .query_one("SELECT txid_current()", &[])
+        .await
+        .expect("txid_current")
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_with_30_waiters_costs_constant_transactions() {
+    // Heartbeats every 20 s: none falls into the measured window.
+    let harness = common::PgHarness::plain().await;
+    let url = format!("{}&ttl=60s", harness.url);
+    let (admin, connection) = tokio_postgres::connect(&common::server_url(), tokio_postgres::NoTls)
+        .await
+        .expect("admin connection");
+    tokio::spawn(connection);
+    let name = unique_name("herd");
+    let connect = || async {
+        backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+            .await
+            .unwrap()
+    };
+
+    let holder = connect().await.lock(&name).acquire().await.expect("acquire");
+    let (go_tx, go_rx) = watch::channel(0usize);
+    let go_tx = Arc::new(go_tx);
+    let (got_tx, mut got_rx) = mpsc::unbounded_channel();
+    let observer = connect().await;
+    for i in 0..WAITERS {
+        let locker = connect().await;
+        let (lock, mut go, got) = (name.clone(), go_rx.clone(), got_tx.clone());
+        tokio::spawn(async move {
+            let guard = locker.lock(&lock).acquire().await.expect("acquire");
+            got.send(i).expect("report");
+            let _ = go.wait_for(|released| *released > i).await; // hold until told
+            guard.release().await.expect("release");
+        });
+        // Queued one by one, so that the FIFO order is known.
+        while observer.inspect(&name).await.unwrap().waiters < i + 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    // Every waiter is asleep now: let stray steps settle.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let before = xid(&admin).await;
+    holder.release().await.expect("release");
+    let first = tokio::time::timeout(Duration::from_secs(10), got_rx.recv()).await;
+    assert_eq!(first.expect("no hand-over within 10 s"), Some(0), "FIFO");
+    tokio::time::sleep(Duration::from_millis(300)).await; // a herd would show up here
+    let one = xid(&admin).await - before - 1;
+
+    // Four more hand-overs, waiter to waiter.
+    let before = xid(&admin).await;
+    for i in 0..4 {
+        go_tx.send_replace(i + 1);
+        let next = tokio::time::timeout(Duration::from_secs(10), got_rx.recv()).await;
+        assert_eq!(next.expect("no hand-over within 10 s"), Some(i + 1), "FIFO");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let four = xid(&admin).await - before - 1;
+    eprintln!("transactions: one hand-over {one}, four hand-overs {four}");
+    // A release (one transaction: it grants the next waiter) and the new holder's confirmation
+    // (one): two per hand-over. A herd would cost one per waiter (30).
+    assert!(one <= 3, "one hand-over with {WAITERS} waiters took {one} transactions");
+    assert!(
+        four <= 4 * 3,
+        "four hand-overs with {WAITERS} waiters took {four} transactions"
+    );
+    go_tx.send_replace(WAITERS);
+}

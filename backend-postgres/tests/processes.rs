@@ -1,0 +1,200 @@
+//! The PostgreSQL backend between real processes: this test binary runs itself as the other
+//! processes (the test `child`, which does nothing unless `LOCKSMITH_PG_CHILD` says what to do).
+
+#[allow(dead_code)] // each test file uses a part of the harness
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use lockcore::conformance::{unique_name, within};
+use lockcore::driver::BackendUrl;
+use lockcore::Locker;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+use common::PgHarness;
+
+/// What a child does, from `LOCKSMITH_PG_CHILD`: `hold <url> <name>` (hold until killed),
+/// `wait <url> <name>` (wait for the lock, say when held, hold until killed), `waiters <url>
+/// <name> <n>` (`n` waiters on one locker, each takes the lock and releases it at once; say how
+/// many were served and shut down).
+#[test]
+fn child() {
+    let Ok(task) = std::env::var("LOCKSMITH_PG_CHILD") else {
+        return;
+    };
+    let args: Vec<String> = task.split(' ').map(str::to_owned).collect();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async move {
+        let locker = connect(&args[1]).await;
+        match args[0].as_str() {
+            "hold" | "wait" => {
+                let guard = locker.lock(&args[2]).acquire().await.unwrap();
+                println!("CHILD held {}", guard.fencing_token());
+                std::future::pending::<()>().await;
+            }
+            "waiters" => {
+                let n: usize = args[3].parse().unwrap();
+                let mut tasks = tokio::task::JoinSet::new();
+                for _ in 0..n {
+                    let (locker, name) = (locker.clone(), args[2].clone());
+                    tasks.spawn(async move {
+                        let guard = locker
+                            .lock(&name)
+                            .timeout(Duration::from_secs(300))
+                            .acquire()
+                            .await
+                            .unwrap();
+                        guard.release().await.unwrap();
+                    });
+                }
+                let mut served = 0;
+                while let Some(done) = tasks.join_next().await {
+                    done.unwrap();
+                    served += 1;
+                }
+                println!("CHILD served {served}");
+                locker.shutdown().await.unwrap();
+            }
+            other => panic!("unknown child task {other}"),
+        }
+    });
+}
+
+async fn connect(url: &str) -> Locker {
+    backend_postgres::connect(&BackendUrl::parse(url).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Starts this binary as a child doing `task`.
+fn spawn_child(task: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("LOCKSMITH_PG_CHILD", task)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
+/// The next line the child says (without `CHILD `).
+async fn says(lines: &mut Lines<BufReader<ChildStdout>>, within_secs: u64) -> String {
+    within(Duration::from_secs(within_secs), "the child's next line", async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("the child ended");
+            // libtest writes its own words before the child's on the same line.
+            if let Some(at) = line.find("CHILD ") {
+                return line[at + "CHILD ".len()..].to_owned();
+            }
+        }
+    })
+    .await
+}
+
+/// Waits until `name` has `n` waiters.
+async fn until_waiters(observer: &Locker, name: &str, n: usize, secs: u64) {
+    within(Duration::from_secs(secs), "the waiters to queue", async {
+        while observer.inspect(name).await.unwrap().waiters < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// Only the first waiter of a queue watches the holder's lease; when that waiter's process is
+/// dead too, the live waiters behind it still get the lock: their locker's heartbeat finds the
+/// dead waiter and a step drops it (`sql/sweep.sql`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_first_waiter_does_not_hold_up_the_queue() {
+    let harness = PgHarness::plain().await;
+    let url = format!("{}&ttl=1s", harness.url);
+    let name = unique_name("dead-first");
+    let observer = connect(&url).await;
+
+    let (mut holder, mut holder_says) = spawn_child(&format!("hold {url} {name}"));
+    let first: u64 = says(&mut holder_says, 30).await["held ".len()..].parse().unwrap();
+    let (mut waiter, _waiter_says) = spawn_child(&format!("wait {url} {name}"));
+    until_waiters(&observer, &name, 1, 30).await;
+    let me = connect(&url).await;
+    let mine = tokio::spawn({
+        let (me, name) = (me.clone(), name.clone());
+        // No deadline of its own (its last step at a deadline would find the lock free): only
+        // the sweep can hand it the lock.
+        async move { me.lock(&name).acquire().await }
+    });
+    until_waiters(&observer, &name, 2, 30).await;
+
+    // Both die at once: the holder's lease and the first waiter's heartbeat run out together.
+    holder.kill().await.unwrap();
+    waiter.kill().await.unwrap();
+    let guard = within(Duration::from_secs(20), "the live waiter behind a dead one", mine)
+        .await
+        .unwrap()
+        .expect("the live waiter behind a dead one got the lock");
+    assert!(guard.fencing_token() > first);
+    guard.release().await.unwrap();
+    me.shutdown().await.unwrap();
+}
+
+/// 1,000 waiters in 10 processes on one lock: each process uses two connections whatever its
+/// number of waiters (so this fits a default `max_connections = 100` server), and every waiter is
+/// served, each grant with its own fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_waiters_in_ten_processes() {
+    const PROCESSES: usize = 10;
+    const EACH: usize = 100;
+    let harness = PgHarness::plain().await;
+    let url = format!("{}&ttl=10s", harness.url);
+    let name = unique_name("thousand");
+    let (admin, connection) = tokio_postgres::connect(&common::server_url(), tokio_postgres::NoTls)
+        .await
+        .expect("admin connection");
+    tokio::spawn(connection);
+    let connections = || async {
+        let row = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'locksmith' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let observer = connect(&url).await;
+    let holder = connect(&url).await;
+    let held = holder.lock(&name).acquire().await.unwrap();
+    let before = connections().await;
+
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|_| spawn_child(&format!("waiters {url} {name} {EACH}")))
+        .collect();
+    until_waiters(&observer, &name, PROCESSES * EACH, 120).await;
+    let used = connections().await - before;
+    assert!(
+        used <= (PROCESSES * 2) as i64,
+        "{PROCESSES} processes with {EACH} waiters each use {used} connections"
+    );
+
+    let first = held.fencing_token();
+    held.release().await.unwrap();
+    for (mut child, mut lines) in children {
+        assert_eq!(says(&mut lines, 300).await, format!("served {EACH}"));
+        assert!(child.wait().await.unwrap().success());
+    }
+    let last = holder
+        .lock(&name)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free at the end");
+    assert_eq!(
+        last.fencing_token(),
+        first + (PROCESSES * EACH) as u64 + 1,
+        "one grant, one token, per waiter"
+    );
+    last.release().await.unwrap();
+}

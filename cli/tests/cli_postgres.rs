@@ -1,0 +1,104 @@
+//! The CLI against a real PostgreSQL (`LOCKSMITH_TEST_POSTGRES`, in a schema of this test
+//! binary's own), and `locksmith init`: the tables made beforehand by the database's owner, so
+//! that lockers can run as a user with only the grants `init --sql --grant` prints
+//! (`LOCKSMITH_TEST_POSTGRES_APP`, a role with no rights of its own).
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use common::{assert_clean_error, assert_code, env_url, run, Backend};
+use locksmith::driver::{BackendUrl, LockName};
+
+struct Postgres;
+
+/// A schema per run of this binary.
+fn schema() -> String {
+    format!("cli_{}", std::process::id())
+}
+
+impl Backend for Postgres {
+    fn url(&self) -> String {
+        format!("{}?schema={}", env_url("LOCKSMITH_TEST_POSTGRES"), schema())
+    }
+
+    fn delete_behind_back(&self, name: &str) {
+        let url = BackendUrl::parse(&self.url()).unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let look = backend_postgres::PgBackend::connect(&url).await.unwrap();
+            let n = look
+                .delete_holders(locksmith::Family::Mutex, &LockName::new(name).unwrap())
+                .await
+                .unwrap();
+            assert!(n > 0, "no holder of {name:?} to delete");
+        });
+    }
+}
+
+crate::cli_suite!(Postgres);
+
+/// Runs `sql` as the test database's owner.
+fn as_owner(sql: &str) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&env_url("LOCKSMITH_TEST_POSTGRES"), tokio_postgres::NoTls)
+            .await
+            .expect("connecting as the owner");
+        tokio::spawn(connection);
+        client.batch_execute(sql).await.expect("running the SQL of init --sql");
+    });
+}
+
+#[test]
+fn init_prepares_the_tables_for_a_user_without_rights() {
+    let schema = format!("cli_init_{}", std::process::id());
+    let owner = format!("{}?schema={schema}", env_url("LOCKSMITH_TEST_POSTGRES"));
+    let app = format!("{}?schema={schema}", env_url("LOCKSMITH_TEST_POSTGRES_APP"));
+
+    // Without the tables, the app's user cannot lock, and is told why.
+    let refused = run(&["--url", &app, "try", "job"]);
+    assert_clean_error(&refused, 5);
+    let said = &refused.stderr;
+    assert!(
+        said.contains("locksmith init") && !said.contains("locksmith-app-pw"),
+        "{said}"
+    );
+
+    // The owner prints the SQL (nothing is sent) and runs it.
+    let printed = run(&["--url", &owner, "init", "--sql", "--grant", "locksmith_app"]);
+    assert_code(&printed, 0);
+    let sql = printed.stdout;
+    assert!(
+        sql.contains("CREATE TABLE IF NOT EXISTS") && sql.contains("TO \"locksmith_app\""),
+        "{sql}"
+    );
+    let before = run(&["--url", &app, "try", "job"]);
+    assert_clean_error(&before, 5);
+    as_owner(&sql);
+
+    // Now the app's user locks, and `init` (which creates nothing here) says the backend is ready.
+    let locked = run(&["--url", &app, "try", "job"]);
+    assert_code(&locked, 0);
+    let ready = run(&["--url", &app, "init"]);
+    assert_code(&ready, 0);
+    let line = ready.stdout;
+    assert!(
+        line.starts_with("ready\tpostgres\t") && !line.contains("locksmith-app-pw"),
+        "{line}"
+    );
+}
+
+#[test]
+fn init_creates_the_tables_as_a_first_locker_would() {
+    let url = format!(
+        "{}?schema=cli_made_{}",
+        env_url("LOCKSMITH_TEST_POSTGRES"),
+        std::process::id()
+    );
+    assert_code(&run(&["--url", &url, "init"]), 0);
+    assert_code(&run(&["--url", &url, "init"]), 0); // again: nothing to do
+    assert_code(&run(&["--url", &url, "try", "x"]), 0);
+    // --sql is for postgres:// only; --grant needs --sql.
+    assert_clean_error(&run(&["--url", "mem://", "init", "--sql"]), 2);
+    assert_clean_error(&run(&["--url", &url, "init", "--grant", "r"]), 2);
+}
