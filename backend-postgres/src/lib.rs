@@ -29,13 +29,19 @@
 //!   `renew_many`, one statement per interval for every lease of the locker.
 //! - **Waiters of a process that dies** do not block the queue: a waiter lives while its locker's
 //!   owner row is unexpired, and a waiting locker beats it every third of its TTL.
-//! - **Waiters are woken by the server** (LISTEN/NOTIFY), and at the earliest expiry in the queue;
-//!   nothing polls. Each change costs each waiter of that lock one transaction.
+//! - **Waiters are woken by the server** (LISTEN/NOTIFY), and only those that must act: a release
+//!   grants the next waiter in its own transaction and the notification names it (it confirms
+//!   with one step) and the first waiter left in line (which alone watches the holders' expiry).
+//!   A hand-over costs two transactions whatever the number of waiters; nothing polls. Waiters of
+//!   lockers that stopped beating are swept by the heartbeat of the live ones.
 //! - **Fencing tokens** are `last_token + 1` of the lock's row: they survive server restarts.
 //! - **Cancellation**: an `acquire` given up on removes its entry, after any step still in flight
 //!   (`cleanup.rs`).
 //! - **Connections**: two per locker (steps, LISTEN), whatever the number of locks and waiters;
-//!   steps of one locker run one at a time.
+//!   steps of one locker run one at a time. 1,000 waiters in 10 processes use 20 connections.
+//! - **PgBouncer**: works in **session** pooling mode (tested: every shared conformance suite
+//!   passes through it). Not in transaction or statement pooling: `LISTEN` needs a session of its
+//!   own; point the URL at the server (or a session-mode pool) instead.
 //!
 //! No TLS in this version (plain TCP: use it on a trusted network, or a local socket proxy).
 //!

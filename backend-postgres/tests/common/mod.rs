@@ -24,8 +24,12 @@ pub struct PgHarness {
 
 impl PgHarness {
     pub async fn plain() -> PgHarness {
+        PgHarness::at(server_url()).await
+    }
+
+    /// A schema of its own on the server of `base` (a `postgres://` URL).
+    pub async fn at(base: String) -> PgHarness {
         let schema = format!("t_{:016x}", rand::random::<u64>());
-        let base = server_url();
         let sep = if base.contains('?') { '&' } else { '?' };
         let url = format!("{base}{sep}schema={schema}");
         let look = PgBackend::connect(&BackendUrl::parse(&url).unwrap()).await.unwrap();

@@ -1,0 +1,53 @@
+# shellcheck shell=bash
+# scripts/backends.d/pgbouncer.sh — `pgbouncer`: PgBouncer in **session** pooling mode in front of
+# the `postgres` server, for backend-postgres's tests of the mode its docs claim (transaction
+# pooling cannot carry LISTEN, which the backend needs). A server kind for scripts/backends (the
+# interface is described in lib.sh); loaded after postgres.sh, whose test user it serves.
+#
+# PgBouncer refuses to run as root, so when we are root it runs as the `postgres` user, like the
+# server. Its auth file holds the throw-away test password of postgres.sh (loopback only).
+
+register_ids pgbouncer single pgbouncer
+need_command pgbouncer pgbouncer
+
+pgbouncer_ports() { port 16432; }
+
+pgbouncer_start() {
+    local id=$1 dir="$STATE/$1"
+    printf '"%s" "%s"\n' "$POSTGRES_TEST_USER" "$POSTGRES_TEST_PW" >"$dir/userlist.txt"
+    cat >"$dir/pgbouncer.ini" <<EOF
+[databases]
+$POSTGRES_TEST_DB = host=$HOST port=$(client_port postgres) dbname=$POSTGRES_TEST_DB
+
+[pgbouncer]
+listen_addr = $HOST
+listen_port = $(client_port "$id")
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $dir/userlist.txt
+pool_mode = session
+; session pooling: one server connection per client connection while it is open; the tests open
+; a few hundred at most (postgres.sh allows 300)
+max_client_conn = 400
+default_pool_size = 250
+ignore_startup_parameters = extra_float_digits
+EOF
+    chmod 644 "$dir/pgbouncer.ini" "$dir/userlist.txt"
+    local as=()
+    ((EUID != 0)) || as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+    launch "$id" "${as[@]}" pgbouncer "$dir/pgbouncer.ini"
+}
+
+pgbouncer_ready() {
+    local bin
+    bin=$(postgres_bin) || return 1
+    PGPASSWORD=$POSTGRES_TEST_PW timeout 3 "$bin/psql" -X -q -t -A -w \
+        -h "$HOST" -p "$(client_port "$1")" -U "$POSTGRES_TEST_USER" -d "$POSTGRES_TEST_DB" \
+        -c 'select 1' 2>/dev/null | grep -qx 1
+}
+
+pgbouncer_exports() {
+    [[ $1 == single ]] || return 0
+    emit LOCKSMITH_TEST_PGBOUNCER \
+        "postgres://$POSTGRES_TEST_USER:$POSTGRES_TEST_PW@$(address pgbouncer)/$POSTGRES_TEST_DB"
+}
