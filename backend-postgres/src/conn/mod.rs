@@ -20,7 +20,6 @@ use lockcore::{LockError, Result};
 use crate::config::Config;
 use crate::error::{pg_error, timeout};
 use crate::layout::Sql;
-use crate::protocol::queue::Op;
 use crate::wake::Hub;
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
@@ -160,26 +159,6 @@ impl Conn {
         self.alive.lock().unwrap_or_else(|e| e.into_inner()).1
     }
 
-    /// A step on each lock whose queue holds waiters of lockers that stopped beating
-    /// (`sweep.sql`): it drops them and passes the lock on. Only the first waiter of a queue
-    /// watches the holders' expiry, so without this a dead first waiter would hold up the rest.
-    async fn sweep(&self) -> Result<()> {
-        let rows = {
-            let guard = self.client().await?;
-            let client = guard.as_ref().ok_or(LockError::Closed)?;
-            client
-                .query(&self.sql.sweep, &[])
-                .await
-                .map_err(|e| pg_error("looking for dead waiters", e))?
-        };
-        for row in rows {
-            let segment: String = row.try_get(0).map_err(|e| pg_error("looking for dead waiters", e))?;
-            tracing::debug!(lock = %segment, "postgres: dropping the waiters of a locker that stopped beating");
-            self.step(&segment, Op::Sweep, Duration::ZERO).await?;
-        }
-        Ok(())
-    }
-
     /// This locker's heartbeat: its owner row (re-added if it was removed) lives for at least
     /// `ttl` from now (server clock), and its waiters with it.
     pub async fn beat(&self, ttl: Duration) -> Result<()> {
@@ -206,7 +185,7 @@ impl Conn {
                 continue;
             };
             // Pass on what this locker held, as its releases would have.
-            if let Err(e) = self.run(client, &segment, Op::Sweep, Duration::ZERO).await {
+            if let Err(e) = self.pass_on(client, &segment).await {
                 tracing::debug!(error = %e, "postgres: could not pass a lock on at shutdown");
             }
         }

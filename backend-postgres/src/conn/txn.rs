@@ -53,7 +53,7 @@ impl Conn {
     }
 
     /// [`Conn::step`] on `client`.
-    pub(super) async fn run(&self, client: &mut Client, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
+    async fn run(&self, client: &mut Client, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
         let sql = &self.sql;
         let e = |what| move |err| pg_error(what, err);
         let tx = client.transaction().await.map_err(e("starting a step"))?;
@@ -87,5 +87,30 @@ impl Conn {
         }
         tx.commit().await.map_err(e("committing a step"))?;
         out
+    }
+
+    /// A step that only passes lock `segment` on (after this locker's entries were removed).
+    pub(super) async fn pass_on(&self, client: &mut Client, segment: &str) -> Result<Outcome> {
+        self.run(client, segment, Op::Sweep, Duration::ZERO).await
+    }
+
+    /// A step on each lock whose queue holds waiters of lockers that stopped beating
+    /// (`sweep.sql`): it drops them and passes the lock on. Only the first waiter of a queue
+    /// watches the holders' expiry, so without this a dead first waiter would hold up the rest.
+    pub(super) async fn sweep(&self) -> Result<()> {
+        let rows = {
+            let guard = self.client().await?;
+            let client = guard.as_ref().ok_or(LockError::Closed)?;
+            client
+                .query(&self.sql.sweep, &[])
+                .await
+                .map_err(|e| pg_error("looking for dead waiters", e))?
+        };
+        for row in rows {
+            let segment: String = row.try_get(0).map_err(|e| pg_error("looking for dead waiters", e))?;
+            tracing::debug!(lock = %segment, "postgres: dropping the waiters of a locker that stopped beating");
+            self.step(&segment, Op::Sweep, Duration::ZERO).await?;
+        }
+        Ok(())
     }
 }
