@@ -3,13 +3,14 @@
 //!
 //! `contend` below is written once against the locksmith API. `main` runs it on `mem://`, on
 //! `file://` (a temporary directory: no server) with the feature `file`, and on every server
-//! backend compiled in (features `etcd`, `zk`, `redis`), at the URLs of the test servers
-//! (`LOCKSMITH_TEST_ETCD`, `LOCKSMITH_TEST_ZK`, `LOCKSMITH_TEST_REDIS`, as printed by
+//! backend compiled in (features `etcd`, `zk`, `redis`, `postgres`), at the URLs of the test
+//! servers (`LOCKSMITH_TEST_ETCD`, `LOCKSMITH_TEST_ZK`, `LOCKSMITH_TEST_REDIS`,
+//! `LOCKSMITH_TEST_POSTGRES`, as printed by
 //! `scripts/backends up`), or only on `LOCKSMITH_URL` when that is set.
 //!
 //! ```text
 //! cargo run --example swap_backend --features file
-//! eval "$(scripts/backends up)"; cargo run --example swap_backend --features file,etcd,zk,redis
+//! eval "$(scripts/backends up)"; cargo run --example swap_backend --features file,etcd,zk,redis,postgres
 //! ```
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -120,6 +121,9 @@ pub fn backends() -> Vec<(&'static str, Option<String>)> {
     }
     if cfg!(feature = "redis") {
         list.push(("redis", var("LOCKSMITH_TEST_REDIS")));
+    }
+    if cfg!(feature = "postgres") {
+        list.push(("postgres", var("LOCKSMITH_TEST_POSTGRES")));
     }
     list
 }

@@ -51,5 +51,8 @@ fn every_compiled_backend_is_listed() {
     if cfg!(feature = "redis") {
         expected.push("redis");
     }
+    if cfg!(feature = "postgres") {
+        expected.push("postgres");
+    }
     assert_eq!(listed, expected);
 }

@@ -26,6 +26,8 @@ pub fn backend_urls() -> Vec<(&'static str, String)> {
     urls.push(("zk", env_url("LOCKSMITH_TEST_ZK")));
     #[cfg(feature = "redis")]
     urls.push(("redis", env_url("LOCKSMITH_TEST_REDIS")));
+    #[cfg(feature = "postgres")]
+    urls.push(("postgres", env_url("LOCKSMITH_TEST_POSTGRES")));
     urls
 }
 
