@@ -41,8 +41,12 @@ async fn renew(conn: &Conn, leases: &[Lease]) -> Result<HashSet<String>> {
     let longest = leases.iter().map(|l| l.ttl).max().unwrap_or_default();
     let guard = conn.client().await?;
     let client = guard.as_ref().ok_or(LockError::Closed)?;
+    let statement = conn.statements.get(client, &conn.sql.renew).await;
     let rows = client
-        .query(&conn.sql.renew, &[&conn.owner_id, &millis(longest), &ids])
+        .query(
+            &statement.map_err(|e| pg_error("renewing", e))?,
+            &[&conn.owner_id, &millis(longest), &ids],
+        )
         .await
         .map_err(|e| pg_error("renewing", e))?;
     rows.iter()

@@ -4,8 +4,9 @@
 
 mod txn;
 
-pub(crate) use txn::Outcome;
+pub(crate) use txn::{Outcome, Step};
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, GenericClient, NoTls, Statement};
 
 use lockcore::{LockError, Result};
 
@@ -21,6 +22,35 @@ use crate::config::Config;
 use crate::error::{pg_error, timeout};
 use crate::layout::Sql;
 use crate::wake::Hub;
+
+/// The statements prepared on the steps' connection, by text; emptied when it is replaced.
+#[derive(Debug, Default)]
+pub(crate) struct Statements(std::sync::Mutex<HashMap<String, Statement>>);
+
+impl Statements {
+    /// `sql` prepared on `client`'s connection: the one prepared before, or prepared now.
+    pub async fn get<C: GenericClient>(
+        &self,
+        client: &C,
+        sql: &str,
+    ) -> std::result::Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = self.lock().get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = client.prepare(sql).await?;
+        self.lock().insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    /// Forgets them all (a new connection has none).
+    fn clear(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Statement>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
 const VERSION: &str = "1";
@@ -34,6 +64,8 @@ pub(crate) struct Conn {
     pub sql: Sql,
     /// The connection of the steps; `None` after it was lost, until the next step reconnects.
     client: Mutex<Option<Client>>,
+    /// The statements prepared on it.
+    pub statements: Statements,
     /// This locker's owner row.
     pub owner_id: String,
     /// This process, as entries record it.
@@ -96,6 +128,7 @@ impl Conn {
             pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
             host: host_name(),
             client: Mutex::new(Some(client)),
+            statements: Statements::default(),
             hub,
             sql,
             config,
@@ -119,6 +152,7 @@ impl Conn {
         let mut guard = self.client.lock().await;
         if guard.as_ref().is_none_or(Client::is_closed) {
             *guard = None;
+            self.statements.clear();
             *guard = Some(connect(&self.config).await?);
         }
         Ok(guard)
@@ -164,8 +198,12 @@ impl Conn {
     pub async fn beat(&self, ttl: Duration) -> Result<()> {
         let guard = self.client().await?;
         let client = guard.as_ref().ok_or(LockError::Closed)?;
+        let statement = self.statements.get(client, &self.sql.beat).await;
         client
-            .execute(&self.sql.beat, &[&self.owner_id, &millis(ttl), &self.pid, &self.host])
+            .execute(
+                &statement.map_err(|e| pg_error("beating", e))?,
+                &[&self.owner_id, &millis(ttl), &self.pid, &self.host],
+            )
             .await
             .map_err(|e| pg_error("beating", e))?;
         Ok(())

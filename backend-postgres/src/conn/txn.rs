@@ -10,12 +10,62 @@
 use std::time::Duration;
 
 use lockcore::{LockError, Result};
-use tokio_postgres::Client;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Transaction};
 
-use super::{millis, Conn};
+use super::{millis, Conn, Statements};
 use crate::error::pg_error;
 use crate::protocol::queue::{self, Op, Row};
 use crate::wake::{payload, Directive};
+
+/// A step's transaction. Its statements are prepared once per connection and then reused
+/// ([`Statements`]): given as text, tokio-postgres would prepare each one again, a round trip
+/// more per statement.
+pub(crate) struct Step<'a> {
+    tx: Transaction<'a>,
+    statements: &'a Statements,
+}
+
+/// The parameters of a statement.
+type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+impl Step<'_> {
+    /// Runs `sql`; the number of rows it changed.
+    pub async fn execute(&self, sql: &str, params: &Params<'_>) -> std::result::Result<u64, tokio_postgres::Error> {
+        let statement = self.statements.get(&self.tx, sql).await?;
+        self.tx.execute(&statement, params).await
+    }
+
+    /// Runs `sql`; its rows.
+    pub async fn query(
+        &self,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let statement = self.statements.get(&self.tx, sql).await?;
+        self.tx.query(&statement, params).await
+    }
+
+    /// Runs `sql`, which returns one row.
+    pub async fn query_one(
+        &self,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
+        let statement = self.statements.get(&self.tx, sql).await?;
+        self.tx.query_one(&statement, params).await
+    }
+
+    /// Runs `sql`, which returns at most one row.
+    pub async fn query_opt(
+        &self,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> std::result::Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
+        let statement = self.statements.get(&self.tx, sql).await?;
+        self.tx.query_opt(&statement, params).await
+    }
+}
 
 /// What a step found.
 #[derive(Debug)]
@@ -56,7 +106,10 @@ impl Conn {
     async fn run(&self, client: &mut Client, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
         let sql = &self.sql;
         let e = |what| move |err| pg_error(what, err);
-        let tx = client.transaction().await.map_err(e("starting a step"))?;
+        let tx = Step {
+            tx: client.transaction().await.map_err(e("starting a step"))?,
+            statements: &self.statements,
+        };
         tx.query_one(&sql.lock_row, &[&segment])
             .await
             .map_err(e("locking the lock's row"))?;
@@ -85,7 +138,7 @@ impl Conn {
                 .await
                 .map_err(e("notifying"))?;
         }
-        tx.commit().await.map_err(e("committing a step"))?;
+        tx.tx.commit().await.map_err(e("committing a step"))?;
         out
     }
 

@@ -12,9 +12,8 @@ use std::time::Duration;
 use lockcore::driver::queue::{holds_at_tail, standing, Standing};
 use lockcore::driver::Role;
 use lockcore::{LockError, Result};
-use tokio_postgres::Transaction;
 
-use crate::conn::{Conn, Outcome};
+use crate::conn::{Conn, Outcome, Step};
 use crate::error::pg_error;
 
 /// An entry to add.
@@ -131,7 +130,7 @@ fn parse_role(text: &str) -> Option<Role> {
 /// the queue changed.
 pub(crate) async fn apply(
     conn: &Conn,
-    tx: &Transaction<'_>,
+    tx: &Step<'_>,
     segment: &str,
     rows: &mut Vec<Row>,
     op: Op,
@@ -175,7 +174,7 @@ pub(crate) async fn apply(
 
 /// Grants every entry of `rows` that holds by the queue rule but has no token yet (after a step
 /// changed the queue: a holder left or expired, a waiter ahead gave up); returns their ids.
-pub(crate) async fn promote(conn: &Conn, tx: &Transaction<'_>, segment: &str, rows: &mut [Row]) -> Result<Vec<String>> {
+pub(crate) async fn promote(conn: &Conn, tx: &Step<'_>, segment: &str, rows: &mut [Row]) -> Result<Vec<String>> {
     let roles: Vec<Role> = rows.iter().map(|r| r.role).collect();
     let mut granted = Vec::new();
     for (i, row) in rows.iter_mut().enumerate() {
@@ -210,7 +209,7 @@ fn holders_expiry(ahead: &[Row]) -> Option<Duration> {
 /// Entry `id` takes its turn: it holds now if the queue rule says so.
 async fn turn(
     conn: &Conn,
-    tx: &Transaction<'_>,
+    tx: &Step<'_>,
     segment: &str,
     rows: &mut Vec<Row>,
     id: &str,
@@ -256,7 +255,7 @@ async fn turn(
 }
 
 /// The lock's next fencing token (one more than the last, kept in its row).
-async fn next_token(conn: &Conn, tx: &Transaction<'_>, segment: &str) -> Result<i64> {
+async fn next_token(conn: &Conn, tx: &Step<'_>, segment: &str) -> Result<i64> {
     tx.query_one(&conn.sql.next_token, &[&segment])
         .await
         .map_err(|e| pg_error("handing out a token", e))?
@@ -265,7 +264,7 @@ async fn next_token(conn: &Conn, tx: &Transaction<'_>, segment: &str) -> Result<
 }
 
 /// Adds `entry` (holding `token` if given).
-async fn insert(conn: &Conn, tx: &Transaction<'_>, segment: &str, entry: &NewEntry, token: Option<i64>) -> Result<()> {
+async fn insert(conn: &Conn, tx: &Step<'_>, segment: &str, entry: &NewEntry, token: Option<i64>) -> Result<()> {
     let ttl_ms = crate::conn::millis(entry.ttl);
     tx.execute(
         &conn.sql.insert,
