@@ -103,3 +103,15 @@ async fn every_server_backend_counts_its_requests() {
         check(&url, &seen, 2);
     }
 }
+
+/// PostgreSQL: a step is one transaction of several statements, each one round trip once
+/// prepared (`BEGIN`, lock the row, prune, read the queue, the step's own statements, `NOTIFY`,
+/// `COMMIT`): an uncontended acquire is 10, its statements prepared once per connection.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_counts_its_requests() {
+    let url = lockcore::conformance::env_url("LOCKSMITH_TEST_POSTGRES");
+    let url = format!("{url}?schema=round_trips");
+    let seen = measure(&url).await;
+    check(&url, &seen, 12);
+}

@@ -89,9 +89,9 @@ impl LockBackend for PgBackend {
         let (conn, seg) = (self.conn.clone(), segment(lease.kind.family(), &lease.name));
         let id = entry_id(&lease.holder_id).to_owned();
         let (tx, rx) = oneshot::channel();
-        let spawned = cleanup::spawn(async move {
+        let spawned = cleanup::spawn(lockcore::metrics::counting_for_caller(async move {
             let _ = tx.send(conn.step(&seg, Op::Leave(id), Duration::ZERO).await);
-        });
+        }));
         if !spawned {
             return Err(LockError::unavailable(
                 "postgres: no runtime to release on",

@@ -37,6 +37,7 @@ impl Statements {
         if let Some(statement) = self.lock().get(sql) {
             return Ok(statement.clone());
         }
+        lockcore::metrics::round_trip();
         let statement = client.prepare(sql).await?;
         self.lock().insert(sql.to_owned(), statement.clone());
         Ok(statement)

@@ -20,7 +20,7 @@ use crate::wake::{payload, Directive};
 
 /// A step's transaction. Its statements are prepared once per connection and then reused
 /// ([`Statements`]): given as text, tokio-postgres would prepare each one again, a round trip
-/// more per statement.
+/// more per statement. Each request is counted ([`lockcore::metrics::round_trip`]).
 pub(crate) struct Step<'a> {
     tx: Transaction<'a>,
     statements: &'a Statements,
@@ -33,6 +33,7 @@ impl Step<'_> {
     /// Runs `sql`; the number of rows it changed.
     pub async fn execute(&self, sql: &str, params: &Params<'_>) -> std::result::Result<u64, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
+        lockcore::metrics::round_trip();
         self.tx.execute(&statement, params).await
     }
 
@@ -43,6 +44,7 @@ impl Step<'_> {
         params: &Params<'_>,
     ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
+        lockcore::metrics::round_trip();
         self.tx.query(&statement, params).await
     }
 
@@ -53,6 +55,7 @@ impl Step<'_> {
         params: &Params<'_>,
     ) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
+        lockcore::metrics::round_trip();
         self.tx.query_one(&statement, params).await
     }
 
@@ -63,6 +66,7 @@ impl Step<'_> {
         params: &Params<'_>,
     ) -> std::result::Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
+        lockcore::metrics::round_trip();
         self.tx.query_opt(&statement, params).await
     }
 }
@@ -106,6 +110,7 @@ impl Conn {
     async fn run(&self, client: &mut Client, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
         let sql = &self.sql;
         let e = |what| move |err| pg_error(what, err);
+        lockcore::metrics::round_trip(); // BEGIN (and COMMIT below)
         let tx = Step {
             tx: client.transaction().await.map_err(e("starting a step"))?,
             statements: &self.statements,
@@ -138,6 +143,7 @@ impl Conn {
                 .await
                 .map_err(e("notifying"))?;
         }
+        lockcore::metrics::round_trip();
         tx.tx.commit().await.map_err(e("committing a step"))?;
         out
     }

@@ -231,7 +231,8 @@ pub fn page(r: &Report) -> String {
             "Waiters queue one after another (each seen queued before the next starts), on a \
              connection each (`own`) or all on one (`shared`); the holder releases and each takes \
              the lock and releases it at once. *Requests per handover* counts the server's requests \
-             (server-wide), waiters' heartbeats and keep-alives included.\n"
+             (server-wide), waiters' heartbeats and keep-alives included; on PostgreSQL, its \
+             transactions that wrote (a step, a renewal, a heartbeat).\n"
         );
         let rows = r
             .load

@@ -11,8 +11,25 @@ use crate::targets::Target;
 
 /// Requests the (first) server of `target` has received so far, server-wide: etcd's
 /// `grpc_server_msg_received_total`, ZooKeeper's `zk_packets_received`, the calls of the commands
-/// Redis clients send (`INFO commandstats`). `None` for `mem://`.
+/// Redis clients send (`INFO commandstats`), PostgreSQL's transactions that wrote (the next
+/// transaction id: each step and each renewal writes, and this read takes one). `None` for
+/// `mem://` and `file://`.
 pub async fn requests(target: &Target) -> Result<Option<u64>> {
+    if target.backend == "postgres" {
+        // The URL without locksmith's options (tokio-postgres refuses unknown ones).
+        let url = target.url.split('?').next().unwrap_or(&target.url);
+        let next: i64 = tokio::time::timeout(Duration::from_secs(5), async {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+            let driver = tokio::spawn(connection);
+            let row = client.query_one("SELECT txid_current()", &[]).await;
+            drop(client);
+            let _ = driver.await;
+            row?.try_get::<_, i64>(0)
+        })
+        .await
+        .context("reading PostgreSQL's transaction id: timed out")??;
+        return Ok(Some(u64::try_from(next).unwrap_or(0)));
+    }
     let Some(host) = target.hosts()?.into_iter().next() else {
         return Ok(None);
     };
