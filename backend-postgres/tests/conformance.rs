@@ -1,7 +1,31 @@
-//! The PostgreSQL backend against the shared conformance suites.
+//! The PostgreSQL backend against the shared conformance suites, and the election suite's
+//! observer behind a proxy that cuts its connections.
 
 #[allow(dead_code)] // each test file uses a part of the harness
 mod common;
 
+use std::time::Duration;
+
+use lockcore::conformance::election;
+use lockcore::driver::BackendUrl;
+
 lockcore::conformance_tests!(common::PgHarness::plain().await);
 lockcore::primitive_tests!(common::PgHarness::plain().await);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_observer_rides_out_outages() {
+    let harness = common::PgHarness::plain().await;
+    let url = BackendUrl::parse(&harness.url).unwrap();
+    let upstream = url.hosts[0].to_addr(5432);
+    let through = harness.url.replacen(&upstream, "{addr}", 1);
+    election::election_observer_rides_out_outages(&harness, &upstream, Duration::from_secs(2), |addr| async move {
+        let url = format!(
+            "{}&ttl=2s&request_timeout=1s&connect_timeout=1s",
+            through.replace("{addr}", &addr)
+        );
+        backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+            .await
+            .expect("connect to postgres through the proxy")
+    })
+    .await;
+}
