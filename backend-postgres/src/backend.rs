@@ -18,7 +18,7 @@ use crate::protocol::{election, wait};
 use crate::{listing, renew};
 
 /// Locks in the tables of one PostgreSQL schema (see the [crate docs](crate)). Each backend is
-/// one locker: its own two connections and owner row.
+/// one locker: its own three connections and owner row.
 #[derive(Clone, Debug)]
 pub struct PgBackend {
     conn: Arc<Conn>,

@@ -37,8 +37,9 @@
 //! - **Fencing tokens** are `last_token + 1` of the lock's row: they survive server restarts.
 //! - **Cancellation**: an `acquire` given up on removes its entry, after any step still in flight
 //!   (`cleanup.rs`).
-//! - **Connections**: two per locker (steps, LISTEN), whatever the number of locks and waiters;
-//!   steps of one locker run one at a time. 1,000 waiters in 10 processes use 20 connections.
+//! - **Connections**: three per locker (steps, leases, LISTEN), whatever the number of locks and
+//!   waiters; steps of one locker run one at a time, renewals and heartbeats beside them. 1,000
+//!   waiters in 10 processes use 30 connections.
 //! - **PgBouncer**: works in **session** pooling mode (tested: every shared conformance suite
 //!   passes through it). Not in transaction or statement pooling: `LISTEN` needs a session of its
 //!   own; point the URL at the server (or a session-mode pool) instead.

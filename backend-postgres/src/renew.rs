@@ -39,9 +39,9 @@ async fn renew(conn: &Conn, leases: &[Lease]) -> Result<HashSet<String>> {
     conn.check_open()?;
     let ids: Vec<String> = leases.iter().map(|l| entry_id(&l.holder_id).to_owned()).collect();
     let longest = leases.iter().map(|l| l.ttl).max().unwrap_or_default();
-    let guard = conn.client().await?;
+    let guard = conn.leases.client(&conn.config).await?;
     let client = guard.as_ref().ok_or(LockError::Closed)?;
-    let statement = conn.statements.get(client, &conn.sql.renew).await;
+    let statement = conn.leases.statements.get(client, &conn.sql.renew).await;
     let rows = client
         .query(
             &statement.map_err(|e| pg_error("renewing", e))?,

@@ -140,7 +140,7 @@ async fn a_dead_first_waiter_does_not_hold_up_the_queue() {
     me.shutdown().await.unwrap();
 }
 
-/// 1,000 waiters in 10 processes on one lock: each process uses two connections whatever its
+/// 1,000 waiters in 10 processes on one lock: each process uses three connections whatever its
 /// number of waiters (so this fits a default `max_connections = 100` server), and every waiter is
 /// served, each grant with its own fencing token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,7 +175,7 @@ async fn a_thousand_waiters_in_ten_processes() {
     until_waiters(&observer, &name, PROCESSES * EACH, 120).await;
     let used = connections().await - before;
     assert!(
-        used <= (PROCESSES * 2) as i64,
+        used <= (PROCESSES * 3) as i64,
         "{PROCESSES} processes with {EACH} waiters each use {used} connections"
     );
 

@@ -27,9 +27,9 @@ auth_type = scram-sha-256
 auth_file = $dir/userlist.txt
 pool_mode = session
 ; session pooling: one server connection per client connection while it is open; the tests open
-; a few hundred at most (postgres.sh allows 300)
-max_client_conn = 400
-default_pool_size = 250
+; a few hundred at most (postgres.sh allows 400)
+max_client_conn = 500
+default_pool_size = 350
 ignore_startup_parameters = extra_float_digits
 EOF
     chmod 644 "$dir/pgbouncer.ini" "$dir/userlist.txt"

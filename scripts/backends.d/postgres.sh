@@ -78,16 +78,16 @@ postgres_start() {
         rm -rf "$dir/data" "$dir/run"
         postgres_init "$dir" "$bin"
     }
-    # -D "$dir/data" carries "$STATE/postgres/": how we recognise our process. 300 connections:
-    # the fault suite's load test gives each of its 100 waiters a locker of its own (two
-    # connections each; 1,000 waiters in 10 processes need 20, see tests/processes.rs). No
+    # -D "$dir/data" carries "$STATE/postgres/": how we recognise our process. 400 connections:
+    # the fault suite's load test gives each of its 100 waiters a locker of its own (three
+    # connections each; 1,000 waiters in 10 processes need 30, see tests/processes.rs). No
     # autovacuum: the tests' throw-away schemas need none, and its ANALYZEs take transaction ids,
     # which tests/herd.rs counts.
     local as=()
     ((EUID != 0)) || as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
     launch "$id" "${as[@]}" "$bin/postgres" -D "$dir/data" \
         -c listen_addresses="$HOST" -c port="$(client_port "$id")" \
-        -c unix_socket_directories="$dir/run" -c max_connections=300 \
+        -c unix_socket_directories="$dir/run" -c max_connections=400 \
         -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c autovacuum=off
 }
 

@@ -1,20 +1,24 @@
-//! The connections of one locker: one for the steps (`txn.rs`: a transaction per step, one at a
-//! time, reconnected when lost) and one that LISTENs (`crate::wake`), whatever the number of locks
-//! and waiters; and this locker's owner row, whose expiry keeps its waiters alive.
+//! The connections of one locker, whatever its number of locks and waiters: one for the steps
+//! (`txn.rs`: a transaction per step, one at a time), one for the leases (renewals and
+//! heartbeats, so that a backlog of steps never delays them past a TTL), each reconnected when
+//! lost (`link.rs`), and one that LISTENs (`crate::wake`); and this locker's owner row, whose
+//! expiry keeps its waiters alive.
 
 mod txn;
 
+mod link;
+
+pub(crate) use link::{Link, Statements};
 pub(crate) use txn::{Outcome, Step};
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::MutexGuard;
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, GenericClient, NoTls, Statement};
+use tokio_postgres::{Client, NoTls};
 
 use lockcore::{LockError, Result};
 
@@ -22,36 +26,6 @@ use crate::config::Config;
 use crate::error::{pg_error, timeout};
 use crate::layout::Sql;
 use crate::wake::Hub;
-
-/// The statements prepared on the steps' connection, by text; emptied when it is replaced.
-#[derive(Debug, Default)]
-pub(crate) struct Statements(std::sync::Mutex<HashMap<String, Statement>>);
-
-impl Statements {
-    /// `sql` prepared on `client`'s connection: the one prepared before, or prepared now.
-    pub async fn get<C: GenericClient>(
-        &self,
-        client: &C,
-        sql: &str,
-    ) -> std::result::Result<Statement, tokio_postgres::Error> {
-        if let Some(statement) = self.lock().get(sql) {
-            return Ok(statement.clone());
-        }
-        lockcore::metrics::round_trip();
-        let statement = client.prepare(sql).await?;
-        self.lock().insert(sql.to_owned(), statement.clone());
-        Ok(statement)
-    }
-
-    /// Forgets them all (a new connection has none).
-    fn clear(&self) {
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Statement>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
 const VERSION: &str = "1";
@@ -63,10 +37,11 @@ pub(crate) struct Conn {
     pub config: Config,
     /// The statements of the schema.
     pub sql: Sql,
-    /// The connection of the steps; `None` after it was lost, until the next step reconnects.
-    client: Mutex<Option<Client>>,
-    /// The statements prepared on it.
-    pub statements: Statements,
+    /// The connection of the steps (one at a time), of the sweep and of `list`/`inspect`.
+    steps: Link,
+    /// The connection of the leases: renewals and heartbeats, which must not wait behind a
+    /// backlog of steps (a lease renewed late is lost).
+    pub leases: Link,
     /// This locker's owner row.
     pub owner_id: String,
     /// This process, as entries record it.
@@ -128,8 +103,8 @@ impl Conn {
             owner_id: format!("{:016x}", rand::random::<u64>()),
             pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
             host: host_name(),
-            client: Mutex::new(Some(client)),
-            statements: Statements::default(),
+            steps: Link::new(Some(client)),
+            leases: Link::new(None),
             hub,
             sql,
             config,
@@ -150,13 +125,12 @@ impl Conn {
 
     /// The steps' connection, reconnected if it was lost. Held for one step at a time.
     pub async fn client(&self) -> Result<MutexGuard<'_, Option<Client>>> {
-        let mut guard = self.client.lock().await;
-        if guard.as_ref().is_none_or(Client::is_closed) {
-            *guard = None;
-            self.statements.clear();
-            *guard = Some(connect(&self.config).await?);
-        }
-        Ok(guard)
+        self.steps.client(&self.config).await
+    }
+
+    /// The statements prepared on the steps' connection.
+    pub fn statements(&self) -> &Statements {
+        &self.steps.statements
     }
 
     /// Keeps this locker's waiters alive for a waiter whose lease is `ttl`: beats (at most one
@@ -197,9 +171,9 @@ impl Conn {
     /// This locker's heartbeat: its owner row (re-added if it was removed) lives for at least
     /// `ttl` from now (server clock), and its waiters with it.
     pub async fn beat(&self, ttl: Duration) -> Result<()> {
-        let guard = self.client().await?;
+        let guard = self.leases.client(&self.config).await?;
         let client = guard.as_ref().ok_or(LockError::Closed)?;
-        let statement = self.statements.get(client, &self.sql.beat).await;
+        let statement = self.leases.statements.get(client, &self.sql.beat).await;
         client
             .execute(
                 &statement.map_err(|e| pg_error("beating", e))?,

@@ -113,7 +113,7 @@ impl Conn {
         lockcore::metrics::round_trip(); // BEGIN (and COMMIT below)
         let tx = Step {
             tx: client.transaction().await.map_err(e("starting a step"))?,
-            statements: &self.statements,
+            statements: self.statements(),
         };
         tx.query_one(&sql.lock_row, &[&segment])
             .await

@@ -1,0 +1,71 @@
+//! One connection of a locker: opened again when it was lost, with the statements prepared on it.
+
+use std::collections::HashMap;
+
+use tokio::sync::{Mutex, MutexGuard};
+use tokio_postgres::{Client, GenericClient, Statement};
+
+use lockcore::Result;
+
+use super::connect;
+use crate::config::Config;
+
+/// A connection (`None` after it was lost, until the next use opens a new one) and its prepared
+/// statements. Held by one user at a time.
+#[derive(Debug)]
+pub(crate) struct Link {
+    client: Mutex<Option<Client>>,
+    /// The statements prepared on the current connection.
+    pub statements: Statements,
+}
+
+impl Link {
+    /// A link over `client`, or one that connects at its first use.
+    pub fn new(client: Option<Client>) -> Link {
+        Link {
+            client: Mutex::new(client),
+            statements: Statements::default(),
+        }
+    }
+
+    /// The connection, opened again if it was lost (its statements forgotten then).
+    pub async fn client(&self, config: &Config) -> Result<MutexGuard<'_, Option<Client>>> {
+        let mut guard = self.client.lock().await;
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = None;
+            self.statements.clear();
+            *guard = Some(connect(config).await?);
+        }
+        Ok(guard)
+    }
+}
+
+/// The statements prepared on one connection, by text; emptied when it is replaced.
+#[derive(Debug, Default)]
+pub(crate) struct Statements(std::sync::Mutex<HashMap<String, Statement>>);
+
+impl Statements {
+    /// `sql` prepared on `client`'s connection: the one prepared before, or prepared now.
+    pub async fn get<C: GenericClient>(
+        &self,
+        client: &C,
+        sql: &str,
+    ) -> std::result::Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = self.lock().get(sql) {
+            return Ok(statement.clone());
+        }
+        lockcore::metrics::round_trip();
+        let statement = client.prepare(sql).await?;
+        self.lock().insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    /// Forgets them all (a new connection has none).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Statement>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
