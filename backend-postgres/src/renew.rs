@@ -1,4 +1,4 @@
-//! `renew_many`: one statement (`src/sql/renew.sql`) beats this locker and extends every listed
+//! `renew_many`: one statement (`src/sql/renew.sql`), on the locker's leases connection, extends every listed
 //! lease that is still live by its own TTL, on the server's clock. A lease it did not extend
 //! (expired, removed by an operator, taken over after an expiry) answers `NotHeld`, and the
 //! watchdog fires its lost signal.
@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use lockcore::driver::Lease;
 use lockcore::{LockError, Result};
 
-use crate::conn::{millis, Conn};
+use crate::conn::Conn;
 use crate::error::pg_error;
 use crate::protocol::queue::entry_id;
 
@@ -38,14 +38,13 @@ pub(crate) async fn renew_many(conn: &Conn, leases: &[Lease]) -> Vec<Result<()>>
 async fn renew(conn: &Conn, leases: &[Lease]) -> Result<HashSet<String>> {
     conn.check_open()?;
     let ids: Vec<String> = leases.iter().map(|l| entry_id(&l.holder_id).to_owned()).collect();
-    let longest = leases.iter().map(|l| l.ttl).max().unwrap_or_default();
     let guard = conn.leases.client(&conn.config).await?;
     let client = guard.as_ref().ok_or(LockError::Closed)?;
     let statement = conn.leases.statements.get(client, &conn.sql.renew).await;
     let rows = client
         .query(
             &statement.map_err(|e| pg_error("renewing", e))?,
-            &[&conn.owner_id, &millis(longest), &ids],
+            &[&conn.owner_id, &ids],
         )
         .await
         .map_err(|e| pg_error("renewing", e))?;

@@ -85,6 +85,14 @@ fn directive(d: &str) -> Option<Directive<'_>> {
     }
 }
 
+/// Drops the entries of `map` that `keep` refuses, when the map has doubled since the last time
+/// (so that registering stays O(1) on average however many locks a locker waits on).
+fn prune_now_and_then<V>(map: &mut HashMap<String, V>, keep: impl FnMut(&String, &mut V) -> bool) {
+    if map.len() >= 64 && map.len().is_power_of_two() {
+        map.retain(keep);
+    }
+}
+
 /// What a waiting entry was told since it last looked ([`Waiter::take`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Told {
@@ -177,14 +185,13 @@ impl Hub {
     pub fn waiter(&self, segment: &str, id: &str) -> Arc<Waiter> {
         let waiter = Arc::new(Waiter::default());
         let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        waiters.retain(|_, ids| {
+        prune_now_and_then(&mut waiters, |_, ids| {
             ids.retain(|_, w| w.strong_count() > 0);
             !ids.is_empty()
         });
-        waiters
-            .entry(segment.to_owned())
-            .or_default()
-            .insert(id.to_owned(), Arc::downgrade(&waiter));
+        let ids = waiters.entry(segment.to_owned()).or_default();
+        ids.retain(|_, w| w.strong_count() > 0);
+        ids.insert(id.to_owned(), Arc::downgrade(&waiter));
         waiter
     }
 
@@ -194,46 +201,50 @@ impl Hub {
         if let Some(notify) = locks.get(segment).and_then(Weak::upgrade) {
             return notify;
         }
-        locks.retain(|_, n| n.strong_count() > 0);
+        prune_now_and_then(&mut locks, |_, n| n.strong_count() > 0);
         let notify = Arc::new(Notify::new());
         locks.insert(segment.to_owned(), Arc::downgrade(&notify));
         notify
     }
 
     /// Wakes the observers of `segment` (or of every lock), and its waiters as `directives` say
-    /// (`None`: every waiter of `segment`, or of every lock).
+    /// (`None`: every waiter of `segment`, or of every lock). One lock's notification looks up
+    /// that lock only: a locker may wait on thousands.
     fn wake(&self, segment: Option<&str>, directives: Option<&[Directive<'_>]>) {
-        let matches = |s: &String| segment.is_none_or(|segment| segment == s.as_str());
         let observers: Vec<Arc<Notify>> = {
             let locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-            locks
-                .iter()
-                .filter(|(s, _)| matches(s))
-                .filter_map(|(_, n)| n.upgrade())
-                .collect()
+            match segment {
+                Some(s) => locks.get(s).and_then(Weak::upgrade).into_iter().collect(),
+                None => locks.values().filter_map(Weak::upgrade).collect(),
+            }
         };
         for notify in observers {
             notify.notify_waiters();
         }
         let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        for (_, ids) in waiters.iter().filter(|(s, _)| matches(s)) {
-            let Some(directives) = directives else {
-                ids.values().filter_map(Weak::upgrade).for_each(|w| w.tell(true, None));
-                continue;
+        let Some(segment) = segment else {
+            for w in waiters.values().flat_map(|ids| ids.values()).filter_map(Weak::upgrade) {
+                w.tell(true, None);
+            }
+            return;
+        };
+        let Some(ids) = waiters.get(segment) else { return };
+        let Some(directives) = directives else {
+            ids.values().filter_map(Weak::upgrade).for_each(|w| w.tell(true, None));
+            return;
+        };
+        for d in directives {
+            let (id, step, at) = match *d {
+                Directive::Granted(id) => (id, true, None),
+                Directive::First(id, ms) => (
+                    id,
+                    false,
+                    // A millisecond more: the expiry has passed on the server's clock too.
+                    Some(Instant::now() + Duration::from_millis(ms.unwrap_or(u64::MAX / 4).min(1 << 40) + 1)),
+                ),
             };
-            for d in directives {
-                let (id, step, at) = match *d {
-                    Directive::Granted(id) => (id, true, None),
-                    Directive::First(id, ms) => (
-                        id,
-                        false,
-                        // A millisecond more: the expiry has passed on the server's clock too.
-                        Some(Instant::now() + Duration::from_millis(ms.unwrap_or(u64::MAX / 4).min(1 << 40) + 1)),
-                    ),
-                };
-                if let Some(w) = ids.get(id).and_then(Weak::upgrade) {
-                    w.tell(step, at);
-                }
+            if let Some(w) = ids.get(id).and_then(Weak::upgrade) {
+                w.tell(step, at);
             }
         }
     }

@@ -141,7 +141,7 @@ impl Conn {
     pub async fn keep_alive(&self, ttl: Duration) -> Result<u64> {
         let now = Instant::now();
         let (until, late) = *self.alive.lock().unwrap_or_else(|e| e.into_inner());
-        if until >= now + ttl * 2 / 3 {
+        if !self.needs_beat(ttl) {
             return Ok(late);
         }
         self.beat(ttl).await?;
@@ -155,6 +155,13 @@ impl Conn {
         };
         self.sweep().await?;
         Ok(late)
+    }
+
+    /// Whether a waiter whose lease is `ttl` should beat now: this locker's owner row may not
+    /// live two thirds of `ttl` more.
+    pub fn needs_beat(&self, ttl: Duration) -> bool {
+        let until = self.alive.lock().unwrap_or_else(|e| e.into_inner()).0;
+        until < Instant::now() + ttl * 2 / 3
     }
 
     /// Records a beat of `ttl` sent at `sent` (a join beats in its own transaction).

@@ -9,6 +9,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use lockcore::{LockError, Result};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Transaction};
@@ -88,17 +90,26 @@ pub(crate) enum Outcome {
 
 impl Conn {
     /// Runs `op` on the lock `segment` in one transaction. `owner_ttl`: a join also beats this
+    /// locker (unless zero: its owner row is known to live long enough)
     /// locker for that long, in the same transaction.
     ///
     /// Bounded by the request timeout; past it the connection is dropped (a server that froze),
     /// and the next step opens a new one.
     pub async fn step(&self, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
+        Ok(self.step_at(segment, op, owner_ttl).await?.0)
+    }
+
+    /// [`Conn::step`], and when it began: once it had the steps' connection, not when it was
+    /// asked for (behind a backlog of this locker's steps, that can be seconds before). A lease
+    /// the step grants counts from then.
+    pub async fn step_at(&self, segment: &str, op: Op, owner_ttl: Duration) -> Result<(Outcome, Instant)> {
         self.check_open()?;
         let mut guard = self.client().await?;
+        let began = Instant::now();
         let limit = self.config.request_timeout;
         let client = guard.as_mut().ok_or(LockError::Closed)?;
         match tokio::time::timeout(limit, self.run(client, segment, op, owner_ttl)).await {
-            Ok(out) => out,
+            Ok(out) => Ok((out?, began)),
             Err(_) => {
                 *guard = None;
                 Err(crate::error::timeout("a step", limit))
@@ -119,7 +130,7 @@ impl Conn {
             .await
             .map_err(e("locking the lock's row"))?;
         let mut changed = tx.execute(&sql.prune, &[&segment]).await.map_err(e("pruning"))? > 0;
-        if matches!(op, Op::Join(_)) {
+        if matches!(op, Op::Join(_)) && !owner_ttl.is_zero() {
             tx.execute(&sql.beat, &[&self.owner_id, &millis(owner_ttl), &self.pid, &self.host])
                 .await
                 .map_err(e("beating"))?;

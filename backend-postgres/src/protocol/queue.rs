@@ -59,10 +59,8 @@ pub(crate) struct Row {
     pub pid: i32,
     /// Its host.
     pub host: String,
-    /// Milliseconds until it expires unless renewed (`None`: its locker is gone).
+    /// Milliseconds until it expires unless renewed (`None`: a waiter whose locker is gone).
     pub left_ms: Option<i64>,
-    /// Whether its locker still has its owner row.
-    pub owned: bool,
 }
 
 impl Row {
@@ -79,13 +77,12 @@ impl Row {
             pid: row.try_get(4).map_err(e)?,
             host: row.try_get(5).map_err(e)?,
             left_ms: row.try_get(6).map_err(e)?,
-            owned: row.try_get(7).map_err(e)?,
         })
     }
 
     /// Whether it is live (the rule of `prune.sql`, for reads without a transaction).
     pub fn live(&self) -> bool {
-        self.left_ms.is_some_and(|ms| ms > 0) && (self.token.is_none() || self.owned)
+        self.left_ms.is_some_and(|ms| ms > 0)
     }
 
     /// The holder id of its lease: `host:pid:id`.
@@ -295,7 +292,6 @@ fn pending_row(conn: &Conn, entry: &NewEntry) -> Row {
         pid: conn.pid,
         host: conn.host.clone(),
         left_ms: None,
-        owned: true,
     }
 }
 

@@ -29,8 +29,7 @@ pub(crate) async fn try_acquire(conn: &Arc<Conn>, req: &LockRequest) -> Result<O
     let entry = new_entry(req);
     let id = entry.id.clone();
     let pending = Pending::new(conn, &seg, &id);
-    let sent = Instant::now();
-    let out = conn.step(&seg, Op::Try(entry), req.ttl).await?;
+    let (out, sent) = conn.step_at(&seg, Op::Try(entry), req.ttl).await?;
     pending.keep();
     match out {
         Outcome::Granted(token) => Ok(Some(req.lease(token, holder_id(&conn.host, conn.pid, &id), sent))),
@@ -53,16 +52,22 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
     let mut outage = Outage::new(deadline, req.ttl + conn.config.connect_timeout);
     loop {
         conn.check_open()?;
-        let sent = Instant::now();
         let late = conn.late_beats();
         let op = match joining {
             true => Op::Join(entry.clone()),
             false => Op::Turn(id.clone()),
         };
-        let stepped = match conn.step(&seg, op, req.ttl).await {
-            Ok(out) => {
+        // A join beats this locker in its own transaction, unless a recent beat keeps the owner
+        // row alive long enough (then it does not touch that row, which every join of the locker
+        // and its renewals share).
+        let beat = match joining && conn.needs_beat(req.ttl) {
+            true => req.ttl,
+            false => Duration::ZERO,
+        };
+        let (stepped, sent) = match conn.step_at(&seg, op, beat).await {
+            Ok(stepped) => {
                 outage.succeeded();
-                out
+                stepped
             }
             Err(e) => {
                 outage.failed(e).await?;
@@ -84,7 +89,9 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             Outcome::Busy | Outcome::Left(_) => return Err(LockError::Protocol("unexpected step outcome".into())),
         };
         if joining {
-            conn.beaten(sent, req.ttl);
+            if !beat.is_zero() {
+                conn.beaten(sent, beat);
+            }
             joining = false;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -1,9 +1,7 @@
 -- The entries of lock $1 in arrival order, with the milliseconds until each expires unless
--- renewed (a holder: its lease; a waiter: its locker's heartbeat), and whether its locker still
--- has its owner row (a locker that shut down has none).
+-- renewed (a holder: its lease; a waiter: its locker's heartbeat, none if its locker is gone).
 SELECT e.id, e.role, e.token, e.value, e.pid, e.host,
-       (extract(epoch FROM (coalesce(e.expires_at, o.expires_at) - clock_timestamp())) * 1000)::bigint,
-       o.id IS NOT NULL
+       (extract(epoch FROM (coalesce(e.expires_at, o.expires_at) - clock_timestamp())) * 1000)::bigint
 FROM {schema}.entries e LEFT JOIN {schema}.owners o ON o.id = e.owner
 WHERE e.segment = $1
 ORDER BY e.seq
