@@ -38,13 +38,7 @@ EOF
     launch "$id" "${as[@]}" pgbouncer "$dir/pgbouncer.ini"
 }
 
-pgbouncer_ready() {
-    local bin
-    bin=$(postgres_bin) || return 1
-    PGPASSWORD=$POSTGRES_TEST_PW timeout 3 "$bin/psql" -X -q -t -A -w \
-        -h "$HOST" -p "$(client_port "$1")" -U "$POSTGRES_TEST_USER" -d "$POSTGRES_TEST_DB" \
-        -c 'select 1' 2>/dev/null | grep -qx 1
-}
+pgbouncer_ready() { postgres_answers "$(client_port "$1")"; } # see postgres.sh
 
 pgbouncer_exports() {
     [[ $1 == single ]] || return 0

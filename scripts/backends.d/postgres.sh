@@ -95,13 +95,16 @@ postgres_start() {
 # waits for every client to leave, which locksmith's connections never do by themselves.
 postgres_stop_signal() { echo INT; }
 
-postgres_ready() {
+# Whether the test user's `select 1` is answered on PORT (the server, or a pooler in front of it).
+postgres_answers() { # PORT
     local bin
     bin=$(postgres_bin) || return 1
     PGPASSWORD=$POSTGRES_TEST_PW timeout 3 "$bin/psql" -X -q -t -A -w \
-        -h "$HOST" -p "$(client_port "$1")" -U "$POSTGRES_TEST_USER" -d "$POSTGRES_TEST_DB" \
+        -h "$HOST" -p "$1" -U "$POSTGRES_TEST_USER" -d "$POSTGRES_TEST_DB" \
         -c 'select 1' 2>/dev/null | grep -qx 1
 }
+
+postgres_ready() { postgres_answers "$(client_port "$1")"; }
 
 postgres_exports() {
     [[ $1 == single ]] || return 0
