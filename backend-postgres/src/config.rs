@@ -1,4 +1,5 @@
-//! The URL: `postgres://user:password@host:port/db?ttl=…&request_timeout=…&connect_timeout=…&schema=…`.
+//! The URL: `postgres://user:password@host:port/db?ttl=…&request_timeout=…&connect_timeout=…&schema=…`,
+//! and TLS: `sslmode=disable|require|verify-full`, `ca=`, `cert=`, `key=`, `server_name=`.
 
 use std::fmt;
 use std::time::Duration;
@@ -7,7 +8,26 @@ use lockcore::driver::{BackendUrl, DEFAULT_REQUEST_TIMEOUT};
 use lockcore::Result;
 
 /// The URL options this backend accepts.
-pub const OPTIONS: &[&str] = &["ttl", "request_timeout", "connect_timeout", "schema", "password_file"];
+pub const OPTIONS: &[&str] = &[
+    "ttl",
+    "request_timeout",
+    "connect_timeout",
+    "schema",
+    "password_file",
+    "sslmode",
+    "ca",
+    "cert",
+    "key",
+    "server_name",
+];
+
+/// What connects a socket with TLS when `sslmode=` asks for it: rustls with the `tls` feature,
+/// nothing without it (the URL parser then refuses every mode but `disable`).
+#[cfg(feature = "tls")]
+pub(crate) type Connector = crate::tls::Tls;
+/// See above.
+#[cfg(not(feature = "tls"))]
+pub(crate) type Connector = tokio_postgres::NoTls;
 
 /// The default server port.
 const DEFAULT_PORT: u16 = 5432;
@@ -37,6 +57,10 @@ pub(crate) struct Config {
     pub connect_timeout: Duration,
     /// The schema of the tables (`schema=`, default `locksmith`).
     pub schema: String,
+    /// Whether connections use TLS (`sslmode=require` or `verify-full`: both verify the server).
+    pub tls: bool,
+    /// What makes the TLS connections.
+    pub connector: Connector,
 }
 
 impl fmt::Debug for Config {
@@ -77,7 +101,24 @@ impl Config {
                 "schema={schema}: expected a lower-case identifier ([a-z_][a-z0-9_]*, at most 40 characters)"
             )));
         }
+        let tls = match url.query.get("sslmode").map(String::as_str) {
+            None | Some("disable") => false,
+            Some("require" | "verify-full") => true,
+            Some(other) => {
+                return Err(url.error(format!(
+                    "sslmode={other}: expected disable, require or verify-full (both verify the server's \
+                     certificate and name; locksmith never falls back to plain text)"
+                )))
+            }
+        };
+        let files = url.tls_files()?;
+        let names_files = files.ca.is_some() || files.identity.is_some() || files.server_name.is_some();
+        if names_files && !tls {
+            return Err(url.error("ca=, cert=, key= and server_name= need sslmode=require or verify-full"));
+        }
         Ok(Config {
+            connector: connector(url, tls, &files)?,
+            tls,
             host: host.host.clone(),
             port: host.port.unwrap_or(DEFAULT_PORT),
             password: url.password()?,
@@ -94,9 +135,13 @@ impl Config {
         })
     }
 
-    /// The client's configuration (no TLS in this version).
+    /// The client's configuration.
     pub fn client(&self) -> tokio_postgres::Config {
         let mut c = tokio_postgres::Config::new();
+        c.ssl_mode(match self.tls {
+            true => tokio_postgres::config::SslMode::Require,
+            false => tokio_postgres::config::SslMode::Disable,
+        });
         c.host(&self.host)
             .port(self.port)
             .user(&self.user)
@@ -107,6 +152,24 @@ impl Config {
             c.password(p);
         }
         c
+    }
+}
+
+/// What connects with TLS when `tls` (from `files`).
+#[cfg(feature = "tls")]
+fn connector(url: &BackendUrl, tls: bool, files: &lockcore::driver::url::TlsFiles) -> Result<Connector> {
+    match tls {
+        true => crate::tls::Tls::new(url, files),
+        false => Ok(crate::tls::Tls::off()),
+    }
+}
+
+/// Without the `tls` feature: only plain connections.
+#[cfg(not(feature = "tls"))]
+fn connector(url: &BackendUrl, tls: bool, _files: &lockcore::driver::url::TlsFiles) -> Result<Connector> {
+    match tls {
+        true => Err(url.error("sslmode=require and verify-full need locksmith built with the `tls` feature (rustls)")),
+        false => Ok(tokio_postgres::NoTls),
     }
 }
 
@@ -144,11 +207,44 @@ mod tests {
             "postgres://h/x?nope=1",
             "postgres://h/x?schema=Bad-Name",
             "postgres://h/a/b",
+            // Never a silent downgrade, nor a mode that would not verify the server.
+            "postgres://h/x?sslmode=prefer",
+            "postgres://h/x?sslmode=allow",
+            "postgres://h/x?sslmode=verify-ca",
+            // TLS files without TLS.
+            "postgres://h/x?ca=/etc/ssl/ca.pem",
+            "postgres://h/x?sslmode=disable&server_name=db",
+            // A CA file that is not there.
+            "postgres://h/x?sslmode=require&ca=/nonexistent/ca.pem",
         ] {
             assert!(
                 matches!(parse(bad), Err(lockcore::LockError::InvalidUrl { .. })),
                 "{bad} was accepted"
             );
         }
+        assert!(!parse("postgres://h/x?sslmode=disable").unwrap().tls);
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_modes_verify_the_server() {
+        for mode in ["require", "verify-full"] {
+            // The system's roots (the test machine has ca-certificates), no client certificate.
+            let c = parse(&format!("postgres://u:pw@db.example/x?sslmode={mode}")).unwrap();
+            assert!(c.tls);
+            assert!(!format!("{c:?}").contains("pw"));
+        }
+        let junk = std::env::temp_dir().join(format!("locksmith-pg-junk-ca-{}", std::process::id()));
+        std::fs::write(&junk, "not a certificate").unwrap();
+        let bad = parse(&format!("postgres://h/x?sslmode=require&ca={}", junk.display()));
+        assert!(matches!(bad, Err(lockcore::LockError::InvalidUrl { .. })), "{bad:?}");
+        std::fs::remove_file(&junk).ok();
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_needs_the_feature() {
+        let e = parse("postgres://h/x?sslmode=require").unwrap_err();
+        assert!(e.to_string().contains("`tls` feature"), "{e}");
     }
 }

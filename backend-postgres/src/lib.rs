@@ -44,13 +44,20 @@
 //!   passes through it). Not in transaction or statement pooling: `LISTEN` needs a session of its
 //!   own; point the URL at the server (or a session-mode pool) instead.
 //!
-//! No TLS in this version (plain TCP: use it on a trusted network, or a local socket proxy).
-//!
 //! # URL
 //!
 //! `postgres://user:password@host:port/db`: port 5432, user `postgres` and the user's database by
 //! default. The password comes from the URL, `password_file=`, or `LOCKSMITH_PASSWORD`, and is
 //! never printed. Options: `ttl=`, `request_timeout=` (5 s), `connect_timeout=` (5 s), `schema=`.
+//!
+//! **TLS** (Cargo feature `tls`: rustls on ring, no OpenSSL): `sslmode=require` or
+//! `sslmode=verify-full`; both verify the server's certificate chain (against `ca=`, a PEM bundle,
+//! else the system's roots) and its name (the URL's host, or `server_name=`): unlike libpq's
+//! `require`, locksmith never talks to a server it has not verified, and there is no `prefer`
+//! that would fall back to plain text. `cert=` and `key=` give a client certificate (mutual TLS,
+//! `clientcert=verify-ca|verify-full` in `pg_hba.conf`). The default is `sslmode=disable` (plain
+//! TCP). Tested against a server that accepts only TLS with a password and a client certificate
+//! (`tests/secure.rs`).
 //!
 //! # Set-up and rights
 //!
@@ -83,7 +90,8 @@
 //! - `protocol/`: the steps on a queue (`queue.rs`), the one wait loop of every kind (`wait.rs`),
 //!   elections (`election.rs`);
 //! - `wake.rs` (LISTEN/NOTIFY), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),
-//!   `listing.rs` (`inspect`, `list`), `backend.rs` (`impl LockBackend`).
+//!   `listing.rs` (`inspect`, `list`), `backend.rs` (`impl LockBackend`), `tls.rs` (rustls
+//!   under tokio-postgres, feature `tls`).
 
 #![warn(missing_docs)]
 
@@ -96,6 +104,8 @@ mod layout;
 mod listing;
 mod protocol;
 mod renew;
+#[cfg(feature = "tls")]
+mod tls;
 mod wake;
 
 pub use backend::PgBackend;

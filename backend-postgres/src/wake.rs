@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{AsyncMessage, Client};
 
 use crate::config::Config;
 use crate::error::pg_error;
@@ -267,7 +267,7 @@ impl Drop for Hub {
 /// it does) and the task that drives it (and dispatches its notifications) until it is lost.
 async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Client, JoinHandle<()>)> {
     let pg = config.client();
-    let connecting = pg.connect(NoTls);
+    let connecting = pg.connect(config.connector.clone());
     let (client, mut connection) = tokio::time::timeout(config.connect_timeout, connecting)
         .await
         .map_err(|_| crate::error::timeout("connecting", config.connect_timeout))?

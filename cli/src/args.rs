@@ -61,7 +61,8 @@ pub struct Cli {
     pub connect_timeout: Duration,
 
     /// TLS: a PEM bundle of the CA certificates to trust instead of the system's (the URL's
-    /// `ca=` wins). For etcds://, zks://, rediss:// (and rediss+sentinel://, rediss-cluster://) URLs.
+    /// `ca=` wins). For etcds://, zks://, rediss:// (and rediss+sentinel://, rediss-cluster://) URLs,
+    /// and postgres:// ones with sslmode=require or verify-full.
     #[arg(long, env = "LOCKSMITH_CA", global = true, value_name = "FILE")]
     pub ca: Option<String>,
 

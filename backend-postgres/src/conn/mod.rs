@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::MutexGuard;
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use lockcore::{LockError, Result};
 
@@ -217,7 +217,7 @@ impl Conn {
 /// Opens one connection (within `connect_timeout`) and drives it in a task of its own.
 pub(crate) async fn connect(config: &Config) -> Result<Client> {
     let pg = config.client();
-    let connecting = pg.connect(NoTls);
+    let connecting = pg.connect(config.connector.clone());
     let (client, connection) = tokio::time::timeout(config.connect_timeout, connecting)
         .await
         .map_err(|_| timeout("connecting", config.connect_timeout))?
