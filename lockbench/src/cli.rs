@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Backends to measure, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "mem,file,etcd,zk,redis")]
+    #[arg(long, value_delimiter = ',', default_value = "mem,file,etcd,zk,redis,postgres")]
     pub backends: Vec<String>,
     /// Workloads to run, comma-separated.
     #[arg(
@@ -44,6 +44,9 @@ pub struct Args {
     /// Redis URL.
     #[arg(long, env = "LOCKSMITH_TEST_REDIS")]
     pub redis: Option<String>,
+    /// PostgreSQL URL.
+    #[arg(long, env = "LOCKSMITH_TEST_POSTGRES")]
+    pub postgres: Option<String>,
     /// Write the results as JSON (schema `lockbench/1`).
     #[arg(long)]
     pub json: Option<PathBuf>,

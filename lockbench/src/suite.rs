@@ -33,6 +33,7 @@ fn url_of(args: &Args, backend: &str) -> Option<String> {
         "etcd" => args.etcd.clone(),
         "zk" => args.zk.clone(),
         "redis" => args.redis.clone(),
+        "postgres" => args.postgres.clone(),
         _ => None,
     }
 }

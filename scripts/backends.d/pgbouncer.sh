@@ -33,9 +33,7 @@ default_pool_size = 350
 ignore_startup_parameters = extra_float_digits
 EOF
     chmod 644 "$dir/pgbouncer.ini" "$dir/userlist.txt"
-    local as=()
-    ((EUID != 0)) || as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
-    launch "$id" "${as[@]}" pgbouncer "$dir/pgbouncer.ini"
+    launch "$id" "${POSTGRES_AS[@]}" pgbouncer "$dir/pgbouncer.ini"
 }
 
 pgbouncer_ready() { postgres_answers "$(client_port "$1")"; } # see postgres.sh

@@ -27,9 +27,7 @@ hostssl all all $HOST/32 scram-sha-256 clientcert=verify-ca
 EOF
     if ((EUID == 0)); then chown -R postgres:postgres "$dir/tls"; fi
     chmod 600 "$dir/tls/server.key"
-    local as=()
-    ((EUID != 0)) || as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
-    launch "$id" "${as[@]}" "$bin/postgres" -D "$dir/data" \
+    launch "$id" "${POSTGRES_AS[@]}" "$bin/postgres" -D "$dir/data" \
         -c listen_addresses="$HOST" -c port="$(client_port "$id")" \
         -c unix_socket_directories="$dir/run" -c max_connections=200 \
         -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c autovacuum=off \

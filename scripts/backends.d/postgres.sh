@@ -40,14 +40,14 @@ postgres_have_server() { postgres_bin >/dev/null; }
 
 postgres_ports() { port 15432; }
 
-# Run a command as the server's user: `postgres` when we are root, else ourselves.
-postgres_as() {
-    if ((EUID == 0)); then
-        setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"
-    else
-        "$@"
-    fi
-}
+# The prefix that runs a command as the server's user: `postgres` when we are root (the server,
+# and PgBouncer, refuse to run as root), else nothing (ourselves). setpriv execs: the pid that
+# `launch` records is the server's own.
+POSTGRES_AS=()
+((EUID != 0)) || POSTGRES_AS=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+
+# Run a command as the server's user.
+postgres_as() { "${POSTGRES_AS[@]}" "$@"; }
 
 # First start only: initdb, then (single-user mode, before the server listens) the test user
 # and database.
@@ -83,9 +83,7 @@ postgres_start() {
     # connections each; 1,000 waiters in 10 processes need 30, see tests/processes.rs). No
     # autovacuum: the tests' throw-away schemas need none, and its ANALYZEs take transaction ids,
     # which tests/herd.rs counts.
-    local as=()
-    ((EUID != 0)) || as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
-    launch "$id" "${as[@]}" "$bin/postgres" -D "$dir/data" \
+    launch "$id" "${POSTGRES_AS[@]}" "$bin/postgres" -D "$dir/data" \
         -c listen_addresses="$HOST" -c port="$(client_port "$id")" \
         -c unix_socket_directories="$dir/run" -c max_connections=400 \
         -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c autovacuum=off

@@ -8,11 +8,14 @@
 //! | etcd | create-if-absent txn (on a kept-alive lease) + delete | watch event of a delete | lock RPC (`etcd-client` `lock`/`unlock`) |
 //! | zk | create ephemeral-sequential + get-children + delete | exists-watch of a delete | `zookeeper-client`'s lock recipe |
 //! | file | open + `flock(LOCK_EX\|LOCK_NB)`, `flock(LOCK_UN)` + close | inotify event of a rename | `distributed-lock-file`, `fd-lock` |
+//! | postgres | one prepared `INSERT … ON CONFLICT DO UPDATE … RETURNING token`, one `UPDATE` | LISTEN/NOTIFY | a session `pg_advisory_lock` |
 
 #[cfg(feature = "etcd-ref")]
 mod etcd;
 #[cfg(feature = "file-ref")]
 mod file;
+#[cfg(feature = "postgres-ref")]
+mod postgres;
 #[cfg(feature = "redis-ref")]
 mod redis;
 #[cfg(feature = "zk-ref")]
@@ -62,6 +65,8 @@ pub async fn for_backend(backend: &str, url: &str) -> Result<Reference, String> 
             "zk" => zk::reference(url).await.map_err(|e| format!("{e:#}")),
             #[cfg(feature = "file-ref")]
             "file" => file::reference(url).await.map_err(|e| format!("{e:#}")),
+            #[cfg(feature = "postgres-ref")]
+            "postgres" => postgres::reference(url).await.map_err(|e| format!("{e:#}")),
             "mem" => Err("the in-process backend has no server: no floor or peer rows".to_string()),
             other => {
                 let _ = url;

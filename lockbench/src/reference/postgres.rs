@@ -1,0 +1,218 @@
+//! `postgres://` reference rows, with the bare `tokio-postgres` client and prepared statements:
+//! the floor takes a lock with one statement (`INSERT … ON CONFLICT DO UPDATE … WHERE free
+//! RETURNING token`: a row per lock with a holder and a fencing token) and releases it with
+//! another; its notification floor is a bare LISTEN/NOTIFY; the peer row is a session advisory
+//! lock (`pg_advisory_lock(hashtext(name))` on a connection per client), what the
+//! `distributed-lock-postgres` crate and DistributedLock wrap (the crate itself is not built here:
+//! see `docs/comparison-postgres.md`). The floor gives no lease expiry, no queue and no FIFO; the
+//! advisory lock no lease, no fencing token and no FIFO.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
+
+use super::{token, Notification, Reference};
+use crate::system::{Held, LockClient, LockSystem};
+
+/// The table of the floor.
+const SETUP: &str = "CREATE TABLE IF NOT EXISTS lockbench_floor \
+    (name text PRIMARY KEY, holder text, token bigint NOT NULL DEFAULT 0)";
+
+/// Sets up the floor (its table), the notification floor and the peer.
+pub async fn reference(url: &str) -> Result<Reference> {
+    let plain = plain_url(url);
+    let client = connect(&plain).await?;
+    client.batch_execute(SETUP).await.context("creating the floor's table")?;
+    Ok(Reference {
+        floor: Some(Arc::new(Floor { url: plain.clone() })),
+        notify: Some(Arc::new(ListenFloor { url: plain.clone() })),
+        peers: vec![Arc::new(Advisory { url: plain })],
+        herd: Vec::new(),
+    })
+}
+
+/// The URL without locksmith's options (tokio-postgres refuses options it does not know).
+fn plain_url(url: &str) -> String {
+    url.split('?').next().unwrap_or(url).to_owned()
+}
+
+/// One connection, driven by a task of its own.
+async fn connect(url: &str) -> Result<Client> {
+    let (client, connection) = tokio::time::timeout(Duration::from_secs(10), tokio_postgres::connect(url, NoTls))
+        .await
+        .map_err(|_| anyhow!("connecting to postgres: no answer within 10 s"))??;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// The floor: one statement to take, one to release; one attempt, never waits.
+struct Floor {
+    url: String,
+}
+
+struct FloorClient {
+    client: Arc<Client>,
+    take: Statement,
+    give: Statement,
+}
+
+struct FloorHeld {
+    client: Arc<Client>,
+    give: Statement,
+    name: String,
+    holder: String,
+}
+
+#[async_trait]
+impl LockSystem for Floor {
+    fn system(&self) -> &'static str {
+        "floor"
+    }
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+    async fn client(&self) -> Result<Arc<dyn LockClient>> {
+        let client = connect(&self.url).await?;
+        let take = client
+            .prepare(
+                "INSERT INTO lockbench_floor AS l (name, holder, token) VALUES ($1, $2, 1) \
+                 ON CONFLICT (name) DO UPDATE SET holder = $2, token = l.token + 1 WHERE l.holder IS NULL \
+                 RETURNING token",
+            )
+            .await?;
+        let give = client
+            .prepare("UPDATE lockbench_floor SET holder = NULL WHERE name = $1 AND holder = $2")
+            .await?;
+        Ok(Arc::new(FloorClient {
+            client: Arc::new(client),
+            take,
+            give,
+        }))
+    }
+}
+
+#[async_trait]
+impl LockClient for FloorClient {
+    async fn acquire(&self, name: &str, _ttl: Duration) -> Result<Box<dyn Held>> {
+        let holder = token();
+        if self.client.query_opt(&self.take, &[&name, &holder]).await?.is_none() {
+            bail!("held");
+        }
+        Ok(Box::new(FloorHeld {
+            client: self.client.clone(),
+            give: self.give.clone(),
+            name: name.to_owned(),
+            holder,
+        }))
+    }
+}
+
+#[async_trait]
+impl Held for FloorHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.client.execute(&self.give, &[&self.name, &self.holder]).await?;
+        Ok(())
+    }
+}
+
+/// The bare LISTEN/NOTIFY latency: a listening connection, a NOTIFY from another at t0.
+struct ListenFloor {
+    url: String,
+}
+
+#[async_trait]
+impl Notification for ListenFloor {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+    async fn once(&self, blocked: Duration) -> Result<Duration> {
+        let channel = format!("lockbench_{}", token().replace('-', "_"));
+        let (listener, mut connection) = tokio_postgres::connect(&self.url, NoTls).await?;
+        let (got, received) = tokio::sync::oneshot::channel();
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        tokio::spawn(async move {
+            let mut got = Some(got);
+            while let Some(message) = messages.next().await {
+                if let Ok(AsyncMessage::Notification(_)) = message {
+                    if let Some(got) = got.take() {
+                        let _ = got.send(Instant::now());
+                    }
+                }
+            }
+        });
+        listener.batch_execute(&format!("LISTEN {channel}")).await?;
+        let sender = connect(&self.url).await?;
+        let notify = sender.prepare(&format!("NOTIFY {channel}")).await?;
+        tokio::time::sleep(blocked).await;
+        let t0 = Instant::now();
+        sender.execute(&notify, &[]).await?;
+        let t1 = tokio::time::timeout(Duration::from_secs(10), received)
+            .await
+            .map_err(|_| anyhow!("no notification within 10 s"))??;
+        Ok(t1.saturating_duration_since(t0))
+    }
+}
+
+/// A session advisory lock: `pg_advisory_lock` waits on the server, on a connection of the
+/// client's own (one per client, as the advisory-lock libraries hold one per lock).
+struct Advisory {
+    url: String,
+}
+
+struct AdvisoryClient {
+    client: Arc<Client>,
+    lock: Statement,
+    unlock: Statement,
+}
+
+struct AdvisoryHeld {
+    client: Arc<Client>,
+    unlock: Statement,
+    name: String,
+}
+
+#[async_trait]
+impl LockSystem for Advisory {
+    fn system(&self) -> &'static str {
+        "pg_advisory_lock"
+    }
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+    async fn client(&self) -> Result<Arc<dyn LockClient>> {
+        let client = connect(&self.url).await?;
+        let lock = client.prepare("SELECT pg_advisory_lock(hashtext($1))").await?;
+        let unlock = client.prepare("SELECT pg_advisory_unlock(hashtext($1))").await?;
+        Ok(Arc::new(AdvisoryClient {
+            client: Arc::new(client),
+            lock,
+            unlock,
+        }))
+    }
+}
+
+#[async_trait]
+impl LockClient for AdvisoryClient {
+    async fn acquire(&self, name: &str, _ttl: Duration) -> Result<Box<dyn Held>> {
+        tokio::time::timeout(Duration::from_secs(60), self.client.execute(&self.lock, &[&name]))
+            .await
+            .map_err(|_| anyhow!("pg_advisory_lock: not granted within 60 s"))??;
+        Ok(Box::new(AdvisoryHeld {
+            client: self.client.clone(),
+            unlock: self.unlock.clone(),
+            name: name.to_owned(),
+        }))
+    }
+}
+
+#[async_trait]
+impl Held for AdvisoryHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.client.execute(&self.unlock, &[&self.name]).await?;
+        Ok(())
+    }
+}
