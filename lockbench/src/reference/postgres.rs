@@ -26,7 +26,10 @@ const SETUP: &str = "CREATE TABLE IF NOT EXISTS lockbench_floor \
 pub async fn reference(url: &str) -> Result<Reference> {
     let plain = plain_url(url);
     let client = connect(&plain).await?;
-    client.batch_execute(SETUP).await.context("creating the floor's table")?;
+    client
+        .batch_execute(SETUP)
+        .await
+        .context("creating the floor's table")?;
     Ok(Reference {
         floor: Some(Arc::new(Floor { url: plain.clone() })),
         notify: Some(Arc::new(ListenFloor { url: plain.clone() })),
