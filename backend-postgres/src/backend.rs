@@ -3,25 +3,27 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use lockcore::driver::{async_trait, cleanup, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
 use lockcore::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, Result};
 
+use crate::advisory::Sessions;
 use crate::config::Config;
-use crate::conn::{Conn, Outcome};
+use crate::conn::Conn;
 use crate::error::pg_error;
-use crate::layout::segment;
-use crate::protocol::queue::{entry_id, Op};
+use crate::layout::{segment, Layout};
+use crate::protocol::queue::Op;
 use crate::protocol::{election, wait};
-use crate::{listing, renew};
+use crate::{cleanup, listing, renew};
 
 /// Locks in the tables of one PostgreSQL schema (see the [crate docs](crate)). Each backend is
 /// one locker: its own three connections and owner row.
 #[derive(Clone, Debug)]
 pub struct PgBackend {
     conn: Arc<Conn>,
+    /// With `layout=advisory`: the sessions of its advisory locks.
+    advisory: Option<Arc<Sessions>>,
 }
 
 impl PgBackend {
@@ -31,8 +33,10 @@ impl PgBackend {
     /// `connect_timeout`.
     pub async fn connect(url: &BackendUrl) -> Result<PgBackend> {
         let config = Config::parse(url)?;
+        let advisory = (config.layout == Layout::Advisory).then(|| Arc::new(Sessions::new(config.clone())));
         Ok(PgBackend {
             conn: Conn::open(config).await?,
+            advisory,
         })
     }
 
@@ -74,43 +78,32 @@ impl LockBackend for PgBackend {
     }
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
-        wait::try_acquire(&self.conn, req).await
+        match &self.advisory {
+            Some(advisory) => advisory.try_acquire(&self.conn, req).await,
+            None => wait::try_acquire(&self.conn, req).await,
+        }
     }
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
-        wait::acquire(&self.conn, req, deadline).await
+        match &self.advisory {
+            Some(advisory) => advisory.acquire(&self.conn, req, deadline).await,
+            None => wait::acquire(&self.conn, req, deadline).await,
+        }
     }
 
     /// # Cancel safety
     ///
-    /// Its step runs in a clean-up task of its own (`cleanup::spawn`), to its end whether or not
-    /// the future is polled again.
+    /// Its step runs in a clean-up task of its own (`cleanup::release`), to its end whether or
+    /// not the future is polled again.
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let (conn, seg) = (self.conn.clone(), segment(lease.kind.family(), &lease.name));
-        let id = entry_id(&lease.holder_id).to_owned();
-        let (tx, rx) = oneshot::channel();
-        let spawned = cleanup::spawn(lockcore::metrics::counting_for_caller(async move {
-            let _ = tx.send(conn.step(&seg, Op::Leave(id), Duration::ZERO).await);
-        }));
-        if !spawned {
-            return Err(LockError::unavailable(
-                "postgres: no runtime to release on",
-                "no runtime",
-            ));
-        }
-        match rx.await {
-            Ok(Ok(Outcome::Left(true))) => Ok(()),
-            Ok(Ok(_)) => Err(LockError::not_held(lease.name.as_str())),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(LockError::unavailable(
-                "postgres: the release did not finish",
-                "task ended",
-            )),
-        }
+        cleanup::release(&self.conn, self.advisory.as_ref(), lease).await
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
-        renew::renew_many(&self.conn, leases).await
+        match &self.advisory {
+            Some(advisory) => advisory.renew_many(&self.conn, leases).await,
+            None => renew::renew_many(&self.conn, leases).await,
+        }
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
@@ -129,8 +122,12 @@ impl LockBackend for PgBackend {
         election::observe(&self.conn, name).await
     }
 
-    /// Removes this locker's owner row and entries and closes its LISTEN connection.
+    /// Removes this locker's owner row and entries, closes its LISTEN connection and (with
+    /// `layout=advisory`) the sessions of its advisory locks.
     async fn shutdown(&self) -> Result<()> {
+        if let Some(advisory) = &self.advisory {
+            advisory.close();
+        }
         self.conn.close().await
     }
 

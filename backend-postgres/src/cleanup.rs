@@ -1,6 +1,6 @@
 //! The clean-up edge: an entry that an `acquire` or `try_acquire` put in a queue, or may have put
 //! there, is taken out when the call ends without returning it as a lease (a timeout, an error,
-//! the future dropped).
+//! the future dropped); and `release` runs to its end whether or not its caller waits.
 //!
 //! Every step of a locker runs on its one steps' connection, one at a time, and a step dropped
 //! part-way is rolled back (or committed) on that connection before the next step starts. So the
@@ -10,10 +10,52 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::driver::cleanup;
+use tokio::sync::oneshot;
 
-use crate::conn::Conn;
-use crate::protocol::queue::Op;
+use lockcore::driver::{cleanup, Lease};
+use lockcore::{LockError, Result};
+
+use crate::advisory::Sessions;
+use crate::conn::{Conn, Outcome};
+use crate::layout::segment;
+use crate::protocol::queue::{entry_id, Op};
+
+/// `release`: frees the lease's advisory lock (`layout=advisory`), then removes its entry (a
+/// step that passes the lock on); `NotHeld` if either was gone. In a clean-up task of its own ([`cleanup::spawn`]) that runs to
+/// its end whether or not the returned future is polled again.
+pub(crate) async fn release(conn: &Arc<Conn>, advisory: Option<&Arc<Sessions>>, lease: &Lease) -> Result<()> {
+    let (conn, advisory) = (conn.clone(), advisory.cloned());
+    let seg = segment(lease.kind.family(), &lease.name);
+    let id = entry_id(&lease.holder_id).to_owned();
+    let (tx, rx) = oneshot::channel();
+    let spawned = cleanup::spawn(lockcore::metrics::counting_for_caller(async move {
+        let advisory_held = match advisory {
+            Some(advisory) => advisory.release(&id).await,
+            None => true,
+        };
+        let left = conn.step(&seg, Op::Leave(id), Duration::ZERO).await;
+        // A lease whose advisory lock was gone was lost, whatever its entry in the tables says.
+        let _ = tx.send(left.map(|out| match out {
+            Outcome::Left(held) => Outcome::Left(held && advisory_held),
+            other => other,
+        }));
+    }));
+    if !spawned {
+        return Err(LockError::unavailable(
+            "postgres: no runtime to release on",
+            "no runtime",
+        ));
+    }
+    match rx.await {
+        Ok(Ok(Outcome::Left(true))) => Ok(()),
+        Ok(Ok(_)) => Err(LockError::not_held(lease.name.as_str())),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(LockError::unavailable(
+            "postgres: the release did not finish",
+            "task ended",
+        )),
+    }
+}
 
 /// An entry of this call's in a queue: removed when dropped, unless [`Pending::keep`] says the
 /// caller now owns it (as a lease) or it was never added.

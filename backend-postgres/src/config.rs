@@ -1,11 +1,14 @@
 //! The URL: `postgres://user:password@host:port/db?ttl=…&request_timeout=…&connect_timeout=…&schema=…`,
-//! and TLS: `sslmode=disable|require|verify-full`, `ca=`, `cert=`, `key=`, `server_name=`.
+//! and TLS: `sslmode=disable|require|verify-full`, `ca=`, `cert=`, `key=`, `server_name=`; the
+//! layout: `layout=default|advisory`.
 
 use std::fmt;
 use std::time::Duration;
 
 use lockcore::driver::{BackendUrl, DEFAULT_REQUEST_TIMEOUT};
 use lockcore::Result;
+
+use crate::layout::Layout;
 
 /// The URL options this backend accepts.
 pub const OPTIONS: &[&str] = &[
@@ -19,6 +22,7 @@ pub const OPTIONS: &[&str] = &[
     "cert",
     "key",
     "server_name",
+    "layout",
 ];
 
 /// What connects a socket with TLS when `sslmode=` asks for it: rustls with the `tls` feature,
@@ -61,6 +65,8 @@ pub(crate) struct Config {
     pub tls: bool,
     /// What makes the TLS connections.
     pub connector: Connector,
+    /// `layout=default` (the tables alone) or `advisory` (shared with `pg_advisory_lock`).
+    pub layout: Layout,
 }
 
 impl fmt::Debug for Config {
@@ -72,6 +78,7 @@ impl fmt::Debug for Config {
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("db", &self.db)
             .field("schema", &self.schema)
+            .field("layout", &self.layout)
             .finish_non_exhaustive()
     }
 }
@@ -111,6 +118,14 @@ impl Config {
                 )))
             }
         };
+        let layout = match url.query.get("layout") {
+            None => Layout::Tables,
+            Some(text) => Layout::parse(text).ok_or_else(|| {
+                url.error(format!(
+                    "layout={text}: expected default or advisory (locks shared with pg_advisory_lock)"
+                ))
+            })?,
+        };
         let files = url.tls_files()?;
         let names_files = files.ca.is_some() || files.identity.is_some() || files.server_name.is_some();
         if names_files && !tls {
@@ -132,6 +147,7 @@ impl Config {
                 .duration_option("connect_timeout")?
                 .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
             schema,
+            layout,
         })
     }
 
@@ -198,6 +214,11 @@ mod tests {
             ("db.example", 6543, "u", "app")
         );
         assert_eq!(c.schema, "locks_1");
+        assert_eq!(c.layout, Layout::Tables);
+        assert_eq!(
+            parse("postgres://h/x?layout=advisory").unwrap().layout,
+            Layout::Advisory
+        );
         assert_eq!(c.ttl, Some(Duration::from_secs(5)));
         assert!(!format!("{c:?}").contains("secret"));
         let d = parse("postgresql://me@h").unwrap();
@@ -207,6 +228,7 @@ mod tests {
             "postgres://h/x?nope=1",
             "postgres://h/x?schema=Bad-Name",
             "postgres://h/a/b",
+            "postgres://h/x?layout=plain",
             // Never a silent downgrade, nor a mode that would not verify the server.
             "postgres://h/x?sslmode=prefer",
             "postgres://h/x?sslmode=allow",

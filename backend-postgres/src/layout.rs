@@ -1,8 +1,32 @@
 //! Where locks live: the tables of one schema (`src/sql/schema.sql`), lock rows keyed by
-//! [`lockcore::Family::segment`], and the statements on them with the schema filled in.
+//! [`lockcore::Family::segment`], and the statements on them with the schema filled in; with
+//! `layout=advisory`, also the session advisory lock of the name (`crate::advisory`).
 
 use lockcore::driver::LockName;
 use lockcore::Family;
+
+/// How locks are kept (`layout=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// `layout=default`: the tables alone (every kind of lock, private to locksmith).
+    #[default]
+    Tables,
+    /// `layout=advisory`: the tables, and a holder also holds the session advisory lock of its
+    /// name (a bigint key), so that programs calling `pg_advisory_lock(key)` share the lock
+    /// (`crate::advisory`). Mutexes and read-write locks only.
+    Advisory,
+}
+
+impl Layout {
+    /// The layout of `layout=<text>`.
+    pub fn parse(text: &str) -> Option<Layout> {
+        match text {
+            "default" => Some(Layout::Tables),
+            "advisory" => Some(Layout::Advisory),
+            _ => None,
+        }
+    }
+}
 
 /// The key of a lock's row: its family's segment of its name.
 pub(crate) fn segment(family: Family, name: &LockName) -> String {

@@ -48,7 +48,8 @@
 //!
 //! `postgres://user:password@host:port/db`: port 5432, user `postgres` and the user's database by
 //! default. The password comes from the URL, `password_file=`, or `LOCKSMITH_PASSWORD`, and is
-//! never printed. Options: `ttl=`, `request_timeout=` (5 s), `connect_timeout=` (5 s), `schema=`.
+//! never printed. Options: `ttl=`, `request_timeout=` (5 s), `connect_timeout=` (5 s), `schema=`,
+//! `layout=default|advisory` (below).
 //!
 //! **TLS** (Cargo feature `tls`: rustls on ring, no OpenSSL): `sslmode=require` or
 //! `sslmode=verify-full`; both verify the server's certificate chain (against `ca=`, a PEM bundle,
@@ -58,6 +59,17 @@
 //! `clientcert=verify-ca|verify-full` in `pg_hba.conf`). The default is `sslmode=disable` (plain
 //! TCP). Tested against a server that accepts only TLS with a password and a client certificate
 //! (`tests/secure.rs`).
+//!
+//! # Sharing locks with `pg_advisory_lock` (`layout=advisory`)
+//!
+//! With `?layout=advisory` a lock name is a bigint key (`"42"`), and a holder also holds the
+//! session advisory lock of that key, on a session of its own that stays with the lease: programs
+//! that call `pg_advisory_lock(42)` / `pg_try_advisory_lock(42)` (or `_shared`, for read locks)
+//! themselves exclude locksmith clients and are excluded by them. Among locksmith clients every
+//! guarantee of the default layout holds; the other programs get no fencing token and no lease
+//! (their lock lives with their session). Mutexes and read-write locks only. What it keeps and
+//! what it cannot give: `docs/interop.md`, "PostgreSQL" (tested against `psql` in
+//! `tests/advisory.rs`).
 //!
 //! # Set-up and rights
 //!
@@ -91,10 +103,11 @@
 //!   elections (`election.rs`);
 //! - `wake.rs` (LISTEN/NOTIFY), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),
 //!   `listing.rs` (`inspect`, `list`), `backend.rs` (`impl LockBackend`), `tls.rs` (rustls
-//!   under tokio-postgres, feature `tls`).
+//!   under tokio-postgres, feature `tls`), `advisory.rs` (`layout=advisory`).
 
 #![warn(missing_docs)]
 
+mod advisory;
 mod backend;
 mod cleanup;
 mod config;

@@ -38,6 +38,9 @@ postgres_bin() {
 
 postgres_have_server() { postgres_bin >/dev/null; }
 
+# psql: backend-postgres/tests/advisory.rs holds advisory locks from psql sessions.
+need_command psql postgresql-client
+
 postgres_ports() { port 15432; }
 
 # The prefix that runs a command as the server's user: `postgres` when we are root (the server,

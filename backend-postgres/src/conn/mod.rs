@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::MutexGuard;
+use tokio::sync::{watch, MutexGuard};
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
@@ -216,18 +216,26 @@ impl Conn {
 
 /// Opens one connection (within `connect_timeout`) and drives it in a task of its own.
 pub(crate) async fn connect(config: &Config) -> Result<Client> {
+    Ok(connect_watched(config).await?.0)
+}
+
+/// [`connect`], and a receiver whose `changed()` fails once the connection ended (the server
+/// closed it, the network failed, or every handle of the client was dropped).
+pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::Receiver<()>)> {
     let pg = config.client();
     let connecting = pg.connect(config.connector.clone());
     let (client, connection) = tokio::time::timeout(config.connect_timeout, connecting)
         .await
         .map_err(|_| timeout("connecting", config.connect_timeout))?
         .map_err(|e| pg_error("connecting", e))?;
+    let (alive, ended) = watch::channel(());
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "postgres: a connection ended");
         }
+        drop(alive);
     });
-    Ok(client)
+    Ok((client, ended))
 }
 
 /// Milliseconds, as the tables store them.
