@@ -104,14 +104,19 @@ async fn every_server_backend_counts_its_requests() {
     }
 }
 
-/// PostgreSQL: a step is one transaction of several statements, each one round trip once
-/// prepared (`BEGIN`, lock the row, prune, read the queue, the step's own statements, `NOTIFY`,
-/// `COMMIT`): an uncontended acquire is 10, its statements prepared once per connection.
+/// PostgreSQL: an uncontended try, acquire or release of a mutex is one statement (a function of
+/// `alone.sql`, its own transaction): one round trip. A try that finds the lock taken is one too
+/// (the function answers that someone is there). Otherwise a step is a transaction of several
+/// statements (`BEGIN`, lock the row, prune, read the queue, the step's own, `NOTIFY`, `COMMIT`).
+/// The first use of a statement on a connection prepares it: one more (the busy try, on the
+/// second locker's connection).
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_counts_its_requests() {
     let url = lockcore::conformance::env_url("LOCKSMITH_TEST_POSTGRES");
     let url = format!("{url}?schema=round_trips");
     let seen = measure(&url).await;
-    check(&url, &seen, 12);
+    check(&url, &seen, 2);
+    let total: u64 = seen.iter().map(|(_, n)| n).sum();
+    assert!(total <= 6, "{url}: {seen:?}");
 }

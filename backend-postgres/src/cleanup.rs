@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use lockcore::driver::{cleanup, Lease};
-use lockcore::{LockError, Result};
+use lockcore::{LockError, LockKind, Result};
 
 use crate::advisory::Sessions;
 use crate::conn::{Conn, Outcome};
@@ -27,13 +27,22 @@ pub(crate) async fn release(conn: &Arc<Conn>, advisory: Option<&Arc<Sessions>>, 
     let (conn, advisory) = (conn.clone(), advisory.cloned());
     let seg = segment(lease.kind.family(), &lease.name);
     let id = entry_id(&lease.holder_id).to_owned();
+    let kind = lease.kind.clone();
     let (tx, rx) = oneshot::channel();
     let spawned = cleanup::spawn(lockcore::metrics::counting_for_caller(async move {
         let advisory_held = match advisory {
             Some(advisory) => advisory.release(&id).await,
             None => true,
         };
-        let left = conn.step(&seg, Op::Leave(id), Duration::ZERO).await;
+        // The only entry leaves in one round trip; otherwise the full step hands over.
+        let alone = match matches!(kind, LockKind::Mutex | LockKind::Write) {
+            true => conn.leave_alone(&seg, &id).await.unwrap_or(false),
+            false => false,
+        };
+        let left = match alone {
+            true => Ok(Outcome::Left(true)),
+            false => conn.step(&seg, Op::Leave(id), Duration::ZERO).await,
+        };
         // A lease whose advisory lock was gone was lost, whatever its entry in the tables says.
         let _ = tx.send(left.map(|out| match out {
             Outcome::Left(held) => Outcome::Left(held && advisory_held),

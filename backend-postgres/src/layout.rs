@@ -42,6 +42,14 @@ pub(crate) struct Sql {
     pub create: String,
     /// Reads the format version.
     pub version: String,
+    /// Migrates the tables of version 1 to version 2 (`migrate.sql`), several statements.
+    pub migrate: String,
+    /// `alone.sql`'s `grant_alone`: `$1` segment, `$2` id, `$3` owner, `$4` ttl ms, `$5` pid, `$6` host.
+    pub grant_alone: String,
+    /// `alone.sql`'s `leave_alone`: `$1` segment, `$2` id.
+    pub leave_alone: String,
+    /// Restarts the lease of entry `$1` if it holds one that is live; returns its token.
+    pub confirm: String,
     /// Inserts the lock's row if missing and locks it; returns `last_token`.
     pub lock_row: String,
     /// `prune.sql`.
@@ -75,7 +83,8 @@ pub(crate) struct Sql {
 /// `text` with the schema filled in: `{schema}` quoted, `{schema_literal}` as a string literal
 /// (`schema` is an identifier of `[a-z_][a-z0-9_]*`, checked by `config.rs`).
 fn fill(schema: &str, text: &str) -> String {
-    text.replace("{schema_literal}", &format!("'{schema}'"))
+    text.replace("{alone}", include_str!("sql/alone.sql"))
+        .replace("{schema_literal}", &format!("'{schema}'"))
         .replace("{schema}", &format!("\"{schema}\""))
 }
 
@@ -100,6 +109,13 @@ impl Sql {
             channel: format!("locksmith_{schema}"),
             create: fill(include_str!("sql/schema.sql")),
             version: fill("SELECT value FROM {schema}.meta WHERE key = 'version'"),
+            migrate: fill(include_str!("sql/migrate.sql")),
+            grant_alone: fill("SELECT {schema}.grant_alone($1, $2, $3, $4::bigint, $5, $6)"),
+            leave_alone: fill("SELECT {schema}.leave_alone($1, $2)"),
+            confirm: fill(
+                "UPDATE {schema}.entries SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' \
+                 WHERE id = $1 AND token IS NOT NULL AND expires_at > clock_timestamp() RETURNING token",
+            ),
             lock_row: fill(
                 "INSERT INTO {schema}.locks (segment) VALUES ($1) ON CONFLICT (segment) \
                  DO UPDATE SET last_token = {schema}.locks.last_token RETURNING last_token",

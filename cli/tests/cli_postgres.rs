@@ -102,3 +102,30 @@ fn init_creates_the_tables_as_a_first_locker_would() {
     assert_clean_error(&run(&["--url", "mem://", "init", "--sql"]), 2);
     assert_clean_error(&run(&["--url", &url, "init", "--grant", "r"]), 2);
 }
+
+/// `layout=advisory` from the command line: while `locksmith run 4711…` holds the lock, a `psql`
+/// session (the program's command itself) cannot take `pg_advisory_lock` of that key; a name that
+/// is not a key is refused clearly.
+#[test]
+fn run_holds_the_advisory_lock_of_its_key() {
+    let server = env_url("LOCKSMITH_TEST_POSTGRES");
+    let url = format!("{server}?schema={}&layout=advisory", schema());
+    let key = format!("47110{}", std::process::id());
+    let probe = format!("SELECT pg_try_advisory_lock({key})");
+    let held = run(&[
+        "--url", &url, "run", &key, "--", "psql", "-X", "-t", "-A", &server, "-c", &probe,
+    ]);
+    assert_code(&held, 0);
+    assert_eq!(
+        held.stdout.trim(),
+        "f",
+        "psql took the advisory lock locksmith held: {held:?}"
+    );
+    // Released on exit: psql's own session takes it now.
+    let free = std::process::Command::new("psql")
+        .args(["-X", "-t", "-A", &server, "-c", &probe])
+        .output()
+        .expect("psql");
+    assert_eq!(String::from_utf8_lossy(&free.stdout).trim(), "t");
+    assert_clean_error(&run(&["--url", &url, "try", "jobs"]), 2);
+}

@@ -25,6 +25,8 @@
 #   cc (rustc links with it; the    gcc, libc6-dev                    up (by cc, stdio.h)
 #     ring crate compiles C)                                          + check
 #   /etc/ssl/certs/ca-certificates.crt (cargo fetches crates over HTTPS)  ca-certificates: up
+#   pkg-config, OpenSSL headers     pkg-config, libssl-dev            up (lockbench's postgres
+#     (openssl-sys, under sqlx)                                        peer crate)
 #   apt-get; sudo when not root     apt; sudo                         one-line error if missing
 #   cargo                           (rustup)                          check: one-line error
 #   rustfmt, clippy                 (rustup components)               scripts/test adds them with
@@ -374,6 +376,10 @@ need_file /usr/include/google/protobuf/descriptor.proto libprotobuf-dev
 need_command cc gcc
 need_file /usr/include/stdio.h libc6-dev
 need_file /etc/ssl/certs/ca-certificates.crt ca-certificates
+# lockbench's PostgreSQL peer (the distributed-lock-postgres crate) uses sqlx with native-tls,
+# whose openssl-sys build script finds OpenSSL's headers and library with pkg-config.
+need_command pkg-config pkg-config
+need_file /usr/include/openssl/ssl.h libssl-dev
 
 # Install (apt-get) whatever is missing; nothing at all (not even `apt-get update`) when
 # everything is there. Checked by the binaries and files we actually use.
@@ -440,6 +446,11 @@ check_build_deps() {
     fi
     if [[ -n $why ]]; then
         log "error: protoc (the etcd feature's build needs it) cannot compile a .proto importing google/protobuf/descriptor.proto: $why; install protobuf-compiler libprotobuf-dev (Debian/Ubuntu) or brew install protobuf (macOS), or set PROTOC / PROTOC_INCLUDE"
+        bad=1
+    fi
+
+    if ! command -v pkg-config >/dev/null || ! pkg-config --exists openssl; then
+        log "error: pkg-config cannot find OpenSSL (lockbench's postgres peer, sqlx with native-tls, builds openssl-sys): install pkg-config libssl-dev (Debian/Ubuntu) or brew install openssl pkg-config (macOS)"
         bad=1
     fi
 

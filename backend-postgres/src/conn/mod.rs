@@ -28,7 +28,9 @@ use crate::layout::Sql;
 use crate::wake::Hub;
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
-const VERSION: &str = "1";
+const VERSION: &str = "2";
+/// The version this release migrates from (`src/sql/migrate.sql`).
+const PREVIOUS: &str = "1";
 
 /// One locker's connections and identity.
 #[derive(Debug)]
@@ -63,39 +65,7 @@ impl Conn {
     pub async fn open(config: Config) -> Result<Arc<Conn>> {
         let sql = Sql::new(&config.schema);
         let client = connect(&config).await?;
-        let bounded = tokio::time::timeout(config.request_timeout, async {
-            // The DDL only when the tables are missing: even `CREATE INDEX IF NOT EXISTS` takes a
-            // table lock that waits for every step in flight.
-            let version: String = match client.query_one(&sql.version, &[]).await {
-                Ok(row) => row.try_get(0).map_err(|e| pg_error("reading the tables' version", e))?,
-                Err(e)
-                    if e.code()
-                        .is_some_and(|c| *c == SqlState::UNDEFINED_TABLE || *c == SqlState::INVALID_SCHEMA_NAME) =>
-                {
-                    client.batch_execute(&sql.create).await.map_err(|e| {
-                        pg_error(
-                            "creating the tables (a user without CREATE needs them made beforehand: `locksmith init`)",
-                            e,
-                        )
-                    })?;
-                    client
-                        .query_one(&sql.version, &[])
-                        .await
-                        .map_err(|e| pg_error("reading the tables' version", e))?
-                        .try_get(0)
-                        .map_err(|e| pg_error("reading the tables' version", e))?
-                }
-                Err(e) => return Err(pg_error("reading the tables' version", e)),
-            };
-            if version != VERSION {
-                return Err(LockError::Protocol(format!(
-                    "the tables in schema {} are of version {version}; this release reads version {VERSION}",
-                    config.schema
-                )));
-            }
-            Ok(())
-        });
-        bounded
+        tokio::time::timeout(config.request_timeout, prepare_tables(&client, &sql, &config.schema))
             .await
             .map_err(|_| timeout("creating the tables", config.request_timeout))??;
         let hub = Hub::start(&config, &sql.channel).await?;
@@ -212,6 +182,49 @@ impl Conn {
         self.hub.stop();
         Ok(())
     }
+}
+
+/// Creates the tables of `schema` if missing (the DDL only then: even `CREATE INDEX IF NOT
+/// EXISTS` takes a table lock that waits for every step in flight), migrates them from the
+/// previous version, and checks that they are of this release's version.
+async fn prepare_tables(client: &Client, sql: &Sql, schema: &str) -> Result<()> {
+    let version = match read_version(client, sql).await {
+        Err(e)
+            if e.code()
+                .is_some_and(|c| *c == SqlState::UNDEFINED_TABLE || *c == SqlState::INVALID_SCHEMA_NAME) =>
+        {
+            client.batch_execute(&sql.create).await.map_err(|e| {
+                pg_error(
+                    "creating the tables (a user without CREATE needs them made beforehand: `locksmith init`)",
+                    e,
+                )
+            })?;
+            read_version(client, sql).await
+        }
+        Ok(version) if version == PREVIOUS => {
+            client.batch_execute(&sql.migrate).await.map_err(|e| {
+                let what = format!(
+                    "migrating the tables from version {PREVIOUS} to {VERSION} (a user without the \
+                     rights of their owner needs them migrated by it: `locksmith init`)"
+                );
+                pg_error(&what, e)
+            })?;
+            read_version(client, sql).await
+        }
+        other => other,
+    };
+    let version = version.map_err(|e| pg_error("reading the tables' version", e))?;
+    if version != VERSION {
+        return Err(LockError::Protocol(format!(
+            "the tables in schema {schema} are of version {version}; this release reads version {VERSION}"
+        )));
+    }
+    Ok(())
+}
+
+/// The format version in the `meta` table.
+async fn read_version(client: &Client, sql: &Sql) -> std::result::Result<String, tokio_postgres::Error> {
+    client.query_one(&sql.version, &[]).await?.try_get(0)
 }
 
 /// Opens one connection (within `connect_timeout`) and drives it in a task of its own.

@@ -17,7 +17,7 @@ use tokio_postgres::{Client, Transaction};
 
 use super::{millis, Conn, Statements};
 use crate::error::pg_error;
-use crate::protocol::queue::{self, Op, Row};
+use crate::protocol::queue::{self, NewEntry, Op, Row};
 use crate::wake::{payload, Directive};
 
 /// A step's transaction. Its statements are prepared once per connection and then reused
@@ -157,6 +157,65 @@ impl Conn {
         lockcore::metrics::round_trip();
         tx.tx.commit().await.map_err(e("committing a step"))?;
         out
+    }
+
+    /// `alone.sql`'s `grant_alone`: the exclusive `entry` holds `segment` at once if no live entry
+    /// is there, in one round trip. Its fencing token (`None`: the case does not apply, take the
+    /// full step), and when the step began (see [`Conn::step_at`]).
+    pub async fn grant_alone(&self, segment: &str, entry: &NewEntry) -> Result<(Option<u64>, Instant)> {
+        let ttl_ms = millis(entry.ttl);
+        let params: [&(dyn ToSql + Sync); 6] = [&segment, &entry.id, &self.owner_id, &ttl_ms, &self.pid, &self.host];
+        let (row, began) = self.alone(&self.sql.grant_alone, &params).await?;
+        let token: Option<i64> = match row {
+            Some(row) => row.try_get(0).map_err(|e| pg_error("reading a grant", e))?,
+            None => None,
+        };
+        Ok((token.map(|t| u64::try_from(t).unwrap_or(0)), began))
+    }
+
+    /// Confirms a grant made by another's step (`queue::promote`) in one statement: entry `id`,
+    /// if it holds a live lease, has it restarted from now. Its fencing token (`None`: not
+    /// granted, or expired: take the full step), and when the step began.
+    pub async fn confirm_alone(&self, id: &str) -> Result<(Option<u64>, Instant)> {
+        let (row, began) = self.alone(&self.sql.confirm, &[&id]).await?;
+        let token: Option<i64> = match row {
+            Some(row) => row.try_get(0).map_err(|e| pg_error("reading a grant", e))?,
+            None => None,
+        };
+        Ok((token.map(|t| u64::try_from(t).unwrap_or(0)), began))
+    }
+
+    /// `alone.sql`'s `leave_alone`: removes entry `id`, a live holder, if it is the only entry of
+    /// `segment`, in one round trip. `false`: the case does not apply, take the full step.
+    pub async fn leave_alone(&self, segment: &str, id: &str) -> Result<bool> {
+        let (row, _) = self.alone(&self.sql.leave_alone, &[&segment, &id]).await?;
+        let left: Option<bool> = match row {
+            Some(row) => row.try_get(0).map_err(|e| pg_error("reading a release", e))?,
+            None => None,
+        };
+        Ok(left == Some(true))
+    }
+
+    /// Runs one statement (its own transaction) on the steps' connection, as [`Conn::step_at`]
+    /// runs a step (one at a time, bounded by the request timeout): its row, if any.
+    async fn alone(&self, sql: &str, params: &Params<'_>) -> Result<(Option<tokio_postgres::Row>, Instant)> {
+        self.check_open()?;
+        let mut guard = self.client().await?;
+        let began = Instant::now();
+        let limit = self.config.request_timeout;
+        let client = guard.as_mut().ok_or(LockError::Closed)?;
+        let run = async {
+            let statement = self.statements().get(client, sql).await?;
+            lockcore::metrics::round_trip();
+            client.query_opt(&statement, params).await
+        };
+        match tokio::time::timeout(limit, run).await {
+            Ok(row) => Ok((row.map_err(|e| pg_error("a one-statement step", e))?, began)),
+            Err(_) => {
+                *guard = None;
+                Err(crate::error::timeout("a step", limit))
+            }
+        }
     }
 
     /// A step that only passes lock `segment` on (after this locker's entries were removed).

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use lockcore::driver::{Lease, LockRequest, Outage};
-use lockcore::{LockError, Result};
+use lockcore::{LockError, LockKind, Result};
 
 use super::queue::{holder_id, NewEntry, Op};
 use crate::cleanup::Pending;
@@ -29,6 +29,12 @@ pub(crate) async fn try_acquire(conn: &Arc<Conn>, req: &LockRequest) -> Result<O
     let entry = new_entry(req);
     let id = entry.id.clone();
     let pending = Pending::new(conn, &seg, &id);
+    if alone_applies(req) {
+        let (token, sent) = conn.grant_alone(&seg, &entry).await?;
+        pending.keep();
+        // An exclusive entry holds only on a queue with no live entry: no need for the full step.
+        return Ok(token.map(|token| req.lease(token, holder_id(&conn.host, conn.pid, &id), sent)));
+    }
     let (out, sent) = conn.step_at(&seg, Op::Try(entry), req.ttl).await?;
     pending.keep();
     match out {
@@ -50,9 +56,42 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
     // A server that fails is retried until the deadline (or for about as long as the entry lives
     // without beats), then reported as Unavailable, not as a busy lock.
     let mut outage = Outage::new(deadline, req.ttl + conn.config.connect_timeout);
+    // Nobody there: held in one round trip (else, or if the server fails, the full join). An
+    // entry of its own, removed if the answer was lost (it may have been added).
+    if alone_applies(req) {
+        let first = new_entry(req);
+        let tried = Pending::new(conn, &seg, &first.id);
+        match conn.grant_alone(&seg, &first).await {
+            Ok((Some(token), sent)) => {
+                tried.keep();
+                pending.keep();
+                return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &first.id), sent));
+            }
+            Ok((None, _)) => tried.keep(),
+            Err(e) => {
+                drop(tried);
+                outage.failed(e).await?;
+            }
+        }
+    }
+    // Whether the last wake-up may be a grant by another's step (confirmed in one statement).
+    let mut told_step = false;
     loop {
         conn.check_open()?;
         let late = conn.late_beats();
+        if std::mem::take(&mut told_step) {
+            match conn.confirm_alone(&id).await {
+                Ok((Some(token), sent)) => {
+                    pending.keep();
+                    return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &id), sent));
+                }
+                Ok((None, _)) => {}
+                Err(e) => {
+                    outage.failed(e).await?;
+                    continue;
+                }
+            }
+        }
         let op = match joining {
             true => Op::Join(entry.clone()),
             false => Op::Turn(id.clone()),
@@ -101,6 +140,7 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
         loop {
             let told = mailbox.take();
             if told.step {
+                told_step = true;
                 break;
             }
             step_at = [step_at, told.at].into_iter().flatten().min();
@@ -137,6 +177,12 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             }
         }
     }
+}
+
+/// Whether `req` may take `alone.sql`'s one-statement grant: an exclusive kind that nobody
+/// observes (elections are watched by their observers, which a step NOTIFYs).
+pub(crate) fn alone_applies(req: &LockRequest) -> bool {
+    matches!(req.kind, LockKind::Mutex | LockKind::Write)
 }
 
 /// A new entry for `req`.

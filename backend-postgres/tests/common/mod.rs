@@ -54,6 +54,29 @@ pub async fn run_as_owner(sql: &str) {
     let _ = task.await;
 }
 
+/// Runs `sql` (one statement) as the test database's owner; its rows, each column's text joined
+/// by `|`.
+pub async fn query_as_owner(sql: &str) -> Vec<String> {
+    let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+        .await
+        .expect("connecting as the owner");
+    let task = tokio::spawn(connection);
+    let mut rows = Vec::new();
+    for message in client.simple_query(sql).await.expect("running SQL as the owner") {
+        if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
+            rows.push(
+                (0..row.len())
+                    .map(|i| row.get(i).unwrap_or(""))
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            );
+        }
+    }
+    drop(client);
+    let _ = task.await;
+    rows
+}
+
 impl PgHarness {
     /// A schema of its own, made by its owner with `locksmith init --sql --grant locksmith_app`'s
     /// SQL, used by lockers that log in as `locksmith_app` (no rights but those grants).

@@ -3,9 +3,10 @@
 //! RETURNING token`: a row per lock with a holder and a fencing token) and releases it with
 //! another; its notification floor is a bare LISTEN/NOTIFY; the peer row is a session advisory
 //! lock (`pg_advisory_lock(hashtext(name))` on a connection per client), what the
-//! `distributed-lock-postgres` crate and DistributedLock wrap (the crate itself is not built here:
-//! see `docs/comparison-postgres.md`). The floor gives no lease expiry, no queue and no FIFO; the
-//! advisory lock no lease, no fencing token and no FIFO.
+//! `distributed-lock-postgres` crate and DistributedLock wrap, and the `distributed-lock-postgres`
+//! crate itself, its own API unmodified (session advisory locks taken with
+//! `pg_try_advisory_lock`, retried with a 50 ms–1 s backoff while held). The floor gives no lease
+//! expiry, no queue and no FIFO; the advisory locks no lease, no fencing token and no FIFO.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,7 +34,10 @@ pub async fn reference(url: &str) -> Result<Reference> {
     Ok(Reference {
         floor: Some(Arc::new(Floor { url: plain.clone() })),
         notify: Some(Arc::new(ListenFloor { url: plain.clone() })),
-        peers: vec![Arc::new(Advisory { url: plain })],
+        peers: vec![
+            Arc::new(DistributedLockPostgres { url: plain.clone() }),
+            Arc::new(Advisory { url: plain }),
+        ],
         herd: Vec::new(),
     })
 }
@@ -217,5 +221,53 @@ impl Held for AdvisoryHeld {
     async fn release(self: Box<Self>) -> Result<()> {
         self.client.execute(&self.unlock, &[&self.name]).await?;
         Ok(())
+    }
+}
+
+/// The `distributed-lock-postgres` crate, its own API unmodified: one provider (its sqlx pool)
+/// per client.
+struct DistributedLockPostgres {
+    url: String,
+}
+
+struct DlpClient(distributed_lock_postgres::PostgresLockProvider);
+
+struct DlpHeld(distributed_lock_postgres::handle::PostgresLockHandle);
+
+#[async_trait]
+impl LockSystem for DistributedLockPostgres {
+    fn system(&self) -> &'static str {
+        "distributed-lock-postgres"
+    }
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+    async fn client(&self) -> Result<Arc<dyn LockClient>> {
+        let provider = distributed_lock_postgres::PostgresLockProvider::new(self.url.clone())
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
+        Ok(Arc::new(DlpClient(provider)))
+    }
+}
+
+#[async_trait]
+impl LockClient for DlpClient {
+    async fn acquire(&self, name: &str, _ttl: Duration) -> Result<Box<dyn Held>> {
+        use distributed_lock_core::{DistributedLock, LockProvider};
+        let handle = self
+            .0
+            .create_lock(name)
+            .acquire(Some(Duration::from_secs(60)))
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
+        Ok(Box::new(DlpHeld(handle)))
+    }
+}
+
+#[async_trait]
+impl Held for DlpHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        use distributed_lock_core::LockHandle;
+        self.0.release().await.map_err(|e| anyhow!("{e}"))
     }
 }

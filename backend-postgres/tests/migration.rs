@@ -1,0 +1,71 @@
+//! The tables' format version: a locker that finds the previous version (1: no functions)
+//! migrates it, once, when its user may; a user without the owner's rights is told to run
+//! `locksmith init`; a newer version is refused.
+
+#[allow(dead_code)] // each test file uses a part of the harness
+mod common;
+
+use lockcore::driver::BackendUrl;
+use lockcore::LockError;
+
+/// Makes the tables of `schema` look like version 1 (what the previous release created).
+fn back_to_version_1(schema: &str) -> String {
+    format!(
+        "DROP FUNCTION \"{schema}\".grant_alone(text, text, text, bigint, integer, text); \
+         DROP FUNCTION \"{schema}\".leave_alone(text, text); \
+         UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'version'"
+    )
+}
+
+async fn connect(url: &str) -> lockcore::Result<lockcore::Locker> {
+    backend_postgres::connect(&BackendUrl::parse(url).unwrap()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_migrates_version_1_once_and_locks_work() {
+    let harness = common::PgHarness::plain().await;
+    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let held = connect(&harness.url).await.unwrap();
+    let guard = held.lock("kept").acquire().await.unwrap();
+    common::run_as_owner(&back_to_version_1(&schema)).await;
+
+    // Two lockers starting together: both connect, the functions are back, the version is 2.
+    let (a, b) = tokio::join!(connect(&harness.url), connect(&harness.url));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
+    assert_eq!(version, ["2"]);
+    // The lock held across the migration is still held, and its token sequence goes on.
+    assert!(a.lock("kept").try_acquire().await.unwrap().is_none());
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let next = b.lock("kept").try_acquire().await.unwrap().expect("free");
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
+    for locker in [held, a, b] {
+        locker.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_rights_is_told_to_run_init_and_newer_tables_are_refused() {
+    let harness = common::PgHarness::least_privilege().await;
+    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    common::run_as_owner(&back_to_version_1(&schema)).await;
+    match connect(&harness.url).await {
+        Err(LockError::Denied(message)) => assert!(message.contains("locksmith init"), "{message}"),
+        other => panic!("expected Denied, got {:?}", other.map(|_| ())),
+    }
+    // The owner migrates (what `locksmith init` does), then the user connects.
+    let owner_url = format!("{}?schema={schema}", common::server_url());
+    connect(&owner_url).await.unwrap().shutdown().await.unwrap();
+    connect(&harness.url).await.unwrap().shutdown().await.unwrap();
+
+    common::run_as_owner(&format!(
+        "UPDATE \"{schema}\".meta SET value = '3' WHERE key = 'version'"
+    ))
+    .await;
+    match connect(&owner_url).await {
+        Err(LockError::Protocol(message)) => assert!(message.contains("version 3"), "{message}"),
+        other => panic!("expected a version error, got {:?}", other.map(|_| ())),
+    }
+}
