@@ -34,9 +34,12 @@ pub(crate) async fn release(conn: &Arc<Conn>, advisory: Option<&Arc<Sessions>>, 
             Some(advisory) => advisory.release(&id).await,
             None => true,
         };
-        // The only entry leaves in one round trip; otherwise the full step hands over.
+        // A mutex's (or writers') hand-over in one round trip; otherwise the full step.
         let alone = match matches!(kind, LockKind::Mutex | LockKind::Write) {
-            true => conn.leave_alone(&seg, &id).await.unwrap_or(false),
+            true => conn.leave_exclusive(&seg, &id).await.unwrap_or_else(|e| {
+                tracing::debug!(error = %e, "postgres: the one-statement release failed; taking the full step");
+                false
+            }),
             false => false,
         };
         let left = match alone {

@@ -46,8 +46,8 @@ pub(crate) struct Sql {
     pub migrate: String,
     /// `alone.sql`'s `grant_alone`: `$1` segment, `$2` id, `$3` owner, `$4` ttl ms, `$5` pid, `$6` host.
     pub grant_alone: String,
-    /// `alone.sql`'s `leave_alone`: `$1` segment, `$2` id.
-    pub leave_alone: String,
+    /// `alone.sql`'s `leave_exclusive`: `$1` segment, `$2` id, `$3` the NOTIFY channel.
+    pub leave_exclusive: String,
     /// Restarts the lease of entry `$1` if it holds one that is live; returns its token.
     pub confirm: String,
     /// Inserts the lock's row if missing and locks it; returns `last_token`.
@@ -111,7 +111,7 @@ impl Sql {
             version: fill("SELECT value FROM {schema}.meta WHERE key = 'version'"),
             migrate: fill(include_str!("sql/migrate.sql")),
             grant_alone: fill("SELECT {schema}.grant_alone($1, $2, $3, $4::bigint, $5, $6)"),
-            leave_alone: fill("SELECT {schema}.leave_alone($1, $2)"),
+            leave_exclusive: fill("SELECT {schema}.leave_exclusive($1, $2, $3)"),
             confirm: fill(
                 "UPDATE {schema}.entries SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' \
                  WHERE id = $1 AND token IS NOT NULL AND expires_at > clock_timestamp() RETURNING token",

@@ -23,9 +23,9 @@
 //! UPDATE`, inserting it if missing), drop the dead entries, read the queue, decide with
 //! lockcore's queue rule, write, `NOTIFY` the schema's channel with the lock's segment if the
 //! queue changed, commit. The uncontended cases take one round trip instead: a function of
-//! `src/sql/alone.sql` grants an exclusive entry on a queue with no live entry, or removes the
-//! only entry of a queue, and answers "not my case" otherwise (then the full step runs); a
-//! grant made by the releaser's step is confirmed with one `UPDATE`.
+//! `src/sql/alone.sql` grants an exclusive entry on a queue with no live entry, or hands a queue
+//! of exclusive entries from its holder to its first waiter, and answers "not my case" otherwise
+//! (then the full step runs); the new holder confirms with one `UPDATE`.
 //!
 //! - **Holders that stop** (a paused process, an abandoned guard) lose the lock after its TTL: a
 //!   holder's `expires_at` is on the **server's** clock (`clock_timestamp()`), renewed by
@@ -91,7 +91,7 @@
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON "locksmith".owners, "locksmith".entries TO app_user;
 //! GRANT USAGE ON SEQUENCE "locksmith".entries_seq_seq TO app_user;
 //! GRANT EXECUTE ON FUNCTION "locksmith".grant_alone(text, text, text, bigint, integer, text),
-//!     "locksmith".leave_alone(text, text) TO app_user;
+//!     "locksmith".leave_exclusive(text, text, text) TO app_user;
 //! ```
 //!
 //! (`LISTEN`/`NOTIFY` need no grant.) A locker whose user lacks them fails at connect with

@@ -89,3 +89,92 @@ async fn a_handover_with_30_waiters_costs_constant_transactions() {
     );
     go_tx.send_replace(WAITERS);
 }
+
+/// A mutex hand-over is one statement (`alone.sql`'s `leave_exclusive`), whose NOTIFY must say
+/// what the full step's would (`wake::payload`): the new holder granted, the next waiter first
+/// in line with the new holder's lease in milliseconds, then the lock's segment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutex_handover_notifies_the_new_holder_and_the_next_waiter() {
+    use futures_util::StreamExt;
+    use lockcore::driver::LockName;
+    use lockcore::Family;
+
+    let harness = common::PgHarness::plain().await;
+    let url = format!("{}&ttl=30s", harness.url);
+    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let (listener, mut connection) = tokio_postgres::connect(&common::server_url(), tokio_postgres::NoTls)
+        .await
+        .expect("listening connection");
+    let (heard_tx, mut heard) = mpsc::unbounded_channel();
+    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = heard_tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    listener
+        .batch_execute(&format!("LISTEN locksmith_{schema}"))
+        .await
+        .unwrap();
+
+    let connect = || async {
+        backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+            .await
+            .unwrap()
+    };
+    let name = unique_name("payload");
+    let lock_name = LockName::new(&name).unwrap();
+    let holder = connect().await.lock(&name).acquire().await.unwrap();
+    let mut waiters = Vec::new();
+    for i in 1..=2 {
+        let locker = connect().await;
+        let lock = name.clone();
+        waiters.push(tokio::spawn(async move {
+            locker.lock(&lock).acquire().await.map(|g| (locker, g))
+        }));
+        while harness.look.entries(Family::Mutex, &lock_name).await.unwrap().len() < i + 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let ids: Vec<String> = harness
+        .look
+        .entries(Family::Mutex, &lock_name)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.rsplit(':').next().unwrap().to_owned())
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    while heard.try_recv().is_ok() {} // the joins' notifications
+
+    holder.release().await.unwrap();
+    let payload = tokio::time::timeout(Duration::from_secs(5), heard.recv())
+        .await
+        .expect("no notification")
+        .unwrap();
+    let (directives, segment) = payload.split_once('|').expect(&payload);
+    assert_eq!(segment, Family::Mutex.segment(&lock_name), "{payload}");
+    let (granted, first) = directives.split_once(',').expect(&payload);
+    assert_eq!(granted, format!("g{}", ids[1]), "{payload}");
+    let (first_id, ms) = first.split_once(':').expect(&payload);
+    assert_eq!(first_id, format!("f{}", ids[2]), "{payload}");
+    let ms: u64 = ms.parse().expect(&payload);
+    assert!((29_000..=30_000).contains(&ms), "{payload}");
+
+    let (locker, next) = tokio::time::timeout(Duration::from_secs(5), waiters.remove(0))
+        .await
+        .expect("not handed over")
+        .unwrap()
+        .unwrap();
+    next.release().await.unwrap();
+    let (last_locker, last) = tokio::time::timeout(Duration::from_secs(5), waiters.remove(0))
+        .await
+        .expect("not handed over")
+        .unwrap()
+        .unwrap();
+    last.release().await.unwrap();
+    locker.shutdown().await.unwrap();
+    last_locker.shutdown().await.unwrap();
+}

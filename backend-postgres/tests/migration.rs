@@ -12,7 +12,7 @@ use lockcore::LockError;
 fn back_to_version_1(schema: &str) -> String {
     format!(
         "DROP FUNCTION \"{schema}\".grant_alone(text, text, text, bigint, integer, text); \
-         DROP FUNCTION \"{schema}\".leave_alone(text, text); \
+         DROP FUNCTION \"{schema}\".leave_exclusive(text, text, text); \
          UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'version'"
     )
 }

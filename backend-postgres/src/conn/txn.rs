@@ -185,10 +185,13 @@ impl Conn {
         Ok((token.map(|t| u64::try_from(t).unwrap_or(0)), began))
     }
 
-    /// `alone.sql`'s `leave_alone`: removes entry `id`, a live holder, if it is the only entry of
-    /// `segment`, in one round trip. `false`: the case does not apply, take the full step.
-    pub async fn leave_alone(&self, segment: &str, id: &str) -> Result<bool> {
-        let (row, _) = self.alone(&self.sql.leave_alone, &[&segment, &id]).await?;
+    /// `alone.sql`'s `leave_exclusive`: entry `id`, a live holder, leaves `segment` and the
+    /// first waiter holds now, if every other entry is a live exclusive waiter, in one round trip
+    /// (its NOTIFY names the new holder and the next waiter, as the full step's would). `false`:
+    /// the case does not apply, take the full step.
+    pub async fn leave_exclusive(&self, segment: &str, id: &str) -> Result<bool> {
+        let params: [&(dyn ToSql + Sync); 3] = [&segment, &id, &self.sql.channel];
+        let (row, _) = self.alone(&self.sql.leave_exclusive, &params).await?;
         let left: Option<bool> = match row {
             Some(row) => row.try_get(0).map_err(|e| pg_error("reading a release", e))?,
             None => None,

@@ -1,9 +1,9 @@
--- The uncontended cases in one round trip each (one statement, its own transaction), for the
+-- The common cases in one round trip each (one statement, its own transaction), for the
 -- exclusive kinds that nobody observes (mutexes, writers). Each locks the lock's row first, as
 -- every step does, and answers NULL when its case does not apply: the caller then takes the full
 -- step (`conn/txn.rs`), which decides with lockcore's queue rule. Their cases are ones that rule
--- decides alike on every backend: an exclusive entry on a queue with no live entry holds; the
--- only entry of a queue leaving wakes nobody.
+-- decides alike on every backend: an exclusive entry on a queue with no live entry holds; when
+-- the holder of a queue of exclusive entries leaves, the first waiter holds.
 
 -- grant_alone: entry p_id (exclusive) holds lock p_segment at once if no live entry is there
 -- (the rule of prune.sql); returns its fencing token, or NULL.
@@ -31,19 +31,51 @@ BEGIN
     RETURN v_token;
 END $$;
 
--- leave_alone: removes entry p_id, a live holder, if it is the only entry of lock p_segment
--- (nobody to hand over to or to wake); returns true, or NULL.
-CREATE OR REPLACE FUNCTION {schema}.leave_alone(p_segment text, p_id text)
+-- leave_exclusive: entry p_id, a live holder, leaves lock p_segment, whose other entries are all
+-- live exclusive waiters (or none): the first of them holds now (the queue rule for a queue of
+-- exclusive entries), and the NOTIFY on channel p_channel names it and the next one, as
+-- `wake::payload` writes it. Returns true, or NULL when the queue is anything else (a reader, a
+-- dead entry, an unexpected holder): the full step then decides.
+CREATE OR REPLACE FUNCTION {schema}.leave_exclusive(p_segment text, p_id text, p_channel text)
 RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_next text;
+    v_first text;
+    v_token bigint;
+    v_ms bigint;
+    v_payload text;
 BEGIN
     PERFORM 1 FROM {schema}.locks WHERE segment = p_segment FOR UPDATE;
-    IF EXISTS (SELECT 1 FROM {schema}.entries WHERE segment = p_segment AND id <> p_id) THEN
+    IF NOT EXISTS (SELECT 1 FROM {schema}.entries
+                   WHERE id = p_id AND segment = p_segment AND token IS NOT NULL
+                     AND expires_at > clock_timestamp()) THEN
         RETURN NULL;
     END IF;
-    DELETE FROM {schema}.entries
-    WHERE id = p_id AND segment = p_segment AND token IS NOT NULL AND expires_at > clock_timestamp();
-    IF FOUND THEN
+    IF EXISTS (SELECT 1 FROM {schema}.entries e LEFT JOIN {schema}.owners o ON o.id = e.owner
+               WHERE e.segment = p_segment AND e.id <> p_id
+                 AND (e.role <> 'exclusive' OR e.token IS NOT NULL
+                      OR o.expires_at IS NULL OR o.expires_at <= clock_timestamp())) THEN
+        RETURN NULL;
+    END IF;
+    DELETE FROM {schema}.entries WHERE id = p_id;
+    SELECT id INTO v_next FROM {schema}.entries WHERE segment = p_segment ORDER BY seq LIMIT 1;
+    IF v_next IS NULL THEN
         RETURN true;
     END IF;
-    RETURN NULL;
+    UPDATE {schema}.locks SET last_token = last_token + 1 WHERE segment = p_segment
+    RETURNING last_token INTO v_token;
+    UPDATE {schema}.entries SET token = v_token,
+        expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
+    WHERE id = v_next RETURNING ttl_ms INTO v_ms;
+    SELECT id INTO v_first FROM {schema}.entries
+    WHERE segment = p_segment AND token IS NULL ORDER BY seq LIMIT 1;
+    v_payload := 'g' || v_next;
+    IF v_first IS NOT NULL THEN
+        v_payload := v_payload || ',f' || v_first || ':' || v_ms;
+    END IF;
+    IF octet_length(v_payload) + 1 + octet_length(p_segment) > 7900 THEN
+        v_payload := '*';
+    END IF;
+    PERFORM pg_notify(p_channel, v_payload || '|' || p_segment);
+    RETURN true;
 END $$;

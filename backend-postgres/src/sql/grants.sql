@@ -11,4 +11,4 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.owners, {schema}.entries TO {ro
 GRANT USAGE ON SEQUENCE {schema}.entries_seq_seq TO {role};
 -- The one-round-trip cases (alone.sql); EXECUTE is PUBLIC's by default, unless a DBA revoked it.
 GRANT EXECUTE ON FUNCTION {schema}.grant_alone(text, text, text, bigint, integer, text),
-    {schema}.leave_alone(text, text) TO {role};
+    {schema}.leave_exclusive(text, text, text) TO {role};

@@ -4,9 +4,9 @@
 //! another; its notification floor is a bare LISTEN/NOTIFY; the peer row is a session advisory
 //! lock (`pg_advisory_lock(hashtext(name))` on a connection per client), what the
 //! `distributed-lock-postgres` crate and DistributedLock wrap, and the `distributed-lock-postgres`
-//! crate itself, its own API unmodified (session advisory locks taken with
-//! `pg_try_advisory_lock`, retried with a 50 ms–1 s backoff while held). The floor gives no lease
-//! expiry, no queue and no FIFO; the advisory locks no lease, no fencing token and no FIFO.
+//! crate itself, its own API unmodified (0.2.0: a session advisory lock per handle, waited for in
+//! `pg_advisory_lock` under a `lock_timeout`, on a connection of its sqlx pool). The floor gives
+//! no lease expiry, no queue and no FIFO; the advisory locks no lease and no fencing token.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
