@@ -7,7 +7,7 @@ use tokio_postgres::{Client, GenericClient, Statement};
 
 use lockcore::Result;
 
-use super::connect;
+use super::{connect, connect_for_steps};
 use crate::config::Config;
 
 /// A connection (`None` after it was lost, until the next use opens a new one) and its prepared
@@ -15,15 +15,19 @@ use crate::config::Config;
 #[derive(Debug)]
 pub(crate) struct Link {
     client: Mutex<Option<Client>>,
+    /// Whether it carries the steps (`super::connect_for_steps`), or the leases.
+    for_steps: bool,
     /// The statements prepared on the current connection.
     pub statements: Statements,
 }
 
 impl Link {
-    /// A link over `client`, or one that connects at its first use.
-    pub fn new(client: Option<Client>) -> Link {
+    /// A link over `client`, or one that connects at its first use; `for_steps`: see
+    /// [`connect_for_steps`].
+    pub fn new(client: Option<Client>, for_steps: bool) -> Link {
         Link {
             client: Mutex::new(client),
+            for_steps,
             statements: Statements::default(),
         }
     }
@@ -34,7 +38,10 @@ impl Link {
         if guard.as_ref().is_none_or(Client::is_closed) {
             *guard = None;
             self.statements.clear();
-            *guard = Some(connect(config).await?);
+            *guard = Some(match self.for_steps {
+                true => connect_for_steps(config).await?,
+                false => connect(config).await?,
+            });
         }
         Ok(guard)
     }

@@ -64,7 +64,7 @@ impl Conn {
     /// row and starts listening.
     pub async fn open(config: Config) -> Result<Arc<Conn>> {
         let sql = Sql::new(&config.schema);
-        let client = connect(&config).await?;
+        let client = connect_for_steps(&config).await?;
         tokio::time::timeout(config.request_timeout, prepare_tables(&client, &sql, &config.schema))
             .await
             .map_err(|_| timeout("creating the tables", config.request_timeout))??;
@@ -73,8 +73,8 @@ impl Conn {
             owner_id: format!("{:016x}", rand::random::<u64>()),
             pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
             host: host_name(),
-            steps: Link::new(Some(client)),
-            leases: Link::new(None),
+            steps: Link::new(Some(client), true),
+            leases: Link::new(None, false),
             hub,
             sql,
             config,
@@ -248,17 +248,25 @@ pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::R
         }
         drop(alive);
     });
-    // Every statement of this backend is an index lookup whatever its parameters: plan each one
-    // once per session (PostgreSQL otherwise plans the first five runs of every prepared
-    // statement, and of every statement in alone.sql's functions, again: twice the time of a
-    // step on a fresh connection). Servers before 12 lack the setting; that is harmless.
+    Ok((client, ended))
+}
+
+/// [`connect`], for the steps: every statement of a step looks up one lock's rows by index
+/// whatever its parameters, so each is planned once per session (PostgreSQL otherwise plans the
+/// first five runs of every prepared statement, and of every statement in alone.sql's
+/// functions, again: twice the time of a step on a fresh connection). Not for the leases
+/// connection: its renewal joins a whole array of ids, whose generic plan (which cannot know the
+/// array's size) loops over the array for every lease of the locker. Servers before 12 lack the
+/// setting; that is harmless.
+pub(crate) async fn connect_for_steps(config: &Config) -> Result<Client> {
+    let client = connect(config).await?;
     let generic = client.batch_execute("SET plan_cache_mode = force_generic_plan");
     match tokio::time::timeout(config.connect_timeout, generic).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(error = %e, "postgres: plan_cache_mode not set"),
         Err(_) => return Err(timeout("setting up a connection", config.connect_timeout)),
     }
-    Ok((client, ended))
+    Ok(client)
 }
 
 /// Milliseconds, as the tables store them.

@@ -6,7 +6,10 @@
 -- the holder of a queue of exclusive entries leaves, the first waiter holds.
 
 -- grant_alone: entry p_id (exclusive) holds lock p_segment at once if no live entry is there
--- (the rule of prune.sql); returns its fencing token, or NULL.
+-- (the rule of prune.sql); returns its fencing token, or NULL. Three statements: lock the lock's
+-- row (inserting it if missing), the check, and the token moved on with the entry inserted.
+-- Dead entries are left to the next full step's prune (they decide nothing: every step and
+-- every function counts live entries only).
 CREATE OR REPLACE FUNCTION {schema}.grant_alone(
     p_segment text, p_id text, p_owner text, p_ttl_ms bigint, p_pid integer, p_host text)
 RETURNS bigint LANGUAGE plpgsql AS $$
@@ -22,12 +25,13 @@ BEGIN
                       OR (e.token IS NULL AND o.expires_at > clock_timestamp()))) THEN
         RETURN NULL;
     END IF;
-    DELETE FROM {schema}.entries WHERE segment = p_segment; -- dead ones only
-    UPDATE {schema}.locks SET last_token = last_token + 1 WHERE segment = p_segment
-    RETURNING last_token INTO v_token;
+    WITH t AS (UPDATE {schema}.locks SET last_token = last_token + 1 WHERE segment = p_segment
+               RETURNING last_token)
     INSERT INTO {schema}.entries (id, segment, owner, role, value, ttl_ms, token, expires_at, pid, host)
-    VALUES (p_id, p_segment, p_owner, 'exclusive', '', p_ttl_ms, v_token,
-            clock_timestamp() + p_ttl_ms * interval '1 millisecond', p_pid, p_host);
+    SELECT p_id, p_segment, p_owner, 'exclusive', '', p_ttl_ms, t.last_token,
+           clock_timestamp() + p_ttl_ms * interval '1 millisecond', p_pid, p_host
+    FROM t
+    RETURNING token INTO v_token;
     RETURN v_token;
 END $$;
 
@@ -35,43 +39,42 @@ END $$;
 -- live exclusive waiters (or none): the first of them holds now (the queue rule for a queue of
 -- exclusive entries), and the NOTIFY on channel p_channel names it and the next one, as
 -- `wake::payload` writes it. Returns true, or NULL when the queue is anything else (a reader, a
--- dead entry, an unexpected holder): the full step then decides.
+-- dead entry, an unexpected holder): the full step then decides. Three statements when nobody
+-- waits: lock the row, read the queue (one pass), delete.
 CREATE OR REPLACE FUNCTION {schema}.leave_exclusive(p_segment text, p_id text, p_channel text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
-    v_next text;
-    v_first text;
-    v_token bigint;
+    v_mine boolean;
+    v_clean boolean;
+    v_waiting text[];
     v_ms bigint;
     v_payload text;
 BEGIN
     PERFORM 1 FROM {schema}.locks WHERE segment = p_segment FOR UPDATE;
-    IF NOT EXISTS (SELECT 1 FROM {schema}.entries
-                   WHERE id = p_id AND segment = p_segment AND token IS NOT NULL
-                     AND expires_at > clock_timestamp()) THEN
-        RETURN NULL;
-    END IF;
-    IF EXISTS (SELECT 1 FROM {schema}.entries e LEFT JOIN {schema}.owners o ON o.id = e.owner
-               WHERE e.segment = p_segment AND e.id <> p_id
-                 AND (e.role <> 'exclusive' OR e.token IS NOT NULL
-                      OR o.expires_at IS NULL OR o.expires_at <= clock_timestamp())) THEN
+    SELECT coalesce(bool_or(e.id = p_id AND e.token IS NOT NULL AND e.expires_at > clock_timestamp()), false),
+           coalesce(bool_and(e.id = p_id
+                             OR (e.role = 'exclusive' AND e.token IS NULL
+                                 AND coalesce(o.expires_at > clock_timestamp(), false))), true),
+           array_agg(e.id ORDER BY e.seq) FILTER (WHERE e.id <> p_id)
+    INTO v_mine, v_clean, v_waiting
+    FROM {schema}.entries e LEFT JOIN {schema}.owners o ON o.id = e.owner
+    WHERE e.segment = p_segment;
+    IF NOT v_mine OR NOT v_clean THEN
         RETURN NULL;
     END IF;
     DELETE FROM {schema}.entries WHERE id = p_id;
-    SELECT id INTO v_next FROM {schema}.entries WHERE segment = p_segment ORDER BY seq LIMIT 1;
-    IF v_next IS NULL THEN
+    IF v_waiting IS NULL THEN
         RETURN true;
     END IF;
-    UPDATE {schema}.locks SET last_token = last_token + 1 WHERE segment = p_segment
-    RETURNING last_token INTO v_token;
-    UPDATE {schema}.entries SET token = v_token,
+    WITH t AS (UPDATE {schema}.locks SET last_token = last_token + 1 WHERE segment = p_segment
+               RETURNING last_token)
+    UPDATE {schema}.entries SET token = t.last_token,
         expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
-    WHERE id = v_next RETURNING ttl_ms INTO v_ms;
-    SELECT id INTO v_first FROM {schema}.entries
-    WHERE segment = p_segment AND token IS NULL ORDER BY seq LIMIT 1;
-    v_payload := 'g' || v_next;
-    IF v_first IS NOT NULL THEN
-        v_payload := v_payload || ',f' || v_first || ':' || v_ms;
+    FROM t WHERE id = v_waiting[1]
+    RETURNING ttl_ms INTO v_ms;
+    v_payload := 'g' || v_waiting[1];
+    IF array_length(v_waiting, 1) > 1 THEN
+        v_payload := v_payload || ',f' || v_waiting[2] || ':' || v_ms;
     END IF;
     IF octet_length(v_payload) + 1 + octet_length(p_segment) > 7900 THEN
         v_payload := '*';
