@@ -304,6 +304,12 @@ impl Sessions {
         }
     }
 
+    /// [`Sessions::release`] of `lease`, as the clean-up's first part (`cleanup::release`).
+    pub fn releasing(self: &Arc<Self>, lease: &Lease) -> crate::cleanup::FreeFirst {
+        let (sessions, id) = (self.clone(), entry_id(&lease.holder_id).to_owned());
+        Box::pin(async move { sessions.release(&id).await })
+    }
+
     /// `renew_many`, and a lease whose session ended answers `NotHeld`. A lease lost in the
     /// tables has its session closed: its advisory lock is freed with it.
     pub async fn renew_many(&self, conn: &Conn, leases: &[Lease]) -> Vec<Result<()>> {

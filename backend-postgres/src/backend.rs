@@ -96,7 +96,8 @@ impl LockBackend for PgBackend {
     /// Its step runs in a clean-up task of its own (`cleanup::release`), to its end whether or
     /// not the future is polled again.
     async fn release(&self, lease: &Lease) -> Result<()> {
-        cleanup::release(&self.conn, self.advisory.as_ref(), lease).await
+        let first = self.advisory.as_ref().map(|advisory| advisory.releasing(lease));
+        cleanup::release(&self.conn, first, lease).await
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {

@@ -15,23 +15,26 @@ use tokio::sync::oneshot;
 use lockcore::driver::{cleanup, Lease};
 use lockcore::{LockError, LockKind, Result};
 
-use crate::advisory::Sessions;
 use crate::conn::{Conn, Outcome};
 use crate::layout::segment;
 use crate::protocol::queue::{entry_id, Op};
 
-/// `release`: frees the lease's advisory lock (`layout=advisory`), then removes its entry (a
-/// step that passes the lock on); `NotHeld` if either was gone. In a clean-up task of its own ([`cleanup::spawn`]) that runs to
+/// What a layout frees before a lease's entry goes (`layout=advisory`: its advisory lock),
+/// answering whether the lease still held it.
+pub(crate) type FreeFirst = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
+/// `release`: runs `first` (a layout's own part, see [`FreeFirst`]), then removes the lease's
+/// entry (a step that passes the lock on); `NotHeld` if either was gone. In a clean-up task of its own ([`cleanup::spawn`]) that runs to
 /// its end whether or not the returned future is polled again.
-pub(crate) async fn release(conn: &Arc<Conn>, advisory: Option<&Arc<Sessions>>, lease: &Lease) -> Result<()> {
-    let (conn, advisory) = (conn.clone(), advisory.cloned());
+pub(crate) async fn release(conn: &Arc<Conn>, first: Option<FreeFirst>, lease: &Lease) -> Result<()> {
+    let conn = conn.clone();
     let seg = segment(lease.kind.family(), &lease.name);
     let id = entry_id(&lease.holder_id).to_owned();
     let kind = lease.kind.clone();
     let (tx, rx) = oneshot::channel();
     let spawned = cleanup::spawn(lockcore::metrics::counting_for_caller(async move {
-        let advisory_held = match advisory {
-            Some(advisory) => advisory.release(&id).await,
+        let first_held = match first {
+            Some(first) => first.await,
             None => true,
         };
         // A mutex's (or writers') hand-over in one round trip; otherwise the full step.
@@ -46,9 +49,9 @@ pub(crate) async fn release(conn: &Arc<Conn>, advisory: Option<&Arc<Sessions>>, 
             true => Ok(Outcome::Left(true)),
             false => conn.step(&seg, Op::Leave(id), Duration::ZERO).await,
         };
-        // A lease whose advisory lock was gone was lost, whatever its entry in the tables says.
+        // A lease whose layout's part was gone was lost, whatever its entry in the tables says.
         let _ = tx.send(left.map(|out| match out {
-            Outcome::Left(held) => Outcome::Left(held && advisory_held),
+            Outcome::Left(held) => Outcome::Left(held && first_held),
             other => other,
         }));
     }));
