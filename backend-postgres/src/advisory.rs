@@ -318,7 +318,14 @@ impl Sessions {
             let id = entry_id(&lease.holder_id);
             match result {
                 Ok(()) if !self.holds(id) => *result = Err(LockError::not_held(lease.name.as_str())),
-                Err(e) if e.is_not_held() => drop(lock(&self.held).remove(id)),
+                // Told first, then the session closed: nobody can be granted the advisory lock
+                // before its holder has been told it lost it.
+                Err(e) if e.is_not_held() => {
+                    lease.lost.fire(LostReason::LeaseGone(format!(
+                        "its grant expired in the tables ({e}); its advisory lock is freed now"
+                    )));
+                    drop(lock(&self.held).remove(id));
+                }
                 _ => {}
             }
         }

@@ -15,8 +15,9 @@ use tokio::process::{Child, ChildStdout, Command};
 
 use common::PgHarness;
 
-/// What a child does, from `LOCKSMITH_PG_CHILD`: `hold <url> <name>` (hold until killed),
-/// `wait <url> <name>` (wait for the lock, say when held, hold until killed), `waiters <url>
+/// What a child does, from `LOCKSMITH_PG_CHILD`: `hold <url> <name>` (hold until killed; say
+/// when it was told the lock was lost), `wait <url> <name>` (wait for the lock, say when held,
+/// then as `hold`), `waiters <url>
 /// <name> <n>` (`n` waiters on one locker, each takes the lock and releases it at once; say how
 /// many were served and shut down).
 #[test]
@@ -32,6 +33,8 @@ fn child() {
             "hold" | "wait" => {
                 let guard = locker.lock(&args[2]).acquire().await.unwrap();
                 println!("CHILD held {}", guard.fencing_token());
+                let reason = guard.lost().await;
+                println!("CHILD lost {reason}");
                 std::future::pending::<()>().await;
             }
             "waiters" => {
@@ -137,6 +140,55 @@ async fn a_dead_first_waiter_does_not_hold_up_the_queue() {
         .expect("the live waiter behind a dead one got the lock");
     assert!(guard.fencing_token() > first);
     guard.release().await.unwrap();
+    me.shutdown().await.unwrap();
+}
+
+/// `layout=advisory`, a holder paused (SIGSTOP) past its TTL: its grant in the tables expires,
+/// but its session keeps the advisory lock, so nobody else gets the lock while it is paused (a
+/// session-lifetime lock, as the programs sharing it know them). Once it runs again its renewal
+/// fails, it is told, and only then is its session closed and the next waiter served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advisory_a_paused_holder_keeps_its_session_lock_until_it_is_told() {
+    let harness = PgHarness::plain().await;
+    let url = format!("{}&ttl=1s&layout=advisory", harness.url);
+    let key = (rand::random::<u32>() >> 2).to_string();
+    let (mut holder, mut holder_says) = spawn_child(&format!("hold {url} {key}"));
+    let first: u64 = says(&mut holder_says, 30).await["held ".len()..].parse().unwrap();
+    let pid = holder.id().unwrap().to_string();
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(status.success(), "kill {sig}");
+    };
+
+    signal("-STOP");
+    let me = connect(&url).await;
+    // Three TTLs: its grant expired long ago; its session still holds the advisory lock.
+    let paused = me.lock(&key).timeout(Duration::from_secs(3)).acquire().await;
+    assert!(
+        matches!(paused, Err(lockcore::LockError::Timeout(_))),
+        "granted while the paused holder's session held the advisory lock: {paused:?}"
+    );
+    let waiter = tokio::spawn({
+        let (me, key) = (me.clone(), key.clone());
+        async move { me.lock(&key).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished());
+
+    signal("-CONT");
+    let told = says(&mut holder_says, 10).await;
+    assert!(told.starts_with("lost"), "{told}");
+    let guard = within(
+        Duration::from_secs(10),
+        "the waiter after the paused holder was told",
+        waiter,
+    )
+    .await
+    .unwrap()
+    .expect("the waiter got the lock");
+    assert!(guard.fencing_token() > first);
+    guard.release().await.unwrap();
+    holder.kill().await.unwrap();
     me.shutdown().await.unwrap();
 }
 
