@@ -81,6 +81,11 @@ impl Key {
         }
     }
 
+    /// The parameter of the statements below: the key.
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 1] {
+        [&self.key]
+    }
+
     fn lock_sql(self) -> &'static str {
         match self.shared {
             true => "SELECT pg_advisory_lock_shared($1)",
@@ -229,7 +234,7 @@ impl Sessions {
         let seg = segment(req.kind.family(), &req.name);
         let grant = Pending::new(conn, &seg, entry_id(&lease.holder_id));
         let waiting = self.waiting(self.session().await?);
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key.key];
+        let params = key.params();
         let tried = tokio::time::timeout(
             self.config.request_timeout,
             waiting.session().client.query_one(key.try_sql(), &params),
@@ -289,7 +294,7 @@ impl Sessions {
             return false;
         };
         held.watcher.abort();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&held.key.key];
+        let params = held.key.params();
         let unlock = held.session.client.query_one(held.key.unlock_sql(), &params);
         match tokio::time::timeout(self.config.request_timeout, unlock).await {
             Ok(Ok(row)) if row.try_get::<_, bool>(0).unwrap_or(false) => {
@@ -355,7 +360,7 @@ impl Sessions {
         key: Key,
         deadline: Option<Instant>,
     ) -> std::result::Result<(), Gave> {
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key.key];
+        let params = key.params();
         let locking = session.client.execute(key.lock_sql(), &params);
         tokio::pin!(locking);
         let mut renew_at = lease.acquired_at + lease.ttl / 3;
@@ -404,10 +409,7 @@ impl Sessions {
 
     /// An idle session, or a new one.
     async fn session(&self) -> Result<Session> {
-        loop {
-            let Some(session) = lock(&self.idle).pop() else {
-                break;
-            };
+        while let Some(session) = lock(&self.idle).pop() {
             if session.is_open() {
                 return Ok(session);
             }

@@ -13,11 +13,11 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use lockcore::driver::{cleanup, Lease};
-use lockcore::{LockError, LockKind, Result};
+use lockcore::{LockError, Result};
 
 use crate::conn::{Conn, Outcome};
 use crate::layout::segment;
-use crate::protocol::queue::{entry_id, Op};
+use crate::protocol::queue::{alone_applies, entry_id, Op};
 
 /// What a layout frees before a lease's entry goes (`layout=advisory`: its advisory lock),
 /// answering whether the lease still held it.
@@ -38,7 +38,7 @@ pub(crate) async fn release(conn: &Arc<Conn>, first: Option<FreeFirst>, lease: &
             None => true,
         };
         // A mutex's (or writers') hand-over in one round trip; otherwise the full step.
-        let alone = match matches!(kind, LockKind::Mutex | LockKind::Write) {
+        let alone = match alone_applies(&kind) {
             true => conn.leave_exclusive(&seg, &id).await.unwrap_or_else(|e| {
                 tracing::debug!(error = %e, "postgres: the one-statement release failed; taking the full step");
                 false

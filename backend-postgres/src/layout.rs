@@ -6,10 +6,9 @@ use lockcore::driver::LockName;
 use lockcore::Family;
 
 /// How locks are kept (`layout=`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Layout {
     /// `layout=default`: the tables alone (every kind of lock, private to locksmith).
-    #[default]
     Tables,
     /// `layout=advisory`: the tables, and a holder also holds the session advisory lock of its
     /// name (a bigint key), so that programs calling `pg_advisory_lock(key)` share the lock

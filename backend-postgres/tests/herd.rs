@@ -163,18 +163,17 @@ async fn a_mutex_handover_notifies_the_new_holder_and_the_next_waiter() {
     let ms: u64 = ms.parse().expect(&payload);
     assert!((29_000..=30_000).contains(&ms), "{payload}");
 
-    let (locker, next) = tokio::time::timeout(Duration::from_secs(5), waiters.remove(0))
-        .await
-        .expect("not handed over")
-        .unwrap()
-        .unwrap();
-    next.release().await.unwrap();
-    let (last_locker, last) = tokio::time::timeout(Duration::from_secs(5), waiters.remove(0))
-        .await
-        .expect("not handed over")
-        .unwrap()
-        .unwrap();
-    last.release().await.unwrap();
-    locker.shutdown().await.unwrap();
-    last_locker.shutdown().await.unwrap();
+    let mut lockers = Vec::new();
+    for waiter in waiters {
+        let (locker, guard) = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("not handed over")
+            .unwrap()
+            .unwrap();
+        guard.release().await.unwrap();
+        lockers.push(locker);
+    }
+    for locker in lockers {
+        locker.shutdown().await.unwrap();
+    }
 }

@@ -166,11 +166,8 @@ impl Conn {
         let ttl_ms = millis(entry.ttl);
         let params: [&(dyn ToSql + Sync); 6] = [&segment, &entry.id, &self.owner_id, &ttl_ms, &self.pid, &self.host];
         let (row, began) = self.alone(&self.sql.grant_alone, &params).await?;
-        let token: Option<i64> = match row {
-            Some(row) => row.try_get(0).map_err(|e| pg_error("reading a grant", e))?,
-            None => None,
-        };
-        Ok((token.map(|t| u64::try_from(t).unwrap_or(0)), began))
+        let token: Option<i64> = first_column(row, "reading a grant")?;
+        Ok((token.map(queue::to_u64), began))
     }
 
     /// Confirms a grant made by another's step (`queue::promote`) in one statement: entry `id`,
@@ -178,11 +175,8 @@ impl Conn {
     /// granted, or expired: take the full step), and when the step began.
     pub async fn confirm_alone(&self, id: &str) -> Result<(Option<u64>, Instant)> {
         let (row, began) = self.alone(&self.sql.confirm, &[&id]).await?;
-        let token: Option<i64> = match row {
-            Some(row) => row.try_get(0).map_err(|e| pg_error("reading a grant", e))?,
-            None => None,
-        };
-        Ok((token.map(|t| u64::try_from(t).unwrap_or(0)), began))
+        let token: Option<i64> = first_column(row, "reading a grant")?;
+        Ok((token.map(queue::to_u64), began))
     }
 
     /// `alone.sql`'s `leave_exclusive`: entry `id`, a live holder, leaves `segment` and the
@@ -192,10 +186,7 @@ impl Conn {
     pub async fn leave_exclusive(&self, segment: &str, id: &str) -> Result<bool> {
         let params: [&(dyn ToSql + Sync); 3] = [&segment, &id, &self.sql.channel];
         let (row, _) = self.alone(&self.sql.leave_exclusive, &params).await?;
-        let left: Option<bool> = match row {
-            Some(row) => row.try_get(0).map_err(|e| pg_error("reading a release", e))?,
-            None => None,
-        };
+        let left: Option<bool> = first_column(row, "reading a release")?;
         Ok(left == Some(true))
     }
 
@@ -244,5 +235,17 @@ impl Conn {
             self.step(&segment, Op::Sweep, Duration::ZERO).await?;
         }
         Ok(())
+    }
+}
+
+/// The first column of a one-statement step's row: `None` if there was no row or it is NULL
+/// (the step's case did not apply).
+fn first_column<T>(row: Option<tokio_postgres::Row>, what: &str) -> Result<Option<T>>
+where
+    T: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    match row {
+        Some(row) => row.try_get::<_, Option<T>>(0).map_err(|e| pg_error(what, e)),
+        None => Ok(None),
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lockcore::driver::queue::{holds_at_tail, standing, Standing};
 use lockcore::driver::Role;
-use lockcore::{LockError, Result};
+use lockcore::{LockError, LockKind, Result};
 
 use crate::conn::{Conn, Outcome, Step};
 use crate::error::pg_error;
@@ -94,6 +94,13 @@ impl Row {
     pub fn left(&self) -> Duration {
         Duration::from_millis(self.left_ms.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0))
     }
+}
+
+/// Whether a lock of `kind` may take `alone.sql`'s one-statement steps (a grant to an empty
+/// queue, a hand-over from its holder): an exclusive kind that nobody observes (elections are
+/// watched by their observers, which a full step NOTIFYs).
+pub(crate) fn alone_applies(kind: &LockKind) -> bool {
+    matches!(kind, LockKind::Mutex | LockKind::Write)
 }
 
 /// The holder id of entry `id`: `host:pid:id`.
@@ -295,7 +302,8 @@ fn pending_row(conn: &Conn, entry: &NewEntry) -> Row {
     }
 }
 
-fn to_u64(token: i64) -> u64 {
+/// A fencing token as the tables keep it (`bigint`), as lockcore hands it out.
+pub(crate) fn to_u64(token: i64) -> u64 {
     u64::try_from(token).unwrap_or(0)
 }
 

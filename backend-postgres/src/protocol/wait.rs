@@ -15,9 +15,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use lockcore::driver::{Lease, LockRequest, Outage};
-use lockcore::{LockError, LockKind, Result};
+use lockcore::{LockError, Result};
 
-use super::queue::{holder_id, NewEntry, Op};
+use super::queue::{alone_applies, holder_id, NewEntry, Op};
 use crate::cleanup::Pending;
 use crate::conn::{Conn, Outcome};
 use crate::layout::segment;
@@ -29,7 +29,7 @@ pub(crate) async fn try_acquire(conn: &Arc<Conn>, req: &LockRequest) -> Result<O
     let entry = new_entry(req);
     let id = entry.id.clone();
     let pending = Pending::new(conn, &seg, &id);
-    if alone_applies(req) {
+    if alone_applies(&req.kind) {
         let (token, sent) = conn.grant_alone(&seg, &entry).await?;
         pending.keep();
         // An exclusive entry holds only on a queue with no live entry: no need for the full step.
@@ -58,7 +58,7 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
     let mut outage = Outage::new(deadline, req.ttl + conn.config.connect_timeout);
     // Nobody there: held in one round trip (else, or if the server fails, the full join). An
     // entry of its own, removed if the answer was lost (it may have been added).
-    if alone_applies(req) {
+    if alone_applies(&req.kind) {
         let first = new_entry(req);
         let tried = Pending::new(conn, &seg, &first.id);
         match conn.grant_alone(&seg, &first).await {
@@ -177,12 +177,6 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             }
         }
     }
-}
-
-/// Whether `req` may take `alone.sql`'s one-statement grant: an exclusive kind that nobody
-/// observes (elections are watched by their observers, which a step NOTIFYs).
-pub(crate) fn alone_applies(req: &LockRequest) -> bool {
-    matches!(req.kind, LockKind::Mutex | LockKind::Write)
 }
 
 /// A new entry for `req`.

@@ -43,19 +43,14 @@ pub fn app_url() -> String {
         .expect("LOCKSMITH_TEST_POSTGRES_APP is not set: run `eval \"$(scripts/backends up single)\"` first")
 }
 
-/// Runs `sql` as the test database's owner (the user of [`server_url`]).
+/// Runs `sql` (one or more statements) as the test database's owner (the user of
+/// [`server_url`]).
 pub async fn run_as_owner(sql: &str) {
-    let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
-        .await
-        .expect("connecting as the owner");
-    let task = tokio::spawn(connection);
-    client.batch_execute(sql).await.expect("running SQL as the owner");
-    drop(client);
-    let _ = task.await;
+    query_as_owner(sql).await;
 }
 
-/// Runs `sql` (one statement) as the test database's owner; its rows, each column's text joined
-/// by `|`.
+/// Runs `sql` as the test database's owner; the rows it returns, each column's text joined by
+/// `|`.
 pub async fn query_as_owner(sql: &str) -> Vec<String> {
     let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
         .await
