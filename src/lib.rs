@@ -61,6 +61,19 @@ pub use lockcore::{
     LockBuilder, LockError, LockGuard, LockInfo, LockKind, Locker, LostReason, MemoryBackend, Result, RwLock,
     DEFAULT_TTL, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_VALUE_LEN, MIN_TTL,
 };
+pub use lockcore::{Guarded, GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
+
+/// The etcd backend (feature `etcd`): [`etcd::owner_compare`] puts "this guard still holds its
+/// lock" into an etcd transaction of your own, with the client re-exported as
+/// `etcd::etcd_client` (see `docs/fencing.md`).
+#[cfg(feature = "etcd")]
+pub use backend_etcd as etcd;
+
+/// The ZooKeeper backend (feature `zk`): [`zk::add_owner_check`] puts "this guard still holds
+/// its lock" into a `multi` of your own, with the client re-exported as `zk::zookeeper_client`
+/// (see `docs/fencing.md`).
+#[cfg(feature = "zk")]
+pub use backend_zk as zk;
 
 use std::time::Duration;
 

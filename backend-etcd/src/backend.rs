@@ -155,6 +155,17 @@ impl LockBackend for EtcdBackend {
         }
     }
 
+    /// One transaction: the write, if the holder's key still has its create revision (see
+    /// `guarded.rs`).
+    async fn write_guarded(&self, lease: &Lease, write: &lockcore::GuardedWrite) -> Result<bool> {
+        crate::guarded::write(&self.session.conn, self.layout(), lease, write).await
+    }
+
+    /// A plain read of `key`.
+    async fn read_key(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        crate::guarded::read(&self.session.conn, self.layout(), key).await
+    }
+
     /// Revokes the session lease (every key of this backend goes at once) and takes no more
     /// requests.
     async fn shutdown(&self) -> Result<()> {

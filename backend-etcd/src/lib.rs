@@ -265,6 +265,7 @@
 //! | `cleanup.rs` | the clean-up guard of a queue key no caller will hold |
 //! | `renew.rs` | `renew_many`: one keep-alive of the session lease for the whole batch |
 //! | `listing.rs` | `inspect` and `list` |
+//! | `guarded.rs` | guarded writes: the write and the holder's create-revision check in one transaction; [`owner_compare`] |
 //!
 //! ## Tests (real servers from `scripts/backends`)
 //!
@@ -288,6 +289,7 @@ mod cleanup;
 mod config;
 mod conn;
 mod error;
+mod guarded;
 mod layout;
 mod listing;
 mod protocol;
@@ -299,6 +301,10 @@ pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TTL,
     OPTIONS,
 };
+/// The etcd client this crate is built on, for transactions of the application's own with
+/// [`owner_compare`].
+pub use etcd_client;
+pub use guarded::owner_compare;
 pub use layout::Layout;
 
 use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};

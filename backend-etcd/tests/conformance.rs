@@ -1,5 +1,6 @@
 //! The whole lockcore conformance suite against a real etcd (`LOCKSMITH_TEST_ETCD`), default
-//! layout: the mutex suite and the semaphore, read-write lock and election suites. Every locker
+//! layout: the mutex suite, the semaphore, read-write lock and election suites, and the
+//! guarded-write suite. Every locker
 //! is its own `connect()`: its own client and session lease. And the election suite's observer
 //! behind a proxy that cuts its connection.
 
@@ -12,6 +13,7 @@ use lockcore::driver::BackendUrl;
 
 lockcore::conformance_tests!(common::EtcdHarness::plain().await);
 lockcore::primitive_tests!(common::EtcdHarness::plain().await);
+lockcore::guarded_tests!(common::EtcdHarness::plain().await);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn election_observer_rides_out_outages() {

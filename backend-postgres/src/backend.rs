@@ -100,6 +100,16 @@ impl LockBackend for PgBackend {
         cleanup::release(&self.conn, first, lease).await
     }
 
+    /// One statement: the holder's entry checked and locked, then the write (see `guarded.rs`).
+    async fn write_guarded(&self, lease: &Lease, write: &lockcore::GuardedWrite) -> Result<bool> {
+        crate::guarded::write(&self.conn, lease, write).await
+    }
+
+    /// A plain read of `key` in the data table.
+    async fn read_key(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        crate::guarded::read(&self.conn, key).await
+    }
+
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         match &self.advisory {
             Some(advisory) => advisory.renew_many(&self.conn, leases).await,

@@ -41,7 +41,7 @@ pub(crate) struct Sql {
     pub create: String,
     /// Reads the format version.
     pub version: String,
-    /// Migrates the tables of version 1 to version 2 (`migrate.sql`), several statements.
+    /// Migrates the tables of version 1 or 2 to version 3 (`migrate.sql`), several statements.
     pub migrate: String,
     /// `alone.sql`'s `grant_alone`: `$1` segment, `$2` id, `$3` owner, `$4` ttl ms, `$5` pid, `$6` host.
     pub grant_alone: String,
@@ -49,6 +49,18 @@ pub(crate) struct Sql {
     pub leave_exclusive: String,
     /// Restarts the lease of entry `$1` if it holds one that is live; returns its token.
     pub confirm: String,
+    /// The guarded writes (`guarded.rs`), one statement each: `$1` the holder's entry id, `$2`
+    /// its token, `$3` the key, `$4` the value, `$5` the expected value. Each answers (held,
+    /// applied). A put.
+    pub guarded_put: String,
+    /// A guarded delete.
+    pub guarded_delete: String,
+    /// A guarded compare-and-set of a present key.
+    pub guarded_swap: String,
+    /// A guarded compare-and-set of an absent key.
+    pub guarded_insert: String,
+    /// The value of key `$1`.
+    pub guarded_read: String,
     /// Inserts the lock's row if missing and locks it; returns `last_token`.
     pub lock_row: String,
     /// `prune.sql`.
@@ -83,6 +95,7 @@ pub(crate) struct Sql {
 /// (`schema` is an identifier of `[a-z_][a-z0-9_]*`, checked by `config.rs`).
 fn fill(schema: &str, text: &str) -> String {
     text.replace("{alone}", include_str!("sql/alone.sql"))
+        .replace("{data}", include_str!("sql/data.sql"))
         .replace("{schema_literal}", &format!("'{schema}'"))
         .replace("{schema}", &format!("\"{schema}\""))
 }
@@ -100,6 +113,18 @@ pub(crate) fn setup_sql(schema: &str, role: Option<&str>) -> String {
     sql
 }
 
+/// A guarded write's statement: `write` (a data-modifying statement that writes only if the CTE
+/// `held` has a row) after the check of the holder's entry (`$1` id, `$2` token), live by the
+/// server's clock and locked `FOR SHARE`, so that no step removes it before this one commits.
+/// Answers (held, applied).
+fn guarded(write: &str) -> String {
+    format!(
+        "WITH held AS (SELECT 1 FROM {{schema}}.entries \
+         WHERE id = $1 AND token = $2::bigint AND expires_at > clock_timestamp() FOR SHARE), \
+         w AS ({write}) SELECT EXISTS (SELECT 1 FROM held), EXISTS (SELECT 1 FROM w)"
+    )
+}
+
 impl Sql {
     /// The statements of `schema` (an identifier of `[a-z_][a-z0-9_]*`, checked by `config.rs`).
     pub fn new(schema: &str) -> Sql {
@@ -115,6 +140,22 @@ impl Sql {
                 "UPDATE {schema}.entries SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' \
                  WHERE id = $1 AND token IS NOT NULL AND expires_at > clock_timestamp() RETURNING token",
             ),
+            guarded_put: fill(&guarded(
+                "INSERT INTO {schema}.data (key, value) SELECT $3, $4::bytea FROM held \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value RETURNING 1",
+            )),
+            guarded_delete: fill(&guarded(
+                "DELETE FROM {schema}.data WHERE key = $3 AND EXISTS (SELECT 1 FROM held) RETURNING 1",
+            )),
+            guarded_swap: fill(&guarded(
+                "UPDATE {schema}.data SET value = $4::bytea \
+                 WHERE key = $3 AND value = $5::bytea AND EXISTS (SELECT 1 FROM held) RETURNING 1",
+            )),
+            guarded_insert: fill(&guarded(
+                "INSERT INTO {schema}.data (key, value) SELECT $3, $4::bytea FROM held \
+                 ON CONFLICT (key) DO NOTHING RETURNING 1",
+            )),
+            guarded_read: fill("SELECT value FROM {schema}.data WHERE key = $1"),
             lock_row: fill(
                 "INSERT INTO {schema}.locks (segment) VALUES ($1) ON CONFLICT (segment) \
                  DO UPDATE SET last_token = {schema}.locks.last_token RETURNING last_token",

@@ -90,12 +90,22 @@
 //! GRANT SELECT, INSERT, UPDATE ON "locksmith".locks TO app_user;
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON "locksmith".owners, "locksmith".entries TO app_user;
 //! GRANT USAGE ON SEQUENCE "locksmith".entries_seq_seq TO app_user;
+//! GRANT SELECT, INSERT, UPDATE, DELETE ON "locksmith".data TO app_user;
 //! GRANT EXECUTE ON FUNCTION "locksmith".grant_alone(text, text, text, bigint, integer, text),
 //!     "locksmith".leave_exclusive(text, text, text) TO app_user;
 //! ```
 //!
 //! (`LISTEN`/`NOTIFY` need no grant.) A locker whose user lacks them fails at connect with
-//! [`lockcore::LockError::Denied`].
+//! [`lockcore::LockError::Denied`]; one that lacks only the rights on `data` (tables migrated from
+//! version 2 by their owner, the grants not run again) locks, and its guarded writes are `Denied`
+//! with the command that prints the grants.
+//!
+//! # Guarded writes
+//!
+//! `guard.guarded()` writes to the schema's `data` table (one row per key, `bytea` values): one
+//! statement finds the holder's entry with its token and a lease live by the server's clock,
+//! locks it `FOR SHARE` (a release, a prune or the next grant waits for it), and writes only if it
+//! found it. Any text is a key; the lock tables are not reachable through it.
 //!
 //! # Module map
 //!
@@ -108,7 +118,8 @@
 //!   elections (`election.rs`);
 //! - `wake.rs` (LISTEN/NOTIFY), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),
 //!   `listing.rs` (`inspect`, `list`), `backend.rs` (`impl LockBackend`), `tls.rs` (rustls
-//!   under tokio-postgres, feature `tls`), `advisory.rs` (`layout=advisory`).
+//!   under tokio-postgres, feature `tls`), `advisory.rs` (`layout=advisory`), `guarded.rs` (guarded
+//!   writes: the holder's check and the write in one statement).
 
 #![warn(missing_docs)]
 
@@ -118,6 +129,7 @@ mod cleanup;
 mod config;
 mod conn;
 mod error;
+mod guarded;
 mod layout;
 mod listing;
 mod protocol;

@@ -11,6 +11,7 @@ use lockcore::driver::BackendUrl;
 
 lockcore::conformance_tests!(common::PgHarness::plain().await);
 lockcore::primitive_tests!(common::PgHarness::plain().await);
+lockcore::guarded_tests!(common::PgHarness::plain().await);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn election_observer_rides_out_outages() {

@@ -18,6 +18,8 @@ lockcore::conformance_tests!(@tests common::PgHarness::least_privilege().await;
 lockcore::primitive_tests!(@tests common::PgHarness::least_privilege().await;
     semaphore::semaphore_never_over_grants, rwlock::rwlock_never_mixes_readers_and_writers,
     election::election_one_leader_at_a_time_in_order);
+lockcore::conformance_tests!(@tests common::PgHarness::least_privilege().await;
+    guarded::guarded_writes_apply_while_held, guarded::guarded_write_of_a_lost_lock_never_lands);
 
 async fn connect_app(schema: &str) -> lockcore::Result<lockcore::Locker> {
     backend_postgres::connect(&BackendUrl::parse(&format!("{}?schema={schema}", app_url()))?).await

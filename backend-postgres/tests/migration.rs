@@ -1,6 +1,6 @@
-//! The tables' format version: a locker that finds the previous version (1: no functions)
-//! migrates it, once, when its user may; a user without the owner's rights is told to run
-//! `locksmith init`; a newer version is refused.
+//! The tables' format version: a locker that finds a previous version (1: no functions; 2: no
+//! data table) migrates it, once, when its user may; a user without the owner's rights is told to
+//! run `locksmith init`; a newer version is refused.
 
 #[allow(dead_code)] // each test file uses a part of the harness
 mod common;
@@ -8,12 +8,21 @@ mod common;
 use lockcore::driver::BackendUrl;
 use lockcore::LockError;
 
-/// Makes the tables of `schema` look like version 1 (what the previous release created).
+/// Makes the tables of `schema` look like version 1 (what the release before last created).
 fn back_to_version_1(schema: &str) -> String {
     format!(
         "DROP FUNCTION \"{schema}\".grant_alone(text, text, text, bigint, integer, text); \
          DROP FUNCTION \"{schema}\".leave_exclusive(text, text, text); \
+         DROP TABLE \"{schema}\".data; \
          UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'version'"
+    )
+}
+
+/// Makes the tables of `schema` look like version 2 (what the previous release created).
+fn back_to_version_2(schema: &str) -> String {
+    format!(
+        "DROP TABLE \"{schema}\".data; \
+         UPDATE \"{schema}\".meta SET value = '2' WHERE key = 'version'"
     )
 }
 
@@ -33,7 +42,7 @@ async fn the_owner_migrates_version_1_once_and_locks_work() {
     let (a, b) = tokio::join!(connect(&harness.url), connect(&harness.url));
     let (a, b) = (a.unwrap(), b.unwrap());
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
-    assert_eq!(version, ["2"]);
+    assert_eq!(version, ["3"]);
     // The lock held across the migration is still held, and its token sequence goes on.
     assert!(a.lock("kept").try_acquire().await.unwrap().is_none());
     let token = guard.fencing_token();
@@ -61,11 +70,56 @@ async fn a_user_without_the_rights_is_told_to_run_init_and_newer_tables_are_refu
     connect(&harness.url).await.unwrap().shutdown().await.unwrap();
 
     common::run_as_owner(&format!(
-        "UPDATE \"{schema}\".meta SET value = '3' WHERE key = 'version'"
+        "UPDATE \"{schema}\".meta SET value = '4' WHERE key = 'version'"
     ))
     .await;
     match connect(&owner_url).await {
-        Err(LockError::Protocol(message)) => assert!(message.contains("version 3"), "{message}"),
+        Err(LockError::Protocol(message)) => assert!(message.contains("version 4"), "{message}"),
         other => panic!("expected a version error, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// Version 2 (no data table) is migrated by its owner, a lock held across it stays held, and its
+/// guarded writes work after; a user without the owner's rights is told to run `locksmith init`
+/// before, and after the migration is told which grants its guarded writes lack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
+    let harness = common::PgHarness::least_privilege().await;
+    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let owner_url = format!("{}?schema={schema}", common::server_url());
+    let owner = connect(&owner_url).await.unwrap();
+    let guard = owner.lock("kept").acquire().await.unwrap();
+    common::run_as_owner(&back_to_version_2(&schema)).await;
+    match connect(&harness.url).await {
+        Err(LockError::Denied(message)) => assert!(message.contains("locksmith init"), "{message}"),
+        other => panic!("expected Denied, got {:?}", other.map(|_| ())),
+    }
+    connect(&owner_url).await.unwrap().shutdown().await.unwrap();
+    let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
+    assert_eq!(version, ["3"]);
+    guard
+        .guarded()
+        .put("after-migration", "owner")
+        .await
+        .expect("the owner's guarded write");
+
+    let user = connect(&harness.url).await.unwrap();
+    let user_guard = user.lock("user's").acquire().await.unwrap();
+    match user_guard.guarded().put("k", "v").await {
+        Err(LockError::Denied(message)) => assert!(message.contains("init --sql --grant"), "{message}"),
+        other => panic!("expected Denied, got {other:?}"),
+    }
+    // `locksmith init --sql --grant`'s text, run by the owner: the grants again, with the new one.
+    let setup = backend_postgres::setup_sql(&BackendUrl::parse(&owner_url).unwrap(), Some("locksmith_app")).unwrap();
+    common::run_as_owner(&setup).await;
+    user_guard
+        .guarded()
+        .put("k", "v")
+        .await
+        .expect("the user's guarded write, granted");
+    user_guard.release().await.unwrap();
+    guard.release().await.unwrap();
+    for locker in [owner, user] {
+        locker.shutdown().await.unwrap();
     }
 }

@@ -128,6 +128,16 @@ impl LockBackend for RedisBackend {
         }
     }
 
+    /// One script: the lease's check and the write (see `guarded.rs`).
+    async fn write_guarded(&self, lease: &Lease, write: &lockcore::GuardedWrite) -> Result<bool> {
+        crate::guarded::write(&self.inner, lease, write).await
+    }
+
+    /// A plain `GET` of `key`.
+    async fn read_key(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        crate::guarded::read(&self.inner, key).await
+    }
+
     /// Each server gets the whole batch in one round trip (see the crate docs, "The scripts").
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         crate::renew::renew_many(&self.inner, leases).await

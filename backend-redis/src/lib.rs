@@ -357,11 +357,12 @@
 //! | `backend.rs` | `impl LockBackend`: each call to its protocol |
 //! | `conn/` | one logical server (`node.rs`), its connections per topology (`link.rs`), one script call (`call.rs`), a request on every server at once (`fanout.rs`), what every task shares (`inner.rs`) |
 //! | `protocol/` | the one wait loop (`wait.rs`) over an entry (`entry.rs`: try, step, leave, release) of the mutex (`mutex.rs`) or the other kinds (`kinds.rs`); elections (`election.rs`); the quorum of independent masters (`quorum.rs`); the scripts with the URL's settings (`scripts.rs`), and every script's behaviour tested on a real server with raw KEYS and ARGV (`script_tests.rs`, unit tests: the scripts are private to the crate) |
-//! | `lua/` | the scripts: `mutex/`, `kinds/`, `helpers/` (one file each) |
+//! | `lua/` | the scripts: `mutex/`, `kinds/`, `guarded/`, `helpers/` (one file each) |
 //! | `wake.rs` | pub/sub: one subscriber connection per server, a channel per waiter |
 //! | `renew.rs` | the watchdog's batch: one pipelined round trip per server (per cluster node) |
 //! | `cleanup.rs` | the clean-up of a cancelled acquire and of a cancelled release |
 //! | `listing.rs` | `list` and `inspect` |
+//! | `guarded.rs` | guarded writes: the lease's check and the write in one script (`lua/guarded/write.lua`) |
 
 #![warn(missing_docs)]
 
@@ -370,6 +371,7 @@ mod cleanup;
 mod config;
 mod conn;
 mod error;
+mod guarded;
 mod layout;
 mod listing;
 mod protocol;

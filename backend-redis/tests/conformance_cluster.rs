@@ -5,4 +5,5 @@
 mod common;
 
 lockcore::conformance_tests!(common::RedisHarness::on(&common::cluster_url()).await);
+lockcore::guarded_tests!(common::RedisHarness::on(&common::cluster_url()).await);
 lockcore::primitive_tests!(common::RedisHarness::on(&common::cluster_url()).await);

@@ -10,6 +10,7 @@ use lockcore::conformance::election;
 use lockcore::driver::BackendUrl;
 
 lockcore::conformance_tests!(common::RedisHarness::new("").await);
+lockcore::guarded_tests!(common::RedisHarness::new("").await);
 lockcore::primitive_tests!(common::RedisHarness::new("").await);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

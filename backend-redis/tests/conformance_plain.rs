@@ -4,3 +4,4 @@
 mod common;
 
 lockcore::conformance_tests!(common::RedisHarness::new("layout=plain").await);
+lockcore::guarded_tests!(mutex_only: common::RedisHarness::new("layout=plain").await);

@@ -5,4 +5,5 @@
 mod common;
 
 lockcore::conformance_tests!(common::RedisHarness::on(&common::sentinel_url()).await);
+lockcore::guarded_tests!(common::RedisHarness::on(&common::sentinel_url()).await);
 lockcore::primitive_tests!(common::RedisHarness::on(&common::sentinel_url()).await);

@@ -205,6 +205,16 @@ impl LockBackend for ZkBackend {
         }
     }
 
+    /// One `multi`: the check that the holder's node exists, then the write (see `guarded.rs`).
+    async fn write_guarded(&self, lease: &Lease, write: &lockcore::GuardedWrite) -> Result<bool> {
+        crate::guarded::write(&self.sessions, lease, write).await
+    }
+
+    /// A plain read of the node `key`.
+    async fn read_key(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        crate::guarded::read(&self.sessions, key).await
+    }
+
     /// Opens no new session and deletes every node the session still has.
     async fn shutdown(&self) -> Result<()> {
         self.sessions.shutdown().await

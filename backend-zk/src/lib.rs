@@ -250,6 +250,7 @@
 //! | `renew.rs` | `renew_many`: nothing per lock (the session is the lease of every lock, kept by the client's heartbeats); one `exists` confirms the session for the whole batch |
 //! | `cleanup.rs` | the clean-up guards: a contender's node nobody holds yet (`PendingNode`), a release not answered yet (`Unanswered`) |
 //! | `listing.rs` | `inspect` and `list` |
+//! | `guarded.rs` | guarded writes: a `multi` of the holder node's check and the write; [`add_owner_check`] |
 //!
 //! ## Curator and kazoo interop
 //!
@@ -297,6 +298,7 @@ mod cleanup;
 mod config;
 mod conn;
 mod error;
+mod guarded;
 mod layout;
 mod listing;
 mod protocol;
@@ -307,6 +309,10 @@ pub use backend::ZkBackend;
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_NAMESPACE, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT, OPTIONS,
 };
+pub use guarded::add_owner_check;
+/// The ZooKeeper client this crate is built on, for a `multi` of the application's own with
+/// [`add_owner_check`].
+pub use zookeeper_client;
 
 use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
 use lockcore::{Locker, Result};

@@ -12,6 +12,7 @@ use lockcore::driver::BackendUrl;
 
 lockcore::conformance_tests!(common::ZkHarness::plain().await);
 lockcore::primitive_tests!(common::ZkHarness::plain().await);
+lockcore::guarded_tests!(common::ZkHarness::plain().await);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn election_observer_rides_out_outages() {

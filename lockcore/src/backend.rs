@@ -177,6 +177,32 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         )))
     }
 
+    /// Applies `write` only if `lease` is still held, checked by the server atomically with the
+    /// write (one etcd transaction, one ZooKeeper `multi`, one Redis script): `Ok(true)` when it
+    /// applied (a put; a delete of a key that existed; a compare-and-set whose value matched),
+    /// `Ok(false)` when it did not (nothing to delete, a value that differs),
+    /// [`crate::LockError::NotHeld`] when the lease is gone (nothing written). The write was
+    /// validated ([`crate::GuardedWrite::validate`]); keys inside the backend's lock namespace are
+    /// refused ([`crate::guarded::refuse_if_inside`]). The default refuses (a backend without a
+    /// store to write to).
+    async fn write_guarded(&self, lease: &Lease, write: &crate::guarded::GuardedWrite) -> Result<bool> {
+        let _ = (lease, write);
+        Err(crate::LockError::InvalidOption(format!(
+            "{} has no guarded writes",
+            self.kind()
+        )))
+    }
+
+    /// Reads a key of the store [`LockBackend::write_guarded`] writes to (a plain read). The
+    /// default refuses (a backend without a store).
+    async fn read_key(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let _ = key;
+        Err(crate::LockError::InvalidOption(format!(
+            "{} has no guarded writes",
+            self.kind()
+        )))
+    }
+
     /// Ends this backend's session or connections, once [`crate::Locker::shutdown`] has released
     /// every lock of the locker and waited for its clean-up: etcd revokes its session lease,
     /// ZooKeeper deletes every node its session still has, so that nothing of this process

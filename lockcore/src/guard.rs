@@ -106,6 +106,28 @@ impl LockGuard {
         async move { signal.wait().await }
     }
 
+    /// Guarded writes under this lock: writes to the coordination store itself (etcd keys, Redis
+    /// keys, ZooKeeper nodes, the memory backend's store) that commit only if this guard still
+    /// holds the lock, checked by the server in the same atomic step. A write after the lock was
+    /// lost fails with [`crate::LockError::NotHeld`] and never lands; `docs/fencing.md` of the
+    /// repository says what each backend checks.
+    ///
+    /// ```
+    /// # extern crate lockcore as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("billing").acquire().await?;
+    /// guard.guarded().put("/billing/last-run", "2026-11-24").await?;
+    /// assert!(guard.guarded().compare_and_set("/billing/cursor", None, "17").await?);
+    /// assert_eq!(guard.guarded().get("/billing/cursor").await?.as_deref(), Some(&b"17"[..]));
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn guarded(&self) -> crate::Guarded<'_> {
+        crate::Guarded::new(self.locker.backend().as_ref(), &self.lease)
+    }
+
     /// The backend's record of this lease.
     pub fn lease(&self) -> &Lease {
         &self.lease

@@ -11,6 +11,8 @@
 //!   `release().await` or on drop; [`Locker::shutdown`] before the process ends;
 //! - beyond the mutex, with the same guard: semaphores ([`Locker::semaphore`]), read-write locks
 //!   ([`Locker::rwlock`]) and leader election ([`Locker::election`]), all one FIFO queue per name;
+//! - [`Guarded`] ([`LockGuard::guarded`]): writes to the coordination store itself that commit
+//!   only while the lock is held, checked by the server atomically with the write;
 //! - [`LockError`] (what can go wrong, and which errors are worth retrying), [`LostReason`];
 //! - [`LockInfo`] and [`ListedLock`], what `inspect` and `list` show;
 //! - [`MemoryBackend`], the embedded backend (`mem://`), and [`Dual`], one lock held in two
@@ -60,6 +62,7 @@ mod dual;
 mod election;
 mod error;
 mod guard;
+mod guarded;
 mod lease;
 mod locker;
 mod memory;
@@ -67,6 +70,7 @@ pub mod metrics;
 mod name;
 mod outage;
 mod rwlock;
+mod store;
 mod watchdog;
 
 pub use backend::{HolderInfo, ListedLock, LockInfo};
@@ -74,8 +78,10 @@ pub use dual::Dual;
 pub use election::{Campaign, Election, Leader, LeaderGuard, LeaderWatch, MAX_VALUE_LEN};
 pub use error::{BoxError, LockError, Result};
 pub use guard::LockGuard;
+pub use guarded::{GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
 pub use lease::{Family, LockKind, LostReason, DEFAULT_TTL, MAX_PERMITS, MAX_TTL, MIN_TTL};
 pub use locker::{LockBuilder, Locker};
 pub use memory::MemoryBackend;
 pub use name::MAX_NAME_LEN;
 pub use rwlock::RwLock;
+pub use store::Guarded;

@@ -50,6 +50,8 @@ struct State {
     /// One counter for all names: strictly increasing per name, and nothing to keep per name.
     last_token: u64,
     last_entry: u64,
+    /// The store of guarded writes ([`crate::Guarded`]).
+    data: HashMap<String, Vec<u8>>,
 }
 
 /// A holder or waiter, in arrival order.
@@ -460,6 +462,23 @@ impl LockBackend for MemoryBackend {
 
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
         leases.iter().map(|lease| self.renew_one(lease)).collect()
+    }
+
+    async fn write_guarded(&self, lease: &Lease, write: &crate::GuardedWrite) -> Result<bool> {
+        let now = Instant::now();
+        let mut state = self.store.lock();
+        let key = self.store.key_of(&state, lease);
+        if let Some(key) = &key {
+            self.store.expire(&mut state, key, now);
+        }
+        if self.store.key_of(&state, lease).is_none() {
+            return Err(LockError::not_held(lease.name.as_str()));
+        }
+        Ok(crate::guarded::apply_to_map(&mut state.data, write))
+    }
+
+    async fn read_key(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.store.lock().data.get(key).cloned())
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<crate::ListedLock>> {

@@ -41,3 +41,4 @@ impl Harness for MemHarness {
 
 lockcore::conformance_tests!(harness());
 lockcore::primitive_tests!(harness());
+lockcore::guarded_tests!(harness());

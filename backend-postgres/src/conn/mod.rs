@@ -28,9 +28,9 @@ use crate::layout::Sql;
 use crate::wake::Hub;
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
-const VERSION: &str = "2";
-/// The version this release migrates from (`src/sql/migrate.sql`).
-const PREVIOUS: &str = "1";
+const VERSION: &str = "3";
+/// The versions this release migrates from (`src/sql/migrate.sql`).
+const PREVIOUS: [&str; 2] = ["1", "2"];
 
 /// One locker's connections and identity.
 #[derive(Debug)]
@@ -201,10 +201,10 @@ async fn prepare_tables(client: &Client, sql: &Sql, schema: &str) -> Result<()> 
             })?;
             read_version(client, sql).await
         }
-        Ok(version) if version == PREVIOUS => {
+        Ok(version) if PREVIOUS.contains(&version.as_str()) => {
             client.batch_execute(&sql.migrate).await.map_err(|e| {
                 let what = format!(
-                    "migrating the tables from version {PREVIOUS} to {VERSION} (a user without the \
+                    "migrating the tables from version {version} to {VERSION} (a user without the \
                      rights of their owner needs them migrated by it: `locksmith init`)"
                 );
                 pg_error(&what, e)

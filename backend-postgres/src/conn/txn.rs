@@ -190,6 +190,11 @@ impl Conn {
         Ok(left == Some(true))
     }
 
+    /// Runs one statement of `guarded.rs` (its own transaction) on the steps' connection: its row.
+    pub async fn one_statement(&self, sql: &str, params: &Params<'_>) -> Result<Option<tokio_postgres::Row>> {
+        Ok(self.alone(sql, params).await?.0)
+    }
+
     /// Runs one statement (its own transaction) on the steps' connection, as [`Conn::step_at`]
     /// runs a step (one at a time, bounded by the request timeout): its row, if any.
     async fn alone(&self, sql: &str, params: &Params<'_>) -> Result<(Option<tokio_postgres::Row>, Instant)> {

@@ -9,6 +9,8 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.locks TO {role};
 -- Owner rows and queue entries: added, beaten, removed.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.owners, {schema}.entries TO {role};
 GRANT USAGE ON SEQUENCE {schema}.entries_seq_seq TO {role};
+-- Guarded writes' store (data.sql): read, written, deleted.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.data TO {role};
 -- The one-round-trip cases (alone.sql); EXECUTE is PUBLIC's by default, unless a DBA revoked it.
 GRANT EXECUTE ON FUNCTION {schema}.grant_alone(text, text, text, bigint, integer, text),
     {schema}.leave_exclusive(text, text, text) TO {role};

@@ -1,4 +1,4 @@
--- The schema of backend-postgres, version 2 (version 1 had no functions: migrate.sql). {schema} is replaced by the quoted schema name.
+-- The schema of backend-postgres, version 3 (version 1 had no functions, version 2 no data table: migrate.sql). {schema} is replaced by the quoted schema name.
 -- Run in one transaction under an advisory lock, so that lockers starting together do not race
 -- on CREATE ... IF NOT EXISTS.
 BEGIN;
@@ -6,7 +6,7 @@ SELECT pg_advisory_xact_lock(hashtext('locksmith schema ' || {schema_literal}));
 CREATE SCHEMA IF NOT EXISTS {schema};
 -- 'version': the format of these tables; a later release migrates from it.
 CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL);
-INSERT INTO {schema}.meta (key, value) VALUES ('version', '2') ON CONFLICT (key) DO NOTHING;
+INSERT INTO {schema}.meta (key, value) VALUES ('version', '3') ON CONFLICT (key) DO NOTHING;
 -- One row per lock ever used: its row lock serialises the steps on the lock, and last_token
 -- keeps fencing tokens increasing (rows are never deleted by locksmith).
 CREATE TABLE IF NOT EXISTS {schema}.locks (
@@ -36,5 +36,6 @@ CREATE TABLE IF NOT EXISTS {schema}.entries (
 );
 CREATE INDEX IF NOT EXISTS entries_by_segment ON {schema}.entries (segment, seq);
 CREATE INDEX IF NOT EXISTS entries_by_owner ON {schema}.entries (owner);
+{data}
 {alone}
 COMMIT;

@@ -180,7 +180,19 @@ impl Node {
         key: &str,
         call: &ScriptCall<'_>,
     ) -> Result<(Vec<i64>, Option<i64>)> {
-        self.bounded(what, Resend::IfDropped, || async move {
+        self.run_confirmed(what, key, Resend::IfDropped, call).await
+    }
+
+    /// [`Node::run_grant`] for any script whose reply starts with 1 when it wrote what replicas
+    /// must confirm (a guarded write), sent again on a dropped connection only if `resend` says so.
+    pub(crate) async fn run_confirmed(
+        &self,
+        what: &str,
+        key: &str,
+        resend: Resend,
+        call: &ScriptCall<'_>,
+    ) -> Result<(Vec<i64>, Option<i64>)> {
+        self.bounded(what, resend, || async move {
             let mut conn = self.write_conn().await?;
             let reply: Vec<i64> = call.invoke(&mut conn).await?;
             let acks = self.confirm_if(reply.first() == Some(&1), &mut conn, key).await?;

@@ -37,6 +37,11 @@ impl KindEntry {
         Self::with_token(inner, &req.kind, &req.name, new_token(), req.ttl)
     }
 
+    /// Its member in the holders and queue sets: `<role>:<token>`.
+    pub(crate) fn member(&self) -> &str {
+        &self.entry
+    }
+
     /// The holder of `lease`.
     pub(crate) fn of_lease(inner: &Inner, lease: &Lease) -> KindEntry {
         Self::with_token(inner, &lease.kind, &lease.name, lease.holder_id.clone(), lease.ttl)

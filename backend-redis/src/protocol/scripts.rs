@@ -72,6 +72,8 @@ const RENEW_MANY_LEASES: &str = include_str!("../lua/mutex/renew_many_leases.lua
 const RENEW_MANY_CROSS_LEASES: &str = include_str!("../lua/mutex/renew_many_cross_leases.lua");
 /// Quorum mode: raises the fencing counter to the token chosen for the lease.
 const RAISE_FENCE: &str = include_str!("../lua/mutex/raise_fence.lua");
+/// A guarded write: the lease's check and the write in one step.
+const GUARDED_WRITE: &str = include_str!("../lua/guarded/write.lua");
 /// Read-only look for `inspect`.
 const INSPECT: &str = include_str!("../lua/mutex/inspect.lua");
 
@@ -238,6 +240,8 @@ pub(crate) struct Scripts {
     pub(crate) inspect: Script,
     /// Read-only: the leader of an election (`lua/kinds/leader.lua`).
     pub(crate) leader: Script,
+    /// A guarded write (`lua/guarded/write.lua`).
+    pub(crate) guarded_write: Script,
     /// The source of every script but the cross-slot renewals (which need Redis 7), for
     /// `SCRIPT LOAD` at connect.
     pub(crate) sources: Vec<String>,
@@ -250,7 +254,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         renewal_sources(KIND_RENEW_MANY, KIND_RENEW_MANY_LEASES, KIND_RENEW_MANY_CROSS_LEASES);
     let mut sources = vec![renew_mutexes, renew_kinds];
     sources.extend(
-        [RAISE_FENCE, INSPECT, LEADER]
+        [RAISE_FENCE, INSPECT, LEADER, GUARDED_WRITE]
             .iter()
             .map(|file| with_helpers(code(file))),
     );
@@ -261,6 +265,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         raise_fence: s(2),
         inspect: s(3),
         leader: s(4),
+        guarded_write: s(5),
         renew_mutexes_cross: Script::new(&renew_mutexes_cross),
         renew_kinds_cross: Script::new(&renew_kinds_cross),
         sources,

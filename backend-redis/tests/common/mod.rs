@@ -257,6 +257,21 @@ impl Harness for RedisHarness {
         locker(&self.url).await
     }
 
+    /// `key` with the hash tag of the lock's holder key: in the lock's slot on a Cluster.
+    fn guarded_key(&self, family: Family, name: &str, key: &str) -> String {
+        let name = LockName::new(name).expect("a valid lock name");
+        let holder = if family == Family::Mutex {
+            LockKeys::for_url(&self.parsed, &name).expect("keys").lock
+        } else {
+            KindKeys::for_url(&self.parsed, family, &name).expect("keys").holders
+        };
+        let tag = match (holder.find('{'), holder.find('}')) {
+            (Some(open), Some(close)) if close > open + 1 => holder[open + 1..close].to_owned(),
+            _ => holder.clone(),
+        };
+        format!("{key}{{{tag}}}")
+    }
+
     async fn delete_behind_back(&self, name: &LockName) {
         let deleted: i64 = redis::cmd("DEL")
             .arg(self.keys(name).lock)

@@ -76,6 +76,21 @@ impl Sessions {
     }
 }
 
+impl Sessions {
+    /// [`Sessions::bounded`] for a `multi`, whose error says which operation failed.
+    pub(crate) async fn bounded_multi<T>(
+        &self,
+        request: impl std::future::Future<Output = std::result::Result<T, zk::MultiWriteError>>,
+    ) -> std::result::Result<T, zk::MultiWriteError> {
+        lockcore::metrics::round_trip();
+        tokio::time::timeout(self.config.request_timeout, request)
+            .await
+            .unwrap_or(Err(zk::MultiWriteError::RequestFailed {
+                source: zk::Error::Timeout,
+            }))
+    }
+}
+
 /// A new session with its watch task.
 async fn open_session(config: &ZkConfig) -> Result<Arc<Session>> {
     let (session, granted) = Session::connect(config).await?;

@@ -45,6 +45,14 @@ pub trait Harness: Send + Sync + 'static {
         self.locker().await
     }
 
+    /// The key a guarded-write test ([`crate::conformance::guarded`]) writes under `family`'s lock
+    /// `name`: `key` itself by default; on Redis Cluster, `key` with the lock's hash tag, so that
+    /// it is in the lock's slot.
+    fn guarded_key(&self, family: Family, name: &str, key: &str) -> String {
+        let _ = (family, name);
+        key.to_owned()
+    }
+
     /// A short TTL this backend honours (the server's minimum or a little more): used in tests of
     /// expiry and renewal.
     fn short_ttl(&self) -> Duration;

@@ -22,6 +22,7 @@ pub use harness::{env_url, unique_name, within, Harness};
 
 pub mod deadlines;
 pub mod election;
+pub mod guarded;
 mod harness;
 pub mod lifecycle;
 pub mod mutex;
@@ -88,5 +89,22 @@ macro_rules! primitive_tests {
                 $crate::conformance::$module::$test(&harness).await;
             }
         )*
+    };
+}
+
+/// Expands to one `#[tokio::test]` per test of the guarded-write suite ([`guarded`]), for a
+/// backend that implements [`crate::driver::LockBackend::write_guarded`]. `mutex_only: $harness`
+/// leaves out the test under a semaphore permit and a writer lock, for a backend without them
+/// (Redis's plain layout).
+#[macro_export]
+macro_rules! guarded_tests {
+    (mutex_only: $harness:expr) => {
+        $crate::conformance_tests!(@tests $harness;
+            guarded::guarded_writes_apply_while_held, guarded::guarded_write_of_a_lost_lock_never_lands,
+            guarded::guarded_write_of_an_expired_lease_never_lands, guarded::guarded_bad_input_is_rejected);
+    };
+    ($harness:expr) => {
+        $crate::guarded_tests!(mutex_only: $harness);
+        $crate::conformance_tests!(@tests $harness; guarded::guarded_writes_under_permits_and_writers);
     };
 }

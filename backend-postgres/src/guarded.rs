@@ -1,0 +1,81 @@
+//! Guarded writes ([`lockcore::Guarded`]): one statement (its own transaction) whose CTE finds the
+//! holder's entry with its token and a lease that is live by the server's clock, and locks it
+//! `FOR SHARE`, and whose write happens only if it found it (`layout.rs`'s `guarded_*`). A step
+//! that would remove the entry (a release, a prune of an expired lease, the grant to the next
+//! holder) waits for that lock, so the write commits before the lock can change hands, or not at
+//! all. The store is the schema's `data` table (`sql/data.sql`): one row per key.
+
+use lockcore::driver::{GuardedWrite, Lease};
+use lockcore::{LockError, Result};
+use tokio_postgres::types::ToSql;
+
+use crate::conn::Conn;
+use crate::protocol::queue::entry_id;
+
+/// Applies `write` if `lease` still holds (see the module docs).
+pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> Result<bool> {
+    let id = entry_id(&lease.holder_id);
+    let token = i64::try_from(lease.fencing_token).unwrap_or(i64::MAX);
+    let sql = &conn.sql;
+    let row = match write {
+        GuardedWrite::Put { key, value } => {
+            let params: [&(dyn ToSql + Sync); 4] = [&id, &token, key, value];
+            conn.one_statement(&sql.guarded_put, &params).await
+        }
+        GuardedWrite::Delete { key } => {
+            let params: [&(dyn ToSql + Sync); 3] = [&id, &token, key];
+            conn.one_statement(&sql.guarded_delete, &params).await
+        }
+        GuardedWrite::CompareAndSet {
+            key,
+            expected: Some(expected),
+            value,
+        } => {
+            let params: [&(dyn ToSql + Sync); 5] = [&id, &token, key, value, expected];
+            conn.one_statement(&sql.guarded_swap, &params).await
+        }
+        GuardedWrite::CompareAndSet {
+            key,
+            expected: None,
+            value,
+        } => {
+            let params: [&(dyn ToSql + Sync); 4] = [&id, &token, key, value];
+            conn.one_statement(&sql.guarded_insert, &params).await
+        }
+        _ => return Err(LockError::InvalidOption(format!("PostgreSQL cannot apply {write:?}"))),
+    };
+    let row = row
+        .map_err(with_grant_hint)?
+        .ok_or_else(|| LockError::Protocol("a guarded write answered no row".into()))?;
+    let (held, applied): (bool, bool) = (column(&row, 0)?, column(&row, 1)?);
+    if !held {
+        return Err(LockError::not_held(lease.name.as_str()));
+    }
+    Ok(applied)
+}
+
+/// Reads `key` (a plain read).
+pub(crate) async fn read(conn: &Conn, key: &str) -> Result<Option<Vec<u8>>> {
+    let row = conn
+        .one_statement(&conn.sql.guarded_read, &[&key])
+        .await
+        .map_err(with_grant_hint)?;
+    row.map(|row| column(&row, 0)).transpose()
+}
+
+fn column<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a tokio_postgres::Row, i: usize) -> Result<T> {
+    row.try_get(i)
+        .map_err(|e| LockError::Protocol(format!("reading a guarded write's answer: {e}")))
+}
+
+/// A user without rights on the `data` table (tables migrated from version 2 by their owner, the
+/// user's grants not given again) is told how to get them.
+fn with_grant_hint(e: LockError) -> LockError {
+    match e {
+        LockError::Denied(message) => LockError::Denied(format!(
+            "{message}; guarded writes need rights on the schema's data table: \
+             `locksmith init --sql --grant <role>` prints the grants"
+        )),
+        e => e,
+    }
+}

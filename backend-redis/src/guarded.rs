@@ -1,0 +1,96 @@
+//! Guarded writes ([`lockcore::Guarded`]): one script (`lua/guarded/write.lua`) that checks the
+//! lease and applies the write in the same atomic step: a mutex's lock key must still hold the
+//! holder's token (the compare of compare-and-delete), another kind's holders set must still
+//! have the holder's entry with a deadline in the future (the server's clock). With
+//! `min_replicas`, a write that applied is confirmed with `WAIT` like a grant: fewer
+//! acknowledgements are an error, since a failover could lose it.
+//!
+//! On Redis Cluster the data key must be in its lock's hash slot (a script's keys share one
+//! slot): give it the lock key's hash tag. A quorum of independent masters has no single store to
+//! write to, so it refuses guarded writes.
+
+use lockcore::driver::{refuse_if_inside, GuardedWrite, Lease};
+use lockcore::{LockError, LockKind, Result};
+
+use crate::config::Topology;
+use crate::conn::call::ScriptCall;
+use crate::conn::inner::Inner;
+use crate::conn::node::Resend;
+use crate::layout::slot_of;
+use crate::protocol::kinds::KindEntry;
+use crate::protocol::scripts::SCRIPTS;
+
+/// Applies `write` if `lease` still holds (see the module docs).
+pub(crate) async fn write(inner: &Inner, lease: &Lease, write: &GuardedWrite) -> Result<bool> {
+    if inner.is_quorum() {
+        return Err(LockError::InvalidOption(
+            "guarded writes need one authoritative Redis (a single server, Sentinel or Cluster); \
+             a quorum of independent masters has no single store to write to"
+                .into(),
+        ));
+    }
+    let (mode, holder_key, member) = if lease.kind == LockKind::Mutex {
+        ("m", inner.keys(&lease.name).lock, lease.holder_id.clone())
+    } else {
+        inner.check_family(lease.kind.family())?;
+        let entry = KindEntry::of_lease(inner, lease);
+        ("k", entry.keys.holders.clone(), entry.member().to_owned())
+    };
+    let key = write.key();
+    check_key(inner, key, &holder_key)?;
+    let mut call = ScriptCall::new(&SCRIPTS.guarded_write, &[holder_key.as_str(), key]);
+    call.arg(mode).arg(&member);
+    match write {
+        GuardedWrite::Put { value, .. } => call.arg("put").arg(value.as_slice()),
+        GuardedWrite::Delete { .. } => call.arg("del"),
+        GuardedWrite::CompareAndSet { expected, value, .. } => match expected {
+            Some(expected) => call.arg("cas").arg(value.as_slice()).arg("1").arg(expected.as_slice()),
+            None => call.arg("cas").arg(value.as_slice()).arg("0"),
+        },
+        _ => return Err(LockError::InvalidOption(format!("Redis cannot apply {write:?}"))),
+    };
+    let node = &inner.nodes[0];
+    // Never sent twice: a compare-and-set that applied would answer "differs" the second time.
+    let (reply, acks) = node.run_confirmed("a guarded write", key, Resend::Never, &call).await?;
+    if let Some(acks) = node.too_few(acks) {
+        return Err(node.unconfirmed("a guarded write", acks));
+    }
+    match reply.first() {
+        Some(-1) => Err(LockError::not_held(lease.name.as_str())),
+        Some(1) => Ok(true),
+        Some(0) => Ok(false),
+        _ => Err(LockError::Protocol(format!(
+            "unexpected reply {reply:?} from the guarded write script"
+        ))),
+    }
+}
+
+/// Reads `key` (a plain `GET`).
+pub(crate) async fn read(inner: &Inner, key: &str) -> Result<Option<Vec<u8>>> {
+    refuse_if_inside(key, &inner.config.prefix)?;
+    let node = &inner.nodes[0];
+    node.bounded("reading a guarded key", Resend::IfDropped, || async move {
+        let mut conn = node.link.conn().await?;
+        redis::cmd("GET").arg(key).query_async(&mut conn).await
+    })
+    .await
+}
+
+/// A data key outside locksmith's keys, in its lock's slot on a Cluster.
+fn check_key(inner: &Inner, key: &str, holder_key: &str) -> Result<()> {
+    refuse_if_inside(key, &inner.config.prefix)?;
+    if key == holder_key {
+        return Err(LockError::InvalidName(format!(
+            "the guarded key {key:?} is its own lock's key: lock keys are not data"
+        )));
+    }
+    if matches!(inner.config.topology, Topology::Cluster { .. }) && slot_of(key) != slot_of(holder_key) {
+        return Err(LockError::InvalidName(format!(
+            "on Redis Cluster a guarded key must be in its lock's hash slot ({}); {key:?} is in slot {}: \
+             give it the hash tag of the lock key {holder_key:?}",
+            slot_of(holder_key),
+            slot_of(key)
+        )));
+    }
+    Ok(())
+}

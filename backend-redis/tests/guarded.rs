@@ -1,0 +1,82 @@
+//! Redis's own side of guarded writes (the shared suite runs in every `conformance_*.rs`): keys of
+//! locksmith's prefix and the lock's own key refused, a key outside the lock's slot refused on
+//! Cluster with the hash tag to use, a quorum refusing them, and a write confirmed by a replica
+//! with `min_replicas` on Sentinel.
+
+mod common;
+
+use common::{cluster_url, env_url, locker, sentinel_url, with_options};
+use lockcore::conformance::guarded::unique_key;
+use lockcore::conformance::{unique_name, Harness};
+use lockcore::{Family, LockError};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locksmith_keys_are_refused() {
+    let h = common::RedisHarness::new("").await;
+    let locker = h.locker().await;
+    let name = unique_name("redis_guarded_keys");
+    let guard = locker.lock(&name).acquire().await.expect("acquire");
+    let lock_key = h.keys(&guard.lease().name).lock;
+    for key in [lock_key.as_str(), "locksmith:anything"] {
+        let result = guard.guarded().put(key, "x").await;
+        assert!(matches!(result, Err(LockError::InvalidName(_))), "{key}: {result:?}");
+    }
+    assert!(guard.is_held(), "a refused write cost the lock");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_outside_the_locks_slot_is_refused_on_cluster() {
+    let h = common::RedisHarness::on(&cluster_url()).await;
+    let locker = h.locker().await;
+    let name = unique_name("cluster_slot");
+    let guard = locker.lock(&name).acquire().await.expect("acquire");
+    // Some key of another slot than the lock's: of two keys in different slots, one differs.
+    let (a, b) = ("/guarded/{a}", "/guarded/{b}");
+    let lock_key = h.keys(&guard.lease().name).lock;
+    let bare = if lock_key.contains("{a}") { b } else { a };
+    let result = guard.guarded().put(bare, "x").await;
+    match &result {
+        Err(LockError::InvalidName(message)) => assert!(message.contains("hash tag"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    let tagged = h.guarded_key(Family::Mutex, &name, &unique_key("cluster"));
+    guard
+        .guarded()
+        .put(&tagged, "in the slot")
+        .await
+        .expect("put in the lock's slot");
+    assert!(guard.guarded().delete(&tagged).await.expect("delete"));
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_refuses_guarded_writes() {
+    let locker = locker(&env_url("LOCKSMITH_TEST_REDIS_QUORUM")).await;
+    let guard = locker
+        .lock(unique_name("quorum_guarded"))
+        .acquire()
+        .await
+        .expect("acquire");
+    let result = guard.guarded().put(&unique_key("quorum"), "x").await;
+    assert!(matches!(result, Err(LockError::InvalidOption(_))), "{result:?}");
+    guard.release().await.expect("release");
+}
+
+/// With `min_replicas=1` on Sentinel, a guarded write that applied is confirmed with `WAIT`: the
+/// replica acknowledges it, so the put succeeds (too few acknowledgements would be an error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_confirms_a_guarded_write() {
+    let h = common::RedisHarness::on(&with_options(&sentinel_url(), "min_replicas=1")).await;
+    let locker = h.locker().await;
+    let name = unique_name("replicated_guarded");
+    let key = unique_key("replicated");
+    let guard = locker.lock(&name).acquire().await.expect("acquire");
+    guard.guarded().put(&key, "confirmed").await.expect("a confirmed put");
+    assert_eq!(
+        guard.guarded().get(&key).await.expect("get").as_deref(),
+        Some(&b"confirmed"[..])
+    );
+    assert!(guard.guarded().delete(&key).await.expect("delete"));
+    guard.release().await.expect("release");
+}

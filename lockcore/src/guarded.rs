@@ -1,0 +1,150 @@
+//! What a guarded write is ([`GuardedWrite`]) and the rules every backend applies to it: the key
+//! and value limits, keys of a backend's own namespace refused. Guarded writes are writes to the
+//! coordination store itself that commit only while a lock is held, checked by the server in the
+//! same atomic step as the write (an etcd transaction, a ZooKeeper `multi`, one Redis script, one
+//! PostgreSQL statement). Users reach them through [`crate::LockGuard::guarded`] (the handle is in
+//! `store.rs`); backends implement [`crate::driver::LockBackend::write_guarded`].
+
+use std::fmt;
+
+use crate::error::{LockError, Result};
+
+/// The longest key a guarded write takes, in bytes.
+pub const MAX_GUARDED_KEY_LEN: usize = 1024;
+
+/// The largest value a guarded write takes, in bytes (below every backend's request limit:
+/// ZooKeeper's `jute.maxbuffer` of 1 MiB is the smallest).
+pub const MAX_GUARDED_VALUE_LEN: usize = 512 * 1024;
+
+/// One write that commits only if the lease is still held, atomically with that check.
+///
+/// A key is the backend's own key: an etcd key, a Redis key, a ZooKeeper path (absolute, its
+/// parents created as needed), an entry of the memory backend's store. Keys inside the backend's
+/// lock namespace are refused: locksmith's own keys are not data.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GuardedWrite {
+    /// Sets `key` to `value`.
+    Put {
+        /// The key.
+        key: String,
+        /// Its new value.
+        value: Vec<u8>,
+    },
+    /// Removes `key`.
+    Delete {
+        /// The key.
+        key: String,
+    },
+    /// Sets `key` to `value` only if its value is now `expected` (`None`: only if it is absent).
+    CompareAndSet {
+        /// The key.
+        key: String,
+        /// The value it must have now, or `None` if it must not exist.
+        expected: Option<Vec<u8>>,
+        /// Its new value.
+        value: Vec<u8>,
+    },
+}
+
+impl GuardedWrite {
+    /// The key written.
+    pub fn key(&self) -> &str {
+        match self {
+            GuardedWrite::Put { key, .. } | GuardedWrite::Delete { key } | GuardedWrite::CompareAndSet { key, .. } => {
+                key
+            }
+        }
+    }
+
+    /// Checks the key and the values against [`MAX_GUARDED_KEY_LEN`] and [`MAX_GUARDED_VALUE_LEN`].
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`] for an empty key, a key longer than [`MAX_GUARDED_KEY_LEN`] or with a
+    /// NUL byte; [`LockError::InvalidOption`] for a value larger than [`MAX_GUARDED_VALUE_LEN`].
+    pub fn validate(&self) -> Result<()> {
+        validate_key(self.key())?;
+        let values: [Option<&Vec<u8>>; 2] = match self {
+            GuardedWrite::Put { value, .. } => [Some(value), None],
+            GuardedWrite::Delete { .. } => [None, None],
+            GuardedWrite::CompareAndSet { expected, value, .. } => [Some(value), expected.as_ref()],
+        };
+        for value in values.into_iter().flatten() {
+            if value.len() > MAX_GUARDED_VALUE_LEN {
+                return Err(LockError::InvalidOption(format!(
+                    "a guarded write's value is {} bytes; the limit is {MAX_GUARDED_VALUE_LEN}",
+                    value.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for GuardedWrite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (op, len) = match self {
+            GuardedWrite::Put { value, .. } => ("Put", Some(value.len())),
+            GuardedWrite::Delete { .. } => ("Delete", None),
+            GuardedWrite::CompareAndSet { value, .. } => ("CompareAndSet", Some(value.len())),
+        };
+        f.debug_struct(op)
+            .field("key", &self.key())
+            .field("value_len", &len)
+            .finish()
+    }
+}
+
+/// Checks a key of the guarded store: not empty, at most [`MAX_GUARDED_KEY_LEN`] bytes, no NUL byte.
+///
+/// # Errors
+///
+/// [`LockError::InvalidName`] saying which rule the key breaks.
+pub fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(LockError::InvalidName("a guarded key must not be empty".into()));
+    }
+    if key.len() > MAX_GUARDED_KEY_LEN {
+        return Err(LockError::InvalidName(format!(
+            "a guarded key is {} bytes; the limit is {MAX_GUARDED_KEY_LEN}",
+            key.len()
+        )));
+    }
+    if key.contains('\0') {
+        return Err(LockError::InvalidName(
+            "a guarded key must not contain a NUL byte".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The refusal of a key inside a backend's own namespace (`namespace` is where its lock keys
+/// live), for backends to return from [`crate::driver::LockBackend::write_guarded`].
+pub fn refuse_if_inside(key: &str, namespace: &str) -> Result<()> {
+    if !namespace.is_empty() && key.starts_with(namespace) {
+        return Err(LockError::InvalidName(format!(
+            "the guarded key {key:?} is inside locksmith's namespace {namespace:?}: lock keys are not data"
+        )));
+    }
+    Ok(())
+}
+
+/// Applies `write` to an in-memory map (the memory backend's store), once its lease was checked;
+/// what [`crate::driver::LockBackend::write_guarded`] answers.
+pub(crate) fn apply_to_map(data: &mut std::collections::HashMap<String, Vec<u8>>, write: &GuardedWrite) -> bool {
+    match write {
+        GuardedWrite::Put { key, value } => {
+            data.insert(key.clone(), value.clone());
+            true
+        }
+        GuardedWrite::Delete { key } => data.remove(key).is_some(),
+        GuardedWrite::CompareAndSet { key, expected, value } => {
+            if data.get(key) != expected.as_ref() {
+                return false;
+            }
+            data.insert(key.clone(), value.clone());
+            true
+        }
+    }
+}
