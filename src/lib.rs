@@ -75,6 +75,12 @@ pub use backend_etcd as etcd;
 #[cfg(feature = "zk")]
 pub use backend_zk as zk;
 
+/// Fenced stores outside the lock service (features `fence-postgres`, `fence-object-store`):
+/// storage that refuses a write whose fencing token is below the highest it has accepted, in one
+/// call (`fence::postgres::Fence`, `fence::objects::FencedObjects`; see `docs/fencing.md`).
+#[cfg(any(feature = "fence-postgres", feature = "fence-object-store"))]
+pub use locksmith_fence as fence;
+
 use std::time::Duration;
 
 use lockcore::driver::{BackendUrl, Descriptor, TtlScope};
