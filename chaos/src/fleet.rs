@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::events::{now_ns, Event};
 use crate::register::Register;
 use crate::targets::Target;
-use crate::worker::{work, Plan};
+use crate::worker::{work, Plan, Writes};
 
 /// What a worker needs besides the target.
 #[derive(Clone, Debug)]
@@ -31,6 +31,8 @@ pub struct WorkerSpec {
     pub wait_only: bool,
     /// The longest hold (the shortest is 10 ms).
     pub hold_max: Duration,
+    /// The guarded mode's log key (see [`crate::worker::WorkerArgs::guarded_key`]).
+    pub guarded_key: Option<String>,
 }
 
 /// How a worker runs.
@@ -115,6 +117,9 @@ impl Fleet {
         if self.spec.wait_only {
             cmd.arg("--wait-only");
         }
+        if let Some(key) = &self.spec.guarded_key {
+            cmd.args(["--guarded-key", key]);
+        }
         let mut child = cmd.spawn().context("starting a worker")?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok()).context("worker pid")?;
         let stdout = child.stdout.take().context("worker stdout")?;
@@ -144,21 +149,24 @@ impl Fleet {
         let index = self.workers.len();
         let id = format!("w{index}");
         let locker = locksmith::connect(&self.target.url).await?;
-        let register = Register::connect(&self.spec.register, !self.spec.unsafe_register).await?;
+        let writes = match &self.spec.guarded_key {
+            Some(key) => Writes::Guarded(key.clone()),
+            None => Writes::Register(Register::connect(&self.spec.register, !self.spec.unsafe_register).await?),
+        };
         let plan = Plan {
             name: self.spec.name.clone(),
             id: id.clone(),
             ttl: self.target.ttl,
             hold: (Duration::from_millis(10), self.spec.hold_max),
             wait_only: self.spec.wait_only,
-            heeds_lost: !self.spec.unsafe_register,
+            heeds_lost: !self.spec.unsafe_register && self.spec.guarded_key.is_none(),
         };
         let (stop_tx, mut stop) = watch::channel(false);
         let events = self.events.clone();
         let task = tokio::spawn(async move {
             let sink = move |e: Event| lock(&events).push((index, e));
             sink(Event::Ready { t: now_ns() });
-            work(&locker, &register, &plan, &sink, &mut stop).await;
+            work(&locker, &writes, &plan, &sink, &mut stop).await;
         });
         self.workers.push(Worker {
             id,

@@ -16,6 +16,7 @@ mod events;
 mod extras;
 mod faults;
 mod fleet;
+mod guarded_log;
 mod register;
 mod report;
 mod run;
@@ -57,7 +58,7 @@ pub struct RunArgs {
     /// Only these faults (comma-separated names, e.g. `pause,kill`).
     #[arg(long, value_delimiter = ',')]
     pub faults: Vec<String>,
-    /// Only these sections (`faults`, `self-check`, `leaks`, `load`, `soak`, `bad-input`).
+    /// Only these sections (`faults`, `guarded`, `self-check`, `leaks`, `load`, `soak`, `bad-input`).
     #[arg(long, value_delimiter = ',')]
     pub sections: Vec<String>,
     /// Write the results as JSON here.

@@ -8,7 +8,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::extras::{self, BadInput, Leak, Load, Soak};
-use crate::run::{self, RunResult, Shape};
+use crate::run::{self, RunResult, Shape, WriteMode};
 use crate::targets::{self, env_url, Fault, Target};
 use crate::RunArgs;
 
@@ -21,6 +21,9 @@ pub struct Report {
     pub machine: Machine,
     /// One row per backend × topology × fault.
     pub results: Vec<Row>,
+    /// The guarded mode: the same faults, workers that write blind through guarded writes to
+    /// the coordination store instead of the register.
+    pub guarded: Vec<Row>,
     /// The suite run against a deliberately broken setup, which it must flag.
     pub self_check: Option<SelfCheck>,
     /// Waiter entries left behind by cancelled and killed waiters.
@@ -249,6 +252,7 @@ impl Report {
                 seconds: 0.0,
             },
             results: Vec::new(),
+            guarded: Vec::new(),
             self_check: None,
             leaks: Vec::new(),
             load: Vec::new(),
@@ -267,7 +271,7 @@ impl Report {
                 };
                 for fault in faults.iter().copied().filter(applies) {
                     tracing::info!(target = target.id(), %fault, "run");
-                    match run::run(target, fault, shape, &register, true).await {
+                    match run::run(target, fault, shape, &register, WriteMode::Register).await {
                         Ok(r) => report.results.push(Row::from(r)),
                         Err(e) => {
                             tracing::error!(target = target.id(), %fault, error = %format!("{e:#}"), "run failed");
@@ -278,6 +282,9 @@ impl Report {
                     }
                 }
             }
+        }
+        if args.wants("guarded") {
+            report.guarded = guarded(&targets, &faults, shape, args.quick, &register, &mut report.notes).await;
         }
         if args.wants("self-check") {
             report.self_check = self_check(&targets, ttl, &register).await;
@@ -307,6 +314,12 @@ impl Report {
     /// Every broken promise: what fails the suite.
     pub fn broken_promises(&self) -> Vec<String> {
         let mut out: Vec<String> = self.results.iter().flat_map(Row::broken).collect();
+        out.extend(
+            self.guarded
+                .iter()
+                .flat_map(Row::broken)
+                .map(|b| format!("guarded writes: {b}")),
+        );
         if let Some(s) = &self.self_check {
             if !s.caught {
                 out.push(format!("self-check: the suite did not flag {}", s.variant));
@@ -319,6 +332,46 @@ impl Report {
         out.extend(self.bad_input.iter().flat_map(BadInput::broken));
         out
     }
+}
+
+/// The guarded mode on every target with guarded writes: the faults of the fault runs (the
+/// quick run: pause, the fault that makes stale writes, and on the failover topologies the
+/// leader kill), workers writing blind through
+/// guarded writes to a log in the coordination store.
+async fn guarded(
+    targets: &[Target],
+    faults: &[Fault],
+    shape: Shape,
+    quick: bool,
+    register: &str,
+    notes: &mut Vec<String>,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for target in targets.iter().filter(|t| crate::guarded_log::supported(t)) {
+        let applies = |f: &Fault| {
+            if !quick {
+                target.has(*f)
+            } else if target.fails_over {
+                *f == Fault::LeaderKill && target.has(*f)
+            } else {
+                *f == Fault::Pause && target.has(*f)
+            }
+        };
+        for fault in faults.iter().copied().filter(applies) {
+            tracing::info!(target = target.id(), %fault, "guarded run");
+            match run::run(target, fault, shape, register, WriteMode::Guarded).await {
+                Ok(r) => rows.push(Row::from(r)),
+                Err(e) => {
+                    tracing::error!(target = target.id(), %fault, error = %format!("{e:#}"), "guarded run failed");
+                    notes.push(format!(
+                        "{} {fault} (guarded writes): the run failed: {e:#}",
+                        target.id()
+                    ));
+                }
+            }
+        }
+    }
+    rows
 }
 
 /// The suite against a register that does not check tokens and workers that write after losing
@@ -338,7 +391,7 @@ async fn self_check(targets: &[Target], ttl: Duration, register: &str) -> Option
         failovers: 5,
     };
     let _ = ttl;
-    match run::run(&target, Fault::Pause, shape, register, false).await {
+    match run::run(&target, Fault::Pause, shape, register, WriteMode::UncheckedRegister).await {
         Ok(r) => {
             let row = Row::from(r);
             Some(SelfCheck {

@@ -43,19 +43,43 @@ pub struct RunResult {
     pub leftovers: usize,
     /// The faults as injected.
     pub injected: Vec<Injected>,
-    /// Whether the register checked tokens (false only in the self-check).
-    pub register_checked: bool,
+    /// Where the workers wrote.
+    pub writes: WriteMode,
+}
+
+/// Where a run's workers write their tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteMode {
+    /// The fenced register, checking tokens (the fault runs).
+    Register,
+    /// The register accepting every write, by workers that write blind (the self-check).
+    UncheckedRegister,
+    /// A log in the coordination store appended through guarded writes, by workers that write
+    /// blind ([`crate::guarded_log`]).
+    Guarded,
 }
 
 /// Runs `fault` on `target`.
-pub async fn run(target: &Target, fault: Fault, shape: Shape, register_url: &str, checked: bool) -> Result<RunResult> {
+pub async fn run(
+    target: &Target,
+    fault: Fault,
+    shape: Shape,
+    register_url: &str,
+    writes: WriteMode,
+) -> Result<RunResult> {
     let name = format!("chaos/{}/{}/{:08x}", target.id(), fault, rand::random::<u32>());
+    let guarded_key = match writes {
+        WriteMode::Guarded => Some(crate::guarded_log::key(target, &name)?),
+        _ => None,
+    };
     let spec = WorkerSpec {
         name: name.clone(),
         register: register_url.to_owned(),
-        unsafe_register: !checked,
+        unsafe_register: writes == WriteMode::UncheckedRegister,
         wait_only: false,
         hold_max: hold_max(target, fault),
+        guarded_key: guarded_key.clone(),
     };
     let mut fleet = Fleet::new(target, spec);
     for _ in 0..shape.workers {
@@ -102,10 +126,15 @@ pub async fn run(target: &Target, fault: Fault, shape: Shape, register_url: &str
     let events = fleet.events();
     let killed: Vec<Option<u64>> = fleet.workers.iter().map(|w| w.killed_at).collect();
     let ids: Vec<String> = fleet.workers.iter().map(|w| w.id.clone()).collect();
-    let register = Register::connect(register_url, checked).await?;
-    let log = register.log(&name).await?;
-    let measured = measure(&events, &killed, &log, &ids, &injected, run_end);
     let leftovers = leftovers(target, &name).await?;
+    let log = match &guarded_key {
+        Some(key) => crate::guarded_log::read(target, &name, key).await?,
+        None => {
+            let register = Register::connect(register_url, writes == WriteMode::Register).await?;
+            register.log(&name).await?
+        }
+    };
+    let measured = measure(&events, &killed, &log, &ids, &injected, run_end);
     Ok(RunResult {
         backend: target.backend,
         topology: target.topology,
@@ -114,7 +143,7 @@ pub async fn run(target: &Target, fault: Fault, shape: Shape, register_url: &str
         measured,
         leftovers,
         injected,
-        register_checked: checked,
+        writes,
     })
 }
 

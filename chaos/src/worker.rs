@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use locksmith::{ConnectOptions, LockError, Locker};
+use locksmith::{ConnectOptions, LockError, LockGuard, Locker};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -50,6 +50,21 @@ pub struct WorkerArgs {
     /// Only wait for the lock, forever (for the leak test, which kills waiters).
     #[arg(long)]
     pub wait_only: bool,
+    /// The guarded mode: append to the log at this key of the coordination store through
+    /// guarded writes instead of writing to the register, and write blind (as
+    /// `--unsafe-register` does): the store's check is what must refuse a stale holder.
+    #[arg(long)]
+    pub guarded_key: Option<String>,
+}
+
+/// Where a worker's writes go.
+#[derive(Clone)]
+pub enum Writes {
+    /// The fenced register (checked, or not in the self-check).
+    Register(Register),
+    /// The log at this key of the coordination store, through guarded writes
+    /// ([`crate::guarded_log`]).
+    Guarded(String),
 }
 
 fn parse_ms(s: &str) -> Result<Duration, String> {
@@ -117,23 +132,26 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
             },
         }
     };
-    let register = Register::connect(&args.register, !args.unsafe_register).await?;
+    let writes = match args.guarded_key {
+        Some(key) => Writes::Guarded(key),
+        None => Writes::Register(Register::connect(&args.register, !args.unsafe_register).await?),
+    };
     let plan = Plan {
         name: args.name,
         id: args.id,
         ttl: args.ttl,
         hold: (args.hold_min, args.hold_max),
         wait_only: args.wait_only,
-        heeds_lost: !args.unsafe_register,
+        heeds_lost: !args.unsafe_register && matches!(writes, Writes::Register(_)),
     };
     to_stdout(Event::Ready { t: now_ns() });
-    work(&locker, &register, &plan, &to_stdout, &mut stop).await;
+    work(&locker, &writes, &plan, &to_stdout, &mut stop).await;
     Ok(())
 }
 
 /// The loop: acquire, write the token, hold (cut short by `lost()`), write again, release; until
 /// `stop` turns true.
-pub async fn work(locker: &Locker, register: &Register, plan: &Plan, sink: &Sink, stop: &mut watch::Receiver<bool>) {
+pub async fn work(locker: &Locker, writes: &Writes, plan: &Plan, sink: &Sink, stop: &mut watch::Receiver<bool>) {
     while !*stop.borrow() {
         let acquire = locker
             .lock(&plan.name)
@@ -163,7 +181,7 @@ pub async fn work(locker: &Locker, register: &Register, plan: &Plan, sink: &Sink
         sink(Event::Enter { t: now_ns(), token });
         let lost = guard.lost();
         tokio::pin!(lost);
-        write(register, plan, sink, token).await;
+        write(writes, &guard, plan, sink, token).await;
         let (min, max) = (plan.hold.0.as_millis(), plan.hold.1.as_millis());
         let hold = Duration::from_millis(u64::try_from(rand::random_range(min..=max.max(min))).unwrap_or(0));
         let cut_short = if plan.heeds_lost {
@@ -179,7 +197,7 @@ pub async fn work(locker: &Locker, register: &Register, plan: &Plan, sink: &Sink
             None
         };
         if cut_short.is_none() {
-            write(register, plan, sink, token).await;
+            write(writes, &guard, plan, sink, token).await;
         }
         // The blind holder says after its write whether the lock was lost meanwhile.
         let lost_reason = match cut_short {
@@ -199,10 +217,14 @@ pub async fn work(locker: &Locker, register: &Register, plan: &Plan, sink: &Sink
     sink(Event::Done { t: now_ns() });
 }
 
-/// One register write, reported.
-async fn write(register: &Register, plan: &Plan, sink: &Sink, token: u64) {
+/// One write (to the register, or guarded), reported.
+async fn write(writes: &Writes, guard: &LockGuard, plan: &Plan, sink: &Sink, token: u64) {
     let sent = now_ns();
-    match register.write(&plan.name, token, &plan.id).await {
+    let accepted = match writes {
+        Writes::Register(register) => register.write(&plan.name, token, &plan.id).await,
+        Writes::Guarded(key) => crate::guarded_log::append(guard, key, token, &plan.id).await,
+    };
+    match accepted {
         Ok(accepted) => sink(Event::Write {
             sent,
             t: now_ns(),

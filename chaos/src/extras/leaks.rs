@@ -168,6 +168,7 @@ async fn kill(target: &Target, waiters: usize, register: &str) -> Result<(usize,
         unsafe_register: false,
         wait_only: true,
         hold_max: Duration::from_millis(300),
+        guarded_key: None,
     };
     let mut fleet = Fleet::new(target, spec);
     for _ in 0..waiters {

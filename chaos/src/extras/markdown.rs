@@ -169,6 +169,24 @@ pub fn page(r: &Report) -> String {
     table(&mut out, FAULT_HEADER, fault_rows(&rows));
     redis_failover(&mut out, r);
 
+    if !r.guarded.is_empty() {
+        let _ = writeln!(out, "## Guarded writes: the store refuses the stale holder\n");
+        let _ = writeln!(
+            out,
+            "The same faults, with the workers writing through guarded writes (`guard.guarded()`, \
+             `docs/fencing.md`) instead of to the register: each appends its token to a log kept in \
+             the coordination store itself, with a compare-and-set that the server commits only \
+             while the writer's lease holds. The workers write **blind**, after their whole hold \
+             whether or not `lost()` fired (as the self-check's do), so every write of a holder \
+             paused past its lease reaches the store: *stale writes rejected* are the store's \
+             refusals (or the guard's own, when it already knew), and *stale writes accepted* \
+             (**must be 0**) are writes in the store's log after a later holder's. Targets: every \
+             one with guarded writes (not `file://`, not the Redis quorum).\n"
+        );
+        let rows: Vec<&Row> = r.guarded.iter().collect();
+        table(&mut out, FAULT_HEADER, fault_rows(&rows));
+    }
+
     if let Some(s) = &r.self_check {
         let _ = writeln!(out, "## Self-check: the suite catches a broken setup\n");
         let _ = writeln!(
