@@ -81,13 +81,7 @@ pub async fn read(target: &Target, name: &str, key: &str) -> Result<Vec<Accepted
 fn parse(value: &[u8]) -> Vec<Accepted> {
     String::from_utf8_lossy(value)
         .lines()
-        .filter_map(|line| {
-            let (token, writer) = line.split_once(' ')?;
-            Some(Accepted {
-                token: token.parse().ok()?,
-                writer: writer.to_owned(),
-            })
-        })
+        .filter_map(Accepted::parse)
         .collect()
 }
 

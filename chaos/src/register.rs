@@ -39,6 +39,17 @@ pub struct Accepted {
     pub writer: String,
 }
 
+impl Accepted {
+    /// One log line, `<token> <writer>`; `None` for anything else.
+    pub fn parse(line: &str) -> Option<Accepted> {
+        let (token, writer) = line.split_once(' ')?;
+        Some(Accepted {
+            token: token.parse().ok()?,
+            writer: writer.to_owned(),
+        })
+    }
+}
+
 impl Register {
     /// Connects to the register's Redis at `url` (`redis://host:port`).
     pub async fn connect(url: &str, checked: bool) -> Result<Register> {
@@ -78,15 +89,6 @@ impl Register {
             .query_async(&mut conn)
             .await
             .context("reading the register's log")?;
-        Ok(lines
-            .iter()
-            .filter_map(|l| {
-                let (token, writer) = l.split_once(' ')?;
-                Some(Accepted {
-                    token: token.parse().ok()?,
-                    writer: writer.to_owned(),
-                })
-            })
-            .collect())
+        Ok(lines.iter().filter_map(|line| Accepted::parse(line)).collect())
     }
 }
