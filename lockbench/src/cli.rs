@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "uncontended,handover,contended,herd,takeover,scale,semaphore,rwlock,election,cli"
+        default_value = "uncontended,handover,contended,herd,takeover,scale,guarded,semaphore,rwlock,election,cli"
     )]
     pub workloads: Vec<String>,
     /// Skip the reference rows (raw floor and peer libraries).

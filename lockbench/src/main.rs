@@ -1,7 +1,7 @@
 //! `lockbench`: the comparative benchmark suite behind `docs/comparison.md`.
 //!
-//! Runs the same workloads (uncontended, handover, contended, herd, takeover, scale; and for the
-//! semaphore, the read-write lock and the election) on every backend it is given, beside the raw client floor and the peer libraries, and writes JSON
+//! Runs the same workloads (uncontended, handover, contended, herd, takeover, scale, the cost of
+//! a guarded write; and for the semaphore, the read-write lock and the election) on every backend it is given, beside the raw client floor and the peer libraries, and writes JSON
 //! (schema `lockbench/1`), a markdown comparison and SVG charts. See `lockbench --help`.
 
 mod cli;

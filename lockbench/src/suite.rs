@@ -10,7 +10,7 @@ use crate::model::{Machine, Record, Report, SCHEMA};
 use crate::reference::{self, Reference};
 use crate::system::{LockSystem, Locksmith};
 use crate::workloads::{
-    self, contended, election, handover, herd, herd_reference, rwlock, scale, semaphore, takeover, uncontended,
+    self, contended, election, guarded, handover, herd, herd_reference, rwlock, scale, semaphore, takeover, uncontended,
 };
 
 /// Whether locksmith's backend `name` is compiled into this lockbench (the facade's registry).
@@ -267,6 +267,16 @@ impl BackendRun<'_> {
                 if ls.is_some() {
                     let rows = scale::run(b, &self.url, sizes).await;
                     self.push(rows, "scale");
+                }
+            }
+            "guarded" if b == "file" => {
+                self.note("file: guarded skipped: lock files have no guarded writes".into());
+            }
+            "guarded" => {
+                if ls.is_some() {
+                    let plain = self.reference.plain_write.clone();
+                    let rows = guarded::run(b, &self.url, plain, sizes).await;
+                    self.push(rows, "guarded");
                 }
             }
             "semaphore" | "rwlock" | "election" => {

@@ -192,6 +192,7 @@ fn details(s: &mut String, report: &Report) {
         "herd",
         "takeover",
         "scale",
+        "guarded",
         "cli",
     ] {
         let rows: Vec<&Record> = report.results.iter().filter(|r| r.workload == workload).collect();

@@ -29,12 +29,31 @@ pub async fn reference(url: &str) -> Result<Reference> {
         })
     };
     let single_key = system(Mode::SingleKey);
+    let plain_write = PlainPut {
+        kv: client.kv_client(),
+        key: format!("lockbench/plain/{}", std::process::id()),
+    };
     Ok(Reference {
         floor: Some(system(Mode::Floor)),
         notify: Some(Arc::new(WatchFloor { client })),
         peers: vec![system(Mode::LockRpc), single_key.clone()],
         herd: vec![single_key],
+        plain_write: Some(Arc::new(plain_write)),
     })
+}
+
+/// One `Put`: the `guarded` workload's floor.
+struct PlainPut {
+    kv: etcd_client::KvClient,
+    key: String,
+}
+
+#[async_trait]
+impl super::PlainWrite for PlainPut {
+    async fn put(&self, value: &[u8]) -> Result<()> {
+        self.kv.clone().put(self.key.as_str(), value, None).await?;
+        Ok(())
+    }
 }
 
 /// Which etcd lock a reference row runs.

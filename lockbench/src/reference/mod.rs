@@ -9,6 +9,9 @@
 //! | zk | create ephemeral-sequential + get-children + delete | exists-watch of a delete | `zookeeper-client`'s lock recipe |
 //! | file | open + `flock(LOCK_EX\|LOCK_NB)`, `flock(LOCK_UN)` + close | inotify event of a rename | `distributed-lock-file`, `fd-lock` |
 //! | postgres | one prepared `INSERT … ON CONFLICT DO UPDATE … RETURNING token`, one `UPDATE` | LISTEN/NOTIFY | a session `pg_advisory_lock` |
+//!
+//! The `guarded` workload's floor is a plain write of the bare client ([`PlainWrite`]): Redis
+//! `SET`, etcd `Put`, ZooKeeper `setData`, a PostgreSQL upsert.
 
 #[cfg(feature = "etcd-ref")]
 mod etcd;
@@ -39,6 +42,13 @@ pub trait Notification: Send + Sync {
     async fn once(&self, blocked: Duration) -> Result<Duration>;
 }
 
+/// A plain write of the bare client to a key of its own (the `guarded` workload's floor).
+#[async_trait]
+pub trait PlainWrite: Send + Sync {
+    /// Writes `value` to the writer's key, with no check.
+    async fn put(&self, value: &[u8]) -> Result<()>;
+}
+
 /// The reference systems of one backend.
 #[derive(Default)]
 pub struct Reference {
@@ -50,6 +60,8 @@ pub struct Reference {
     pub peers: Vec<Arc<dyn LockSystem>>,
     /// Peers whose herd effect the `herd` workload measures beside locksmith's.
     pub herd: Vec<Arc<dyn LockSystem>>,
+    /// The floor of the `guarded` workload: a plain write, no check.
+    pub plain_write: Option<Arc<dyn PlainWrite>>,
 }
 
 /// Sets up the reference systems for `backend` at `url`. `Err` carries the note to report when

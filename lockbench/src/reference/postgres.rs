@@ -31,7 +31,9 @@ pub async fn reference(url: &str) -> Result<Reference> {
         .batch_execute(SETUP)
         .await
         .context("creating the floor's table")?;
+    let plain_write = PlainUpsert::new(&plain).await?;
     Ok(Reference {
+        plain_write: Some(Arc::new(plain_write)),
         floor: Some(Arc::new(Floor { url: plain.clone() })),
         notify: Some(Arc::new(ListenFloor { url: plain.clone() })),
         peers: vec![
@@ -40,6 +42,42 @@ pub async fn reference(url: &str) -> Result<Reference> {
         ],
         herd: Vec::new(),
     })
+}
+
+/// One prepared upsert of a row of its own: the `guarded` workload's floor.
+struct PlainUpsert {
+    client: Client,
+    upsert: tokio_postgres::Statement,
+    key: String,
+}
+
+impl PlainUpsert {
+    async fn new(url: &str) -> Result<PlainUpsert> {
+        let client = connect(url).await?;
+        client
+            .batch_execute("CREATE TABLE IF NOT EXISTS lockbench_plain (key text PRIMARY KEY, value bytea NOT NULL)")
+            .await
+            .context("creating the plain write's table")?;
+        let upsert = client
+            .prepare(
+                "INSERT INTO lockbench_plain (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            )
+            .await?;
+        Ok(PlainUpsert {
+            client,
+            upsert,
+            key: format!("plain-{}", std::process::id()),
+        })
+    }
+}
+
+#[async_trait]
+impl super::PlainWrite for PlainUpsert {
+    async fn put(&self, value: &[u8]) -> Result<()> {
+        self.client.execute(&self.upsert, &[&self.key, &value]).await?;
+        Ok(())
+    }
 }
 
 /// The URL without locksmith's options (tokio-postgres refuses options it does not know).

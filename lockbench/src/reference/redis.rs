@@ -26,13 +26,36 @@ pub async fn reference(url: &str) -> Result<Reference> {
         .await
         .with_context(|| format!("connecting to {plain}"))?;
     let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+    let plain_write = PlainSet {
+        conn: conn.clone(),
+        key: format!("lockbench:plain:{}", std::process::id()),
+    };
     let notify = PubSubFloor::new(&client, conn).await?;
     Ok(Reference {
         floor: Some(Arc::new(Floor { client: client.clone() })),
         notify: Some(Arc::new(notify)),
         peers: vec![Arc::new(RsLock { url: plain })],
         herd: Vec::new(),
+        plain_write: Some(Arc::new(plain_write)),
     })
+}
+
+/// `SET key value`: the `guarded` workload's floor.
+struct PlainSet {
+    conn: MultiplexedConnection,
+    key: String,
+}
+
+#[async_trait]
+impl super::PlainWrite for PlainSet {
+    async fn put(&self, value: &[u8]) -> Result<()> {
+        let () = redis::cmd("SET")
+            .arg(&self.key)
+            .arg(value)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
 }
 
 /// `SET key token NX PX ttl`, then the compare-and-delete script.

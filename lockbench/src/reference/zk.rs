@@ -19,6 +19,7 @@ pub async fn reference(url: &str) -> Result<Reference> {
     let client = Client::connect(&cluster).await?;
     let dir = CreateMode::Persistent.with_acls(Acls::anyone_all());
     client.mkdir(&format!("{ROOT}/notify"), &dir).await?;
+    let plain_write = PlainSetData::new(client.clone()).await?;
     Ok(Reference {
         floor: Some(Arc::new(Zk {
             cluster: cluster.clone(),
@@ -27,7 +28,34 @@ pub async fn reference(url: &str) -> Result<Reference> {
         notify: Some(Arc::new(WatchFloor { client })),
         peers: vec![Arc::new(Zk { cluster, recipe: true })],
         herd: Vec::new(),
+        plain_write: Some(Arc::new(plain_write)),
     })
+}
+
+/// One `setData` of a node of its own: the `guarded` workload's floor.
+struct PlainSetData {
+    client: Client,
+    path: String,
+}
+
+impl PlainSetData {
+    async fn new(client: Client) -> Result<PlainSetData> {
+        let path = format!("{ROOT}/plain-{}", std::process::id());
+        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        match client.create(&path, &[], &options).await {
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(PlainSetData { client, path })
+    }
+}
+
+#[async_trait]
+impl super::PlainWrite for PlainSetData {
+    async fn put(&self, value: &[u8]) -> Result<()> {
+        self.client.set_data(&self.path, value, None).await?;
+        Ok(())
+    }
 }
 
 /// The floor (`recipe: false`) or the lock recipe (`recipe: true`).

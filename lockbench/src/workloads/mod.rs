@@ -1,9 +1,11 @@
 //! The workloads, one module each, and the progress bar they share: the mutex's six, the
-//! semaphore's, read-write lock's and election's, and the command line's on `file://` (`cli`).
+//! semaphore's, read-write lock's and election's, the command line's on `file://` (`cli`), and
+//! the cost of a guarded write (`guarded`).
 
 pub mod cli;
 pub mod contended;
 pub mod election;
+pub mod guarded;
 pub mod handover;
 pub mod herd;
 pub mod herd_reference;
