@@ -1,9 +1,11 @@
 //! `renew_many`: one heartbeat renews every entry of the locker (see `conn/owner.rs`), so renewing
-//! costs one small write however many locks are held. Each lease is then checked against its
-//! state file (a read without the lock): a lease whose entry is gone (its TTL passed while the
-//! process was paused, or its file was removed by hand) answers `NotHeld`, and the watchdog fires
-//! its lost signal. The same heartbeat finds the leases whose guard stopped renewing them, and
-//! removes them.
+//! costs one small write however many locks are held. A lease whose TTL passed under the previous
+//! heartbeat (the process was paused) answers `NotHeld`, and the watchdog fires its lost signal.
+//! So does a lease whose entry is gone from its state file (the file was removed or rewritten by
+//! hand): a renewal reads the state files that changed since it last read them, as the kernel
+//! reports changes (`wake.rs`), so 10,000 held locks that nobody touches cost no read at all
+//! (reading each of them every third of a TTL kept a busy 2-core machine from renewing in time).
+//! The same heartbeat finds the leases whose guard stopped renewing them, and removes them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,9 +16,8 @@ use lockcore::driver::Lease;
 use lockcore::{LockError, Result};
 
 use crate::cleanup::reap_now;
-use crate::conn::Dir;
+use crate::conn::{Check, Dir};
 use crate::error::join_error;
-use crate::layout::LockFile;
 use crate::protocol::state::{entry_id, State};
 
 /// Renews `leases`; one result per lease, in order.
@@ -33,14 +34,16 @@ pub(crate) async fn renew_many(dir: &Arc<Dir>, leases: &[Lease]) -> Vec<Result<(
         let results = leases
             .iter()
             .map(|lease| {
-                let file = LockFile::of(lease.kind.family(), &lease.name);
                 let id = entry_id(&lease.holder_id);
-                let state = states
-                    .entry(file.stem.clone())
-                    .or_insert_with(|| dir.read_raw(&file).ok());
-                let in_file = state
-                    .as_ref()
-                    .is_some_and(|s| s.entries.iter().any(|e| e.id == id && e.grant.is_some()));
+                let in_file = match dir.check(id) {
+                    Check::Gone => false,
+                    Check::Unchanged => true,
+                    Check::Read(file) => states
+                        .entry(file.stem.clone())
+                        .or_insert_with(|| dir.read_raw(&file).ok())
+                        .as_ref()
+                        .is_some_and(|s| s.entries.iter().any(|e| e.id == id && e.grant.is_some())),
+                };
                 if in_file && dir.renewed(id, sent) {
                     Ok(())
                 } else {

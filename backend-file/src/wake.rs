@@ -1,8 +1,11 @@
 //! Wake-ups from the kernel: one inotify instance per directory and process, read by a thread of
 //! its own (so that it serves every tokio runtime of the process), never polling.
 //!
-//! - A state file renamed into place or removed (`IN_MOVED_TO`, `IN_DELETE` of `<stem>.state`)
-//!   wakes the tasks of this process that wait on that lock.
+//! - A state file renamed into place, removed or written in place (`IN_MOVED_TO`, `IN_DELETE`,
+//!   `IN_CLOSE_WRITE` of `<stem>.state`) wakes the tasks of this process that wait on that lock,
+//!   and counts as a change of that lock for the renewals of this process (see
+//!   [`Hub::changes`]): a renewal reads only the state files that changed since it last read
+//!   them.
 //! - A liveness file closed or removed in `.owners/` (`IN_CLOSE_WRITE`, `IN_DELETE`: a locker
 //!   ended, maybe by SIGKILL) wakes every waiting task of this process, since the dead locker's
 //!   entries may have been ahead of any of them.
@@ -14,6 +17,7 @@ use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
@@ -30,7 +34,22 @@ pub(crate) struct Hub {
     watches: [i32; 2],
     /// One `Notify` per lock stem that a task of this process waits on.
     locks: Mutex<HashMap<String, Weak<Notify>>>,
+    /// One change counter per lock stem that this process holds (see [`Hub::changes`]).
+    changes: Mutex<Counters>,
+    /// Whether the thread still reads events: once it stopped, no change is counted any more.
+    reading: AtomicBool,
 }
+
+/// The change counters, and how many lived when dead ones were last dropped (dropping them at
+/// every insertion would cost a pass over all of them per lock taken).
+#[derive(Debug, Default)]
+struct Counters {
+    by_stem: HashMap<String, Weak<AtomicU64>>,
+    live_at_last_sweep: usize,
+}
+
+/// The number of changes seen to one lock's state file, as [`Hub::changes`] hands it out.
+pub(crate) type Changes = Arc<AtomicU64>;
 
 impl Hub {
     /// The hub of `dir` (canonical) in this process, started on first use.
@@ -53,17 +72,24 @@ impl Hub {
         let fd = inotify::init(CreateFlags::CLOEXEC).map_err(|e| errno_error("cannot watch", dir, e))?;
         let watch =
             |path: &Path, flags| inotify::add_watch(&fd, path, flags).map_err(|e| errno_error("cannot watch", path, e));
-        let states = watch(dir, WatchFlags::MOVED_TO | WatchFlags::DELETE)?;
+        let states = watch(dir, WatchFlags::MOVED_TO | WatchFlags::DELETE | WatchFlags::CLOSE_WRITE)?;
         let owners = watch(&dir.join(OWNERS_DIR), WatchFlags::CLOSE_WRITE | WatchFlags::DELETE)?;
         let hub = Arc::new(Hub {
             fd: Arc::new(fd),
             watches: [states, owners],
             locks: Mutex::default(),
+            changes: Mutex::default(),
+            reading: AtomicBool::new(true),
         });
         let (weak, fd) = (Arc::downgrade(&hub), hub.fd.clone());
         std::thread::Builder::new()
             .name("locksmith-file-wake".into())
-            .spawn(move || read_events(&fd, &weak, owners))
+            .spawn(move || {
+                read_events(&fd, &weak, owners);
+                if let Some(hub) = weak.upgrade() {
+                    hub.reading.store(false, Ordering::Release);
+                }
+            })
             .map_err(|e| crate::error::io_error("cannot start the wake-up thread for", dir, e))?;
         Ok(hub)
     }
@@ -80,14 +106,53 @@ impl Hub {
         notify
     }
 
+    /// The change counter of lock `stem`: it grows whenever the kernel reports a change of the
+    /// lock's state file (and, for every lock, when the kernel dropped events), so a holder that
+    /// read the counter before reading the file knows the file is unchanged while the counter
+    /// stays, as long as [`Hub::reading`].
+    pub fn changes(&self, stem: &str) -> Changes {
+        let mut counters = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(changes) = counters.by_stem.get(stem).and_then(Weak::upgrade) {
+            return changes;
+        }
+        if counters.by_stem.len() >= 2 * counters.live_at_last_sweep + 64 {
+            counters.by_stem.retain(|_, c| c.strong_count() > 0);
+            counters.live_at_last_sweep = counters.by_stem.len();
+        }
+        let changes = Changes::default();
+        counters.by_stem.insert(stem.to_owned(), Arc::downgrade(&changes));
+        changes
+    }
+
+    /// Whether the kernel's events are still read: once not, changes are not counted any more.
+    pub fn reading(&self) -> bool {
+        self.reading.load(Ordering::Acquire)
+    }
+
+    /// Counts a change of lock `stem` (`None`: of every lock).
+    fn changed(&self, stem: Option<&str>) {
+        let counters = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+        let bump = |c: &Weak<AtomicU64>| {
+            if let Some(c) = c.upgrade() {
+                c.fetch_add(1, Ordering::AcqRel);
+            }
+        };
+        match stem {
+            Some(stem) => counters.by_stem.get(stem).into_iter().for_each(bump),
+            None => counters.by_stem.values().for_each(bump),
+        }
+    }
+
     fn wake(&self, stem: Option<&str>) {
         let locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        let woken = locks
-            .iter()
-            .filter(|(s, _)| stem.is_none_or(|stem| stem == s.as_str()))
-            .filter_map(|(_, n)| n.upgrade());
-        for notify in woken {
-            notify.notify_waiters();
+        let wake = |n: &Weak<Notify>| {
+            if let Some(n) = n.upgrade() {
+                n.notify_waiters();
+            }
+        };
+        match stem {
+            Some(stem) => locks.get(stem).into_iter().for_each(wake),
+            None => locks.values().for_each(wake),
         }
     }
 }
@@ -118,13 +183,17 @@ fn read_events(fd: &OwnedFd, hub: &Weak<Hub>, owners: i32) {
         if event.events().contains(ReadFlags::IGNORED) {
             continue;
         }
-        if event.events().contains(ReadFlags::QUEUE_OVERFLOW) || event.wd() == owners {
+        if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
+            hub.changed(None);
+            hub.wake(None);
+        } else if event.wd() == owners {
             hub.wake(None);
         } else if let Some(stem) = event
             .file_name()
             .and_then(|n| n.to_str().ok())
             .and_then(stem_of_state_file)
         {
+            hub.changed(Some(stem));
             hub.wake(Some(stem));
         }
     }

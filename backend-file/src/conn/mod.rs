@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::error::io_error;
 use crate::layout::{LockFile, OWNERS_DIR};
 use crate::protocol::state::{Liveness, Now};
-use crate::wake::Hub;
+use crate::wake::{Changes, Hub};
 use owner::Owner;
 
 /// One locker's view of the lock directory.
@@ -151,6 +151,8 @@ impl Dir {
         held.insert(
             id.to_owned(),
             HeldLease {
+                changes: self.hub.changes(&file.stem),
+                checked: None,
                 file: file.clone(),
                 ttl,
                 since_ns,
@@ -158,6 +160,24 @@ impl Dir {
                 lost: false,
             },
         );
+    }
+
+    /// What a renewal must look at for the lease of entry `id`: whether this locker still holds
+    /// it, and whether its state file may have changed since a renewal last read it (then the
+    /// caller reads it: nothing was counted between this call and that read). The first renewal
+    /// of a lease always reads.
+    pub fn check(&self, id: &str) -> Check {
+        let reading = self.hub.reading();
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(h) = held.get_mut(id) else {
+            return Check::Gone;
+        };
+        let changes = h.changes.load(Ordering::Acquire);
+        if reading && h.checked == Some(changes) {
+            return Check::Unchanged;
+        }
+        h.checked = Some(changes);
+        Check::Read(h.file.clone())
     }
 
     /// Records that the lease of entry `id` was renewed by a heartbeat written after `sent`;
@@ -187,10 +207,25 @@ pub(crate) fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// What a renewal must look at for one lease (see [`Dir::check`]).
+#[derive(Debug)]
+pub(crate) enum Check {
+    /// This locker does not hold it any more.
+    Gone,
+    /// Its state file did not change since it was last read.
+    Unchanged,
+    /// Its state file must be read.
+    Read(LockFile),
+}
+
 /// A lease this locker holds.
 #[derive(Debug)]
 struct HeldLease {
     file: LockFile,
+    /// The changes seen to its state file.
+    changes: Changes,
+    /// The value of `changes` when a renewal last read the state file.
+    checked: Option<u64>,
     ttl: Duration,
     /// When it was granted (`CLOCK_BOOTTIME` ns).
     since_ns: u64,
