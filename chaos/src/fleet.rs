@@ -13,7 +13,6 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::events::{now_ns, Event};
-use crate::register::Register;
 use crate::targets::Target;
 use crate::worker::{work, Plan, Writes};
 
@@ -33,6 +32,8 @@ pub struct WorkerSpec {
     pub hold_max: Duration,
     /// The guarded mode's log key (see [`crate::worker::WorkerArgs::guarded_key`]).
     pub guarded_key: Option<String>,
+    /// The fenced-store mode's URL (see [`crate::worker::WorkerArgs::fenced_store`]).
+    pub fenced_store: Option<String>,
 }
 
 /// How a worker runs.
@@ -117,6 +118,9 @@ impl Fleet {
         if self.spec.wait_only {
             cmd.arg("--wait-only");
         }
+        if let Some(url) = &self.spec.fenced_store {
+            cmd.args(["--fenced-store", url]);
+        }
         if let Some(key) = &self.spec.guarded_key {
             cmd.args(["--guarded-key", key]);
         }
@@ -149,17 +153,20 @@ impl Fleet {
         let index = self.workers.len();
         let id = format!("w{index}");
         let locker = locksmith::connect(&self.target.url).await?;
-        let writes = match &self.spec.guarded_key {
-            Some(key) => Writes::Guarded(key.clone()),
-            None => Writes::Register(Register::connect(&self.spec.register, !self.spec.unsafe_register).await?),
-        };
+        let writes = Writes::open(
+            &self.spec.register,
+            self.spec.unsafe_register,
+            self.spec.guarded_key.as_deref(),
+            self.spec.fenced_store.as_deref(),
+        )
+        .await?;
         let plan = Plan {
             name: self.spec.name.clone(),
             id: id.clone(),
             ttl: self.target.ttl,
             hold: (Duration::from_millis(10), self.spec.hold_max),
             wait_only: self.spec.wait_only,
-            heeds_lost: !self.spec.unsafe_register && self.spec.guarded_key.is_none(),
+            heeds_lost: writes.heeds_lost(),
         };
         let (stop_tx, mut stop) = watch::channel(false);
         let events = self.events.clone();

@@ -5,7 +5,9 @@
 //!   `scripts/backends` starts, it runs real worker processes that take a lock, write their fencing
 //!   token to a fenced register, hold, release — and injects faults into them and into the
 //!   servers: the holder paused or killed, cut off from the server, the server restarted, the
-//!   cluster's leader killed, a follower cut off. Then leaks, load, soak and bad input. It writes
+//!   cluster's leader killed, a follower cut off. The same faults again with workers that write
+//!   blind through guarded writes (`guarded_log.rs`) and through a fenced store
+//!   (`fenced_log.rs`). Then leaks, load, soak and bad input. It writes
 //!   the figures as JSON (`lockchaos/1`) and as the Markdown page, and exits 1 when a promise was
 //!   broken (a stale write accepted, a token that went backwards, an overlap without a fault, a
 //!   leftover, a panic).
@@ -15,6 +17,7 @@ mod check;
 mod events;
 mod extras;
 mod faults;
+mod fenced_log;
 mod fleet;
 mod guarded_log;
 mod register;
@@ -58,7 +61,8 @@ pub struct RunArgs {
     /// Only these faults (comma-separated names, e.g. `pause,kill`).
     #[arg(long, value_delimiter = ',')]
     pub faults: Vec<String>,
-    /// Only these sections (`faults`, `guarded`, `self-check`, `leaks`, `load`, `soak`, `bad-input`).
+    /// Only these sections (`faults`, `guarded`, `fenced`, `self-check`, `leaks`, `load`, `soak`,
+    /// `bad-input`).
     #[arg(long, value_delimiter = ',')]
     pub sections: Vec<String>,
     /// Write the results as JSON here.

@@ -64,6 +64,11 @@ impl Register {
         Ok(Register { conn, checked })
     }
 
+    /// Whether the register checks tokens (false only in the self-check).
+    pub fn checked(&self) -> bool {
+        self.checked
+    }
+
     /// Writes `token` for `lock` as `writer`; whether the register accepted it.
     pub async fn write(&self, lock: &str, token: u64, writer: &str) -> Result<bool> {
         let mut conn = self.conn.clone();

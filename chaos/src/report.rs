@@ -24,6 +24,9 @@ pub struct Report {
     /// The guarded mode: the same faults, workers that write blind through guarded writes to
     /// the coordination store instead of the register.
     pub guarded: Vec<Row>,
+    /// The fenced-store mode: the same faults, workers that write blind through
+    /// `locksmith-fence` to a PostgreSQL table outside the lock service.
+    pub fenced: Vec<Row>,
     /// The suite run against a deliberately broken setup, which it must flag.
     pub self_check: Option<SelfCheck>,
     /// Waiter entries left behind by cancelled and killed waiters.
@@ -253,6 +256,7 @@ impl Report {
             },
             results: Vec::new(),
             guarded: Vec::new(),
+            fenced: Vec::new(),
             self_check: None,
             leaks: Vec::new(),
             load: Vec::new(),
@@ -285,6 +289,9 @@ impl Report {
         }
         if args.wants("guarded") {
             report.guarded = guarded(&targets, &faults, shape, args.quick, &register, &mut report.notes).await;
+        }
+        if args.wants("fenced") {
+            report.fenced = fenced(&targets, &faults, shape, args.quick, &register, &mut report.notes).await;
         }
         if args.wants("self-check") {
             report.self_check = self_check(&targets, ttl, &register).await;
@@ -320,6 +327,12 @@ impl Report {
                 .flat_map(Row::broken)
                 .map(|b| format!("guarded writes: {b}")),
         );
+        out.extend(
+            self.fenced
+                .iter()
+                .flat_map(Row::broken)
+                .map(|b| format!("fenced store: {b}")),
+        );
         if let Some(s) = &self.self_check {
             if !s.caught {
                 out.push(format!("self-check: the suite did not flag {}", s.variant));
@@ -346,8 +359,43 @@ async fn guarded(
     register: &str,
     notes: &mut Vec<String>,
 ) -> Vec<Row> {
+    let targets: Vec<&Target> = targets.iter().filter(|t| crate::guarded_log::supported(t)).collect();
+    blind_runs(&targets, faults, shape, quick, register, WriteMode::Guarded, notes).await
+}
+
+/// The fenced-store mode: workers writing blind through `locksmith-fence` to PostgreSQL, on
+/// every target (the fence needs the token alone: `file://` and the Redis quorum too) but the
+/// in-process `mem://`, whose workers cannot be paused; the quick run: the single-server
+/// targets and the quorum, with pauses.
+async fn fenced(
+    targets: &[Target],
+    faults: &[Fault],
+    shape: Shape,
+    quick: bool,
+    register: &str,
+    notes: &mut Vec<String>,
+) -> Vec<Row> {
+    let targets: Vec<&Target> = targets
+        .iter()
+        .filter(|t| t.backend != "mem" && (!quick || matches!(t.topology, "single" | "quorum")))
+        .collect();
+    blind_runs(&targets, faults, shape, quick, register, WriteMode::FencedStore, notes).await
+}
+
+/// The runs of a mode whose workers write blind (`writes`) on `targets`: every fault of each
+/// target, or in the quick run the pause (the fault that makes stale writes) and, on the
+/// failover topologies, the leader kill.
+async fn blind_runs(
+    targets: &[&Target],
+    faults: &[Fault],
+    shape: Shape,
+    quick: bool,
+    register: &str,
+    writes: WriteMode,
+    notes: &mut Vec<String>,
+) -> Vec<Row> {
     let mut rows = Vec::new();
-    for target in targets.iter().filter(|t| crate::guarded_log::supported(t)) {
+    for target in targets {
         let applies = |f: &Fault| {
             if !quick {
                 target.has(*f)
@@ -358,15 +406,12 @@ async fn guarded(
             }
         };
         for fault in faults.iter().copied().filter(applies) {
-            tracing::info!(target = target.id(), %fault, "guarded run");
-            match run::run(target, fault, shape, register, WriteMode::Guarded).await {
+            tracing::info!(target = target.id(), %fault, ?writes, "blind-writer run");
+            match run::run(target, fault, shape, register, writes).await {
                 Ok(r) => rows.push(Row::from(r)),
                 Err(e) => {
-                    tracing::error!(target = target.id(), %fault, error = %format!("{e:#}"), "guarded run failed");
-                    notes.push(format!(
-                        "{} {fault} (guarded writes): the run failed: {e:#}",
-                        target.id()
-                    ));
+                    tracing::error!(target = target.id(), %fault, ?writes, error = %format!("{e:#}"), "run failed");
+                    notes.push(format!("{} {fault} ({writes:?}): the run failed: {e:#}", target.id()));
                 }
             }
         }

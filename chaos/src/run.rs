@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::check::{measure, Measured};
 use crate::events::{now_ns, Event};
 use crate::faults::{inject, Injected};
+use crate::fenced_log::{FencedLog, URL_VAR as FENCED_URL_VAR};
 use crate::fleet::{Fleet, WorkerSpec};
 use crate::register::Register;
 use crate::targets::{Fault, Target};
@@ -58,6 +59,9 @@ pub enum WriteMode {
     /// A log in the coordination store appended through guarded writes, by workers that write
     /// blind ([`crate::guarded_log`]).
     Guarded,
+    /// A log in PostgreSQL written through `locksmith-fence`, by workers that write blind
+    /// ([`crate::fenced_log`]).
+    FencedStore,
 }
 
 /// Runs `fault` on `target`.
@@ -73,6 +77,16 @@ pub async fn run(
         WriteMode::Guarded => Some(crate::guarded_log::key(target, &name)?),
         _ => None,
     };
+    let fenced = match writes {
+        WriteMode::FencedStore => {
+            let url = std::env::var(FENCED_URL_VAR)
+                .with_context(|| format!("{FENCED_URL_VAR} is not set (the fenced store's server)"))?;
+            let log = FencedLog::connect(&url).await?;
+            log.create_tables().await?;
+            Some((url, log))
+        }
+        _ => None,
+    };
     let spec = WorkerSpec {
         name: name.clone(),
         register: register_url.to_owned(),
@@ -80,6 +94,7 @@ pub async fn run(
         wait_only: false,
         hold_max: hold_max(target, fault),
         guarded_key: guarded_key.clone(),
+        fenced_store: fenced.as_ref().map(|(url, _)| url.clone()),
     };
     let mut fleet = Fleet::new(target, spec);
     for _ in 0..shape.workers {
@@ -127,9 +142,10 @@ pub async fn run(
     let killed: Vec<Option<u64>> = fleet.workers.iter().map(|w| w.killed_at).collect();
     let ids: Vec<String> = fleet.workers.iter().map(|w| w.id.clone()).collect();
     let leftovers = leftovers(target, &name).await?;
-    let log = match &guarded_key {
-        Some(key) => crate::guarded_log::read(target, &name, key).await?,
-        None => {
+    let log = match (&guarded_key, &fenced) {
+        (Some(key), _) => crate::guarded_log::read(target, &name, key).await?,
+        (None, Some((_, log))) => log.read(&name).await?,
+        (None, None) => {
             let register = Register::connect(register_url, writes == WriteMode::Register).await?;
             register.log(&name).await?
         }

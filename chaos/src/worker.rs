@@ -16,6 +16,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::events::{now_ns, Event};
+use crate::fenced_log::FencedLog;
 use crate::register::Register;
 
 /// The worker's command line.
@@ -55,6 +56,11 @@ pub struct WorkerArgs {
     /// `--unsafe-register` does): the store's check is what must refuse a stale holder.
     #[arg(long)]
     pub guarded_key: Option<String>,
+    /// The fenced-store mode: write through `locksmith-fence` to the PostgreSQL server at this
+    /// URL instead of the register, and write blind: the fence is what must refuse a stale
+    /// holder ([`crate::fenced_log`]).
+    #[arg(long)]
+    pub fenced_store: Option<String>,
 }
 
 /// Where a worker's writes go.
@@ -65,6 +71,32 @@ pub enum Writes {
     /// The log at this key of the coordination store, through guarded writes
     /// ([`crate::guarded_log`]).
     Guarded(String),
+    /// A log in storage outside the lock service, through a fence ([`crate::fenced_log`]).
+    Fenced(FencedLog),
+}
+
+impl Writes {
+    /// Where a worker with these options writes: the guarded log at `guarded_key`, the fenced
+    /// store at `fenced_store`, or else the register at `register` (checked unless
+    /// `unsafe_register`).
+    pub async fn open(
+        register: &str,
+        unsafe_register: bool,
+        guarded_key: Option<&str>,
+        fenced_store: Option<&str>,
+    ) -> Result<Writes> {
+        Ok(match (guarded_key, fenced_store) {
+            (Some(key), _) => Writes::Guarded(key.to_owned()),
+            (None, Some(url)) => Writes::Fenced(FencedLog::connect(url).await?),
+            (None, None) => Writes::Register(Register::connect(register, !unsafe_register).await?),
+        })
+    }
+
+    /// Whether the worker cuts its hold short when `lost()` fires: not in the self-check (an
+    /// unchecked register), nor where the storage's own check is under test (guarded, fenced).
+    pub fn heeds_lost(&self) -> bool {
+        matches!(self, Writes::Register(r) if r.checked())
+    }
 }
 
 fn parse_ms(s: &str) -> Result<Duration, String> {
@@ -132,17 +164,20 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
             },
         }
     };
-    let writes = match args.guarded_key {
-        Some(key) => Writes::Guarded(key),
-        None => Writes::Register(Register::connect(&args.register, !args.unsafe_register).await?),
-    };
+    let writes = Writes::open(
+        &args.register,
+        args.unsafe_register,
+        args.guarded_key.as_deref(),
+        args.fenced_store.as_deref(),
+    )
+    .await?;
     let plan = Plan {
         name: args.name,
         id: args.id,
         ttl: args.ttl,
         hold: (args.hold_min, args.hold_max),
         wait_only: args.wait_only,
-        heeds_lost: !args.unsafe_register && matches!(writes, Writes::Register(_)),
+        heeds_lost: writes.heeds_lost(),
     };
     to_stdout(Event::Ready { t: now_ns() });
     work(&locker, &writes, &plan, &to_stdout, &mut stop).await;
@@ -223,6 +258,7 @@ async fn write(writes: &Writes, guard: &LockGuard, plan: &Plan, sink: &Sink, tok
     let accepted = match writes {
         Writes::Register(register) => register.write(&plan.name, token, &plan.id).await,
         Writes::Guarded(key) => crate::guarded_log::append(guard, key, token, &plan.id).await,
+        Writes::Fenced(log) => log.append(&plan.name, token, &plan.id).await,
     };
     match accepted {
         Ok(accepted) => sink(Event::Write {

@@ -169,6 +169,7 @@ async fn kill(target: &Target, waiters: usize, register: &str) -> Result<(usize,
         wait_only: true,
         hold_max: Duration::from_millis(300),
         guarded_key: None,
+        fenced_store: None,
     };
     let mut fleet = Fleet::new(target, spec);
     for _ in 0..waiters {

@@ -187,6 +187,28 @@ pub fn page(r: &Report) -> String {
         table(&mut out, FAULT_HEADER, fault_rows(&rows));
     }
 
+    if !r.fenced.is_empty() {
+        let _ = writeln!(
+            out,
+            "## A fenced store: storage outside the lock service refuses the stale holder
+"
+        );
+        let _ = writeln!(
+            out,
+            "The same faults, with the workers writing to storage outside the lock service as \
+             users are told to (`locksmith-fence`, `docs/fencing.md`): each write is one \
+             PostgreSQL transaction that admits the writer's token with `Fence::admit` (refused \
+             below the highest token committed) and appends a row to a log table. The workers \
+             write **blind**, so every write of a holder paused past its lease reaches the store; \
+             *stale writes rejected* are the fence's refusals and *stale writes accepted* (**must \
+             be 0**) are rows logged after a later holder's. The fence needs the token alone, so \
+             `file://` and the Redis quorum are here too; the quick run pauses holders on the \
+             single-server targets and the quorum.\n"
+        );
+        let rows: Vec<&Row> = r.fenced.iter().collect();
+        table(&mut out, FAULT_HEADER, fault_rows(&rows));
+    }
+
     if let Some(s) = &r.self_check {
         let _ = writeln!(out, "## Self-check: the suite catches a broken setup\n");
         let _ = writeln!(
