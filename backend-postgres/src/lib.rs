@@ -29,7 +29,12 @@
 //!
 //! - **Holders that stop** (a paused process, an abandoned guard) lose the lock after its TTL: a
 //!   holder's `expires_at` is on the **server's** clock (`clock_timestamp()`), renewed by
-//!   `renew_many`, one statement per interval for every lease of the locker.
+//!   `renew_many`, one statement per interval for every lease of the locker. `entries` and
+//!   `owners` are created with `fillfactor = 50`, so that a renewal rewrites a row beside its old
+//!   version (a HOT update: no index entry, the old version pruned on the next visit, with or
+//!   without autovacuum): held leases cost no table growth. Tables created before this release
+//!   keep full pages until their owner runs, once,
+//!   `ALTER TABLE "locksmith".entries SET (fillfactor = 50)` (and the same on `owners`).
 //! - **Waiters of a process that dies** do not block the queue: a waiter lives while its locker's
 //!   owner row is unexpired, and a waiting locker beats it every third of its TTL.
 //! - **Waiters are woken by the server** (LISTEN/NOTIFY), and only those that must act: a release

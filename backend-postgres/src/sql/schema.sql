@@ -14,12 +14,17 @@ CREATE TABLE IF NOT EXISTS {schema}.locks (
     last_token bigint NOT NULL DEFAULT 0
 );
 -- One row per live Locker: its waiters live while expires_at (server clock) is ahead.
+-- fillfactor 50 (here and on entries): the heartbeats and renewals rewrite expires_at, which no
+-- index holds; with room on the page the new row version goes beside the old one (a HOT update:
+-- no index entry, and the old version is pruned on the next visit, vacuum or not). Full pages
+-- made every renewal a new row and three index entries: 10,000 held leases grew the table by
+-- 2 MB a second and slowed their own renewal until the leases were lost (CI, autovacuum off).
 CREATE TABLE IF NOT EXISTS {schema}.owners (
     id text PRIMARY KEY,
     expires_at timestamptz NOT NULL,
     pid integer NOT NULL,
     host text NOT NULL
-);
+) WITH (fillfactor = 50);
 -- Holders (token set) and waiters, in arrival order (seq).
 CREATE TABLE IF NOT EXISTS {schema}.entries (
     id text PRIMARY KEY,
@@ -33,7 +38,7 @@ CREATE TABLE IF NOT EXISTS {schema}.entries (
     expires_at timestamptz,
     pid integer NOT NULL,
     host text NOT NULL
-);
+) WITH (fillfactor = 50);
 CREATE INDEX IF NOT EXISTS entries_by_segment ON {schema}.entries (segment, seq);
 CREATE INDEX IF NOT EXISTS entries_by_owner ON {schema}.entries (owner);
 {data}
