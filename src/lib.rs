@@ -61,6 +61,7 @@ pub use lockcore::{
     LockBuilder, LockError, LockGuard, LockInfo, LockKind, Locker, LostReason, MemoryBackend, Result, RwLock,
     DEFAULT_TTL, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_VALUE_LEN, MIN_TTL,
 };
+pub use lockcore::{Admission, TokenRegister, REGISTER_LOCK_PREFIX};
 pub use lockcore::{Guarded, GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
 
 /// The etcd backend (feature `etcd`): [`etcd::owner_compare`] puts "this guard still holds its

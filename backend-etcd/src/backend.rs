@@ -166,6 +166,11 @@ impl LockBackend for EtcdBackend {
         crate::guarded::read(&self.session.conn, self.layout(), key).await
     }
 
+    /// `<namespace>.data/<segment>/<suffix>` (see `guarded.rs`).
+    fn data_key(&self, family: lockcore::Family, lock: &LockName, suffix: &str) -> Result<String> {
+        crate::guarded::data_key(self.layout(), family, lock, suffix)
+    }
+
     /// Revokes the session lease (every key of this backend goes at once) and takes no more
     /// requests.
     async fn shutdown(&self) -> Result<()> {

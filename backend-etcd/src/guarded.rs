@@ -5,8 +5,8 @@
 //! condition for a transaction of the application's own (Go's `Mutex.IsOwner()`).
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
-use lockcore::driver::{refuse_if_inside, GuardedWrite, Lease};
-use lockcore::{LockError, Result};
+use lockcore::driver::{data_key_under, refuse_if_inside, GuardedWrite, Lease, LockName};
+use lockcore::{Family, LockError, Result};
 
 use crate::conn::Conn;
 use crate::layout::Layout;
@@ -18,6 +18,16 @@ use crate::protocol::requests;
 pub fn owner_compare(lease: &Lease) -> Compare {
     let rev = i64::try_from(lease.fencing_token).unwrap_or(i64::MAX);
     Compare::create_revision(lease.holder_id.as_str(), CompareOp::Equal, rev)
+}
+
+/// The key `suffix` of lock `lock` ([`lockcore::driver::LockBackend::data_key`]): beside the
+/// lock namespace, `<namespace>.data/<segment>/<suffix>` (a prefix that etcd's RBAC grants can
+/// give together with the namespace's).
+pub(crate) fn data_key(layout: &Layout, family: Family, lock: &LockName, suffix: &str) -> Result<String> {
+    let base = format!("{}.data", namespace(layout).trim_end_matches('/'));
+    let key = data_key_under(&base, family, lock, suffix)?;
+    refuse_if_inside(&key, &namespace(layout))?;
+    Ok(key)
 }
 
 /// Applies `write` if `lease` still holds, in one transaction (see the module docs).

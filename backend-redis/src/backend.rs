@@ -133,6 +133,11 @@ impl LockBackend for RedisBackend {
         crate::guarded::write(&self.inner, lease, write).await
     }
 
+    /// `locksmith-data:{<tag>}:<segment>:<suffix>`, in the lock's hash slot (see `guarded.rs`).
+    fn data_key(&self, family: lockcore::Family, lock: &LockName, suffix: &str) -> Result<String> {
+        crate::guarded::data_key(&self.inner, family, lock, suffix)
+    }
+
     /// A plain `GET` of `key`.
     async fn read_key(&self, key: &str) -> Result<Option<Vec<u8>>> {
         crate::guarded::read(&self.inner, key).await

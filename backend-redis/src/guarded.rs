@@ -9,14 +9,14 @@
 //! slot): give it the lock key's hash tag. A quorum of independent masters has no single store to
 //! write to, so it refuses guarded writes.
 
-use lockcore::driver::{refuse_if_inside, GuardedWrite, Lease};
-use lockcore::{LockError, LockKind, Result};
+use lockcore::driver::{refuse_if_inside, validate_key, GuardedWrite, Lease, LockName};
+use lockcore::{Family, LockError, LockKind, Result};
 
 use crate::config::Topology;
 use crate::conn::call::ScriptCall;
 use crate::conn::inner::Inner;
 use crate::conn::node::Resend;
-use crate::layout::slot_of;
+use crate::layout::{same_slot_tag, slot_of, KindKeys};
 use crate::protocol::kinds::KindEntry;
 use crate::protocol::scripts::SCRIPTS;
 
@@ -63,6 +63,26 @@ pub(crate) async fn write(inner: &Inner, lease: &Lease, write: &GuardedWrite) ->
             "unexpected reply {reply:?} from the guarded write script"
         ))),
     }
+}
+
+/// The key `suffix` of lock `lock` ([`lockcore::driver::LockBackend::data_key`]):
+/// `locksmith-data:{<tag>}:<segment>:<encoded suffix>`, the tag putting it in the slot of the
+/// lock's holder key (the key the guarded-write script checks).
+pub(crate) fn data_key(inner: &Inner, family: Family, lock: &LockName, suffix: &str) -> Result<String> {
+    let holder = match family {
+        Family::Mutex => inner.keys(lock).lock,
+        _ => KindKeys::new(&inner.config.prefix, family, lock).holders,
+    };
+    let suffix = LockName::new(suffix)?;
+    let key = format!(
+        "locksmith-data:{{{}}}:{}:{}",
+        same_slot_tag(&holder),
+        family.segment(lock),
+        suffix.encoded()
+    );
+    validate_key(&key)?;
+    check_key(inner, &key, &holder)?;
+    Ok(key)
 }
 
 /// Reads `key` (a plain `GET`).

@@ -45,7 +45,7 @@ impl LockKeys {
             }
             Layout::Plain => {
                 let raw = name.as_str();
-                let tag = slot_tag(raw).map_or_else(|| tag_for_slot(slot_of(raw)), str::to_owned);
+                let tag = same_slot_tag(raw);
                 (raw.to_owned(), concat(&[prefix, "{", &tag, "}:", enc]))
             }
         };
@@ -175,6 +175,11 @@ pub(crate) fn entry(kind: &LockKind, token: &str) -> String {
         Role::Shared => format!("S:{token}"),
         Role::Permit(n) => format!("P{n}:{token}"),
     }
+}
+
+/// A hash tag whose slot is `key`'s: [`slot_tag`], else one from [`tag_for_slot`].
+pub(crate) fn same_slot_tag(key: &str) -> String {
+    slot_tag(key).map_or_else(|| tag_for_slot(slot_of(key)), str::to_owned)
 }
 
 /// The hash tag that puts a key in the same Redis Cluster slot as the raw key `key`: the key's own

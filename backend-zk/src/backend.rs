@@ -215,6 +215,11 @@ impl LockBackend for ZkBackend {
         crate::guarded::read(&self.sessions, key).await
     }
 
+    /// `<namespace>.data/<segment>/<suffix>` (see `guarded.rs`).
+    fn data_key(&self, family: Family, lock: &LockName, suffix: &str) -> Result<String> {
+        crate::guarded::data_key(&self.sessions.config.namespace, family, lock, suffix)
+    }
+
     /// Opens no new session and deletes every node the session still has.
     async fn shutdown(&self) -> Result<()> {
         self.sessions.shutdown().await

@@ -8,8 +8,8 @@
 //! Keys are absolute paths; missing parents are created (persistent, empty, with the session's
 //! ACL) before a create, as `mkdir -p` would: a parent is not data.
 
-use lockcore::driver::{refuse_if_inside, GuardedWrite, Lease};
-use lockcore::{LockError, Result};
+use lockcore::driver::{data_key_under, refuse_if_inside, GuardedWrite, Lease, LockName};
+use lockcore::{Family, LockError, Result};
 use zookeeper_client as zk;
 
 use crate::conn::session::Session;
@@ -157,6 +157,15 @@ async fn commit(
         Err(zk::MultiWriteError::OperationFailed { source, .. }) => Ok(Outcome::Failed(source)),
         Err(zk::MultiWriteError::RequestFailed { source }) => Err(to_lock_error("a guarded write", source)),
     }
+}
+
+/// The key `suffix` of lock `lock` ([`lockcore::driver::LockBackend::data_key`]): a node beside
+/// the lock namespace, `<namespace>.data/<segment>/<suffix>` (under the same parent, so the
+/// same ACLs can cover both).
+pub(crate) fn data_key(namespace: &str, family: Family, lock: &LockName, suffix: &str) -> Result<String> {
+    let key = data_key_under(&format!("{namespace}.data"), family, lock, suffix)?;
+    checked_path(namespace, &key)?;
+    Ok(key)
 }
 
 /// `key` if it is an absolute path outside locksmith's namespace.

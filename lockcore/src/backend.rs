@@ -203,6 +203,24 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         )))
     }
 
+    /// A key of the store [`LockBackend::write_guarded`] writes to that belongs with the lock
+    /// `lock` of `family`, named `suffix` among that lock's keys: a guarded write under that lock
+    /// can always reach it (on Redis Cluster it is in the lock's hash slot), it is outside
+    /// locksmith's lock namespace, and two locks or two suffixes never share a key. The default,
+    /// for stores that take any key (PostgreSQL's rows, the memory backend):
+    /// `/locksmith-data/<segment>/<encoded suffix>` (the lock's [`crate::Family::segment`];
+    /// [`crate::driver::data_key_under`]). etcd and ZooKeeper put it beside their namespace
+    /// (`<namespace>.data/…`), Redis in the lock's hash slot. Users reach it through
+    /// [`crate::LockGuard::data_key`].
+    ///
+    /// # Errors
+    ///
+    /// [`crate::LockError::InvalidName`] for an invalid suffix (the rules of lock names) or a key
+    /// too long for the store.
+    fn data_key(&self, family: crate::Family, lock: &LockName, suffix: &str) -> Result<String> {
+        crate::guarded::data_key_under("/locksmith-data", family, lock, suffix)
+    }
+
     /// Ends this backend's session or connections, once [`crate::Locker::shutdown`] has released
     /// every lock of the locker and waited for its clean-up: etcd revokes its session lease,
     /// ZooKeeper deletes every node its session still has, so that nothing of this process

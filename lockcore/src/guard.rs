@@ -128,6 +128,34 @@ impl LockGuard {
         crate::Guarded::new(self.locker.backend().as_ref(), &self.lease)
     }
 
+    /// A key for this lock's guarded writes, named `suffix`: one that [`LockGuard::guarded`] can
+    /// always write on this backend (on Redis Cluster it is in the lock's hash slot), outside
+    /// locksmith's own lock keys, the same for every holder of the lock and different for every
+    /// other lock or suffix.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::LockError::InvalidName`] for a suffix that breaks the rules of lock names, or a
+    /// key too long for the store.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate lockcore as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("billing").acquire().await?;
+    /// let cursor = guard.data_key("cursor")?;
+    /// guard.guarded().put(&cursor, "17").await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn data_key(&self, suffix: &str) -> Result<String> {
+        let family = self.lease.kind.family();
+        self.locker.backend().data_key(family, &self.lease.name, suffix)
+    }
+
     /// The backend's record of this lease.
     pub fn lease(&self) -> &Lease {
         &self.lease

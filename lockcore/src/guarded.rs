@@ -119,6 +119,24 @@ pub fn validate_key(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// A lock's data key under `base` ([`crate::driver::LockBackend::data_key`]):
+/// `<base>/<family segment of lock>/<encoded suffix>`, checked by [`validate_key`].
+///
+/// # Errors
+///
+/// [`LockError::InvalidName`] for a suffix that breaks the rules of lock names, or a key too long.
+pub fn data_key_under(
+    base: &str,
+    family: crate::lease::Family,
+    lock: &crate::name::LockName,
+    suffix: &str,
+) -> Result<String> {
+    let suffix = crate::name::LockName::new(suffix)?;
+    let key = format!("{base}/{}/{}", family.segment(lock), suffix.encoded());
+    validate_key(&key)?;
+    Ok(key)
+}
+
 /// The refusal of a key inside a backend's own namespace (`namespace` is where its lock keys
 /// live), for backends to return from [`crate::driver::LockBackend::write_guarded`].
 pub fn refuse_if_inside(key: &str, namespace: &str) -> Result<()> {

@@ -69,6 +69,7 @@ mod memory;
 pub mod metrics;
 mod name;
 mod outage;
+mod register;
 mod rwlock;
 mod store;
 mod watchdog;
@@ -83,5 +84,6 @@ pub use lease::{Family, LockKind, LostReason, DEFAULT_TTL, MAX_PERMITS, MAX_TTL,
 pub use locker::{LockBuilder, Locker};
 pub use memory::MemoryBackend;
 pub use name::MAX_NAME_LEN;
+pub use register::{Admission, TokenRegister, REGISTER_LOCK_PREFIX};
 pub use rwlock::RwLock;
 pub use store::Guarded;

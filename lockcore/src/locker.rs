@@ -175,6 +175,20 @@ impl Locker {
         }
     }
 
+    /// The token register `name`: the highest fencing token admitted for one resource, kept in
+    /// the coordination store, for a service that receives tokens and cannot check them in its
+    /// own storage (see [`crate::TokenRegister`]). Every client that names the same register
+    /// shares it. Needs guarded writes (every backend but `file://`, a Redis quorum and a
+    /// dual-write migration; there, admissions fail with [`LockError::InvalidOption`]).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`] if `name` breaks the rules of lock names (with the register's
+    /// lock prefix, [`crate::REGISTER_LOCK_PREFIX`], counted in its length).
+    pub fn token_register(&self, name: &str) -> Result<crate::TokenRegister> {
+        crate::TokenRegister::new(self.clone(), name)
+    }
+
     /// The backend behind this locker.
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.inner.backend

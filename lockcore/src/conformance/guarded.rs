@@ -88,6 +88,13 @@ pub async fn guarded_writes_under_permits_and_writers(h: &impl Harness) {
     permit.guarded().put(&key, "permit").await.expect("put under a permit");
     assert_eq!(read(&locker, &key).await.as_deref(), Some(&b"permit"[..]));
     assert!(permit.guarded().delete(&key).await.expect("delete"));
+    let own = permit.data_key("permit").expect("a permit's data key");
+    permit
+        .guarded()
+        .put(&own, "permit")
+        .await
+        .expect("put to the permit's data key");
+    assert!(permit.guarded().delete(&own).await.expect("delete"));
     permit.release().await.expect("release");
 
     let name = unique_name("guarded_rw");
@@ -99,6 +106,13 @@ pub async fn guarded_writes_under_permits_and_writers(h: &impl Harness) {
         .await
         .expect("put under a writer lock");
     assert!(writer.guarded().delete(&key).await.expect("delete under a writer lock"));
+    let own = writer.data_key("writer").expect("a writer's data key");
+    writer
+        .guarded()
+        .put(&own, "writer")
+        .await
+        .expect("put to the writer's data key");
+    assert!(writer.guarded().delete(&own).await.expect("delete"));
     writer.release().await.expect("release");
 }
 
@@ -210,4 +224,120 @@ pub async fn guarded_bad_input_is_rejected(h: &impl Harness) {
     assert!(store.delete(&key).await.expect("delete"));
     assert!(guard.is_held());
     guard.release().await.expect("release");
+}
+
+/// A lock's data key ([`crate::LockGuard::data_key`]) takes guarded writes under that lock (a
+/// mutex's and a permit's: on Redis Cluster each in its own lock's hash slot), is the same for
+/// every holder, and differs between locks and suffixes; a bad suffix is refused.
+pub async fn data_keys_take_guarded_writes(h: &impl Harness) {
+    let locker = h.locker().await;
+    let other = h.locker().await;
+    let name = unique_name("data_key");
+    let guard = locker.lock(&name).acquire().await.expect("acquire");
+    let key = guard.data_key("cursor").expect("a data key");
+    guard
+        .guarded()
+        .put(&key, "17")
+        .await
+        .expect("a guarded put to the data key");
+    assert_ne!(guard.data_key("other").expect("a data key"), key);
+    assert!(matches!(guard.data_key(""), Err(LockError::InvalidName(_))));
+    guard.release().await.expect("release");
+
+    let again = other.lock(&name).acquire().await.expect("acquire again");
+    assert_eq!(
+        again.data_key("cursor").expect("a data key"),
+        key,
+        "another holder's key"
+    );
+    assert_eq!(
+        again.guarded().get(&key).await.expect("get").as_deref(),
+        Some(&b"17"[..])
+    );
+    assert!(again.guarded().delete(&key).await.expect("delete"));
+    again.release().await.expect("release");
+
+    let elsewhere = other.lock(format!("{name}/b")).acquire().await.expect("acquire");
+    assert_ne!(
+        elsewhere.data_key("cursor").expect("a data key"),
+        key,
+        "another lock's key"
+    );
+    elsewhere.release().await.expect("release");
+}
+
+/// A token register admits a token at least as high as every one before (an equal one again),
+/// refuses a lower one without changing anything, is shared by every client that names it, and
+/// leaves no lock held; a bad name is refused.
+pub async fn token_register_admits_in_order(h: &impl Harness) {
+    use crate::Admission::{Admitted, Stale};
+    let locker = h.locker().await;
+    let name = unique_name("register");
+    let register = locker.token_register(&name).expect("a register");
+    assert_eq!(register.highest().await.expect("highest"), None);
+    assert_eq!(register.admit(5).await.expect("admit"), Admitted { previous: None });
+    assert_eq!(register.admit(5).await.expect("admit"), Admitted { previous: Some(5) });
+    assert_eq!(register.admit(4).await.expect("admit"), Stale { highest: 5 });
+    assert_eq!(register.admit(0).await.expect("admit"), Stale { highest: 5 });
+    assert_eq!(register.admit(9).await.expect("admit"), Admitted { previous: Some(5) });
+    assert_eq!(register.highest().await.expect("highest"), Some(9));
+
+    let other = h.locker().await.token_register(&name).expect("a register");
+    assert_eq!(other.admit(8).await.expect("admit"), Stale { highest: 9 });
+    assert_eq!(
+        other.admit(u64::MAX).await.expect("admit"),
+        Admitted { previous: Some(9) }
+    );
+    assert_eq!(register.highest().await.expect("highest"), Some(u64::MAX));
+    let fresh = locker.token_register(&format!("{name}/b")).expect("a register");
+    assert_eq!(fresh.highest().await.expect("highest"), None, "registers are separate");
+
+    let lock = format!("{}{name}", crate::REGISTER_LOCK_PREFIX);
+    let info = locker.inspect(&lock).await.expect("inspect");
+    assert!(
+        info.holder.is_none() && info.waiters == 0,
+        "the register's lock is left: {info:?}"
+    );
+    assert!(matches!(locker.token_register(""), Err(LockError::InvalidName(_))));
+    let huge = "x".repeat(crate::MAX_NAME_LEN);
+    assert!(matches!(locker.token_register(&huge), Err(LockError::InvalidName(_))));
+}
+
+/// Admissions from three clients at once, 30 tokens shuffled: the register ends on the highest,
+/// every admission says a previous token no higher than its own, and every refusal names a
+/// highest above the refused token.
+pub async fn token_register_concurrent_admits_end_on_the_maximum(h: &impl Harness) {
+    let name = unique_name("register_race");
+    let mut tokens: Vec<u64> = (1..=30).collect();
+    // A fixed shuffle: high tokens early, so that some later ones are refused.
+    tokens.sort_by_key(|t| (t * 7919) % 31);
+    let mut clients = tokio::task::JoinSet::new();
+    for part in tokens.chunks(10) {
+        let register = h.locker().await.token_register(&name).expect("a register");
+        let part = part.to_vec();
+        clients.spawn(async move {
+            let mut answers = Vec::new();
+            for token in part {
+                answers.push((token, register.admit(token).await.expect("admit")));
+            }
+            answers
+        });
+    }
+    let mut answers = Vec::new();
+    while let Some(done) = clients.join_next().await {
+        answers.extend(done.expect("a client"));
+    }
+    for (token, answer) in &answers {
+        match answer {
+            crate::Admission::Admitted { previous } => {
+                assert!(
+                    previous.is_none_or(|p| p <= *token),
+                    "{token} admitted over {previous:?}"
+                )
+            }
+            crate::Admission::Stale { highest } => assert!(highest > token, "{token} refused below {highest}"),
+        }
+    }
+    let register = h.locker().await.token_register(&name).expect("a register");
+    assert_eq!(register.highest().await.expect("highest"), Some(30));
 }

@@ -101,7 +101,9 @@ macro_rules! guarded_tests {
     (mutex_only: $harness:expr) => {
         $crate::conformance_tests!(@tests $harness;
             guarded::guarded_writes_apply_while_held, guarded::guarded_write_of_a_lost_lock_never_lands,
-            guarded::guarded_write_of_an_expired_lease_never_lands, guarded::guarded_bad_input_is_rejected);
+            guarded::guarded_write_of_an_expired_lease_never_lands, guarded::guarded_bad_input_is_rejected,
+            guarded::data_keys_take_guarded_writes, guarded::token_register_admits_in_order,
+            guarded::token_register_concurrent_admits_end_on_the_maximum);
     };
     ($harness:expr) => {
         $crate::guarded_tests!(mutex_only: $harness);

@@ -18,7 +18,7 @@
 //! | [`queue`] | computes waiters' standing in a FIFO queue the same way on every backend |
 //! | [`Outage`] | tracks a connection outage for the deadlines every backend keeps |
 //! | [`cleanup`] | spawns background clean-up that `Locker::shutdown` and failed calls wait for |
-//! | [`GuardedWrite`], [`refuse_if_inside`] | applies a guarded write atomically with its lease check; refuses keys of its own namespace |
+//! | [`GuardedWrite`], [`refuse_if_inside`], [`data_key_under`] | applies a guarded write atomically with its lease check; refuses keys of its own namespace; names a lock's data keys |
 //! | [`observe`] | observes an election by reading it again on each change (backends told *that* it changed) |
 //!
 //! The shared conformance suite a backend must pass is [`crate::conformance`] (feature
@@ -31,7 +31,7 @@ pub mod url;
 
 pub use crate::backend::{LockBackend, DEFAULT_REQUEST_TIMEOUT};
 pub use crate::descriptor::{Connecting, Descriptor, TtlScope};
-pub use crate::guarded::{refuse_if_inside, validate_key, GuardedWrite};
+pub use crate::guarded::{data_key_under, refuse_if_inside, validate_key, GuardedWrite};
 pub use crate::lease::{Lease, LockRequest, LostSignal, Role};
 pub use crate::name::LockName;
 pub use crate::outage::Outage;
