@@ -50,6 +50,17 @@ impl PgBackend {
         listing::entries(&self.conn, &segment(family, name)).await
     }
 
+    /// How many pages one read of the queue of `name` in `family` touches (the server's
+    /// `EXPLAIN (ANALYZE, BUFFERS)` count): what each step on it pays to read it, which must not
+    /// grow with the number of entries it had before (tests and operators).
+    ///
+    /// # Errors
+    ///
+    /// What the read can fail with.
+    pub async fn queue_read_pages(&self, family: Family, name: &LockName) -> Result<u64> {
+        listing::queue_read_pages(&self.conn, &segment(family, name)).await
+    }
+
     /// Deletes the holders of `name` in `family` behind their backs, as an operator's `DELETE`
     /// would (tests), and wakes its waiters.
     ///

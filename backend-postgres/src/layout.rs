@@ -41,7 +41,7 @@ pub(crate) struct Sql {
     pub create: String,
     /// Reads the format version.
     pub version: String,
-    /// Migrates the tables of version 1 or 2 to version 3 (`migrate.sql`), several statements.
+    /// Migrates the tables of version 1, 2 or 3 to version 4 (`migrate.sql`), several statements.
     pub migrate: String,
     /// `alone.sql`'s `grant_alone`: `$1` segment, `$2` id, `$3` owner, `$4` ttl ms, `$5` pid, `$6` host.
     pub grant_alone: String,
@@ -81,6 +81,10 @@ pub(crate) struct Sql {
     pub restart_lease: String,
     /// The locks with waiters of lockers that stopped beating (`sweep.sql`).
     pub sweep: String,
+    /// Moves lock `$1`'s `since` (schema.sql) up to its first entry, or with none left to `$2`
+    /// (one past the last entry a step read; NULL: where it is), never back. Run with the lock's
+    /// row locked.
+    pub advance: String,
     /// Removes entry `$1`; returns whether it held.
     pub delete: String,
     /// Removes a locker's owner row and entries.
@@ -185,6 +189,11 @@ impl Sql {
                  WHERE id = $1 AND token IS NOT NULL",
             ),
             sweep: fill(include_str!("sql/sweep.sql")),
+            advance: fill(
+                "UPDATE {schema}.locks l SET since = greatest(l.since, coalesce( \
+                 (SELECT min(e.seq) FROM {schema}.entries e WHERE e.segment = $1 AND e.seq >= l.since), \
+                 $2::bigint, l.since)) WHERE l.segment = $1",
+            ),
             delete: fill("DELETE FROM {schema}.entries WHERE id = $1 RETURNING token IS NOT NULL"),
             close: fill(
                 "WITH gone AS (DELETE FROM {schema}.entries WHERE owner = $1 RETURNING segment) \

@@ -22,6 +22,39 @@ pub(crate) async fn read_queue(conn: &Conn, seg: &str) -> Result<Vec<Row>> {
     Ok(rows.into_iter().filter(Row::live).collect())
 }
 
+/// How many pages (shared buffers, hit or read) one read of lock `seg`'s queue touches, as the
+/// server's `EXPLAIN (ANALYZE, BUFFERS)` counts them: what a step pays to read it, whatever the
+/// machine's speed (tests and operators).
+pub(crate) async fn queue_read_pages(conn: &Conn, seg: &str) -> Result<u64> {
+    conn.check_open()?;
+    let guard = conn.client().await?;
+    let client = guard.as_ref().ok_or(LockError::Closed)?;
+    let explain = format!("EXPLAIN (ANALYZE, BUFFERS) {}", conn.sql.queue);
+    let e = |err| pg_error("explaining a read of a queue", err);
+    let lines = client.query(&explain, &[&seg]).await.map_err(e)?;
+    // The first `Buffers:` line is the top node's: the whole read's (`shared hit=N read=M`).
+    for line in &lines {
+        let line: String = line.try_get(0).map_err(e)?;
+        if let Some(buffers) = line.trim_start().strip_prefix("Buffers: shared ") {
+            return Ok(["hit=", "read="].iter().map(|key| number_after(buffers, key)).sum());
+        }
+    }
+    Ok(0)
+}
+
+/// The number after `key` in `text` (0 if there is none: a count PostgreSQL leaves out is 0).
+fn number_after(text: &str, key: &str) -> u64 {
+    text.find(key)
+        .map(|at| {
+            text[at + key.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Who holds the mutex `name`, with the holder's host and pid in its id, and how many wait.
 pub(crate) async fn inspect(conn: &Conn, name: &LockName) -> Result<LockInfo> {
     let rows = read_queue(conn, &segment(Family::Mutex, name)).await?;

@@ -1,6 +1,6 @@
 //! The tables' format version: a locker that finds a previous version (1: no functions; 2: no
-//! data table) migrates it, once, when its user may; a user without the owner's rights is told to
-//! run `locksmith init`; a newer version is refused.
+//! data table; 3: no `locks.since`) migrates it, once, when its user may; a user without the
+//! owner's rights is told to run `locksmith init`; a newer version is refused.
 
 #[allow(dead_code)] // each test file uses a part of the harness
 mod common;
@@ -14,6 +14,7 @@ fn back_to_version_1(schema: &str) -> String {
         "DROP FUNCTION \"{schema}\".grant_alone(text, text, text, bigint, integer, text); \
          DROP FUNCTION \"{schema}\".leave_exclusive(text, text, text); \
          DROP TABLE \"{schema}\".data; \
+         ALTER TABLE \"{schema}\".locks DROP COLUMN since; \
          UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'version'"
     )
 }
@@ -22,7 +23,17 @@ fn back_to_version_1(schema: &str) -> String {
 fn back_to_version_2(schema: &str) -> String {
     format!(
         "DROP TABLE \"{schema}\".data; \
+         ALTER TABLE \"{schema}\".locks DROP COLUMN since; \
          UPDATE \"{schema}\".meta SET value = '2' WHERE key = 'version'"
+    )
+}
+
+/// Makes the tables of `schema` look like version 3 (no `locks.since`), with the functions of
+/// version 3 (which read no `since`): what a release before this one left.
+fn back_to_version_3(schema: &str) -> String {
+    format!(
+        "ALTER TABLE \"{schema}\".locks DROP COLUMN since; \
+         UPDATE \"{schema}\".meta SET value = '3' WHERE key = 'version'"
     )
 }
 
@@ -38,11 +49,11 @@ async fn the_owner_migrates_version_1_once_and_locks_work() {
     let guard = held.lock("kept").acquire().await.unwrap();
     common::run_as_owner(&back_to_version_1(&schema)).await;
 
-    // Two lockers starting together: both connect, the functions are back, the version is 2.
+    // Two lockers starting together: both connect, the functions are back, the version is 4.
     let (a, b) = tokio::join!(connect(&harness.url), connect(&harness.url));
     let (a, b) = (a.unwrap(), b.unwrap());
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
-    assert_eq!(version, ["3"]);
+    assert_eq!(version, ["4"]);
     // The lock held across the migration is still held, and its token sequence goes on.
     assert!(a.lock("kept").try_acquire().await.unwrap().is_none());
     let token = guard.fencing_token();
@@ -70,11 +81,11 @@ async fn a_user_without_the_rights_is_told_to_run_init_and_newer_tables_are_refu
     connect(&harness.url).await.unwrap().shutdown().await.unwrap();
 
     common::run_as_owner(&format!(
-        "UPDATE \"{schema}\".meta SET value = '4' WHERE key = 'version'"
+        "UPDATE \"{schema}\".meta SET value = '5' WHERE key = 'version'"
     ))
     .await;
     match connect(&owner_url).await {
-        Err(LockError::Protocol(message)) => assert!(message.contains("version 4"), "{message}"),
+        Err(LockError::Protocol(message)) => assert!(message.contains("version 5"), "{message}"),
         other => panic!("expected a version error, got {:?}", other.map(|_| ())),
     }
 }
@@ -96,7 +107,7 @@ async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
     }
     connect(&owner_url).await.unwrap().shutdown().await.unwrap();
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
-    assert_eq!(version, ["3"]);
+    assert_eq!(version, ["4"]);
     guard
         .guarded()
         .put("after-migration", "owner")
@@ -120,6 +131,66 @@ async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
     user_guard.release().await.unwrap();
     guard.release().await.unwrap();
     for locker in [owner, user] {
+        locker.shutdown().await.unwrap();
+    }
+}
+
+/// How many entries of `schema` are before their lock's `since` (never any: the reads would miss
+/// them).
+async fn below_start(schema: &str) -> Vec<String> {
+    common::query_as_owner(&format!(
+        "SELECT count(*) FROM \"{schema}\".entries e JOIN \"{schema}\".locks l ON l.segment = e.segment \
+         WHERE e.seq < l.since"
+    ))
+    .await
+}
+
+/// Version 3 (no `locks.since`) is migrated by a locker of its owner while another holds a lock
+/// and a third waits for it: the holder keeps it, the waiter is handed it with a larger token,
+/// and every queue reads from its lock's start afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
+    let harness = common::PgHarness::plain().await;
+    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let holder = connect(&harness.url).await.unwrap();
+    let waiter = connect(&harness.url).await.unwrap();
+    // Used before the migration: entries deleted and kept, as a version 3 release left them.
+    for _ in 0..20 {
+        holder.lock("kept").acquire().await.unwrap().release().await.unwrap();
+    }
+    let guard = holder.lock("kept").acquire().await.unwrap();
+    common::run_as_owner(&back_to_version_3(&schema)).await;
+    let queued = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock("kept").acquire().await })
+    };
+    let migrating = connect(&harness.url).await.unwrap();
+    let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
+    assert_eq!(version, ["4"]);
+    assert_eq!(below_start(&schema).await, ["0"], "an entry before its queue's start");
+    assert!(
+        migrating.lock("kept").try_acquire().await.unwrap().is_none(),
+        "held across the migration"
+    );
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let handed = queued.await.unwrap().expect("the waiter is handed the lock");
+    assert!(handed.fencing_token() > token);
+    handed.release().await.unwrap();
+    // After a few more cycles every queue starts past what was deleted, and still excludes.
+    for _ in 0..5 {
+        migrating.lock("kept").acquire().await.unwrap().release().await.unwrap();
+    }
+    let starts = common::query_as_owner(&format!("SELECT since FROM \"{schema}\".locks")).await;
+    assert!(starts.iter().all(|s| s != "0"), "{starts:?}");
+    assert_eq!(below_start(&schema).await, ["0"], "an entry before its queue's start");
+    let held = migrating.lock("kept").acquire().await.unwrap();
+    assert!(
+        waiter.lock("kept").try_acquire().await.unwrap().is_none(),
+        "granted twice"
+    );
+    held.release().await.unwrap();
+    for locker in [holder, waiter, migrating] {
         locker.shutdown().await.unwrap();
     }
 }

@@ -28,9 +28,9 @@ use crate::layout::Sql;
 use crate::wake::Hub;
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
-const VERSION: &str = "3";
+const VERSION: &str = "4";
 /// The versions this release migrates from (`src/sql/migrate.sql`).
-const PREVIOUS: [&str; 2] = ["1", "2"];
+const PREVIOUS: [&str; 3] = ["1", "2", "3"];
 
 /// One locker's connections and identity.
 #[derive(Debug)]

@@ -1,7 +1,8 @@
 //! One step = one transaction on the steps' connection: lock the lock's row (inserting it if
 //! missing), drop the dead entries, read the queue, run the step (`crate::protocol::queue`), and
-//! if the queue changed, grant the waiters that hold now (`queue::promote`) and NOTIFY the ones
-//! that have something to do (`crate::wake::payload`).
+//! if the queue changed, grant the waiters that hold now (`queue::promote`), NOTIFY the ones
+//! that have something to do (`crate::wake::payload`) and move the lock's `since` (where the
+//! reads of its queue start) up to its first entry left.
 //!
 //! A step whose future is dropped part-way is rolled back (tokio-postgres sends `ROLLBACK` when a
 //! transaction is dropped), or committed if its `COMMIT` was already sent; either way before any
@@ -139,6 +140,12 @@ impl Conn {
             .query(&sql.queue, &[&segment])
             .await
             .map_err(e("reading the queue"))?;
+        // One past the last entry read: where the queue starts if the step leaves it empty.
+        let seqs = rows.iter().map(|r| r.try_get::<_, i64>(7));
+        let seqs = seqs
+            .collect::<std::result::Result<Vec<i64>, _>>()
+            .map_err(e("reading an entry"))?;
+        let past = seqs.into_iter().max().map(|last| last + 1);
         let mut rows = rows.iter().map(Row::read).collect::<Result<Vec<Row>>>()?;
         let out = queue::apply(self, &tx, segment, &mut rows, op, &mut changed).await;
         if matches!(out, Err(LockError::Unavailable { .. } | LockError::Denied(_))) {
@@ -153,6 +160,10 @@ impl Conn {
             tx.execute("SELECT pg_notify($1, $2)", &[&sql.channel, &payload(segment, &told)])
                 .await
                 .map_err(e("notifying"))?;
+            // The next reads of the queue start at its first entry left (schema.sql's `since`).
+            tx.execute(&sql.advance, &[&segment, &past])
+                .await
+                .map_err(e("moving the queue's start"))?;
         }
         lockcore::metrics::round_trip();
         tx.tx.commit().await.map_err(e("committing a step"))?;

@@ -6,32 +6,41 @@
 -- the holder of a queue of exclusive entries leaves, the first waiter holds.
 
 -- grant_alone: entry p_id (exclusive) holds lock p_segment at once if no live entry is there
--- (the rule of prune.sql); returns its fencing token, or NULL. Three statements: lock the lock's
--- row (inserting it if missing), the check, and the token moved on with the entry inserted.
--- Dead entries are left to the next full step's prune (they decide nothing: every step and
--- every function counts live entries only).
+-- (the rule of prune.sql); returns its fencing token, or NULL. Lock the lock's row (inserting it
+-- if missing), read what is left of the queue from `since` on, and move the token on with the
+-- entry inserted. Dead entries are left to the next full step's prune (they decide nothing:
+-- every step and every function counts live entries only); with none left at all, `since`
+-- moves up to the new entry, so that the next read skips every entry deleted before it.
 CREATE OR REPLACE FUNCTION {schema}.grant_alone(
     p_segment text, p_id text, p_owner text, p_ttl_ms bigint, p_pid integer, p_host text)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
+    v_since bigint;
+    v_live boolean;
+    v_first bigint;
+    v_seq bigint;
     v_token bigint;
 BEGIN
     INSERT INTO {schema}.locks AS l (segment) VALUES (p_segment)
-    ON CONFLICT (segment) DO UPDATE SET last_token = l.last_token;
+    ON CONFLICT (segment) DO UPDATE SET last_token = l.last_token
+    RETURNING since INTO v_since;
     -- Each statement sees what committed before the row lock was granted (READ COMMITTED).
-    IF EXISTS (SELECT 1 FROM {schema}.entries e LEFT JOIN {schema}.owners o ON o.id = e.owner
-               WHERE e.segment = p_segment
-                 AND ((e.token IS NOT NULL AND e.expires_at > clock_timestamp())
-                      OR (e.token IS NULL AND o.expires_at > clock_timestamp()))) THEN
+    SELECT coalesce(bool_or((e.token IS NOT NULL AND e.expires_at > clock_timestamp())
+                            OR (e.token IS NULL AND o.expires_at > clock_timestamp())), false),
+           min(e.seq)
+    INTO v_live, v_first
+    FROM {schema}.entries e LEFT JOIN {schema}.owners o ON o.id = e.owner
+    WHERE e.segment = p_segment AND e.seq >= v_since;
+    IF v_live THEN
         RETURN NULL;
     END IF;
-    WITH t AS (UPDATE {schema}.locks SET last_token = last_token + 1 WHERE segment = p_segment
-               RETURNING last_token)
-    INSERT INTO {schema}.entries (id, segment, owner, role, value, ttl_ms, token, expires_at, pid, host)
-    SELECT p_id, p_segment, p_owner, 'exclusive', '', p_ttl_ms, t.last_token,
-           clock_timestamp() + p_ttl_ms * interval '1 millisecond', p_pid, p_host
-    FROM t
-    RETURNING token INTO v_token;
+    v_seq := nextval('{schema}.entries_seq_seq');
+    UPDATE {schema}.locks SET last_token = last_token + 1, since = greatest(since, coalesce(v_first, v_seq))
+    WHERE segment = p_segment
+    RETURNING last_token INTO v_token;
+    INSERT INTO {schema}.entries (id, segment, seq, owner, role, value, ttl_ms, token, expires_at, pid, host)
+    VALUES (p_id, p_segment, v_seq, p_owner, 'exclusive', '', p_ttl_ms, v_token,
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond', p_pid, p_host);
     RETURN v_token;
 END $$;
 
@@ -44,21 +53,24 @@ END $$;
 CREATE OR REPLACE FUNCTION {schema}.leave_exclusive(p_segment text, p_id text, p_channel text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
+    v_since bigint;
     v_mine boolean;
     v_clean boolean;
     v_waiting text[];
+    v_next bigint;
     v_ms bigint;
     v_payload text;
 BEGIN
-    PERFORM 1 FROM {schema}.locks WHERE segment = p_segment FOR UPDATE;
+    SELECT since INTO v_since FROM {schema}.locks WHERE segment = p_segment FOR UPDATE;
     SELECT coalesce(bool_or(e.id = p_id AND e.token IS NOT NULL AND e.expires_at > clock_timestamp()), false),
            coalesce(bool_and(e.id = p_id
                              OR (e.role = 'exclusive' AND e.token IS NULL
                                  AND coalesce(o.expires_at > clock_timestamp(), false))), true),
-           array_agg(e.id ORDER BY e.seq) FILTER (WHERE e.id <> p_id)
-    INTO v_mine, v_clean, v_waiting
+           array_agg(e.id ORDER BY e.seq) FILTER (WHERE e.id <> p_id),
+           min(e.seq) FILTER (WHERE e.id <> p_id)
+    INTO v_mine, v_clean, v_waiting, v_next
     FROM {schema}.entries e LEFT JOIN {schema}.owners o ON o.id = e.owner
-    WHERE e.segment = p_segment;
+    WHERE e.segment = p_segment AND e.seq >= coalesce(v_since, 0);
     IF NOT v_mine OR NOT v_clean THEN
         RETURN NULL;
     END IF;
@@ -66,7 +78,9 @@ BEGIN
     IF v_waiting IS NULL THEN
         RETURN true;
     END IF;
-    WITH t AS (UPDATE {schema}.locks SET last_token = last_token + 1 WHERE segment = p_segment
+    -- The next holder is the first entry left: the queue is read from it on.
+    WITH t AS (UPDATE {schema}.locks SET last_token = last_token + 1, since = greatest(since, v_next)
+               WHERE segment = p_segment
                RETURNING last_token)
     UPDATE {schema}.entries SET token = t.last_token,
         expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'

@@ -1,9 +1,10 @@
 -- Drops the dead entries of lock $1: holders whose lease expired (server clock), waiters whose
 -- locker stopped beating (or shut down: its owner row is gone). A holder lives by its lease
 -- alone, whatever became of its locker's owner row (rows of lockers long gone are forgotten by
--- sweep.sql). Run with the lock's row locked.
+-- sweep.sql). Run with the lock's row locked. Its entries start at the lock's `since` (schema.sql).
 DELETE FROM {schema}.entries e
 WHERE e.segment = $1
+  AND e.seq >= coalesce((SELECT l.since FROM {schema}.locks l WHERE l.segment = $1), 0)
   AND ((e.token IS NOT NULL AND e.expires_at <= clock_timestamp())
        OR (e.token IS NULL
            AND NOT EXISTS (SELECT 1 FROM {schema}.owners o

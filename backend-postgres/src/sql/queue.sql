@@ -1,7 +1,10 @@
 -- The entries of lock $1 in arrival order, with the milliseconds until each expires unless
--- renewed (a holder: its lease; a waiter: its locker's heartbeat, none if its locker is gone).
+-- renewed (a holder: its lease; a waiter: its locker's heartbeat, none if its locker is gone),
+-- and each one's place (seq). Its entries start at the lock's `since` (schema.sql).
 SELECT e.id, e.role, e.token, e.value, e.pid, e.host,
-       (extract(epoch FROM (coalesce(e.expires_at, o.expires_at) - clock_timestamp())) * 1000)::bigint
+       (extract(epoch FROM (coalesce(e.expires_at, o.expires_at) - clock_timestamp())) * 1000)::bigint,
+       e.seq
 FROM {schema}.entries e LEFT JOIN {schema}.owners o ON o.id = e.owner
 WHERE e.segment = $1
+  AND e.seq >= coalesce((SELECT l.since FROM {schema}.locks l WHERE l.segment = $1), 0)
 ORDER BY e.seq

@@ -1,4 +1,5 @@
--- The schema of backend-postgres, version 3 (version 1 had no functions, version 2 no data table: migrate.sql). {schema} is replaced by the quoted schema name.
+-- The schema of backend-postgres, version 4 (version 1 had no functions, version 2 no data table,
+-- version 3 no locks.since: migrate.sql). {schema} is replaced by the quoted schema name.
 -- Run in one transaction under an advisory lock, so that lockers starting together do not race
 -- on CREATE ... IF NOT EXISTS.
 BEGIN;
@@ -6,12 +7,18 @@ SELECT pg_advisory_xact_lock(hashtext('locksmith schema ' || {schema_literal}));
 CREATE SCHEMA IF NOT EXISTS {schema};
 -- 'version': the format of these tables; a later release migrates from it.
 CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL);
-INSERT INTO {schema}.meta (key, value) VALUES ('version', '3') ON CONFLICT (key) DO NOTHING;
+INSERT INTO {schema}.meta (key, value) VALUES ('version', '4') ON CONFLICT (key) DO NOTHING;
 -- One row per lock ever used: its row lock serialises the steps on the lock, and last_token
 -- keeps fencing tokens increasing (rows are never deleted by locksmith).
+-- since: every entry of the lock has seq >= since (a lower bound, moved forward only under the
+-- row lock). The reads of a queue start there: the index entries of deleted entries stay in
+-- entries_by_segment until VACUUM removes them, and a lock taken and released thousands of times
+-- between two vacuums made every read of its queue walk them all (a step slowed from 0.4 to
+-- 0.9 ms in 20,000 cycles).
 CREATE TABLE IF NOT EXISTS {schema}.locks (
     segment text PRIMARY KEY,
-    last_token bigint NOT NULL DEFAULT 0
+    last_token bigint NOT NULL DEFAULT 0,
+    since bigint NOT NULL DEFAULT 0
 );
 -- One row per live Locker: its waiters live while expires_at (server clock) is ahead.
 -- fillfactor 50 (here and on entries): the heartbeats and renewals rewrite expires_at, which no
