@@ -92,12 +92,7 @@ async fn run(args: &Args) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     for t in output::targets::check(&report) {
-        let verdict = match &t.verdict {
-            output::targets::Verdict::Met => "met".to_string(),
-            output::targets::Verdict::NotMet(m) => format!("NOT MET: {}", m.join("; ")),
-            output::targets::Verdict::NotMeasured(w) => format!("not measured: {w}"),
-        };
-        eprintln!("target: {} — {verdict}", t.statement);
+        eprintln!("target: {}", t.line());
     }
     Ok(())
 }

@@ -129,7 +129,7 @@ impl Report {
         let peers: Vec<Record> = self
             .results
             .iter()
-            .filter(|r| r.system != "floor" && !r.system.starts_with("locksmith"))
+            .filter(|r| is_peer_library(&r.system))
             .cloned()
             .collect();
         for r in self.results.iter_mut().filter(|r| r.system == "locksmith") {
@@ -159,6 +159,17 @@ impl Report {
             .iter()
             .find(|r| r.system == system && r.same_measurement(like))
     }
+}
+
+/// Rows shown beside the peers that are not a peer library: the bare primitive another design is
+/// built on (a session advisory lock: no lease, no fencing token, no queue). The
+/// `distributed-lock-postgres` row, the library that wraps it, is the peer.
+const NOT_PEERS: &[&str] = &["pg_advisory_lock"];
+
+/// Whether `system` is a peer library: not locksmith in any variant, not the floor, not a bare
+/// primitive ([`NOT_PEERS`]).
+pub fn is_peer_library(system: &str) -> bool {
+    !system.starts_with("locksmith") && system != "floor" && !NOT_PEERS.contains(&system)
 }
 
 /// Rounds to three decimals (keeps the JSON readable).

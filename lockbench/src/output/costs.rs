@@ -3,10 +3,8 @@
 
 use std::fmt::Write;
 
-use super::{find, handover_p50};
+use super::{find, handover_p50, BACKENDS};
 use crate::model::Report;
-
-const BACKENDS: &[&str] = &["mem", "file", "etcd", "zk", "redis"];
 
 /// What TLS (and authentication) costs: locksmith on each backend's secured server beside the
 /// plain one, measured in the same run.

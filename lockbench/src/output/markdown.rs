@@ -4,11 +4,9 @@
 use std::fmt::Write;
 
 use super::charts::Chart;
-use super::targets::{self, Verdict};
-use super::{cell, costs, find, primitives};
+use super::targets;
+use super::{cell, costs, find, primitives, BACKENDS};
 use crate::model::{Record, Report};
-
-const BACKENDS: &[&str] = &["mem", "file", "etcd", "zk", "redis"];
 
 /// Renders the document. `charts_href` is how the document links the charts directory.
 pub fn render(report: &Report, charts: &[Chart], charts_href: &str, quick: bool) -> String {
@@ -164,20 +162,7 @@ fn targets_section(s: &mut String, report: &Report) {
         "Where an uncontended cycle's time goes, and what was removed from it: [overhead.md](overhead.md).\n"
     );
     for t in targets::check(report) {
-        match &t.verdict {
-            Verdict::Met => {
-                let _ = writeln!(s, "- **Met** — {}. ({})", t.statement, t.judged_on.join("; "));
-            }
-            Verdict::NotMet(misses) => {
-                let _ = writeln!(s, "- **NOT MET** — {}:", t.statement);
-                for m in misses {
-                    let _ = writeln!(s, "  - {m}");
-                }
-            }
-            Verdict::NotMeasured(why) => {
-                let _ = writeln!(s, "- **Not measured** — {}: {why}.", t.statement);
-            }
-        }
+        let _ = writeln!(s, "- {}", t.line());
     }
     s.push('\n');
 }
@@ -288,8 +273,9 @@ fn requests_section(s: &mut String, report: &Report) {
 fn reading(s: &mut String, report: &Report) {
     let _ = writeln!(s, "## Which backend for what\n");
     let p50 = |b: &str, w: &str| find(report, "locksmith", b, w, None).and_then(|r| r.p50_us);
-    let servers: Vec<&str> = ["etcd", "zk", "redis"]
-        .into_iter()
+    let servers: Vec<&str> = targets::SERVERS
+        .iter()
+        .copied()
         .filter(|b| p50(b, "uncontended").is_some())
         .collect();
     if servers.is_empty() {

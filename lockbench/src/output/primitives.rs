@@ -4,10 +4,8 @@
 
 use std::fmt::Write;
 
-use super::{cell, find};
+use super::{cell, find, BACKENDS};
 use crate::model::Report;
-
-const BACKENDS: &[&str] = &["mem", "file", "etcd", "zk", "redis"];
 
 /// The section, if the run measured any of them.
 pub fn section(s: &mut String, report: &Report) {
