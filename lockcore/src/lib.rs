@@ -1,4 +1,4 @@
-//! # lockcore — the locksmith lock contract
+//! # locksmith-core — the locksmith lock contract
 //!
 //! One distributed-lock API over several coordination services. This crate holds everything that is
 //! the same on every backend, in two parts for two audiences.
@@ -26,7 +26,7 @@
 //! ## Quickstart
 //!
 //! ```
-//! # extern crate lockcore as locksmith; // users depend on the locksmith facade
+//! # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), locksmith::LockError> {
 //! use std::time::Duration;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Transaction};
 
@@ -22,7 +22,7 @@ use crate::wake::{payload, Directive};
 
 /// A step's transaction. Its statements are prepared once per connection and then reused
 /// ([`Statements`]): given as text, tokio-postgres would prepare each one again, a round trip
-/// more per statement. Each request is counted ([`lockcore::metrics::round_trip`]).
+/// more per statement. Each request is counted ([`locksmith_core::metrics::round_trip`]).
 pub(crate) struct Step<'a> {
     tx: Transaction<'a>,
     statements: &'a Statements,
@@ -35,7 +35,7 @@ impl Step<'_> {
     /// Runs `sql`; the number of rows it changed.
     pub async fn execute(&self, sql: &str, params: &Params<'_>) -> std::result::Result<u64, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         self.tx.execute(&statement, params).await
     }
 
@@ -46,7 +46,7 @@ impl Step<'_> {
         params: &Params<'_>,
     ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         self.tx.query(&statement, params).await
     }
 
@@ -57,7 +57,7 @@ impl Step<'_> {
         params: &Params<'_>,
     ) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         self.tx.query_one(&statement, params).await
     }
 
@@ -68,7 +68,7 @@ impl Step<'_> {
         params: &Params<'_>,
     ) -> std::result::Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         self.tx.query_opt(&statement, params).await
     }
 }
@@ -121,7 +121,7 @@ impl Conn {
     async fn run(&self, client: &mut Client, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
         let sql = &self.sql;
         let e = |what| move |err| pg_error(what, err);
-        lockcore::metrics::round_trip(); // BEGIN (and COMMIT below)
+        locksmith_core::metrics::round_trip(); // BEGIN (and COMMIT below)
         let tx = Step {
             tx: client.transaction().await.map_err(e("starting a step"))?,
             statements: self.statements(),
@@ -154,7 +154,7 @@ impl Conn {
                 .await
                 .map_err(e("notifying"))?;
         }
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         tx.tx.commit().await.map_err(e("committing a step"))?;
         out
     }
@@ -205,7 +205,7 @@ impl Conn {
         let client = guard.as_mut().ok_or(LockError::Closed)?;
         let run = async {
             let statement = self.statements().get(client, sql).await?;
-            lockcore::metrics::round_trip();
+            locksmith_core::metrics::round_trip();
             client.query_opt(&statement, params).await
         };
         match tokio::time::timeout(limit, run).await {
