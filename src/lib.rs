@@ -43,6 +43,8 @@
 //! [`locksmith_core`]'s, re-exported here.
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The application's API, item by item (the backend author's API stays under `driver`).
 /// The backend author's API (see `locksmith_core::driver`): for writing a backend, not for using one.
@@ -68,18 +70,21 @@ pub use locksmith_core::{Guarded, GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED
 /// lock" into an etcd transaction of your own, with the client re-exported as
 /// `etcd::etcd_client` (see `docs/fencing.md`).
 #[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use locksmith_etcd as etcd;
 
 /// The ZooKeeper backend (feature `zk`): [`zk::add_owner_check`] puts "this guard still holds
 /// its lock" into a `multi` of your own, with the client re-exported as `zk::zookeeper_client`
 /// (see `docs/fencing.md`).
 #[cfg(feature = "zk")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
 pub use locksmith_zk as zk;
 
 /// Fenced stores outside the lock service (features `fence-postgres`, `fence-object-store`):
 /// storage that refuses a write whose fencing token is below the highest it has accepted, in one
 /// call (`fence::postgres::Fence`, `fence::objects::FencedObjects`; see `docs/fencing.md`).
 #[cfg(any(feature = "fence-postgres", feature = "fence-object-store"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "fence-postgres", feature = "fence-object-store"))))]
 pub use locksmith_fence as fence;
 
 use std::time::Duration;
@@ -117,6 +122,7 @@ registry! {
 /// `$XDG_RUNTIME_DIR/locksmith`, else `locksmith-<uid>` in the temporary directory (what the
 /// `locksmith` command uses without `--url`).
 #[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub fn default_file_url() -> String {
     locksmith_file::default_url()
 }
@@ -129,6 +135,7 @@ pub fn default_file_url() -> String {
 ///
 /// [`LockError::InvalidUrl`] when `url` is not a valid `postgres://` URL.
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub fn postgres_setup_sql(url: &str, role: Option<&str>) -> Result<String> {
     locksmith_postgres::setup_sql(&BackendUrl::parse(url)?, role)
 }

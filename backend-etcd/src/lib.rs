@@ -283,6 +283,8 @@
 //! `tests/bad_input.rs` (unreachable and silent endpoints, TTLs below the minimum, bad options).
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod cleanup;

@@ -127,6 +127,8 @@
 //!   writes: the holder's check and the write in one statement).
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // The connector is cloned for every connection: rustls's with `tls`, `NoTls` (a Copy type)
 // without it, where clippy would have the clones removed and the `tls` build then fail.
 #![cfg_attr(not(feature = "tls"), allow(clippy::clone_on_copy))]

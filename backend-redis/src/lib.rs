@@ -365,6 +365,8 @@
 //! | `guarded.rs` | guarded writes: the lease's check and the write in one script (`lua/guarded/write.lua`) |
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod cleanup;

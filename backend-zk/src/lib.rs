@@ -292,6 +292,8 @@
 //! `tests/primitives.rs` queue kazoo-style nodes with locksmith's.
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod cleanup;
