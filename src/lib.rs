@@ -40,12 +40,14 @@
 //! documentation lists its other options.
 //!
 //! Everything else — the guard, the watchdog, `lost()`, fencing tokens, errors — is
-//! [`lockcore`]'s, re-exported here.
+//! [`locksmith_core`]'s, re-exported here.
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The application's API, item by item (the backend author's API stays under `driver`).
-/// The backend author's API (see `lockcore::driver`): for writing a backend, not for using one.
+/// The backend author's API (see `locksmith_core::driver`): for writing a backend, not for using one.
 /// Its items are not at the root:
 ///
 /// ```compile_fail
@@ -55,36 +57,39 @@
 /// ```
 /// use locksmith::driver::{LockBackend, LockRequest};
 /// ```
-pub use lockcore::driver;
-pub use lockcore::{
+pub use locksmith_core::driver;
+pub use locksmith_core::{
     metrics, BoxError, Campaign, Dual, Election, Family, HolderInfo, Leader, LeaderGuard, LeaderWatch, ListedLock,
     LockBuilder, LockError, LockGuard, LockInfo, LockKind, Locker, LostReason, MemoryBackend, Result, RwLock,
     DEFAULT_TTL, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_VALUE_LEN, MIN_TTL,
 };
-pub use lockcore::{Admission, TokenRegister, REGISTER_LOCK_PREFIX};
-pub use lockcore::{Guarded, GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
+pub use locksmith_core::{Admission, TokenRegister, REGISTER_LOCK_PREFIX};
+pub use locksmith_core::{Guarded, GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
 
 /// The etcd backend (feature `etcd`): [`etcd::owner_compare`] puts "this guard still holds its
 /// lock" into an etcd transaction of your own, with the client re-exported as
 /// `etcd::etcd_client` (see `docs/fencing.md`).
 #[cfg(feature = "etcd")]
-pub use backend_etcd as etcd;
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use locksmith_etcd as etcd;
 
 /// The ZooKeeper backend (feature `zk`): [`zk::add_owner_check`] puts "this guard still holds
 /// its lock" into a `multi` of your own, with the client re-exported as `zk::zookeeper_client`
 /// (see `docs/fencing.md`).
 #[cfg(feature = "zk")]
-pub use backend_zk as zk;
+#[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
+pub use locksmith_zk as zk;
 
 /// Fenced stores outside the lock service (features `fence-postgres`, `fence-object-store`):
 /// storage that refuses a write whose fencing token is below the highest it has accepted, in one
 /// call (`fence::postgres::Fence`, `fence::objects::FencedObjects`; see `docs/fencing.md`).
 #[cfg(any(feature = "fence-postgres", feature = "fence-object-store"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "fence-postgres", feature = "fence-object-store"))))]
 pub use locksmith_fence as fence;
 
 use std::time::Duration;
 
-use lockcore::driver::{BackendUrl, Descriptor, TtlScope};
+use locksmith_core::driver::{BackendUrl, Descriptor, TtlScope};
 
 /// The registry: every backend the facade knows, with its Cargo feature and URL schemes (checked
 /// against the backend's own [`Descriptor`] in the tests). A new backend is one line here.
@@ -106,31 +111,33 @@ macro_rules! registry {
 }
 
 registry! {
-    "etcd" => backend_etcd: ["etcd", "etcds"],
-    "zk" => backend_zk: ["zk", "zks"],
-    "redis" => backend_redis: ["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis-cluster", "rediss-cluster"],
-    "file" => backend_file: ["file"],
-    "postgres" => backend_postgres: ["postgres", "postgresql"],
+    "etcd" => locksmith_etcd: ["etcd", "etcds"],
+    "zk" => locksmith_zk: ["zk", "zks"],
+    "redis" => locksmith_redis: ["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis-cluster", "rediss-cluster"],
+    "file" => locksmith_file: ["file"],
+    "postgres" => locksmith_postgres: ["postgres", "postgresql"],
 }
 
 /// The `file://` URL of the directory that the processes of one user share when given no other:
 /// `$XDG_RUNTIME_DIR/locksmith`, else `locksmith-<uid>` in the temporary directory (what the
 /// `locksmith` command uses without `--url`).
 #[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub fn default_file_url() -> String {
-    backend_file::default_url()
+    locksmith_file::default_url()
 }
 
 /// The SQL that prepares a `postgres://` URL's schema for lockers whose user may not create
-/// tables: the tables, and the grants `role` needs (see `backend_postgres::setup_sql`). What
+/// tables: the tables, and the grants `role` needs (see `locksmith_postgres::setup_sql`). What
 /// `locksmith init --sql` prints.
 ///
 /// # Errors
 ///
 /// [`LockError::InvalidUrl`] when `url` is not a valid `postgres://` URL.
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub fn postgres_setup_sql(url: &str, role: Option<&str>) -> Result<String> {
-    backend_postgres::setup_sql(&BackendUrl::parse(url)?, role)
+    locksmith_postgres::setup_sql(&BackendUrl::parse(url)?, role)
 }
 
 /// The backend serving `scheme` in this build, if any.

@@ -95,7 +95,7 @@ async fn the_in_process_backend_sends_nothing() {
 #[cfg(all(feature = "etcd", feature = "zk", feature = "redis"))]
 #[tokio::test]
 async fn every_server_backend_counts_its_requests() {
-    use lockcore::conformance::env_url;
+    use locksmith_core::conformance::env_url;
     for var in ["LOCKSMITH_TEST_ETCD", "LOCKSMITH_TEST_ZK", "LOCKSMITH_TEST_REDIS"] {
         let url = env_url(var);
         let seen = measure(&url).await;
@@ -113,7 +113,7 @@ async fn every_server_backend_counts_its_requests() {
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_counts_its_requests() {
-    let url = lockcore::conformance::env_url("LOCKSMITH_TEST_POSTGRES");
+    let url = locksmith_core::conformance::env_url("LOCKSMITH_TEST_POSTGRES");
     let url = format!("{url}?schema=round_trips");
     let seen = measure(&url).await;
     check(&url, &seen, 2);

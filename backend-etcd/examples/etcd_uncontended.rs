@@ -2,12 +2,12 @@
 //! floor of a bare etcd-client put-with-lease transaction + delete (2 round trips), and the
 //! requests each cycle costs.
 //!
-//! `cargo run --release -p backend-etcd --example etcd_uncontended -- etcd://127.0.0.1:23790 [rounds]`
+//! `cargo run --release -p locksmith-etcd --example etcd_uncontended -- etcd://127.0.0.1:23790 [rounds]`
 
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
-use lockcore::driver::BackendUrl;
+use locksmith_core::driver::BackendUrl;
 use tokio::time::Instant;
 
 fn report(what: &str, mut samples: Vec<Duration>) {
@@ -45,8 +45,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     report("raw floor (txn + delete)", samples);
 
     let backend =
-        std::sync::Arc::new(backend_etcd::EtcdBackend::connect(backend_etcd::Config::from_url(&parsed)?).await?);
-    let locker = lockcore::Locker::from_arc(backend.clone());
+        std::sync::Arc::new(locksmith_etcd::EtcdBackend::connect(locksmith_etcd::Config::from_url(&parsed)?).await?);
+    let locker = locksmith_core::Locker::from_arc(backend.clone());
     let name = format!("bench/uncontended/{:x}", std::process::id());
     let before = backend.stats();
     let mut samples = Vec::with_capacity(rounds);
@@ -59,8 +59,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let after = backend.stats();
     report("locksmith acquire + release", samples);
     // The backend alone, without the Locker (its watchdog registration and guard).
-    use lockcore::driver::LockBackend;
-    let req = lockcore::driver::LockRequest::mutex(lockcore::driver::LockName::new(&name)?, Duration::from_secs(10));
+    use locksmith_core::driver::LockBackend;
+    let req = locksmith_core::driver::LockRequest::mutex(
+        locksmith_core::driver::LockName::new(&name)?,
+        Duration::from_secs(10),
+    );
     let mut bare = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let t = Instant::now();

@@ -2,11 +2,11 @@
 //! returning, after waits of different lengths. With synced predecessor watches it stays near one
 //! notification + one round trip whatever the wait; an unsynced watch would add up to 100 ms.
 //!
-//! `cargo run -p backend-etcd --example handover -- etcd://127.0.0.1:23790 [rounds]`
+//! `cargo run -p locksmith-etcd --example handover -- etcd://127.0.0.1:23790 [rounds]`
 
 use std::time::Duration;
 
-use lockcore::driver::BackendUrl;
+use locksmith_core::driver::BackendUrl;
 use tokio::time::Instant;
 
 #[tokio::main]
@@ -15,7 +15,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = args.next().unwrap_or_else(|| "etcd://127.0.0.1:23790".into());
     let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(20);
     let url = BackendUrl::parse(&url)?;
-    let (a, b) = (backend_etcd::connect(&url).await?, backend_etcd::connect(&url).await?);
+    let (a, b) = (
+        locksmith_etcd::connect(&url).await?,
+        locksmith_etcd::connect(&url).await?,
+    );
     let name = format!("bench/handover/{:x}", std::process::id());
     for wait in [
         Duration::ZERO,

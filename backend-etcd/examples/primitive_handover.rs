@@ -3,14 +3,14 @@
 //! `acquire()` returning (a permit, a reader, the next candidate), after short and long waits;
 //! and how long an election observer takes to report the new leader.
 //!
-//! `cargo run -p backend-etcd --example primitive_handover -- etcd://127.0.0.1:23790 [rounds]`
+//! `cargo run -p locksmith-etcd --example primitive_handover -- etcd://127.0.0.1:23790 [rounds]`
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use lockcore::driver::BackendUrl;
-use lockcore::{LeaderGuard, LockGuard, Locker, Result};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::{LeaderGuard, LockGuard, Locker, Result};
 use tokio::time::Instant;
 
 fn report(what: &str, mut samples: Vec<Duration>) {
@@ -94,9 +94,9 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(20);
     let url = BackendUrl::parse(&url)?;
     let (a, b, c) = (
-        backend_etcd::connect(&url).await?,
-        backend_etcd::connect(&url).await?,
-        backend_etcd::connect(&url).await?,
+        locksmith_etcd::connect(&url).await?,
+        locksmith_etcd::connect(&url).await?,
+        locksmith_etcd::connect(&url).await?,
     );
     let name = format!("bench/primitive_handover/{:x}", std::process::id());
     for wait in [Duration::ZERO, Duration::from_millis(600)] {

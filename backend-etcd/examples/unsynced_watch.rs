@@ -3,7 +3,7 @@
 //! before etcd's 100 ms sync loop picked the watcher up arrives late. A watch created without a
 //! start revision is synced at once.
 //!
-//! `cargo run -p backend-etcd --example unsynced_watch -- 127.0.0.1:23790 [rounds]`
+//! `cargo run -p locksmith-etcd --example unsynced_watch -- 127.0.0.1:23790 [rounds]`
 
 use std::time::Duration;
 

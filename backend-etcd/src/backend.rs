@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::driver::{async_trait, Lease, LockBackend, LockName, LockRequest, Role};
-use lockcore::{Leader, LeaderWatch, LockError, LockInfo, Result};
+use locksmith_core::driver::{async_trait, Lease, LockBackend, LockName, LockRequest, Role};
+use locksmith_core::{Leader, LeaderWatch, LockError, LockInfo, Result};
 use tokio::time::Instant;
 
 use crate::cleanup::PendingKey;
@@ -24,7 +24,7 @@ use crate::protocol::requests;
 use crate::renew;
 
 /// The etcd lock backend: one client and one session lease, shared by every lock of the
-/// [`lockcore::Locker`] built on it. See the [crate docs](crate) for the algorithm.
+/// [`locksmith_core::Locker`] built on it. See the [crate docs](crate) for the algorithm.
 pub struct EtcdBackend {
     session: Arc<Session>,
 }
@@ -157,7 +157,7 @@ impl LockBackend for EtcdBackend {
 
     /// One transaction: the write, if the holder's key still has its create revision (see
     /// `guarded.rs`).
-    async fn write_guarded(&self, lease: &Lease, write: &lockcore::GuardedWrite) -> Result<bool> {
+    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::GuardedWrite) -> Result<bool> {
         crate::guarded::write(&self.session.conn, self.layout(), lease, write).await
     }
 
@@ -167,7 +167,7 @@ impl LockBackend for EtcdBackend {
     }
 
     /// `<namespace>.data/<segment>/<suffix>` (see `guarded.rs`).
-    fn data_key(&self, family: lockcore::Family, lock: &LockName, suffix: &str) -> Result<String> {
+    fn data_key(&self, family: locksmith_core::Family, lock: &LockName, suffix: &str) -> Result<String> {
         crate::guarded::data_key(self.layout(), family, lock, suffix)
     }
 
@@ -189,21 +189,21 @@ impl LockBackend for EtcdBackend {
     }
 
     /// Every key of the namespace, tallied by lock (see `listing.rs`).
-    async fn list(&self, prefix: &str) -> Result<Vec<lockcore::ListedLock>> {
+    async fn list(&self, prefix: &str) -> Result<Vec<locksmith_core::ListedLock>> {
         listing::list(&self.session, prefix).await
     }
 
     /// The oldest key of the election's prefix: its value, its create revision (the term).
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
-        self.layout().supports(lockcore::Family::Election)?;
-        let prefix = self.layout().prefix(lockcore::Family::Election, name);
+        self.layout().supports(locksmith_core::Family::Election)?;
+        let prefix = self.layout().prefix(locksmith_core::Family::Election, name);
         Ok(election::read_leader(&self.session.conn, &prefix).await?.0)
     }
 
     /// A task of this backend's that follows the election's first key (see the crate docs).
     async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
-        self.layout().supports(lockcore::Family::Election)?;
-        let prefix = self.layout().prefix(lockcore::Family::Election, name);
+        self.layout().supports(locksmith_core::Family::Election)?;
+        let prefix = self.layout().prefix(locksmith_core::Family::Election, name);
         election::observe(&self.session, prefix).await
     }
 

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 use tokio::sync::oneshot;
 
 use crate::conn::session::Session;
@@ -82,7 +82,7 @@ impl PendingKey {
     {
         let (tx, rx) = oneshot::channel();
         self.in_flight = Some(rx);
-        let request = lockcore::metrics::counting_for_caller(request);
+        let request = locksmith_core::metrics::counting_for_caller(request);
         let task = tokio::spawn(async move {
             let result = request.await;
             let _ = tx.send(outcome(&result));
@@ -140,10 +140,10 @@ pub(crate) fn delete_in_background(session: Arc<Session>, key: String, rev: i64,
 /// Deletes `target` of `key` in a background task, retrying while etcd is unreachable and the
 /// key's lease is still the session's. `slot` is freed only afterwards, so that no later attempt of
 /// this session re-creates the key name before it is gone. The task is a
-/// [`lockcore::driver::cleanup::spawn`]: the call that dropped the key, and `Locker::shutdown`, wait for it.
+/// [`locksmith_core::driver::cleanup::spawn`]: the call that dropped the key, and `Locker::shutdown`, wait for it.
 fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i64, slot: Option<Slot>) {
     let what = key.clone();
-    let spawned = lockcore::driver::cleanup::spawn(async move {
+    let spawned = locksmith_core::driver::cleanup::spawn(async move {
         let rev = match target {
             Target::Rev(rev) => Some(rev),
             Target::Any => None,
@@ -202,9 +202,9 @@ mod tests {
     use std::time::Duration;
 
     use etcd_client::PutOptions;
-    use lockcore::conformance::proxy::{Mode, Proxy};
-    use lockcore::conformance::{env_url, unique_name};
-    use lockcore::driver::BackendUrl;
+    use locksmith_core::conformance::proxy::{Mode, Proxy};
+    use locksmith_core::conformance::{env_url, unique_name};
+    use locksmith_core::driver::BackendUrl;
 
     use crate::{Config, EtcdBackend};
 

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::Result;
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::Result;
 
 use crate::layout::Layout;
 
@@ -47,7 +47,7 @@ pub struct Config {
     /// URL, `password_file=` or `LOCKSMITH_PASSWORD`.
     pub credentials: Option<(String, String)>,
     /// TLS (`etcds://`), with its files read.
-    pub tls: Option<lockcore::driver::url::TlsFiles>,
+    pub tls: Option<locksmith_core::driver::url::TlsFiles>,
     /// How keys are laid out.
     pub layout: Layout,
     /// The session TTL requested from the server, already rounded up to whole seconds.
@@ -60,7 +60,7 @@ pub struct Config {
 
 impl Config {
     /// Reads the configuration from `url`, rejecting unknown or malformed options with
-    /// [`lockcore::LockError::InvalidUrl`].
+    /// [`locksmith_core::LockError::InvalidUrl`].
     pub fn from_url(url: &BackendUrl) -> Result<Self> {
         let tls = match url.scheme.as_str() {
             "etcd" => false,
@@ -89,13 +89,13 @@ impl Config {
             return Err(url.error("ca, cert, key and server_name are TLS options: use etcds://"));
         }
         if tls && !cfg!(feature = "tls") {
-            return Err(url.error("etcds:// needs the `tls` feature of locksmith (or of backend-etcd)"));
+            return Err(url.error("etcds:// needs the `tls` feature of locksmith (or of locksmith-etcd)"));
         }
         let session_ttl = url.duration_option("ttl")?.unwrap_or(DEFAULT_SESSION_TTL);
-        if session_ttl.is_zero() || session_ttl > lockcore::MAX_TTL {
+        if session_ttl.is_zero() || session_ttl > locksmith_core::MAX_TTL {
             return Err(url.error(format!(
                 "ttl={session_ttl:?} is outside the allowed range (more than zero, at most {:?})",
-                lockcore::MAX_TTL
+                locksmith_core::MAX_TTL
             )));
         }
         let connect_timeout = positive(url, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
@@ -207,7 +207,7 @@ mod tests {
             "redis://h",
         ] {
             assert!(
-                matches!(parse(bad), Err(lockcore::LockError::InvalidUrl { .. })),
+                matches!(parse(bad), Err(locksmith_core::LockError::InvalidUrl { .. })),
                 "{bad}"
             );
         }

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 use tokio::time::Instant;
 
 /// Runs one request with a time limit; transport and server errors become
@@ -13,7 +13,7 @@ pub async fn timed<T>(
     limit: Duration,
     fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
 ) -> Result<T> {
-    lockcore::metrics::round_trip();
+    locksmith_core::metrics::round_trip();
     match tokio::time::timeout(limit, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(from_etcd(what, e)),
@@ -36,7 +36,7 @@ where
     let deadline = Instant::now() + limit;
     let mut backoff = Duration::from_millis(20);
     loop {
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         match tokio::time::timeout_at(deadline, call()).await {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) if never_applied(&e) && Instant::now() + backoff < deadline => {

@@ -1,12 +1,12 @@
-//! Guarded writes ([`lockcore::Guarded`]): one transaction whose condition is the holder's key
+//! Guarded writes ([`locksmith_core::Guarded`]): one transaction whose condition is the holder's key
 //! with the create revision it was granted at (its fencing token), so the write commits only while
 //! that key exists: not after a release, an expiry of the session lease, a deletion behind the
 //! holder's back, or a reaping of a lock nobody renewed. [`owner_compare`] gives the same
 //! condition for a transaction of the application's own (Go's `Mutex.IsOwner()`).
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
-use lockcore::driver::{data_key_under, refuse_if_inside, GuardedWrite, Lease, LockName};
-use lockcore::{Family, LockError, Result};
+use locksmith_core::driver::{data_key_under, refuse_if_inside, GuardedWrite, Lease, LockName};
+use locksmith_core::{Family, LockError, Result};
 
 use crate::conn::Conn;
 use crate::layout::Layout;
@@ -20,7 +20,7 @@ pub fn owner_compare(lease: &Lease) -> Compare {
     Compare::create_revision(lease.holder_id.as_str(), CompareOp::Equal, rev)
 }
 
-/// The key `suffix` of lock `lock` ([`lockcore::driver::LockBackend::data_key`]): beside the
+/// The key `suffix` of lock `lock` ([`locksmith_core::driver::LockBackend::data_key`]): beside the
 /// lock namespace, `<namespace>.data/<segment>/<suffix>` (a prefix that etcd's RBAC grants can
 /// give together with the namespace's).
 pub(crate) fn data_key(layout: &Layout, family: Family, lock: &LockName, suffix: &str) -> Result<String> {

@@ -2,10 +2,10 @@
 //!
 //! Every lock (a name in one [`Family`]) is a key prefix; every holder or waiter is one key under
 //! it, attached to its session lease. The queue is the keys under the prefix in create-revision
-//! order (see [`lockcore::driver::queue`]).
+//! order (see [`locksmith_core::driver::queue`]).
 
-use lockcore::driver::LockName;
-use lockcore::{Family, LockError, Result};
+use locksmith_core::driver::LockName;
+use locksmith_core::{Family, LockError, Result};
 
 /// The key layout of a backend, chosen with the URL option `layout=`.
 #[derive(Clone, Debug, PartialEq, Eq)]

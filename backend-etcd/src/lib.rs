@@ -1,4 +1,4 @@
-//! # backend-etcd — locksmith locks on etcd v3
+//! # locksmith-etcd — locksmith locks on etcd v3
 //!
 //! `locksmith::connect("etcd://h1:2379,h2:2379,h3:2379/namespace?ttl=10s")` (or
 //! [`connect`] here) returns a [`Locker`] whose locks live in etcd: mutexes, semaphores,
@@ -43,7 +43,7 @@
 //! TTL semantics follow from the shared lease:
 //! - etcd TTLs are whole seconds, and the server raises small ones to its minimum (1.5 × the
 //!   election timeout, i.e. 2 s with default settings). The effective TTL is what the server
-//!   granted, and every [`lockcore::driver::Lease::ttl`] / `LockGuard::ttl()` reports it. **Asking for
+//!   granted, and every [`locksmith_core::driver::Lease::ttl`] / `LockGuard::ttl()` reports it. **Asking for
 //!   `ttl=300ms` gives 1 s after rounding, then the server minimum: 2 s on a default etcd.**
 //! - The per-lock TTL of `LockBuilder::ttl` is **ignored**: one session serves all locks, so all
 //!   locks of a `Locker` share the session TTL. Use separate `connect` calls (URLs with different
@@ -127,7 +127,7 @@
 //! Every kind is one queue per name, in a namespace of its own (`<namespace>/<name>.sem/`,
 //! `.rw/`, `.elect/`; see *Layouts*), one key per holder or waiter as for the mutex (same key
 //! names, same session lease, same clean-up of cancelled attempts, same `lost()` watch, same
-//! riding out of outages), granted by the one rule of [`lockcore::driver::queue::standing`]. The value
+//! riding out of outages), granted by the one rule of [`locksmith_core::driver::queue::standing`]. The value
 //! says what an entry is: a permit's key holds the semaphore's permit count in decimal, a
 //! read-write lock's key `read` or `write`, a candidate's key its campaign value. The fencing
 //! token is the key's create revision, so tokens follow arrival, which is grant order: a writer's
@@ -219,8 +219,8 @@
 //!
 //! - **`default`**: `<namespace>/<name><family>/<lease id hex>-<n>`, where the namespace (the
 //!   URL path, `locksmith` when empty) and the name are each encoded into one segment without
-//!   `/` ([`lockcore::driver::LockName::encoded`]) and `<family>` is nothing for a mutex, `.sem`,
-//!   `.rw` or `.elect` ([`lockcore::Family::segment`]; an encoded name has no `.`, so the four
+//!   `/` ([`locksmith_core::driver::LockName::encoded`]) and `<family>` is nothing for a mutex, `.sem`,
+//!   `.rw` or `.elect` ([`locksmith_core::Family::segment`]; an encoded name has no `.`, so the four
 //!   kinds of one name never share keys). No lock's prefix is a prefix of another's, in any
 //!   namespace: `a`, `a/b`, `ab` and `a/` are independent. Each live attempt has its own key, so
 //!   attempts of one `Locker` on one lock queue like any others. `n` is the lowest number not
@@ -269,7 +269,7 @@
 //!
 //! ## Tests (real servers from `scripts/backends`)
 //!
-//! `tests/conformance.rs` (the lockcore suites of every kind, default layout),
+//! `tests/conformance.rs` (the locksmith-core suites of every kind, default layout),
 //! `tests/primitives.rs` (keys and values per kind, requests per operation, one waiter woken
 //! per released permit, an election observer through an outage), `tests/compat_elect.rs`
 //! (`etcdctl elect` and `etcdctl elect -l` against `layout=go-mutex` elections, both ways), `tests/session.rs` (one lease
@@ -283,6 +283,8 @@
 //! `tests/bad_input.rs` (unreachable and silent endpoints, TTLs below the minimum, bad options).
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod cleanup;
@@ -307,11 +309,11 @@ pub use etcd_client;
 pub use guarded::owner_compare;
 pub use layout::Layout;
 
-use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
-use lockcore::{Locker, Result};
+use locksmith_core::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use locksmith_core::{Locker, Result};
 
 #[allow(unused_imports)] // for the docs
-use lockcore::LockError;
+use locksmith_core::LockError;
 
 /// This backend in the registry of `locksmith::connect`.
 pub static DESCRIPTOR: Descriptor = Descriptor {

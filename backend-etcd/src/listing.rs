@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use lockcore::driver::LockName;
-use lockcore::{HolderInfo, ListedLock, LockError, LockInfo, Result};
+use locksmith_core::driver::LockName;
+use locksmith_core::{HolderInfo, ListedLock, LockError, LockInfo, Result};
 
 use crate::conn::session::Session;
 use crate::error::request;

@@ -3,8 +3,8 @@
 //! renewed are marked renewed, so that the sweeper does not reap them (a lock left out of the
 //! batches for its TTL was abandoned: see [`crate::conn::sweep`]).
 
-use lockcore::driver::Lease;
-use lockcore::{LockError, Result};
+use locksmith_core::driver::Lease;
+use locksmith_core::{LockError, Result};
 use tokio::time::Instant;
 
 use crate::conn::session::Session;

@@ -4,13 +4,13 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::unique_name;
-use lockcore::driver::BackendUrl;
-use lockcore::LockError;
+use locksmith_core::conformance::unique_name;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::LockError;
 
-async fn connect(url: &str) -> lockcore::Result<lockcore::Locker> {
+async fn connect(url: &str) -> locksmith_core::Result<locksmith_core::Locker> {
     common::init_tracing();
-    backend_etcd::connect(&BackendUrl::parse(url)?).await
+    locksmith_etcd::connect(&BackendUrl::parse(url)?).await
 }
 
 /// Generous: the connect timeout plus room for a loaded machine. Only bounds a hang.

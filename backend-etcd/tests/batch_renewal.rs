@@ -1,16 +1,16 @@
 //! Renewal traffic does not grow with the number of held locks: one session keep-alive per tick
 //! renews them all, and held locks cause no other requests. Counted on the client
-//! ([`backend_etcd::EtcdBackend::stats`]: every request the backend sends), so other users of
+//! ([`locksmith_etcd::EtcdBackend::stats`]: every request the backend sends), so other users of
 //! the shared test server cannot disturb the count.
 
 mod common;
 
 use std::sync::Arc;
 
-use backend_etcd::{Config, EtcdBackend};
-use lockcore::conformance::unique_name;
-use lockcore::driver::BackendUrl;
-use lockcore::Locker;
+use locksmith_core::conformance::unique_name;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::Locker;
+use locksmith_etcd::{Config, EtcdBackend};
 
 const LOCKS: usize = 300;
 

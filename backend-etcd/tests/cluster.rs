@@ -9,10 +9,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockcore::conformance::servers::{backends, OnDrop};
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::Locker;
+use locksmith_core::conformance::servers::{backends, OnDrop};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::Locker;
 use tokio::time::Instant;
 
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -69,7 +69,7 @@ impl Fenced {
 }
 
 async fn connect(url: &BackendUrl) -> Locker {
-    within(PATIENCE, "connect", backend_etcd::connect(url))
+    within(PATIENCE, "connect", locksmith_etcd::connect(url))
         .await
         .expect("connect to the cluster")
 }

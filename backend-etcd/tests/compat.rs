@@ -7,9 +7,9 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::{LockError, Locker};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::{LockError, Locker};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -22,7 +22,7 @@ fn base() -> String {
 async fn go_locker() -> Locker {
     common::init_tracing();
     let url = BackendUrl::parse(&common::with_query(&base(), "layout=go-mutex&ttl=2s")).expect("url");
-    backend_etcd::connect(&url).await.expect("connect")
+    locksmith_etcd::connect(&url).await.expect("connect")
 }
 
 fn etcdctl_lock(name: &str, command: &[&str]) -> Child {

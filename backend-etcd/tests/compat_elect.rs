@@ -9,9 +9,9 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::BackendUrl;
-use lockcore::{LockError, Locker};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::{LockError, Locker};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -24,7 +24,7 @@ fn base() -> String {
 async fn go_locker() -> Locker {
     common::init_tracing();
     let url = BackendUrl::parse(&common::with_query(&base(), "layout=go-mutex&ttl=2s")).expect("url");
-    backend_etcd::connect(&url).await.expect("connect")
+    locksmith_etcd::connect(&url).await.expect("connect")
 }
 
 /// One `etcdctl elect` process, killed when dropped; its output read line by line.

@@ -1,13 +1,13 @@
 //! etcd's own side of guarded writes (the shared suite is in `conformance.rs`): the holder's
-//! condition in a transaction of the application's own ([`backend_etcd::owner_compare`], Go's
+//! condition in a transaction of the application's own ([`locksmith_etcd::owner_compare`], Go's
 //! `Mutex.IsOwner()`), and keys of locksmith's namespace refused.
 
 mod common;
 
-use backend_etcd::etcd_client::{Txn, TxnOp};
-use lockcore::conformance::guarded::unique_key;
-use lockcore::conformance::{unique_name, Harness};
-use lockcore::LockError;
+use locksmith_core::conformance::guarded::unique_key;
+use locksmith_core::conformance::{unique_name, Harness};
+use locksmith_core::LockError;
+use locksmith_etcd::etcd_client::{Txn, TxnOp};
 
 /// A transaction of the application's own, conditioned on `owner_compare`, commits while the lock
 /// is held and not after the lock was removed behind the holder's back.
@@ -20,7 +20,7 @@ async fn owner_compare_guards_the_applications_own_transaction() {
     let guard = locker.lock(unique_name("own_txn")).acquire().await.expect("acquire");
     let txn = |value: &'static str| {
         Txn::new()
-            .when([backend_etcd::owner_compare(guard.lease())])
+            .when([locksmith_etcd::owner_compare(guard.lease())])
             .and_then([TxnOp::put(key.as_str(), value, None)])
     };
     let resp = admin.kv_client().txn(txn("held")).await.expect("txn");

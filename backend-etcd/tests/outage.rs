@@ -7,10 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::servers::{backends, OnDrop};
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::BackendUrl;
-use lockcore::{LockError, LostReason};
+use locksmith_core::conformance::servers::{backends, OnDrop};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::{LockError, LostReason};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -19,7 +19,7 @@ async fn a_hung_server_fails_requests_instead_of_hanging() {
     common::init_tracing();
     let base = common::env_url("LOCKSMITH_TEST_ETCD");
     let url = BackendUrl::parse(&common::with_query(&base, "ttl=2s&request_timeout=1s")).expect("url");
-    let locker = backend_etcd::connect(&url).await.expect("connect");
+    let locker = locksmith_etcd::connect(&url).await.expect("connect");
     let name = unique_name("outage");
     let guard = locker.lock(&name).acquire().await.expect("acquire");
 

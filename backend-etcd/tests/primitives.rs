@@ -8,10 +8,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_etcd::{Config, EtcdBackend, EtcdStats};
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::{LockGuard, Locker};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::{LockGuard, Locker};
+use locksmith_etcd::{Config, EtcdBackend, EtcdStats};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_etcd::{Config, EtcdBackend};
-use lockcore::conformance::unique_name;
-use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
-use lockcore::{LockGuard, LockInfo, Locker, Result};
+use locksmith_core::conformance::unique_name;
+use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use locksmith_core::{LockGuard, LockInfo, Locker, Result};
+use locksmith_etcd::{Config, EtcdBackend};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -124,7 +124,7 @@ async fn thousands_of_locks_survive_with_one_renewal_per_interval() {
     // Renewal traffic is O(1) per renewal interval, whatever the number of locks: each
     // `renew_many` costs at most one keep-alive, and the watchdog calls it a bounded number of
     // times per interval (against one per lock, or hundreds per second as the benchmark saw).
-    // Ideally once: with lockcore's watchdog as it is, the batches split while locks are being
+    // Ideally once: with locksmith-core's watchdog as it is, the batches split while locks are being
     // taken (a lease registered while a batch is in flight is due at once, which chains
     // batches back to back) and never merge again, so a handful per interval is what this
     // measures today (see the crate's report); the bound leaves room for that.
@@ -148,7 +148,7 @@ async fn thousands_of_locks_survive_with_one_renewal_per_interval() {
     );
 
     // Still held on the server: nobody else can take one.
-    let other = backend_etcd::connect(&url).await.expect("connect");
+    let other = locksmith_etcd::connect(&url).await.expect("connect");
     for i in [0, locks / 2, locks - 1] {
         let name = format!("{prefix}/{i}");
         assert!(

@@ -7,17 +7,17 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::within;
-use lockcore::driver::BackendUrl;
-use lockcore::LockError;
+use locksmith_core::conformance::within;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::LockError;
 
 mod conformance {
-    lockcore::conformance_tests!(crate::common::EtcdHarness::secure().await);
+    locksmith_core::conformance_tests!(crate::common::EtcdHarness::secure().await);
 }
 
-async fn connect(url: &str) -> Result<lockcore::Locker, LockError> {
+async fn connect(url: &str) -> Result<locksmith_core::Locker, LockError> {
     let parsed = BackendUrl::parse(url)?;
-    within(Duration::from_secs(30), url, backend_etcd::connect(&parsed)).await
+    within(Duration::from_secs(30), url, locksmith_etcd::connect(&parsed)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +60,7 @@ async fn bad_credentials_and_tls_fail_clearly_and_keep_the_password() {
     // The right credentials work.
     let locker = connect(&with_timeout(&base)).await.expect("connect");
     let g = locker
-        .lock(lockcore::conformance::unique_name("secure"))
+        .lock(locksmith_core::conformance::unique_name("secure"))
         .try_acquire()
         .await
         .expect("try");

@@ -5,11 +5,11 @@ mod common;
 
 use std::time::Duration;
 
-use backend_etcd::{Layout, DEFAULT_NAMESPACE};
 use etcd_client::Client;
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::{LockError, Locker, LostReason};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::{LockError, Locker, LostReason};
+use locksmith_etcd::{Layout, DEFAULT_NAMESPACE};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -20,7 +20,7 @@ fn url(query: &str) -> BackendUrl {
 
 async fn locker(query: &str) -> Locker {
     common::init_tracing();
-    backend_etcd::connect(&url(query)).await.expect("connect")
+    locksmith_etcd::connect(&url(query)).await.expect("connect")
 }
 
 async fn admin() -> Client {

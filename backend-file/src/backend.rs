@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
-use lockcore::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, Result};
+use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, Result};
 
 use crate::config::Config;
 use crate::conn::Dir;
@@ -18,7 +18,7 @@ use crate::protocol::{election, queue, wait};
 use crate::{listing, renew};
 
 /// Locks in a directory shared by the processes of one machine (see the [crate docs](crate)).
-/// Clones share one locker's liveness; give each [`lockcore::Locker`] its own backend (its own
+/// Clones share one locker's liveness; give each [`locksmith_core::Locker`] its own backend (its own
 /// [`FileBackend::connect`]) to model separate processes.
 #[derive(Clone, Debug)]
 pub struct FileBackend {

@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use lockcore::driver::cleanup;
-use lockcore::Result;
+use locksmith_core::driver::cleanup;
+use locksmith_core::Result;
 
 use crate::conn::Dir;
 use crate::error::join_error;

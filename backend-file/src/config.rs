@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lockcore::driver::{BackendUrl, DEFAULT_REQUEST_TIMEOUT};
-use lockcore::Result;
+use locksmith_core::driver::{BackendUrl, DEFAULT_REQUEST_TIMEOUT};
+use locksmith_core::Result;
 
 /// The URL options this backend accepts.
 pub const OPTIONS: &[&str] = &["ttl", "request_timeout", "sync"];
@@ -26,7 +26,7 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// Parses `url`. [`lockcore::LockError::InvalidUrl`] for a relative or missing directory,
+    /// Parses `url`. [`locksmith_core::LockError::InvalidUrl`] for a relative or missing directory,
     /// a host other than `localhost`, credentials, or an unknown option.
     pub fn parse(url: &BackendUrl) -> Result<Config> {
         url.expect_only_options(OPTIONS)?;
@@ -93,7 +93,7 @@ mod tests {
             "file:///x?ttl=0s",
         ] {
             assert!(
-                matches!(parse(bad), Err(lockcore::LockError::InvalidUrl { .. })),
+                matches!(parse(bad), Err(locksmith_core::LockError::InvalidUrl { .. })),
                 "{bad} was accepted"
             );
         }

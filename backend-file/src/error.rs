@@ -3,7 +3,7 @@
 use std::io;
 use std::path::Path;
 
-use lockcore::LockError;
+use locksmith_core::LockError;
 
 /// The error for `what` failing on `path`: [`LockError::Denied`] when the process may not write
 /// there (permissions, a read-only file system), [`LockError::Unavailable`] otherwise (a full disk,

@@ -18,8 +18,8 @@
 
 use std::path::{Path, PathBuf};
 
-use lockcore::driver::LockName;
-use lockcore::Family;
+use locksmith_core::driver::LockName;
+use locksmith_core::Family;
 
 /// The suffix of a lock's state file.
 pub(crate) const STATE_SUFFIX: &str = ".state";

@@ -6,9 +6,9 @@
 //! showing who holds (host and pid).
 //!
 //! ```no_run
-//! # async fn run() -> lockcore::Result<()> {
-//! let url = lockcore::driver::BackendUrl::parse("file:///run/lock/myapp")?;
-//! let locker = backend_file::connect(&url).await?;
+//! # async fn run() -> locksmith_core::Result<()> {
+//! let url = locksmith_core::driver::BackendUrl::parse("file:///run/lock/myapp")?;
+//! let locker = locksmith_file::connect(&url).await?;
 //! let guard = locker.lock("nightly").acquire().await?;
 //! // ... the job, writing with guard.fencing_token() ...
 //! guard.release().await?;
@@ -21,7 +21,7 @@
 //! Each lock is a state file (its queue of holders and waiters in arrival order, and its last
 //! fencing token) beside an empty lock file. Every change is a transaction: `flock` the lock file,
 //! read the state, drop the entries of the dead, change it, write a new state file and rename it
-//! over the old one, unlock. Who holds is lockcore's queue rule, as on etcd and ZooKeeper.
+//! over the old one, unlock. Who holds is locksmith-core's queue rule, as on etcd and ZooKeeper.
 //!
 //! - **Processes that die** release at once: each locker holds a `flock` on a liveness file of its
 //!   own in `.owners/` for as long as it lives; the kernel drops it when the process ends, however
@@ -64,7 +64,7 @@
 //! Options: `ttl=` (the TTL of locks whose builder sets none, as on Redis), `request_timeout=`
 //! (default 5 s), `sync=grant` (the default: a grant's token is on disk before it is returned) or
 //! `sync=off` (see fencing tokens above). The directory is created (mode 0775 less the umask) if missing; a directory the
-//! process may not write is [`lockcore::LockError::Denied`]. To share it between users, give it a
+//! process may not write is [`locksmith_core::LockError::Denied`]. To share it between users, give it a
 //! common group, the setgid bit and a umask of 002.
 //!
 //! # Module map
@@ -94,8 +94,8 @@ mod wake;
 pub use backend::FileBackend;
 pub use config::{default_dir, OPTIONS};
 
-use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
-use lockcore::{Locker, Result};
+use locksmith_core::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use locksmith_core::{Locker, Result};
 
 /// This backend in the registry of `locksmith::connect`.
 pub static DESCRIPTOR: Descriptor = Descriptor {
@@ -116,8 +116,8 @@ fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
 ///
 /// # Errors
 ///
-/// [`lockcore::LockError::InvalidUrl`] for a bad URL, [`lockcore::LockError::Denied`] when the
-/// process may not write the directory, [`lockcore::LockError::Unavailable`] for other
+/// [`locksmith_core::LockError::InvalidUrl`] for a bad URL, [`locksmith_core::LockError::Denied`] when the
+/// process may not write the directory, [`locksmith_core::LockError::Unavailable`] for other
 /// file-system failures.
 pub async fn connect(url: &BackendUrl) -> Result<Locker> {
     Ok(Locker::new(FileBackend::connect(url)?))

@@ -1,8 +1,8 @@
 //! `inspect` and `list`: reads of the state files without their lock (a file is only ever
 //! replaced whole), with the entries of the dead left out.
 
-use lockcore::driver::LockName;
-use lockcore::{Family, HolderInfo, ListedLock, LockInfo, Result};
+use locksmith_core::driver::LockName;
+use locksmith_core::{Family, HolderInfo, ListedLock, LockInfo, Result};
 
 use crate::conn::Dir;
 use crate::error::io_error;

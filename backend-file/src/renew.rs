@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use lockcore::driver::Lease;
-use lockcore::{LockError, Result};
+use locksmith_core::driver::Lease;
+use locksmith_core::{LockError, Result};
 
 use crate::cleanup::reap_now;
 use crate::conn::{Check, Dir};

@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 
 use crate::error::errno_error;
 use crate::layout::{stem_of_state_file, OWNERS_DIR};
-use lockcore::Result;
+use locksmith_core::Result;
 
 /// The wake-ups of one directory in this process.
 #[derive(Debug)]

@@ -2,5 +2,5 @@
 
 mod common;
 
-lockcore::conformance_tests!(common::FileHarness::new());
-lockcore::primitive_tests!(common::FileHarness::new());
+locksmith_core::conformance_tests!(common::FileHarness::new());
+locksmith_core::primitive_tests!(common::FileHarness::new());

@@ -6,9 +6,9 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lockcore::conformance::{within, Harness};
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::LockError;
+use locksmith_core::conformance::{within, Harness};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::LockError;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::Instant;
@@ -26,7 +26,7 @@ fn child() {
     let args: Vec<String> = task.split(' ').map(str::to_owned).collect();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async move {
-        let locker = backend_file::connect(&BackendUrl::parse(&args[1]).unwrap())
+        let locker = locksmith_file::connect(&BackendUrl::parse(&args[1]).unwrap())
             .await
             .unwrap();
         match args[0].as_str() {
@@ -87,7 +87,7 @@ fn signal(child: &Child, sig: rustix::process::Signal) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holders_lock_passes_on_at_once_not_after_its_ttl() {
     let h = FileHarness::new();
-    let name = lockcore::conformance::unique_name("killed");
+    let name = locksmith_core::conformance::unique_name("killed");
     let (child, mut lines) = spawn_child(&format!("hold {} {name} 60000", h.url()));
     let token: u64 = says(&mut lines).await.strip_prefix("held ").unwrap().parse().unwrap();
     let info = h.locker().await.inspect(&name).await.unwrap();
@@ -126,7 +126,7 @@ async fn a_killed_holders_lock_passes_on_at_once_not_after_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_loses_its_lock_after_its_ttl_and_is_told() {
     let h = FileHarness::new();
-    let name = lockcore::conformance::unique_name("paused");
+    let name = locksmith_core::conformance::unique_name("paused");
     let (child, mut lines) = spawn_child(&format!("hold {} {name} 1000", h.url()));
     let token: u64 = says(&mut lines).await.strip_prefix("held ").unwrap().parse().unwrap();
     signal(&child, rustix::process::Signal::STOP);
@@ -156,7 +156,7 @@ async fn a_paused_holder_loses_its_lock_after_its_ttl_and_is_told() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_exclude_each_other() {
     let h = FileHarness::new();
-    let name = lockcore::conformance::unique_name("count");
+    let name = locksmith_core::conformance::unique_name("count");
     let counter = h.dir.join("counter");
     let children: Vec<_> = (0..4)
         .map(|_| spawn_child(&format!("count {} {name} {} 25", h.url(), counter.display())))
@@ -174,7 +174,7 @@ async fn processes_exclude_each_other() {
     );
     assert!(h
         .look
-        .entries(lockcore::Family::Mutex, &LockName::new(&name).unwrap())
+        .entries(locksmith_core::Family::Mutex, &LockName::new(&name).unwrap())
         .unwrap()
         .is_empty());
 }
@@ -185,7 +185,7 @@ async fn processes_exclude_each_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_given_up_on_never_acquires_later() {
     let h = FileHarness::new();
-    let name = lockcore::conformance::unique_name("given_up");
+    let name = locksmith_core::conformance::unique_name("given_up");
     let lock_name = LockName::new(&name).unwrap();
     let (holder, waiter, other) = (h.locker().await, h.locker().await, h.locker().await);
     for round in 0..30u64 {
@@ -207,7 +207,7 @@ async fn an_acquire_given_up_on_never_acquires_later() {
         .await
         .unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let entries = h.look.entries(lockcore::Family::Mutex, &lock_name).unwrap();
+        let entries = h.look.entries(locksmith_core::Family::Mutex, &lock_name).unwrap();
         assert_eq!(
             entries.len(),
             1,
@@ -220,9 +220,9 @@ async fn an_acquire_given_up_on_never_acquires_later() {
 #[tokio::test]
 async fn a_directory_the_process_may_not_write_is_denied() {
     let url = BackendUrl::parse("file:///sys/locksmith-test").unwrap();
-    let r = backend_file::connect(&url).await;
+    let r = locksmith_file::connect(&url).await;
     assert!(matches!(r, Err(LockError::Denied(_))), "{r:?}");
-    let r = backend_file::connect(&BackendUrl::parse("file://server/x").unwrap()).await;
+    let r = locksmith_file::connect(&BackendUrl::parse("file://server/x").unwrap()).await;
     assert!(matches!(r, Err(LockError::InvalidUrl { .. })), "{r:?}");
 }
 
@@ -232,11 +232,11 @@ async fn a_directory_the_process_may_not_write_is_denied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_stalled_on_the_lock_file_is_undone_after_it_ran() {
     let h = FileHarness::new();
-    let name = lockcore::conformance::unique_name("stalled");
+    let name = locksmith_core::conformance::unique_name("stalled");
     let lock_name = LockName::new(&name).unwrap();
     let lock_file = h
         .look
-        .state_path(lockcore::Family::Mutex, &lock_name)
+        .state_path(locksmith_core::Family::Mutex, &lock_name)
         .with_extension("lock");
     let (waiter, other) = (h.locker().await, h.locker().await);
     for round in 0..10 {
@@ -265,7 +265,7 @@ async fn a_step_stalled_on_the_lock_file_is_undone_after_it_ran() {
         // the clean-up removes that entry once the step ended (at once, not after a TTL).
         let mut entries = Vec::new();
         for _ in 0..50 {
-            entries = h.look.entries(lockcore::Family::Mutex, &lock_name).unwrap();
+            entries = h.look.entries(locksmith_core::Family::Mutex, &lock_name).unwrap();
             if entries.len() == 1 {
                 break;
             }

@@ -7,9 +7,9 @@ use std::mem::MaybeUninit;
 use std::time::Duration;
 
 use common::FileHarness;
-use lockcore::conformance::Harness;
-use lockcore::driver::LockName;
-use lockcore::Family;
+use locksmith_core::conformance::Harness;
+use locksmith_core::driver::LockName;
+use locksmith_core::Family;
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 
 /// How many `.state` files were opened in `dir` since the watch `fd` started (a non-blocking
@@ -31,7 +31,7 @@ async fn renewing_held_locks_reads_no_state_file_that_did_not_change() {
     let h = FileHarness::new();
     let locker = h.locker().await;
     let ttl = Duration::from_millis(300);
-    let base = lockcore::conformance::unique_name("renew-reads");
+    let base = locksmith_core::conformance::unique_name("renew-reads");
     let mut guards = Vec::new();
     for i in 0..LOCKS {
         guards.push(locker.lock(format!("{base}/{i}")).ttl(ttl).acquire().await.unwrap());
@@ -61,7 +61,7 @@ async fn renewing_held_locks_reads_no_state_file_that_did_not_change() {
 async fn a_state_file_emptied_in_place_by_hand_is_seen_as_lost() {
     let h = FileHarness::new();
     let locker = h.locker().await;
-    let name = lockcore::conformance::unique_name("emptied");
+    let name = locksmith_core::conformance::unique_name("emptied");
     let guard = locker
         .lock(&name)
         .ttl(Duration::from_millis(600))

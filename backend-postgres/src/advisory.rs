@@ -30,8 +30,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_postgres::Client;
 
-use lockcore::driver::{cleanup, Lease, LockName, LockRequest, Role};
-use lockcore::{Family, LockError, LockKind, LostReason, Result};
+use locksmith_core::driver::{cleanup, Lease, LockName, LockRequest, Role};
+use locksmith_core::{Family, LockError, LockKind, LostReason, Result};
 
 use crate::cleanup::Pending;
 use crate::config::{Config, Connector};

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
-use lockcore::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, Result};
+use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, Result};
 
 use crate::advisory::Sessions;
 use crate::config::Config;
@@ -112,7 +112,7 @@ impl LockBackend for PgBackend {
     }
 
     /// One statement: the holder's entry checked and locked, then the write (see `guarded.rs`).
-    async fn write_guarded(&self, lease: &Lease, write: &lockcore::GuardedWrite) -> Result<bool> {
+    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::GuardedWrite) -> Result<bool> {
         crate::guarded::write(&self.conn, lease, write).await
     }
 

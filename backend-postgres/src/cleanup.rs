@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use lockcore::driver::{cleanup, Lease};
-use lockcore::{LockError, Result};
+use locksmith_core::driver::{cleanup, Lease};
+use locksmith_core::{LockError, Result};
 
 use crate::conn::{Conn, Outcome};
 use crate::layout::segment;
@@ -32,7 +32,7 @@ pub(crate) async fn release(conn: &Arc<Conn>, first: Option<FreeFirst>, lease: &
     let id = entry_id(&lease.holder_id).to_owned();
     let kind = lease.kind.clone();
     let (tx, rx) = oneshot::channel();
-    let spawned = cleanup::spawn(lockcore::metrics::counting_for_caller(async move {
+    let spawned = cleanup::spawn(locksmith_core::metrics::counting_for_caller(async move {
         let first_held = match first {
             Some(first) => first.await,
             None => true,

@@ -5,8 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use lockcore::driver::{BackendUrl, DEFAULT_REQUEST_TIMEOUT};
-use lockcore::Result;
+use locksmith_core::driver::{BackendUrl, DEFAULT_REQUEST_TIMEOUT};
+use locksmith_core::Result;
 
 use crate::layout::Layout;
 
@@ -84,7 +84,7 @@ impl fmt::Debug for Config {
 }
 
 impl Config {
-    /// Parses `url`. [`lockcore::LockError::InvalidUrl`] for a missing or second host, an unknown
+    /// Parses `url`. [`locksmith_core::LockError::InvalidUrl`] for a missing or second host, an unknown
     /// option, or a schema that is not a plain lower-case identifier.
     pub fn parse(url: &BackendUrl) -> Result<Config> {
         url.expect_only_options(OPTIONS)?;
@@ -173,7 +173,7 @@ impl Config {
 
 /// What connects with TLS when `tls` (from `files`).
 #[cfg(feature = "tls")]
-fn connector(url: &BackendUrl, tls: bool, files: &lockcore::driver::url::TlsFiles) -> Result<Connector> {
+fn connector(url: &BackendUrl, tls: bool, files: &locksmith_core::driver::url::TlsFiles) -> Result<Connector> {
     match tls {
         true => crate::tls::Tls::new(url, files),
         false => Ok(crate::tls::Tls::off()),
@@ -182,7 +182,7 @@ fn connector(url: &BackendUrl, tls: bool, files: &lockcore::driver::url::TlsFile
 
 /// Without the `tls` feature: only plain connections.
 #[cfg(not(feature = "tls"))]
-fn connector(url: &BackendUrl, tls: bool, _files: &lockcore::driver::url::TlsFiles) -> Result<Connector> {
+fn connector(url: &BackendUrl, tls: bool, _files: &locksmith_core::driver::url::TlsFiles) -> Result<Connector> {
     match tls {
         true => Err(url.error("sslmode=require and verify-full need locksmith built with the `tls` feature (rustls)")),
         false => Ok(tokio_postgres::NoTls),
@@ -240,7 +240,7 @@ mod tests {
             "postgres://h/x?sslmode=require&ca=/nonexistent/ca.pem",
         ] {
             assert!(
-                matches!(parse(bad), Err(lockcore::LockError::InvalidUrl { .. })),
+                matches!(parse(bad), Err(locksmith_core::LockError::InvalidUrl { .. })),
                 "{bad} was accepted"
             );
         }
@@ -259,7 +259,10 @@ mod tests {
         let junk = std::env::temp_dir().join(format!("locksmith-pg-junk-ca-{}", std::process::id()));
         std::fs::write(&junk, "not a certificate").unwrap();
         let bad = parse(&format!("postgres://h/x?sslmode=require&ca={}", junk.display()));
-        assert!(matches!(bad, Err(lockcore::LockError::InvalidUrl { .. })), "{bad:?}");
+        assert!(
+            matches!(bad, Err(locksmith_core::LockError::InvalidUrl { .. })),
+            "{bad:?}"
+        );
         std::fs::remove_file(&junk).ok();
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lockcore::LockError;
+use locksmith_core::LockError;
 use tokio_postgres::error::SqlState;
 
 /// The error for `what` failing: [`LockError::Denied`] for a wrong password, a user that may not

@@ -1,12 +1,12 @@
-//! Guarded writes ([`lockcore::Guarded`]): one statement (its own transaction) whose CTE finds the
+//! Guarded writes ([`locksmith_core::Guarded`]): one statement (its own transaction) whose CTE finds the
 //! holder's entry with its token and a lease that is live by the server's clock, and locks it
 //! `FOR SHARE`, and whose write happens only if it found it (`layout.rs`'s `guarded_*`). A step
 //! that would remove the entry (a release, a prune of an expired lease, the grant to the next
 //! holder) waits for that lock, so the write commits before the lock can change hands, or not at
 //! all. The store is the schema's `data` table (`sql/data.sql`): one row per key.
 
-use lockcore::driver::{GuardedWrite, Lease};
-use lockcore::{LockError, Result};
+use locksmith_core::driver::{GuardedWrite, Lease};
+use locksmith_core::{LockError, Result};
 use tokio_postgres::types::ToSql;
 
 use crate::conn::Conn;

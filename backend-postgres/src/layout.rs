@@ -1,9 +1,9 @@
 //! Where locks live: the tables of one schema (`src/sql/schema.sql`), lock rows keyed by
-//! [`lockcore::Family::segment`], and the statements on them with the schema filled in; with
+//! [`locksmith_core::Family::segment`], and the statements on them with the schema filled in; with
 //! `layout=advisory`, also the session advisory lock of the name (`crate::advisory`).
 
-use lockcore::driver::LockName;
-use lockcore::Family;
+use locksmith_core::driver::LockName;
+use locksmith_core::Family;
 
 /// How locks are kept (`layout=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,9 +4,9 @@
 //! semaphores, read-write locks and elections without another server.
 //!
 //! ```no_run
-//! # async fn run() -> lockcore::Result<()> {
-//! let url = lockcore::driver::BackendUrl::parse("postgres://app:secret@db:5432/app")?;
-//! let locker = backend_postgres::connect(&url).await?;
+//! # async fn run() -> locksmith_core::Result<()> {
+//! let url = locksmith_core::driver::BackendUrl::parse("postgres://app:secret@db:5432/app")?;
+//! let locker = locksmith_postgres::connect(&url).await?;
 //! let guard = locker.lock("nightly").acquire().await?;
 //! // ... the job, writing with guard.fencing_token() ...
 //! guard.release().await?;
@@ -21,7 +21,7 @@
 //! token), `entries` (holders and waiters, in arrival order by `seq`), `owners` (one row per
 //! live locker). Every step is one transaction: lock the lock's row (`INSERT … ON CONFLICT DO
 //! UPDATE`, inserting it if missing), drop the dead entries, read the queue, decide with
-//! lockcore's queue rule, write, `NOTIFY` the schema's channel with the lock's segment if the
+//! locksmith-core's queue rule, write, `NOTIFY` the schema's channel with the lock's segment if the
 //! queue changed, commit. The uncontended cases take one round trip instead: a function of
 //! `src/sql/alone.sql` grants an exclusive entry on a queue with no live entry, or hands a queue
 //! of exclusive entries from its holder to its first waiter, and answers "not my case" otherwise
@@ -101,7 +101,7 @@
 //! ```
 //!
 //! (`LISTEN`/`NOTIFY` need no grant.) A locker whose user lacks them fails at connect with
-//! [`lockcore::LockError::Denied`]; one that lacks only the rights on `data` (tables migrated from
+//! [`locksmith_core::LockError::Denied`]; one that lacks only the rights on `data` (tables migrated from
 //! version 2 by their owner, the grants not run again) locks, and its guarded writes are `Denied`
 //! with the command that prints the grants.
 //!
@@ -127,6 +127,8 @@
 //!   writes: the holder's check and the write in one statement).
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // The connector is cloned for every connection: rustls's with `tls`, `NoTls` (a Copy type)
 // without it, where clippy would have the clones removed and the `tls` build then fail.
 #![cfg_attr(not(feature = "tls"), allow(clippy::clone_on_copy))]
@@ -149,8 +151,8 @@ mod wake;
 pub use backend::PgBackend;
 pub use config::OPTIONS;
 
-use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
-use lockcore::{Locker, Result};
+use locksmith_core::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use locksmith_core::{Locker, Result};
 
 /// This backend in the registry of `locksmith::connect`.
 pub static DESCRIPTOR: Descriptor = Descriptor {
@@ -172,16 +174,16 @@ fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
 ///
 /// # Errors
 ///
-/// [`lockcore::LockError::InvalidUrl`] when `url` is not a valid `postgres://` URL.
+/// [`locksmith_core::LockError::InvalidUrl`] when `url` is not a valid `postgres://` URL.
 ///
 /// # Examples
 ///
 /// ```
-/// let url = lockcore::driver::BackendUrl::parse("postgres://admin@db/app?schema=locks")?;
-/// let sql = backend_postgres::setup_sql(&url, Some("app_user"))?;
+/// let url = locksmith_core::driver::BackendUrl::parse("postgres://admin@db/app?schema=locks")?;
+/// let sql = locksmith_postgres::setup_sql(&url, Some("app_user"))?;
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"locks\".entries"));
 /// assert!(sql.contains("TO \"app_user\""));
-/// # Ok::<(), lockcore::LockError>(())
+/// # Ok::<(), locksmith_core::LockError>(())
 /// ```
 pub fn setup_sql(url: &BackendUrl, role: Option<&str>) -> Result<String> {
     let config = config::Config::parse(url)?;
@@ -193,8 +195,8 @@ pub fn setup_sql(url: &BackendUrl, role: Option<&str>) -> Result<String> {
 ///
 /// # Errors
 ///
-/// [`lockcore::LockError::InvalidUrl`] for a bad URL, [`lockcore::LockError::Denied`] for a wrong
-/// password or missing privileges, [`lockcore::LockError::Unavailable`] when the server cannot be
+/// [`locksmith_core::LockError::InvalidUrl`] for a bad URL, [`locksmith_core::LockError::Denied`] for a wrong
+/// password or missing privileges, [`locksmith_core::LockError::Unavailable`] when the server cannot be
 /// reached.
 pub async fn connect(url: &BackendUrl) -> Result<Locker> {
     Ok(Locker::new(PgBackend::connect(url).await?))

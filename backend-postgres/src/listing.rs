@@ -1,8 +1,8 @@
 //! `inspect`, `list` and the reads of `leader`: plain reads without a transaction's row lock,
 //! with the entries of the dead left out (the rule of `prune.sql`).
 
-use lockcore::driver::LockName;
-use lockcore::{Family, HolderInfo, ListedLock, LockError, LockInfo, Result};
+use locksmith_core::driver::LockName;
+use locksmith_core::{Family, HolderInfo, ListedLock, LockError, LockInfo, Result};
 
 use crate::conn::Conn;
 use crate::error::pg_error;

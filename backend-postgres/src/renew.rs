@@ -5,8 +5,8 @@
 
 use std::collections::HashSet;
 
-use lockcore::driver::Lease;
-use lockcore::{LockError, Result};
+use locksmith_core::driver::Lease;
+use locksmith_core::{LockError, Result};
 
 use crate::conn::Conn;
 use crate::error::pg_error;

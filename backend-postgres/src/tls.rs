@@ -21,9 +21,9 @@ use tokio_postgres::Socket;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use lockcore::driver::url::TlsFiles;
-use lockcore::driver::BackendUrl;
-use lockcore::Result;
+use locksmith_core::driver::url::TlsFiles;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::Result;
 
 /// What connects a socket with TLS, or (with `sslmode=disable`) is never asked to.
 #[derive(Clone)]

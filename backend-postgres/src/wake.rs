@@ -26,7 +26,7 @@ use tokio_postgres::{AsyncMessage, Client};
 
 use crate::config::Config;
 use crate::error::pg_error;
-use lockcore::Result;
+use locksmith_core::Result;
 
 /// The longest payload sent; PostgreSQL refuses 8000 bytes and more.
 const MAX_PAYLOAD: usize = 7900;

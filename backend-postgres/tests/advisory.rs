@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::{Family, LockError, Locker};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::{Family, LockError, Locker};
 
 /// A `psql` process reading statements from a pipe, as a program of the team would hold its
 /// advisory lock.
@@ -103,7 +103,7 @@ impl Setup {
     }
 
     async fn locker(&self) -> Locker {
-        backend_postgres::connect(&BackendUrl::parse(&self.url).unwrap())
+        locksmith_postgres::connect(&BackendUrl::parse(&self.url).unwrap())
             .await
             .unwrap()
     }

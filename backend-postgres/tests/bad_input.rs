@@ -5,11 +5,11 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::driver::BackendUrl;
-use lockcore::LockError;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::LockError;
 
-async fn connect(url: &str) -> Result<lockcore::Locker, LockError> {
-    backend_postgres::connect(&BackendUrl::parse(url)?).await
+async fn connect(url: &str) -> Result<locksmith_core::Locker, LockError> {
+    locksmith_postgres::connect(&BackendUrl::parse(url)?).await
 }
 
 #[tokio::test]

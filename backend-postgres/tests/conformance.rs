@@ -6,12 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::election;
-use lockcore::driver::BackendUrl;
+use locksmith_core::conformance::election;
+use locksmith_core::driver::BackendUrl;
 
-lockcore::conformance_tests!(common::PgHarness::plain().await);
-lockcore::primitive_tests!(common::PgHarness::plain().await);
-lockcore::guarded_tests!(common::PgHarness::plain().await);
+locksmith_core::conformance_tests!(common::PgHarness::plain().await);
+locksmith_core::primitive_tests!(common::PgHarness::plain().await);
+locksmith_core::guarded_tests!(common::PgHarness::plain().await);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn election_observer_rides_out_outages() {
@@ -24,7 +24,7 @@ async fn election_observer_rides_out_outages() {
             "{}&ttl=2s&request_timeout=1s&connect_timeout=1s",
             through.replace("{addr}", &addr)
         );
-        backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+        locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
             .await
             .expect("connect to postgres through the proxy")
     })

@@ -1,13 +1,13 @@
 //! Every call ends in time when PostgreSQL goes away or stops answering (through a proxy that
-//! cuts or freezes the traffic): see `lockcore::conformance::deadlines`.
+//! cuts or freezes the traffic): see `locksmith_core::conformance::deadlines`.
 
 #[allow(dead_code)] // only the server URL
 mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::deadlines;
-use lockcore::driver::BackendUrl;
+use locksmith_core::conformance::deadlines;
+use locksmith_core::driver::BackendUrl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_end_in_time_when_postgres_goes_away_or_falls_silent() {
@@ -23,7 +23,7 @@ async fn calls_end_in_time_when_postgres_goes_away_or_falls_silent() {
         let url =
             format!("postgres://{user}:{password}@{addr}/{db}?schema={schema}&connect_timeout=1s&request_timeout=2s");
         async move {
-            backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+            locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
                 .await
                 .unwrap()
         }

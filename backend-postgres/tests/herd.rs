@@ -10,8 +10,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::conformance::unique_name;
-use lockcore::driver::BackendUrl;
+use locksmith_core::conformance::unique_name;
+use locksmith_core::driver::BackendUrl;
 use tokio::sync::{mpsc, watch};
 
 const WAITERS: usize = 30;
@@ -36,7 +36,7 @@ async fn a_handover_with_30_waiters_costs_constant_transactions() {
     tokio::spawn(connection);
     let name = unique_name("herd");
     let connect = || async {
-        backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+        locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
             .await
             .unwrap()
     };
@@ -96,8 +96,8 @@ async fn a_handover_with_30_waiters_costs_constant_transactions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mutex_handover_notifies_the_new_holder_and_the_next_waiter() {
     use futures_util::StreamExt;
-    use lockcore::driver::LockName;
-    use lockcore::Family;
+    use locksmith_core::driver::LockName;
+    use locksmith_core::Family;
 
     let harness = common::PgHarness::plain().await;
     let url = format!("{}&ttl=30s", harness.url);
@@ -120,7 +120,7 @@ async fn a_mutex_handover_notifies_the_new_holder_and_the_next_waiter() {
         .unwrap();
 
     let connect = || async {
-        backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+        locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
             .await
             .unwrap()
     };

@@ -5,27 +5,27 @@
 #[allow(dead_code)] // each test file uses a part of the harness
 mod common;
 
-use backend_postgres::setup_sql;
 use common::{app_url, run_as_owner, server_url};
-use lockcore::driver::BackendUrl;
-use lockcore::LockError;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::LockError;
+use locksmith_postgres::setup_sql;
 
-lockcore::conformance_tests!(@tests common::PgHarness::least_privilege().await;
+locksmith_core::conformance_tests!(@tests common::PgHarness::least_privilege().await;
     mutex::mutual_exclusion, mutex::waiters_are_fifo, mutex::fencing_tokens_increase,
     mutex::crashed_holder_expires, mutex::lost_fires_when_removed_behind_back,
     mutex::cancellation_storm_leaves_nothing, mutex::inspect_reports_holder_and_waiters,
     lifecycle::shutdown_releases_everything);
-lockcore::primitive_tests!(@tests common::PgHarness::least_privilege().await;
+locksmith_core::primitive_tests!(@tests common::PgHarness::least_privilege().await;
     semaphore::semaphore_never_over_grants, rwlock::rwlock_never_mixes_readers_and_writers,
     election::election_one_leader_at_a_time_in_order);
-lockcore::conformance_tests!(@tests common::PgHarness::least_privilege().await;
+locksmith_core::conformance_tests!(@tests common::PgHarness::least_privilege().await;
     guarded::guarded_writes_apply_while_held, guarded::guarded_write_of_a_lost_lock_never_lands);
 
-async fn connect_app(schema: &str) -> lockcore::Result<lockcore::Locker> {
-    backend_postgres::connect(&BackendUrl::parse(&format!("{}?schema={schema}", app_url()))?).await
+async fn connect_app(schema: &str) -> locksmith_core::Result<locksmith_core::Locker> {
+    locksmith_postgres::connect(&BackendUrl::parse(&format!("{}?schema={schema}", app_url()))?).await
 }
 
-fn assert_denied_with_hint(result: lockcore::Result<lockcore::Locker>, what: &str) {
+fn assert_denied_with_hint(result: locksmith_core::Result<locksmith_core::Locker>, what: &str) {
     match result {
         Err(LockError::Denied(message)) => {
             assert!(message.contains("permission denied"), "{what}: {message}");

@@ -5,8 +5,8 @@
 #[allow(dead_code)] // each test file uses a part of the harness
 mod common;
 
-use lockcore::driver::BackendUrl;
-use lockcore::LockError;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::LockError;
 
 /// Makes the tables of `schema` look like version 1 (what the release before last created).
 fn back_to_version_1(schema: &str) -> String {
@@ -121,7 +121,7 @@ async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
         other => panic!("expected Denied, got {other:?}"),
     }
     // `locksmith init --sql --grant`'s text, run by the owner: the grants again, with the new one.
-    let setup = backend_postgres::setup_sql(&BackendUrl::parse(&owner_url).unwrap(), Some("locksmith_app")).unwrap();
+    let setup = locksmith_postgres::setup_sql(&BackendUrl::parse(&owner_url).unwrap(), Some("locksmith_app")).unwrap();
     common::run_as_owner(&setup).await;
     user_guard
         .guarded()

@@ -7,14 +7,14 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::driver::BackendUrl;
+use locksmith_core::driver::BackendUrl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_without_an_owner_row_still_excludes() {
     let harness = common::PgHarness::plain().await;
     let url = format!("{}&ttl=1s", harness.url);
     let connect = || async {
-        backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+        locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
             .await
             .unwrap()
     };

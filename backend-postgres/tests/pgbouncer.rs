@@ -11,5 +11,5 @@ fn pgbouncer_url() -> String {
         .expect("LOCKSMITH_TEST_PGBOUNCER is not set: run `eval \"$(scripts/backends up single)\"` first")
 }
 
-lockcore::conformance_tests!(common::PgHarness::at(pgbouncer_url()).await);
-lockcore::primitive_tests!(common::PgHarness::at(pgbouncer_url()).await);
+locksmith_core::conformance_tests!(common::PgHarness::at(pgbouncer_url()).await);
+locksmith_core::primitive_tests!(common::PgHarness::at(pgbouncer_url()).await);

@@ -7,9 +7,9 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::BackendUrl;
-use lockcore::Locker;
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::Locker;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -66,7 +66,7 @@ fn child() {
 }
 
 async fn connect(url: &str) -> Locker {
-    backend_postgres::connect(&BackendUrl::parse(url).unwrap())
+    locksmith_postgres::connect(&BackendUrl::parse(url).unwrap())
         .await
         .unwrap()
 }
@@ -165,7 +165,7 @@ async fn advisory_a_paused_holder_keeps_its_session_lock_until_it_is_told() {
     // Three TTLs: its grant expired long ago; its session still holds the advisory lock.
     let paused = me.lock(&key).timeout(Duration::from_secs(3)).acquire().await;
     assert!(
-        matches!(paused, Err(lockcore::LockError::Timeout(_))),
+        matches!(paused, Err(locksmith_core::LockError::Timeout(_))),
         "granted while the paused holder's session held the advisory lock: {paused:?}"
     );
     let waiter = tokio::spawn({

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::driver::BackendUrl;
+use locksmith_core::driver::BackendUrl;
 use tokio::time::Instant;
 
 /// Held by each test: one load at a time (a backlog of try_acquires must not wait behind the
@@ -22,7 +22,7 @@ async fn a_held_lock_outlives_a_backlog_of_steps() {
     let harness = common::PgHarness::plain().await;
     let ttl = Duration::from_millis(600);
     let url = format!("{}&ttl={}ms", harness.url, ttl.as_millis());
-    let locker = backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+    let locker = locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
         .await
         .unwrap();
     let held = locker.lock("held").acquire().await.unwrap();
@@ -34,7 +34,7 @@ async fn a_held_lock_outlives_a_backlog_of_steps() {
     for i in 0..3000 {
         let locker = locker.clone();
         backlog.spawn(async move {
-            // A long lease: these releases wait behind the backlog too, and lockcore stops
+            // A long lease: these releases wait behind the backlog too, and locksmith-core stops
             // renewing a lease once its release has begun.
             let lock = locker.lock(format!("other/{i}")).ttl(Duration::from_secs(60));
             let got = lock.try_acquire().await.unwrap();
@@ -68,7 +68,7 @@ async fn ten_thousand_leases_stay_held() {
     let harness = common::PgHarness::plain().await;
     let ttl = Duration::from_secs(2);
     let url = format!("{}&ttl=2s", harness.url);
-    let locker = backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+    let locker = locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
         .await
         .unwrap();
     let mut taking = tokio::task::JoinSet::new();
@@ -104,7 +104,7 @@ async fn renewals_do_not_grow_the_table() {
     let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
     let ttl = Duration::from_millis(600);
     let url = format!("{}&ttl={}ms", harness.url, ttl.as_millis());
-    let locker = backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+    let locker = locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
         .await
         .unwrap();
     let mut held = Vec::with_capacity(LOCKS);

@@ -11,16 +11,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::conformance::servers::{backends, OnDrop};
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::BackendUrl;
+use locksmith_core::conformance::servers::{backends, OnDrop};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::BackendUrl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_the_lock_its_queue_and_its_tokens() {
     let harness = common::PgHarness::plain().await;
     let url = format!("{}&ttl=4s&request_timeout=1s&connect_timeout=1s", harness.url);
     let connect = || async {
-        backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+        locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
             .await
             .unwrap()
     };

@@ -9,9 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::within;
-use lockcore::driver::BackendUrl;
-use lockcore::LockError;
+use locksmith_core::conformance::within;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::LockError;
 
 fn secure() -> String {
     std::env::var("LOCKSMITH_TEST_POSTGRES_SECURE")
@@ -19,13 +19,13 @@ fn secure() -> String {
 }
 
 mod conformance {
-    lockcore::conformance_tests!(crate::common::PgHarness::at(crate::secure()).await);
-    lockcore::primitive_tests!(crate::common::PgHarness::at(crate::secure()).await);
+    locksmith_core::conformance_tests!(crate::common::PgHarness::at(crate::secure()).await);
+    locksmith_core::primitive_tests!(crate::common::PgHarness::at(crate::secure()).await);
 }
 
-async fn connect(url: &str) -> Result<lockcore::Locker, LockError> {
+async fn connect(url: &str) -> Result<locksmith_core::Locker, LockError> {
     let parsed = BackendUrl::parse(url)?;
-    within(Duration::from_secs(30), url, backend_postgres::connect(&parsed)).await
+    within(Duration::from_secs(30), url, locksmith_postgres::connect(&parsed)).await
 }
 
 async fn locks(url: &str) {

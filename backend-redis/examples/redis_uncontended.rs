@@ -5,15 +5,15 @@
 //!
 //! ```text
 //! eval "$(scripts/backends up)"
-//! cargo run --release -p backend-redis --example redis_uncontended [-- OPS]
+//! cargo run --release -p locksmith-redis --example redis_uncontended [-- OPS]
 //! ```
 //!
 //! With `LOCKSMITH_TEST_REDIS_QUORUM` set, it also times a quorum acquire+release.
 
 use std::time::{Duration, Instant};
 
-use lockcore::driver::BackendUrl;
-use lockcore::Locker;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::Locker;
 
 const TTL: Duration = Duration::from_secs(30);
 const RELEASE: &str =
@@ -85,7 +85,7 @@ async fn locksmith(locker: &Locker, name: &str, ops: usize, timeout: bool) -> Re
 /// The backend alone, without the Locker (its watchdog registration and tracing spans).
 async fn direct(locker: &Locker, name: &str, ops: usize) -> Result<Vec<Duration>, Error> {
     let backend = locker.backend();
-    let req = lockcore::driver::LockRequest::mutex(lockcore::driver::LockName::new(name)?, TTL);
+    let req = locksmith_core::driver::LockRequest::mutex(locksmith_core::driver::LockName::new(name)?, TTL);
     let mut samples = Vec::with_capacity(ops);
     for i in 0..ops + ops / 10 {
         let t = Instant::now();
@@ -99,8 +99,8 @@ async fn direct(locker: &Locker, name: &str, ops: usize) -> Result<Vec<Duration>
 }
 
 async fn handover(url: &str, ops: usize, blocked: Duration) -> Result<Vec<Duration>, Error> {
-    let holder = backend_redis::connect(&BackendUrl::parse(url)?).await?;
-    let waiter = backend_redis::connect(&BackendUrl::parse(url)?).await?;
+    let holder = locksmith_redis::connect(&BackendUrl::parse(url)?).await?;
+    let waiter = locksmith_redis::connect(&BackendUrl::parse(url)?).await?;
     let name = format!("handover-{:x}", rand::random::<u32>());
     let mut samples = Vec::with_capacity(ops);
     for _ in 0..ops {
@@ -183,7 +183,7 @@ async fn main() -> Result<(), Error> {
     let ops: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(5000);
     let url = std::env::var("LOCKSMITH_TEST_REDIS")
         .map_err(|_| "LOCKSMITH_TEST_REDIS is unset: run eval \"$(scripts/backends up)\"")?;
-    let locker = backend_redis::connect(&BackendUrl::parse(&url)?).await?;
+    let locker = locksmith_redis::connect(&BackendUrl::parse(&url)?).await?;
     let name = format!("uncontended-{:x}", rand::random::<u32>());
     // Interleave the rows so that machine noise hits them alike.
     let (mut f, mut l, mut lt, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -211,7 +211,7 @@ async fn main() -> Result<(), Error> {
         print(&format!("handover, waiter blocked {blocked} ms"), h, Some(hf_p50));
     }
     if let Ok(q) = std::env::var("LOCKSMITH_TEST_REDIS_QUORUM") {
-        let quorum = backend_redis::connect(&BackendUrl::parse(&q)?).await?;
+        let quorum = locksmith_redis::connect(&BackendUrl::parse(&q)?).await?;
         print(
             "quorum acquire()+release()",
             locksmith(&quorum, &name, ops / 5, false).await?,

@@ -9,8 +9,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
-use lockcore::{Leader, LeaderWatch, LockError, LockInfo, LockKind, Result};
+use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use locksmith_core::{Leader, LeaderWatch, LockError, LockInfo, LockKind, Result};
 use tokio::time::Instant;
 
 use crate::cleanup;
@@ -24,7 +24,7 @@ use crate::protocol::scripts::LockScripts;
 use crate::protocol::{election, quorum, wait};
 
 /// The Redis backend. Build it with [`RedisBackend::connect`] (or [`crate::connect`] for a
-/// [`lockcore::Locker`]).
+/// [`locksmith_core::Locker`]).
 #[derive(Clone)]
 pub struct RedisBackend {
     inner: Arc<Inner>,
@@ -129,12 +129,12 @@ impl LockBackend for RedisBackend {
     }
 
     /// One script: the lease's check and the write (see `guarded.rs`).
-    async fn write_guarded(&self, lease: &Lease, write: &lockcore::GuardedWrite) -> Result<bool> {
+    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::GuardedWrite) -> Result<bool> {
         crate::guarded::write(&self.inner, lease, write).await
     }
 
     /// `locksmith-data:{<tag>}:<segment>:<suffix>`, in the lock's hash slot (see `guarded.rs`).
-    fn data_key(&self, family: lockcore::Family, lock: &LockName, suffix: &str) -> Result<String> {
+    fn data_key(&self, family: locksmith_core::Family, lock: &LockName, suffix: &str) -> Result<String> {
         crate::guarded::data_key(&self.inner, family, lock, suffix)
     }
 
@@ -159,7 +159,7 @@ impl LockBackend for RedisBackend {
         self.inner.config.connect_timeout + self.inner.config.response_timeout
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<lockcore::ListedLock>> {
+    async fn list(&self, prefix: &str) -> Result<Vec<locksmith_core::ListedLock>> {
         crate::listing::list(&self.inner, prefix).await
     }
 

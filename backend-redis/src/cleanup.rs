@@ -1,5 +1,5 @@
 //! The clean-up at the edges of a lock's life, for every kind (over its [`Entry`]), from tasks of
-//! lockcore's clean-up machinery ([`lockcore::driver::cleanup::spawn`]), which the call that
+//! locksmith-core's clean-up machinery ([`locksmith_core::driver::cleanup::spawn`]), which the call that
 //! dropped the future and `Locker::shutdown` wait for:
 //! - [`Cleanup`], the guard of an acquire in flight: if the acquire future is dropped (cancelled,
 //!   timed out) or fails before it hands a lease back, it runs the entry's `LEAVE` on every server
@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use lockcore::driver::LockName;
-use lockcore::Result;
+use locksmith_core::driver::LockName;
+use locksmith_core::Result;
 
 use crate::conn::inner::Inner;
 use crate::protocol::entry::{leave_everywhere, release_everywhere, Entry};
@@ -55,7 +55,7 @@ impl<E: Entry> Drop for Cleanup<E> {
         }
         let (inner, entry) = (self.inner.clone(), self.entry.clone());
         let lock = entry.key().to_owned();
-        let spawned = lockcore::driver::cleanup::spawn(async move {
+        let spawned = locksmith_core::driver::cleanup::spawn(async move {
             leave_everywhere(&inner, &entry).await;
         });
         if !spawned {
@@ -93,7 +93,7 @@ impl<E: Entry> Drop for ReleaseAgain<E> {
     fn drop(&mut self) {
         let Some(entry) = self.entry.take() else { return };
         let (inner, name) = (self.inner.clone(), self.name.clone());
-        let spawned = lockcore::driver::cleanup::spawn(async move {
+        let spawned = locksmith_core::driver::cleanup::spawn(async move {
             match release_everywhere(&inner, &name, &entry).await {
                 Ok(()) => tracing::debug!(lock = %name, "released in the background after a cancelled release"),
                 Err(e) => {

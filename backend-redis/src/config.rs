@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use lockcore::driver::BackendUrl;
-use lockcore::Result;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::Result;
 
 /// The query options `redis://` and `rediss://` accept (the TLS and secret options every backend
 /// shares among them: `ca`, `cert`, `key`, `server_name`, `password_file`).
@@ -40,9 +40,9 @@ const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
 /// `poller_gap`, when the URL sets a `poller_gap` but no `max_pass_over`.
 const DEFAULT_MAX_PASS_OVER: Duration = Duration::from_secs(1);
 
-/// The default `restart_delay`, 15 s, the default lock TTL ([`lockcore::DEFAULT_TTL`]): no TTL
+/// The default `restart_delay`, 15 s, the default lock TTL ([`locksmith_core::DEFAULT_TTL`]): no TTL
 /// may be longer (see the crate docs, "After data loss").
-pub const DEFAULT_RESTART_DELAY: Duration = lockcore::DEFAULT_TTL;
+pub const DEFAULT_RESTART_DELAY: Duration = locksmith_core::DEFAULT_TTL;
 
 /// Where the lock key lives and what it holds (see the crate docs, "Key layout").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,13 +118,13 @@ pub(crate) struct Config {
     pub(crate) min_replicas: u32,
     /// How long an acquire waits for them.
     pub(crate) replica_timeout: Duration,
-    /// The TTL of locks whose builder sets none (`ttl`); `None`: lockcore's default.
+    /// The TTL of locks whose builder sets none (`ttl`); `None`: locksmith-core's default.
     pub(crate) default_ttl: Option<Duration>,
     /// One `redis[s]://user:pass@host:port/db` connection URL per master (it holds the password:
     /// never shown; `Config` has no `Debug`).
     pub(crate) node_urls: Vec<String>,
     /// TLS (`rediss://`), with its files read.
-    pub(crate) tls: Option<lockcore::driver::url::TlsFiles>,
+    pub(crate) tls: Option<locksmith_core::driver::url::TlsFiles>,
     /// The master addresses as given, for messages.
     pub(crate) addrs: Vec<String>,
     pub(crate) prefix: String,
@@ -141,7 +141,7 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// Validates `url`; every problem is a [`lockcore::LockError::InvalidUrl`].
+    /// Validates `url`; every problem is a [`locksmith_core::LockError::InvalidUrl`].
     pub(crate) fn parse(url: &BackendUrl) -> Result<Config> {
         let (tls, kind) = match url.scheme.as_str() {
             "redis" => (false, "servers"),
@@ -270,8 +270,8 @@ impl Config {
                 })?),
             };
         let restart_delay = url.duration_option("restart_delay")?.unwrap_or(DEFAULT_RESTART_DELAY);
-        if restart_delay > lockcore::MAX_TTL {
-            return Err(url.error(format!("restart_delay must be at most {:?}", lockcore::MAX_TTL)));
+        if restart_delay > locksmith_core::MAX_TTL {
+            return Err(url.error(format!("restart_delay must be at most {:?}", locksmith_core::MAX_TTL)));
         }
         let default_ttl = url.lock_ttl_option()?;
         if let Some(ttl) = default_ttl.filter(|ttl| !restart_delay.is_zero() && *ttl > restart_delay) {
@@ -305,7 +305,7 @@ impl Config {
             ));
         }
         if tls && !cfg!(feature = "tls") {
-            return Err(url.error("rediss:// needs the `tls` feature of locksmith (or of backend-redis)"));
+            return Err(url.error("rediss:// needs the `tls` feature of locksmith (or of locksmith-redis)"));
         }
         let password = url.password()?;
         let auth = match (url.user(), &password) {
@@ -494,7 +494,7 @@ mod tests {
             "redis+sentinel://s/m?ttl=1m",
         ] {
             let e = parse(bad).err().expect(bad);
-            assert!(matches!(e, lockcore::LockError::InvalidUrl { .. }), "{bad}: {e}");
+            assert!(matches!(e, locksmith_core::LockError::InvalidUrl { .. }), "{bad}: {e}");
             assert!(e.to_string().contains("ttl="), "{bad}: {e}");
         }
     }
@@ -534,7 +534,7 @@ mod tests {
             "redis+cluster://h",
         ] {
             assert!(
-                matches!(parse(bad), Err(lockcore::LockError::InvalidUrl { .. })),
+                matches!(parse(bad), Err(locksmith_core::LockError::InvalidUrl { .. })),
                 "{bad}"
             );
         }

@@ -1,6 +1,6 @@
 //! Turning the Redis client's errors into [`LockError`]s.
 
-use lockcore::LockError;
+use locksmith_core::LockError;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
 /// Server-side script errors are protocol errors; everything else (I/O, timeouts, a server that

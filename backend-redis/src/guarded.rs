@@ -1,4 +1,4 @@
-//! Guarded writes ([`lockcore::Guarded`]): one script (`lua/guarded/write.lua`) that checks the
+//! Guarded writes ([`locksmith_core::Guarded`]): one script (`lua/guarded/write.lua`) that checks the
 //! lease and applies the write in the same atomic step: a mutex's lock key must still hold the
 //! holder's token (the compare of compare-and-delete), another kind's holders set must still
 //! have the holder's entry with a deadline in the future (the server's clock). With
@@ -9,8 +9,8 @@
 //! slot): give it the lock key's hash tag. A quorum of independent masters has no single store to
 //! write to, so it refuses guarded writes.
 
-use lockcore::driver::{refuse_if_inside, validate_key, GuardedWrite, Lease, LockName};
-use lockcore::{Family, LockError, LockKind, Result};
+use locksmith_core::driver::{refuse_if_inside, validate_key, GuardedWrite, Lease, LockName};
+use locksmith_core::{Family, LockError, LockKind, Result};
 
 use crate::config::Topology;
 use crate::conn::call::ScriptCall;
@@ -65,7 +65,7 @@ pub(crate) async fn write(inner: &Inner, lease: &Lease, write: &GuardedWrite) ->
     }
 }
 
-/// The key `suffix` of lock `lock` ([`lockcore::driver::LockBackend::data_key`]):
+/// The key `suffix` of lock `lock` ([`locksmith_core::driver::LockBackend::data_key`]):
 /// `locksmith-data:{<tag>}:<segment>:<encoded suffix>`, the tag putting it in the slot of the
 /// lock's holder key (the key the guarded-write script checks).
 pub(crate) fn data_key(inner: &Inner, family: Family, lock: &LockName, suffix: &str) -> Result<String> {

@@ -1,7 +1,7 @@
 //! The Redis keys and pub/sub channels of one lock, in both layouts.
 
-use lockcore::driver::{BackendUrl, LockName, Role};
-use lockcore::{Family, LockError, LockKind, Result};
+use locksmith_core::driver::{BackendUrl, LockName, Role};
+use locksmith_core::{Family, LockError, LockKind, Result};
 
 use crate::config::{Config, Layout};
 

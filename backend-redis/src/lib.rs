@@ -15,10 +15,10 @@
 //! `AUTH user password`), `:password@` the `default` user's password (`requirepass`); the
 //! password may come from `password_file=` or `LOCKSMITH_PASSWORD` instead. A wrong password, or
 //! an ACL that forbids the scripts (`EVALSHA`, `SCRIPT LOAD`) or the keys (`~locksmith:*`), is
-//! [`lockcore::LockError::Denied`]. Redis enforces ACLs per user, not per lock: any client allowed
+//! [`locksmith_core::LockError::Denied`]. Redis enforces ACLs per user, not per lock: any client allowed
 //! to write the keys can delete a lock key.
 //!
-//! A lock is a key set with `SET key <token>:<fence> NX PX <ttl>`, renewed by lockcore's watchdog,
+//! A lock is a key set with `SET key <token>:<fence> NX PX <ttl>`, renewed by locksmith-core's watchdog,
 //! released by compare-and-delete; waiters queue in Redis in FIFO order and are woken by the
 //! server (pub/sub), one at a time. Semaphores, read-write locks and elections keep their holders
 //! in a sorted set instead (see "Semaphores, read-write locks and elections"). Works with Redis 6 and later (tested with 7.0, which has no
@@ -29,10 +29,10 @@
 //! | option | default | meaning |
 //! |---|---|---|
 //! | path `/N` | `0` | the database number (`db=N` on Sentinel; a cluster has only 0) |
-//! | `ttl` | `15s` ([`lockcore::DEFAULT_TTL`]) | the TTL of every lock whose builder sets no `.ttl(…)` (a builder's TTL wins), as `ttl=` on etcd and ZooKeeper; 50 ms to 24 h, at most `restart_delay` unless that is `0` |
+//! | `ttl` | `15s` ([`locksmith_core::DEFAULT_TTL`]) | the TTL of every lock whose builder sets no `.ttl(…)` (a builder's TTL wins), as `ttl=` on etcd and ZooKeeper; 50 ms to 24 h, at most `restart_delay` unless that is `0` |
 //! | `prefix` | `locksmith:` | prefix of every key locksmith creates (must not contain `{` or `}`) |
 //! | `layout` | `default` | `default` or `plain` (see below) |
-//! | `connect_timeout` | `3s` | connecting; an unreachable server is [`lockcore::LockError::Unavailable`] after this |
+//! | `connect_timeout` | `3s` | connecting; an unreachable server is [`locksmith_core::LockError::Unavailable`] after this |
 //! | `response_timeout` | `3s` | one command (no command of this backend blocks on the server, so this is not a wait limit) |
 //! | `waiter_ttl` | `10s` | a queue entry whose waiter stopped refreshing it for this long is skipped; waiters refresh every third of it |
 //! | `fence_floor` | `time` | `time`, `none` or a number: a lower bound for fencing tokens (see "After data loss") |
@@ -46,7 +46,7 @@
 //!
 //! ## Key layout
 //!
-//! Default layout, for the lock named `N` with encoded form `E` ([`lockcore::driver::LockName::encoded`],
+//! Default layout, for the lock named `N` with encoded form `E` ([`locksmith_core::driver::LockName::encoded`],
 //! so `a`, `a/b`, `ab` and `a/` never share a key):
 //!
 //! | key | type | content |
@@ -80,8 +80,8 @@
 //!   one wake-up to the first live waiter: a handover costs the same few commands whether 1 or
 //!   1000 clients wait, and one notification plus one round trip of latency.
 //! - **renew** (`RENEW_MANY`): compare-and-`PEXPIRE` of a whole batch. The watchdog renews all
-//!   leases of a [`lockcore::Locker`] that are due together in one
-//!   [`lockcore::driver::LockBackend::renew_many`] call; that is **one `EVALSHA` per 500 leases**
+//!   leases of a [`locksmith_core::Locker`] that are due together in one
+//!   [`locksmith_core::driver::LockBackend::renew_many`] call; that is **one `EVALSHA` per 500 leases**
 //!   (KEYS: the lock keys; ARGV: token and TTL of each), all of them in **one pipelined round
 //!   trip**: 1000 held locks cost two script calls per tick, not 1000. The script answers one
 //!   flag per lease; a lease whose key no longer holds our token is reported `NotHeld`, which
@@ -116,9 +116,9 @@
 //! ## Semaphores, read-write locks and elections
 //!
 //! Default layout only, on one server, Sentinel or Cluster (the plain layout and the quorum mode
-//! refuse them with [`lockcore::LockError::InvalidOption`], saying why). Each is one lock queue per
-//! name and family, granted by lockcore's rule ([`lockcore::driver::queue`]), in keys of its own:
-//! `<prefix>{S}:…` where `S` is [`lockcore::Family::segment`] (`orders%2F42.sem`, `.rw`,
+//! refuse them with [`locksmith_core::LockError::InvalidOption`], saying why). Each is one lock queue per
+//! name and family, granted by locksmith-core's rule ([`locksmith_core::driver::queue`]), in keys of its own:
+//! `<prefix>{S}:…` where `S` is [`locksmith_core::Family::segment`] (`orders%2F42.sem`, `.rw`,
 //! `.elect`), so the families of one name never mix and each lock is in one cluster slot.
 //!
 //! | key | type | content |
@@ -157,9 +157,9 @@
 //! attempt, a `SUBSCRIBE`, one step to queue, and one step when woken; a hand-over, one
 //! notification plus one round trip.
 //!
-//! Elections: the campaign value is stored with the holder; [`lockcore::driver::LockBackend::leader`] is
+//! Elections: the campaign value is stored with the holder; [`locksmith_core::driver::LockBackend::leader`] is
 //! one `LEADER` call (the holder before its deadline, its value and fencing token = term).
-//! [`lockcore::driver::LockBackend::observe`] subscribes to the leader channel (shared by the observers of
+//! [`locksmith_core::driver::LockBackend::observe`] subscribes to the leader channel (shared by the observers of
 //! one backend), reads the leader, then reads it again at every message and at the leader's
 //! deadline (an expiry publishes nothing); a broken pub/sub connection (a restart, a failover) is
 //! subscribed again and the leader read again; it ends when its watch is dropped. A handover is
@@ -237,7 +237,7 @@
 //! What it guarantees: mutual exclusion as long as fewer than a majority of masters lose their
 //! data while a lock is held, clocks advance at about the same rate (1% drift allowed), and a
 //! holder is not paused past its validity. One master down: locks still work. A majority down:
-//! acquire fails with [`lockcore::LockError::Unavailable`] naming how many masters answered.
+//! acquire fails with [`locksmith_core::LockError::Unavailable`] naming how many masters answered.
 //!
 //! What it does not guarantee (Kleppmann, "How to do distributed locking", 2016): a process paused
 //! (GC, swap, a stopped VM) or a network delay longer than the lease lets a second holder in while
@@ -274,7 +274,7 @@
 //!   (`INFO server`) and answer "busy for N ms" instead. A waiter sleeps until then; `try_acquire`
 //!   answers `None` (the lock may well be held). Every lease granted before the loss has run out by
 //!   then, and its holder's `lost()` has fired, as long as no lease is longer than `restart_delay`:
-//!   a TTL above it is refused with [`lockcore::LockError::InvalidOption`]. Use the same
+//!   a TTL above it is refused with [`locksmith_core::LockError::InvalidOption`]. Use the same
 //!   `restart_delay` in every client of a server, at least the longest TTL of any of them. A lock
 //!   whose counter survived (the server persists its data) is granted at once. The price: on a
 //!   freshly started Redis the first lock of each name waits until the server is `restart_delay`
@@ -330,7 +330,7 @@
 //! the first holder still believes it holds it. With `min_replicas=n`, every grant and every
 //! renewal batch is followed by `WAIT n replica_timeout` on the connection that wrote it; a grant
 //! fewer than `n` replicas acknowledged is given back at once (the acquire fails with
-//! [`lockcore::LockError::Unavailable`], or a waiting acquire keeps trying until its deadline),
+//! [`locksmith_core::LockError::Unavailable`], or a waiting acquire keeps trying until its deadline),
 //! and a renewal they did not acknowledge does not count (the watchdog retries, and fires
 //! `lost()` when the lease runs out unconfirmed). A replica that the sentinels or the cluster
 //! promote has then seen every lease its holder believes in.
@@ -365,6 +365,8 @@
 //! | `guarded.rs` | guarded writes: the lease's check and the write in one script (`lua/guarded/write.lua`) |
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod cleanup;
@@ -378,8 +380,8 @@ mod protocol;
 mod renew;
 mod wake;
 
-use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
-use lockcore::{Locker, Result};
+use locksmith_core::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use locksmith_core::{Locker, Result};
 
 pub use backend::RedisBackend;
 pub use config::{FenceFloor, Layout, DEFAULT_RESTART_DELAY, OPTIONS};
@@ -408,8 +410,8 @@ pub use layout::{KindKeys, LockKeys};
 
 /// Connects to redis as described by `url` and returns a [`Locker`] over it.
 ///
-/// Fails with [`lockcore::LockError::InvalidUrl`] for a bad URL or option and with
-/// [`lockcore::LockError::Unavailable`] if the server (or a majority of the masters) does not
+/// Fails with [`locksmith_core::LockError::InvalidUrl`] for a bad URL or option and with
+/// [`locksmith_core::LockError::Unavailable`] if the server (or a majority of the masters) does not
 /// answer within `connect_timeout`.
 pub async fn connect(url: &BackendUrl) -> Result<Locker> {
     Ok(Locker::new(RedisBackend::connect(url).await?))

@@ -12,8 +12,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lockcore::driver::LockName;
-use lockcore::{HolderInfo, ListedLock, LockError, LockInfo, Result};
+use locksmith_core::driver::LockName;
+use locksmith_core::{HolderInfo, ListedLock, LockError, LockInfo, Result};
 use redis::{RedisResult, Value};
 
 use crate::config::Layout;

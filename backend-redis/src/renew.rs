@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lockcore::driver::Lease;
-use lockcore::{LockError, LockKind, Result};
+use locksmith_core::driver::Lease;
+use locksmith_core::{LockError, LockKind, Result};
 use redis::{RedisError, Script, Value};
 
 use crate::conn::fanout::fan_out;

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 use redis::aio::PubSubSink;
 use tokio::sync::{mpsc, oneshot};
 

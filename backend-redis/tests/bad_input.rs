@@ -4,11 +4,11 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::driver::BackendUrl;
-use lockcore::LockError;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::LockError;
 
-async fn connect(url: &str) -> lockcore::Result<lockcore::Locker> {
-    backend_redis::connect(&BackendUrl::parse(url)?).await
+async fn connect(url: &str) -> locksmith_core::Result<locksmith_core::Locker> {
+    locksmith_redis::connect(&BackendUrl::parse(url)?).await
 }
 
 #[tokio::test]

@@ -8,12 +8,12 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use backend_redis::{KindKeys, LockKeys};
 use common::{admin_for, backends, cluster_url, holds_through, wait_for_change, with_options, Admin, FAULTS};
-use lockcore::conformance::servers::OnDrop;
-use lockcore::conformance::unique_name;
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::Family;
+use locksmith_core::conformance::servers::OnDrop;
+use locksmith_core::conformance::unique_name;
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::Family;
+use locksmith_redis::{KindKeys, LockKeys};
 
 async fn keyslot(admin: &mut Admin, key: &str) -> i64 {
     redis::cmd("CLUSTER")

@@ -1,4 +1,4 @@
-//! The whole lockcore conformance suite against one Redis server, default key layout, and the
+//! The whole locksmith-core conformance suite against one Redis server, default key layout, and the
 //! semaphore, read-write lock and election suites; and the election suite's observer behind a
 //! proxy that cuts its connections (its pub/sub connection among them).
 
@@ -6,12 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::election;
-use lockcore::driver::BackendUrl;
+use locksmith_core::conformance::election;
+use locksmith_core::driver::BackendUrl;
 
-lockcore::conformance_tests!(common::RedisHarness::new("").await);
-lockcore::guarded_tests!(common::RedisHarness::new("").await);
-lockcore::primitive_tests!(common::RedisHarness::new("").await);
+locksmith_core::conformance_tests!(common::RedisHarness::new("").await);
+locksmith_core::guarded_tests!(common::RedisHarness::new("").await);
+locksmith_core::primitive_tests!(common::RedisHarness::new("").await);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn election_observer_rides_out_outages() {

@@ -1,12 +1,12 @@
 //! Every call ends in time when Redis goes away or stops answering (through a proxy that cuts or
-//! freezes the traffic): see `lockcore::conformance::deadlines`.
+//! freezes the traffic): see `locksmith_core::conformance::deadlines`.
 
 mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::deadlines;
-use lockcore::driver::BackendUrl;
+use locksmith_core::conformance::deadlines;
+use locksmith_core::driver::BackendUrl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_end_in_time_when_redis_goes_away_or_falls_silent() {

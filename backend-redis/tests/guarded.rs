@@ -6,9 +6,9 @@
 mod common;
 
 use common::{cluster_url, env_url, locker, sentinel_url, with_options};
-use lockcore::conformance::guarded::unique_key;
-use lockcore::conformance::{unique_name, Harness};
-use lockcore::{Family, LockError};
+use locksmith_core::conformance::guarded::unique_key;
+use locksmith_core::conformance::{unique_name, Harness};
+use locksmith_core::{Family, LockError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locksmith_keys_are_refused() {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
+use locksmith_core::conformance::{unique_name, within};
 use tokio::sync::{mpsc, watch};
 
 const WAITERS: usize = 50;
@@ -36,9 +36,9 @@ async fn one_release_with_50_waiters_costs_constant_commands() {
     let url = common::with_options(&server, "waiter_ttl=60s");
     let mut admin = common::admin(&url).await;
     let name = unique_name("herd");
-    let queue_key = backend_redis::LockKeys::for_url(
-        &lockcore::driver::BackendUrl::parse(&url).unwrap(),
-        &lockcore::driver::LockName::new(&name).unwrap(),
+    let queue_key = locksmith_redis::LockKeys::for_url(
+        &locksmith_core::driver::BackendUrl::parse(&url).unwrap(),
+        &locksmith_core::driver::LockName::new(&name).unwrap(),
     )
     .unwrap()
     .queue;

@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_redis::KindKeys;
 use futures_util::StreamExt;
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::{Family, LockGuard, Locker};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::{Family, LockGuard, Locker};
+use locksmith_redis::KindKeys;
 use tokio::sync::mpsc;
 
 const WAITERS: usize = 20;

@@ -6,9 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::LockName;
-use lockcore::LockError;
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::LockName;
+use locksmith_core::LockError;
 
 /// What redis-py's `Lock.release()` / redsync's unlock run: delete only if the value is ours.
 const RAW_RELEASE: &str =

@@ -12,11 +12,11 @@ mod common;
 
 use std::time::Duration;
 
-use backend_redis::KindKeys;
 use common::{kind_entries, server_ms, with_options, Admin};
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::{Family, LeaderWatch, LockError, Locker};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::{Family, LeaderWatch, LockError, Locker};
+use locksmith_redis::KindKeys;
 
 /// Serializes the tests of this binary that disturb or count on redis-q2.
 static Q2: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -29,7 +29,7 @@ fn kind_keys(url: &str, family: Family, name: &str) -> KindKeys {
     KindKeys::for_url(&BackendUrl::parse(url).unwrap(), family, &LockName::new(name).unwrap()).unwrap()
 }
 
-fn refused<T: std::fmt::Debug>(result: lockcore::Result<T>, why: &str) {
+fn refused<T: std::fmt::Debug>(result: locksmith_core::Result<T>, why: &str) {
     match result {
         Err(LockError::InvalidOption(m)) => assert!(m.contains(why), "{m}"),
         other => panic!("expected InvalidOption ({why}), got {other:?}"),

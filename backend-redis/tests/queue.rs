@@ -5,14 +5,14 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{BackendUrl, LockName};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::{BackendUrl, LockName};
 
 /// Puts a fake waiter at the head of the queue whose entry stays live for `live_ms` more
 /// milliseconds of server time, as a crashed process would leave it.
 async fn plant_dead_waiter(url: &str, name: &str, live_ms: i64) {
     let keys =
-        backend_redis::LockKeys::for_url(&BackendUrl::parse(url).unwrap(), &LockName::new(name).unwrap()).unwrap();
+        locksmith_redis::LockKeys::for_url(&BackendUrl::parse(url).unwrap(), &LockName::new(name).unwrap()).unwrap();
     let mut admin = common::admin(url).await;
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut admin).await.expect("TIME");
     let now_ms = secs * 1000 + micros / 1000;

@@ -6,10 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::servers::{backends, OnDrop};
-use lockcore::conformance::unique_name;
-use lockcore::driver::LockName;
-use lockcore::LockError;
+use locksmith_core::conformance::servers::{backends, OnDrop};
+use locksmith_core::conformance::unique_name;
+use locksmith_core::driver::LockName;
+use locksmith_core::LockError;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_of_independent_masters() {
@@ -93,7 +93,7 @@ async fn majority_of_independent_masters() {
         let result = tokio::time::timeout(Duration::from_secs(30), a.lock(&name).try_acquire())
             .await
             .expect("hung");
-        let connect = backend_redis::connect(&lockcore::driver::BackendUrl::parse(&url).unwrap()).await;
+        let connect = locksmith_redis::connect(&locksmith_core::driver::BackendUrl::parse(&url).unwrap()).await;
         if !(common::answers(&servers[0]).await || common::answers(&servers[1]).await) {
             match result {
                 Err(LockError::Unavailable { message, .. }) => {

@@ -11,8 +11,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::{LockGuard, Locker};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::{LockGuard, Locker};
 
 const TTL: Duration = Duration::from_secs(3);
 /// The watchdog renews every TTL/3.
@@ -83,9 +83,9 @@ async fn renewal_is_one_script_call_per_chunk() {
     // One lease per layout taken away behind its holder's back: only those two are lost.
     let mut conn = admin.clone();
     let gone_default = held.remove(7);
-    let keys = backend_redis::LockKeys::for_url(
-        &lockcore::driver::BackendUrl::parse(&server).unwrap(),
-        &lockcore::driver::LockName::new(gone_default.name()).unwrap(),
+    let keys = locksmith_redis::LockKeys::for_url(
+        &locksmith_core::driver::BackendUrl::parse(&server).unwrap(),
+        &locksmith_core::driver::LockName::new(gone_default.name()).unwrap(),
     )
     .unwrap();
     let deleted: i64 = redis::cmd("DEL")

@@ -11,9 +11,9 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::servers::{backends, OnDrop};
-use lockcore::conformance::{unique_name, within};
-use lockcore::{LockError, LostReason};
+use locksmith_core::conformance::servers::{backends, OnDrop};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::{LockError, LostReason};
 use tokio::time::Instant;
 
 /// The options of every locker here: a short restart delay, so the test takes seconds.
@@ -246,7 +246,7 @@ async fn fencing_counters_expire() {
         assert!(g.fencing_token() > last, "tokens across names come from the clock");
         last = g.fencing_token();
         g.release().await.expect("release");
-        let keys = harness.keys(&lockcore::driver::LockName::new(&name).unwrap());
+        let keys = harness.keys(&locksmith_core::driver::LockName::new(&name).unwrap());
         let pttl = pttl(&mut admin, &keys.fence).await;
         assert!(pttl > 0, "the fencing counter of {name} never expires (PTTL {pttl})");
     }
@@ -262,7 +262,7 @@ async fn fencing_counter_keeps_its_expiry_and_restarts_above_earlier_tokens() {
     let harness = common::RedisHarness::new("").await;
     let mut admin = common::admin(&url).await;
     let name = unique_name("counter-expiry");
-    let keys = harness.keys(&lockcore::driver::LockName::new(&name).unwrap());
+    let keys = harness.keys(&locksmith_core::driver::LockName::new(&name).unwrap());
     let mut last = 0;
     for round in 0..3 {
         let mut ttls = Vec::new();

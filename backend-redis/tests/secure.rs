@@ -7,21 +7,21 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::BackendUrl;
-use lockcore::LockError;
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::LockError;
 
 mod conformance {
-    lockcore::conformance_tests!(crate::common::RedisHarness::secure().await);
+    locksmith_core::conformance_tests!(crate::common::RedisHarness::secure().await);
 }
 
 fn secure() -> String {
     common::env_url("LOCKSMITH_TEST_REDIS_SECURE")
 }
 
-async fn connect(url: &str) -> Result<lockcore::Locker, LockError> {
+async fn connect(url: &str) -> Result<locksmith_core::Locker, LockError> {
     let parsed = BackendUrl::parse(url)?;
-    within(Duration::from_secs(30), url, backend_redis::connect(&parsed)).await
+    within(Duration::from_secs(30), url, locksmith_redis::connect(&parsed)).await
 }
 
 /// `default`'s password alone (AUTH password) works too; a user whose ACL allows only reads is

@@ -12,9 +12,9 @@ mod common;
 use std::time::Duration;
 
 use common::{backends, holds_through, sentinel_url, wait_for_change, with_options, FAULTS};
-use lockcore::conformance::servers::OnDrop;
-use lockcore::conformance::{unique_name, within};
-use lockcore::{LockError, LostReason};
+use locksmith_core::conformance::servers::OnDrop;
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::{LockError, LostReason};
 
 /// The data server that is not the master now.
 fn other(master: &str) -> &'static str {

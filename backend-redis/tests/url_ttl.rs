@@ -7,13 +7,13 @@ mod common;
 use std::time::Duration;
 
 use common::with_options;
-use lockcore::conformance::{env_url, unique_name, within};
-use lockcore::driver::BackendUrl;
-use lockcore::Locker;
+use locksmith_core::conformance::{env_url, unique_name, within};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::Locker;
 
 async fn connect(url: &str) -> Locker {
     let parsed = BackendUrl::parse(url).expect("url");
-    within(Duration::from_secs(30), url, backend_redis::connect(&parsed))
+    within(Duration::from_secs(30), url, locksmith_redis::connect(&parsed))
         .await
         .expect("connect")
 }
@@ -37,7 +37,7 @@ async fn the_url_ttl_is_the_default_lock_ttl() {
     common::init_logs();
     for base in every_form() {
         let url = with_options(&base, "ttl=2s");
-        let shown = lockcore::driver::url::redact(&url);
+        let shown = locksmith_core::driver::url::redact(&url);
         let locker = connect(&url).await;
         let name = unique_name("url_ttl");
         let guard = locker.lock(&name).acquire().await.expect("acquire");
@@ -60,10 +60,10 @@ async fn the_url_ttl_is_the_default_lock_ttl() {
             assert_eq!(lead.guard().ttl(), Duration::from_secs(2), "{shown}: leadership");
             lead.resign().await.expect("resign");
         }
-        // Without ttl=, lockcore's default.
+        // Without ttl=, locksmith-core's default.
         let plain = connect(&base).await;
         let guard = plain.lock(&name).acquire().await.expect("acquire");
-        assert_eq!(guard.ttl(), lockcore::DEFAULT_TTL, "{shown}: no ttl=");
+        assert_eq!(guard.ttl(), locksmith_core::DEFAULT_TTL, "{shown}: no ttl=");
         guard.release().await.expect("release");
     }
 }

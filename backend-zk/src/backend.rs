@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest, Outage};
-use lockcore::{Family, Leader, LeaderWatch, LockError, LockInfo, Result};
+use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest, Outage};
+use locksmith_core::{Family, Leader, LeaderWatch, LockError, LockInfo, Result};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -26,7 +26,7 @@ use crate::renew::renew_all;
 const MAX_RESTARTS: usize = 5;
 
 /// The ZooKeeper lock backend. Build it with [`ZkBackend::connect`] (or [`crate::connect`] for a
-/// ready [`lockcore::Locker`]).
+/// ready [`locksmith_core::Locker`]).
 ///
 /// It owns one ZooKeeper session, shared by every lock taken through it; when that session ends
 /// (expiry, closed), the next request opens a new one (leases of the old one are reported lost).
@@ -110,7 +110,7 @@ impl ZkBackend {
     ///
     /// A session that ends or a node that vanishes starts the attempt over (on a new session),
     /// [`MAX_RESTARTS`] times at most; a server that fails is retried with backoff until the
-    /// deadline (see [`lockcore::driver::Outage`]), which then answers `Unavailable`, not `Timeout`.
+    /// deadline (see [`locksmith_core::driver::Outage`]), which then answers `Unavailable`, not `Timeout`.
     async fn attempt(&self, req: &LockRequest, wait: bool, deadline: Option<Instant>) -> Result<Option<Lease>> {
         let mut outage = Outage::new(deadline, self.config().session_timeout * 2);
         let mut restarts = 0;
@@ -206,7 +206,7 @@ impl LockBackend for ZkBackend {
     }
 
     /// One `multi`: the check that the holder's node exists, then the write (see `guarded.rs`).
-    async fn write_guarded(&self, lease: &Lease, write: &lockcore::GuardedWrite) -> Result<bool> {
+    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::GuardedWrite) -> Result<bool> {
         crate::guarded::write(&self.sessions, lease, write).await
     }
 
@@ -238,7 +238,7 @@ impl LockBackend for ZkBackend {
     }
 
     /// The locks of the namespace with contenders (see `listing.rs`).
-    async fn list(&self, prefix: &str) -> Result<Vec<lockcore::ListedLock>> {
+    async fn list(&self, prefix: &str) -> Result<Vec<locksmith_core::ListedLock>> {
         listing::list(&self.sessions, &self.config().namespace, prefix).await
     }
 

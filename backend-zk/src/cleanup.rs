@@ -1,5 +1,5 @@
 //! The clean-up guards: what is left on the server when a caller gives up or goes away, and
-//! whose `Drop` hands its deletion to [`lockcore::driver::cleanup::spawn`] (so the call that
+//! whose `Drop` hands its deletion to [`locksmith_core::driver::cleanup::spawn`] (so the call that
 //! dropped it, and `Locker::shutdown`, wait for it) or to the session's monitor.
 //!
 //! - [`PendingNode`]: a contender's node nobody holds yet (an attempt cancelled or ended without
@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Weak};
 
-use lockcore::driver::Lease;
+use locksmith_core::driver::Lease;
 use zookeeper_client as zk;
 
 use crate::conn::session::Session;
@@ -70,9 +70,9 @@ impl Drop for PendingNode {
                 // The request is sent right here; the task only waits for the answer.
                 let delete = client.delete(own, None);
                 let path = own.clone();
-                // Counted by lockcore (lockcore::driver::cleanup): the call that dropped the contender,
+                // Counted by locksmith-core (locksmith_core::driver::cleanup): the call that dropped the contender,
                 // and Locker::shutdown, wait for the answer.
-                lockcore::driver::cleanup::spawn(async move {
+                locksmith_core::driver::cleanup::spawn(async move {
                     match delete.await {
                         Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "withdrew from the queue"),
                         Err(e) => remove_later(&session, path, &e),
@@ -85,7 +85,7 @@ impl Drop for PendingNode {
                 let (parent, marker) = (self.parent.clone(), layout::protected_marker(&self.uuid));
                 let list = client.get_children(&parent); // sent now, answered after the create
                 let what = parent.clone();
-                let spawned = lockcore::driver::cleanup::spawn(async move {
+                let spawned = locksmith_core::driver::cleanup::spawn(async move {
                     let children = match list.await {
                         Ok((children, _)) => children,
                         Err(zk::Error::NoNode) => return,

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use lockcore::driver::BackendUrl;
-use lockcore::Result;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::Result;
 
 /// ZooKeeper's client port when the URL gives none.
 pub const DEFAULT_PORT: u16 = 2181;
@@ -67,11 +67,11 @@ pub(crate) struct ZkConfig {
     /// A second `digest` identity (`user:hash`) given all permissions on the nodes.
     pub(crate) admin: Option<String>,
     /// TLS (`zks://`), with its files read.
-    pub(crate) tls: Option<lockcore::driver::url::TlsFiles>,
+    pub(crate) tls: Option<locksmith_core::driver::url::TlsFiles>,
 }
 
 impl ZkConfig {
-    /// Reads and validates a `zk://` URL; every problem is [`lockcore::LockError::InvalidUrl`].
+    /// Reads and validates a `zk://` URL; every problem is [`locksmith_core::LockError::InvalidUrl`].
     pub(crate) fn from_url(url: &BackendUrl) -> Result<Self> {
         let tls = match url.scheme.as_str() {
             "zk" => false,
@@ -143,7 +143,7 @@ impl ZkConfig {
             return Err(url.error("server_name is not supported on zks:// (the client verifies the host of the URL)"));
         }
         if tls && !cfg!(feature = "tls") {
-            return Err(url.error("zks:// needs the `tls` feature of locksmith (or of backend-zk)"));
+            return Err(url.error("zks:// needs the `tls` feature of locksmith (or of locksmith-zk)"));
         }
         Ok(ZkConfig {
             connect_string,
@@ -234,7 +234,10 @@ mod tests {
             "zk://h/a/../b",
             "zk://h/a%01b",
         ] {
-            assert!(matches!(cfg(bad), Err(lockcore::LockError::InvalidUrl { .. })), "{bad}");
+            assert!(
+                matches!(cfg(bad), Err(locksmith_core::LockError::InvalidUrl { .. })),
+                "{bad}"
+            );
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Mapping the ZooKeeper client's errors onto [`LockError`].
 
-use lockcore::LockError;
+use locksmith_core::LockError;
 use zookeeper_client as zk;
 
 /// Whether `e` says the session itself is gone (its ephemeral nodes are gone or going): the lock

@@ -1,4 +1,4 @@
-//! Guarded writes ([`lockcore::Guarded`]): one `multi` whose first operation checks that the
+//! Guarded writes ([`locksmith_core::Guarded`]): one `multi` whose first operation checks that the
 //! holder's node still exists (any version), so the write commits only while the lock is held:
 //! not after a release, a session expiry (the node is ephemeral), a deletion behind the holder's
 //! back or a reaping of a lock nobody renewed. Contender nodes carry a random uuid in their name,
@@ -8,8 +8,8 @@
 //! Keys are absolute paths; missing parents are created (persistent, empty, with the session's
 //! ACL) before a create, as `mkdir -p` would: a parent is not data.
 
-use lockcore::driver::{data_key_under, refuse_if_inside, GuardedWrite, Lease, LockName};
-use lockcore::{Family, LockError, Result};
+use locksmith_core::driver::{data_key_under, refuse_if_inside, GuardedWrite, Lease, LockName};
+use locksmith_core::{Family, LockError, Result};
 use zookeeper_client as zk;
 
 use crate::conn::session::Session;
@@ -159,7 +159,7 @@ async fn commit(
     }
 }
 
-/// The key `suffix` of lock `lock` ([`lockcore::driver::LockBackend::data_key`]): a node beside
+/// The key `suffix` of lock `lock` ([`locksmith_core::driver::LockBackend::data_key`]): a node beside
 /// the lock namespace, `<namespace>.data/<segment>/<suffix>` (under the same parent, so the
 /// same ACLs can cover both).
 pub(crate) fn data_key(namespace: &str, family: Family, lock: &LockName, suffix: &str) -> Result<String> {

@@ -17,8 +17,8 @@
 //! carry its permit count after the protected prefix (`p<N>-`), where Curator's recipes, which
 //! only look at what follows the last `lock-` or count the leases, do not see it.
 
-use lockcore::driver::{LockName, Role};
-use lockcore::Family;
+use locksmith_core::driver::{LockName, Role};
+use locksmith_core::Family;
 
 /// Curator's lock node name for `InterProcessMutex` (`InterProcessMutex.LOCK_NAME`), also the
 /// name of the nodes of a semaphore's internal lock.

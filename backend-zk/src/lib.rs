@@ -1,4 +1,4 @@
-//! # backend-zk — locksmith on ZooKeeper
+//! # locksmith-zk — locksmith on ZooKeeper
 //!
 //! Apache Curator's lock recipes in async Rust — `InterProcessMutex`, `InterProcessReadWriteLock`,
 //! `InterProcessSemaphoreV2` and `LeaderLatch`, node for node, so that Java services using Curator
@@ -7,10 +7,10 @@
 //! on the [`zookeeper_client`] crate.
 //!
 //! ```no_run
-//! # extern crate lockcore as locksmith; // users depend on the locksmith facade
+//! # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
 //! # #[tokio::main] async fn main() -> locksmith::Result<()> {
 //! let url = locksmith::driver::BackendUrl::parse("zk://zk1:2181,zk2:2181,zk3:2181/billing?session_timeout=10s")?;
-//! let locker = backend_zk::connect(&url).await?;
+//! let locker = locksmith_zk::connect(&url).await?;
 //! let guard = locker.lock("invoice/42").acquire().await?;
 //! // ... pass guard.fencing_token() to the storage you write to ...
 //! guard.release().await?;
@@ -28,10 +28,10 @@
 //!   lease*).
 //! - `connect_timeout`, default 5s: how long [`connect`] (and a reconnect after the session
 //!   ended) tries to establish a session; an unreachable ensemble is
-//!   [`lockcore::LockError::Unavailable`] after at most this long.
+//!   [`locksmith_core::LockError::Unavailable`] after at most this long.
 //! - `request_timeout`, default 5s: the longest one call other than a waiting `acquire` may take
 //!   (`try_acquire`, `release`, `inspect`, a renewal, reconnecting included); a server that
-//!   accepts connections but does not answer gives [`lockcore::LockError::Unavailable`] after it.
+//!   accepts connections but does not answer gives [`locksmith_core::LockError::Unavailable`] after it.
 //!   The ZooKeeper client itself would hold a request until it reconnects or the session expires.
 //! - `user:password@` (or `user@` with `password_file=` / `LOCKSMITH_PASSWORD`): added to the
 //!   session as ZooKeeper `digest` authentication, and every node locksmith creates (namespace,
@@ -48,7 +48,7 @@
 //!   `cert=` and `key=` for mutual TLS (`ssl.clientAuth=need`). The host in the URL is what the
 //!   server's certificate is verified against (`server_name=` is not supported).
 //!
-//! Unknown options, malformed durations or paths are [`lockcore::LockError::InvalidUrl`].
+//! Unknown options, malformed durations or paths are [`locksmith_core::LockError::InvalidUrl`].
 //!
 //! ## Node layout
 //!
@@ -71,9 +71,9 @@
 //!     └── _c_<uuid>-latch-0000000005               the next candidate: watches ...02
 //! ```
 //!
-//! - Each lock name is **one path segment** ([`lockcore::driver::LockName::encoded`]: `[A-Za-z0-9_-]` and
+//! - Each lock name is **one path segment** ([`locksmith_core::driver::LockName::encoded`]: `[A-Za-z0-9_-]` and
 //!   `%XX`), so `a`, `a/b`, `ab` and `a/` are four sibling nodes that never compete. Each family
-//!   has its own segment ([`lockcore::Family::segment`]: the suffixes `.rw`, `.sem`, `.elect`;
+//!   has its own segment ([`locksmith_core::Family::segment`]: the suffixes `.rw`, `.sem`, `.elect`;
 //!   encoded names never contain a `.`), so the mutex, semaphore, read-write lock and election
 //!   named `x` are four independent locks.
 //! - The namespace and lock nodes (and a semaphore's `locks` and `leases`) are **container
@@ -110,7 +110,7 @@
 //!
 //! ## Acquire, wait, cancel
 //!
-//! Every kind but the semaphore is one queue, granted by one rule ([`lockcore::driver::queue::standing`]:
+//! Every kind but the semaphore is one queue, granted by one rule ([`locksmith_core::driver::queue::standing`]:
 //! an exclusive contender holds when first, a reader when no writer is ahead):
 //!
 //! 1. Create `_c_<uuid>-<name>` (EPHEMERAL_SEQUENTIAL) and list the children, pipelined. A fresh
@@ -150,7 +150,7 @@
 //! **Permit counts.** locksmith's nodes carry N after the protected prefix (`p<N>-`, which costs
 //! no extra request). A request whose N differs from a locksmith lease's, or from a locksmith
 //! waiter's ahead of it in the internal lock, is refused with
-//! [`lockcore::LockError::InvalidOption`] and its nodes are withdrawn. Curator's nodes carry no
+//! [`locksmith_core::LockError::InvalidOption`] and its nodes are withdrawn. Curator's nodes carry no
 //! count (Curator keeps N in each client): they are counted as leases, but a Curator client with
 //! another N cannot be detected — give both sides the same N.
 //!
@@ -164,7 +164,7 @@
 //! candidates with a children watch (an `exists` watch while the election node does not exist)
 //! and reads the first one's data after every event, sending only changes of leader; it reads
 //! again after a reconnection, opens a new session after an expiry, and ends when the
-//! [`lockcore::LeaderWatch`] is dropped (or the backend is).
+//! [`locksmith_core::LeaderWatch`] is dropped (or the backend is).
 //!
 //! ## Session = lease
 //!
@@ -175,7 +175,7 @@
 //!   cut off loses all its locks when its session expires. The server clamps the requested timeout
 //!   to `[minSessionTimeout, maxSessionTimeout]`, by default `[2, 20] × tickTime` (4 s to 40 s with
 //!   the default tickTime of 2 s; the test servers of `scripts/backends` use tickTime 200 ms with
-//!   explicit bounds of 400 ms and 60 s). [`lockcore::driver::Lease::ttl`] (and `LockGuard::ttl()`) is the
+//!   explicit bounds of 400 ms and 60 s). [`locksmith_core::driver::Lease::ttl`] (and `LockGuard::ttl()`) is the
 //!   timeout the server **granted**; the TTL given to `LockBuilder::ttl` does not change it (one
 //!   session cannot have several timeouts). Pick the URL's `session_timeout` as you would pick a
 //!   lock TTL: how long locks outlive a crashed holder.
@@ -183,7 +183,7 @@
 //!   stopped) while the process and its session live on would otherwise hold the lock forever; the
 //!   backend deletes the node of any lease not renewed within its TTL, as the server would after a
 //!   crash.
-//! - **Renewal** ([`lockcore::driver::LockBackend::renew_many`]) costs the same whatever the number of
+//! - **Renewal** ([`locksmith_core::driver::LockBackend::renew_many`]) costs the same whatever the number of
 //!   locks: one `exists` request on the namespace node per batch, the cheapest request the server
 //!   answers itself (no write, no leader round trip) and one that fails once the session is gone.
 //!   Its answer proves the server heard from the session after the request was sent, so the
@@ -268,7 +268,7 @@
 //! new LeaderLatch(client, p + ".elect", value)             locker.election(name).campaign(value)
 //! ```
 //!
-//! where `encoded(name)` is [`lockcore::driver::LockName::encoded`] (`orders/42` → `orders%2F42`; names of
+//! where `encoded(name)` is [`locksmith_core::driver::LockName::encoded`] (`orders/42` → `orders%2F42`; names of
 //! only `[A-Za-z0-9_-]` are unchanged) and `<namespace>` is the URL path (default `/locksmith`),
 //! or, with a Curator client built with `.namespace("locksmith")`, `"/" + encoded(name)`.
 //! Contenders of every library are ordered by their sequence number alone, whatever their
@@ -292,6 +292,8 @@
 //! `tests/primitives.rs` queue kazoo-style nodes with locksmith's.
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod cleanup;
@@ -314,8 +316,8 @@ pub use guarded::add_owner_check;
 /// [`add_owner_check`].
 pub use zookeeper_client;
 
-use lockcore::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
-use lockcore::{Locker, Result};
+use locksmith_core::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use locksmith_core::{Locker, Result};
 
 /// This backend in the registry of `locksmith::connect`.
 pub static DESCRIPTOR: Descriptor = Descriptor {
@@ -334,8 +336,8 @@ fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
 /// Connects to ZooKeeper as described by `url` (see the [crate docs](crate) for its form) and
 /// returns a [`Locker`] over one new session.
 ///
-/// Errors: [`lockcore::LockError::InvalidUrl`] for a bad URL or option,
-/// [`lockcore::LockError::Unavailable`] when no session is established within `connect_timeout`.
+/// Errors: [`locksmith_core::LockError::InvalidUrl`] for a bad URL or option,
+/// [`locksmith_core::LockError::Unavailable`] when no session is established within `connect_timeout`.
 pub async fn connect(url: &BackendUrl) -> Result<Locker> {
     Ok(Locker::new(ZkBackend::connect(url).await?))
 }

@@ -3,8 +3,8 @@
 //! namespace, then one per lock whose name matches, two for a semaphore). Reads only: nothing
 //! here writes.
 
-use lockcore::driver::LockName;
-use lockcore::{Family, HolderInfo, ListedLock, LockError, LockInfo, Result};
+use locksmith_core::driver::LockName;
+use locksmith_core::{Family, HolderInfo, ListedLock, LockError, LockInfo, Result};
 use zookeeper_client as zk;
 
 use crate::conn::sessions::Sessions;

@@ -20,8 +20,8 @@
 //! 2/5 of the session timeout without traffic, so "connected" can be stale by that much, and a
 //! watchdog trusting it would count a lease valid for longer than the server keeps it.
 
-use lockcore::driver::Lease;
-use lockcore::{LockError, Result};
+use locksmith_core::driver::Lease;
+use locksmith_core::{LockError, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 

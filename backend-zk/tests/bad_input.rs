@@ -3,16 +3,16 @@
 
 use std::time::Duration;
 
-use lockcore::driver::BackendUrl;
-use lockcore::LockError;
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::LockError;
 use tokio::time::Instant;
 
 /// How much later than its connect timeout `connect` may return on a busy machine: this checks
 /// that it gives up, not how fast.
 const SLACK: Duration = Duration::from_secs(15);
 
-async fn connect(url: &str) -> Result<lockcore::Locker, LockError> {
-    backend_zk::connect(&BackendUrl::parse(url)?).await
+async fn connect(url: &str) -> Result<locksmith_core::Locker, LockError> {
+    locksmith_zk::connect(&BackendUrl::parse(url)?).await
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The whole lockcore conformance suite — the mutex, and the semaphore, read-write lock and
+//! The whole locksmith-core conformance suite — the mutex, and the semaphore, read-write lock and
 //! election suites — against a real ZooKeeper (`LOCKSMITH_TEST_ZK`); every locker has its own
 //! session. And the election suite's observer behind a proxy that cuts its connection, the second
 //! time for longer than its session timeout (the session expires).
@@ -7,12 +7,12 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::election;
-use lockcore::driver::BackendUrl;
+use locksmith_core::conformance::election;
+use locksmith_core::driver::BackendUrl;
 
-lockcore::conformance_tests!(common::ZkHarness::plain().await);
-lockcore::primitive_tests!(common::ZkHarness::plain().await);
-lockcore::guarded_tests!(common::ZkHarness::plain().await);
+locksmith_core::conformance_tests!(common::ZkHarness::plain().await);
+locksmith_core::primitive_tests!(common::ZkHarness::plain().await);
+locksmith_core::guarded_tests!(common::ZkHarness::plain().await);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn election_observer_rides_out_outages() {
@@ -25,7 +25,7 @@ async fn election_observer_rides_out_outages() {
             common::NAMESPACE,
             SESSION.as_millis()
         );
-        backend_zk::connect(&BackendUrl::parse(&url).unwrap())
+        locksmith_zk::connect(&BackendUrl::parse(&url).unwrap())
             .await
             .expect("connect to ZooKeeper through the proxy")
     })

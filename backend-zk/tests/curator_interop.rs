@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use curator::Peer;
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::LockName;
-use lockcore::{Family, Locker};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::LockName;
+use locksmith_core::{Family, Locker};
 use zookeeper_client as zk;
 
 /// The bound of every step that should be quick (a grant after a release, a JVM's answer).

@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::LockName;
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::LockName;
 use zookeeper_client as zk;
 
 /// `_c_<36-char uuid>-lock-<10 digits>`, as Curator's protected EPHEMERAL_SEQUENTIAL `lock-` nodes.

@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockcore::conformance::servers::{backends, OnDrop};
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::{LockGuard, Locker, LostReason};
+use locksmith_core::conformance::servers::{backends, OnDrop};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::{LockGuard, Locker, LostReason};
 use tokio::sync::watch;
 
 const SESSION: Duration = Duration::from_secs(4);

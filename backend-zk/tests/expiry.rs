@@ -14,8 +14,8 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::LockName;
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::LockName;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::ChildStdout;
 use tokio::time::Instant;

@@ -9,9 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::LockName;
-use lockcore::LockError;
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::LockName;
+use locksmith_core::LockError;
 use zookeeper_client as zk;
 
 /// kazoo's `Lock` node prefix: a uuid4 in hex, then `__lock__`. A uuid starting with `f` sorted

@@ -9,9 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::LockName;
-use lockcore::{Family, LockGuard, Locker, LostReason};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::LockName;
+use locksmith_core::{Family, LockGuard, Locker, LostReason};
 use zookeeper_client as zk;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -180,7 +180,7 @@ async fn lost_fires_for_every_kind_when_its_node_is_deleted() {
 }
 
 /// A request for one kind of lock `name` on a locker.
-type Builder = fn(&Locker, &str) -> lockcore::LockBuilder;
+type Builder = fn(&Locker, &str) -> locksmith_core::LockBuilder;
 
 async fn deleted_behind_back(admin: &zk::Client, guard: &LockGuard, what: &str) {
     let lost = guard.lost();

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::BackendUrl;
-use lockcore::{LockGuard, LostReason};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::{LockGuard, LostReason};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -78,7 +78,7 @@ impl Proxy {
 
 /// The ZooKeeper server behind `LOCKSMITH_TEST_ZK`, a proxy in front of it, and a lock held through
 /// the proxy.
-async fn hold_through_proxy(test: &str) -> (Proxy, zookeeper_client::Client, lockcore::Locker, LockGuard) {
+async fn hold_through_proxy(test: &str) -> (Proxy, zookeeper_client::Client, locksmith_core::Locker, LockGuard) {
     let base = common::env_url("LOCKSMITH_TEST_ZK");
     let url = BackendUrl::parse(&base).expect("test URL");
     let upstream = url.hosts.first().expect("a host").to_addr(2181);

@@ -27,9 +27,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
-use lockcore::{LockGuard, LockInfo, Locker, Result};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use locksmith_core::{LockGuard, LockInfo, Locker, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
@@ -63,7 +63,7 @@ async fn renewal_traffic_does_not_grow_with_held_locks() {
 /// window while it held `n` locks, with the number of renewal batches in that window.
 async fn packets_while_holding(base: &str, server: &str, n: usize) -> (u64, usize) {
     let url = common::url_with(base, &format!("session_timeout={}ms", SESSION_TIMEOUT.as_millis()));
-    let backend = backend_zk::ZkBackend::connect(&url)
+    let backend = locksmith_zk::ZkBackend::connect(&url)
         .await
         .expect("connect to ZooKeeper");
     let session = backend.session_id().await;
@@ -114,7 +114,7 @@ async fn packets_while_holding(base: &str, server: &str, n: usize) -> (u64, usiz
 /// renewal batches counted.
 #[derive(Debug)]
 struct Aligned {
-    inner: backend_zk::ZkBackend,
+    inner: locksmith_zk::ZkBackend,
     since: Mutex<Instant>,
     batches: AtomicUsize,
 }

@@ -7,14 +7,14 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::conformance::{unique_name, within};
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::{Family, LockError};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::{Family, LockError};
 use zookeeper_client as zk;
 
 mod conformance {
-    lockcore::conformance_tests!(crate::common::ZkHarness::secure().await);
-    lockcore::primitive_tests!(crate::common::ZkHarness::secure().await);
+    locksmith_core::conformance_tests!(crate::common::ZkHarness::secure().await);
+    locksmith_core::primitive_tests!(crate::common::ZkHarness::secure().await);
 }
 
 fn secure() -> String {
@@ -30,7 +30,7 @@ fn tls_dir() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_identities_cannot_delete_a_lock_node() {
     let url = common::with_namespace(&secure(), "session_timeout=5s");
-    let locker = backend_zk::connect(&BackendUrl::parse(&url).unwrap())
+    let locker = locksmith_zk::connect(&BackendUrl::parse(&url).unwrap())
         .await
         .expect("connect");
     let name = unique_name("acl");
@@ -72,7 +72,7 @@ async fn other_identities_cannot_delete_a_lock_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_gets_the_mutex_acl() {
     let url = common::with_namespace(&secure(), "session_timeout=5s");
-    let locker = backend_zk::connect(&BackendUrl::parse(&url).unwrap())
+    let locker = locksmith_zk::connect(&BackendUrl::parse(&url).unwrap())
         .await
         .expect("connect");
     let admin = common::ZkHarness::secure_admin().await;
@@ -153,7 +153,7 @@ async fn bad_tls_fails_clearly_and_keeps_the_password() {
         let url = common::with_namespace(&url, "connect_timeout=3s");
         let start = std::time::Instant::now();
         let result = match BackendUrl::parse(&url) {
-            Ok(parsed) => within(Duration::from_secs(30), what, backend_zk::connect(&parsed))
+            Ok(parsed) => within(Duration::from_secs(30), what, locksmith_zk::connect(&parsed))
                 .await
                 .map(drop),
             Err(e) => Err(e),

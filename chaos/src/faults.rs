@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use lockcore::conformance::proxy::Mode;
-use lockcore::conformance::servers::backends;
+use locksmith_core::conformance::proxy::Mode;
+use locksmith_core::conformance::servers::backends;
 use serde::Serialize;
 
 use crate::events::now_ns;
@@ -161,7 +161,7 @@ async fn redis_leader(fleet: &Fleet, target: &Target) -> Result<(Vec<String>, St
     let ask: Vec<String> = if group == "redis-cluster" {
         let url = locksmith::driver::BackendUrl::parse(&target.url)?;
         let name = locksmith::driver::LockName::new(fleet.lock_name())?;
-        let key = backend_redis::LockKeys::for_url(&url, &name)?.lock;
+        let key = locksmith_redis::LockKeys::for_url(&url, &name)?.lock;
         let slot = slot_of(&url.hosts[0].to_addr(6379), &key).await?;
         vec!["slot-owner".into(), group.into(), slot.to_string()]
     } else {

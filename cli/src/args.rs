@@ -98,14 +98,14 @@ pub struct Cli {
 }
 
 /// The subcommands that take no lock, and so reject `--ttl`: their help does not show it.
-const NO_TTL: [&str; 4] = ["inspect", "list", "leader", "init"];
+const NO_TTL: [&str; 6] = ["inspect", "list", "leader", "init", "completions", "man"];
 
 /// The command line as clap parses it: [`Cli`], where the subcommands that reject `--ttl`
 /// ([`NO_TTL`]) have a hidden `--ttl` of their own that refuses any value, so that their help
 /// does not offer the global one (`locksmith --ttl 5s inspect x` is refused as before).
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
-    let mut cmd = Cli::command();
+    let mut cmd = Cli::command().version(version());
     for name in NO_TTL {
         let refuse = move |_: &str| -> Result<Duration, String> {
             Err(format!("`{name}` takes no lock, so --ttl means nothing to it"))
@@ -122,6 +122,14 @@ pub fn command() -> clap::Command {
         });
     }
     cmd
+}
+
+/// What `locksmith --version` prints after the name: the version and what this build can reach,
+/// e.g. `0.1.0 (backends: mem, etcd, zk, redis, file, postgres; tls)`.
+pub fn version() -> String {
+    let backends: Vec<&str> = locksmith::backends().iter().map(|d| d.name).collect();
+    let tls = if cfg!(feature = "tls") { "; tls" } else { "" };
+    format!("{} (backends: {}{tls})", env!("CARGO_PKG_VERSION"), backends.join(", "))
 }
 
 /// The subcommands.
@@ -162,6 +170,22 @@ pub enum Command {
     /// backends), then print what was found. With --sql (postgres:// only), print that SQL
     /// instead, for a database owner to run, with the grants a locker's user needs (--grant).
     Init(InitArgs),
+    /// Print the completion script of SHELL on stdout, e.g. `locksmith completions bash >
+    /// ~/.local/share/bash-completion/completions/locksmith`, `locksmith completions zsh >
+    /// "${fpath[1]}/_locksmith"`, `locksmith completions fish >
+    /// ~/.config/fish/completions/locksmith.fish`.
+    Completions(CompletionsArgs),
+    /// Print this command's manual page (roff) on stdout, e.g. `locksmith man | man -l -`, or
+    /// `locksmith man > /usr/local/share/man/man1/locksmith.1`.
+    Man,
+}
+
+/// Arguments of `completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// Arguments of `init`.

@@ -45,6 +45,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    // Documentation of the command itself: no backend, no runtime.
+    match &cli.command {
+        Command::Completions(args) => return cmd::docs::completions(args.shell),
+        Command::Man => return cmd::docs::man(),
+        _ => {}
+    }
     init_logging(cli.verbose);
     let session = Session::new(&cli);
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -66,6 +72,8 @@ fn main() -> ExitCode {
             Command::List(args) => cmd::list::list(&session, &args.prefix).await,
             Command::Leader(args) => cmd::leader::leader(&session, args).await,
             Command::Init(args) => cmd::init::init(&session, args).await,
+            // Answered above, before the runtime started.
+            Command::Completions(_) | Command::Man => Ok(0),
         };
         // Whatever happened, nothing of this process outlives it on the server; but a backend
         // that did not answer (exit 3) or lost our lock (exit 4) gets no long wait: what it

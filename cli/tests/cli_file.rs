@@ -23,7 +23,7 @@ impl Backend for Files {
     }
 
     fn delete_behind_back(&self, name: &str) {
-        let look = backend_file::FileBackend::connect(&BackendUrl::parse(&self.url()).unwrap()).unwrap();
+        let look = locksmith_file::FileBackend::connect(&BackendUrl::parse(&self.url()).unwrap()).unwrap();
         let path = look.state_path(locksmith::Family::Mutex, &LockName::new(name).unwrap());
         std::fs::remove_file(&path).expect("remove the lock's state file");
     }

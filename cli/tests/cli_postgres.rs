@@ -25,7 +25,7 @@ impl Backend for Postgres {
         let url = BackendUrl::parse(&self.url()).unwrap();
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
-            let look = backend_postgres::PgBackend::connect(&url).await.unwrap();
+            let look = locksmith_postgres::PgBackend::connect(&url).await.unwrap();
             let n = look
                 .delete_holders(locksmith::Family::Mutex, &LockName::new(name).unwrap())
                 .await

@@ -25,9 +25,14 @@
 //! | `postgres.rs` | the fence table and its one statement |
 //! | `objects.rs` | the conditional-put loop over an `ObjectStore` |
 
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(feature = "object-store")]
+#[cfg_attr(docsrs, doc(cfg(feature = "object-store")))]
 pub mod objects;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 
 /// Why a fenced write was refused or failed.

@@ -56,7 +56,7 @@ fn variants(backend: &str, url: &str) -> Vec<(&'static str, String)> {
         out.push(("locksmith+tls", url));
     }
     if backend == "file" {
-        // What syncing each grant's token to disk costs (see backend-file's `sync=`).
+        // What syncing each grant's token to disk costs (see locksmith-file's `sync=`).
         let sep = if url.contains('?') { '&' } else { '?' };
         out.push(("locksmith+nosync", format!("{url}{sep}sync=off")));
     }

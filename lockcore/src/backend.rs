@@ -1,5 +1,5 @@
 //! The trait every backend implements: exactly the primitives a coordination service must provide.
-//! Everything a user touches (the builder, the guard, the watchdog) is built on it once, in lockcore.
+//! Everything a user touches (the builder, the guard, the watchdog) is built on it once, in locksmith-core.
 
 use std::fmt;
 use std::time::Duration;
@@ -245,7 +245,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// The longest one call other than a waiting `acquire` may take (`try_acquire`, `release`,
     /// `renew_many`, `inspect`, reconnecting included): the backend's request timeout (its URL's
-    /// `request_timeout`). lockcore cuts off a call that takes longer with
+    /// `request_timeout`). locksmith-core cuts off a call that takes longer with
     /// [`crate::LockError::Unavailable`]; every call must be cancellation-safe anyway.
     fn request_timeout(&self) -> Duration {
         DEFAULT_REQUEST_TIMEOUT

@@ -38,7 +38,7 @@ use crate::name::LockName;
 
 /// A backend that holds every lock in an old and a new backend at once.
 ///
-/// Build it with [`Dual::new`] or [`Dual::locker`]; the rules are in the module docs of `lockcore::dual`,
+/// Build it with [`Dual::new`] or [`Dual::locker`]; the rules are in the module docs of `locksmith_core::dual`,
 /// repeated here: old first, then new; both renewed; lost if either is lost; the new backend's token.
 pub struct Dual {
     old: Arc<dyn LockBackend>,

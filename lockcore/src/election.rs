@@ -156,7 +156,7 @@ impl Election {
     ///   [`Election::leader`], a single read.
     ///
     /// A [`crate::Dual`] locker reports the new backend's leadership, and may report nobody for
-    /// an instant between two leaders (see `lockcore::dual`).
+    /// an instant between two leaders (see `locksmith_core::dual`).
     ///
     /// # Errors
     ///

@@ -89,7 +89,7 @@ impl LockGuard {
     /// is held. The future does not borrow the guard, so it can be raced against the guarded work:
     ///
     /// ```
-    /// # extern crate lockcore as locksmith; // users depend on the locksmith facade
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), locksmith::LockError> {
     /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
@@ -113,7 +113,7 @@ impl LockGuard {
     /// repository says what each backend checks.
     ///
     /// ```
-    /// # extern crate lockcore as locksmith; // users depend on the locksmith facade
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), locksmith::LockError> {
     /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
@@ -141,7 +141,7 @@ impl LockGuard {
     /// # Examples
     ///
     /// ```
-    /// # extern crate lockcore as locksmith; // users depend on the locksmith facade
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), locksmith::LockError> {
     /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());

@@ -208,7 +208,7 @@ pub struct Lease {
     /// The lease time the server actually enforces (may be larger than requested).
     pub ttl: Duration,
     /// The backend's identity of this holder: the etcd key, the ZooKeeper node path, the Redis
-    /// token. Opaque to lockcore; shown in logs.
+    /// token. Opaque to locksmith-core; shown in logs.
     pub holder_id: String,
     /// When the request that obtained this lease (or last refreshed it on the server) was *sent*.
     /// The watchdog counts the lease from here, so it can only under-estimate what is left.
@@ -265,7 +265,7 @@ impl fmt::Display for LostReason {
 #[derive(Clone)]
 pub struct LostSignal {
     tx: Arc<watch::Sender<Option<LostReason>>>,
-    /// Called once with the reason when the signal fires (lockcore's metrics).
+    /// Called once with the reason when the signal fires (locksmith-core's metrics).
     hook: Arc<std::sync::Mutex<Option<LostHook>>>,
 }
 

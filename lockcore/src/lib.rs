@@ -1,4 +1,4 @@
-//! # lockcore — the locksmith lock contract
+//! # locksmith-core — the locksmith lock contract
 //!
 //! One distributed-lock API over several coordination services. This crate holds everything that is
 //! the same on every backend, in two parts for two audiences.
@@ -26,7 +26,7 @@
 //! ## Quickstart
 //!
 //! ```
-//! # extern crate lockcore as locksmith; // users depend on the locksmith facade
+//! # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), locksmith::LockError> {
 //! use std::time::Duration;
@@ -52,9 +52,12 @@
 //! `docs/design.md` of the repository.
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item shows the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 #[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 mod descriptor;
 pub mod driver;

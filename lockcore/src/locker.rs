@@ -43,7 +43,7 @@ const DEADLINE_GRACE: Duration = Duration::from_millis(500);
 /// [`Locker::new`], or from a URL with `locksmith::connect`.
 ///
 /// ```
-/// # extern crate lockcore as locksmith; // users depend on the locksmith facade
+/// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), locksmith::LockError> {
 /// use std::time::Duration;
@@ -134,7 +134,7 @@ impl Locker {
     /// token, greater than every earlier permit's.
     ///
     /// ```
-    /// # extern crate lockcore as locksmith; // users depend on the locksmith facade
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), locksmith::LockError> {
     /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
@@ -267,8 +267,8 @@ impl Locker {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lockcore::LockError> {
-    /// # use lockcore as locksmith;
+    /// # async fn main() -> Result<(), locksmith_core::LockError> {
+    /// # use locksmith_core as locksmith;
     /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
     /// let result = async {
     ///     let guard = locker.lock("nightly").acquire().await?;

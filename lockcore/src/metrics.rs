@@ -194,7 +194,7 @@ tokio::task_local! {
 }
 
 /// For backends: counts one request to a server in the call being made (`acquire`,
-/// `try_acquire`, `release`), which lockcore records as the `round_trips` field of the call's
+/// `try_acquire`, `release`), which locksmith-core records as the `round_trips` field of the call's
 /// span. Does nothing outside such a call (a renewal, a background clean-up).
 pub fn round_trip() {
     let _ = ROUND_TRIPS.try_with(|n| n.fetch_add(1, Ordering::Relaxed));

@@ -71,7 +71,7 @@ impl Admission {
 /// # Examples
 ///
 /// ```
-/// # extern crate lockcore as locksmith; // users depend on the locksmith facade
+/// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), locksmith::LockError> {
 /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());

@@ -8,7 +8,7 @@ use crate::locker::{LockBuilder, Locker};
 /// follow arrival: a writer's token is greater than that of every reader and writer before it.
 ///
 /// ```
-/// # extern crate lockcore as locksmith; // users depend on the locksmith facade
+/// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), locksmith::LockError> {
 /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use lockcore::conformance::Harness;
-use lockcore::driver::{async_trait, LockBackend, LockName};
-use lockcore::{Dual, Family, LockError, Locker, MemoryBackend};
+use locksmith_core::conformance::Harness;
+use locksmith_core::driver::{async_trait, LockBackend, LockName};
+use locksmith_core::{Dual, Family, LockError, Locker, MemoryBackend};
 
 struct DualHarness {
     old: MemoryBackend,
@@ -67,8 +67,8 @@ impl Harness for DualHarness {
     }
 }
 
-lockcore::conformance_tests!(harness());
-lockcore::primitive_tests!(harness());
+locksmith_core::conformance_tests!(harness());
+locksmith_core::primitive_tests!(harness());
 
 #[tokio::test]
 async fn failed_second_lock_rolls_back_the_first() {
@@ -143,7 +143,7 @@ async fn losing_either_half_loses_the_dual_lock() {
 /// only one has one); the builder's wins.
 #[tokio::test]
 async fn the_url_ttl_is_the_smaller_of_the_two() {
-    let mem = |url: &str| MemoryBackend::connect(&lockcore::driver::BackendUrl::parse(url).unwrap()).unwrap();
+    let mem = |url: &str| MemoryBackend::connect(&locksmith_core::driver::BackendUrl::parse(url).unwrap()).unwrap();
     let both = Dual::locker(&mem("mem://dual-ttl-a?ttl=3s"), &mem("mem://dual-ttl-b?ttl=2s"));
     let guard = both.lock("ttl").acquire().await.unwrap();
     assert_eq!(guard.ttl(), Duration::from_secs(2));

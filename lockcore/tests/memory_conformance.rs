@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use lockcore::conformance::Harness;
-use lockcore::driver::{async_trait, LockName};
-use lockcore::{Family, Locker, MemoryBackend};
+use locksmith_core::conformance::Harness;
+use locksmith_core::driver::{async_trait, LockName};
+use locksmith_core::{Family, Locker, MemoryBackend};
 
 struct MemHarness {
     store: MemoryBackend,
@@ -39,6 +39,6 @@ impl Harness for MemHarness {
     }
 }
 
-lockcore::conformance_tests!(harness());
-lockcore::primitive_tests!(harness());
-lockcore::guarded_tests!(harness());
+locksmith_core::conformance_tests!(harness());
+locksmith_core::primitive_tests!(harness());
+locksmith_core::guarded_tests!(harness());

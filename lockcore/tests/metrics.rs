@@ -1,11 +1,11 @@
-//! The metrics of `lockcore::metrics`, seen through a recording recorder: every acquire, hold,
+//! The metrics of `locksmith_core::metrics`, seen through a recording recorder: every acquire, hold,
 //! release, loss and renewal is counted with its labels, and lock names are a label only when the
 //! locker asks for one.
 
 use std::time::Duration;
 
-use lockcore::driver::LockName;
-use lockcore::{Locker, MemoryBackend};
+use locksmith_core::driver::LockName;
+use locksmith_core::{Locker, MemoryBackend};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 

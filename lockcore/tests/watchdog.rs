@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::driver::{async_trait, Lease, LockBackend, LockName, LockRequest};
-use lockcore::{LockError, LockInfo, Locker, LostReason, MemoryBackend, Result};
+use locksmith_core::driver::{async_trait, Lease, LockBackend, LockName, LockRequest};
+use locksmith_core::{LockError, LockInfo, Locker, LostReason, MemoryBackend, Result};
 use tokio::time::Instant;
 
 #[derive(Debug, Default)]

@@ -15,7 +15,7 @@
 #   etcd, etcdctl                   etcd-server, etcd-client          up (etcd.sh)
 #   zookeeper.jar (+ deps), java    zookeeper, default-jre-headless   up (zk.sh)
 #   curator-recipes.jar, javac      libcurator-recipes-java,          up (zk.sh)
-#     (backend-zk's Curator tests)  default-jdk-headless
+#     (locksmith-zk's Curator tests)  default-jdk-headless
 #   redis-server, redis-cli         redis-server, redis-tools         up (redis.sh)
 #   openssl (the secure servers'    openssl                           up (tls.sh)
 #     throw-away CA; TLS checks)

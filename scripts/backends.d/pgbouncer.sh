@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # scripts/backends.d/pgbouncer.sh — `pgbouncer`: PgBouncer in **session** pooling mode in front of
-# the `postgres` server, for backend-postgres's tests of the mode its docs claim (transaction
+# the `postgres` server, for locksmith-postgres's tests of the mode its docs claim (transaction
 # pooling cannot carry LISTEN, which the backend needs). A server kind for scripts/backends (the
 # interface is described in lib.sh); loaded after postgres.sh, whose test user it serves.
 #

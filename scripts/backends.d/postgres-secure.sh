@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # scripts/backends.d/postgres-secure.sh — `postgres-secure`: a PostgreSQL cluster of its own that
 # accepts only TLS connections with a password (scram-sha-256) AND a client certificate signed by
-# the test CA (tls.sh), for backend-postgres's tests of secured connections. A server kind for
+# the test CA (tls.sh), for locksmith-postgres's tests of secured connections. A server kind for
 # scripts/backends (the interface is described in lib.sh); loaded after postgres.sh, whose
 # helpers, users and throw-away passwords it shares.
 

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # scripts/backends.d/postgres.sh — PostgreSQL: one server `postgres` (`up single` and `up all`)
-# for backend-postgres's tests. A server kind for scripts/backends (the interface is described
+# for locksmith-postgres's tests. A server kind for scripts/backends (the interface is described
 # in lib.sh).
 #
 # Its own cluster (initdb) in $STATE/postgres/data, on 127.0.0.1:15432 (+offset) only; its Unix

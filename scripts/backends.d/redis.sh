@@ -64,7 +64,7 @@ redis_ready() {
 
 # A Redis that started less than locksmith's restart_delay ago (15 s by default) may have lost
 # locks held before (a restart without persistence), so locksmith grants no lock that has no
-# fencing counter on it until then (see backend-redis's docs, "After data loss"). A server that
+# fencing counter on it until then (see locksmith-redis's docs, "After data loss"). A server that
 # `up` started fresh has lost nothing: wait out that delay here, once, so that tests started right
 # after `up` do not stall on it. (`start ID`, the restart of the fault tests, does not wait.)
 readonly REDIS_SETTLE_SECS=${LOCKSMITH_REDIS_SETTLE_SECS:-15}

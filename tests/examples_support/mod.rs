@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 #[allow(unused_imports)] // used only when a backend feature is on
-pub use lockcore::conformance::env_url;
+pub use locksmith_core::conformance::env_url;
 
 /// `mem://` and every backend compiled in (its test server must be up).
 pub fn backend_urls() -> Vec<(&'static str, String)> {

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use lockcore::driver::LostSignal;
-use lockcore::LostReason;
+use locksmith_core::driver::LostSignal;
+use locksmith_core::LostReason;
 use tokio::time::Instant;
 
 use crate::protocol::slots::Slot;

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 #[cfg(not(feature = "tls"))]
-use lockcore::LockError;
-use lockcore::Result;
+use locksmith_core::LockError;
+use locksmith_core::Result;
 
 /// What every request needs: the client, the time limit, and the counters.
 #[derive(Clone)]
@@ -35,7 +35,7 @@ pub(crate) struct Stats {
 /// TLS with the URL's files: its `ca` (else the system's roots), its client certificate, and the
 /// name to verify the server's certificate against.
 #[cfg(feature = "tls")]
-pub(crate) fn with_tls(options: ConnectOptions, tls: &lockcore::driver::url::TlsFiles) -> Result<ConnectOptions> {
+pub(crate) fn with_tls(options: ConnectOptions, tls: &locksmith_core::driver::url::TlsFiles) -> Result<ConnectOptions> {
     use etcd_client::{Certificate, Identity, TlsOptions};
     // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
     // in (a program with every backend has ring and aws-lc-rs): ring, unless the program chose.
@@ -55,7 +55,7 @@ pub(crate) fn with_tls(options: ConnectOptions, tls: &lockcore::driver::url::Tls
 }
 
 #[cfg(not(feature = "tls"))]
-pub(crate) fn with_tls(_: ConnectOptions, _: &lockcore::driver::url::TlsFiles) -> Result<ConnectOptions> {
+pub(crate) fn with_tls(_: ConnectOptions, _: &locksmith_core::driver::url::TlsFiles) -> Result<ConnectOptions> {
     Err(LockError::InvalidOption(
         "etcds:// needs the `tls` feature of locksmith".into(),
     ))

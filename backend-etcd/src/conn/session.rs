@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper};
-use lockcore::driver::LostSignal;
-use lockcore::{LockError, Result};
+use locksmith_core::driver::LostSignal;
+use locksmith_core::{LockError, Result};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -351,7 +351,7 @@ impl Session {
         let still_alive = s.generation == lease.generation && s.id == Some(lease.id);
         if !still_alive {
             drop(s);
-            lost.fire(lockcore::LostReason::LeaseGone(
+            lost.fire(locksmith_core::LostReason::LeaseGone(
                 "the session lease was lost while granting".into(),
             ));
             return Instant::now();

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Weak};
 
-use lockcore::LostReason;
+use locksmith_core::LostReason;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 

@@ -8,8 +8,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lockcore::driver::{Lease, LockRequest, LostSignal, Outage};
-use lockcore::{LockError, Result};
+use locksmith_core::driver::{Lease, LockRequest, LostSignal, Outage};
+use locksmith_core::{LockError, Result};
 use tokio::time::Instant;
 
 use crate::backend::EtcdBackend;

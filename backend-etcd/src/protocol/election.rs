@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{EventType, KeyValue, Txn, TxnOp, WatchFilterType, WatchOptions, WatchStream};
-use lockcore::{Leader, LeaderWatch, LockError, Result};
+use locksmith_core::{Leader, LeaderWatch, LockError, Result};
 use tokio::sync::watch;
 
 use crate::conn::session::Session;

@@ -2,13 +2,13 @@
 //! election's candidate — whose entry holds when it is first: the mutex's protocol (see the
 //! crate docs, *Algorithm and round trips*), with the kind's value in the key.
 //!
-//! An exclusive entry's standing depends only on its position ([`lockcore::driver::queue::standing`]:
+//! An exclusive entry's standing depends only on its position ([`locksmith_core::driver::queue::standing`]:
 //! first, or after the entry just ahead of it, whatever that entry is), so it never reads the
 //! values of the queue: it joins with one transaction that reads the holder and its predecessor,
 //! and waits for its predecessor's deletion with a synced watch.
 
-use lockcore::driver::{Lease, LockRequest, Outage};
-use lockcore::Result;
+use locksmith_core::driver::{Lease, LockRequest, Outage};
+use locksmith_core::Result;
 use tokio::time::Instant;
 
 use crate::backend::EtcdBackend;

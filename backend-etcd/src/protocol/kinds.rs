@@ -2,7 +2,7 @@
 //!
 //! Every kind queues the same way (one key per holder or waiter, ordered by create revision);
 //! the value says what the entry is, so that a waiter that reads the queue can tell how the
-//! entries ahead of it share the lock ([`lockcore::driver::queue::standing`]):
+//! entries ahead of it share the lock ([`locksmith_core::driver::queue::standing`]):
 //!
 //! | kind | value |
 //! |---|---|
@@ -11,8 +11,8 @@
 //! | read-write lock | `read` or `write` |
 //! | election | the campaign value (as etcd's Go `Election` and `etcdctl elect`) |
 
-use lockcore::driver::Role;
-use lockcore::{Family, LockKind, MAX_PERMITS};
+use locksmith_core::driver::Role;
+use locksmith_core::{Family, LockKind, MAX_PERMITS};
 
 /// The value of a reader's key.
 const READ: &str = "read";

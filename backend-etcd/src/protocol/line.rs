@@ -7,9 +7,9 @@
 //! ([`crate::protocol::requests`]) reads two or three keys.
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
-use lockcore::driver::queue::{standing, Standing};
-use lockcore::driver::Role;
-use lockcore::{Family, LockError, Result};
+use locksmith_core::driver::queue::{standing, Standing};
+use locksmith_core::driver::Role;
+use locksmith_core::{Family, LockError, Result};
 
 use crate::conn::Conn;
 use crate::protocol::kinds::role_of;

@@ -10,7 +10,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
     TxnResponse,
 };
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 
 use crate::conn::Conn;
 use crate::error::request;

@@ -1,6 +1,6 @@
 //! The queue protocol of the kinds that share a lock — a semaphore's permits, a read-write lock's
 //! readers — whose standing depends on what the entries ahead of them are
-//! ([`lockcore::driver::queue::standing`]), so they read the queue ahead with its values
+//! ([`locksmith_core::driver::queue::standing`]), so they read the queue ahead with its values
 //! ([`crate::protocol::line`]).
 //!
 //! - **acquire**: one transaction creates the key (value: the permit count, or `read`) and reads
@@ -17,11 +17,11 @@
 //!   that creates the key if the queue is empty, else reads it; if a permit is free, a second
 //!   transaction creates the key unless a key was created or changed since that read.
 //! - A permit count that disagrees with an entry ahead: the key is deleted and the caller gets
-//!   [`lockcore::LockError::InvalidOption`].
+//!   [`locksmith_core::LockError::InvalidOption`].
 
-use lockcore::driver::queue::holds_at_tail;
-use lockcore::driver::{Lease, LockRequest, Outage, Role};
-use lockcore::{Family, LockError, Result};
+use locksmith_core::driver::queue::holds_at_tail;
+use locksmith_core::driver::{Lease, LockRequest, Outage, Role};
+use locksmith_core::{Family, LockError, Result};
 use tokio::time::Instant;
 
 use crate::backend::EtcdBackend;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use etcd_client::{
     Client, Event, EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream,
 };
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 

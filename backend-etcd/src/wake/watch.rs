@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::Client;
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 use tokio::sync::{mpsc, watch};
 
 use crate::conn::held::HeldRegistry;

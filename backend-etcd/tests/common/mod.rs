@@ -5,13 +5,13 @@
 
 use std::time::Duration;
 
-use backend_etcd::{Layout, DEFAULT_NAMESPACE};
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
-use lockcore::conformance::Harness;
-use lockcore::driver::{async_trait, BackendUrl, LockName};
-use lockcore::{Family, Locker};
+use locksmith_core::conformance::Harness;
+use locksmith_core::driver::{async_trait, BackendUrl, LockName};
+use locksmith_core::{Family, Locker};
+use locksmith_etcd::{Layout, DEFAULT_NAMESPACE};
 
-pub use lockcore::conformance::env_url;
+pub use locksmith_core::conformance::env_url;
 
 /// `base` with `query` appended.
 pub fn with_query(base: &str, query: &str) -> String {
@@ -151,11 +151,13 @@ pub async fn secure_admin(url: &str) -> Client {
 #[async_trait]
 impl Harness for EtcdHarness {
     async fn locker(&self) -> Locker {
-        backend_etcd::connect(&self.url).await.expect("connect to etcd")
+        locksmith_etcd::connect(&self.url).await.expect("connect to etcd")
     }
 
     async fn sturdy_locker(&self) -> Locker {
-        backend_etcd::connect(&self.sturdy_url).await.expect("connect to etcd")
+        locksmith_etcd::connect(&self.sturdy_url)
+            .await
+            .expect("connect to etcd")
     }
 
     async fn delete_behind_back(&self, name: &LockName) {

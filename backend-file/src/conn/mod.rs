@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 use tokio::time::Instant;
 
 use crate::error::io_error;

@@ -20,7 +20,7 @@ use rustix::fs::{flock, FlockOperation};
 
 use crate::error::{errno_error, io_error};
 use crate::protocol::state::Liveness;
-use lockcore::Result;
+use locksmith_core::Result;
 
 /// This locker's liveness file, locked until it is dropped.
 #[derive(Debug)]

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use rustix::fs::{flock, FlockOperation};
 
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 
 use super::Dir;
 use crate::error::{corrupt, errno_error, io_error};

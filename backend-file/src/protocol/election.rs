@@ -1,14 +1,14 @@
 //! Who leads an election (the first entry of its queue, once granted), and observing it: read
 //! again when the kernel says the election's state file changed, or at the leader's expiry
-//! (lockcore's `observe_by_reading`).
+//! (locksmith-core's `observe_by_reading`).
 
 use std::sync::{Arc, Weak};
 
 use tokio::time::Instant;
 
-use lockcore::driver::observe::{observe_by_reading, LeaderRead};
-use lockcore::driver::LockName;
-use lockcore::{Family, Leader, LeaderWatch, Result};
+use locksmith_core::driver::observe::{observe_by_reading, LeaderRead};
+use locksmith_core::driver::LockName;
+use locksmith_core::{Family, Leader, LeaderWatch, Result};
 
 use super::state::Now;
 use crate::conn::Dir;

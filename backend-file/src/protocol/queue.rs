@@ -1,11 +1,11 @@
 //! The steps on one lock's queue, each run inside one transaction (`conn/txn.rs`) on the state it
 //! read: join, take a turn, try once, leave. (Renewing is no step: a locker's heartbeat renews all
 //! its entries, see `conn/owner.rs`.) Who holds is decided by
-//! [`lockcore::driver::queue::standing`], the rule of every queue backend, on the whole queue (the
+//! [`locksmith_core::driver::queue::standing`], the rule of every queue backend, on the whole queue (the
 //! file holds it all), so a semaphore or a read-write lock needs no step of its own.
 
-use lockcore::driver::queue::{holds_at_tail, standing, Standing};
-use lockcore::{LockError, Result};
+use locksmith_core::driver::queue::{holds_at_tail, standing, Standing};
+use locksmith_core::{LockError, Result};
 
 use super::state::{Entry, Grant, Now, State};
 
@@ -91,7 +91,7 @@ fn grant(state: &mut State, me: usize, now: Now) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockcore::driver::Role;
+    use locksmith_core::driver::Role;
 
     fn entry(id: &str, role: Role) -> Entry {
         Entry {

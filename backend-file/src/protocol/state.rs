@@ -1,7 +1,7 @@
 //! What a lock's state file holds: its queue of holders and waiters in arrival order and its last
 //! fencing token, and the rule that drops the entries of the dead.
 
-use lockcore::driver::Role;
+use locksmith_core::driver::Role;
 use serde::{Deserialize, Serialize};
 
 /// The version of the state file's format, written in every file.
@@ -186,14 +186,15 @@ impl State {
         self.entries.iter().position(|e| e.id == id)
     }
 
-    /// The roles of the queue, in order ([`lockcore::LockError::Protocol`] for a role this
+    /// The roles of the queue, in order ([`locksmith_core::LockError::Protocol`] for a role this
     /// version does not know).
-    pub fn roles(&self) -> lockcore::Result<Vec<Role>> {
+    pub fn roles(&self) -> locksmith_core::Result<Vec<Role>> {
         self.entries
             .iter()
             .map(|e| {
-                e.role()
-                    .ok_or_else(|| lockcore::LockError::Protocol(format!("unknown role {:?} in a state file", e.role)))
+                e.role().ok_or_else(|| {
+                    locksmith_core::LockError::Protocol(format!("unknown role {:?} in a state file", e.role))
+                })
             })
             .collect()
     }

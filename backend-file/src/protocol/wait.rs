@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockcore::driver::{Lease, LockRequest};
-use lockcore::{LockError, LockKind, Result};
+use locksmith_core::driver::{Lease, LockRequest};
+use locksmith_core::{LockError, LockKind, Result};
 
 use super::queue::{self, Turn};
 use super::state::{Entry, Now};

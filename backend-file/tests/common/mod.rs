@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use backend_file::FileBackend;
-use lockcore::conformance::Harness;
-use lockcore::driver::{async_trait, BackendUrl, LockName};
-use lockcore::{Family, Locker};
+use locksmith_core::conformance::Harness;
+use locksmith_core::driver::{async_trait, BackendUrl, LockName};
+use locksmith_core::{Family, Locker};
+use locksmith_file::FileBackend;
 
 /// A lock directory of its own under the temporary directory.
 pub struct FileHarness {
@@ -38,7 +38,7 @@ impl Drop for FileHarness {
 #[async_trait]
 impl Harness for FileHarness {
     async fn locker(&self) -> Locker {
-        backend_file::connect(&BackendUrl::parse(&self.url()).unwrap())
+        locksmith_file::connect(&BackendUrl::parse(&self.url()).unwrap())
             .await
             .unwrap()
     }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use tokio::sync::{Mutex, MutexGuard};
 use tokio_postgres::{Client, GenericClient, Statement};
 
-use lockcore::Result;
+use locksmith_core::Result;
 
 use super::{connect, connect_for_steps};
 use crate::config::Config;
@@ -61,7 +61,7 @@ impl Statements {
         if let Some(statement) = self.lock().get(sql) {
             return Ok(statement.clone());
         }
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         let statement = client.prepare(sql).await?;
         self.lock().insert(sql.to_owned(), statement.clone());
         Ok(statement)

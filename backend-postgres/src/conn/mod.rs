@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 
 use crate::config::Config;
 use crate::error::{pg_error, timeout};

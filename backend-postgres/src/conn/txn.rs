@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Transaction};
 
@@ -23,7 +23,7 @@ use crate::wake::{payload, Directive};
 
 /// A step's transaction. Its statements are prepared once per connection and then reused
 /// ([`Statements`]): given as text, tokio-postgres would prepare each one again, a round trip
-/// more per statement. Each request is counted ([`lockcore::metrics::round_trip`]).
+/// more per statement. Each request is counted ([`locksmith_core::metrics::round_trip`]).
 pub(crate) struct Step<'a> {
     tx: Transaction<'a>,
     statements: &'a Statements,
@@ -36,7 +36,7 @@ impl Step<'_> {
     /// Runs `sql`; the number of rows it changed.
     pub async fn execute(&self, sql: &str, params: &Params<'_>) -> std::result::Result<u64, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         self.tx.execute(&statement, params).await
     }
 
@@ -47,7 +47,7 @@ impl Step<'_> {
         params: &Params<'_>,
     ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         self.tx.query(&statement, params).await
     }
 
@@ -58,7 +58,7 @@ impl Step<'_> {
         params: &Params<'_>,
     ) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         self.tx.query_one(&statement, params).await
     }
 
@@ -69,7 +69,7 @@ impl Step<'_> {
         params: &Params<'_>,
     ) -> std::result::Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
         let statement = self.statements.get(&self.tx, sql).await?;
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         self.tx.query_opt(&statement, params).await
     }
 }
@@ -122,7 +122,7 @@ impl Conn {
     async fn run(&self, client: &mut Client, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
         let sql = &self.sql;
         let e = |what| move |err| pg_error(what, err);
-        lockcore::metrics::round_trip(); // BEGIN (and COMMIT below)
+        locksmith_core::metrics::round_trip(); // BEGIN (and COMMIT below)
         let tx = Step {
             tx: client.transaction().await.map_err(e("starting a step"))?,
             statements: self.statements(),
@@ -165,7 +165,7 @@ impl Conn {
                 .await
                 .map_err(e("moving the queue's start"))?;
         }
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         tx.tx.commit().await.map_err(e("committing a step"))?;
         out
     }
@@ -216,7 +216,7 @@ impl Conn {
         let client = guard.as_mut().ok_or(LockError::Closed)?;
         let run = async {
             let statement = self.statements().get(client, sql).await?;
-            lockcore::metrics::round_trip();
+            locksmith_core::metrics::round_trip();
             client.query_opt(&statement, params).await
         };
         match tokio::time::timeout(limit, run).await {

@@ -1,6 +1,6 @@
 //! Who leads an election (the first entry of its queue, once granted), and observing it: read
 //! again when a NOTIFY says the election's queue changed, or at the leader's expiry (the loop of
-//! lockcore's `observe_by_reading`, with an asynchronous read).
+//! locksmith-core's `observe_by_reading`, with an asynchronous read).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use lockcore::driver::observe::LeaderRead;
-use lockcore::driver::LockName;
-use lockcore::{Family, Leader, LeaderWatch, Result};
+use locksmith_core::driver::observe::LeaderRead;
+use locksmith_core::driver::LockName;
+use locksmith_core::{Family, Leader, LeaderWatch, Result};
 
 use crate::conn::Conn;
 use crate::layout::segment;

@@ -1,6 +1,6 @@
 //! The steps on one lock's queue, each inside one transaction (`conn/txn.rs`) on the queue it
 //! read: join, take a turn, try once, leave, sweep. Who holds is
-//! [`lockcore::driver::queue::standing`], the rule of every queue backend, decided here in Rust on
+//! [`locksmith_core::driver::queue::standing`], the rule of every queue backend, decided here in Rust on
 //! the whole queue.
 //!
 //! A step that changes the queue also grants every waiter that holds by the rule afterwards
@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
-use lockcore::driver::queue::{holds_at_tail, standing, Standing};
-use lockcore::driver::Role;
-use lockcore::{LockError, LockKind, Result};
+use locksmith_core::driver::queue::{holds_at_tail, standing, Standing};
+use locksmith_core::driver::Role;
+use locksmith_core::{LockError, LockKind, Result};
 
 use crate::conn::{Conn, Outcome, Step};
 use crate::error::pg_error;
@@ -302,7 +302,7 @@ fn pending_row(conn: &Conn, entry: &NewEntry) -> Row {
     }
 }
 
-/// A fencing token as the tables keep it (`bigint`), as lockcore hands it out.
+/// A fencing token as the tables keep it (`bigint`), as locksmith-core hands it out.
 pub(crate) fn to_u64(token: i64) -> u64 {
     u64::try_from(token).unwrap_or(0)
 }

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockcore::driver::{Lease, LockRequest, Outage};
-use lockcore::{LockError, Result};
+use locksmith_core::driver::{Lease, LockRequest, Outage};
+use locksmith_core::{LockError, Result};
 
 use super::queue::{alone_applies, holder_id, NewEntry, Op};
 use crate::cleanup::Pending;

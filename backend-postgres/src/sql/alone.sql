@@ -1,7 +1,7 @@
 -- The common cases in one round trip each (one statement, its own transaction), for the
 -- exclusive kinds that nobody observes (mutexes, writers). Each locks the lock's row first, as
 -- every step does, and answers NULL when its case does not apply: the caller then takes the full
--- step (`conn/txn.rs`), which decides with lockcore's queue rule. Their cases are ones that rule
+-- step (`conn/txn.rs`), which decides with locksmith-core's queue rule. Their cases are ones that rule
 -- decides alike on every backend: an exclusive entry on a queue with no live entry holds; when
 -- the holder of a queue of exclusive entries leaves, the first waiter holds.
 

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use backend_postgres::PgBackend;
-use lockcore::conformance::Harness;
-use lockcore::driver::{async_trait, BackendUrl, LockName};
-use lockcore::{Family, Locker};
+use locksmith_core::conformance::Harness;
+use locksmith_core::driver::{async_trait, BackendUrl, LockName};
+use locksmith_core::{Family, Locker};
+use locksmith_postgres::PgBackend;
 
 /// The test server's URL (`scripts/backends up` exports it).
 pub fn server_url() -> String {
@@ -78,7 +78,7 @@ impl PgHarness {
     pub async fn least_privilege() -> PgHarness {
         let schema = format!("lp_{:016x}", rand::random::<u64>());
         let owner = BackendUrl::parse(&format!("{}?schema={schema}", server_url())).unwrap();
-        run_as_owner(&backend_postgres::setup_sql(&owner, Some("locksmith_app")).unwrap()).await;
+        run_as_owner(&locksmith_postgres::setup_sql(&owner, Some("locksmith_app")).unwrap()).await;
         let url = format!("{}?schema={schema}", app_url());
         let look = PgBackend::connect(&BackendUrl::parse(&url).unwrap()).await.unwrap();
         PgHarness { url, look }
@@ -88,7 +88,7 @@ impl PgHarness {
 #[async_trait]
 impl Harness for PgHarness {
     async fn locker(&self) -> Locker {
-        backend_postgres::connect(&BackendUrl::parse(&self.url).unwrap())
+        locksmith_postgres::connect(&BackendUrl::parse(&self.url).unwrap())
             .await
             .unwrap()
     }

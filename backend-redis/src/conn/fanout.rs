@@ -9,7 +9,7 @@
 use std::future::Future;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use lockcore::Result;
+use locksmith_core::Result;
 
 use crate::conn::node::Node;
 

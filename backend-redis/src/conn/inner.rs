@@ -3,8 +3,8 @@
 //! [`Lease`] of a granted lock. A leaf module: it imports no other module of the crate but the
 //! configuration, the keys and the servers.
 
-use lockcore::driver::{LockName, LockRequest};
-use lockcore::{Family, LockError, Result};
+use locksmith_core::driver::{LockName, LockRequest};
+use locksmith_core::{Family, LockError, Result};
 
 use crate::config::{Config, Layout};
 use crate::conn::node::Node;

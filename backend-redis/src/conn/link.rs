@@ -464,7 +464,7 @@ fn install_crypto_provider() {
 }
 
 #[cfg(feature = "tls")]
-fn certificates(tls: &lockcore::driver::url::TlsFiles) -> redis::TlsCertificates {
+fn certificates(tls: &locksmith_core::driver::url::TlsFiles) -> redis::TlsCertificates {
     redis::TlsCertificates {
         client_tls: tls.identity.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
             client_cert: cert.clone(),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use lockcore::{LockError, Result};
+use locksmith_core::{LockError, Result};
 
 use crate::error::map_error;
 
@@ -256,7 +256,7 @@ impl Node {
         let deadline = Instant::now() + self.op_timeout;
         let mut resends = usize::from(resend == Resend::IfDropped);
         loop {
-            lockcore::metrics::round_trip();
+            locksmith_core::metrics::round_trip();
             match tokio::time::timeout_at(deadline, call()).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if resends > 0 && e.is_connection_dropped() => {

@@ -1,5 +1,5 @@
-//! Who leads an election, and watching it change ([`lockcore::driver::LockBackend::leader`] and
-//! [`lockcore::driver::LockBackend::observe`]).
+//! Who leads an election, and watching it change ([`locksmith_core::driver::LockBackend::leader`] and
+//! [`locksmith_core::driver::LockBackend::observe`]).
 //!
 //! An election is a lock queue of exclusive entries (see [`crate::protocol::kinds`]): the leader is
 //! its holder, its term the holder's fencing token, its value the campaign value stored with the
@@ -31,8 +31,8 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use lockcore::driver::LockName;
-use lockcore::{Family, Leader, LeaderWatch, LockError, Result};
+use locksmith_core::driver::LockName;
+use locksmith_core::{Family, Leader, LeaderWatch, LockError, Result};
 use redis::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -6,8 +6,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lockcore::driver::LockName;
-use lockcore::{LockError, Result};
+use locksmith_core::driver::LockName;
+use locksmith_core::{LockError, Result};
 
 use crate::conn::call::ScriptCall;
 use crate::conn::fanout::{counts, fan_out};

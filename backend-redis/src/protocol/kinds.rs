@@ -1,16 +1,16 @@
 //! The entry of a semaphore, read-write lock or election: holders in a sorted set scored by
 //! lease deadline, a FIFO queue of entries `<role>:<token>` beside it, and the scripts of
 //! `lua/kinds/` (see the crate docs, "Semaphores, read-write locks and elections"). The grant
-//! rule is lockcore's ([`lockcore::driver::queue`]): the holders are the front of the queue, and
+//! rule is locksmith-core's ([`locksmith_core::driver::queue`]): the holders are the front of the queue, and
 //! - `X` (a writer, a candidate) holds when nobody holds and it is the first waiter;
 //! - `S` (a reader) holds when no `X` holds and no `X` waits ahead of it (the `writers` set);
 //! - `P<n>` (one permit of `n`) holds when fewer than `n` entries are ahead of it.
 
 use std::time::Duration;
 
-use lockcore::driver::queue::permit_mismatch;
-use lockcore::driver::{Lease, LockName, LockRequest};
-use lockcore::{LockError, LockKind, Result};
+use locksmith_core::driver::queue::permit_mismatch;
+use locksmith_core::driver::{Lease, LockName, LockRequest};
+use locksmith_core::{LockError, LockKind, Result};
 
 use crate::conn::call::ScriptCall;
 use crate::conn::inner::{new_token, Inner};

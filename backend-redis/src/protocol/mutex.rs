@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::driver::{Lease, LockName};
-use lockcore::Result;
+use locksmith_core::driver::{Lease, LockName};
+use locksmith_core::Result;
 
 use crate::conn::call::ScriptCall;
 use crate::conn::inner::{new_token, Inner};

@@ -20,8 +20,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::driver::{Lease, LockRequest};
-use lockcore::{LockError, Result};
+use locksmith_core::driver::{Lease, LockRequest};
+use locksmith_core::{LockError, Result};
 use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;

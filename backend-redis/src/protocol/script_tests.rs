@@ -3,9 +3,9 @@
 //! answers and what it leaves in the keys. The backend's own tests cover the same scripts
 //! through the API; these pin the scripts' contract (the reply shapes the Rust side parses).
 
-use lockcore::conformance::{env_url, unique_name};
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::Family;
+use locksmith_core::conformance::{env_url, unique_name};
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::Family;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, FromRedisValue, Script, Value};
 

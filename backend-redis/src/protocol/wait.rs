@@ -17,7 +17,7 @@
 //! the lock (the step says so: [`Turn::Waiting::poll`]).
 //!
 //! A server that stops answering (down, restarting) does not end the wait: the waiter retries
-//! with backoff (see [`lockcore::driver::Outage`]), subscribes again, and its next step joins the
+//! with backoff (see [`locksmith_core::driver::Outage`]), subscribes again, and its next step joins the
 //! queue again if the server lost it; it gives up at its deadline (saying the server did not
 //! answer), or, without one, once the outage lasted longer than `waiter_ttl` plus the connect
 //! timeout.
@@ -28,8 +28,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::driver::{Lease, LockRequest, Outage};
-use lockcore::Result;
+use locksmith_core::driver::{Lease, LockRequest, Outage};
+use locksmith_core::Result;
 use tokio::time::Instant;
 
 use crate::cleanup::Cleanup;

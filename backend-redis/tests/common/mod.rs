@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use backend_redis::{KindKeys, LockKeys};
-use lockcore::conformance::Harness;
-use lockcore::driver::{async_trait, BackendUrl, LockName};
-use lockcore::{Family, Locker};
+use locksmith_core::conformance::Harness;
+use locksmith_core::driver::{async_trait, BackendUrl, LockName};
+use locksmith_core::{Family, Locker};
+use locksmith_redis::{KindKeys, LockKeys};
 
-pub use lockcore::conformance::env_url;
+pub use locksmith_core::conformance::env_url;
 
 /// The single test server (`LOCKSMITH_TEST_REDIS`).
 pub fn redis_url() -> String {
@@ -172,7 +172,7 @@ pub async fn secure_admin(
 /// Connects a new Locker (its own connections) to `url`.
 pub async fn locker(url: &str) -> Locker {
     let parsed = BackendUrl::parse(url).expect("url");
-    backend_redis::connect(&parsed).await.expect("connect")
+    locksmith_redis::connect(&parsed).await.expect("connect")
 }
 
 /// The conformance harness over one Redis server with the given URL options.
@@ -342,7 +342,7 @@ pub async fn backends(args: &[&str]) -> String {
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        lockcore::conformance::servers::backends(&args)
+        locksmith_core::conformance::servers::backends(&args)
     })
     .await
     .expect("scripts/backends task")
@@ -415,7 +415,7 @@ where
     F: FnOnce(String) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    use lockcore::conformance::{unique_name, within};
+    use locksmith_core::conformance::{unique_name, within};
     let (a, b, c) = (locker(url).await, locker(url).await, locker(url).await);
     let name = unique_name("fault");
     let held = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");

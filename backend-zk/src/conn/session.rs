@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use lockcore::driver::{Lease, LockName, LostSignal};
-use lockcore::{LockError, LostReason, Result};
+use locksmith_core::driver::{Lease, LockName, LostSignal};
+use locksmith_core::{LockError, LostReason, Result};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -183,12 +183,12 @@ impl Session {
     pub(crate) async fn delete_everything(&self, limit: std::time::Duration) -> Result<()> {
         let mut paths = std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(|e| e.into_inner()));
         paths.extend(self.held().drain().map(|(path, held)| {
-            held.lost.fire(lockcore::LostReason::Shutdown);
+            held.lost.fire(locksmith_core::LostReason::Shutdown);
             path
         }));
         let mut failed = 0;
         for path in paths {
-            lockcore::metrics::round_trip();
+            locksmith_core::metrics::round_trip();
             match tokio::time::timeout(limit, self.client.delete(&path, None)).await {
                 Ok(Ok(()) | Err(zk::Error::NoNode)) => tracing::debug!(node = %path, "deleted at shutdown"),
                 Ok(Err(e)) => {
@@ -314,7 +314,7 @@ fn acl(config: &ZkConfig) -> Vec<zk::Acl> {
 #[cfg(feature = "tls")]
 async fn secure_connect(
     connector: zk::Connector,
-    tls: &lockcore::driver::url::TlsFiles,
+    tls: &locksmith_core::driver::url::TlsFiles,
     hosts: &str,
 ) -> std::result::Result<zk::Client, zk::Error> {
     // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
@@ -334,7 +334,7 @@ async fn secure_connect(
 #[cfg(not(feature = "tls"))]
 async fn secure_connect(
     _: zk::Connector,
-    _: &lockcore::driver::url::TlsFiles,
+    _: &locksmith_core::driver::url::TlsFiles,
     _: &str,
 ) -> std::result::Result<zk::Client, zk::Error> {
     Err(zk::Error::BadArguments(&"zks:// needs the `tls` feature"))

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use lockcore::Result;
+use locksmith_core::Result;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
@@ -39,7 +39,7 @@ impl Sessions {
     /// The current session, replaced by a new one if it has ended.
     pub(crate) async fn session(&self) -> Result<Arc<Session>> {
         if self.closed.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(lockcore::LockError::Closed);
+            return Err(locksmith_core::LockError::Closed);
         }
         let mut current = self.current.lock().await;
         if current.is_terminated() {
@@ -69,7 +69,7 @@ impl Sessions {
         &self,
         request: impl std::future::Future<Output = std::result::Result<T, zk::Error>>,
     ) -> std::result::Result<T, zk::Error> {
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         tokio::time::timeout(self.config.request_timeout, request)
             .await
             .unwrap_or(Err(zk::Error::Timeout))
@@ -82,7 +82,7 @@ impl Sessions {
         &self,
         request: impl std::future::Future<Output = std::result::Result<T, zk::MultiWriteError>>,
     ) -> std::result::Result<T, zk::MultiWriteError> {
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         tokio::time::timeout(self.config.request_timeout, request)
             .await
             .unwrap_or(Err(zk::MultiWriteError::RequestFailed {

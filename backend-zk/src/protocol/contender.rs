@@ -1,6 +1,6 @@
 //! One contender in a queue of EPHEMERAL_SEQUENTIAL nodes — a mutex's, a read-write lock's, an
 //! election's, a semaphore's internal lock or its leases ([`Recipe`]): create the node, wait for
-//! its turn by the one grant rule ([`lockcore::driver::queue::standing`]) watching one node, and
+//! its turn by the one grant rule ([`locksmith_core::driver::queue::standing`]) watching one node, and
 //! withdraw; whatever is left if the caller gives up or goes away is cleaned up by the contender's
 //! guard ([`crate::cleanup::PendingNode`]).
 //!
@@ -15,9 +15,9 @@
 
 use std::sync::Arc;
 
-use lockcore::driver::queue::{standing, Standing};
-use lockcore::driver::Role;
-use lockcore::LockError;
+use locksmith_core::driver::queue::{standing, Standing};
+use locksmith_core::driver::Role;
+use locksmith_core::LockError;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -128,7 +128,7 @@ impl Contender {
         let prefix = layout::contender_prefix(&self.recipe.parent, &self.uuid, &self.recipe.base);
         for _ in 0..CREATE_ATTEMPTS {
             let sent = Instant::now();
-            lockcore::metrics::round_trip(); // create + listings, pipelined
+            locksmith_core::metrics::round_trip(); // create + listings, pipelined
             self.pending.arm(); // from here on a node of ours may exist
                                 // EPHEMERAL_SEQUENTIAL, with the session's ACL (see `crate::conn::session`).
             let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&self.session.acl));
@@ -257,7 +257,7 @@ impl Contender {
     /// background).
     pub(crate) async fn withdraw(&mut self) {
         if let Some(own) = &self.own {
-            lockcore::metrics::round_trip();
+            locksmith_core::metrics::round_trip();
             match self.session.client.delete(&own.path, None).await {
                 Ok(()) | Err(zk::Error::NoNode) => self.pending.disarm(),
                 Err(e) => tracing::debug!(node = %own.path, error = %e, "withdrawing failed; retrying in background"),
@@ -271,7 +271,7 @@ impl Contender {
         let give_up = Instant::now() + self.session.timeout * 2;
         loop {
             let sent = Instant::now();
-            lockcore::metrics::round_trip();
+            locksmith_core::metrics::round_trip();
             match self.session.client.list_children(&self.recipe.parent).await {
                 Ok(children) => return Ok(listing(children, sent)),
                 Err(zk::Error::NoNode) => return Ok(listing(Vec::new(), sent)),
@@ -288,7 +288,7 @@ impl Contender {
         let give_up = Instant::now() + self.session.timeout * 2;
         loop {
             let sent = Instant::now();
-            lockcore::metrics::round_trip();
+            locksmith_core::metrics::round_trip();
             match self.session.client.list_and_watch_children(&self.recipe.parent).await {
                 Ok((children, watcher)) => return Ok((listing(children, sent), watcher)),
                 Err(zk::Error::NoNode) => {
@@ -305,7 +305,7 @@ impl Contender {
     }
 
     async fn czxid_of(&self, path: &str) -> Result<i64, Failure> {
-        lockcore::metrics::round_trip();
+        locksmith_core::metrics::round_trip();
         match self.session.client.check_stat(path).await {
             Ok(Some(stat)) => Ok(stat.czxid),
             Ok(None) => Err(Failure::Restart(format!(
@@ -341,7 +341,7 @@ impl Contender {
             .into_iter()
             .map(|path| client.create(path, &[], &container))
             .collect();
-        lockcore::metrics::round_trip(); // all creates pipelined
+        locksmith_core::metrics::round_trip(); // all creates pipelined
         for result in futures_join_all(creates).await {
             match result {
                 Ok(_) | Err(zk::Error::NodeExists) => {}

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockcore::{Leader, LeaderWatch};
+use locksmith_core::{Leader, LeaderWatch};
 use tokio::sync::watch;
 use zookeeper_client as zk;
 

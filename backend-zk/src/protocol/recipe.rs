@@ -1,9 +1,9 @@
 //! What one contender creates for each lock kind — the queue it joins, the name and data of its
 //! node — and how it reads the other contenders of that queue (their [`Role`]s, for
-//! [`lockcore::driver::queue::standing`]).
+//! [`locksmith_core::driver::queue::standing`]).
 
-use lockcore::driver::{LockRequest, Role};
-use lockcore::{LockError, LockKind, Result};
+use locksmith_core::driver::{LockRequest, Role};
+use locksmith_core::{LockError, LockKind, Result};
 
 use crate::layout;
 
@@ -78,7 +78,7 @@ fn pid_data() -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockcore::driver::LockName;
+    use locksmith_core::driver::LockName;
     use std::time::Duration;
 
     fn req(kind: LockKind) -> LockRequest {

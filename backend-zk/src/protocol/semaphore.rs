@@ -40,7 +40,7 @@
 use std::sync::Arc;
 
 use futures_util::future::join;
-use lockcore::driver::queue::permit_mismatch;
+use locksmith_core::driver::queue::permit_mismatch;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 

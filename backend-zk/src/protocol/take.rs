@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use lockcore::driver::LockRequest;
-use lockcore::{Family, LockKind};
+use locksmith_core::driver::LockRequest;
+use locksmith_core::{Family, LockKind};
 use tokio::time::Instant;
 
 use crate::conn::session::Session;

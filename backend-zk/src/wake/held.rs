@@ -5,7 +5,7 @@
 //!   `getData` with a watch on the node (the only request per lock; a watch costs nothing until it
 //!   fires).
 //! - `NodeDeleted` → if the lease is still held (not released by us), it is forgotten and its
-//!   `lost()` fires with [`lockcore::LostReason::LeaseGone`]. Our own release forgets the lease
+//!   `lost()` fires with [`locksmith_core::LostReason::LeaseGone`]. Our own release forgets the lease
 //!   *before* sending its `delete`, so the event that delete triggers is ignored — and it is also
 //!   what ends the lease's watch: nothing stays behind after a release.
 //! - `NodeDataChanged` (someone wrote to our node) → the watch is set again.

@@ -5,15 +5,15 @@
 
 use std::time::Duration;
 
-use lockcore::conformance::Harness;
-use lockcore::driver::{async_trait, BackendUrl, LockName};
-use lockcore::{Family, Locker};
+use locksmith_core::conformance::Harness;
+use locksmith_core::driver::{async_trait, BackendUrl, LockName};
+use locksmith_core::{Family, Locker};
 use zookeeper_client as zk;
 
 /// The namespace every test locks under.
 pub const NAMESPACE: &str = "/locksmith-test";
 
-pub use lockcore::conformance::env_url;
+pub use locksmith_core::conformance::env_url;
 
 /// `base` (e.g. `zk://127.0.0.1:21810`) with the test namespace and `options`.
 pub fn url_with(base: &str, options: &str) -> BackendUrl {
@@ -23,7 +23,7 @@ pub fn url_with(base: &str, options: &str) -> BackendUrl {
 
 /// A locker on its own session.
 pub async fn locker(base: &str, options: &str) -> Locker {
-    backend_zk::connect(&url_with(base, options))
+    locksmith_zk::connect(&url_with(base, options))
         .await
         .expect("connect to ZooKeeper")
 }
@@ -152,7 +152,7 @@ impl ZkHarness {
 #[async_trait]
 impl Harness for ZkHarness {
     async fn locker(&self) -> Locker {
-        backend_zk::connect(&BackendUrl::parse(&self.url).expect("URL"))
+        locksmith_zk::connect(&BackendUrl::parse(&self.url).expect("URL"))
             .await
             .expect("connect to ZooKeeper")
     }

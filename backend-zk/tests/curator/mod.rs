@@ -92,7 +92,7 @@ fn compile() -> Result<PathBuf, String> {
 
 /// `host:port,...` of `LOCKSMITH_TEST_ZK`, for Curator.
 pub fn connect_string() -> String {
-    let url = lockcore::driver::BackendUrl::parse(&crate::common::env_url("LOCKSMITH_TEST_ZK")).expect("URL");
+    let url = locksmith_core::driver::BackendUrl::parse(&crate::common::env_url("LOCKSMITH_TEST_ZK")).expect("URL");
     url.hosts.iter().map(|h| h.to_addr(2181)).collect::<Vec<_>>().join(",")
 }
 

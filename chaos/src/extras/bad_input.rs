@@ -5,8 +5,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lockcore::conformance::proxy::{Mode, Proxy};
 use locksmith::{LockError, Locker};
+use locksmith_core::conformance::proxy::{Mode, Proxy};
 use serde::Serialize;
 use tokio::time::Instant;
 

@@ -2,6 +2,7 @@
 //!
 //! [`Failure`]: crate::exit::Failure
 
+pub mod docs;
 pub mod elect;
 pub mod hold;
 pub mod init;

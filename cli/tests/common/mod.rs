@@ -23,7 +23,7 @@ pub trait Backend {
 }
 
 #[allow(unused_imports)] // not every test file uses it
-pub use lockcore::conformance::env_url;
+pub use locksmith_core::conformance::env_url;
 
 /// A lock name no other test (or earlier run) uses.
 pub fn unique_name(test: &str) -> String {
@@ -275,10 +275,10 @@ pub fn closed_port() -> u16 {
     drop(listener);
     port
 }
-/// A [`lockcore::conformance::proxy::Proxy`] in front of the server of a test URL, with the
+/// A [`locksmith_core::conformance::proxy::Proxy`] in front of the server of a test URL, with the
 /// runtime it runs on (these tests are synchronous).
 pub struct TestProxy {
-    proxy: lockcore::conformance::proxy::Proxy,
+    proxy: locksmith_core::conformance::proxy::Proxy,
     _runtime: tokio::runtime::Runtime,
 }
 
@@ -291,7 +291,7 @@ impl TestProxy {
             .build()
             .expect("runtime");
         let upstream = server_of(url);
-        let proxy = runtime.block_on(lockcore::conformance::proxy::Proxy::start(&upstream));
+        let proxy = runtime.block_on(locksmith_core::conformance::proxy::Proxy::start(&upstream));
         TestProxy {
             proxy,
             _runtime: runtime,
@@ -305,7 +305,7 @@ impl TestProxy {
     }
 
     /// Changes what the proxy forwards.
-    pub fn set(&self, mode: lockcore::conformance::proxy::Mode) {
+    pub fn set(&self, mode: locksmith_core::conformance::proxy::Mode) {
         self.proxy.set(mode);
     }
 }

@@ -4,7 +4,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lockcore::conformance::proxy::Mode;
+use locksmith_core::conformance::proxy::Mode;
 
 use super::*;
 

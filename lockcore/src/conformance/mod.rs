@@ -9,9 +9,9 @@
 //!
 //! ```ignore
 //! struct MyHarness;
-//! #[lockcore::driver::async_trait]
-//! impl lockcore::conformance::Harness for MyHarness { /* ... */ }
-//! lockcore::conformance_tests!(MyHarness);
+//! #[locksmith_core::driver::async_trait]
+//! impl locksmith_core::conformance::Harness for MyHarness { /* ... */ }
+//! locksmith_core::conformance_tests!(MyHarness);
 //! ```
 //!
 //! Every test uses lock names with a random suffix, so tests may run concurrently against one
