@@ -9,8 +9,8 @@ mod common;
 
 use std::time::Duration;
 
-use lockcore::driver::{BackendUrl, LockName};
-use lockcore::Family;
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::Family;
 
 /// Cycles per lock: enough deleted entries to fill dozens of index pages.
 const CYCLES: usize = 4000;
@@ -30,10 +30,10 @@ async fn pages(harness: &common::PgHarness, family: Family, name: &str) -> u64 {
 async fn reads_of_a_busy_queue_skip_its_deleted_entries() {
     let harness = common::PgHarness::plain().await;
     let url = format!("{}&ttl=30s", harness.url);
-    let locker = backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+    let locker = locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
         .await
         .unwrap();
-    let other = backend_postgres::connect(&BackendUrl::parse(&url).unwrap())
+    let other = locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
         .await
         .unwrap();
 

@@ -37,8 +37,8 @@ fn back_to_version_3(schema: &str) -> String {
     )
 }
 
-async fn connect(url: &str) -> lockcore::Result<lockcore::Locker> {
-    backend_postgres::connect(&BackendUrl::parse(url).unwrap()).await
+async fn connect(url: &str) -> locksmith_core::Result<locksmith_core::Locker> {
+    locksmith_postgres::connect(&BackendUrl::parse(url).unwrap()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
--- The schema of backend-postgres, version 4 (version 1 had no functions, version 2 no data table,
+-- The schema of locksmith-postgres, version 4 (version 1 had no functions, version 2 no data table,
 -- version 3 no locks.since: migrate.sql). {schema} is replaced by the quoted schema name.
 -- Run in one transaction under an advisory lock, so that lockers starting together do not race
 -- on CREATE ... IF NOT EXISTS.
