@@ -138,7 +138,7 @@ async fn cancel(target: &Target, attempts: usize) -> Result<(usize, bool)> {
 /// One acquire cancelled after a random delay: in the first 3 ms (even `i`) or 300 ms (odd),
 /// by dropping the future (`i % 4 < 2`) or by the builder's timeout.
 async fn cancelled_attempt(locker: Locker, name: String, ttl: Duration, i: usize) {
-    let delay = if i % 2 == 0 {
+    let delay = if i.is_multiple_of(2) {
         Duration::from_micros(rand::random_range(0..3_000))
     } else {
         Duration::from_micros(rand::random_range(0..300_000))

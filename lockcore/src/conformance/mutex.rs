@@ -192,7 +192,7 @@ enum Cancel {
 /// When a storm attempt is cancelled: half of them within the first 3 ms (while the request that
 /// queues the waiter is in flight), half anywhere in 0-300 ms (while it waits).
 fn storm_delay(i: usize) -> Duration {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         Duration::from_micros(rand::random_range(0..3_000))
     } else {
         Duration::from_micros(rand::random_range(0..300_000))
