@@ -81,10 +81,11 @@ pub(crate) struct Sql {
     pub restart_lease: String,
     /// The locks with waiters of lockers that stopped beating (`sweep.sql`).
     pub sweep: String,
-    /// Moves lock `$1`'s `since` (schema.sql) up to its first entry, or with none left to `$2`
-    /// (one past the last entry a step read; NULL: where it is), never back. Run with the lock's
-    /// row locked.
-    pub advance: String,
+    /// The end of a step that changed lock `$1`'s queue, in one statement: moves its `since`
+    /// (schema.sql) up to its first entry, or with none left to `$2` (one past the last entry
+    /// the step read; NULL: where it is), never back, and NOTIFYs channel `$3` with payload `$4`.
+    /// Run with the lock's row locked.
+    pub advance_and_notify: String,
     /// Removes entry `$1`; returns whether it held.
     pub delete: String,
     /// Removes a locker's owner row and entries.
@@ -189,10 +190,12 @@ impl Sql {
                  WHERE id = $1 AND token IS NOT NULL",
             ),
             sweep: fill(include_str!("sql/sweep.sql")),
-            advance: fill(
-                "UPDATE {schema}.locks l SET since = greatest(l.since, coalesce( \
+            // A data-modifying WITH runs once whether or not the SELECT reads it.
+            advance_and_notify: fill(
+                "WITH moved AS (UPDATE {schema}.locks l SET since = greatest(l.since, coalesce( \
                  (SELECT min(e.seq) FROM {schema}.entries e WHERE e.segment = $1 AND e.seq >= l.since), \
-                 $2::bigint, l.since)) WHERE l.segment = $1",
+                 $2::bigint, l.since)) WHERE l.segment = $1) \
+                 SELECT pg_notify($3, $4)",
             ),
             delete: fill("DELETE FROM {schema}.entries WHERE id = $1 RETURNING token IS NOT NULL"),
             close: fill(

@@ -90,12 +90,7 @@ async fn reads_of_a_busy_queue_skip_its_deleted_entries() {
     );
     // No entry is ever before its queue's start (the reads would miss it).
     let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
-    let below = common::query_as_owner(&format!(
-        "SELECT count(*) FROM \"{schema}\".entries e JOIN \"{schema}\".locks l ON l.segment = e.segment \
-         WHERE e.seq < l.since"
-    ))
-    .await;
-    assert_eq!(below, ["0"]);
+    assert_eq!(common::entries_before_their_start(&schema).await, ["0"]);
     // The queues still work from where they start: a holder and a waiter are seen.
     let held = locker.lock("churn/mutex").acquire().await.unwrap();
     let busy = other.lock("churn/mutex").try_acquire().await.unwrap();

@@ -135,16 +135,6 @@ async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
     }
 }
 
-/// How many entries of `schema` are before their lock's `since` (never any: the reads would miss
-/// them).
-async fn below_start(schema: &str) -> Vec<String> {
-    common::query_as_owner(&format!(
-        "SELECT count(*) FROM \"{schema}\".entries e JOIN \"{schema}\".locks l ON l.segment = e.segment \
-         WHERE e.seq < l.since"
-    ))
-    .await
-}
-
 /// Version 3 (no `locks.since`) is migrated by a locker of its owner while another holds a lock
 /// and a third waits for it: the holder keeps it, the waiter is handed it with a larger token,
 /// and every queue reads from its lock's start afterwards.
@@ -167,7 +157,11 @@ async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
     let migrating = connect(&harness.url).await.unwrap();
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
     assert_eq!(version, ["4"]);
-    assert_eq!(below_start(&schema).await, ["0"], "an entry before its queue's start");
+    assert_eq!(
+        common::entries_before_their_start(&schema).await,
+        ["0"],
+        "an entry before its queue's start"
+    );
     assert!(
         migrating.lock("kept").try_acquire().await.unwrap().is_none(),
         "held across the migration"
@@ -183,7 +177,11 @@ async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
     }
     let starts = common::query_as_owner(&format!("SELECT since FROM \"{schema}\".locks")).await;
     assert!(starts.iter().all(|s| s != "0"), "{starts:?}");
-    assert_eq!(below_start(&schema).await, ["0"], "an entry before its queue's start");
+    assert_eq!(
+        common::entries_before_their_start(&schema).await,
+        ["0"],
+        "an entry before its queue's start"
+    );
     let held = migrating.lock("kept").acquire().await.unwrap();
     assert!(
         waiter.lock("kept").try_acquire().await.unwrap().is_none(),

@@ -157,13 +157,11 @@ impl Conn {
             if let Some((id, ms)) = queue::first_waiting(&rows) {
                 told.push(Directive::First(id, ms));
             }
-            tx.execute("SELECT pg_notify($1, $2)", &[&sql.channel, &payload(segment, &told)])
+            // The next reads of the queue start at its first entry left (schema.sql's `since`).
+            let told = payload(segment, &told);
+            tx.execute(&sql.advance_and_notify, &[&segment, &past, &sql.channel, &told])
                 .await
                 .map_err(e("notifying"))?;
-            // The next reads of the queue start at its first entry left (schema.sql's `since`).
-            tx.execute(&sql.advance, &[&segment, &past])
-                .await
-                .map_err(e("moving the queue's start"))?;
         }
         locksmith_core::metrics::round_trip();
         tx.tx.commit().await.map_err(e("committing a step"))?;

@@ -110,3 +110,13 @@ impl Harness for PgHarness {
         Duration::from_millis(500)
     }
 }
+
+/// How many entries of `schema` are before their lock's `since` (never any: the reads of a queue
+/// start there and would miss them), as the owner counts them.
+pub async fn entries_before_their_start(schema: &str) -> Vec<String> {
+    query_as_owner(&format!(
+        "SELECT count(*) FROM \"{schema}\".entries e JOIN \"{schema}\".locks l ON l.segment = e.segment \
+         WHERE e.seq < l.since"
+    ))
+    .await
+}

@@ -121,6 +121,16 @@ fn rows<'a>(report: &'a Report, system: &'a str, workload: &'a str) -> impl Iter
         .filter(move |r| r.system == system && r.workload == workload)
 }
 
+/// Each peer library's row measured as `r` was: its name, `r`'s p50 and the peer's (both known,
+/// the peer's above zero).
+fn peer_p50s<'a>(report: &'a Report, r: &'a Record) -> impl Iterator<Item = (&'a str, f64, f64)> + 'a {
+    report
+        .results
+        .iter()
+        .filter(move |p| is_peer_library(&p.system) && p.same_measurement(r))
+        .filter_map(move |p| Some((p.system.as_str(), r.p50_us?, p.p50_us.filter(|t| *t > 0.0)?)))
+}
+
 fn uncontended(report: &Report) -> Target {
     let mut judge = Judge::new(
         "uncontended: ≤ 1.10 × the raw floor on every server backend, and faster than each peer on its backend.",
@@ -129,28 +139,21 @@ fn uncontended(report: &Report) -> Target {
         if let Some(ratio) = r.ratio_to_floor {
             judge.row(ratio / 1.10, format!("{} {ratio:.2}× the floor", r.backend));
         }
-        let peers = report
-            .results
-            .iter()
-            .filter(|p| is_peer_library(&p.system) && p.same_measurement(r));
-        for p in peers {
-            if let (Some(mine), Some(theirs)) = (r.p50_us, p.p50_us.filter(|t| *t > 0.0)) {
-                // Equal is not faster: the score of a tie is just above 1.
-                let score = if mine >= theirs {
-                    (mine / theirs).max(1.0 + 1e-9)
-                } else {
+        for (peer, mine, theirs) in peer_p50s(report, r) {
+            // Equal is not faster: the score of a tie is just above 1.
+            let score = if mine >= theirs {
+                (mine / theirs).max(1.0 + 1e-9)
+            } else {
+                mine / theirs
+            };
+            judge.row(
+                score,
+                format!(
+                    "{} {:.2}× {peer} ({mine:.0} vs {theirs:.0} µs)",
+                    r.backend,
                     mine / theirs
-                };
-                judge.row(
-                    score,
-                    format!(
-                        "{} {:.2}× {} ({mine:.0} vs {theirs:.0} µs)",
-                        r.backend,
-                        mine / theirs,
-                        p.system
-                    ),
-                );
-            }
+                ),
+            );
         }
     }
     judge.done("locksmith uncontended on a server backend")
@@ -187,17 +190,11 @@ fn handover_to_floor(report: &Report) -> Target {
                 format!("{} blocked {blocked} ms: {ratio:.2}× the floor", r.backend),
             );
         }
-        let peers = report
-            .results
-            .iter()
-            .filter(|p| is_peer_library(&p.system) && p.same_measurement(r));
-        for p in peers {
-            if let (Some(mine), Some(theirs)) = (r.p50_us, p.p50_us.filter(|t| *t > 0.0)) {
-                judge.row(
-                    mine / theirs,
-                    format!("{} blocked {blocked} ms: {:.2}× {}", r.backend, mine / theirs, p.system),
-                );
-            }
+        for (peer, mine, theirs) in peer_p50s(report, r) {
+            judge.row(
+                mine / theirs,
+                format!("{} blocked {blocked} ms: {:.2}× {peer}", r.backend, mine / theirs),
+            );
         }
     }
     judge.done("locksmith handover on etcd, ZooKeeper or Redis")
