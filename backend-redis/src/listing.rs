@@ -224,11 +224,16 @@ pub(crate) async fn inspect(inner: &Inner, name: &LockName) -> Result<LockInfo> 
     Ok(LockInfo { holder, waiters })
 }
 
-/// Splits a lock value into the holder id and the fencing token: `<32 hex>:<n>` is a locksmith
-/// holder; anything else (another client's token in the plain layout) is shown whole.
+/// Splits a lock value into the holder id and the fencing token: `<32 hex>:<fence>:<ttl ms>`
+/// (`<32 hex>:<fence>` from versions before 0.1.0's clock bound) is a locksmith holder; anything
+/// else (another client's token in the plain layout) is shown whole.
 fn parse_value(v: &str) -> (String, Option<u64>) {
-    if let Some((token, fence)) = v.split_once(':') {
+    if let Some((token, rest)) = v.split_once(':') {
         if token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            let fence = rest
+                .split_once(':')
+                .filter(|(_, ttl)| ttl.parse::<u64>().is_ok())
+                .map_or(rest, |(fence, _)| fence);
             if let Ok(fence) = fence.parse() {
                 return (token.to_owned(), Some(fence));
             }
@@ -255,7 +260,10 @@ mod tests {
     #[test]
     fn lock_values() {
         let t = "0123456789abcdef0123456789abcdef";
+        assert_eq!(parse_value(&format!("{t}:42:10000")), (t.to_owned(), Some(42)));
         assert_eq!(parse_value(&format!("{t}:42")), (t.to_owned(), Some(42)));
+        let odd = format!("{t}:42:x");
+        assert_eq!(parse_value(&odd), (odd.clone(), None));
         assert_eq!(
             parse_value("some-redis-py-uuid"),
             ("some-redis-py-uuid".to_owned(), None)

@@ -58,14 +58,14 @@ async fn mutex_scripts_grant_queue_hand_over_and_release_by_token_only() {
     let give = &give[..3];
     let wake = k.wake.as_str();
 
-    // A free lock: granted, stored as `<token>:<fence>` with the TTL.
+    // A free lock: granted, stored as `<token>:<fence>:<ttl>` with the TTL.
     let [granted, f1]: [i64; 2] = run::<Vec<i64>>(&mut c, &s.mutex.try_acquire, take, &[A, TTL, wake])
         .await
         .try_into()
         .expect("two fields");
     assert_eq!(granted, 1);
     assert!(f1 > 0);
-    assert_eq!(c.get::<_, String>(&k.lock).await.unwrap(), format!("{A}:{f1}"));
+    assert_eq!(c.get::<_, String>(&k.lock).await.unwrap(), format!("{A}:{f1}:{TTL}"));
     let pttl: i64 = c.pttl(&k.lock).await.unwrap();
     assert!(pttl > 0 && pttl <= 10_000, "{pttl}");
     // Taken: busy, with the holder's PTTL; an attempt queues nothing.
@@ -81,7 +81,7 @@ async fn mutex_scripts_grant_queue_hand_over_and_release_by_token_only() {
     assert!(c.zscore::<_, _, Option<f64>>(&k.queue, B).await.unwrap().is_some());
     // Only the holder's token releases.
     assert_eq!(run::<i64>(&mut c, &s.mutex.release, give, &[B, wake]).await, 0);
-    assert_eq!(c.get::<_, String>(&k.lock).await.unwrap(), format!("{A}:{f1}"));
+    assert_eq!(c.get::<_, String>(&k.lock).await.unwrap(), format!("{A}:{f1}:{TTL}"));
     assert_eq!(run::<i64>(&mut c, &s.mutex.release, give, &[A, wake]).await, 1);
     assert!(!c.exists::<_, bool>(&k.lock).await.unwrap());
     // Freed with a waiter queued: an attempt by another is refused (FIFO), the head's step takes it
@@ -98,6 +98,50 @@ async fn mutex_scripts_grant_queue_hand_over_and_release_by_token_only() {
     assert_eq!(run::<i64>(&mut c, &s.mutex.leave, give, &[B, wake]).await, 1);
     assert!(!c.exists::<_, bool>(&k.lock).await.unwrap());
     assert_eq!(run::<i64>(&mut c, &s.mutex.leave, give, &[B, wake]).await, 0);
+}
+
+/// A server clock stepped back by an hour gives every key an hour more (Redis keeps absolute
+/// expiry times): a dead holder's 2 s lock would stay held for an hour. The next contender's
+/// attempt or step cuts a key with more time left than its holder was granted back to that TTL.
+#[tokio::test]
+async fn a_lock_that_outlived_its_granted_ttl_is_cut_back_by_the_next_contender() {
+    let mut c = connect().await;
+    let s = scripts();
+    let k = LockKeys::new(PREFIX, Layout::Default, &name("mutex_clock_back"));
+    let take = k.lock_script_keys();
+    let take = &take[..4];
+    let wake = k.wake.as_str();
+    let granted: Vec<i64> = run(&mut c, &s.mutex.try_acquire, take, &[A, "2000", wake]).await;
+    assert_eq!(granted[0], 1);
+    // What a backward step of one hour does to the key; its holder is gone (renews no more).
+    let hour_more = || redis::cmd("PEXPIRE").arg(&k.lock).arg(3_600_000).clone();
+    let _: i64 = hour_more().query_async(&mut c).await.unwrap();
+    let busy: Vec<i64> = run(&mut c, &s.mutex.try_acquire, take, &[B, TTL, wake]).await;
+    assert!(busy[0] == 0 && (1..=2000).contains(&busy[1]), "{busy:?}");
+    let pttl: i64 = c.pttl(&k.lock).await.unwrap();
+    assert!((1..=2000).contains(&pttl), "the key keeps {pttl} ms");
+    // A waiter's step bounds it the same way, and says how long to wait.
+    let _: i64 = hour_more().query_async(&mut c).await.unwrap();
+    let step: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[W, TTL, wake, WAITER_TTL]).await;
+    assert!(step[0] == 0 && (1..=2000).contains(&step[2]), "{step:?}");
+    assert!((1..=2000).contains(&c.pttl::<_, i64>(&k.lock).await.unwrap()));
+    // The holder still holds, and its renewal gives it its TTL again.
+    let flags: Vec<i64> = run(&mut c, &SCRIPTS.renew_mutexes, &[&k.lock], &[A, "2000"]).await;
+    assert_eq!(flags, [1]);
+    // A value without a TTL (another client's, an older version's) is left as it is.
+    for foreign in ["some-redis-py-uuid".to_owned(), format!("{A}:7")] {
+        let _: () = c
+            .set_options(
+                &k.lock,
+                &foreign,
+                redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(3_600_000)),
+            )
+            .await
+            .unwrap();
+        let busy: Vec<i64> = run(&mut c, &s.mutex.try_acquire, take, &[B, TTL, wake]).await;
+        assert!(busy[0] == 0 && busy[1] > 3_000_000, "{foreign}: {busy:?}");
+    }
+    let _: () = c.del(&[&k.lock, &k.queue, &k.alive, &k.fence]).await.unwrap();
 }
 
 #[tokio::test]
@@ -135,7 +179,7 @@ async fn mutex_renewal_raise_fence_and_inspect_act_only_for_the_holder() {
     run::<Vec<i64>>(&mut c, &s.mutex.wait_step, &take[..4], &[W, TTL, wake, WAITER_TTL]).await;
     let (value, pttl, waiters): (Option<String>, i64, usize) =
         run(&mut c, &SCRIPTS.inspect, &[&k.lock, &k.queue, &k.alive], &[]).await;
-    assert_eq!(value, Some(format!("{A}:{}", granted[1])));
+    assert_eq!(value, Some(format!("{A}:{}:1000", granted[1])));
     assert!(pttl > 0 && waiters == 1, "{pttl} {waiters}");
     let _: i64 = run(&mut c, &s.mutex.release, &k.release_script_keys()[..3], &[A, wake]).await;
     let _: i64 = run(&mut c, &s.mutex.leave, &k.release_script_keys()[..3], &[W, wake]).await;

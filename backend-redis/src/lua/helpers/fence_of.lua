@@ -1,5 +1,6 @@
 -- Helper fence_of(v): the fencing token (a number) of a locksmith lock value v.
--- The fencing token stored in a locksmith lock value.
+-- The value is '<token>:<fence>:<ttl ms>' ('<token>:<fence>' when an older version wrote it): the
+-- first number after the token.
 local function fence_of(v)
-  return tonumber(string.match(v, ':(%d+)$'))
+  return tonumber(string.match(v, '^[^:]*:(%d+)'))
 end

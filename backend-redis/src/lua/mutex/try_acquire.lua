@@ -5,7 +5,8 @@
 -- Settings: FLOOR, DELAY, GAP (constants written before the script, see LockScripts).
 -- KEYS: lock, fence, queue, alive (and streak, gap with poller_gap).
 -- ARGV: token, ttl ms, wake prefix.
--- Reply: {1, fence} or {0, ms until it may be free: the holder's pttl, or a wait}.
+-- Reply: {1, fence} or {0, ms until it may be free: the holder's pttl (bounded by its granted TTL,
+-- see bounded_pttl), or a wait}.
 
 if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   local counter = redis.call('GET', KEYS[2])
@@ -26,4 +27,4 @@ if not v and (h == nil or h == ARGV[1]) then
   return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], FLOOR)}
 end
 if pruned then wake(ARGV[3], h) end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, bounded_pttl(KEYS[1], v)}

@@ -37,7 +37,7 @@ if redis.call('PTTL', KEYS[3]) < 2 * wttl then
 end
 local foreign = 0
 if v then
-  local t = string.match(v, '^(%x+):%d+$')
+  local t = string.match(v, '^(%x+):%d+:%d+$') or string.match(v, '^(%x+):%d+$')
   if not t or #t ~= 32 then foreign = 1 end
 end
-return {0, h == tok and 1 or 0, wait or redis.call('PTTL', KEYS[1]), foreign}
+return {0, h == tok and 1 or 0, wait or bounded_pttl(KEYS[1], v), foreign}
