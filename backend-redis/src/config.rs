@@ -35,6 +35,10 @@ const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_WAITER_TTL: Duration = Duration::from_secs(10);
 /// How long an acquire waits for its replicas to confirm (`replica_timeout`).
 const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
+/// `min_replicas` on Sentinel and Cluster when the URL sets none: one replica confirms every grant
+/// and renewal (the failover of either promotes the most up-to-date replica, so one that
+/// acknowledged is the one promoted). `min_replicas=0` opts out.
+pub(crate) const DEFAULT_MIN_REPLICAS_ON_FAILOVER: u32 = 1;
 
 /// How long locksmith clients hand a plain-layout lock to each other before leaving it free for
 /// `poller_gap`, when the URL sets a `poller_gap` but no `max_pass_over`.
@@ -212,7 +216,13 @@ impl Config {
                 (Topology::Cluster { seeds: host_ports() }, 0)
             }
         };
+        // Replica confirmation is on by default where failing over to a replica is the point of
+        // the topology (Sentinel, Cluster): an unconfirmed grant can be lost with the master and
+        // granted again by the replica promoted in its place. One server (whose failover, if any,
+        // happens outside locksmith's view) and a quorum of masters without replicas: off.
+        let failover_topology = matches!(topology, Topology::Sentinel { .. } | Topology::Cluster { .. });
         let min_replicas = match url.query.get("min_replicas") {
+            None if failover_topology => DEFAULT_MIN_REPLICAS_ON_FAILOVER,
             None => 0,
             Some(n) => n
                 .parse::<u32>()
@@ -254,7 +264,7 @@ impl Config {
         if min_replicas > 0 && replica_timeout >= response_timeout {
             return Err(url.error(format!(
                 "replica_timeout ({replica_timeout:?}) must be shorter than response_timeout ({response_timeout:?}): \
-                 WAIT blocks for up to replica_timeout"
+                 WAIT blocks for up to replica_timeout (min_replicas={min_replicas}; 0 turns replica confirmation off)"
             )));
         }
         let waiter_ttl = positive("waiter_ttl", DEFAULT_WAITER_TTL)?;
@@ -451,9 +461,28 @@ mod tests {
                 seeds: vec![("h1".into(), 7000), ("h2".into(), 7001)]
             }
         );
-        assert_eq!((c.db, c.min_replicas, c.quorum()), (0, 0, 1));
+        assert_eq!((c.db, c.quorum()), (0, 1));
         assert_eq!(c.replica_timeout, DEFAULT_REPLICA_TIMEOUT);
         assert_eq!(parse("redis://h?min_replicas=2").unwrap().min_replicas, 2);
+    }
+
+    #[test]
+    fn replica_confirmation_is_on_by_default_where_failover_is_the_point() {
+        let min = |url: &str| parse(url).unwrap().min_replicas;
+        assert_eq!(min("redis+sentinel://s1/m"), 1);
+        assert_eq!(min("redis-cluster://h1:7000"), 1);
+        assert_eq!(min("redis+sentinel://s1/m?min_replicas=0"), 0);
+        assert_eq!(min("redis-cluster://h1:7000?min_replicas=0"), 0);
+        assert_eq!(min("redis-cluster://h1:7000?min_replicas=2"), 2);
+        assert_eq!(min("redis://h"), 0);
+        assert_eq!(min("redis://h1,h2,h3"), 0);
+        // A response timeout too short for the default's WAIT names the option that turns it off.
+        let e = parse("redis+sentinel://s1/m?response_timeout=300ms")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("min_replicas=1; 0 turns replica confirmation off"), "{e}");
+        assert_eq!(min("redis+sentinel://s1/m?response_timeout=300ms&min_replicas=0"), 0);
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //! [`locksmith_core::LockError::Denied`]. Redis enforces ACLs per user, not per lock: any client allowed
 //! to write the keys can delete a lock key.
 //!
-//! A lock is a key set with `SET key <token>:<fence> NX PX <ttl>`, renewed by locksmith-core's watchdog,
+//! A lock is a key set to `<token>:<fence>:<ttl>` for `<ttl>` ms (`SET … PX`), renewed by locksmith-core's watchdog,
 //! released by compare-and-delete; waiters queue in Redis in FIFO order and are woken by the
 //! server (pub/sub), one at a time. Semaphores, read-write locks and elections keep their holders
 //! in a sorted set instead (see "Semaphores, read-write locks and elections"). Works with Redis 6 and later (tested with 7.0, which has no
@@ -40,7 +40,7 @@
 //! | `max_pass_over` | `1s` | plain layout with `poller_gap`: how long locksmith clients may hand the lock to each other before such a gap |
 //! | `ca`, `cert`, `key` | — | `rediss://`: the CA bundle to trust, the client certificate and key (PEM files) |
 //! | `password_file` | — | the password in a file; else `LOCKSMITH_PASSWORD` |
-//! | `min_replicas` | `0` | replicas that must acknowledge every grant and renewal (`WAIT`) before it is trusted; 0 to 16 (see "Replica confirmation") |
+//! | `min_replicas` | `1` on Sentinel and Cluster, else `0` | replicas that must acknowledge every grant and renewal (`WAIT`) before it is trusted; 0 to 16; `0` opts out (see "Replica confirmation") |
 //! | `replica_timeout` | `500ms` | how long a grant or renewal waits for them (less than `response_timeout`) |
 //! | `restart_delay` | `15s` | after the server lost its data, no lock without a fencing counter is granted until the server has been up this long; no lock's TTL may be longer (see "After data loss"); `0` turns it off |
 //!
@@ -51,7 +51,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `<prefix>{E}:lock` | string, `PX` = lease | `<token>:<fencing token>`; `token` is 128 random bits in hex, the lease's `holder_id` |
+//! | `<prefix>{E}:lock` | string, `PX` = lease | `<token>:<fencing token>:<ttl ms>`; `token` is 128 random bits in hex, the lease's `holder_id`; the TTL it was granted bounds a clock step back (see "Clock jumps"; versions before it wrote `<token>:<fencing token>`, still read) |
 //! | `<prefix>{E}:fence` | integer | the fencing counter, raised by every successful acquire; with `fence_floor=time` it expires an hour (plus a TTL) after it was created, and the next grant starts it again at the clock (never with `fence_floor=none` or a number) |
 //! | `<prefix>{E}:queue` | sorted set | waiter tokens scored by arrival (server time in ms, strictly increasing) |
 //! | `<prefix>{E}:alive` | hash | waiter token → server time (ms) after which the entry is stale |
@@ -335,16 +335,41 @@
 //! `lost()` when the lease runs out unconfirmed). A replica that the sentinels or the cluster
 //! promote has then seen every lease its holder believes in.
 //!
-//! Use it for locks that guard correctness on Sentinel or Cluster, with `n` = the number of
-//! replicas of the master (the failover picks the most up-to-date replica, but with `n` smaller
-//! than the replica count it may pick one that did not acknowledge). It costs one round trip to
+//! **It is on by default on Sentinel and Cluster** (`min_replicas=1`), as Redisson's
+//! `checkLockSyncedSlaves` is: those topologies exist to fail over to a replica, and without it a
+//! failover after a replication lag double-grants silently (`docs/reliability.md`). Opt out with
+//! `min_replicas=0` (efficiency locks, a cluster whose masters have no replicas: every grant
+//! would be refused there, with an error naming the option). On one server (`redis://`) it is
+//! off by default: set it when something outside locksmith promotes a replica behind that
+//! address. Raise it to the number of replicas of the master for more margin (the failover
+//! picks the most up-to-date replica, but with `n` smaller than the replica count it may pick
+//! one that did not acknowledge). It costs one round trip to
 //! a replica per grant and per renewal batch (`docs/comparison.md`), and while fewer than `n`
 //! replicas answer nothing can be granted or renewed. `docs/reliability.md` measures failovers
 //! with and without it. Not with a quorum of independent masters (they have no replicas).
 //!
 //! What it does not cover: a master and its replicas that lose their data together (restarted
 //! without persistence; `restart_delay` covers that), a replica that acknowledged a write and
-//! then lost it before being promoted, and clock jumps.
+//! then lost it before being promoted, and clock jumps (next section).
+//!
+//! ## Clock jumps
+//!
+//! Redis keeps a key's expiry as an absolute time on the server's wall clock, so a clock step
+//! changes every lease at once:
+//! - **Back** (by `d`): every key gains `d`. A live holder loses nothing (its next renewal sets its
+//!   TTL again), but a dead holder's lock would stay held for `d` (measured: a 3 s lock held for an
+//!   hour after a 1 h step). The lock's value carries the TTL it was granted, and the next
+//!   contender's attempt or wait step cuts a key with more time left than that back to it
+//!   (`lua/helpers/bounded_pttl.lua`): the lock is free at most one TTL after a contender saw it.
+//!   A live holder is never cut below what it believes (it renewed less than a TTL ago). Other
+//!   clients' keys (the plain layout) carry no TTL and are left as they are. The other kinds'
+//!   holder deadlines (sorted-set scores on the same clock) are not bounded yet.
+//! - **Forward** (by `d`): every lease loses `d`; a holder whose remaining lease is shorter than
+//!   `d` loses its lock at once, before its watchdog can tell it: another process can be granted
+//!   the lock while the first still works. Nothing on the server can see this; fencing tokens
+//!   (which never go backwards: the counter survives the step) make the protected resource refuse
+//!   the old holder's writes. Run Redis hosts with a slewing clock (chrony, ntpd without `-x`
+//!   steps) to avoid steps.
 //!
 //! ## Module map (the layout of `docs/backend-guide.md`)
 //!

@@ -214,7 +214,8 @@ async fn killed_master_keeps_a_confirmed_lock() {
     common::init_logs();
     // Leases outlast the cluster's failover (node timeout 2 s, then an election) and the old
     // master's return as a replica (until then its shard cannot confirm renewals).
-    let url = with_options(&cluster_url(), "min_replicas=1");
+    // Confirmation is the default on a cluster (min_replicas=1): the URL sets nothing.
+    let url = cluster_url();
     let at = url.clone();
     holds_through(&url, Duration::from_secs(14), |name| async move {
         let slot = slot_of(&at, &name).await;

@@ -142,8 +142,9 @@ async fn killed_master_keeps_a_confirmed_lock() {
     let _serial = FAULTS.lock().await;
     common::init_logs();
     // Leases must outlast the failover (down after 1 s, then an election) plus the old master's
-    // return as a replica: until a replica is back, renewals cannot be confirmed.
-    let url = with_options(&sentinel_url(), "min_replicas=1");
+    // return as a replica: until a replica is back, renewals cannot be confirmed. Confirmation is
+    // the default on Sentinel (min_replicas=1): the URL sets nothing.
+    let url = sentinel_url();
     holds_through(&url, Duration::from_secs(14), |_| async {
         let old = backends(&["leader", "redis-sentinel"]).await;
         let _restart = OnDrop::start(&old);
@@ -160,7 +161,7 @@ async fn unconfirmed_grants_are_given_back() {
     common::init_logs();
     // One replica; two are asked for: no grant can be confirmed.
     let greedy = common::locker(&with_options(&sentinel_url(), "min_replicas=2&replica_timeout=200ms")).await;
-    let plain = common::locker(&sentinel_url()).await;
+    let plain = common::locker(&with_options(&sentinel_url(), "min_replicas=0")).await;
     let name = unique_name("unconfirmed");
     match greedy.lock(&name).try_acquire().await {
         Err(LockError::Unavailable { message, .. }) => {
@@ -192,7 +193,8 @@ async fn unconfirmed_grants_are_given_back() {
 async fn unconfirmed_renewals_fire_lost() {
     let _serial = FAULTS.lock().await;
     common::init_logs();
-    let url = with_options(&sentinel_url(), "min_replicas=1&replica_timeout=200ms");
+    // The default's confirmation (min_replicas=1), with a shorter wait for the replica.
+    let url = with_options(&sentinel_url(), "replica_timeout=200ms");
     let a = common::locker(&url).await;
     let held = a
         .lock(unique_name("unconfirmed-renewal"))

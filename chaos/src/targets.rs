@@ -170,10 +170,11 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
         format!(
             "{base}?prefix=chaos:&restart_delay={}&waiter_ttl=2s&connect_timeout=1s&response_timeout=1s{}",
             secs(failover_ttl),
+            // Confirmation is the default on both; the unconfirmed runs opt out explicitly.
             if confirm {
                 "&min_replicas=1&replica_timeout=500ms"
             } else {
-                ""
+                "&min_replicas=0"
             }
         )
     };

@@ -235,7 +235,8 @@ impl Node {
         LockError::Unavailable {
             message: format!(
                 "{what} on redis at {} was acknowledged by {acks} replica(s) within {:?}; min_replicas={} \
-                 (a failover could lose it)",
+                 (a failover could lose it; the default on Sentinel and Cluster is 1, and a master \
+                 without replicas needs min_replicas=0)",
                 self.link.describe(&self.addr),
                 self.replica_timeout,
                 self.min_replicas

@@ -92,6 +92,20 @@ pub(crate) async fn run_flag(node: &Node, what: &str, resend: Resend, call: &Scr
     Ok(done == 1)
 }
 
+/// Runs an entry's `LEAVE` script (answers 1 or 0): `true` for 1. It goes over the connection the
+/// entry's grant-capable scripts use ([`Node::write_conn`]: with `min_replicas` not the one other
+/// requests use), so that it reaches the server after the attempt or step it cleans up after; on
+/// another connection a step still in flight could queue the entry again after it left.
+pub(crate) async fn run_leave(node: &Node, what: &str, call: &ScriptCall<'_>) -> Result<bool> {
+    let done: i64 = node
+        .bounded(what, Resend::IfDropped, || async move {
+            let mut conn = node.write_conn().await?;
+            call.invoke(&mut conn).await
+        })
+        .await?;
+    Ok(done == 1)
+}
+
 /// A fencing token from a reply: a counter value, always positive.
 pub(crate) fn fence_token(n: i64) -> Result<u64> {
     u64::try_from(n)

@@ -16,7 +16,7 @@ use crate::conn::call::ScriptCall;
 use crate::conn::inner::{new_token, Inner};
 use crate::conn::node::{millis, Node, Resend};
 use crate::layout::{entry, KindKeys};
-use crate::protocol::entry::{fence_token, grant, run_flag, unexpected, Entry, Turn};
+use crate::protocol::entry::{fence_token, grant, run_flag, run_leave, unexpected, Entry, Turn};
 
 /// A waiter or holder of a lock of any kind but the mutex.
 #[derive(Clone)]
@@ -131,7 +131,7 @@ impl Entry for KindEntry {
 
     async fn leave(&self, node: &Node) -> Result<bool> {
         let call = self.call(node, &node.scripts.kinds.leave, false);
-        run_flag(node, "leaving the queue", Resend::IfDropped, &call).await
+        run_leave(node, "leaving the queue", &call).await
     }
 
     async fn release(&self, node: &Node) -> Result<bool> {

@@ -12,7 +12,7 @@ use crate::conn::call::ScriptCall;
 use crate::conn::inner::{new_token, Inner};
 use crate::conn::node::{millis, Node, Resend};
 use crate::layout::LockKeys;
-use crate::protocol::entry::{fence_token, grant, run_flag, unexpected, Entry, Turn};
+use crate::protocol::entry::{fence_token, grant, run_flag, run_leave, unexpected, Entry, Turn};
 use crate::protocol::scripts::SCRIPTS;
 
 /// A mutex waiter or holder: the lock's keys and its token.
@@ -117,7 +117,7 @@ impl Entry for MutexEntry {
 
     async fn leave(&self, node: &Node) -> Result<bool> {
         let call = self.give_up_call(&node.scripts.mutex.leave, 3); // lock, queue, alive
-        run_flag(node, "leaving the queue", Resend::IfDropped, &call).await
+        run_leave(node, "leaving the queue", &call).await
     }
 
     async fn release(&self, node: &Node) -> Result<bool> {

@@ -54,10 +54,13 @@ pub fn redis_topologies(s: &mut String, report: &Report) {
         return;
     };
     let variants = [
-        ("locksmith+sentinel", "Sentinel (the master the sentinels name)"),
-        ("locksmith+sentinel+wait", "Sentinel, `min_replicas=1`"),
-        ("locksmith+cluster", "Cluster (3 masters)"),
-        ("locksmith+cluster+wait", "Cluster, `min_replicas=1`"),
+        (
+            "locksmith+sentinel",
+            "Sentinel (the master the sentinels name), `min_replicas=0`",
+        ),
+        ("locksmith+sentinel+wait", "Sentinel, `min_replicas=1` (the default)"),
+        ("locksmith+cluster", "Cluster (3 masters), `min_replicas=0`"),
+        ("locksmith+cluster+wait", "Cluster, `min_replicas=1` (the default)"),
     ];
     let rows: Vec<String> = variants
         .iter()
@@ -77,7 +80,8 @@ pub fn redis_topologies(s: &mut String, report: &Report) {
          Cluster (three masters, each with a replica) beside one Redis server, in the same run. \
          `min_replicas=1` waits for a replica to acknowledge every grant and renewal batch (`WAIT`) \
          before trusting it, so that a failover cannot hand a held lock to someone else (see \
-         `docs/reliability.md`, \"Redis failover\"): its cost is that round trip to the replica.\n"
+         `docs/reliability.md`, \"Redis failover\"): its cost is that round trip to the replica. It \
+         is the default on Sentinel and Cluster; `min_replicas=0` opts out.\n"
     );
     let hand = handover_p50(report, "locksmith", "redis").map_or_else(|| "—".into(), |h| format!("{h:.0}"));
     let _ = writeln!(
