@@ -363,7 +363,11 @@
 //!   (`lua/helpers/bounded_pttl.lua`): the lock is free at most one TTL after a contender saw it.
 //!   A live holder is never cut below what it believes (it renewed less than a TTL ago). Other
 //!   clients' keys (the plain layout) carry no TTL and are left as they are. The other kinds'
-//!   holder deadlines (sorted-set scores on the same clock) are not bounded yet.
+//!   holder deadlines (sorted-set scores on the same clock) are bounded the same way, by the
+//!   longest TTL a current holder was granted (the holder data's field `~ttl`), and waiters'
+//!   liveness (the mutex's head, the other kinds' waiters) by three waiter TTLs of the caller:
+//!   a waiter that died just before the step does not keep its place, and the lock from
+//!   everyone behind it, for the whole step.
 //! - **Forward** (by `d`): every lease loses `d`; a holder whose remaining lease is shorter than
 //!   `d` loses its lock at once, before its watchdog can tell it: another process can be granted
 //!   the lock while the first still works. Nothing on the server can see this; fencing tokens

@@ -233,6 +233,66 @@ async fn semaphore_scripts_grant_n_permits_in_order_and_refuse_another_count() {
     assert_eq!(c.zcard::<_, usize>(&k.holders).await.unwrap(), 0);
 }
 
+/// The other kinds and the waiters under a server clock stepped back by an hour: a dead holder's
+/// deadline (a score on the server's clock) is cut back to the longest TTL a holder was granted,
+/// a dead waiter's liveness to three waiter TTLs, by the next call that prunes.
+#[tokio::test]
+async fn deadlines_further_than_anything_granted_are_cut_back() {
+    let mut c = connect().await;
+    let s = scripts();
+    let k = KindKeys::new(PREFIX, Family::Semaphore, &name("kinds_clock_back"));
+    let keys = k.script_keys();
+    let call = |entry: &'static str| kind_args(&k, entry, "");
+    let granted: Vec<i64> = run(&mut c, &s.kinds.try_acquire, &keys, &call("P1:a")).await;
+    assert_eq!(granted[0], 1);
+    let waiting: Vec<i64> = run(&mut c, &s.kinds.wait_step, &keys, &call("P1:b")).await;
+    assert_eq!(waiting[0], 0);
+    // What a step back of one hour does to both; their processes are gone.
+    let hour = 3_600_000.0;
+    let _: f64 = c.zincr(&k.holders, "P1:a", hour).await.unwrap();
+    let _: f64 = c.zincr(&k.alive, "P1:b", hour).await.unwrap();
+    let full: Vec<i64> = run(&mut c, &s.kinds.try_acquire, &keys, &call("P1:c")).await;
+    assert_eq!(full[0], 0, "{full:?}");
+    let now = server_ms(&mut c).await;
+    let holder: f64 = c.zscore(&k.holders, "P1:a").await.unwrap();
+    assert!(
+        holder as i64 <= now + 10_000,
+        "the holder keeps {} ms",
+        holder as i64 - now
+    );
+    let waiter: f64 = c.zscore(&k.alive, "P1:b").await.unwrap();
+    assert!(
+        waiter as i64 <= now + 90_000,
+        "the waiter keeps {} ms",
+        waiter as i64 - now
+    );
+    // The last holder gone, its record of TTLs goes too.
+    assert_eq!(run::<i64>(&mut c, &s.kinds.release, &keys, &call("P1:a")).await, 1);
+    assert_eq!(run::<i64>(&mut c, &s.kinds.leave, &keys, &call("P1:b")).await, 0);
+    assert!(!c.exists::<_, bool>(&k.info).await.unwrap());
+
+    // The mutex's head waiter the same way (its holder's key: see the test above).
+    let m = LockKeys::new(PREFIX, Layout::Default, &name("mutex_waiter_clock_back"));
+    let take = m.lock_script_keys();
+    let take = &take[..4];
+    let wake = m.wake.as_str();
+    let _: Vec<i64> = run(&mut c, &s.mutex.try_acquire, take, &[A, TTL, wake]).await;
+    let _: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[W, TTL, wake, WAITER_TTL]).await;
+    let far = server_ms(&mut c).await + 3_600_000;
+    let _: () = c.hset(&m.alive, W, far).await.unwrap();
+    let _: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[B, TTL, wake, WAITER_TTL]).await;
+    let now = server_ms(&mut c).await;
+    let head: i64 = c.hget(&m.alive, W).await.unwrap();
+    assert!(head <= now + 90_000, "the head waiter keeps {} ms", head - now);
+    let _: () = c.del(&[&m.lock, &m.queue, &m.alive, &m.fence]).await.unwrap();
+}
+
+/// The server's clock in ms.
+async fn server_ms(c: &mut MultiplexedConnection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(c).await.expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
 #[tokio::test]
 async fn rwlock_scripts_queue_readers_behind_a_waiting_writer() {
     let mut c = connect().await;

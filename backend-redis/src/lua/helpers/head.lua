@@ -1,13 +1,19 @@
--- Helper head(queue, alive, now): the mutex queue's first waiter whose liveness deadline (in hash
--- alive) is after now (ms), dropping the stale ones in front of it. Returns that waiter's token
--- (nil if none) and whether any entry was dropped.
-local function head(queue, alive, now)
+-- Helper head(queue, alive, now, cap): the mutex queue's first waiter whose liveness deadline (in
+-- hash alive) is after now (ms), dropping the stale ones in front of it. Returns that waiter's token
+-- (nil if none) and whether any entry was dropped. With `cap` (ms, server time), a head whose
+-- deadline is later than that is given `cap` instead: a deadline further ahead than any waiter asks
+-- for means the server's clock stepped back, and a waiter that died would keep its place (and the
+-- lock from everyone behind it) for the whole step. A live waiter refreshes long before `cap`.
+local function head(queue, alive, now, cap)
   local pruned = false
   while true do
     local h = redis.call('ZRANGE', queue, 0, 0)[1]
     if not h then return nil, pruned end
     local d = tonumber(redis.call('HGET', alive, h))
-    if d and d > now then return h, pruned end
+    if d and d > now then
+      if cap and d > cap then redis.call('HSET', alive, h, cap) end
+      return h, pruned
+    end
     redis.call('ZREM', queue, h)
     redis.call('HDEL', alive, h)
     pruned = true

@@ -17,9 +17,12 @@ end
 local function announce(m)
   if LEADER ~= '' and role(m) == 'X' then redis.call('PUBLISH', LEADER, 'changed') end
 end
+-- The longest TTL any current holder was granted is INFO's field '~ttl' (entries all contain ':',
+-- so no entry is named so); it goes with the last holder.
 local function unhold(m)
   redis.call('ZREM', HOLDERS, m)
   redis.call('HDEL', INFO, m)
+  if redis.call('EXISTS', HOLDERS) == 0 then redis.call('DEL', INFO) end
   announce(m)
 end
 local function holding(m, now)
@@ -34,9 +37,30 @@ local function drop_waiter(m)
   redis.call('ZREM', ALIVE, m)
   if role(m) == 'X' then redis.call('ZREM', WRITERS, m) end
 end
+-- Bounds deadlines that are further ahead than anything was granted: the server's clock stepped
+-- back (Redis and these scores count on its wall clock), and a holder or waiter that died would
+-- otherwise keep its place for the whole step. Holders get at most the longest TTL a current
+-- holder was granted ('~ttl'; a live holder renewed less than its TTL ago, so it loses nothing it
+-- believes in), waiters three of the caller's waiter TTLs (they refresh every third of theirs).
+-- One ZRANGE per set when nothing is off.
+local function bound_deadlines(now)
+  local most = tonumber(redis.call('HGET', INFO, '~ttl'))
+  local bounds = {{HOLDERS, most}, {ALIVE, WTTL and 3 * WTTL}}
+  for _, b in ipairs(bounds) do
+    local set, span = b[1], b[2]
+    local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
+    if span and last[2] and tonumber(last[2]) > now + span then
+      local cap = string.format('%d', now + span)
+      for _, m in ipairs(redis.call('ZRANGEBYSCORE', set, '(' .. cap, '+inf', 'LIMIT', 0, 1000)) do
+        redis.call('ZADD', set, 'XX', cap, m)
+      end
+    end
+  end
+end
 -- Drops the holders past their deadline and the waiters past their liveness (1000 of each at
 -- most per call); true if any.
 local function prune(now)
+  bound_deadlines(now)
   local t = string.format('%d', now)
   local gone = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', t, 'LIMIT', 0, 1000)
   for _, m in ipairs(gone) do unhold(m) end
@@ -153,6 +177,7 @@ local function grant(m, now, counter)
   local f, s = next_fence(FENCE, counter, TTL, FLOOR)
   redis.call('ZADD', HOLDERS, string.format('%d', now + TTL), m)
   redis.call('HSET', INFO, m, s .. ':' .. VALUE)
+  if (tonumber(redis.call('HGET', INFO, '~ttl')) or 0) < TTL then redis.call('HSET', INFO, '~ttl', TTL) end
   keep(HOLDERS, INFO, TTL)
   announce(m)
   return f

@@ -18,7 +18,10 @@ if not redis.call('ZSCORE', KEYS[3], tok) then
   redis.call('ZADD', KEYS[3], score, tok)
 end
 redis.call('HSET', KEYS[4], tok, now + wttl)
-local h, pruned = head(KEYS[3], KEYS[4], now)
+-- A head's liveness is bounded by three of our waiter TTLs (see head): waiters refresh every third
+-- of theirs, so only a client with a waiter TTL nine times ours could be cut short, and then it
+-- only rejoins at the tail.
+local h, pruned = head(KEYS[3], KEYS[4], now, now + 3 * wttl)
 local wait = nil
 if not v and h == tok then
   local counter = redis.call('GET', KEYS[2])
