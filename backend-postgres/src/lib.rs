@@ -59,7 +59,7 @@
 //! never printed. Options: `ttl=`, `request_timeout=` (5 s), `connect_timeout=` (5 s), `schema=`,
 //! `layout=default|advisory` (below).
 //!
-//! **TLS** (Cargo feature `tls`: rustls on ring, no OpenSSL): `sslmode=require` or
+//! **TLS** (Cargo feature `tls`: rustls on aws-lc-rs, no OpenSSL): `sslmode=require` or
 //! `sslmode=verify-full`; both verify the server's certificate chain (against `ca=`, a PEM bundle,
 //! else the system's roots) and its name (the URL's host, or `server_name=`): unlike libpq's
 //! `require`, locksmith never talks to a server it has not verified, and there is no `prefer`

@@ -1,6 +1,6 @@
 //! TLS under tokio-postgres, with rustls (Cargo feature `tls`): `sslmode=require|verify-full`,
 //! `ca=`, `cert=` and `key=`. Written here rather than taken from a crate: it is the one
-//! `TlsConnect` tokio-postgres asks for, on the rustls (ring) the other backends already build.
+//! `TlsConnect` tokio-postgres asks for, on the rustls (aws-lc-rs) the other backends already build.
 //!
 //! Both modes verify the server: its certificate chain against `ca=` (else the system's roots)
 //! and its name against the URL's host (or `server_name=`). locksmith never talks to a server it
@@ -54,7 +54,7 @@ impl Tls {
     /// TLS with `files` (read from `url`, which names them in errors).
     pub fn new(url: &BackendUrl, files: &TlsFiles) -> Result<Tls> {
         // The crypto provider, if the program chose none (as the other backends do).
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let mut roots = RootCertStore::empty();
         match &files.ca {
             Some(pem) => {

@@ -38,8 +38,8 @@ pub(crate) struct Stats {
 pub(crate) fn with_tls(options: ConnectOptions, tls: &locksmith_core::driver::url::TlsFiles) -> Result<ConnectOptions> {
     use etcd_client::{Certificate, Identity, TlsOptions};
     // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
-    // in (a program with every backend has ring and aws-lc-rs): ring, unless the program chose.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // in (the program's other crates may bring ring): aws-lc-rs, unless the program chose.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let mut config = TlsOptions::new();
     config = match &tls.ca {
         Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),

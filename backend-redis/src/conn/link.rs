@@ -456,11 +456,11 @@ fn with_auth(config: &Config, url: &str) -> String {
 }
 
 /// The redis client builds its TLS configuration with rustls's process-wide crypto provider:
-/// choose ring unless the program installed one (with several providers compiled in, rustls
+/// choose aws-lc-rs unless the program installed one (with several providers compiled in, rustls
 /// cannot choose by itself).
 #[cfg(feature = "tls")]
 fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
 #[cfg(feature = "tls")]

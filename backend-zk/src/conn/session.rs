@@ -318,8 +318,8 @@ async fn secure_connect(
     hosts: &str,
 ) -> std::result::Result<zk::Client, zk::Error> {
     // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
-    // in (a program with every backend has ring and aws-lc-rs): ring, unless the program chose.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // in (the program's other crates may bring ring): aws-lc-rs, unless the program chose.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let pem = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let mut options = zk::TlsOptions::new();
     if let Some(ca) = &tls.ca {
