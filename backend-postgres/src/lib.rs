@@ -35,6 +35,13 @@
 //!   without autovacuum): held leases cost no table growth. Tables created before this release
 //!   keep full pages until their owner runs, once,
 //!   `ALTER TABLE "locksmith".entries SET (fillfactor = 50)` (and the same on `owners`).
+//! - **A server clock stepped back** by `d` gives every `expires_at` `d` more; the next step on
+//!   the lock (`prune.sql`) gives a lease that ends further ahead than its TTL its TTL from now,
+//!   so a holder that died is gone one TTL after a contender saw it, not after `d` (a live holder
+//!   renewed less than a TTL ago and loses nothing). Waiters' owner rows are not bounded (their
+//!   heartbeat TTL is not stored): a locker that died just before such a step keeps its waiters'
+//!   places for the step. A step forward shortens every lease by its size: fencing tokens are the
+//!   protection there (they never go backwards: they come from a counter in `locks`).
 //! - **Waiters of a process that dies** do not block the queue: a waiter lives while its locker's
 //!   owner row is unexpired, and a waiting locker beats it every third of its TTL.
 //! - **Waiters are woken by the server** (LISTEN/NOTIFY), and only those that must act: a release

@@ -1,0 +1,56 @@
+//! A server clock stepped back: leases are timestamps on PostgreSQL's clock, so a step back by an
+//! hour gives every lease an hour more. A holder that died just before would keep its lock for
+//! the hour; the next contender's step bounds a lease to its TTL from now (`prune.sql`).
+
+#[allow(dead_code)] // each test file uses a part of the harness
+mod common;
+
+use std::time::Duration;
+
+use locksmith_core::driver::BackendUrl;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_holders_lease_is_bounded_by_its_ttl_after_a_clock_step_back() {
+    let harness = common::PgHarness::plain().await;
+    let schema = harness
+        .url
+        .split("schema=")
+        .nth(1)
+        .expect("the harness's schema")
+        .to_owned();
+    let connect = || async {
+        locksmith_postgres::connect(&BackendUrl::parse(&harness.url).unwrap())
+            .await
+            .unwrap()
+    };
+    let (a, b) = (connect().await, connect().await);
+    let ttl = Duration::from_secs(2);
+    for kind in ["mutex", "semaphore"] {
+        let name = format!("clock-back/{kind}");
+        let crashed = match kind {
+            "mutex" => a.lock(&name).ttl(ttl).acquire().await.unwrap(),
+            _ => a.semaphore(&name, 1).ttl(ttl).acquire().await.unwrap(),
+        };
+        let token = crashed.fencing_token();
+        let _lease = crashed.abandon();
+        // What a step back of one hour does to the lease on the server.
+        common::run_as_owner(&format!(
+            "UPDATE {schema}.entries SET expires_at = expires_at + interval '1 hour' WHERE token IS NOT NULL"
+        ))
+        .await;
+        let next = match kind {
+            "mutex" => b.lock(&name).ttl(ttl).timeout(Duration::from_secs(20)).acquire().await,
+            _ => {
+                b.semaphore(&name, 1)
+                    .ttl(ttl)
+                    .timeout(Duration::from_secs(20))
+                    .acquire()
+                    .await
+            }
+        }
+        // The 20 s timeout: about one TTL after the contender saw the lease, not the hour.
+        .unwrap_or_else(|e| panic!("{kind}: the dead holder's lock was not freed: {e}"));
+        assert!(next.fencing_token() > token, "{kind}: tokens never go backwards");
+        next.release().await.unwrap();
+    }
+}
