@@ -22,8 +22,9 @@
 #   protoc                          protobuf-compiler                 up + check
 #   protoc's include files          libprotobuf-dev                   up (by descriptor.proto)
 #     (google/protobuf/*.proto)                                       + check
-#   cc (rustc links with it; the    gcc, libc6-dev                    up (by cc, stdio.h)
-#     ring crate compiles C)                                          + check
+#   cc (rustc links with it; aws-lc gcc, libc6-dev                    up (by cc, stdio.h)
+#     compiles C; the clock-jump                                      + check
+#     tests build clockshift.so)
 #   /etc/ssl/certs/ca-certificates.crt (cargo fetches crates over HTTPS)  ca-certificates: up
 #   pkg-config, OpenSSL headers     pkg-config, libssl-dev            up (lockbench's postgres
 #     (openssl-sys, under sqlx)                                        peer crate)

@@ -1,0 +1,162 @@
+//! Clock jumps on a real Redis server: a `redis-server` of this test's own, on a loopback port of
+//! its own, runs under `scripts/backends.d/clockshift.c` (an `LD_PRELOAD` shim that shifts its
+//! wall clock by an offset read from a file), and the test moves the offset while locks are held.
+//! Redis keeps expiry times on that clock, so a step back lengthens every lease and a step
+//! forward shortens it; what must hold either way: a dead holder's lock is free about one TTL
+//! after a contender saw it, and fencing tokens never go backwards.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use locksmith_core::{Locker, LostReason};
+use locksmith_redis::connect;
+
+/// A `redis-server` whose wall clock the test moves.
+struct ShiftedRedis {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl ShiftedRedis {
+    /// Builds the shim (`cc`) and starts the server on a free loopback port, unshifted.
+    async fn start() -> ShiftedRedis {
+        let dir = std::env::temp_dir().join(format!("locksmith-clock-{}-{:x}", std::process::id(), rand_u64()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/backends.d/clockshift.c");
+        let shim = dir.join("clockshift.so");
+        let built = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&shim)
+            .arg(&source)
+            .status()
+            .expect("running cc");
+        assert!(built.success(), "building {}", source.display());
+        std::fs::write(dir.join("offset"), "0").expect("offset file");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new("redis-server")
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .env("LD_PRELOAD", &shim)
+            .env("CLOCKSHIFT_FILE", dir.join("offset"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting redis-server (scripts/backends installs it)");
+        let server = ShiftedRedis { child, dir, port };
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("redis-server under the clock shim did not start on port {port}");
+    }
+
+    /// Moves the server's wall clock to `ms` from the true time (the shim reads it within 20 ms).
+    async fn shift(&self, ms: i64) {
+        std::fs::write(self.dir.join("offset"), ms.to_string()).expect("offset file");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    async fn locker(&self) -> Locker {
+        // restart_delay=0: a fresh server without persistence would hold back its first grants.
+        let url = format!("redis://127.0.0.1:{}?restart_delay=0", self.port);
+        connect(&locksmith_core::driver::BackendUrl::parse(&url).unwrap())
+            .await
+            .expect("connect")
+    }
+}
+
+impl Drop for ShiftedRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_back_of_an_hour_frees_a_dead_holders_lock_within_its_ttl() {
+    let server = ShiftedRedis::start().await;
+    let (a, b) = (server.locker().await, server.locker().await);
+    let ttl = Duration::from_secs(2);
+    let mut offset = 0;
+    for kind in ["mutex", "semaphore", "rwlock"] {
+        let name = format!("clock-back/{kind}");
+        let lock = |l: &Locker| match kind {
+            "mutex" => l.lock(&name),
+            "semaphore" => l.semaphore(&name, 1),
+            _ => l.rwlock(&name).write(),
+        };
+        let crashed = lock(&a).ttl(ttl).acquire().await.expect("acquire");
+        let token = crashed.fencing_token();
+        let _lease = crashed.abandon();
+        offset -= 3_600_000;
+        server.shift(offset).await;
+        // Before the bound this waited the hour; the timeout is the check (about one TTL after
+        // the contender saw the lock, plus a waiter's re-check).
+        let next = lock(&b)
+            .ttl(ttl)
+            .timeout(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: the dead holder's lock was not freed: {e}"));
+        assert!(next.fencing_token() > token, "{kind}: a fencing token went backwards");
+        next.release().await.expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_forward_past_a_lease_ends_it_early_with_tokens_still_increasing() {
+    let server = ShiftedRedis::start().await;
+    let (a, b) = (server.locker().await, server.locker().await);
+    let ttl = Duration::from_secs(3);
+    let held = a.lock("clock-forward").ttl(ttl).acquire().await.expect("acquire");
+    let token = held.fencing_token();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.lock("clock-forward")
+                .ttl(ttl)
+                .timeout(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Ten seconds forward: the holder's lease (3 s) ends on the server at once, before its
+    // watchdog can know. What Redis cannot prevent; the fencing token is what protects.
+    server.shift(10_000).await;
+    let next = waiter.await.expect("task").expect("the waiter gets the lock");
+    assert!(next.fencing_token() > token, "a fencing token went backwards");
+    // The old holder is told at its next renewal.
+    let reason = tokio::time::timeout(Duration::from_secs(10), held.lost())
+        .await
+        .expect("the overtaken holder is told");
+    assert!(
+        matches!(reason, LostReason::LeaseGone(_) | LostReason::RenewalFailed(_)),
+        "{reason:?}"
+    );
+    next.release().await.expect("release");
+}
