@@ -153,8 +153,11 @@ pub fn page(r: &Report) -> String {
          the master that holds the lock (on a cluster: of the lock's slot), waits until the sentinels \
          or the cluster promote its replica, and starts it again (it comes back as the new master's \
          replica); **failover** is `SENTINEL FAILOVER`, with no server down. `+confirm` targets use \
-         `min_replicas=1`.\n- Clock jumps are out of scope: every bound here counts on \
-         clocks that run at about the same rate.\n"
+         `min_replicas=1`, the default on both since 2026-11-25 (the others opt out with \
+         `min_replicas=0`).\n- Clock jumps are not injected by this suite (its bounds count on \
+         clocks that run at about the same rate): they are tested by the backends' own tests \
+         (`tests/clock.rs` of locksmith-redis, on a real server under a shifted clock, and of \
+         locksmith-postgres); see locksmith-redis's docs, \"Clock jumps\".\n"
     );
     let _ = writeln!(
         out,
