@@ -134,6 +134,29 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
             let new = servers(&["failover", "redis-sentinel"]).await?;
             format!("SENTINEL FAILOVER to {new} ({} ms)", took.elapsed().as_millis())
         }
+        Fault::LagFailover => {
+            // The replica misses the renewals of 5/8 of a TTL (the master takes them alone), then
+            // is promoted without them: unconfirmed, the holder believes in a lease its successor
+            // never saw.
+            let (_, old) = redis_leader(fleet, target).await?;
+            let replica = redis_servers(target)
+                .iter()
+                .find(|s| **s != old)
+                .context("no replica")?;
+            servers(&["pause", replica]).await?;
+            tokio::time::sleep(ttl * 5 / 8).await;
+            let killed = std::time::Instant::now();
+            servers(&["kill", &old]).await?;
+            servers(&["resume", replica]).await?;
+            let new = wait_for_new_leader(&["leader", "redis-sentinel"], &old).await?;
+            let failover_ms = killed.elapsed().as_millis();
+            servers(&["start", &old]).await?;
+            format!(
+                "{replica} (the replica) stopped for {} ms, then {old} (the master) killed; {new} took over \
+                 after {failover_ms} ms; {old} started again as its replica",
+                (ttl * 5 / 8).as_millis()
+            )
+        }
         Fault::MinorityPartition => {
             let group = target.group.context("no leader group")?;
             let leader = servers(&["leader", group]).await?;

@@ -160,7 +160,7 @@ impl Row {
                 self.token_regressions
             ));
         }
-        let fails_over = matches!(self.fault, "leader-kill" | "failover");
+        let fails_over = matches!(self.fault, "leader-kill" | "failover" | "lag-failover");
         if self.topology.ends_with("+confirm") && fails_over && self.lost_not_signalled > 0 {
             out.push(format!(
                 "{id}: {} holders overtaken without being told, with replica confirmation",

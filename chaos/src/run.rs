@@ -170,7 +170,7 @@ pub async fn run(
 pub fn hold_max(target: &Target, fault: Fault) -> Duration {
     match fault {
         Fault::Partition => target.ttl * 3,
-        Fault::LeaderKill | Fault::Failover if target.fails_over => target.ttl * 3,
+        f if f.fails_over() && target.fails_over => target.ttl * 3,
         _ => Duration::from_millis(300),
     }
 }
@@ -178,7 +178,7 @@ pub fn hold_max(target: &Target, fault: Fault) -> Duration {
 /// How many times `fault` is injected in a run.
 fn repeats(target: &Target, fault: Fault, shape: Shape) -> usize {
     match fault {
-        Fault::LeaderKill | Fault::Failover if target.fails_over => shape.failovers,
+        f if f.fails_over() && target.fails_over => shape.failovers,
         _ => shape.repeats,
     }
 }

@@ -27,11 +27,15 @@ pub enum Fault {
     /// Redis Sentinel: `SENTINEL FAILOVER` (the replica becomes the master, the old master its
     /// replica), with no server down.
     Failover,
+    /// Redis Sentinel, a failover after a replication lag: the replica is stopped (`SIGSTOP`) for
+    /// 5/8 of a TTL while renewals reach the master alone, the master is killed, the replica
+    /// resumed and promoted without them, the old master started again as its replica.
+    LagFailover,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::None,
         Fault::Pause,
         Fault::Kill,
@@ -40,7 +44,13 @@ impl Fault {
         Fault::LeaderKill,
         Fault::MinorityPartition,
         Fault::Failover,
+        Fault::LagFailover,
     ];
+
+    /// Whether it makes a Redis Sentinel or Cluster fail over.
+    pub fn fails_over(self) -> bool {
+        matches!(self, Fault::LeaderKill | Fault::Failover | Fault::LagFailover)
+    }
 
     /// The name in the JSON output and on the command line.
     pub fn name(self) -> &'static str {
@@ -53,6 +63,7 @@ impl Fault {
             Fault::LeaderKill => "leader-kill",
             Fault::MinorityPartition => "minority-partition",
             Fault::Failover => "failover",
+            Fault::LagFailover => "lag-failover",
         }
     }
 
@@ -111,14 +122,14 @@ impl Target {
             Fault::Restart => self.restart.is_some(),
             Fault::LeaderKill => self.group.is_some(),
             Fault::MinorityPartition => !self.members.is_empty(),
-            Fault::Failover => self.group == Some("redis-sentinel"),
+            Fault::Failover | Fault::LagFailover => self.group == Some("redis-sentinel"),
         }
     }
 
     /// Whether `fault` runs here in `--quick` mode: on the failover topologies only the faults
     /// that fail over (the others are the single server's, measured there).
     pub fn has_quick(&self, fault: Fault) -> bool {
-        self.has(fault) && (!self.fails_over || matches!(fault, Fault::LeaderKill | Fault::Failover))
+        self.has(fault) && (!self.fails_over || fault.fails_over())
     }
 
     /// The hosts (`host:port`) of the URL, which the driver replaces by its proxies.

@@ -57,7 +57,7 @@ fn redis_failover(out: &mut String, r: &Report) {
         .filter(|row| {
             row.backend == "redis"
                 && (row.topology.starts_with("sentinel") || row.topology.starts_with("cluster"))
-                && matches!(row.fault, "leader-kill" | "failover")
+                && matches!(row.fault, "leader-kill" | "failover" | "lag-failover")
         })
         .collect();
     if rows.is_empty() {
@@ -152,7 +152,10 @@ pub fn page(r: &Report) -> String {
          its clients is not simulated.\n- On Redis Sentinel and Redis Cluster, **leader-kill** kills \
          the master that holds the lock (on a cluster: of the lock's slot), waits until the sentinels \
          or the cluster promote its replica, and starts it again (it comes back as the new master's \
-         replica); **failover** is `SENTINEL FAILOVER`, with no server down. `+confirm` targets use \
+         replica); **failover** is `SENTINEL FAILOVER`, with no server down; **lag-failover** (Sentinel) \
+         stops the replica for 5/8 of a TTL while renewals reach the master alone, kills the master, \
+         resumes the replica, which is promoted without those renewals, and starts the old master \
+         again as its replica. `+confirm` targets use \
          `min_replicas=1`, the default on both since 2026-11-25 (the others opt out with \
          `min_replicas=0`).\n- Clock jumps are not injected by this suite (its bounds count on \
          clocks that run at about the same rate): they are tested by the backends' own tests \
