@@ -121,8 +121,22 @@ pub fn measure(
     // A grant while another process is still inside is one overlap; how long the earlier one
     // stayed inside after the first such grant is how long two were inside at once.
     for (i, b) in sections.iter().enumerate() {
-        if sections[..i].iter().any(|a| a.worker != b.worker && a.end > b.start) {
+        if let Some(a) = sections[..i].iter().find(|a| a.worker != b.worker && a.end > b.start) {
             m.overlaps += 1;
+            // Each overlap in the log, for whoever looks into one: both sections, on the
+            // machine's monotonic clock (ms), and when the earlier holder was told.
+            tracing::warn!(
+                earlier = format!(
+                    "worker {} token {} in {:.0}..{:.0} told {:?}",
+                    a.worker,
+                    a.token,
+                    ms(a.start),
+                    ms(a.end),
+                    a.lost_at.map(|t| ms(t).round())
+                ),
+                later = format!("worker {} token {} entered {:.0}", b.worker, b.token, ms(b.start)),
+                "overlap"
+            );
         }
     }
     for (i, a) in sections.iter().enumerate() {

@@ -287,6 +287,43 @@ async fn deadlines_further_than_anything_granted_are_cut_back() {
     let _: () = c.del(&[&m.lock, &m.queue, &m.alive, &m.fence]).await.unwrap();
 }
 
+/// A grant found again (a resend, or a step after a grant that was not confirmed in time and was
+/// then replicated to the promoted replica) starts its lease again: the caller counts the lease
+/// from this call. It answered with the old lease's remainder before, which a chaos run caught: a
+/// holder whose acquire returned with 0.4 s of a 4 s lease left, overlapped by the next holder.
+#[tokio::test]
+async fn a_grant_found_again_starts_its_lease_again() {
+    let mut c = connect().await;
+    let s = scripts();
+    let m = LockKeys::new(PREFIX, Layout::Default, &name("mutex_found_again"));
+    let take = m.lock_script_keys();
+    let take = &take[..4];
+    let wake = m.wake.as_str();
+    let first: Vec<i64> = run(&mut c, &s.mutex.try_acquire, take, &[A, TTL, wake]).await;
+    for script in [&s.mutex.try_acquire, &s.mutex.wait_step] {
+        let _: () = c.pexpire(&m.lock, 300).await.unwrap();
+        let again: Vec<i64> = run(&mut c, script, take, &[A, TTL, wake, WAITER_TTL]).await;
+        assert_eq!(&again[..2], &first[..], "the same grant");
+        let pttl: i64 = c.pttl(&m.lock).await.unwrap();
+        assert!(pttl > 9_000, "the lease found again has {pttl} ms left");
+    }
+    let _: () = c.del(&[&m.lock, &m.queue, &m.alive, &m.fence]).await.unwrap();
+
+    let k = KindKeys::new(PREFIX, Family::Semaphore, &name("kinds_found_again"));
+    let keys = k.script_keys();
+    let args = kind_args(&k, "P1:a", "");
+    let first: Vec<i64> = run(&mut c, &s.kinds.try_acquire, &keys, &args).await;
+    for script in [&s.kinds.try_acquire, &s.kinds.wait_step] {
+        let soon = server_ms(&mut c).await + 300;
+        let _: () = c.zadd(&k.holders, "P1:a", soon).await.unwrap();
+        let again: Vec<i64> = run(&mut c, script, &keys, &args).await;
+        assert_eq!(again, first, "the same grant");
+        let left = c.zscore::<_, _, f64>(&k.holders, "P1:a").await.unwrap() as i64 - server_ms(&mut c).await;
+        assert!(left > 9_000, "the permit found again has {left} ms left");
+    }
+    assert_eq!(run::<i64>(&mut c, &s.kinds.release, &keys, &args).await, 1);
+}
+
 /// The server's clock in ms.
 async fn server_ms(c: &mut MultiplexedConnection) -> i64 {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(c).await.expect("TIME");

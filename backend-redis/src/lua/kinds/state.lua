@@ -29,7 +29,12 @@ local function holding(m, now)
   local s = redis.call('ZSCORE', HOLDERS, m)
   return s and tonumber(s) > now
 end
-local function held_fence(m)
+-- Entry m already holds (a retry, or a grant that was not confirmed in time): its lease starts
+-- again now, as the caller counts it from this call (the write is also what a WAIT then
+-- confirms); returns its fencing token.
+local function held_again(m, now)
+  redis.call('ZADD', HOLDERS, 'XX', string.format('%d', now + TTL), m)
+  keep(HOLDERS, INFO, TTL)
   return tonumber(string.match(redis.call('HGET', INFO, m) or '', '^(%d+)'))
 end
 local function drop_waiter(m)

@@ -5,7 +5,7 @@
 -- Reply: {1, fence}, {0, ms to wait (data loss) or 0}, or {-1, the semaphore's permits}.
 
 local now = now_ms()
-if holding(ME, now) then return {1, held_fence(ME)} end
+if holding(ME, now) then return {1, held_again(ME, now)} end
 local changed = prune(now)
 local other = mismatch(ME)
 local result = {0, 0}

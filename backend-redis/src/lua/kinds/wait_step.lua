@@ -5,7 +5,7 @@
 -- semaphore's permits} (the entry is not queued then).
 
 local now = now_ms()
-if holding(ME, now) then return {1, held_fence(ME)} end
+if holding(ME, now) then return {1, held_again(ME, now)} end
 local changed = prune(now)
 local other = mismatch(ME)
 if other then

@@ -16,7 +16,12 @@ if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], FLOOR)}
 end
 local v = redis.call('GET', KEYS[1])
-if mine(v, ARGV[1]) then return {1, fence_of(v)} end
+-- Already ours (a retry, or a grant that was not confirmed in time): the lease starts again now,
+-- as the caller counts it from this call; the PEXPIRE is also the write a WAIT then confirms.
+if mine(v, ARGV[1]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, fence_of(v)}
+end
 local h, pruned = head(KEYS[3], KEYS[4], now_ms())
 if not v and (h == nil or h == ARGV[1]) then
   local counter = redis.call('GET', KEYS[2])

@@ -10,7 +10,11 @@
 local now = now_ms()
 local tok, wttl = ARGV[1], tonumber(ARGV[4])
 local v = redis.call('GET', KEYS[1])
-if mine(v, tok) then return {1, fence_of(v)} end
+-- Already ours: the lease starts again now (see try_acquire.lua).
+if mine(v, tok) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, fence_of(v)}
+end
 if not redis.call('ZSCORE', KEYS[3], tok) then
   local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
   local score = now
