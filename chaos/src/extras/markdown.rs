@@ -159,8 +159,8 @@ pub fn page(r: &Report) -> String {
          `min_replicas=1`, the default on both since 2026-11-25 (the others opt out with \
          `min_replicas=0`).\n- Clock jumps are not injected by this suite (its bounds count on \
          clocks that run at about the same rate): they are tested by the backends' own tests \
-         (`tests/clock.rs` of locksmith-redis, on a real server under a shifted clock, and of \
-         locksmith-postgres); see locksmith-redis's docs, \"Clock jumps\".\n"
+         (`backend-redis/tests/clock.rs`, on a real server under a shifted clock, and \
+         `backend-postgres/tests/clock.rs`); see locksmith-redis's docs, \"Clock jumps\".\n"
     );
     let _ = writeln!(
         out,
