@@ -81,15 +81,9 @@ pub(crate) async fn grant<E: Entry>(node: &Node, entry: &E, what: &str, call: &S
     Ok(reply)
 }
 
-/// Runs a script that answers 1 or 0 (`release`, `leave`, `raise_fence`): `true` for 1.
+/// Runs a script that answers 1 or 0 (`release`, `raise_fence`): `true` for 1.
 pub(crate) async fn run_flag(node: &Node, what: &str, resend: Resend, call: &ScriptCall<'_>) -> Result<bool> {
-    let done: i64 = node
-        .bounded(what, resend, || async move {
-            let mut conn = node.link.conn().await?;
-            call.invoke(&mut conn).await
-        })
-        .await?;
-    Ok(done == 1)
+    flag(node, what, resend, call, false).await
 }
 
 /// Runs an entry's `LEAVE` script (answers 1 or 0): `true` for 1. It goes over the connection the
@@ -97,9 +91,18 @@ pub(crate) async fn run_flag(node: &Node, what: &str, resend: Resend, call: &Scr
 /// requests use), so that it reaches the server after the attempt or step it cleans up after; on
 /// another connection a step still in flight could queue the entry again after it left.
 pub(crate) async fn run_leave(node: &Node, what: &str, call: &ScriptCall<'_>) -> Result<bool> {
+    flag(node, what, Resend::IfDropped, call, true).await
+}
+
+/// [`run_flag`] and [`run_leave`]: over the grants' connection when `after_grants`.
+async fn flag(node: &Node, what: &str, resend: Resend, call: &ScriptCall<'_>, after_grants: bool) -> Result<bool> {
     let done: i64 = node
-        .bounded(what, Resend::IfDropped, || async move {
-            let mut conn = node.write_conn().await?;
+        .bounded(what, resend, || async move {
+            let mut conn = if after_grants {
+                node.write_conn().await?
+            } else {
+                node.link.conn().await?
+            };
             call.invoke(&mut conn).await
         })
         .await?;
