@@ -162,9 +162,15 @@ async fn killed_master_keeps_a_confirmed_lock() {
 async fn unconfirmed_grants_are_given_back() {
     let _serial = FAULTS.lock().await;
     common::init_logs();
-    // One replica; two are asked for: no grant can be confirmed.
-    let greedy = common::locker(&with_options(&sentinel_url(), "min_replicas=2&replica_timeout=200ms")).await;
-    let plain = common::locker(&with_options(&sentinel_url(), "min_replicas=0")).await;
+    // One replica; two are asked for: no grant can be confirmed. `restart_delay=0`: a master that
+    // an earlier test restarted would otherwise keep new names free for 15 s, and a single
+    // attempt would answer "not now" before asking any replica.
+    let greedy = common::locker(&with_options(
+        &sentinel_url(),
+        "min_replicas=2&replica_timeout=200ms&restart_delay=0",
+    ))
+    .await;
+    let plain = common::locker(&with_options(&sentinel_url(), "min_replicas=0&restart_delay=0")).await;
     let name = unique_name("unconfirmed");
     match greedy.lock(&name).try_acquire().await {
         Err(LockError::Unavailable { message, .. }) => {
@@ -185,7 +191,7 @@ async fn unconfirmed_grants_are_given_back() {
     // A server without replicas cannot confirm anything either.
     let lonely = common::locker(&with_options(
         &common::redis_url(),
-        "min_replicas=1&replica_timeout=100ms",
+        "min_replicas=1&replica_timeout=100ms&restart_delay=0",
     ))
     .await;
     let result = lonely.lock(unique_name("lonely")).try_acquire().await;
