@@ -1,15 +1,19 @@
 //! The checker: what one run's events and the register's log say.
 //!
 //! - A **critical section** is a worker's `Enter` … `Exit` (for a killed worker: `Enter` … its
-//!   kill). A grant while another process is still inside its section is an **overlap**: two
-//!   processes inside at once, measured on the one monotonic clock.
+//!   kill), in its part ([`Role`]: the mutex, a permit of N, a side of a read-write lock, the
+//!   leadership). A grant while the sections still open leave no room for it is an **overlap**:
+//!   for an exclusive part (mutex, writer, leader) any other section open, for a reader an open
+//!   writer's, for a permit of N, N other permits' — measured on the one monotonic clock.
 //! - The **grant order** is the order of the `Enter` events. A **token regression** is a grant
 //!   whose token is below an earlier grant's.
-//! - A **stale write accepted** is a write the register accepted after it had accepted a write
-//!   of a *later* grant: the old holder's write landed after the new holder's. With tokens that
-//!   follow the grant order, a register that checks tokens never lets that happen — this count is
-//!   what fencing promises, and it must be 0. A **stale write rejected** is a write the register
-//!   refused (its token was below one it had accepted): fencing at work.
+//! - A **stale write accepted** is a write the storage accepted after it had accepted a write
+//!   of a *later* grant that excludes it: the old holder's write landed after the new holder's
+//!   (any later grant for an exclusive part; a later writer's for a reader). For a permit of N:
+//!   a write accepted while the writes of N later grants stood (written and not left). With
+//!   tokens that follow the grant order, a register that checks tokens never lets that happen —
+//!   this count is what fencing promises, and it must be 0. A **stale write rejected** is a
+//!   write the register refused: fencing at work.
 //! - For a fault with a target (the worker holding the lock when it struck): the **takeover** is
 //!   the first `Enter` of another worker after the fault; the holder was **told** if its `lost()`
 //!   fired (a `Lost` event) in the section the fault struck, and **not told** if another worker
@@ -21,6 +25,7 @@ use serde::Serialize;
 
 use crate::events::Event;
 use crate::faults::{ms, Injected};
+use crate::primitive::Role;
 use crate::register::Accepted;
 
 /// What one run measured.
@@ -56,14 +61,16 @@ pub struct Measured {
 #[derive(Clone, Copy, Debug)]
 struct Section {
     worker: usize,
+    role: Role,
     start: u64,
     end: u64,
     token: u64,
     lost_at: Option<u64>,
 }
 
-/// The critical sections in `events` (grant order); `killed[w]` ends an open section of worker `w`.
-fn sections(events: &[(usize, Event)], killed: &[Option<u64>], run_end: u64) -> Vec<Section> {
+/// The critical sections in `events` (grant order); `killed[w]` ends an open section of worker
+/// `w`, `roles[w]` is its part (the mutex when missing).
+fn sections(events: &[(usize, Event)], killed: &[Option<u64>], roles: &[Role], run_end: u64) -> Vec<Section> {
     let mut open: HashMap<usize, Section> = HashMap::new();
     let mut done = Vec::new();
     for (w, e) in events {
@@ -71,6 +78,7 @@ fn sections(events: &[(usize, Event)], killed: &[Option<u64>], run_end: u64) -> 
             Event::Enter { t, token } => {
                 let section = Section {
                     worker: *w,
+                    role: roles.get(*w).copied().unwrap_or(Role::Mutex),
                     start: *t,
                     end: u64::MAX,
                     token: *token,
@@ -102,74 +110,143 @@ fn sections(events: &[(usize, Event)], killed: &[Option<u64>], run_end: u64) -> 
     done
 }
 
+/// The worker of each run, as the checker needs it: when it was killed, its part, its id in the
+/// storage's log.
+#[derive(Clone, Debug)]
+pub struct Who {
+    /// Killed by a fault at this time.
+    pub killed: Option<u64>,
+    /// Its part.
+    pub role: Role,
+    /// Its id in the log.
+    pub id: String,
+}
+
+/// The sections open when `b` was granted that leave it no room, if they are as many as its
+/// part allows (an overlap); empty otherwise.
+fn crowding(sections: &[Section], i: usize) -> Vec<usize> {
+    let b = &sections[i];
+    let open: Vec<usize> = (0..i)
+        .filter(|&j| {
+            let a = &sections[j];
+            a.worker != b.worker && a.end > b.start && b.role.conflicts(a.role)
+        })
+        .collect();
+    if open.len() > b.role.room() {
+        open
+    } else {
+        Vec::new()
+    }
+}
+
+/// Stale writes accepted in `log` (see the module docs); `grant` gives an entry's grant (its rank
+/// in the grant order) and part, `None` for a writer the run never saw enter.
+fn stale_accepted(log: &[Accepted], grant: impl Fn(&Accepted) -> Option<(usize, Role)>) -> usize {
+    let mut stale = 0;
+    let (mut latest_any, mut latest_exclusive) = (None::<usize>, None::<usize>);
+    let mut standing: Vec<usize> = Vec::new(); // permits written and not left, by grant
+    for w in log {
+        let Some((r, role)) = grant(w) else { continue };
+        if w.left {
+            standing.retain(|&g| g != r);
+            continue;
+        }
+        let is_stale = match role {
+            Role::Read => latest_exclusive.is_some_and(|l| l > r),
+            Role::Permit(n) => {
+                let newer = standing.iter().filter(|&&g| g > r).count();
+                !standing.contains(&r) && newer >= usize::try_from(n).unwrap_or(usize::MAX)
+            }
+            _ => latest_any.is_some_and(|l| l > r),
+        };
+        if is_stale {
+            stale += 1;
+            continue;
+        }
+        if let Role::Permit(n) = role {
+            if !standing.contains(&r) {
+                standing.push(r);
+                standing.sort_unstable();
+                let extra = standing.len().saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));
+                standing.drain(..extra);
+            }
+        }
+        latest_any = latest_any.max(Some(r));
+        if role.exclusive() {
+            latest_exclusive = latest_exclusive.max(Some(r));
+        }
+    }
+    stale
+}
+
 /// Measures one run.
 pub fn measure(
     events: &[(usize, Event)],
-    killed: &[Option<u64>],
+    workers: &[Who],
     log: &[Accepted],
-    ids: &[String],
     faults: &[Injected],
     run_end: u64,
 ) -> Measured {
     let mut events = events.to_vec();
     events.sort_by_key(|(_, e)| e.t());
-    let sections = sections(&events, killed, run_end);
+    let killed: Vec<Option<u64>> = workers.iter().map(|w| w.killed).collect();
+    let roles: Vec<Role> = workers.iter().map(|w| w.role).collect();
+    let sections = sections(&events, &killed, &roles, run_end);
     let mut m = Measured {
         acquisitions: sections.len(),
         ..Measured::default()
     };
-    // A grant while another process is still inside is one overlap; how long the earlier one
-    // stayed inside after the first such grant is how long two were inside at once.
-    for (i, b) in sections.iter().enumerate() {
-        if let Some(a) = sections[..i].iter().find(|a| a.worker != b.worker && a.end > b.start) {
-            m.overlaps += 1;
-            // Each overlap in the log, for whoever looks into one: both sections, on the
-            // machine's monotonic clock (ms), and when the earlier holder was told.
-            tracing::warn!(
-                earlier = format!(
-                    "worker {} token {} in {:.0}..{:.0} told {:?}",
-                    a.worker,
-                    a.token,
-                    ms(a.start),
-                    ms(a.end),
-                    a.lost_at.map(|t| ms(t).round())
-                ),
-                later = format!("worker {} token {} entered {:.0}", b.worker, b.token, ms(b.start)),
-                "overlap"
-            );
-        }
-    }
-    for (i, a) in sections.iter().enumerate() {
-        if let Some(b) = sections[i + 1..]
-            .iter()
-            .find(|b| b.worker != a.worker && b.start < a.end)
-        {
-            m.overlap_ms_max = m.overlap_ms_max.max(ms(a.end - b.start));
-        }
-    }
-    let mut highest = 0;
-    for s in &sections {
-        if s.token < highest {
-            m.token_regressions += 1;
-        }
-        highest = highest.max(s.token);
-    }
-    // Grant rank of each (writer, token): the register's log names writers by id.
-    let rank: HashMap<(&str, u64), usize> = sections
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| ids.get(s.worker).map(|id| ((id.as_str(), s.token), i)))
-        .collect();
-    let mut latest = None;
-    for w in log {
-        let Some(&r) = rank.get(&(w.writer.as_str(), w.token)) else {
+    // A grant that the open sections leave no room for is one overlap; how long the earliest
+    // of them to end stayed inside after it is how long the part's limit was exceeded.
+    let crowds: Vec<Vec<usize>> = (0..sections.len()).map(|i| crowding(&sections, i)).collect();
+    for (b, crowd) in sections.iter().zip(&crowds) {
+        let Some(a) = crowd.iter().map(|&j| &sections[j]).min_by_key(|a| a.end) else {
             continue;
         };
-        match latest {
-            Some(l) if r < l => m.stale_writes_accepted += 1,
-            _ => latest = Some(r),
+        m.overlaps += 1;
+        m.overlap_ms_max = m.overlap_ms_max.max(ms(a.end - b.start));
+        // Each overlap in the log, for whoever looks into one: both sections, on the machine's
+        // monotonic clock (ms), and when the earlier holder was told.
+        tracing::warn!(
+            earlier = format!(
+                "worker {} ({:?}) token {} in {:.0}..{:.0} told {:?}",
+                a.worker,
+                a.role,
+                a.token,
+                ms(a.start),
+                ms(a.end),
+                a.lost_at.map(|t| ms(t).round())
+            ),
+            later = format!(
+                "worker {} ({:?}) token {} entered {:.0}",
+                b.worker,
+                b.role,
+                b.token,
+                ms(b.start)
+            ),
+            crowd = crowd.len(),
+            "overlap"
+        );
+    }
+    // Tokens grow with the grants: an exclusive grant's is above every earlier grant's; a shared
+    // one's (a reader, a permit: granted together, their `Enter`s may come in either order)
+    // above those of every section that ended before it started.
+    for (i, s) in sections.iter().enumerate() {
+        let exclusive = s.role.exclusive();
+        if sections[..i]
+            .iter()
+            .any(|a| a.token > s.token && (exclusive || a.end <= s.start))
+        {
+            m.token_regressions += 1;
         }
     }
+    // Grant rank and part of each (writer, token): the storage's log names writers by id.
+    let rank: HashMap<(&str, u64), (usize, Role)> = sections
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| workers.get(s.worker).map(|w| ((w.id.as_str(), s.token), (i, s.role))))
+        .collect();
+    m.stale_writes_accepted = stale_accepted(log, |w| rank.get(&(w.writer.as_str(), w.token)).copied());
     for (_, e) in &events {
         match e {
             Event::Write { accepted, .. } => {
@@ -196,9 +273,8 @@ pub fn measure(
                 m.lost_ms.push(ms(t.saturating_sub(f.at)));
             }
             None => {
-                let overtaken = sections
-                    .iter()
-                    .any(|s| s.worker != struck.worker && s.start > struck.start && s.start < struck.end);
+                let index = sections.iter().position(|s| std::ptr::eq(s, struck));
+                let overtaken = index.is_some_and(|i| crowds.iter().any(|c| c.contains(&i)));
                 let killed = killed.get(struck.worker).copied().flatten().is_some();
                 if overtaken && !killed {
                     m.lost_not_signalled += 1;
@@ -221,37 +297,109 @@ mod tests {
         (w, Event::Exit { t })
     }
 
+    fn workers(roles: &[Role]) -> Vec<Who> {
+        roles
+            .iter()
+            .enumerate()
+            .map(|(i, role)| Who {
+                killed: None,
+                role: *role,
+                id: format!("w{i}"),
+            })
+            .collect()
+    }
+
+    fn wrote(token: u64, writer: &str) -> Accepted {
+        Accepted::write(token, writer)
+    }
+
     #[test]
     fn overlaps_regressions_and_stale_writes() {
-        let ids = vec!["w0".to_owned(), "w1".to_owned()];
+        let who = workers(&[Role::Mutex, Role::Mutex]);
         // w0 holds 10..50 with token 5; w1 enters at 30 (overlap) with token 7.
         let events = vec![enter(0, 10, 5), enter(1, 30, 7), exit(0, 50), exit(1, 60)];
-        let log = vec![
-            Accepted {
-                token: 5,
-                writer: "w0".into(),
-            },
-            Accepted {
-                token: 7,
-                writer: "w1".into(),
-            },
-            Accepted {
-                token: 5,
-                writer: "w0".into(),
-            }, // the stale holder, accepted late
-        ];
-        let m = measure(&events, &[None, None], &log, &ids, &[], 100);
+        // The stale holder's write, accepted late.
+        let log = vec![wrote(5, "w0"), wrote(7, "w1"), wrote(5, "w0")];
+        let m = measure(&events, &who, &log, &[], 100);
         assert_eq!((m.acquisitions, m.overlaps, m.token_regressions), (2, 1, 0));
-        assert_eq!(m.stale_writes_accepted, 1);
+        assert_eq!((m.stale_writes_accepted, m.overlap_ms_max), (1, ms(20)));
         // The next holder got a smaller token: a regression.
         let events = vec![enter(0, 10, 5), exit(0, 20), enter(1, 30, 3), exit(1, 40)];
-        let m = measure(&events, &[None, None], &[], &ids, &[], 100);
+        let m = measure(&events, &who, &[], &[], 100);
         assert_eq!((m.overlaps, m.token_regressions), (0, 1));
     }
 
     #[test]
+    fn readers_share_and_a_writer_excludes_them() {
+        let who = workers(&[Role::Read, Role::Write, Role::Read]);
+        // Two readers together (fine, in either token order), then the writer while reader w2
+        // is still inside (an overlap), whose write is followed by the reader's (stale).
+        let events = vec![
+            enter(0, 10, 2),
+            enter(2, 12, 1),
+            exit(0, 20),
+            enter(1, 30, 3),
+            exit(2, 40),
+            exit(1, 50),
+        ];
+        let log = vec![wrote(2, "w0"), wrote(1, "w2"), wrote(3, "w1"), wrote(1, "w2")];
+        let m = measure(&events, &who, &log, &[], 100);
+        assert_eq!((m.overlaps, m.token_regressions, m.stale_writes_accepted), (1, 0, 1));
+        // A reader after a writer that left: no overlap, nothing stale.
+        let events = vec![enter(1, 10, 3), exit(1, 20), enter(0, 30, 4), exit(0, 40)];
+        let log = vec![wrote(3, "w1"), wrote(4, "w0")];
+        let m = measure(&events, &who, &log, &[], 100);
+        assert_eq!((m.overlaps, m.stale_writes_accepted), (0, 0));
+    }
+
+    #[test]
+    fn permits_allow_n_at_once_and_no_more() {
+        let two = Role::Permit(2);
+        let who = workers(&[two, two, two, two]);
+        // w0 and w1 together (fine); w2 while both are inside: one over.
+        let events = vec![
+            enter(0, 10, 1),
+            enter(1, 12, 2),
+            enter(2, 20, 3),
+            exit(0, 30),
+            exit(1, 31),
+            exit(2, 32),
+        ];
+        // w0's write after w1's and w2's stood: stale.
+        let log = vec![wrote(1, "w0"), wrote(2, "w1"), wrote(3, "w2"), wrote(1, "w0")];
+        let m = measure(&events, &who, &log, &[], 100);
+        assert_eq!((m.overlaps, m.stale_writes_accepted), (1, 1));
+        // A long holder among short ones that leave: never stale, never an overlap.
+        let events = vec![
+            enter(0, 10, 1),
+            enter(1, 12, 2),
+            exit(1, 20),
+            enter(2, 21, 3),
+            exit(2, 30),
+            enter(3, 31, 4),
+            exit(0, 40),
+            exit(3, 41),
+        ];
+        let left = |token, writer: &str| Accepted {
+            left: true,
+            ..wrote(token, writer)
+        };
+        let log = vec![
+            wrote(1, "w0"),
+            wrote(2, "w1"),
+            left(2, "w1"),
+            wrote(3, "w2"),
+            left(3, "w2"),
+            wrote(4, "w3"),
+            wrote(1, "w0"),
+        ];
+        let m = measure(&events, &who, &log, &[], 100);
+        assert_eq!((m.overlaps, m.stale_writes_accepted, m.token_regressions), (0, 0, 0));
+    }
+
+    #[test]
     fn a_struck_holder_told_or_not() {
-        let ids = vec!["w0".to_owned(), "w1".to_owned()];
+        let who = workers(&[Role::Mutex, Role::Mutex]);
         let fault = Injected {
             fault: "pause",
             detail: String::new(),
@@ -272,11 +420,11 @@ mod tests {
             exit(0, 46),
             exit(1, 50),
         ];
-        let m = measure(&told, &[None, None], &[], &ids, std::slice::from_ref(&fault), 100);
+        let m = measure(&told, &who, &[], std::slice::from_ref(&fault), 100);
         assert_eq!((m.lost_signalled, m.lost_not_signalled), (1, 0));
         assert_eq!(m.takeover_ms.len(), 1);
         let untold = vec![enter(0, 10, 1), enter(1, 30, 2), exit(0, 46), exit(1, 50)];
-        let m = measure(&untold, &[None, None], &[], &ids, &[fault], 100);
+        let m = measure(&untold, &who, &[], &[fault], 100);
         assert_eq!((m.lost_signalled, m.lost_not_signalled), (0, 1));
     }
 }

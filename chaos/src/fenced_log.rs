@@ -97,10 +97,8 @@ impl FencedLog {
         let mut log: Vec<(i64, Accepted)> = rows
             .iter()
             .map(|row| {
-                let accepted = Accepted {
-                    token: u64::try_from(row.get::<_, i64>(1)).unwrap_or_default(),
-                    writer: row.get(2),
-                };
+                let token = u64::try_from(row.get::<_, i64>(1)).unwrap_or_default();
+                let accepted = Accepted::write(token, row.get(2));
                 (row.get(0), accepted)
             })
             .collect();

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::events::{now_ns, Event};
+use crate::primitive::{Primitive, Role};
 use crate::targets::Target;
 use crate::worker::{work, Plan, Writes};
 
@@ -21,6 +22,8 @@ use crate::worker::{work, Plan, Writes};
 pub struct WorkerSpec {
     /// The lock every worker contends for.
     pub name: String,
+    /// What it is (each worker's part: [`Primitive::role`]).
+    pub primitive: Primitive,
     /// The fenced register's URL.
     pub register: String,
     /// The self-check's broken setup: the register accepts every write and the worker writes
@@ -48,6 +51,8 @@ enum Runner {
 pub struct Worker {
     /// Its id in the register's log.
     pub id: String,
+    /// Its part.
+    pub role: Role,
     runner: Runner,
     /// Its process group (= its pid); 0 for a task.
     pub pgid: i32,
@@ -95,6 +100,7 @@ impl Fleet {
         let addrs: Vec<String> = proxies.iter().map(Proxy::addr).collect();
         let url = self.target.url_with_hosts(&addrs)?;
         let id = format!("w{index}");
+        let role = self.spec.primitive.role(index);
         let mut cmd = Command::new(std::env::current_exe().context("the lockchaos binary")?);
         cmd.arg("worker")
             .args([
@@ -105,7 +111,8 @@ impl Fleet {
                 "--register",
                 &self.spec.register,
             ])
-            .args(["--id", &id, "--ttl", &self.target.ttl.as_millis().to_string()])
+            .args(["--id", &id, "--role", &role.arg()])
+            .args(["--ttl", &self.target.ttl.as_millis().to_string()])
             .args(["--hold-max", &self.spec.hold_max.as_millis().to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -139,6 +146,7 @@ impl Fleet {
         });
         self.workers.push(Worker {
             id,
+            role,
             runner: Runner::Process(child),
             pgid,
             proxies,
@@ -152,6 +160,7 @@ impl Fleet {
     async fn spawn_task(&mut self) -> Result<usize> {
         let index = self.workers.len();
         let id = format!("w{index}");
+        let role = self.spec.primitive.role(index);
         let locker = locksmith::connect(&self.target.url).await?;
         let writes = Writes::open(
             &self.spec.register,
@@ -162,6 +171,7 @@ impl Fleet {
         .await?;
         let plan = Plan {
             name: self.spec.name.clone(),
+            role,
             id: id.clone(),
             ttl: self.target.ttl,
             hold: (Duration::from_millis(10), self.spec.hold_max),
@@ -177,6 +187,7 @@ impl Fleet {
         });
         self.workers.push(Worker {
             id,
+            role,
             runner: Runner::Task(task, stop_tx),
             pgid: 0,
             proxies: Vec::new(),

@@ -5,7 +5,9 @@
 //!   `scripts/backends` starts, it runs real worker processes that take a lock, write their fencing
 //!   token to a fenced register, hold, release — and injects faults into them and into the
 //!   servers: the holder paused or killed, cut off from the server, the server restarted, the
-//!   cluster's leader killed, a follower cut off. The same faults again with workers that write
+//!   cluster's leader killed, a follower cut off. The same faults with workers that take a
+//!   semaphore's permits, a read-write lock's sides or an election's leadership instead
+//!   (`primitive.rs`; section `primitives`). The same faults again with workers that write
 //!   blind through guarded writes (`guarded_log.rs`) and through a fenced store
 //!   (`fenced_log.rs`). Then leaks, load, soak and bad input. It writes
 //!   the figures as JSON (`lockchaos/1`) and as the Markdown page, and exits 1 when a promise was
@@ -20,6 +22,7 @@ mod faults;
 mod fenced_log;
 mod fleet;
 mod guarded_log;
+mod primitive;
 mod register;
 mod report;
 mod run;
@@ -61,10 +64,14 @@ pub struct RunArgs {
     /// Only these faults (comma-separated names, e.g. `pause,kill`).
     #[arg(long, value_delimiter = ',')]
     pub faults: Vec<String>,
-    /// Only these sections (`faults`, `guarded`, `fenced`, `self-check`, `leaks`, `load`, `soak`,
+    /// Only these sections (`faults`, `primitives`, `guarded`, `fenced`, `self-check`, `leaks`, `load`, `soak`,
     /// `bad-input`).
     #[arg(long, value_delimiter = ',')]
     pub sections: Vec<String>,
+    /// Inject each fault this many times (failovers on Redis Sentinel and Cluster too) instead
+    /// of the mode's count (4, failovers 10; `--quick`: 1).
+    #[arg(long)]
+    pub repeats: Option<usize>,
     /// Write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,

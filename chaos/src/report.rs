@@ -8,6 +8,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::extras::{self, BadInput, Leak, Load, Soak};
+use crate::primitive::Primitive;
 use crate::run::{self, RunResult, Shape, WriteMode};
 use crate::targets::{self, env_url, Fault, Target};
 use crate::RunArgs;
@@ -21,6 +22,9 @@ pub struct Report {
     pub machine: Machine,
     /// One row per backend × topology × fault.
     pub results: Vec<Row>,
+    /// The other primitives (semaphore, read-write lock, election) under the faults: one row
+    /// per primitive × backend × topology × fault.
+    pub primitives: Vec<Row>,
     /// The guarded mode: the same faults, workers that write blind through guarded writes to
     /// the coordination store instead of the register.
     pub guarded: Vec<Row>,
@@ -73,6 +77,8 @@ pub struct Row {
     pub topology: &'static str,
     /// The fault.
     pub fault: &'static str,
+    /// `mutex`, `semaphore`, `rwlock`, `election`.
+    pub primitive: &'static str,
     /// Injections of the fault.
     pub runs: usize,
     /// Grants.
@@ -129,6 +135,7 @@ impl Row {
             backend: r.backend,
             topology: r.topology,
             fault: r.fault,
+            primitive: r.primitive.name(),
             runs: r.injected.len().max(1),
             acquisitions: m.acquisitions,
             overlaps: m.overlaps,
@@ -149,7 +156,10 @@ impl Row {
 
     /// What this row breaks, if anything.
     fn broken(&self) -> Vec<String> {
-        let id = format!("{}/{} {}", self.backend, self.topology, self.fault);
+        let id = match self.primitive {
+            "mutex" => format!("{}/{} {}", self.backend, self.topology, self.fault),
+            p => format!("{}/{} {p} {}", self.backend, self.topology, self.fault),
+        };
         let mut out = Vec::new();
         if self.stale_writes_accepted > 0 {
             out.push(format!("{id}: {} stale writes accepted", self.stale_writes_accepted));
@@ -228,8 +238,8 @@ impl Report {
         };
         let shape = Shape {
             workers: 4,
-            repeats: if args.quick { 1 } else { 4 },
-            failovers: if args.quick { 1 } else { 10 },
+            repeats: args.repeats.unwrap_or(if args.quick { 1 } else { 4 }),
+            failovers: args.repeats.unwrap_or(if args.quick { 1 } else { 10 }),
         };
         let targets: Vec<Target> = targets::all(ttl)?
             .into_iter()
@@ -255,6 +265,7 @@ impl Report {
                 seconds: 0.0,
             },
             results: Vec::new(),
+            primitives: Vec::new(),
             guarded: Vec::new(),
             fenced: Vec::new(),
             self_check: None,
@@ -286,6 +297,9 @@ impl Report {
                     }
                 }
             }
+        }
+        if args.wants("primitives") {
+            report.primitives = primitives(&targets, &faults, shape, args.quick, &register, &mut report.notes).await;
         }
         if args.wants("guarded") {
             report.guarded = guarded(&targets, &faults, shape, args.quick, &register, &mut report.notes).await;
@@ -321,6 +335,7 @@ impl Report {
     /// Every broken promise: what fails the suite.
     pub fn broken_promises(&self) -> Vec<String> {
         let mut out: Vec<String> = self.results.iter().flat_map(Row::broken).collect();
+        out.extend(self.primitives.iter().flat_map(Row::broken));
         out.extend(
             self.guarded
                 .iter()
@@ -345,6 +360,55 @@ impl Report {
         out.extend(self.bad_input.iter().flat_map(BadInput::broken));
         out
     }
+}
+
+/// The targets and faults of the primitives' quick run: one primitive per backend, so that each
+/// primitive and each server-backed backend's kinds meet a pause in every run of `scripts/test`.
+const QUICK_PRIMITIVES: [(&str, Primitive); 3] = [
+    ("redis/single", Primitive::Semaphore),
+    ("etcd/single", Primitive::Rwlock),
+    ("zk/single", Primitive::Election),
+];
+
+/// The other primitives under faults, workers writing to the register (each part's rule, see
+/// `register.rs`): every target that serves them (not the Redis quorum, which serves mutexes
+/// only; Redis Sentinel and Cluster with replica confirmation, their default) with every fault
+/// it has, each injected at most twice (the failovers' own figures are the mutex's: this is
+/// about each primitive's rules); the quick run: [`QUICK_PRIMITIVES`] with a pause.
+async fn primitives(
+    targets: &[Target],
+    faults: &[Fault],
+    shape: Shape,
+    quick: bool,
+    register: &str,
+    notes: &mut Vec<String>,
+) -> Vec<Row> {
+    let shape = Shape {
+        repeats: shape.repeats.min(2),
+        failovers: shape.repeats.min(2),
+        ..shape
+    };
+    let serves = |t: &&Target| t.topology != "quorum" && (!t.fails_over || t.topology.ends_with("+confirm"));
+    let mut rows = Vec::new();
+    for target in targets.iter().filter(serves) {
+        for primitive in Primitive::OTHERS {
+            if quick && !QUICK_PRIMITIVES.contains(&(target.id().as_str(), primitive)) {
+                continue;
+            }
+            let applies = |f: &Fault| target.has(*f) && (!quick || *f == Fault::Pause);
+            for fault in faults.iter().copied().filter(applies) {
+                tracing::info!(target = target.id(), %primitive, %fault, "run");
+                match run::run_on(target, primitive, fault, shape, register, WriteMode::Register).await {
+                    Ok(r) => rows.push(Row::from(r)),
+                    Err(e) => {
+                        tracing::error!(target = target.id(), %primitive, %fault, error = %format!("{e:#}"), "run failed");
+                        notes.push(format!("{} {primitive} {fault}: the run failed: {e:#}", target.id()));
+                    }
+                }
+            }
+        }
+    }
+    rows
 }
 
 /// The guarded mode on every target with guarded writes: the faults of the fault runs (the

@@ -6,11 +6,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::check::{measure, Measured};
+use crate::check::{measure, Measured, Who};
 use crate::events::{now_ns, Event};
 use crate::faults::{inject, Injected};
 use crate::fenced_log::{FencedLog, URL_VAR as FENCED_URL_VAR};
 use crate::fleet::{Fleet, WorkerSpec};
+use crate::primitive::Primitive;
 use crate::register::Register;
 use crate::targets::{Fault, Target};
 
@@ -35,6 +36,8 @@ pub struct RunResult {
     pub topology: &'static str,
     /// The fault.
     pub fault: &'static str,
+    /// What the workers contended for.
+    pub primitive: Primitive,
     /// The lease TTL, in ms.
     pub ttl_ms: u128,
     /// What was measured.
@@ -64,7 +67,7 @@ pub enum WriteMode {
     FencedStore,
 }
 
-/// Runs `fault` on `target`.
+/// Runs `fault` on `target`, the workers contending for a mutex.
 pub async fn run(
     target: &Target,
     fault: Fault,
@@ -72,7 +75,22 @@ pub async fn run(
     register_url: &str,
     writes: WriteMode,
 ) -> Result<RunResult> {
-    let name = format!("chaos/{}/{}/{:08x}", target.id(), fault, rand::random::<u32>());
+    run_on(target, Primitive::Mutex, fault, shape, register_url, writes).await
+}
+
+/// Runs `fault` on `target`, the workers contending for `primitive`.
+pub async fn run_on(
+    target: &Target,
+    primitive: Primitive,
+    fault: Fault,
+    shape: Shape,
+    register_url: &str,
+    writes: WriteMode,
+) -> Result<RunResult> {
+    let name = match primitive {
+        Primitive::Mutex => format!("chaos/{}/{}/{:08x}", target.id(), fault, rand::random::<u32>()),
+        p => format!("chaos/{}/{p}/{}/{:08x}", target.id(), fault, rand::random::<u32>()),
+    };
     let guarded_key = match writes {
         WriteMode::Guarded => Some(crate::guarded_log::key(target, &name)?),
         _ => None,
@@ -89,6 +107,7 @@ pub async fn run(
     };
     let spec = WorkerSpec {
         name: name.clone(),
+        primitive,
         register: register_url.to_owned(),
         unsafe_register: writes == WriteMode::UncheckedRegister,
         wait_only: false,
@@ -139,8 +158,15 @@ pub async fn run(
     fleet.stop(Duration::from_secs(15)).await;
 
     let events = fleet.events();
-    let killed: Vec<Option<u64>> = fleet.workers.iter().map(|w| w.killed_at).collect();
-    let ids: Vec<String> = fleet.workers.iter().map(|w| w.id.clone()).collect();
+    let workers: Vec<Who> = fleet
+        .workers
+        .iter()
+        .map(|w| Who {
+            killed: w.killed_at,
+            role: w.role,
+            id: w.id.clone(),
+        })
+        .collect();
     let leftovers = leftovers(target, &name).await?;
     let log = match (&guarded_key, &fenced) {
         (Some(key), _) => crate::guarded_log::read(target, &name, key).await?,
@@ -150,11 +176,12 @@ pub async fn run(
             register.log(&name).await?
         }
     };
-    let measured = measure(&events, &killed, &log, &ids, &injected, run_end);
+    let measured = measure(&events, &workers, &log, &injected, run_end);
     Ok(RunResult {
         backend: target.backend,
         topology: target.topology,
         fault: fault.name(),
+        primitive,
         ttl_ms: target.ttl.as_millis(),
         measured,
         leftovers,

@@ -1,6 +1,7 @@
-//! `lockchaos worker`: one client process of the fault suite. It loops: acquire the lock, write
-//! its fencing token to the fenced register, hold for a random time (cut short when `lost()`
-//! fires), write again, release — reporting every step as an [`Event`] on stdout.
+//! `lockchaos worker`: one client process of the fault suite. It loops: acquire its part of the
+//! run's primitive (the lock, a permit, a side of the read-write lock, the leadership:
+//! [`Role`]), write its fencing token to the fenced register, hold for a random time (cut short
+//! when `lost()` fires), write again, release — reporting every step as an [`Event`] on stdout.
 //!
 //! It runs in a process group of its own (the driver starts it so), so that pausing it
 //! (`SIGSTOP` of the group) freezes its watchdog too, as a GC pause or a stopped VM would.
@@ -11,12 +12,13 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use locksmith::{ConnectOptions, LockError, LockGuard, Locker};
+use locksmith::{ConnectOptions, LeaderGuard, LockError, LockGuard, Locker};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::events::{now_ns, Event};
 use crate::fenced_log::FencedLog;
+use crate::primitive::Role;
 use crate::register::Register;
 
 /// The worker's command line.
@@ -28,6 +30,10 @@ pub struct WorkerArgs {
     /// The lock name.
     #[arg(long)]
     pub name: String,
+    /// What this worker takes: `mutex`, `permit:N` (a semaphore of N), `read`, `write`,
+    /// `leader`.
+    #[arg(long, default_value = "mutex", value_parser = parse_role)]
+    pub role: Role,
     /// The fenced register's Redis URL.
     #[arg(long)]
     pub register: String,
@@ -99,6 +105,10 @@ impl Writes {
     }
 }
 
+fn parse_role(s: &str) -> Result<Role, String> {
+    Role::parse(s).map_err(|e| e.to_string())
+}
+
 fn parse_ms(s: &str) -> Result<Duration, String> {
     s.parse::<u64>()
         .map(Duration::from_millis)
@@ -110,6 +120,8 @@ fn parse_ms(s: &str) -> Result<Duration, String> {
 pub struct Plan {
     /// The lock name.
     pub name: String,
+    /// What it takes.
+    pub role: Role,
     /// Its id in the register's log.
     pub id: String,
     /// The lease TTL.
@@ -173,6 +185,7 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
     .await?;
     let plan = Plan {
         name: args.name,
+        role: args.role,
         id: args.id,
         ttl: args.ttl,
         hold: (args.hold_min, args.hold_max),
@@ -184,25 +197,58 @@ pub async fn run(args: WorkerArgs) -> Result<()> {
     Ok(())
 }
 
+/// What a worker holds: a guard, or a leadership (whose guard is inside).
+enum Held {
+    Guard(LockGuard),
+    Leader(LeaderGuard),
+}
+
+impl Held {
+    fn guard(&self) -> &LockGuard {
+        match self {
+            Held::Guard(g) => g,
+            Held::Leader(l) => l.guard(),
+        }
+    }
+
+    async fn release(self) -> Result<(), LockError> {
+        match self {
+            Held::Guard(g) => g.release().await,
+            Held::Leader(l) => l.resign().await,
+        }
+    }
+}
+
+/// Takes `plan.role` of `plan.name` (waiting up to 60 s).
+async fn take(locker: &Locker, plan: &Plan) -> Result<Held, LockError> {
+    let limit = Duration::from_secs(60);
+    let builder = match plan.role {
+        Role::Mutex => locker.lock(&plan.name),
+        Role::Permit(n) => locker.semaphore(&plan.name, n),
+        Role::Read => locker.rwlock(&plan.name).read(),
+        Role::Write => locker.rwlock(&plan.name).write(),
+        Role::Leader => {
+            let campaign = locker.election(&plan.name).campaign(&plan.id);
+            return campaign.ttl(plan.ttl).timeout(limit).acquire().await.map(Held::Leader);
+        }
+    };
+    builder.ttl(plan.ttl).timeout(limit).acquire().await.map(Held::Guard)
+}
+
 /// The loop: acquire, write the token, hold (cut short by `lost()`), write again, release; until
 /// `stop` turns true.
 pub async fn work(locker: &Locker, writes: &Writes, plan: &Plan, sink: &Sink, stop: &mut watch::Receiver<bool>) {
     while !*stop.borrow() {
-        let acquire = locker
-            .lock(&plan.name)
-            .ttl(plan.ttl)
-            .timeout(Duration::from_secs(60))
-            .acquire();
-        let guard = tokio::select! {
+        let held = tokio::select! {
             _ = stop.changed() => break,
-            guard = acquire => guard,
+            held = take(locker, plan) => held,
         };
-        let guard = match guard {
-            Ok(guard) if !plan.wait_only => guard,
-            Ok(guard) => {
+        let held = match held {
+            Ok(held) if !plan.wait_only => held,
+            Ok(held) => {
                 // Only the leak test's waiters get here: hold until told to stop.
                 let _ = stop.changed().await;
-                drop(guard);
+                drop(held);
                 break;
             }
             Err(LockError::Timeout(_)) => continue,
@@ -212,11 +258,12 @@ pub async fn work(locker: &Locker, writes: &Writes, plan: &Plan, sink: &Sink, st
                 continue;
             }
         };
+        let guard = held.guard();
         let token = guard.fencing_token();
         sink(Event::Enter { t: now_ns(), token });
         let lost = guard.lost();
         tokio::pin!(lost);
-        write(writes, &guard, plan, sink, token).await;
+        write(writes, guard, plan, sink, token).await;
         let (min, max) = (plan.hold.0.as_millis(), plan.hold.1.as_millis());
         let hold = Duration::from_millis(u64::try_from(rand::random_range(min..=max.max(min))).unwrap_or(0));
         let cut_short = if plan.heeds_lost {
@@ -232,7 +279,7 @@ pub async fn work(locker: &Locker, writes: &Writes, plan: &Plan, sink: &Sink, st
             None
         };
         if cut_short.is_none() {
-            write(writes, &guard, plan, sink, token).await;
+            write(writes, guard, plan, sink, token).await;
         }
         // The blind holder says after its write whether the lock was lost meanwhile.
         let lost_reason = match cut_short {
@@ -246,7 +293,13 @@ pub async fn work(locker: &Locker, writes: &Writes, plan: &Plan, sink: &Sink, st
             });
         }
         sink(Event::Exit { t: now_ns() });
-        let ok = guard.release().await.is_ok();
+        if let (Role::Permit(_), Writes::Register(register)) = (plan.role, writes) {
+            // Before the permit goes back, so that its next holder's first write finds it free.
+            if let Err(e) = register.leave(&plan.name, token, &plan.id).await {
+                error(sink, "register", format!("{e:#}"));
+            }
+        }
+        let ok = held.release().await.is_ok();
         sink(Event::Released { t: now_ns(), ok });
     }
     sink(Event::Done { t: now_ns() });
@@ -256,7 +309,7 @@ pub async fn work(locker: &Locker, writes: &Writes, plan: &Plan, sink: &Sink, st
 async fn write(writes: &Writes, guard: &LockGuard, plan: &Plan, sink: &Sink, token: u64) {
     let sent = now_ns();
     let accepted = match writes {
-        Writes::Register(register) => register.write(&plan.name, token, &plan.id).await,
+        Writes::Register(register) => register.write(&plan.name, plan.role, token, &plan.id).await,
         Writes::Guarded(key) => crate::guarded_log::append(guard, key, token, &plan.id).await,
         Writes::Fenced(log) => log.append(&plan.name, token, &plan.id).await,
     };

@@ -163,6 +163,7 @@ async fn kill(target: &Target, waiters: usize, register: &str) -> Result<(usize,
     let holder = locksmith::connect(&target.url).await?;
     let held = holder.lock(&name).ttl(target.ttl).acquire().await?;
     let spec = WorkerSpec {
+        primitive: crate::primitive::Primitive::Mutex,
         name: name.clone(),
         register: register.to_owned(),
         unsafe_register: false,
