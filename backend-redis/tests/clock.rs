@@ -25,15 +25,7 @@ impl ShiftedRedis {
     async fn start() -> ShiftedRedis {
         let dir = std::env::temp_dir().join(format!("locksmith-clock-{}-{:x}", std::process::id(), rand_u64()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/backends.d/clockshift.c");
-        let shim = dir.join("clockshift.so");
-        let built = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&shim)
-            .arg(&source)
-            .status()
-            .expect("running cc");
-        assert!(built.success(), "building {}", source.display());
+        let shim = locksmith_core::conformance::servers::clock_shim(&dir);
         std::fs::write(dir.join("offset"), "0").expect("offset file");
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())

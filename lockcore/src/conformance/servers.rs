@@ -1,6 +1,7 @@
 //! Test support for fault tests: the repository's `scripts/backends`, which starts, kills, pauses
 //! and restarts the real test servers, called from Rust.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The path of `scripts/backends`: `LOCKSMITH_BACKENDS_SCRIPT`, else the one in this repository.
@@ -9,11 +10,39 @@ fn script() -> String {
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends").to_owned())
 }
 
+/// Builds the clock shim (`scripts/backends.d/clockshift.c`, an `LD_PRELOAD` library that shifts
+/// `CLOCK_REALTIME` by the milliseconds written in the file `CLOCKSHIFT_FILE` names) into `dir`
+/// with `cc`, and returns the library's path. Panics if it cannot be built.
+pub fn clock_shim(dir: &Path) -> PathBuf {
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends.d/clockshift.c");
+    let shim = dir.join("clockshift.so");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&shim)
+        .arg(source)
+        .status()
+        .unwrap_or_else(|e| panic!("running cc for {source}: {e}"));
+    assert!(built.success(), "building {source}");
+    shim
+}
+
 /// Runs `scripts/backends ARGS` (e.g. `["kill", "etcd-2"]`, `["leader", "zk-ensemble"]`) and
 /// returns its trimmed standard output. Panics with the script's error output if it fails: this is
 /// test support, and a fault that could not be injected must fail the test.
 pub fn backends(args: &[&str]) -> String {
-    let out = Command::new("bash").arg(script()).args(args).output();
+    backends_with(args, &[])
+}
+
+/// [`backends`] with `env` added to the script's environment: e.g. `LOCKSMITH_BACKENDS_DIR` and
+/// `LOCKSMITH_BACKENDS_PORT_OFFSET` for a server set of a test's own, or `LD_PRELOAD` for servers
+/// under [`clock_shim`].
+pub fn backends_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> String {
+    let mut command = Command::new("bash");
+    command.arg(script()).args(args);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = command.output();
     let out = out.unwrap_or_else(|e| panic!("running scripts/backends {args:?}: {e}"));
     assert!(
         out.status.success(),
