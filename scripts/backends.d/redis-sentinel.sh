@@ -70,10 +70,37 @@ sentinel_current_master() {
     echo sentinel-m
 }
 
+# The master every running sentinel names, once they agree: after a failover one sentinel can
+# lag behind the others for seconds, and a data server started meanwhile as a replica of the new
+# master looks to it like the old master come back; it then turns the new master into a replica
+# of the old one, which has no data (seen: a held lock lost to a second, unasked-for failover
+# 4 s after the first, sentinel.rs killed_master_keeps_a_confirmed_lock). Waits up to 30 s for
+# agreement, then takes sentinel_current_master's answer; at once when no sentinel answers
+# (nothing started yet).
+sentinel_agreed_master() {
+    local id addr ports deadline=$((SECONDS + 30))
+    while :; do
+        ports=()
+        for id in "${SENTINEL_IDS[@]}"; do
+            owned_pid "$id" >/dev/null || continue
+            addr=$(redis_cli "$id" SENTINEL get-master-addr-by-name "$SENTINEL_MASTER" 2>/dev/null) || continue
+            if [[ $addr == *$'\n'* ]]; then ports+=("${addr##*$'\n'}"); fi
+        done
+        ((${#ports[@]} > 0)) || break
+        if [[ $(printf '%s\n' "${ports[@]}" | sort -u | wc -l) == 1 ]]; then
+            sentinel_id_of_port "${ports[0]}"
+            return
+        fi
+        ((SECONDS < deadline)) || break
+        sleep 0.2
+    done
+    sentinel_current_master
+}
+
 redis_sentinel_start() {
     local id=$1 dir="$STATE/$1" master
     if sentinel_is_data "$id"; then
-        master=$(sentinel_current_master)
+        master=$(sentinel_agreed_master)
         if [[ -n $master && $master != "$id" ]]; then
             log "$id: replica of $master (the sentinels' master)"
             redis_start "$id" "replica-announce-ip $HOST" "replicaof $HOST $(client_port "$master")"
