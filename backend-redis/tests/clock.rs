@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use locksmith_core::conformance::servers::ClockShift;
 use locksmith_core::{Locker, LostReason};
 use locksmith_redis::connect;
 
@@ -17,6 +18,7 @@ use locksmith_redis::connect;
 struct ShiftedRedis {
     child: Child,
     dir: PathBuf,
+    clock: ClockShift,
     port: u16,
 }
 
@@ -25,8 +27,7 @@ impl ShiftedRedis {
     async fn start() -> ShiftedRedis {
         let dir = std::env::temp_dir().join(format!("locksmith-clock-{}-{:x}", std::process::id(), rand_u64()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let shim = locksmith_core::conformance::servers::clock_shim(&dir);
-        std::fs::write(dir.join("offset"), "0").expect("offset file");
+        let clock = ClockShift::new(&dir);
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -44,13 +45,17 @@ impl ShiftedRedis {
             ])
             .arg("--dir")
             .arg(&dir)
-            .env("LD_PRELOAD", &shim)
-            .env("CLOCKSHIFT_FILE", dir.join("offset"))
+            .envs(clock.env())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("starting redis-server (scripts/backends installs it)");
-        let server = ShiftedRedis { child, dir, port };
+        let server = ShiftedRedis {
+            child,
+            dir,
+            clock,
+            port,
+        };
         for _ in 0..100 {
             if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
                 return server;
@@ -62,7 +67,7 @@ impl ShiftedRedis {
 
     /// Moves the server's wall clock to `ms` from the true time (the shim reads it within 20 ms).
     async fn shift(&self, ms: i64) {
-        std::fs::write(self.dir.join("offset"), ms.to_string()).expect("offset file");
+        self.clock.set(ms);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 

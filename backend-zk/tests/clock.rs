@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use locksmith_core::conformance::proxy::{Mode, Proxy};
-use locksmith_core::conformance::servers::{backends_with, clock_shim};
+use locksmith_core::conformance::servers::{backends_with, ClockShift};
 use locksmith_core::conformance::unique_name;
 use zookeeper_client as zk;
 
@@ -28,21 +28,20 @@ const SESSION: &str = "session_timeout=3000ms";
 struct ShiftedZk {
     dir: PathBuf,
     offset: u16,
-    shim: PathBuf,
+    clock: ClockShift,
 }
 
 impl ShiftedZk {
     fn start() -> ShiftedZk {
         let dir = std::env::temp_dir().join(format!("locksmith-zk-clock-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let shim = clock_shim(&dir);
-        std::fs::write(dir.join("offset"), "0").expect("offset file");
+        let clock = ClockShift::new(&dir);
         // A port offset whose ZooKeeper port is free (the shared test servers use offset 0).
         let offset = (2000..6000u16)
             .step_by(37)
             .find(|o| TcpListener::bind(("127.0.0.1", ZK_PORT + o)).is_ok())
             .expect("a free port for the test's ZooKeeper");
-        let zk = ShiftedZk { dir, offset, shim };
+        let zk = ShiftedZk { dir, offset, clock };
         zk.backends(&["start", "zk"], true);
         zk
     }
@@ -51,14 +50,12 @@ impl ShiftedZk {
     fn backends(&self, args: &[&str], shifted: bool) -> String {
         let offset = self.offset.to_string();
         let state = self.dir.join("state");
-        let offset_file = self.dir.join("offset");
         let mut env: Vec<(&str, &OsStr)> = vec![
             ("LOCKSMITH_BACKENDS_DIR", state.as_os_str()),
             ("LOCKSMITH_BACKENDS_PORT_OFFSET", OsStr::new(&offset)),
         ];
         if shifted {
-            env.push(("LD_PRELOAD", self.shim.as_os_str()));
-            env.push(("CLOCKSHIFT_FILE", offset_file.as_os_str()));
+            env.extend(self.clock.env());
         }
         backends_with(args, &env)
     }
@@ -69,7 +66,7 @@ impl ShiftedZk {
 
     /// Moves the server's wall clock to `ms` from the true time (the shim reads it within 20 ms).
     async fn shift(&self, ms: i64) {
-        std::fs::write(self.dir.join("offset"), ms.to_string()).expect("offset file");
+        self.clock.set(ms);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

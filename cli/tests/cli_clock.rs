@@ -13,38 +13,35 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::{assert_code, env_url, locksmith, run, token, unique_name, Proc};
-use locksmith_core::conformance::servers::clock_shim;
+use locksmith_core::conformance::servers::ClockShift;
 
 const HOUR_MS: i64 = 3_600_000;
 
-/// A directory with the shim and its offset file, removed when dropped.
+/// A shifted clock in a directory of its own, removed when dropped.
 struct Shifted {
     dir: PathBuf,
-    shim: PathBuf,
+    clock: ClockShift,
 }
 
 impl Shifted {
     fn new(what: &str) -> Shifted {
         let dir = std::env::temp_dir().join(format!("locksmith-cli-clock-{what}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let shim = clock_shim(&dir);
-        let shifted = Shifted { dir, shim };
-        shifted.shift(0);
-        shifted
+        let clock = ClockShift::new(&dir);
+        Shifted { dir, clock }
     }
 
     /// Moves the shifted process's wall clock to `ms` from the true time, and gives the shim
     /// (which reads the file at most every 20 ms) and a renewal or two time to see it.
     fn shift(&self, ms: i64) {
-        std::fs::write(self.dir.join("offset"), ms.to_string()).expect("offset file");
+        self.clock.set(ms);
         std::thread::sleep(Duration::from_secs(3));
     }
 
     /// `locksmith ARGS` under the shim.
     fn locksmith(&self, args: &[&str]) -> Proc {
         let mut cmd = locksmith(args);
-        cmd.env("LD_PRELOAD", &self.shim)
-            .env("CLOCKSHIFT_FILE", self.dir.join("offset"));
+        cmd.envs(self.clock.env());
         Proc::spawn(cmd)
     }
 }

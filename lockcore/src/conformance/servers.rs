@@ -10,20 +10,47 @@ fn script() -> String {
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends").to_owned())
 }
 
-/// Builds the clock shim (`scripts/backends.d/clockshift.c`, an `LD_PRELOAD` library that shifts
-/// `CLOCK_REALTIME` by the milliseconds written in the file `CLOCKSHIFT_FILE` names) into `dir`
-/// with `cc`, and returns the library's path. Panics if it cannot be built.
-pub fn clock_shim(dir: &Path) -> PathBuf {
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends.d/clockshift.c");
-    let shim = dir.join("clockshift.so");
-    let built = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&shim)
-        .arg(source)
-        .status()
-        .unwrap_or_else(|e| panic!("running cc for {source}: {e}"));
-    assert!(built.success(), "building {source}");
-    shim
+/// A wall clock that a test moves, for the processes it starts under it: the clock shim
+/// (`scripts/backends.d/clockshift.c`, an `LD_PRELOAD` library that shifts `CLOCK_REALTIME` by
+/// the milliseconds written in the file `CLOCKSHIFT_FILE` names) and that offset file.
+pub struct ClockShift {
+    shim: PathBuf,
+    offset_file: PathBuf,
+}
+
+impl ClockShift {
+    /// Builds the shim into `dir` with `cc`, the offset at 0. Panics if it cannot be built.
+    pub fn new(dir: &Path) -> ClockShift {
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends.d/clockshift.c");
+        let shim = dir.join("clockshift.so");
+        let built = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&shim)
+            .arg(source)
+            .status()
+            .unwrap_or_else(|e| panic!("running cc for {source}: {e}"));
+        assert!(built.success(), "building {source}");
+        let clock = ClockShift {
+            shim,
+            offset_file: dir.join("offset"),
+        };
+        clock.set(0);
+        clock
+    }
+
+    /// Moves the clock of every process under it to `ms` from the true time (the shim reads the
+    /// file again at most 20 ms later).
+    pub fn set(&self, ms: i64) {
+        std::fs::write(&self.offset_file, ms.to_string()).expect("the clock's offset file");
+    }
+
+    /// What a process needs in its environment to run under this clock.
+    pub fn env(&self) -> [(&'static str, &std::ffi::OsStr); 2] {
+        [
+            ("LD_PRELOAD", self.shim.as_os_str()),
+            ("CLOCKSHIFT_FILE", self.offset_file.as_os_str()),
+        ]
+    }
 }
 
 /// Runs `scripts/backends ARGS` (e.g. `["kill", "etcd-2"]`, `["leader", "zk-ensemble"]`) and
@@ -35,7 +62,7 @@ pub fn backends(args: &[&str]) -> String {
 
 /// [`backends`] with `env` added to the script's environment: e.g. `LOCKSMITH_BACKENDS_DIR` and
 /// `LOCKSMITH_BACKENDS_PORT_OFFSET` for a server set of a test's own, or `LD_PRELOAD` for servers
-/// under [`clock_shim`].
+/// under a [`ClockShift`].
 pub fn backends_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> String {
     let mut command = Command::new("bash");
     command.arg(script()).args(args);
