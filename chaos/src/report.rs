@@ -285,16 +285,9 @@ impl Report {
                     }
                 };
                 for fault in faults.iter().copied().filter(applies) {
-                    tracing::info!(target = target.id(), %fault, "run");
-                    match run::run(target, fault, shape, &register, WriteMode::Register).await {
-                        Ok(r) => report.results.push(Row::from(r)),
-                        Err(e) => {
-                            tracing::error!(target = target.id(), %fault, error = %format!("{e:#}"), "run failed");
-                            report
-                                .notes
-                                .push(format!("{} {fault}: the run failed: {e:#}", target.id()));
-                        }
-                    }
+                    let run = run::run(target, fault, shape, &register, WriteMode::Register);
+                    let label = format!("{} {fault}", target.id());
+                    keep_row(label, run, &mut report.results, &mut report.notes).await;
                 }
             }
         }
@@ -362,6 +355,24 @@ impl Report {
     }
 }
 
+/// Runs one fault run (`label`: its target, primitive, fault, mode) and keeps its row, or a note
+/// that it failed, which [`Report::broken_promises`] counts as broken (by "run failed").
+async fn keep_row(
+    label: String,
+    run: impl std::future::Future<Output = Result<RunResult>>,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) {
+    tracing::info!(run = label, "run");
+    match run.await {
+        Ok(r) => rows.push(Row::from(r)),
+        Err(e) => {
+            tracing::error!(run = label, error = %format!("{e:#}"), "run failed");
+            notes.push(format!("{label}: the run failed: {e:#}"));
+        }
+    }
+}
+
 /// The targets and faults of the primitives' quick run: one primitive per backend, so that each
 /// primitive and each server-backed backend's kinds meet a pause in every run of `scripts/test`.
 const QUICK_PRIMITIVES: [(&str, Primitive); 3] = [
@@ -397,14 +408,9 @@ async fn primitives(
             }
             let applies = |f: &Fault| target.has(*f) && (!quick || *f == Fault::Pause);
             for fault in faults.iter().copied().filter(applies) {
-                tracing::info!(target = target.id(), %primitive, %fault, "run");
-                match run::run_on(target, primitive, fault, shape, register, WriteMode::Register).await {
-                    Ok(r) => rows.push(Row::from(r)),
-                    Err(e) => {
-                        tracing::error!(target = target.id(), %primitive, %fault, error = %format!("{e:#}"), "run failed");
-                        notes.push(format!("{} {primitive} {fault}: the run failed: {e:#}", target.id()));
-                    }
-                }
+                let run = run::run_on(target, primitive, fault, shape, register, WriteMode::Register);
+                let label = format!("{} {primitive} {fault}", target.id());
+                keep_row(label, run, &mut rows, notes).await;
             }
         }
     }
@@ -470,14 +476,8 @@ async fn blind_runs(
             }
         };
         for fault in faults.iter().copied().filter(applies) {
-            tracing::info!(target = target.id(), %fault, ?writes, "blind-writer run");
-            match run::run(target, fault, shape, register, writes).await {
-                Ok(r) => rows.push(Row::from(r)),
-                Err(e) => {
-                    tracing::error!(target = target.id(), %fault, ?writes, error = %format!("{e:#}"), "run failed");
-                    notes.push(format!("{} {fault} ({writes:?}): the run failed: {e:#}", target.id()));
-                }
-            }
+            let run = run::run(target, fault, shape, register, writes);
+            keep_row(format!("{} {fault} ({writes:?})", target.id()), run, &mut rows, notes).await;
         }
     }
     rows
