@@ -184,11 +184,14 @@
 //!   backend deletes the node of any lease not renewed within its TTL, as the server would after a
 //!   crash.
 //! - **Renewal** ([`locksmith_core::driver::LockBackend::renew_many`]) costs the same whatever the number of
-//!   locks: one `exists` request on the namespace node per batch, the cheapest request the server
-//!   answers itself (no write, no leader round trip) and one that fails once the session is gone.
-//!   Its answer proves the server heard from the session after the request was sent, so the
-//!   session — the lease of every lock in the batch — cannot expire before `sent + session
-//!   timeout`, which is what the watchdog counts on. The session state alone would not do: the
+//!   locks: one `sync` and one `exists` on the namespace node per batch, pipelined (one round
+//!   trip; `exists` fails once the session is gone). In an ensemble the leader expires sessions, and
+//!   a follower cut off from the quorum goes on answering its clients by itself for `syncLimit`
+//!   ticks while the leader side expires their sessions: `sync` goes through the leader, so the
+//!   answer proves the leader heard from the session's server after the request was sent, and the
+//!   session — the lease of every lock in the batch — cannot expire before about `sent + session
+//!   timeout`, which is what the watchdog counts on (a cut-off follower answers neither, and the
+//!   holder is told within the TTL). The session state alone would not do: the
 //!   client notices a dead connection only after 2/5 of the session timeout, so "connected" can be
 //!   stale. A terminated session is `NotHeld` for all leases without a request; a disconnected one
 //!   is `Unavailable` (retried). Renewal does not look at the nodes: a deleted node is reported by
@@ -247,7 +250,7 @@
 //! | `conn/` | one session (`session.rs`, the lease of its locks) and the current one (`sessions.rs`) |
 //! | `protocol/` | a contender in a queue (`contender.rs`), what each kind creates (`recipe.rs`), one try (`take.rs`), Curator's semaphore (`semaphore.rs`), elections (`election.rs`) |
 //! | `wake/` | the watch that tells a holder its node is gone (`held.rs`) |
-//! | `renew.rs` | `renew_many`: nothing per lock (the session is the lease of every lock, kept by the client's heartbeats); one `exists` confirms the session for the whole batch |
+//! | `renew.rs` | `renew_many`: nothing per lock (the session is the lease of every lock, kept by the client's heartbeats); one pipelined `sync` + `exists` (through the leader) confirms the session for the whole batch |
 //! | `cleanup.rs` | the clean-up guards: a contender's node nobody holds yet (`PendingNode`), a release not answered yet (`Unanswered`) |
 //! | `listing.rs` | `inspect` and `list` |
 //! | `guarded.rs` | guarded writes: a `multi` of the holder node's check and the write; [`add_owner_check`] |

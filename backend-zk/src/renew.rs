@@ -5,11 +5,18 @@
 //! - a terminated session (expired, closed) → `NotHeld` for all, without a request;
 //! - disconnected (Curator: SUSPENDED) → `Unavailable` for all, without a request; the watchdog
 //!   retries and fires `lost()` once no renewal succeeded for TTL − TTL/10;
-//! - connected → **one `exists` request for the whole batch**, on the namespace node (the smallest
-//!   request the server answers itself: no write, no quorum, no leader round trip; it fails with
-//!   `SessionExpired` once the session is gone). Its answer proves the server heard from this
-//!   session after the request was sent, so the session — the lease of every lock in the batch —
-//!   cannot expire before `sent + session timeout`, which is what the watchdog counts on.
+//! - connected → **one `sync` and one `exists` for the whole batch**, pipelined (one round trip),
+//!   on the namespace node; `exists` fails with `SessionExpired` once the session is gone. In an
+//!   ensemble the *leader* expires sessions, from the touches its followers pass on; a follower
+//!   cut off from the quorum goes on answering its clients' pings and reads by itself (for
+//!   `syncLimit` ticks) while the leader side expires their sessions and grants their locks to
+//!   others. `sync` goes through the leader, and the server answers a session's requests in order,
+//!   so the `exists` answer comes after the leader heard from this session's server after the
+//!   request was sent: the session — the lease of every lock in the batch — cannot expire before
+//!   about `sent + session timeout` (the leader takes a follower's touches with its pings, every
+//!   half tick: the watchdog's TTL/10 margin covers that), which is what the watchdog counts on.
+//!   A cut-off follower answers neither: renewals fail and `lost()` fires within the TTL
+//!   (`tests/cut_off_follower.rs`).
 //!
 //! Whether each node still exists is not asked: a node deleted behind our back is reported by the
 //! data watch set on it when it was granted ([`crate::wake::held`]), which forgets the lease, so a
@@ -64,7 +71,10 @@ pub(crate) async fn renew_all(session: &Session, probe: &str, leases: &[Lease]) 
     }
 
     let sent = Instant::now();
-    match session.client.check_stat(probe).await {
+    // The client sends each request as it is made: the sync first, the exists behind it.
+    let sync = session.client.sync(probe);
+    let (synced, checked) = tokio::join!(sync, session.client.check_stat(probe));
+    match synced.and(checked) {
         Ok(_) => {
             // Held still (no watch reported a deletion, no release) after the answer?
             let paths = leases
