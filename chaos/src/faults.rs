@@ -157,6 +157,63 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
                 (ttl * 5 / 8).as_millis()
             )
         }
+        Fault::NetPartition if target.fails_over => {
+            // The Sentinel master alone on its side of a real partition, its clients still with
+            // it: the sentinels promote the replica, the old master keeps answering its clients
+            // (renewals unconfirmed by any replica) until the heal makes it the new one's replica.
+            let (_, old) = redis_leader(fleet, target).await?;
+            let cut = std::time::Instant::now();
+            servers(&["isolate", &old]).await?;
+            let new = wait_for_new_leader(&["leader", "redis-sentinel"], &old).await;
+            let failover_ms = cut.elapsed().as_millis();
+            if new.is_ok() {
+                tokio::time::sleep(ttl).await;
+            }
+            let healed_after = cut.elapsed().as_millis();
+            servers(&["heal", &old]).await?;
+            format!(
+                "{old} (the master) cut off from its replica and sentinels, its clients still reaching it; {} \
+                 after {failover_ms} ms; healed after {healed_after} ms, {old} then a replica",
+                new.map(|new| format!("{new} took over"))?
+            )
+        }
+        Fault::NetPartition => {
+            // A member alone on its side of a real partition, serving the clients that reach it:
+            // the leader on even injections, a follower on odd ones.
+            let group = target.group.context("no leader group")?;
+            let leader = servers(&["leader", group]).await?;
+            let (member, role) = if n.is_multiple_of(2) {
+                (leader.as_str(), "the leader")
+            } else {
+                let follower = target.members.iter().find(|m| **m != leader).context("no follower")?;
+                (*follower, "a follower")
+            };
+            servers(&["isolate", member]).await?;
+            tokio::time::sleep(ttl * 2).await;
+            servers(&["heal", member]).await?;
+            format!(
+                "{member} ({role}) cut off from the other members for {} ms, its clients still reaching it",
+                (ttl * 2).as_millis()
+            )
+        }
+        Fault::ClockJump => {
+            // The server's wall clock steps while the lock is held, stays there for 2 TTLs, and
+            // steps back to the true time (a second jump, the other way).
+            let id = target.clock.context("no server under the clock shim")?;
+            let (ms, what) = [
+                (10_000, "+10 s"),
+                (-10_000, "-10 s"),
+                (3_600_000, "+1 h"),
+                (-3_600_000, "-1 h"),
+            ][n % 4];
+            servers(&["clock", id, &ms.to_string()]).await?;
+            tokio::time::sleep(ttl * 2).await;
+            servers(&["clock", id, "0"]).await?;
+            format!(
+                "{id}'s wall clock stepped {what}, and back to the true time {} ms later",
+                (ttl * 2).as_millis()
+            )
+        }
         Fault::MinorityPartition => {
             let group = target.group.context("no leader group")?;
             let leader = servers(&["leader", group]).await?;
@@ -246,7 +303,13 @@ pub async fn restore(target: &Target) {
     let mut ids: Vec<&str> = target.members.to_vec();
     ids.extend(target.restart);
     ids.extend(redis_servers(target));
+    if let Some(id) = target.clock {
+        let _ = servers(&["clock", id, "0"]).await;
+    }
     for id in ids {
+        if target.has(Fault::NetPartition) {
+            let _ = servers(&["heal", id]).await;
+        }
         let _ = servers(&["resume", id]).await;
         let _ = servers(&["start", id]).await;
     }

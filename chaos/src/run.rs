@@ -190,13 +190,14 @@ pub async fn run_on(
     })
 }
 
-/// The longest hold of a run: 300 ms, but 3 TTLs for partitions, so that a holder cut off from
-/// its server is often still at work when its lease runs out (and must be told), and for Redis
+/// The longest hold of a run: 300 ms, but 3 TTLs for partitions and clock jumps, so that a holder
+/// cut off from its server (or whose lease a jump cut short) is often still at work when its
+/// lease runs out (and must be told), and for Redis
 /// failovers, so that the holder is still at work when the replica takes over (and its lease must
 /// be there, or it must be told).
 pub fn hold_max(target: &Target, fault: Fault) -> Duration {
     match fault {
-        Fault::Partition => target.ttl * 3,
+        Fault::Partition | Fault::NetPartition | Fault::ClockJump => target.ttl * 3,
         f if f.fails_over() && target.fails_over => target.ttl * 3,
         _ => Duration::from_millis(300),
     }

@@ -31,11 +31,19 @@ pub enum Fault {
     /// 5/8 of a TTL while renewals reach the master alone, the master is killed, the replica
     /// resumed and promoted without them, the old master started again as its replica.
     LagFailover,
+    /// A real partition (the servers' network namespaces, `scripts/backends isolate`): a cluster
+    /// member (the leader, or a follower, in turn) or the Redis Sentinel master is cut off from
+    /// every other server while the clients still reach it, then healed.
+    NetPartition,
+    /// The server's wall clock stepped (servers started with `LOCKSMITH_BACKENDS_CLOCKS=1`,
+    /// `scripts/backends clock`): by +10 s, −10 s, +1 h and −1 h in turn, held for 2 TTLs, then
+    /// stepped back to the true time.
+    ClockJump,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 11] = [
         Fault::None,
         Fault::Pause,
         Fault::Kill,
@@ -45,11 +53,16 @@ impl Fault {
         Fault::MinorityPartition,
         Fault::Failover,
         Fault::LagFailover,
+        Fault::NetPartition,
+        Fault::ClockJump,
     ];
 
     /// Whether it makes a Redis Sentinel or Cluster fail over.
     pub fn fails_over(self) -> bool {
-        matches!(self, Fault::LeaderKill | Fault::Failover | Fault::LagFailover)
+        matches!(
+            self,
+            Fault::LeaderKill | Fault::Failover | Fault::LagFailover | Fault::NetPartition
+        )
     }
 
     /// The name in the JSON output and on the command line.
@@ -64,6 +77,8 @@ impl Fault {
             Fault::MinorityPartition => "minority-partition",
             Fault::Failover => "failover",
             Fault::LagFailover => "lag-failover",
+            Fault::NetPartition => "net-partition",
+            Fault::ClockJump => "clock-jump",
         }
     }
 
@@ -104,6 +119,12 @@ pub struct Target {
     /// seed nodes, not the servers that hold the locks (so the suite's proxies cannot partition a
     /// holder), and `leader-kill` waits for the failover before it starts the old master again.
     pub fails_over: bool,
+    /// Whether the members run in network namespaces of their own (`scripts/backends up` with
+    /// `LOCKSMITH_BACKENDS_NETNS=1` exports `LOCKSMITH_TEST_NETNS=1`), for `net-partition`.
+    pub netns: bool,
+    /// The server whose wall clock `clock-jump` steps, when the servers run under the clock shim
+    /// (`LOCKSMITH_BACKENDS_CLOCKS=1` exports `LOCKSMITH_TEST_CLOCKS=1`).
+    pub clock: Option<&'static str>,
 }
 
 impl Target {
@@ -123,6 +144,10 @@ impl Target {
             Fault::LeaderKill => self.group.is_some(),
             Fault::MinorityPartition => !self.members.is_empty(),
             Fault::Failover | Fault::LagFailover => self.group == Some("redis-sentinel"),
+            Fault::ClockJump => self.clock.is_some(),
+            Fault::NetPartition => {
+                self.netns && matches!(self.group, Some("etcd-cluster" | "zk-ensemble" | "redis-sentinel"))
+            }
         }
     }
 
@@ -189,6 +214,9 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             }
         )
     };
+    let netns = std::env::var("LOCKSMITH_TEST_NETNS").is_ok_and(|v| v == "1");
+    let clocks = std::env::var("LOCKSMITH_TEST_CLOCKS").is_ok_and(|v| v == "1");
+    let clock = |id: &'static str| clocks.then_some(id);
     let sentinel = env_url("LOCKSMITH_TEST_REDIS_SENTINEL")?;
     let cluster = env_url("LOCKSMITH_TEST_REDIS_CLUSTER")?;
     let failover_target = |topology: &'static str, url: String, group: &'static str| Target {
@@ -200,6 +228,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
         group: Some(group),
         members: &[],
         fails_over: true,
+        netns,
+        clock: None,
     };
     Ok(vec![
         Target {
@@ -211,6 +241,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             group: None,
             members: &[],
             fails_over: false,
+            netns: false,
+            clock: None,
         },
         // Lock files shared by the worker processes of this machine (no server: pause and kill).
         Target {
@@ -227,6 +259,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             group: None,
             members: &[],
             fails_over: false,
+            netns: false,
+            clock: None,
         },
         Target {
             backend: "etcd",
@@ -237,6 +271,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             group: None,
             members: &[],
             fails_over: false,
+            netns: false,
+            clock: None,
         },
         Target {
             backend: "etcd",
@@ -247,6 +283,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             group: Some("etcd-cluster"),
             members: &["etcd-1", "etcd-2", "etcd-3"],
             fails_over: false,
+            netns,
+            clock: None,
         },
         Target {
             backend: "zk",
@@ -257,6 +295,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             group: None,
             members: &[],
             fails_over: false,
+            netns: false,
+            clock: clock("zk"),
         },
         Target {
             backend: "zk",
@@ -267,6 +307,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             group: Some("zk-ensemble"),
             members: &["zk-1", "zk-2", "zk-3"],
             fails_over: false,
+            netns,
+            clock: None,
         },
         // One PostgreSQL server; a restart keeps its data (the fencing tokens are in a table).
         Target {
@@ -282,6 +324,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             group: None,
             members: &[],
             fails_over: false,
+            netns: false,
+            clock: None,
         },
         Target {
             backend: "redis",
@@ -292,6 +336,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             group: None,
             members: &[],
             fails_over: false,
+            netns: false,
+            clock: clock("redis"),
         },
         Target {
             backend: "redis",
@@ -302,6 +348,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             group: None,
             members: &[],
             fails_over: false,
+            netns: false,
+            clock: clock("redis-q1"),
         },
         failover_target("sentinel", failover(sentinel.clone(), false), "redis-sentinel"),
         failover_target("sentinel+confirm", failover(sentinel, true), "redis-sentinel"),

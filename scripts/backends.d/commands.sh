@@ -24,6 +24,13 @@ usage: scripts/backends COMMAND [ARGS]
   pause ID          SIGSTOP the server
   resume ID         SIGCONT the server
   pid ID            print the server's pid
+  isolate ID        netns mode only (LOCKSMITH_BACKENDS_NETNS=1 at \`up\`; ids: ${NETNS_IDS[*]}):
+                    cut the server off from every other one (blackhole routes both ways)
+                    while the clients still reach it: a real partition
+  clock ID MS       clock mode only (LOCKSMITH_BACKENDS_CLOCKS=1 at \`up\`; ids: ${CLOCK_IDS[*]}):
+                    step the server's wall clock to MS ms from the true time (0: back to it)
+  heal ID           undo \`isolate ID\`; for a Sentinel data server, also wait (at most 30s)
+                    until it serves again in the role the sentinels give it
 $(leader_usage)
   failover redis-sentinel   SENTINEL FAILOVER: the replica becomes the master; waits (at most
                     30s) until it is, every sentinel names it and the old master replicates
@@ -65,6 +72,8 @@ cmd_up() {
     take_lock
     touch "$STATE/$MARKER"
     echo "$PORT_OFFSET" >"$STATE/port-offset"
+    echo "$NETNS" >"$STATE/netns"
+    echo "$CLOCKS" >"$STATE/clocks"
     for id in "${ids[@]}"; do
         if pid=$(owned_pid "$id"); then
             if [[ $(proc_state "$pid") == T ]]; then
@@ -95,6 +104,8 @@ cmd_up() {
     fi
 
     emit LOCKSMITH_BACKENDS_DIR "$(printf %q "$STATE")"
+    ((NETNS == 0)) || emit LOCKSMITH_TEST_NETNS 1
+    ((CLOCKS == 0)) || emit LOCKSMITH_TEST_CLOCKS 1
     for kind in "${KINDS[@]}"; do "${kind//-/_}_exports" single; done
     if [[ $mode == all ]]; then
         for kind in "${KINDS[@]}"; do "${kind//-/_}_exports" cluster; done
@@ -122,6 +133,7 @@ cmd_down() {
     n1=$(terminate_all "${first[@]}")
     n2=0
     ((${#last[@]} == 0)) || n2=$(terminate_all "${last[@]}")
+    netns_teardown
     if [[ -f $STATE/$MARKER ]]; then
         rm -rf -- "$STATE"
         log "stopped $((n1 + n2)) server(s), removed $STATE"
@@ -185,6 +197,21 @@ cmd_resume() {
 }
 
 cmd_pid() { running_pid "$1"; }
+
+cmd_isolate() {
+    netns_need "$1" isolate
+    netns_routes add "$1"
+    log "isolated $1 ($(host_of "$1")) from the other servers; clients still reach it"
+}
+
+cmd_heal() {
+    local id=$1 kind
+    netns_need "$id" heal
+    netns_routes del "$id"
+    log "healed $id"
+    kind=${KIND_OF[$id]}
+    if declare -F "${kind//-/_}_healed" >/dev/null; then kind_call "$id" healed; fi
+}
 
 cmd_check() {
     local mode=${1:-all} ids id bad=()

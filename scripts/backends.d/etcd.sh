@@ -4,6 +4,7 @@
 
 register_ids etcd single etcd
 register_ids etcd cluster etcd-1 etcd-2 etcd-3
+netns_ids etcd-1 etcd-2 etcd-3
 leader_group etcd-cluster "etcd cluster leader" etcd-1 etcd-2 etcd-3
 need_command etcd etcd-server
 need_command etcdctl etcd-client
@@ -27,16 +28,17 @@ etcd_ports() { # client 23790 (+member), peer 23800 (+member)
 }
 
 etcd_start() {
-    local id=$1 n dir="$STATE/$1" cport pport name cluster token hb el
+    local id=$1 n dir="$STATE/$1" cport pport name cluster token hb el host
     n=$(member_of "$id")
+    host=$(host_of "$id")
     cport=$(port $((23790 + ${n:-0})))
     pport=$(port $((23800 + ${n:-0})))
     if [[ -z $n ]]; then
-        name=etcd cluster="etcd=http://$HOST:$pport" token=locksmith-single
+        name=etcd cluster="etcd=http://$host:$pport" token=locksmith-single
         hb=$ETCD_HEARTBEAT_MS el=$ETCD_ELECTION_MS
     else
         name=e$n token=locksmith-cluster
-        cluster="e1=http://$HOST:$(port 23801),e2=http://$HOST:$(port 23802),e3=http://$HOST:$(port 23803)"
+        cluster="e1=http://$(host_of etcd-1):$(port 23801),e2=http://$(host_of etcd-2):$(port 23802),e3=http://$(host_of etcd-3):$(port 23803)"
         hb=$ETCD_CLUSTER_HEARTBEAT_MS el=$ETCD_CLUSTER_ELECTION_MS
     fi
     # `--initial-cluster*` only matter on the first start: a restart (same --data-dir)
@@ -44,10 +46,10 @@ etcd_start() {
     launch "$id" etcd \
         --name "$name" \
         --data-dir "$dir/data" \
-        --listen-client-urls "http://$HOST:$cport" \
-        --advertise-client-urls "http://$HOST:$cport" \
-        --listen-peer-urls "http://$HOST:$pport" \
-        --initial-advertise-peer-urls "http://$HOST:$pport" \
+        --listen-client-urls "http://$host:$cport" \
+        --advertise-client-urls "http://$host:$cport" \
+        --listen-peer-urls "http://$host:$pport" \
+        --initial-advertise-peer-urls "http://$host:$pport" \
         --initial-cluster "$cluster" \
         --initial-cluster-token "$token" \
         --initial-cluster-state new \
@@ -56,24 +58,23 @@ etcd_start() {
         --logger zap --log-outputs stderr
 }
 
-etcdctl_() { # etcdctl against one endpoint, with short timeouts
-    local port=$1
+etcdctl_() { # ID ARGS...: etcdctl against ID, with short timeouts
+    local addr
+    addr=$(address "$1")
     shift
-    ETCDCTL_API=3 timeout 10 etcdctl --endpoints="http://$HOST:$port" \
+    ETCDCTL_API=3 timeout 10 etcdctl --endpoints="http://$addr" \
         --dial-timeout=1s --command-timeout=3s "$@"
 }
 
 etcd_ready() {
-    local port
-    port=$(client_port "$1")
     # The cheap check first: etcdctl waits its whole dial timeout on a closed port.
-    port_open "$port" && etcdctl_ "$port" endpoint health >/dev/null 2>&1
+    port_open "$(client_port "$1")" "$(host_of "$1")" && etcdctl_ "$1" endpoint health >/dev/null 2>&1
 }
 
 etcd_is_leader() {
     local out
     # -w simple: endpoint, member id, version, db size, IS LEADER, is learner, ...
-    out=$(etcdctl_ "$(client_port "$1")" endpoint status -w simple 2>/dev/null) || return 1
+    out=$(etcdctl_ "$1" endpoint status -w simple 2>/dev/null) || return 1
     [[ $(awk -F', ' '{print $5}' <<<"$out") == true ]]
 }
 

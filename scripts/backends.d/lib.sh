@@ -94,6 +94,10 @@ emit() { printf 'export %s=%s\n' "$1" "$2"; } # one line for `eval "$(scripts/ba
 #   need_command CMD PACKAGE         Debian package that `up` installs when CMD is missing;
 #   need_file PATH PACKAGE           ... when PATH is missing;
 #   need_check FUNCTION PACKAGE WHAT ... when FUNCTION fails (WHAT names it in errors).
+#   netns_ids ID...                  optional: the ids that run in network namespaces of their
+#                                    own in the netns mode (see netns.sh).
+#   clock_ids ID...                  optional: the ids that run under the clock shim in the
+#                                    clock mode (see clocks.sh).
 #   leader_group NAME "DESCRIPTION" ID...   optional: `leader NAME` prints which of the IDs
 #                                    leads (asks P_is_leader of each running one); `help`
 #                                    says "print the id ... of the current DESCRIPTION".
@@ -118,6 +122,7 @@ emit() { printf 'export %s=%s\n' "$1" "$2"; } # one line for `eval "$(scripts/ba
 #   P_assemble ID...  after every server of `up` answers, with this kind's ids among them
 #                   (started now or before): join them into what they form and wait until it
 #                   works (redis-cluster.sh makes its cluster once). Runs before the P_settles.
+#   P_healed ID     after `heal ID` (netns mode): wait until ID serves in its role again.
 #   P_failover NAME, P_reshard NAME ARGS..., P_slot_owner NAME ARGS...   the kind's own
 #                   `scripts/backends failover|reshard|slot-owner NAME ...`; NAME is the kind or
 #                   one of its leader groups (see redis-sentinel.sh, redis-cluster.sh).
@@ -190,7 +195,7 @@ client_port() {
     echo "${ports%%[[:space:]]*}"
 }
 
-address() { echo "$HOST:$(client_port "$1")"; }
+address() { echo "$(host_of "$1"):$(client_port "$1")"; }
 
 addresses() { # "host:port,host:port,..." of the ids given
     local id out=()
@@ -199,10 +204,10 @@ addresses() { # "host:port,host:port,..." of the ids given
     echo "${out[*]}"
 }
 
-# Is anything accepting TCP connections on $HOST:$1? (bash's /dev/tcp: no nc needed)
+# Is anything accepting TCP connections on ${2:-$HOST}:$1? (bash's /dev/tcp: no nc needed)
 port_open() {
     # shellcheck disable=SC2016 # expanded by the inner bash
-    timeout 2 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$HOST" "$1" 2>/dev/null
+    timeout 2 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "${2:-$HOST}" "$1" 2>/dev/null
 }
 
 # --- processes: pid files and ownership ---------------------------------------------------
@@ -235,8 +240,13 @@ owned_pid() {
 # caller's `$(scripts/backends up)` must not wait for the servers), logging to server.log.
 # The pid recorded is the server's own: the wrapper shell writes its pid, then execs it.
 launch() {
-    local id=$1 dir="$STATE/$1" i
+    local id=$1 dir="$STATE/$1" i netns clock
     shift
+    netns=$(netns_exec "$id") || exit 1
+    clock=$(clock_exec "$id") || exit 1
+    # shellcheck disable=SC2086 # `ip netns exec NAME` and `env LD_PRELOAD=... CLOCKSHIFT_FILE=...`,
+    # or nothing: each execs the next (the pid recorded is the server's)
+    set -- $netns $clock "$@"
     rm -f "$dir/pid"
     printf '\n===== %s: starting: %s\n' "$(date '+%F %T')" "$*" >>"$dir/server.log"
     # fd 9 is our flock on the state dir: the server must not inherit (and hold) it.
@@ -255,9 +265,10 @@ start_server() {
     local id=$1 port
     mkdir -p "$STATE/$id"
     # Something else on our ports would answer our health checks in our server's place.
+    netns_ensure "$id"
     for port in $(all_ports "$id"); do
-        if port_open "$port"; then
-            die "$id: port $HOST:$port is already in use by another process (see: ss -ltnp | grep :$port)"
+        if port_open "$port" "$(host_of "$id")"; then
+            die "$id: port $(host_of "$id"):$port is already in use by another process (see: ss -ltnp | grep :$port)"
         fi
     done
     log "starting $id on $(address "$id")"
@@ -506,6 +517,16 @@ find_leader() {
     done
     return 1
 }
+
+# --- network namespaces -------------------------------------------------------------------
+
+# The netns mode (LOCKSMITH_BACKENDS_NETNS=1): host_of, netns_ids, isolate/heal.
+# shellcheck source=backends.d/netns.sh disable=SC1091 # followed with shellcheck -x
+source "$BACKENDS_LIB/netns.sh"
+
+# The shifted-clock mode (LOCKSMITH_BACKENDS_CLOCKS=1): clock_ids, `clock ID MS`.
+# shellcheck source=backends.d/clocks.sh disable=SC1091 # followed with shellcheck -x
+source "$BACKENDS_LIB/clocks.sh"
 
 # --- TLS ----------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@
 
 register_ids redis-sentinel cluster sentinel-m sentinel-r sentinel-s1 sentinel-s2 sentinel-s3
 leader_group redis-sentinel "Redis Sentinel master" sentinel-m sentinel-r
+netns_ids sentinel-m sentinel-r sentinel-s1 sentinel-s2 sentinel-s3
 need_command redis-server redis-server
 need_command redis-cli redis-tools
 
@@ -103,24 +104,24 @@ redis_sentinel_start() {
         master=$(sentinel_agreed_master)
         if [[ -n $master && $master != "$id" ]]; then
             log "$id: replica of $master (the sentinels' master)"
-            redis_start "$id" "replica-announce-ip $HOST" "replicaof $HOST $(client_port "$master")"
+            redis_start "$id" "replica-announce-ip $(host_of "$id")" "replicaof $(address "$master" | tr : ' ')"
         else
-            redis_start "$id" "replica-announce-ip $HOST"
+            redis_start "$id" "replica-announce-ip $(host_of "$id")"
         fi
         return
     fi
     [[ -s $dir/sentinel.conf ]] || cat >"$dir/sentinel.conf" <<EOF
 # written by scripts/backends for sentinel '$id'; the sentinel rewrites this file as it runs
-bind $HOST
+bind $(host_of "$id")
 port $(client_port "$id")
-protected-mode yes
+$(redis_protected_mode "$id")
 daemonize no
 dir $dir
 logfile ""
 set-proc-title no
-# tell clients and the other sentinels loopback addresses
-sentinel announce-ip $HOST
-sentinel monitor $SENTINEL_MASTER $HOST $(port 16392) 2
+# tell clients and the other sentinels the address they reach us on
+sentinel announce-ip $(host_of "$id")
+sentinel monitor $SENTINEL_MASTER $(host_of sentinel-m) $(port 16392) 2
 sentinel down-after-milliseconds $SENTINEL_MASTER 1000
 sentinel failover-timeout $SENTINEL_MASTER 5000
 sentinel parallel-syncs $SENTINEL_MASTER 1
@@ -231,7 +232,7 @@ sentinel_mend() { # OLD NEW
         redis_cli "$2" REPLICAOF NO ONE >/dev/null || true
     fi
     if sentinel_live "$1" && [[ $(sentinel_info "$1" role) == master ]]; then
-        printf '%s\n' MULTI "REPLICAOF $HOST $(client_port "$2")" "CLIENT KILL TYPE normal" EXEC |
+        printf '%s\n' MULTI "REPLICAOF $(address "$2" | tr : ' ')" "CLIENT KILL TYPE normal" EXEC |
             redis_cli "$1" >/dev/null || true
     fi
 }
@@ -273,7 +274,7 @@ sentinels_repoint() { # ID: every running sentinel that names another master mon
         addr=$(redis_cli "$id" SENTINEL get-master-addr-by-name "$SENTINEL_MASTER" 2>/dev/null | tail -1)
         [[ $addr != "$(client_port "$1")" ]] || continue
         printf '%s\n' "SENTINEL REMOVE $SENTINEL_MASTER" \
-            "SENTINEL MONITOR $SENTINEL_MASTER $HOST $(client_port "$1") 2" \
+            "SENTINEL MONITOR $SENTINEL_MASTER $(address "$1" | tr : ' ') 2" \
             "SENTINEL SET $SENTINEL_MASTER down-after-milliseconds 1000" \
             "SENTINEL SET $SENTINEL_MASTER failover-timeout 5000" \
             "SENTINEL SET $SENTINEL_MASTER parallel-syncs 1" | redis_cli "$id" >/dev/null || true
@@ -288,6 +289,23 @@ sentinel_failover_done() { # OLD NEW
 sentinel_live() { # ID: running and not paused
     local pid
     pid=$(owned_pid "$1") && [[ $(proc_state "$pid") != T ]]
+}
+
+# After `heal ID` (netns mode): a data server cut off from the sentinels while they failed over
+# still says role:master; they turn it into the new master's replica once they see it again.
+# Wait for that (up to 30 s; after 10 s do it for them, as sentinel_mend does), and for its link.
+redis_sentinel_healed() {
+    local id=$1 master deadline=$((SECONDS + 30)) t0=$SECONDS
+    sentinel_is_data "$id" || return 0
+    while :; do
+        master=$(sentinel_agreed_master)
+        [[ $master != "$id" ]] || return 0
+        [[ $(sentinel_info "$id" master_link_status) != up ]] || break
+        ((SECONDS < deadline)) || die "heal: $id does not replicate $master after 30s ($(sentinels_view))"
+        ((SECONDS - t0 < 10)) || sentinel_mend "$id" "$master"
+        sleep 0.2
+    done
+    log "heal: $id replicates $master, the sentinels' master ($((SECONDS - t0))s)"
 }
 
 redis_sentinel_exports() {

@@ -6,6 +6,7 @@
 
 register_ids redis single redis register
 register_ids redis cluster redis-q1 redis-q2 redis-q3
+clock_ids redis redis-q1 redis-q2 redis-q3
 need_command redis-server redis-server
 need_command redis-cli redis-tools
 
@@ -19,13 +20,19 @@ redis_ports() { # 16379 (+member); the fault suite's fenced register 16390
     port $((16379 + ${n:-0}))
 }
 
+# Protected mode (no password: loopback clients only) on 127.0.0.1; off on a netns address, which
+# only this machine reaches (a private bridge), but not over loopback.
+redis_protected_mode() { # ID
+    if [[ $(host_of "$1") == "$HOST" ]]; then echo "protected-mode yes"; else echo "protected-mode no"; fi
+}
+
 # The config lines every Redis of ours has (redis-secure.sh adds its TLS and users to them).
 redis_base_conf() { # ID
     local dir="$STATE/$1"
     cat <<EOF
 # written by scripts/backends for server '$1'
-bind $HOST
-protected-mode yes
+bind $(host_of "$1")
+$(redis_protected_mode "$1")
 # run in the foreground: scripts/backends puts it in the background and records its pid
 daemonize no
 # no persistence: a restart is an empty server
@@ -56,7 +63,7 @@ redis_start() {
     launch "$id" redis-server "$dir/redis.conf"
 }
 
-redis_cli() { timeout 3 redis-cli -h "$HOST" -p "$(client_port "$1")" "${@:2}"; } # ID ARGS...
+redis_cli() { timeout 3 redis-cli -h "$(host_of "$1")" -p "$(client_port "$1")" "${@:2}"; } # ID ARGS...
 
 redis_ready() {
     [[ $(redis_cli "$1" ping 2>/dev/null) == PONG ]]

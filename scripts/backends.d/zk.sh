@@ -3,7 +3,9 @@
 # A server kind for scripts/backends (the interface is described in lib.sh).
 
 register_ids zk single zk
+clock_ids zk
 register_ids zk cluster zk-1 zk-2 zk-3
+netns_ids zk-1 zk-2 zk-3
 leader_group zk-ensemble "ZooKeeper ensemble leader" zk-1 zk-2 zk-3
 need_check zk_jar zookeeper "zookeeper.jar (looked in /usr/share/java, /usr/share/zookeeper)" # pulls libzookeeper-java + deps
 need_command java default-jre-headless
@@ -61,7 +63,7 @@ zk_base_conf() {
     echo "syncLimit=25"
     echo "dataDir=$dir/data"
     echo "clientPort=$cport"
-    echo "clientPortAddress=$HOST"
+    echo "clientPortAddress=$(host_of "$id")"
     # No per-IP connection limit: every test connects from 127.0.0.1 (default 60).
     echo "maxClientCnxns=0"
     # The AdminServer (Jetty) would listen on 8080: not wanted.
@@ -82,7 +84,7 @@ zk_start() {
         zk_base_conf "$id" "$(client_port "$id")"
         if [[ -n $n ]]; then
             for i in 1 2 3; do
-                echo "server.$i=$HOST:$(port $((28880 + i))):$(port $((38880 + i)))"
+                echo "server.$i=$(host_of "zk-$i"):$(port $((28880 + i))):$(port $((38880 + i)))"
             done
         fi
     } >"$dir/zoo.cfg"
@@ -112,24 +114,24 @@ zk_launch() {
         "$2" "$dir/zoo.cfg"
 }
 
-# A ZooKeeper four-letter word (ruok, srvr, mntr ...), via bash's /dev/tcp.
+# PORT WORD [HOST]: a ZooKeeper four-letter word (ruok, srvr, mntr ...), via bash's /dev/tcp.
 zk_4lw() {
     # shellcheck disable=SC2016 # expanded by the inner bash
     timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1" || exit 1; printf %s "$2" >&3; cat <&3' \
-        "$HOST" "$1" "$2" 2>/dev/null
+        "${3:-$HOST}" "$1" "$2" 2>/dev/null
 }
 
-zk_mode() { # standalone | leader | follower | (empty: not serving)
+zk_mode() { # PORT [HOST]: standalone | leader | follower | (empty: not serving)
     local out
-    out=$(zk_4lw "$1" srvr) || return 0
+    out=$(zk_4lw "$1" srvr "${2:-}") || return 0
     sed -n 's/^Mode: //p' <<<"$out"
 }
 
 zk_ready() {
-    local id=$1 port out
-    port=$(client_port "$id")
-    [[ $(zk_4lw "$port" ruok) == imok ]] || return 1
-    out=$(zk_mode "$port")
+    local id=$1 port out host
+    port=$(client_port "$id") host=$(host_of "$id")
+    [[ $(zk_4lw "$port" ruok "$host") == imok ]] || return 1
+    out=$(zk_mode "$port" "$host")
     if [[ -z $(member_of "$id") ]]; then
         [[ $out == standalone ]]
     else
@@ -137,7 +139,7 @@ zk_ready() {
     fi
 }
 
-zk_is_leader() { [[ $(zk_mode "$(client_port "$1")") == leader ]]; }
+zk_is_leader() { [[ $(zk_mode "$(client_port "$1")" "$(host_of "$1")") == leader ]]; }
 
 zk_exports() {
     case $1 in

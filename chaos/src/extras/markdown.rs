@@ -196,8 +196,13 @@ pub fn page(r: &Report) -> String {
          server is stopped and started (Redis without persistence loses its data; etcd and ZooKeeper \
          keep theirs; on a cluster, one member).\n- **leader-kill**: the cluster's leader is killed \
          and started again a TTL later.\n- **minority-partition**: one follower is cut off from \
-         everyone (its process stopped) for 2 TTLs; a partition in which the member keeps serving \
-         its clients is not simulated.\n- On Redis Sentinel and Redis Cluster, **leader-kill** kills \
+         everyone (its process stopped) for 2 TTLs.\n- **net-partition** (servers started with \
+         `LOCKSMITH_BACKENDS_NETNS=1`: each member of the etcd cluster, the ZooKeeper ensemble and \
+         the Sentinel set in a network namespace of its own): a real partition, blackhole routes \
+         between one member and every other server while the clients still reach it and it keeps \
+         serving them. On etcd and ZooKeeper the leader (even injections) or a follower (odd) is \
+         cut off for 2 TTLs; on Sentinel the master, until the sentinels have promoted its replica \
+         and a TTL more, then healed (it becomes the new master's replica).\n- On Redis Sentinel and Redis Cluster, **leader-kill** kills \
          the master that holds the lock (on a cluster: of the lock's slot), waits until the sentinels \
          or the cluster promote its replica, and starts it again (it comes back as the new master's \
          replica); **failover** is `SENTINEL FAILOVER`, with no server down; **lag-failover** (Sentinel) \
@@ -205,11 +210,14 @@ pub fn page(r: &Report) -> String {
          resumes the replica, which is promoted without those renewals, and starts the old master \
          again as its replica. `+confirm` targets use \
          `min_replicas=1`, the default on both since 2026-11-25 (the others opt out with \
-         `min_replicas=0`).\n- Clock jumps are not injected by this suite (its bounds count on \
-         clocks that run at about the same rate): they are tested by the backends' own tests \
-         (`backend-redis/tests/clock.rs` and `backend-zk/tests/clock.rs`, on real servers under \
-         a shifted clock, `backend-postgres/tests/clock.rs`, and `cli/tests/cli_clock.rs` for a \
-         client); see locksmith-redis's docs, \"Clock jumps\".\n"
+         `min_replicas=0`).\n- **clock-jump** (servers started with `LOCKSMITH_BACKENDS_CLOCKS=1`: \
+         the single Redis, the Redis quorum's masters and the standalone ZooKeeper under an \
+         `LD_PRELOAD` clock shim, `scripts/backends.d/clockshift.c`): the server's wall clock \
+         steps +10 s, −10 s, +1 h or −1 h (in turn) while the lock is held, stays there for 2 TTLs \
+         and steps back to the true time; on the quorum, one master's. etcd is not stepped (a Go \
+         binary reads the clock through the vDSO, out of a shim's reach), nor PostgreSQL here \
+         (`backend-postgres/tests/clock.rs` steps it), nor a client (`cli/tests/cli_clock.rs`); \
+         see locksmith-redis's docs, \"Clock jumps\".\n"
     );
     let _ = writeln!(
         out,
