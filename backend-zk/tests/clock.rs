@@ -1,8 +1,8 @@
 //! Clock jumps on a real ZooKeeper server: a ZooKeeper of this test's own (`scripts/backends start
-//! zk` in a state directory and port range of its own) runs under the clock shim
-//! (`scripts/backends.d/clockshift.c`, an `LD_PRELOAD` library that shifts the JVM's wall clock
-//! by an offset read from a file), and the test moves the offset an hour either way while locks
-//! are held. ZooKeeper times sessions on a monotonic clock (`System.nanoTime`), so a step must
+//! zk` in a state directory and port range of its own) runs under the clock shim in
+//! `scripts/backends`'s clock mode (`LOCKSMITH_BACKENDS_CLOCKS=1`: `scripts/backends.d/clockshift.c`,
+//! an `LD_PRELOAD` library that shifts the JVM's wall clock), and the test steps it an hour either
+//! way (`scripts/backends clock zk MS`) while locks are held. ZooKeeper times sessions on a monotonic clock (`System.nanoTime`), so a step must
 //! change nothing: a live holder keeps its lock, a holder cut off loses it one session timeout
 //! later (not an hour later), and fencing tokens grow.
 
@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use locksmith_core::conformance::proxy::{Mode, Proxy};
-use locksmith_core::conformance::servers::{backends_with, ClockShift};
+use locksmith_core::conformance::servers::backends_with;
 use locksmith_core::conformance::unique_name;
 use zookeeper_client as zk;
 
@@ -28,35 +28,31 @@ const SESSION: &str = "session_timeout=3000ms";
 struct ShiftedZk {
     dir: PathBuf,
     offset: u16,
-    clock: ClockShift,
 }
 
 impl ShiftedZk {
     fn start() -> ShiftedZk {
         let dir = std::env::temp_dir().join(format!("locksmith-zk-clock-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let clock = ClockShift::new(&dir);
         // A port offset whose ZooKeeper port is free (the shared test servers use offset 0).
         let offset = (2000..6000u16)
             .step_by(37)
             .find(|o| TcpListener::bind(("127.0.0.1", ZK_PORT + o)).is_ok())
             .expect("a free port for the test's ZooKeeper");
-        let zk = ShiftedZk { dir, offset, clock };
-        zk.backends(&["start", "zk"], true);
+        let zk = ShiftedZk { dir, offset };
+        zk.backends(&["start", "zk"]);
         zk
     }
 
-    /// `scripts/backends ARGS` on this test's server set (under the shim with `shifted`).
-    fn backends(&self, args: &[&str], shifted: bool) -> String {
+    /// `scripts/backends ARGS` on this test's server set, in the clock mode.
+    fn backends(&self, args: &[&str]) -> String {
         let offset = self.offset.to_string();
         let state = self.dir.join("state");
-        let mut env: Vec<(&str, &OsStr)> = vec![
+        let env: [(&str, &OsStr); 3] = [
             ("LOCKSMITH_BACKENDS_DIR", state.as_os_str()),
             ("LOCKSMITH_BACKENDS_PORT_OFFSET", OsStr::new(&offset)),
+            ("LOCKSMITH_BACKENDS_CLOCKS", OsStr::new("1")),
         ];
-        if shifted {
-            env.extend(self.clock.env());
-        }
         backends_with(args, &env)
     }
 
@@ -66,14 +62,14 @@ impl ShiftedZk {
 
     /// Moves the server's wall clock to `ms` from the true time (the shim reads it within 20 ms).
     async fn shift(&self, ms: i64) {
-        self.clock.set(ms);
+        self.backends(&["clock", "zk", &ms.to_string()]);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 impl Drop for ShiftedZk {
     fn drop(&mut self) {
-        self.backends(&["down"], false);
+        self.backends(&["down"]);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

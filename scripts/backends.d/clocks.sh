@@ -9,15 +9,7 @@
 # wherever the workspace builds) at `up`; stored in the state directory like the port offset.
 # Off by default: the servers then read the real clock, as always.
 
-CLOCKS=${LOCKSMITH_BACKENDS_CLOCKS:-}
-if [[ -s $STATE/clocks ]]; then
-    stored_clocks=$(<"$STATE/clocks")
-    if [[ -n $CLOCKS && $CLOCKS != auto && $CLOCKS != "$stored_clocks" ]]; then
-        echo "backends: error: $STATE was set up with LOCKSMITH_BACKENDS_CLOCKS=$stored_clocks, not $CLOCKS" >&2
-        exit 1
-    fi
-    CLOCKS=$stored_clocks
-fi
+CLOCKS=$(stored_setting LOCKSMITH_BACKENDS_CLOCKS clocks) || exit 1
 [[ $CLOCKS != auto ]] || CLOCKS=1
 CLOCKS=${CLOCKS:-0}
 [[ $CLOCKS == [01] ]] || {

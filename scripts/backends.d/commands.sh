@@ -64,16 +64,21 @@ ids_of_mode() { # the ids `up MODE` / `check MODE` mean
     esac
 }
 
+# Marks the state directory ours and stores the settings it is set up with (stored_setting).
+record_settings() {
+    touch "$STATE/$MARKER"
+    echo "$PORT_OFFSET" >"$STATE/port-offset"
+    echo "$NETNS" >"$STATE/netns"
+    echo "$CLOCKS" >"$STATE/clocks"
+}
+
 cmd_up() {
     local mode=${1:-all} idlist ids id pid kind mine started=()
     idlist=$(ids_of_mode up "$mode")
     read -ra ids <<<"$idlist"
     ensure_installed
     take_lock
-    touch "$STATE/$MARKER"
-    echo "$PORT_OFFSET" >"$STATE/port-offset"
-    echo "$NETNS" >"$STATE/netns"
-    echo "$CLOCKS" >"$STATE/clocks"
+    record_settings
     for id in "${ids[@]}"; do
         if pid=$(owned_pid "$id"); then
             if [[ $(proc_state "$pid") == T ]]; then
@@ -171,8 +176,7 @@ cmd_stop() {
 cmd_start() {
     local id=$1 pid
     take_lock
-    touch "$STATE/$MARKER"
-    echo "$PORT_OFFSET" >"$STATE/port-offset"
+    record_settings
     if pid=$(owned_pid "$id"); then
         [[ $(proc_state "$pid") != T ]] || die "$id (pid $pid) is paused: use 'resume $id'"
         log "$id already running (pid $pid)"

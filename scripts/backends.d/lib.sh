@@ -48,17 +48,25 @@ readonly STATE
 
 readonly WAIT_SECS=${LOCKSMITH_BACKENDS_TIMEOUT:-60}
 readonly GRACE_SECS=${LOCKSMITH_BACKENDS_GRACE:-10}
-# The offset a state dir was set up with is stored in it, so that later commands
-# (start, leader, check ...) use the same ports without being told again.
-PORT_OFFSET=${LOCKSMITH_BACKENDS_PORT_OFFSET:-}
-if [[ -s $STATE/port-offset ]]; then
-    stored_offset=$(<"$STATE/port-offset")
-    if [[ -n $PORT_OFFSET && $PORT_OFFSET != "$stored_offset" ]]; then
-        echo "backends: error: $STATE was set up with LOCKSMITH_BACKENDS_PORT_OFFSET=$stored_offset, not $PORT_OFFSET" >&2
+# stored_setting VARIABLE FILE: the value a state dir was set up with (stored in its FILE by
+# `up` and `start`, see record_settings), so that later commands (start, leader, check ...) use it
+# without being told again; VARIABLE from the environment must agree with it (empty or `auto`
+# always do). Without a stored value: VARIABLE's. Exits the caller's $(...) with 1 on a conflict.
+stored_setting() {
+    local given=${!1:-} stored
+    [[ -s $STATE/$2 ]] || {
+        echo "$given"
+        return
+    }
+    stored=$(<"$STATE/$2")
+    if [[ -n $given && $given != auto && $given != "$stored" ]]; then
+        echo "backends: error: $STATE was set up with $1=$stored, not $given" >&2
         exit 1
     fi
-    PORT_OFFSET=$stored_offset
-fi
+    echo "$stored"
+}
+
+PORT_OFFSET=$(stored_setting LOCKSMITH_BACKENDS_PORT_OFFSET port-offset) || exit 1
 PORT_OFFSET=${PORT_OFFSET:-0}
 if ! [[ $PORT_OFFSET =~ ^[0-9]+$ ]] || ((PORT_OFFSET > 26000)); then
     echo "backends: error: LOCKSMITH_BACKENDS_PORT_OFFSET must be a number from 0 to 26000" >&2

@@ -18,15 +18,7 @@
 # route to the clients: ID keeps serving the clients that reach it, and hears nothing from its
 # peers (established connections stall, new ones fail). `heal ID` removes them.
 
-NETNS=${LOCKSMITH_BACKENDS_NETNS:-}
-if [[ -s $STATE/netns ]]; then
-    stored_netns=$(<"$STATE/netns")
-    if [[ -n $NETNS && $NETNS != auto && $NETNS != "$stored_netns" ]]; then
-        echo "backends: error: $STATE was set up with LOCKSMITH_BACKENDS_NETNS=$stored_netns, not $NETNS" >&2
-        exit 1
-    fi
-    NETNS=$stored_netns
-fi
+NETNS=$(stored_setting LOCKSMITH_BACKENDS_NETNS netns) || exit 1
 if [[ $NETNS == auto ]]; then # scripts/chaos: on where it can be (root), off elsewhere
     if [[ $(id -u) == 0 ]]; then NETNS=1; else NETNS=0; fi
 fi
