@@ -13,7 +13,6 @@ use locksmith_core::driver::{refuse_if_inside, validate_key, GuardedWrite, Lease
 use locksmith_core::{Family, LockError, LockKind, Result};
 
 use crate::config::Topology;
-use crate::conn::call::ScriptCall;
 use crate::conn::inner::Inner;
 use crate::conn::node::Resend;
 use crate::layout::{same_slot_tag, slot_of, KindKeys};
@@ -38,7 +37,8 @@ pub(crate) async fn write(inner: &Inner, lease: &Lease, write: &GuardedWrite) ->
     };
     let key = write.key();
     check_key(inner, key, &holder_key)?;
-    let mut call = ScriptCall::new(&SCRIPTS.guarded_write, &[holder_key.as_str(), key]);
+    let node = &inner.nodes[0];
+    let mut call = node.call(&SCRIPTS.guarded_write, &[holder_key.as_str(), key]);
     call.arg(mode).arg(&member);
     match write {
         GuardedWrite::Put { value, .. } => call.arg("put").arg(value.as_slice()),
@@ -49,7 +49,6 @@ pub(crate) async fn write(inner: &Inner, lease: &Lease, write: &GuardedWrite) ->
         },
         _ => return Err(LockError::InvalidOption(format!("Redis cannot apply {write:?}"))),
     };
-    let node = &inner.nodes[0];
     // Never sent twice: a compare-and-set that applied would answer "differs" the second time.
     let (reply, acks) = node.run_confirmed("a guarded write", key, Resend::Never, &call).await?;
     if let Some(acks) = node.too_few(acks) {

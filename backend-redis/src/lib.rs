@@ -15,7 +15,9 @@
 //! `AUTH user password`), `:password@` the `default` user's password (`requirepass`); the
 //! password may come from `password_file=` or `LOCKSMITH_PASSWORD` instead. A wrong password, or
 //! an ACL that forbids the scripts (`EVALSHA`, `SCRIPT LOAD`) or the keys (`~locksmith:*`), is
-//! [`locksmith_core::LockError::Denied`]. Redis enforces ACLs per user, not per lock: any client allowed
+//! [`locksmith_core::LockError::Denied`]. An ACL that forbids function libraries (`FUNCTION
+//! LOAD`, `FCALL`) but allows scripts is fine: locksmith then sends plain scripts (see "Function
+//! libraries" below). Redis enforces ACLs per user, not per lock: any client allowed
 //! to write the keys can delete a lock key.
 //!
 //! A lock is a key set to `<token>:<fence>:<ttl>` for `<ttl>` ms (`SET … PX`), renewed by locksmith-core's watchdog,
@@ -95,12 +97,26 @@
 //!   It runs from a `Drop` guard (spawned), so dropping an acquire future leaves nothing behind.
 //! - `RAISE_FENCE` (quorum mode) and `INSPECT` (read-only).
 //!
-//! Every script is loaded (`SCRIPT LOAD`, one pipelined round trip) when connecting, and sent as
-//! `EVALSHA` through [`redis::Script`], which reloads it on `NOSCRIPT` (after a server restart);
-//! the renewal pipeline does the same (loads `RENEW_MANY` and sends the pipeline again). An
-//! uncontended acquire is one `EVALSHA` (`EXISTS lock queue`, `GET fence`, `TIME`, `SET fence`
+//! ## Function libraries
+//!
+//! On Redis 7 the lock scripts are functions of two libraries (`FUNCTION LOAD`, called with
+//! `FCALL`): one per set of the URL's settings (the mutex's and the other kinds' four scripts),
+//! one for the rest (`RAISE_FENCE`, `INSPECT`, `LEADER`, the guarded write). A library defines
+//! its helpers and settings once, when it is loaded; a plain script (`EVALSHA`) builds every
+//! helper it calls as a closure again on every call. A library's name is `locksmith_` and the
+//! hash of its code, so libraries of other versions or settings never replace each other, and
+//! loading one that is there changes nothing. Both libraries and the watchdog's plain
+//! `RENEW_MANY` scripts are loaded when connecting (one pipelined round trip); a call that finds
+//! its function missing (the server restarted without persistence, `FUNCTION FLUSH`) loads the
+//! library and is sent again (it did not run, so this is safe even for `RELEASE`). Functions
+//! are replicated, so a promoted replica has them. A server that refuses functions (Redis 6: no
+//! such command; an ACL without `FUNCTION LOAD` or `FCALL`) is sent every script as a plain
+//! script (`SCRIPT LOAD` at connect, `EVALSHA`, reloaded on `NOSCRIPT`) for the rest of the
+//! process: the same code, the helpers and settings written before each body. The watchdog's
+//! batches (one call per tick and 500 leases) are plain scripts everywhere; the renewal pipeline
+//! loads them again on `NOSCRIPT`. An uncontended acquire is one `FCALL` (`EXISTS lock queue`, `GET fence`, `TIME`, `SET fence`
 //! (keeping its expiry), `SET lock`; plus one `INFO server` when the lock has no counter) and a
-//! release one `EVALSHA` (`GET`, `DEL`, `EXISTS queue`): no subscription or queue entry unless
+//! release one `FCALL` (`GET`, `DEL`, `EXISTS queue`): no subscription or queue entry unless
 //! the lock is busy or someone waits. Every script but `RELEASE` may be sent a
 //! second time when its connection dropped (the server restarted): each answers a repeat as it
 //! answered the first run.
@@ -143,7 +159,7 @@
 //! refused. Every grant raises the counter (with `fence_floor` and `restart_delay` as for the
 //! mutex), so every token, readers' and permits' too, is above every earlier grant's.
 //!
-//! Scripts (one `EVALSHA` each): `TRY_ACQUIRE` (an uncontended acquire: one round trip),
+//! Scripts (one `FCALL` each, or `EVALSHA`, see "Function libraries"): `TRY_ACQUIRE` (an uncontended acquire: one round trip),
 //! `WAIT_STEP` (join the queue, take when the rule allows), `RELEASE` (one round trip), `LEAVE`
 //! (clean-up of a cancelled acquire), `RENEW_MANY` (the holders' deadlines, in the watchdog's
 //! batch beside the mutexes': one pipelined round trip per server, per node on a cluster) and

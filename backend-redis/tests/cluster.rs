@@ -51,7 +51,7 @@ async fn masters(admin: &mut Admin) -> Vec<(i64, i64, String)> {
         .collect()
 }
 
-/// Script calls (`EVALSHA` and `EVAL`) every master has run so far, summed.
+/// Script calls (`FCALL`, `EVALSHA` and `EVAL`) every master has run so far, summed.
 async fn script_calls(addrs: &BTreeSet<String>) -> u64 {
     let mut total = 0;
     for addr in addrs {
@@ -62,7 +62,10 @@ async fn script_calls(addrs: &BTreeSet<String>) -> u64 {
             .await
             .expect("INFO");
         for line in info.lines() {
-            if line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:") {
+            if ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+                .iter()
+                .any(|p| line.starts_with(p))
+            {
                 let calls = line.split("calls=").nth(1).and_then(|r| r.split(',').next());
                 total += calls.and_then(|c| c.parse::<u64>().ok()).expect("calls=");
             }

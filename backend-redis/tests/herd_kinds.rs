@@ -86,7 +86,11 @@ impl Meter {
             .filter(|(c, d)| *d > 0 && *c != "info")
             .collect();
         let wakes = self.wakes.load(Ordering::SeqCst) - wakes;
-        let evalsha = delta.get("evalsha").copied().unwrap_or(0);
+        // Script calls: functions (FCALL), or plain scripts where those are refused.
+        let evalsha = ["fcall", "evalsha"]
+            .map(|c| delta.get(c).copied().unwrap_or(0))
+            .iter()
+            .sum();
         eprintln!("{what} on {}: {wakes} wake-up(s), commands {delta:?}", self.url);
         (wakes, evalsha)
     }

@@ -22,9 +22,10 @@ use locksmith_core::{LockError, Result};
 use crate::error::map_error;
 
 use crate::config::Config;
-use crate::conn::call::ScriptCall;
+use crate::conn::call::{already_loaded, load_library, ScriptCall, ScriptMode};
 use crate::conn::link::{Conn, Link};
-use crate::protocol::scripts::{LockScripts, SCRIPTS};
+use crate::protocol::library::LuaScript;
+use crate::protocol::scripts::{LockScripts, RENEWAL_SOURCES, SCRIPTS};
 use crate::wake::Notifier;
 
 /// One Redis server.
@@ -40,6 +41,8 @@ pub(crate) struct Node {
     /// backend's servers).
     pub(crate) scripts: Arc<LockScripts>,
     pub(crate) waiter_ttl: Duration,
+    /// Whether this server is sent function calls (`FCALL`) or plain scripts (`EVALSHA`).
+    pub(crate) script_mode: ScriptMode,
     health: std::sync::Mutex<Health>,
 }
 
@@ -87,6 +90,7 @@ impl Node {
             replica_timeout: config.replica_timeout,
             scripts,
             waiter_ttl: config.waiter_ttl,
+            script_mode: ScriptMode::default(),
             health: Default::default(),
         })
     }
@@ -140,33 +144,86 @@ impl Node {
         }
     }
 
-    /// Checks that the server answers, and loads every script (one pipelined round trip), so
-    /// that the first `EVALSHA` of each does not cost a `NOSCRIPT` error and a second round trip.
-    /// On a cluster every master loads them (`SCRIPT LOAD` goes to all masters).
+    /// A call of `script` on `keys` to this server, as a function or a plain script as the server
+    /// allows (see [`ScriptMode`]); add its arguments with [`ScriptCall::arg`].
+    pub(crate) fn call<'a>(&'a self, script: &'a LuaScript, keys: &[&str]) -> ScriptCall<'a> {
+        ScriptCall::new(script, keys, &self.script_mode, &self.addr)
+    }
+
+    /// Checks that the server answers, and loads our function libraries and the watchdog's plain
+    /// scripts (one pipelined round trip), so that the first call of each does not cost a
+    /// "not found" error and a second round trip. A server that refuses functions (Redis 6, or
+    /// the user's ACL) is sent every script as a plain one instead (a second round trip, once),
+    /// and from then on `EVALSHA`. On a cluster every master loads them (`FUNCTION LOAD` and
+    /// `SCRIPT LOAD` go to all masters).
     pub(crate) async fn ping(&self) -> Result<()> {
-        let sources: Vec<&String> = self.scripts.sources.iter().chain(&SCRIPTS.sources).collect();
-        let mut pipe = redis::pipe();
-        for source in &sources {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(*source).ignore();
-        }
-        pipe.cmd("PING");
+        let libraries = [&*self.scripts.library, &*SCRIPTS.library];
+        let renewals = &SCRIPTS.sources[..RENEWAL_SOURCES];
+        let plain: Vec<&String> = self
+            .scripts
+            .sources
+            .iter()
+            .chain(&SCRIPTS.sources[RENEWAL_SOURCES..])
+            .collect();
+        let plain = &plain;
         let cluster = self.link.is_cluster();
-        self.bounded("connecting", Resend::IfDropped, || {
-            let (pipe, sources) = (&pipe, &sources);
-            async move {
-                let mut conn = self.link.conn().await?;
-                if !cluster {
-                    return pipe.query_async::<(String,)>(&mut conn).await.map(drop);
+        self.bounded("connecting", Resend::IfDropped, || async move {
+            let mut conn = self.link.conn().await?;
+            let mut refused = None;
+            if cluster {
+                for library in libraries {
+                    match load_library(library, &mut conn).await {
+                        Err(e) if ScriptMode::refused(&e) => refused = Some(e),
+                        other => other?,
+                    }
                 }
-                for source in sources {
+                for source in renewals {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(source)
+                        .exec_async(&mut conn)
+                        .await?;
+                }
+            } else {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                for library in libraries {
+                    pipe.cmd("FUNCTION").arg("LOAD").arg(&library.source);
+                }
+                for source in renewals {
+                    pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+                }
+                pipe.cmd("PING");
+                let replies: Vec<redis::RedisResult<redis::Value>> = pipe.query_async(&mut conn).await?;
+                for (i, reply) in replies.into_iter().enumerate() {
+                    match reply {
+                        Err(e) if i < libraries.len() && already_loaded(&e) => {}
+                        // Not loaded for another reason (the server is out of memory, or refuses
+                        // writes): each call loads its library again when it misses it.
+                        Err(e) if i < libraries.len() && !ScriptMode::refused(&e) => {
+                            tracing::debug!(addr = %self.addr, error = %e, "loading a function library failed")
+                        }
+                        Err(e) if i < libraries.len() => refused = Some(e),
+                        other => drop(other?),
+                    }
+                }
+            }
+            if let Some(e) = refused {
+                self.script_mode.fall_back(&self.addr, &e);
+            }
+            if !self.script_mode.functions() {
+                for source in plain {
                     redis::cmd("SCRIPT")
                         .arg("LOAD")
                         .arg(*source)
                         .exec_async(&mut conn)
                         .await?;
                 }
-                redis::cmd("PING").exec_async(&mut conn).await
             }
+            if cluster {
+                redis::cmd("PING").exec_async(&mut conn).await?;
+            }
+            Ok(())
         })
         .await
     }

@@ -37,7 +37,6 @@ use redis::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::conn::call::ScriptCall;
 use crate::conn::inner::Inner;
 use crate::conn::node::{Node, Resend};
 use crate::layout::KindKeys;
@@ -166,7 +165,7 @@ async fn read_leader(node: &Node, keys: &KindKeys) -> Result<LeaderRead> {
     let reply: Vec<Value> = node
         .bounded("reading the leader", Resend::IfDropped, || async move {
             let mut conn = node.link.conn().await?;
-            let call = ScriptCall::new(&SCRIPTS.leader, &[&keys.holders, &keys.info, &keys.alive]);
+            let call = node.call(&SCRIPTS.leader, &[&keys.holders, &keys.info, &keys.alive]);
             call.invoke(&mut conn).await
         })
         .await?;

@@ -17,6 +17,7 @@ use crate::conn::inner::{new_token, Inner};
 use crate::conn::node::{millis, Node, Resend};
 use crate::layout::{entry, KindKeys};
 use crate::protocol::entry::{fence_token, grant, run_flag, run_leave, unexpected, Entry, Turn};
+use crate::protocol::library::LuaScript;
 
 /// A waiter or holder of a lock of any kind but the mutex.
 #[derive(Clone)]
@@ -60,13 +61,13 @@ impl KindEntry {
     /// The uniform call of a lock script (`lua/kinds/state.lua`): every key of the lock, then
     /// entry, TTL, wake prefix, waiter TTL, leader channel and campaign value. The scripts that
     /// give an entry up get neither TTL nor value (1 ms and `''`).
-    fn call<'a>(&self, node: &Node, script: &'a redis::Script, grants: bool) -> ScriptCall<'a> {
+    fn call<'a>(&self, node: &'a Node, script: &'a LuaScript, grants: bool) -> ScriptCall<'a> {
         let (ttl, value) = match (&self.kind, grants) {
             (LockKind::Leader { value }, true) => (self.ttl, value.as_str()),
             (_, true) => (self.ttl, ""),
             (_, false) => (Duration::ZERO, ""),
         };
-        let mut call = ScriptCall::new(script, &self.keys.script_keys());
+        let mut call = node.call(script, &self.keys.script_keys());
         call.arg(&self.entry)
             .arg(millis(ttl))
             .arg(&self.keys.wake)
@@ -78,7 +79,7 @@ impl KindEntry {
 
     /// The answer of `TRY_ACQUIRE` or `WAIT_STEP`: `{1, fence}`, `{0, ms until the holder this
     /// entry waits for runs out, or -1}` or `{-1, the semaphore's permit count}`.
-    async fn take(&self, node: &Node, script: &redis::Script, what: &str) -> Result<Turn> {
+    async fn take(&self, node: &Node, script: &LuaScript, what: &str) -> Result<Turn> {
         let call = self.call(node, script, true);
         match grant(node, self, what, &call).await?.as_slice() {
             [1, fence] => Ok(Turn::Granted(fence_token(*fence)?)),

@@ -15,6 +15,7 @@
 pub(crate) mod election;
 pub(crate) mod entry;
 pub(crate) mod kinds;
+pub(crate) mod library;
 pub(crate) mod mutex;
 pub(crate) mod quorum;
 #[cfg(test)]

@@ -13,6 +13,7 @@ use crate::conn::inner::{new_token, Inner};
 use crate::conn::node::{millis, Node, Resend};
 use crate::layout::LockKeys;
 use crate::protocol::entry::{fence_token, grant, run_flag, run_leave, unexpected, Entry, Turn};
+use crate::protocol::library::LuaScript;
 use crate::protocol::scripts::SCRIPTS;
 
 /// A mutex waiter or holder: the lock's keys and its token.
@@ -52,22 +53,22 @@ impl MutexEntry {
         } else {
             &scripts.try_acquire
         };
-        let mut call = ScriptCall::new(script, &self.keys.lock_script_keys()[..node.scripts.mutex_keys]);
+        let mut call = node.call(script, &self.keys.lock_script_keys()[..node.scripts.mutex_keys]);
         call.arg(&self.token).arg(millis(self.ttl)).arg(&self.keys.wake);
         call
     }
 
     /// A call of `RELEASE` or `LEAVE`: the lock, queue and liveness keys (and with `poller_gap`
     /// the streak and gap keys for `RELEASE`), the token and the wake channel prefix.
-    fn give_up_call<'a>(&self, script: &'a redis::Script, keys: usize) -> ScriptCall<'a> {
-        let mut call = ScriptCall::new(script, &self.keys.release_script_keys()[..keys]);
+    fn give_up_call<'a>(&self, node: &'a Node, script: &'a LuaScript, keys: usize) -> ScriptCall<'a> {
+        let mut call = node.call(script, &self.keys.release_script_keys()[..keys]);
         call.arg(&self.token).arg(&self.keys.wake);
         call
     }
 
     /// Quorum mode: raises the fencing counter to `fence` if this entry still holds the lock.
     pub(crate) async fn raise_fence(&self, node: &Node, fence: u64) -> Result<bool> {
-        let mut call = ScriptCall::new(&SCRIPTS.raise_fence, &[&self.keys.lock, &self.keys.fence]);
+        let mut call = node.call(&SCRIPTS.raise_fence, &[&self.keys.lock, &self.keys.fence]);
         call.arg(&self.token).arg(fence);
         run_flag(node, "raising the fencing counter", Resend::IfDropped, &call).await
     }
@@ -116,13 +117,13 @@ impl Entry for MutexEntry {
     }
 
     async fn leave(&self, node: &Node) -> Result<bool> {
-        let call = self.give_up_call(&node.scripts.mutex.leave, 3); // lock, queue, alive
+        let call = self.give_up_call(node, &node.scripts.mutex.leave, 3); // lock, queue, alive
         run_leave(node, "leaving the queue", &call).await
     }
 
     async fn release(&self, node: &Node) -> Result<bool> {
         // lock, queue, alive (, streak, gap)
-        let call = self.give_up_call(&node.scripts.mutex.release, node.scripts.mutex_keys - 1);
+        let call = self.give_up_call(node, &node.scripts.mutex.release, node.scripts.mutex_keys - 1);
         run_flag(node, "releasing", Resend::Never, &call).await
     }
 }
@@ -142,7 +143,7 @@ pub(crate) async fn inspect(node: &Node, keys: &LockKeys) -> Result<RawInfo> {
     let (value, pttl_ms, waiters): (Option<String>, i64, usize) = node
         .bounded("inspecting", Resend::IfDropped, || async move {
             let mut conn = node.link.conn().await?;
-            let call = ScriptCall::new(&SCRIPTS.inspect, &[&keys.lock, &keys.queue, &keys.alive]);
+            let call = node.call(&SCRIPTS.inspect, &[&keys.lock, &keys.queue, &keys.alive]);
             call.invoke(&mut conn).await
         })
         .await?;

@@ -10,8 +10,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, FromRedisValue, Script, Value};
 
 use crate::config::Layout;
-use crate::conn::call::ScriptCall;
+use crate::conn::call::{ScriptCall, ScriptMode};
 use crate::layout::{KindKeys, LockKeys};
+use crate::protocol::library::LuaScript;
 use crate::protocol::scripts::{LockScripts, SCRIPTS};
 
 const PREFIX: &str = "locksmith-scripts:";
@@ -39,12 +40,35 @@ fn name(test: &str) -> LockName {
     LockName::new(&unique_name(test)).expect("name")
 }
 
-async fn run<T: FromRedisValue>(conn: &mut MultiplexedConnection, script: &Script, keys: &[&str], args: &[&str]) -> T {
-    let mut call = ScriptCall::new(script, keys);
+async fn run<T: FromRedisValue>(
+    conn: &mut MultiplexedConnection,
+    script: &LuaScript,
+    keys: &[&str],
+    args: &[&str],
+) -> T {
+    let mode = ScriptMode::default();
+    let mut call = ScriptCall::new(script, keys, &mode, "test");
     for arg in args {
         call.arg(*arg);
     }
     call.invoke(conn).await.expect("script")
+}
+
+/// Runs `script`, a plain script (the watchdog's batches), on `keys` and `args`.
+async fn run_plain<T: FromRedisValue>(
+    conn: &mut MultiplexedConnection,
+    script: &Script,
+    keys: &[&str],
+    args: &[&str],
+) -> T {
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(*key);
+    }
+    for arg in args {
+        call.arg(*arg);
+    }
+    call.invoke_async(conn).await.expect("script")
 }
 
 #[tokio::test]
@@ -126,7 +150,7 @@ async fn a_lock_that_outlived_its_granted_ttl_is_cut_back_by_the_next_contender(
     assert!(step[0] == 0 && (1..=2000).contains(&step[2]), "{step:?}");
     assert!((1..=2000).contains(&c.pttl::<_, i64>(&k.lock).await.unwrap()));
     // The holder still holds, and its renewal gives it its TTL again.
-    let flags: Vec<i64> = run(&mut c, &SCRIPTS.renew_mutexes, &[&k.lock], &[A, "2000"]).await;
+    let flags: Vec<i64> = run_plain(&mut c, &SCRIPTS.renew_mutexes, &[&k.lock], &[A, "2000"]).await;
     assert_eq!(flags, [1]);
     // A value without a TTL (another client's, an older version's) is left as it is.
     for foreign in ["some-redis-py-uuid".to_owned(), format!("{A}:7")] {
@@ -154,7 +178,7 @@ async fn mutex_renewal_raise_fence_and_inspect_act_only_for_the_holder() {
     let granted: Vec<i64> = run(&mut c, &s.mutex.try_acquire, &take[..4], &[A, "1000", wake]).await;
     assert_eq!(granted[0], 1);
     // RENEW_MANY: one flag per lease, extended only where the token holds.
-    let flags: Vec<i64> = run(
+    let flags: Vec<i64> = run_plain(
         &mut c,
         &SCRIPTS.renew_mutexes,
         &[&k.lock, &k.lock],
@@ -219,7 +243,7 @@ async fn semaphore_scripts_grant_n_permits_in_order_and_refuse_another_count() {
     let granted: Vec<i64> = run(&mut c, &s.kinds.wait_step, &keys, &call("P2:c")).await;
     assert!(granted[0] == 1 && granted[1] > fences[1], "{granted:?}");
     // RENEW_MANY of the kinds: holders set and holder data of each; a released entry is gone.
-    let flags: Vec<i64> = run(
+    let flags: Vec<i64> = run_plain(
         &mut c,
         &SCRIPTS.renew_kinds,
         &[&k.holders, &k.info, &k.holders, &k.info],

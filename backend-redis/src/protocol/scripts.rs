@@ -16,12 +16,13 @@
 //! `fence`); the other kinds' lock scripts those of [`crate::KindKeys::script_keys`]. The batched
 //! renewals take the keys of many locks.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Script;
 
 use crate::config::Config;
+use crate::protocol::library::{self, Function, Library, LuaScript};
 
 /// The helper `lua/helpers/<name>.lua`, with its name: the file defines `local function <name>`.
 macro_rules! helper {
@@ -113,21 +114,27 @@ pub(crate) fn code(file: &str) -> &str {
 /// `body` (a script's code, with any helpers of its own) after the helpers of [`HELPERS`] that it
 /// calls, directly or through another helper, and no others.
 pub(crate) fn with_helpers(body: &str) -> String {
+    let mut s = helpers_of(body);
+    s.push_str(body);
+    s
+}
+
+/// The code of the helpers of [`HELPERS`] that `code` calls, directly or through another helper,
+/// in their order (a helper before the helpers that call it).
+pub(crate) fn helpers_of(code_text: &str) -> String {
     let calls = |text: &str, name: &str| text.contains(&format!("{name}("));
     let mut used = [false; HELPERS.len()];
     // A helper calls only helpers listed before it: walking back finds every one needed.
     for i in (0..HELPERS.len()).rev() {
         let name = HELPERS[i].0;
-        used[i] = calls(body, name) || (i + 1..HELPERS.len()).any(|j| used[j] && calls(code(HELPERS[j].1), name));
+        used[i] = calls(code_text, name) || (i + 1..HELPERS.len()).any(|j| used[j] && calls(code(HELPERS[j].1), name));
     }
-    let mut s: String = HELPERS
+    HELPERS
         .iter()
         .zip(&used)
         .filter(|(_, used)| **used)
         .map(|((_, file), _)| code(file))
-        .collect();
-    s.push_str(body);
-    s
+        .collect()
 }
 
 /// The two sources of a batched renewal (`body`, a `.lua` file that reads its leases through
@@ -148,22 +155,36 @@ pub(crate) fn renewal_sources(body: &str, leases: &str, cross_leases: &str) -> (
 /// leaving the queue.
 pub(crate) struct QueueScripts {
     /// One attempt, never queueing (`try_acquire.lua`).
-    pub(crate) try_acquire: Script,
+    pub(crate) try_acquire: LuaScript,
     /// A waiter's one step (`wait_step.lua`).
-    pub(crate) wait_step: Script,
+    pub(crate) wait_step: LuaScript,
     /// Gives up a held lock and wakes who may hold now (`release.lua`).
-    pub(crate) release: Script,
+    pub(crate) release: LuaScript,
     /// Clean-up of a cancelled or failed acquire (`leave.lua`).
-    pub(crate) leave: Script,
+    pub(crate) leave: LuaScript,
+}
+
+impl QueueScripts {
+    /// The four, in the order the library lists them.
+    fn from(scripts: &mut impl Iterator<Item = LuaScript>) -> QueueScripts {
+        let mut next = || scripts.next().expect("four scripts per queue");
+        QueueScripts {
+            try_acquire: next(),
+            wait_step: next(),
+            release: next(),
+            leave: next(),
+        }
+    }
 }
 
 /// The scripts that read the URL's settings, for one set of them: the fence floor argument
 /// ([`crate::FenceFloor`]: `time`, a number or empty), the restart delay, `poller_gap` and
-/// `max_pass_over`, written into each source as constants (`FLOOR`, `DELAY`, `GAP`, `MAX_PASS`)
-/// rather than sent as arguments on every call: every key or argument of an `EVALSHA` costs the
+/// `max_pass_over`, written into the code as constants (`FLOOR`, `DELAY`, `GAP`, `MAX_PASS`)
+/// rather than sent as arguments on every call: every key or argument of a call costs the
 /// server about as much as a `GET`, and these run on every acquire and release. Each set of
-/// settings is a script of its own on the server (a few per application). Without `poller_gap`
-/// the mutex scripts never touch the streak and gap keys, and are not sent them.
+/// settings is a library (and plain scripts) of its own on the server (a few per application).
+/// Without `poller_gap` the mutex scripts never touch the streak and gap keys, and are not sent
+/// them.
 pub(crate) struct LockScripts {
     /// The mutex's (`lua/mutex/`).
     pub(crate) mutex: QueueScripts,
@@ -173,7 +194,9 @@ pub(crate) struct LockScripts {
     /// with the streak and gap keys of `poller_gap`); its release scripts take one fewer (no
     /// `fence`).
     pub(crate) mutex_keys: usize,
-    /// The source of each, for `SCRIPT LOAD` at connect.
+    /// The library that defines all eight, for `FUNCTION LOAD` at connect.
+    pub(crate) library: Arc<Library>,
+    /// The plain scripts' sources, for `SCRIPT LOAD` at connect where functions cannot be used.
     pub(crate) sources: Vec<String>,
 }
 
@@ -200,31 +223,42 @@ impl LockScripts {
         let settings = format!(
             "local FLOOR, DELAY, GAP, MAX_PASS = '{floor}', {restart_delay_ms}, {poller_gap_ms}, {max_pass_over_ms}\n"
         );
-        let mutex = [TRY_ACQUIRE, WAIT_STEP, RELEASE, LEAVE].map(|file| with_helpers(code(file)));
-        let kinds = [KIND_TRY_ACQUIRE, KIND_WAIT_STEP, KIND_RELEASE, KIND_LEAVE]
-            .map(|file| with_helpers(&format!("{}{}", code(KIND_STATE), code(file))));
-        let sources: Vec<String> = mutex
-            .iter()
-            .chain(&kinds)
-            .map(|body| format!("{settings}{body}"))
-            .collect();
-        let queue = |at: usize| QueueScripts {
-            try_acquire: Script::new(&sources[at]),
-            wait_step: Script::new(&sources[at + 1]),
-            release: Script::new(&sources[at + 2]),
-            leave: Script::new(&sources[at + 3]),
+        let function = |name, body: String| Function {
+            name,
+            body,
+            cross_slot: false,
         };
+        let mutex = [
+            ("mutex_try_acquire", TRY_ACQUIRE),
+            ("mutex_wait_step", WAIT_STEP),
+            ("mutex_release", RELEASE),
+            ("mutex_leave", LEAVE),
+        ]
+        .map(|(name, file)| function(name, code(file).to_owned()));
+        let kinds = [
+            ("kinds_try_acquire", KIND_TRY_ACQUIRE),
+            ("kinds_wait_step", KIND_WAIT_STEP),
+            ("kinds_release", KIND_RELEASE),
+            ("kinds_leave", KIND_LEAVE),
+        ]
+        .map(|(name, file)| function(name, format!("{}{}", code(KIND_STATE), code(file))));
+        let scripts = library::build(&settings, mutex.into_iter().chain(kinds).collect());
+        let library = scripts[0].library.clone();
+        let sources = scripts.iter().map(|s| s.source.clone()).collect();
+        let mut scripts = scripts.into_iter();
         LockScripts {
-            mutex: queue(0),
-            kinds: queue(4),
+            mutex: QueueScripts::from(&mut scripts),
+            kinds: QueueScripts::from(&mut scripts),
             mutex_keys: if poller_gap_ms > 0 { 6 } else { 4 },
+            library,
             sources,
         }
     }
 }
 
-/// The scripts that read no setting (their SHA1s are computed once; a call reloads a script on
-/// `NOSCRIPT`).
+/// The scripts that read no setting (built once). The watchdog's batches stay plain scripts
+/// (`EVALSHA`, reloaded on `NOSCRIPT`): one call per tick and 500 leases, sent in a pipeline
+/// ([`crate::renew`]); the others are also functions of a library of their own.
 pub(crate) struct Scripts {
     /// The watchdog's batch for mutexes (`lua/mutex/renew_many.lua` after its KEYS header).
     pub(crate) renew_mutexes: Script,
@@ -236,39 +270,55 @@ pub(crate) struct Scripts {
     /// The same for the locks of one Redis Cluster node.
     pub(crate) renew_kinds_cross: Script,
     /// Quorum mode: raises the fencing counter (`lua/mutex/raise_fence.lua`).
-    pub(crate) raise_fence: Script,
+    pub(crate) raise_fence: LuaScript,
     /// Read-only look at a mutex for `inspect` (`lua/mutex/inspect.lua`).
-    pub(crate) inspect: Script,
+    pub(crate) inspect: LuaScript,
     /// Read-only: the leader of an election (`lua/kinds/leader.lua`).
-    pub(crate) leader: Script,
+    pub(crate) leader: LuaScript,
     /// A guarded write (`lua/guarded/write.lua`).
-    pub(crate) guarded_write: Script,
-    /// The source of every script but the cross-slot renewals (which need Redis 7), for
-    /// `SCRIPT LOAD` at connect.
+    pub(crate) guarded_write: LuaScript,
+    /// The library of the four above, for `FUNCTION LOAD` at connect.
+    pub(crate) library: Arc<Library>,
+    /// The sources of the plain scripts to load at connect with `SCRIPT LOAD`: the two
+    /// renewals (not the cross-slot ones, which need Redis 7), then the four above (loaded only
+    /// where functions cannot be used).
     pub(crate) sources: Vec<String>,
 }
+
+/// How many of [`Scripts::sources`] are the renewals, which are loaded on every server.
+pub(crate) const RENEWAL_SOURCES: usize = 2;
 
 /// The one instance.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let (renew_mutexes, renew_mutexes_cross) = renewal_sources(RENEW_MANY, RENEW_MANY_LEASES, RENEW_MANY_CROSS_LEASES);
     let (renew_kinds, renew_kinds_cross) =
         renewal_sources(KIND_RENEW_MANY, KIND_RENEW_MANY_LEASES, KIND_RENEW_MANY_CROSS_LEASES);
-    let mut sources = vec![renew_mutexes, renew_kinds];
-    sources.extend(
-        [RAISE_FENCE, INSPECT, LEADER, GUARDED_WRITE]
-            .iter()
-            .map(|file| with_helpers(code(file))),
-    );
-    let s = |i: usize| Script::new(&sources[i]);
+    let functions = [
+        ("raise_fence", RAISE_FENCE),
+        ("inspect", INSPECT),
+        ("leader", LEADER),
+        ("guarded_write", GUARDED_WRITE),
+    ]
+    .map(|(name, file)| Function {
+        name,
+        body: code(file).to_owned(),
+        cross_slot: false,
+    });
+    let scripts = library::build("", functions.into());
+    let library = scripts[0].library.clone();
+    let mut sources = vec![renew_mutexes.clone(), renew_kinds.clone()];
+    sources.extend(scripts.iter().map(|s| s.source.clone()));
+    let [raise_fence, inspect, leader, guarded_write]: [LuaScript; 4] = scripts.try_into().expect("four functions");
     Scripts {
-        renew_mutexes: s(0),
-        renew_kinds: s(1),
-        raise_fence: s(2),
-        inspect: s(3),
-        leader: s(4),
-        guarded_write: s(5),
+        renew_mutexes: Script::new(&renew_mutexes),
+        renew_kinds: Script::new(&renew_kinds),
+        raise_fence,
+        inspect,
+        leader,
+        guarded_write,
         renew_mutexes_cross: Script::new(&renew_mutexes_cross),
         renew_kinds_cross: Script::new(&renew_kinds_cross),
+        library,
         sources,
     }
 });
@@ -287,20 +337,39 @@ mod tests {
         assert_eq!(a.mutex_keys, 4);
         let b = LockScripts::new("", 0, 200, 5000);
         assert_eq!(b.mutex_keys, 6);
-        assert_ne!(a.mutex.try_acquire.get_hash(), b.mutex.try_acquire.get_hash());
-        assert_ne!(a.kinds.wait_step.get_hash(), b.kinds.wait_step.get_hash());
-        // The same settings, the same scripts (one entry in the server's script cache).
+        assert_ne!(
+            a.mutex.try_acquire.script.get_hash(),
+            b.mutex.try_acquire.script.get_hash()
+        );
+        assert_ne!(a.kinds.wait_step.script.get_hash(), b.kinds.wait_step.script.get_hash());
+        assert_ne!(a.library.name, b.library.name);
+        assert_ne!(a.mutex.try_acquire.function, b.mutex.try_acquire.function);
+        assert!(a
+            .library
+            .source
+            .contains("local FLOOR, DELAY, GAP, MAX_PASS = 'time', 15000, 0, 0\n"));
+        // The same settings, the same scripts (one entry in the server's script cache) and the
+        // same library (loading it again changes nothing).
         let again = LockScripts::new("time", 15000, 0, 0);
-        assert_eq!(a.mutex.release.get_hash(), again.mutex.release.get_hash());
-        assert_eq!(a.kinds.leave.get_hash(), again.kinds.leave.get_hash());
+        assert_eq!(a.mutex.release.script.get_hash(), again.mutex.release.script.get_hash());
+        assert_eq!(a.kinds.leave.script.get_hash(), again.kinds.leave.script.get_hash());
+        assert_eq!(a.library.source, again.library.source);
+        assert_eq!(a.kinds.leave.function, again.kinds.leave.function);
     }
 
     /// Every source sent to the server: the scripts with settings (with and without
     /// `poller_gap`), the others and both cross-slot renewals.
     fn all_sources() -> Vec<String> {
-        let mut sources = LockScripts::new("time", 15000, 0, 0).sources;
-        sources.extend(LockScripts::new("", 0, 200, 5000).sources);
+        let (a, b) = (
+            LockScripts::new("time", 15000, 0, 0),
+            LockScripts::new("", 0, 200, 5000),
+        );
+        let mut sources = a.sources.clone();
+        sources.extend(b.sources.iter().cloned());
         sources.extend(SCRIPTS.sources.iter().cloned());
+        for library in [&a.library, &b.library, &SCRIPTS.library] {
+            sources.push(library.source.clone());
+        }
         sources.push(renewal_sources(RENEW_MANY, RENEW_MANY_LEASES, RENEW_MANY_CROSS_LEASES).1);
         sources.push(renewal_sources(KIND_RENEW_MANY, KIND_RENEW_MANY_LEASES, KIND_RENEW_MANY_CROSS_LEASES).1);
         sources

@@ -175,6 +175,37 @@ pub async fn locker(url: &str) -> Locker {
     locksmith_redis::connect(&parsed).await.expect("connect")
 }
 
+/// The user of [`url_without_functions`].
+pub const NO_FUNCTIONS_USER: &str = "locksmith-no-functions";
+
+/// The single test server's URL (with `options`) as a user whose ACL allows everything but
+/// function libraries (`FUNCTION`, `FCALL`, `FCALL_RO`), as some managed Redis services set it:
+/// locksmith must fall back to plain scripts (`EVALSHA`). Creates the user (again: the same
+/// rules, so tests may race on it).
+pub async fn url_without_functions(options: &str) -> String {
+    let base = redis_url();
+    let mut conn = admin(&base).await;
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(NO_FUNCTIONS_USER)
+        .arg("on")
+        .arg(">no-functions-pass")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-function")
+        .arg("-fcall")
+        .arg("-fcall_ro")
+        .exec_async(&mut conn)
+        .await
+        .expect("ACL SETUSER");
+    let rest = base.strip_prefix("redis://").expect("a redis:// URL");
+    with_options(
+        &format!("redis://{NO_FUNCTIONS_USER}:no-functions-pass@{rest}"),
+        options,
+    )
+}
+
 /// The conformance harness over one Redis server with the given URL options.
 pub struct RedisHarness {
     pub url: String,
@@ -186,6 +217,11 @@ impl RedisHarness {
     /// On the single test server, with `options`.
     pub async fn new(options: &str) -> RedisHarness {
         RedisHarness::on(&with_options(&redis_url(), options)).await
+    }
+
+    /// On the single test server as the user of [`url_without_functions`].
+    pub async fn without_functions() -> RedisHarness {
+        RedisHarness::on(&url_without_functions("").await).await
     }
 
     /// On whatever `url` names (a server, sentinels, a cluster).

@@ -35,8 +35,8 @@ pub async fn requests(target: &Target) -> Result<Option<u64>> {
     };
     if target.backend == "redis" {
         // Commands sent by clients: a script's own calls (inside the server) are no requests, and
-        // `total_commands_processed` would count them. locksmith's clients send EVALSHA (EVAL on
-        // a lost script cache), SCRIPT, SUBSCRIBE, UNSUBSCRIBE and PING.
+        // `total_commands_processed` would count them. locksmith's clients send FCALL (EVALSHA where
+        // functions are refused), FUNCTION LOAD, SCRIPT, SUBSCRIBE, UNSUBSCRIBE and PING.
         let client = redis::Client::open(format!("redis://{host}/"))?;
         let info: String = tokio::time::timeout(Duration::from_secs(5), async {
             let mut conn = client.get_multiplexed_async_connection().await?;
@@ -47,7 +47,16 @@ pub async fn requests(target: &Target) -> Result<Option<u64>> {
         })
         .await
         .context("reading Redis's INFO: timed out")??;
-        let sent = ["evalsha", "eval", "script", "subscribe", "unsubscribe", "ping"];
+        let sent = [
+            "fcall",
+            "function|load",
+            "evalsha",
+            "eval",
+            "script",
+            "subscribe",
+            "unsubscribe",
+            "ping",
+        ];
         let count = info
             .lines()
             .filter_map(|l| {
