@@ -47,9 +47,9 @@ fn secure_url(backend: &str) -> Option<String> {
 }
 
 /// The other ways locksmith reaches `backend`, each a row `system` of its own beside `locksmith`:
-/// its secured server (TLS + credentials: what TLS costs) and, for Redis, Sentinel and Cluster
-/// with and without replica confirmation (what they cost), when `scripts/backends up` gave their
-/// URLs.
+/// its secured server (TLS + credentials: what TLS costs) and, for Redis, the plain key layout
+/// (`layout=plain`, the one redis-py and redsync use) and Sentinel and Cluster with and without
+/// replica confirmation (what they cost), when `scripts/backends up` gave their URLs.
 fn variants(backend: &str, url: &str) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     if let Some(url) = secure_url(backend) {
@@ -61,6 +61,8 @@ fn variants(backend: &str, url: &str) -> Vec<(&'static str, String)> {
         out.push(("locksmith+nosync", format!("{url}{sep}sync=off")));
     }
     if backend == "redis" {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        out.push(("locksmith+plain", format!("{url}{sep}layout=plain")));
         let env = |var: &str| std::env::var(var).ok().filter(|u| !u.is_empty());
         if let Some(url) = env("LOCKSMITH_TEST_REDIS_SENTINEL") {
             // `+wait` is the default (min_replicas=1); the plain rows opt out to show its cost.

@@ -55,6 +55,10 @@ pub fn redis_topologies(s: &mut String, report: &Report) {
     };
     let variants = [
         (
+            "locksmith+plain",
+            "one server, `layout=plain` (redis-py's and redsync's keys)",
+        ),
+        (
             "locksmith+sentinel",
             "Sentinel (the master the sentinels name), `min_replicas=0`",
         ),
@@ -73,7 +77,10 @@ pub fn redis_topologies(s: &mut String, report: &Report) {
     if rows.is_empty() {
         return;
     }
-    let _ = writeln!(s, "### What Redis Sentinel, Cluster and replica confirmation cost\n");
+    let _ = writeln!(
+        s,
+        "### What the plain layout, Redis Sentinel, Cluster and replica confirmation cost\n"
+    );
     let _ = writeln!(
         s,
         "locksmith on the test servers' Redis Sentinel (a master, a replica, three sentinels) and Redis \
@@ -81,12 +88,14 @@ pub fn redis_topologies(s: &mut String, report: &Report) {
          `min_replicas=1` waits for a replica to acknowledge every grant and renewal batch (`WAIT`) \
          before trusting it, so that a failover cannot hand a held lock to someone else (see \
          `docs/reliability.md`, \"Redis failover\"): its cost is that round trip to the replica. It \
-         is the default on Sentinel and Cluster; `min_replicas=0` opts out.\n"
+         is the default on Sentinel and Cluster; `min_replicas=0` opts out. `layout=plain` keeps the \
+         lock under its raw name, as redis-py and redsync do, so that they and locksmith share it \
+         (see `docs/migration.md`).\n"
     );
     let hand = handover_p50(report, "locksmith", "redis").map_or_else(|| "—".into(), |h| format!("{h:.0}"));
     let _ = writeln!(
         s,
-        "| redis topology | uncontended p50 µs | × one server | handover p50 µs (shortest wait) |"
+        "| redis topology or layout | uncontended p50 µs | × one server | handover p50 µs (shortest wait) |"
     );
     let _ = writeln!(s, "|---|---|---|---|");
     let _ = writeln!(s, "| one server | {single:.0} | 1.00 | {hand} |");

@@ -59,6 +59,8 @@ impl Target {
 pub fn check(report: &Report) -> Vec<Target> {
     vec![
         uncontended(report),
+        redis_to_rslock(report),
+        plain_layout(report),
         handover(report),
         handover_to_floor(report),
         herd(report),
@@ -157,6 +159,39 @@ fn uncontended(report: &Report) -> Target {
         }
     }
     judge.done("locksmith uncontended on a server backend")
+}
+
+/// Each `system` uncontended row on Redis against rslock's (measured in the same turns), scored
+/// against `limit` × rslock's p50.
+fn against_rslock(judge: &mut Judge, report: &Report, system: &str, limit: f64) {
+    for r in rows(report, system, "uncontended").filter(|r| r.backend == "redis") {
+        let Some(rslock) = report
+            .find_peer("rslock", r)
+            .and_then(|p| p.p50_us)
+            .filter(|t| *t > 0.0)
+        else {
+            continue;
+        };
+        let Some(mine) = r.p50_us else { continue };
+        judge.row(
+            mine / rslock / limit,
+            format!("{system} {:.2}× rslock ({mine:.0} vs {rslock:.0} µs)", mine / rslock),
+        );
+    }
+}
+
+fn redis_to_rslock(report: &Report) -> Target {
+    let mut judge = Judge::new(
+        "Redis uncontended, default layout: ≤ 1.15 × rslock, measured in turns (with FIFO and fencing tokens kept).",
+    );
+    against_rslock(&mut judge, report, "locksmith", 1.15);
+    judge.done("locksmith and rslock uncontended on Redis")
+}
+
+fn plain_layout(report: &Report) -> Target {
+    let mut judge = Judge::new("Redis uncontended, `layout=plain` (redis-py's keys): ≤ rslock.");
+    against_rslock(&mut judge, report, "locksmith+plain", 1.0);
+    judge.done("locksmith+plain and rslock uncontended on Redis")
 }
 
 fn handover(report: &Report) -> Target {
@@ -340,6 +375,31 @@ mod tests {
         let t = handover(&report);
         assert_eq!(t.verdict, Verdict::NotMet(1));
         assert!(t.worst.unwrap().contains("blocked 150 ms"));
+    }
+
+    #[test]
+    fn redis_rows_are_judged_against_rslock() {
+        let measured = report(vec![
+            record("locksmith", "redis", "uncontended", 120.0, None),
+            record("locksmith+plain", "redis", "uncontended", 101.0, None),
+            record("rslock", "redis", "uncontended", 100.0, None),
+            record("locksmith", "etcd", "uncontended", 500.0, None),
+        ]);
+        let t = redis_to_rslock(&measured);
+        // 1.20× rslock misses 1.15×; the etcd row is not judged.
+        assert_eq!((t.verdict.clone(), t.judged), (Verdict::NotMet(1), 1));
+        assert!(
+            t.worst.as_deref().unwrap().starts_with("locksmith 1.20× rslock"),
+            "{t:?}"
+        );
+        let t = plain_layout(&measured);
+        assert_eq!(t.verdict, Verdict::NotMet(1));
+        let equal = report(vec![
+            record("locksmith+plain", "redis", "uncontended", 100.0, None),
+            record("rslock", "redis", "uncontended", 100.0, None),
+        ]);
+        assert_eq!(plain_layout(&equal).verdict, Verdict::Met);
+        assert!(matches!(redis_to_rslock(&equal).verdict, Verdict::NotMeasured(_)));
     }
 
     #[test]
