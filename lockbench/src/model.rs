@@ -164,7 +164,12 @@ impl Report {
 /// Rows shown beside the peers that are not a peer library: the bare primitive another design is
 /// built on (a session advisory lock: no lease, no fencing token, no queue). The
 /// `distributed-lock-postgres` row, the library that wraps it, is the peer.
-const NOT_PEERS: &[&str] = &["pg_advisory_lock"];
+/// The handover floor's notification alone (see [`crate::reference`]) is no peer either.
+const NOT_PEERS: &[&str] = &["pg_advisory_lock", FLOOR_NOTIFY];
+
+/// The system name of the handover floor's notification alone (beside the `floor` row, which
+/// also takes the freed lock).
+pub const FLOOR_NOTIFY: &str = "floor-notify";
 
 /// Whether `system` is a peer library: not locksmith in any variant, not the floor, not a bare
 /// primitive ([`NOT_PEERS`]).

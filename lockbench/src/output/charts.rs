@@ -65,7 +65,7 @@ pub fn write_all(dir: &Path, report: &Report) -> Result<Vec<Chart>> {
     if !handover.is_empty() {
         let file = "handover.svg".to_string();
         let title =
-            "handover p50 against the time the waiter was blocked (solid: locksmith, dashed: raw notification floor)"
+            "handover p50 against the time the waiter was blocked (solid: locksmith, dashed: raw floor: release, notification, take)"
                 .to_string();
         handover_chart(&dir.join(&file), &handover)?;
         charts.push(Chart { file, title });

@@ -169,7 +169,7 @@ fn targets_section(s: &mut String, report: &Report) {
 
 fn details(s: &mut String, report: &Report) {
     let _ = writeln!(s, "## All rows\n");
-    let _ = writeln!(s, "Ratios: `× floor` is this row's p50 over the raw floor's p50 for the same workload and parameters (`ratio_to_floor` in the JSON); `× peer` (locksmith's rows, `ratio_to_peer`) and `× locksmith` (the peer's row) are both locksmith's p50 over the peer library's on the same backend (below 1: locksmith is faster).\n");
+    let _ = writeln!(s, "Ratios: `× floor` is this row's p50 over the raw floor's p50 for the same workload and parameters (`ratio_to_floor` in the JSON); `× peer` (locksmith's rows, `ratio_to_peer`) and `× locksmith` (the peer's row) are both locksmith's p50 over the peer library's on the same backend (below 1: locksmith is faster). The handover's `floor` on Redis, etcd and ZooKeeper is the release, the notification and the one request that takes the freed lock with the bare client (`DEL`+`PUBLISH` → message → `SET NX PX`; delete → watch event → create-if-absent; delete → watch event → create); `floor-notify` is the notification alone from the same measurements; on file and PostgreSQL the `floor` is the notification alone.\n");
     for workload in [
         "uncontended",
         "handover",

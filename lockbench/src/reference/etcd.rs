@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, EventType, LockOptions, PutOptions, Txn, TxnOp, WatchOptions};
 
-use super::{first_host, token, Notification, Reference};
+use super::{first_host, token, FloorTimes, Notification, Reference};
 use crate::system::{Held, LockClient, LockSystem};
 
 /// The lease every reference client holds and keeps alive (the same model as locksmith's: one
@@ -207,8 +207,8 @@ impl Held for EtcdHeld {
     }
 }
 
-/// A watch on a key, armed when the "waiter" starts waiting; t0 = before the delete, t1 = the
-/// delete event received.
+/// A watch on a key, armed when the "waiter" starts waiting; t0 = before the delete, notified =
+/// the delete event received, taken = the waiter's create-if-absent transaction answered.
 struct WatchFloor {
     client: Client,
 }
@@ -218,7 +218,7 @@ impl Notification for WatchFloor {
     fn backend(&self) -> &'static str {
         "etcd"
     }
-    async fn once(&self, blocked: Duration) -> Result<Duration> {
+    async fn once(&self, blocked: Duration) -> Result<FloorTimes> {
         let mut client = self.client.clone();
         let key = format!("lockbench-floor/notify/{}", token());
         client.put(key.clone(), "held", None).await?;
@@ -230,14 +230,27 @@ impl Notification for WatchFloor {
         }
         tokio::time::sleep(blocked).await;
         let t0 = Instant::now();
-        client.delete(key, None).await?;
+        client.delete(key.clone(), None).await?;
         loop {
             let msg = tokio::time::timeout(Duration::from_secs(10), stream.message())
                 .await
                 .map_err(|_| anyhow!("no watch event within 10 s"))??
                 .ok_or_else(|| anyhow!("watch stream closed"))?;
             if !msg.events().is_empty() {
-                return Ok(t0.elapsed());
+                let notified = t0.elapsed();
+                let take = Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(key.clone(), "taken", None)]);
+                let took = client.txn(take).await?.succeeded();
+                let taken = t0.elapsed();
+                client.delete(key, None).await?;
+                if !took {
+                    bail!("floor: the waiter's create-if-absent found the key still there");
+                }
+                return Ok(FloorTimes {
+                    notified,
+                    taken: Some(taken),
+                });
             }
         }
     }

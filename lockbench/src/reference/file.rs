@@ -16,7 +16,7 @@ use distributed_lock_core::{DistributedLock, LockHandle, LockProvider};
 use rustix::fs::{flock, FlockOperation};
 use tokio::sync::oneshot;
 
-use super::{token, Notification, Reference};
+use super::{token, FloorTimes, Notification, Reference};
 use crate::system::{Held, LockClient, LockSystem};
 
 /// Sets up the floor, the notification floor and the peers in subdirectories of the URL's directory.
@@ -92,7 +92,7 @@ impl Notification for InotifyFloor {
     fn backend(&self) -> &'static str {
         "file"
     }
-    async fn once(&self, blocked: Duration) -> Result<Duration> {
+    async fn once(&self, blocked: Duration) -> Result<FloorTimes> {
         use rustix::fs::inotify;
         let watched = self.dir.join(format!("notify-{}", token()));
         std::fs::create_dir_all(&watched)?;
@@ -114,7 +114,7 @@ impl Notification for InotifyFloor {
             .map_err(|_| anyhow!("no inotify event within 10 s"))??
             .map_err(|e| anyhow!("reading inotify: {e}"))?;
         let _ = std::fs::remove_dir_all(&watched);
-        Ok(t1.saturating_duration_since(t0))
+        Ok(FloorTimes::notified(t1.saturating_duration_since(t0)))
     }
 }
 

@@ -2,13 +2,19 @@
 //! side: the **raw floor** (the minimal round trips of an acquire+release with the bare client
 //! crate, and the bare notification latency) and the **peer libraries** on the same servers.
 //!
-//! | backend | floor: acquire+release | floor: notification | peer |
+//! | backend | floor: acquire+release | floor: handover (release → notification → take) | peer |
 //! |---|---|---|---|
-//! | redis | `SET NX PX` + compare-and-delete script | pub/sub message | `rslock` |
-//! | etcd | create-if-absent txn (on a kept-alive lease) + delete | watch event of a delete | lock RPC (`etcd-client` `lock`/`unlock`) |
-//! | zk | create ephemeral-sequential + get-children + delete | exists-watch of a delete | `zookeeper-client`'s lock recipe |
+//! | redis | `SET NX PX` + compare-and-delete script | `DEL` + `PUBLISH` pipelined → pub/sub message → `SET NX PX` | `rslock` |
+//! | etcd | create-if-absent txn (on a kept-alive lease) + delete | delete → watch event → create-if-absent txn | lock RPC (`etcd-client` `lock`/`unlock`) |
+//! | zk | create ephemeral-sequential + get-children + delete | delete → exists-watch event → create | `zookeeper-client`'s lock recipe |
 //! | file | open + `flock(LOCK_EX\|LOCK_NB)`, `flock(LOCK_UN)` + close | inotify event of a rename | `distributed-lock-file`, `fd-lock` |
 //! | postgres | one prepared `INSERT … ON CONFLICT DO UPDATE … RETURNING token`, one `UPDATE` | LISTEN/NOTIFY | a session `pg_advisory_lock` |
+//!
+//! The handover floor on Redis, etcd and ZooKeeper is the `floor` row: the release, the
+//! notification and the one request that takes the freed lock (what any queue-less waiter must do
+//! after being told; locksmith's waiter makes the same request); the `floor-notify` row beside it is
+//! the notification alone, from the same measurements. On file and PostgreSQL the `floor` row is
+//! the notification alone.
 //!
 //! The `guarded` workload's floor is a plain write of the bare client ([`PlainWrite`]): Redis
 //! `SET`, etcd `Put`, ZooKeeper `setData`, a PostgreSQL upsert.
@@ -32,14 +38,33 @@ use async_trait::async_trait;
 
 use crate::system::LockSystem;
 
-/// The bare notification latency of a backend's client.
+/// The handover floor of a backend's client: the bare notification, and the minimal take after it.
 #[async_trait]
 pub trait Notification: Send + Sync {
     /// The backend measured.
     fn backend(&self) -> &'static str;
-    /// One measurement: arm the notification, wait `blocked`, trigger it at t0 and return
-    /// t1 − t0, t1 being when the waiting side received it.
-    async fn once(&self, blocked: Duration) -> Result<Duration>;
+    /// One measurement: arm the notification, wait `blocked`, release at t0 (the one request
+    /// that frees the lock and notifies), and say when the waiting side received the notification
+    /// and, where the floor takes, when its one request that takes the freed lock was answered.
+    async fn once(&self, blocked: Duration) -> Result<FloorTimes>;
+}
+
+/// One measurement of a handover floor, both times from the release (t0).
+#[derive(Clone, Copy, Debug)]
+pub struct FloorTimes {
+    /// When the waiting side received the notification.
+    pub notified: Duration,
+    /// When its take (the one request that takes the freed lock: `SET NX PX`, a create-if-absent
+    /// transaction, a `create`) was answered; `None` where the floor does not take (PostgreSQL,
+    /// file: the notification alone).
+    pub taken: Option<Duration>,
+}
+
+impl FloorTimes {
+    /// A floor that measures the notification alone.
+    pub fn notified(notified: Duration) -> FloorTimes {
+        FloorTimes { notified, taken: None }
+    }
 }
 
 /// A plain write of the bare client to a key of its own (the `guarded` workload's floor).

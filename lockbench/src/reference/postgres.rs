@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
-use super::{token, Notification, Reference};
+use super::{token, FloorTimes, Notification, Reference};
 use crate::system::{Held, LockClient, LockSystem};
 
 /// The table of the floor.
@@ -174,7 +174,7 @@ impl Notification for ListenFloor {
     fn backend(&self) -> &'static str {
         "postgres"
     }
-    async fn once(&self, blocked: Duration) -> Result<Duration> {
+    async fn once(&self, blocked: Duration) -> Result<FloorTimes> {
         let channel = format!("lockbench_{}", token().replace('-', "_"));
         let (listener, mut connection) = tokio_postgres::connect(&self.url, NoTls).await?;
         let (got, received) = tokio::sync::oneshot::channel();
@@ -198,7 +198,7 @@ impl Notification for ListenFloor {
         let t1 = tokio::time::timeout(Duration::from_secs(10), received)
             .await
             .map_err(|_| anyhow!("no notification within 10 s"))??;
-        Ok(t1.saturating_duration_since(t0))
+        Ok(FloorTimes::notified(t1.saturating_duration_since(t0)))
     }
 }
 

@@ -10,7 +10,7 @@ use redis::aio::{MultiplexedConnection, PubSubStream};
 use redis::{AsyncCommands, Script};
 use tokio::sync::Mutex;
 
-use super::{first_host, token, Notification, Reference};
+use super::{first_host, token, FloorTimes, Notification, Reference};
 use crate::system::{Held, LockClient, LockSystem};
 
 const RELEASE: &str =
@@ -133,10 +133,14 @@ impl Held for FloorHeld {
     }
 }
 
-/// A subscriber waiting on a channel; t0 = before PUBLISH, t1 = message received.
+/// The handover floor: a lock key, a subscriber waiting on a channel with a connection of its
+/// own to take the lock. t0 = before the release (`DEL` and `PUBLISH`, pipelined: one round
+/// trip), notified = message received, taken = the subscriber's `SET NX PX` answered.
 struct PubSubFloor {
     publisher: MultiplexedConnection,
+    taker: MultiplexedConnection,
     channel: String,
+    key: String,
     messages: Mutex<PubSubStream>,
 }
 
@@ -147,6 +151,8 @@ impl PubSubFloor {
         pubsub.subscribe(&channel).await?;
         Ok(PubSubFloor {
             publisher,
+            taker: client.get_multiplexed_async_connection().await?,
+            key: format!("lockbench-floor-handover:{}", token()),
             channel,
             messages: Mutex::new(pubsub.into_on_message()),
         })
@@ -158,21 +164,47 @@ impl Notification for PubSubFloor {
     fn backend(&self) -> &'static str {
         "redis"
     }
-    async fn once(&self, blocked: Duration) -> Result<Duration> {
+    async fn once(&self, blocked: Duration) -> Result<FloorTimes> {
         let mut messages = self.messages.lock().await;
+        let (mut publisher, mut taker) = (self.publisher.clone(), self.taker.clone());
+        let () = publisher.set_ex(&self.key, "holder", 60).await?;
         tokio::time::sleep(blocked).await;
-        let mut publisher = self.publisher.clone();
         let t0 = Instant::now();
-        let receivers: i64 = publisher.publish(&self.channel, "released").await?;
-        let _msg = tokio::time::timeout(Duration::from_secs(10), messages.next())
-            .await
-            .map_err(|_| anyhow!("no pub/sub message within 10 s"))?
-            .ok_or_else(|| anyhow!("the subscription ended"))?;
-        let t1 = Instant::now();
+        let release = async {
+            let (_, receivers): (i64, i64) = redis::pipe()
+                .del(&self.key)
+                .publish(&self.channel, "released")
+                .query_async(&mut publisher)
+                .await?;
+            anyhow::Ok(receivers)
+        };
+        let take = async {
+            tokio::time::timeout(Duration::from_secs(10), messages.next())
+                .await
+                .map_err(|_| anyhow!("no pub/sub message within 10 s"))?
+                .ok_or_else(|| anyhow!("the subscription ended"))?;
+            let notified = t0.elapsed();
+            let took: Option<String> = redis::cmd("SET")
+                .arg(&self.key)
+                .arg("waiter")
+                .arg("NX")
+                .arg("PX")
+                .arg(60_000)
+                .query_async(&mut taker)
+                .await?;
+            anyhow::Ok((notified, t0.elapsed(), took.is_some()))
+        };
+        let (receivers, (notified, taken, took)) = tokio::try_join!(release, take)?;
         if receivers < 1 {
             bail!("PUBLISH reached no subscriber");
         }
-        Ok(t1 - t0)
+        if !took {
+            bail!("floor: the waiter's SET NX found the key still held");
+        }
+        Ok(FloorTimes {
+            notified,
+            taken: Some(taken),
+        })
     }
 }
 

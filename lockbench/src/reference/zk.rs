@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Result};
 use async_trait::async_trait;
 use zookeeper_client::{Acls, Client, CreateMode, LockOptions, LockPrefix, OwnedLockClient};
 
-use super::{first_host, token, Notification, Reference};
+use super::{first_host, token, FloorTimes, Notification, Reference};
 use crate::system::{Held, LockClient, LockSystem};
 
 const ROOT: &str = "/lockbench-ref";
@@ -153,7 +153,7 @@ impl Held for ZkHeld {
 }
 
 /// An exists-watch on a node, armed when the "waiter" starts waiting; t0 = before the delete,
-/// t1 = the watch event received.
+/// notified = the watch event received, taken = the waiter's `create` of the node answered.
 struct WatchFloor {
     client: Client,
 }
@@ -163,7 +163,7 @@ impl Notification for WatchFloor {
     fn backend(&self) -> &'static str {
         "zk"
     }
-    async fn once(&self, blocked: Duration) -> Result<Duration> {
+    async fn once(&self, blocked: Duration) -> Result<FloorTimes> {
         let path = format!("{ROOT}/notify/n-{}", token());
         let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
         self.client.create(&path, b"", &ephemeral).await?;
@@ -177,6 +177,13 @@ impl Notification for WatchFloor {
         tokio::time::timeout(Duration::from_secs(10), watcher.changed())
             .await
             .map_err(|_| anyhow!("no watch event within 10 s"))?;
-        Ok(t0.elapsed())
+        let notified = t0.elapsed();
+        self.client.create(&path, b"", &ephemeral).await?;
+        let taken = t0.elapsed();
+        self.client.delete(&path, None).await?;
+        Ok(FloorTimes {
+            notified,
+            taken: Some(taken),
+        })
     }
 }

@@ -8,7 +8,7 @@ use anyhow::{anyhow, Result};
 use tokio::sync::oneshot;
 
 use crate::cli::Sizes;
-use crate::model::Record;
+use crate::model::{Record, FLOOR_NOTIFY};
 use crate::reference::Notification;
 use crate::stats::Samples;
 use crate::system::{unique_name, Held, LockSystem};
@@ -54,21 +54,31 @@ pub async fn run(sys: &dyn LockSystem, sizes: &Sizes) -> Result<Vec<Record>> {
     Ok(rows)
 }
 
-/// The raw floor: the bare notification latency of the backend's client, same blocked times.
+/// The raw floor, same blocked times: a `floor` row (release, notification and the take that
+/// follows it, where the backend's floor takes; the notification alone otherwise) and, where it
+/// takes, a `floor-notify` row (the notification alone, from the same measurements).
 pub async fn run_floor(notify: &dyn Notification, sizes: &Sizes) -> Result<Vec<Record>> {
     let mut rows = Vec::new();
     for &blocked in &sizes.blocked {
         let pb = super::bar(
             sizes.handover_ops as u64,
-            format!("{} floor notify {}ms", notify.backend(), blocked.as_millis()),
+            format!("{} floor handover {}ms", notify.backend(), blocked.as_millis()),
         );
-        let mut samples = Samples::with_capacity(sizes.handover_ops);
+        let mut taken = Samples::with_capacity(sizes.handover_ops);
+        let mut notified = Samples::with_capacity(sizes.handover_ops);
+        let mut takes = true;
         for _ in 0..sizes.handover_ops {
-            samples.push(notify.once(blocked).await?);
+            let times = notify.once(blocked).await?;
+            notified.push(times.notified);
+            taken.push(times.taken.unwrap_or(times.notified));
+            takes &= times.taken.is_some();
             pb.inc(1);
         }
         pb.finish_and_clear();
-        rows.push(row("floor", notify.backend(), blocked, samples));
+        rows.push(row("floor", notify.backend(), blocked, taken));
+        if takes {
+            rows.push(row(FLOOR_NOTIFY, notify.backend(), blocked, notified));
+        }
     }
     Ok(rows)
 }
