@@ -109,8 +109,10 @@
 //! `RENEW_MANY` scripts are loaded when connecting (one pipelined round trip); a call that finds
 //! its function missing (the server restarted without persistence, `FUNCTION FLUSH`) loads the
 //! library and is sent again (it did not run, so this is safe even for `RELEASE`). Functions
-//! are replicated, so a promoted replica has them. A server that refuses functions (Redis 6: no
-//! such command; an ACL without `FUNCTION LOAD` or `FCALL`) is sent every script as a plain
+//! are replicated, so a promoted replica has them. The functions that give a lock up (`RELEASE`,
+//! `LEAVE`) are flagged `allow-oom`: Redis refuses an unflagged function up front when it is over
+//! `maxmemory`, and a full server must still take releases (`tests/oom.rs`). A server that
+//! refuses functions (Redis 6: no such command; an ACL without `FUNCTION LOAD` or `FCALL`) is sent every script as a plain
 //! script (`SCRIPT LOAD` at connect, `EVALSHA`, reloaded on `NOSCRIPT`) for the rest of the
 //! process: the same code, the helpers and settings written before each body. The watchdog's
 //! batches (one call per tick and 500 leases) are plain scripts everywhere; the renewal pipeline

@@ -190,7 +190,7 @@ mod tests {
             vec![Function {
                 name: "t",
                 body: "return 1".into(),
-                cross_slot: false,
+                allow_oom: false,
             }],
         );
         let script = &scripts[0];

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use redis::Script;
 
-use crate::protocol::scripts::helpers_of;
+use crate::protocol::lua::helpers_of;
 
 /// One function library: its name and the source `FUNCTION LOAD` is sent.
 #[derive(Debug)]
@@ -49,15 +49,19 @@ pub(crate) struct Function<'a> {
     /// Its code: what the plain script runs after the settings and helpers (it reads `KEYS` and
     /// `ARGV`, and ends with its `return`).
     pub(crate) body: String,
-    /// `true`: flagged `allow-cross-slot-keys` (both as a function and as a plain script).
-    pub(crate) cross_slot: bool,
+    /// `true`: the function runs even when the server is out of memory (`allow-oom`). A
+    /// function without it is refused before it runs when Redis is over `maxmemory`, where a plain
+    /// script (no flags) runs and fails only at a write that needs memory; the scripts that give a
+    /// lock up (`DEL`, `ZREM`, `PUBLISH`) must keep working then, or a full server would keep
+    /// every lock until its TTL. The plain script is unchanged (no flags).
+    pub(crate) allow_oom: bool,
 }
 
 /// Builds the library of `functions`, which share `settings` (Lua that defines the settings'
 /// constants; may be empty), and each function as a [`LuaScript`], in the order given.
 ///
 /// The library defines the settings once, then every helper any of its functions calls (in the
-/// order of [`crate::protocol::scripts`]'s list), then registers each function as a closure over
+/// order of [`crate::protocol::lua::HELPERS`]), then registers each function as a closure over
 /// them whose parameters are named `KEYS` and `ARGV`, so a body reads exactly as in its plain
 /// script.
 pub(crate) fn build(settings: &str, functions: Vec<Function<'_>>) -> Vec<LuaScript> {
@@ -65,11 +69,7 @@ pub(crate) fn build(settings: &str, functions: Vec<Function<'_>>) -> Vec<LuaScri
     let content = {
         let mut s = format!("{settings}{}", helpers_of(&all_bodies));
         for f in &functions {
-            let flags = if f.cross_slot {
-                ", flags={'allow-cross-slot-keys'}"
-            } else {
-                ""
-            };
+            let flags = if f.allow_oom { ", flags={'allow-oom'}" } else { "" };
             s.push_str(&format!(
                 "redis.register_function{{function_name=PREFIX .. '{}', callback=function(KEYS, ARGV)\n{}\nend{flags}}}\n",
                 f.name, f.body
@@ -85,12 +85,7 @@ pub(crate) fn build(settings: &str, functions: Vec<Function<'_>>) -> Vec<LuaScri
     functions
         .into_iter()
         .map(|f| {
-            let shebang = if f.cross_slot {
-                "#!lua flags=allow-cross-slot-keys\n"
-            } else {
-                ""
-            };
-            let plain = format!("{shebang}{settings}{}{}", helpers_of(&f.body), f.body);
+            let plain = format!("{settings}{}{}", helpers_of(&f.body), f.body);
             LuaScript {
                 script: Script::new(&plain),
                 source: plain,

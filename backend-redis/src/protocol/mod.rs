@@ -10,12 +10,16 @@
 //!   `lua/kinds/`);
 //! - [`election`]: who leads, and observing it;
 //! - [`quorum`]: the mutex on several independent masters (Redlock), over the mutex's entry;
-//! - [`scripts`]: the scripts, assembled from `src/lua/` with the URL's settings.
+//! - [`scripts`]: the scripts, assembled from `src/lua/` with the URL's settings;
+//! - [`library`]: the same scripts as a Redis 7 function library (`FCALL`), each kept as a plain
+//!   script (`EVALSHA`) too;
+//! - [`lua`]: reading the `.lua` files and the helpers a piece of code calls.
 
 pub(crate) mod election;
 pub(crate) mod entry;
 pub(crate) mod kinds;
 pub(crate) mod library;
+pub(crate) mod lua;
 pub(crate) mod mutex;
 pub(crate) mod quorum;
 #[cfg(test)]

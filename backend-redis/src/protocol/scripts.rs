@@ -23,37 +23,7 @@ use redis::Script;
 
 use crate::config::Config;
 use crate::protocol::library::{self, Function, Library, LuaScript};
-
-/// The helper `lua/helpers/<name>.lua`, with its name: the file defines `local function <name>`.
-macro_rules! helper {
-    ($name:literal) => {
-        ($name, include_str!(concat!("../lua/helpers/", $name, ".lua")))
-    };
-}
-
-/// The helpers the scripts call, each with its name and file. Each script is sent with only the
-/// helpers it calls ([`with_helpers`]): every `local function` is a closure the server builds on
-/// every call. A helper calls only helpers listed before it.
-const HELPERS: [(&str, &str); 17] = [
-    helper!("now_ms"),
-    helper!("mine"),
-    helper!("fence_of"),
-    helper!("bounded_pttl"),
-    helper!("head"),
-    helper!("wake"),
-    helper!("data_loss_wait"),
-    helper!("gap_left"),
-    helper!("streak_on"),
-    helper!("streak_off"),
-    helper!("next_fence"),
-    helper!("take"),
-    // The helpers of the other kinds' scripts.
-    helper!("role"),
-    helper!("permits"),
-    helper!("token"),
-    helper!("keep"),
-    helper!("extend"),
-];
+use crate::protocol::lua::{code, with_helpers};
 
 /// Mutex: one attempt, never queueing (see the file for its keys, arguments and reply).
 const TRY_ACQUIRE: &str = include_str!("../lua/mutex/try_acquire.lua");
@@ -100,42 +70,6 @@ const KIND_RENEW_MANY_LEASES: &str = include_str!("../lua/kinds/renew_many_lease
 const KIND_RENEW_MANY_CROSS_LEASES: &str = include_str!("../lua/kinds/renew_many_cross_leases.lua");
 /// Elections, read-only: who leads.
 const LEADER: &str = include_str!("../lua/kinds/leader.lua");
-
-/// The code of a `.lua` file: without the comment it starts with (what the file does, its KEYS,
-/// ARGV and reply) and the blank line after it, which the server has no use for.
-pub(crate) fn code(file: &str) -> &str {
-    let mut rest = file;
-    while rest.starts_with("--") {
-        rest = rest.split_once('\n').map_or("", |(_, after)| after);
-    }
-    rest.strip_prefix('\n').unwrap_or(rest)
-}
-
-/// `body` (a script's code, with any helpers of its own) after the helpers of [`HELPERS`] that it
-/// calls, directly or through another helper, and no others.
-pub(crate) fn with_helpers(body: &str) -> String {
-    let mut s = helpers_of(body);
-    s.push_str(body);
-    s
-}
-
-/// The code of the helpers of [`HELPERS`] that `code` calls, directly or through another helper,
-/// in their order (a helper before the helpers that call it).
-pub(crate) fn helpers_of(code_text: &str) -> String {
-    let calls = |text: &str, name: &str| text.contains(&format!("{name}("));
-    let mut used = [false; HELPERS.len()];
-    // A helper calls only helpers listed before it: walking back finds every one needed.
-    for i in (0..HELPERS.len()).rev() {
-        let name = HELPERS[i].0;
-        used[i] = calls(code_text, name) || (i + 1..HELPERS.len()).any(|j| used[j] && calls(code(HELPERS[j].1), name));
-    }
-    HELPERS
-        .iter()
-        .zip(&used)
-        .filter(|(_, used)| **used)
-        .map(|((_, file), _)| code(file))
-        .collect()
-}
 
 /// The two sources of a batched renewal (`body`, a `.lua` file that reads its leases through
 /// `LEASES` and `lease(i)`): with the header `leases` that reads them from KEYS and ARGV, and with
@@ -223,10 +157,11 @@ impl LockScripts {
         let settings = format!(
             "local FLOOR, DELAY, GAP, MAX_PASS = '{floor}', {restart_delay_ms}, {poller_gap_ms}, {max_pass_over_ms}\n"
         );
-        let function = |name, body: String| Function {
+        // The scripts that give a lock up run on a server out of memory (see `Function`).
+        let function = |name: &'static str, body: String| Function {
             name,
             body,
-            cross_slot: false,
+            allow_oom: name.ends_with("_release") || name.ends_with("_leave"),
         };
         let mutex = [
             ("mutex_try_acquire", TRY_ACQUIRE),
@@ -302,7 +237,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     .map(|(name, file)| Function {
         name,
         body: code(file).to_owned(),
-        cross_slot: false,
+        allow_oom: false,
     });
     let scripts = library::build("", functions.into());
     let library = scripts[0].library.clone();
@@ -326,6 +261,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::lua::HELPERS;
 
     #[test]
     fn settings_are_constants_of_every_script_that_reads_one() {
