@@ -12,18 +12,9 @@ use locksmith_core::conformance::unique_name;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// How many calls of `command` the server has run (`INFO commandstats`).
+/// How many calls of `command` the server has run.
 async fn calls(admin: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(admin)
-        .await
-        .expect("INFO");
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a count"))
+    common::command_counts(admin).await.get(command).copied().unwrap_or(0)
 }
 
 /// How many of locksmith's libraries the server has loaded.

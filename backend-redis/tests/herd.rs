@@ -13,22 +13,6 @@ use tokio::sync::{mpsc, watch};
 
 const WAITERS: usize = 50;
 
-/// `cmdstat_<name>` → calls, from `INFO commandstats`.
-async fn command_counts(conn: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_release_with_50_waiters_costs_constant_commands() {
     let server = common::quorum_hosts().remove(2); // redis-q3, used by no other concurrent test
@@ -74,13 +58,13 @@ async fn one_release_with_50_waiters_costs_constant_commands() {
         .await;
     }
 
-    let before = command_counts(&mut admin).await;
+    let before = common::command_counts(&mut admin).await;
     holder.release().await.expect("release");
     let first = within(Duration::from_secs(30), "the first waiter takes over", got_rx.recv()).await;
     assert_eq!(first, Some(0), "the head waiter must be first");
     // Give a herd (if there were one) time to show up in the counts.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = command_counts(&mut admin).await;
+    let after = common::command_counts(&mut admin).await;
 
     let mut delta: BTreeMap<&str, u64> = BTreeMap::new();
     for (cmd, calls) in &after {

@@ -24,22 +24,6 @@ use tokio::sync::mpsc;
 
 const WAITERS: usize = 20;
 
-/// `cmdstat_<name>` → calls, from `INFO commandstats`.
-async fn command_counts(conn: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
-}
-
 /// What a step of the measurement cost: wake-ups published, and server commands by name.
 struct Meter {
     url: String,
@@ -76,10 +60,13 @@ impl Meter {
     /// Runs `step`, lets a herd (if there were one) show up, and returns the wake-ups and the
     /// commands it cost.
     async fn measure(&mut self, what: &str, step: impl std::future::Future<Output = ()>) -> (u64, u64) {
-        let (wakes, before) = (self.wakes.load(Ordering::SeqCst), command_counts(&mut self.admin).await);
+        let (wakes, before) = (
+            self.wakes.load(Ordering::SeqCst),
+            common::command_counts(&mut self.admin).await,
+        );
         step.await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let after = command_counts(&mut self.admin).await;
+        let after = common::command_counts(&mut self.admin).await;
         let delta: BTreeMap<&str, u64> = after
             .iter()
             .map(|(c, n)| (c.as_str(), n - before.get(c).copied().unwrap_or(0)))

@@ -2,6 +2,7 @@
 //! raw admin connection.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use locksmith_core::conformance::Harness;
@@ -489,4 +490,20 @@ where
     );
     let info = c.inspect(&name).await.expect("inspect");
     assert!(info.holder.is_none() && info.waiters == 0, "left behind: {info:?}");
+}
+
+/// `cmdstat_<name>` → calls, from `INFO commandstats`: every command the server has run.
+pub async fn command_counts(conn: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
 }
