@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::extras::{self, BadInput, Leak, Load, Soak};
 use crate::primitive::Primitive;
@@ -14,10 +14,10 @@ use crate::targets::{self, env_url, Fault, Target};
 use crate::RunArgs;
 
 /// Everything one `lockchaos run` found.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
     /// `lockchaos/1`.
-    pub schema: &'static str,
+    pub schema: String,
     /// Where and how it ran.
     pub machine: Machine,
     /// One row per backend × topology × fault.
@@ -46,7 +46,7 @@ pub struct Report {
 }
 
 /// The machine and the run's settings.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Machine {
     /// Logical CPUs.
     pub cpus: usize,
@@ -64,21 +64,54 @@ pub struct Machine {
     pub repeats: usize,
     /// Injections of `leader-kill` and `failover` on Redis Sentinel and Cluster.
     pub failovers: usize,
-    /// Wall time of the whole run, in s.
+    /// Wall time of the whole run, in s (of a merged report: its parts' times added).
+    pub seconds: f64,
+    /// The sections that ran (every one of [`SECTIONS`] when the run was not limited).
+    #[serde(default)]
+    pub sections: Vec<String>,
+    /// The commit the suite was built from (`git describe --always --dirty`), when known.
+    #[serde(default)]
+    pub commit: Option<String>,
+    /// A report merged from runs of parts of the suite (`lockchaos merge`): each part, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
+}
+
+/// One run of a merged report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Part {
+    /// The sections it ran.
+    pub sections: Vec<String>,
+    /// The commit it was built from, when known.
+    pub commit: Option<String>,
+    /// Its wall time, in s.
     pub seconds: f64,
 }
 
+/// Every section of the suite, in the order a run takes them.
+pub const SECTIONS: [&str; 9] = [
+    "faults",
+    "primitives",
+    "guarded",
+    "fenced",
+    "self-check",
+    "leaks",
+    "load",
+    "soak",
+    "bad-input",
+];
+
 /// One backend × topology × fault (the contract's field names).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Row {
     /// `mem`, `etcd`, `zk`, `redis`.
-    pub backend: &'static str,
+    pub backend: String,
     /// `single`, `cluster`, `ensemble`, `quorum`, `sentinel`, `sentinel+confirm`, `cluster+confirm`.
-    pub topology: &'static str,
+    pub topology: String,
     /// The fault.
-    pub fault: &'static str,
+    pub fault: String,
     /// `mutex`, `semaphore`, `rwlock`, `election`.
-    pub primitive: &'static str,
+    pub primitive: String,
     /// Injections of the fault.
     pub runs: usize,
     /// Grants.
@@ -112,7 +145,7 @@ pub struct Row {
 }
 
 /// The broken setup and what the suite saw.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct SelfCheck {
     /// What was broken.
     pub variant: String,
@@ -132,10 +165,10 @@ impl Row {
     fn from(r: RunResult) -> Row {
         let m = r.measured;
         Row {
-            backend: r.backend,
-            topology: r.topology,
-            fault: r.fault,
-            primitive: r.primitive.name(),
+            backend: r.backend.into(),
+            topology: r.topology.into(),
+            fault: r.fault.into(),
+            primitive: r.primitive.name().into(),
             runs: r.injected.len().max(1),
             acquisitions: m.acquisitions,
             overlaps: m.overlaps,
@@ -156,7 +189,7 @@ impl Row {
 
     /// What this row breaks, if anything.
     fn broken(&self) -> Vec<String> {
-        let id = match self.primitive {
+        let id = match self.primitive.as_str() {
             "mutex" => format!("{}/{} {}", self.backend, self.topology, self.fault),
             p => format!("{}/{} {p} {}", self.backend, self.topology, self.fault),
         };
@@ -173,7 +206,7 @@ impl Row {
         // Where a holder must be told before anyone else is granted its lock: through a Redis
         // failover with replica confirmation, and through a real partition on every replicated
         // store but unconfirmed Redis Sentinel (whose promotions do not wait for the holder).
-        let fails_over = Fault::parse(self.fault).is_ok_and(Fault::fails_over);
+        let fails_over = Fault::parse(&self.fault).is_ok_and(Fault::fails_over);
         let must_tell = if self.fault == Fault::NetPartition.name() {
             self.topology != "sentinel"
         } else {
@@ -196,6 +229,16 @@ impl Row {
 }
 
 /// `uname -sr`, or `unknown`.
+/// `git describe --always --dirty` of the working directory, if git answers.
+fn commit() -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()?;
+    let described = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !described.is_empty()).then_some(described)
+}
+
 fn os() -> String {
     std::process::Command::new("uname")
         .arg("-sr")
@@ -260,7 +303,7 @@ impl Report {
         };
         let register = env_url("LOCKSMITH_TEST_REGISTER")?;
         let mut report = Report {
-            schema: "lockchaos/1",
+            schema: "lockchaos/1".into(),
             machine: Machine {
                 cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
                 os: os(),
@@ -271,6 +314,13 @@ impl Report {
                 repeats: shape.repeats,
                 failovers: shape.failovers,
                 seconds: 0.0,
+                sections: SECTIONS
+                    .iter()
+                    .filter(|s| args.wants(s))
+                    .map(|s| (*s).to_owned())
+                    .collect(),
+                commit: commit(),
+                parts: Vec::new(),
             },
             results: Vec::new(),
             primitives: Vec::new(),

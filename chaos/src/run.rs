@@ -158,6 +158,7 @@ pub async fn run_on(
     fleet.stop(Duration::from_secs(15)).await;
 
     let events = fleet.events();
+    dump_events(&name, &events);
     let workers: Vec<Who> = fleet
         .workers
         .iter()
@@ -188,6 +189,28 @@ pub async fn run_on(
         injected,
         writes,
     })
+}
+
+/// With `LOCKCHAOS_EVENTS=DIR`, every event of the run (its workers' reports, by worker, in
+/// the order they arrived) in `DIR/<lock name with '/' as '_'>.jsonl`: what to read when a run
+/// flags something. Best effort: a write that fails is logged, the run goes on.
+fn dump_events(name: &str, events: &[(usize, Event)]) {
+    let Some(dir) = std::env::var_os("LOCKCHAOS_EVENTS") else {
+        return;
+    };
+    let path = std::path::Path::new(&dir).join(format!("{}.jsonl", name.replace('/', "_")));
+    let lines: String = events
+        .iter()
+        .filter_map(|(w, e)| {
+            Some(format!(
+                "{{\"worker\":{w},\"event\":{}}}\n",
+                serde_json::to_string(e).ok()?
+            ))
+        })
+        .collect();
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, lines)) {
+        tracing::warn!(path = %path.display(), error = %e, "could not write the run's events");
+    }
 }
 
 /// The longest hold of a run: 300 ms, but 3 TTLs for partitions and clock jumps, so that a holder

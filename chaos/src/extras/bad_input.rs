@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use locksmith::{LockError, Locker};
 use locksmith_core::conformance::proxy::{Mode, Proxy};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::targets::Target;
 
 /// One bad input and what it got.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct BadInput {
     /// The backend.
-    pub backend: &'static str,
+    pub backend: String,
     /// What kind of bad input.
     pub case: String,
     /// The input itself (shortened).
@@ -76,7 +76,7 @@ where
         Err(_) => ("hang".to_owned(), "no answer within 120 s".to_owned()),
     };
     BadInput {
-        backend,
+        backend: backend.into(),
         case: case.to_owned(),
         input: short(input),
         outcome,

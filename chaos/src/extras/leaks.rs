@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use locksmith::{LockError, Locker};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::events::Event;
@@ -21,12 +21,12 @@ use crate::run::leftovers;
 use crate::targets::Target;
 
 /// What one leak test left behind.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Leak {
     /// The backend.
-    pub backend: &'static str,
+    pub backend: String,
     /// `cancelled` or `killed`.
-    pub kind: &'static str,
+    pub kind: String,
     /// Waiters that went away.
     pub waiters: usize,
     /// Holder and waiter entries left on the server afterwards (must be 0).
@@ -80,8 +80,8 @@ async fn one(
         Err(e) => (0, false, Some(format!("{e:#}"))),
     };
     Leak {
-        backend: target.backend,
-        kind,
+        backend: target.backend.into(),
+        kind: kind.into(),
         waiters,
         stray_entries,
         free_at_once,

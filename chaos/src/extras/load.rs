@@ -9,19 +9,19 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use locksmith::Locker;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::probe::{requests, rss_mib};
 use crate::targets::Target;
 
 /// One load test.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Load {
     /// The backend.
-    pub backend: &'static str,
+    pub backend: String,
     /// `own` (a connection per waiter) or `shared` (one connection for all).
-    pub connections: &'static str,
+    pub connections: String,
     /// Waiters.
     pub waiters: usize,
     /// Waiters that got the lock.
@@ -60,8 +60,8 @@ pub async fn load(targets: &[&Target], quick: bool) -> Vec<Load> {
             tracing::info!(backend = target.backend, connections, waiters, "load");
             let result = one(target, connections, waiters).await;
             out.push(result.unwrap_or_else(|e| Load {
-                backend: target.backend,
-                connections,
+                backend: target.backend.into(),
+                connections: connections.into(),
                 waiters,
                 served: 0,
                 fifo_inversions: 0,
@@ -129,8 +129,8 @@ async fn one(target: &Target, connections: &'static str, waiters: usize) -> Resu
     let order = order.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let fifo_inversions = order.windows(2).filter(|w| w[1] < w[0]).count();
     Ok(Load {
-        backend: target.backend,
-        connections,
+        backend: target.backend.into(),
+        connections: connections.into(),
         waiters,
         served,
         fifo_inversions,

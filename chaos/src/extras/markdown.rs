@@ -104,7 +104,7 @@ fn redis_failover(out: &mut String, r: &Report) {
         .filter(|row| {
             row.backend == "redis"
                 && (row.topology.starts_with("sentinel") || row.topology.starts_with("cluster"))
-                && matches!(row.fault, "leader-kill" | "failover" | "lag-failover")
+                && matches!(row.fault.as_str(), "leader-kill" | "failover" | "lag-failover")
         })
         .collect();
     if rows.is_empty() {

@@ -13,17 +13,17 @@ use std::time::Duration;
 
 use anyhow::Result;
 use locksmith::LockGuard;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::probe::{requests, rss_mib};
 use crate::targets::Target;
 
 /// One soak.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Soak {
     /// The backend.
-    pub backend: &'static str,
+    pub backend: String,
     /// Locks held.
     pub locks: usize,
     /// How long they were held, in minutes.
@@ -67,7 +67,7 @@ pub async fn soak(targets: &[&Target], quick: bool) -> Vec<Soak> {
         async move {
             tracing::info!(backend = target.backend, locks, minutes, "soak");
             one(&target, locks, minutes, &acquiring).await.unwrap_or_else(|e| Soak {
-                backend: target.backend,
+                backend: target.backend.into(),
                 locks,
                 minutes,
                 lost: 0,
@@ -88,7 +88,7 @@ pub async fn soak(targets: &[&Target], quick: bool) -> Vec<Soak> {
             out.push(soak);
         }
     }
-    out.sort_by_key(|s| s.backend);
+    out.sort_by(|a, b| a.backend.cmp(&b.backend));
     out
 }
 
@@ -131,7 +131,7 @@ async fn one(target: &Target, locks: usize, minutes: f64, acquiring: &tokio::syn
     }
     let _ = locker.shutdown().await;
     Ok(Soak {
-        backend: target.backend,
+        backend: target.backend.into(),
         locks,
         minutes,
         lost,
