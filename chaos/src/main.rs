@@ -14,6 +14,8 @@
 //!   broken (a stale write accepted, a token that went backwards, an overlap without a fault, a
 //!   leftover, a panic).
 //! - `lockchaos worker ...`: one worker process (started by the driver).
+//! - `lockchaos merge PART.json... --json --markdown`: one report and page out of runs of parts
+//!   of the suite (`run --sections ... --json PART.json`), for a full run made in parts.
 
 mod check;
 mod events;
@@ -22,6 +24,7 @@ mod faults;
 mod fenced_log;
 mod fleet;
 mod guarded_log;
+mod merge;
 mod primitive;
 mod register;
 mod report;
@@ -29,7 +32,7 @@ mod run;
 mod targets;
 mod worker;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -50,6 +53,22 @@ enum Command {
     Run(RunArgs),
     /// One worker process (started by the driver).
     Worker(worker::WorkerArgs),
+    /// One report and page out of runs of parts of the suite (each `run --sections ... --json`).
+    Merge(MergeArgs),
+}
+
+/// `merge`'s options.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The parts' JSON files, in the order their rows should appear.
+    #[arg(required = true)]
+    pub parts: Vec<PathBuf>,
+    /// Write the merged results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the merged Markdown page here.
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
 }
 
 /// The driver's options.
@@ -107,6 +126,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => drive(args).await,
             Command::Worker(args) => worker::run(args).await.map(|()| true),
+            Command::Merge(args) => merged(&args),
         }
     });
     runtime.shutdown_timeout(Duration::from_millis(200));
@@ -123,12 +143,24 @@ fn main() -> ExitCode {
 /// The whole suite; `Ok(false)` when a promise was broken.
 async fn drive(args: RunArgs) -> Result<bool> {
     let report = report::Report::collect(&args).await?;
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    publish(&report, args.json.as_deref(), args.markdown.as_deref())
+}
+
+/// The parts merged; `Ok(false)` when a promise was broken in one of them.
+fn merged(args: &MergeArgs) -> Result<bool> {
+    let parts = args.parts.iter().map(|p| merge::read(p)).collect::<Result<Vec<_>>>()?;
+    let report = merge::merge(parts)?;
+    publish(&report, args.json.as_deref(), args.markdown.as_deref())
+}
+
+/// Writes the JSON and the page where asked and lists the broken promises; `Ok(false)` when one was.
+fn publish(report: &report::Report, json: Option<&Path>, markdown: Option<&Path>) -> Result<bool> {
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_string_pretty(report)?)?;
         eprintln!("lockchaos: wrote {}", path.display());
     }
-    if let Some(path) = &args.markdown {
-        std::fs::write(path, extras::markdown::page(&report))?;
+    if let Some(path) = markdown {
+        std::fs::write(path, extras::markdown::page(report))?;
         eprintln!("lockchaos: wrote {}", path.display());
     }
     let broken = report.broken_promises();

@@ -140,6 +140,27 @@ fn redis_failover(out: &mut String, r: &Report) {
     );
 }
 
+/// How a merged report was made: one line per part.
+fn parts(out: &mut String, r: &Report) {
+    let _ = writeln!(
+        out,
+        "This run was made in {} parts (`scripts/chaos --sections ...`, each on the same \
+         machine, with every server started afresh), merged with `lockchaos merge`:\n",
+        r.machine.parts.len()
+    );
+    for (i, p) in r.machine.parts.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{}. {} — commit `{}`, {:.0} s",
+            i + 1,
+            p.sections.join(", "),
+            p.commit.as_deref().unwrap_or("unknown"),
+            p.seconds
+        );
+    }
+    out.push('\n');
+}
+
 /// The whole page.
 pub fn page(r: &Report) -> String {
     let mut out = String::new();
@@ -152,9 +173,14 @@ pub fn page(r: &Report) -> String {
          lock, write their fencing token to a **fenced register** (a Redis of its own that accepts a \
          write only if its token is at least the highest it has accepted), hold it 10–300 ms, release — \
          while faults are injected into them and into the servers (and the same with semaphores, \
-         read-write locks and elections). Re-run it with `scripts/chaos` (over an hour: this run's \
-         time is below) or `scripts/chaos --quick` (a few minutes); the figures below are from one run.\n",
-        if m.quick { " --quick" } else { "" }
+         read-write locks and elections). Re-run it with `scripts/chaos` (about three hours: this run's \
+         time is below) or `scripts/chaos --quick` (a few minutes); the figures below are from {}.\n",
+        if m.quick { " --quick" } else { "" },
+        if m.parts.len() > 1 {
+            "the runs of the parts listed below, merged"
+        } else {
+            "one run"
+        }
     );
     let _ = writeln!(
         out,
@@ -170,6 +196,9 @@ pub fn page(r: &Report) -> String {
         m.failovers,
         m.seconds
     );
+    if m.parts.len() > 1 {
+        parts(&mut out, r);
+    }
     if broken.is_empty() {
         let _ = writeln!(
             out,
