@@ -118,7 +118,7 @@
 //! batches (one call per tick and 500 leases) are plain scripts everywhere; the renewal pipeline
 //! loads them again on `NOSCRIPT`. An uncontended acquire is one `FCALL` (`EXISTS lock queue`, `GET fence`, `TIME`, `SET fence`
 //! (keeping its expiry), `SET lock`; plus one `INFO server` when the lock has no counter) and a
-//! release one `FCALL` (`GET`, `DEL`, `EXISTS queue`): no subscription or queue entry unless
+//! release one `FCALL` (`GET`, `DEL`, `ZRANGE queue`): no subscription or queue entry unless
 //! the lock is busy or someone waits. Every script but `RELEASE` may be sent a
 //! second time when its connection dropped (the server restarted): each answers a repeat as it
 //! answered the first run.

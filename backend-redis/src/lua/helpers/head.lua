@@ -1,14 +1,17 @@
--- Helper head(queue, alive, now, cap): the mutex queue's first waiter whose liveness deadline (in
--- hash alive) is after now (ms), dropping the stale ones in front of it. Returns that waiter's token
--- (nil if none) and whether any entry was dropped. With `cap` (ms, server time), a head whose
--- deadline is later than that is given `cap` instead: a deadline further ahead than any waiter asks
--- for means the server's clock stepped back, and a waiter that died would keep its place (and the
--- lock from everyone behind it) for the whole step. A live waiter refreshes long before `cap`.
-local function head(queue, alive, now, cap)
+-- Helper head(queue, alive, now, cap, me): the mutex queue's first waiter whose liveness deadline
+-- (in hash alive) is after now (ms; nil: the clock is read when a deadline is first compared),
+-- dropping the stale ones in front of it. Returns that waiter's token (nil if none) and whether any
+-- entry was dropped. Waiter `me` (optional: the caller, live since it is calling) is not looked up.
+-- With `cap` (ms, server time), a head whose deadline is later than that is given `cap` instead: a
+-- deadline further ahead than any waiter asks for means the server's clock stepped back, and a
+-- waiter that died would keep its place (and the lock from everyone behind it) for the whole step.
+-- A live waiter refreshes long before `cap`.
+local function head(queue, alive, now, cap, me)
   local pruned = false
   while true do
     local h = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not h then return nil, pruned end
+    if not h or h == me then return h, pruned end
+    now = now or now_ms()
     local d = tonumber(redis.call('HGET', alive, h))
     if d and d > now then
       if cap and d > cap then redis.call('HSET', alive, h, cap) end

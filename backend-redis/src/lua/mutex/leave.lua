@@ -15,5 +15,5 @@ if mine(v, tok) then
   redis.call('DEL', KEYS[1])
   v, first, released = false, true, 1
 end
-if first then wake(ARGV[2], (head(KEYS[2], KEYS[3], now_ms()))) end
+if first then wake(ARGV[2], (head(KEYS[2], KEYS[3]))) end
 return released

@@ -22,7 +22,7 @@ if mine(v, ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, fence_of(v)}
 end
-local h, pruned = head(KEYS[3], KEYS[4], now_ms())
+local h, pruned = head(KEYS[3], KEYS[4])
 if not v and (h == nil or h == ARGV[1]) then
   local counter = redis.call('GET', KEYS[2])
   local w = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))

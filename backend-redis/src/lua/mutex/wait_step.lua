@@ -7,7 +7,9 @@
 -- ARGV: token, ttl ms, wake prefix, waiter ttl ms.
 -- Reply: {1, fence} or {0, is_head, ms until it may be free, holder_is_foreign}.
 
-local now = now_ms()
+local t = redis.call('TIME') -- once: ms for the queue's deadlines, microseconds for the token
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
 local tok, wttl = ARGV[1], tonumber(ARGV[4])
 local v = redis.call('GET', KEYS[1])
 -- Already ours: the lease starts again now (see try_acquire.lua).
@@ -15,28 +17,30 @@ if mine(v, tok) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, fence_of(v)}
 end
-if not redis.call('ZSCORE', KEYS[3], tok) then
+local queued = redis.call('ZSCORE', KEYS[3], tok)
+if not queued then
   local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
   local score = now
   if last[2] and tonumber(last[2]) >= score then score = tonumber(last[2]) + 1 end
   redis.call('ZADD', KEYS[3], score, tok)
 end
-redis.call('HSET', KEYS[4], tok, now + wttl)
 -- A head's liveness is bounded by three of our waiter TTLs (see head): waiters refresh every third
 -- of theirs, so only a client with a waiter TTL nine times ours could be cut short, and then it
--- only rejoins at the tail.
-local h, pruned = head(KEYS[3], KEYS[4], now, now + 3 * wttl)
+-- only rejoins at the tail. This waiter is live (it is calling): head does not look it up, and its
+-- own deadline is refreshed below only if it stays in the queue.
+local h, pruned = head(KEYS[3], KEYS[4], now, now + 3 * wttl, tok)
 local wait = nil
 if not v and h == tok then
   local counter = redis.call('GET', KEYS[2])
   wait = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
   if wait == 0 then
     redis.call('ZREM', KEYS[3], tok)
-    redis.call('HDEL', KEYS[4], tok)
+    if queued then redis.call('HDEL', KEYS[4], tok) end
     streak_on(KEYS[5], GAP, ARGV[2])
-    return {1, take(KEYS[1], KEYS[2], counter, tok, ARGV[2], FLOOR)}
+    return {1, take(KEYS[1], KEYS[2], counter, tok, ARGV[2], FLOOR, now_us)}
   end
 end
+redis.call('HSET', KEYS[4], tok, now + wttl)
 if pruned and h ~= tok then wake(ARGV[3], h) end
 if redis.call('PTTL', KEYS[3]) < 2 * wttl then
   redis.call('PEXPIRE', KEYS[3], 2 * wttl)
