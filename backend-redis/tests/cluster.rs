@@ -56,20 +56,11 @@ async fn script_calls(addrs: &BTreeSet<String>) -> u64 {
     let mut total = 0;
     for addr in addrs {
         let mut conn = common::admin(&format!("redis://{addr}")).await;
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .expect("INFO");
-        for line in info.lines() {
-            if ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
-                .iter()
-                .any(|p| line.starts_with(p))
-            {
-                let calls = line.split("calls=").nth(1).and_then(|r| r.split(',').next());
-                total += calls.and_then(|c| c.parse::<u64>().ok()).expect("calls=");
-            }
-        }
+        let counts = common::command_counts(&mut conn).await;
+        total += ["fcall", "evalsha", "eval"]
+            .iter()
+            .map(|c| counts.get(*c).copied().unwrap_or(0))
+            .sum::<u64>();
     }
     total
 }

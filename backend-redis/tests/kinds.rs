@@ -300,15 +300,7 @@ async fn observers_and_candidates_ride_out_killed_pubsub_connections() {
 }
 
 async fn evalsha_calls(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(admin)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .and_then(|stats| stats.split(',').find_map(|f| f.strip_prefix("calls=")))
-        .map_or(0, |n| n.trim().parse().expect("calls=N"))
+    common::command_counts(admin).await.get("evalsha").copied().unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
