@@ -279,3 +279,28 @@ async fn a_step_stalled_on_the_lock_file_is_undone_after_it_ran() {
         got.release().await.unwrap();
     }
 }
+
+/// A state file whose fencing counter has no room for another token (written by something else,
+/// or edited by hand) is refused as corrupt: the next token must never wrap below earlier ones
+/// (in a release build `u64::MAX + 1` wrapped to 0 and the token fell back to the clock).
+#[tokio::test]
+async fn a_fencing_counter_without_room_is_refused() {
+    let h = FileHarness::new();
+    let name = locksmith_core::conformance::unique_name("counter");
+    let lock_name = LockName::new(&name).unwrap();
+    let locker = h.locker().await;
+    let guard = locker.lock(&name).acquire().await.expect("acquire");
+    let token = guard.fencing_token();
+    guard.release().await.expect("release");
+    let path = h.look.state_path(locksmith_core::Family::Mutex, &lock_name);
+    let text = std::fs::read_to_string(&path).expect("the state file");
+    let full = text.replace(
+        &format!("\"last_token\":{token}"),
+        &format!("\"last_token\":{}", u64::MAX),
+    );
+    assert_ne!(full, text, "the counter is in the state file: {text}");
+    std::fs::write(&path, full).expect("write the state file");
+    let refused = locker.lock(&name).try_acquire().await;
+    let message = format!("{refused:?}");
+    assert!(refused.is_err() && message.contains("no room"), "{message}");
+}

@@ -142,7 +142,7 @@ fn split_key<'a>(key: &'a str, key_prefix: &str) -> Option<(&'a str, &'a str)> {
 /// The server time in ms from a `TIME` reply.
 fn server_ms(reply: Vec<Value>) -> RedisResult<u64> {
     let (secs, micros): (u64, u64) = redis::from_redis_value(first(reply))?;
-    Ok(secs * 1000 + micros / 1000)
+    Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
 }
 
 fn first(reply: Vec<Value>) -> Value {

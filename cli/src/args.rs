@@ -332,14 +332,22 @@ pub struct HoldArgs {
     pub kind: KindArgs,
 }
 
-/// A duration with its unit (`500ms`, `10s`, `2m`, `1h`); a bare number is refused (is `10` ten
-/// seconds or ten milliseconds?), except `0`, which is zero in any unit.
+/// The longest duration a flag takes (ten years): a deadline or a grace period is added to the
+/// clock, and one beyond what it can hold would panic there.
+const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// A duration with its unit (`500ms`, `10s`, `2m`, `1h`), at most [`MAX_DURATION`]; a bare number
+/// is refused (is `10` ten seconds or ten milliseconds?), except `0`, which is zero in any unit.
 fn parse_any_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) && t.bytes().any(|b| b != b'0') {
         return Err(format!("{s:?} has no unit: add a unit: 10s, 500ms, 2m"));
     }
-    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s, 2m or 1h"))
+    let d = parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s, 2m or 1h"))?;
+    if d > MAX_DURATION {
+        return Err(format!("{s:?} is longer than ten years"));
+    }
+    Ok(d)
 }
 
 fn parse_positive_duration(s: &str) -> Result<Duration, String> {

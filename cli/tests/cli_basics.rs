@@ -19,6 +19,16 @@ fn bad_input_exits_2_with_one_line() {
         &["--ttl", "0", "try", "x"],
         &["--ttl", "5d", "hold", "x"],
         &["--timeout", "soon", "run", "x", "--", "true"],
+        // Durations no clock can hold (they panicked, exit 101, where they were added to it).
+        &["--timeout", "10000000000000000000s", "try", "x"],
+        &["--timeout", "3000000000000000h", "list"],
+        &["run", "--grace", "10000000000000000000s", "x", "--", "true"],
+        &[
+            "--url",
+            "file:///tmp/locksmith-cli-huge?request_timeout=10000000000000000000",
+            "try",
+            "x",
+        ],
         &["hold", "x", "--for", "0"],
         &["run", "x"],
         &["run", "", "--", "true"],

@@ -121,10 +121,19 @@ impl Fence {
     ///
     /// # Errors
     ///
-    /// [`FenceError::Store`] if the query failed.
+    /// [`FenceError::Store`] if the query failed or the column is not a `bigint`;
+    /// [`FenceError::Invalid`] for a negative token.
     pub async fn highest(&self, client: &impl GenericClient, lock: &str) -> Result<Option<u64>, FenceError> {
         let row = client.query_opt(&self.highest, &[&lock]).await.map_err(store_error)?;
-        Ok(row.map(|row| u64::try_from(row.get::<_, i64>(0)).unwrap_or_default()))
+        let Some(row) = row else { return Ok(None) };
+        // A table made by hand (`IF NOT EXISTS` keeps it) may hold another type, NULL or a
+        // negative number: an error, not a panic and not a token of 0.
+        let token: i64 = row.try_get(0).map_err(store_error)?;
+        u64::try_from(token).map(Some).map_err(|_| {
+            FenceError::Invalid(format!(
+                "the highest token of {lock:?} in the store is negative ({token})"
+            ))
+        })
     }
 }
 

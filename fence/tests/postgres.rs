@@ -151,3 +151,34 @@ async fn bad_input_is_refused() {
     let result = missing.admit(&client, "billing", 1).await;
     assert!(matches!(result, Err(FenceError::Store(_))), "{result:?}");
 }
+
+/// A fence table made by hand in another shape (`CREATE TABLE IF NOT EXISTS` keeps it): `highest`
+/// answers an error, never a panic (`Row::get` panicked on a type it could not convert, or NULL)
+/// and never a token of 0 for a negative one.
+#[tokio::test]
+async fn a_table_of_another_shape_is_an_error() {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let client = client().await;
+    for column in ["integer", "bigint"] {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let table = format!("fences_shape_{}_{n}", std::process::id());
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE {table} (lock text PRIMARY KEY, token {column}); \
+                 INSERT INTO {table} VALUES ('seven', 7), ('null', NULL), ('negative', -5)"
+            ))
+            .await
+            .expect("create the table by hand");
+        let fence = Fence::new(&table).expect("a table name");
+        fence.create_table(&client).await.expect("IF NOT EXISTS keeps it");
+        for lock in ["null", "negative"] {
+            let highest = fence.highest(&client, lock).await;
+            assert!(highest.is_err(), "{column} {lock}: {highest:?}");
+        }
+        let seven = fence.highest(&client, "seven").await;
+        match column {
+            "bigint" => assert_eq!(seven.expect("a bigint token"), Some(7)),
+            _ => assert!(matches!(seven, Err(FenceError::Store(_))), "{seven:?}"),
+        }
+    }
+}

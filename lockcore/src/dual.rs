@@ -304,7 +304,7 @@ impl LockBackend for Dual {
 
     /// `try_acquire` asks the old backend, then the new one.
     fn request_timeout(&self) -> Duration {
-        self.old.request_timeout() + self.new.request_timeout()
+        self.old.request_timeout().saturating_add(self.new.request_timeout())
     }
 }
 

@@ -283,7 +283,10 @@ impl Locker {
     pub async fn shutdown(&self) -> Result<()> {
         let backend = self.backend();
         let limit = backend.request_timeout();
-        let deadline = Instant::now() + limit;
+        // A backend's timeout too large for an `Instant`: a day is as good as forever here.
+        let deadline = Instant::now()
+            .checked_add(limit)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
         let life = &self.inner.life;
         if !life.closed.send_replace(true) {
             tracing::info!(backend = backend.kind(), "shutting the locker down");
@@ -423,6 +426,7 @@ impl LockBuilder {
     /// A hard cap on how long the lock is held: once `max_hold` has passed since it was acquired, the
     /// watchdog stops renewing, fires [`LockGuard::lost`] with
     /// [`crate::LostReason::MaxHoldReached`] and releases the lock, whatever the holder is doing.
+    /// A cap too far away to reach (`Duration::MAX`) is no cap.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
@@ -453,7 +457,13 @@ impl LockBuilder {
         if self.max_hold.is_some_and(|m| m.is_zero()) {
             return Err(LockError::InvalidOption("max_hold must be greater than zero".into()));
         }
-        if self.timeout.is_some_and(|t| Instant::now().checked_add(t).is_none()) {
+        let fits = |t: Duration| {
+            Instant::now()
+                .checked_add(t)
+                .and_then(|d| d.checked_add(DEADLINE_GRACE))
+                .is_some()
+        };
+        if self.timeout.is_some_and(|t| !fits(t)) {
             return Err(LockError::InvalidOption(format!(
                 "timeout {:?} is too large",
                 self.timeout
@@ -514,8 +524,13 @@ impl LockBuilder {
                     // The backend returns at the deadline by itself when it is waiting for the lock
                     // (`Timeout`) or retrying a server that fails (`Unavailable`). One still inside
                     // a request DEADLINE_GRACE later is waiting for a server that does not answer.
-                    let deadline = start + t;
-                    tokio::time::timeout_at(deadline + DEADLINE_GRACE, backend.acquire(&req, Some(deadline)))
+                    // `request` checked that both fit in an `Instant` (from a moment before `start`,
+                    // so this is the same check); a value too large would be a bug: no deadline.
+                    let Some(deadline) = start.checked_add(t) else {
+                        return Err(LockError::InvalidOption(format!("timeout {t:?} is too large")));
+                    };
+                    let late = deadline.checked_add(DEADLINE_GRACE).unwrap_or(deadline);
+                    tokio::time::timeout_at(late, backend.acquire(&req, Some(deadline)))
                         .await
                         .unwrap_or_else(|_| {
                             Err(LockError::Unavailable {

@@ -102,7 +102,8 @@ impl Watchdog {
         let entry = Entry {
             renew_at: next_batch.map_or(own_due, |b| b.min(own_due)),
             valid_until: lease.acquired_at + lease.ttl - margin(lease.ttl),
-            max_hold_until: max_hold.map(|d| lease.acquired_at + d),
+            // A cap beyond what an `Instant` can hold is no cap.
+            max_hold_until: max_hold.and_then(|d| lease.acquired_at.checked_add(d)),
             last_error: None,
             lease,
         };
@@ -253,11 +254,20 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
     let span = tracing::debug_span!("renew", backend = shared.backend.kind(), leases = leases.len());
     // Do not let a hung server keep us from declaring leases lost in time, nor from renewing
     // again after a request timeout.
-    let limit = sent + shared.backend.request_timeout();
-    let budget = earliest_expiry.map_or(limit, |e| e.min(limit));
-    let outcome = tokio::time::timeout_at(budget, shared.backend.renew_many(&leases))
-        .instrument(span)
-        .await;
+    // A backend may report a request timeout no `Instant` can hold: then only the expiry bounds it.
+    let limit = sent.checked_add(shared.backend.request_timeout());
+    let budget = match (earliest_expiry, limit) {
+        (Some(e), Some(l)) => Some(e.min(l)),
+        (e, l) => e.or(l),
+    };
+    let outcome = match budget {
+        Some(budget) => {
+            tokio::time::timeout_at(budget, shared.backend.renew_many(&leases))
+                .instrument(span)
+                .await
+        }
+        None => Ok(shared.backend.renew_many(&leases).instrument(span).await),
+    };
     let now = Instant::now();
     let mut lost = Vec::new();
     let (mut renewed, mut gone, mut failed) = (0, 0, 0);

@@ -439,7 +439,15 @@ fn granted_ttl(ttl: i64, error: &str) -> Result<Duration> {
             "etcd refused the session lease (ttl {ttl}): {error}"
         )));
     }
-    Ok(Duration::from_secs(ttl.unsigned_abs()))
+    let granted = Duration::from_secs(ttl.unsigned_abs());
+    // locksmith asks for at most MAX_TTL: a longer lease is not an answer to its request (and
+    // one no clock can hold would panic where the guard adds it to the grant's time).
+    if granted > locksmith_core::MAX_TTL {
+        return Err(LockError::Protocol(format!(
+            "etcd granted a session lease of {ttl} s, longer than locksmith ever asks for"
+        )));
+    }
+    Ok(granted)
 }
 
 /// Keeps the lease alive while some `acquire` waits and nothing else refreshed it for half its
@@ -475,6 +483,21 @@ async fn keeper(session: Weak<Session>, mut waiters: watch::Receiver<usize>) {
             tracing::warn!(error = %e, "keeping the session alive for waiters failed; retrying");
             drop(s);
             tokio::time::sleep(ttl / 10).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_granted_ttl_is_checked() {
+        assert_eq!(granted_ttl(10, "").unwrap(), Duration::from_secs(10));
+        // Refused, negative, or beyond anything asked for (a server or proxy that answers
+        // nonsense; i64::MAX seconds panicked where the guard added it to the time).
+        for (ttl, error) in [(10, "no"), (0, ""), (-1, ""), (i64::MAX, ""), (86_401, "")] {
+            assert!(matches!(granted_ttl(ttl, error), Err(LockError::Protocol(_))), "{ttl}");
         }
     }
 }

@@ -196,7 +196,7 @@ pub(crate) async fn take_if_unchanged(
     // holds over an empty range: a missing key's mod revision is 0).
     let txn = Txn::new()
         .when([
-            Compare::mod_revision(prefix, CompareOp::Less, read_rev + 1).with_prefix(),
+            Compare::mod_revision(prefix, CompareOp::Less, read_rev.saturating_add(1)).with_prefix(),
             Compare::create_revision(key, CompareOp::Equal, 0),
         ])
         .and_then([TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)))]);

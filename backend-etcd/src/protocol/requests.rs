@@ -148,7 +148,11 @@ pub(crate) async fn place(conn: &Conn, prefix: &str, key: &str, rev: i64) -> Res
         .when([Compare::create_revision(key, CompareOp::Equal, rev)])
         .and_then([TxnOp::get(
             prefix,
-            Some(newest_first().with_max_create_revision(rev - 1).with_limit(1)),
+            Some(
+                newest_first()
+                    .with_max_create_revision(rev.saturating_sub(1))
+                    .with_limit(1),
+            ),
         )]);
     let resp = run(conn, "looking at the lock queue", txn).await?;
     if !resp.succeeded() {

@@ -344,7 +344,7 @@ async fn recheck_held(
                 let entry = Entry {
                     key,
                     prefix: false,
-                    start_rev: from + 1,
+                    start_rev: from.saturating_add(1),
                     kind: Kind::Held { create_rev },
                 };
                 let _ = hub.send(Cmd::Add(id, entry));

@@ -144,7 +144,7 @@ impl WatchHub {
         self.add(Entry {
             key: key.as_bytes().to_vec(),
             prefix: false,
-            start_rev: create_rev + 1,
+            start_rev: create_rev.saturating_add(1),
             kind: Kind::Held { create_rev },
         })
     }

@@ -114,6 +114,14 @@ impl Dir {
                 format!("format {} (this version reads {FORMAT})", state.format),
             ));
         }
+        // The next token must fit, and stay a signed 64-bit number (what fenced stores keep): a
+        // counter this high was not written by locksmith, and would wrap below earlier tokens.
+        if state.last_token >= i64::MAX.unsigned_abs() {
+            return Err(corrupt(
+                path,
+                format!("fencing counter {} has no room for another token", state.last_token),
+            ));
+        }
         if segment.is_some_and(|segment| state.segment != segment) {
             return Err(LockError::InvalidName(format!(
                 "this lock name's file name ({}) is taken by another name of the same long prefix",

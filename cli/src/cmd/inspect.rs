@@ -61,7 +61,7 @@ pub async fn report(locker: &Locker, name: &str) -> Result<Vec<KindReport>, Lock
         }
         Err(e) => return Err(e),
     };
-    let mutex_entries = usize::from(mutex.holder.is_some()) + mutex.waiters;
+    let mutex_entries = mutex.waiters.saturating_add(usize::from(mutex.holder.is_some()));
     let mut reports = vec![KindReport {
         family: Family::Mutex,
         entries: mutex_entries,

@@ -589,6 +589,15 @@ pub async fn invalid_input_is_rejected(h: &impl Harness) {
     assert!(matches!(zero_hold, Err(LockError::InvalidOption(_))));
     let absurd = a.lock(&name).timeout(Duration::MAX).acquire().await;
     assert!(matches!(absurd, Err(LockError::InvalidOption(_))));
+    // A cap too far away to reach is no cap (it panicked after the grant, leaving the lock held).
+    let uncapped = a
+        .lock(&name)
+        .max_hold(Duration::MAX)
+        .acquire()
+        .await
+        .expect("max_hold(MAX)");
+    assert_eq!(uncapped.lost_reason(), None);
+    uncapped.release().await.expect("release");
     // Nothing was taken by the rejected requests.
     let g = a.lock(&name).try_acquire().await.expect("try").expect("free");
     g.release().await.expect("release");

@@ -231,17 +231,28 @@ impl BackendUrl {
         Ok(Some(ttl))
     }
 
-    /// A duration option such as `ttl=10s`, `connect_timeout=500ms` (units `ms`, `s`, `m`; a bare
-    /// number is seconds). `None` if absent.
+    /// A duration option such as `ttl=10s`, `connect_timeout=500ms` (units `ms`, `s`, `m`, `h`; a
+    /// bare number is seconds), at most [`MAX_OPTION_DURATION`]. `None` if absent.
     pub fn duration_option(&self, key: &str) -> Result<Option<Duration>> {
-        match self.query.get(key) {
-            None => Ok(None),
-            Some(v) => parse_duration(v)
-                .map(Some)
-                .ok_or_else(|| self.error(format!("option {key}={v:?} is not a duration like 500ms, 10s or 2m"))),
+        let Some(v) = self.query.get(key) else {
+            return Ok(None);
+        };
+        let d = parse_duration(v)
+            .ok_or_else(|| self.error(format!("option {key}={v:?} is not a duration like 500ms, 10s or 2m")))?;
+        if d > MAX_OPTION_DURATION {
+            // Timeouts are added to the clock: one beyond what it can hold would panic.
+            return Err(self.error(format!(
+                "option {key}={v:?} is longer than {MAX_OPTION_DURATION:?}, the longest any duration option may be"
+            )));
         }
+        Ok(Some(d))
     }
 }
+
+/// The longest a duration option of a URL may be (a day, as [`MAX_TTL`]): no timeout, delay or
+/// lease of locksmith's is longer, and one that no clock can hold would panic where it is added to
+/// the time.
+pub const MAX_OPTION_DURATION: Duration = MAX_TTL;
 
 /// The environment variable that gives a password the URL does not (see [`BackendUrl::password`]).
 pub const PASSWORD_ENV: &str = "LOCKSMITH_PASSWORD";
@@ -375,6 +386,16 @@ mod tests {
         assert_eq!(
             ttl("mem://x?ttl=1ms").unwrap_err().to_string(),
             "invalid backend URL \"mem://x?ttl=1ms\": ttl=1ms is outside the allowed range 50ms..=86400s"
+        );
+        // A timeout no clock can hold (it panicked where it was added to the time, in the
+        // renewal task: a file:// or postgres:// lock was then never renewed).
+        let huge = BackendUrl::parse("file:///tmp/l?request_timeout=10000000000000000000").unwrap();
+        let err = huge.duration_option("request_timeout").unwrap_err().to_string();
+        assert!(err.contains("longer than 86400s"), "{err}");
+        let day = BackendUrl::parse("redis://h?connect_timeout=24h").unwrap();
+        assert_eq!(
+            day.duration_option("connect_timeout").unwrap(),
+            Some(MAX_OPTION_DURATION)
         );
         for bad in ["mem://?ttl=0", "mem://?ttl=25h", "mem://?ttl=soon"] {
             assert!(matches!(ttl(bad), Err(LockError::InvalidUrl { .. })), "{bad}");
