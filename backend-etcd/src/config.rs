@@ -98,8 +98,8 @@ impl Config {
                 locksmith_core::MAX_TTL
             )));
         }
-        let connect_timeout = positive(url, "connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
-        let request_timeout = positive(url, "request_timeout", DEFAULT_REQUEST_TIMEOUT)?;
+        let connect_timeout = url.positive_duration_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
+        let request_timeout = url.positive_duration_option("request_timeout", DEFAULT_REQUEST_TIMEOUT)?;
         let layout = match url.query.get("layout").map(String::as_str) {
             None | Some("default") => {
                 let namespace = if url.path.is_empty() {
@@ -150,14 +150,6 @@ impl std::fmt::Debug for Config {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .finish()
-    }
-}
-
-fn positive(url: &BackendUrl, key: &str, default: Duration) -> Result<Duration> {
-    match url.duration_option(key)? {
-        None => Ok(default),
-        Some(d) if d.is_zero() => Err(url.error(format!("{key} must be greater than zero"))),
-        Some(d) => Ok(d),
     }
 }
 

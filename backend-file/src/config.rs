@@ -45,9 +45,7 @@ impl Config {
         Ok(Config {
             dir: PathBuf::from(format!("/{}", url.path)),
             ttl: url.lock_ttl_option()?,
-            request_timeout: url
-                .duration_option("request_timeout")?
-                .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
+            request_timeout: url.positive_duration_option("request_timeout", DEFAULT_REQUEST_TIMEOUT)?,
             sync: match url.query.get("sync").map(String::as_str) {
                 None | Some("grant") => true,
                 Some("off") => false,
@@ -91,6 +89,8 @@ mod tests {
             "file:///x?nope=1",
             "file://./x",
             "file:///x?ttl=0s",
+            // Every request would time out at once.
+            "file:///x?request_timeout=0",
         ] {
             assert!(
                 matches!(parse(bad), Err(locksmith_core::LockError::InvalidUrl { .. })),

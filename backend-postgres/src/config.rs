@@ -1,6 +1,7 @@
 //! The URL: `postgres://user:password@host:port/db?ttl=…&request_timeout=…&connect_timeout=…&schema=…`,
-//! and TLS: `sslmode=disable|require|verify-full`, `ca=`, `cert=`, `key=`, `server_name=`; the
-//! layout: `layout=default|advisory`.
+//! or several hosts (`host1:5432,host2:5432`: a primary and its standbys, the primary found by
+//! asking each in turn); TLS: `sslmode=disable|require|verify-full`, `ca=`, `cert=`, `key=`,
+//! `server_name=`; the layout: `layout=default|advisory`; `replication=sync|async`.
 
 use std::fmt;
 use std::time::Duration;
@@ -23,6 +24,7 @@ pub const OPTIONS: &[&str] = &[
     "key",
     "server_name",
     "layout",
+    "replication",
 ];
 
 /// What connects a socket with TLS when `sslmode=` asks for it: rustls with the `tls` feature,
@@ -43,10 +45,12 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A parsed `postgres://` URL. Its `Debug` never shows the password.
 #[derive(Clone)]
 pub(crate) struct Config {
-    /// The server's host.
-    pub host: String,
-    /// Its port.
-    pub port: u16,
+    /// The servers' hosts and ports, in the order they are tried: one server, or a primary and
+    /// its standbys (the one that accepts writes is used).
+    pub hosts: Vec<(String, u16)>,
+    /// Whether every server connected to must have a synchronous standby (`replication=sync`, the
+    /// default when the URL names more than one host; `replication=async` opts out).
+    pub sync_standby: bool,
     /// The user (default `postgres`).
     pub user: String,
     /// The password: the URL's, `password_file=`, or `LOCKSMITH_PASSWORD`.
@@ -72,8 +76,8 @@ pub(crate) struct Config {
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
-            .field("host", &self.host)
-            .field("port", &self.port)
+            .field("hosts", &self.hosts)
+            .field("sync_standby", &self.sync_standby)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("db", &self.db)
@@ -84,13 +88,25 @@ impl fmt::Debug for Config {
 }
 
 impl Config {
-    /// Parses `url`. [`locksmith_core::LockError::InvalidUrl`] for a missing or second host, an unknown
+    /// Parses `url`. [`locksmith_core::LockError::InvalidUrl`] for a missing host, an unknown
     /// option, or a schema that is not a plain lower-case identifier.
     pub fn parse(url: &BackendUrl) -> Result<Config> {
         url.expect_only_options(OPTIONS)?;
-        let host = match url.expect_hosts()? {
-            [h] => h,
-            _ => return Err(url.error("postgres:// takes one server: postgres://user:password@host:5432/db")),
+        let hosts: Vec<(String, u16)> = url
+            .expect_hosts()?
+            .iter()
+            .map(|h| (h.host.clone(), h.port.unwrap_or(DEFAULT_PORT)))
+            .collect();
+        let sync_standby = match url.query.get("replication").map(String::as_str) {
+            None => hosts.len() > 1,
+            Some("sync") => true,
+            Some("async") => false,
+            Some(other) => {
+                return Err(url.error(format!(
+                    "replication={other}: expected sync (a failover keeps every grant: the primary must have a \
+                     synchronous standby) or async (a failover may hand a lock out twice)"
+                )))
+            }
         };
         let user = url.user().unwrap_or("postgres").to_owned();
         let db = match url.path.trim_end_matches('/') {
@@ -134,18 +150,14 @@ impl Config {
         Ok(Config {
             connector: connector(url, tls, &files)?,
             tls,
-            host: host.host.clone(),
-            port: host.port.unwrap_or(DEFAULT_PORT),
+            hosts,
+            sync_standby,
             password: url.password()?,
             user,
             db,
             ttl: url.lock_ttl_option()?,
-            request_timeout: url
-                .duration_option("request_timeout")?
-                .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
-            connect_timeout: url
-                .duration_option("connect_timeout")?
-                .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+            request_timeout: url.positive_duration_option("request_timeout", DEFAULT_REQUEST_TIMEOUT)?,
+            connect_timeout: url.positive_duration_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?,
             schema,
             layout,
         })
@@ -158,9 +170,14 @@ impl Config {
             true => tokio_postgres::config::SslMode::Require,
             false => tokio_postgres::config::SslMode::Disable,
         });
-        c.host(&self.host)
-            .port(self.port)
-            .user(&self.user)
+        for (host, port) in &self.hosts {
+            c.host(host).port(*port);
+        }
+        if self.hosts.len() > 1 {
+            // The primary: a standby (read only) is skipped.
+            c.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
+        }
+        c.user(&self.user)
             .dbname(&self.db)
             .application_name("locksmith")
             .connect_timeout(self.connect_timeout);
@@ -210,7 +227,7 @@ mod tests {
     fn urls_name_one_server_and_a_database() {
         let c = parse("postgres://u:secret@db.example:6543/app?schema=locks_1&ttl=5s").unwrap();
         assert_eq!(
-            (c.host.as_str(), c.port, c.user.as_str(), c.db.as_str()),
+            (c.hosts[0].0.as_str(), c.hosts[0].1, c.user.as_str(), c.db.as_str()),
             ("db.example", 6543, "u", "app")
         );
         assert_eq!(c.schema, "locks_1");
@@ -222,7 +239,11 @@ mod tests {
         assert_eq!(c.ttl, Some(Duration::from_secs(5)));
         assert!(!format!("{c:?}").contains("secret"));
         let d = parse("postgresql://me@h").unwrap();
-        assert_eq!((d.port, d.db.as_str(), d.schema.as_str()), (5432, "me", "locksmith"));
+        assert_eq!(
+            (d.hosts[0].1, d.db.as_str(), d.schema.as_str()),
+            (5432, "me", "locksmith")
+        );
+        assert!(!d.sync_standby, "one server: no standby asked for");
         for bad in [
             "postgres://",
             "postgres://h/x?nope=1",
@@ -238,6 +259,10 @@ mod tests {
             "postgres://h/x?sslmode=disable&server_name=db",
             // A CA file that is not there.
             "postgres://h/x?sslmode=require&ca=/nonexistent/ca.pem",
+            // Every request (or connection) would time out at once.
+            "postgres://h/x?request_timeout=0",
+            "postgres://h/x?connect_timeout=0ms",
+            "postgres://a,b/x?replication=maybe",
         ] {
             assert!(
                 matches!(parse(bad), Err(locksmith_core::LockError::InvalidUrl { .. })),
@@ -248,6 +273,26 @@ mod tests {
     }
 
     #[cfg(feature = "tls")]
+    #[test]
+    fn several_hosts_are_a_primary_and_its_synchronous_standbys() {
+        let c = parse("postgres://u@db1:5433,db2/app").unwrap();
+        assert_eq!(c.hosts, vec![("db1".to_owned(), 5433), ("db2".to_owned(), 5432)]);
+        // A failover must keep every grant, unless the URL says otherwise.
+        assert!(c.sync_standby);
+        assert!(
+            !parse("postgres://u@db1,db2/app?replication=async")
+                .unwrap()
+                .sync_standby
+        );
+        assert!(parse("postgres://u@vip/app?replication=sync").unwrap().sync_standby);
+        let client = c.client();
+        assert_eq!(client.get_hosts().len(), 2);
+        assert_eq!(
+            client.get_target_session_attrs(),
+            tokio_postgres::config::TargetSessionAttrs::ReadWrite
+        );
+    }
+
     #[test]
     fn tls_modes_verify_the_server() {
         for mode in ["require", "verify-full"] {

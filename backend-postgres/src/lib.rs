@@ -64,7 +64,19 @@
 //! `postgres://user:password@host:port/db`: port 5432, user `postgres` and the user's database by
 //! default. The password comes from the URL, `password_file=`, or `LOCKSMITH_PASSWORD`, and is
 //! never printed. Options: `ttl=`, `request_timeout=` (5 s), `connect_timeout=` (5 s), `schema=`,
-//! `layout=default|advisory` (below).
+//! `layout=default|advisory` (below), `replication=sync|async` (below).
+//!
+//! **A primary and its standbys**: `postgres://user@db1:5432,db2:5432/db` names every server;
+//! each connection goes to the one that accepts writes (the others are asked in turn), so after
+//! a standby is promoted, locksmith's reconnections find it. Every commit of locksmith's sessions
+//! is durable before it is answered (`synchronous_commit = on`, whatever the server's default),
+//! and with several hosts the primary must have a **synchronous standby**
+//! (`synchronous_standby_names` set; otherwise connecting fails and says so): a grant is then
+//! on a standby before anyone is told of it, and a promotion keeps every lock and fencing token
+//! (tested by killing the primary and promoting its standby, `tests/failover.rs`).
+//! `replication=async` accepts a primary without one: a failover may then hand a lock out twice,
+//! with a token it hands out again. `replication=sync` asks for the check with one host too (a
+//! virtual address in front of a primary).
 //!
 //! **TLS** (Cargo feature `tls`: rustls on aws-lc-rs, no OpenSSL): `sslmode=require` or
 //! `sslmode=verify-full`; both verify the server's certificate chain (against `ca=`, a PEM bundle,

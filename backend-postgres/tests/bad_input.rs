@@ -20,7 +20,8 @@ async fn bad_urls_are_invalid_url() {
         "postgres://127.0.0.1/db?schema=Not-An-Identifier",
         "postgres://127.0.0.1/a/b",
         "postgres://127.0.0.1/db?ttl=0s",
-        "postgres://h1,h2/db",
+        "postgres://h1,h2/db?replication=sometimes",
+        "postgres://127.0.0.1/db?request_timeout=0",
     ] {
         match connect(bad).await {
             Err(LockError::InvalidUrl { .. }) => {}

@@ -252,13 +252,7 @@ impl Config {
             Some("plain") => Layout::Plain,
             Some(other) => return Err(url.error(format!("layout={other:?}; expected default or plain"))),
         };
-        let positive = |key: &str, default: Duration| -> Result<Duration> {
-            match url.duration_option(key)? {
-                None => Ok(default),
-                Some(d) if d.is_zero() => Err(url.error(format!("{key} must be greater than zero"))),
-                Some(d) => Ok(d),
-            }
-        };
+        let positive = |key: &str, default: Duration| url.positive_duration_option(key, default);
         let connect_timeout = positive("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
         let response_timeout = positive("response_timeout", DEFAULT_RESPONSE_TIMEOUT)?;
         if min_replicas > 0 && replica_timeout >= response_timeout {

@@ -248,7 +248,37 @@ pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::R
         }
         drop(alive);
     });
+    let setup = durable_commits(&client, config.sync_standby);
+    tokio::time::timeout(config.connect_timeout, setup)
+        .await
+        .map_err(|_| timeout("setting up a connection", config.connect_timeout))??;
     Ok((client, ended))
+}
+
+/// Makes every commit of this session durable before it is answered: `synchronous_commit = on`,
+/// whatever the server's default (a grant answered but lost in a crash, or in a failover to a
+/// standby that had not received it, would hand the lock and its fencing token out again). With
+/// `sync_standby` (`replication=sync`, the default with several hosts), the server must have a
+/// synchronous standby, so that `on` waits for one to have the commit too.
+async fn durable_commits(client: &Client, sync_standby: bool) -> Result<()> {
+    let sql = "SET synchronous_commit = on; SELECT current_setting('synchronous_standby_names')";
+    let answer = client
+        .simple_query(sql)
+        .await
+        .map_err(|e| pg_error("setting synchronous_commit", e))?;
+    let standbys = answer.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+        _ => None,
+    });
+    if sync_standby && standbys.as_deref().unwrap_or("").trim().is_empty() {
+        return Err(LockError::Protocol(
+            "postgres: the primary has no synchronous standby (synchronous_standby_names is empty): a \
+             failover to a standby could hand a lock and its fencing token out twice. Configure one, or add \
+             replication=async to the URL to accept that"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// [`connect`], for the steps: every statement of a step looks up one lock's rows by index

@@ -247,6 +247,17 @@ impl BackendUrl {
         }
         Ok(Some(d))
     }
+
+    /// A timeout or interval option that must not be zero (`request_timeout=`,
+    /// `connect_timeout=`, ...): `default` if absent, [`LockError::InvalidUrl`] if it is zero (every
+    /// request would fail at once) or longer than [`MAX_OPTION_DURATION`].
+    pub fn positive_duration_option(&self, key: &str, default: Duration) -> Result<Duration> {
+        match self.duration_option(key)? {
+            None => Ok(default),
+            Some(d) if d.is_zero() => Err(self.error(format!("{key} must be greater than zero"))),
+            Some(d) => Ok(d),
+        }
+    }
 }
 
 /// The longest a duration option of a URL may be (a day, as [`MAX_TTL`]): no timeout, delay or

@@ -1,0 +1,113 @@
+//! A primary and its standby (`postgres://…@primary,standby/db`): a URL of several hosts insists
+//! on a synchronous standby (or says `replication=async`), and when the primary dies and its
+//! standby is promoted, the holder keeps its lock, the waiter keeps its place, nobody else gets
+//! the lock, and fencing tokens go on growing: every grant was on the standby before anyone was
+//! told of it. Against `scripts/backends`' `postgres-ha` pair (`up all`), whose failover kills
+//! the primary's processes at once and promotes the standby. A test binary of its own: the
+//! failover would disturb other tests.
+
+#[allow(dead_code)] // each test file uses a part of the harness
+mod common;
+
+use std::time::Duration;
+
+use locksmith_core::conformance::servers::backends;
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::{LockError, Locker};
+
+/// The primary and standby pair's URL (`scripts/backends up all` exports it).
+fn ha_url() -> String {
+    std::env::var("LOCKSMITH_TEST_POSTGRES_HA")
+        .expect("LOCKSMITH_TEST_POSTGRES_HA is not set: run `eval \"$(scripts/backends up all)\"` first")
+}
+
+/// `url` (a `postgres://` URL without options) with a schema of its own and `options`.
+fn with_schema(url: &str, options: &str) -> String {
+    format!("{url}?schema=t_{:016x}&{options}", rand::random::<u64>())
+}
+
+async fn connect(url: &str) -> locksmith_core::Result<Locker> {
+    locksmith_postgres::connect(&BackendUrl::parse(url).unwrap()).await
+}
+
+#[tokio::test]
+async fn several_hosts_need_a_synchronous_standby_unless_told_otherwise() {
+    // The single test server has no standby. A second host (nothing listens there) makes the
+    // URL one of a primary and its standbys.
+    let single = common::server_url();
+    let (head, db) = single.rsplit_once('/').unwrap();
+    let two = format!("{head},127.0.0.1:1/{db}");
+    let url = with_schema(&two, "connect_timeout=2s");
+    let err = connect(&url)
+        .await
+        .expect_err("a primary without a synchronous standby was accepted");
+    assert!(matches!(err, LockError::Protocol(_)), "{err:?}");
+    assert!(err.to_string().contains("no synchronous standby"), "{err}");
+
+    // Told that a failover may lose grants, it works.
+    let url = with_schema(&two, "connect_timeout=2s&replication=async");
+    let locker = connect(&url).await.expect("replication=async");
+    let guard = locker.lock(unique_name("async")).acquire().await.unwrap();
+    guard.release().await.unwrap();
+    locker.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_standby_keeps_the_lock_its_queue_and_its_tokens() {
+    let url = with_schema(&ha_url(), "ttl=8s&request_timeout=2s&connect_timeout=2s");
+    let (a, b) = (connect(&url).await.unwrap(), connect(&url).await.unwrap());
+    let name = unique_name("failover");
+
+    let held = a.lock(&name).acquire().await.unwrap();
+    let first = held.fencing_token();
+    let waiter = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move {
+            let guard = b.lock(&name).timeout(Duration::from_secs(60)).acquire().await.unwrap();
+            let token = guard.fencing_token();
+            guard.release().await.unwrap();
+            token
+        }
+    });
+    within(Duration::from_secs(10), "the waiter to queue", async {
+        while a.inspect(&name).await.unwrap().waiters < 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+
+    // Killed at once (no shutdown that would flush anything more), the standby promoted.
+    let promoted = tokio::task::spawn_blocking(|| backends(&["failover", "postgres-ha"]))
+        .await
+        .unwrap();
+    assert!(promoted.contains("pg-ha"), "failover printed {promoted:?}");
+
+    // The new primary has the grant and the queue: the holder's renewals go through there.
+    let c = connect(&url).await.expect("connecting to the promoted standby");
+    let other = c
+        .lock(&name)
+        .try_acquire()
+        .await
+        .expect("try_acquire after the failover");
+    assert!(other.is_none(), "the lock was free on the promoted standby");
+    // Longer than the TTL: the lease lives on through renewals on the new primary.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert_eq!(held.lost_reason(), None, "the holder lost its lock to the failover");
+    assert!(!waiter.is_finished(), "the waiter was granted while the holder held");
+
+    held.release().await.expect("released on the new primary");
+    let token = within(Duration::from_secs(30), "the waiter's grant", waiter)
+        .await
+        .unwrap();
+    assert!(
+        token > first,
+        "token {token} after {first}: tokens must survive the failover"
+    );
+    let after = c.lock(&name).acquire().await.unwrap();
+    assert!(after.fencing_token() > token, "tokens went back after the failover");
+    after.release().await.unwrap();
+    for locker in [a, b, c] {
+        locker.shutdown().await.unwrap();
+    }
+}
