@@ -130,9 +130,16 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
             )
         }
         Fault::Failover => {
+            let group = target.group.context("no failover group")?;
             let took = std::time::Instant::now();
-            let new = servers(&["failover", "redis-sentinel"]).await?;
-            format!("SENTINEL FAILOVER to {new} ({} ms)", took.elapsed().as_millis())
+            let new = servers(&["failover", group]).await?;
+            let ms = took.elapsed().as_millis();
+            match group {
+                "postgres-ha" => format!(
+                    "the primary killed, {new} promoted, the old primary its synchronous standby again ({ms} ms)"
+                ),
+                _ => format!("SENTINEL FAILOVER to {new} ({ms} ms)"),
+            }
         }
         Fault::LagFailover => {
             // The replica misses the renewals of 5/8 of a TTL (the master takes them alone), then

@@ -106,7 +106,8 @@ pub const SECTIONS: [&str; 9] = [
 pub struct Row {
     /// `mem`, `etcd`, `zk`, `redis`.
     pub backend: String,
-    /// `single`, `cluster`, `ensemble`, `quorum`, `sentinel`, `sentinel+confirm`, `cluster+confirm`.
+    /// `single`, `cluster`, `ensemble`, `quorum`, `ha` (PostgreSQL primary and standby), `sentinel`,
+    /// `sentinel+confirm`, `cluster+confirm`.
     pub topology: String,
     /// The fault.
     pub fault: String,
@@ -210,7 +211,8 @@ impl Row {
         let must_tell = if self.fault == Fault::NetPartition.name() {
             self.topology != "sentinel"
         } else {
-            fails_over && self.topology.ends_with("+confirm")
+            // PostgreSQL's standby is synchronous: its promotion keeps every lease.
+            fails_over && (self.topology.ends_with("+confirm") || (self.backend == "postgres" && self.topology == "ha"))
         };
         if must_tell && self.lost_not_signalled > 0 {
             out.push(format!(

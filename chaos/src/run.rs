@@ -221,7 +221,7 @@ fn dump_events(name: &str, events: &[(usize, Event)]) {
 pub fn hold_max(target: &Target, fault: Fault) -> Duration {
     match fault {
         Fault::Partition | Fault::NetPartition | Fault::ClockJump => target.ttl * 3,
-        f if f.fails_over() && target.fails_over => target.ttl * 3,
+        f if f.fails_over() && target.replicated() => target.ttl * 3,
         _ => Duration::from_millis(300),
     }
 }
@@ -229,7 +229,7 @@ pub fn hold_max(target: &Target, fault: Fault) -> Duration {
 /// How many times `fault` is injected in a run.
 fn repeats(target: &Target, fault: Fault, shape: Shape) -> usize {
     match fault {
-        f if f.fails_over() && target.fails_over => shape.failovers,
+        f if f.fails_over() && target.replicated() => shape.failovers,
         _ => shape.repeats,
     }
 }

@@ -25,7 +25,8 @@ pub enum Fault {
     /// One follower is cut off from everyone (stopped with `SIGSTOP`) for 2 TTLs.
     MinorityPartition,
     /// Redis Sentinel: `SENTINEL FAILOVER` (the replica becomes the master, the old master its
-    /// replica), with no server down.
+    /// replica), with no server down. PostgreSQL's primary and standby: the primary killed (every
+    /// process at once), the standby promoted, the old primary made its standby again.
     Failover,
     /// Redis Sentinel, a failover after a replication lag: the replica is stopped (`SIGSTOP`) for
     /// 5/8 of a TTL while renewals reach the master alone, the master is killed, the replica
@@ -135,6 +136,12 @@ impl Target {
 
     /// Whether `fault` applies here.
     pub fn has(&self, fault: Fault) -> bool {
+        if self.group == Some("postgres-ha") {
+            // What the pair adds to the single server is the failover (the other faults are the
+            // single server's, measured there; a leader "kill and start again" would make two
+            // primaries).
+            return matches!(fault, Fault::None | Fault::Failover);
+        }
         match fault {
             Fault::None => true,
             Fault::Pause | Fault::Kill => self.backend != "mem",
@@ -143,12 +150,19 @@ impl Target {
             Fault::Restart => self.restart.is_some(),
             Fault::LeaderKill => self.group.is_some(),
             Fault::MinorityPartition => !self.members.is_empty(),
-            Fault::Failover | Fault::LagFailover => self.group == Some("redis-sentinel"),
+            Fault::Failover => matches!(self.group, Some("redis-sentinel" | "postgres-ha")),
+            Fault::LagFailover => self.group == Some("redis-sentinel"),
             Fault::ClockJump => self.clock.is_some(),
             Fault::NetPartition => {
                 self.netns && matches!(self.group, Some("etcd-cluster" | "zk-ensemble" | "redis-sentinel"))
             }
         }
+    }
+
+    /// Whether a failover here moves the locks to another server (Redis Sentinel and Cluster,
+    /// PostgreSQL's primary and standby): holds then last 3 TTLs, and the failovers' count applies.
+    pub fn replicated(&self) -> bool {
+        self.fails_over || self.group == Some("postgres-ha")
     }
 
     /// Whether `fault` runs here in `--quick` mode: on the failover topologies only the faults
@@ -322,6 +336,24 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             ttl,
             restart: Some("postgres"),
             group: None,
+            members: &[],
+            fails_over: false,
+            netns: false,
+            clock: None,
+        },
+        // A primary and its synchronous standby: the failover kills the primary and promotes
+        // the standby; with a lease long enough to ride it out (2-3 s here).
+        Target {
+            backend: "postgres",
+            topology: "ha",
+            url: format!(
+                "{}?schema=chaos&ttl={}&request_timeout=2s&connect_timeout=3s",
+                env_url("LOCKSMITH_TEST_POSTGRES_HA")?,
+                secs(failover_ttl)
+            ),
+            ttl: failover_ttl,
+            restart: None,
+            group: Some("postgres-ha"),
             members: &[],
             fails_over: false,
             netns: false,

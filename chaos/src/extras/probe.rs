@@ -16,10 +16,12 @@ use crate::targets::Target;
 /// `mem://` and `file://`.
 pub async fn requests(target: &Target) -> Result<Option<u64>> {
     if target.backend == "postgres" {
-        // The URL without locksmith's options (tokio-postgres refuses unknown ones).
-        let url = target.url.split('?').next().unwrap_or(&target.url);
+        // The URL without locksmith's options (tokio-postgres refuses unknown ones), at the
+        // primary (a standby has no transaction ids to give).
+        let base = target.url.split('?').next().unwrap_or(&target.url);
+        let url = format!("{base}?target_session_attrs=read-write");
         let next: i64 = tokio::time::timeout(Duration::from_secs(5), async {
-            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
             let driver = tokio::spawn(connection);
             let row = client.query_one("SELECT txid_current()", &[]).await;
             drop(client);
