@@ -35,6 +35,8 @@ $(leader_usage)
   failover redis-sentinel   SENTINEL FAILOVER: the replica becomes the master; waits (at most
                     30s) until it is, every sentinel names it and the old master replicates
                     it; prints the new master's id
+  failover postgres-ha  kill the primary (every process at once), promote its standby, make the
+                    old primary its synchronous standby again; prints the new primary's id
   reshard redis-cluster SLOT [ID]   move the slot (0-16383) and its keys to master ID (default:
                     the next master after its owner); waits until every node agrees; prints ID
   slot-owner redis-cluster SLOT     print the id of the master serving the slot
