@@ -89,8 +89,8 @@ mod tests {
 
     fn report(sections: &[&str], seconds: f64, notes: &[&str]) -> Report {
         Report {
-            schema: "lockchaos/1".into(),
-            machine: Machine {
+            notes: notes.iter().map(|s| (*s).to_owned()).collect(),
+            ..Report::empty(Machine {
                 cpus: 2,
                 os: "Linux".into(),
                 servers: Vec::new(),
@@ -103,17 +103,7 @@ mod tests {
                 sections: sections.iter().map(|s| (*s).to_owned()).collect(),
                 commit: Some("abc".into()),
                 parts: Vec::new(),
-            },
-            results: Vec::new(),
-            primitives: Vec::new(),
-            guarded: Vec::new(),
-            fenced: Vec::new(),
-            self_check: None,
-            leaks: Vec::new(),
-            load: Vec::new(),
-            soak: Vec::new(),
-            bad_input: Vec::new(),
-            notes: notes.iter().map(|s| (*s).to_owned()).collect(),
+            })
         }
     }
 

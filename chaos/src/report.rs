@@ -45,6 +45,26 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+impl Report {
+    /// A report of `machine` with no rows yet.
+    pub fn empty(machine: Machine) -> Report {
+        Report {
+            schema: "lockchaos/1".into(),
+            machine,
+            results: Vec::new(),
+            primitives: Vec::new(),
+            guarded: Vec::new(),
+            fenced: Vec::new(),
+            self_check: None,
+            leaks: Vec::new(),
+            load: Vec::new(),
+            soak: Vec::new(),
+            bad_input: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+}
+
 /// The machine and the run's settings.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Machine {
@@ -304,37 +324,24 @@ impl Report {
             args.faults.iter().map(|f| Fault::parse(f)).collect::<Result<_>>()?
         };
         let register = env_url("LOCKSMITH_TEST_REGISTER")?;
-        let mut report = Report {
-            schema: "lockchaos/1".into(),
-            machine: Machine {
-                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-                os: os(),
-                servers: server_versions(),
-                quick: args.quick,
-                ttl_ms: ttl.as_millis(),
-                workers: shape.workers,
-                repeats: shape.repeats,
-                failovers: shape.failovers,
-                seconds: 0.0,
-                sections: SECTIONS
-                    .iter()
-                    .filter(|s| args.wants(s))
-                    .map(|s| (*s).to_owned())
-                    .collect(),
-                commit: commit(),
-                parts: Vec::new(),
-            },
-            results: Vec::new(),
-            primitives: Vec::new(),
-            guarded: Vec::new(),
-            fenced: Vec::new(),
-            self_check: None,
-            leaks: Vec::new(),
-            load: Vec::new(),
-            soak: Vec::new(),
-            bad_input: Vec::new(),
-            notes: Vec::new(),
-        };
+        let mut report = Report::empty(Machine {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            os: os(),
+            servers: server_versions(),
+            quick: args.quick,
+            ttl_ms: ttl.as_millis(),
+            workers: shape.workers,
+            repeats: shape.repeats,
+            failovers: shape.failovers,
+            seconds: 0.0,
+            sections: SECTIONS
+                .iter()
+                .filter(|s| args.wants(s))
+                .map(|s| (*s).to_owned())
+                .collect(),
+            commit: commit(),
+            parts: Vec::new(),
+        });
         if args.wants("faults") {
             for target in &targets {
                 let applies = |f: &Fault| {
