@@ -141,6 +141,23 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
                 _ => format!("SENTINEL FAILOVER to {new} ({ms} ms)"),
             }
         }
+        Fault::LagFailover if target.group == Some("postgres-ha") => {
+            // The standby stopped while the holders renew: a synchronous standby holds their
+            // commits up (unanswered renewals, not unconfirmed ones). The failover kills the
+            // primary, then resumes and promotes the standby.
+            let primary = servers(&["leader", "postgres-ha"]).await?;
+            let standby = if primary == "pg-ha1" { "pg-ha2" } else { "pg-ha1" };
+            servers(&["pause", standby]).await?;
+            tokio::time::sleep(ttl * 5 / 8).await;
+            let killed = std::time::Instant::now();
+            let new = servers(&["failover", "postgres-ha"]).await?;
+            format!(
+                "{standby} (the standby) stopped for {} ms, then {primary} (the primary) killed and {new} \
+                 resumed and promoted ({} ms); {primary} its synchronous standby again",
+                (ttl * 5 / 8).as_millis(),
+                killed.elapsed().as_millis()
+            )
+        }
         Fault::LagFailover => {
             // The replica misses the renewals of 5/8 of a TTL (the master takes them alone), then
             // is promoted without them: unconfirmed, the holder believes in a lease its successor

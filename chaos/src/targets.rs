@@ -30,7 +30,9 @@ pub enum Fault {
     Failover,
     /// Redis Sentinel, a failover after a replication lag: the replica is stopped (`SIGSTOP`) for
     /// 5/8 of a TTL while renewals reach the master alone, the master is killed, the replica
-    /// resumed and promoted without them, the old master started again as its replica.
+    /// resumed and promoted without them, the old master started again as its replica. The same
+    /// on PostgreSQL's primary and synchronous standby (whose commits wait for the standby
+    /// meanwhile).
     LagFailover,
     /// A real partition (the servers' network namespaces, `scripts/backends isolate`): a cluster
     /// member (the leader, or a follower, in turn) or the Redis Sentinel master is cut off from
@@ -140,7 +142,7 @@ impl Target {
             // What the pair adds to the single server is the failover (the other faults are the
             // single server's, measured there; a leader "kill and start again" would make two
             // primaries).
-            return matches!(fault, Fault::None | Fault::Failover);
+            return matches!(fault, Fault::None | Fault::Failover | Fault::LagFailover);
         }
         match fault {
             Fault::None => true,

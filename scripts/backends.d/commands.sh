@@ -188,17 +188,28 @@ cmd_start() {
     wait_ready "$id"
 }
 
+# The pids that stand for server $1 when it is paused or resumed: its own, and those of the
+# processes the kind names with P_helpers (PostgreSQL's backends and replication processes, which
+# would go on without their postmaster).
+server_pids() {
+    local pid=$1 kind=${KIND_OF[$2]}
+    echo "$pid"
+    if declare -F "${kind//-/_}_helpers" >/dev/null; then "${kind//-/_}_helpers" "$pid"; fi
+}
+
 cmd_pause() {
     local pid
     pid=$(running_pid "$1")
-    kill -STOP "$pid"
+    # shellcheck disable=SC2046 # one pid per word
+    kill -STOP $(server_pids "$pid" "$1")
     log "paused $1 (pid $pid)"
 }
 
 cmd_resume() {
     local pid
     pid=$(running_pid "$1")
-    kill -CONT "$pid"
+    # shellcheck disable=SC2046 # one pid per word
+    kill -CONT $(server_pids "$pid" "$1")
     log "resumed $1 (pid $pid)"
 }
 

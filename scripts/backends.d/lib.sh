@@ -123,6 +123,8 @@ emit() { printf 'export %s=%s\n' "$1" "$2"; } # one line for `eval "$(scripts/ba
 # and optionally:
 #   P_is_leader ID  exit 0 if member ID says it is its group's leader (for leader_group).
 #   P_stop_last     print ids that `down` must stop after all the others (see etcd.sh).
+#   P_helpers PID   print the pids of the server's other processes, which `pause` and `resume`
+#                   signal with it (see postgres-ha.sh: a postmaster's children).
 #   P_stop_signal ID  print the signal that stops ID gracefully (default TERM; PostgreSQL's
 #                   TERM waits for every client to leave, its INT does not: see postgres.sh).
 #   P_settle ID     after `up` started ID (not after `start ID`) and it answers: wait until it

@@ -9,8 +9,8 @@
 # a member started while its partner runs is made its standby (pg_basebackup -R). Which one is
 # the primary changes with failovers (`scripts/backends leader postgres-ha` prints it):
 #   scripts/backends failover postgres-ha
-# kills the primary's whole process group at once (SIGKILL: a machine that dies, its clients'
-# connections reset), promotes the standby, then makes the killed member a standby of the new
+# kills the primary's processes at once (SIGKILL: a machine that dies, its clients' connections
+# reset), resumes the standby if it was paused (`pause ID`: a standby made to lag), promotes it, then makes the killed member a standby of the new
 # primary again from a fresh base backup, and returns once it streams synchronously (commits on
 # the new primary wait until then: a synchronous standby is required). Start and stop the
 # members only through `up`, `down` and `failover`: a member started again by hand after a
@@ -97,8 +97,9 @@ postgres_ha_assemble() {
     log "postgres-ha: $primary is the primary, $(postgres_ha_partner "$primary") its synchronous standby"
 }
 
-# The pids of PID's children (from /proc: no procps needed).
-postgres_ha_children() { # PID
+# The pids of PID's children (from /proc: no procps needed): a paused member's walreceiver and
+# backends stop with it.
+postgres_ha_helpers() { # PID
     local stat rest
     for stat in /proc/[0-9]*/stat; do
         rest=$(cat "$stat" 2>/dev/null) || continue
@@ -120,9 +121,13 @@ postgres_ha_failover() {
     # is in a session of its own, so not a process group: its children by their parent pid).
     pid=$(owned_pid "$old")
     # shellcheck disable=SC2046 # one pid per word
-    kill -KILL "$pid" $(postgres_ha_children "$pid") 2>/dev/null || true
+    kill -KILL "$pid" $(postgres_ha_helpers "$pid") 2>/dev/null || true
     wait_gone "$old" 10 || die "failover: $old (pid $pid) survived SIGKILL"
     rm -f "$STATE/$old/pid"
+    # A standby paused to make it lag (the fault suite's lag-failover) is resumed only now, after
+    # the primary is gone: what it missed meanwhile, it never gets.
+    # shellcheck disable=SC2046 # one pid per word
+    kill -CONT $(server_pids "$(owned_pid "$new")" "$new") 2>/dev/null || true
     postgres_as "$bin/pg_ctl" promote -w -D "$STATE/$new/data" >>"$STATE/$new/server.log" 2>&1 ||
         die "failover: promoting $new failed (see $STATE/$new/server.log)"
     until postgres_ha_is_leader "$new"; do

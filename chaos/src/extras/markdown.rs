@@ -241,8 +241,10 @@ pub fn page(r: &Report) -> String {
          `min_replicas=1`, the default on both since 2026-11-25 (the others opt out with \
          `min_replicas=0`).\n- On PostgreSQL's primary and synchronous standby (`postgres/ha`), **failover** \
          kills every process of the primary at once, promotes the standby, and makes the old \
-         primary its standby again (the promoted primary's commits wait until it streams); the \
-         other faults are the single server's.\n- **clock-jump** (servers started with `LOCKSMITH_BACKENDS_CLOCKS=1`: \
+         primary its standby again (the promoted primary's commits wait until it streams); \
+         **lag-failover** stops the standby for 5/8 of a TTL first (the primary's commits, \
+         renewals included, wait for it meanwhile), then fails over; the other faults are the \
+         single server's.\n- **clock-jump** (servers started with `LOCKSMITH_BACKENDS_CLOCKS=1`: \
          the single Redis, the Redis quorum's masters and the standalone ZooKeeper under an \
          `LD_PRELOAD` clock shim, `scripts/backends.d/clockshift.c`): the server's wall clock \
          steps +10 s, −10 s, +1 h or −1 h (in turn) while the lock is held, stays there for 2 TTLs \
