@@ -77,14 +77,22 @@
 //!   2. confirm in one transaction that my key still exists and the predecessor is still my
 //!      predecessor (1 round trip); if not, go back to 1 with the new predecessor, or hold the
 //!      lock if none is left;
-//!   3. on the delete event, look again (step 2's transaction, 1 round trip).
-//! - **handover** (holder releases, the next waiter takes over) = the release's delete, one
-//!   watch notification, one transaction: the waiter holds the lock **one notification + one
-//!   round trip** after the release was applied, at any wait time. Requests per handover: the
-//!   delete, the waiter's watch cancel (sent, not awaited: the key never comes back, but the
-//!   server would keep the watcher until the stream closes) and the waiter's place
-//!   transaction: 3, of which 2 on the critical path; plus a held-key watch create and cancel
-//!   for a lock held longer than 100 ms.
+//!   3. on the delete event: if step 2 found the predecessor to be the **oldest** key (the
+//!      holder: it read the two newest keys older than mine, and found one), the lock is mine,
+//!      with no request (keys are created with ever larger revisions, so none can come between;
+//!      my key lives while the session lease does, which is checked locally: one keep-alive only
+//!      if the session was not refreshed for half its TTL); otherwise look again (step 2's
+//!      transaction, 1 round trip).
+//! - **handover** (holder releases, the next waiter takes over) = the release's delete and one
+//!   watch notification: the waiter holds the lock **one notification** after the release was
+//!   applied, at any wait time, as with etcd's own lock RPC (which waits on the server), when it
+//!   was already right behind the holder at step 2. A waiter that queued behind other waiters
+//!   does not know when the keys before its predecessor leave (nothing wakes it then: no herd),
+//!   so on its predecessor's delete it looks again, **one notification + one round trip**.
+//!   Requests per handover: the delete, the waiter's watch cancel (sent, not awaited: the key
+//!   never comes back, but the server would keep the watcher until the stream closes), and for
+//!   a waiter that queued behind others its place transaction: 2 or 3, of which 1 or 2 on the
+//!   critical path; plus a held-key watch create and cancel for a lock held longer than 100 ms.
 //! - **`try_acquire`** — one transaction: *if no key exists under `P(L)` (a compare over the
 //!   range), put mine*. Fails without writing anything when the lock is held or anyone waits:
 //!   **1 round trip**.

@@ -118,7 +118,7 @@ impl EtcdBackend {
             let pred = match place {
                 Place::First => return Ok(Outcome::Granted),
                 Place::Gone => return Ok(Outcome::Requeue("the queue key vanished while waiting")),
-                Place::Behind(pred) => pred,
+                Place::Behind(pred) | Place::Next(pred) => pred,
             };
             // Watch first (synced: no start revision), then confirm the predecessor is still
             // there: a delete after the confirmation is certain to reach the watch.
@@ -130,8 +130,13 @@ impl EtcdBackend {
                     continue;
                 }
             };
-            match requests::place(&self.session().conn, prefix, key, rev).await {
-                Ok(Place::Behind(now)) if now == pred => retry.succeeded(),
+            // Whether the key holds once the predecessor is deleted (it is the oldest), as the
+            // confirmation finds it.
+            let next = match requests::place(&self.session().conn, prefix, key, rev).await {
+                Ok(now) if now.ahead() == Some(&pred) => {
+                    retry.succeeded();
+                    matches!(now, Place::Next(_))
+                }
                 Ok(other) => {
                     retry.succeeded();
                     place = other;
@@ -142,14 +147,16 @@ impl EtcdBackend {
                     place = Place::Behind(pred);
                     continue;
                 }
-            }
-            tracing::trace!(key, predecessor = pred.key_str(), "waiting for the predecessor");
+            };
+            tracing::trace!(key, predecessor = pred.key_str(), next, "waiting for the predecessor");
             tokio::select! {
-                r = watch.fired() => {
-                    if let Err(why) = r {
-                        tracing::debug!(key, why, "predecessor watch ended; looking again");
-                    }
-                }
+                r = watch.fired() => match r {
+                    // The holder is gone and nobody was between: held, without looking again (the
+                    // caller checks that the session lease, and the key with it, still lives).
+                    Ok(()) if next => return Ok(Outcome::Granted),
+                    Ok(()) => {}
+                    Err(why) => tracing::debug!(key, why, "predecessor watch ended; looking again"),
+                },
                 _ = self.session().lease_lost(lease.generation) => {
                     return Ok(Outcome::Requeue("the session lease was lost while waiting"));
                 }

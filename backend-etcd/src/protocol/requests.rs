@@ -23,6 +23,25 @@ pub(crate) struct QueueKey {
     pub lease: i64,
 }
 
+impl Place {
+    /// The key this place waits behind, if it waits.
+    pub fn ahead(&self) -> Option<&QueueKey> {
+        match self {
+            Place::Behind(k) | Place::Next(k) => Some(k),
+            Place::First | Place::Gone => None,
+        }
+    }
+}
+
+/// The place of a waiting key, from the keys created before it, newest first (at most two).
+fn behind(older: &[etcd_client::KeyValue]) -> Place {
+    match older {
+        [] => Place::First,
+        [pred] => Place::Next(QueueKey::from_kv(pred)),
+        [pred, ..] => Place::Behind(QueueKey::from_kv(pred)),
+    }
+}
+
 impl QueueKey {
     pub fn from_kv(kv: &etcd_client::KeyValue) -> Self {
         QueueKey {
@@ -43,8 +62,13 @@ impl QueueKey {
 pub(crate) enum Place {
     /// The key is first: it holds the lock.
     First,
-    /// The key waits; this is the key right before it (the newest older one).
+    /// The key waits; this is the key right before it (the newest older one), and others are
+    /// before that one.
     Behind(QueueKey),
+    /// The key waits behind this key alone (the oldest: the holder). Keys are created with ever
+    /// larger revisions, so none can come between: once this one is deleted, the key holds, for
+    /// as long as its lease lives.
+    Next(QueueKey),
     /// The key no longer exists (deleted, or its lease expired).
     Gone,
 }
@@ -88,8 +112,8 @@ pub(crate) fn revision(resp: &TxnResponse) -> Result<i64> {
 }
 
 /// Joins the queue in one transaction: creates `key` with the lease and `value` unless it
-/// exists, and reads the two newest keys of the queue: the new key and its predecessor, if any
-/// (none: the new key is the oldest, it holds). Returns the key's create revision and its place,
+/// exists, and reads the three newest keys of the queue: the new key, its predecessor, if any
+/// (none: the new key is the oldest, it holds), and whether another is before that one. Returns the key's create revision and its place,
 /// when that one read tells it (a created key always; otherwise ask [`place`]). A key that exists
 /// already (the Go layout: created by another client with our lease id) is taken as ours, and the
 /// queue's oldest key is read instead; if `value` is not empty it is written into it, as the Go
@@ -112,7 +136,7 @@ pub(crate) async fn join(
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([
             TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
-            TxnOp::get(prefix, Some(newest_first().with_limit(2))),
+            TxnOp::get(prefix, Some(newest_first().with_limit(3))),
         ])
         .or_else(found);
     let resp = run(conn, "joining the lock queue", txn).await?;
@@ -121,15 +145,15 @@ pub(crate) async fn join(
         let my_rev = revision(&resp)?;
         // The new key is the newest; the one after it in the newest-first list is its
         // predecessor. With none, nothing was queued before it.
-        let newest = gets.first().map(|g| g.kvs()).unwrap_or_default();
-        let place = match newest
+        let older: Vec<_> = gets
+            .first()
+            .map(|g| g.kvs())
+            .unwrap_or_default()
             .iter()
-            .find(|kv| kv.key() != key.as_bytes() && kv.create_revision() < my_rev)
-        {
-            Some(pred) => Place::Behind(QueueKey::from_kv(pred)),
-            None => Place::First,
-        };
-        return Ok((my_rev, Some(place)));
+            .filter(|kv| kv.key() != key.as_bytes() && kv.create_revision() < my_rev)
+            .cloned()
+            .collect();
+        return Ok((my_rev, Some(behind(&older))));
     }
     // Only the Go layout can find its key already there (created by another client with our
     // lease id); like the Go Mutex, take it as ours.
@@ -142,7 +166,7 @@ pub(crate) async fn join(
 }
 
 /// The place of `key` (created at `rev`) in the queue of `prefix`: one transaction that checks
-/// the key still exists and reads the newest key created before it.
+/// the key still exists and reads the two newest keys created before it.
 pub(crate) async fn place(conn: &Conn, prefix: &str, key: &str, rev: i64) -> Result<Place> {
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, rev)])
@@ -151,18 +175,14 @@ pub(crate) async fn place(conn: &Conn, prefix: &str, key: &str, rev: i64) -> Res
             Some(
                 newest_first()
                     .with_max_create_revision(rev.saturating_sub(1))
-                    .with_limit(1),
+                    .with_limit(2),
             ),
         )]);
     let resp = run(conn, "looking at the lock queue", txn).await?;
     if !resp.succeeded() {
         return Ok(Place::Gone);
     }
-    let pred = gets(&resp).first().and_then(|g| g.kvs().first()).map(QueueKey::from_kv);
-    Ok(match pred {
-        Some(p) => Place::Behind(p),
-        None => Place::First,
-    })
+    Ok(behind(gets(&resp).first().map(|g| g.kvs()).unwrap_or_default()))
 }
 
 /// Takes the lock only if nobody holds or waits for it: creates `key` with `value` if the prefix

@@ -1,0 +1,103 @@
+//! A hand-over to the waiter right behind the holder costs the waiter no request: the release's
+//! delete reaches its watch, and nobody can be between the two (keys are created with ever larger
+//! revisions), so the lock is its own at once. A waiter that queued behind other waiters looks at
+//! the queue again (one transaction), as it cannot know who left before its predecessor. Counted
+//! on the client ([`locksmith_etcd::EtcdBackend::stats`]), so other users of the shared test
+//! server cannot disturb the count.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::Locker;
+use locksmith_etcd::{Config, EtcdBackend};
+
+async fn backend() -> Arc<EtcdBackend> {
+    let base = common::env_url("LOCKSMITH_TEST_ETCD");
+    let url = BackendUrl::parse(&common::with_query(&base, "ttl=5s")).expect("url");
+    Arc::new(
+        EtcdBackend::connect(Config::from_url(&url).expect("config"))
+            .await
+            .expect("connect"),
+    )
+}
+
+/// Waits until `locker` sees `n` waiters on `name`, then a little more for the last one's watch
+/// and confirmation.
+async fn until_waiting(locker: &Locker, name: &str, n: usize) {
+    within(Duration::from_secs(10), "the waiters to queue", async {
+        while locker.inspect(name).await.unwrap().waiters < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiter_right_behind_the_holder_takes_over_without_a_request() {
+    common::init_tracing();
+    let holder = Locker::from_arc(backend().await);
+    let waiting = backend().await;
+    let waiter = Locker::from_arc(waiting.clone());
+    let name = unique_name("handover");
+
+    let held = holder.lock(&name).acquire().await.unwrap();
+    let queued = tokio::spawn({
+        let (waiter, name) = (waiter.clone(), name.clone());
+        async move { waiter.lock(&name).timeout(Duration::from_secs(30)).acquire().await }
+    });
+    until_waiting(&holder, &name, 1).await;
+
+    let token = held.fencing_token();
+    let before = waiting.stats();
+    held.release().await.unwrap();
+    let guard = within(Duration::from_secs(10), "the hand-over", queued)
+        .await
+        .unwrap()
+        .unwrap();
+    let after = waiting.stats();
+    assert!(guard.fencing_token() > token, "tokens must grow");
+    assert_eq!(
+        after.transactions, before.transactions,
+        "the waiter sent a transaction after the release (it looked at the queue again)"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_behind_other_waiters_looks_again_and_keeps_its_turn() {
+    common::init_tracing();
+    let holder = Locker::from_arc(backend().await);
+    let (first, second) = (Locker::from_arc(backend().await), Locker::from_arc(backend().await));
+    let name = unique_name("handover-queue");
+
+    let held = holder.lock(&name).acquire().await.unwrap();
+    let spawn = |locker: Locker| {
+        let name = name.clone();
+        tokio::spawn(async move {
+            let guard = locker
+                .lock(&name)
+                .timeout(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap();
+            let token = guard.fencing_token();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            guard.release().await.unwrap();
+            token
+        })
+    };
+    let a = spawn(first.clone());
+    until_waiting(&holder, &name, 1).await;
+    let b = spawn(second.clone());
+    until_waiting(&holder, &name, 2).await;
+    let token = held.fencing_token();
+    held.release().await.unwrap();
+    let ta = within(Duration::from_secs(10), "the first waiter", a).await.unwrap();
+    let tb = within(Duration::from_secs(10), "the second waiter", b).await.unwrap();
+    assert!(token < ta && ta < tb, "FIFO and tokens: {token}, {ta}, {tb}");
+}
