@@ -272,7 +272,6 @@ mod tests {
         assert!(!parse("postgres://h/x?sslmode=disable").unwrap().tls);
     }
 
-    #[cfg(feature = "tls")]
     #[test]
     fn several_hosts_are_a_primary_and_its_synchronous_standbys() {
         let c = parse("postgres://u@db1:5433,db2/app").unwrap();
@@ -293,6 +292,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "tls")]
     #[test]
     fn tls_modes_verify_the_server() {
         for mode in ["require", "verify-full"] {

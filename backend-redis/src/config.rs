@@ -252,16 +252,15 @@ impl Config {
             Some("plain") => Layout::Plain,
             Some(other) => return Err(url.error(format!("layout={other:?}; expected default or plain"))),
         };
-        let positive = |key: &str, default: Duration| url.positive_duration_option(key, default);
-        let connect_timeout = positive("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
-        let response_timeout = positive("response_timeout", DEFAULT_RESPONSE_TIMEOUT)?;
+        let connect_timeout = url.positive_duration_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
+        let response_timeout = url.positive_duration_option("response_timeout", DEFAULT_RESPONSE_TIMEOUT)?;
         if min_replicas > 0 && replica_timeout >= response_timeout {
             return Err(url.error(format!(
                 "replica_timeout ({replica_timeout:?}) must be shorter than response_timeout ({response_timeout:?}): \
                  WAIT blocks for up to replica_timeout (min_replicas={min_replicas}; 0 turns replica confirmation off)"
             )));
         }
-        let waiter_ttl = positive("waiter_ttl", DEFAULT_WAITER_TTL)?;
+        let waiter_ttl = url.positive_duration_option("waiter_ttl", DEFAULT_WAITER_TTL)?;
         if waiter_ttl < Duration::from_millis(300) {
             return Err(url.error("waiter_ttl must be at least 300ms"));
         }

@@ -152,8 +152,7 @@ impl Target {
             Fault::Restart => self.restart.is_some(),
             Fault::LeaderKill => self.group.is_some(),
             Fault::MinorityPartition => !self.members.is_empty(),
-            Fault::Failover => matches!(self.group, Some("redis-sentinel" | "postgres-ha")),
-            Fault::LagFailover => self.group == Some("redis-sentinel"),
+            Fault::Failover | Fault::LagFailover => self.group == Some("redis-sentinel"),
             Fault::ClockJump => self.clock.is_some(),
             Fault::NetPartition => {
                 self.netns && matches!(self.group, Some("etcd-cluster" | "zk-ensemble" | "redis-sentinel"))
@@ -207,6 +206,12 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
     let zk = |base: String, ttl: Duration| {
         format!(
             "{base}/chaos?session_timeout={}&request_timeout=2s&connect_timeout=3s",
+            secs(ttl)
+        )
+    };
+    let postgres = |base: String, ttl: Duration| {
+        format!(
+            "{base}?schema=chaos&ttl={}&request_timeout=2s&connect_timeout=3s",
             secs(ttl)
         )
     };
@@ -330,11 +335,7 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
         Target {
             backend: "postgres",
             topology: "single",
-            url: format!(
-                "{}?schema=chaos&ttl={}&request_timeout=2s&connect_timeout=3s",
-                env_url("LOCKSMITH_TEST_POSTGRES")?,
-                secs(ttl)
-            ),
+            url: postgres(env_url("LOCKSMITH_TEST_POSTGRES")?, ttl),
             ttl,
             restart: Some("postgres"),
             group: None,
@@ -348,11 +349,7 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
         Target {
             backend: "postgres",
             topology: "ha",
-            url: format!(
-                "{}?schema=chaos&ttl={}&request_timeout=2s&connect_timeout=3s",
-                env_url("LOCKSMITH_TEST_POSTGRES_HA")?,
-                secs(failover_ttl)
-            ),
+            url: postgres(env_url("LOCKSMITH_TEST_POSTGRES_HA")?, failover_ttl),
             ttl: failover_ttl,
             restart: None,
             group: Some("postgres-ha"),

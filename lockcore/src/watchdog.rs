@@ -256,10 +256,7 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
     // again after a request timeout.
     // A backend may report a request timeout no `Instant` can hold: then only the expiry bounds it.
     let limit = sent.checked_add(shared.backend.request_timeout());
-    let budget = match (earliest_expiry, limit) {
-        (Some(e), Some(l)) => Some(e.min(l)),
-        (e, l) => e.or(l),
-    };
+    let budget = [earliest_expiry, limit].into_iter().flatten().min();
     let outcome = match budget {
         Some(budget) => {
             tokio::time::timeout_at(budget, shared.backend.renew_many(&leases))

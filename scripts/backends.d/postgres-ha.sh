@@ -121,7 +121,7 @@ postgres_ha_failover() {
     # is in a session of its own, so not a process group: its children by their parent pid).
     pid=$(owned_pid "$old")
     # shellcheck disable=SC2046 # one pid per word
-    kill -KILL "$pid" $(postgres_ha_helpers "$pid") 2>/dev/null || true
+    kill -KILL $(server_pids "$pid" "$old") 2>/dev/null || true
     wait_gone "$old" 10 || die "failover: $old (pid $pid) survived SIGKILL"
     rm -f "$STATE/$old/pid"
     # A standby paused to make it lag (the fault suite's lag-failover) is resumed only now, after

@@ -33,12 +33,12 @@ impl Place {
     }
 }
 
-/// The place of a waiting key, from the keys created before it, newest first (at most two).
-fn behind(older: &[etcd_client::KeyValue]) -> Place {
-    match older {
-        [] => Place::First,
-        [pred] => Place::Next(QueueKey::from_kv(pred)),
-        [pred, ..] => Place::Behind(QueueKey::from_kv(pred)),
+/// The place of a waiting key, from the keys created before it, newest first (two are enough).
+fn behind<'a>(mut older: impl Iterator<Item = &'a etcd_client::KeyValue>) -> Place {
+    match (older.next(), older.next()) {
+        (None, _) => Place::First,
+        (Some(pred), None) => Place::Next(QueueKey::from_kv(pred)),
+        (Some(pred), Some(_)) => Place::Behind(QueueKey::from_kv(pred)),
     }
 }
 
@@ -113,8 +113,8 @@ pub(crate) fn revision(resp: &TxnResponse) -> Result<i64> {
 
 /// Joins the queue in one transaction: creates `key` with the lease and `value` unless it
 /// exists, and reads the three newest keys of the queue: the new key, its predecessor, if any
-/// (none: the new key is the oldest, it holds), and whether another is before that one. Returns the key's create revision and its place,
-/// when that one read tells it (a created key always; otherwise ask [`place`]). A key that exists
+/// (none: the new key is the oldest, it holds), and whether another is before that one. Returns
+/// the key's create revision and its place, when that one read tells it (a created key always; otherwise ask [`place`]). A key that exists
 /// already (the Go layout: created by another client with our lease id) is taken as ours, and the
 /// queue's oldest key is read instead; if `value` is not empty it is written into it, as the Go
 /// `Election` proclaims its value on a key it finds.
@@ -145,15 +145,11 @@ pub(crate) async fn join(
         let my_rev = revision(&resp)?;
         // The new key is the newest; the one after it in the newest-first list is its
         // predecessor. With none, nothing was queued before it.
-        let older: Vec<_> = gets
-            .first()
-            .map(|g| g.kvs())
-            .unwrap_or_default()
+        let newest = gets.first().map(|g| g.kvs()).unwrap_or_default();
+        let older = newest
             .iter()
-            .filter(|kv| kv.key() != key.as_bytes() && kv.create_revision() < my_rev)
-            .cloned()
-            .collect();
-        return Ok((my_rev, Some(behind(&older))));
+            .filter(|kv| kv.key() != key.as_bytes() && kv.create_revision() < my_rev);
+        return Ok((my_rev, Some(behind(older))));
     }
     // Only the Go layout can find its key already there (created by another client with our
     // lease id); like the Go Mutex, take it as ours.
@@ -182,7 +178,7 @@ pub(crate) async fn place(conn: &Conn, prefix: &str, key: &str, rev: i64) -> Res
     if !resp.succeeded() {
         return Ok(Place::Gone);
     }
-    Ok(behind(gets(&resp).first().map(|g| g.kvs()).unwrap_or_default()))
+    Ok(behind(gets(&resp).first().map(|g| g.kvs()).unwrap_or_default().iter()))
 }
 
 /// Takes the lock only if nobody holds or waits for it: creates `key` with `value` if the prefix
