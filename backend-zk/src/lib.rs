@@ -191,7 +191,10 @@
 //!   answer proves the leader heard from the session's server after the request was sent, and the
 //!   session — the lease of every lock in the batch — cannot expire before about `sent + session
 //!   timeout`, which is what the watchdog counts on (a cut-off follower answers neither, and the
-//!   holder is told within the TTL). The session state alone would not do: the
+//!   holder is told within the TTL). A server that runs alone (its `/zookeeper/config` is
+//!   empty, and the URL names no other) expires sessions itself: there the `exists` goes alone,
+//!   and so does the listing a waiter makes on its predecessor's delete event (one request after
+//!   the event, as the floor's). The session state alone would not do: the
 //!   client notices a dead connection only after 2/5 of the session timeout, so "connected" can be
 //!   stale. A terminated session is `NotHeld` for all leases without a request; a disconnected one
 //!   is `Unavailable` (retried). Renewal does not look at the nodes: a deleted node is reported by

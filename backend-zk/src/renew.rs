@@ -16,7 +16,8 @@
 //!   about `sent + session timeout` (the leader takes a follower's touches with its pings, every
 //!   half tick: the watchdog's TTL/10 margin covers that), which is what the watchdog counts on.
 //!   A cut-off follower answers neither: renewals fail and `lost()` fires within the TTL
-//!   (`tests/cut_off_follower.rs`).
+//!   (`tests/cut_off_follower.rs`). A server that runs alone expires sessions itself: the
+//!   `exists` goes without the `sync` ([`Session::confirmed_read`]).
 //!
 //! Whether each node still exists is not asked: a node deleted behind our back is reported by the
 //! data watch set on it when it was granted ([`crate::wake::held`]), which forgets the lease, so a
@@ -71,10 +72,7 @@ pub(crate) async fn renew_all(session: &Session, probe: &str, leases: &[Lease]) 
     }
 
     let sent = Instant::now();
-    // The client sends each request as it is made: the sync first, the exists behind it.
-    let sync = session.client.sync(probe);
-    let (synced, checked) = tokio::join!(sync, session.client.check_stat(probe));
-    match synced.and(checked) {
+    match session.confirmed_read(probe, || session.client.check_stat(probe)).await {
         Ok(_) => {
             // Held still (no watch reported a deletion, no release) after the answer?
             let paths = leases

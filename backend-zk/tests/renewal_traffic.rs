@@ -28,9 +28,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use locksmith_core::conformance::{unique_name, within};
-use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use locksmith_core::driver::{async_trait, Lease, LockBackend, LockName, LockRequest};
 use locksmith_core::{LockGuard, LockInfo, Locker, Result};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 /// The locker's session timeout: renewals every second (TTL/3).
@@ -43,9 +42,9 @@ const WINDOWS: usize = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_traffic_does_not_grow_with_held_locks() {
     let base = common::env_url("LOCKSMITH_TEST_ZK");
-    let server = server_addr(&base);
-    let (few, few_batches) = packets_while_holding(&base, &server, 10).await;
-    let (many, many_batches) = packets_while_holding(&base, &server, 1000).await;
+    let servers = common::server_addrs(&base);
+    let (few, few_batches) = packets_while_holding(&base, &servers, 10).await;
+    let (many, many_batches) = packets_while_holding(&base, &servers, 1000).await;
     println!(
         "packets received from the locker's session in {WINDOW:?} (session timeout {SESSION_TIMEOUT:?}, \
          fewest of {WINDOWS} windows): 10 locks held: {few} ({few_batches} renewal batches), \
@@ -61,7 +60,7 @@ async fn renewal_traffic_does_not_grow_with_held_locks() {
 
 /// The smallest number of packets the server received from one locker's session during one
 /// window while it held `n` locks, with the number of renewal batches in that window.
-async fn packets_while_holding(base: &str, server: &str, n: usize) -> (u64, usize) {
+async fn packets_while_holding(base: &str, servers: &[String], n: usize) -> (u64, usize) {
     let url = common::url_with(base, &format!("session_timeout={}ms", SESSION_TIMEOUT.as_millis()));
     let backend = locksmith_zk::ZkBackend::connect(&url)
         .await
@@ -88,9 +87,9 @@ async fn packets_while_holding(base: &str, server: &str, n: usize) -> (u64, usiz
     let mut fewest = (u64::MAX, 0);
     for _ in 0..WINDOWS {
         let batches_before = backend.batches.load(Ordering::SeqCst);
-        let before = packets_received(server, session).await;
+        let before = common::packets_received(servers, session).await;
         tokio::time::sleep(WINDOW).await;
-        let after = packets_received(server, session).await;
+        let after = common::packets_received(servers, session).await;
         let batches = backend.batches.load(Ordering::SeqCst) - batches_before;
         fewest = fewest.min((after.saturating_sub(before), batches));
         assert!(
@@ -161,31 +160,4 @@ impl LockBackend for Aligned {
     fn renew_interval(&self, ttl: Duration) -> Duration {
         self.inner.renew_interval(ttl)
     }
-}
-
-/// `host:port` of the (first) server of `base`.
-fn server_addr(base: &str) -> String {
-    let url = BackendUrl::parse(base).expect("test URL");
-    url.hosts.first().expect("a host in the test URL").to_addr(2181)
-}
-
-/// How many packets the server received on the connection of `session`, read with the `cons`
-/// four-letter word (one line per connection: `... (queued=0,recved=643,sent=643,sid=0x1...,...)`).
-async fn packets_received(server: &str, session: i64) -> u64 {
-    let read = async {
-        let mut conn = tokio::net::TcpStream::connect(server).await.expect("connect for cons");
-        conn.write_all(b"cons").await.expect("send cons");
-        let mut out = String::new();
-        conn.read_to_string(&mut out).await.expect("read cons");
-        out
-    };
-    let out = within(Duration::from_secs(10), "cons", read).await;
-    let sid = format!("sid={:#x},", session as u64);
-    out.lines()
-        .find(|line| line.contains(&sid))
-        .and_then(|line| {
-            line.split(['(', ','])
-                .find_map(|field| field.strip_prefix("recved=")?.parse().ok())
-        })
-        .unwrap_or_else(|| panic!("no connection with {sid} in `cons` (is it whitelisted?):\n{out}"))
 }

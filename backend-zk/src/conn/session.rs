@@ -34,6 +34,10 @@ pub(crate) struct Session {
     pub(crate) timeout: Duration,
     /// The ACL of every node this session creates (see [`acl`]).
     pub(crate) acl: Vec<zk::Acl>,
+    /// The connect string names one server, and it runs alone (see [`runs_alone`]): its reads
+    /// are the state of the server that expires sessions, so [`Session::confirmed_read`] sends
+    /// no `sync` before them.
+    standalone: bool,
     held: Mutex<HashMap<String, Held>>,
     /// Nodes of ours that must go but whose `delete` failed (a withdrawal during a connection
     /// loss, a semaphore's internal lock after the grant): the monitor retries them.
@@ -99,9 +103,11 @@ impl Session {
                 })
             }
         };
+        let standalone = !config.connect_string.contains(',') && runs_alone(&client, config.request_timeout).await;
         let (granted, granted_paths) = mpsc::unbounded_channel();
         let session = Arc::new(Session {
             acl: acl(config),
+            standalone,
             id: client.session_id().0,
             timeout: client.session_timeout(),
             held: Mutex::new(HashMap::new()),
@@ -109,9 +115,36 @@ impl Session {
             granted,
             client,
         });
-        tracing::info!(session = %format_args!("{:#x}", session.id), timeout = ?session.timeout, "ZooKeeper session established");
+        tracing::info!(session = %format_args!("{:#x}", session.id), timeout = ?session.timeout, standalone, "ZooKeeper session established");
         tokio::spawn(monitor(Arc::downgrade(&session), session.client.state_watcher()));
         Ok((session, granted_paths))
+    }
+
+    /// `read`'s answer, given only after the server that expires sessions (the leader of an
+    /// ensemble) has heard of this session since `read` was called: the session was alive there
+    /// then, or the read fails. A server that runs alone is that server, so `read` goes alone;
+    /// otherwise a `sync` of `path` goes first, pipelined (one round trip: the client sends each
+    /// request as it is made, and the server answers a session's requests in order). `sync` goes
+    /// through the leader, so the read behind it reflects the leader's state when the sync reached
+    /// it. Without it, a follower cut off from the quorum answers from its own stale state for
+    /// `syncLimit` ticks: a contender whose session the leader side had already expired (its node
+    /// deleted, the lock granted to the next in line) found itself first in that stale listing
+    /// and was granted too, with the older token (the fault suite's `net-partition` on
+    /// zk/ensemble, an election: a term that went backwards; `tests/cut_off_follower.rs`).
+    pub(crate) async fn confirmed_read<T, F>(
+        &self,
+        path: &str,
+        read: impl FnOnce() -> F,
+    ) -> std::result::Result<T, zk::Error>
+    where
+        F: std::future::Future<Output = std::result::Result<T, zk::Error>>,
+    {
+        if self.standalone {
+            return read().await;
+        }
+        let sync = self.client.sync(path);
+        let (synced, answer) = tokio::join!(sync, read());
+        synced.and(answer)
     }
 
     /// The client's view of the session state.
@@ -291,6 +324,22 @@ impl Session {
                 Err(e) => tracing::debug!(node = %path, error = %e, "could not delete an abandoned lease yet"),
             }
         }
+    }
+}
+
+/// Whether the server `client` is connected to runs alone, not as a member of an ensemble: its
+/// configuration node (`/zookeeper/config`, ZooKeeper 3.5 and later) is empty. A member of an
+/// ensemble lists the ensemble's servers there, whether or not dynamic reconfiguration is on.
+/// Anything else (an older server without the node, a read refused, no answer within `limit`)
+/// counts as an ensemble: the safe side, which only costs a `sync` per confirmed read.
+async fn runs_alone(client: &zk::Client, limit: Duration) -> bool {
+    match tokio::time::timeout(limit, client.get_config()).await {
+        Ok(Ok((config, _))) => config.is_empty(),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "cannot read the server's configuration; taking it for an ensemble member");
+            false
+        }
+        Err(_) => false,
     }
 }
 

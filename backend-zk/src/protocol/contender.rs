@@ -10,7 +10,8 @@
 //!   together: **1 round trip** when the parent exists (+1 to create the missing parents, all
 //!   pipelined, the first time);
 //! - each wait: `getData`-with-watch on the one node [`standing`] names (1), the watch event, then
-//!   `getChildren` (1);
+//!   `getChildren` behind a pipelined `sync` (1; the `sync` only on an ensemble, see
+//!   [`Session::confirmed_read`]);
 //! - giving up: `delete` of our node (1; sent synchronously even from `Drop`).
 
 use std::sync::Arc;
@@ -273,9 +274,8 @@ impl Contender {
             let sent = Instant::now();
             locksmith_core::metrics::round_trip();
             let client = &self.session.client;
-            // After a `sync`, pipelined: see `synced_then`.
             let listed = || client.list_children(&self.recipe.parent);
-            match synced_then(client, &self.recipe.parent, listed).await {
+            match self.session.confirmed_read(&self.recipe.parent, listed).await {
                 Ok(children) => return Ok(listing(children, sent)),
                 Err(zk::Error::NoNode) => return Ok(listing(Vec::new(), sent)),
                 Err(e) if is_transient(&e) && Instant::now() < give_up => pause(None, &e).await?,
@@ -294,7 +294,7 @@ impl Contender {
             locksmith_core::metrics::round_trip();
             let client = &self.session.client;
             let listed = || client.list_and_watch_children(&self.recipe.parent);
-            match synced_then(client, &self.recipe.parent, listed).await {
+            match self.session.confirmed_read(&self.recipe.parent, listed).await {
                 Ok((children, watcher)) => return Ok((listing(children, sent), watcher)),
                 Err(zk::Error::NoNode) => {
                     return Err(Failure::Restart(format!(
@@ -356,24 +356,6 @@ impl Contender {
         }
         Ok(())
     }
-}
-
-/// The read `request` makes, sent right after a `sync` of `path` (the client sends each request
-/// as it is made, so `request` is called after the sync is sent), pipelined: one round trip. The server answers a
-/// session's requests in order, and `sync` goes through the leader, so the read reflects the
-/// leader's state when the sync reached it — and our session was alive there then, or the read
-/// fails. Without it, a follower cut off from the quorum answers from its own stale state for
-/// `syncLimit` ticks: a contender whose session the leader side had already expired (its node
-/// deleted, the lock granted to the next in line) found itself first in that stale listing and
-/// was granted too, with the older token (the fault suite's `net-partition` on zk/ensemble, an
-/// election: a term that went backwards).
-async fn synced_then<T, F>(client: &zk::Client, path: &str, request: impl FnOnce() -> F) -> Result<T, zk::Error>
-where
-    F: std::future::Future<Output = Result<T, zk::Error>>,
-{
-    let sync = client.sync(path);
-    let (synced, answer) = tokio::join!(sync, request());
-    synced.and(answer)
 }
 
 fn listing(children: Vec<String>, sent: Instant) -> Listing {

@@ -181,3 +181,46 @@ impl Harness for ZkHarness {
         CONFORMANCE_SESSION
     }
 }
+
+/// `host:port` of every server of `base`.
+pub fn server_addrs(base: &str) -> Vec<String> {
+    let url = BackendUrl::parse(base).expect("test URL");
+    url.hosts.iter().map(|h| h.to_addr(2181)).collect()
+}
+
+/// How many packets a server of `servers` received on the connection of `session`, read with the
+/// `cons` four-letter word (one line per connection: `... (queued=0,recved=643,sent=643,sid=0x1...,...)`)
+/// of each server in turn until one has it.
+pub async fn packets_received(servers: &[String], session: i64) -> u64 {
+    let sid = format!("sid={:#x},", session as u64);
+    let mut seen = String::new();
+    for server in servers {
+        let out = four_letter_word(server, "cons").await;
+        let recved = out.lines().find(|line| line.contains(&sid)).and_then(|line| {
+            line.split(['(', ','])
+                .find_map(|field| field.strip_prefix("recved=")?.parse().ok())
+        });
+        if let Some(recved) = recved {
+            return recved;
+        }
+        seen.push_str(&out);
+    }
+    panic!("no connection with {sid} in `cons` of {servers:?} (is it whitelisted?):\n{seen}")
+}
+
+/// The answer of `server` to the four-letter word `word`.
+async fn four_letter_word(server: &str, word: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let read = async {
+        let mut conn = tokio::net::TcpStream::connect(server)
+            .await
+            .expect("connect for a four-letter word");
+        conn.write_all(word.as_bytes()).await.expect("send a four-letter word");
+        let mut out = String::new();
+        conn.read_to_string(&mut out)
+            .await
+            .expect("read a four-letter word's answer");
+        out
+    };
+    locksmith_core::conformance::within(Duration::from_secs(10), word, read).await
+}

@@ -1,0 +1,92 @@
+//! What a waiter sends when the lock is handed to it (`LOCKSMITH_TEST_ZK`,
+//! `LOCKSMITH_TEST_ZK_ENSEMBLE`).
+//!
+//! On its predecessor's delete event a waiter lists the queue to see that it holds. On an
+//! ensemble member that listing goes behind a `sync`, so that it reflects the leader's state (a
+//! follower cut off from the quorum would answer from a stale one: `tests/cut_off_follower.rs`).
+//! A server that runs alone expires sessions itself, so the listing goes alone: one request after
+//! the event, as zookeeper-client's own lock recipe sends (the handover of issue 30: the `sync`
+//! was one more request than the floor's and the peer's on every standalone handover).
+//!
+//! Counted on the server: the packets it received on the waiter's connection (`cons`) from when
+//! the waiter is parked on its watch until its acquire returned and the held node's watch (set
+//! right after every grant) was sent. Each handover is measured three times, the fewest kept.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::Locker;
+use locksmith_zk::ZkBackend;
+
+/// Long enough that neither a ping nor a renewal falls in a window (both come after a third of
+/// it without other traffic).
+const OPTIONS: &str = "session_timeout=30s";
+
+/// The listing after the event, and the watch on the held node.
+const STANDALONE: u64 = 2;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_server_that_runs_alone_the_waiter_sends_one_request_after_the_event() {
+    let base = common::env_url("LOCKSMITH_TEST_ZK");
+    let fewest = fewest_packets_per_handover(&base).await;
+    println!("packets from the waiter per handover on a standalone server: {fewest}");
+    assert!(
+        fewest <= STANDALONE,
+        "the waiter sent {fewest} packets per handover on a standalone server: the listing and the held \
+         node's watch are {STANDALONE} (a `sync` before the listing is one more)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_an_ensemble_the_listing_goes_behind_a_sync() {
+    let base = common::env_url("LOCKSMITH_TEST_ZK_ENSEMBLE");
+    let fewest = fewest_packets_per_handover(&base).await;
+    println!("packets from the waiter per handover on an ensemble: {fewest}");
+    assert!(
+        fewest > STANDALONE,
+        "the waiter sent {fewest} packets per handover on an ensemble: its listing went without a `sync`"
+    );
+}
+
+/// The fewest packets the server received on a waiter's connection during one handover, of three.
+async fn fewest_packets_per_handover(base: &str) -> u64 {
+    let servers = common::server_addrs(base);
+    let holder = common::locker(base, OPTIONS).await;
+    let waiter = ZkBackend::connect(&common::url_with(base, OPTIONS))
+        .await
+        .expect("connect to ZooKeeper");
+    let session = waiter.session_id().await;
+    let waiter = Locker::from_arc(Arc::new(waiter));
+    let name = unique_name("handover");
+    let mut fewest = u64::MAX;
+    for _ in 0..3 {
+        let held = holder.lock(&name).acquire().await.expect("holder acquires");
+        let queued = {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move { waiter.lock(&name).timeout(Duration::from_secs(30)).acquire().await })
+        };
+        within(Duration::from_secs(10), "the waiter queues", async {
+            while holder.inspect(&name).await.expect("inspect").waiters == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        // Its watch on the holder's node is set a round trip after its node shows.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = common::packets_received(&servers, session).await;
+        held.release().await.expect("holder releases");
+        let guard = within(Duration::from_secs(10), "the handover", queued)
+            .await
+            .expect("the waiter's task")
+            .expect("the waiter acquires");
+        // The held node's watch is sent right after the grant.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let after = common::packets_received(&servers, session).await;
+        fewest = fewest.min(after - before);
+        guard.release().await.expect("waiter releases");
+    }
+    fewest
+}
