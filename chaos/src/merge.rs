@@ -1,6 +1,6 @@
 //! `lockchaos merge`: one report out of runs of parts of the suite.
 //!
-//! The full suite takes about three hours. It can be run in parts (`--sections`), each writing
+//! The full suite takes about five hours on a 2-core machine. It can be run in parts (`--sections`), each writing
 //! its JSON, and the parts merged into the one page `docs/reliability.md` shows. A merged report
 //! keeps every row of every part, adds their times, and lists the parts (their sections, the
 //! commit each was built from, their times) so that the page says how it was made. Parts must

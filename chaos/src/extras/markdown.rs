@@ -173,8 +173,8 @@ pub fn page(r: &Report) -> String {
          lock, write their fencing token to a **fenced register** (a Redis of its own that accepts a \
          write only if its token is at least the highest it has accepted), hold it 10–300 ms, release — \
          while faults are injected into them and into the servers (and the same with semaphores, \
-         read-write locks and elections). Re-run it with `scripts/chaos` (about three hours: this run's \
-         time is below) or `scripts/chaos --quick` (a few minutes); the figures below are from {}.\n",
+         read-write locks and elections). Re-run it with `scripts/chaos` (about five hours, or in parts: \
+         see its help; this run's time is below) or `scripts/chaos --quick` (a few minutes); the figures below are from {}.\n",
         if m.quick { " --quick" } else { "" },
         if m.parts.len() > 1 {
             "the runs of the parts listed below, merged"
