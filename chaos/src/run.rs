@@ -99,9 +99,8 @@ pub async fn run_on(
         WriteMode::FencedStore => {
             let url = std::env::var(FENCED_URL_VAR)
                 .with_context(|| format!("{FENCED_URL_VAR} is not set (the fenced store's server)"))?;
-            let log = FencedLog::connect(&url).await?;
-            log.create_tables().await?;
-            Some((url, log))
+            FencedLog::connect(&url).await?.create_tables().await?;
+            Some(url)
         }
         _ => None,
     };
@@ -113,7 +112,7 @@ pub async fn run_on(
         wait_only: false,
         hold_max: hold_max(target, fault),
         guarded_key: guarded_key.clone(),
-        fenced_store: fenced.as_ref().map(|(url, _)| url.clone()),
+        fenced_store: fenced.clone(),
     };
     let mut fleet = Fleet::new(target, spec);
     for _ in 0..shape.workers {
@@ -171,7 +170,9 @@ pub async fn run_on(
     let leftovers = leftovers(target, &name).await?;
     let log = match (&guarded_key, &fenced) {
         (Some(key), _) => crate::guarded_log::read(target, &name, key).await?,
-        (None, Some((_, log))) => log.read(&name).await?,
+        // A connection of its own: a fault may have restarted the store's server meanwhile
+        // (postgres/single restart), closing one opened before the run.
+        (None, Some(url)) => FencedLog::connect(url).await?.read(&name).await?,
         (None, None) => {
             let register = Register::connect(register_url, writes == WriteMode::Register).await?;
             register.log(&name).await?
