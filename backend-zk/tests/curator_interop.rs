@@ -257,8 +257,10 @@ async fn a_semaphore_shared_with_curator_never_has_three_holders() {
     };
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..2 {
-        // Curator prints `in` after it holds and `out` before it releases: what the test sees is
-        // within the real hold, so an overlap seen here is a real one.
+        // Curator prints `in` after it holds, prints `out` and then releases only once the test
+        // answers `go`: what the test counts as held lies within the real hold, so an overlap
+        // seen here is a real one. (Releasing right after `out`, as it did, let a locksmith
+        // client enter before this task had read `out`: a count of 3 with no real overlap.)
         let mut peer = Peer::start(&["semaphore", &path, "2"]).await;
         let (inside, most) = (inside.clone(), most.clone());
         tasks.spawn(async move {
@@ -268,6 +270,7 @@ async fn a_semaphore_shared_with_curator_never_has_three_holders() {
                     Some("in") => enter(&inside, &most, &format!("Curator {i}")),
                     Some("out") => {
                         inside.fetch_sub(1, Ordering::SeqCst);
+                        peer.send("go").await;
                     }
                     Some("done") => break,
                     other => panic!("Curator {i}: unexpected {other:?}"),

@@ -10,7 +10,8 @@
 //   acquire           wait until held (a latch: until leading); prints "held DETAIL"
 //   try MILLIS        the same, waiting at most MILLIS; prints "held DETAIL" or "busy"
 //   release           gives it back; prints "released"
-//   cycle N MILLIS    N times: acquire, print "in", hold MILLIS, print "out", release; then "done"
+//   cycle N MILLIS    N times: acquire, print "in", hold MILLIS, print "out", wait for a line
+//                     "go" (the driver has counted this holder out), release; then "done"
 //   leader            (latch) prints "leader ID" as LeaderLatch.getLeader() sees it ("leader -": none)
 // and on end of input releases what it holds and exits. Errors print "error MESSAGE" and exit 1.
 
@@ -106,6 +107,12 @@ public final class CuratorPeer {
                         say("in");
                         Thread.sleep(hold);
                         say("out");
+                        // Released only once the driver has seen "out": what it counts as held
+                        // then lies within the real hold, so an overlap it sees is a real one.
+                        String go = in.readLine();
+                        if (!"go".equals(go == null ? null : go.trim())) {
+                            fail("expected go, got " + go);
+                        }
                         release();
                     }
                     say("done");
