@@ -11,7 +11,9 @@
 //!   entries may have been ahead of any of them.
 //!
 //! A task registers (enables its `Notified`) before it reads the state, so a change made after
-//! its read always wakes it.
+//! its read always wakes it. The counters are bumped before the tasks are woken, so a woken task
+//! that reads them sees the change that woke it (what the waiters' shared read relies on, see
+//! `look.rs`).
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -25,6 +27,7 @@ use tokio::sync::Notify;
 
 use crate::error::errno_error;
 use crate::layout::{stem_of_state_file, OWNERS_DIR};
+use crate::look::SharedRead;
 use locksmith_core::Result;
 
 /// The wake-ups of one directory in this process.
@@ -34,6 +37,14 @@ pub(crate) struct Hub {
     watches: [i32; 2],
     /// One `Notify` per lock stem that a task of this process waits on.
     locks: Mutex<HashMap<String, Weak<Notify>>>,
+    /// One shared read per lock stem that a task of this process waits on (see `look.rs`).
+    reads: Mutex<HashMap<String, Weak<SharedRead>>>,
+    /// How many times a locker of the directory ended (or the kernel dropped events): the entries
+    /// of any lock may have died.
+    owner_events: AtomicU64,
+    /// The lockers of the directory found alive, with their heartbeat then, until the kernel says
+    /// their liveness file was closed or removed (see [`Hub::remembered`]).
+    alive: Mutex<HashMap<String, u64>>,
     /// One change counter per lock stem that this process holds (see [`Hub::changes`]).
     changes: Mutex<Counters>,
     /// Whether the thread still reads events: once it stopped, no change is counted any more.
@@ -78,6 +89,9 @@ impl Hub {
             fd: Arc::new(fd),
             watches: [states, owners],
             locks: Mutex::default(),
+            reads: Mutex::default(),
+            owner_events: AtomicU64::new(0),
+            alive: Mutex::default(),
             changes: Mutex::default(),
             reading: AtomicBool::new(true),
         });
@@ -96,14 +110,50 @@ impl Hub {
 
     /// The `Notify` that the changes of lock `stem` wake.
     pub fn lock(&self, stem: &str) -> Arc<Notify> {
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = locks.get(stem).and_then(Weak::upgrade) {
-            return notify;
+        live_or_new(&self.locks, stem, Notify::new)
+    }
+
+    /// The read of lock `stem`'s state that the waiting tasks of this process share.
+    pub fn shared_read(&self, stem: &str) -> Arc<SharedRead> {
+        live_or_new(&self.reads, stem, || SharedRead::new(self.changes(stem)))
+    }
+
+    /// How many times a locker of the directory ended (or events were dropped) so far.
+    pub fn owner_events(&self) -> u64 {
+        self.owner_events.load(Ordering::Acquire)
+    }
+
+    /// The heartbeat locker `owner` had when it was last found alive, if no event since says it
+    /// may have ended (and events are still read): checking its liveness file costs four system
+    /// calls, and a queue of 1,000 waiters names 1,000 lockers. A locker beats without an event,
+    /// so its heartbeat may be newer than this (see `State::prune`).
+    pub fn remembered(&self, owner: &str) -> Option<u64> {
+        if !self.reading() {
+            return None;
         }
-        locks.retain(|_, n| n.strong_count() > 0);
-        let notify = Arc::new(Notify::new());
-        locks.insert(stem.to_owned(), Arc::downgrade(&notify));
-        notify
+        self.alive.lock().unwrap_or_else(|e| e.into_inner()).get(owner).copied()
+    }
+
+    /// Remembers locker `owner` alive with heartbeat `beat`, as a check found it that started
+    /// when [`Hub::owner_events`] said `events`; not if a locker ended since (it may be this one).
+    pub fn found_alive(&self, owner: &str, beat: u64, events: u64) {
+        let mut alive = self.alive.lock().unwrap_or_else(|e| e.into_inner());
+        if self.owner_events() == events {
+            let remembered = alive.entry(owner.to_owned()).or_insert(beat);
+            *remembered = (*remembered).max(beat);
+        }
+    }
+
+    /// Locker `owner`'s liveness file was closed or removed (`None`: events were dropped, any
+    /// may have): it is forgotten and the event counted, under the lock [`Hub::found_alive`]
+    /// takes, before anyone is woken.
+    fn owner_ended(&self, owner: Option<&str>) {
+        let mut alive = self.alive.lock().unwrap_or_else(|e| e.into_inner());
+        match owner {
+            Some(owner) => drop(alive.remove(owner)),
+            None => alive.clear(),
+        }
+        self.owner_events.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The change counter of lock `stem`: it grows whenever the kernel reports a change of the
@@ -129,8 +179,11 @@ impl Hub {
         self.reading.load(Ordering::Acquire)
     }
 
-    /// Counts a change of lock `stem` (`None`: of every lock).
-    fn changed(&self, stem: Option<&str>) {
+    /// Counts a change of lock `stem` (`None`: of every lock): the kernel reported it, or this
+    /// process just made it (its event comes later, and a look or renewal in between must not
+    /// take a read from before it as current: a waiter that did not see its own entry after
+    /// joining would join again).
+    pub fn changed(&self, stem: Option<&str>) {
         let counters = self.changes.lock().unwrap_or_else(|e| e.into_inner());
         let bump = |c: &Weak<AtomicU64>| {
             if let Some(c) = c.upgrade() {
@@ -155,6 +208,18 @@ impl Hub {
             None => locks.values().for_each(wake),
         }
     }
+}
+
+/// The value of `stem` in `map` if it lives, else a new one made by `make` (and the dead dropped).
+fn live_or_new<T>(map: &Mutex<HashMap<String, Weak<T>>>, stem: &str, make: impl FnOnce() -> T) -> Arc<T> {
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(value) = map.get(stem).and_then(Weak::upgrade) {
+        return value;
+    }
+    map.retain(|_, v| v.strong_count() > 0);
+    let value = Arc::new(make());
+    map.insert(stem.to_owned(), Arc::downgrade(&value));
+    value
 }
 
 impl Drop for Hub {
@@ -185,8 +250,10 @@ fn read_events(fd: &OwnedFd, hub: &Weak<Hub>, owners: i32) {
         }
         if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
             hub.changed(None);
+            hub.owner_ended(None);
             hub.wake(None);
         } else if event.wd() == owners {
+            hub.owner_ended(event.file_name().and_then(|n| n.to_str().ok()));
             hub.wake(None);
         } else if let Some(stem) = event
             .file_name()

@@ -65,13 +65,14 @@ impl Dir {
             .canonicalize()
             .map_err(|e| io_error("cannot open the lock directory", path, e))?;
         let owners = path.join(OWNERS_DIR);
-        reap_dead_owners(&owners);
+        let hub = Hub::for_dir(&path)?;
+        reap_dead_owners(&owners, &hub);
         let beat = Now::read().boot_ns;
         let owner = Owner::create(&owners, beat)?;
         Ok(Dir {
             beat_ns: AtomicU64::new(beat),
             held: Mutex::default(),
-            hub: Hub::for_dir(&path)?,
+            hub,
             owner_id: owner.id.clone(),
             owner: Mutex::new(Some(owner)),
             owners,
@@ -98,16 +99,20 @@ impl Dir {
         drop(self.owner.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 
-    /// Whether the locker `owner` is alive (this one: until closed), and its last heartbeat.
-    /// `reap` removes a dead owner's liveness file.
-    fn liveness(&self, owner: &str, reap: bool) -> Liveness {
+    /// Whether the locker `owner` is alive (this one: until closed), and its last heartbeat, or
+    /// (unless `fresh`) the heartbeat it had when this process last found it alive, if nothing
+    /// since says it ended (see `Hub::remembered`). `reap` removes a dead owner's liveness file.
+    fn liveness(&self, owner: &str, reap: bool, fresh: bool) -> Liveness {
         if owner == self.owner_id {
             return match self.closed.load(Ordering::Acquire) {
                 true => Liveness::Dead,
                 false => Liveness::Beat(self.beat_ns.load(Ordering::Acquire)),
             };
         }
-        owner::liveness(&self.owners, owner, reap)
+        if let Some(beat) = self.hub.remembered(owner).filter(|_| !fresh) {
+            return Liveness::Beat(beat);
+        }
+        check_owner(&self.owners, &self.hub, owner, reap)
     }
 
     /// Writes a heartbeat: every entry of this locker lives for its TTL from now on. Returns the
@@ -236,14 +241,29 @@ struct HeldLease {
 }
 
 /// Removes the liveness files of lockers that ended without removing theirs (killed) and that no
-/// queue entry names any more (a transaction reaps those it meets): they would pile up.
-fn reap_dead_owners(owners: &Path) {
+/// queue entry names any more (a transaction reaps those it meets): they would pile up. Lockers
+/// this process knows alive (`hub`) are not checked: 1,000 lockers opened in one process would
+/// otherwise check each other's files 500,000 times.
+fn reap_dead_owners(owners: &Path, hub: &Hub) {
     let Ok(files) = std::fs::read_dir(owners) else { return };
     for file in files.flatten() {
         if let Some(id) = file.file_name().to_str() {
-            owner::liveness(owners, id, true);
+            if hub.remembered(id).is_none() {
+                check_owner(owners, hub, id, true);
+            }
         }
     }
+}
+
+/// Checks the liveness file of locker `id` in `owners` (`reap`: removing it if dead), and
+/// remembers in `hub` what it found alive.
+fn check_owner(owners: &Path, hub: &Hub, id: &str, reap: bool) -> Liveness {
+    let events = hub.owner_events();
+    let verdict = owner::liveness(owners, id, reap);
+    if let Liveness::Beat(beat) = verdict {
+        hub.found_alive(id, beat, events);
+    }
+    verdict
 }
 
 /// This host's name (what `inspect` shows beside the pid).

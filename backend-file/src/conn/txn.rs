@@ -24,7 +24,8 @@ use crate::protocol::state::{Now, State, FORMAT};
 
 impl Dir {
     /// Runs `step` on the state of `file` under its lock (blocking: call it from a blocking
-    /// thread), and writes back what it changed, also when it fails.
+    /// thread), and writes back what it changed, also when it fails. A change is counted at once
+    /// (`Hub::changed`), before the kernel reports it.
     pub fn transact<R>(&self, file: &LockFile, step: impl FnOnce(&mut State, Now) -> Result<R>) -> Result<R> {
         let _locked = self.lock(file)?;
         let now = Now::read();
@@ -33,7 +34,7 @@ impl Dir {
             Some((state, _)) => state.clone(),
             None => State::new(&file.segment, &self.boot),
         };
-        state.prune(&self.boot, now, |owner| self.liveness(owner, true));
+        state.prune(&self.boot, now, |owner, fresh| self.liveness(owner, true, fresh));
         let out = step(&mut state, now);
         let bytes = serde_json::to_vec(&state).map_err(|e| LockError::Protocol(e.to_string()))?;
         let changed = match &original {
@@ -42,7 +43,9 @@ impl Dir {
         };
         if changed {
             let durable = self.sync && original.as_ref().is_none_or(|(o, _)| o.last_token != state.last_token);
-            self.store(file, &bytes, durable)?;
+            let stored = self.store(file, &bytes, durable);
+            self.hub.changed(Some(&file.stem));
+            stored?;
         }
         out
     }
@@ -51,7 +54,9 @@ impl Dir {
     /// look, for waiters deciding whether to take a turn, and for `inspect`, `list`, `leader`).
     pub fn read(&self, file: &LockFile) -> Result<State> {
         let mut state = self.read_raw(file)?;
-        state.prune(&self.boot, Now::read(), |owner| self.liveness(owner, false));
+        state.prune(&self.boot, Now::read(), |owner, fresh| {
+            self.liveness(owner, false, fresh)
+        });
         Ok(state)
     }
 
@@ -70,7 +75,9 @@ impl Dir {
         let Some((mut state, _)) = self.load_path(&path, None)? else {
             return Ok(None);
         };
-        state.prune(&self.boot, Now::read(), |owner| self.liveness(owner, false));
+        state.prune(&self.boot, Now::read(), |owner, fresh| {
+            self.liveness(owner, false, fresh)
+        });
         Ok(Some(state))
     }
 

@@ -4,6 +4,8 @@
 //! [`locksmith_core::driver::queue::standing`], the rule of every queue backend, on the whole queue (the
 //! file holds it all), so a semaphore or a read-write lock needs no step of its own.
 
+use std::collections::HashMap;
+
 use locksmith_core::driver::queue::{holds_at_tail, standing, Standing};
 use locksmith_core::{LockError, Result};
 
@@ -21,8 +23,12 @@ pub(crate) enum Turn {
 /// Adds `entry` at the tail of the queue and takes its first turn.
 pub(crate) fn join(state: &mut State, mut entry: Entry, now: Now) -> Result<Turn> {
     let id = entry.id.clone();
-    entry.since_ns = now.boot_ns;
-    state.entries.push(entry);
+    // In line already (a waiter that took a stale read for its entry gone): one entry only, or
+    // the second would wait behind the first forever.
+    if state.position(&id).is_none() {
+        entry.since_ns = now.boot_ns;
+        state.entries.push(entry);
+    }
     turn(state, &id, now)
 }
 
@@ -36,7 +42,7 @@ pub(crate) fn turn(state: &mut State, id: &str, now: Now) -> Result<Turn> {
     }
     match standing(&state.roles()?, me) {
         Ok(Standing::Holds) => Ok(Turn::Granted(grant(state, me, now), now.boot_ns)),
-        Ok(_) => Ok(Turn::Wait(state.next_expiry())),
+        Ok(_) => Ok(Turn::Wait(state.entries[..me].iter().map(|e| e.expires_ns).min())),
         Err(e) => {
             state.entries.remove(me);
             Err(e)
@@ -44,16 +50,33 @@ pub(crate) fn turn(state: &mut State, id: &str, now: Now) -> Result<Turn> {
     }
 }
 
-/// Whether entry `id` would hold if it took its turn now: what a waiter checks on a state read
-/// without the lock before it takes the lock.
-pub(crate) fn would_hold(state: &State, id: &str) -> Result<bool> {
-    let Some(me) = state.position(id) else {
-        return Ok(true); // gone: take the turn, which says so
-    };
-    Ok(!matches!(
-        standing(&state.roles()?, me),
-        Ok(Standing::After(_) | Standing::AfterAny)
-    ))
+/// Where a waiter stands in a queue read without the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Place {
+    /// It would hold if it took its turn now (also when its request would be refused, a
+    /// semaphore's permit count: it takes its turn and is told).
+    pub would_hold: bool,
+    /// The earliest expiry of an entry ahead of it (`CLOCK_BOOTTIME` ns): until then, only a
+    /// change of the file can bring its turn (an entry behind it expiring never does).
+    pub expiry_ahead: Option<u64>,
+}
+
+/// The place of every entry (by id): what waiters check before they take the lock. One pass for
+/// all of them (see `look.rs`: asked by each of N waiters, it would cost O(N) each).
+pub(crate) fn places(state: &State) -> Result<HashMap<String, Place>> {
+    let roles = state.roles()?;
+    let mut expiry_ahead: Option<u64> = None;
+    let mut places = HashMap::with_capacity(state.entries.len());
+    for (i, e) in state.entries.iter().enumerate() {
+        let waits = matches!(standing(&roles, i), Ok(Standing::After(_) | Standing::AfterAny));
+        let place = Place {
+            would_hold: !waits,
+            expiry_ahead,
+        };
+        places.insert(e.id.clone(), place);
+        expiry_ahead = Some(expiry_ahead.map_or(e.expires_ns, |x| x.min(e.expires_ns)));
+    }
+    Ok(places)
 }
 
 /// One attempt: `entry` joins and holds if it would hold at once (its fencing token); otherwise
@@ -109,6 +132,24 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_that_joins_again_stays_one_entry() {
+        let now = Now {
+            boot_ns: 0,
+            unix_micros: 0,
+        };
+        let mut s = State::new("x", "b");
+        join(&mut s, entry("1", Role::Exclusive), now).unwrap();
+        join(&mut s, entry("2", Role::Exclusive), now).unwrap();
+        assert!(matches!(
+            join(&mut s, entry("2", Role::Exclusive), now).unwrap(),
+            Turn::Wait(_)
+        ));
+        assert_eq!(s.entries.len(), 2);
+        assert!(leave(&mut s, "1"));
+        assert!(matches!(turn(&mut s, "2", now).unwrap(), Turn::Granted(..)));
+    }
+
+    #[test]
     fn waiters_hold_in_order_with_increasing_tokens() {
         let now = Now {
             boot_ns: 0,
@@ -122,10 +163,12 @@ mod tests {
             join(&mut s, entry("2", Role::Exclusive), now).unwrap(),
             Turn::Wait(_)
         ));
-        assert!(!would_hold(&s, "2").unwrap());
+        let place = places(&s).unwrap()["2"];
+        assert!(!place.would_hold);
+        assert_eq!(place.expiry_ahead, Some(s.entries[0].expires_ns));
         assert_eq!(try_take(&mut s, entry("3", Role::Exclusive), now).unwrap(), None);
         assert!(leave(&mut s, "1"));
-        assert!(would_hold(&s, "2").unwrap());
+        assert!(places(&s).unwrap()["2"].would_hold);
         let Turn::Granted(t2, since) = turn(
             &mut s,
             "2",

@@ -1,6 +1,8 @@
 //! What a lock's state file holds: its queue of holders and waiters in arrival order and its last
 //! fencing token, and the rule that drops the entries of the dead.
 
+use std::collections::HashMap;
+
 use locksmith_core::driver::Role;
 use serde::{Deserialize, Serialize};
 
@@ -152,30 +154,38 @@ impl State {
 
     /// Drops the entries of the dead: all of them after a reboot, those whose owner is gone, and
     /// those whose TTL has passed since they joined or were granted and since their owner's last
-    /// heartbeat (`liveness` says, asked once per owner). Sets the `expires_ns` of the others.
-    /// Returns whether any was dropped.
-    pub fn prune(&mut self, boot: &str, now: Now, mut liveness: impl FnMut(&str) -> Liveness) -> bool {
+    /// heartbeat. Sets the `expires_ns` of the others. Returns whether any was dropped.
+    ///
+    /// `liveness(owner, fresh)` tells what became of an owner, asked once per owner. Unless
+    /// `fresh`, it may answer from memory, with a heartbeat older than the last one (a heartbeat
+    /// only moves forward, so a remembered one that keeps an entry alive is right). An entry that
+    /// such a heartbeat would expire within half its TTL is asked about again, freshly: before it
+    /// is dropped, and so that the expiries found stay half a TTL ahead for lockers that beat (a
+    /// waiter sleeps until the next one; remembered heartbeats would wake it over and over).
+    pub fn prune(&mut self, boot: &str, now: Now, mut liveness: impl FnMut(&str, bool) -> Liveness) -> bool {
         let before = self.entries.len();
         if self.boot != boot {
             self.boot = boot.to_owned();
             self.entries.clear();
         }
-        let mut verdicts: Vec<(String, Liveness)> = Vec::new();
+        // One question per owner (a queue of 1,000 waiters may have 1,000 owners); whether its
+        // answer was fresh.
+        let mut verdicts: HashMap<String, (Liveness, bool)> = HashMap::new();
         self.entries.retain_mut(|e| {
-            let verdict = match verdicts.iter().find(|(owner, _)| *owner == e.owner) {
-                Some((_, verdict)) => *verdict,
-                None => {
-                    let verdict = liveness(&e.owner);
-                    verdicts.push((e.owner.clone(), verdict));
-                    verdict
+            let (mut verdict, mut fresh) = *verdicts
+                .entry(e.owner.clone())
+                .or_insert_with(|| (liveness(&e.owner, false), false));
+            loop {
+                let expires_ns = match verdict {
+                    Liveness::Dead => return false,
+                    Liveness::Beat(beat) => e.since_ns.max(beat).saturating_add(e.ttl_ns),
+                };
+                if fresh || expires_ns > now.boot_ns.saturating_add(e.ttl_ns / 2) {
+                    e.expires_ns = expires_ns;
+                    return expires_ns > now.boot_ns;
                 }
-            };
-            match verdict {
-                Liveness::Dead => false,
-                Liveness::Beat(beat) => {
-                    e.expires_ns = e.since_ns.max(beat).saturating_add(e.ttl_ns);
-                    e.expires_ns > now.boot_ns
-                }
+                (verdict, fresh) = (liveness(&e.owner, true), true);
+                verdicts.insert(e.owner.clone(), (verdict, fresh));
             }
         });
         self.entries.len() < before
@@ -241,8 +251,8 @@ mod tests {
             entry("4", "slow", 800, 300),
         ];
         let mut asked = Vec::new();
-        assert!(s.prune("boot1", now, |o| {
-            asked.push(o.to_owned());
+        assert!(s.prune("boot1", now, |o, fresh| {
+            asked.push((o.to_owned(), fresh));
             if o == "dead" {
                 Liveness::Dead
             } else {
@@ -251,11 +261,48 @@ mod tests {
         }));
         let ids: Vec<_> = s.entries.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["3", "4"]);
-        assert_eq!(asked, ["dead", "slow"], "each owner is asked once");
+        let asked: Vec<_> = asked.iter().map(|(o, fresh)| (o.as_str(), *fresh)).collect();
+        assert_eq!(
+            asked,
+            [("dead", false), ("slow", false), ("slow", true)],
+            "each owner is asked once, and freshly before an entry of it is dropped as expired"
+        );
         assert_eq!(s.next_expiry(), Some(1_100));
-        assert!(!s.prune("boot1", now, |_| Liveness::Beat(1_000)));
-        assert!(s.prune("boot2", now, |_| Liveness::Beat(1_000)));
+        assert!(!s.prune("boot1", now, |_, _| Liveness::Beat(1_000)));
+        assert!(s.prune("boot2", now, |_, _| Liveness::Beat(1_000)));
         assert!(s.entries.is_empty());
+    }
+
+    #[test]
+    fn a_remembered_heartbeat_never_drops_an_entry_a_fresh_one_keeps() {
+        let now = Now {
+            boot_ns: 1_000,
+            unix_micros: 0,
+        };
+        let mut s = State::new("x", "boot1");
+        s.entries = vec![
+            // Under the remembered beat (500) both expired; the last beat (900) keeps the second.
+            entry("1", "o", 0, 50),
+            entry("2", "o", 0, 400),
+            // Alive under the remembered beat (700), but within half its TTL: asked again.
+            entry("3", "p", 0, 400),
+            // Far from its expiry under the remembered beat (700): not asked again.
+            entry("4", "q", 0, 1_000),
+        ];
+        let mut fresh_asks = Vec::new();
+        assert!(s.prune("boot1", now, |owner, fresh| {
+            if fresh {
+                fresh_asks.push(owner.to_owned());
+            }
+            Liveness::Beat(match (owner, fresh) {
+                ("o", false) => 500,
+                (_, false) => 700,
+                (_, true) => 900,
+            })
+        }));
+        let expiries: Vec<_> = s.entries.iter().map(|e| (e.id.as_str(), e.expires_ns)).collect();
+        assert_eq!(expiries, [("2", 1_300), ("3", 1_300), ("4", 1_700)]);
+        assert_eq!(fresh_asks, ["o", "p"]);
     }
 
     #[test]

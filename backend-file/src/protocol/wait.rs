@@ -2,8 +2,9 @@
 //!
 //! A waiter joins the queue in one transaction, then sleeps until the kernel says the lock's state
 //! file changed (or a locker of the directory ended), or until the earliest expiry of an entry.
-//! Woken, it reads the state without the lock and takes the lock only when its turn has come, so
-//! a change costs each other waiter one read, and only the next holder writes. While it waits it
+//! Woken, it looks at the state without the lock (one read per change for all the waiters of this
+//! process, see `look.rs`) and takes the lock only when its turn has come, so a change costs each
+//! process with waiters one read, and only the next holder writes. While it waits it
 //! writes its locker's heartbeat every third of its TTL, so that its entry lives while it waits
 //! (and dies with a paused or stuck process). An entry dropped meanwhile (the process was paused
 //! past its TTL) joins again at the tail.
@@ -47,6 +48,7 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
     let entry = new_entry(dir, &req.kind, req.ttl);
     let (id, holder_id) = (entry.id.clone(), entry.holder_id());
     let wake = dir.hub.lock(&file.stem);
+    let shared_read = dir.hub.shared_read(&file.stem);
     let mut pending = Pending::new(dir, &file, &id);
     let mut joining = true;
     let mut beat_at = Instant::now() + req.ttl / 3;
@@ -61,17 +63,24 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
             let entry = entry.clone();
             pending.run(move |state, now| queue::join(state, entry, now)).await?
         } else {
-            let state = dir.read(&file)?;
-            if state.position(&id).is_none() {
+            // Bounded by the deadline: under churn a look may wait for other waiters' reads.
+            let look = match deadline {
+                Some(d) => tokio::time::timeout_at(d, shared_read.look(dir, &file))
+                    .await
+                    .map_err(|_| LockError::Timeout(Duration::ZERO))??,
+                None => shared_read.look(dir, &file).await?,
+            };
+            match look.place(&id) {
                 // Dropped while this process could not beat (paused): in line again, at the tail.
-                joining = true;
-                continue;
-            }
-            if queue::would_hold(&state, &id)? {
-                let id = id.clone();
-                pending.run(move |state, now| queue::turn(state, &id, now)).await?
-            } else {
-                Turn::Wait(state.next_expiry())
+                None => {
+                    joining = true;
+                    continue;
+                }
+                Some(place) if place.would_hold => {
+                    let id = id.clone();
+                    pending.run(move |state, now| queue::turn(state, &id, now)).await?
+                }
+                Some(place) => Turn::Wait(place.expiry_ahead),
             }
         };
         let expiry = match turn {
@@ -104,7 +113,7 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
 }
 
 /// A new entry of this locker for a request of `kind` with a lease of `ttl`.
-fn new_entry(dir: &Dir, kind: &LockKind, ttl: Duration) -> Entry {
+pub(crate) fn new_entry(dir: &Dir, kind: &LockKind, ttl: Duration) -> Entry {
     Entry {
         id: format!("{:016x}", rand::random::<u64>()),
         owner: dir.owner_id.clone(),
