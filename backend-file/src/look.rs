@@ -19,8 +19,9 @@
 //! turn takes it in a transaction, which decides.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use locksmith_core::Result;
 
@@ -29,10 +30,10 @@ use crate::error::join_error;
 use crate::layout::LockFile;
 use crate::protocol::queue::{self, Place};
 use crate::protocol::state::Now;
-use crate::wake::Changes;
+use crate::wake::{live_or_new, Changes};
 
 /// The last look at one lock's state, shared by the waiting tasks of this process (see
-/// `Hub::shared_read`).
+/// [`SharedRead::of`]).
 #[derive(Debug)]
 pub(crate) struct SharedRead {
     /// The lock's change counter.
@@ -40,6 +41,9 @@ pub(crate) struct SharedRead {
     /// The last read, if still worth anything: held while a task reads, so the others wait for it.
     last: tokio::sync::Mutex<Option<LastRead>>,
 }
+
+/// The shared reads of this process, by directory and lock stem.
+type Registry = HashMap<(PathBuf, String), Weak<SharedRead>>;
 
 /// One read and what made it valid.
 #[derive(Debug)]
@@ -69,12 +73,14 @@ impl Look {
 }
 
 impl SharedRead {
-    /// The shared read of a lock whose changes `changes` counts.
-    pub fn new(changes: Changes) -> SharedRead {
-        SharedRead {
-            changes,
+    /// The shared read of lock `file` in `dir`'s directory, in this process.
+    pub fn of(dir: &Dir, file: &LockFile) -> Arc<SharedRead> {
+        static READS: OnceLock<Mutex<Registry>> = OnceLock::new();
+        let key = (dir.path.clone(), file.stem.clone());
+        live_or_new(READS.get_or_init(Default::default), &key, || SharedRead {
+            changes: dir.hub.changes(&file.stem),
             last: tokio::sync::Mutex::default(),
-        }
+        })
     }
 
     /// What the state of `file` says now: the last read's look if nothing could have changed it
@@ -134,7 +140,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("locksmith-look-{:016x}", rand::random::<u64>()));
         let dir = Arc::new(Dir::open(&path, false).unwrap());
         let file = LockFile::of(Family::Mutex, &LockName::new("look").unwrap());
-        let shared = dir.hub.shared_read(&file.stem);
+        let shared = SharedRead::of(&dir, &file);
         for i in 0..100 {
             shared.look(&dir, &file).await.unwrap();
             let entry = new_entry(&dir, &LockKind::Mutex, Duration::from_secs(10));

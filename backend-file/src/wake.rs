@@ -15,7 +15,9 @@
 //! that reads them sees the change that woke it (what the waiters' shared read relies on, see
 //! `look.rs`).
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -27,7 +29,6 @@ use tokio::sync::Notify;
 
 use crate::error::errno_error;
 use crate::layout::{stem_of_state_file, OWNERS_DIR};
-use crate::look::SharedRead;
 use locksmith_core::Result;
 
 /// The wake-ups of one directory in this process.
@@ -37,8 +38,6 @@ pub(crate) struct Hub {
     watches: [i32; 2],
     /// One `Notify` per lock stem that a task of this process waits on.
     locks: Mutex<HashMap<String, Weak<Notify>>>,
-    /// One shared read per lock stem that a task of this process waits on (see `look.rs`).
-    reads: Mutex<HashMap<String, Weak<SharedRead>>>,
     /// How many times a locker of the directory ended (or the kernel dropped events): the entries
     /// of any lock may have died.
     owner_events: AtomicU64,
@@ -89,7 +88,6 @@ impl Hub {
             fd: Arc::new(fd),
             watches: [states, owners],
             locks: Mutex::default(),
-            reads: Mutex::default(),
             owner_events: AtomicU64::new(0),
             alive: Mutex::default(),
             changes: Mutex::default(),
@@ -111,11 +109,6 @@ impl Hub {
     /// The `Notify` that the changes of lock `stem` wake.
     pub fn lock(&self, stem: &str) -> Arc<Notify> {
         live_or_new(&self.locks, stem, Notify::new)
-    }
-
-    /// The read of lock `stem`'s state that the waiting tasks of this process share.
-    pub fn shared_read(&self, stem: &str) -> Arc<SharedRead> {
-        live_or_new(&self.reads, stem, || SharedRead::new(self.changes(stem)))
     }
 
     /// How many times a locker of the directory ended (or events were dropped) so far.
@@ -210,15 +203,20 @@ impl Hub {
     }
 }
 
-/// The value of `stem` in `map` if it lives, else a new one made by `make` (and the dead dropped).
-fn live_or_new<T>(map: &Mutex<HashMap<String, Weak<T>>>, stem: &str, make: impl FnOnce() -> T) -> Arc<T> {
+/// The value of `key` in `map` if it lives, else a new one made by `make` (and the dead dropped):
+/// what the tasks of this process share per lock.
+pub(crate) fn live_or_new<K, Q, T>(map: &Mutex<HashMap<K, Weak<T>>>, key: &Q, make: impl FnOnce() -> T) -> Arc<T>
+where
+    K: Borrow<Q> + Eq + Hash,
+    Q: ToOwned<Owned = K> + Eq + Hash + ?Sized,
+{
     let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(value) = map.get(stem).and_then(Weak::upgrade) {
+    if let Some(value) = map.get(key).and_then(Weak::upgrade) {
         return value;
     }
     map.retain(|_, v| v.strong_count() > 0);
     let value = Arc::new(make());
-    map.insert(stem.to_owned(), Arc::downgrade(&value));
+    map.insert(key.to_owned(), Arc::downgrade(&value));
     value
 }
 

@@ -22,6 +22,7 @@ use super::state::{Entry, Now};
 use crate::cleanup::{reap, Pending};
 use crate::conn::Dir;
 use crate::layout::LockFile;
+use crate::look::SharedRead;
 
 /// One attempt: the lease if the lock is free for this request now.
 pub(crate) async fn try_acquire(dir: &Arc<Dir>, req: &LockRequest) -> Result<Option<Lease>> {
@@ -48,7 +49,7 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
     let entry = new_entry(dir, &req.kind, req.ttl);
     let (id, holder_id) = (entry.id.clone(), entry.holder_id());
     let wake = dir.hub.lock(&file.stem);
-    let shared_read = dir.hub.shared_read(&file.stem);
+    let shared_read = SharedRead::of(dir, &file);
     let mut pending = Pending::new(dir, &file, &id);
     let mut joining = true;
     let mut beat_at = Instant::now() + req.ttl / 3;
