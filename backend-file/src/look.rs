@@ -50,8 +50,6 @@ type Registry = HashMap<(PathBuf, String), Weak<SharedRead>>;
 struct LastRead {
     changes: u64,
     owner_events: u64,
-    /// The earliest expiry of an entry in it (`CLOCK_BOOTTIME` ns).
-    valid_until_ns: u64,
     look: Arc<Look>,
 }
 
@@ -96,7 +94,8 @@ impl SharedRead {
         let owner_events = dir.hub.owner_events();
         if let Some(seen) = last.as_ref() {
             let unchanged = seen.changes == changes && seen.owner_events == owner_events;
-            if unchanged && dir.hub.reading() && Now::read().boot_ns < seen.valid_until_ns {
+            let expired = seen.look.next_expiry.is_some_and(|ns| Now::read().boot_ns >= ns);
+            if unchanged && !expired && dir.hub.reading() {
                 return Ok(seen.look.clone());
             }
         }
@@ -114,7 +113,6 @@ impl SharedRead {
         *last = Some(LastRead {
             changes,
             owner_events,
-            valid_until_ns: look.next_expiry.unwrap_or(u64::MAX),
             look: look.clone(),
         });
         Ok(look)

@@ -109,8 +109,10 @@ impl Dir {
                 false => Liveness::Beat(self.beat_ns.load(Ordering::Acquire)),
             };
         }
-        if let Some(beat) = self.hub.remembered(owner).filter(|_| !fresh) {
-            return Liveness::Beat(beat);
+        if !fresh {
+            if let Some(beat) = self.hub.remembered(owner) {
+                return Liveness::Beat(beat);
+            }
         }
         check_owner(&self.owners, &self.hub, owner, reap)
     }

@@ -16,7 +16,8 @@ use super::state::{Entry, Grant, Now, State};
 pub(crate) enum Turn {
     /// It holds: its fencing token, and when its lease started (`CLOCK_BOOTTIME` ns).
     Granted(u64, u64),
-    /// Not yet: wait until woken, or until this instant (`CLOCK_BOOTTIME` ns: a holder's expiry).
+    /// Not yet: wait until woken, or until this instant (`CLOCK_BOOTTIME` ns: the earliest expiry
+    /// of an entry ahead).
     Wait(Option<u64>),
 }
 
@@ -133,10 +134,7 @@ mod tests {
 
     #[test]
     fn an_entry_that_joins_again_stays_one_entry() {
-        let now = Now {
-            boot_ns: 0,
-            unix_micros: 0,
-        };
+        let now = Now::at_boot(0);
         let mut s = State::new("x", "b");
         join(&mut s, entry("1", Role::Exclusive), now).unwrap();
         join(&mut s, entry("2", Role::Exclusive), now).unwrap();
@@ -151,10 +149,7 @@ mod tests {
 
     #[test]
     fn waiters_hold_in_order_with_increasing_tokens() {
-        let now = Now {
-            boot_ns: 0,
-            unix_micros: 0,
-        };
+        let now = Now::at_boot(0);
         let mut s = State::new("x", "b");
         let Turn::Granted(t1, _) = join(&mut s, entry("1", Role::Exclusive), now).unwrap() else {
             panic!("the first holds")
@@ -169,15 +164,7 @@ mod tests {
         assert_eq!(try_take(&mut s, entry("3", Role::Exclusive), now).unwrap(), None);
         assert!(leave(&mut s, "1"));
         assert!(places(&s).unwrap()["2"].would_hold);
-        let Turn::Granted(t2, since) = turn(
-            &mut s,
-            "2",
-            Now {
-                boot_ns: 7,
-                unix_micros: 0,
-            },
-        )
-        .unwrap() else {
+        let Turn::Granted(t2, since) = turn(&mut s, "2", Now::at_boot(7)).unwrap() else {
             panic!("next")
         };
         assert!(t2 > t1);
@@ -213,10 +200,7 @@ mod tests {
 
     #[test]
     fn a_semaphore_mismatch_removes_the_late_entry() {
-        let now = Now {
-            boot_ns: 0,
-            unix_micros: 0,
-        };
+        let now = Now::at_boot(0);
         let mut s = State::new("x", "b");
         join(&mut s, entry("1", Role::Permit(2)), now).unwrap();
         assert!(join(&mut s, entry("2", Role::Permit(3)), now).is_err());

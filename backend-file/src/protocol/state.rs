@@ -96,6 +96,15 @@ impl Now {
         }
     }
 
+    /// An instant at `boot_ns` with the wall clock at the epoch (tests).
+    #[cfg(test)]
+    pub fn at_boot(boot_ns: u64) -> Now {
+        Now {
+            boot_ns,
+            unix_micros: 0,
+        }
+    }
+
     /// The time from now until `ns` (zero if it has passed).
     pub fn until(self, ns: u64) -> std::time::Duration {
         std::time::Duration::from_nanos(ns.saturating_sub(self.boot_ns))
@@ -172,9 +181,14 @@ impl State {
         // answer was fresh.
         let mut verdicts: HashMap<String, (Liveness, bool)> = HashMap::new();
         self.entries.retain_mut(|e| {
-            let (mut verdict, mut fresh) = *verdicts
-                .entry(e.owner.clone())
-                .or_insert_with(|| (liveness(&e.owner, false), false));
+            let (mut verdict, mut fresh) = match verdicts.get(&e.owner) {
+                Some(known) => *known,
+                None => {
+                    let asked = (liveness(&e.owner, false), false);
+                    verdicts.insert(e.owner.clone(), asked);
+                    asked
+                }
+            };
             loop {
                 let expires_ns = match verdict {
                     Liveness::Dead => return false,
@@ -236,10 +250,7 @@ mod tests {
 
     #[test]
     fn prune_drops_the_dead_the_expired_and_everything_of_another_boot() {
-        let now = Now {
-            boot_ns: 1_000,
-            unix_micros: 0,
-        };
+        let now = Now::at_boot(1_000);
         let mut s = State::new("x", "boot1");
         s.entries = vec![
             entry("1", "dead", 900, 1_000),
@@ -275,10 +286,7 @@ mod tests {
 
     #[test]
     fn a_remembered_heartbeat_never_drops_an_entry_a_fresh_one_keeps() {
-        let now = Now {
-            boot_ns: 1_000,
-            unix_micros: 0,
-        };
+        let now = Now::at_boot(1_000);
         let mut s = State::new("x", "boot1");
         s.entries = vec![
             // Under the remembered beat (500) both expired; the last beat (900) keeps the second.

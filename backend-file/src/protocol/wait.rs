@@ -1,7 +1,8 @@
 //! `try_acquire` and `acquire`: one wait loop for every kind.
 //!
 //! A waiter joins the queue in one transaction, then sleeps until the kernel says the lock's state
-//! file changed (or a locker of the directory ended), or until the earliest expiry of an entry.
+//! file changed (or a locker of the directory ended), or until the earliest expiry of an entry
+//! ahead of it.
 //! Woken, it looks at the state without the lock (one read per change for all the waiters of this
 //! process, see `look.rs`) and takes the lock only when its turn has come, so a change costs each
 //! process with waiters one read, and only the next holder writes. While it waits it
