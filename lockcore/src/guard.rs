@@ -173,9 +173,10 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// The release runs in a task of its own: dropping the returned future (a timeout around it,
-    /// a `select!`) does not stop it, and the lock is released all the same.
-    /// [`Locker::shutdown`] waits for it.
+    /// The release runs to its end even if the returned future is dropped (a timeout around it,
+    /// a `select!`): the drop moves the rest of it into a task of its own, and the lock is
+    /// released all the same. [`Locker::shutdown`] waits for it. Awaited to its end, it runs in
+    /// the caller's task and spawns nothing.
     pub async fn release(mut self) -> Result<()> {
         self.finish();
         let backend = self.locker.backend().clone();
@@ -206,10 +207,8 @@ impl LockGuard {
         let (result, round_trips) = crate::metrics::counted(async move {
             // Created inside `counted`, so that the task's round trips count for this call.
             let task = crate::metrics::counting_for_caller(release.instrument(in_span));
-            match crate::driver::cleanup::spawn_in(&tally, task) {
-                Some(handle) => handle
-                    .await
-                    .unwrap_or_else(|e| Err(crate::LockError::Protocol(format!("the release task failed: {e}")))),
+            match crate::driver::cleanup::run_to_end(&tally, task) {
+                Some(release) => release.await,
                 None => Err(crate::LockError::Protocol("release needs a tokio runtime".into())),
             }
         })

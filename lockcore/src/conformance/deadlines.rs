@@ -191,8 +191,8 @@ enum Level {
     /// `LockGuard::release()` under a 1 ms timeout.
     Guard,
     /// The backend's `release` of an abandoned lease, dropped after its first poll (the guard
-    /// runs its release in a task of its own, so this is a release cut off by its request
-    /// timeout).
+    /// finishes a dropped release in a task of its own, so this is a release cut off by its
+    /// request timeout).
     Backend,
 }
 

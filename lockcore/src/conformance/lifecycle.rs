@@ -84,7 +84,7 @@ pub async fn release_cancelled_mid_flight_releases(h: &impl Harness) {
 }
 
 /// The backend's own `release`, dropped at its first await point, still releases (the trait's
-/// cancellation contract; the guard runs its release in a task of its own, so this is the case
+/// cancellation contract; the guard finishes a dropped release in a task of its own, so this is the case
 /// of a release cut off by its request timeout): checked with another lock held on the same
 /// connection, whose renewals keep the session alive.
 pub async fn backend_release_cancelled_releases(h: &impl Harness) {

@@ -14,7 +14,9 @@
 //! directly) is counted nowhere and runs as a plain tokio task.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -128,6 +130,63 @@ where
     })))
 }
 
+/// Runs `task` as a clean-up of `locker` (a guard's release) *in the caller's task*: counted
+/// there while it runs, so that [`crate::Locker::shutdown`] waits for it, and run to its end even
+/// if the returned future is dropped first (a timeout around it, a `select!`): its drop moves the
+/// rest of `task` into a task of its own. Where nobody drops it, no task is spawned and no thread
+/// is woken to run one. `None` without a runtime.
+pub(crate) fn run_to_end<F>(locker: &Tally, task: F) -> Option<RunToEnd<F::Output>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handle = tokio::runtime::Handle::try_current().ok()?;
+    let counted = locker.enter();
+    let scope = Scope {
+        locker: locker.clone(),
+        call: None,
+    };
+    let task = SCOPE.scope(scope, async move {
+        let _counted = counted;
+        task.await
+    });
+    Some(RunToEnd {
+        task: Some(Box::pin(task)),
+        handle,
+    })
+}
+
+/// The future of [`run_to_end`]: polls its task inline; dropped before the task ends, it spawns
+/// the rest on the runtime it was made on.
+pub(crate) struct RunToEnd<T: Send + 'static> {
+    /// `None` once the task has ended.
+    task: Option<Pin<Box<dyn Future<Output = T> + Send + 'static>>>,
+    handle: tokio::runtime::Handle,
+}
+
+impl<T: Send + 'static> Future for RunToEnd<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let Some(task) = self.task.as_mut() else {
+            // Polled again after it ended: `run_to_end`'s only caller awaits it once.
+            return Poll::Pending;
+        };
+        let out = std::task::ready!(task.as_mut().poll(cx));
+        self.task = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<T: Send + 'static> Drop for RunToEnd<T> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            // A runtime that is shutting down drops the task at once; its TTL ends the lock then.
+            drop(self.handle.spawn(task));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +217,48 @@ mod tests {
         let locker = Tally::default();
         assert!(spawn(async {}));
         assert_eq!(locker.in_flight(), 0);
+    }
+
+    /// Polls `fut` once; `true` if it finished.
+    async fn poll_once<F: Future + Unpin>(mut fut: F) -> bool {
+        std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut fut).poll(cx).is_ready())).await
+    }
+
+    #[tokio::test]
+    async fn run_to_end_runs_inline_and_counts_while_it_runs() {
+        let locker = Tally::default();
+        let (open, gate) = tokio::sync::oneshot::channel::<()>();
+        let mut task = std::pin::pin!(run_to_end(&locker, async move { gate.await.is_ok() }).unwrap());
+        assert!(!poll_once(task.as_mut()).await, "gated");
+        assert_eq!(locker.in_flight(), 1);
+        open.send(()).unwrap();
+        // Ready on the next poll of the caller: nothing else had to run it.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert_eq!(task.as_mut().poll(&mut cx), Poll::Ready(true));
+        assert_eq!(locker.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn run_to_end_dropped_midway_finishes_in_a_task_of_its_own() {
+        let locker = Tally::default();
+        let (open, gate) = tokio::sync::oneshot::channel::<()>();
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        let mut task = Box::pin(
+            run_to_end(&locker, async move {
+                let _ = gate.await;
+                let _ = done.send(());
+            })
+            .unwrap(),
+        );
+        assert!(!poll_once(task.as_mut()).await, "gated");
+        drop(task);
+        assert_eq!(locker.in_flight(), 1, "the rest still counts in the locker");
+        open.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), finished)
+            .await
+            .expect("the rest ran to its end")
+            .expect("and finished its work");
+        assert!(locker.idle_within(Duration::from_secs(5)).await);
     }
 
     #[test]
