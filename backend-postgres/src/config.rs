@@ -42,15 +42,30 @@ const DEFAULT_SCHEMA: &str = "locksmith";
 /// The default `connect_timeout`.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What locksmith's commits wait for before they are answered (`replication=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Replication {
+    /// `replication=sync` (the default when the URL names several hosts): the primary must have a
+    /// synchronous standby, and every commit waits until one has it (`synchronous_commit = on`).
+    Sync,
+    /// One host and no `replication=`: every commit waits for the standbys the server names as
+    /// synchronous, if any (`synchronous_commit = on`); none is required.
+    AsConfigured,
+    /// `replication=async`: a commit waits for the primary's own disk only (`synchronous_commit =
+    /// local`), whatever standbys the server names: a failover may lose grants and renewals, and
+    /// hand a lock out twice (with a larger token, so fenced stores stay safe).
+    Async,
+}
+
 /// A parsed `postgres://` URL. Its `Debug` never shows the password.
 #[derive(Clone)]
 pub(crate) struct Config {
     /// The servers' hosts and ports, in the order they are tried: one server, or a primary and
     /// its standbys (the one that accepts writes is used).
     pub hosts: Vec<(String, u16)>,
-    /// Whether every server connected to must have a synchronous standby (`replication=sync`, the
-    /// default when the URL names more than one host; `replication=async` opts out).
-    pub sync_standby: bool,
+    /// What a commit waits for: `replication=sync` (the default when the URL names more than one
+    /// host), `replication=async`, or neither said with one host.
+    pub replication: Replication,
     /// The user (default `postgres`).
     pub user: String,
     /// The password: the URL's, `password_file=`, or `LOCKSMITH_PASSWORD`.
@@ -77,7 +92,7 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("hosts", &self.hosts)
-            .field("sync_standby", &self.sync_standby)
+            .field("replication", &self.replication)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("db", &self.db)
@@ -97,10 +112,11 @@ impl Config {
             .iter()
             .map(|h| (h.host.clone(), h.port.unwrap_or(DEFAULT_PORT)))
             .collect();
-        let sync_standby = match url.query.get("replication").map(String::as_str) {
-            None => hosts.len() > 1,
-            Some("sync") => true,
-            Some("async") => false,
+        let replication = match url.query.get("replication").map(String::as_str) {
+            None if hosts.len() > 1 => Replication::Sync,
+            None => Replication::AsConfigured,
+            Some("sync") => Replication::Sync,
+            Some("async") => Replication::Async,
             Some(other) => {
                 return Err(url.error(format!(
                     "replication={other}: expected sync (a failover keeps every grant: the primary must have a \
@@ -151,7 +167,7 @@ impl Config {
             connector: connector(url, tls, &files)?,
             tls,
             hosts,
-            sync_standby,
+            replication,
             password: url.password()?,
             user,
             db,
@@ -243,7 +259,11 @@ mod tests {
             (d.hosts[0].1, d.db.as_str(), d.schema.as_str()),
             (5432, "me", "locksmith")
         );
-        assert!(!d.sync_standby, "one server: no standby asked for");
+        assert_eq!(
+            d.replication,
+            Replication::AsConfigured,
+            "one server: no standby asked for"
+        );
         for bad in [
             "postgres://",
             "postgres://h/x?nope=1",
@@ -277,13 +297,15 @@ mod tests {
         let c = parse("postgres://u@db1:5433,db2/app").unwrap();
         assert_eq!(c.hosts, vec![("db1".to_owned(), 5433), ("db2".to_owned(), 5432)]);
         // A failover must keep every grant, unless the URL says otherwise.
-        assert!(c.sync_standby);
-        assert!(
-            !parse("postgres://u@db1,db2/app?replication=async")
-                .unwrap()
-                .sync_standby
+        assert_eq!(c.replication, Replication::Sync);
+        assert_eq!(
+            parse("postgres://u@db1,db2/app?replication=async").unwrap().replication,
+            Replication::Async
         );
-        assert!(parse("postgres://u@vip/app?replication=sync").unwrap().sync_standby);
+        assert_eq!(
+            parse("postgres://u@vip/app?replication=sync").unwrap().replication,
+            Replication::Sync
+        );
         let client = c.client();
         assert_eq!(client.get_hosts().len(), 2);
         assert_eq!(

@@ -41,7 +41,7 @@ pub(crate) struct Sql {
     pub create: String,
     /// Reads the format version.
     pub version: String,
-    /// Migrates the tables of version 1, 2 or 3 to version 4 (`migrate.sql`), several statements.
+    /// Migrates the tables of version 1 to 4 to version 5 (`migrate.sql`), several statements.
     pub migrate: String,
     /// `alone.sql`'s `grant_alone`: `$1` segment, `$2` id, `$3` owner, `$4` ttl ms, `$5` pid, `$6` host.
     pub grant_alone: String,
@@ -179,7 +179,7 @@ impl Sql {
                  CASE WHEN $7::bigint IS NULL THEN NULL ELSE clock_timestamp() + $6::bigint * interval '1 millisecond' END, $8, $9)",
             ),
             next_token: fill(
-                "UPDATE {schema}.locks SET last_token = last_token + 1 WHERE segment = $1 RETURNING last_token",
+                "UPDATE {schema}.locks SET last_token = {schema}.token_after(last_token) WHERE segment = $1 RETURNING last_token",
             ),
             grant: fill(
                 "UPDATE {schema}.entries SET token = $2, \

@@ -49,7 +49,11 @@
 //!   with one step) and the first waiter left in line (which alone watches the holders' expiry).
 //!   A hand-over costs two transactions whatever the number of waiters; nothing polls. Waiters of
 //!   lockers that stopped beating are swept by the heartbeat of the live ones.
-//! - **Fencing tokens** are `last_token + 1` of the lock's row: they survive server restarts.
+//! - **Fencing tokens** are the lock row's `last_token` plus one, and at least the server's clock
+//!   in microseconds since the Unix epoch (about 1.8 × 10^15 today): they survive server
+//!   restarts, and stay above every earlier token after the server lost commits that handed
+//!   tokens out (a failover to a standby that missed them, a restore from a backup), as long as
+//!   the server's clock has not stepped back past those grants (`tests/data_loss.rs`).
 //! - **Cancellation**: an `acquire` given up on removes its entry, after any step still in flight
 //!   (`cleanup.rs`).
 //! - **Connections**: three per locker (steps, leases, LISTEN), whatever the number of locks and
@@ -74,8 +78,11 @@
 //! (`synchronous_standby_names` set; otherwise connecting fails and says so): a grant is then
 //! on a standby before anyone is told of it, and a promotion keeps every lock and fencing token
 //! (tested by killing the primary and promoting its standby, `tests/failover.rs`).
-//! `replication=async` accepts a primary without one: a failover may then hand a lock out twice,
-//! with a token it hands out again. `replication=sync` asks for the check with one host too (a
+//! `replication=async` accepts a primary without one, and its commits wait for the primary's own
+//! disk only (`synchronous_commit = local`), even where the server names synchronous standbys
+//! (tested with the standby stopped, `tests/failover.rs`): a failover may then hand a lock out twice,
+//! though with a larger token (the clock's floor, above), so a fenced store rejects the holder it
+//! overtook. `replication=sync` asks for the check with one host too (a
 //! virtual address in front of a primary).
 //!
 //! **TLS** (Cargo feature `tls`: rustls on aws-lc-rs, no OpenSSL): `sslmode=require` or

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use locksmith_core::conformance::servers::backends;
+use locksmith_core::conformance::servers::{backends, OnDrop};
 use locksmith_core::conformance::{unique_name, within};
 use locksmith_core::driver::BackendUrl;
 use locksmith_core::{LockError, Locker};
@@ -30,6 +30,9 @@ fn with_schema(url: &str, options: &str) -> String {
 async fn connect(url: &str) -> locksmith_core::Result<Locker> {
     locksmith_postgres::connect(&BackendUrl::parse(url).unwrap()).await
 }
+
+/// The tests that stop, kill or promote a member of the pair take turns.
+static PAIR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test]
 async fn several_hosts_need_a_synchronous_standby_unless_told_otherwise() {
@@ -55,6 +58,7 @@ async fn several_hosts_need_a_synchronous_standby_unless_told_otherwise() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_standby_keeps_the_lock_its_queue_and_its_tokens() {
+    let _pair = PAIR.lock().await;
     let url = with_schema(&ha_url(), "ttl=8s&request_timeout=2s&connect_timeout=2s");
     let (a, b) = (connect(&url).await.unwrap(), connect(&url).await.unwrap());
     let name = unique_name("failover");
@@ -108,6 +112,52 @@ async fn a_promoted_standby_keeps_the_lock_its_queue_and_its_tokens() {
     assert!(after.fencing_token() > token, "tokens went back after the failover");
     after.release().await.unwrap();
     for locker in [a, b, c] {
+        locker.shutdown().await.unwrap();
+    }
+}
+
+/// `replication=async` does not wait for the standby (`synchronous_commit = local`), even on a
+/// primary that names a synchronous one: with the standby stopped, its grants and renewals go on,
+/// while a locker of the default `replication=sync` waits for the standby and times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_async_commits_do_not_wait_for_the_standby() {
+    let _pair = PAIR.lock().await;
+    let options = "ttl=2s&request_timeout=1s&connect_timeout=2s";
+    let sync_url = with_schema(&ha_url(), options);
+    // The same schema: the tables are made (with the standby running) by the sync locker.
+    let sync = connect(&sync_url).await.unwrap();
+    let asynchronous = connect(&format!("{sync_url}&replication=async")).await.unwrap();
+    let primary = tokio::task::spawn_blocking(|| backends(&["leader", "postgres-ha"]))
+        .await
+        .unwrap();
+    let standby = if primary == "pg-ha1" { "pg-ha2" } else { "pg-ha1" };
+    backends(&["pause", standby]);
+    let resume = OnDrop::resume(standby);
+
+    let held = within(
+        Duration::from_secs(5),
+        "replication=async: a grant with the standby stopped",
+        asynchronous.lock(unique_name("async")).acquire(),
+    )
+    .await
+    .expect("replication=async waited for the stopped standby");
+    // Longer than the TTL: its renewals do not wait either.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        held.lost_reason(),
+        None,
+        "replication=async: the renewals waited for the standby"
+    );
+    let waited = sync.lock(unique_name("sync")).try_acquire().await;
+    assert!(
+        matches!(waited, Err(LockError::Unavailable { .. }) | Err(LockError::Timeout(_))),
+        "replication=sync answered without its standby: {:?}",
+        waited.map(|g| g.is_some())
+    );
+
+    drop(resume);
+    held.release().await.unwrap();
+    for locker in [sync, asynchronous] {
         locker.shutdown().await.unwrap();
     }
 }

@@ -1,5 +1,5 @@
 //! The tables' format version: a locker that finds a previous version (1: no functions; 2: no
-//! data table; 3: no `locks.since`) migrates it, once, when its user may; a user without the
+//! data table; 3: no `locks.since`; 4: tokens without the clock's floor) migrates it, once, when its user may; a user without the
 //! owner's rights is told to run `locksmith init`; a newer version is refused.
 
 #[allow(dead_code)] // each test file uses a part of the harness
@@ -37,6 +37,16 @@ fn back_to_version_3(schema: &str) -> String {
     )
 }
 
+/// Makes the tables of `schema` look like version 4: the functions give the next token without
+/// the clock's floor (`last_token + 1`), what a release before this one left.
+fn back_to_version_4(schema: &str) -> String {
+    format!(
+        "CREATE OR REPLACE FUNCTION \"{schema}\".token_after(p_last bigint) RETURNS bigint \
+         LANGUAGE sql AS $$ SELECT p_last + 1 $$; \
+         UPDATE \"{schema}\".meta SET value = '4' WHERE key = 'version'"
+    )
+}
+
 async fn connect(url: &str) -> locksmith_core::Result<locksmith_core::Locker> {
     locksmith_postgres::connect(&BackendUrl::parse(url).unwrap()).await
 }
@@ -49,11 +59,11 @@ async fn the_owner_migrates_version_1_once_and_locks_work() {
     let guard = held.lock("kept").acquire().await.unwrap();
     common::run_as_owner(&back_to_version_1(&schema)).await;
 
-    // Two lockers starting together: both connect, the functions are back, the version is 4.
+    // Two lockers starting together: both connect, the functions are back, the version is 5.
     let (a, b) = tokio::join!(connect(&harness.url), connect(&harness.url));
     let (a, b) = (a.unwrap(), b.unwrap());
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
-    assert_eq!(version, ["4"]);
+    assert_eq!(version, ["5"]);
     // The lock held across the migration is still held, and its token sequence goes on.
     assert!(a.lock("kept").try_acquire().await.unwrap().is_none());
     let token = guard.fencing_token();
@@ -81,11 +91,11 @@ async fn a_user_without_the_rights_is_told_to_run_init_and_newer_tables_are_refu
     connect(&harness.url).await.unwrap().shutdown().await.unwrap();
 
     common::run_as_owner(&format!(
-        "UPDATE \"{schema}\".meta SET value = '5' WHERE key = 'version'"
+        "UPDATE \"{schema}\".meta SET value = '6' WHERE key = 'version'"
     ))
     .await;
     match connect(&owner_url).await {
-        Err(LockError::Protocol(message)) => assert!(message.contains("version 5"), "{message}"),
+        Err(LockError::Protocol(message)) => assert!(message.contains("version 6"), "{message}"),
         other => panic!("expected a version error, got {:?}", other.map(|_| ())),
     }
 }
@@ -107,7 +117,7 @@ async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
     }
     connect(&owner_url).await.unwrap().shutdown().await.unwrap();
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
-    assert_eq!(version, ["4"]);
+    assert_eq!(version, ["5"]);
     guard
         .guarded()
         .put("after-migration", "owner")
@@ -156,7 +166,7 @@ async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
     };
     let migrating = connect(&harness.url).await.unwrap();
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
-    assert_eq!(version, ["4"]);
+    assert_eq!(version, ["5"]);
     assert_eq!(
         common::entries_before_their_start(&schema).await,
         ["0"],
@@ -191,4 +201,28 @@ async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
     for locker in [holder, waiter, migrating] {
         locker.shutdown().await.unwrap();
     }
+}
+
+/// Version 4 gave tokens without the clock's floor: after the migration a lock whose counter went
+/// back (a server that lost the grants since a backup) still gets a token above the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_4_gets_tokens_above_the_clock() {
+    let harness = common::PgHarness::plain().await;
+    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    common::run_as_owner(&back_to_version_4(&schema)).await;
+    let locker = connect(&harness.url).await.unwrap();
+    let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
+    assert_eq!(version, ["5"]);
+    let first = locker.lock("kept").acquire().await.unwrap();
+    let earlier = first.fencing_token();
+    first.release().await.unwrap();
+    common::run_as_owner(&format!("UPDATE \"{schema}\".locks SET last_token = 0")).await;
+    let next = locker.lock("kept").acquire().await.unwrap();
+    assert!(
+        next.fencing_token() > earlier,
+        "token {} after {earlier}",
+        next.fencing_token()
+    );
+    next.release().await.unwrap();
+    locker.shutdown().await.unwrap();
 }

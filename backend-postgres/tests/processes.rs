@@ -243,10 +243,13 @@ async fn a_thousand_waiters_in_ten_processes() {
         .await
         .unwrap()
         .expect("free at the end");
-    assert_eq!(
+    // Tokens have the server clock's floor (microseconds), so they grow by more than one per
+    // grant: every waiter was served (above) and the tokens went on growing.
+    assert!(
+        last.fencing_token() > first + (PROCESSES * EACH) as u64,
+        "token {} after {first} and {} grants",
         last.fencing_token(),
-        first + (PROCESSES * EACH) as u64 + 1,
-        "one grant, one token, per waiter"
+        PROCESSES * EACH
     );
     last.release().await.unwrap();
 }

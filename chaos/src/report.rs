@@ -231,7 +231,8 @@ impl Row {
         let must_tell = if self.fault == Fault::NetPartition.name() {
             self.topology != "sentinel"
         } else {
-            // PostgreSQL's standby is synchronous: its promotion keeps every lease.
+            // PostgreSQL's standby is synchronous: its promotion keeps every lease (not so with
+            // `replication=async`, topology `ha+async`).
             fails_over && (self.topology.ends_with("+confirm") || (self.backend == "postgres" && self.topology == "ha"))
         };
         if must_tell && self.lost_not_signalled > 0 {
@@ -466,7 +467,7 @@ async fn primitives(
         failovers: shape.repeats.min(2),
         ..shape
     };
-    let serves = |t: &&Target| t.topology != "quorum" && (!t.fails_over || t.topology.ends_with("+confirm"));
+    let serves = |t: &&Target| t.topology != "quorum" && !t.unconfirmed();
     let mut rows = Vec::new();
     for target in targets.iter().filter(serves) {
         for primitive in Primitive::OTHERS {

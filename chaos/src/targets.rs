@@ -166,6 +166,13 @@ impl Target {
         self.fails_over || self.group == Some("postgres-ha")
     }
 
+    /// Whether a grant here may be lost in a failover by design (Redis Sentinel and Cluster
+    /// without replica confirmation, PostgreSQL with `replication=async`): mutual exclusion is
+    /// not promised through a failover, only fencing; the primitives' runs leave them out.
+    pub fn unconfirmed(&self) -> bool {
+        (self.fails_over && !self.topology.ends_with("+confirm")) || self.topology.ends_with("+async")
+    }
+
     /// Whether `fault` runs here in `--quick` mode: on the failover topologies only the faults
     /// that fail over (the others are the single server's, measured there).
     pub fn has_quick(&self, fault: Fault) -> bool {
@@ -350,6 +357,25 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             backend: "postgres",
             topology: "ha",
             url: postgres(env_url("LOCKSMITH_TEST_POSTGRES_HA")?, failover_ttl),
+            ttl: failover_ttl,
+            restart: None,
+            group: Some("postgres-ha"),
+            members: &[],
+            fails_over: false,
+            netns: false,
+            clock: None,
+        },
+        // The same pair, with commits that do not wait for the standby (`replication=async`): a
+        // failover after a lag loses grants and renewals by design, so a holder may be overtaken
+        // without being told; tokens still grow (the clock's floor), so no stale write may be
+        // accepted.
+        Target {
+            backend: "postgres",
+            topology: "ha+async",
+            url: format!(
+                "{}&replication=async",
+                postgres(env_url("LOCKSMITH_TEST_POSTGRES_HA")?, failover_ttl)
+            ),
             ttl: failover_ttl,
             restart: None,
             group: Some("postgres-ha"),

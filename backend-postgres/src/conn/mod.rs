@@ -22,15 +22,15 @@ use tokio_postgres::Client;
 
 use locksmith_core::{LockError, Result};
 
-use crate::config::Config;
+use crate::config::{Config, Replication};
 use crate::error::{pg_error, timeout};
 use crate::layout::Sql;
 use crate::wake::Hub;
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
-const VERSION: &str = "4";
+const VERSION: &str = "5";
 /// The versions this release migrates from (`src/sql/migrate.sql`).
-const PREVIOUS: [&str; 3] = ["1", "2", "3"];
+const PREVIOUS: [&str; 4] = ["1", "2", "3", "4"];
 
 /// One locker's connections and identity.
 #[derive(Debug)]
@@ -248,20 +248,26 @@ pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::R
         }
         drop(alive);
     });
-    let setup = durable_commits(&client, config.sync_standby);
+    let setup = durable_commits(&client, config.replication);
     tokio::time::timeout(config.connect_timeout, setup)
         .await
         .map_err(|_| timeout("setting up a connection", config.connect_timeout))??;
     Ok((client, ended))
 }
 
-/// Makes every commit of this session durable before it is answered: `synchronous_commit = on`,
-/// whatever the server's default (a grant answered but lost in a crash, or in a failover to a
-/// standby that had not received it, would hand the lock and its fencing token out again). With
-/// `sync_standby` (`replication=sync`, the default with several hosts), the server must have a
-/// synchronous standby, so that `on` waits for one to have the commit too.
-async fn durable_commits(client: &Client, sync_standby: bool) -> Result<()> {
-    let sql = "SET synchronous_commit = on; SELECT current_setting('synchronous_standby_names')";
+/// Makes every commit of this session durable before it is answered, whatever the server's
+/// default (a grant answered but lost in a crash would hand the lock out again):
+/// `synchronous_commit = on`, which also waits for the server's synchronous standbys (a grant lost
+/// in a failover to a standby that had not received it would too). With [`Replication::Sync`]
+/// the server must have such a standby; with [`Replication::Async`] the commit waits for the
+/// primary's own disk only (`local`).
+async fn durable_commits(client: &Client, replication: Replication) -> Result<()> {
+    let sql = match replication {
+        Replication::Async => "SET synchronous_commit = local; SELECT current_setting('synchronous_standby_names')",
+        Replication::Sync | Replication::AsConfigured => {
+            "SET synchronous_commit = on; SELECT current_setting('synchronous_standby_names')"
+        }
+    };
     let answer = client
         .simple_query(sql)
         .await
@@ -270,7 +276,7 @@ async fn durable_commits(client: &Client, sync_standby: bool) -> Result<()> {
         tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
         _ => None,
     });
-    if sync_standby && standbys.as_deref().unwrap_or("").trim().is_empty() {
+    if replication == Replication::Sync && standbys.as_deref().unwrap_or("").trim().is_empty() {
         return Err(LockError::Protocol(
             "postgres: the primary has no synchronous standby (synchronous_standby_names is empty): a \
              failover to a standby could hand a lock and its fencing token out twice. Configure one, or add \

@@ -5,6 +5,17 @@
 -- decides alike on every backend: an exclusive entry on a queue with no live entry holds; when
 -- the holder of a queue of exclusive entries leaves, the first waiter holds.
 
+-- token_after: the fencing token that follows p_last, a lock's last_token: above it, and at
+-- least the server's clock in microseconds since the Unix epoch. The clock is what keeps tokens
+-- above every earlier one when the server lost commits that handed tokens out (a failover to a
+-- standby that had not received them, `replication=async`; a restore from a backup): the counter
+-- alone would hand those tokens out again. Every grant takes its token here (grant_alone,
+-- leave_exclusive, and the full step's `next_token` in layout.rs).
+CREATE OR REPLACE FUNCTION {schema}.token_after(p_last bigint)
+RETURNS bigint LANGUAGE sql VOLATILE AS $$
+    SELECT greatest(p_last + 1, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+$$;
+
 -- grant_alone: entry p_id (exclusive) holds lock p_segment at once if no live entry is there
 -- (the rule of prune.sql); returns its fencing token, or NULL. Lock the lock's row (inserting it
 -- if missing), read what is left of the queue from `since` on, and move the token on with the
@@ -35,7 +46,7 @@ BEGIN
         RETURN NULL;
     END IF;
     v_seq := nextval('{schema}.entries_seq_seq');
-    UPDATE {schema}.locks SET last_token = last_token + 1, since = greatest(since, coalesce(v_first, v_seq))
+    UPDATE {schema}.locks SET last_token = {schema}.token_after(last_token), since = greatest(since, coalesce(v_first, v_seq))
     WHERE segment = p_segment
     RETURNING last_token INTO v_token;
     INSERT INTO {schema}.entries (id, segment, seq, owner, role, value, ttl_ms, token, expires_at, pid, host)
@@ -79,7 +90,7 @@ BEGIN
         RETURN true;
     END IF;
     -- The next holder is the first entry left: the queue is read from it on.
-    WITH t AS (UPDATE {schema}.locks SET last_token = last_token + 1, since = greatest(since, v_next)
+    WITH t AS (UPDATE {schema}.locks SET last_token = {schema}.token_after(last_token), since = greatest(since, v_next)
                WHERE segment = p_segment
                RETURNING last_token)
     UPDATE {schema}.entries SET token = t.last_token,

@@ -13,4 +13,4 @@ GRANT USAGE ON SEQUENCE {schema}.entries_seq_seq TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.data TO {role};
 -- The one-round-trip cases (alone.sql); EXECUTE is PUBLIC's by default, unless a DBA revoked it.
 GRANT EXECUTE ON FUNCTION {schema}.grant_alone(text, text, text, bigint, integer, text),
-    {schema}.leave_exclusive(text, text, text) TO {role};
+    {schema}.leave_exclusive(text, text, text), {schema}.token_after(bigint) TO {role};
