@@ -259,6 +259,20 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
         netns,
         clock: None,
     };
+    // A primary and its synchronous standby: the failover kills the primary and promotes the
+    // standby; with a lease long enough to ride it out (2-3 s here).
+    let postgres_ha = Target {
+        backend: "postgres",
+        topology: "ha",
+        url: postgres(env_url("LOCKSMITH_TEST_POSTGRES_HA")?, failover_ttl),
+        ttl: failover_ttl,
+        restart: None,
+        group: Some("postgres-ha"),
+        members: &[],
+        fails_over: false,
+        netns: false,
+        clock: None,
+    };
     Ok(vec![
         Target {
             backend: "mem",
@@ -351,38 +365,15 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             netns: false,
             clock: None,
         },
-        // A primary and its synchronous standby: the failover kills the primary and promotes
-        // the standby; with a lease long enough to ride it out (2-3 s here).
-        Target {
-            backend: "postgres",
-            topology: "ha",
-            url: postgres(env_url("LOCKSMITH_TEST_POSTGRES_HA")?, failover_ttl),
-            ttl: failover_ttl,
-            restart: None,
-            group: Some("postgres-ha"),
-            members: &[],
-            fails_over: false,
-            netns: false,
-            clock: None,
-        },
+        postgres_ha.clone(),
         // The same pair, with commits that do not wait for the standby (`replication=async`): a
         // failover after a lag loses grants and renewals by design, so a holder may be overtaken
         // without being told; tokens still grow (the clock's floor), so no stale write may be
         // accepted.
         Target {
-            backend: "postgres",
             topology: "ha+async",
-            url: format!(
-                "{}&replication=async",
-                postgres(env_url("LOCKSMITH_TEST_POSTGRES_HA")?, failover_ttl)
-            ),
-            ttl: failover_ttl,
-            restart: None,
-            group: Some("postgres-ha"),
-            members: &[],
-            fails_over: false,
-            netns: false,
-            clock: None,
+            url: format!("{}&replication=async", postgres_ha.url),
+            ..postgres_ha
         },
         Target {
             backend: "redis",

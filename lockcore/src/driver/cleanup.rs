@@ -119,15 +119,21 @@ where
     F::Output: Send + 'static,
 {
     let handle = tokio::runtime::Handle::try_current().ok()?;
+    Some(handle.spawn(counted_in(locker, task)))
+}
+
+/// `task` as a clean-up of `locker`: counted there until it ends or is dropped, and the clean-up
+/// it spawns counted there too.
+fn counted_in<F: Future>(locker: &Tally, task: F) -> impl Future<Output = F::Output> {
     let counted = locker.enter();
     let scope = Scope {
         locker: locker.clone(),
         call: None,
     };
-    Some(handle.spawn(SCOPE.scope(scope, async move {
+    SCOPE.scope(scope, async move {
         let _counted = counted;
         task.await
-    })))
+    })
 }
 
 /// Runs `task` as a clean-up of `locker` (a guard's release) *in the caller's task*: counted
@@ -141,17 +147,8 @@ where
     F::Output: Send + 'static,
 {
     let handle = tokio::runtime::Handle::try_current().ok()?;
-    let counted = locker.enter();
-    let scope = Scope {
-        locker: locker.clone(),
-        call: None,
-    };
-    let task = SCOPE.scope(scope, async move {
-        let _counted = counted;
-        task.await
-    });
     Some(RunToEnd {
-        task: Some(Box::pin(task)),
+        task: Some(Box::pin(counted_in(locker, task))),
         handle,
     })
 }
