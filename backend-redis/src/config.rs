@@ -357,6 +357,14 @@ impl Config {
     pub(crate) fn quorum(&self) -> usize {
         self.node_urls.len() / 2 + 1
     }
+
+    /// Whether a mutex's release grants the lock to the head of its queue itself (the hand-over
+    /// of `lua/mutex/release.lua`): only where one server's word is the grant. With several masters
+    /// (quorum mode) a grant needs a majority, and with `min_replicas` the replicas' confirmation,
+    /// which the waiter's own step asks for; there the release only wakes the head.
+    pub(crate) fn hands_over(&self) -> bool {
+        self.node_urls.len() == 1 && self.min_replicas == 0
+    }
 }
 
 /// Percent-encodes a user name or password for the connection URL.

@@ -65,7 +65,8 @@ impl LockKeys {
         concat(&[&self.wake, token])
     }
 
-    /// The keys of the acquire scripts (`TRY_ACQUIRE`, `WAIT_STEP`), in their order.
+    /// The keys of the acquire scripts (`TRY_ACQUIRE`, `WAIT_STEP`) and of `RELEASE` (which may
+    /// hand the lock over), in their order.
     pub(crate) fn lock_script_keys(&self) -> [&str; 6] {
         [
             &self.lock,
@@ -77,9 +78,9 @@ impl LockKeys {
         ]
     }
 
-    /// The keys of the scripts that give a lock up (`RELEASE`, `LEAVE`), in their order.
-    pub(crate) fn release_script_keys(&self) -> [&str; 5] {
-        [&self.lock, &self.queue, &self.alive, &self.streak, &self.gap]
+    /// The keys of `LEAVE`, in its order.
+    pub(crate) fn leave_script_keys(&self) -> [&str; 3] {
+        [&self.lock, &self.queue, &self.alive]
     }
 }
 

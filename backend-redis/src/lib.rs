@@ -78,9 +78,18 @@
 //!   drop stale heads; if the lock is free and we are the head, take it (as above) and leave the
 //!   queue. Otherwise return whether we are the head, the holder's `PTTL`, and whether the holder
 //!   is a foreign (non-locksmith) client.
-//! - **release** (`RELEASE`): compare-and-delete (only if the value is still ours), then `PUBLISH`
-//!   one wake-up to the first live waiter: a handover costs the same few commands whether 1 or
-//!   1000 clients wait, and one notification plus one round trip of latency.
+//! - **release** (`RELEASE`): compare-and-delete (only if the value is still ours), then hand the
+//!   lock to the first live waiter: take it for that waiter as its step would (a new fencing
+//!   token, the TTL its last step left in the queue) and `PUBLISH` one message saying so
+//!   (`grant:<fencing token>:<deadline>`). The waiter holds on that message, with no request of
+//!   its own, if the deadline is the liveness deadline its last step was answered with (then the
+//!   grant came after that step, and its lease counts from when the step was sent); otherwise
+//!   the message is a wake-up and its next step finds the lock its own. Where a grant needs more
+//!   than one server's word (several masters, or `min_replicas`), and while the restart delay or
+//!   a poller gap runs, the release only wakes the head (`wake`), whose step takes the lock. A
+//!   handover costs the same few commands whether 1 or 1000 clients wait (one script call and
+//!   15 commands; `tests/herd.rs`), and one notification of latency (one notification plus one
+//!   round trip where the head's step takes the lock).
 //! - **renew** (`RENEW_MANY`): compare-and-`PEXPIRE` of a whole batch. The watchdog renews all
 //!   leases of a [`locksmith_core::Locker`] that are due together in one
 //!   [`locksmith_core::driver::LockBackend::renew_many`] call; that is **one `EVALSHA` per 500 leases**
@@ -173,7 +182,8 @@
 //! holder it depends on (the step names it: the last holder for a head writer, the writer for a
 //! reader, the `k`-th deadline for the `k`-th permit waiter), never polling. A wait costs the
 //! attempt, a `SUBSCRIBE`, one step to queue, and one step when woken; a hand-over, one
-//! notification plus one round trip.
+//! notification plus one round trip (a mutex's release hands the lock over itself: see
+//! `RELEASE` above).
 //!
 //! Elections: the campaign value is stored with the holder; [`locksmith_core::driver::LockBackend::leader`] is
 //! one `LEADER` call (the holder before its deadline, its value and fencing token = term).

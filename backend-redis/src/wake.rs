@@ -23,7 +23,37 @@ use tokio::sync::{mpsc, oneshot};
 use crate::conn::link::Link;
 
 /// The listeners of each channel, by subscription id.
-type Senders = Arc<Mutex<HashMap<String, Vec<(u64, mpsc::UnboundedSender<()>)>>>>;
+type Senders = Arc<Mutex<HashMap<String, Vec<(u64, mpsc::UnboundedSender<Pushed>)>>>>;
+
+/// What the server pushed on a channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// Something changed: look again (`wake`, or any message this version does not know).
+    Wake,
+    /// A release granted the lock to this waiter (`grant:<fencing token>:<deadline>`, see
+    /// `lua/mutex/release.lua`): its fencing token, and the liveness deadline (server ms) of the
+    /// step after which it was granted.
+    Granted {
+        /// The fencing token of the grant.
+        fence: u64,
+        /// The deadline the waiter's last step set, as the release read it.
+        deadline: i64,
+    },
+}
+
+impl Pushed {
+    /// Reads a message's payload.
+    fn parse(payload: &[u8]) -> Pushed {
+        let granted = std::str::from_utf8(payload).ok().and_then(|p| {
+            let (fence, deadline) = p.strip_prefix("grant:")?.split_once(':')?;
+            Some(Pushed::Granted {
+                fence: fence.parse().ok().filter(|f| *f > 0)?,
+                deadline: deadline.parse().ok()?,
+            })
+        });
+        granted.unwrap_or(Pushed::Wake)
+    }
+}
 
 /// The id of the next subscription.
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -54,7 +84,7 @@ pub(crate) struct Subscription {
     id: u64,
     /// Other listeners may share the channel (see [`Notifier::subscribe_shared`]).
     shared: bool,
-    rx: mpsc::UnboundedReceiver<()>,
+    rx: mpsc::UnboundedReceiver<Pushed>,
     conn: Conn,
 }
 
@@ -150,8 +180,9 @@ impl Notifier {
                     break;
                 };
                 if let Some(listeners) = lock(&senders).get(msg.get_channel_name()) {
+                    let pushed = Pushed::parse(msg.get_payload_bytes());
                     for (_, tx) in listeners {
-                        let _ = tx.send(());
+                        let _ = tx.send(pushed);
                     }
                 }
             }
@@ -200,9 +231,9 @@ impl Notifier {
 }
 
 impl Subscription {
-    /// Waits for the next wake-up. `false` when the connection is gone (subscribe again).
-    pub(crate) async fn recv(&mut self) -> bool {
-        self.rx.recv().await.is_some()
+    /// Waits for the next message. `None` when the connection is gone (subscribe again).
+    pub(crate) async fn recv(&mut self) -> Option<Pushed> {
+        self.rx.recv().await
     }
 }
 
@@ -241,4 +272,23 @@ impl Drop for Subscription {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pushed;
+
+    #[test]
+    fn a_grant_is_read_from_its_message_and_anything_else_wakes() {
+        assert_eq!(
+            Pushed::parse(b"grant:1764000000000123:1764000010000"),
+            Pushed::Granted {
+                fence: 1_764_000_000_000_123,
+                deadline: 1_764_000_010_000
+            }
+        );
+        for other in [&b"wake"[..], b"grant:", b"grant:0:5", b"grant:x:5", b"grant:5", b"\xff"] {
+            assert_eq!(Pushed::parse(other), Pushed::Wake, "{other:?}");
+        }
+    }
 }

@@ -94,8 +94,8 @@ async fn run(
         if let Some(s) = sub.as_mut() {
             let far = Instant::now() + Duration::from_secs(3600);
             tokio::select! {
-                alive = s.recv() => {
-                    if !alive {
+                pushed = s.recv() => {
+                    if pushed.is_none() {
                         tracing::debug!(election = %keys.leader, "pub/sub connection lost; observing again");
                         sub = None;
                     }

@@ -28,6 +28,10 @@ pub(crate) enum Turn {
         /// The holder is not a locksmith client (plain layout) and this entry is next: nobody
         /// will wake it, so it checks again with a backoff.
         poll: bool,
+        /// The liveness deadline this step gave the entry (server ms), which a release that
+        /// hands the lock straight to it names in its message (a mutex's step; `None` for the
+        /// other kinds and for an attempt).
+        deadline: Option<i64>,
     },
     /// Refused for good (a semaphore in use with another permit count); the entry is gone.
     Refused(LockError),
@@ -37,7 +41,11 @@ impl Turn {
     /// The `Waiting` of a reply's "ms until" field (negative: no deadline to watch).
     pub(crate) fn waiting(ms: i64, poll: bool) -> Turn {
         let wake_in = u64::try_from(ms).ok().map(Duration::from_millis);
-        Turn::Waiting { wake_in, poll }
+        Turn::Waiting {
+            wake_in,
+            poll,
+            deadline: None,
+        }
     }
 }
 

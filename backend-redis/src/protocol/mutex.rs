@@ -58,10 +58,10 @@ impl MutexEntry {
         call
     }
 
-    /// A call of `RELEASE` or `LEAVE`: the lock, queue and liveness keys (and with `poller_gap`
-    /// the streak and gap keys for `RELEASE`), the token and the wake channel prefix.
-    fn give_up_call<'a>(&self, node: &'a Node, script: &'a LuaScript, keys: usize) -> ScriptCall<'a> {
-        let mut call = node.call(script, &self.keys.release_script_keys()[..keys]);
+    /// A call of `RELEASE` (`keys`: the acquire scripts' keys, for the hand-over) or `LEAVE` (the
+    /// lock, queue and liveness keys), with the token and the wake channel prefix.
+    fn give_up_call<'a>(&self, node: &'a Node, script: &'a LuaScript, keys: &[&str]) -> ScriptCall<'a> {
+        let mut call = node.call(script, keys);
         call.arg(&self.token).arg(&self.keys.wake);
         call
     }
@@ -108,22 +108,27 @@ impl Entry for MutexEntry {
         call.arg(millis(node.waiter_ttl));
         match grant(node, self, "waiting", &call).await?.as_slice() {
             [1, fence] => Ok(Turn::Granted(fence_token(*fence)?)),
-            [0, head, pttl, foreign] => {
+            [0, head, pttl, foreign, deadline] => {
                 let head = *head == 1;
-                Ok(Turn::waiting(if head { *pttl } else { -1 }, head && *foreign == 1))
+                let mut turn = Turn::waiting(if head { *pttl } else { -1 }, head && *foreign == 1);
+                if let Turn::Waiting { deadline: d, .. } = &mut turn {
+                    *d = Some(*deadline);
+                }
+                Ok(turn)
             }
             other => Err(unexpected(other, "wait")),
         }
     }
 
     async fn leave(&self, node: &Node) -> Result<bool> {
-        let call = self.give_up_call(node, &node.scripts.mutex.leave, 3); // lock, queue, alive
+        let call = self.give_up_call(node, &node.scripts.mutex.leave, &self.keys.leave_script_keys());
         run_leave(node, "leaving the queue", &call).await
     }
 
     async fn release(&self, node: &Node) -> Result<bool> {
-        // lock, queue, alive (, streak, gap)
-        let call = self.give_up_call(node, &node.scripts.mutex.release, node.scripts.mutex_keys - 1);
+        // lock, fence, queue, alive (, streak, gap)
+        let keys = &self.keys.lock_script_keys()[..node.scripts.mutex_keys];
+        let call = self.give_up_call(node, &node.scripts.mutex.release, keys);
         run_flag(node, "releasing", Resend::Never, &call).await
     }
 }

@@ -3,6 +3,7 @@
 //! answers and what it leaves in the keys. The backend's own tests cover the same scripts
 //! through the API; these pin the scripts' contract (the reply shapes the Rust side parses).
 
+use futures_util::StreamExt;
 use locksmith_core::conformance::{env_url, unique_name};
 use locksmith_core::driver::{BackendUrl, LockName};
 use locksmith_core::Family;
@@ -33,7 +34,7 @@ async fn connect() -> MultiplexedConnection {
 
 /// Restart delay off (the server may have just started), fences from the clock, no poller gap.
 fn scripts() -> LockScripts {
-    LockScripts::new("time", 0, 0, 0)
+    LockScripts::new("time", 0, 0, 0, true)
 }
 
 fn name(test: &str) -> LockName {
@@ -74,12 +75,14 @@ async fn run_plain<T: FromRedisValue>(
 #[tokio::test]
 async fn mutex_scripts_grant_queue_hand_over_and_release_by_token_only() {
     let mut c = connect().await;
-    let s = scripts();
+    // Releases that only wake the head (as with several masters or `min_replicas`); the hand-over
+    // has a test of its own below.
+    let s = LockScripts::new("time", 0, 0, 0, false);
     let k = LockKeys::new(PREFIX, Layout::Default, &name("mutex"));
     let take = k.lock_script_keys();
     let take = &take[..4];
-    let give = k.release_script_keys();
-    let give = &give[..3];
+    let leave = k.leave_script_keys();
+    let leave = &leave[..];
     let wake = k.wake.as_str();
 
     // A free lock: granted, stored as `<token>:<fence>:<ttl>` with the TTL.
@@ -99,14 +102,14 @@ async fn mutex_scripts_grant_queue_hand_over_and_release_by_token_only() {
     // A waiter's step queues it: head, the holder's PTTL, a locksmith holder (not foreign).
     let step: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[B, TTL, wake, WAITER_TTL]).await;
     assert!(
-        step.len() == 4 && step[0] == 0 && step[1] == 1 && step[2] > 0 && step[3] == 0,
+        step.len() == 5 && step[0] == 0 && step[1] == 1 && step[2] > 0 && step[3] == 0 && step[4] > 0,
         "{step:?}"
     );
     assert!(c.zscore::<_, _, Option<f64>>(&k.queue, B).await.unwrap().is_some());
     // Only the holder's token releases.
-    assert_eq!(run::<i64>(&mut c, &s.mutex.release, give, &[B, wake]).await, 0);
+    assert_eq!(run::<i64>(&mut c, &s.mutex.release, take, &[B, wake]).await, 0);
     assert_eq!(c.get::<_, String>(&k.lock).await.unwrap(), format!("{A}:{f1}:{TTL}"));
-    assert_eq!(run::<i64>(&mut c, &s.mutex.release, give, &[A, wake]).await, 1);
+    assert_eq!(run::<i64>(&mut c, &s.mutex.release, take, &[A, wake]).await, 1);
     assert!(!c.exists::<_, bool>(&k.lock).await.unwrap());
     // Freed with a waiter queued: an attempt by another is refused (FIFO), the head's step takes it
     // with a larger fence and leaves the queue.
@@ -119,9 +122,61 @@ async fn mutex_scripts_grant_queue_hand_over_and_release_by_token_only() {
     let again: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[B, TTL, wake, WAITER_TTL]).await;
     assert_eq!(again, step);
     // LEAVE of a waiter that was granted gives the lock back.
-    assert_eq!(run::<i64>(&mut c, &s.mutex.leave, give, &[B, wake]).await, 1);
+    assert_eq!(run::<i64>(&mut c, &s.mutex.leave, leave, &[B, wake]).await, 1);
     assert!(!c.exists::<_, bool>(&k.lock).await.unwrap());
-    assert_eq!(run::<i64>(&mut c, &s.mutex.leave, give, &[B, wake]).await, 0);
+    assert_eq!(run::<i64>(&mut c, &s.mutex.leave, leave, &[B, wake]).await, 0);
+}
+
+/// A release hands the lock to the live head of the queue itself: the head's TTL from its last
+/// step, a larger fencing token, the head out of the queue, and one message that names the token
+/// and the deadline that step set. A head that left no TTL (an older version's waiter) is only
+/// woken, and the lock stays free for its step.
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_live_head() {
+    let url = BackendUrl::parse(&env_url("LOCKSMITH_TEST_REDIS")).expect("url");
+    let client = redis::Client::open(format!("redis://{}/", url.hosts[0].to_addr(6379))).expect("client");
+    let mut c = client.get_multiplexed_async_connection().await.expect("connect");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    let s = scripts();
+    let k = LockKeys::new(PREFIX, Layout::Default, &name("mutex_hand_over"));
+    let take = k.lock_script_keys();
+    let take = &take[..4];
+    let wake = k.wake.as_str();
+    pubsub.subscribe(k.channel(B)).await.expect("subscribe");
+    let mut messages = pubsub.into_on_message();
+
+    let granted: Vec<i64> = run(&mut c, &s.mutex.try_acquire, take, &[A, TTL, wake]).await;
+    let step: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[B, "2500", wake, WAITER_TTL]).await;
+    assert!(step.len() == 5 && step[0] == 0, "{step:?}");
+    let deadline = step[4];
+    assert_eq!(run::<i64>(&mut c, &s.mutex.release, take, &[A, wake]).await, 1);
+    let message: String = messages.next().await.expect("a message").get_payload().unwrap();
+    let value: String = c.get(&k.lock).await.unwrap();
+    let fence: i64 = value.split(':').nth(1).unwrap().parse().unwrap();
+    assert!(fence > granted[1], "{fence} after {}", granted[1]);
+    assert_eq!(value, format!("{B}:{fence}:2500"));
+    assert_eq!(message, format!("grant:{fence}:{deadline}"));
+    let pttl: i64 = c.pttl(&k.lock).await.unwrap();
+    assert!(pttl > 0 && pttl <= 2500, "{pttl}");
+    assert!(c.zscore::<_, _, Option<f64>>(&k.queue, B).await.unwrap().is_none());
+    assert!(c.hkeys::<_, Vec<String>>(&k.alive).await.unwrap().is_empty());
+    // The head's step, had it come first or been sent again, finds the lock its own.
+    let again: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[B, TTL, wake, WAITER_TTL]).await;
+    assert_eq!(again, [1, fence]);
+
+    // A head with no TTL beside its deadline is woken, not granted.
+    let step: Vec<i64> = run(&mut c, &s.mutex.wait_step, take, &[A, TTL, wake, WAITER_TTL]).await;
+    assert_eq!(step[0], 0);
+    let _: i64 = c.hdel(&k.alive, format!("{A}/ttl")).await.unwrap();
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub.subscribe(k.channel(A)).await.expect("subscribe");
+    let mut messages = pubsub.into_on_message();
+    assert_eq!(run::<i64>(&mut c, &s.mutex.release, take, &[B, wake]).await, 1);
+    let message: String = messages.next().await.expect("a message").get_payload().unwrap();
+    assert_eq!(message, "wake");
+    assert!(!c.exists::<_, bool>(&k.lock).await.unwrap());
+    let _: i64 = run(&mut c, &s.mutex.leave, &k.leave_script_keys(), &[A, wake]).await;
+    let _: () = c.del(&[&k.lock, &k.queue, &k.alive, &k.fence]).await.unwrap();
 }
 
 /// A server clock stepped back by an hour gives every key an hour more (Redis keeps absolute
@@ -205,8 +260,8 @@ async fn mutex_renewal_raise_fence_and_inspect_act_only_for_the_holder() {
         run(&mut c, &SCRIPTS.inspect, &[&k.lock, &k.queue, &k.alive], &[]).await;
     assert_eq!(value, Some(format!("{A}:{}:1000", granted[1])));
     assert!(pttl > 0 && waiters == 1, "{pttl} {waiters}");
-    let _: i64 = run(&mut c, &s.mutex.release, &k.release_script_keys()[..3], &[A, wake]).await;
-    let _: i64 = run(&mut c, &s.mutex.leave, &k.release_script_keys()[..3], &[W, wake]).await;
+    let _: i64 = run(&mut c, &s.mutex.release, &take[..4], &[A, wake]).await;
+    let _: i64 = run(&mut c, &s.mutex.leave, &k.leave_script_keys(), &[W, wake]).await;
 }
 
 /// The ARGV of a lock script of the other kinds: entry, TTL, wake prefix, waiter TTL, leader

@@ -113,7 +113,8 @@ impl QueueScripts {
 
 /// The scripts that read the URL's settings, for one set of them: the fence floor argument
 /// ([`crate::FenceFloor`]: `time`, a number or empty), the restart delay, `poller_gap` and
-/// `max_pass_over`, written into the code as constants (`FLOOR`, `DELAY`, `GAP`, `MAX_PASS`)
+/// `max_pass_over`, and whether a release hands the lock over, written into the code as
+/// constants (`FLOOR`, `DELAY`, `GAP`, `MAX_PASS`, `DIRECT`)
 /// rather than sent as arguments on every call: every key or argument of a call costs the
 /// server about as much as a `GET`, and these run on every acquire and release. Each set of
 /// settings is a library (and plain scripts) of its own on the server (a few per application).
@@ -144,18 +145,27 @@ impl LockScripts {
             ms(config.restart_delay),
             ms(config.poller_gap),
             ms(config.max_pass_over),
+            config.hands_over(),
         )
     }
 
-    /// The scripts for these settings (ms for the durations; 0: off).
-    pub(crate) fn new(floor: &str, restart_delay_ms: u64, poller_gap_ms: u64, max_pass_over_ms: u64) -> LockScripts {
+    /// The scripts for these settings (ms for the durations; 0: off). `hands_over`: a mutex's
+    /// release grants the lock to the head of its queue itself (`DIRECT`, see
+    /// `lua/mutex/release.lua`), where one server's word is the grant ([`Config::hands_over`]).
+    pub(crate) fn new(
+        floor: &str,
+        restart_delay_ms: u64,
+        poller_gap_ms: u64,
+        max_pass_over_ms: u64,
+        hands_over: bool,
+    ) -> LockScripts {
         // The floor is written as a Lua string: it is `time`, digits or nothing, never a quote.
         debug_assert!(
             floor.chars().all(|c| c.is_ascii_alphanumeric()),
             "fence floor {floor:?}"
         );
         let settings = format!(
-            "local FLOOR, DELAY, GAP, MAX_PASS = '{floor}', {restart_delay_ms}, {poller_gap_ms}, {max_pass_over_ms}\n"
+            "local FLOOR, DELAY, GAP, MAX_PASS, DIRECT = '{floor}', {restart_delay_ms}, {poller_gap_ms}, {max_pass_over_ms}, {hands_over}\n"
         );
         // The scripts that give a lock up run on a server out of memory (see `Function`).
         let function = |name: &'static str, body: String| Function {
@@ -265,13 +275,13 @@ mod tests {
 
     #[test]
     fn settings_are_constants_of_every_script_that_reads_one() {
-        let a = LockScripts::new("time", 15000, 0, 0);
+        let a = LockScripts::new("time", 15000, 0, 0, true);
         assert_eq!(a.sources.len(), 8);
         for source in &a.sources {
-            assert!(source.starts_with("local FLOOR, DELAY, GAP, MAX_PASS = 'time', 15000, 0, 0\n"));
+            assert!(source.starts_with("local FLOOR, DELAY, GAP, MAX_PASS, DIRECT = 'time', 15000, 0, 0, true\n"));
         }
         assert_eq!(a.mutex_keys, 4);
-        let b = LockScripts::new("", 0, 200, 5000);
+        let b = LockScripts::new("", 0, 200, 5000, false);
         assert_eq!(b.mutex_keys, 6);
         assert_ne!(
             a.mutex.try_acquire.script.get_hash(),
@@ -283,10 +293,10 @@ mod tests {
         assert!(a
             .library
             .source
-            .contains("local FLOOR, DELAY, GAP, MAX_PASS = 'time', 15000, 0, 0\n"));
+            .contains("local FLOOR, DELAY, GAP, MAX_PASS, DIRECT = 'time', 15000, 0, 0, true\n"));
         // The same settings, the same scripts (one entry in the server's script cache) and the
         // same library (loading it again changes nothing).
-        let again = LockScripts::new("time", 15000, 0, 0);
+        let again = LockScripts::new("time", 15000, 0, 0, true);
         assert_eq!(a.mutex.release.script.get_hash(), again.mutex.release.script.get_hash());
         assert_eq!(a.kinds.leave.script.get_hash(), again.kinds.leave.script.get_hash());
         assert_eq!(a.library.source, again.library.source);
@@ -297,8 +307,8 @@ mod tests {
     /// `poller_gap`), the others and both cross-slot renewals.
     fn all_sources() -> Vec<String> {
         let (a, b) = (
-            LockScripts::new("time", 15000, 0, 0),
-            LockScripts::new("", 0, 200, 5000),
+            LockScripts::new("time", 15000, 0, 0, true),
+            LockScripts::new("", 0, 200, 5000, false),
         );
         let mut sources = a.sources.clone();
         sources.extend(b.sources.iter().cloned());
@@ -324,9 +334,9 @@ mod tests {
                 assert_eq!(called, defined, "{name} in {source}");
             }
         }
-        // The release needs neither the clock's fence nor the data-loss check.
-        let release = &LockScripts::new("time", 15000, 0, 0).sources[2];
-        assert!(!release.contains("next_fence") && !release.contains("data_loss_wait"));
+        // The leave grants nothing: it needs neither the clock's fence nor the data-loss check.
+        let leave = &LockScripts::new("time", 15000, 0, 0, true).sources[3];
+        assert!(!leave.contains("next_fence") && !leave.contains("data_loss_wait"));
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! 2. Otherwise subscribe to this waiter's own channel, then run [`Entry::step`], which joins the
 //!    queue and takes the lock when the kind's rule lets this entry hold.
 //! 3. Sleep until one of: a wake-up on the channel (a release, a waiter leaving, an expired
-//!    holder noticed by a script made this entry able to hold: only such entries are woken), the
+//!    holder noticed by a script made this entry able to hold: only such entries are woken), a
+//!    grant on the channel (a mutex's release handed the lock to this waiter: then it holds, with
+//!    no request of its own; see "The hand-over" below), the
 //!    deadline of the holder this entry depends on (the step says which, or none: an expired
 //!    holder publishes nothing, so exactly the waiters it would let in watch it), the heartbeat
 //!    that keeps the queue entry alive (`waiter_ttl / 3`), or the deadline. Then go back to 2.
@@ -22,6 +24,15 @@
 //! answer), or, without one, once the outage lasted longer than `waiter_ttl` plus the connect
 //! timeout.
 //!
+//! **The hand-over.** A mutex's release may grant the lock to the live head of the queue itself
+//! (`lua/mutex/release.lua`, on one server without `min_replicas`): it takes the lock for the TTL
+//! the head's last step left, and publishes `grant:<fencing token>:<deadline>`, where the
+//! deadline is the liveness deadline that step set. The waiter takes it only if that deadline is
+//! the one its own last step was answered with: then the grant came after that step reached the
+//! server, so counting the lease from when the step was sent under-estimates it, as for a grant
+//! in a step's answer. Any other grant message (a step since, a deadline cut by another waiter's
+//! step) is only a wake-up: the next step finds the lock its own, or not.
+//!
 //! From the first request until the lease is handed back, a [`Cleanup`] guard is armed: dropped
 //! (the future cancelled) or left armed by an error, it runs the entry's `leave` on every server.
 
@@ -35,6 +46,7 @@ use tokio::time::Instant;
 use crate::cleanup::Cleanup;
 use crate::conn::inner::Inner;
 use crate::protocol::entry::{Entry, Turn};
+use crate::wake::Pushed;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -94,14 +106,18 @@ pub(crate) async fn acquire<E: Entry>(
             },
         };
         let sent = Instant::now();
-        let (wake_in, poll) = match entry.step(node).await {
+        let (wake_in, poll, deadline_set) = match entry.step(node).await {
             Ok(Turn::Granted(fence)) => {
                 guard.disarm();
                 return Ok(granted(fence, sent));
             }
-            Ok(Turn::Waiting { wake_in, poll }) => {
+            Ok(Turn::Waiting {
+                wake_in,
+                poll,
+                deadline: set,
+            }) => {
                 outage.succeeded();
-                (wake_in, poll)
+                (wake_in, poll, set)
             }
             Ok(Turn::Refused(e)) => {
                 guard.disarm(); // the step removed the entry
@@ -125,11 +141,19 @@ pub(crate) async fn acquire<E: Entry>(
         }
         tracing::trace!(lock = %req.name, kind = req.kind.family().name(), ?wake_in, poll, "queued");
         tokio::select! {
-            alive = subscription.recv() => {
-                if !alive {
-                    sub = None; // the pub/sub connection broke: subscribe again
+            pushed = subscription.recv() => match pushed {
+                // Handed over after the step sent at `sent` (see "The hand-over"). A lease that
+                // would start with less than half its TTL left is taken by a step instead (it
+                // finds the lock its own and starts the lease again).
+                Some(Pushed::Granted { fence, deadline })
+                    if Some(deadline) == deadline_set && sent.elapsed() < req.ttl / 2 =>
+                {
+                    guard.disarm();
+                    return Ok(granted(fence, sent));
                 }
-            }
+                Some(_) => {}
+                None => sub = None, // the pub/sub connection broke: subscribe again
+            },
             _ = tokio::time::sleep_until(wake_at) => {}
             _ = until(deadline) => {
                 // The lock was busy (the last step was answered): leave the queue before saying so.

@@ -5,7 +5,10 @@
 -- Settings: FLOOR, DELAY, GAP (constants written before the script, see LockScripts).
 -- KEYS: lock, fence, queue, alive (and streak, gap with poller_gap).
 -- ARGV: token, ttl ms, wake prefix, waiter ttl ms.
--- Reply: {1, fence} or {0, is_head, ms until it may be free, holder_is_foreign}.
+-- The waiter's liveness deadline and its lease's TTL are kept in hash alive (fields <token> and
+-- <token>/ttl): a release hands the lock straight to a live head with both (release.lua).
+-- Reply: {1, fence} or {0, is_head, ms until it may be free, holder_is_foreign, the deadline
+-- (server ms) this step gave the waiter}.
 
 local t = redis.call('TIME') -- once: ms for the queue's deadlines, microseconds for the token
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -35,12 +38,12 @@ if not v and h == tok then
   wait = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
   if wait == 0 then
     redis.call('ZREM', KEYS[3], tok)
-    if queued then redis.call('HDEL', KEYS[4], tok) end
+    if queued then redis.call('HDEL', KEYS[4], tok, tok .. '/ttl') end
     streak_on(KEYS[5], GAP, ARGV[2])
     return {1, take(KEYS[1], KEYS[2], counter, tok, ARGV[2], FLOOR, now_us)}
   end
 end
-redis.call('HSET', KEYS[4], tok, now + wttl)
+redis.call('HSET', KEYS[4], tok, now + wttl, tok .. '/ttl', ARGV[2])
 if pruned and h ~= tok then wake(ARGV[3], h) end
 if redis.call('PTTL', KEYS[3]) < 2 * wttl then
   redis.call('PEXPIRE', KEYS[3], 2 * wttl)
@@ -51,4 +54,4 @@ if v then
   local t = string.match(v, '^(%x+):%d+:%d+$') or string.match(v, '^(%x+):%d+$')
   if not t or #t ~= 32 then foreign = 1 end
 end
-return {0, h == tok and 1 or 0, wait or bounded_pttl(KEYS[1], v), foreign}
+return {0, h == tok and 1 or 0, wait or bounded_pttl(KEYS[1], v), foreign, now + wttl}
