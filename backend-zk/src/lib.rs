@@ -100,7 +100,7 @@
 //! | uncontended acquire / `try_acquire` of a mutex, a read or write side, leadership | **1**: `create` + `getChildren` pipelined (+1 the first time, to create the missing container nodes, pipelined) |
 //! | uncontended semaphore permit | **2**: internal lock `create` + `getChildren` + leases `getChildren`; lease `create` + `getChildren`. The internal lock's `delete` is sent as the permit is handed out, not waited for |
 //! | `try_acquire` on a held lock (or a full semaphore) | 2: the above (its first round trip), then `delete` of our node |
-//! | handover to the next waiter | holder's `delete` → watch event → waiter's `getChildren` (½ + 1); a semaphore's first waiter lists the leases again with a watch (½ + 1) |
+//! | handover to the next waiter | holder's `delete` → watch event (½): on a server that runs alone the event alone hands the lock over (the waiter was first behind the deleted node in its last listing; see "The hand-over" in `protocol/contender.rs`); on an ensemble, then the waiter's `sync` + `getChildren` (+1); a semaphore's first waiter lists the leases again with a watch (½ + 1) |
 //! | after every grant | +1 `getData` with a watch on the held node, sent in the background (the acquire does not wait for it): how a deletion behind our back is noticed (see *Losing a lock*) |
 //! | release | 1 `delete` (its watch event ends the node's watch) |
 //! | renewal of *all* leases of a locker | **1 `exists` per watchdog batch, whatever the number and kinds of locks** (see *Session = lease*) |
@@ -193,8 +193,9 @@
 //!   timeout`, which is what the watchdog counts on (a cut-off follower answers neither, and the
 //!   holder is told within the TTL). A server that runs alone (its `/zookeeper/config` is
 //!   empty, and the URL names no other) expires sessions itself: there the `exists` goes alone,
-//!   and so does the listing a waiter makes on its predecessor's delete event (one request after
-//!   the event, as the floor's). The session state alone would not do: the
+//!   and a waiter first in line behind the node it watches takes that node's delete event as
+//!   its grant, with no request, its lease counted from when its watch was sent (the server's
+//!   answer to the watch showed the session alive there). The session state alone would not do: the
 //!   client notices a dead connection only after 2/5 of the session timeout, so "connected" can be
 //!   stale. A terminated session is `NotHeld` for all leases without a request; a disconnected one
 //!   is `Unavailable` (retried). Renewal does not look at the nodes: a deleted node is reported by

@@ -147,6 +147,16 @@ impl Session {
         synced.and(answer)
     }
 
+    /// Whether a waiter may take the delete event of the node ahead of it as the next listing,
+    /// with its lease counted from `watch_sent`, when its watch request was sent (see "The
+    /// hand-over" in [`crate::protocol::contender`]): only on a server that runs alone, which
+    /// expires sessions itself, so its answer to the watch shows the session alive there; and
+    /// only while less than half a session timeout has passed since, so the lease starts with
+    /// most of its time left.
+    pub(crate) fn hands_over(&self, watch_sent: Instant) -> bool {
+        self.standalone && watch_sent.elapsed() < self.timeout / 2
+    }
+
     /// The client's view of the session state.
     pub(crate) fn state(&self) -> zk::SessionState {
         self.client.state()

@@ -13,6 +13,16 @@
 //!   `getChildren` behind a pipelined `sync` (1; the `sync` only on an ensemble, see
 //!   [`Session::confirmed_read`]);
 //! - giving up: `delete` of our node (1; sent synchronously even from `Drop`).
+//!
+//! **The hand-over.** On a server that runs alone, the delete event of the node we wait for is
+//! taken as the listing less that node, with no request: if we stand first in it, we hold. Nodes
+//! are only ever added behind ours (sequence numbers grow), so the real queue ahead of us is that
+//! listing's or shorter, and the grant rule never lets fewer contenders ahead make us wait. The
+//! lease counts from when the watch was sent: the server answered it on our session, so the
+//! session (and our ephemeral node with it) lives at least a session timeout from then. That is
+//! only so where the server that answered is the one that expires sessions, hence a server that
+//! runs alone ([`Session::hands_over`]), and a watch set less than half a session timeout ago;
+//! otherwise the event is followed by a listing, as on an ensemble (behind a `sync`).
 
 use std::sync::Arc;
 
@@ -216,19 +226,28 @@ impl Contender {
             // Watch only the node that stands in our way: its deletion is the only event that can
             // let us in (no herd). getData, not exists: on a missing node it leaves no watch behind.
             let blocker = layout::child_path(&self.recipe.parent, &children[watched]);
-            match client.get_and_watch_data(&blocker).await {
+            let watch_sent = Instant::now();
+            let event = match client.get_and_watch_data(&blocker).await {
                 Ok((_, _, watcher)) => match deadline {
                     Some(d) => tokio::select! {
-                        _ = watcher.changed() => {}
+                        event = watcher.changed() => Some(event),
                         _ = tokio::time::sleep_until(d) => return Err(self.at_deadline()),
                     },
-                    None => {
-                        watcher.changed().await;
-                    }
+                    None => Some(watcher.changed().await),
                 },
-                Err(zk::Error::NoNode) => {}
-                Err(e) if is_transient(&e) => pause(deadline, &e).await?,
+                Err(zk::Error::NoNode) => None,
+                Err(e) if is_transient(&e) => {
+                    pause(deadline, &e).await?;
+                    None
+                }
                 Err(e) => return Err(classify(e, "watching the node ahead")),
+            };
+            if event.is_some_and(|e| e.event_type == zk::EventType::NodeDeleted) && self.session.hands_over(watch_sent)
+            {
+                // See "The hand-over" in the module docs: the listing less the deleted node.
+                children.remove(watched);
+                sent = watch_sent;
+                continue;
             }
             Listing { children, sent, .. } = self.list().await?;
         }
