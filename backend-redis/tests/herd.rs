@@ -117,3 +117,82 @@ async fn one_release_with_50_waiters_costs_constant_commands() {
     }
     assert_eq!(order, (0..WAITERS).collect::<Vec<_>>(), "not FIFO");
 }
+
+/// A release hands the lock to the head with a message naming the liveness deadline the head's
+/// last step set; a head whose deadline is another (here moved by a millisecond behind its back,
+/// as another waiter's step cutting it would) does not take the message as its grant: it takes
+/// the lock with a step of its own, a second script call (counted on redis-q2, which no other
+/// test of this file uses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_names_another_deadline_is_only_a_wake_up() {
+    let server = common::quorum_hosts().remove(1);
+    let url = common::with_options(&server, "waiter_ttl=60s");
+    let mut admin = common::admin(&url).await;
+    let name = unique_name("stale_grant");
+    let keys = locksmith_redis::LockKeys::for_url(
+        &locksmith_core::driver::BackendUrl::parse(&url).unwrap(),
+        &locksmith_core::driver::LockName::new(&name).unwrap(),
+    )
+    .unwrap();
+
+    for moved in [false, true] {
+        let holder = common::locker(&url).await.lock(&name).acquire().await.expect("acquire");
+        let waiter = common::locker(&url).await;
+        let task = {
+            let name = name.clone();
+            tokio::spawn(async move { waiter.lock(&name).acquire().await })
+        };
+        // Queued, and its step answered: its deadline is in the liveness hash.
+        let token = within(Duration::from_secs(30), "the waiter queues", async {
+            loop {
+                let fields: Vec<String> = redis::cmd("HKEYS")
+                    .arg(&keys.alive)
+                    .query_async(&mut admin)
+                    .await
+                    .expect("HKEYS");
+                if let Some(t) = fields.into_iter().find(|f| !f.contains('/')) {
+                    break t;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        // Let the step's answer reach the waiter before its deadline is moved.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if moved {
+            let _: i64 = redis::cmd("HINCRBY")
+                .arg(&keys.alive)
+                .arg(&token)
+                .arg(1)
+                .query_async(&mut admin)
+                .await
+                .expect("HINCRBY");
+        }
+        let before = common::command_counts(&mut admin).await;
+        holder.release().await.expect("release");
+        let guard = within(Duration::from_secs(30), "the hand-over", task)
+            .await
+            .expect("waiter task")
+            .expect("the waiter acquires");
+        let after = common::command_counts(&mut admin).await;
+        let calls =
+            |counts: &BTreeMap<String, u64>| counts.get("fcall").or(counts.get("evalsha")).copied().unwrap_or(0);
+        let scripts = calls(&after) - calls(&before);
+        let value: String = redis::cmd("GET")
+            .arg(&keys.lock)
+            .query_async(&mut admin)
+            .await
+            .expect("GET");
+        assert_eq!(
+            value.split(':').nth(1).and_then(|f| f.parse::<u64>().ok()),
+            Some(guard.fencing_token()),
+            "the waiter holds the grant the release made: {value}"
+        );
+        let expected = if moved { 2 } else { 1 };
+        assert_eq!(
+            scripts, expected,
+            "deadline moved: {moved}; script calls from the release to the grant"
+        );
+        guard.release().await.expect("release");
+    }
+}

@@ -151,10 +151,12 @@ impl Session {
     /// with its lease counted from `watch_sent`, when its watch request was sent (see "The
     /// hand-over" in [`crate::protocol::contender`]): only on a server that runs alone, which
     /// expires sessions itself, so its answer to the watch shows the session alive there; and
-    /// only while less than half a session timeout has passed since, so the lease starts with
-    /// most of its time left.
+    /// only while less than a sixth of the session timeout has passed since, so the lease starts
+    /// with most of its time left and its first renewal (due a third of the timeout after
+    /// `watch_sent`) is not due at once. A waiter that waited longer lists the queue: one request
+    /// either way, and this one on the way to the grant rather than right after it.
     pub(crate) fn hands_over(&self, watch_sent: Instant) -> bool {
-        self.standalone && watch_sent.elapsed() < self.timeout / 2
+        self.standalone && watch_sent.elapsed() < self.timeout / 6
     }
 
     /// The client's view of the session state.

@@ -21,7 +21,8 @@
 //! lease counts from when the watch was sent: the server answered it on our session, so the
 //! session (and our ephemeral node with it) lives at least a session timeout from then. That is
 //! only so where the server that answered is the one that expires sessions, hence a server that
-//! runs alone ([`Session::hands_over`]), and a watch set less than half a session timeout ago;
+//! runs alone ([`Session::hands_over`]), and a watch set less than a sixth of a session timeout
+//! ago (so that the lease's first renewal is not due at once);
 //! otherwise the event is followed by a listing, as on an ensemble (behind a `sync`).
 
 use std::sync::Arc;
@@ -244,13 +245,27 @@ impl Contender {
             };
             if event.is_some_and(|e| e.event_type == zk::EventType::NodeDeleted) && self.session.hands_over(watch_sent)
             {
-                // See "The hand-over" in the module docs: the listing less the deleted node.
+                // See "The hand-over" in the module docs: the listing less the deleted node. If we
+                // do not stand first in it, the nodes still ahead in it may be gone too: list.
                 children.remove(watched);
-                sent = watch_sent;
-                continue;
+                if self.holds(&children, &own.name)? {
+                    return Ok((own, watch_sent));
+                }
             }
             Listing { children, sent, .. } = self.list().await?;
         }
+    }
+
+    /// Whether `own` holds by [`standing`] in the queue `children`.
+    fn holds(&self, children: &[String], own: &str) -> Result<bool, Failure> {
+        let Some(index) = children.iter().position(|c| c == own) else {
+            return Ok(false);
+        };
+        let roles: Vec<Role> = children.iter().map(|c| (self.recipe.role_of)(c)).collect();
+        Ok(matches!(
+            standing(&roles, index).map_err(Failure::Refused)?,
+            Standing::Holds
+        ))
     }
 
     /// Why the deadline ended the wait: the lock was busy, or the server was out of reach (the
