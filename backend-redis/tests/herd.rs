@@ -13,6 +13,15 @@ use tokio::sync::{mpsc, watch};
 
 const WAITERS: usize = 50;
 
+/// The Redis keys of lock `name` at `url`.
+fn keys(url: &str, name: &str) -> locksmith_redis::LockKeys {
+    locksmith_redis::LockKeys::for_url(
+        &locksmith_core::driver::BackendUrl::parse(url).unwrap(),
+        &locksmith_core::driver::LockName::new(name).unwrap(),
+    )
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_release_with_50_waiters_costs_constant_commands() {
     let server = common::quorum_hosts().remove(2); // redis-q3, used by no other concurrent test
@@ -20,12 +29,7 @@ async fn one_release_with_50_waiters_costs_constant_commands() {
     let url = common::with_options(&server, "waiter_ttl=60s");
     let mut admin = common::admin(&url).await;
     let name = unique_name("herd");
-    let queue_key = locksmith_redis::LockKeys::for_url(
-        &locksmith_core::driver::BackendUrl::parse(&url).unwrap(),
-        &locksmith_core::driver::LockName::new(&name).unwrap(),
-    )
-    .unwrap()
-    .queue;
+    let queue_key = keys(&url, &name).queue;
 
     let holder = common::locker(&url).await.lock(&name).acquire().await.expect("acquire");
     let (go_tx, go_rx) = watch::channel(false);
@@ -129,11 +133,7 @@ async fn a_grant_that_names_another_deadline_is_only_a_wake_up() {
     let url = common::with_options(&server, "waiter_ttl=60s");
     let mut admin = common::admin(&url).await;
     let name = unique_name("stale_grant");
-    let keys = locksmith_redis::LockKeys::for_url(
-        &locksmith_core::driver::BackendUrl::parse(&url).unwrap(),
-        &locksmith_core::driver::LockName::new(&name).unwrap(),
-    )
-    .unwrap();
+    let keys = keys(&url, &name);
 
     for moved in [false, true] {
         let holder = common::locker(&url).await.lock(&name).acquire().await.expect("acquire");

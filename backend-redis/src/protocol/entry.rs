@@ -38,13 +38,14 @@ pub(crate) enum Turn {
 }
 
 impl Turn {
-    /// The `Waiting` of a reply's "ms until" field (negative: no deadline to watch).
-    pub(crate) fn waiting(ms: i64, poll: bool) -> Turn {
+    /// The `Waiting` of a reply's "ms until" field (negative: no deadline to watch), with the
+    /// liveness deadline the step set (a mutex's step).
+    pub(crate) fn waiting(ms: i64, poll: bool, deadline: Option<i64>) -> Turn {
         let wake_in = u64::try_from(ms).ok().map(Duration::from_millis);
         Turn::Waiting {
             wake_in,
             poll,
-            deadline: None,
+            deadline,
         }
     }
 }

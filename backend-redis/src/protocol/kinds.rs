@@ -83,7 +83,7 @@ impl KindEntry {
         let call = self.call(node, script, true);
         match grant(node, self, what, &call).await?.as_slice() {
             [1, fence] => Ok(Turn::Granted(fence_token(*fence)?)),
-            [0, wait] => Ok(Turn::waiting(*wait, false)),
+            [0, wait] => Ok(Turn::waiting(*wait, false, None)),
             [-1, permits] => {
                 let held = u32::try_from(*permits)
                     .map_err(|_| LockError::Protocol(format!("a semaphore of {permits} permits")))?;

@@ -13,11 +13,12 @@ macro_rules! helper {
 /// The helpers the scripts call, each with its name and file. Each script is sent with only the
 /// helpers it calls ([`with_helpers`]): every `local function` is a closure the server builds on
 /// every call. A helper calls only helpers listed before it.
-pub(crate) const HELPERS: [(&str, &str); 17] = [
+pub(crate) const HELPERS: [(&str, &str); 18] = [
     helper!("now_ms"),
     helper!("mine"),
     helper!("fence_of"),
     helper!("bounded_pttl"),
+    helper!("unqueue"),
     helper!("head"),
     helper!("wake"),
     helper!("data_loss_wait"),

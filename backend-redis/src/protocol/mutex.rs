@@ -96,7 +96,7 @@ impl Entry for MutexEntry {
         let call = self.acquire_call(node, false);
         match grant(node, self, "acquiring", &call).await?.as_slice() {
             [1, fence] => Ok(Turn::Granted(fence_token(*fence)?)),
-            [0, pttl] => Ok(Turn::waiting(*pttl, false)),
+            [0, pttl] => Ok(Turn::waiting(*pttl, false, None)),
             other => Err(unexpected(other, "acquire")),
         }
     }
@@ -110,11 +110,8 @@ impl Entry for MutexEntry {
             [1, fence] => Ok(Turn::Granted(fence_token(*fence)?)),
             [0, head, pttl, foreign, deadline] => {
                 let head = *head == 1;
-                let mut turn = Turn::waiting(if head { *pttl } else { -1 }, head && *foreign == 1);
-                if let Turn::Waiting { deadline: d, .. } = &mut turn {
-                    *d = Some(*deadline);
-                }
-                Ok(turn)
+                let pttl = if head { *pttl } else { -1 };
+                Ok(Turn::waiting(pttl, head && *foreign == 1, Some(*deadline)))
             }
             other => Err(unexpected(other, "wait")),
         }

@@ -213,13 +213,8 @@ impl Contender {
                     own.path
                 )));
             };
-            let roles: Vec<Role> = children.iter().map(|c| (self.recipe.role_of)(c)).collect();
-            let watched = match standing(&roles, index).map_err(Failure::Refused)? {
-                Standing::Holds => return Ok((own, sent)),
-                Standing::After(i) => i,
-                // Not a role of our recipes (the semaphore counts its leases itself); the
-                // predecessor is a safe node to wait for.
-                Standing::AfterAny => index.saturating_sub(1),
+            let Some(watched) = self.watched(&children, index)? else {
+                return Ok((own, sent));
             };
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Err(self.at_deadline());
@@ -248,24 +243,27 @@ impl Contender {
                 // See "The hand-over" in the module docs: the listing less the deleted node. If we
                 // do not stand first in it, the nodes still ahead in it may be gone too: list.
                 children.remove(watched);
-                if self.holds(&children, &own.name)? {
-                    return Ok((own, watch_sent));
+                if let Some(index) = children.iter().position(|c| *c == own.name) {
+                    if self.watched(&children, index)?.is_none() {
+                        return Ok((own, watch_sent));
+                    }
                 }
             }
             Listing { children, sent, .. } = self.list().await?;
         }
     }
 
-    /// Whether `own` holds by [`standing`] in the queue `children`.
-    fn holds(&self, children: &[String], own: &str) -> Result<bool, Failure> {
-        let Some(index) = children.iter().position(|c| c == own) else {
-            return Ok(false);
-        };
+    /// The node our node at `index` of the queue `children` waits for, by [`standing`] over
+    /// the queue's roles; `None` if it holds.
+    fn watched(&self, children: &[String], index: usize) -> Result<Option<usize>, Failure> {
         let roles: Vec<Role> = children.iter().map(|c| (self.recipe.role_of)(c)).collect();
-        Ok(matches!(
-            standing(&roles, index).map_err(Failure::Refused)?,
-            Standing::Holds
-        ))
+        Ok(match standing(&roles, index).map_err(Failure::Refused)? {
+            Standing::Holds => None,
+            Standing::After(i) => Some(i),
+            // Not a role of our recipes (the semaphore counts its leases itself); the
+            // predecessor is a safe node to wait for.
+            Standing::AfterAny => Some(index.saturating_sub(1)),
+        })
     }
 
     /// Why the deadline ended the wait: the lock was busy, or the server was out of reach (the

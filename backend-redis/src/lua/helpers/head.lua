@@ -1,7 +1,8 @@
 -- Helper head(queue, alive, now, cap, me): the mutex queue's first waiter whose liveness deadline
 -- (in hash alive) is after now (ms; nil: the clock is read when a deadline is first compared),
 -- dropping the stale ones in front of it. Returns that waiter's token (nil if none), whether any
--- entry was dropped, and the waiter's deadline (nil for `me`). Waiter `me` (optional: the caller, live since it is calling) is not looked up.
+-- entry was dropped, and the waiter's deadline (nil for `me`). Waiter `me` (optional: the caller,
+-- live since it is calling) is not looked up.
 -- With `cap` (ms, server time), a head whose deadline is later than that is given `cap` instead: a
 -- deadline further ahead than any waiter asks for means the server's clock stepped back, and a
 -- waiter that died would keep its place (and the lock from everyone behind it) for the whole step.
@@ -20,8 +21,7 @@ local function head(queue, alive, now, cap, me)
       end
       return h, pruned, d
     end
-    redis.call('ZREM', queue, h)
-    redis.call('HDEL', alive, h, h .. '/ttl')
+    unqueue(queue, alive, h)
     pruned = true
   end
 end

@@ -7,8 +7,7 @@
 
 local tok = ARGV[1]
 local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == tok
-redis.call('ZREM', KEYS[2], tok)
-redis.call('HDEL', KEYS[3], tok, tok .. '/ttl')
+unqueue(KEYS[2], KEYS[3], tok)
 local v = redis.call('GET', KEYS[1])
 local released = 0
 if mine(v, tok) then

@@ -24,8 +24,7 @@ local ttl = DIRECT and redis.call('HGET', KEYS[4], h .. '/ttl')
 if ttl then
   local counter = redis.call('GET', KEYS[2])
   if math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP)) == 0 then
-    redis.call('ZREM', KEYS[3], h)
-    redis.call('HDEL', KEYS[4], h, h .. '/ttl')
+    unqueue(KEYS[3], KEYS[4], h)
     streak_on(KEYS[5], GAP, ttl)
     local f = take(KEYS[1], KEYS[2], counter, h, ttl, FLOOR)
     redis.call('PUBLISH', ARGV[2] .. h, string.format('grant:%d:%d', f, d))

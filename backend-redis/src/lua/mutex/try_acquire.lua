@@ -27,7 +27,7 @@ if not v and (h == nil or h == ARGV[1]) then
   local counter = redis.call('GET', KEYS[2])
   local w = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
   if w > 0 then return {0, w} end
-  if h then redis.call('ZREM', KEYS[3], h); redis.call('HDEL', KEYS[4], h, h .. '/ttl') end
+  if h then unqueue(KEYS[3], KEYS[4], h) end
   streak_on(KEYS[5], GAP, ARGV[2])
   return {1, take(KEYS[1], KEYS[2], counter, ARGV[1], ARGV[2], FLOOR)}
 end

@@ -37,8 +37,7 @@ if not v and h == tok then
   local counter = redis.call('GET', KEYS[2])
   wait = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
   if wait == 0 then
-    redis.call('ZREM', KEYS[3], tok)
-    if queued then redis.call('HDEL', KEYS[4], tok, tok .. '/ttl') end
+    if queued then unqueue(KEYS[3], KEYS[4], tok) else redis.call('ZREM', KEYS[3], tok) end
     streak_on(KEYS[5], GAP, ARGV[2])
     return {1, take(KEYS[1], KEYS[2], counter, tok, ARGV[2], FLOOR, now_us)}
   end
