@@ -41,7 +41,7 @@ pub(crate) struct Sql {
     pub create: String,
     /// Reads the format version.
     pub version: String,
-    /// Migrates the tables of version 1 to 4 to version 5 (`migrate.sql`), several statements.
+    /// Migrates the tables of version 1 to 5 to version 6 (`migrate.sql`), several statements.
     pub migrate: String,
     /// `alone.sql`'s `grant_alone`: `$1` segment, `$2` id, `$3` owner, `$4` ttl ms, `$5` pid, `$6` host.
     pub grant_alone: String,

@@ -1,8 +1,9 @@
 //! Wake-ups pushed by the server: one LISTEN connection per locker, on the schema's channel.
 //! Every step that changes a queue NOTIFYs in its transaction, so the notification arrives once
 //! the change is committed; its payload ([`payload`]) names the lock's segment and **the waiters
-//! that have something to do**: those the step granted (they confirm with one step of their own)
-//! and the first waiter left in line, with the time until the earliest holder's lease runs out
+//! that have something to do**: those the step granted, with their fencing tokens (a waiter
+//! whose last step is recent holds at once; see `crate::protocol::wait`), and the first waiter
+//! left in line, with the time until the earliest holder's lease runs out
 //! (it takes a step then, if nothing happened before). Nobody else is woken: a change costs the
 //! lock's other waiters nothing (no herd). A payload too long for NOTIFY (many readers granted
 //! at once) says "everyone" instead, as does a lost LISTEN connection (a notification may have
@@ -34,15 +35,17 @@ const MAX_PAYLOAD: usize = 7900;
 /// What a notification tells the waiters it names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Directive<'a> {
-    /// Entry `id` was granted: it takes a step to confirm (and learn its fencing token).
-    Granted(&'a str),
+    /// Entry `id` was granted, with this fencing token (`h<id>:<token>`). `None`: a payload of
+    /// schema version 5 (`g<id>`, without the token), whose grant the waiter confirms with a step.
+    Granted(&'a str, Option<u64>),
     /// Entry `id` is first in line: it takes a step in `ms` (the earliest holder's lease runs out
     /// then), unless woken before; `None`: no expiry to wait for.
     First(&'a str, Option<u64>),
 }
 
-/// The payload of a notification on `segment`: `g<id>,f<id>:<ms>,…|<segment>`, or `*|<segment>`
-/// (every waiter of the lock) when the directives would not fit.
+/// The payload of a notification on `segment`: `h<id>:<token>,f<id>:<ms>,…|<segment>`, or
+/// `*|<segment>` (every waiter of the lock) when the directives would not fit. A locker of the
+/// previous release, which knows no `h`, reads a directive it does not know as "everyone steps".
 pub(crate) fn payload(segment: &str, directives: &[Directive<'_>]) -> String {
     let mut text = String::new();
     for d in directives {
@@ -50,7 +53,8 @@ pub(crate) fn payload(segment: &str, directives: &[Directive<'_>]) -> String {
             text.push(',');
         }
         match d {
-            Directive::Granted(id) => text.push_str(&format!("g{id}")),
+            Directive::Granted(id, Some(token)) => text.push_str(&format!("h{id}:{token}")),
+            Directive::Granted(id, None) => text.push_str(&format!("g{id}")),
             Directive::First(id, Some(ms)) => text.push_str(&format!("f{id}:{ms}")),
             Directive::First(id, None) => text.push_str(&format!("f{id}")),
         }
@@ -76,7 +80,11 @@ fn parse(payload: &str) -> (&str, Option<Vec<Directive<'_>>>) {
 /// One directive of a payload.
 fn directive(d: &str) -> Option<Directive<'_>> {
     match d.split_at_checked(1)? {
-        ("g", id) => Some(Directive::Granted(id)),
+        ("h", rest) => {
+            let (id, token) = rest.split_once(':')?;
+            Some(Directive::Granted(id, Some(token.parse().ok()?)))
+        }
+        ("g", id) => Some(Directive::Granted(id, None)),
         ("f", rest) => Some(match rest.split_once(':') {
             Some((id, ms)) => Directive::First(id, Some(ms.parse().ok()?)),
             None => Directive::First(rest, None),
@@ -101,6 +109,8 @@ pub(crate) struct Told {
     /// Take a step at this instant, unless told otherwise before (the earliest of what it was
     /// told).
     pub at: Option<Instant>,
+    /// It was granted, with this fencing token.
+    pub granted: Option<u64>,
 }
 
 /// One waiting entry's mailbox: what notifications told it, and a `Notify` to wait on.
@@ -121,11 +131,12 @@ impl Waiter {
         self.notify.notified().await;
     }
 
-    fn tell(&self, step: bool, at: Option<Instant>) {
+    fn tell(&self, step: bool, at: Option<Instant>, granted: Option<u64>) {
         {
             let mut told = self.told.lock().unwrap_or_else(|e| e.into_inner());
             told.step |= step;
             told.at = [told.at, at].into_iter().flatten().min();
+            told.granted = told.granted.or(granted);
         }
         self.notify.notify_one();
     }
@@ -224,27 +235,30 @@ impl Hub {
         let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
         let Some(segment) = segment else {
             for w in waiters.values().flat_map(|ids| ids.values()).filter_map(Weak::upgrade) {
-                w.tell(true, None);
+                w.tell(true, None, None);
             }
             return;
         };
         let Some(ids) = waiters.get(segment) else { return };
         let Some(directives) = directives else {
-            ids.values().filter_map(Weak::upgrade).for_each(|w| w.tell(true, None));
+            ids.values()
+                .filter_map(Weak::upgrade)
+                .for_each(|w| w.tell(true, None, None));
             return;
         };
         for d in directives {
-            let (id, step, at) = match *d {
-                Directive::Granted(id) => (id, true, None),
+            let (id, step, at, granted) = match *d {
+                Directive::Granted(id, token) => (id, true, None, token),
                 Directive::First(id, ms) => (
                     id,
                     false,
                     // A millisecond more: the expiry has passed on the server's clock too.
                     Some(Instant::now() + Duration::from_millis(ms.unwrap_or(u64::MAX / 4).min(1 << 40) + 1)),
+                    None,
                 ),
             };
             if let Some(w) = ids.get(id).and_then(Weak::upgrade) {
-                w.tell(step, at);
+                w.tell(step, at, granted);
             }
         }
     }
@@ -317,22 +331,24 @@ mod tests {
     #[test]
     fn payloads_read_back() {
         let directives = [
-            Directive::Granted("a1"),
+            Directive::Granted("a1", Some(1_700_000_000_000_001)),
             Directive::First("b2", Some(750)),
             Directive::First("c3", None),
+            Directive::Granted("d4", None),
         ];
         let text = payload("mutex/x|y,z", &directives);
-        assert_eq!(text, "ga1,fb2:750,fc3|mutex/x|y,z");
+        assert_eq!(text, "ha1:1700000000000001,fb2:750,fc3,gd4|mutex/x|y,z");
         let (segment, read) = parse(&text);
         assert_eq!((segment, read.as_deref()), ("mutex/x|y,z", Some(&directives[..])));
         assert_eq!(parse(&payload("s", &[])), ("s", Some(vec![])));
         // Too long for NOTIFY: everyone.
         let many: Vec<String> = (0..1000).map(|i| format!("{i:016x}")).collect();
-        let granted: Vec<Directive<'_>> = many.iter().map(|id| Directive::Granted(id)).collect();
+        let granted: Vec<Directive<'_>> = many.iter().map(|id| Directive::Granted(id, Some(7))).collect();
         let text = payload("s", &granted);
         assert!(text.len() < MAX_PAYLOAD);
         assert_eq!(parse(&text), ("s", None));
         assert_eq!(parse("fX:nope|s").1, None, "a malformed directive wakes everyone");
+        assert_eq!(parse("hX|s").1, None, "a grant without its token wakes everyone");
     }
 
     #[tokio::test]
@@ -343,8 +359,15 @@ mod tests {
             task: Mutex::default(),
         };
         let (a, b) = (hub.waiter("s", "a"), hub.waiter("s", "b"));
-        hub.wake(Some("s"), Some(&[Directive::Granted("a")]));
-        assert_eq!(a.take(), Told { step: true, at: None });
+        hub.wake(Some("s"), Some(&[Directive::Granted("a", Some(9))]));
+        assert_eq!(
+            a.take(),
+            Told {
+                step: true,
+                at: None,
+                granted: Some(9)
+            }
+        );
         assert_eq!(b.take(), Told::default());
         hub.wake(Some("s"), Some(&[Directive::First("b", Some(0))]));
         let told = b.take();

@@ -80,19 +80,22 @@ async fn a_handover_with_30_waiters_costs_constant_transactions() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let four = xid(&admin).await - before - 1;
     eprintln!("transactions: one hand-over {one}, four hand-overs {four}");
-    // A release (one transaction: it grants the next waiter) and the new holder's confirmation
-    // (one): two per hand-over. A herd would cost one per waiter (30).
-    assert!(one <= 3, "one hand-over with {WAITERS} waiters took {one} transactions");
+    // A release: one transaction, which grants the next waiter and tells it its fencing token;
+    // the new holder, which joined moments ago, holds without a request of its own. A herd
+    // would cost one per waiter (30); a confirmation by the new holder one more per hand-over
+    // (before the grant named its token: 2 and 8).
+    assert!(one <= 2, "one hand-over with {WAITERS} waiters took {one} transactions");
     assert!(
-        four <= 4 * 3,
+        four <= 4 + 1,
         "four hand-overs with {WAITERS} waiters took {four} transactions"
     );
     go_tx.send_replace(WAITERS);
 }
 
 /// A mutex hand-over is one statement (`alone.sql`'s `leave_exclusive`), whose NOTIFY must say
-/// what the full step's would (`wake::payload`): the new holder granted, the next waiter first
-/// in line with the new holder's lease in milliseconds, then the lock's segment.
+/// what the full step's would (`wake::payload`): the new holder granted with its fencing token
+/// (the one its guard shows), the next waiter first in line with the new holder's lease in
+/// milliseconds, then the lock's segment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mutex_handover_notifies_the_new_holder_and_the_next_waiter() {
     use futures_util::StreamExt;
@@ -157,19 +160,24 @@ async fn a_mutex_handover_notifies_the_new_holder_and_the_next_waiter() {
     let (directives, segment) = payload.split_once('|').expect(&payload);
     assert_eq!(segment, Family::Mutex.segment(&lock_name), "{payload}");
     let (granted, first) = directives.split_once(',').expect(&payload);
-    assert_eq!(granted, format!("g{}", ids[1]), "{payload}");
+    let (granted_id, token) = granted.split_once(':').expect(&payload);
+    assert_eq!(granted_id, format!("h{}", ids[1]), "{payload}");
+    let token: u64 = token.parse().expect(&payload);
     let (first_id, ms) = first.split_once(':').expect(&payload);
     assert_eq!(first_id, format!("f{}", ids[2]), "{payload}");
     let ms: u64 = ms.parse().expect(&payload);
     assert!((29_000..=30_000).contains(&ms), "{payload}");
 
     let mut lockers = Vec::new();
-    for waiter in waiters {
+    for (i, waiter) in waiters.into_iter().enumerate() {
         let (locker, guard) = tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("not handed over")
             .unwrap()
             .unwrap();
+        if i == 0 {
+            assert_eq!(guard.fencing_token(), token, "{payload}");
+        }
         guard.release().await.unwrap();
         lockers.push(locker);
     }

@@ -1,5 +1,6 @@
 //! The tables' format version: a locker that finds a previous version (1: no functions; 2: no
-//! data table; 3: no `locks.since`; 4: tokens without the clock's floor) migrates it, once, when its user may; a user without the
+//! data table; 3: no `locks.since`; 4: tokens without the clock's floor; 5: grants notified
+//! without their tokens) migrates it, once, when its user may; a user without the
 //! owner's rights is told to run `locksmith init`; a newer version is refused.
 
 #[allow(dead_code)] // each test file uses a part of the harness
@@ -47,6 +48,16 @@ fn back_to_version_4(schema: &str) -> String {
     )
 }
 
+/// Makes the tables of `schema` look like version 5: its `leave_exclusive` notified the new
+/// holder without its fencing token (`g<id>`); here it is gone, as the migration must put it
+/// back in its new form.
+fn back_to_version_5(schema: &str) -> String {
+    format!(
+        "DROP FUNCTION \"{schema}\".leave_exclusive(text, text, text); \
+         UPDATE \"{schema}\".meta SET value = '5' WHERE key = 'version'"
+    )
+}
+
 async fn connect(url: &str) -> locksmith_core::Result<locksmith_core::Locker> {
     locksmith_postgres::connect(&BackendUrl::parse(url).unwrap()).await
 }
@@ -59,11 +70,11 @@ async fn the_owner_migrates_version_1_once_and_locks_work() {
     let guard = held.lock("kept").acquire().await.unwrap();
     common::run_as_owner(&back_to_version_1(&schema)).await;
 
-    // Two lockers starting together: both connect, the functions are back, the version is 5.
+    // Two lockers starting together: both connect, the functions are back, the version is 6.
     let (a, b) = tokio::join!(connect(&harness.url), connect(&harness.url));
     let (a, b) = (a.unwrap(), b.unwrap());
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
-    assert_eq!(version, ["5"]);
+    assert_eq!(version, ["6"]);
     // The lock held across the migration is still held, and its token sequence goes on.
     assert!(a.lock("kept").try_acquire().await.unwrap().is_none());
     let token = guard.fencing_token();
@@ -91,11 +102,11 @@ async fn a_user_without_the_rights_is_told_to_run_init_and_newer_tables_are_refu
     connect(&harness.url).await.unwrap().shutdown().await.unwrap();
 
     common::run_as_owner(&format!(
-        "UPDATE \"{schema}\".meta SET value = '6' WHERE key = 'version'"
+        "UPDATE \"{schema}\".meta SET value = '7' WHERE key = 'version'"
     ))
     .await;
     match connect(&owner_url).await {
-        Err(LockError::Protocol(message)) => assert!(message.contains("version 6"), "{message}"),
+        Err(LockError::Protocol(message)) => assert!(message.contains("version 7"), "{message}"),
         other => panic!("expected a version error, got {:?}", other.map(|_| ())),
     }
 }
@@ -117,7 +128,7 @@ async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
     }
     connect(&owner_url).await.unwrap().shutdown().await.unwrap();
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
-    assert_eq!(version, ["5"]);
+    assert_eq!(version, ["6"]);
     guard
         .guarded()
         .put("after-migration", "owner")
@@ -166,7 +177,7 @@ async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
     };
     let migrating = connect(&harness.url).await.unwrap();
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
-    assert_eq!(version, ["5"]);
+    assert_eq!(version, ["6"]);
     assert_eq!(
         common::entries_before_their_start(&schema).await,
         ["0"],
@@ -212,7 +223,7 @@ async fn version_4_gets_tokens_above_the_clock() {
     common::run_as_owner(&back_to_version_4(&schema)).await;
     let locker = connect(&harness.url).await.unwrap();
     let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
-    assert_eq!(version, ["5"]);
+    assert_eq!(version, ["6"]);
     let first = locker.lock("kept").acquire().await.unwrap();
     let earlier = first.fencing_token();
     first.release().await.unwrap();
@@ -224,5 +235,37 @@ async fn version_4_gets_tokens_above_the_clock() {
         next.fencing_token()
     );
     next.release().await.unwrap();
+    locker.shutdown().await.unwrap();
+}
+
+/// Version 5 notified grants without their tokens: after the migration `leave_exclusive` names
+/// the new holder with its token (`h<id>:<token>`), and a hand-over works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_5_notifies_grants_with_their_tokens() {
+    let harness = common::PgHarness::plain().await;
+    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    common::run_as_owner(&back_to_version_5(&schema)).await;
+    let locker = connect(&harness.url).await.unwrap();
+    let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
+    assert_eq!(version, ["6"]);
+    let source = common::query_as_owner(&format!(
+        "SELECT prosrc FROM pg_proc WHERE proname = 'leave_exclusive' AND pronamespace = '\"{schema}\"'::regnamespace"
+    ))
+    .await;
+    assert!(source.len() == 1 && source[0].contains("'h' ||"), "{source:?}");
+    let first = locker.lock("kept").acquire().await.unwrap();
+    let other = connect(&harness.url).await.unwrap();
+    let waiting = tokio::spawn(async move { other.lock("kept").acquire().await.map(|g| (other, g)) });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let earlier = first.fencing_token();
+    first.release().await.unwrap();
+    let (other, next) = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+        .await
+        .expect("not handed over")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > earlier);
+    next.release().await.unwrap();
+    other.shutdown().await.unwrap();
     locker.shutdown().await.unwrap();
 }

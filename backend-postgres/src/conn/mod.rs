@@ -28,9 +28,9 @@ use crate::layout::Sql;
 use crate::wake::Hub;
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
-const VERSION: &str = "5";
+const VERSION: &str = "6";
 /// The versions this release migrates from (`src/sql/migrate.sql`).
-const PREVIOUS: [&str; 4] = ["1", "2", "3", "4"];
+const PREVIOUS: [&str; 5] = ["1", "2", "3", "4", "5"];
 
 /// One locker's connections and identity.
 #[derive(Debug)]

@@ -153,7 +153,8 @@ impl Conn {
         }
         if changed {
             let granted = queue::promote(self, &tx, segment, &mut rows).await?;
-            let mut told: Vec<Directive<'_>> = granted.iter().map(|id| Directive::Granted(id)).collect();
+            let granted = granted.iter().map(|(id, token)| Directive::Granted(id, Some(*token)));
+            let mut told: Vec<Directive<'_>> = granted.collect();
             if let Some((id, ms)) = queue::first_waiting(&rows) {
                 told.push(Directive::First(id, ms));
             }

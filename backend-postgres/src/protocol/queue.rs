@@ -177,8 +177,9 @@ pub(crate) async fn apply(
 }
 
 /// Grants every entry of `rows` that holds by the queue rule but has no token yet (after a step
-/// changed the queue: a holder left or expired, a waiter ahead gave up); returns their ids.
-pub(crate) async fn promote(conn: &Conn, tx: &Step<'_>, segment: &str, rows: &mut [Row]) -> Result<Vec<String>> {
+/// changed the queue: a holder left or expired, a waiter ahead gave up); returns their ids and
+/// fencing tokens.
+pub(crate) async fn promote(conn: &Conn, tx: &Step<'_>, segment: &str, rows: &mut [Row]) -> Result<Vec<(String, u64)>> {
     let roles: Vec<Role> = rows.iter().map(|r| r.role).collect();
     let mut granted = Vec::new();
     for (i, row) in rows.iter_mut().enumerate() {
@@ -190,7 +191,7 @@ pub(crate) async fn promote(conn: &Conn, tx: &Step<'_>, segment: &str, rows: &mu
             .await
             .map_err(|e| pg_error("granting", e))?;
         row.token = Some(token);
-        granted.push(row.id.clone());
+        granted.push((row.id.clone(), to_u64(token)));
     }
     Ok(granted)
 }

@@ -1,9 +1,17 @@
 //! `try_acquire` and `acquire`: one wait loop for every kind.
 //!
 //! A waiter joins the queue in one transaction, then sleeps until a NOTIFY names it (`crate::wake`):
-//! granted by another's step (it confirms with one step of its own, which also tells it its
-//! fencing token), or first in line (it takes a step when the holders' earliest lease runs out,
-//! unless told before). Nothing else wakes it: a change of the queue costs the other waiters
+//! granted by another's step, or first in line (it takes a step when the holders' earliest lease
+//! runs out, unless told before).
+//!
+//! **The hand-over.** A grant's notification carries the new holder's fencing token. The waiter
+//! holds at once, without a request, if the step that last found it waiting was sent less than a
+//! sixth of the TTL before ([`held_since`]): that step read the queue under the lock's row lock,
+//! so the grant came after it, and the lease in the table, counted from the grant, outlasts the
+//! one the waiter counts from that step. A waiter that waited longer confirms with one statement
+//! (`Conn::confirm_alone`), which restarts the table's lease from then. A waiter whose entry was
+//! dropped joins again under a new id, so that a late notification of the old entry's grant
+//! (long expired) is never taken for the new one's. Nothing else wakes it: a change of the queue costs the other waiters
 //! nothing. While it waits its locker beats (one beat per third of a TTL for all its waiters,
 //! `Conn::keep_alive`), so that its entry lives while it waits and dies with a paused or killed
 //! process. An entry dropped meanwhile (the process was paused past its TTL) joins again at the
@@ -47,11 +55,11 @@ pub(crate) async fn try_acquire(conn: &Arc<Conn>, req: &LockRequest) -> Result<O
 pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
     conn.check_open()?;
     let seg = segment(req.kind.family(), &req.name);
-    let entry = new_entry(req);
-    let id = entry.id.clone();
+    let mut entry = new_entry(req);
+    let mut id = entry.id.clone();
     // Registered before the first step: what a later step tells this entry is kept for it.
-    let mailbox = conn.hub.waiter(&seg, &id);
-    let pending = Pending::new(conn, &seg, &id);
+    let mut mailbox = conn.hub.waiter(&seg, &id);
+    let mut pending = Pending::new(conn, &seg, &id);
     let mut joining = true;
     // A server that fails is retried until the deadline (or for about as long as the entry lives
     // without beats), then reported as Unavailable, not as a busy lock.
@@ -74,11 +82,19 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             }
         }
     }
-    // Whether the last wake-up may be a grant by another's step (confirmed in one statement).
+    // Whether the last wake-up may be a grant by another's step, and its fencing token if the
+    // notification told it.
     let mut told_step = false;
+    let mut told_token = None;
+    // When the step that last found the entry waiting was sent.
+    let mut waiting_since = None;
     loop {
         conn.check_open()?;
         let late = conn.late_beats();
+        if let (Some(token), Some(sent)) = (told_token.take(), held_since(waiting_since, req.ttl)) {
+            pending.keep();
+            return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &id), sent));
+        }
         if std::mem::take(&mut told_step) {
             match conn.confirm_alone(&id).await {
                 Ok((Some(token), sent)) => {
@@ -120,11 +136,20 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             }
             Outcome::Gone => {
                 tracing::debug!(lock = %seg, "postgres: a waiter's entry was dropped (its locker did not beat); joining again");
+                pending.keep(); // nothing left to remove
+                entry = new_entry(req);
+                id = entry.id.clone();
+                mailbox = conn.hub.waiter(&seg, &id);
+                pending = Pending::new(conn, &seg, &id);
+                waiting_since = None;
                 joining = true;
                 continue;
             }
             // A millisecond more makes sure the expiry has passed on the server's clock too.
-            Outcome::Wait(expiry) => expiry.map(|left| Instant::now() + left + Duration::from_millis(1)),
+            Outcome::Wait(expiry) => {
+                waiting_since = Some(sent);
+                expiry.map(|left| Instant::now() + left + Duration::from_millis(1))
+            }
             Outcome::Busy | Outcome::Left(_) => return Err(LockError::Protocol("unexpected step outcome".into())),
         };
         if joining {
@@ -141,6 +166,7 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             let told = mailbox.take();
             if told.step {
                 told_step = true;
+                told_token = told.granted;
                 break;
             }
             step_at = [step_at, told.at].into_iter().flatten().min();
@@ -177,6 +203,14 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             }
         }
     }
+}
+
+/// When a lease told by a grant's notification counts from: when the step that last found the
+/// entry waiting was sent (`waiting_since`), if that was less than a sixth of the TTL ago, so that
+/// the lease starts with most of its time left and its first renewal is not due at once; `None`:
+/// confirm with a statement instead.
+fn held_since(waiting_since: Option<Instant>, ttl: Duration) -> Option<Instant> {
+    waiting_since.filter(|sent| sent.elapsed() < ttl / 6)
 }
 
 /// A new entry for `req`.

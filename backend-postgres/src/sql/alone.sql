@@ -57,8 +57,8 @@ END $$;
 
 -- leave_exclusive: entry p_id, a live holder, leaves lock p_segment, whose other entries are all
 -- live exclusive waiters (or none): the first of them holds now (the queue rule for a queue of
--- exclusive entries), and the NOTIFY on channel p_channel names it and the next one, as
--- `wake::payload` writes it. Returns true, or NULL when the queue is anything else (a reader, a
+-- exclusive entries), and the NOTIFY on channel p_channel names it with its fencing token and
+-- the next one, as `wake::payload` writes it. Returns true, or NULL when the queue is anything else (a reader, a
 -- dead entry, an unexpected holder): the full step then decides. Three statements when nobody
 -- waits: lock the row, read the queue (one pass), delete.
 CREATE OR REPLACE FUNCTION {schema}.leave_exclusive(p_segment text, p_id text, p_channel text)
@@ -70,6 +70,7 @@ DECLARE
     v_waiting text[];
     v_next bigint;
     v_ms bigint;
+    v_token bigint;
     v_payload text;
 BEGIN
     SELECT since INTO v_since FROM {schema}.locks WHERE segment = p_segment FOR UPDATE;
@@ -96,8 +97,8 @@ BEGIN
     UPDATE {schema}.entries SET token = t.last_token,
         expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
     FROM t WHERE id = v_waiting[1]
-    RETURNING ttl_ms INTO v_ms;
-    v_payload := 'g' || v_waiting[1];
+    RETURNING ttl_ms, token INTO v_ms, v_token;
+    v_payload := 'h' || v_waiting[1] || ':' || v_token;
     IF array_length(v_waiting, 1) > 1 THEN
         v_payload := v_payload || ',f' || v_waiting[2] || ':' || v_ms;
     END IF;

@@ -1,5 +1,6 @@
--- The schema of locksmith-postgres, version 5 (version 1 had no functions, version 2 no data table,
--- version 3 no locks.since, version 4 tokens without the clock's floor: migrate.sql). {schema} is replaced by the quoted schema name.
+-- The schema of locksmith-postgres, version 6 (version 1 had no functions, version 2 no data table,
+-- version 3 no locks.since, version 4 tokens without the clock's floor, version 5 grants notified
+-- without their tokens: migrate.sql). {schema} is replaced by the quoted schema name.
 -- Run in one transaction under an advisory lock, so that lockers starting together do not race
 -- on CREATE ... IF NOT EXISTS.
 BEGIN;
@@ -7,7 +8,7 @@ SELECT pg_advisory_xact_lock(hashtext('locksmith schema ' || {schema_literal}));
 CREATE SCHEMA IF NOT EXISTS {schema};
 -- 'version': the format of these tables; a later release migrates from it.
 CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL);
-INSERT INTO {schema}.meta (key, value) VALUES ('version', '5') ON CONFLICT (key) DO NOTHING;
+INSERT INTO {schema}.meta (key, value) VALUES ('version', '6') ON CONFLICT (key) DO NOTHING;
 -- One row per lock ever used: its row lock serialises the steps on the lock, and last_token
 -- keeps fencing tokens increasing (rows are never deleted by locksmith).
 -- since: every entry of the lock has seq >= since (a lower bound, moved forward only under the
