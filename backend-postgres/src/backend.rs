@@ -104,8 +104,8 @@ impl LockBackend for PgBackend {
 
     /// # Cancel safety
     ///
-    /// Its step runs in a clean-up task of its own (`cleanup::release`), to its end whether or
-    /// not the future is polled again.
+    /// It runs in the caller's task; dropped part-way, the rest runs in a clean-up task of its
+    /// own (`cleanup::release`), to its end.
     async fn release(&self, lease: &Lease) -> Result<()> {
         let first = self.advisory.as_ref().map(|advisory| advisory.releasing(lease));
         cleanup::release(&self.conn, first, lease).await

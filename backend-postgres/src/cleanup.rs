@@ -1,6 +1,7 @@
 //! The clean-up edge: an entry that an `acquire` or `try_acquire` put in a queue, or may have put
 //! there, is taken out when the call ends without returning it as a lease (a timeout, an error,
-//! the future dropped); and `release` runs to its end whether or not its caller waits.
+//! the future dropped); and `release` runs to its end whether or not its caller waits (in the
+//! caller's task, finished by a clean-up task only if the caller drops it part-way).
 //!
 //! Every step of a locker runs on its one steps' connection, one at a time, and a step dropped
 //! part-way is rolled back (or committed) on that connection before the next step starts. So the
@@ -10,10 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-
 use locksmith_core::driver::{cleanup, Lease};
-use locksmith_core::{LockError, Result};
+use locksmith_core::{LockError, LockKind, Result};
 
 use crate::conn::{Conn, Outcome};
 use crate::layout::segment;
@@ -24,51 +23,94 @@ use crate::protocol::queue::{alone_applies, entry_id, Op};
 pub(crate) type FreeFirst = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
 
 /// `release`: runs `first` (a layout's own part, see [`FreeFirst`]), then removes the lease's
-/// entry (a step that passes the lock on); `NotHeld` if either was gone. In a clean-up task of its own ([`cleanup::spawn`]) that runs to
-/// its end whether or not the returned future is polled again.
+/// entry (a step that passes the lock on); `NotHeld` if either was gone. It runs in the caller's
+/// task (no task spawned, no thread woken per release); if its future is dropped before it ends
+/// (a timeout around it), [`Releasing`] runs the rest in a clean-up task ([`cleanup::spawn`]).
 pub(crate) async fn release(conn: &Arc<Conn>, first: Option<FreeFirst>, lease: &Lease) -> Result<()> {
-    let conn = conn.clone();
-    let seg = segment(lease.kind.family(), &lease.name);
-    let id = entry_id(&lease.holder_id).to_owned();
-    let kind = lease.kind.clone();
-    let (tx, rx) = oneshot::channel();
-    let spawned = cleanup::spawn(locksmith_core::metrics::counting_for_caller(async move {
-        let first_held = match first {
-            Some(first) => first.await,
-            None => true,
-        };
-        // A mutex's (or writers') hand-over in one round trip; otherwise the full step.
-        let alone = match alone_applies(&kind) {
-            true => conn.leave_exclusive(&seg, &id).await.unwrap_or_else(|e| {
-                tracing::debug!(error = %e, "postgres: the one-statement release failed; taking the full step");
-                false
-            }),
-            false => false,
-        };
-        let left = match alone {
-            true => Ok(Outcome::Left(true)),
-            false => conn.step(&seg, Op::Leave(id), Duration::ZERO).await,
-        };
-        // A lease whose layout's part was gone was lost, whatever its entry in the tables says.
-        let _ = tx.send(left.map(|out| match out {
-            Outcome::Left(held) => Outcome::Left(held && first_held),
-            other => other,
-        }));
-    }));
-    if !spawned {
-        return Err(LockError::unavailable(
-            "postgres: no runtime to release on",
-            "no runtime",
-        ));
+    let mut releasing = Releasing {
+        conn: conn.clone(),
+        segment: segment(lease.kind.family(), &lease.name),
+        id: entry_id(&lease.holder_id).to_owned(),
+        kind: lease.kind.clone(),
+        first,
+        done: false,
+    };
+    let first_held = match releasing.first.as_mut() {
+        Some(first) => {
+            let held = first.await;
+            releasing.first = None;
+            held
+        }
+        None => true,
+    };
+    let left = leave(&releasing.conn, &releasing.segment, &releasing.id, &releasing.kind).await;
+    releasing.done = true;
+    // A lease whose layout's part was gone was lost, whatever its entry in the tables says.
+    match left {
+        Ok(Outcome::Left(true)) if first_held => Ok(()),
+        Ok(_) => Err(LockError::not_held(lease.name.as_str())),
+        Err(e) => Err(e),
     }
-    match rx.await {
-        Ok(Ok(Outcome::Left(true))) => Ok(()),
-        Ok(Ok(_)) => Err(LockError::not_held(lease.name.as_str())),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(LockError::unavailable(
-            "postgres: the release did not finish",
-            "task ended",
-        )),
+}
+
+/// Removes entry `id` from lock `segment`: a mutex's (or writers') hand-over in one round trip
+/// (`alone.sql`'s `leave_exclusive`); otherwise, or if that fails, the full step.
+async fn leave(conn: &Conn, segment: &str, id: &str, kind: &LockKind) -> Result<Outcome> {
+    let alone = match alone_applies(kind) {
+        true => conn.leave_exclusive(segment, id).await.unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "postgres: the one-statement release failed; taking the full step");
+            false
+        }),
+        false => false,
+    };
+    match alone {
+        true => Ok(Outcome::Left(true)),
+        false => conn.step(segment, Op::Leave(id.to_owned()), Duration::ZERO).await,
+    }
+}
+
+/// A release in flight: dropped before it finished, it finishes in a clean-up task (the layout's
+/// part if it was cut off, then the entry's removal). A removal cut off part-way was rolled back
+/// or committed on the steps' connection before the clean-up's step runs there, and taking it
+/// again finds the entry gone: harmless.
+struct Releasing {
+    conn: Arc<Conn>,
+    segment: String,
+    id: String,
+    kind: LockKind,
+    /// The layout's part, until it finished.
+    first: Option<FreeFirst>,
+    done: bool,
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let (conn, segment, id, kind) = (
+            self.conn.clone(),
+            self.segment.clone(),
+            self.id.clone(),
+            self.kind.clone(),
+        );
+        let first = self.first.take();
+        let spawned = cleanup::spawn(async move {
+            if let Some(first) = first {
+                first.await;
+            }
+            match leave(&conn, &segment, &id, &kind).await {
+                Ok(_) => {
+                    tracing::debug!(lock = %segment, "postgres: released in the background after a cancelled release")
+                }
+                Err(e) => tracing::warn!(lock = %segment, error = %e,
+                    "postgres: a cancelled release could not finish; the lock expires after its TTL"),
+            }
+        });
+        if !spawned {
+            tracing::warn!(lock = %self.segment,
+                "postgres: no runtime to finish a cancelled release; the lock expires after its TTL");
+        }
     }
 }
 

@@ -30,3 +30,66 @@ async fn election_observer_rides_out_outages() {
     })
     .await;
 }
+
+/// The backend's `release` dropped before it sent anything (its step waited for the locker's
+/// steps' connection, busy with another step that the server holds up): the rest of it runs in
+/// a clean-up task, and the lock is free long before its TTL (30 s) would have freed it. The
+/// shared suite's `backend_release_cancelled_releases` drops a release that already sent its
+/// statement; this one cuts it off earlier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_dropped_before_it_sent_anything_still_releases() {
+    use locksmith_core::driver::LockName;
+    use locksmith_core::Family;
+    use std::future::Future;
+    use std::task::Poll;
+
+    let harness = common::PgHarness::plain().await;
+    let url = format!("{}&ttl=30s&request_timeout=10s", harness.url);
+    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let connect = || async {
+        locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
+            .await
+            .unwrap()
+    };
+    let (a, b) = (connect().await, connect().await);
+    let (name, busy) = (
+        locksmith_core::conformance::unique_name("dropped_release"),
+        locksmith_core::conformance::unique_name("busy"),
+    );
+    a.lock(&busy).acquire().await.unwrap().release().await.unwrap(); // its row exists now
+    let lease = a.lock(&name).acquire().await.unwrap().abandon();
+
+    // Another session holds the row of `busy`: a's try on it waits there, on a's steps' connection.
+    let (admin, connection) = tokio_postgres::connect(&common::server_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let segment = Family::Mutex.segment(&LockName::new(&busy).unwrap());
+    admin.batch_execute("BEGIN").await.unwrap();
+    admin
+        .execute(
+            &format!("SELECT 1 FROM \"{schema}\".locks WHERE segment = $1 FOR UPDATE"),
+            &[&segment],
+        )
+        .await
+        .unwrap();
+    let a2 = a.clone();
+    let trying = tokio::spawn(async move { a2.lock(&busy).try_acquire().await.map(|g| g.is_some()) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let backend = a.backend().clone();
+    let mut release = Box::pin(backend.release(&lease));
+    let polled = std::future::poll_fn(|cx| Poll::Ready(release.as_mut().poll(cx).is_ready())).await;
+    assert!(!polled, "the release finished although the steps' connection was busy");
+    drop(release);
+    admin.batch_execute("COMMIT").await.unwrap();
+    assert!(trying.await.unwrap().unwrap(), "the try on the other lock");
+
+    let guard = tokio::time::timeout(Duration::from_secs(10), b.lock(&name).acquire())
+        .await
+        .expect("the lock was not released by the dropped release's clean-up")
+        .unwrap();
+    guard.release().await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
