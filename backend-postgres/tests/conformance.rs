@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use locksmith_core::conformance::election;
+use locksmith_core::conformance::{election, lifecycle};
 use locksmith_core::driver::BackendUrl;
 
 locksmith_core::conformance_tests!(common::PgHarness::plain().await);
@@ -40,8 +40,6 @@ async fn election_observer_rides_out_outages() {
 async fn a_release_dropped_before_it_sent_anything_still_releases() {
     use locksmith_core::driver::LockName;
     use locksmith_core::Family;
-    use std::future::Future;
-    use std::task::Poll;
 
     let harness = common::PgHarness::plain().await;
     let url = format!("{}&ttl=30s&request_timeout=10s", harness.url);
@@ -79,7 +77,7 @@ async fn a_release_dropped_before_it_sent_anything_still_releases() {
 
     let backend = a.backend().clone();
     let mut release = Box::pin(backend.release(&lease));
-    let polled = std::future::poll_fn(|cx| Poll::Ready(release.as_mut().poll(cx).is_ready())).await;
+    let polled = lifecycle::poll_once(release.as_mut()).await;
     assert!(!polled, "the release finished although the steps' connection was busy");
     drop(release);
     admin.batch_execute("COMMIT").await.unwrap();

@@ -58,6 +58,11 @@ fn back_to_version_5(schema: &str) -> String {
     )
 }
 
+/// The tables' version in `schema`, as the owner reads it.
+async fn version_of(schema: &str) -> Vec<String> {
+    common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await
+}
+
 async fn connect(url: &str) -> locksmith_core::Result<locksmith_core::Locker> {
     locksmith_postgres::connect(&BackendUrl::parse(url).unwrap()).await
 }
@@ -73,7 +78,7 @@ async fn the_owner_migrates_version_1_once_and_locks_work() {
     // Two lockers starting together: both connect, the functions are back, the version is 6.
     let (a, b) = tokio::join!(connect(&harness.url), connect(&harness.url));
     let (a, b) = (a.unwrap(), b.unwrap());
-    let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
+    let version = version_of(&schema).await;
     assert_eq!(version, ["6"]);
     // The lock held across the migration is still held, and its token sequence goes on.
     assert!(a.lock("kept").try_acquire().await.unwrap().is_none());
@@ -127,7 +132,7 @@ async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
         other => panic!("expected Denied, got {:?}", other.map(|_| ())),
     }
     connect(&owner_url).await.unwrap().shutdown().await.unwrap();
-    let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
+    let version = version_of(&schema).await;
     assert_eq!(version, ["6"]);
     guard
         .guarded()
@@ -176,7 +181,7 @@ async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
         tokio::spawn(async move { waiter.lock("kept").acquire().await })
     };
     let migrating = connect(&harness.url).await.unwrap();
-    let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
+    let version = version_of(&schema).await;
     assert_eq!(version, ["6"]);
     assert_eq!(
         common::entries_before_their_start(&schema).await,
@@ -222,7 +227,7 @@ async fn version_4_gets_tokens_above_the_clock() {
     let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
     common::run_as_owner(&back_to_version_4(&schema)).await;
     let locker = connect(&harness.url).await.unwrap();
-    let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
+    let version = version_of(&schema).await;
     assert_eq!(version, ["6"]);
     let first = locker.lock("kept").acquire().await.unwrap();
     let earlier = first.fencing_token();
@@ -246,7 +251,7 @@ async fn version_5_notifies_grants_with_their_tokens() {
     let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
     common::run_as_owner(&back_to_version_5(&schema)).await;
     let locker = connect(&harness.url).await.unwrap();
-    let version = common::query_as_owner(&format!("SELECT value FROM \"{schema}\".meta WHERE key = 'version'")).await;
+    let version = version_of(&schema).await;
     assert_eq!(version, ["6"]);
     let source = common::query_as_owner(&format!(
         "SELECT prosrc FROM pg_proc WHERE proname = 'leave_exclusive' AND pronamespace = '\"{schema}\"'::regnamespace"

@@ -9,13 +9,14 @@
 //! sixth of the TTL before ([`held_since`]): that step read the queue under the lock's row lock,
 //! so the grant came after it, and the lease in the table, counted from the grant, outlasts the
 //! one the waiter counts from that step. A waiter that waited longer confirms with one statement
-//! (`Conn::confirm_alone`), which restarts the table's lease from then. A waiter whose entry was
-//! dropped joins again under a new id, so that a late notification of the old entry's grant
-//! (long expired) is never taken for the new one's. Nothing else wakes it: a change of the queue costs the other waiters
-//! nothing. While it waits its locker beats (one beat per third of a TTL for all its waiters,
-//! `Conn::keep_alive`), so that its entry lives while it waits and dies with a paused or killed
-//! process. An entry dropped meanwhile (the process was paused past its TTL) joins again at the
-//! tail.
+//! (`Conn::confirm_alone`), which restarts the table's lease from then.
+//!
+//! Nothing else wakes a waiter: a change of the queue costs the other waiters nothing. While it
+//! waits its locker beats (one beat per third of a TTL for all its waiters, `Conn::keep_alive`),
+//! so that its entry lives while it waits and dies with a paused or killed process. An entry
+//! dropped meanwhile (the process was paused past its TTL) joins again at the tail, under a new id
+//! ([`Place`]), so that a late notification of the old entry's grant (long expired) is never
+//! taken for the new one's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,7 @@ use super::queue::{alone_applies, holder_id, NewEntry, Op};
 use crate::cleanup::Pending;
 use crate::conn::{Conn, Outcome};
 use crate::layout::segment;
+use crate::wake::Waiter;
 
 /// One attempt: the lease if the lock is free for this request now.
 pub(crate) async fn try_acquire(conn: &Arc<Conn>, req: &LockRequest) -> Result<Option<Lease>> {
@@ -55,11 +57,6 @@ pub(crate) async fn try_acquire(conn: &Arc<Conn>, req: &LockRequest) -> Result<O
 pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
     conn.check_open()?;
     let seg = segment(req.kind.family(), &req.name);
-    let mut entry = new_entry(req);
-    let mut id = entry.id.clone();
-    // Registered before the first step: what a later step tells this entry is kept for it.
-    let mut mailbox = conn.hub.waiter(&seg, &id);
-    let mut pending = Pending::new(conn, &seg, &id);
     let mut joining = true;
     // A server that fails is retried until the deadline (or for about as long as the entry lives
     // without beats), then reported as Unavailable, not as a busy lock.
@@ -72,7 +69,6 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
         match conn.grant_alone(&seg, &first).await {
             Ok((Some(token), sent)) => {
                 tried.keep();
-                pending.keep();
                 return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &first.id), sent));
             }
             Ok((None, _)) => tried.keep(),
@@ -82,6 +78,7 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             }
         }
     }
+    let mut place = Place::new(conn, &seg, req);
     // Whether the last wake-up may be a grant by another's step, and its fencing token if the
     // notification told it.
     let mut told_step = false;
@@ -92,15 +89,11 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
         conn.check_open()?;
         let late = conn.late_beats();
         if let (Some(token), Some(sent)) = (told_token.take(), held_since(waiting_since, req.ttl)) {
-            pending.keep();
-            return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &id), sent));
+            return Ok(place.held(conn, req, token, sent));
         }
         if std::mem::take(&mut told_step) {
-            match conn.confirm_alone(&id).await {
-                Ok((Some(token), sent)) => {
-                    pending.keep();
-                    return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &id), sent));
-                }
+            match conn.confirm_alone(&place.entry.id).await {
+                Ok((Some(token), sent)) => return Ok(place.held(conn, req, token, sent)),
                 Ok((None, _)) => {}
                 Err(e) => {
                     outage.failed(e).await?;
@@ -109,8 +102,8 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             }
         }
         let op = match joining {
-            true => Op::Join(entry.clone()),
-            false => Op::Turn(id.clone()),
+            true => Op::Join(place.entry.clone()),
+            false => Op::Turn(place.entry.id.clone()),
         };
         // A join beats this locker in its own transaction, unless a recent beat keeps the owner
         // row alive long enough (then it does not touch that row, which every join of the locker
@@ -130,17 +123,11 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             }
         };
         let mut step_at = match stepped {
-            Outcome::Granted(token) => {
-                pending.keep();
-                return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &id), sent));
-            }
+            Outcome::Granted(token) => return Ok(place.held(conn, req, token, sent)),
             Outcome::Gone => {
                 tracing::debug!(lock = %seg, "postgres: a waiter's entry was dropped (its locker did not beat); joining again");
-                pending.keep(); // nothing left to remove
-                entry = new_entry(req);
-                id = entry.id.clone();
-                mailbox = conn.hub.waiter(&seg, &id);
-                pending = Pending::new(conn, &seg, &id);
+                let gone = std::mem::replace(&mut place, Place::new(conn, &seg, req));
+                gone.pending.keep(); // nothing left to remove
                 waiting_since = None;
                 joining = true;
                 continue;
@@ -163,7 +150,7 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
         }
         // Until told to step (granted, or everyone asked to), or the first waiter's expiry.
         loop {
-            let told = mailbox.take();
+            let told = place.mailbox.take();
             if told.step {
                 told_step = true;
                 told_token = told.granted;
@@ -198,10 +185,37 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
                 .min()
                 .unwrap_or(beat_at);
             tokio::select! {
-                _ = mailbox.told() => {}
+                _ = place.mailbox.told() => {}
                 _ = tokio::time::sleep_until(wake_at) => {}
             }
         }
+    }
+}
+
+/// The entry of a waiting `acquire`, under an id of its own: its mailbox, registered before its
+/// first step (what a later step tells the entry is kept for it), and its removal if the call
+/// ends without a lease. An entry that was dropped is replaced by a new one, under a new id.
+struct Place {
+    entry: NewEntry,
+    mailbox: Arc<Waiter>,
+    pending: Pending,
+}
+
+impl Place {
+    /// A new entry for `req` on lock `seg`.
+    fn new(conn: &Arc<Conn>, seg: &str, req: &LockRequest) -> Place {
+        let entry = new_entry(req);
+        Place {
+            mailbox: conn.hub.waiter(seg, &entry.id),
+            pending: Pending::new(conn, seg, &entry.id),
+            entry,
+        }
+    }
+
+    /// The entry holds with `token`, its lease counted from `sent`: the caller's now.
+    fn held(self, conn: &Conn, req: &LockRequest, token: u64, sent: Instant) -> Lease {
+        self.pending.keep();
+        req.lease(token, holder_id(&conn.host, conn.pid, &self.entry.id), sent)
     }
 }
 

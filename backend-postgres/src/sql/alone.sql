@@ -58,9 +58,9 @@ END $$;
 -- leave_exclusive: entry p_id, a live holder, leaves lock p_segment, whose other entries are all
 -- live exclusive waiters (or none): the first of them holds now (the queue rule for a queue of
 -- exclusive entries), and the NOTIFY on channel p_channel names it with its fencing token and
--- the next one, as `wake::payload` writes it. Returns true, or NULL when the queue is anything else (a reader, a
--- dead entry, an unexpected holder): the full step then decides. Three statements when nobody
--- waits: lock the row, read the queue (one pass), delete.
+-- the next one, as `wake::payload` writes it. Returns true, or NULL when the queue is anything
+-- else (a reader, a dead entry, an unexpected holder): the full step then decides. Three
+-- statements when nobody waits: lock the row, read the queue (one pass), delete.
 CREATE OR REPLACE FUNCTION {schema}.leave_exclusive(p_segment text, p_id text, p_channel text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE

@@ -116,8 +116,9 @@ pub async fn backend_release_cancelled_releases(h: &impl Harness) {
     other.release().await.expect("release other");
 }
 
-/// Polls `fut` once; `true` if it finished.
-pub(crate) async fn poll_once<F: Future + Unpin>(mut fut: F) -> bool {
+/// Polls `fut` once; `true` if it finished. For a backend's own tests that drop a call at its
+/// first await point.
+pub async fn poll_once<F: Future + Unpin>(mut fut: F) -> bool {
     std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut fut).poll(cx).is_ready())).await
 }
 
