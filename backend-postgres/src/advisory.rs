@@ -267,6 +267,8 @@ impl Sessions {
     pub async fn acquire(&self, conn: &Arc<Conn>, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
         let key = Key::of(&req.name, &req.kind)?;
         let seg = segment(req.kind.family(), &req.name);
+        // Whether a grant was lost while the advisory lock was taken: a later one waited.
+        let mut again = false;
         loop {
             let mut lease = wait::acquire(conn, req, deadline).await?;
             let grant = Pending::new(conn, &seg, entry_id(&lease.holder_id));
@@ -275,10 +277,12 @@ impl Sessions {
                 Ok(()) => {
                     let session = waiting.done();
                     grant.keep();
+                    lease.waited |= again;
                     return Ok(self.hold(lease, session, key));
                 }
                 // `waiting` cancels the wait and `grant` leaves the queue, as they drop.
                 Err(Gave::GrantLost) => {
+                    again = true;
                     tracing::debug!(lock = %seg, "postgres: the grant expired while waiting for the advisory lock; joining again");
                 }
                 Err(Gave::Up(e)) => return Err(e),

@@ -91,6 +91,7 @@ impl ZkBackend {
             mut contender,
             node,
             sent,
+            waited,
         } = granted;
         let token = u64::try_from(node.czxid)
             .map_err(|_| LockError::Protocol(format!("node {} has a negative czxid {}", node.path, node.czxid)))?;
@@ -99,6 +100,7 @@ impl ZkBackend {
         }
         let lease = Lease {
             ttl: session.timeout,
+            waited,
             ..req.lease(token, node.path, sent)
         };
         session.register(&lease, node.czxid);

@@ -85,6 +85,7 @@ impl Dual {
             ttl: old.ttl.min(new.ttl),
             holder_id: format!("{}+{}", old.holder_id, new.holder_id),
             acquired_at: old.acquired_at.min(new.acquired_at),
+            waited: old.waited || new.waited,
             lost,
         };
         self.held().insert(

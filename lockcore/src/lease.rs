@@ -58,6 +58,7 @@ impl LockRequest {
             ttl: self.ttl,
             holder_id,
             acquired_at: sent,
+            waited: false,
             lost: LostSignal::new(),
         }
     }
@@ -213,6 +214,11 @@ pub struct Lease {
     /// When the request that obtained this lease (or last refreshed it on the server) was *sent*.
     /// The watchdog counts the lease from here, so it can only under-estimate what is left.
     pub acquired_at: Instant,
+    /// Whether the request found the lock taken and this grant came after it waited (a hand-over,
+    /// or a takeover from an expired holder), not at its first attempt. [`LockRequest::lease`]
+    /// sets `false`; a backend's waiting path sets `true` (`Lease { waited: true, ..lease }`).
+    /// The `locksmith_handovers_total` metric counts these grants.
+    pub waited: bool,
     /// Fired when the lease is lost. A backend that learns of a loss by itself (a watch, a session
     /// expiry) fires it; the watchdog fires it when renewal fails.
     pub lost: LostSignal,
@@ -226,6 +232,7 @@ impl fmt::Debug for Lease {
             .field("fencing_token", &self.fencing_token)
             .field("ttl", &self.ttl)
             .field("holder_id", &self.holder_id)
+            .field("waited", &self.waited)
             .field("lost", &self.lost.reason())
             .finish()
     }

@@ -555,9 +555,7 @@ impl LockBuilder {
                     if lease.ttl != req.ttl {
                         tracing::debug!(requested = ?req.ttl, effective = ?lease.ttl, "the backend enforces another TTL");
                     }
-                    // A grant sent later than the first attempt is one that waited for a release.
-                    let handover = lease.acquired_at > start + Duration::from_millis(1);
-                    labels.acquire_ended("acquired", waited, handover);
+                    labels.acquire_ended("acquired", waited, lease.waited);
                     self.locker.guard(lease, self.max_hold, labels)
                 }
                 Err(LockError::Timeout(_)) => {

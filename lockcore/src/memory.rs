@@ -391,14 +391,16 @@ impl LockBackend for MemoryBackend {
             id,
             armed: true,
         };
+        let mut waited = false;
         loop {
             let expiry = match self.take_turn(req, &key, id)? {
                 Turn::Granted(lease) => {
                     queued.armed = false;
-                    return Ok(lease);
+                    return Ok(Lease { waited, ..lease });
                 }
                 Turn::Wait(expiry) => expiry,
             };
+            waited = true;
             let far = Instant::now() + std::time::Duration::from_secs(86_400);
             let wake_at = match (expiry, deadline) {
                 (Some(e), Some(d)) => e.min(d),

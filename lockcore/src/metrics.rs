@@ -24,8 +24,8 @@ use crate::lease::{LockKind, LostReason};
 pub const ACQUIRES: &str = "locksmith_acquires_total";
 /// Seconds from the start of an `acquire` (or `try_acquire`) to the grant.
 pub const ACQUIRE_WAIT: &str = "locksmith_acquire_wait_seconds";
-/// Grants that waited for another holder: their granting request was sent more than 1 ms after
-/// the call began (a wake-up, not the first attempt).
+/// Grants that waited for another holder: the request found the lock taken and was granted later,
+/// by a hand-over or a takeover ([`crate::driver::Lease::waited`]), not at its first attempt.
 pub const HANDOVERS: &str = "locksmith_handovers_total";
 /// Guards held right now.
 pub const HELD: &str = "locksmith_held";

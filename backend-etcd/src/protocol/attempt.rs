@@ -192,6 +192,7 @@ impl EtcdBackend {
             ttl: lease.ttl,
             holder_id: key,
             acquired_at,
+            waited: false,
             lost,
         }
     }

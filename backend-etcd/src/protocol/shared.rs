@@ -162,7 +162,9 @@ impl EtcdBackend {
                 Err(e) => return Err(e), // `entry.pending` deletes the key in the background
             };
             if let Some(lease) = self.grant_or_requeue(req, entry, outcome) {
-                return Ok(lease);
+                // Found behind another key at some point: a hand-over (`Lease::waited`).
+                let waited = waiting.is_some();
+                return Ok(Lease { waited, ..lease });
             }
         }
     }

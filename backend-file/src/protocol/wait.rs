@@ -53,6 +53,8 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
     let shared_read = SharedRead::of(dir, &file);
     let mut pending = Pending::new(dir, &file, &id);
     let mut joining = true;
+    // Whether a look found the lock taken: a later grant is a hand-over (`Lease::waited`).
+    let mut waited = false;
     let mut beat_at = Instant::now() + req.ttl / 3;
     loop {
         dir.check_open()?;
@@ -89,10 +91,14 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
             Turn::Granted(token, since_ns) => {
                 pending.keep();
                 dir.hold(&id, &file, req.ttl, since_ns, sent);
-                return Ok(req.lease(token, holder_id, sent));
+                return Ok(Lease {
+                    waited,
+                    ..req.lease(token, holder_id, sent)
+                });
             }
             Turn::Wait(expiry) => expiry,
         };
+        waited = true;
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(LockError::Timeout(Duration::ZERO));
         }

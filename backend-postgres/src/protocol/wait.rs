@@ -61,6 +61,8 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
     // A server that fails is retried until the deadline (or for about as long as the entry lives
     // without beats), then reported as Unavailable, not as a busy lock.
     let mut outage = Outage::new(deadline, req.ttl + conn.config.connect_timeout);
+    // Whether an attempt found the lock taken: a later grant is a hand-over (`Lease::waited`).
+    let mut waited = false;
     // Nobody there: held in one round trip (else, or if the server fails, the full join). An
     // entry of its own, removed if the answer was lost (it may have been added).
     if alone_applies(&req.kind) {
@@ -71,7 +73,10 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
                 tried.keep();
                 return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &first.id), sent));
             }
-            Ok((None, _)) => tried.keep(),
+            Ok((None, _)) => {
+                tried.keep();
+                waited = true;
+            }
             Err(e) => {
                 drop(tried);
                 outage.failed(e).await?;
@@ -89,11 +94,11 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
         conn.check_open()?;
         let late = conn.late_beats();
         if let (Some(token), Some(sent)) = (told_token.take(), held_since(waiting_since, req.ttl)) {
-            return Ok(place.held(conn, req, token, sent));
+            return Ok(place.held(conn, req, token, sent, waited));
         }
         if std::mem::take(&mut told_step) {
             match conn.confirm_alone(&place.entry.id).await {
-                Ok((Some(token), sent)) => return Ok(place.held(conn, req, token, sent)),
+                Ok((Some(token), sent)) => return Ok(place.held(conn, req, token, sent, waited)),
                 Ok((None, _)) => {}
                 Err(e) => {
                     outage.failed(e).await?;
@@ -123,7 +128,7 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             }
         };
         let mut step_at = match stepped {
-            Outcome::Granted(token) => return Ok(place.held(conn, req, token, sent)),
+            Outcome::Granted(token) => return Ok(place.held(conn, req, token, sent, waited)),
             Outcome::Gone => {
                 tracing::debug!(lock = %seg, "postgres: a waiter's entry was dropped (its locker did not beat); joining again");
                 let gone = std::mem::replace(&mut place, Place::new(conn, &seg, req));
@@ -135,6 +140,7 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
             // A millisecond more makes sure the expiry has passed on the server's clock too.
             Outcome::Wait(expiry) => {
                 waiting_since = Some(sent);
+                waited = true;
                 expiry.map(|left| Instant::now() + left + Duration::from_millis(1))
             }
             Outcome::Busy | Outcome::Left(_) => return Err(LockError::Protocol("unexpected step outcome".into())),
@@ -212,10 +218,14 @@ impl Place {
         }
     }
 
-    /// The entry holds with `token`, its lease counted from `sent`: the caller's now.
-    fn held(self, conn: &Conn, req: &LockRequest, token: u64, sent: Instant) -> Lease {
+    /// The entry holds with `token`, its lease counted from `sent`, after it `waited` or not: the
+    /// caller's now.
+    fn held(self, conn: &Conn, req: &LockRequest, token: u64, sent: Instant, waited: bool) -> Lease {
         self.pending.keep();
-        req.lease(token, holder_id(&conn.host, conn.pid, &self.entry.id), sent)
+        Lease {
+            waited,
+            ..req.lease(token, holder_id(&conn.host, conn.pid, &self.entry.id), sent)
+        }
     }
 }
 

@@ -141,11 +141,14 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
 /// Retries quorum attempts until the lock is ours or the deadline passes.
 pub(crate) async fn acquire(inner: &Arc<Inner>, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
     let mut backoff = MIN_BACKOFF;
+    // Whether an attempt found the lock taken: a later grant is a hand-over (`Lease::waited`).
+    let mut waited = false;
     loop {
         let retry_in = match try_acquire(inner, req).await? {
-            Try::Acquired(lease) => return Ok(lease),
+            Try::Acquired(lease) => return Ok(Lease { waited, ..lease }),
             Try::Busy(pttl) => pttl.map_or(backoff, |p| p.min(backoff)),
         };
+        waited = true;
         backoff = (backoff * 2).min(MAX_BACKOFF);
         let jitter = Duration::from_millis(rand::random::<u64>() % 20);
         tokio::select! {

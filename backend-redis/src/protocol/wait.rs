@@ -75,15 +75,23 @@ pub(crate) async fn acquire<E: Entry>(
     let node = &inner.nodes[0];
     let mut guard = Cleanup::new(inner.clone(), entry.clone());
     let mut outage = Outage::new(deadline, inner.config.waiter_ttl + inner.config.connect_timeout);
-    let granted = |fence: u64, sent: Instant| req.lease(fence, entry.token().to_owned(), sent);
+    let granted = |fence: u64, sent: Instant, waited: bool| Lease {
+        waited,
+        ..req.lease(fence, entry.token().to_owned(), sent)
+    };
+    // Whether a step found the lock taken: a later grant is a hand-over (`Lease::waited`).
+    let mut waited = false;
 
     let sent = Instant::now();
     match entry.try_take(node).await {
         Ok(Turn::Granted(fence)) => {
             guard.disarm();
-            return Ok(granted(fence, sent));
+            return Ok(granted(fence, sent, false));
         }
-        Ok(Turn::Waiting { .. }) => outage.succeeded(),
+        Ok(Turn::Waiting { .. }) => {
+            outage.succeeded();
+            waited = true;
+        }
         Ok(Turn::Refused(e)) => {
             guard.disarm(); // the attempt queued nothing
             return Err(e);
@@ -109,7 +117,7 @@ pub(crate) async fn acquire<E: Entry>(
         let (wake_in, poll, deadline_set) = match entry.step(node).await {
             Ok(Turn::Granted(fence)) => {
                 guard.disarm();
-                return Ok(granted(fence, sent));
+                return Ok(granted(fence, sent, waited));
             }
             Ok(Turn::Waiting {
                 wake_in,
@@ -117,6 +125,7 @@ pub(crate) async fn acquire<E: Entry>(
                 deadline: set,
             }) => {
                 outage.succeeded();
+                waited = true;
                 (wake_in, poll, set)
             }
             Ok(Turn::Refused(e)) => {
@@ -149,7 +158,7 @@ pub(crate) async fn acquire<E: Entry>(
                     if Some(deadline) == deadline_set && sent.elapsed() < req.ttl / 2 =>
                 {
                     guard.disarm();
-                    return Ok(granted(fence, sent));
+                    return Ok(granted(fence, sent, true));
                 }
                 Some(_) => {}
                 None => sub = None, // the pub/sub connection broke: subscribe again

@@ -99,6 +99,8 @@ pub(crate) struct Granted {
     pub(crate) node: OwnNode,
     /// When the request that showed the grant was sent.
     pub(crate) sent: Instant,
+    /// Whether the contender waited for a node ahead of it first (`Lease::waited`).
+    pub(crate) waited: bool,
 }
 
 /// A fresh protected-mode id: a version-4 uuid per attempt, so that a create whose answer is lost
@@ -192,16 +194,18 @@ impl Contender {
     }
 
     /// Waits until our node holds by [`standing`] over the queue's roles. `listing` is the last
-    /// listing. Returns our node and when the listing that showed it holding was sent.
+    /// listing. Returns our node, when the listing that showed it holding was sent, and whether it
+    /// waited for a node ahead first.
     pub(crate) async fn wait_turn(
         &mut self,
         listing: Listing,
         deadline: Option<Instant>,
-    ) -> Result<(OwnNode, Instant), Failure> {
+    ) -> Result<(OwnNode, Instant, bool), Failure> {
         let client = self.session.client.clone();
         let Listing {
             mut children, mut sent, ..
         } = listing;
+        let mut waited = false;
         loop {
             let own = self
                 .own
@@ -214,7 +218,7 @@ impl Contender {
                 )));
             };
             let Some(watched) = self.watched(&children, index)? else {
-                return Ok((own, sent));
+                return Ok((own, sent, waited));
             };
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Err(self.at_deadline());
@@ -222,6 +226,7 @@ impl Contender {
             // Watch only the node that stands in our way: its deletion is the only event that can
             // let us in (no herd). getData, not exists: on a missing node it leaves no watch behind.
             let blocker = layout::child_path(&self.recipe.parent, &children[watched]);
+            waited = true;
             let watch_sent = Instant::now();
             let event = match client.get_and_watch_data(&blocker).await {
                 Ok((_, _, watcher)) => match deadline {
@@ -245,7 +250,7 @@ impl Contender {
                 children.remove(watched);
                 if let Some(index) = children.iter().position(|c| *c == own.name) {
                     if self.watched(&children, index)?.is_none() {
-                        return Ok((own, watch_sent));
+                        return Ok((own, watch_sent, true));
                     }
                 }
             }

@@ -118,14 +118,14 @@ async fn take_once(
     // our lease fits, and the internal lock can go in the round trip that creates it.
     let foreseen = first && leases.is_some_and(|n| n < limit);
     let until = if wait { deadline } else { Some(Instant::now()) };
-    match lock.wait_turn(listing, until).await {
-        Ok(_) => {}
+    let mut waited = match lock.wait_turn(listing, until).await {
+        Ok((_, _, waited)) => waited,
         Err(Failure::Timeout) => {
             lock.withdraw().await;
             return if wait { Err(Failure::Timeout) } else { Ok(Taken::Busy) };
         }
         Err(f) => return Err(f),
-    }
+    };
 
     // 2. Holding the internal lock (nobody else adds a lease now): our lease, then its turn.
     let mut lease = Contender::new(session.clone(), Recipe::semaphore_lease(semaphore, permits), uuid);
@@ -135,7 +135,7 @@ async fn take_once(
         let (listing, ()) = join(lease.enqueue(), lock.withdraw()).await;
         let listing = listing?;
         return match check(&lease, &listing.children, permits) {
-            Ok(true) => Ok(Taken::Granted(granted(lease, listing.sent)?)),
+            Ok(true) => Ok(Taken::Granted(granted(lease, listing.sent, waited)?)),
             Ok(false) => {
                 lease.withdraw().await;
                 Ok(Taken::Again)
@@ -155,7 +155,7 @@ async fn take_once(
             Ok(true) => {
                 // 3. The next contender's turn (if this delete fails, the contender's Drop retries).
                 lock.withdraw().await;
-                return Ok(Taken::Granted(granted(lease, listing.sent)?));
+                return Ok(Taken::Granted(granted(lease, listing.sent, waited)?));
             }
             Ok(false) => {}
             Err(Failure::Refused(e)) => {
@@ -168,6 +168,7 @@ async fn take_once(
             withdraw_both(&mut lease, &mut lock).await;
             return Ok(Taken::Busy);
         }
+        waited = true;
         if let Some(watch) = watcher.take() {
             let fired = match deadline {
                 Some(d) => tokio::select! {
@@ -212,8 +213,9 @@ fn check(lease: &Contender, leases: &[String], permits: u32) -> Result<bool, Fai
     Ok(leases.len() <= usize::try_from(permits).unwrap_or(usize::MAX))
 }
 
-/// The granted lease, its contender still armed until the backend hands it out.
-fn granted(lease: Contender, sent: Instant) -> Result<Box<Granted>, Failure> {
+/// The granted lease, its contender still armed until the backend hands it out; `waited`: whether
+/// it waited for the internal lock or for a permit first.
+fn granted(lease: Contender, sent: Instant, waited: bool) -> Result<Box<Granted>, Failure> {
     let node = lease
         .own()
         .cloned()
@@ -222,6 +224,7 @@ fn granted(lease: Contender, sent: Instant) -> Result<Box<Granted>, Failure> {
         contender: lease,
         node,
         sent,
+        waited,
     }))
 }
 

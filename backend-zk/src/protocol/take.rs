@@ -35,7 +35,12 @@ pub(crate) async fn take(
             let listing = contender.enqueue().await?;
             let until = if wait { deadline } else { Some(Instant::now()) };
             match contender.wait_turn(listing, until).await {
-                Ok((node, sent)) => Ok(Some(Granted { contender, node, sent })),
+                Ok((node, sent, waited)) => Ok(Some(Granted {
+                    contender,
+                    node,
+                    sent,
+                    waited,
+                })),
                 Err(Failure::Timeout) => {
                     contender.withdraw().await;
                     if wait {

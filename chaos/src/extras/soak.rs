@@ -59,7 +59,7 @@ pub const SOAK_TTL: Duration = Duration::from_secs(2);
 /// Every target's soak, held all at once (acquired one backend after the other).
 pub async fn soak(targets: &[&Target], quick: bool) -> Vec<Soak> {
     let locks = 10_000;
-    let minutes = if quick { 2.0 } else { 10.0 };
+    let minutes = if quick { 1.0 } else { 10.0 };
     let acquiring = Arc::new(tokio::sync::Mutex::new(()));
     let runs = targets.iter().map(|t| {
         let target = (*t).clone();

@@ -46,7 +46,8 @@ macro_rules! conformance_tests {
             mutex::names_are_independent, mutex::waiters_are_fifo, mutex::max_hold_releases,
             mutex::release_not_held_is_an_error, mutex::drop_releases, mutex::invalid_input_is_rejected,
             mutex::cancellation_after_grant_leaves_nothing, mutex::cancellation_storm_leaves_nothing,
-            mutex::inspect_reports_holder_and_waiters, lifecycle::release_cancelled_mid_flight_releases,
+            mutex::inspect_reports_holder_and_waiters, mutex::grants_say_whether_they_waited,
+            lifecycle::release_cancelled_mid_flight_releases,
             lifecycle::backend_release_cancelled_releases, lifecycle::timed_out_waiter_that_exits_leaves_nothing,
             lifecycle::shutdown_releases_everything);
     };

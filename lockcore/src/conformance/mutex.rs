@@ -347,7 +347,42 @@ pub async fn crashed_holder_expires(h: &impl Harness) {
         "the lock passed on long before the crashed holder's TTL"
     );
     assert!(next.fencing_token() > token);
+    assert!(next.lease().waited, "a takeover waited: {:?}", next.lease());
     next.release().await.expect("release");
+}
+
+/// A grant says whether it waited for another holder ([`crate::driver::Lease::waited`], which
+/// the `locksmith_handovers_total` metric counts): an uncontended `try_acquire` or `acquire` did
+/// not; a waiter granted when the holder releases did, however the backend hands the lock over
+/// (a notification that is the grant, or a wake-up and a request).
+pub async fn grants_say_whether_they_waited(h: &impl Harness) {
+    let name = unique_name("waited");
+    let lock_name = LockName::new(&name).unwrap();
+    let (a, b) = (h.locker().await, h.locker().await);
+    let tried = a.lock(&name).try_acquire().await.expect("try").expect("free");
+    assert!(!tried.lease().waited, "an uncontended try_acquire: {:?}", tried.lease());
+    tried.release().await.expect("release");
+    let mut holder = a.lock(&name).acquire().await.expect("acquire");
+    assert!(!holder.lease().waited, "an uncontended acquire: {:?}", holder.lease());
+    // Four hand-overs, each the other way round: b waits for a, then a for b.
+    for (turn, waiter) in [&b, &a, &b, &a].into_iter().enumerate() {
+        let waiting = tokio::spawn({
+            let (waiter, name) = (waiter.clone(), name.clone());
+            async move { waiter.lock(&name).acquire().await }
+        });
+        wait_for_residue(h, &lock_name, 2).await;
+        // The entry is there; give the waiter time to read the queue behind it too (ZooKeeper:
+        // the listing sent with the create may be served after a delete that comes at once, and
+        // the waiter then rightly finds the lock free).
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        holder.release().await.expect("release");
+        holder = within(patience(h), "waiter after release", waiting)
+            .await
+            .unwrap()
+            .expect("acquire");
+        assert!(holder.lease().waited, "hand-over {turn}: {:?}", holder.lease());
+    }
+    holder.release().await.expect("release");
 }
 
 /// A lock whose guard stops renewing expires after about one TTL even while the same connection
