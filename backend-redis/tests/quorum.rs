@@ -29,6 +29,11 @@ async fn majority_of_independent_masters() {
         let locker = if i % 2 == 0 { &a } else { &b };
         let guard = locker.lock(&name).acquire().await.expect("acquire");
         assert!(
+            !guard.lease().waited,
+            "an uncontended acquire waited: {:?}",
+            guard.lease()
+        );
+        assert!(
             guard.fencing_token() > last,
             "token {} after {last}",
             guard.fencing_token()
@@ -48,7 +53,7 @@ async fn majority_of_independent_masters() {
         guard.release().await.expect("release");
     }
 
-    // A waiter gets the lock after the holder releases.
+    // A waiter gets the lock after the holder releases, and its grant says it waited.
     let held = a.lock(&name).acquire().await.expect("acquire");
     let waiter = tokio::spawn({
         let (b, name) = (b.clone(), name.clone());
@@ -56,13 +61,9 @@ async fn majority_of_independent_masters() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     held.release().await.expect("release");
-    waiter
-        .await
-        .expect("waiter")
-        .expect("acquire after release")
-        .release()
-        .await
-        .expect("release");
+    let next = waiter.await.expect("waiter").expect("acquire after release");
+    assert!(next.lease().waited, "a hand-over: {:?}", next.lease());
+    next.release().await.expect("release");
 
     // One master down: still acquires, still excludes, renews past the TTL.
     backends(&["stop", "redis-q1"]);
