@@ -79,7 +79,7 @@ impl EtcdBackend {
             let pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(this_slot));
             let (pending, taken) = take(pending, key.clone(), lease).await;
             match taken {
-                Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending))),
+                Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending, false))),
                 Ok(None) => {
                     pending.disarm(); // nothing was written
                     return Ok(None);
@@ -153,9 +153,16 @@ impl EtcdBackend {
     }
 
     /// The end of an `acquire`'s wait in the queue: the lease of the `entry` key if `outcome` is
-    /// a grant; otherwise the key is deleted (in the background) and the caller queues again
-    /// (`None`).
-    pub(crate) fn grant_or_requeue(&self, req: &LockRequest, entry: Entry, outcome: Outcome) -> Option<Lease> {
+    /// a grant (`waited`: whether the key was found behind another at some point, see
+    /// `Lease::waited`); otherwise the key is deleted (in the background) and the caller queues
+    /// again (`None`).
+    pub(crate) fn grant_or_requeue(
+        &self,
+        req: &LockRequest,
+        entry: Entry,
+        outcome: Outcome,
+        waited: bool,
+    ) -> Option<Lease> {
         let Entry {
             key,
             rev,
@@ -163,7 +170,7 @@ impl EtcdBackend {
             pending,
         } = entry;
         match outcome {
-            Outcome::Granted => Some(self.grant(req, key, rev, lease, pending)),
+            Outcome::Granted => Some(self.grant(req, key, rev, lease, pending, waited)),
             Outcome::Requeue(why) => {
                 tracing::warn!(key, why, "queueing again at the end of the queue");
                 drop(pending);
@@ -172,7 +179,7 @@ impl EtcdBackend {
         }
     }
 
-    /// Hands out the lease of a granted key.
+    /// Hands out the lease of a granted key, which `waited` behind another key or not.
     pub(crate) fn grant(
         &self,
         req: &LockRequest,
@@ -180,6 +187,7 @@ impl EtcdBackend {
         rev: i64,
         lease: LeaseRef,
         pending: PendingKey,
+        waited: bool,
     ) -> Lease {
         let slot = pending.disarm();
         let lost = LostSignal::new();
@@ -192,7 +200,7 @@ impl EtcdBackend {
             ttl: lease.ttl,
             holder_id: key,
             acquired_at,
-            waited: false,
+            waited,
             lost,
         }
     }

@@ -98,10 +98,8 @@ impl EtcdBackend {
                 Outcome::Granted => self.fresh_grant(&mut retry, entry.lease).await?,
                 requeue => requeue,
             };
-            if let Some(lease) = self.grant_or_requeue(req, entry, outcome) {
-                // Found behind another key at some point: a hand-over (`Lease::waited`).
-                let waited = waiting.is_some();
-                return Ok(Lease { waited, ..lease });
+            if let Some(lease) = self.grant_or_requeue(req, entry, outcome, waiting.is_some()) {
+                return Ok(lease);
             }
         }
     }

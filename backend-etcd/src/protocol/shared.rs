@@ -161,10 +161,8 @@ impl EtcdBackend {
                 }
                 Err(e) => return Err(e), // `entry.pending` deletes the key in the background
             };
-            if let Some(lease) = self.grant_or_requeue(req, entry, outcome) {
-                // Found behind another key at some point: a hand-over (`Lease::waited`).
-                let waited = waiting.is_some();
-                return Ok(Lease { waited, ..lease });
+            if let Some(lease) = self.grant_or_requeue(req, entry, outcome, waiting.is_some()) {
+                return Ok(lease);
             }
         }
     }

@@ -86,7 +86,7 @@ pub(crate) async fn acquire<E: Entry>(
     match entry.try_take(node).await {
         Ok(Turn::Granted(fence)) => {
             guard.disarm();
-            return Ok(granted(fence, sent, false));
+            return Ok(granted(fence, sent, waited));
         }
         Ok(Turn::Waiting { .. }) => {
             outage.succeeded();
@@ -158,7 +158,7 @@ pub(crate) async fn acquire<E: Entry>(
                     if Some(deadline) == deadline_set && sent.elapsed() < req.ttl / 2 =>
                 {
                     guard.disarm();
-                    return Ok(granted(fence, sent, true));
+                    return Ok(granted(fence, sent, waited));
                 }
                 Some(_) => {}
                 None => sub = None, // the pub/sub connection broke: subscribe again
