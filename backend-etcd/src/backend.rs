@@ -131,9 +131,14 @@ impl LockBackend for EtcdBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let rev = i64::try_from(lease.fencing_token).unwrap_or(i64::MAX);
         let held = self.session.held.take(&lease.holder_id, rev);
-        if let Some(id) = held.as_ref().and_then(|h| h.watch_id) {
-            self.session.hub.cancel(id);
-        }
+        // The key's watch is cancelled after the delete's answer (or when this future is
+        // dropped), not before the delete: the cancel would reach the server first and hold up
+        // the delete, a hand-over's first step. A delete event the watch reports meanwhile finds
+        // the key out of the registry and is ignored.
+        let _watch = held
+            .as_ref()
+            .and_then(|h| h.watch_id)
+            .map(|id| self.session.hub.cancel_on_drop(id));
         let releasing =
             held.map(|h| PendingKey::releasing(self.session.clone(), lease.holder_id.clone(), rev, h.lease_id, h.slot));
         match requests::delete(&self.session.conn, &lease.holder_id, Some(rev)).await {

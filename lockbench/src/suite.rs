@@ -220,17 +220,10 @@ impl BackendRun<'_> {
                 }
             }
             "handover" => {
-                for sys in ls.iter().chain(variants.iter()) {
-                    let rows = handover::run(sys.as_ref(), sizes).await;
-                    self.push(rows, &format!("handover ({})", sys.system()));
-                }
-                if let Some(n) = self.reference.notify.clone() {
-                    let rows = handover::run_floor(n.as_ref(), sizes).await;
-                    self.push(rows, "handover (floor)");
-                }
-                for sys in peers {
-                    let rows = handover::run(sys.as_ref(), sizes).await;
-                    self.push(rows, &format!("handover ({})", sys.system()));
+                let locksmith: Vec<Arc<dyn LockSystem>> = ls.iter().chain(variants.iter()).cloned().collect();
+                let floor = self.reference.notify.clone();
+                for (system, rows) in handover::run(&locksmith, floor, &peers, sizes).await {
+                    self.push(rows, &format!("handover ({system})"));
                 }
             }
             "contended" => {

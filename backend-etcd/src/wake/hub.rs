@@ -251,6 +251,12 @@ impl Hub {
                 } else if resp.created() {
                     state.send_replace(WaitState::Created);
                 }
+                if fired {
+                    // The waiter runs before the cancel is written: that write wakes the
+                    // connection's task, which would otherwise run first (tokio runs the task
+                    // woken last first) and hold up the grant by a socket write.
+                    tokio::task::yield_now().await;
+                }
                 if fired || resp.canceled() {
                     self.finish(id, resp.canceled()).await;
                 }

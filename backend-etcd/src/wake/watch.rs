@@ -153,4 +153,21 @@ impl WatchHub {
     pub fn cancel(&self, id: i64) {
         let _ = self.tx.send(Cmd::Cancel(id));
     }
+
+    /// Cancels watch `id` when the returned guard is dropped.
+    pub fn cancel_on_drop(&self, id: i64) -> CancelOnDrop<'_> {
+        CancelOnDrop { hub: self, id }
+    }
+}
+
+/// Cancels a watch of the hub when dropped (see [`WatchHub::cancel_on_drop`]).
+pub(crate) struct CancelOnDrop<'a> {
+    hub: &'a WatchHub,
+    id: i64,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        self.hub.cancel(self.id);
+    }
 }

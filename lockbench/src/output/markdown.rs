@@ -18,8 +18,8 @@ pub fn render(report: &Report, charts: &[Chart], charts_href: &str, quick: bool)
          Every figure below was measured in one run of `lockbench`{}, with locksmith, the raw floor \
          (the bare client crate doing the minimal round trips) and the peer libraries side by side on the \
          same servers, so ratios are comparable even where absolute numbers depend on the machine. \
-         The uncontended rows of a backend are measured in turns of 50 cycles each, so that a shared \
-         machine's load falls on every row alike. Reproduce with `scripts/bench`.\n",
+         The uncontended and handover rows of a backend are measured in turns (50 cycles, or 5 \
+         hand-overs, each), so that a shared machine's load falls on every row alike. Reproduce with `scripts/bench`.\n",
         if quick {
             " **in `--quick` mode (small samples: indicative only)**"
         } else {
