@@ -89,10 +89,11 @@
 //!   was already right behind the holder at step 2. A waiter that queued behind other waiters
 //!   does not know when the keys before its predecessor leave (nothing wakes it then: no herd),
 //!   so on its predecessor's delete it looks again, **one notification + one round trip**.
-//!   Requests per handover: the delete, the waiter's watch cancel (sent, not awaited: the key
-//!   never comes back, but the server would keep the watcher until the stream closes), and for
-//!   a waiter that queued behind others its place transaction: 2 or 3, of which 1 or 2 on the
-//!   critical path; plus a held-key watch create and cancel for a lock held longer than 100 ms.
+//!   Requests per handover: the delete, the waiter's watch cancel (sent, not awaited, after the
+//!   waiter has run: the key never comes back, but the server would keep the watcher until the
+//!   stream closes), and for a waiter that queued behind others its place transaction: 2 or 3,
+//!   of which 1 or 2 on the critical path; plus a held-key watch create and cancel for a lock
+//!   held longer than 100 ms (the cancel sent after the release's delete is answered).
 //! - **`try_acquire`** — one transaction: *if no key exists under `P(L)` (a compare over the
 //!   range), put mine*. Fails without writing anything when the lock is held or anyone waits:
 //!   **1 round trip**.
