@@ -95,30 +95,14 @@ pub async fn run(
             (sizes.handover_ops * running.len()) as u64,
             format!("{backend} handover {}ms ({} rows)", blocked.as_millis(), running.len()),
         );
-        let mut done = 0;
-        while done < sizes.handover_ops && !running.is_empty() {
-            let n = TURN.min(sizes.handover_ops - done);
-            let mut failed = Vec::new();
-            for (i, c) in running.iter_mut().enumerate() {
-                if let Err(e) = turn(c, blocked, n).await {
-                    failed.push((i, e));
-                }
-                pb.inc(n as u64);
+        let step = async |c: &mut Contestant, n: usize| turn(c, blocked, n).await;
+        for (c, e) in super::in_turns(&mut running, sizes.handover_ops, TURN, &pb, step).await {
+            let system = c.system();
+            match c {
+                Contestant::Lock { .. } => connected.retain(|p| p.sys.system() != system),
+                Contestant::Floor { .. } => floor = None,
             }
-            for (i, e) in failed.into_iter().rev() {
-                let c = running.remove(i);
-                let system = c.system();
-                match c {
-                    Contestant::Lock { .. } => connected.retain(|p| p.sys.system() != system),
-                    Contestant::Floor { .. } => floor = None,
-                }
-                out.push((system.to_string(), Err(e)));
-            }
-            done += n;
-            // Who goes first rotates, so that no row always follows the same one.
-            if !running.is_empty() {
-                running.rotate_left(1);
-            }
+            out.push((system.to_string(), Err(e)));
         }
         pb.finish_and_clear();
         for c in running {

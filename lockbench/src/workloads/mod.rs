@@ -28,6 +28,39 @@ pub fn bar(len: u64, label: String) -> ProgressBar {
     pb
 }
 
+/// Measures every contestant of `running` in the same stretch of time: `ops` steps each, `turn` at
+/// a time (`step(c, n)` runs `n` of `c`'s), who goes first rotating so that no contestant always
+/// follows the same one. A contestant whose step fails leaves `running` and is returned with its
+/// error; the others go on.
+pub async fn in_turns<C>(
+    running: &mut Vec<C>,
+    ops: usize,
+    turn: usize,
+    pb: &ProgressBar,
+    mut step: impl AsyncFnMut(&mut C, usize) -> anyhow::Result<()>,
+) -> Vec<(C, anyhow::Error)> {
+    let mut out = Vec::new();
+    let mut done = 0;
+    while done < ops && !running.is_empty() {
+        let n = turn.min(ops - done);
+        let mut failed = Vec::new();
+        for (i, c) in running.iter_mut().enumerate() {
+            if let Err(e) = step(c, n).await {
+                failed.push((i, e));
+            }
+            pb.inc(n as u64);
+        }
+        for (i, e) in failed.into_iter().rev() {
+            out.push((running.remove(i), e));
+        }
+        done += n;
+        if !running.is_empty() {
+            running.rotate_left(1);
+        }
+    }
+    out
+}
+
 /// A primitive's rows: one throughput row per client count of `sizes`, then one handover row,
 /// under one progress bar labelled `label`.
 pub async fn throughput_then_handover<T, TF, H, HF>(

@@ -49,25 +49,8 @@ pub async fn run(systems: &[Arc<dyn LockSystem>], sizes: &Sizes) -> Vec<(&'stati
         (sizes.uncontended_ops * running.len()) as u64,
         format!("{backend} uncontended ({} rows)", running.len()),
     );
-    let mut done = 0;
-    while done < sizes.uncontended_ops && !running.is_empty() {
-        let n = TURN.min(sizes.uncontended_ops - done);
-        let mut failed = Vec::new();
-        for (i, c) in running.iter_mut().enumerate() {
-            if let Err(e) = turn(c, n).await {
-                failed.push((i, e));
-            }
-            pb.inc(n as u64);
-        }
-        for (i, e) in failed.into_iter().rev() {
-            let c = running.remove(i);
-            out.push((c.sys.system(), Err(e)));
-        }
-        done += n;
-        // Who goes first rotates, so that no row always follows the same one.
-        if !running.is_empty() {
-            running.rotate_left(1);
-        }
+    for (c, e) in super::in_turns(&mut running, sizes.uncontended_ops, TURN, &pb, turn).await {
+        out.push((c.sys.system(), Err(e)));
     }
     pb.finish_and_clear();
     for c in running {
