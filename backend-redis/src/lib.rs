@@ -90,6 +90,13 @@
 //!   handover costs the same few commands whether 1 or 1000 clients wait (one script call and
 //!   15 commands; `tests/herd.rs`), and one notification of latency (one notification plus one
 //!   round trip where the head's step takes the lock).
+//!   A release whose connection dropped is sent again on the reconnected one: usually the
+//!   server closed that connection while it sat idle (a restart, a sentinel's reconfiguration,
+//!   `CLIENT KILL`, an idle `timeout`), so the first send never left the client
+//!   (`tests/closed_connections.rs`). Run twice it deletes nothing of anyone else's (the value
+//!   names this grant's token); if the second run finds the lock already free, the first may
+//!   have freed it or the lease may have ended before, and the release says so as an
+//!   `Unavailable` error rather than a false "not held".
 //! - **renew** (`RENEW_MANY`): compare-and-`PEXPIRE` of a whole batch. The watchdog renews all
 //!   leases of a [`locksmith_core::Locker`] that are due together in one
 //!   [`locksmith_core::driver::LockBackend::renew_many`] call; that is **one `EVALSHA` per 500 leases**

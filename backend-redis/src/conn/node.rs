@@ -303,23 +303,35 @@ impl Node {
     }
 
     /// Runs one request within the operation timeout, mapping the client's errors to
-    /// [`LockError`]. A request that met a dropped connection (the server restarted, the
-    /// connection was reset) is sent once more on the reconnected connection when `resend`
-    /// allows it: every script but `RELEASE` gives the same answer when run twice.
-    pub(crate) async fn bounded<T, F, Fut>(&self, what: &str, resend: Resend, mut call: F) -> Result<T>
+    /// [`LockError`]. A request that met a dropped connection (the server restarted, or closed
+    /// the connection while it was idle) is sent once more on the reconnected connection when
+    /// `resend` allows it.
+    pub(crate) async fn bounded<T, F, Fut>(&self, what: &str, resend: Resend, call: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        Ok(self.bounded_sends(what, resend, call).await?.0)
+    }
+
+    /// [`Node::bounded`], also saying whether the request was sent a second time (its first send
+    /// met a dropped connection: it may or may not have run).
+    pub(crate) async fn bounded_sends<T, F, Fut>(&self, what: &str, resend: Resend, mut call: F) -> Result<(T, bool)>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let deadline = Instant::now() + self.op_timeout;
         let mut resends = usize::from(resend == Resend::IfDropped);
+        let mut resent = false;
         loop {
             locksmith_core::metrics::round_trip();
             match tokio::time::timeout_at(deadline, call()).await {
-                Ok(Ok(v)) => return Ok(v),
+                Ok(Ok(v)) => return Ok((v, resent)),
                 Ok(Err(e)) if resends > 0 && e.is_connection_dropped() => {
                     self.link.failed(Some(&e));
                     resends -= 1;
+                    resent = true;
                     tracing::debug!(addr = %self.addr, error = %e, what, "redis connection dropped; sending again");
                 }
                 Ok(Err(e)) => {
@@ -345,9 +357,10 @@ impl Node {
 /// Whether a request may be sent again after its connection dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Resend {
-    /// Once more: running it twice answers as running it once.
+    /// Once more. Most scripts answer the same when run twice; a release may not (see
+    /// [`Node::bounded_sends`] and [`crate::protocol::entry::run_release`]).
     IfDropped,
-    /// Never: a second run could answer differently (`RELEASE`).
+    /// Never: a second run could write twice (a guarded write).
     Never,
 }
 

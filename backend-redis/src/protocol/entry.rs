@@ -71,8 +71,8 @@ pub(crate) trait Entry: Clone + Send + Sync + 'static {
     /// Leaves the queue and gives back a grant that never reached its caller; `true` if it did.
     /// Sent again after a dropped connection (a second run answers as the first).
     fn leave(&self, node: &Node) -> impl Future<Output = Result<bool>> + Send;
-    /// Gives up a held lock and wakes who may hold now; `true` if it still held. Never sent twice
-    /// (a second run would answer "not held").
+    /// Gives up a held lock and wakes who may hold now; `true` if it still held. Sent again after
+    /// a dropped connection (see [`run_release`]).
     fn release(&self, node: &Node) -> impl Future<Output = Result<bool>> + Send;
 }
 
@@ -90,9 +90,36 @@ pub(crate) async fn grant<E: Entry>(node: &Node, entry: &E, what: &str, call: &S
     Ok(reply)
 }
 
-/// Runs a script that answers 1 or 0 (`release`, `raise_fence`): `true` for 1.
+/// Runs a script that answers 1 or 0 (`raise_fence`): `true` for 1.
 pub(crate) async fn run_flag(node: &Node, what: &str, resend: Resend, call: &ScriptCall<'_>) -> Result<bool> {
-    flag(node, what, resend, call, false).await
+    Ok(flag(node, what, resend, call, false).await?.0)
+}
+
+/// Runs an entry's `RELEASE` script (answers 1 if the entry still held, and is gone now; 0 if it
+/// did not hold): `true` for 1.
+///
+/// A release whose connection dropped is sent again on the reconnected one. The usual case is a
+/// connection the server closed while it was idle (a restart, a sentinel's reconfiguration, an
+/// operator's `CLIENT KILL`): the first send never left the client, and the second releases.
+/// Run twice, the script is safe (the holder token is this grant's own, so a second run deletes
+/// nothing of anyone else's), but its answer can change: when the connection dropped after the
+/// first send ran, the second finds nothing to release. That answer cannot tell "released by the
+/// first send" from "the lease had already ended", so it is an `Unavailable` error saying so,
+/// not a false "not held". Either way the lock is free.
+pub(crate) async fn run_release(node: &Node, call: &ScriptCall<'_>) -> Result<bool> {
+    match flag(node, "releasing", Resend::IfDropped, call, false).await? {
+        (released, false) => Ok(released),
+        (true, true) => Ok(true),
+        (false, true) => Err(LockError::Unavailable {
+            message: format!(
+                "releasing on redis at {}: the connection dropped with the release sent, and sent again \
+                 it found the lock already free: either the first send released it or the lease had \
+                 ended before",
+                node.link.describe(&node.addr)
+            ),
+            source: None,
+        }),
+    }
 }
 
 /// Runs an entry's `LEAVE` script (answers 1 or 0): `true` for 1. It goes over the connection the
@@ -100,13 +127,20 @@ pub(crate) async fn run_flag(node: &Node, what: &str, resend: Resend, call: &Scr
 /// requests use), so that it reaches the server after the attempt or step it cleans up after; on
 /// another connection a step still in flight could queue the entry again after it left.
 pub(crate) async fn run_leave(node: &Node, what: &str, call: &ScriptCall<'_>) -> Result<bool> {
-    flag(node, what, Resend::IfDropped, call, true).await
+    Ok(flag(node, what, Resend::IfDropped, call, true).await?.0)
 }
 
-/// [`run_flag`] and [`run_leave`]: over the grants' connection when `after_grants`.
-async fn flag(node: &Node, what: &str, resend: Resend, call: &ScriptCall<'_>, after_grants: bool) -> Result<bool> {
-    let done: i64 = node
-        .bounded(what, resend, || async move {
+/// [`run_flag`], [`run_release`] and [`run_leave`]: over the grants' connection when
+/// `after_grants`. Also says whether the script was sent a second time.
+async fn flag(
+    node: &Node,
+    what: &str,
+    resend: Resend,
+    call: &ScriptCall<'_>,
+    after_grants: bool,
+) -> Result<(bool, bool)> {
+    let (done, resent): (i64, bool) = node
+        .bounded_sends(what, resend, || async move {
             let mut conn = if after_grants {
                 node.write_conn().await?
             } else {
@@ -115,7 +149,7 @@ async fn flag(node: &Node, what: &str, resend: Resend, call: &ScriptCall<'_>, af
             call.invoke(&mut conn).await
         })
         .await?;
-    Ok(done == 1)
+    Ok((done == 1, resent))
 }
 
 /// A fencing token from a reply: a counter value, always positive.

@@ -14,9 +14,9 @@ use locksmith_core::{LockError, LockKind, Result};
 
 use crate::conn::call::ScriptCall;
 use crate::conn::inner::{new_token, Inner};
-use crate::conn::node::{millis, Node, Resend};
+use crate::conn::node::{millis, Node};
 use crate::layout::{entry, KindKeys};
-use crate::protocol::entry::{fence_token, grant, run_flag, run_leave, unexpected, Entry, Turn};
+use crate::protocol::entry::{fence_token, grant, run_leave, run_release, unexpected, Entry, Turn};
 use crate::protocol::library::LuaScript;
 
 /// A waiter or holder of a lock of any kind but the mutex.
@@ -137,6 +137,6 @@ impl Entry for KindEntry {
 
     async fn release(&self, node: &Node) -> Result<bool> {
         let call = self.call(node, &node.scripts.kinds.release, false);
-        run_flag(node, "releasing", Resend::Never, &call).await
+        run_release(node, &call).await
     }
 }

@@ -12,7 +12,7 @@ use crate::conn::call::ScriptCall;
 use crate::conn::inner::{new_token, Inner};
 use crate::conn::node::{millis, Node, Resend};
 use crate::layout::LockKeys;
-use crate::protocol::entry::{fence_token, grant, run_flag, run_leave, unexpected, Entry, Turn};
+use crate::protocol::entry::{fence_token, grant, run_flag, run_leave, run_release, unexpected, Entry, Turn};
 use crate::protocol::library::LuaScript;
 use crate::protocol::scripts::SCRIPTS;
 
@@ -126,7 +126,7 @@ impl Entry for MutexEntry {
         // lock, fence, queue, alive (, streak, gap)
         let keys = &self.keys.lock_script_keys()[..node.scripts.mutex_keys];
         let call = self.give_up_call(node, &node.scripts.mutex.release, keys);
-        run_flag(node, "releasing", Resend::Never, &call).await
+        run_release(node, &call).await
     }
 }
 
