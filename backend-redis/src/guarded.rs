@@ -5,6 +5,11 @@
 //! `min_replicas`, a write that applied is confirmed with `WAIT` like a grant: fewer
 //! acknowledgements are an error, since a failover could lose it.
 //!
+//! A write whose connection dropped is sent again, as every request is (see
+//! `Node::bounded_sends`); the script checks the lease again, so a second run never writes for a
+//! lease that ended. A second run that does not apply cannot tell whether the first did (a
+//! compare-and-set would find its own value), and the write says so as `Unavailable`.
+//!
 //! On Redis Cluster the data key must be in its lock's hash slot (a script's keys share one
 //! slot): give it the lock key's hash tag. A quorum of independent masters has no single store to
 //! write to, so it refuses guarded writes.
@@ -14,7 +19,6 @@ use locksmith_core::{Family, LockError, LockKind, Result};
 
 use crate::config::Topology;
 use crate::conn::inner::Inner;
-use crate::conn::node::Resend;
 use crate::layout::{same_slot_tag, slot_of, KindKeys};
 use crate::protocol::kinds::KindEntry;
 use crate::protocol::scripts::SCRIPTS;
@@ -49,15 +53,25 @@ pub(crate) async fn write(inner: &Inner, lease: &Lease, write: &GuardedWrite) ->
         },
         _ => return Err(LockError::InvalidOption(format!("Redis cannot apply {write:?}"))),
     };
-    // Never sent twice: a compare-and-set that applied would answer "differs" the second time.
-    let (reply, acks) = node.run_confirmed("a guarded write", key, Resend::Never, &call).await?;
+    let ((reply, acks), resent) = node.run_confirmed("a guarded write", key, &call).await?;
     if let Some(acks) = node.too_few(acks) {
         return Err(node.unconfirmed("a guarded write", acks));
     }
-    match reply.first() {
-        Some(-1) => Err(LockError::not_held(lease.name.as_str())),
-        Some(1) => Ok(true),
-        Some(0) => Ok(false),
+    match (reply.first(), resent) {
+        (Some(1), _) => Ok(true),
+        // Sent twice (see `Node::bounded_sends`): a second run that did not apply cannot tell
+        // whether the first did (a compare-and-set then finds its own value, a delete nothing).
+        (Some(-1 | 0), true) => Err(LockError::Unavailable {
+            message: format!(
+                "a guarded write on redis at {}: the connection dropped with the write sent, and \
+                 sent again it did not apply: whether the first send applied it cannot be told \
+                 (read the key before writing again)",
+                node.link.describe(&node.addr)
+            ),
+            source: None,
+        }),
+        (Some(-1), false) => Err(LockError::not_held(lease.name.as_str())),
+        (Some(0), false) => Ok(false),
         _ => Err(LockError::Protocol(format!(
             "unexpected reply {reply:?} from the guarded write script"
         ))),
@@ -88,7 +102,7 @@ pub(crate) fn data_key(inner: &Inner, family: Family, lock: &LockName, suffix: &
 pub(crate) async fn read(inner: &Inner, key: &str) -> Result<Option<Vec<u8>>> {
     refuse_if_inside(key, &inner.config.prefix)?;
     let node = &inner.nodes[0];
-    node.bounded("reading a guarded key", Resend::IfDropped, || async move {
+    node.bounded("reading a guarded key", || async move {
         let mut conn = node.link.conn().await?;
         redis::cmd("GET").arg(key).query_async(&mut conn).await
     })

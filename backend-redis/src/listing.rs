@@ -20,7 +20,6 @@ use crate::config::Layout;
 use crate::conn::fanout::{counts, fan_out};
 use crate::conn::inner::Inner;
 use crate::conn::link::Link;
-use crate::conn::node::Resend;
 use crate::protocol::mutex;
 
 /// Keys looked at per `SCAN` step.
@@ -39,7 +38,7 @@ pub(crate) async fn list(inner: &Inner, prefix: &str) -> Result<Vec<ListedLock>>
     let mut answered = false;
     for node in &inner.nodes {
         match node
-            .bounded("listing the locks", Resend::IfDropped, || tally(&node.link, key_prefix))
+            .bounded("listing the locks", || tally(&node.link, key_prefix))
             .await
         {
             Ok(counts) => {

@@ -25,7 +25,7 @@ use redis::{RedisError, Script, Value};
 
 use crate::conn::fanout::fan_out;
 use crate::conn::inner::Inner;
-use crate::conn::node::{millis, Node, Resend};
+use crate::conn::node::{millis, Node};
 use crate::error::{is_noscript, map_error};
 use crate::layout::{entry, slot_of, KindKeys, LockKeys};
 use crate::protocol::scripts::SCRIPTS;
@@ -144,9 +144,7 @@ async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<bool>>
         return renew_batch(server, None, items).await;
     }
     let owners = server
-        .bounded("reading the cluster's slots", Resend::IfDropped, || {
-            server.link.slot_owners()
-        })
+        .bounded("reading the cluster's slots", || server.link.slot_owners())
         .await?;
     let mut groups: BTreeMap<Option<(String, u16)>, Vec<usize>> = BTreeMap::new();
     for (i, item) in items.iter().enumerate() {
@@ -225,7 +223,7 @@ async fn renew_batch(server: &Node, target: Option<&(String, u16)>, items: &[Ite
             .arg(millis(server.replica_timeout));
     }
     let mut replies: Vec<Value> = server
-        .bounded("renewing", Resend::IfDropped, || {
+        .bounded("renewing", || {
             let (pipe, scripts) = (&pipe, &scripts);
             async move {
                 let mut conn = server.write_conn().await?;

@@ -7,7 +7,8 @@
 //! renews over another connection, so the one a release goes over can sit idle for as long as
 //! the lock is held. Such a release must still release, sent again on the reconnected
 //! connection, not fail with `Unavailable` and leave the lock held until its TTL. (Found in a
-//! full test run: the Sentinel failover test's release failed once this way.)
+//! full test run: the Sentinel failover test's release failed once this way.) So must a guarded
+//! write.
 //!
 //! The tests connect as a user of their own, so that `CLIENT KILL USER` closes their
 //! connections only, on the shared test server.
@@ -91,6 +92,16 @@ async fn a_release_on_a_connection_the_server_closed_releases() {
         .acquire()
         .await
         .expect("acquire a permit");
+
+    // A guarded compare-and-set, whose second run would answer differently if the first ran.
+    own.close_connections().await;
+    let key = format!("/guarded/{}", unique_name("closed-key"));
+    let set = held.guarded().compare_and_set(&key, None, "written once").await;
+    assert!(set.expect("a guarded write on a connection the server closed"));
+    assert_eq!(
+        held.guarded().get(&key).await.expect("read"),
+        Some(b"written once".to_vec())
+    );
 
     own.close_connections().await;
     held.release()

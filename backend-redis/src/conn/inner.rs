@@ -1,6 +1,6 @@
 //! What every clone of a backend, every waiter and every clean-up task shares — the parsed URL
 //! and the servers — and the two helpers that make a lease: a fresh holder token and the
-//! [`Lease`] of a granted lock. A leaf module: it imports no other module of the crate but the
+//! [`Lease`](locksmith_core::driver::Lease) of a granted lock. A leaf module: it imports no other module of the crate but the
 //! configuration, the keys and the servers.
 
 use locksmith_core::driver::{LockName, LockRequest};

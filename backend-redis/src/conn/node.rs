@@ -167,7 +167,7 @@ impl Node {
             .collect();
         let plain = &plain;
         let cluster = self.link.is_cluster();
-        self.bounded("connecting", Resend::IfDropped, || async move {
+        self.bounded("connecting", || async move {
             let mut conn = self.link.conn().await?;
             let mut refused = None;
             if cluster {
@@ -237,19 +237,19 @@ impl Node {
         key: &str,
         call: &ScriptCall<'_>,
     ) -> Result<(Vec<i64>, Option<i64>)> {
-        self.run_confirmed(what, key, Resend::IfDropped, call).await
+        Ok(self.run_confirmed(what, key, call).await?.0)
     }
 
     /// [`Node::run_grant`] for any script whose reply starts with 1 when it wrote what replicas
-    /// must confirm (a guarded write), sent again on a dropped connection only if `resend` says so.
+    /// must confirm (a guarded write); also says whether it was sent a second time (see
+    /// [`Node::bounded_sends`]).
     pub(crate) async fn run_confirmed(
         &self,
         what: &str,
         key: &str,
-        resend: Resend,
         call: &ScriptCall<'_>,
-    ) -> Result<(Vec<i64>, Option<i64>)> {
-        self.bounded(what, resend, || async move {
+    ) -> Result<((Vec<i64>, Option<i64>), bool)> {
+        self.bounded_sends(what, || async move {
             let mut conn = self.write_conn().await?;
             let reply: Vec<i64> = call.invoke(&mut conn).await?;
             let acks = self.confirm_if(reply.first() == Some(&1), &mut conn, key).await?;
@@ -304,33 +304,35 @@ impl Node {
 
     /// Runs one request within the operation timeout, mapping the client's errors to
     /// [`LockError`]. A request that met a dropped connection (the server restarted, or closed
-    /// the connection while it was idle) is sent once more on the reconnected connection when
-    /// `resend` allows it.
-    pub(crate) async fn bounded<T, F, Fut>(&self, what: &str, resend: Resend, call: F) -> Result<T>
+    /// the connection while it sat idle) is sent once more, on the reconnected connection: most
+    /// scripts answer the same when run twice. Those whose answer can change use
+    /// [`Node::bounded_sends`].
+    pub(crate) async fn bounded<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        Ok(self.bounded_sends(what, resend, call).await?.0)
+        Ok(self.bounded_sends(what, call).await?.0)
     }
 
-    /// [`Node::bounded`], also saying whether the request was sent a second time (its first send
-    /// met a dropped connection: it may or may not have run).
-    pub(crate) async fn bounded_sends<T, F, Fut>(&self, what: &str, resend: Resend, mut call: F) -> Result<(T, bool)>
+    /// [`Node::bounded`], also saying whether the request was sent a second time. Then its first
+    /// send met a dropped connection, and may or may not have run: usually it never left the
+    /// client (the connection had been closed while idle), but it may have run with its answer
+    /// lost. A script whose second run answers differently (a release finds nothing to release,
+    /// a compare-and-set finds its own value) cannot tell which, and must say so.
+    pub(crate) async fn bounded_sends<T, F, Fut>(&self, what: &str, mut call: F) -> Result<(T, bool)>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let deadline = Instant::now() + self.op_timeout;
-        let mut resends = usize::from(resend == Resend::IfDropped);
         let mut resent = false;
         loop {
             locksmith_core::metrics::round_trip();
             match tokio::time::timeout_at(deadline, call()).await {
                 Ok(Ok(v)) => return Ok((v, resent)),
-                Ok(Err(e)) if resends > 0 && e.is_connection_dropped() => {
+                Ok(Err(e)) if !resent && e.is_connection_dropped() => {
                     self.link.failed(Some(&e));
-                    resends -= 1;
                     resent = true;
                     tracing::debug!(addr = %self.addr, error = %e, what, "redis connection dropped; sending again");
                 }
@@ -352,16 +354,6 @@ impl Node {
             }
         }
     }
-}
-
-/// Whether a request may be sent again after its connection dropped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Resend {
-    /// Once more. Most scripts answer the same when run twice; a release may not (see
-    /// [`Node::bounded_sends`] and [`crate::protocol::entry::run_release`]).
-    IfDropped,
-    /// Never: a second run could write twice (a guarded write).
-    Never,
 }
 
 /// A TTL in whole milliseconds, at least 1.

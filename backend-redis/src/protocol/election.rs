@@ -38,7 +38,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::conn::inner::Inner;
-use crate::conn::node::{Node, Resend};
+use crate::conn::node::Node;
 use crate::layout::KindKeys;
 use crate::protocol::scripts::SCRIPTS;
 use crate::wake::Subscription;
@@ -163,7 +163,7 @@ async fn pause(tx: &watch::Sender<Option<Leader>>, backoff: &mut Duration) -> bo
 /// unless renewed; or, while nobody leads, whether a candidate is about to.
 async fn read_leader(node: &Node, keys: &KindKeys) -> Result<LeaderRead> {
     let reply: Vec<Value> = node
-        .bounded("reading the leader", Resend::IfDropped, || async move {
+        .bounded("reading the leader", || async move {
             let mut conn = node.link.conn().await?;
             let call = node.call(&SCRIPTS.leader, &[&keys.holders, &keys.info, &keys.alive]);
             call.invoke(&mut conn).await

@@ -12,7 +12,7 @@ use locksmith_core::{LockError, Result};
 use crate::conn::call::ScriptCall;
 use crate::conn::fanout::{counts, fan_out};
 use crate::conn::inner::Inner;
-use crate::conn::node::{Node, Resend};
+use crate::conn::node::Node;
 
 /// Where an attempt or a waiter's step left the entry.
 #[derive(Debug)]
@@ -91,8 +91,8 @@ pub(crate) async fn grant<E: Entry>(node: &Node, entry: &E, what: &str, call: &S
 }
 
 /// Runs a script that answers 1 or 0 (`raise_fence`): `true` for 1.
-pub(crate) async fn run_flag(node: &Node, what: &str, resend: Resend, call: &ScriptCall<'_>) -> Result<bool> {
-    Ok(flag(node, what, resend, call, false).await?.0)
+pub(crate) async fn run_flag(node: &Node, what: &str, call: &ScriptCall<'_>) -> Result<bool> {
+    Ok(flag(node, what, call, false).await?.0)
 }
 
 /// Runs an entry's `RELEASE` script (answers 1 if the entry still held, and is gone now; 0 if it
@@ -107,7 +107,7 @@ pub(crate) async fn run_flag(node: &Node, what: &str, resend: Resend, call: &Scr
 /// first send" from "the lease had already ended", so it is an `Unavailable` error saying so,
 /// not a false "not held". Either way the lock is free.
 pub(crate) async fn run_release(node: &Node, call: &ScriptCall<'_>) -> Result<bool> {
-    match flag(node, "releasing", Resend::IfDropped, call, false).await? {
+    match flag(node, "releasing", call, false).await? {
         (released, false) => Ok(released),
         (true, true) => Ok(true),
         (false, true) => Err(LockError::Unavailable {
@@ -127,20 +127,14 @@ pub(crate) async fn run_release(node: &Node, call: &ScriptCall<'_>) -> Result<bo
 /// requests use), so that it reaches the server after the attempt or step it cleans up after; on
 /// another connection a step still in flight could queue the entry again after it left.
 pub(crate) async fn run_leave(node: &Node, what: &str, call: &ScriptCall<'_>) -> Result<bool> {
-    Ok(flag(node, what, Resend::IfDropped, call, true).await?.0)
+    Ok(flag(node, what, call, true).await?.0)
 }
 
 /// [`run_flag`], [`run_release`] and [`run_leave`]: over the grants' connection when
 /// `after_grants`. Also says whether the script was sent a second time.
-async fn flag(
-    node: &Node,
-    what: &str,
-    resend: Resend,
-    call: &ScriptCall<'_>,
-    after_grants: bool,
-) -> Result<(bool, bool)> {
+async fn flag(node: &Node, what: &str, call: &ScriptCall<'_>, after_grants: bool) -> Result<(bool, bool)> {
     let (done, resent): (i64, bool) = node
-        .bounded_sends(what, resend, || async move {
+        .bounded_sends(what, || async move {
             let mut conn = if after_grants {
                 node.write_conn().await?
             } else {

@@ -10,7 +10,7 @@ use locksmith_core::Result;
 
 use crate::conn::call::ScriptCall;
 use crate::conn::inner::{new_token, Inner};
-use crate::conn::node::{millis, Node, Resend};
+use crate::conn::node::{millis, Node};
 use crate::layout::LockKeys;
 use crate::protocol::entry::{fence_token, grant, run_flag, run_leave, run_release, unexpected, Entry, Turn};
 use crate::protocol::library::LuaScript;
@@ -70,7 +70,7 @@ impl MutexEntry {
     pub(crate) async fn raise_fence(&self, node: &Node, fence: u64) -> Result<bool> {
         let mut call = node.call(&SCRIPTS.raise_fence, &[&self.keys.lock, &self.keys.fence]);
         call.arg(&self.token).arg(fence);
-        run_flag(node, "raising the fencing counter", Resend::IfDropped, &call).await
+        run_flag(node, "raising the fencing counter", &call).await
     }
 }
 
@@ -143,7 +143,7 @@ pub(crate) struct RawInfo {
 /// Reads the holder and the queue length of the mutex with these keys.
 pub(crate) async fn inspect(node: &Node, keys: &LockKeys) -> Result<RawInfo> {
     let (value, pttl_ms, waiters): (Option<String>, i64, usize) = node
-        .bounded("inspecting", Resend::IfDropped, || async move {
+        .bounded("inspecting", || async move {
             let mut conn = node.link.conn().await?;
             let call = node.call(&SCRIPTS.inspect, &[&keys.lock, &keys.queue, &keys.alive]);
             call.invoke(&mut conn).await
