@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::lease::{Lease, LostReason};
 use crate::locker::Locker;
 use crate::metrics::Labels;
+use crate::release_again::{unanswered, Retry};
 
 /// A held lock. Renewed in the background while it lives; released by [`LockGuard::release`] or,
 /// in the background, when dropped (call [`Locker::shutdown`] before the process exits, so that
@@ -193,16 +194,24 @@ impl LockGuard {
         );
         let lease = self.lease.clone();
         let labels = self.labels.clone();
+        let tally = self.locker.inner().life.tally.clone();
+        let closed = self.locker.inner().life.closed.subscribe();
+        let retries = tally.clone();
         let release = async move {
+            let began = Instant::now();
             let result = bounded_release(backend.as_ref(), "releasing the lock", &lease).await;
             labels.released(&result);
             match &result {
                 Ok(()) => tracing::info!(fencing_token = lease.fencing_token, "released"),
                 Err(e) => tracing::warn!(fencing_token = lease.fencing_token, error = %e, "release failed"),
             }
+            if unanswered(&result) {
+                // The caller has its answer; the lock is freed as soon as the server answers.
+                let retry = Retry::new(backend, lease, began, closed);
+                crate::driver::cleanup::spawn_in(&retries, retry.run());
+            }
             result
         };
-        let tally = self.locker.inner().life.tally.clone();
         let in_span = span.clone();
         let (result, round_trips) = crate::metrics::counted(async move {
             // Created inside `counted`, so that the task's round trips count for this call.
@@ -239,12 +248,17 @@ impl Drop for LockGuard {
         if self.lease.lost.reason() == Some(LostReason::Shutdown) {
             return; // released by Locker::shutdown
         }
+        let closed = self.locker.inner().life.closed.subscribe();
         let release = async move {
+            let began = Instant::now();
             let result = bounded_release(backend.as_ref(), "releasing the lock", &lease).await;
             labels.released(&result);
-            match result {
+            match &result {
                 Ok(()) => tracing::debug!(lock = %lease.name, "released on drop"),
                 Err(e) => tracing::warn!(lock = %lease.name, error = %e, "release on drop failed"),
+            }
+            if unanswered(&result) {
+                Retry::new(backend, lease, began, closed).run().await;
             }
         };
         match crate::driver::cleanup::spawn_in(&self.locker.inner().life.tally, release) {

@@ -73,6 +73,7 @@ pub mod metrics;
 mod name;
 mod outage;
 mod register;
+mod release_again;
 mod rwlock;
 mod store;
 mod watchdog;

@@ -9,6 +9,9 @@
 //!   that stops forwarding): `try_acquire`, `acquire` with a timeout, `inspect` and `release`
 //!   end within their bound (the caller's timeout, else the backend's request timeout) with
 //!   `Unavailable`, and a held lock's `lost()` fires within its TTL.
+//! - **A release that got no answer** (cut off, or failed with `Unavailable`, or a dropped
+//!   guard's), its request lost with the connection: the lock is free within about the request
+//!   timeout once the server answers again, not after its TTL.
 //!
 //! Each bound is checked with a margin of [`MARGIN`]: generous against a loaded machine, far
 //! below what a call that waits for the client library's own reconnect would take (tens of
@@ -183,6 +186,66 @@ where
     for (other_held, level) in [(true, Level::Guard), (true, Level::Backend), (false, Level::Guard)] {
         release_cut_off_and_lost(upstream, request_timeout, &connect, &direct, other_held, level).await;
     }
+    // So does a release that failed for want of an answer, or a dropped guard's.
+    for dropped in [false, true] {
+        failed_release_frees_once_answered(upstream, request_timeout, &connect, &direct, dropped).await;
+    }
+}
+
+/// The TTL of the lock whose release fails in [`failed_release_frees_once_answered`]: long beside
+/// the request timeout, so that a lock freed only by its TTL shows. (At most a Redis test
+/// server's `restart_delay`; session backends use their session's TTL instead.)
+const LONG_TTL: Duration = Duration::from_secs(12);
+
+/// A release that failed behind a silent server (an explicit `release()` answered `Unavailable`,
+/// or a dropped guard's release in the background), its request then lost with the connection,
+/// is tried again: once the server answers again, `direct` gets the lock within about the
+/// request timeout, not after the rest of the lock's TTL.
+async fn failed_release_frees_once_answered<F, Fut>(
+    upstream: &str,
+    request_timeout: Duration,
+    connect: &F,
+    direct: &Locker,
+    dropped: bool,
+) where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Locker>,
+{
+    let proxy = Proxy::start(upstream).await;
+    let locker = connect(proxy.addr()).await;
+    let name = unique_name("deadline_release_failed");
+    let guard = locker.lock(&name).ttl(LONG_TTL).acquire().await.expect("acquire");
+    proxy.set(Mode::FREEZE);
+    if dropped {
+        drop(guard);
+        // Long enough for the drop's first try to fail.
+        tokio::time::sleep(request_timeout + Duration::from_millis(500)).await;
+    } else {
+        let released = within(
+            request_timeout + MARGIN,
+            "a release behind a silent server",
+            guard.release(),
+        )
+        .await;
+        assert!(
+            matches!(released, Err(LockError::Unavailable { .. })),
+            "a release behind a silent server: {released:?}"
+        );
+    }
+    proxy.set(Mode::Cut); // what was sent is lost with the connection
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set(Mode::Forward);
+    let resumed = Instant::now();
+    let what = format!("the lock after a release that got no answer (guard dropped: {dropped})");
+    let taken = within(LONG_TTL * 2, &what, direct.lock(&name).ttl(TTL).acquire())
+        .await
+        .expect("acquire");
+    let took = resumed.elapsed();
+    taken.release().await.expect("release");
+    assert!(
+        took <= request_timeout + MARGIN,
+        "{what}: free {took:?} after the server answered again, TTL {LONG_TTL:?}: the release was not tried again"
+    );
 }
 
 /// Where [`release_cut_off_and_lost`] cuts the release off.
