@@ -82,7 +82,11 @@ impl Locker {
     /// A locker over a shared backend.
     pub fn from_arc(backend: Arc<dyn LockBackend>) -> Self {
         let life = Arc::new(Life::default());
-        let watchdog = Arc::new(Watchdog::new(backend.clone(), life.tally.clone()));
+        let watchdog = Arc::new(Watchdog::new(
+            backend.clone(),
+            life.tally.clone(),
+            life.closed.subscribe(),
+        ));
         Locker {
             inner: Arc::new(Inner {
                 backend,

@@ -1,8 +1,9 @@
 //! A release that failed for want of an answer (the server down, partitioned away, or too slow)
 //! is tried again in the background, so that the lock is free as soon as the server answers
 //! again, not only once the rest of its TTL has run out. [`crate::LockGuard::release`] promises
-//! it and a dropped guard does it; this module does it once, for every backend (the shared
-//! conformance suite checks it: `conformance::deadlines`).
+//! it, a dropped guard does it, and so does the watchdog's release of a lease it ended (after
+//! `max_hold`, or a renewal that failed); this module does it once, for every backend (the
+//! shared conformance suite checks it: `conformance::deadlines`).
 //!
 //! The tries end at the first answer (released, or not held any more), once the lease has surely
 //! ended (a TTL after the first try began: nothing has renewed it since), or when the locker is

@@ -20,13 +20,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::LockBackend;
 use crate::driver::cleanup::Tally;
 use crate::lease::{Lease, LostReason};
+use crate::release_again::{unanswered, Retry};
 
 /// How long the task stays after its last lease ended, waiting for the next one.
 const LINGER: Duration = Duration::from_secs(10);
@@ -45,6 +46,8 @@ struct Shared {
     backend: Arc<dyn LockBackend>,
     /// The Locker's clean-up tally: releases of lost leases are counted there.
     tally: Tally,
+    /// The Locker's shutdown: a release that got no answer is not tried again after it.
+    closed: watch::Receiver<bool>,
     state: Mutex<State>,
     wake: Arc<Notify>,
 }
@@ -76,11 +79,12 @@ impl Entry {
 }
 
 impl Watchdog {
-    pub(crate) fn new(backend: Arc<dyn LockBackend>, tally: Tally) -> Self {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, tally: Tally, closed: watch::Receiver<bool>) -> Self {
         Watchdog {
             shared: Arc::new(Shared {
                 backend,
                 tally,
+                closed,
                 state: Mutex::new(State::default()),
                 wake: Arc::new(Notify::new()),
             }),
@@ -331,20 +335,31 @@ fn fire_lost(lease: &Lease, reason: LostReason) {
 }
 
 /// Fires the lost signal and releases in the background (a clean-up of the Locker, which
-/// [`crate::Locker::shutdown`] waits for) whatever may still be ours on the server.
+/// [`crate::Locker::shutdown`] waits for) whatever may still be ours on the server: after
+/// `max_hold` the whole lease, after a failed renewal what is left of it. A release that got no
+/// answer is tried again (see [`crate::release_again`]).
 fn end_lease(shared: &Shared, lease: Lease, reason: LostReason) {
     let backend = shared.backend.clone();
+    let closed = shared.closed.clone();
     // Fire first: the holder must stop acting as one before the lock can pass to someone else.
     fire_lost(&lease, reason);
     crate::driver::cleanup::spawn_in(&shared.tally, async move {
-        match crate::backend::bounded_release(backend.as_ref(), "releasing a lost lock", &lease).await {
+        let began = Instant::now();
+        let result = crate::backend::bounded_release(backend.as_ref(), "releasing a lost lock", &lease).await;
+        match &result {
             Ok(()) => {}
             Err(e) if e.is_not_held() => {
                 tracing::debug!(lock = %lease.name, error = %e, "release after loss found nothing to release");
             }
+            Err(e) if unanswered(&result) => {
+                tracing::warn!(lock = %lease.name, error = %e, "release after loss got no answer; trying again while the lease may last");
+            }
             Err(e) => {
                 tracing::warn!(lock = %lease.name, error = %e, "release after loss failed; the lock expires after its TTL");
             }
+        }
+        if unanswered(&result) {
+            Retry::new(backend, lease, began, closed).run().await;
         }
     });
 }

@@ -186,9 +186,9 @@ where
     for (other_held, level) in [(true, Level::Guard), (true, Level::Backend), (false, Level::Guard)] {
         release_cut_off_and_lost(upstream, request_timeout, &connect, &direct, other_held, level).await;
     }
-    // So does a release that failed for want of an answer, or a dropped guard's.
-    for dropped in [false, true] {
-        failed_release_frees_once_answered(upstream, request_timeout, &connect, &direct, dropped).await;
+    // So does a release that got no answer: an explicit one, a dropped guard's, the watchdog's.
+    for ended in [Ended::Released, Ended::Dropped, Ended::MaxHold] {
+        failed_release_frees_once_answered(upstream, request_timeout, &connect, &direct, ended).await;
     }
 }
 
@@ -197,16 +197,27 @@ where
 /// server's `restart_delay`; session backends use their session's TTL instead.)
 const LONG_TTL: Duration = Duration::from_secs(12);
 
-/// A release that failed behind a silent server (an explicit `release()` answered `Unavailable`,
-/// or a dropped guard's release in the background), its request then lost with the connection,
-/// is tried again: once the server answers again, `direct` gets the lock within about the
-/// request timeout, not after the rest of the lock's TTL.
+/// How the holder ends its lease in [`failed_release_frees_once_answered`].
+#[derive(Clone, Copy, Debug)]
+enum Ended {
+    /// `release()`, which answers `Unavailable`.
+    Released,
+    /// The guard is dropped (released in the background).
+    Dropped,
+    /// The watchdog ends it at `max_hold` (and releases it in the background).
+    MaxHold,
+}
+
+/// A release that got no answer behind a silent server (an explicit `release()`, a dropped
+/// guard's, or the watchdog's at `max_hold`), its request then lost with the connection, is
+/// tried again: once the server answers again, `direct` gets the lock within about the request
+/// timeout, not after the rest of the lock's TTL.
 async fn failed_release_frees_once_answered<F, Fut>(
     upstream: &str,
     request_timeout: Duration,
     connect: &F,
     direct: &Locker,
-    dropped: bool,
+    ended: Ended,
 ) where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Locker>,
@@ -214,29 +225,45 @@ async fn failed_release_frees_once_answered<F, Fut>(
     let proxy = Proxy::start(upstream).await;
     let locker = connect(proxy.addr()).await;
     let name = unique_name("deadline_release_failed");
-    let guard = locker.lock(&name).ttl(LONG_TTL).acquire().await.expect("acquire");
-    proxy.set(Mode::FREEZE);
-    if dropped {
-        drop(guard);
-        // Long enough for the drop's first try to fail.
-        tokio::time::sleep(request_timeout + Duration::from_millis(500)).await;
-    } else {
-        let released = within(
-            request_timeout + MARGIN,
-            "a release behind a silent server",
-            guard.release(),
-        )
-        .await;
-        assert!(
-            matches!(released, Err(LockError::Unavailable { .. })),
-            "a release behind a silent server: {released:?}"
-        );
+    let max_hold = Duration::from_secs(1);
+    let mut held = locker.lock(&name).ttl(LONG_TTL);
+    if let Ended::MaxHold = ended {
+        held = held.max_hold(max_hold);
     }
+    let guard = held.acquire().await.expect("acquire");
+    proxy.set(Mode::FREEZE);
+    // Long enough for a background release's first try to fail.
+    let first_try_failed = request_timeout + Duration::from_millis(500);
+    let _kept = match ended {
+        Ended::Released => {
+            let released = within(
+                request_timeout + MARGIN,
+                "a release behind a silent server",
+                guard.release(),
+            )
+            .await;
+            assert!(
+                matches!(released, Err(LockError::Unavailable { .. })),
+                "a release behind a silent server: {released:?}"
+            );
+            None
+        }
+        Ended::Dropped => {
+            drop(guard);
+            tokio::time::sleep(first_try_failed).await;
+            None
+        }
+        Ended::MaxHold => {
+            tokio::time::sleep(max_hold + first_try_failed).await;
+            assert!(!guard.is_held(), "max_hold passed: the guard must say it is over");
+            Some(guard) // dropped at the end: its own release finds nothing
+        }
+    };
     proxy.set(Mode::Cut); // what was sent is lost with the connection
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.set(Mode::Forward);
     let resumed = Instant::now();
-    let what = format!("the lock after a release that got no answer (guard dropped: {dropped})");
+    let what = format!("the lock after a release that got no answer ({ended:?})");
     let taken = within(LONG_TTL * 2, &what, direct.lock(&name).ttl(TTL).acquire())
         .await
         .expect("acquire");
