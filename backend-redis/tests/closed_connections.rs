@@ -30,21 +30,7 @@ struct OwnUser {
 impl OwnUser {
     async fn new(tag: &str) -> OwnUser {
         let user = format!("locksmith-{}", unique_name(tag).replace('/', "-"));
-        let base = common::redis_url();
-        let mut admin = common::admin(&base).await;
-        redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg(&user)
-            .arg("on")
-            .arg(">closed-pass")
-            .arg("~*")
-            .arg("&*")
-            .arg("+@all")
-            .exec_async(&mut admin)
-            .await
-            .expect("ACL SETUSER");
-        let rest = base.strip_prefix("redis://").expect("a redis:// URL");
-        let holder = common::locker(&format!("redis://{user}:closed-pass@{rest}")).await;
+        let holder = common::locker(&common::url_as_user(&user, "closed-pass", &[], "").await).await;
         OwnUser { user, holder }
     }
 

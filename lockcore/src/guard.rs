@@ -8,12 +8,11 @@ use tracing::Instrument;
 
 use tokio::time::Instant;
 
-use crate::backend::bounded_release;
 use crate::error::Result;
 use crate::lease::{Lease, LostReason};
 use crate::locker::Locker;
 use crate::metrics::Labels;
-use crate::release_again::{unanswered, Retry};
+use crate::release_again::release_once;
 
 /// A held lock. Renewed in the background while it lives; released by [`LockGuard::release`] or,
 /// in the background, when dropped (call [`Locker::shutdown`] before the process exits, so that
@@ -198,16 +197,14 @@ impl LockGuard {
         let closed = self.locker.inner().life.closed.subscribe();
         let retries = tally.clone();
         let release = async move {
-            let began = Instant::now();
-            let result = bounded_release(backend.as_ref(), "releasing the lock", &lease).await;
+            let (result, retry) = release_once(&backend, &lease, "releasing the lock", closed).await;
             labels.released(&result);
             match &result {
                 Ok(()) => tracing::info!(fencing_token = lease.fencing_token, "released"),
                 Err(e) => tracing::warn!(fencing_token = lease.fencing_token, error = %e, "release failed"),
             }
-            if unanswered(&result) {
+            if let Some(retry) = retry {
                 // The caller has its answer; the lock is freed as soon as the server answers.
-                let retry = Retry::new(backend, lease, began, closed);
                 crate::driver::cleanup::spawn_in(&retries, retry.run());
             }
             result
@@ -250,15 +247,14 @@ impl Drop for LockGuard {
         }
         let closed = self.locker.inner().life.closed.subscribe();
         let release = async move {
-            let began = Instant::now();
-            let result = bounded_release(backend.as_ref(), "releasing the lock", &lease).await;
+            let (result, retry) = release_once(&backend, &lease, "releasing the lock", closed).await;
             labels.released(&result);
             match &result {
                 Ok(()) => tracing::debug!(lock = %lease.name, "released on drop"),
                 Err(e) => tracing::warn!(lock = %lease.name, error = %e, "release on drop failed"),
             }
-            if unanswered(&result) {
-                Retry::new(backend, lease, began, closed).run().await;
+            if let Some(retry) = retry {
+                retry.run().await;
             }
         };
         match crate::driver::cleanup::spawn_in(&self.locker.inner().life.tally, release) {

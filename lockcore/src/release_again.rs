@@ -25,11 +25,26 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// Whether a release's outcome calls for another try: the backend did not answer.
-pub(crate) fn unanswered(outcome: &Result<()>) -> bool {
+fn unanswered(outcome: &Result<()>) -> bool {
     matches!(outcome, Err(LockError::Unavailable { .. }))
 }
 
-/// What a release that begins now needs to try again later.
+/// One try of the release of `lease`, bounded by the backend's request timeout (`what` names it
+/// in the error): its outcome, and the tries again it calls for if the backend did not answer
+/// (run them with [`Retry::run`]); `closed`: the locker's shutdown.
+pub(crate) async fn release_once(
+    backend: &Arc<dyn LockBackend>,
+    lease: &Lease,
+    what: &str,
+    closed: watch::Receiver<bool>,
+) -> (Result<()>, Option<Retry>) {
+    let began = Instant::now();
+    let outcome = bounded_release(backend.as_ref(), what, lease).await;
+    let retry = unanswered(&outcome).then(|| Retry::new(backend.clone(), lease.clone(), began, closed));
+    (outcome, retry)
+}
+
+/// The tries again of a release that got no answer.
 pub(crate) struct Retry {
     backend: Arc<dyn LockBackend>,
     lease: Lease,
@@ -41,12 +56,7 @@ pub(crate) struct Retry {
 impl Retry {
     /// For the release of `lease` on `backend` whose first try began at `began`; `closed`: the
     /// locker's shutdown.
-    pub(crate) fn new(
-        backend: Arc<dyn LockBackend>,
-        lease: Lease,
-        began: Instant,
-        closed: watch::Receiver<bool>,
-    ) -> Retry {
+    fn new(backend: Arc<dyn LockBackend>, lease: Lease, began: Instant, closed: watch::Receiver<bool>) -> Retry {
         let until = began
             .checked_add(lease.ttl)
             .unwrap_or_else(|| began + Duration::from_secs(86_400));
@@ -59,8 +69,8 @@ impl Retry {
     }
 
     /// Tries the release again, with backoff, until the backend answers, the lease has surely
-    /// ended, or the locker is shut down: the backend's answer, or `None` if none came.
-    pub(crate) async fn run(mut self) -> Option<Result<()>> {
+    /// ended, or the locker is shut down; logs how it ended.
+    pub(crate) async fn run(mut self) {
         let mut pause = FIRST_PAUSE;
         let mut tries = 0u32;
         let answer = loop {
@@ -82,11 +92,10 @@ impl Retry {
             pause = (pause * 2).min(MAX_PAUSE);
         };
         let lock = &self.lease.name;
-        match &answer {
+        match answer {
             Some(Ok(())) => tracing::info!(%lock, tries, "released, after a release the backend did not answer"),
             Some(Err(e)) => tracing::debug!(%lock, tries, error = %e, "released again: not held any more"),
             None => tracing::debug!(%lock, tries, "no answer to the release; the lock expires with its TTL"),
         }
-        answer
     }
 }

@@ -27,7 +27,7 @@ use tracing::Instrument;
 use crate::backend::LockBackend;
 use crate::driver::cleanup::Tally;
 use crate::lease::{Lease, LostReason};
-use crate::release_again::{unanswered, Retry};
+use crate::release_again::release_once;
 
 /// How long the task stays after its last lease ended, waiting for the next one.
 const LINGER: Duration = Duration::from_secs(10);
@@ -344,22 +344,21 @@ fn end_lease(shared: &Shared, lease: Lease, reason: LostReason) {
     // Fire first: the holder must stop acting as one before the lock can pass to someone else.
     fire_lost(&lease, reason);
     crate::driver::cleanup::spawn_in(&shared.tally, async move {
-        let began = Instant::now();
-        let result = crate::backend::bounded_release(backend.as_ref(), "releasing a lost lock", &lease).await;
+        let (result, retry) = release_once(&backend, &lease, "releasing a lost lock", closed).await;
         match &result {
             Ok(()) => {}
             Err(e) if e.is_not_held() => {
                 tracing::debug!(lock = %lease.name, error = %e, "release after loss found nothing to release");
             }
-            Err(e) if unanswered(&result) => {
+            Err(e) if retry.is_some() => {
                 tracing::warn!(lock = %lease.name, error = %e, "release after loss got no answer; trying again while the lease may last");
             }
             Err(e) => {
                 tracing::warn!(lock = %lease.name, error = %e, "release after loss failed; the lock expires after its TTL");
             }
         }
-        if unanswered(&result) {
-            Retry::new(backend, lease, began, closed).run().await;
+        if let Some(retry) = retry {
+            retry.run().await;
         }
     });
 }

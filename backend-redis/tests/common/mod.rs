@@ -188,27 +188,35 @@ pub const NO_FUNCTIONS_USER: &str = "locksmith-no-functions";
 /// locksmith must fall back to plain scripts (`EVALSHA`). Creates the user (again: the same
 /// rules, so tests may race on it).
 pub async fn url_without_functions(options: &str) -> String {
+    url_as_user(
+        NO_FUNCTIONS_USER,
+        "no-functions-pass",
+        &["-function", "-fcall", "-fcall_ro"],
+        options,
+    )
+    .await
+}
+
+/// The single test server's URL (with `options`) as `user` (password `password`), a user with
+/// every right but those `taken` away (ACL rules such as `-fcall`). Creates the user, or sets the
+/// same rules again.
+pub async fn url_as_user(user: &str, password: &str, taken: &[&str], options: &str) -> String {
     let base = redis_url();
     let mut conn = admin(&base).await;
     redis::cmd("ACL")
         .arg("SETUSER")
-        .arg(NO_FUNCTIONS_USER)
+        .arg(user)
         .arg("on")
-        .arg(">no-functions-pass")
+        .arg(format!(">{password}"))
         .arg("~*")
         .arg("&*")
         .arg("+@all")
-        .arg("-function")
-        .arg("-fcall")
-        .arg("-fcall_ro")
+        .arg(taken)
         .exec_async(&mut conn)
         .await
         .expect("ACL SETUSER");
     let rest = base.strip_prefix("redis://").expect("a redis:// URL");
-    with_options(
-        &format!("redis://{NO_FUNCTIONS_USER}:no-functions-pass@{rest}"),
-        options,
-    )
+    with_options(&format!("redis://{user}:{password}@{rest}"), options)
 }
 
 /// The conformance harness over one Redis server with the given URL options.
