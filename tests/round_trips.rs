@@ -104,12 +104,12 @@ async fn every_server_backend_counts_its_requests() {
     }
 }
 
-/// PostgreSQL: an uncontended try, acquire or release of a mutex is one statement (a function of
-/// `alone.sql`, its own transaction): one round trip. A try that finds the lock taken is one too
-/// (the function answers that someone is there). Otherwise a step is a transaction of several
-/// statements (`BEGIN`, lock the row, prune, read the queue, the step's own, `NOTIFY`, `COMMIT`).
-/// The first use of a statement on a connection prepares it: one more (the busy try, on the
-/// second locker's connection).
+/// PostgreSQL: an uncontended try, acquire or release of a mutex is one statement (an update of
+/// the lock's row, its own transaction): one round trip. A try that finds the lock taken is one
+/// too (the statement answers that a holder is there). Otherwise a step is a transaction of
+/// several statements (`BEGIN`, lock the row, prune, read the queue, the step's own, `NOTIFY`,
+/// `COMMIT`). The first use of a statement on a connection prepares it: one more (the busy try,
+/// on the second locker's connection; the acquire, whose statement is not the try's).
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_counts_its_requests() {
@@ -118,5 +118,5 @@ async fn postgres_counts_its_requests() {
     let seen = measure(&url).await;
     check(&url, &seen, 2);
     let total: u64 = seen.iter().map(|(_, n)| n).sum();
-    assert!(total <= 6, "{url}: {seen:?}");
+    assert!(total <= 7, "{url}: {seen:?}");
 }

@@ -71,14 +71,15 @@ impl PgBackend {
         let seg = segment(family, name);
         let guard = self.conn.client().await?;
         let client = guard.as_ref().ok_or(LockError::Closed)?;
-        let n = client
-            .execute(&self.conn.sql.delete_holders, &[&seg])
+        let n: i64 = client
+            .query_one(&self.conn.sql.delete_holders, &[&seg])
             .await
+            .and_then(|row| row.try_get(0))
             .map_err(|e| pg_error("deleting holders", e))?;
         drop(guard);
         // A step passes the lock on, as the holders' expiry would have.
         self.conn.step(&seg, Op::Sweep, Duration::ZERO).await?;
-        Ok(n)
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 }
 

@@ -1,29 +1,47 @@
 //! Guarded writes ([`locksmith_core::Guarded`]): one statement (its own transaction) whose CTE finds the
-//! holder's entry with its token and a lease that is live by the server's clock, and locks it
-//! `FOR SHARE`, and whose write happens only if it found it (`layout.rs`'s `guarded_*`). A step
-//! that would remove the entry (a release, a prune of an expired lease, the grant to the next
-//! holder) waits for that lock, so the write commits before the lock can change hands, or not at
-//! all. The store is the schema's `data` table (`sql/data.sql`): one row per key.
+//! holder, with its token and a lease that is live by the server's clock, and locks it `FOR
+//! SHARE`, and whose write happens only if it found it (`layout.rs`'s `guarded_*`). The holder is
+//! its entry, or the lock's row where an uncontended holder is kept (`sql/schema.sql`). A step
+//! that would remove it (a release, a prune of an expired lease, the grant to the next holder)
+//! waits for that lock, so the write commits before the lock can change hands, or not at all.
+//! The store is the schema's `data` table (`sql/data.sql`): one row per key.
+//!
+//! A holder found in neither place is looked for once more, in a statement of its own: a step
+//! that moved it from the lock's row into the entries while the first statement ran (`lock_row`)
+//! left it where that statement's snapshot could not see it, and had committed before the second
+//! one began. Nothing was written the first time (the write needs the holder found).
 
 use locksmith_core::driver::{GuardedWrite, Lease};
 use locksmith_core::{LockError, Result};
 use tokio_postgres::types::ToSql;
 
 use crate::conn::Conn;
+use crate::layout::segment;
 use crate::protocol::queue::entry_id;
 
 /// Applies `write` if `lease` still holds (see the module docs).
 pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> Result<bool> {
+    for _ in 0..2 {
+        if let Some(applied) = attempt(conn, lease, write).await? {
+            return Ok(applied);
+        }
+    }
+    Err(LockError::not_held(lease.name.as_str()))
+}
+
+/// One statement: whether `write` applied, or `None` if the holder was not found.
+async fn attempt(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> Result<Option<bool>> {
     let id = entry_id(&lease.holder_id);
     let token = i64::try_from(lease.fencing_token).unwrap_or(i64::MAX);
+    let seg = segment(lease.kind.family(), &lease.name);
     let sql = &conn.sql;
     let row = match write {
         GuardedWrite::Put { key, value } => {
-            let params: [&(dyn ToSql + Sync); 4] = [&id, &token, key, value];
+            let params: [&(dyn ToSql + Sync); 5] = [&id, &token, &seg, key, value];
             conn.one_statement(&sql.guarded_put, &params).await
         }
         GuardedWrite::Delete { key } => {
-            let params: [&(dyn ToSql + Sync); 3] = [&id, &token, key];
+            let params: [&(dyn ToSql + Sync); 4] = [&id, &token, &seg, key];
             conn.one_statement(&sql.guarded_delete, &params).await
         }
         GuardedWrite::CompareAndSet {
@@ -31,7 +49,7 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
             expected: Some(expected),
             value,
         } => {
-            let params: [&(dyn ToSql + Sync); 5] = [&id, &token, key, value, expected];
+            let params: [&(dyn ToSql + Sync); 6] = [&id, &token, &seg, key, value, expected];
             conn.one_statement(&sql.guarded_swap, &params).await
         }
         GuardedWrite::CompareAndSet {
@@ -39,7 +57,7 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
             expected: None,
             value,
         } => {
-            let params: [&(dyn ToSql + Sync); 4] = [&id, &token, key, value];
+            let params: [&(dyn ToSql + Sync); 5] = [&id, &token, &seg, key, value];
             conn.one_statement(&sql.guarded_insert, &params).await
         }
         _ => return Err(LockError::InvalidOption(format!("PostgreSQL cannot apply {write:?}"))),
@@ -48,10 +66,7 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
         .map_err(with_grant_hint)?
         .ok_or_else(|| LockError::Protocol("a guarded write answered no row".into()))?;
     let (held, applied): (bool, bool) = (column(&row, 0)?, column(&row, 1)?);
-    if !held {
-        return Err(LockError::not_held(lease.name.as_str()));
-    }
-    Ok(applied)
+    Ok(held.then_some(applied))
 }
 
 /// Reads `key` (a plain read).

@@ -41,17 +41,25 @@ pub(crate) struct Sql {
     pub create: String,
     /// Reads the format version.
     pub version: String,
-    /// Migrates the tables of version 1 to 5 to version 6 (`migrate.sql`), several statements.
+    /// Migrates the tables of version 1 to 6 to version 7 (`migrate.sql`), several statements.
     pub migrate: String,
-    /// `alone.sql`'s `grant_alone`: `$1` segment, `$2` id, `$3` owner, `$4` ttl ms, `$5` pid, `$6` host.
-    pub grant_alone: String,
-    /// `alone.sql`'s `leave_exclusive`: `$1` segment, `$2` id, `$3` the NOTIFY channel.
-    pub leave_exclusive: String,
+    /// Grants lock `$1` to `$2` in its row (schema.sql) if nobody holds it there and no entry is
+    /// queued: one upsert that decides on the row alone, as the raw floor's does. Its token, or
+    /// no row. `$3` owner, `$4` ttl ms, `$5` pid, `$6` host.
+    pub grant_in_row: String,
+    /// `grant_in_row` for a `try_acquire`, whose answer is final only when the lock is held:
+    /// also answers whether the row, as the statement found it, was not `queued` (the lock was
+    /// then free, or held by a holder kept in the row; else the full step must decide).
+    pub try_in_row: String,
+    /// `$2` leaves lock `$1`: freed from the lock's row in one `UPDATE` if it is kept there and
+    /// live, else `alone.sql`'s `leave_exclusive` (`$3` its NOTIFY channel), which only then
+    /// runs (a `CASE` evaluates one branch). True, or NULL: take the full step.
+    pub leave: String,
     /// Restarts the lease of entry `$1` if it holds one that is live; returns its token.
     pub confirm: String,
     /// The guarded writes (`guarded.rs`), one statement each: `$1` the holder's entry id, `$2`
-    /// its token, `$3` the key, `$4` the value, `$5` the expected value. Each answers (held,
-    /// applied). A put.
+    /// its token, `$3` its lock's segment, `$4` the key, `$5` the value, `$6` the expected value.
+    /// Each answers (held, applied). A put.
     pub guarded_put: String,
     /// A guarded delete.
     pub guarded_delete: String,
@@ -61,7 +69,8 @@ pub(crate) struct Sql {
     pub guarded_insert: String,
     /// The value of key `$1`.
     pub guarded_read: String,
-    /// Inserts the lock's row if missing and locks it; returns `last_token`.
+    /// `alone.sql`'s `lock_row`: inserts the lock's row if missing, locks it and moves a holder
+    /// kept in it into the entries; returns its token.
     pub lock_row: String,
     /// `prune.sql`.
     pub prune: String,
@@ -83,16 +92,17 @@ pub(crate) struct Sql {
     pub sweep: String,
     /// The end of a step that changed lock `$1`'s queue, in one statement: moves its `since`
     /// (schema.sql) up to its first entry, or with none left to `$2` (one past the last entry
-    /// the step read; NULL: where it is), never back, and NOTIFYs channel `$3` with payload `$4`.
-    /// Run with the lock's row locked.
+    /// the step read; NULL: where it is), never back, sets whether entries are `queued`, and
+    /// NOTIFYs channel `$3` with payload `$4`. Run with the lock's row locked.
     pub advance_and_notify: String,
     /// Removes entry `$1`; returns whether it held.
     pub delete: String,
-    /// Removes a locker's owner row and entries.
+    /// Removes a locker's owner row and entries (`$1` its id) and frees the holders it kept in
+    /// lock rows (`$2` their segments, `$3` their ids); returns the segments of the entries.
     pub close: String,
     /// `list`: segments in use with their number of entries.
     pub list: String,
-    /// Removes the holders of lock `$1`, as an operator would (tests).
+    /// Removes the holders of lock `$1`, as an operator would (tests); returns how many.
     pub delete_holders: String,
 }
 
@@ -119,16 +129,32 @@ pub(crate) fn setup_sql(schema: &str, role: Option<&str>) -> String {
 }
 
 /// A guarded write's statement: `write` (a data-modifying statement that writes only if the CTE
-/// `held` has a row) after the check of the holder's entry (`$1` id, `$2` token), live by the
-/// server's clock and locked `FOR SHARE`, so that no step removes it before this one commits.
-/// Answers (held, applied).
+/// `held` has a row) after the check of the holder (`$1` id, `$2` token, `$3` its lock's
+/// segment), live by the server's clock and locked `FOR SHARE`, so that no step removes it
+/// before this one commits: its entry, or the lock's row where it is kept (schema.sql). Answers
+/// (held, applied).
 fn guarded(write: &str) -> String {
     format!(
-        "WITH held AS (SELECT 1 FROM {{schema}}.entries \
+        "WITH in_entries AS (SELECT 1 FROM {{schema}}.entries \
          WHERE id = $1 AND token = $2::bigint AND expires_at > clock_timestamp() FOR SHARE), \
+         in_row AS (SELECT 1 FROM {{schema}}.locks WHERE segment = $3 AND holder = $1 \
+         AND token = $2::bigint AND holder_expires > clock_timestamp() FOR SHARE), \
+         held AS (SELECT 1 FROM in_entries UNION ALL SELECT 1 FROM in_row), \
          w AS ({write}) SELECT EXISTS (SELECT 1 FROM held), EXISTS (SELECT 1 FROM w)"
     )
 }
+
+/// The upsert of `grant_in_row` (see [`Sql::grant_in_row`]).
+const GRANT_IN_ROW: &str = "INSERT INTO {schema}.locks AS l (segment, token, queued, holder, holder_owner, \
+     holder_ttl_ms, holder_expires, holder_pid, holder_host) \
+     VALUES ($1, {schema}.token_after(0), false, $2, $3, $4::bigint, \
+     clock_timestamp() + $4::bigint * interval '1 millisecond', $5, $6) \
+     ON CONFLICT (segment) DO UPDATE SET token = {schema}.token_after(l.token), \
+     holder = excluded.holder, holder_owner = excluded.holder_owner, \
+     holder_ttl_ms = excluded.holder_ttl_ms, holder_expires = excluded.holder_expires, \
+     holder_pid = excluded.holder_pid, holder_host = excluded.holder_host \
+     WHERE NOT l.queued AND (l.holder IS NULL OR l.holder_expires <= clock_timestamp()) \
+     RETURNING l.token";
 
 impl Sql {
     /// The statements of `schema` (an identifier of `[a-z_][a-z0-9_]*`, checked by `config.rs`).
@@ -139,32 +165,40 @@ impl Sql {
             create: fill(include_str!("sql/schema.sql")),
             version: fill("SELECT value FROM {schema}.meta WHERE key = 'version'"),
             migrate: fill(include_str!("sql/migrate.sql")),
-            grant_alone: fill("SELECT {schema}.grant_alone($1, $2, $3, $4::bigint, $5, $6)"),
-            leave_exclusive: fill("SELECT {schema}.leave_exclusive($1, $2, $3)"),
+            grant_in_row: fill(GRANT_IN_ROW),
+            // The outer reads see the row as it was when the statement began (not the CTE's
+            // write): held by a holder in the row then, the lock is busy now, or was.
+            try_in_row: fill(&format!(
+                "WITH taken AS ({GRANT_IN_ROW}) SELECT (SELECT token FROM taken), \
+                 EXISTS (SELECT 1 FROM {{schema}}.locks WHERE segment = $1 AND NOT queued)"
+            )),
+            leave: fill(
+                "WITH freed AS (UPDATE {schema}.locks SET holder = NULL \
+                 WHERE segment = $1 AND holder = $2 AND holder_expires > clock_timestamp() RETURNING 1) \
+                 SELECT CASE WHEN EXISTS (SELECT 1 FROM freed) THEN true \
+                 ELSE {schema}.leave_exclusive($1, $2, $3) END",
+            ),
             confirm: fill(
                 "UPDATE {schema}.entries SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' \
                  WHERE id = $1 AND token IS NOT NULL AND expires_at > clock_timestamp() RETURNING token",
             ),
             guarded_put: fill(&guarded(
-                "INSERT INTO {schema}.data (key, value) SELECT $3, $4::bytea FROM held \
+                "INSERT INTO {schema}.data (key, value) SELECT $4, $5::bytea FROM held \
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value RETURNING 1",
             )),
             guarded_delete: fill(&guarded(
-                "DELETE FROM {schema}.data WHERE key = $3 AND EXISTS (SELECT 1 FROM held) RETURNING 1",
+                "DELETE FROM {schema}.data WHERE key = $4 AND EXISTS (SELECT 1 FROM held) RETURNING 1",
             )),
             guarded_swap: fill(&guarded(
-                "UPDATE {schema}.data SET value = $4::bytea \
-                 WHERE key = $3 AND value = $5::bytea AND EXISTS (SELECT 1 FROM held) RETURNING 1",
+                "UPDATE {schema}.data SET value = $5::bytea \
+                 WHERE key = $4 AND value = $6::bytea AND EXISTS (SELECT 1 FROM held) RETURNING 1",
             )),
             guarded_insert: fill(&guarded(
-                "INSERT INTO {schema}.data (key, value) SELECT $3, $4::bytea FROM held \
+                "INSERT INTO {schema}.data (key, value) SELECT $4, $5::bytea FROM held \
                  ON CONFLICT (key) DO NOTHING RETURNING 1",
             )),
             guarded_read: fill("SELECT value FROM {schema}.data WHERE key = $1"),
-            lock_row: fill(
-                "INSERT INTO {schema}.locks (segment) VALUES ($1) ON CONFLICT (segment) \
-                 DO UPDATE SET last_token = {schema}.locks.last_token RETURNING last_token",
-            ),
+            lock_row: fill("SELECT {schema}.lock_row($1)"),
             prune: fill(include_str!("sql/prune.sql")),
             queue: fill(include_str!("sql/queue.sql")),
             renew: fill(include_str!("sql/renew.sql")),
@@ -179,7 +213,7 @@ impl Sql {
                  CASE WHEN $7::bigint IS NULL THEN NULL ELSE clock_timestamp() + $6::bigint * interval '1 millisecond' END, $8, $9)",
             ),
             next_token: fill(
-                "UPDATE {schema}.locks SET last_token = {schema}.token_after(last_token) WHERE segment = $1 RETURNING last_token",
+                "UPDATE {schema}.locks SET token = {schema}.token_after(token) WHERE segment = $1 RETURNING token",
             ),
             grant: fill(
                 "UPDATE {schema}.entries SET token = $2, \
@@ -194,17 +228,26 @@ impl Sql {
             advance_and_notify: fill(
                 "WITH moved AS (UPDATE {schema}.locks l SET since = greatest(l.since, coalesce( \
                  (SELECT min(e.seq) FROM {schema}.entries e WHERE e.segment = $1 AND e.seq >= l.since), \
-                 $2::bigint, l.since)) WHERE l.segment = $1) \
+                 $2::bigint, l.since)), \
+                 queued = EXISTS (SELECT 1 FROM {schema}.entries e WHERE e.segment = $1 AND e.seq >= l.since) \
+                 WHERE l.segment = $1) \
                  SELECT pg_notify($3, $4)",
             ),
             delete: fill("DELETE FROM {schema}.entries WHERE id = $1 RETURNING token IS NOT NULL"),
             close: fill(
                 "WITH gone AS (DELETE FROM {schema}.entries WHERE owner = $1 RETURNING segment) \
+                 , freed AS (UPDATE {schema}.locks l SET holder = NULL \
+                 FROM unnest($2::text[], $3::text[]) AS kept(segment, id) \
+                 WHERE l.segment = kept.segment AND l.holder = kept.id AND l.holder_owner = $1) \
                  , o AS (DELETE FROM {schema}.owners WHERE id = $1) \
                  SELECT DISTINCT segment FROM gone",
             ),
             list: fill(include_str!("sql/list.sql")),
-            delete_holders: fill("DELETE FROM {schema}.entries WHERE segment = $1 AND token IS NOT NULL"),
+            delete_holders: fill(
+                "WITH e AS (DELETE FROM {schema}.entries WHERE segment = $1 AND token IS NOT NULL RETURNING 1), \
+                 r AS (UPDATE {schema}.locks SET holder = NULL WHERE segment = $1 AND holder IS NOT NULL RETURNING 1) \
+                 SELECT (SELECT count(*) FROM e) + (SELECT count(*) FROM r)",
+            ),
         }
     }
 }

@@ -122,8 +122,8 @@
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON "locksmith".owners, "locksmith".entries TO app_user;
 //! GRANT USAGE ON SEQUENCE "locksmith".entries_seq_seq TO app_user;
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON "locksmith".data TO app_user;
-//! GRANT EXECUTE ON FUNCTION "locksmith".grant_alone(text, text, text, bigint, integer, text),
-//!     "locksmith".leave_exclusive(text, text, text) TO app_user;
+//! GRANT EXECUTE ON FUNCTION "locksmith".leave_exclusive(text, text, text), "locksmith".token_after(bigint),
+//!     "locksmith".lock_row(text), "locksmith".renew_leases(text, text[], text[]) TO app_user;
 //! ```
 //!
 //! (`LISTEN`/`NOTIFY` need no grant.) A locker whose user lacks them fails at connect with

@@ -1,5 +1,6 @@
 //! `renew_many`: one statement (`src/sql/renew.sql`), on the locker's leases connection, extends every listed
-//! lease that is still live by its own TTL, on the server's clock. A lease it did not extend
+//! lease that is still live by its own TTL, on the server's clock, wherever it is kept (its lock's
+//! row or its entry). A lease it did not extend
 //! (expired, removed by an operator, taken over after an expiry) answers `NotHeld`, and the
 //! watchdog fires its lost signal.
 
@@ -10,6 +11,7 @@ use locksmith_core::{LockError, Result};
 
 use crate::conn::Conn;
 use crate::error::pg_error;
+use crate::layout::segment;
 use crate::protocol::queue::entry_id;
 
 /// Renews `leases`; one result per lease, in order.
@@ -38,13 +40,14 @@ pub(crate) async fn renew_many(conn: &Conn, leases: &[Lease]) -> Vec<Result<()>>
 async fn renew(conn: &Conn, leases: &[Lease]) -> Result<HashSet<String>> {
     conn.check_open()?;
     let ids: Vec<String> = leases.iter().map(|l| entry_id(&l.holder_id).to_owned()).collect();
+    let segments: Vec<String> = leases.iter().map(|l| segment(l.kind.family(), &l.name)).collect();
     let guard = conn.leases.client(&conn.config).await?;
     let client = guard.as_ref().ok_or(LockError::Closed)?;
     let statement = conn.leases.statements.get(client, &conn.sql.renew).await;
     let rows = client
         .query(
             &statement.map_err(|e| pg_error("renewing", e))?,
-            &[&conn.owner_id, &ids],
+            &[&conn.owner_id, &ids, &segments],
         )
         .await
         .map_err(|e| pg_error("renewing", e))?;

@@ -1,6 +1,6 @@
 //! Fencing tokens after the server lost commits that handed tokens out: a standby promoted before
 //! it received them (`replication=async`), a restore from a backup. Such a server has the lock
-//! rows' `last_token` of an earlier moment; the test moves them back to 0 as it would have them.
+//! rows' `token` of an earlier moment; the test moves them back to 0 as it would have them.
 //! Every path that grants must still give a token above every earlier one, or a fenced store
 //! would take the writes of the new holder and of the one it overtook alike: the uncontended
 //! grant in one statement (`grant_alone`), the hand-over in one statement (`leave_exclusive`) and
@@ -23,7 +23,7 @@ async fn connect(url: &str) -> Locker {
 /// What a server that lost the grants since its last backup would hold: every token counter back
 /// at its start.
 async fn lose_the_grants(schema: &str) {
-    common::run_as_owner(&format!("UPDATE \"{schema}\".locks SET last_token = 0")).await;
+    common::run_as_owner(&format!("UPDATE \"{schema}\".locks SET token = 0")).await;
 }
 
 /// Waits until `n` entries (holders and waiters) are in the schema's queues.

@@ -1,6 +1,7 @@
 //! The tables' format version: a locker that finds a previous version (1: no functions; 2: no
 //! data table; 3: no `locks.since`; 4: tokens without the clock's floor; 5: grants notified
-//! without their tokens) migrates it, once, when its user may; a user without the
+//! without their tokens; 6: no holder kept in the lock's row, the counter named `last_token`)
+//! migrates it, once, when its user may; a user without the
 //! owner's rights is told to run `locksmith init`; a newer version is refused.
 
 #[allow(dead_code)] // each test file uses a part of the harness
@@ -9,23 +10,41 @@ mod common;
 use locksmith_core::driver::BackendUrl;
 use locksmith_core::LockError;
 
+/// Makes the tables of `schema` look like version 6: the holders kept in lock rows moved into
+/// the entries (as a full step would), the row's holder columns, `queued` and the functions that
+/// read them gone, the counter named `last_token` (version 6's `grant_alone` is not put back: the
+/// migration drops it). Every older version starts from it.
+fn back_to_version_6(schema: &str) -> String {
+    format!(
+        "SELECT \"{schema}\".lock_row(segment) FROM \"{schema}\".locks WHERE holder IS NOT NULL; \
+         DROP FUNCTION \"{schema}\".lock_row(text); \
+         DROP FUNCTION \"{schema}\".renew_leases(text, text[], text[]); \
+         ALTER TABLE \"{schema}\".locks DROP COLUMN queued, DROP COLUMN holder, DROP COLUMN holder_owner, \
+         DROP COLUMN holder_ttl_ms, DROP COLUMN holder_expires, DROP COLUMN holder_pid, DROP COLUMN holder_host; \
+         ALTER TABLE \"{schema}\".locks RENAME COLUMN token TO last_token; \
+         UPDATE \"{schema}\".meta SET value = '6' WHERE key = 'version'"
+    )
+}
+
 /// Makes the tables of `schema` look like version 1 (what the release before last created).
 fn back_to_version_1(schema: &str) -> String {
     format!(
-        "DROP FUNCTION \"{schema}\".grant_alone(text, text, text, bigint, integer, text); \
+        "{}; DROP FUNCTION IF EXISTS \"{schema}\".grant_alone(text, text, text, bigint, integer, text); \
          DROP FUNCTION \"{schema}\".leave_exclusive(text, text, text); \
          DROP TABLE \"{schema}\".data; \
          ALTER TABLE \"{schema}\".locks DROP COLUMN since; \
-         UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'version'"
+         UPDATE \"{schema}\".meta SET value = '1' WHERE key = 'version'",
+        back_to_version_6(schema)
     )
 }
 
 /// Makes the tables of `schema` look like version 2 (what the previous release created).
 fn back_to_version_2(schema: &str) -> String {
     format!(
-        "DROP TABLE \"{schema}\".data; \
+        "{}; DROP TABLE \"{schema}\".data; \
          ALTER TABLE \"{schema}\".locks DROP COLUMN since; \
-         UPDATE \"{schema}\".meta SET value = '2' WHERE key = 'version'"
+         UPDATE \"{schema}\".meta SET value = '2' WHERE key = 'version'",
+        back_to_version_6(schema)
     )
 }
 
@@ -33,8 +52,9 @@ fn back_to_version_2(schema: &str) -> String {
 /// version 3 (which read no `since`): what a release before this one left.
 fn back_to_version_3(schema: &str) -> String {
     format!(
-        "ALTER TABLE \"{schema}\".locks DROP COLUMN since; \
-         UPDATE \"{schema}\".meta SET value = '3' WHERE key = 'version'"
+        "{}; ALTER TABLE \"{schema}\".locks DROP COLUMN since; \
+         UPDATE \"{schema}\".meta SET value = '3' WHERE key = 'version'",
+        back_to_version_6(schema)
     )
 }
 
@@ -42,9 +62,10 @@ fn back_to_version_3(schema: &str) -> String {
 /// the clock's floor (`last_token + 1`), what a release before this one left.
 fn back_to_version_4(schema: &str) -> String {
     format!(
-        "CREATE OR REPLACE FUNCTION \"{schema}\".token_after(p_last bigint) RETURNS bigint \
+        "{}; CREATE OR REPLACE FUNCTION \"{schema}\".token_after(p_last bigint) RETURNS bigint \
          LANGUAGE sql AS $$ SELECT p_last + 1 $$; \
-         UPDATE \"{schema}\".meta SET value = '4' WHERE key = 'version'"
+         UPDATE \"{schema}\".meta SET value = '4' WHERE key = 'version'",
+        back_to_version_6(schema)
     )
 }
 
@@ -53,8 +74,9 @@ fn back_to_version_4(schema: &str) -> String {
 /// back in its new form.
 fn back_to_version_5(schema: &str) -> String {
     format!(
-        "DROP FUNCTION \"{schema}\".leave_exclusive(text, text, text); \
-         UPDATE \"{schema}\".meta SET value = '5' WHERE key = 'version'"
+        "{}; DROP FUNCTION \"{schema}\".leave_exclusive(text, text, text); \
+         UPDATE \"{schema}\".meta SET value = '5' WHERE key = 'version'",
+        back_to_version_6(schema)
     )
 }
 
@@ -75,11 +97,11 @@ async fn the_owner_migrates_version_1_once_and_locks_work() {
     let guard = held.lock("kept").acquire().await.unwrap();
     common::run_as_owner(&back_to_version_1(&schema)).await;
 
-    // Two lockers starting together: both connect, the functions are back, the version is 6.
+    // Two lockers starting together: both connect, the functions are back, the version is 7.
     let (a, b) = tokio::join!(connect(&harness.url), connect(&harness.url));
     let (a, b) = (a.unwrap(), b.unwrap());
     let version = version_of(&schema).await;
-    assert_eq!(version, ["6"]);
+    assert_eq!(version, ["7"]);
     // The lock held across the migration is still held, and its token sequence goes on.
     assert!(a.lock("kept").try_acquire().await.unwrap().is_none());
     let token = guard.fencing_token();
@@ -107,11 +129,11 @@ async fn a_user_without_the_rights_is_told_to_run_init_and_newer_tables_are_refu
     connect(&harness.url).await.unwrap().shutdown().await.unwrap();
 
     common::run_as_owner(&format!(
-        "UPDATE \"{schema}\".meta SET value = '7' WHERE key = 'version'"
+        "UPDATE \"{schema}\".meta SET value = '8' WHERE key = 'version'"
     ))
     .await;
     match connect(&owner_url).await {
-        Err(LockError::Protocol(message)) => assert!(message.contains("version 7"), "{message}"),
+        Err(LockError::Protocol(message)) => assert!(message.contains("version 8"), "{message}"),
         other => panic!("expected a version error, got {:?}", other.map(|_| ())),
     }
 }
@@ -133,7 +155,7 @@ async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
     }
     connect(&owner_url).await.unwrap().shutdown().await.unwrap();
     let version = version_of(&schema).await;
-    assert_eq!(version, ["6"]);
+    assert_eq!(version, ["7"]);
     guard
         .guarded()
         .put("after-migration", "owner")
@@ -182,7 +204,7 @@ async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
     };
     let migrating = connect(&harness.url).await.unwrap();
     let version = version_of(&schema).await;
-    assert_eq!(version, ["6"]);
+    assert_eq!(version, ["7"]);
     assert_eq!(
         common::entries_before_their_start(&schema).await,
         ["0"],
@@ -228,11 +250,11 @@ async fn version_4_gets_tokens_above_the_clock() {
     common::run_as_owner(&back_to_version_4(&schema)).await;
     let locker = connect(&harness.url).await.unwrap();
     let version = version_of(&schema).await;
-    assert_eq!(version, ["6"]);
+    assert_eq!(version, ["7"]);
     let first = locker.lock("kept").acquire().await.unwrap();
     let earlier = first.fencing_token();
     first.release().await.unwrap();
-    common::run_as_owner(&format!("UPDATE \"{schema}\".locks SET last_token = 0")).await;
+    common::run_as_owner(&format!("UPDATE \"{schema}\".locks SET token = 0")).await;
     let next = locker.lock("kept").acquire().await.unwrap();
     assert!(
         next.fencing_token() > earlier,
@@ -252,7 +274,7 @@ async fn version_5_notifies_grants_with_their_tokens() {
     common::run_as_owner(&back_to_version_5(&schema)).await;
     let locker = connect(&harness.url).await.unwrap();
     let version = version_of(&schema).await;
-    assert_eq!(version, ["6"]);
+    assert_eq!(version, ["7"]);
     let source = common::query_as_owner(&format!(
         "SELECT prosrc FROM pg_proc WHERE proname = 'leave_exclusive' AND pronamespace = '\"{schema}\"'::regnamespace"
     ))
@@ -273,4 +295,59 @@ async fn version_5_notifies_grants_with_their_tokens() {
     next.release().await.unwrap();
     other.shutdown().await.unwrap();
     locker.shutdown().await.unwrap();
+}
+
+/// Version 6 kept every holder in the entries and named the counter `last_token`: a holder and a
+/// waiter of that time keep their places across the migration (the hand-over works, with a larger
+/// token), and a locker of the older release still running stops at its next step, its statement
+/// naming `last_token` (were it to go on, it would step on queues without seeing the holders the
+/// new release keeps in lock rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_6_keeps_its_queues_and_stops_older_lockers() {
+    let harness = common::PgHarness::plain().await;
+    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let holder = connect(&harness.url).await.unwrap();
+    let guard = holder.lock("kept").acquire().await.unwrap();
+    common::run_as_owner(&back_to_version_6(&schema)).await;
+    // An older locker's step, prepared before the migration as its connection would have it.
+    let (old, connection) = tokio_postgres::connect(&common::server_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let old_step = old
+        .prepare(&format!(
+            "INSERT INTO \"{schema}\".locks (segment) VALUES ($1) ON CONFLICT (segment) \
+             DO UPDATE SET last_token = \"{schema}\".locks.last_token RETURNING last_token"
+        ))
+        .await
+        .unwrap();
+    let waiter = connect(&harness.url).await.unwrap();
+    assert_eq!(version_of(&schema).await, ["7"]);
+    let err = old
+        .query_one(&old_step, &[&"mutex/kept"])
+        .await
+        .expect_err("an older locker's step ran on the migrated tables");
+    let message = err.as_db_error().map(|e| e.message().to_owned()).unwrap_or_default();
+    assert!(message.contains("last_token"), "{err:?}");
+    assert!(
+        waiter.lock("kept").try_acquire().await.unwrap().is_none(),
+        "held across the migration"
+    );
+    let queued = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock("kept").acquire().await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let handed = tokio::time::timeout(std::time::Duration::from_secs(10), queued)
+        .await
+        .expect("not handed over")
+        .unwrap()
+        .unwrap();
+    assert!(handed.fencing_token() > token);
+    handed.release().await.unwrap();
+    for locker in [holder, waiter] {
+        locker.shutdown().await.unwrap();
+    }
 }

@@ -11,6 +11,7 @@ mod link;
 pub(crate) use link::{Link, Statements};
 pub(crate) use txn::{Outcome, Step};
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,9 +29,9 @@ use crate::layout::Sql;
 use crate::wake::Hub;
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
-const VERSION: &str = "6";
+const VERSION: &str = "7";
 /// The versions this release migrates from (`src/sql/migrate.sql`).
-const PREVIOUS: [&str; 5] = ["1", "2", "3", "4", "5"];
+const PREVIOUS: [&str; 6] = ["1", "2", "3", "4", "5", "6"];
 
 /// One locker's connections and identity.
 #[derive(Debug)]
@@ -57,6 +58,10 @@ pub(crate) struct Conn {
     /// Until when this locker's owner row lives for sure (by this process's clock), and how many
     /// times a beat came after that ([`Conn::keep_alive`]).
     alive: std::sync::Mutex<(Instant, u64)>,
+    /// The holders this locker was granted in lock rows (`grant_in_row`) and has not released
+    /// yet, by entry id: their segments, which [`Conn::close`] frees (the rows have no index by
+    /// owner to find them with).
+    kept_in_rows: std::sync::Mutex<HashMap<String, String>>,
 }
 
 impl Conn {
@@ -80,6 +85,7 @@ impl Conn {
             config,
             closed: AtomicBool::new(false),
             alive: std::sync::Mutex::new((Instant::now(), 0)),
+            kept_in_rows: std::sync::Mutex::new(HashMap::new()),
         };
         conn.beat(Duration::ZERO).await?;
         Ok(Arc::new(conn))
@@ -161,13 +167,30 @@ impl Conn {
         Ok(())
     }
 
-    /// Ends this locker: refuses new steps, removes its owner row and entries, wakes their locks.
+    /// Records that entry `id` holds lock `segment` in its row (`grant_in_row`), until
+    /// [`Conn::forget_kept`].
+    pub fn kept_in_row(&self, segment: &str, id: &str) {
+        let mut kept = self.kept_in_rows.lock().unwrap_or_else(|e| e.into_inner());
+        kept.insert(id.to_owned(), segment.to_owned());
+    }
+
+    /// Entry `id` is being released: [`Conn::close`] need not free its row.
+    pub fn forget_kept(&self, id: &str) {
+        self.kept_in_rows.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+    }
+
+    /// Ends this locker: refuses new steps, removes its owner row and entries and frees the lock
+    /// rows it holds, wakes the locks of its entries.
     pub async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
+        let (ids, segments): (Vec<String>, Vec<String>) = {
+            let kept = self.kept_in_rows.lock().unwrap_or_else(|e| e.into_inner());
+            kept.iter().map(|(id, seg)| (id.clone(), seg.clone())).unzip()
+        };
         let mut guard = self.client().await?;
         let client = guard.as_mut().ok_or(LockError::Closed)?;
         let rows = client
-            .query(&self.sql.close, &[&self.owner_id])
+            .query(&self.sql.close, &[&self.owner_id, &segments, &ids])
             .await
             .map_err(|e| pg_error("removing this locker's entries", e))?;
         for row in rows {

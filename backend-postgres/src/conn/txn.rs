@@ -169,15 +169,36 @@ impl Conn {
         out
     }
 
-    /// `alone.sql`'s `grant_alone`: the exclusive `entry` holds `segment` at once if no live entry
-    /// is there, in one round trip. Its fencing token (`None`: the case does not apply, take the
-    /// full step), and when the step began (see [`Conn::step_at`]).
-    pub async fn grant_alone(&self, segment: &str, entry: &NewEntry) -> Result<(Option<u64>, Instant)> {
+    /// Layout.rs's `grant_in_row`: the exclusive `entry` holds `segment` at once, kept in the
+    /// lock's row, if nobody holds it and no entry is queued, in one round trip. Its fencing token
+    /// (`None`: the case does not apply, take the full step), and when the step began (see
+    /// [`Conn::step_at`]).
+    pub async fn grant_in_row(&self, segment: &str, entry: &NewEntry) -> Result<(Option<u64>, Instant)> {
         let ttl_ms = millis(entry.ttl);
         let params: [&(dyn ToSql + Sync); 6] = [&segment, &entry.id, &self.owner_id, &ttl_ms, &self.pid, &self.host];
-        let (row, began) = self.alone(&self.sql.grant_alone, &params).await?;
+        let (row, began) = self.alone(&self.sql.grant_in_row, &params).await?;
         let token: Option<i64> = first_column(row, "reading a grant")?;
-        Ok((token.map(queue::to_u64), began))
+        Ok((self.granted_in_row(segment, &entry.id, token), began))
+    }
+
+    /// [`Conn::grant_in_row`] for a `try_acquire`: also whether a refusal is final (the lock is
+    /// held; `false`: entries may be queued, and only the full step can tell).
+    pub async fn try_in_row(&self, segment: &str, entry: &NewEntry) -> Result<(Option<u64>, bool, Instant)> {
+        let ttl_ms = millis(entry.ttl);
+        let params: [&(dyn ToSql + Sync); 6] = [&segment, &entry.id, &self.owner_id, &ttl_ms, &self.pid, &self.host];
+        let (row, began) = self.alone(&self.sql.try_in_row, &params).await?;
+        let row = row.ok_or_else(|| LockError::Protocol("a try answered no row".into()))?;
+        let e = |err| pg_error("reading a grant", err);
+        let (token, final_answer): (Option<i64>, bool) = (row.try_get(0).map_err(e)?, row.try_get(1).map_err(e)?);
+        Ok((self.granted_in_row(segment, &entry.id, token), final_answer, began))
+    }
+
+    /// A grant in `segment`'s row to entry `id`, recorded for [`Conn::close`]: its token.
+    fn granted_in_row(&self, segment: &str, id: &str, token: Option<i64>) -> Option<u64> {
+        if token.is_some() {
+            self.kept_in_row(segment, id);
+        }
+        token.map(queue::to_u64)
     }
 
     /// Confirms a grant made by another's step (`queue::promote`) in one statement: entry `id`,
@@ -189,13 +210,15 @@ impl Conn {
         Ok((token.map(queue::to_u64), began))
     }
 
-    /// `alone.sql`'s `leave_exclusive`: entry `id`, a live holder, leaves `segment` and the
-    /// first waiter holds now, if every other entry is a live exclusive waiter, in one round trip
-    /// (its NOTIFY names the new holder and the next waiter, as the full step's would). `false`:
-    /// the case does not apply, take the full step.
+    /// Layout.rs's `leave`: `id`, a live holder, leaves `segment` in one round trip: kept in the
+    /// lock's row, or as an entry (`alone.sql`'s `leave_exclusive`) and the first waiter holds
+    /// now if every other entry is a live exclusive waiter (its NOTIFY names the new holder and
+    /// the next waiter, as the full step's would). `false`: the case does not apply, take the
+    /// full step.
     pub async fn leave_exclusive(&self, segment: &str, id: &str) -> Result<bool> {
+        self.forget_kept(id);
         let params: [&(dyn ToSql + Sync); 3] = [&segment, &id, &self.sql.channel];
-        let (row, _) = self.alone(&self.sql.leave_exclusive, &params).await?;
+        let (row, _) = self.alone(&self.sql.leave, &params).await?;
         let left: Option<bool> = first_column(row, "reading a release")?;
         Ok(left == Some(true))
     }

@@ -40,10 +40,16 @@ pub(crate) async fn try_acquire(conn: &Arc<Conn>, req: &LockRequest) -> Result<O
     let id = entry.id.clone();
     let pending = Pending::new(conn, &seg, &id);
     if alone_applies(&req.kind) {
-        let (token, sent) = conn.grant_alone(&seg, &entry).await?;
-        pending.keep();
-        // An exclusive entry holds only on a queue with no live entry: no need for the full step.
-        return Ok(token.map(|token| req.lease(token, holder_id(&conn.host, conn.pid, &id), sent)));
+        let (token, final_answer, sent) = conn.try_in_row(&seg, &entry).await?;
+        if let Some(token) = token {
+            pending.keep();
+            return Ok(Some(req.lease(token, holder_id(&conn.host, conn.pid, &id), sent)));
+        }
+        // Held by a holder kept in the lock's row: busy, no need for the full step.
+        if final_answer {
+            pending.keep();
+            return Ok(None);
+        }
     }
     let (out, sent) = conn.step_at(&seg, Op::Try(entry), req.ttl).await?;
     pending.keep();
@@ -68,7 +74,7 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
     if alone_applies(&req.kind) {
         let first = new_entry(req);
         let tried = Pending::new(conn, &seg, &first.id);
-        match conn.grant_alone(&seg, &first).await {
+        match conn.grant_in_row(&seg, &first).await {
             Ok((Some(token), sent)) => {
                 tried.keep();
                 return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &first.id), sent));

@@ -4,13 +4,14 @@
 GRANT USAGE ON SCHEMA {schema} TO {role};
 -- The format version, read at connect.
 GRANT SELECT ON {schema}.meta TO {role};
--- Lock rows: inserted on first use, last_token moved forward; never deleted.
+-- Lock rows: inserted on first use, token moved forward, holder kept; never deleted.
 GRANT SELECT, INSERT, UPDATE ON {schema}.locks TO {role};
 -- Owner rows and queue entries: added, beaten, removed.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.owners, {schema}.entries TO {role};
 GRANT USAGE ON SEQUENCE {schema}.entries_seq_seq TO {role};
 -- Guarded writes' store (data.sql): read, written, deleted.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.data TO {role};
--- The one-round-trip cases (alone.sql); EXECUTE is PUBLIC's by default, unless a DBA revoked it.
-GRANT EXECUTE ON FUNCTION {schema}.grant_alone(text, text, text, bigint, integer, text),
-    {schema}.leave_exclusive(text, text, text), {schema}.token_after(bigint) TO {role};
+-- The one-statement hand-over, the tokens, a step's lock of the row and the renewals
+-- (alone.sql); EXECUTE is PUBLIC's by default, unless a DBA revoked it.
+GRANT EXECUTE ON FUNCTION {schema}.leave_exclusive(text, text, text), {schema}.token_after(bigint),
+    {schema}.lock_row(text), {schema}.renew_leases(text, text[], text[]) TO {role};

@@ -7,6 +7,13 @@
 //! crate itself, its own API unmodified (0.2.0: a session advisory lock per handle, waited for in
 //! `pg_advisory_lock` under a `lock_timeout`, on a connection of its sqlx pool). The floor gives
 //! no lease expiry, no queue and no FIFO; the advisory locks no lease and no fencing token.
+//!
+//! The floor's writes commit as locksmith's do: `synchronous_commit = on` (PostgreSQL's default),
+//! whatever the server's setting ([`connect_durable`]). A grant whose commit is answered before
+//! it reached the server's log can be forgotten by a crash while its holder goes on, which is no
+//! lock; locksmith sets it on every connection, and the test servers of `scripts/backends` run
+//! with it off (fast test data), which would give the floor a cheaper commit than any lock that
+//! survives a crash.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,7 +60,7 @@ struct PlainUpsert {
 
 impl PlainUpsert {
     async fn new(url: &str) -> Result<PlainUpsert> {
-        let client = connect(url).await?;
+        let client = connect_durable(url).await?;
         client
             .batch_execute("CREATE TABLE IF NOT EXISTS lockbench_plain (key text PRIMARY KEY, value bytea NOT NULL)")
             .await
@@ -83,6 +90,16 @@ impl super::PlainWrite for PlainUpsert {
 /// The URL without locksmith's options (tokio-postgres refuses options it does not know).
 fn plain_url(url: &str) -> String {
     url.split('?').next().unwrap_or(url).to_owned()
+}
+
+/// One connection whose commits wait for the server's log, as locksmith's do (see the module docs).
+async fn connect_durable(url: &str) -> Result<Client> {
+    let client = connect(url).await?;
+    client
+        .batch_execute("SET synchronous_commit = on")
+        .await
+        .context("setting synchronous_commit")?;
+    Ok(client)
 }
 
 /// One connection, driven by a task of its own.
@@ -121,7 +138,7 @@ impl LockSystem for Floor {
         "postgres"
     }
     async fn client(&self) -> Result<Arc<dyn LockClient>> {
-        let client = connect(&self.url).await?;
+        let client = connect_durable(&self.url).await?;
         let take = client
             .prepare(
                 "INSERT INTO lockbench_floor AS l (name, holder, token) VALUES ($1, $2, 1) \

@@ -1,0 +1,146 @@
+//! The holder of a lock that nobody else wanted is kept in the lock's own row (schema version 7,
+//! `src/sql/schema.sql`): an uncontended acquire and release update that row and add no entry.
+//! What must hold across its move into the entries, which the first full step on the lock makes
+//! (a waiter that joins, a busy `try_acquire` of a semaphore-less kind): the lease keeps being
+//! renewed, guarded writes still land, `inspect` and `list` still see it, the release hands the
+//! lock over; and a locker's shutdown frees what it left in a row.
+
+#[allow(dead_code)] // each test file uses a part of the harness
+mod common;
+
+use std::time::Duration;
+
+use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::Locker;
+
+async fn connect(url: &str) -> Locker {
+    locksmith_postgres::connect(&BackendUrl::parse(url).unwrap())
+        .await
+        .expect("connect")
+}
+
+/// The schema of a harness URL.
+fn schema_of(url: &str) -> String {
+    url.rsplit("schema=").next().unwrap().to_owned()
+}
+
+/// How many entries were ever added in `schema` (the entries' sequence).
+async fn entries_added(schema: &str) -> i64 {
+    let sql = format!("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM \"{schema}\".entries_seq_seq");
+    common::query_as_owner(&sql).await[0].parse().unwrap()
+}
+
+/// Uncontended cycles add no entry: the grant and the release are updates of the lock's row. (On
+/// version 6 every cycle added one entry and deleted it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncontended_cycles_add_no_entry() {
+    let harness = common::PgHarness::plain().await;
+    let schema = schema_of(&harness.url);
+    let locker = connect(&harness.url).await;
+    let before = entries_added(&schema).await;
+    let mut last = 0;
+    for i in 0..20 {
+        let guard = match i % 2 {
+            0 => locker.lock("quiet").acquire().await.unwrap(),
+            _ => locker.lock("quiet").try_acquire().await.unwrap().expect("free"),
+        };
+        assert!(guard.fencing_token() > last, "tokens go up");
+        last = guard.fencing_token();
+        guard.release().await.unwrap();
+    }
+    assert_eq!(
+        entries_added(&schema).await,
+        before,
+        "an uncontended cycle added an entry"
+    );
+    locker.shutdown().await.unwrap();
+}
+
+/// A holder kept in the row whose lock a waiter then queues for: its lease is renewed in its new
+/// place past several TTLs, its guarded writes land, `inspect` names it with its token, and its
+/// release hands the lock to the waiter with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_moved_into_the_queue_keeps_its_lease() {
+    let harness = common::PgHarness::plain().await;
+    let (a, b) = (connect(&harness.url).await, connect(&harness.url).await);
+    let ttl = Duration::from_millis(900);
+    let held = a.lock("moved").ttl(ttl).acquire().await.unwrap();
+    let token = held.fencing_token();
+    held.guarded().put("k", b"in the row".to_vec()).await.unwrap();
+    let info = a.inspect("moved").await.unwrap();
+    let holder = info.holder.expect("inspect sees the holder kept in the row");
+    assert_eq!(holder.fencing_token, Some(token));
+    assert_eq!(b.list("").await.unwrap().len(), 1, "list sees it");
+
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock("moved").ttl(ttl).acquire().await })
+    };
+    // The waiter's join moved the holder into the entries: it is a holder and a waiter there.
+    let name = LockName::new("moved").unwrap();
+    for _ in 0..100 {
+        if harness
+            .look
+            .entries(locksmith_core::Family::Mutex, &name)
+            .await
+            .unwrap()
+            .len()
+            == 2
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let entries = harness
+        .look
+        .entries(locksmith_core::Family::Mutex, &name)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert!(entries[0].starts_with("holder:"), "{entries:?}");
+    // Three TTLs: renewed where it is now.
+    tokio::time::sleep(ttl * 3).await;
+    assert!(held.lost_reason().is_none(), "lost: {:?}", held.lost_reason());
+    assert!(!waiting.is_finished(), "the waiter was granted a held lock");
+    held.guarded().put("k", b"in the queue".to_vec()).await.unwrap();
+    assert_eq!(a.inspect("moved").await.unwrap().waiters, 1);
+
+    held.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("not handed over")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > token);
+    assert_eq!(
+        next.guarded().get("k").await.unwrap().as_deref(),
+        Some(&b"in the queue"[..])
+    );
+    next.release().await.unwrap();
+    // Free again, and nobody queued: the next holder is kept in the row again.
+    let again = a.lock("moved").try_acquire().await.unwrap().expect("free");
+    again.release().await.unwrap();
+    for locker in [a, b] {
+        locker.shutdown().await.unwrap();
+    }
+}
+
+/// A lease left in a row without a release (its guard abandoned, as a caller that lost track of
+/// it) is freed by its locker's shutdown at once, not after its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_frees_a_lease_left_in_a_row() {
+    let harness = common::PgHarness::plain().await;
+    let (a, b) = (connect(&harness.url).await, connect(&harness.url).await);
+    let left = a.lock("left").ttl(Duration::from_secs(60)).acquire().await.unwrap();
+    let _lease = left.abandon();
+    assert!(b.lock("left").try_acquire().await.unwrap().is_none(), "held");
+    a.shutdown().await.unwrap();
+    let next = b
+        .lock("left")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("shutdown left the lock held until its TTL");
+    next.release().await.unwrap();
+    b.shutdown().await.unwrap();
+}
