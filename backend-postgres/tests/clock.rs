@@ -12,12 +12,7 @@ use locksmith_core::driver::BackendUrl;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_holders_lease_is_bounded_by_its_ttl_after_a_clock_step_back() {
     let harness = common::PgHarness::plain().await;
-    let schema = harness
-        .url
-        .split("schema=")
-        .nth(1)
-        .expect("the harness's schema")
-        .to_owned();
+    let schema = harness.schema.clone();
     let connect = || async {
         locksmith_postgres::connect(&BackendUrl::parse(&harness.url).unwrap())
             .await

@@ -43,7 +43,7 @@ async fn a_release_dropped_before_it_sent_anything_still_releases() {
 
     let harness = common::PgHarness::plain().await;
     let url = format!("{}&ttl=30s&request_timeout=10s", harness.url);
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     let connect = || async {
         locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
             .await

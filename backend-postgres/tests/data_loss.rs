@@ -41,7 +41,7 @@ async fn entries_reach(schema: &str, n: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_stay_above_every_earlier_one_after_the_server_lost_grants() {
     let harness = common::PgHarness::plain().await;
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     let (a, b) = (connect(&harness.url).await, connect(&harness.url).await);
 
     // Uncontended: the grant in one statement.

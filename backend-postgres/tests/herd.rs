@@ -104,7 +104,7 @@ async fn a_mutex_handover_notifies_the_new_holder_and_the_next_waiter() {
 
     let harness = common::PgHarness::plain().await;
     let url = format!("{}&ttl=30s", harness.url);
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     let (listener, mut connection) = tokio_postgres::connect(&common::server_url(), tokio_postgres::NoTls)
         .await
         .expect("listening connection");

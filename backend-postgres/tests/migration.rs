@@ -92,7 +92,7 @@ async fn connect(url: &str) -> locksmith_core::Result<locksmith_core::Locker> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_owner_migrates_version_1_once_and_locks_work() {
     let harness = common::PgHarness::plain().await;
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     let held = connect(&harness.url).await.unwrap();
     let guard = held.lock("kept").acquire().await.unwrap();
     common::run_as_owner(&back_to_version_1(&schema)).await;
@@ -117,7 +117,7 @@ async fn the_owner_migrates_version_1_once_and_locks_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_the_rights_is_told_to_run_init_and_newer_tables_are_refused() {
     let harness = common::PgHarness::least_privilege().await;
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     common::run_as_owner(&back_to_version_1(&schema)).await;
     match connect(&harness.url).await {
         Err(LockError::Denied(message)) => assert!(message.contains("locksmith init"), "{message}"),
@@ -144,7 +144,7 @@ async fn a_user_without_the_rights_is_told_to_run_init_and_newer_tables_are_refu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
     let harness = common::PgHarness::least_privilege().await;
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     let owner_url = format!("{}?schema={schema}", common::server_url());
     let owner = connect(&owner_url).await.unwrap();
     let guard = owner.lock("kept").acquire().await.unwrap();
@@ -189,7 +189,7 @@ async fn version_2_gets_the_data_table_and_users_are_told_about_grants() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
     let harness = common::PgHarness::plain().await;
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     let holder = connect(&harness.url).await.unwrap();
     let waiter = connect(&harness.url).await.unwrap();
     // Used before the migration: entries deleted and kept, as a version 3 release left them.
@@ -246,7 +246,7 @@ async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_4_gets_tokens_above_the_clock() {
     let harness = common::PgHarness::plain().await;
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     common::run_as_owner(&back_to_version_4(&schema)).await;
     let locker = connect(&harness.url).await.unwrap();
     let version = version_of(&schema).await;
@@ -270,7 +270,7 @@ async fn version_4_gets_tokens_above_the_clock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_5_notifies_grants_with_their_tokens() {
     let harness = common::PgHarness::plain().await;
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     common::run_as_owner(&back_to_version_5(&schema)).await;
     let locker = connect(&harness.url).await.unwrap();
     let version = version_of(&schema).await;
@@ -305,7 +305,7 @@ async fn version_5_notifies_grants_with_their_tokens() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_6_keeps_its_queues_and_stops_older_lockers() {
     let harness = common::PgHarness::plain().await;
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     let holder = connect(&harness.url).await.unwrap();
     let guard = holder.lock("kept").acquire().await.unwrap();
     common::run_as_owner(&back_to_version_6(&schema)).await;

@@ -19,7 +19,7 @@ async fn a_holder_without_an_owner_row_still_excludes() {
             .unwrap()
     };
     let (a, b) = (connect().await, connect().await);
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     // Idle lockers whose rows were forgotten (what sql/sweep.sql does after 10 minutes).
     common::run_as_owner(&format!("DELETE FROM \"{schema}\".owners")).await;
 

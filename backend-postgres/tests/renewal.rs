@@ -109,7 +109,7 @@ async fn renewals_do_not_grow_the_table() {
     let _alone = ONE_AT_A_TIME.lock().await;
     const LOCKS: usize = 500;
     let harness = common::PgHarness::plain().await;
-    let schema = harness.url.rsplit("schema=").next().unwrap().to_owned();
+    let schema = harness.schema.clone();
     let ttl = Duration::from_millis(600);
     let url = format!("{}&ttl={}ms", harness.url, ttl.as_millis());
     let locker = locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())

@@ -1,28 +1,17 @@
 //! The holder of a lock that nobody else wanted is kept in the lock's own row (schema version 7,
 //! `src/sql/schema.sql`): an uncontended acquire and release update that row and add no entry.
 //! What must hold across its move into the entries, which the first full step on the lock makes
-//! (a waiter that joins, a busy `try_acquire` of a semaphore-less kind): the lease keeps being
-//! renewed, guarded writes still land, `inspect` and `list` still see it, the release hands the
-//! lock over; and a locker's shutdown frees what it left in a row.
+//! (a waiter that joins; a busy `try_acquire` answers from the row and moves nothing): the lease
+//! keeps being renewed, guarded writes still land, `inspect` and `list` still see it, the release
+//! hands the lock over; and a locker's shutdown frees what it left in a row.
 
 #[allow(dead_code)] // each test file uses a part of the harness
 mod common;
 
 use std::time::Duration;
 
-use locksmith_core::driver::{BackendUrl, LockName};
-use locksmith_core::Locker;
-
-async fn connect(url: &str) -> Locker {
-    locksmith_postgres::connect(&BackendUrl::parse(url).unwrap())
-        .await
-        .expect("connect")
-}
-
-/// The schema of a harness URL.
-fn schema_of(url: &str) -> String {
-    url.rsplit("schema=").next().unwrap().to_owned()
-}
+use locksmith_core::conformance::Harness;
+use locksmith_core::driver::LockName;
 
 /// How many entries were ever added in `schema` (the entries' sequence).
 async fn entries_added(schema: &str) -> i64 {
@@ -35,9 +24,8 @@ async fn entries_added(schema: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncontended_cycles_add_no_entry() {
     let harness = common::PgHarness::plain().await;
-    let schema = schema_of(&harness.url);
-    let locker = connect(&harness.url).await;
-    let before = entries_added(&schema).await;
+    let locker = harness.locker().await;
+    let before = entries_added(&harness.schema).await;
     let mut last = 0;
     for i in 0..20 {
         let guard = match i % 2 {
@@ -49,7 +37,7 @@ async fn uncontended_cycles_add_no_entry() {
         guard.release().await.unwrap();
     }
     assert_eq!(
-        entries_added(&schema).await,
+        entries_added(&harness.schema).await,
         before,
         "an uncontended cycle added an entry"
     );
@@ -62,7 +50,7 @@ async fn uncontended_cycles_add_no_entry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_moved_into_the_queue_keeps_its_lease() {
     let harness = common::PgHarness::plain().await;
-    let (a, b) = (connect(&harness.url).await, connect(&harness.url).await);
+    let (a, b) = (harness.locker().await, harness.locker().await);
     let ttl = Duration::from_millis(900);
     let held = a.lock("moved").ttl(ttl).acquire().await.unwrap();
     let token = held.fencing_token();
@@ -130,7 +118,7 @@ async fn a_holder_moved_into_the_queue_keeps_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_frees_a_lease_left_in_a_row() {
     let harness = common::PgHarness::plain().await;
-    let (a, b) = (connect(&harness.url).await, connect(&harness.url).await);
+    let (a, b) = (harness.locker().await, harness.locker().await);
     let left = a.lock("left").ttl(Duration::from_secs(60)).acquire().await.unwrap();
     let _lease = left.abandon();
     assert!(b.lock("left").try_acquire().await.unwrap().is_none(), "held");

@@ -18,6 +18,8 @@ pub fn server_url() -> String {
 /// A schema of its own.
 pub struct PgHarness {
     pub url: String,
+    /// The schema (`schema=` of [`PgHarness::url`]), for SQL run as the owner.
+    pub schema: String,
     /// A backend of the harness's own, to read and delete rows with.
     pub look: PgBackend,
 }
@@ -33,7 +35,7 @@ impl PgHarness {
         let sep = if base.contains('?') { '&' } else { '?' };
         let url = format!("{base}{sep}schema={schema}");
         let look = PgBackend::connect(&BackendUrl::parse(&url).unwrap()).await.unwrap();
-        PgHarness { url, look }
+        PgHarness { url, schema, look }
     }
 }
 
@@ -81,7 +83,7 @@ impl PgHarness {
         run_as_owner(&locksmith_postgres::setup_sql(&owner, Some("locksmith_app")).unwrap()).await;
         let url = format!("{}?schema={schema}", app_url());
         let look = PgBackend::connect(&BackendUrl::parse(&url).unwrap()).await.unwrap();
-        PgHarness { url, look }
+        PgHarness { url, schema, look }
     }
 }
 
