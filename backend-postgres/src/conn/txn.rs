@@ -174,9 +174,7 @@ impl Conn {
     /// (`None`: the case does not apply, take the full step), and when the step began (see
     /// [`Conn::step_at`]).
     pub async fn grant_in_row(&self, segment: &str, entry: &NewEntry) -> Result<(Option<u64>, Instant)> {
-        let ttl_ms = millis(entry.ttl);
-        let params: [&(dyn ToSql + Sync); 6] = [&segment, &entry.id, &self.owner_id, &ttl_ms, &self.pid, &self.host];
-        let (row, began) = self.alone(&self.sql.grant_in_row, &params).await?;
+        let (row, began) = self.in_row(&self.sql.grant_in_row, segment, entry).await?;
         let token: Option<i64> = first_column(row, "reading a grant")?;
         Ok((self.granted_in_row(segment, &entry.id, token), began))
     }
@@ -184,13 +182,24 @@ impl Conn {
     /// [`Conn::grant_in_row`] for a `try_acquire`: also whether a refusal is final (the lock is
     /// held; `false`: entries may be queued, and only the full step can tell).
     pub async fn try_in_row(&self, segment: &str, entry: &NewEntry) -> Result<(Option<u64>, bool, Instant)> {
-        let ttl_ms = millis(entry.ttl);
-        let params: [&(dyn ToSql + Sync); 6] = [&segment, &entry.id, &self.owner_id, &ttl_ms, &self.pid, &self.host];
-        let (row, began) = self.alone(&self.sql.try_in_row, &params).await?;
+        let (row, began) = self.in_row(&self.sql.try_in_row, segment, entry).await?;
         let row = row.ok_or_else(|| LockError::Protocol("a try answered no row".into()))?;
         let e = |err| pg_error("reading a grant", err);
         let (token, final_answer): (Option<i64>, bool) = (row.try_get(0).map_err(e)?, row.try_get(1).map_err(e)?);
         Ok((self.granted_in_row(segment, &entry.id, token), final_answer, began))
+    }
+
+    /// Runs `sql`, `grant_in_row` or `try_in_row`, for `entry` on `segment` (their parameters
+    /// are the same): its row, and when it began.
+    async fn in_row(
+        &self,
+        sql: &str,
+        segment: &str,
+        entry: &NewEntry,
+    ) -> Result<(Option<tokio_postgres::Row>, Instant)> {
+        let ttl_ms = millis(entry.ttl);
+        let params: [&(dyn ToSql + Sync); 6] = [&segment, &entry.id, &self.owner_id, &ttl_ms, &self.pid, &self.host];
+        self.alone(sql, &params).await
     }
 
     /// A grant in `segment`'s row to entry `id`, recorded for [`Conn::close`]: its token.

@@ -1,10 +1,9 @@
--- The common cases in one round trip each (one statement, its own transaction), for the
--- exclusive kinds that nobody observes (mutexes, writers), and the functions every step and
--- renewal calls. Each step locks the lock's row first, and a one-statement case answers NULL when
--- it does not apply: the caller then takes the full step (`conn/txn.rs`), which decides with
--- locksmith-core's queue rule. Their cases are ones that rule decides alike on every backend: an
--- exclusive entry on a queue with no live entry holds; when the holder of a queue of exclusive
--- entries leaves, the first waiter holds.
+-- The functions of the schema: the fencing tokens (token_after), a full step's lock of the row
+-- (lock_row), the renewals (renew_leases), and the hand-over in one round trip (leave_exclusive,
+-- for the exclusive kinds that nobody observes: mutexes, writers). leave_exclusive answers NULL
+-- when its case does not apply: the caller then takes the full step (`conn/txn.rs`), which
+-- decides with locksmith-core's queue rule. Its case is one that rule decides alike on every
+-- backend: when the holder of a queue of exclusive entries leaves, the first waiter holds.
 --
 -- Where a holder is kept: a lock taken when nobody else wanted it keeps its holder in its own row
 -- (locks.holder, schema.sql), granted and freed by a plain statement each (layout.rs's
