@@ -73,9 +73,12 @@ impl LockGuard {
         self.lease.ttl
     }
 
-    /// True until the lock is lost (see [`LockGuard::lost`]).
+    /// True until the lock is lost (see [`LockGuard::lost`]), and false as soon as its lease ran
+    /// out with no renewal answered, even before the watchdog could run to declare it lost (a
+    /// process that was paused, a runtime whose threads were blocked): check it after such a
+    /// pause, before acting as the holder.
     pub fn is_held(&self) -> bool {
-        !self.lease.lost.is_lost()
+        !self.lease.lost.is_lost() && !self.lease.lost.ran_out()
     }
 
     /// Why the lock was lost, once it is.

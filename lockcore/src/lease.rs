@@ -274,6 +274,9 @@ pub struct LostSignal {
     tx: Arc<watch::Sender<Option<LostReason>>>,
     /// Called once with the reason when the signal fires (locksmith-core's metrics).
     hook: Arc<std::sync::Mutex<Option<LostHook>>>,
+    /// Until when the lease is surely valid, as the watchdog last counted it (`None`: not
+    /// counted): [`crate::LockGuard::is_held`] is false past it even before the watchdog runs.
+    valid_until: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
 }
 
 type LostHook = Box<dyn FnOnce(&LostReason) + Send>;
@@ -283,6 +286,7 @@ impl Default for LostSignal {
         LostSignal {
             tx: Arc::new(watch::channel(None).0),
             hook: Arc::default(),
+            valid_until: Arc::default(),
         }
     }
 }
@@ -327,6 +331,18 @@ impl LostSignal {
     /// Whether the lease has been declared lost.
     pub fn is_lost(&self) -> bool {
         self.tx.borrow().is_some()
+    }
+
+    /// Records until when the lease is surely valid (the watchdog, at each grant and renewal).
+    pub(crate) fn set_valid_until(&self, until: tokio::time::Instant) {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+    }
+
+    /// Whether the lease ran out by the last count of [`LostSignal::set_valid_until`]: no renewal
+    /// was answered in time, whether or not the watchdog has run since to declare it lost.
+    pub(crate) fn ran_out(&self) -> bool {
+        let until = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        until.is_some_and(|t| t <= tokio::time::Instant::now())
     }
 
     /// The reason, once lost.

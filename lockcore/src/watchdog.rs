@@ -56,7 +56,9 @@ struct Shared {
 struct State {
     entries: HashMap<u64, Entry>,
     next_id: u64,
-    task_running: bool,
+    /// The running task's number, if one runs ([`TaskSlot`]); `next_task` numbers the next.
+    task: Option<u64>,
+    next_task: u64,
     /// When the task looks at the entries again by itself (`None`: it waits for a wake-up). A
     /// lease whose first event comes later needs no wake-up: taking and releasing a lock does not
     /// wake the task (a thread wake-up per lock cycle was measurable on a busy machine).
@@ -111,14 +113,24 @@ impl Watchdog {
             last_error: None,
             lease,
         };
+        entry.lease.lost.set_valid_until(entry.valid_until);
         let id = state.next_id;
         state.next_id += 1;
         let must_wake = state.wakes_at.is_none_or(|t| entry.next_event() < t);
         state.entries.insert(id, entry);
-        if !state.task_running {
-            state.task_running = true;
+        if state.task.is_none() {
+            let number = state.next_task;
+            state.next_task += 1;
+            state.task = Some(number);
             state.wakes_at = Some(now); // a new task looks at once
-            tokio::spawn(run(self.shared.clone()));
+            let slot = TaskSlot {
+                shared: Arc::downgrade(&self.shared),
+                number,
+            };
+            // Spawned without the state's lock: a runtime that is shutting down drops the task at
+            // once, and its slot takes that lock.
+            drop(state);
+            tokio::spawn(run(self.shared.clone(), slot));
         } else if must_wake {
             state.wakes_at = Some(now);
             drop(state);
@@ -161,7 +173,29 @@ impl Shared {
     }
 }
 
-async fn run(shared: Arc<Shared>) {
+/// The running task's place in its [`State`]: freed when the task ends, however it ends (it
+/// returns, panics, or is dropped with its runtime, even before its first poll), so that the
+/// next [`Watchdog::register`] starts a task again. A task that only the flag said was running
+/// would leave every later lease of its `Locker` unrenewed.
+struct TaskSlot {
+    shared: std::sync::Weak<Shared>,
+    number: u64,
+}
+
+impl Drop for TaskSlot {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            let mut state = shared.lock();
+            // A task that ended by itself was already replaced; only the current one frees it.
+            if state.task == Some(self.number) {
+                state.task = None;
+                state.wakes_at = None;
+            }
+        }
+    }
+}
+
+async fn run(shared: Arc<Shared>, _slot: TaskSlot) {
     // Between batches the task holds only a weak reference, so that dropping the Locker frees
     // the backend (its connections) without waiting for the task.
     let (weak, wake) = (Arc::downgrade(&shared), shared.wake.clone());
@@ -191,7 +225,7 @@ async fn run(shared: Arc<Shared>) {
             if state.entries.is_empty() && ended.is_empty() {
                 let since = *idle_since.get_or_insert(now);
                 if now >= since + LINGER {
-                    state.task_running = false;
+                    state.task = None;
                     return;
                 }
                 state.wakes_at = None;
@@ -296,6 +330,7 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
             match outcome {
                 Renewal::Renewed => {
                     entry.valid_until = sent + ttl - margin(ttl);
+                    entry.lease.lost.set_valid_until(entry.valid_until);
                     entry.renew_at = sent + shared.backend.renew_interval(ttl);
                     entry.last_error = None;
                 }

@@ -185,3 +185,52 @@ async fn leases_taken_at_different_times_converge_into_one_batch_per_interval() 
     );
     assert!(guards.iter().all(|g| g.is_held()));
 }
+
+/// A `Locker` used in a second runtime after the runtime its watchdog task ran in was dropped
+/// (a `Locker` in a static shared by tests, a lock taken in a temporary runtime at start-up): its
+/// new leases are renewed, by a task started again in the runtime at hand. (Before, the dropped
+/// task left its `Locker` believing a task was running, and nothing renewed anything again.)
+#[test]
+fn leases_are_renewed_after_the_watchdog_task_s_runtime_was_dropped() {
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let backend = Arc::new(Partitionable::default());
+    let locker = Locker::from_arc(backend.clone());
+    let first = runtime();
+    first.block_on(async { locker.lock("a").acquire().await.unwrap().release().await.unwrap() });
+    drop(first); // within the task's linger time: it was still waiting for the next lease
+    runtime().block_on(async {
+        let ttl = Duration::from_millis(300);
+        let guard = locker.lock("b").ttl(ttl).acquire().await.unwrap();
+        tokio::time::sleep(ttl * 3).await;
+        assert!(backend.batches.load(Ordering::SeqCst) > 0, "nothing was renewed");
+        assert!(guard.is_held(), "{:?}", guard.lost_reason());
+        let other = Locker::from_arc(backend.clone());
+        assert!(
+            other.lock("b").try_acquire().await.unwrap().is_none(),
+            "the lease ran out unrenewed"
+        );
+        guard.release().await.unwrap();
+    });
+}
+
+/// A holder whose runtime could not run the watchdog past its lease (its only thread blocked, as
+/// in a process that was paused) is told at once that it no longer holds the lock: `is_held` is
+/// false from the moment the lease ran out unrenewed, before the watchdog ran. (Before, it said
+/// true until the watchdog's next look, while another holder could already have the lock.)
+#[tokio::test(flavor = "current_thread")]
+async fn is_held_is_false_once_the_lease_ran_out_even_before_the_watchdog_runs() {
+    let backend = Arc::new(Partitionable::default());
+    let locker = Locker::from_arc(backend.clone());
+    let ttl = Duration::from_millis(200);
+    let guard = locker.lock("blocked").ttl(ttl).acquire().await.unwrap();
+    assert!(guard.is_held());
+    std::thread::sleep(ttl * 2); // the runtime's only thread: nothing else runs meanwhile
+    assert!(!guard.is_held(), "is_held said true after the lease ran out unrenewed");
+    drop(guard);
+}
