@@ -97,8 +97,13 @@ pub(crate) struct Sql {
     pub advance_and_notify: String,
     /// Removes entry `$1`; returns whether it held.
     pub delete: String,
-    /// Removes a locker's owner row and entries (`$1` its id) and frees the holders it kept in
-    /// lock rows (`$2` their segments, `$3` their ids); returns the segments of the entries.
+    /// Frees the holders a locker (`$1` its id) kept in lock rows (`$2` their segments, `$3`
+    /// their ids): the first statement of its shutdown's transaction ([`Sql::close`] the second).
+    pub close_rows: String,
+    /// Removes a locker's owner row and entries (`$1` its id); returns the segments of the
+    /// entries. Run after [`Sql::close_rows`], in a statement of its own: its snapshot is taken
+    /// after every step that held one of those rows committed, so it also finds a holder such a
+    /// step moved from the row into the entries meanwhile (the row update skipped it).
     pub close: String,
     /// `list`: segments in use with their number of entries.
     pub list: String,
@@ -234,11 +239,13 @@ impl Sql {
                  SELECT pg_notify($3, $4)",
             ),
             delete: fill("DELETE FROM {schema}.entries WHERE id = $1 RETURNING token IS NOT NULL"),
+            close_rows: fill(
+                "UPDATE {schema}.locks l SET holder = NULL \
+                 FROM unnest($2::text[], $3::text[]) AS kept(segment, id) \
+                 WHERE l.segment = kept.segment AND l.holder = kept.id AND l.holder_owner = $1",
+            ),
             close: fill(
                 "WITH gone AS (DELETE FROM {schema}.entries WHERE owner = $1 RETURNING segment) \
-                 , freed AS (UPDATE {schema}.locks l SET holder = NULL \
-                 FROM unnest($2::text[], $3::text[]) AS kept(segment, id) \
-                 WHERE l.segment = kept.segment AND l.holder = kept.id AND l.holder_owner = $1) \
                  , o AS (DELETE FROM {schema}.owners WHERE id = $1) \
                  SELECT DISTINCT segment FROM gone",
             ),

@@ -38,9 +38,6 @@ async fn election_observer_rides_out_outages() {
 /// statement; this one cuts it off earlier.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_dropped_before_it_sent_anything_still_releases() {
-    use locksmith_core::driver::LockName;
-    use locksmith_core::Family;
-
     let harness = common::PgHarness::plain().await;
     let url = format!("{}&ttl=30s&request_timeout=10s", harness.url);
     let schema = harness.schema.clone();
@@ -58,19 +55,7 @@ async fn a_release_dropped_before_it_sent_anything_still_releases() {
     let lease = a.lock(&name).acquire().await.unwrap().abandon();
 
     // Another session holds the row of `busy`: a's try on it waits there, on a's steps' connection.
-    let (admin, connection) = tokio_postgres::connect(&common::server_url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let segment = Family::Mutex.segment(&LockName::new(&busy).unwrap());
-    admin.batch_execute("BEGIN").await.unwrap();
-    admin
-        .execute(
-            &format!("SELECT 1 FROM \"{schema}\".locks WHERE segment = $1 FOR UPDATE"),
-            &[&segment],
-        )
-        .await
-        .unwrap();
+    let admin = common::hold_row(&schema, &busy).await;
     let a2 = a.clone();
     let trying = tokio::spawn(async move { a2.lock(&busy).try_acquire().await.map(|g| g.is_some()) });
     tokio::time::sleep(Duration::from_millis(300)).await;

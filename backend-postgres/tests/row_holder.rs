@@ -65,20 +65,8 @@ async fn a_holder_moved_into_the_queue_keeps_its_lease() {
         tokio::spawn(async move { b.lock("moved").ttl(ttl).acquire().await })
     };
     // The waiter's join moved the holder into the entries: it is a holder and a waiter there.
+    wait_for_entries(&harness, "moved", 2).await;
     let name = LockName::new("moved").unwrap();
-    for _ in 0..100 {
-        if harness
-            .look
-            .entries(locksmith_core::Family::Mutex, &name)
-            .await
-            .unwrap()
-            .len()
-            == 2
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let entries = harness
         .look
         .entries(locksmith_core::Family::Mutex, &name)
@@ -129,6 +117,127 @@ async fn shutdown_frees_a_lease_left_in_a_row() {
         .await
         .unwrap()
         .expect("shutdown left the lock held until its TTL");
+    next.release().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// Waits (at most 2 s) until mutex `name` has `n` entries in the tables.
+async fn wait_for_entries(harness: &common::PgHarness, name: &str, n: usize) {
+    let name = LockName::new(name).unwrap();
+    for _ in 0..100 {
+        let entries = harness.look.entries(locksmith_core::Family::Mutex, &name).await;
+        if entries.unwrap().len() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A lease left in a row whose lock a waiter queues for (its join moved the holder into the
+/// entries): the locker's shutdown hands the lock to that waiter at once, not after the lease's
+/// TTL. (Before, the shutdown's step that passes the lock on saw no change of its own and granted
+/// nobody: the waiter slept until the 60 s lease would have expired.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_hands_a_lease_left_in_a_row_to_its_waiter() {
+    let harness = common::PgHarness::plain().await;
+    let (a, b) = (harness.locker().await, harness.locker().await);
+    let _lease = a
+        .lock("left")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap()
+        .abandon();
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock("left").timeout(Duration::from_secs(20)).acquire().await })
+    };
+    wait_for_entries(&harness, "left", 2).await;
+    a.shutdown().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter was not handed the lock at the holder's shutdown")
+        .unwrap()
+        .unwrap();
+    next.release().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// A release of a lease kept in a row that got no answer (the server held its statements up past
+/// the request timeout, and they never ran) leaves the lease to the locker's shutdown, which
+/// frees the row. (Before, the release forgot the row before it sent anything, and the shutdown
+/// left the lock held until its TTL.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_frees_a_row_whose_release_got_no_answer() {
+    let harness = common::PgHarness::plain().await;
+    let url = format!("{}&request_timeout=1s", harness.url);
+    let a = locksmith_postgres::connect(&locksmith_core::driver::BackendUrl::parse(&url).unwrap())
+        .await
+        .unwrap();
+    let b = harness.locker().await;
+    let lease = a
+        .lock("unanswered")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap()
+        .abandon();
+    let admin = common::hold_row(&harness.schema, "unanswered").await;
+    let released = a.backend().release(&lease).await;
+    assert!(released.is_err(), "the release was answered: {released:?}");
+    // The statements of that release still wait for the row on the server: end their sessions,
+    // so that they never run.
+    admin
+        .batch_execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+        )
+        .await
+        .unwrap();
+    admin.batch_execute("ROLLBACK").await.unwrap();
+    a.shutdown().await.unwrap();
+    let next = b
+        .lock("unanswered")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the shutdown left the lock held until its TTL");
+    next.release().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// A shutdown that races a step moving its lease out of the row (the step holds the row when the
+/// shutdown begins, and commits the holder into the entries while the shutdown waits for the
+/// row): the lease is freed wherever the step put it. (Before, the shutdown's one statement
+/// looked for the locker's entries in a snapshot taken before the step committed, and for the
+/// lease in the row, which the step had emptied: the entry was left until its TTL.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_frees_a_lease_moved_out_of_its_row_meanwhile() {
+    let harness = common::PgHarness::plain().await;
+    let (a, b) = (harness.locker().await, harness.locker().await);
+    let _lease = a
+        .lock("raced")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap()
+        .abandon();
+    let admin = common::hold_row(&harness.schema, "raced").await;
+    let segment = locksmith_core::Family::Mutex.segment(&LockName::new("raced").unwrap());
+    admin
+        .execute(&format!("SELECT \"{}\".lock_row($1)", harness.schema), &[&segment])
+        .await
+        .unwrap();
+    let closing = tokio::spawn(async move { a.shutdown().await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    admin.batch_execute("COMMIT").await.unwrap();
+    closing.await.unwrap().unwrap();
+    let next = b
+        .lock("raced")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the shutdown left the moved lease held until its TTL");
     next.release().await.unwrap();
     b.shutdown().await.unwrap();
 }

@@ -189,10 +189,14 @@ impl Conn {
         };
         let mut guard = self.client().await?;
         let client = guard.as_mut().ok_or(LockError::Closed)?;
-        let rows = client
-            .query(&self.sql.close, &[&self.owner_id, &segments, &ids])
+        let e = |err| pg_error("removing this locker's entries", err);
+        let tx = client.transaction().await.map_err(e)?;
+        // The rows first, then the entries in a statement with a newer snapshot (see Sql::close).
+        tx.execute(&self.sql.close_rows, &[&self.owner_id, &segments, &ids])
             .await
-            .map_err(|e| pg_error("removing this locker's entries", e))?;
+            .map_err(e)?;
+        let rows = tx.query(&self.sql.close, &[&self.owner_id]).await.map_err(e)?;
+        tx.commit().await.map_err(e)?;
         for row in rows {
             let Ok(segment) = row.try_get::<_, String>(0) else {
                 continue;

@@ -224,10 +224,14 @@ impl Conn {
     /// now if every other entry is a live exclusive waiter (its NOTIFY names the new holder and
     /// the next waiter, as the full step's would). `false`: the case does not apply, take the
     /// full step.
+    ///
+    /// A lease kept in a row stays on this locker's list for [`Conn::close`] until the statement
+    /// is answered: one that got no answer may not have run, and the shutdown then frees the row.
     pub async fn leave_exclusive(&self, segment: &str, id: &str) -> Result<bool> {
-        self.forget_kept(id);
         let params: [&(dyn ToSql + Sync); 3] = [&segment, &id, &self.sql.channel];
         let (row, _) = self.alone(&self.sql.leave, &params).await?;
+        // Answered: freed from the row, or not (or no longer) kept there.
+        self.forget_kept(id);
         let left: Option<bool> = first_column(row, "reading a release")?;
         Ok(left == Some(true))
     }

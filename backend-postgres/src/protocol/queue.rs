@@ -40,7 +40,8 @@ pub(crate) enum Op {
     Try(NewEntry),
     /// Remove the entry with this id.
     Leave(String),
-    /// Nothing of its own: drop the dead entries and pass the lock on (`conn::Conn::sweep`).
+    /// Nothing of its own: drop the dead entries and pass the lock on (`conn::Conn::sweep`,
+    /// `conn::Conn::close`): grant the waiters that hold now and tell the first one, always.
     Sweep,
 }
 
@@ -172,7 +173,12 @@ pub(crate) async fn apply(
                 row.is_some_and(|r| r.try_get::<_, bool>(0).unwrap_or(false)),
             ))
         }
-        Op::Sweep => Ok(Outcome::Left(false)),
+        // A sweep follows entries removed outside a step (a locker's shutdown, an operator's
+        // delete), which its prune does not see: it passes the lock on whatever it finds.
+        Op::Sweep => {
+            *changed = true;
+            Ok(Outcome::Left(false))
+        }
     }
 }
 

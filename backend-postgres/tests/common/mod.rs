@@ -74,6 +74,20 @@ pub async fn query_as_owner(sql: &str) -> Vec<String> {
     rows
 }
 
+/// The row of mutex `name` in `schema`, locked by a session of the owner in a transaction (as a
+/// step of another locker would hold it), until the returned client's `ROLLBACK` or `COMMIT`.
+pub async fn hold_row(schema: &str, name: &str) -> tokio_postgres::Client {
+    let (admin, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+        .await
+        .expect("connecting as the owner");
+    tokio::spawn(connection);
+    let segment = Family::Mutex.segment(&LockName::new(name).unwrap());
+    admin.batch_execute("BEGIN").await.unwrap();
+    let sql = format!("SELECT 1 FROM \"{schema}\".locks WHERE segment = $1 FOR UPDATE");
+    admin.execute(&sql, &[&segment]).await.unwrap();
+    admin
+}
+
 impl PgHarness {
     /// A schema of its own, made by its owner with `locksmith init --sql --grant locksmith_app`'s
     /// SQL, used by lockers that log in as `locksmith_app` (no rights but those grants).
