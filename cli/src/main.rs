@@ -36,7 +36,7 @@ fn main() -> ExitCode {
     // Never a backtrace: an internal error is one line, like every other error.
     std::panic::set_hook(Box::new(|info| {
         let message = info.to_string().replace('\n', " ");
-        eprintln!("locksmith: internal error: {message}");
+        crate::output::stderr_line(format_args!("locksmith: internal error: {message}"));
     }));
     let parsed = args::command()
         .try_get_matches()
@@ -103,8 +103,8 @@ fn main() -> ExitCode {
 /// One line on stderr; what the client library said underneath only with `-v`.
 fn fail(failure: Failure, verbose: u8) -> ExitCode {
     match (&failure.detail, verbose) {
-        (Some(detail), 1..) => eprintln!("locksmith: {}: {detail}", failure.message),
-        _ => eprintln!("locksmith: {}", failure.message),
+        (Some(detail), 1..) => crate::output::stderr_line(format_args!("locksmith: {}: {detail}", failure.message)),
+        _ => crate::output::stderr_line(format_args!("locksmith: {}", failure.message)),
     }
     ExitCode::from(failure.code)
 }
@@ -122,7 +122,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
         }
         _ => {
             let reason = missing_double_dash(&e, std::env::args_os()).unwrap_or_else(|| one_line(&e));
-            eprintln!("locksmith: {reason} (see locksmith --help)");
+            crate::output::stderr_line(format_args!("locksmith: {reason} (see locksmith --help)"));
             ExitCode::from(USAGE)
         }
     }

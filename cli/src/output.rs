@@ -19,7 +19,7 @@ impl Output {
     /// A status line on stderr (unless `--quiet`).
     pub fn status(&self, message: impl std::fmt::Display) {
         if !self.quiet {
-            eprintln!("locksmith: {message}");
+            stderr_line(format_args!("locksmith: {message}"));
         }
     }
 
@@ -49,6 +49,13 @@ impl Output {
         });
         self.result(guard.fencing_token(), value);
     }
+}
+
+/// Writes `line` and a newline to stderr, and goes on if it cannot: `eprintln!` panics on a
+/// stderr whose reader went away (`locksmith hold N 2>&1 | head -1`), and a panic there would end
+/// the process while it holds a lock.
+pub fn stderr_line(line: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// A duration in whole milliseconds, for JSON.

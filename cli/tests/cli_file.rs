@@ -77,3 +77,42 @@ fn without_a_url_two_processes_exclude_each_other() {
         "the lock of a killed holder passed on: {out:?}"
     );
 }
+
+/// A status line written to a stderr whose reader went away (`locksmith hold N 2>&1 | head -1`)
+/// does not stop locksmith: it holds, releases when stdin closes and exits 0, and the lock is
+/// free. (Before, the write panicked, the panic's own message panicked again, and the process
+/// aborted while holding the lock.)
+#[test]
+fn a_closed_stderr_does_not_stop_a_hold() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let name = unique_name("closed-stderr");
+    let url = Files.url();
+    let mut child = locksmith(&["--url", &url, "hold", &name])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take()); // the reader of stderr goes away before anything is written
+    let mut token = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut token)
+        .unwrap();
+    assert!(token.trim().parse::<u64>().is_ok(), "hold printed {token:?}");
+    std::thread::sleep(Duration::from_millis(300)); // its "holding" status line is written
+    drop(child.stdin.take());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "hold did not end when stdin closed");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "hold ended with {status:?}");
+    let tried = locksmith(&["--url", &url, "try", &name]).output().unwrap();
+    assert!(tried.status.success(), "the lock was left held: {tried:?}");
+}

@@ -20,7 +20,7 @@ pub fn completions(shell: Shell) -> ExitCode {
 pub fn man() -> ExitCode {
     let mut page = Vec::new();
     if let Err(e) = clap_mangen::Man::new(crate::args::command()).render(&mut page) {
-        eprintln!("locksmith: cannot render the manual page: {e}");
+        crate::output::stderr_line(format_args!("locksmith: cannot render the manual page: {e}"));
         return ExitCode::FAILURE;
     }
     write_stdout(&page)
@@ -34,7 +34,7 @@ fn write_stdout(bytes: &[u8]) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("locksmith: cannot write to stdout: {e}");
+            crate::output::stderr_line(format_args!("locksmith: cannot write to stdout: {e}"));
             ExitCode::FAILURE
         }
     }
