@@ -273,8 +273,9 @@ fn host_name() -> String {
     rustix::system::uname().nodename().to_string_lossy().into_owned()
 }
 
-/// This boot's id: entries written in another boot are dead. Empty where the kernel has none
-/// (then a reboot is told by the liveness files alone, which no process holds after it).
+/// This boot's id: entries written in another boot are dead. Empty where the kernel has none or
+/// this process cannot read it (then a reboot is told by the liveness files alone, which no
+/// process holds after it; see `State::prune`).
 fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_owned())

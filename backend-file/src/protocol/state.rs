@@ -173,9 +173,16 @@ impl State {
     /// waiter sleeps until the next one; remembered heartbeats would wake it over and over).
     pub fn prune(&mut self, boot: &str, now: Now, mut liveness: impl FnMut(&str, bool) -> Liveness) -> bool {
         let before = self.entries.len();
-        if self.boot != boot {
+        // An empty boot id is a process that cannot read it (a sandbox that hides /proc/sys): it
+        // and the others tell a reboot by the liveness files alone, as on a kernel without one.
+        // Entries are dropped for their boot only when both ids are known and differ; dropping
+        // for a mere mismatch with an unknown one would let such a process and another erase
+        // each other's live holders.
+        if !boot.is_empty() && self.boot != boot {
+            if !self.boot.is_empty() {
+                self.entries.clear();
+            }
             self.boot = boot.to_owned();
-            self.entries.clear();
         }
         // One question per owner (a queue of 1,000 waiters may have 1,000 owners); whether its
         // answer was fresh.
@@ -282,6 +289,20 @@ mod tests {
         assert!(!s.prune("boot1", now, |_, _| Liveness::Beat(1_000)));
         assert!(s.prune("boot2", now, |_, _| Liveness::Beat(1_000)));
         assert!(s.entries.is_empty());
+    }
+
+    /// A process that cannot read the boot id (`""`) and one that can keep each other's live
+    /// entries. (Before, each took the other's entries for another boot's and dropped them: two
+    /// holders at once.)
+    #[test]
+    fn an_unknown_boot_id_drops_nobody_s_entries() {
+        let now = Now::at_boot(1_000);
+        for (written, reading) in [("boot1", ""), ("", "boot1")] {
+            let mut s = State::new("x", written);
+            s.entries = vec![entry("1", "o", 900, 1_000)];
+            assert!(!s.prune(reading, now, |_, _| Liveness::Beat(1_000)));
+            assert_eq!(s.entries.len(), 1, "written in boot {written:?}, pruned in {reading:?}");
+        }
     }
 
     #[test]
