@@ -11,7 +11,7 @@ use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInf
 
 use crate::config::Config;
 use crate::conn::Dir;
-use crate::error::join_error;
+use crate::error::{join_error, may_pass};
 use crate::layout::LockFile;
 use crate::protocol::state::entry_id;
 use crate::protocol::{election, queue, wait};
@@ -85,15 +85,25 @@ impl LockBackend for FileBackend {
     /// # Cancel safety
     ///
     /// Its one step runs to its end in a blocking thread, whether or not the future is polled
-    /// again.
+    /// again; a lease whose release was dropped before it forgot the lease is removed again by
+    /// the heartbeat a TTL later (finding it gone: harmless).
     async fn release(&self, lease: &Lease) -> Result<()> {
         let (dir, file) = (self.dir.clone(), LockFile::of(lease.kind.family(), &lease.name));
         let id = entry_id(&lease.holder_id).to_owned();
-        self.dir.forget(&id);
-        let held = tokio::task::spawn_blocking(move || dir.transact(&file, |state, _| Ok(queue::leave(state, &id))))
-            .await
-            .map_err(join_error)??;
-        if held {
+        let leaving = id.clone();
+        let left =
+            tokio::task::spawn_blocking(move || dir.transact(&file, |state, _| Ok(queue::leave(state, &leaving))))
+                .await
+                .map_err(join_error)
+                .and_then(|left| left);
+        // Forgotten only once its entry left the file (or the file is not one to retry on): a
+        // release that failed to write leaves the lease to the heartbeat, which removes it a TTL
+        // later (a retry of the release may come first). Forgotten before, its entry would live
+        // on under this locker's heartbeats.
+        if !left.as_ref().is_err_and(may_pass) {
+            self.dir.forget(&id);
+        }
+        if left? {
             Ok(())
         } else {
             Err(LockError::not_held(lease.name.as_str()))

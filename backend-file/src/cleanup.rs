@@ -20,7 +20,7 @@ use locksmith_core::driver::cleanup;
 use locksmith_core::Result;
 
 use crate::conn::Dir;
-use crate::error::join_error;
+use crate::error::{join_error, may_pass};
 use crate::layout::LockFile;
 use crate::protocol::queue;
 use crate::protocol::state::{Now, State};
@@ -123,8 +123,17 @@ pub(crate) fn reap(dir: &Arc<Dir>, abandoned: Vec<(String, LockFile)>) {
 pub(crate) fn reap_now(dir: &Dir, abandoned: Vec<(String, LockFile)>) {
     for (id, file) in abandoned {
         tracing::debug!(lock = %file.segment, "file backend: removing a lease its guard stopped renewing");
-        if let Err(e) = dir.transact(&file, |state, _| Ok(queue::leave(state, &id))) {
-            tracing::warn!(lock = %file.segment, error = %e, "file backend: could not remove an abandoned lease");
+        match dir.transact(&file, |state, _| Ok(queue::leave(state, &id))) {
+            Ok(_) => {}
+            // A write that failed (no space, no right for now): tried again, as a release would be.
+            Err(e) if may_pass(&e) => {
+                tracing::warn!(lock = %file.segment, error = %e,
+                    "file backend: could not remove an abandoned lease; trying again at the next heartbeat");
+                dir.remove_later(&id, &file);
+            }
+            Err(e) => {
+                tracing::warn!(lock = %file.segment, error = %e, "file backend: could not remove an abandoned lease")
+            }
         }
     }
 }

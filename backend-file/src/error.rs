@@ -21,6 +21,13 @@ pub(crate) fn errno_error(what: &str, path: &Path, err: rustix::io::Errno) -> Lo
     io_error(what, path, io::Error::from(err))
 }
 
+/// Whether `e` is a read or write that failed but may work later (an I/O error, a right missing
+/// for now), rather than a file that is not locksmith's: a lease is not known to be gone after
+/// it, and its removal is tried again.
+pub(crate) fn may_pass(e: &LockError) -> bool {
+    matches!(e, LockError::Unavailable { .. } | LockError::Denied(_))
+}
+
 /// A state file that is not what this crate writes.
 pub(crate) fn corrupt(path: &Path, err: impl std::fmt::Display) -> LockError {
     LockError::Protocol(format!(

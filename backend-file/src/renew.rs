@@ -16,8 +16,9 @@ use locksmith_core::driver::Lease;
 use locksmith_core::{LockError, Result};
 
 use crate::cleanup::reap_now;
-use crate::conn::{Check, Dir};
-use crate::error::join_error;
+use crate::conn::{Check, Dir, Renewed};
+use crate::error::{join_error, may_pass};
+use crate::layout::LockFile;
 use crate::protocol::state::{entry_id, State};
 
 /// Renews `leases`; one result per lease, in order.
@@ -30,29 +31,50 @@ pub(crate) async fn renew_many(dir: &Arc<Dir>, leases: &[Lease]) -> Vec<Result<(
             Ok(abandoned) => abandoned,
             Err(e) => return leases.iter().map(|_| Err(again(&e))).collect(),
         };
-        let mut states: HashMap<String, Option<State>> = HashMap::new();
+        let mut states: HashMap<String, std::result::Result<Option<State>, String>> = HashMap::new();
+        let mut lost_in_file = Vec::new();
         let results = leases
             .iter()
             .map(|lease| {
                 let id = entry_id(&lease.holder_id);
                 let in_file = match dir.check(id) {
-                    Check::Gone => false,
-                    Check::Unchanged => true,
-                    Check::Read(file) => states
-                        .entry(file.stem.clone())
-                        .or_insert_with(|| dir.read_raw(&file).ok())
-                        .as_ref()
-                        .is_some_and(|s| s.entries.iter().any(|e| e.id == id && e.grant.is_some())),
+                    Check::Gone => Ok(false),
+                    Check::Unchanged => Ok(true),
+                    Check::Read(file) => match states.entry(file.stem.clone()).or_insert_with(|| read(&dir, &file)) {
+                        Ok(state) => Ok(state
+                            .as_ref()
+                            .is_some_and(|s| s.entries.iter().any(|e| e.id == id && e.grant.is_some()))),
+                        Err(message) => Err(message.clone()),
+                    },
                 };
-                if in_file && dir.renewed(id, sent) {
-                    Ok(())
-                } else {
-                    dir.forget(id);
-                    Err(LockError::not_held(lease.name.as_str()))
+                let not_held = || LockError::not_held(lease.name.as_str());
+                match in_file {
+                    // Not read, so not known to be gone: tried again until the lease runs out.
+                    Err(message) => {
+                        dir.read_again(id);
+                        Err(LockError::Unavailable {
+                            message: format!("renewal failed: {message}"),
+                            source: None,
+                        })
+                    }
+                    Ok(true) => match dir.renewed(id, sent) {
+                        Renewed::Yes => Ok(()),
+                        Renewed::Lost(file) => {
+                            lost_in_file.push((id.to_owned(), file));
+                            Err(not_held())
+                        }
+                        Renewed::NotHeld => Err(not_held()),
+                    },
+                    Ok(false) => {
+                        dir.forget(id);
+                        Err(not_held())
+                    }
                 }
             })
             .collect();
-        reap_now(&dir, abandoned);
+        // A lease lost to a pause leaves the file too: this locker's next heartbeats would
+        // otherwise keep its entry alive, holding the lock for nobody.
+        reap_now(&dir, abandoned.into_iter().chain(lost_in_file).collect());
         results
     })
     .await;
@@ -60,6 +82,16 @@ pub(crate) async fn renew_many(dir: &Arc<Dir>, leases: &[Lease]) -> Vec<Result<(
         let e = join_error(e);
         (0..count).map(|_| Err(again(&e))).collect()
     })
+}
+
+/// The state of `file` for a renewal, or why it could not be read (an I/O error: the lease is
+/// not known to be gone). A file that is not a state file (emptied by hand) has no entry.
+fn read(dir: &Dir, file: &LockFile) -> std::result::Result<Option<State>, String> {
+    match dir.read_raw(file) {
+        Ok(state) => Ok(Some(state)),
+        Err(e) if may_pass(&e) => Err(e.to_string()),
+        Err(_) => Ok(None),
+    }
 }
 
 /// One error for each of several leases (a failed heartbeat fails all of them): a failure to

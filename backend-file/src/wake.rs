@@ -79,9 +79,10 @@ impl Hub {
     }
 
     fn start(dir: &Path) -> Result<Arc<Hub>> {
-        let fd = inotify::init(CreateFlags::CLOEXEC).map_err(|e| errno_error("cannot watch", dir, e))?;
-        let watch =
-            |path: &Path, flags| inotify::add_watch(&fd, path, flags).map_err(|e| errno_error("cannot watch", path, e));
+        let fd = inotify::init(CreateFlags::CLOEXEC).map_err(|e| errno_error(&cannot_watch(e), dir, e))?;
+        let watch = |path: &Path, flags| {
+            inotify::add_watch(&fd, path, flags).map_err(|e| errno_error(&cannot_watch(e), path, e))
+        };
         let states = watch(dir, WatchFlags::MOVED_TO | WatchFlags::DELETE | WatchFlags::CLOSE_WRITE)?;
         let owners = watch(&dir.join(OWNERS_DIR), WatchFlags::CLOSE_WRITE | WatchFlags::DELETE)?;
         let hub = Arc::new(Hub {
@@ -261,5 +262,21 @@ fn read_events(fd: &OwnedFd, hub: &Weak<Hub>, owners: i32) {
             hub.changed(Some(stem));
             hub.wake(Some(stem));
         }
+    }
+}
+
+/// What a failed `inotify_init` or `inotify_add_watch` says, with the limit it met if it met one
+/// (the kernel's own message, "Too many open files" or "No space left on device", names neither).
+fn cannot_watch(e: rustix::io::Errno) -> String {
+    match e {
+        rustix::io::Errno::MFILE => "cannot watch (the per-user limit of inotify instances, sysctl \
+                                    fs.inotify.max_user_instances, or this process's limit of open files, \
+                                    is reached)"
+            .into(),
+        rustix::io::Errno::NOSPC => {
+            "cannot watch (the per-user limit of inotify watches, sysctl fs.inotify.max_user_watches, is reached)"
+                .into()
+        }
+        _ => "cannot watch".into(),
     }
 }

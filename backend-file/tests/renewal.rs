@@ -77,3 +77,83 @@ async fn a_state_file_emptied_in_place_by_hand_is_seen_as_lost() {
         .await
         .expect("lost() fires once the holder's entry is gone from its state file");
 }
+
+/// Puts a symbolic link to itself in place of the state file at `path`, in one rename: reading
+/// it fails with an I/O error (ELOOP), even for root. Returns the file's bytes.
+fn make_unreadable(path: &std::path::Path) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
+    let looped = path.with_extension("loop");
+    std::os::unix::fs::symlink(path.file_name().unwrap(), &looped).unwrap();
+    std::fs::rename(&looped, path).unwrap();
+    bytes
+}
+
+/// Puts the state file's `bytes` back at `path`, in one rename.
+fn restore(path: &std::path::Path, bytes: &[u8]) {
+    let restored = path.with_extension("restored");
+    std::fs::write(&restored, bytes).unwrap();
+    std::fs::rename(&restored, path).unwrap();
+}
+
+/// A state file that cannot be read for a moment (an I/O error: here a symbolic link to itself
+/// in its place) is no proof that the lease is gone: the renewal fails and is tried again, and the
+/// lease lives on once the file reads again. (Before, the renewal took the error for "not in the
+/// file": the lease was declared lost and forgotten, while its entry, back in the file, stayed
+/// alive under its locker's heartbeats and held the lock for nobody.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_unreadable_for_a_moment_loses_no_lease() {
+    let h = FileHarness::new();
+    let (a, b) = (h.locker().await, h.locker().await);
+    let name = locksmith_core::conformance::unique_name("unreadable");
+    let ttl = Duration::from_millis(1500);
+    let guard = a.lock(&name).ttl(ttl).acquire().await.unwrap();
+    let path = h.look.state_path(Family::Mutex, &LockName::new(&name).unwrap());
+    let bytes = make_unreadable(&path);
+    tokio::time::sleep(ttl / 2).await; // a renewal or two meet the error
+    restore(&path, &bytes);
+    tokio::time::sleep(ttl * 2).await;
+    assert!(guard.lost_reason().is_none(), "lost: {:?}", guard.lost_reason());
+    assert!(b.lock(&name).try_acquire().await.unwrap().is_none(), "held by a");
+    guard.release().await.unwrap();
+    let next = b
+        .lock(&name)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after its release");
+    next.release().await.unwrap();
+}
+
+/// A release that could not write (an I/O error: its state file unreadable for a moment) leaves
+/// the lease to its locker's heartbeat, which removes its entry a TTL later. (Before, the release
+/// forgot the lease first: its entry, back in the file, lived on under the heartbeats of its
+/// locker, which held another lock, and nobody could take the lock while that locker lived.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_could_not_write_is_finished_by_the_heartbeat() {
+    let h = FileHarness::new();
+    let (a, b) = (h.locker().await, h.locker().await);
+    let ttl = Duration::from_millis(300);
+    let unique = locksmith_core::conformance::unique_name;
+    let keep = a.lock(unique("keep")).ttl(ttl).acquire().await.unwrap(); // a beats on
+    let name = unique("unwritten");
+    let lease = a.lock(&name).ttl(ttl).acquire().await.unwrap().abandon();
+    let path = h.look.state_path(Family::Mutex, &LockName::new(&name).unwrap());
+    let bytes = make_unreadable(&path);
+    let released = a.backend().release(&lease).await;
+    restore(&path, &bytes);
+    assert!(released.is_err(), "the release wrote: {released:?}");
+    let mut next = None;
+    for _ in 0..50 {
+        next = b.lock(&name).try_acquire().await.unwrap();
+        if next.is_some() {
+            break;
+        }
+        tokio::time::sleep(ttl / 3).await;
+    }
+    next.expect("the lease whose release failed still held the lock after 15 TTLs")
+        .release()
+        .await
+        .unwrap();
+    assert!(keep.is_held());
+    keep.release().await.unwrap();
+}

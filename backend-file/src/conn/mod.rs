@@ -187,20 +187,33 @@ impl Dir {
         Check::Read(h.file.clone())
     }
 
-    /// Records that the lease of entry `id` was renewed by a heartbeat written after `sent`;
-    /// `false` (and the lease is forgotten) if it is not held any more or was marked lost.
-    pub fn renewed(&self, id: &str, sent: Instant) -> bool {
+    /// Records that the lease of entry `id` was renewed by a heartbeat written after `sent`, or
+    /// says why not: it is not held any more, or was marked lost (then it is forgotten here).
+    pub fn renewed(&self, id: &str, sent: Instant) -> Renewed {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         match held.get_mut(id) {
             Some(h) if !h.lost => {
                 h.renewed = sent;
-                true
+                Renewed::Yes
             }
-            _ => {
-                held.remove(id);
-                false
-            }
+            Some(_) => held.remove(id).map_or(Renewed::NotHeld, |h| Renewed::Lost(h.file)),
+            None => Renewed::NotHeld,
         }
+    }
+
+    /// The state file of entry `id` could not be read: the next renewal reads it again, whatever
+    /// the kernel reports meanwhile.
+    pub fn read_again(&self, id: &str) {
+        if let Some(h) = self.held.lock().unwrap_or_else(|e| e.into_inner()).get_mut(id) {
+            h.checked = None;
+        }
+    }
+
+    /// Keeps entry `id` of `file`, whose removal failed, for the next heartbeat to remove again
+    /// (as a lease its guard stopped renewing: [`Dir::beat`] returns it). Forgotten, its entry
+    /// would live on under this locker's heartbeats and hold the lock for nobody.
+    pub fn remove_later(&self, id: &str, file: &LockFile) {
+        self.hold(id, file, Duration::ZERO, 0, Instant::now());
     }
 
     /// Forgets the lease of entry `id` (released, or lost).
@@ -212,6 +225,18 @@ impl Dir {
 /// A duration in nanoseconds (saturating).
 pub(crate) fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// What [`Dir::renewed`] found.
+#[derive(Debug)]
+pub(crate) enum Renewed {
+    /// The lease is renewed from the heartbeat just written.
+    Yes,
+    /// Its TTL passed under the previous heartbeat (the process was paused): forgotten now. Its
+    /// entry, of this lock file, must leave the file (see [`Dir::remove_later`]).
+    Lost(LockFile),
+    /// This locker does not hold it (released meanwhile).
+    NotHeld,
 }
 
 /// What a renewal must look at for one lease (see [`Dir::check`]).
