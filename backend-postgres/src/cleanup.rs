@@ -27,6 +27,8 @@ pub(crate) type FreeFirst = std::pin::Pin<Box<dyn std::future::Future<Output = b
 /// task (no task spawned, no thread woken per release); if its future is dropped before it ends
 /// (a timeout around it), [`Releasing`] runs the rest in a clean-up task ([`cleanup::spawn`]).
 pub(crate) async fn release(conn: &Arc<Conn>, first: Option<FreeFirst>, lease: &Lease) -> Result<()> {
+    // Valid when the release began: nobody but this release can remove its entry from then on.
+    let surely_valid = !lease.lost.is_lost() && !lease.lost.ran_out();
     let mut releasing = Releasing {
         conn: conn.clone(),
         segment: segment(lease.kind.family(), &lease.name),
@@ -47,30 +49,37 @@ pub(crate) async fn release(conn: &Arc<Conn>, first: Option<FreeFirst>, lease: &
     releasing.done = true;
     // A lease whose layout's part was gone was lost, whatever its entry in the tables says.
     match left {
-        Ok(Outcome::Left(true)) if first_held => Ok(()),
+        Ok((Outcome::Left(true), _)) if first_held => Ok(()),
+        // The one-statement release got no answer and the full step then found the entry gone:
+        // that release ran (its answer was late), as nobody else removes a valid lease's entry.
+        Ok((Outcome::Left(false), true)) if first_held && surely_valid => Ok(()),
         Ok(_) => Err(LockError::not_held(lease.name.as_str())),
         Err(e) => Err(e),
     }
 }
 
 /// Removes entry `id` from lock `segment`: a mutex's (or writers') hand-over in one round trip
-/// (`alone.sql`'s `leave_exclusive`); otherwise, or if that fails, the full step.
-async fn leave(conn: &Conn, segment: &str, id: &str, kind: &LockKind) -> Result<Outcome> {
-    let alone = match alone_applies(kind) {
-        true => conn.leave_exclusive(segment, id).await.unwrap_or_else(|e| {
-            tracing::debug!(error = %e, "postgres: the one-statement release failed; taking the full step");
-            false
-        }),
-        false => false,
+/// (`alone.sql`'s `leave_exclusive`); otherwise, or if that fails, the full step. Also answers
+/// whether the one-statement release failed first (it may have run all the same: a timeout).
+async fn leave(conn: &Conn, segment: &str, id: &str, kind: &LockKind) -> Result<(Outcome, bool)> {
+    let (alone, failed) = match alone_applies(kind) {
+        true => match conn.leave_exclusive(segment, id).await {
+            Ok(alone) => (alone, false),
+            Err(e) => {
+                tracing::debug!(error = %e, "postgres: the one-statement release failed; taking the full step");
+                (false, true)
+            }
+        },
+        false => (false, false),
     };
     match alone {
-        true => Ok(Outcome::Left(true)),
+        true => Ok((Outcome::Left(true), false)),
         false => {
             let left = conn.step(segment, Op::Leave(id.to_owned()), Duration::ZERO).await?;
             // The step moved a lease kept in the row into the entries first (and removed it):
             // nothing of it is left in a row for the shutdown to free.
             conn.forget_kept(id);
-            Ok(left)
+            Ok((left, failed))
         }
     }
 }

@@ -241,3 +241,43 @@ async fn shutdown_frees_a_lease_moved_out_of_its_row_meanwhile() {
     next.release().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// The backend's release, whose statement ran but whose answer came too late (the server held
+/// its commit up past the request timeout), reports success: the full step that follows finds the
+/// lease gone by that statement's doing. (Before, it answered "not held" for a lease it had just
+/// released. locksmith-core bounds `LockGuard::release` by the request timeout, so a guard's
+/// caller was told "no answer" rather than that; its retries in the background were told "not
+/// held", which ends them as well.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_answered_too_late_is_no_false_not_held() {
+    let harness = common::PgHarness::plain().await;
+    let url = format!("{}&request_timeout=1s", harness.url);
+    let a = locksmith_postgres::connect(&locksmith_core::driver::BackendUrl::parse(&url).unwrap())
+        .await
+        .unwrap();
+    let lease = a
+        .lock("late")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap()
+        .abandon();
+    // Freeing a holder kept in a row now takes 1.5 s: past the request timeout, and within the
+    // full step's, which waits for that row meanwhile.
+    common::run_as_owner(&format!(
+        "CREATE FUNCTION \"{s}\".slow_release() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(1.5); RETURN NEW; END $$; \
+         CREATE TRIGGER slow_release BEFORE UPDATE ON \"{s}\".locks FOR EACH ROW \
+         WHEN (OLD.holder IS NOT NULL AND NEW.holder IS NULL) EXECUTE FUNCTION \"{s}\".slow_release();",
+        s = harness.schema
+    ))
+    .await;
+    let released = a.backend().release(&lease).await;
+    assert!(released.is_ok(), "a release answered too late said {released:?}");
+    let b = harness.locker().await;
+    let next = b.lock("late").try_acquire().await.unwrap().expect("released");
+    next.release().await.unwrap();
+    for locker in [a, b] {
+        locker.shutdown().await.unwrap();
+    }
+}
