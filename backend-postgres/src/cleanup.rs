@@ -74,13 +74,10 @@ async fn leave(conn: &Conn, segment: &str, id: &str, kind: &LockKind) -> Result<
     };
     match alone {
         true => Ok((Outcome::Left(true), false)),
-        false => {
-            let left = conn.step(segment, Op::Leave(id.to_owned()), Duration::ZERO).await?;
-            // The step moved a lease kept in the row into the entries first (and removed it):
-            // nothing of it is left in a row for the shutdown to free.
-            conn.forget_kept(id);
-            Ok((left, failed))
-        }
+        false => Ok((
+            conn.step(segment, Op::Leave(id.to_owned()), Duration::ZERO).await?,
+            failed,
+        )),
     }
 }
 

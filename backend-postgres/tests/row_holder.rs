@@ -107,8 +107,7 @@ async fn a_holder_moved_into_the_queue_keeps_its_lease() {
 async fn shutdown_frees_a_lease_left_in_a_row() {
     let harness = common::PgHarness::plain().await;
     let (a, b) = (harness.locker().await, harness.locker().await);
-    let left = a.lock("left").ttl(Duration::from_secs(60)).acquire().await.unwrap();
-    let _lease = left.abandon();
+    let _lease = left_held(&a, "left", Duration::from_secs(60)).await;
     assert!(b.lock("left").try_acquire().await.unwrap().is_none(), "held");
     a.shutdown().await.unwrap();
     let next = b
@@ -119,6 +118,20 @@ async fn shutdown_frees_a_lease_left_in_a_row() {
         .expect("shutdown left the lock held until its TTL");
     next.release().await.unwrap();
     b.shutdown().await.unwrap();
+}
+
+/// A lease of mutex `name` taken by `locker` for `ttl` and left as it is (its guard abandoned:
+/// nothing renews or releases it).
+async fn left_held(locker: &locksmith_core::Locker, name: &str, ttl: Duration) -> locksmith_core::driver::Lease {
+    locker.lock(name).ttl(ttl).acquire().await.unwrap().abandon()
+}
+
+/// A locker of `harness`'s schema whose requests time out after 1 s.
+async fn impatient_locker(harness: &common::PgHarness) -> locksmith_core::Locker {
+    let url = format!("{}&request_timeout=1s", harness.url);
+    locksmith_postgres::connect(&locksmith_core::driver::BackendUrl::parse(&url).unwrap())
+        .await
+        .unwrap()
 }
 
 /// Waits (at most 2 s) until mutex `name` has `n` entries in the tables.
@@ -141,13 +154,7 @@ async fn wait_for_entries(harness: &common::PgHarness, name: &str, n: usize) {
 async fn shutdown_hands_a_lease_left_in_a_row_to_its_waiter() {
     let harness = common::PgHarness::plain().await;
     let (a, b) = (harness.locker().await, harness.locker().await);
-    let _lease = a
-        .lock("left")
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .await
-        .unwrap()
-        .abandon();
+    let _lease = left_held(&a, "left", Duration::from_secs(60)).await;
     let waiting = {
         let b = b.clone();
         tokio::spawn(async move { b.lock("left").timeout(Duration::from_secs(20)).acquire().await })
@@ -170,18 +177,9 @@ async fn shutdown_hands_a_lease_left_in_a_row_to_its_waiter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_frees_a_row_whose_release_got_no_answer() {
     let harness = common::PgHarness::plain().await;
-    let url = format!("{}&request_timeout=1s", harness.url);
-    let a = locksmith_postgres::connect(&locksmith_core::driver::BackendUrl::parse(&url).unwrap())
-        .await
-        .unwrap();
+    let a = impatient_locker(&harness).await;
     let b = harness.locker().await;
-    let lease = a
-        .lock("unanswered")
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .await
-        .unwrap()
-        .abandon();
+    let lease = left_held(&a, "unanswered", Duration::from_secs(60)).await;
     let admin = common::hold_row(&harness.schema, "unanswered").await;
     let released = a.backend().release(&lease).await;
     assert!(released.is_err(), "the release was answered: {released:?}");
@@ -215,13 +213,7 @@ async fn shutdown_frees_a_row_whose_release_got_no_answer() {
 async fn shutdown_frees_a_lease_moved_out_of_its_row_meanwhile() {
     let harness = common::PgHarness::plain().await;
     let (a, b) = (harness.locker().await, harness.locker().await);
-    let _lease = a
-        .lock("raced")
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .await
-        .unwrap()
-        .abandon();
+    let _lease = left_held(&a, "raced", Duration::from_secs(60)).await;
     let admin = common::hold_row(&harness.schema, "raced").await;
     let segment = locksmith_core::Family::Mutex.segment(&LockName::new("raced").unwrap());
     admin
@@ -251,17 +243,8 @@ async fn shutdown_frees_a_lease_moved_out_of_its_row_meanwhile() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_answered_too_late_is_no_false_not_held() {
     let harness = common::PgHarness::plain().await;
-    let url = format!("{}&request_timeout=1s", harness.url);
-    let a = locksmith_postgres::connect(&locksmith_core::driver::BackendUrl::parse(&url).unwrap())
-        .await
-        .unwrap();
-    let lease = a
-        .lock("late")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap()
-        .abandon();
+    let a = impatient_locker(&harness).await;
+    let lease = left_held(&a, "late", Duration::from_secs(30)).await;
     // Freeing a holder kept in a row now takes 1.5 s: past the request timeout, and within the
     // full step's, which waits for that row meanwhile.
     common::run_as_owner(&format!(

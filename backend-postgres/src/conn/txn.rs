@@ -109,8 +109,20 @@ impl Conn {
         let began = Instant::now();
         let limit = self.config.request_timeout;
         let client = guard.as_mut().ok_or(LockError::Closed)?;
+        let leaving = match &op {
+            Op::Leave(id) => Some(id.clone()),
+            _ => None,
+        };
         match tokio::time::timeout(limit, self.run(client, segment, op, owner_ttl)).await {
-            Ok(out) => Ok((out?, began)),
+            Ok(out) => {
+                let out = out?;
+                // A leave that committed took a lease kept in the lock's row with it (its
+                // `lock_row` moved it into the entries first): nothing is left for `close`.
+                if let Some(id) = leaving {
+                    self.forget_kept(&id);
+                }
+                Ok((out, began))
+            }
             Err(_) => {
                 *guard = None;
                 Err(crate::error::timeout("a step", limit))
