@@ -27,7 +27,8 @@
 //! - `session_timeout` (alias `ttl`), default 10s: the session timeout asked for (see *Session =
 //!   lease*).
 //! - `connect_timeout`, default 5s: how long [`connect`] (and a reconnect after the session
-//!   ended) tries to establish a session; an unreachable ensemble is
+//!   ended) tries to establish a session, even when longer than `session_timeout` (the ZooKeeper
+//!   client's own attempt ends after one session timeout; it is started over); an unreachable ensemble is
 //!   [`locksmith_core::LockError::Unavailable`] after at most this long.
 //! - `request_timeout`, default 5s: the longest one call other than a waiting `acquire` may take
 //!   (`try_acquire`, `release`, `inspect`, a renewal, reconnecting included); a server that

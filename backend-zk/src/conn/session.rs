@@ -77,11 +77,7 @@ impl Session {
             connector = connector.with_auth("digest", auth);
         }
         let what = format!("connecting to ZooKeeper at {}", config.connect_string);
-        let connecting = match &config.tls {
-            None => futures_util::future::Either::Left(connector.connect(&config.connect_string)),
-            Some(tls) => futures_util::future::Either::Right(secure_connect(connector, tls, &config.connect_string)),
-        };
-        let client = match tokio::time::timeout(config.connect_timeout, connecting).await {
+        let client = match tokio::time::timeout(config.connect_timeout, connect_until_answered(connector, config)).await {
             Ok(Ok(client)) => client,
             Ok(Err(zk::Error::BadArguments(reason))) => {
                 return Err(LockError::InvalidUrl {
@@ -372,6 +368,31 @@ fn acl(config: &ZkConfig) -> Vec<zk::Acl> {
 }
 
 /// Connects over TLS with the URL's CA and client certificate.
+/// Establishes a session with `connector`, starting over each time the client gives up with
+/// `Timeout`: it tries only until the session timeout has passed since it began (its deadline for
+/// a first session), so without this a URL whose `session_timeout` is shorter than its
+/// `connect_timeout` would give up early (a server slow to answer on a busy machine, the new
+/// leader of an ensemble still syncing). Every other error is the answer. The caller bounds the
+/// whole by `connect_timeout`; each attempt lasts a session timeout, so this never spins.
+async fn connect_until_answered(
+    connector: zk::Connector,
+    config: &ZkConfig,
+) -> std::result::Result<zk::Client, zk::Error> {
+    loop {
+        let attempt = connector.clone();
+        let answer = match &config.tls {
+            None => attempt.connect(&config.connect_string).await,
+            Some(tls) => secure_connect(attempt, tls, &config.connect_string).await,
+        };
+        match answer {
+            Err(zk::Error::Timeout) => {
+                tracing::debug!(servers = %config.connect_string, "no session within the session timeout; trying again until connect_timeout");
+            }
+            answer => return answer,
+        }
+    }
+}
+
 #[cfg(feature = "tls")]
 async fn secure_connect(
     connector: zk::Connector,

@@ -103,6 +103,15 @@ pub fn with_namespace(base: &str, options: &str) -> String {
 /// above the server's minimum and a busy machine's hiccups.
 pub const CONFORMANCE_SESSION: Duration = Duration::from_secs(3);
 
+/// The options of the conformance lockers' URL: the short session timeout, and a connect timeout
+/// far above a busy machine's slowest connect (a connect is not what these tests time).
+fn conformance_options() -> String {
+    format!(
+        "session_timeout={}ms&connect_timeout=30s",
+        CONFORMANCE_SESSION.as_millis()
+    )
+}
+
 /// The conformance harness: lockers on `url` (each its own session), an admin client to reach
 /// around the lock.
 pub struct ZkHarness {
@@ -115,7 +124,7 @@ impl ZkHarness {
     pub async fn plain() -> ZkHarness {
         let base = env_url("LOCKSMITH_TEST_ZK");
         ZkHarness {
-            url: with_namespace(&base, &format!("session_timeout={}ms", CONFORMANCE_SESSION.as_millis())),
+            url: with_namespace(&base, &conformance_options()),
             admin: admin(&base).await,
         }
     }
@@ -125,7 +134,7 @@ impl ZkHarness {
     pub async fn secure() -> ZkHarness {
         let base = env_url("LOCKSMITH_TEST_ZK_SECURE");
         ZkHarness {
-            url: with_namespace(&base, &format!("session_timeout={}ms", CONFORMANCE_SESSION.as_millis())),
+            url: with_namespace(&base, &conformance_options()),
             admin: Self::secure_admin().await,
         }
     }
