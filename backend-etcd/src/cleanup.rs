@@ -10,7 +10,8 @@
 //! blocks the lock for as long as the session lives.) When the outcome cannot be known (the
 //! request failed: timeout, connection lost) the key is deleted by name, and the session's
 //! sweeper deletes it again for a while in case the request is applied late (see
-//! [`crate::conn::sweep`]); its key number is never reused by this session.
+//! [`crate::conn::sweep`]); its key number is never reused by this session (the Go layout's one
+//! key name is: the sweeper deletes it only under the lock's slot).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -180,11 +181,11 @@ fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i6
         }
         if rev.is_none() {
             // The request that may create the key failed, so it may still be applied later:
-            // the sweeper deletes the key again for a while, and its name is never reused.
-            session.sweep.suspect(&key, lease_id);
-            if let Some(slot) = slot {
-                slot.keep_number();
-            }
+            // the sweeper deletes the key again for a while, and its name is not reused while it
+            // does (the Go layout's: only by an attempt under the slot, see `Suspect`).
+            session
+                .sweep
+                .suspect(&key, lease_id, slot.and_then(Slot::into_suspect_slot));
             return;
         }
         drop(slot);

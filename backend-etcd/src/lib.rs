@@ -110,7 +110,10 @@
 //!   flight, and the key it then created blocked the lock for as long as the session lived.)
 //!   Only when the transaction itself failed (timeout, lost connection) is its outcome unknown:
 //!   then the key is deleted by name, deleted again by the session's sweeper every quarter TTL
-//!   for two TTLs in case etcd applies the transaction late, and its name is not reused.
+//!   for two TTLs in case etcd applies the transaction late, and its name is not reused. (The Go
+//!   layout has one key name per session and lock, so the next attempt must reuse it: the
+//!   sweeper deletes it only while no attempt of the session on that lock is under way, never a
+//!   later holder's key.)
 //!
 //! ### The unsynced-watch pitfall (and how it is avoided)
 //!

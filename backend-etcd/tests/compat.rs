@@ -188,3 +188,42 @@ async fn go_layout_inherits_the_prefix_pitfall() {
     let outer = b.lock(&base_name).try_acquire().await.expect("try").expect("free");
     outer.release().await.expect("release");
 }
+
+/// In this layout a session has one key name per lock, so the next attempt reuses the name of a
+/// key whose create request failed (its outcome unknown). The sweeper deletes such a key again for
+/// a while, in case etcd applies the request late; it must not delete the key of a later attempt
+/// that holds the lock. Through a proxy that freezes while a `try_acquire` is in flight (the
+/// request times out, and etcd applies it once the proxy forwards again), then an `acquire` that
+/// holds for more than a TTL: before, the sweeper deleted the holder's key (`lost()` fired and
+/// another locker took the lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_create_does_not_make_the_sweeper_delete_a_later_holder_s_key() {
+    use locksmith_core::conformance::proxy::{Mode, Proxy};
+
+    let name = unique_name("compat_suspect");
+    let upstream = common::endpoints(&base())[0].trim_start_matches("http://").to_owned();
+    let proxy = Proxy::start(&upstream).await;
+    let url = format!("etcd://{}?layout=go-mutex&ttl=2s&request_timeout=300ms", proxy.addr());
+    let locker = locksmith_etcd::connect(&BackendUrl::parse(&url).expect("url"))
+        .await
+        .expect("connect");
+    let other = go_locker().await;
+
+    proxy.set(Mode::FREEZE);
+    let failed = locker.lock(&name).try_acquire().await;
+    assert!(matches!(failed, Err(LockError::Unavailable { .. })), "{failed:?}");
+    proxy.set(Mode::Forward);
+    tokio::time::sleep(Duration::from_secs(1)).await; // the failed attempt's clean-up has run
+
+    let guard = within(PATIENCE, "acquire", locker.lock(&name).acquire())
+        .await
+        .expect("acquire");
+    tokio::time::sleep(Duration::from_secs(3)).await; // six sweeps, a suspect key rechecked at each
+    assert!(guard.is_held(), "lost: {:?}", guard.lost_reason());
+    assert!(
+        other.lock(&name).try_acquire().await.expect("try").is_none(),
+        "another locker took the lock while it was held"
+    );
+    guard.release().await.expect("release");
+    locker.shutdown().await.expect("shutdown");
+}

@@ -39,8 +39,8 @@ pub(crate) const SUSPECT_CHECKS: u32 = 8;
 #[derive(Default)]
 pub(crate) struct Sweep {
     unwatched: Mutex<VecDeque<(String, i64, Instant)>>,
-    /// Keys a failed request may still create: `(key, lease id, checks left)`.
-    suspects: Mutex<Vec<(String, i64, u32)>>,
+    /// Keys a failed request may still create.
+    suspects: Mutex<Vec<Suspect>>,
     pub(crate) wake: Arc<Notify>,
 }
 
@@ -62,21 +62,28 @@ impl Sweep {
     }
 
     /// A request that may create `key` (under lease `lease_id`) failed: delete the key again on
-    /// the next [`SUSPECT_CHECKS`] sweeps, in case etcd applies the request late.
-    pub fn suspect(&self, key: &str, lease_id: i64) {
-        lock(&self.suspects).push((key.to_owned(), lease_id, SUSPECT_CHECKS));
+    /// the next [`SUSPECT_CHECKS`] sweeps, in case etcd applies the request late. `slot_prefix`:
+    /// the Go layout's slot of the key's lock (see [`Suspect::slot_prefix`]).
+    pub fn suspect(&self, key: &str, lease_id: i64, slot_prefix: Option<String>) {
+        lock(&self.suspects).push(Suspect {
+            key: key.to_owned(),
+            slot_prefix,
+            lease_id,
+            checks_left: SUSPECT_CHECKS,
+        });
         self.wake.notify_one();
     }
 
-    /// The suspects due for another delete (counting this check), forgetting those done.
-    pub(crate) fn take_suspect_round(&self, lease_id: Option<i64>) -> Vec<String> {
+    /// The suspects due for another delete (counting this check) as `(key, slot prefix)`,
+    /// forgetting those done.
+    pub(crate) fn take_suspect_round(&self, lease_id: Option<i64>) -> Vec<(String, Option<String>)> {
         let mut suspects = lock(&self.suspects);
-        suspects.retain(|(_, lease, left)| *left > 0 && Some(*lease) == lease_id);
+        suspects.retain(|s| s.checks_left > 0 && Some(s.lease_id) == lease_id);
         suspects
             .iter_mut()
-            .map(|(key, _, left)| {
-                *left -= 1;
-                key.clone()
+            .map(|s| {
+                s.checks_left -= 1;
+                (s.key.clone(), s.slot_prefix.clone())
             })
             .collect()
     }
@@ -84,6 +91,18 @@ impl Sweep {
     pub(crate) fn has_suspects(&self) -> bool {
         !lock(&self.suspects).is_empty()
     }
+}
+
+/// A key that a failed request may still create.
+struct Suspect {
+    key: String,
+    /// The Go layout reuses a key name for the next attempt of the session on the same lock, which
+    /// takes the lock's slot first: the sweeper deletes the key only while it holds that slot
+    /// itself (a key created under the slot by someone else is that attempt's own). `None` in the
+    /// default layout, whose key number stays out of use instead.
+    slot_prefix: Option<String>,
+    lease_id: i64,
+    checks_left: u32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -73,20 +73,33 @@ fn open_due_watches(s: &Session, now: Instant) {
     }
 }
 
-/// Deletes the suspect keys again (one background task for all of them).
+/// Deletes the suspect keys again (one background task for all of them). A Go-layout key is
+/// deleted only under its lock's slot, taken here: when an attempt of this session holds the slot,
+/// the key is that attempt's (created by it, or the late create it found and took as its own), and
+/// this round leaves it alone.
 fn recheck_suspects(s: &Arc<Session>) {
-    let keys = s.sweep.take_suspect_round(s.lease_id());
+    let mut keys = Vec::new();
+    for (key, slot_prefix) in s.sweep.take_suspect_round(s.lease_id()) {
+        match slot_prefix {
+            None => keys.push((key, None)),
+            Some(prefix) => match s.slots.try_take(&prefix) {
+                Some(slot) => keys.push((key, Some(slot))),
+                None => tracing::debug!(key, "a suspect lock key's name is in use by an attempt; not deleted"),
+            },
+        }
+    }
     if keys.is_empty() {
         return;
     }
     let session = s.clone();
     tokio::spawn(async move {
-        for key in keys {
+        for (key, slot) in keys {
             match requests::delete(&session.conn, &key, None).await {
                 Ok(true) => tracing::warn!(key, "deleted a lock key that a failed request created late"),
                 Ok(false) => {}
                 Err(e) => tracing::debug!(key, error = %e, "re-checking a suspect lock key failed"),
             }
+            drop(slot);
         }
     });
 }

@@ -112,6 +112,18 @@ impl Slot {
     pub fn keep_number(mut self) {
         self.number = None;
     }
+
+    /// Frees the slot of a key that a failed request may still create (see
+    /// [`crate::conn::sweep::Sweep::suspect`]): a default-layout number stays taken
+    /// ([`Slot::keep_number`]); a Go-layout slot is freed, and its prefix returned, for the
+    /// sweeper to take the slot again whenever it deletes the key.
+    pub fn into_suspect_slot(self) -> Option<String> {
+        if self.number.is_some() {
+            self.keep_number();
+            return None;
+        }
+        Some(self.prefix.clone())
+    }
 }
 
 impl Drop for Slot {
