@@ -11,6 +11,7 @@ use std::sync::{Arc, Weak};
 use locksmith_core::driver::Lease;
 use zookeeper_client as zk;
 
+use crate::conn::leftover::{delete_protected, Leftover};
 use crate::conn::session::Session;
 use crate::error::is_session_gone;
 use crate::layout;
@@ -75,7 +76,7 @@ impl Drop for PendingNode {
                 locksmith_core::driver::cleanup::spawn(async move {
                     match delete.await {
                         Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "withdrew from the queue"),
-                        Err(e) => remove_later(&session, path, &e),
+                        Err(e) => remove_later(&session, Leftover::Node(path), &e),
                     }
                 });
             }
@@ -86,20 +87,15 @@ impl Drop for PendingNode {
                 let list = client.get_children(&parent); // sent now, answered after the create
                 let what = parent.clone();
                 let spawned = locksmith_core::driver::cleanup::spawn(async move {
-                    let children = match list.await {
-                        Ok((children, _)) => children,
+                    let left = match list.await {
+                        Ok((children, _)) => delete_protected(&client, &parent, &marker, &children).await,
                         Err(zk::Error::NoNode) => return,
-                        Err(e) => {
-                            tracing::warn!(queue = %parent, error = %e, "could not look for a cancelled node; it goes with the session");
-                            return;
-                        }
+                        // A connection loss fails the listing too, and the session (and so the
+                        // node) may live on: the monitor looks again once connected.
+                        Err(e) => Some((Leftover::Created { parent, marker }, e)),
                     };
-                    for child in children.iter().filter(|c| c.starts_with(&marker)) {
-                        let path = layout::child_path(&parent, child);
-                        match client.delete(&path, None).await {
-                            Ok(()) | Err(zk::Error::NoNode) => {}
-                            Err(e) => remove_later(&session, path, &e),
-                        }
+                    if let Some((leftover, e)) = left {
+                        remove_later(&session, leftover, &e);
                     }
                 });
                 if !spawned {
@@ -110,14 +106,14 @@ impl Drop for PendingNode {
     }
 }
 
-/// A withdrawal whose `delete` failed: the session's monitor retries it while the session lives.
-fn remove_later(session: &Weak<Session>, path: String, e: &zk::Error) {
+/// A withdrawal that failed: the session's monitor retries it while the session lives.
+fn remove_later(session: &Weak<Session>, leftover: Leftover, e: &zk::Error) {
     match session.upgrade() {
         Some(session) if !is_session_gone(e) => {
-            tracing::debug!(node = %path, error = %e, "could not withdraw yet; the session monitor retries");
-            session.remove_later(path);
+            tracing::debug!(?leftover, error = %e, "could not withdraw yet; the session monitor retries");
+            session.remove_later(leftover);
         }
-        _ => tracing::debug!(node = %path, error = %e, "could not withdraw; the node goes with the session"),
+        _ => tracing::debug!(?leftover, error = %e, "could not withdraw; the node goes with the session"),
     }
 }
 

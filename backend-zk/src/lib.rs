@@ -127,8 +127,8 @@
 //! 4. Deadline, timeout or a dropped future: our node is deleted. A `Drop` guard (`cleanup.rs`)
 //!    sends the delete synchronously (the client sends on call), or — if the create was sent but
 //!    its answer not seen — spawns a task that finds the node by its uuid prefix and deletes it; a
-//!    delete that fails on a connection loss is retried by the session's monitor while the session
-//!    lives.
+//!    delete, or that search, that fails on a connection loss is retried by the session's monitor
+//!    while the session lives (`conn/leftover.rs`), and once more by `Locker::shutdown`.
 //!    That covers the window in which the lock was granted but the lease not yet returned.
 //!    `try_acquire` deletes its node before returning `None`, and returns `None` whenever anyone
 //!    is queued first.
@@ -252,7 +252,7 @@
 //! | `error.rs` | client errors → `LockError` |
 //! | `layout.rs` | where each lock lives in the tree; contender names and order |
 //! | `backend.rs` | `impl LockBackend`: each call to its protocol |
-//! | `conn/` | one session (`session.rs`, the lease of its locks) and the current one (`sessions.rs`) |
+//! | `conn/` | one session (`session.rs`, the lease of its locks), the current one (`sessions.rs`), the nodes a session still has to delete (`leftover.rs`) |
 //! | `protocol/` | a contender in a queue (`contender.rs`), what each kind creates (`recipe.rs`), one try (`take.rs`), Curator's semaphore (`semaphore.rs`), elections (`election.rs`) |
 //! | `wake/` | the watch that tells a holder its node is gone (`held.rs`) |
 //! | `renew.rs` | `renew_many`: nothing per lock (the session is the lease of every lock, kept by the client's heartbeats); one pipelined `sync` + `exists` (through the leader) confirms the session for the whole batch |

@@ -143,3 +143,65 @@ async fn deletion_while_disconnected_fires_lost_after_the_reconnect() {
     let reason = within(SESSION_TIMEOUT, "lost() after reconnecting", guard.lost()).await;
     assert_deleted(&reason);
 }
+
+/// An acquire cancelled while its create's answer is held up (the server applied it; the answer
+/// never reaches the client) must not leave its node behind when the connection is then lost: the
+/// listing that looks for the node by its protected prefix fails with the connection, and is done
+/// again once the session reconnects. Before, that failure gave up ("it goes with the session"),
+/// and the node, owned by a session that lived on, blocked the lock until the process ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_create_whose_answer_was_lost_leaves_no_node() {
+    use locksmith_core::conformance::proxy::{Mode, Proxy};
+
+    let base = common::env_url("LOCKSMITH_TEST_ZK");
+    let upstream = BackendUrl::parse(&base).expect("test URL").hosts[0].to_addr(2181);
+    let proxy = Proxy::start(&upstream).await;
+    let admin = common::admin(&base).await;
+    // Session 4 s: the client declares its connection lost after 1.6 s without an answer, and the
+    // server keeps the session (the client's pings still reach it).
+    let a = common::locker(
+        &format!("zk://{}", proxy.addr()),
+        "session_timeout=4s&request_timeout=1s",
+    )
+    .await;
+    let b = common::locker(&base, "session_timeout=4s").await;
+    let name = unique_name("lost_create_answer");
+    let key = locksmith_core::driver::LockName::new(&name).expect("name");
+
+    // The lock's node exists (the next attempt sends only its contender's create).
+    a.lock(&name)
+        .acquire()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    proxy.set(Mode::Freeze {
+        to_server: false,
+        to_client: true,
+    });
+    let cancelled = a.lock(&name).timeout(Duration::from_millis(300)).acquire().await;
+    assert!(cancelled.is_err(), "{:?}", cancelled.map(|g| g.fencing_token()));
+    tokio::time::sleep(Duration::from_millis(2500)).await; // the connection is declared lost
+    proxy.set(Mode::Forward); // the session reconnects
+
+    let empty = within(Duration::from_secs(10), "the cancelled node's removal", async {
+        loop {
+            let left = common::contenders(&admin, &key).await;
+            if left.is_empty() {
+                return left;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(empty.is_empty());
+    let guard = b
+        .lock(&name)
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("the lock is free");
+    guard.release().await.expect("release");
+    a.shutdown().await.expect("shutdown");
+}

@@ -1,5 +1,7 @@
 //! The connection: one ZooKeeper session ([`session`]), which is the lease of every lock taken
-//! through it, and the backend's current session, replaced when it ends ([`sessions`]).
+//! through it, and the backend's current session, replaced when it ends ([`sessions`]); the nodes
+//! a session still has to delete ([`leftover`]).
 
+pub(crate) mod leftover;
 pub(crate) mod session;
 pub(crate) mod sessions;

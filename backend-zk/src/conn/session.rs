@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
+use crate::conn::leftover::Leftover;
 
 /// A connected ZooKeeper session and the leases held through it.
 pub(crate) struct Session {
@@ -41,7 +42,7 @@ pub(crate) struct Session {
     held: Mutex<HashMap<String, Held>>,
     /// Nodes of ours that must go but whose `delete` failed (a withdrawal during a connection
     /// loss, a semaphore's internal lock after the grant): the monitor retries them.
-    leftovers: Mutex<Vec<String>>,
+    leftovers: Mutex<Vec<Leftover>>,
     /// Paths of newly held nodes, for the watch task.
     granted: mpsc::UnboundedSender<String>,
 }
@@ -197,22 +198,22 @@ impl Session {
         self.held().insert(lease.holder_id.clone(), held);
     }
 
-    /// Has the monitor delete our node at `path`, which is not held by anyone (a withdrawal whose
-    /// `delete` failed), as soon as it can while the session lives.
-    pub(crate) fn remove_later(&self, path: String) {
-        self.leftovers.lock().unwrap_or_else(|e| e.into_inner()).push(path);
+    /// Has the monitor delete `leftover`, a node of ours that nobody holds (a withdrawal that
+    /// failed), as soon as it can while the session lives.
+    pub(crate) fn remove_later(&self, leftover: Leftover) {
+        self.leftovers.lock().unwrap_or_else(|e| e.into_inner()).push(leftover);
     }
 
     /// Deletes the nodes handed to [`Session::remove_later`]; those that fail again stay for the
     /// next round.
     async fn delete_leftovers(&self) {
         let due = std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(|e| e.into_inner()));
-        for path in due {
-            match self.client.delete(&path, None).await {
-                Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "deleted a leftover node"),
-                Err(e) => {
-                    tracing::debug!(node = %path, error = %e, "could not delete a leftover node yet");
-                    self.remove_later(path);
+        for leftover in due {
+            match leftover.remove(&self.client).await {
+                None => tracing::debug!("deleted a leftover node"),
+                Some((leftover, e)) => {
+                    tracing::debug!(?leftover, error = %e, "could not delete a leftover node yet");
+                    self.remove_later(leftover);
                 }
             }
         }
@@ -222,23 +223,27 @@ impl Session {
     /// withdrawals, releases whose delete failed, locks still registered — each within `limit`.
     /// `Ok` when none is left.
     pub(crate) async fn delete_everything(&self, limit: std::time::Duration) -> Result<()> {
-        let mut paths = std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(|e| e.into_inner()));
-        paths.extend(self.held().drain().map(|(path, held)| {
+        let mut nodes = std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(|e| e.into_inner()));
+        nodes.extend(self.held().drain().map(|(path, held)| {
             held.lost.fire(locksmith_core::LostReason::Shutdown);
-            path
+            Leftover::Node(path)
         }));
         let mut failed = 0;
-        for path in paths {
+        for node in nodes {
             locksmith_core::metrics::round_trip();
-            match tokio::time::timeout(limit, self.client.delete(&path, None)).await {
-                Ok(Ok(()) | Err(zk::Error::NoNode)) => tracing::debug!(node = %path, "deleted at shutdown"),
-                Ok(Err(e)) => {
+            let what = format!("{node:?}");
+            match tokio::time::timeout(limit, node.remove(&self.client)).await {
+                Ok(None) => tracing::debug!(node = what, "deleted at shutdown"),
+                Ok(Some((_, e))) => {
                     failed += 1;
-                    tracing::warn!(node = %path, error = %e, "could not delete a node at shutdown; it goes with the session");
+                    tracing::warn!(node = what, error = %e, "could not delete a node at shutdown; it goes with the session");
                 }
                 Err(_) => {
                     failed += 1;
-                    tracing::warn!(node = %path, "no answer deleting a node at shutdown; it goes with the session");
+                    tracing::warn!(
+                        node = what,
+                        "no answer deleting a node at shutdown; it goes with the session"
+                    );
                 }
             }
         }
