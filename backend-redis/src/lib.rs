@@ -211,8 +211,12 @@
 //! (only the head waiter watches the holder: a key that expires publishes nothing), or until its
 //! heartbeat refreshes its queue entry (`waiter_ttl / 3`). A waiter that died without cleaning up
 //! (a crashed process) is skipped once its entry is stale: in the worst case the lock idles for
-//! `waiter_ttl` after such a crash. Nothing ever polls the lock in a loop, and no command blocks
-//! a connection (no `BLPOP`).
+//! `waiter_ttl` after such a crash. One exception: on one server without `min_replicas` a
+//! mutex's release hands the lock to the live head of the queue directly, for the TTL the head
+//! asked for (`protocol/wait.rs`, *The hand-over*); a head that died while its entry still
+//! looked live is then handed a lock nobody renews, and the lock idles until that TTL runs out,
+//! as after a holder's crash. Nothing ever polls the lock in a loop, and no command blocks a
+//! connection (no `BLPOP`).
 //!
 //! ## The plain layout (`?layout=plain`): migrating from redis-py, redsync, node-redlock
 //!

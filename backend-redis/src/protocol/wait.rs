@@ -31,7 +31,8 @@
 //! the one its own last step was answered with: then the grant came after that step reached the
 //! server, so counting the lease from when the step was sent under-estimates it, as for a grant
 //! in a step's answer. Any other grant message (a step since, a deadline cut by another waiter's
-//! step) is only a wake-up: the next step finds the lock its own, or not.
+//! step), and every one to a waiter with `min_replicas` (handed over by a releaser without it), is
+//! only a wake-up: the next step finds the lock its own, or not.
 //!
 //! From the first request until the lease is handed back, a [`Cleanup`] guard is armed: dropped
 //! (the future cancelled) or left armed by an error, it runs the entry's `leave` on every server.
@@ -153,9 +154,11 @@ pub(crate) async fn acquire<E: Entry>(
             pushed = subscription.recv() => match pushed {
                 // Handed over after the step sent at `sent` (see "The hand-over"). A lease that
                 // would start with less than half its TTL left is taken by a step instead (it
-                // finds the lock its own and starts the lease again).
+                // finds the lock its own and starts the lease again), and so is every grant when
+                // this waiter wants replicas to confirm it: a releaser without `min_replicas`
+                // (another program's URL) hands over unconfirmed, and the step sends the `WAIT`.
                 Some(Pushed::Granted { fence, deadline })
-                    if Some(deadline) == deadline_set && sent.elapsed() < req.ttl / 2 =>
+                    if node.min_replicas == 0 && Some(deadline) == deadline_set && sent.elapsed() < req.ttl / 2 =>
                 {
                     guard.disarm();
                     return Ok(granted(fence, sent, waited));

@@ -6,7 +6,9 @@
 -- Reply: 1 if a lock was released, 0 otherwise.
 
 local tok = ARGV[1]
-local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == tok
+-- First among the live: stale entries in front (dead waiters nobody pruned yet) are pruned here,
+-- as every step does; counting them, this waiter would leave without waking the one behind.
+local first = (head(KEYS[2], KEYS[3], nil, nil, tok)) == tok
 unqueue(KEYS[2], KEYS[3], tok)
 local v = redis.call('GET', KEYS[1])
 local released = 0
