@@ -163,7 +163,8 @@ pub enum Command {
     /// namespace: one line per lock with its kind and number of holders and waiters.
     List(ListArgs),
     /// Print who leads the election NAME (its value and term): exit 0, or 1 if nobody leads.
-    /// With --follow, print every change of leader as the server reports it, until a signal.
+    /// With --follow, print every change of leader as the server reports it, until a signal (or
+    /// until stdout's reader goes away: exit 141).
     Leader(LeaderArgs),
     /// Prepare the backend for lockers and check it: connect as a locker does, creating what the
     /// backend needs on first use (on PostgreSQL, the schema and its tables; nothing on the other
@@ -280,7 +281,8 @@ pub struct LeaderArgs {
     #[arg(value_parser = NameParser)]
     pub name: String,
 
-    /// Keep printing: one line per change of leader, pushed by the server, until SIGINT/SIGTERM.
+    /// Keep printing: one line per change of leader, pushed by the server, until SIGINT/SIGTERM
+    /// (or until stdout is closed: `locksmith leader NAME --follow | head -3` ends).
     #[arg(long)]
     pub follow: bool,
 }

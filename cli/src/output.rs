@@ -24,8 +24,9 @@ impl Output {
     }
 
     /// A result on stdout: `value` with `--json`, else `text`. Flushed at once, so that a script
-    /// reading our stdout sees it while we keep running.
-    pub fn result(&self, text: impl std::fmt::Display, value: Value) {
+    /// reading our stdout sees it while we keep running. Returns whether it was written: `false`
+    /// once stdout is closed (its reader went away).
+    pub fn result(&self, text: impl std::fmt::Display, value: Value) -> bool {
         let mut out = std::io::stdout().lock();
         let written = if self.json {
             writeln!(out, "{value}")
@@ -35,7 +36,9 @@ impl Output {
         // A closed stdout (the reader went away) must not stop us from releasing the lock.
         if written.and_then(|()| out.flush()).is_err() {
             tracing::debug!("stdout is closed; result not printed");
+            return false;
         }
+        true
     }
 
     /// The result of an acquired lock: its fencing token (text), or its details (JSON).
@@ -47,7 +50,7 @@ impl Output {
             "ttl_ms": millis(guard.ttl()),
             "holder_id": guard.lease().holder_id,
         });
-        self.result(guard.fencing_token(), value);
+        let _ = self.result(guard.fencing_token(), value); // a lock is held: carry on regardless
     }
 }
 

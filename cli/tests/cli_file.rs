@@ -116,3 +116,43 @@ fn a_closed_stderr_does_not_stop_a_hold() {
     let tried = locksmith(&["--url", &url, "try", &name]).output().unwrap();
     assert!(tried.status.success(), "the lock was left held: {tried:?}");
 }
+
+/// `leader --follow` ends (exit 141, as if killed by SIGPIPE) once its stdout's reader has gone
+/// away and a change cannot be printed: `locksmith leader NAME --follow | head -1` ends. Before, it
+/// ignored the failed write and followed on for nobody until a signal.
+#[test]
+fn follow_ends_when_its_stdout_is_closed() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let name = unique_name("follow-closed");
+    let url = Files.url();
+    let mut follow = locksmith(&["--url", &url, "leader", "--follow", &name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut stdout = std::io::BufReader::new(follow.stdout.take().unwrap());
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first.trim(), "none");
+    drop(stdout); // the reader goes away, as `head -1` does
+    let elected = locksmith(&["--url", &url, "elect", &name, "--value", "x", "--", "sleep", "1"])
+        .output()
+        .unwrap();
+    assert!(elected.status.success(), "{elected:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = follow.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = follow.kill();
+            panic!("leader --follow went on after its stdout was closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(141), "{status:?}");
+}
