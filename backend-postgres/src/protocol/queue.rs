@@ -144,9 +144,13 @@ pub(crate) async fn apply(
     let roles = |rows: &[Row]| rows.iter().map(|r| r.role).collect::<Vec<_>>();
     match op {
         Op::Join(entry) => {
-            insert(conn, tx, segment, &entry, None).await?;
-            *changed = true;
-            rows.push(pending_row(conn, &entry));
+            // A join sent again after its answer was lost (a timeout, a dropped connection) finds
+            // its entry in line when the first one committed: one entry only, its turn.
+            if !rows.iter().any(|r| r.id == entry.id) {
+                insert(conn, tx, segment, &entry, None).await?;
+                *changed = true;
+                rows.push(pending_row(conn, &entry));
+            }
             turn(conn, tx, segment, rows, &entry.id, changed).await
         }
         Op::Turn(id) => turn(conn, tx, segment, rows, &id, changed).await,
