@@ -19,7 +19,8 @@ use common::PgHarness;
 /// when it was told the lock was lost), `wait <url> <name>` (wait for the lock, say when held,
 /// then as `hold`), `waiters <url>
 /// <name> <n>` (`n` waiters on one locker, each takes the lock and releases it at once; say how
-/// many were served and shut down).
+/// many were served and shut down), `campaign <url> <name> <ttl ms>` (campaign in election
+/// `name`, say when leading, lead until killed).
 #[test]
 fn child() {
     let Ok(task) = std::env::var("LOCKSMITH_PG_CHILD") else {
@@ -59,6 +60,18 @@ fn child() {
                 }
                 println!("CHILD served {served}");
                 locker.shutdown().await.unwrap();
+            }
+            "campaign" => {
+                let ttl = Duration::from_millis(args[3].parse().unwrap());
+                let lead = locker
+                    .election(&args[2])
+                    .campaign("child")
+                    .ttl(ttl)
+                    .acquire()
+                    .await
+                    .unwrap();
+                println!("CHILD leads {}", lead.term());
+                std::future::pending::<()>().await;
             }
             other => panic!("unknown child task {other}"),
         }
@@ -252,4 +265,47 @@ async fn a_thousand_waiters_in_ten_processes() {
         PROCESSES * EACH
     );
     last.release().await.unwrap();
+}
+
+/// An observer of an election whose leader's lease runs out while the first candidate in line is
+/// dead too (its process killed while it waited; its locker's heartbeat still counts it live for
+/// a while) reports nobody once that candidate's heartbeat has run out as well. Before, it kept
+/// the dead leader (a hand-over seemed under way) until a change was notified, which nobody
+/// alive would make: for up to a day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sees_nobody_once_the_leader_and_the_next_candidate_are_dead() {
+    let harness = PgHarness::plain().await;
+    let name = unique_name("dead-candidate");
+    let leader = connect(&format!("{}&ttl=1s", harness.url)).await;
+    let lead = leader.election(&name).campaign("leader").acquire().await.unwrap();
+    // The candidate's TTL keeps its locker's heartbeat (its owner row) alive past the leader's
+    // lease.
+    let (mut candidate, _says) = spawn_child(&format!("campaign {} {name} 6000", harness.url));
+    let observer = connect(&harness.url).await;
+    within(Duration::from_secs(30), "the candidate to queue", async {
+        let key = locksmith_core::driver::LockName::new(&name).unwrap();
+        while harness
+            .look
+            .entries(locksmith_core::Family::Election, &key)
+            .await
+            .unwrap()
+            .len()
+            < 2
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let mut watch = observer.election(&name).observe().await.unwrap();
+    assert_eq!(watch.leader().map(|l| l.value), Some("leader".to_owned()));
+
+    candidate.kill().await.unwrap();
+    let _lease = lead.abandon(); // the leader's lease runs out after 1 s, as if it had died
+    within(Duration::from_secs(20), "the observer to see nobody lead", async {
+        while watch.leader().is_some() {
+            watch.changed().await.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(observer.election(&name).leader().await.unwrap(), None);
 }

@@ -16,28 +16,32 @@ use crate::conn::Conn;
 use crate::layout::segment;
 use crate::listing::read_queue;
 
-/// Who leads, as one read of the queue says.
-async fn read(conn: &Conn, seg: &str) -> Result<LeaderRead> {
+/// Who leads, as one read of the queue says, and when the answer changes unless someone acts:
+/// the leader's lease runs out, or the first candidate's heartbeat does (its locker stopped
+/// beating: a dead process, whose grant nobody will take).
+async fn read(conn: &Conn, seg: &str) -> Result<(LeaderRead, Option<Instant>)> {
     let rows = read_queue(conn, seg).await?;
-    Ok(match rows.first() {
-        Some(e) => match e.token {
-            Some(token) => LeaderRead::Leads(
-                Leader {
-                    value: e.value.clone(),
-                    term: u64::try_from(token).unwrap_or(0),
-                    holder_id: e.holder_id(),
-                },
-                Instant::now() + e.left(),
-            ),
-            None => LeaderRead::Pending,
-        },
-        None => LeaderRead::Nobody,
+    let Some(e) = rows.first() else {
+        return Ok((LeaderRead::Nobody, None));
+    };
+    let runs_out = Instant::now() + e.left();
+    Ok(match e.token {
+        Some(token) => {
+            let leader = Leader {
+                value: e.value.clone(),
+                term: u64::try_from(token).unwrap_or(0),
+                holder_id: e.holder_id(),
+            };
+            (LeaderRead::Leads(leader, runs_out), Some(runs_out))
+        }
+        // A millisecond more makes sure the heartbeat has run out on the server's clock too.
+        None => (LeaderRead::Pending, Some(runs_out + Duration::from_millis(1))),
     })
 }
 
 /// The leader of election `name` now.
 pub(crate) async fn leader(conn: &Conn, name: &LockName) -> Result<Option<Leader>> {
-    Ok(read(conn, &segment(Family::Election, name)).await?.leader())
+    Ok(read(conn, &segment(Family::Election, name)).await?.0.leader())
 }
 
 /// Watches election `name`; the observation holds the backend weakly and ends with it or with
@@ -45,7 +49,7 @@ pub(crate) async fn leader(conn: &Conn, name: &LockName) -> Result<Option<Leader
 pub(crate) async fn observe(conn: &Arc<Conn>, name: &LockName) -> Result<LeaderWatch> {
     let seg = segment(Family::Election, name);
     let changed = conn.hub.lock(&seg);
-    let first = read(conn, &seg).await?.leader();
+    let first = read(conn, &seg).await?.0.leader();
     let (tx, rx) = watch::channel(first);
     let conn: Weak<Conn> = Arc::downgrade(conn);
     let task = tokio::spawn(async move {
@@ -58,10 +62,12 @@ pub(crate) async fn observe(conn: &Arc<Conn>, name: &LockName) -> Result<LeaderW
             drop(c);
             let mut retry = None;
             let expiry = match &now {
-                Ok(LeaderRead::Leads(_, expiry)) => Some(*expiry),
-                _ => None,
+                Ok((_, runs_out)) => *runs_out,
+                Err(_) => None,
             };
-            match now {
+            match now.map(|(read, _)| read) {
+                // A hand-over under way: the grant (or the candidate leaving) notifies; a
+                // candidate that died first is read again when its heartbeat runs out.
                 Ok(LeaderRead::Pending) => {}
                 Ok(now) => {
                     let leader = now.leader();
