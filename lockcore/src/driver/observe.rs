@@ -3,6 +3,7 @@
 //! changed, rather than being pushed the new leader itself (`mem://`, `file://`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -32,10 +33,16 @@ impl LeaderRead {
     }
 }
 
+/// While a hand-over seems under way ([`LeaderRead::Pending`]), how long [`observe_by_reading`]
+/// waits for a notification before it reads again anyway: the candidate first in line may be
+/// dead (a killed or paused process), and its entry then runs out without anyone notifying.
+pub const PENDING_RECHECK: Duration = Duration::from_secs(1);
+
 /// Observes an election: `read` says who leads now; it runs once at once (the first value), and
 /// again, in a task, each time `changed` is notified (registered before each read, so no change
 /// is missed) and when the leader's lease runs out. A handover is one change: while a candidate
-/// first in line is about to take over ([`LeaderRead::Pending`]), the last leader stays reported.
+/// first in line is about to take over ([`LeaderRead::Pending`]), the last leader stays reported
+/// (read again every [`PENDING_RECHECK`] meanwhile).
 /// `read` returns `None` when the backend is gone, which ends the observation (the watch's
 /// `changed()` then fails), and an error to try again at the next change.
 pub fn observe_by_reading<R>(changed: Arc<Notify>, mut read: R) -> Result<LeaderWatch>
@@ -55,10 +62,12 @@ where
             let Some(now) = read() else { return };
             let expiry = match &now {
                 Ok(LeaderRead::Leads(_, expiry)) => Some(*expiry),
+                Ok(LeaderRead::Pending) => Some(Instant::now() + PENDING_RECHECK),
                 _ => None,
             };
             match now {
-                // The grant (or the candidate leaving) notifies `changed`.
+                // The grant (or the candidate leaving) notifies `changed`; a dead candidate's
+                // entry runs out silently, and the next read sees it gone.
                 Ok(LeaderRead::Pending) => {}
                 Ok(now) => {
                     let leader = now.leader();
@@ -81,4 +90,37 @@ where
         }
     });
     Ok(LeaderWatch::new(rx, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A leader whose lease runs out while a candidate is first in line (a hand-over seems under
+    /// way), and the candidate's entry then runs out too, with nobody notifying: the observation
+    /// reads again and reports nobody. Before, it waited for a notification that never came.
+    #[tokio::test]
+    async fn a_hand_over_nobody_completes_ends_in_nobody() {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let runs_out = Instant::now() + Duration::from_millis(100);
+        let leader = Leader {
+            value: "dead".into(),
+            term: 1,
+            holder_id: "h".into(),
+        };
+        let count = reads.clone();
+        let read = move || {
+            Some(Ok(match count.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => LeaderRead::Leads(leader.clone(), runs_out),
+                2 => LeaderRead::Pending,
+                _ => LeaderRead::Nobody,
+            }))
+        };
+        let mut watch = observe_by_reading(Arc::new(Notify::new()), read).unwrap();
+        assert_eq!(watch.leader().map(|l| l.value), Some("dead".to_owned()));
+        let next = tokio::time::timeout(PENDING_RECHECK * 5, watch.changed()).await;
+        assert_eq!(next.expect("nobody reported").unwrap(), None);
+    }
 }
