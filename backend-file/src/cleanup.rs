@@ -88,14 +88,21 @@ impl Drop for Pending {
             let (dir, file, id) = (dir.clone(), file.clone(), id.clone());
             move || dir.transact(&file, |state, _| Ok(queue::leave(state, &id)))
         };
+        let (retry_dir, retry_id) = (dir.clone(), id.clone());
         let spawned = cleanup::spawn(async move {
             if let Some(step) = in_flight {
                 let _ = step.await;
             }
             match tokio::task::spawn_blocking(leave).await.map_err(join_error) {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) | Err(e) => tracing::warn!(lock = %file.segment, error = %e,
-                    "file backend: could not remove a queue entry; it goes when this locker does"),
+                // Forgotten, the entry would live on under this locker's heartbeats (it beats for
+                // its other leases) and hold its place in line for nobody: the next heartbeat
+                // removes it, as an abandoned lease.
+                Ok(Err(e)) | Err(e) => {
+                    tracing::warn!(lock = %file.segment, error = %e,
+                        "file backend: could not remove a queue entry; trying again at the next heartbeat");
+                    retry_dir.remove_later(&retry_id, &file);
+                }
             }
         });
         if !spawned {

@@ -157,3 +157,49 @@ async fn a_release_that_could_not_write_is_finished_by_the_heartbeat() {
     assert!(keep.is_held());
     keep.release().await.unwrap();
 }
+
+/// An acquire given up on (its future dropped) whose leave could not write (its state file
+/// unreadable for a moment) leaves its entry to its locker's heartbeat, which removes it. (Before,
+/// the entry was forgotten: it lived on under the heartbeats of its locker, which held another
+/// lock, first in line, and nobody got the lock while that locker lived.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_that_could_not_write_is_finished_by_the_heartbeat() {
+    let h = FileHarness::new();
+    let (a, b, c) = (h.locker().await, h.locker().await, h.locker().await);
+    let short = Duration::from_millis(300);
+    let unique = locksmith_core::conformance::unique_name;
+    let keep = a.lock(unique("keep")).ttl(short).acquire().await.unwrap(); // a beats on
+    let name = unique("unwithdrawn");
+    let key = LockName::new(&name).unwrap();
+    let holder = b.lock(&name).ttl(Duration::from_secs(5)).acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let (a, name) = (a.clone(), name.clone());
+        async move { a.lock(&name).ttl(short).acquire().await }
+    });
+    for _ in 0..100 {
+        if h.look.entries(Family::Mutex, &key).unwrap().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let path = h.look.state_path(Family::Mutex, &key);
+    let bytes = make_unreadable(&path);
+    waiter.abort(); // its clean-up's leave fails: the file cannot be read
+    let _ = waiter.await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    restore(&path, &bytes);
+    holder.release().await.unwrap();
+    let mut next = None;
+    for _ in 0..50 {
+        next = c.lock(&name).try_acquire().await.unwrap();
+        if next.is_some() {
+            break;
+        }
+        tokio::time::sleep(short / 3).await;
+    }
+    next.expect("the withdrawn waiter's entry still blocked the lock after 15 of its TTLs")
+        .release()
+        .await
+        .unwrap();
+    keep.release().await.unwrap();
+}
