@@ -88,6 +88,19 @@ fn make_unreadable(path: &std::path::Path) -> Vec<u8> {
     bytes
 }
 
+/// Tries `name` with `locker` every third of `ttl` until it is free (then releases it); panics
+/// after 15 TTLs, saying `what` still held it.
+async fn free_within_15_ttls(locker: &locksmith_core::Locker, name: &str, ttl: Duration, what: &str) {
+    for _ in 0..45 {
+        if let Some(guard) = locker.lock(name).try_acquire().await.unwrap() {
+            guard.release().await.unwrap();
+            return;
+        }
+        tokio::time::sleep(ttl / 3).await;
+    }
+    panic!("{what} still held the lock after 15 TTLs");
+}
+
 /// Puts the state file's `bytes` back at `path`, in one rename.
 fn restore(path: &std::path::Path, bytes: &[u8]) {
     let restored = path.with_extension("restored");
@@ -142,18 +155,7 @@ async fn a_release_that_could_not_write_is_finished_by_the_heartbeat() {
     let released = a.backend().release(&lease).await;
     restore(&path, &bytes);
     assert!(released.is_err(), "the release wrote: {released:?}");
-    let mut next = None;
-    for _ in 0..50 {
-        next = b.lock(&name).try_acquire().await.unwrap();
-        if next.is_some() {
-            break;
-        }
-        tokio::time::sleep(ttl / 3).await;
-    }
-    next.expect("the lease whose release failed still held the lock after 15 TTLs")
-        .release()
-        .await
-        .unwrap();
+    free_within_15_ttls(&b, &name, ttl, "the lease whose release failed").await;
     assert!(keep.is_held());
     keep.release().await.unwrap();
 }
@@ -189,17 +191,6 @@ async fn a_withdrawal_that_could_not_write_is_finished_by_the_heartbeat() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     restore(&path, &bytes);
     holder.release().await.unwrap();
-    let mut next = None;
-    for _ in 0..50 {
-        next = c.lock(&name).try_acquire().await.unwrap();
-        if next.is_some() {
-            break;
-        }
-        tokio::time::sleep(short / 3).await;
-    }
-    next.expect("the withdrawn waiter's entry still blocked the lock after 15 of its TTLs")
-        .release()
-        .await
-        .unwrap();
+    free_within_15_ttls(&c, &name, short, "the withdrawn waiter's entry").await;
     keep.release().await.unwrap();
 }
