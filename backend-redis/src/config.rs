@@ -29,7 +29,7 @@ pub const OPTIONS: &[&str] = &[
 ];
 
 const DEFAULT_PORT: u16 = 6379;
-const DEFAULT_PREFIX: &str = "locksmith:";
+pub(crate) const DEFAULT_PREFIX: &str = "locksmith:";
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_WAITER_TTL: Duration = Duration::from_secs(10);

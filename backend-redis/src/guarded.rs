@@ -17,7 +17,7 @@
 use locksmith_core::driver::{refuse_if_inside, validate_key, GuardedWrite, Lease, LockName};
 use locksmith_core::{Family, LockError, LockKind, Result};
 
-use crate::config::Topology;
+use crate::config::{Layout, Topology, DEFAULT_PREFIX};
 use crate::conn::inner::Inner;
 use crate::layout::{same_slot_tag, slot_of, KindKeys};
 use crate::protocol::kinds::KindEntry;
@@ -79,8 +79,9 @@ pub(crate) async fn write(inner: &Inner, lease: &Lease, write: &GuardedWrite) ->
 }
 
 /// The key `suffix` of lock `lock` ([`locksmith_core::driver::LockBackend::data_key`]):
-/// `locksmith-data:{<tag>}:<segment>:<encoded suffix>`, the tag putting it in the slot of the
-/// lock's holder key (the key the guarded-write script checks).
+/// `locksmith-data:{<tag>}:<namespace><segment>:<encoded suffix>`, the tag putting it in the slot
+/// of the lock's holder key (the key the guarded-write script checks), and `<namespace>` telling
+/// apart locks of one name that are different locks (see [`data_namespace`]).
 pub(crate) fn data_key(inner: &Inner, family: Family, lock: &LockName, suffix: &str) -> Result<String> {
     let holder = match family {
         Family::Mutex => inner.keys(lock).lock,
@@ -88,14 +89,30 @@ pub(crate) fn data_key(inner: &Inner, family: Family, lock: &LockName, suffix: &
     };
     let suffix = LockName::new(suffix)?;
     let key = format!(
-        "locksmith-data:{{{}}}:{}:{}",
+        "locksmith-data:{{{}}}:{}{}:{}",
         same_slot_tag(&holder),
+        data_namespace(inner.config.layout, &inner.config.prefix),
         family.segment(lock),
         suffix.encoded()
     );
     validate_key(&key)?;
     check_key(inner, &key, &holder)?;
     Ok(key)
+}
+
+/// What sets a lock's data keys apart from those of other locks of the same name: nothing in the
+/// default layout with the default prefix (the keys of earlier releases); `p=<prefix>:` with
+/// another prefix (two applications' `prefix=app1:` and `prefix=app2:` locks of one name are
+/// two locks); `plain:` in the plain layout (its mutex is the bare name, whatever the prefix:
+/// one lock for every prefix, and not the default layout's lock of that name). The prefix is
+/// percent-encoded (`%`, `:`), so that a data key has one field more than an unqualified one and
+/// the two forms never meet (segments and suffixes are encoded names, without `:`).
+fn data_namespace(layout: Layout, prefix: &str) -> String {
+    match layout {
+        Layout::Plain => "plain:".to_owned(),
+        Layout::Default if prefix == DEFAULT_PREFIX => String::new(),
+        Layout::Default => format!("p={}:", prefix.replace('%', "%25").replace(':', "%3A")),
+    }
 }
 
 /// Reads `key` (a plain `GET`).

@@ -80,3 +80,59 @@ async fn min_replicas_confirms_a_guarded_write() {
     assert!(guard.guarded().delete(&key).await.expect("delete"));
     guard.release().await.expect("release");
 }
+
+/// Locks of one name that are different locks have different data keys: two applications'
+/// prefixes (`prefix=app1:`, `prefix=app2:`) and the plain layout against the default one. Before,
+/// the data key was made of the lock's hash tag alone: both applications' holders, each holding
+/// its own lock, wrote one "guarded" key. The default layout with the default prefix keeps the
+/// keys of earlier releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_of_one_name_in_other_namespaces_have_other_data_keys() {
+    let base = common::redis_url();
+    let app = unique_name("app");
+    let (one, two) = (format!("{app}1:"), format!("{app}2:"));
+    let first = locker(&with_options(&base, &format!("prefix={one}"))).await;
+    let second = locker(&with_options(&base, &format!("prefix={two}"))).await;
+    let plain = locker(&with_options(&base, "layout=plain")).await;
+    let default = locker(&base).await;
+    let name = unique_name("same_name");
+    let mut guards = Vec::new();
+    for l in [&first, &second, &plain, &default] {
+        guards.push(
+            l.lock(&name)
+                .try_acquire()
+                .await
+                .expect("try")
+                .expect("its own lock is free"),
+        );
+    }
+    let keys: Vec<String> = guards.iter().map(|g| g.data_key("cursor").expect("data key")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        assert!(!keys[..i].contains(key), "two locks share the data key {key}: {keys:?}");
+    }
+    assert_eq!(
+        keys[3],
+        {
+            let encoded = locksmith_core::driver::LockName::new(&name)
+                .unwrap()
+                .encoded()
+                .to_string();
+            format!("locksmith-data:{{{encoded}}}:{encoded}:cursor")
+        },
+        "the default layout's keys are those of earlier releases"
+    );
+    for (guard, key) in guards.iter().zip(&keys) {
+        guard
+            .guarded()
+            .put(key, guard.fencing_token().to_string())
+            .await
+            .expect("put");
+    }
+    for (guard, key) in guards.iter().zip(&keys) {
+        let value = guard.guarded().get(key).await.expect("get");
+        assert_eq!(value, Some(guard.fencing_token().to_string().into_bytes()), "{key}");
+    }
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+}
