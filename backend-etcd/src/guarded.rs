@@ -26,13 +26,13 @@ pub fn owner_compare(lease: &Lease) -> Compare {
 pub(crate) fn data_key(layout: &Layout, family: Family, lock: &LockName, suffix: &str) -> Result<String> {
     let base = format!("{}.data", namespace(layout).trim_end_matches('/'));
     let key = data_key_under(&base, family, lock, suffix)?;
-    refuse_if_inside(&key, &namespace(layout))?;
+    refuse_lock_keys(layout, &key)?;
     Ok(key)
 }
 
 /// Applies `write` if `lease` still holds, in one transaction (see the module docs).
 pub(crate) async fn write(conn: &Conn, layout: &Layout, lease: &Lease, write: &GuardedWrite) -> Result<bool> {
-    refuse_if_inside(write.key(), &namespace(layout))?;
+    refuse_lock_keys(layout, write.key())?;
     let op = match write {
         GuardedWrite::Put { key, value } => TxnOp::put(key.as_str(), value.as_slice(), None),
         GuardedWrite::Delete { key } => TxnOp::delete(key.as_str(), None),
@@ -63,7 +63,7 @@ pub(crate) async fn write(conn: &Conn, layout: &Layout, lease: &Lease, write: &G
 
 /// Reads `key` (a plain read).
 pub(crate) async fn read(conn: &Conn, layout: &Layout, key: &str) -> Result<Option<Vec<u8>>> {
-    refuse_if_inside(key, &namespace(layout))?;
+    refuse_lock_keys(layout, key)?;
     let resp = requests::run(
         conn,
         "reading a guarded key",
@@ -74,6 +74,24 @@ pub(crate) async fn read(conn: &Conn, layout: &Layout, key: &str) -> Result<Opti
         .first()
         .and_then(|g| g.kvs().first())
         .map(|kv| kv.value().to_vec()))
+}
+
+/// Refuses `key` where it may be a lock's key, or lie in a lock's queue (a key there would queue
+/// as a contender that never leaves: a put under `NAME/` blocks lock `NAME` for every client). In
+/// the Go layout without a URL path a lock's queue is `NAME/` for any name, so any key with a `/`
+/// may lie in one: refused, but for the data keys (`.data/…`, see [`data_key`]).
+fn refuse_lock_keys(layout: &Layout, key: &str) -> Result<()> {
+    if matches!(layout, Layout::GoMutex { prefix } if prefix.is_empty())
+        && key.contains('/')
+        && !key.starts_with(".data/")
+    {
+        return Err(LockError::InvalidName(format!(
+            "the guarded key {key:?} may lie in a lock's queue: with layout=go-mutex and no URL path, \
+             every NAME/ is one (etcdctl lock NAME puts its key there). Use a key without '/', \
+             guard.data_key(), or a URL path for the locks (etcd://host/locks?layout=go-mutex)"
+        )));
+    }
+    refuse_if_inside(key, &namespace(layout))
 }
 
 /// Where this layout's lock keys live: guarded keys may not start with it.

@@ -227,3 +227,34 @@ async fn a_failed_create_does_not_make_the_sweeper_delete_a_later_holder_s_key()
     guard.release().await.expect("release");
     locker.shutdown().await.expect("shutdown");
 }
+
+/// In this layout without a URL path every `NAME/` is a lock's queue, so a guarded key with a `/`
+/// may queue as a contender that never leaves: such keys are refused (the lock's own key
+/// included), but for the data keys. Before, `put("NAME/cursor")` landed and blocked lock `NAME`
+/// for every client, locksmith and `etcdctl lock` alike, once its holder released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guarded_keys_that_may_lie_in_a_lock_queue_are_refused() {
+    let name = unique_name("compat_guarded");
+    let (locker, other) = (go_locker().await, go_locker().await);
+    let guard = locker.lock(&name).acquire().await.expect("acquire");
+    let own_key = guard.lease().holder_id.clone();
+    for key in [format!("{name}/cursor"), own_key] {
+        let put = guard.guarded().put(&key, "x").await;
+        assert!(matches!(put, Err(LockError::InvalidName(_))), "{key}: {put:?}");
+        let deleted = guard.guarded().delete(&key).await;
+        assert!(matches!(deleted, Err(LockError::InvalidName(_))), "{key}: {deleted:?}");
+    }
+    let data = guard.data_key("cursor").expect("data key");
+    guard.guarded().put(&data, "1").await.expect("a data key is writable");
+    let flat = name.replace('/', "-");
+    guard
+        .guarded()
+        .put(&flat, "1")
+        .await
+        .expect("a key without '/' is writable");
+    guard.release().await.expect("release");
+    let next = within(PATIENCE, "the next holder", other.lock(&name).acquire())
+        .await
+        .expect("nothing blocks the lock");
+    next.release().await.expect("release");
+}
