@@ -74,6 +74,7 @@ macro_rules! primitive_tests {
             semaphore::semaphore_crashed_holder_expires, semaphore::semaphore_cancellation_leaves_nothing,
             semaphore::bad_permit_counts_are_rejected,
             rwlock::rwlock_readers_share_writers_exclude, rwlock::rwlock_waiting_writer_blocks_later_readers,
+            rwlock::rwlock_writer_that_gives_up_lets_readers_in,
             rwlock::rwlock_never_mixes_readers_and_writers, rwlock::rwlock_crashed_writer_expires,
             rwlock::rwlock_cancellation_leaves_nothing,
             election::election_one_leader_at_a_time_in_order, election::election_handover_shows_no_gap,

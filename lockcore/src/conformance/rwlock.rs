@@ -124,6 +124,38 @@ pub async fn rwlock_waiting_writer_blocks_later_readers(h: &impl Harness) {
     wait_for_residue_in(h, Family::RwLock, &key, 0).await;
 }
 
+/// A waiting writer that gives up (its timeout) lets in the readers queued behind it while the
+/// lock is still read-held: nobody waits for a writer that is gone.
+pub async fn rwlock_writer_that_gives_up_lets_readers_in(h: &impl Harness) {
+    let name = unique_name("rw_gives_up");
+    let key = lock_name(&name);
+    let (a, b, c) = (h.locker().await, h.locker().await, h.locker().await);
+    let r1 = a.rwlock(&name).read().acquire().await.expect("acquire");
+    let writer = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        let wait = h.short_ttl();
+        async move { b.rwlock(&name).write().timeout(wait).acquire().await }
+    });
+    wait_for_residue_in(h, Family::RwLock, &key, 2).await;
+    let reader = tokio::spawn({
+        let (c, name) = (c.clone(), name.clone());
+        async move { c.rwlock(&name).read().acquire().await }
+    });
+    wait_for_residue_in(h, Family::RwLock, &key, 3).await;
+    let gave_up = within(patience(h), "the writer's timeout", writer)
+        .await
+        .expect("writer");
+    assert!(gave_up.is_err(), "the writer got in beside a reader");
+    let r2 = within(patience(h), "the reader behind the writer that gave up", reader)
+        .await
+        .expect("reader")
+        .expect("acquire");
+    assert!(r1.is_held() && r2.is_held());
+    r2.release().await.expect("release");
+    r1.release().await.expect("release");
+    wait_for_residue_in(h, Family::RwLock, &key, 0).await;
+}
+
 /// Six clients read (mostly) and write at random: a writer is never inside with anyone, and every
 /// operation finishes.
 pub async fn rwlock_never_mixes_readers_and_writers(h: &impl Harness) {
