@@ -88,7 +88,6 @@ impl Drop for Pending {
             let (dir, file, id) = (dir.clone(), file.clone(), id.clone());
             move || dir.transact(&file, |state, _| Ok(queue::leave(state, &id)))
         };
-        let (retry_dir, retry_id) = (dir.clone(), id.clone());
         let spawned = cleanup::spawn(async move {
             if let Some(step) = in_flight {
                 let _ = step.await;
@@ -101,13 +100,15 @@ impl Drop for Pending {
                 Ok(Err(e)) | Err(e) => {
                     tracing::warn!(lock = %file.segment, error = %e,
                         "file backend: could not remove a queue entry; trying again at the next heartbeat");
-                    retry_dir.remove_later(&retry_id, &file);
+                    dir.remove_later(&id, &file);
                 }
             }
         });
         if !spawned {
             // No runtime (the process is ending): remove it here, which blocks briefly.
-            let _ = dir.transact(&self.file, |state, _| Ok(queue::leave(state, &id)));
+            let _ = self
+                .dir
+                .transact(&self.file, |state, _| Ok(queue::leave(state, &self.id)));
         }
     }
 }

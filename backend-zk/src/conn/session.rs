@@ -372,7 +372,6 @@ fn acl(config: &ZkConfig) -> Vec<zk::Acl> {
     acl
 }
 
-/// Connects over TLS with the URL's CA and client certificate.
 /// Establishes a session with `connector`, starting over each time the client gives up with
 /// `Timeout`: it tries only until the session timeout has passed since it began (its deadline for
 /// a first session), so without this a URL whose `session_timeout` is shorter than its
@@ -398,6 +397,7 @@ async fn connect_until_answered(
     }
 }
 
+/// Connects over TLS with the URL's CA and client certificate.
 #[cfg(feature = "tls")]
 async fn secure_connect(
     connector: zk::Connector,

@@ -103,16 +103,15 @@ mod tests {
     /// reads again and reports nobody. Before, it waited for a notification that never came.
     #[tokio::test]
     async fn a_hand_over_nobody_completes_ends_in_nobody() {
-        let reads = Arc::new(AtomicUsize::new(0));
+        let reads = AtomicUsize::new(0);
         let runs_out = Instant::now() + Duration::from_millis(100);
         let leader = Leader {
             value: "dead".into(),
             term: 1,
             holder_id: "h".into(),
         };
-        let count = reads.clone();
         let read = move || {
-            Some(Ok(match count.fetch_add(1, Ordering::SeqCst) {
+            Some(Ok(match reads.fetch_add(1, Ordering::SeqCst) {
                 0 | 1 => LeaderRead::Leads(leader.clone(), runs_out),
                 2 => LeaderRead::Pending,
                 _ => LeaderRead::Nobody,
