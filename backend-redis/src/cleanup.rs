@@ -3,7 +3,8 @@
 //! dropped the future and `Locker::shutdown` wait for:
 //! - [`Cleanup`], the guard of an acquire in flight: if the acquire future is dropped (cancelled,
 //!   timed out) or fails before it hands a lease back, it runs the entry's `LEAVE` on every server
-//!   (removing the waiter's queue entry and any lock already granted to its token);
+//!   (removing the waiter's queue entry and any lock already granted to its token), again and
+//!   again while a server cannot be reached, for as long as what it removes would live;
 //! - [`release`]: a release whose future is dropped before it finished runs again in the
 //!   background.
 //!
@@ -11,6 +12,7 @@
 //! reaches a server after the acquire request it cleans up after.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use locksmith_core::driver::LockName;
 use locksmith_core::Result;
@@ -56,7 +58,7 @@ impl<E: Entry> Drop for Cleanup<E> {
         let (inner, entry) = (self.inner.clone(), self.entry.clone());
         let lock = entry.key().to_owned();
         let spawned = locksmith_core::driver::cleanup::spawn(async move {
-            leave_everywhere(&inner, &entry).await;
+            leave_until_done(&inner, &entry).await;
         });
         if !spawned {
             tracing::warn!(
@@ -64,6 +66,29 @@ impl<E: Entry> Drop for Cleanup<E> {
                 "acquire dropped outside a tokio runtime: its queue entry expires after waiter_ttl"
             );
         }
+    }
+}
+
+/// The longest pause between two tries of a cancelled acquire's `LEAVE`.
+const MAX_LEAVE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Runs `entry`'s `LEAVE` on every server until each one has answered: tried again, with a
+/// backoff from 50 ms to [`MAX_LEAVE_BACKOFF`], while a server cannot be reached, for as long
+/// as what it removes would live there (a grant the entry never learnt of lives for the entry's
+/// TTL, its queue entry for `waiter_ttl`). A `LEAVE` tried once left a grant made just before
+/// the connection broke held for its TTL, and a queue entry holding its place for `waiter_ttl`.
+/// A second run on a server that already answered answers as the first (the token is this
+/// attempt's own).
+async fn leave_until_done<E: Entry>(inner: &Inner, entry: &E) {
+    let give_up = tokio::time::Instant::now() + entry.ttl().max(inner.config.waiter_ttl);
+    let mut backoff = Duration::from_millis(50);
+    while !leave_everywhere(inner, entry).await {
+        if tokio::time::Instant::now() + backoff >= give_up {
+            tracing::warn!(lock = %entry.key(), "gave up the clean-up of a cancelled acquire: what it left expires now");
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_LEAVE_BACKOFF);
     }
 }
 

@@ -61,6 +61,8 @@ pub(crate) trait Entry: Clone + Send + Sync + 'static {
     fn key(&self) -> &str;
     /// The lock as messages name it: "the lock", "the semaphore"…
     fn what(&self) -> String;
+    /// The TTL this entry asks for when it is granted: how long a grant it never learnt of lives.
+    fn ttl(&self) -> Duration;
     /// The pub/sub channel this entry is woken on.
     fn channel(&self) -> String;
     /// One attempt that never queues: `Waiting` means busy.

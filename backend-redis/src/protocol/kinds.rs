@@ -110,6 +110,10 @@ impl Entry for KindEntry {
         &self.token
     }
 
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     fn key(&self) -> &str {
         &self.keys.holders
     }

@@ -79,6 +79,10 @@ impl Entry for MutexEntry {
         &self.token
     }
 
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     fn key(&self) -> &str {
         &self.keys.lock
     }
