@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{bounded, within_request_timeout, LockBackend, LockInfo};
+use crate::driver::cleanup::Entered;
 use crate::election::{Election, MAX_VALUE_LEN};
 use crate::error::{LockError, Result};
 use crate::guard::LockGuard;
@@ -297,6 +298,9 @@ impl Locker {
         }
         // Every guard still held: lost, then released (a clean-up the wait below includes).
         self.inner.watchdog.end_all(crate::LostReason::Shutdown);
+        // The requests in flight (told by `closed` to end) and the clean-up still running: a
+        // request that ends now leaves its queue, or releases what it was granted, before the
+        // count reaches zero (see `LockBuilder::begin`).
         let settled = tokio::time::timeout_at(deadline, life.tally.idle()).await.is_ok();
         let left = deadline.saturating_duration_since(Instant::now());
         let ended = bounded(backend.as_ref(), "ending the session", left, backend.shutdown()).await;
@@ -304,7 +308,7 @@ impl Locker {
             let running = life.tally.in_flight();
             return Err(LockError::Unavailable {
                 message: format!(
-                    "{} clean-up request(s) of {} still unanswered after {limit:?} at shutdown; what they held expires after its TTL",
+                    "{} request(s) or clean-up task(s) of {} still unanswered after {limit:?} at shutdown; what they held expires after its TTL",
                     running,
                     backend.kind()
                 ),
@@ -439,12 +443,19 @@ impl LockBuilder {
     /// What [`LockBuilder::acquire`] and [`LockBuilder::try_acquire`] start with: the request,
     /// checked ([`LockBuilder::request`]), on a locker that is not shut down; its backend; its
     /// metric labels.
-    fn begin(&self) -> Result<(LockRequest, Arc<dyn LockBackend>, Labels)> {
+    /// Checks the request and that the locker is open: the request, the backend, the labels,
+    /// and the request's count in the locker's [`Locker::shutdown`] wait. The count is taken
+    /// before the check and held until the request has returned its guard or its error, so that
+    /// a shutdown either finds the locker closed here or waits until this request has left its
+    /// queue or released what it was granted (a process that exits once `shutdown` returned, with
+    /// an acquire still spawned, left a waiter in the queue or a grant nobody would release).
+    fn begin(&self) -> Result<(LockRequest, Arc<dyn LockBackend>, Labels, Entered)> {
         let req = self.request()?;
+        let in_flight = self.locker.inner.life.tally.enter();
         self.locker.check_open()?;
         let backend = self.locker.inner().backend.clone();
         let labels = self.locker.labels(&req);
-        Ok((req, backend, labels))
+        Ok((req, backend, labels, in_flight))
     }
 
     fn request(&self) -> Result<LockRequest> {
@@ -511,7 +522,7 @@ impl LockBuilder {
     /// removed in the background ([`Locker::shutdown`] waits for that), and a grant that raced
     /// with the cancellation is released.
     pub async fn acquire(self) -> Result<LockGuard> {
-        let (req, backend, labels) = self.begin()?;
+        let (req, backend, labels, _in_flight) = self.begin()?;
         let span = request_span!("acquire", req, backend);
         async {
             let start = Instant::now();
@@ -596,7 +607,7 @@ impl LockBuilder {
     ///
     /// As [`LockBuilder::acquire`]: a dropped attempt leaves nothing held or queued.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
-        let (req, backend, labels) = self.begin()?;
+        let (req, backend, labels, _in_flight) = self.begin()?;
         let span = request_span!("try_acquire", req, backend);
         let limit = match self.timeout {
             Some(t) if !t.is_zero() => t.min(backend.request_timeout()),

@@ -23,15 +23,23 @@ where
     Fut: Future<Output = T>,
     T: Send,
 {
+    in_a_process_on(h, tokio::runtime::Builder::new_multi_thread().worker_threads(1), body).await
+}
+
+/// [`in_a_process`] on a runtime of `builder`'s. On a current-thread runtime, the process's
+/// spawned tasks run only while `body` waits: what a call leaves to them shows.
+async fn in_a_process_on<H, F, Fut, T>(h: &H, builder: &mut tokio::runtime::Builder, body: F) -> T
+where
+    H: Harness,
+    F: FnOnce(Locker) -> Fut + Send,
+    Fut: Future<Output = T>,
+    T: Send,
+{
+    let runtime = builder.enable_all().build().expect("a runtime for the process");
     tokio::task::block_in_place(|| {
         std::thread::scope(|scope| {
             scope
                 .spawn(|| {
-                    let runtime = tokio::runtime::Builder::new_multi_thread()
-                        .worker_threads(1)
-                        .enable_all()
-                        .build()
-                        .expect("a runtime for the process");
                     let out = runtime.block_on(async {
                         let locker = h.locker().await;
                         body(locker).await
@@ -221,4 +229,35 @@ pub async fn shutdown_releases_everything(h: &impl Harness) {
         );
         guard.unwrap().release().await.expect("release");
     }
+}
+
+/// A locker shut down while one of its acquires waits in a queue, in a process that exits as soon
+/// as `shutdown` returns, without awaiting the waiter's task: `shutdown` must not return before
+/// the waiter has left its queue. Then, when the holder releases, the lock goes to the next
+/// client at once, not to the gone waiter (which would hold it, unreleased, for its TTL).
+pub async fn shutdown_with_a_waiter_queued_leaves_nothing(h: &impl Harness) {
+    let name = unique_name("shutdown_waiting");
+    let other = h.locker().await;
+    let held = other.lock(&name).acquire().await.expect("acquire");
+    in_a_process_on(h, &mut tokio::runtime::Builder::new_current_thread(), |locker| {
+        let name = name.clone();
+        async move {
+            let _waiting = tokio::spawn({
+                let locker = locker.clone();
+                async move { locker.lock(&name).acquire().await.map(drop) }
+            });
+            tokio::time::sleep(Duration::from_millis(200)).await; // the waiter is queued
+            locker.shutdown().await.expect("shutdown");
+            // `exit` now: the waiter's task never runs again.
+        }
+    })
+    .await;
+    held.release().await.expect("release");
+    taken_within(
+        h,
+        &other,
+        &name,
+        "the lock its holder released, with the shut-down waiter gone",
+    )
+    .await;
 }

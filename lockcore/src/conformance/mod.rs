@@ -49,7 +49,7 @@ macro_rules! conformance_tests {
             mutex::inspect_reports_holder_and_waiters, mutex::grants_say_whether_they_waited,
             lifecycle::release_cancelled_mid_flight_releases,
             lifecycle::backend_release_cancelled_releases, lifecycle::timed_out_waiter_that_exits_leaves_nothing,
-            lifecycle::shutdown_releases_everything);
+            lifecycle::shutdown_releases_everything, lifecycle::shutdown_with_a_waiter_queued_leaves_nothing);
     };
     (@tests $harness:expr; $($module:ident :: $test:ident),* $(,)?) => {
         $(

@@ -26,8 +26,8 @@ use tokio::sync::watch;
 pub(crate) struct Tally(Arc<watch::Sender<usize>>);
 
 impl Tally {
-    /// Counts one task in until the returned token is dropped.
-    fn enter(&self) -> Entered {
+    /// Counts one task (or a request in flight) in until the returned token is dropped.
+    pub(crate) fn enter(&self) -> Entered {
         self.0.send_modify(|n| *n += 1);
         Entered(self.clone())
     }
@@ -51,7 +51,7 @@ impl Tally {
 }
 
 /// One counted task; dropping it counts the task out (also when its runtime shuts down).
-struct Entered(Tally);
+pub(crate) struct Entered(Tally);
 
 impl Drop for Entered {
     fn drop(&mut self) {
