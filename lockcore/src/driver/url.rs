@@ -306,13 +306,22 @@ impl std::fmt::Debug for BackendUrl {
 
 /// `url` with the password of its `user:password@` part replaced by `***` (a URL without one is
 /// returned as it is).
+///
+/// A password should have its `/`, `?` and `#` percent-encoded; one that has them as they are
+/// ends the host part early, and its `@` comes after. So when the host part has no `@` but the
+/// rest of the URL does, everything from the first `:` to the last `@` is hidden: more than the
+/// password, when that `@` was in a path or a query, but never less.
 pub fn redact(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
     let authority_end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
-    let Some(at) = url[start..authority_end].rfind('@').map(|i| start + i) else {
-        return url.to_owned();
+    let at = match url[start..authority_end].rfind('@') {
+        Some(i) => start + i,
+        None => match url[start..].rfind('@') {
+            Some(i) => start + i,
+            None => return url.to_owned(),
+        },
     };
     match url[start..at].find(':').map(|i| start + i) {
         Some(colon) => format!("{}:***{}", &url[..colon], &url[at..]),
@@ -351,8 +360,20 @@ fn parse_host(part: &str) -> std::result::Result<HostPort, String> {
             None => (part, None),
         }
     };
-    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || "/?#@[]".contains(c)) {
+    if host.is_empty() {
         return Err(format!("invalid host {host:?}"));
+    }
+    // A name or an IPv4 address; an IPv6 address (and its `%zone`) only in brackets. Anything
+    // else (a space, `%20`, a control character) would fail only at connect time, as a server
+    // that cannot be reached, which callers retry.
+    let bracketed = part.starts_with('[');
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c) || (bracketed && ":%".contains(c));
+    if let Some(bad) = host.chars().find(|c| !allowed(*c)) {
+        let hint = match bad {
+            ':' => " (an IPv6 address goes in brackets, e.g. [::1]:2379)",
+            _ => " (a host is a name or an address: letters, digits, '-', '.', '_')",
+        };
+        return Err(format!("invalid host {host:?}{hint}"));
     }
     let port = match port {
         None => None,
@@ -373,7 +394,11 @@ fn percent_decode(s: &str) -> Option<String> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            out.push(u8::from_str_radix(s.get(i + 1..i + 3)?, 16).ok()?);
+            // Two hex digits; `from_str_radix` alone would also take a sign (`%+2`).
+            let hex = s
+                .get(i + 1..i + 3)
+                .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
             i += 3;
         } else {
             out.push(bytes[i]);
@@ -449,6 +474,15 @@ mod tests {
             "etcd://h?a=1&a=2",
             "etcd://h/%zz",
             "etcd://h#frag",
+            // A sign is not a hex digit.
+            "etcd://h/%+2",
+            // IPv6 without brackets (it was read as host ":" or "fe80:", port 1).
+            "etcd://::1",
+            "etcd://fe80::1",
+            // Hosts no server has: they failed only at connect, as an outage retried for ever.
+            "etcd://a%20b:2379",
+            "etcd://h%00/x",
+            "redis://a b/0",
         ] {
             assert!(
                 matches!(BackendUrl::parse(bad), Err(LockError::InvalidUrl { .. })),
@@ -473,6 +507,22 @@ mod tests {
         }
         let bad = BackendUrl::parse("etcd://u:topsecret@h:notaport").unwrap_err();
         assert!(!bad.to_string().contains("topsecret"), "{bad}");
+        // A password with a '/', '?' or '#' left unescaped ends the host part early: the error
+        // (or, where it still parses, the URL's Debug and redacted forms) must not show it.
+        for url in [
+            "redis://u:ab/cd@h:6379",
+            "redis://u:p#w@h",
+            "redis://u:p?w@h",
+            "redis://admin:1234/x@h",
+        ] {
+            let shown = match BackendUrl::parse(url) {
+                Ok(parsed) => format!("{} {parsed:?} {}", parsed.redacted(), parsed.error("x")),
+                Err(e) => e.to_string(),
+            };
+            for secret in ["ab/cd", "p#w", "p?w", "1234/x"] {
+                assert!(!shown.contains(secret), "{url}: {shown}");
+            }
+        }
     }
 
     #[test]
