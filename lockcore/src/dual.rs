@@ -7,11 +7,13 @@
 //!
 //! `Dual` is itself a [`LockBackend`], so the guard, the watchdog, `lost()` and `max_hold` work
 //! unchanged:
-//! - acquire: old first, then new, both with the caller's deadline; if the second fails or times
-//!   out, the first is released (also when the acquire future is dropped);
+//! - acquire: old first, then new, both with the caller's deadline; the first is renewed while
+//!   the second is awaited; if the second fails or times out, the first is released (also when
+//!   the acquire future is dropped);
 //! - renew: both, in one watchdog batch each; if either is gone, the dual lease is gone;
 //! - lost: fires when either backend reports its lease lost;
-//! - release: both (the error of either is returned);
+//! - release: both (the error of either is returned); a half that got no answer is tried again
+//!   in the background, as any backend's release is;
 //! - fencing token: the new backend's (the old one's tokens are a different sequence);
 //! - every lock kind the same way (a semaphore permit, a read-write lock side, leadership held in
 //!   both); an election's `leader()` and `observe()` are the new backend's. Unlike a backend's
@@ -97,6 +99,43 @@ impl Dual {
             },
         );
         lease
+    }
+
+    /// Runs `acquire` (the new backend's) while renewing `first`, the old backend's lease, at
+    /// its renewal interval: a wait longer than the TTL let the first lock expire, and another
+    /// process take it, before the dual lease was handed out. Its output, and when the first lease
+    /// was last renewed (its TTL counts from then); an error if the first lease ended meanwhile
+    /// (renewed too late, or taken away), after which `acquire`'s attempt is dropped.
+    async fn old_renewed_while(
+        &self,
+        first: Lease,
+        acquire: impl std::future::Future<Output = Result<Lease>>,
+    ) -> Result<(Instant, Lease)> {
+        let every = self.old.renew_interval(first.ttl);
+        let mut since = first.acquired_at;
+        tokio::pin!(acquire);
+        loop {
+            tokio::select! {
+                new = &mut acquire => return new.map(|new| (since, new)),
+                () = tokio::time::sleep(every) => {}
+            }
+            let began = Instant::now();
+            match self.old.renew(&first).await {
+                Ok(()) => since = began,
+                Err(e) if e.is_not_held() || Instant::now() >= since + first.ttl => {
+                    return Err(LockError::Unavailable {
+                        message: format!(
+                            "the old backend's lock {} ended while waiting for the new backend's: {e}",
+                            first.name
+                        ),
+                        source: None,
+                    })
+                }
+                Err(e) => {
+                    tracing::warn!(lock = %first.name, error = %e, "renewing the old backend's lock while waiting for the new one")
+                }
+            }
+        }
     }
 
     fn pair(&self, lease: &Lease) -> Result<(Lease, Lease)> {
@@ -197,13 +236,17 @@ impl LockBackend for Dual {
     }
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
-        let old = self.old.acquire(req, deadline).await?;
-        let old = ReleaseOnDrop::new(&self.old, old);
+        let first = self.old.acquire(req, deadline).await?;
+        let old = ReleaseOnDrop::new(&self.old, first.clone());
         // Each backend returns at the deadline by itself (the Locker cuts off one that does not).
-        let new = self.new.acquire(req, deadline).await;
+        // Meanwhile the first lock is renewed here: no watchdog knows it yet.
+        let new = self.old_renewed_while(first, self.new.acquire(req, deadline)).await;
         match new {
-            Ok(new) => match old.keep() {
-                Some(old) => Ok(self.combine(old, new)),
+            Ok((since, new)) => match old.keep() {
+                Some(mut old) => {
+                    old.acquired_at = since;
+                    Ok(self.combine(old, new))
+                }
                 None => Err(LockError::Protocol("dual acquire lost its first lease".into())),
             },
             Err(e) => {
@@ -214,11 +257,18 @@ impl LockBackend for Dual {
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let pair = self.held().remove(&lease.holder_id);
-        let Some(pair) = pair else {
-            return Err(LockError::not_held(lease.name.as_str()));
-        };
-        let (old, new) = tokio::join!(self.old.release(&pair.old), self.new.release(&pair.new));
+        let (old, new) = self.pair(lease)?;
+        let (old, new) = tokio::join!(self.old.release(&old), self.new.release(&new));
+        // A half that got no answer is released again later (`release_again`), by this method:
+        // the pair stays until then (a half released now answers NotHeld next time).
+        let unanswered = |half: &Result<()>| matches!(half, Err(LockError::Unavailable { .. }));
+        if unanswered(&old) {
+            return old;
+        }
+        if unanswered(&new) {
+            return new;
+        }
+        self.held().remove(&lease.holder_id);
         both(old, new)
     }
 

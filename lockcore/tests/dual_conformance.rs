@@ -156,3 +156,102 @@ async fn the_url_ttl_is_the_smaller_of_the_two() {
     assert_eq!(guard.ttl(), Duration::from_secs(3));
     guard.release().await.unwrap();
 }
+
+/// A dual acquire that waits for the new backend for longer than the TTL keeps its first lock:
+/// it is renewed during the wait (nothing else knew of it yet, so it expired, an old-only client
+/// took it, and the dual acquire then answered Ok with a guard already past its validity).
+#[tokio::test]
+async fn the_first_lock_is_renewed_while_the_second_is_awaited() {
+    let h = harness();
+    let (old, new) = (Locker::new(h.old.clone()), Locker::new(h.new.clone()));
+    let dual = Dual::locker(&old, &new);
+    let blocker = new.lock("slow").acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let dual = dual.clone();
+        async move { dual.lock("slow").ttl(Duration::from_millis(300)).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(1000)).await; // over three TTLs
+    let intruder = old.lock("slow").try_acquire().await.unwrap();
+    assert!(
+        intruder.is_none(),
+        "an old-only client took the lock a dual acquire held while it waited"
+    );
+    blocker.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the dual acquire after the blocker released")
+        .unwrap()
+        .unwrap();
+    assert!(guard.is_held(), "the dual guard came out already expired");
+    guard.release().await.unwrap();
+}
+
+/// A memory backend whose next release answers `Unavailable` without releasing (a server that
+/// did not answer).
+#[derive(Debug)]
+struct FirstReleaseUnanswered {
+    inner: MemoryBackend,
+    fail_next: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl LockBackend for FirstReleaseUnanswered {
+    fn kind(&self) -> &'static str {
+        "mem"
+    }
+    async fn try_acquire(
+        &self,
+        req: &locksmith_core::driver::LockRequest,
+    ) -> locksmith_core::Result<Option<locksmith_core::driver::Lease>> {
+        self.inner.try_acquire(req).await
+    }
+    async fn acquire(
+        &self,
+        req: &locksmith_core::driver::LockRequest,
+        deadline: Option<tokio::time::Instant>,
+    ) -> locksmith_core::Result<locksmith_core::driver::Lease> {
+        self.inner.acquire(req, deadline).await
+    }
+    async fn release(&self, lease: &locksmith_core::driver::Lease) -> locksmith_core::Result<()> {
+        if self.fail_next.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(LockError::Unavailable {
+                message: "no answer (test)".into(),
+                source: None,
+            });
+        }
+        self.inner.release(lease).await
+    }
+    async fn renew_many(&self, leases: &[locksmith_core::driver::Lease]) -> Vec<locksmith_core::Result<()>> {
+        self.inner.renew_many(leases).await
+    }
+    async fn inspect(&self, name: &LockName) -> locksmith_core::Result<locksmith_core::LockInfo> {
+        self.inner.inspect(name).await
+    }
+}
+
+/// A dual release whose old half got no answer is tried again in the background, and that try
+/// releases the old half: it used to find the pair already forgotten, answer "not held", and
+/// leave the old lock held for its TTL.
+#[tokio::test]
+async fn a_dual_release_without_an_answer_is_tried_again() {
+    let h = harness();
+    let flaky = FirstReleaseUnanswered {
+        inner: h.old.clone(),
+        fail_next: false.into(),
+    };
+    let flaky = std::sync::Arc::new(flaky);
+    let old = Locker::from_arc(flaky.clone());
+    let dual = Dual::locker(&old, &Locker::new(h.new.clone()));
+    let guard = dual.lock("again").ttl(Duration::from_secs(30)).acquire().await.unwrap();
+    flaky.fail_next.store(true, std::sync::atomic::Ordering::SeqCst);
+    let released = guard.release().await;
+    assert!(matches!(released, Err(LockError::Unavailable { .. })), "{released:?}");
+    let plain_old = Locker::new(h.old.clone());
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while plain_old.lock("again").try_acquire().await.unwrap().is_none() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the old half is still held 5 s after a release it did not answer (TTL 30 s)");
+}
