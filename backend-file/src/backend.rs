@@ -15,7 +15,7 @@ use crate::error::{join_error, may_pass};
 use crate::layout::LockFile;
 use crate::protocol::state::entry_id;
 use crate::protocol::{election, queue, wait};
-use crate::{listing, renew};
+use crate::{listing, private_dir, renew};
 
 /// Locks in a directory shared by the processes of one machine (see the [crate docs](crate)).
 /// Clones share one locker's liveness; give each [`locksmith_core::Locker`] its own backend (its own
@@ -29,9 +29,13 @@ pub struct FileBackend {
 impl FileBackend {
     /// Opens the directory of a `file://` URL (creating it if needed). Errors:
     /// [`LockError::InvalidUrl`] for a bad URL, [`LockError::Denied`] when the process may not
-    /// write the directory, [`LockError::Unavailable`] for other file-system failures.
+    /// write the directory (or it is the [`crate::default_dir`] and not this user's own),
+    /// [`LockError::Unavailable`] for other file-system failures.
     pub fn connect(url: &BackendUrl) -> Result<FileBackend> {
         let config = Config::parse(url)?;
+        if config.private {
+            private_dir::prepare(&config.dir)?;
+        }
         Ok(FileBackend {
             dir: Arc::new(Dir::open(&config.dir, config.sync)?),
             config: Arc::new(config),

@@ -23,6 +23,9 @@ pub(crate) struct Config {
     /// the token is returned (`sync=grant`, the default), or only renames the file (`sync=off`:
     /// tokens then survive a power cut only through the wall-clock floor, see `protocol/queue.rs`).
     pub sync: bool,
+    /// Whether `dir` is the [`default_dir`], which must be this user's own (see
+    /// `private_dir.rs`); a directory of the user's choice may be shared with others.
+    pub private: bool,
 }
 
 impl Config {
@@ -42,8 +45,10 @@ impl Config {
         if url.path.is_empty() {
             return Err(url.error("file:// needs a directory: file:///run/lock/myapp"));
         }
+        let dir = PathBuf::from(format!("/{}", url.path));
         Ok(Config {
-            dir: PathBuf::from(format!("/{}", url.path)),
+            private: dir == default_dir(),
+            dir,
             ttl: url.lock_ttl_option()?,
             request_timeout: url.positive_duration_option("request_timeout", DEFAULT_REQUEST_TIMEOUT)?,
             sync: match url.query.get("sync").map(String::as_str) {
@@ -55,14 +60,14 @@ impl Config {
     }
 }
 
-/// The directory that `locksmith` uses when given no URL: `$XDG_RUNTIME_DIR/locksmith` (the
-/// user's own runtime directory), else `locksmith-<uid>` in the temporary directory. Every process
-/// of one user finds the same one.
+/// The directory that `locksmith` uses when given no URL: `/tmp/locksmith-<uid>`. Every process
+/// of one user finds the same one, whatever its environment: a cron job (no `XDG_RUNTIME_DIR`,
+/// maybe another `TMPDIR`) and the same command typed in a desktop or ssh session take the same
+/// locks. (`$XDG_RUNTIME_DIR` differs between them, and logind removes it at the user's last
+/// logout, with the lock files in it.) Since `/tmp` is everyone's, locksmith creates it mode 0700
+/// and refuses it unless it is the user's own (see `private_dir.rs`).
 pub fn default_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(runtime) => PathBuf::from(runtime).join("locksmith"),
-        None => std::env::temp_dir().join(format!("locksmith-{}", rustix::process::getuid().as_raw())),
-    }
+    PathBuf::from(format!("/tmp/locksmith-{}", rustix::process::getuid().as_raw()))
 }
 
 #[cfg(test)]
@@ -73,6 +78,60 @@ mod tests {
         Config::parse(&BackendUrl::parse(url)?)
     }
 
+    /// Set in the child processes of `every_session_of_a_user_has_the_same_default_dir`.
+    const CHILD: &str = "LOCKSMITH_FILE_DEFAULT_DIR_CHILD";
+
+    /// Prints the default directory when run as a child of
+    /// `every_session_of_a_user_has_the_same_default_dir` (with the environment under test, set
+    /// on the child rather than on this process of parallel tests); nothing otherwise.
+    #[test]
+    fn print_default_dir() {
+        if std::env::var_os(CHILD).is_some() {
+            println!("default_dir={}", default_dir().display());
+        }
+    }
+
+    /// A cron job (no `XDG_RUNTIME_DIR`) and a desktop session (with it, and maybe a `TMPDIR` of
+    /// its own) find the same default directory, so their commands exclude each other.
+    #[test]
+    fn every_session_of_a_user_has_the_same_default_dir() {
+        let in_session = |vars: &[(&str, Option<&str>)]| {
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+            child
+                .args([
+                    "config::tests::print_default_dir",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD, "1");
+            for (var, value) in vars {
+                match value {
+                    Some(value) => child.env(var, value),
+                    None => child.env_remove(var),
+                };
+            }
+            let out = child.output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            stdout
+                .lines()
+                .find_map(|l| l.split_once("default_dir=").map(|(_, dir)| dir))
+                .map(PathBuf::from)
+                .unwrap_or_else(|| panic!("the child printed no directory: {out:?}"))
+        };
+        let cron = in_session(&[("XDG_RUNTIME_DIR", None), ("TMPDIR", None)]);
+        let desktop = in_session(&[
+            ("XDG_RUNTIME_DIR", Some("/run/user/4242")),
+            ("TMPDIR", Some("/var/tmp")),
+        ]);
+        let uid = rustix::process::getuid().as_raw();
+        assert_eq!(cron, PathBuf::from(format!("/tmp/locksmith-{uid}")));
+        assert_eq!(
+            desktop, cron,
+            "a desktop session and a cron job use different lock directories"
+        );
+    }
+
     #[test]
     fn urls_name_an_absolute_directory() {
         let c = parse("file:///run/lock/my%20app?ttl=5s").unwrap();
@@ -81,6 +140,8 @@ mod tests {
         assert_eq!(parse("file://localhost/tmp/x").unwrap().dir, PathBuf::from("/tmp/x"));
         assert!(parse("file:///x").unwrap().sync);
         assert!(!parse("file:///x?sync=off").unwrap().sync);
+        assert!(!parse("file:///x").unwrap().private);
+        assert!(parse(&format!("file://{}", default_dir().display())).unwrap().private);
         for bad in [
             "file://",
             "file:///",

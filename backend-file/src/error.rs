@@ -16,6 +16,21 @@ pub(crate) fn io_error(what: &str, path: &Path, err: io::Error) -> LockError {
     }
 }
 
+/// [`io_error`] for opening `path` with [`crate::safe_open::options`]: a symbolic link there is
+/// [`LockError::Denied`], saying that locksmith does not follow it (another user may have planted
+/// it to make locksmith write elsewhere).
+pub(crate) fn open_error(what: &str, path: &Path, err: io::Error) -> LockError {
+    if crate::safe_open::is_link(&err) {
+        tracing::warn!(path = %path.display(), "file backend: refusing a symbolic link in the lock directory");
+        return LockError::Denied(format!(
+            "{what} {}: it is a symbolic link, which locksmith does not follow in its lock directory \
+             (someone may have planted it to make locksmith write elsewhere); remove it",
+            path.display()
+        ));
+    }
+    io_error(what, path, err)
+}
+
 /// [`io_error`] for a `rustix` call.
 pub(crate) fn errno_error(what: &str, path: &Path, err: rustix::io::Errno) -> LockError {
     io_error(what, path, io::Error::from(err))

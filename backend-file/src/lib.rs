@@ -67,12 +67,18 @@
 //! (default 5 s), `sync=grant` (the default: a grant's token is on disk before it is returned) or
 //! `sync=off` (see fencing tokens above). The directory is created (mode 0775 less the umask) if missing; a directory the
 //! process may not write is [`locksmith_core::LockError::Denied`]. To share it between users, give it a
-//! common group, the setgid bit and a umask of 002.
+//! common group, the setgid bit and a umask of 002. The `locksmith` command without a URL uses
+//! [`default_dir`], `/tmp/locksmith-<uid>`, the same in every session of the user: it is created
+//! mode 0700 and refused (`Denied`) unless it is the user's own directory that nobody else may
+//! write, since anyone may create it first in `/tmp`. In any directory, locksmith never opens a
+//! file through a symbolic link (a link planted at `.<stem>.tmp` or `<stem>.lock` is refused or
+//! removed, never written through), and writes only files it has just created.
 //!
 //! # Module map
 //!
 //! The files of `docs/backend-guide.md`:
-//! - `config.rs` (the URL), `error.rs` (I/O errors → `LockError`), `layout.rs` (file names);
+//! - `config.rs` (the URL), `error.rs` (I/O errors → `LockError`), `layout.rs` (file names),
+//!   `private_dir.rs` (the default directory's checks), `safe_open.rs` (no symbolic links);
 //! - `conn/`: the directory (`mod.rs`), this locker's liveness file (`owner.rs`), transactions on
 //!   a state file (`txn.rs`);
 //! - `protocol/`: the state file's contents (`state.rs`), the steps on a queue (`queue.rs`), the
@@ -90,8 +96,10 @@ mod error;
 mod layout;
 mod listing;
 mod look;
+mod private_dir;
 mod protocol;
 mod renew;
+mod safe_open;
 mod wake;
 
 pub use backend::FileBackend;

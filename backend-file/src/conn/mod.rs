@@ -65,6 +65,13 @@ impl Dir {
             .canonicalize()
             .map_err(|e| io_error("cannot open the lock directory", path, e))?;
         let owners = path.join(OWNERS_DIR);
+        // Liveness files are created in it: a link planted there is not followed.
+        if !std::fs::symlink_metadata(&owners).is_ok_and(|m| m.is_dir()) {
+            return Err(LockError::Denied(format!(
+                "{} is not a directory (a symbolic link?): locksmith does not follow links in its lock directory; remove it",
+                owners.display()
+            )));
+        }
         let hub = Hub::for_dir(&path)?;
         reap_dead_owners(&owners, &hub);
         let beat = Now::read().boot_ns;

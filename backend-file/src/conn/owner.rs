@@ -12,14 +12,15 @@
 //!   of its grant and that beat (`protocol/state.rs`), so one write renews every lock of the locker
 //!   and a paused process loses them all once their TTLs pass.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{flock, FlockOperation};
 
-use crate::error::{errno_error, io_error};
+use crate::error::{errno_error, io_error, open_error};
 use crate::protocol::state::Liveness;
+use crate::safe_open;
 use locksmith_core::Result;
 
 /// This locker's liveness file, locked until it is dropped.
@@ -39,12 +40,12 @@ impl Owner {
     pub fn create(owners: &Path, beat_ns: u64) -> Result<Owner> {
         let id = format!("{:032x}", rand::random::<u128>());
         let (temp, path) = (owners.join(format!(".{id}.tmp")), owners.join(&id));
-        let file = OpenOptions::new()
+        let file = safe_open::options()
             .write(true)
             .create_new(true)
             .mode(0o644)
             .open(&temp)
-            .map_err(|e| io_error("cannot create the liveness file", &temp, e))?;
+            .map_err(|e| open_error("cannot create the liveness file", &temp, e))?;
         flock(&file, FlockOperation::NonBlockingLockExclusive)
             .map_err(|e| errno_error("cannot lock the liveness file", &temp, e))?;
         let mut owner = Owner {
@@ -82,7 +83,8 @@ pub(crate) fn liveness(owners: &Path, id: &str, reap: bool) -> Liveness {
         return Liveness::Dead;
     }
     let path = owners.join(id);
-    let Ok(file) = File::open(&path) else {
+    // A link is not a liveness file (and is not followed).
+    let Ok(file) = safe_open::options().read(true).open(&path) else {
         return Liveness::Dead;
     };
     match flock(&file, FlockOperation::NonBlockingLockShared) {

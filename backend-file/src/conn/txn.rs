@@ -8,8 +8,8 @@
 //! after a power cut it may be lost, which loses nothing, since every entry of a boot that ended
 //! is dead.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
+use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -18,9 +18,10 @@ use rustix::fs::{flock, FlockOperation};
 use locksmith_core::{LockError, Result};
 
 use super::Dir;
-use crate::error::{corrupt, errno_error, io_error};
+use crate::error::{corrupt, errno_error, io_error, open_error};
 use crate::layout::{LockFile, STATE_SUFFIX};
 use crate::protocol::state::{Now, State, FORMAT};
+use crate::safe_open;
 
 impl Dir {
     /// Runs `step` on the state of `file` under its lock (blocking: call it from a blocking
@@ -82,21 +83,22 @@ impl Dir {
     }
 
     /// The lock file of `file`, locked. The lock file is never replaced by locksmith; if it was
-    /// removed by hand while this process waited for it, the new one is locked instead.
+    /// removed by hand while this process waited for it, the new one is locked instead. A
+    /// symbolic link in its place is refused, never followed (see `safe_open.rs`).
     fn lock(&self, file: &LockFile) -> Result<File> {
         let path = file.lock_path(&self.path);
         loop {
-            let f = OpenOptions::new()
+            let f = safe_open::options()
                 .read(true)
                 .write(true)
                 .create(true)
                 .truncate(false)
                 .mode(0o664)
                 .open(&path)
-                .map_err(|e| io_error("cannot open the lock file", &path, e))?;
+                .map_err(|e| open_error("cannot open the lock file", &path, e))?;
             flock(&f, FlockOperation::LockExclusive).map_err(|e| errno_error("cannot lock", &path, e))?;
             let locked = f.metadata().map_err(|e| io_error("cannot read", &path, e))?.ino();
-            if std::fs::metadata(&path).is_ok_and(|m| m.ino() == locked) {
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.ino() == locked) {
                 return Ok(f);
             }
         }
@@ -107,12 +109,18 @@ impl Dir {
         self.load_path(&file.state_path(&self.path), Some(&file.segment))
     }
 
-    /// The state file at `path` and its bytes; it must be the state of `segment` if given.
+    /// The state file at `path` and its bytes; it must be the state of `segment` if given. A
+    /// symbolic link in its place is refused, never followed (it may name `/dev/zero`).
     fn load_path(&self, path: &Path, segment: Option<&str>) -> Result<Option<(State, Vec<u8>)>> {
-        let bytes = match std::fs::read(path) {
+        let read = || -> std::io::Result<Vec<u8>> {
+            let mut bytes = Vec::new();
+            safe_open::options().read(true).open(path)?.read_to_end(&mut bytes)?;
+            Ok(bytes)
+        };
+        let bytes = match read() {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_error("cannot read the state file", path, e)),
+            Err(e) => return Err(open_error("cannot read the state file", path, e)),
         };
         let state: State = serde_json::from_slice(&bytes).map_err(|e| corrupt(path, e))?;
         if state.format != FORMAT {
@@ -138,16 +146,28 @@ impl Dir {
         Ok(Some((state, bytes)))
     }
 
-    /// Replaces the state file of `file` with `bytes`.
+    /// Replaces the state file of `file` with `bytes`, written to its temporary file first.
+    ///
+    /// The temporary file is always a new one (`O_EXCL`, see `safe_open.rs`): whatever is at its
+    /// name is removed first (the leftover of a step that crashed, or a link someone planted,
+    /// which is removed and never followed). Only a step holding the lock file's `flock` writes
+    /// it, so no other locksmith process removes or creates it meanwhile; anyone else who does
+    /// makes the step fail.
     fn store(&self, file: &LockFile, bytes: &[u8], durable: bool) -> Result<()> {
         let (temp, path) = (file.temp_path(&self.path), file.state_path(&self.path));
-        let write = || -> std::io::Result<()> {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o664)
-                .open(&temp)?;
+        match std::fs::remove_file(&temp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io_error("cannot remove the old temporary state file", &temp, e));
+            }
+            _ => {}
+        }
+        let f = safe_open::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o664)
+            .open(&temp)
+            .map_err(|e| open_error("cannot create the temporary state file", &temp, e))?;
+        let write = |mut f: File| -> std::io::Result<()> {
             f.write_all(bytes)?;
             if durable {
                 f.sync_data()?;
@@ -158,6 +178,6 @@ impl Dir {
             }
             Ok(())
         };
-        write().map_err(|e| io_error("cannot write the state file", &path, e))
+        write(f).map_err(|e| io_error("cannot write the state file", &path, e))
     }
 }

@@ -19,6 +19,10 @@ pub(crate) enum Turn {
     /// Not yet: wait until woken, or until this instant (`CLOCK_BOOTTIME` ns: the earliest expiry
     /// of an entry ahead).
     Wait(Option<u64>),
+    /// Its entry is not in the queue any more: dropped as expired or dead between the look that
+    /// sent it to take its turn and the turn (its process paused for about its TTL), or removed
+    /// by hand. It joins again at the tail, as on PostgreSQL.
+    Gone,
 }
 
 /// Adds `entry` at the tail of the queue and takes its first turn.
@@ -33,11 +37,12 @@ pub(crate) fn join(state: &mut State, mut entry: Entry, now: Now) -> Result<Turn
     turn(state, &id, now)
 }
 
-/// Entry `id` takes its turn: it holds now if the queue rule says so.
+/// Entry `id` takes its turn: it holds now if the queue rule says so; [`Turn::Gone`] if it is not
+/// in the queue.
 pub(crate) fn turn(state: &mut State, id: &str, now: Now) -> Result<Turn> {
-    let me = state
-        .position(id)
-        .ok_or_else(|| LockError::Protocol("this waiter's entry was removed from the lock's state file".into()))?;
+    let Some(me) = state.position(id) else {
+        return Ok(Turn::Gone);
+    };
     if let Some(grant) = state.entries[me].grant {
         return Ok(Turn::Granted(grant.token, state.entries[me].since_ns));
     }
@@ -115,6 +120,7 @@ fn grant(state: &mut State, me: usize, now: Now) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::state::Liveness;
     use locksmith_core::driver::Role;
 
     fn entry(id: &str, role: Role) -> Entry {
@@ -196,6 +202,28 @@ mod tests {
             try_take(&mut fresh, entry("4", Role::Shared), at(5_000)).unwrap(),
             Some(5_000)
         );
+    }
+
+    /// A waiter whose look found it would hold, but whose entry the turn's transaction pruned as
+    /// expired (its process paused for just under its TTL), is told to join again, not failed.
+    #[test]
+    fn a_turn_for_an_entry_pruned_meanwhile_says_gone() {
+        let mut s = State::new("x", "b");
+        let mut waiter = entry("2", Role::Exclusive);
+        waiter.ttl_ns = 1_000;
+        join(&mut s, entry("1", Role::Exclusive), Now::at_boot(0)).unwrap();
+        join(&mut s, waiter, Now::at_boot(0)).unwrap();
+        assert!(leave(&mut s, "1"));
+        assert!(places(&s).unwrap()["2"].would_hold, "the look says it would hold");
+        // The turn's transaction, a little later, drops it as expired.
+        let later = Now::at_boot(5_000);
+        s.prune("b", later, |_, _| Liveness::Beat(0));
+        assert!(s.position("2").is_none(), "pruned");
+        assert!(matches!(turn(&mut s, "2", later), Ok(Turn::Gone)));
+        assert!(s.entries.is_empty(), "the turn adds nothing");
+        let Ok(Turn::Granted(..)) = join(&mut s, entry("2", Role::Exclusive), later) else {
+            panic!("joining again holds the free lock")
+        };
     }
 
     #[test]

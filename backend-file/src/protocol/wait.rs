@@ -8,7 +8,7 @@
 //! process with waiters one read, and only the next holder writes. While it waits it
 //! writes its locker's heartbeat every third of its TTL, so that its entry lives while it waits
 //! (and dies with a paused or stuck process). An entry dropped meanwhile (the process was paused
-//! past its TTL) joins again at the tail.
+//! past its TTL), whether a look finds it gone or its turn does, joins again at the tail.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +97,12 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
                 });
             }
             Turn::Wait(expiry) => expiry,
+            // Dropped between the look and the turn (paused for about its TTL): in line again.
+            Turn::Gone => {
+                tracing::debug!(lock = %file.segment, "file backend: a waiter's entry was dropped before its turn; joining again");
+                joining = true;
+                continue;
+            }
         };
         waited = true;
         if deadline.is_some_and(|d| Instant::now() >= d) {
