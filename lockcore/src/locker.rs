@@ -43,6 +43,13 @@ const DEADLINE_GRACE: Duration = Duration::from_millis(500);
 /// Cheap to clone; clones share the connection and the watchdog. Build it from a backend with
 /// [`Locker::new`], or from a URL with `locksmith::connect`.
 ///
+/// Use a locker on one tokio runtime: its watchdog (the task that renews every guard's lease)
+/// runs on the runtime where the first guard was taken, and the server backends' connections on
+/// the runtime that connected. Once that runtime stops being driven (a `block_on` that returned,
+/// a `#[tokio::test]` that ended), leases of guards taken on another runtime are not renewed and
+/// run out. Give each runtime its own locker (several `#[tokio::test]`s: one each, not one in a
+/// `static`).
+///
 /// ```
 /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
 /// # #[tokio::main(flavor = "current_thread")]
