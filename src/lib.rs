@@ -119,8 +119,8 @@ registry! {
 }
 
 /// The `file://` URL of the directory that the processes of one user share when given no other:
-/// `$XDG_RUNTIME_DIR/locksmith`, else `locksmith-<uid>` in the temporary directory (what the
-/// `locksmith` command uses without `--url`).
+/// `/tmp/locksmith-<uid>`, the same in every session of the user (what the `locksmith` command
+/// uses without `--url`).
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub fn default_file_url() -> String {

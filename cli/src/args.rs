@@ -33,7 +33,7 @@ pub struct Cli {
     /// postgres://user@h:5432/db, file:///dir (the processes of this machine, no server), mem://. The default is a
     /// directory that every locksmith process of this user shares, so two `locksmith run`
     /// commands on one machine exclude each other with no server. mem:// is in-process only:
-    /// only good for trying the command out.
+    /// only good for trying the command out. An empty LOCKSMITH_URL means the default.
     #[arg(long, env = "LOCKSMITH_URL", default_value_t = default_url(), global = true)]
     pub url: String,
 
@@ -62,7 +62,8 @@ pub struct Cli {
 
     /// TLS: a PEM bundle of the CA certificates to trust instead of the system's (the URL's
     /// `ca=` wins). For etcds://, zks://, rediss:// (and rediss+sentinel://, rediss-cluster://) URLs,
-    /// and postgres:// ones with sslmode=require or verify-full.
+    /// and postgres:// ones with sslmode=require or verify-full. LOCKSMITH_CA, LOCKSMITH_CERT and
+    /// LOCKSMITH_KEY apply to those URLs only (the others ignore them).
     #[arg(long, env = "LOCKSMITH_CA", global = true, value_name = "FILE")]
     pub ca: Option<String>,
 
@@ -76,7 +77,8 @@ pub struct Cli {
 
     /// A file holding the password of the URL's user (keeps it out of the URL, the shell history
     /// and `ps`). LOCKSMITH_PASSWORD is read when neither the URL nor this gives one. Passwords
-    /// never appear in messages.
+    /// never appear in messages. LOCKSMITH_PASSWORD_FILE applies only to URLs that take a password
+    /// (not file:// or mem://).
     #[arg(long, env = "LOCKSMITH_PASSWORD_FILE", global = true, value_name = "FILE")]
     pub password_file: Option<String>,
 
@@ -124,6 +126,59 @@ pub fn command() -> clap::Command {
     cmd
 }
 
+/// The options of the URL that environment variables may give (`LOCKSMITH_CA`, `LOCKSMITH_CERT`,
+/// `LOCKSMITH_KEY`, `LOCKSMITH_PASSWORD_FILE`): clap's id of each, the same as the URL option's
+/// name.
+const ENV_URL_OPTIONS: [&str; 4] = ["ca", "cert", "key", "password_file"];
+
+impl Cli {
+    /// The command line of `matches`, with what the environment gave only where it fits: an empty
+    /// `LOCKSMITH_URL` means the default URL, and an option of [`ENV_URL_OPTIONS`] that came from
+    /// the environment is left out for a URL that takes no such option: a backend without it, or
+    /// a URL without TLS for the TLS files (`LOCKSMITH_CA` is meant for the TLS URLs, not for
+    /// `file://`, `mem://` or `redis://`). The same option given on the command line is kept, and
+    /// refused by such a URL when connecting; an option the URL sets itself wins over both.
+    pub fn from_matches(matches: &clap::ArgMatches) -> Result<Cli, clap::Error> {
+        use clap::parser::ValueSource;
+        use clap::FromArgMatches;
+        let mut cli = Cli::from_arg_matches(matches)?;
+        let from_env = |id: &str| matches.value_source(id) == Some(ValueSource::EnvVariable);
+        if from_env("url") && cli.url.trim().is_empty() {
+            cli.url = default_url();
+        }
+        let url = locksmith::driver::BackendUrl::parse(&cli.url).ok();
+        let takes = |option: &str| {
+            url.as_ref().is_some_and(|url| {
+                let accepted = locksmith::backend_for(&url.scheme).is_some_and(|b| b.accepts(option));
+                accepted && (option == "password_file" || uses_tls(url))
+            })
+        };
+        let fields = [&mut cli.ca, &mut cli.cert, &mut cli.key, &mut cli.password_file];
+        for (option, field) in ENV_URL_OPTIONS.into_iter().zip(fields) {
+            if field.is_some() && from_env(option) && !takes(option) {
+                *field = None;
+            }
+        }
+        Ok(cli)
+    }
+}
+
+/// Whether `url` connects with TLS, so that it takes the TLS files (`ca`, `cert`, `key`): the
+/// TLS schemes (etcds://, zks://, rediss:// and its sentinel and cluster forms), and postgres://
+/// with `sslmode=require` or `verify-full`.
+fn uses_tls(url: &locksmith::driver::BackendUrl) -> bool {
+    match url.scheme.as_str() {
+        "etcds" | "zks" | "rediss" | "rediss+sentinel" | "rediss-cluster" => true,
+        "postgres" | "postgresql" => {
+            matches!(
+                url.query.get("sslmode").map(String::as_str),
+                Some("require" | "verify-full")
+            )
+        }
+        _ => false,
+    }
+}
+
 /// What `locksmith --version` prints after the name: the version and what this build can reach,
 /// e.g. `0.1.0 (backends: mem, etcd, zk, redis, file, postgres; tls)`.
 pub fn version() -> String {
@@ -139,10 +194,10 @@ pub enum Command {
     /// LOCKSMITH_FENCING_TOKEN and LOCKSMITH_LOCK_NAME in its environment and runs in a process
     /// group of its own; if the lock is lost, that group gets SIGTERM (SIGKILL after --grace) and
     /// locksmith exits 4. If locksmith itself dies (even by SIGKILL), the group gets the same. SIGINT,
-    /// SIGTERM and SIGHUP sent to locksmith are forwarded to CMD's group; if CMD still runs --grace
-    /// after a SIGINT/SIGTERM, or a second SIGINT/SIGTERM arrives, the group gets SIGKILL. On a
-    /// terminal, CMD's group is the foreground group while CMD runs (it can read the terminal, and
-    /// gets Ctrl-C itself).
+    /// SIGTERM and SIGHUP sent to locksmith are forwarded to CMD's group; if CMD or anything left in
+    /// its group still runs --grace after a SIGINT/SIGTERM, or a second SIGINT/SIGTERM arrives, the
+    /// group gets SIGKILL (the lock is released only then). On a terminal, CMD's group is the
+    /// foreground group while CMD runs (it can read the terminal, and gets Ctrl-C itself).
     Run(RunArgs),
     /// One attempt, no waiting: print the fencing token and release (exit 0), or exit 1 if held.
     Try(TryArgs),
@@ -256,8 +311,9 @@ pub struct ElectArgs {
     #[arg(long)]
     pub value: Option<String>,
 
-    /// How long CMD has to exit before its group gets SIGKILL: after the SIGTERM sent when
-    /// leadership was lost, or after a SIGINT/SIGTERM forwarded to it (a second one kills at once).
+    /// How long CMD's process group (CMD and what it started there, whether CMD exited or not)
+    /// has to exit before it gets SIGKILL: after the SIGTERM sent when leadership was lost, or
+    /// after a SIGINT/SIGTERM forwarded to it (a second one kills at once).
     #[arg(long, default_value = "10s", value_parser = parse_any_duration)]
     pub grace: Duration,
 
@@ -302,8 +358,9 @@ pub struct RunArgs {
     #[arg(value_parser = NameParser)]
     pub name: String,
 
-    /// How long CMD has to exit before its group gets SIGKILL: after the SIGTERM sent when the
-    /// lock was lost, or after a SIGINT/SIGTERM forwarded to it (a second one kills at once).
+    /// How long CMD's process group (CMD and what it started there, whether CMD exited or not)
+    /// has to exit before it gets SIGKILL: after the SIGTERM sent when the lock was lost, or
+    /// after a SIGINT/SIGTERM forwarded to it (a second one kills at once).
     #[arg(long, default_value = "10s", value_parser = parse_any_duration)]
     pub grace: Duration,
 

@@ -10,12 +10,14 @@ use std::time::Duration;
 use tokio::process::{Child, ChildStdin, Command};
 
 use crate::exit::{Failure, CANNOT_EXECUTE, NOT_FOUND};
+use crate::signals::{self, JobStopsIgnored};
 use crate::terminal::{self, Terminal};
 
 /// A running CMD.
 pub struct Cmd {
     child: Child,
-    /// The process group id (= CMD's pid), `None` once CMD has been reaped.
+    /// The process group id (= CMD's pid); the group outlives CMD while what CMD started stays in
+    /// it.
     group: Option<i32>,
     /// The group's [`Sentinel`], told when this is dropped that locksmith ended in order
     /// (whatever CMD left running in its group then stays).
@@ -23,6 +25,9 @@ pub struct Cmd {
     /// The terminal lent to CMD's group while CMD runs (taken back when CMD exits or this is
     /// dropped).
     terminal: Option<Terminal>,
+    /// SIGTTIN and SIGTTOU ignored by locksmith while CMD runs (restored last, after the
+    /// terminal was taken back).
+    _stops_ignored: JobStopsIgnored,
 }
 
 /// A small `sh` watching for locksmith's death, to stop CMD's whole process group then: the
@@ -82,7 +87,9 @@ impl Cmd {
     /// Whatever CMD started in its group gets SIGTERM too (SIGKILL after `grace`) when
     /// locksmith dies without ending in order. When locksmith is in the foreground of a terminal,
     /// CMD's group is made the terminal's foreground group until CMD exits, so that CMD can read
-    /// from it (a background group would be stopped by SIGTTIN).
+    /// from it (a background group would be stopped by SIGTTIN). locksmith ignores SIGTTIN and
+    /// SIGTTOU meanwhile (CMD gets them as locksmith had them), so that a job-control stop aimed
+    /// at its own group cannot stop it renewing the lock.
     pub fn spawn(argv: &[OsString], env: &[(&str, String)], grace: Duration) -> Result<Cmd, Failure> {
         let Some((program, args)) = argv.split_first() else {
             return Err(Failure::new(crate::exit::USAGE, "no command given after --"));
@@ -93,11 +100,15 @@ impl Cmd {
             .envs(env.iter().map(|(k, v)| (k, v)))
             .process_group(0)
             .kill_on_drop(false);
+        // Before the terminal is lent (which saves SIGTTOU's disposition and restores it on
+        // reclaim) and before the fork (the child gives the saved dispositions back).
+        let stops_ignored = JobStopsIgnored::install();
+        let saved = stops_ignored.saved();
         let mut terminal = Terminal::foreground();
         let tty = terminal.as_ref().map(Terminal::fd);
         // SAFETY: the closure runs in the forked child before exec (after it made its own process
         // group) and calls only async-signal-safe functions (prctl, getppid, kill, sigprocmask,
-        // tcsetpgrp).
+        // tcsetpgrp, sigaction); `saved` was allocated before the fork.
         #[cfg(target_os = "linux")]
         let parent = std::process::id();
         unsafe {
@@ -113,6 +124,7 @@ impl Cmd {
                 if let Some(fd) = tty {
                     terminal::take_in_child(fd);
                 }
+                signals::restore_in_child(&saved);
                 Ok(())
             });
         }
@@ -141,6 +153,7 @@ impl Cmd {
             group,
             _sentinel: sentinel,
             terminal,
+            _stops_ignored: stops_ignored,
         })
     }
 
@@ -152,6 +165,14 @@ impl Cmd {
         if rc != 0 {
             tracing::debug!(group, sig, error = %io::Error::last_os_error(), "signalling CMD's process group failed");
         }
+    }
+
+    /// Whether CMD's process group still has members (CMD, or what it started and left in the
+    /// group after it exited).
+    pub fn group_alive(&self) -> bool {
+        let Some(group) = self.group else { return false };
+        // SAFETY: kill(2) with signal 0 only checks that the group exists; nothing is sent.
+        unsafe { libc::kill(-group, 0) == 0 }
     }
 
     /// Waits for CMD to exit and takes the terminal back; returns its exit code.

@@ -20,7 +20,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::FromArgMatches;
 
 use crate::args::{Cli, Command};
 use crate::exit::{Failure, LOST, UNAVAILABLE, USAGE};
@@ -40,7 +39,7 @@ fn main() -> ExitCode {
     }));
     let parsed = args::command()
         .try_get_matches()
-        .and_then(|matches| Cli::from_arg_matches(&matches));
+        .and_then(|matches| Cli::from_matches(&matches));
     let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),

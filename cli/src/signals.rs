@@ -53,3 +53,67 @@ pub fn name(sig: i32) -> String {
         n => format!("signal {n}"),
     }
 }
+
+/// The job-control signals that stop a process of a background group touching its terminal
+/// (SIGTTIN, SIGTTOU), ignored by locksmith while CMD runs: CMD's group is then the terminal's
+/// foreground group, so locksmith's own group is in the background, and another member of it
+/// reading the terminal (`locksmith run N -- CMD | less`) would get the whole group stopped,
+/// locksmith included, which would stop renewing the lock while CMD runs on. Ignored, these
+/// signals are discarded; locksmith's own reads and writes of the terminal fail with EIO instead.
+/// Their former dispositions come back on drop.
+pub struct JobStopsIgnored {
+    /// Each signal with its disposition before it was ignored.
+    saved: Vec<(i32, libc::sigaction)>,
+}
+
+impl JobStopsIgnored {
+    /// The signals ignored here.
+    const SIGNALS: [i32; 2] = [libc::SIGTTIN, libc::SIGTTOU];
+
+    /// Ignores SIGTTIN and SIGTTOU for the whole process (a signal that cannot be ignored is
+    /// logged and left as it was).
+    pub fn install() -> JobStopsIgnored {
+        let mut saved = Vec::with_capacity(Self::SIGNALS.len());
+        for sig in Self::SIGNALS {
+            // SAFETY: sigaction(2) with valid, zero-initialised structures.
+            unsafe {
+                let mut ignore: libc::sigaction = std::mem::zeroed();
+                ignore.sa_sigaction = libc::SIG_IGN;
+                libc::sigemptyset(&mut ignore.sa_mask);
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &ignore, &mut old) == 0 {
+                    saved.push((sig, old));
+                } else {
+                    tracing::debug!(sig, error = %std::io::Error::last_os_error(), "cannot ignore a job-control signal");
+                }
+            }
+        }
+        JobStopsIgnored { saved }
+    }
+
+    /// The dispositions to give back, for [`restore_in_child`] (CMD must not inherit the ignored
+    /// ones: an ignored signal stays ignored across exec).
+    pub fn saved(&self) -> Vec<(i32, libc::sigaction)> {
+        self.saved.clone()
+    }
+}
+
+impl Drop for JobStopsIgnored {
+    /// Gives the signals their former dispositions.
+    fn drop(&mut self) {
+        for (sig, old) in &self.saved {
+            // SAFETY: restores a disposition sigaction(2) returned; `old` is a valid sigaction.
+            unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// In CMD's process, between fork and exec: gives the signals of `saved` back the dispositions
+/// locksmith had before [`JobStopsIgnored::install`]. Calls only sigaction, which is
+/// async-signal-safe.
+pub fn restore_in_child(saved: &[(i32, libc::sigaction)]) {
+    for (sig, old) in saved {
+        // SAFETY: sigaction(2) with a valid structure; no allocation.
+        unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+    }
+}

@@ -42,7 +42,9 @@ crate::cli_suite!(@tests Files;
     list_shows_the_locks_in_use, inspect_shows_every_kind_in_use);
 
 /// With no `--url` and no `LOCKSMITH_URL`, two `locksmith` processes of one user exclude each
-/// other (the default is a lock directory under `$XDG_RUNTIME_DIR`), as `flock(1)` would.
+/// other, as `flock(1)` would, whatever their sessions: one with `$XDG_RUNTIME_DIR` (a desktop or
+/// ssh session) and one without (cron). The default is `/tmp/locksmith-<uid>` for both (it was
+/// under `$XDG_RUNTIME_DIR` when set, and the two took different locks).
 #[test]
 fn without_a_url_two_processes_exclude_each_other() {
     let runtime = dir().join("xdg");
@@ -53,18 +55,30 @@ fn without_a_url_two_processes_exclude_each_other() {
         cmd.env("XDG_RUNTIME_DIR", &runtime);
         cmd
     };
+    let without_runtime = |args: &[&str]| {
+        let mut cmd = locksmith(args);
+        cmd.env_remove("XDG_RUNTIME_DIR");
+        cmd
+    };
     let mut holder = Proc::spawn(with_runtime(&["hold", &name, "--ignore-stdin", "--for", "30s"]));
     let token = holder.next_line();
     assert!(token.parse::<u64>().is_ok(), "hold printed {token:?}");
-    let out = with_runtime(&["try", &name]).output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "a second process got the held lock: {out:?}"
-    );
+    for (session, try_cmd) in [
+        ("the same session", with_runtime(&["try", &name])),
+        ("cron's", without_runtime(&["try", &name])),
+    ] {
+        let out = { try_cmd }.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "a second process ({session}) got the held lock: {out:?}"
+        );
+    }
+    // SAFETY: getuid(2) cannot fail.
+    let uid = unsafe { libc::getuid() };
     assert!(
-        runtime.join("locksmith").is_dir(),
-        "the default directory is under XDG_RUNTIME_DIR"
+        std::path::Path::new(&format!("/tmp/locksmith-{uid}")).is_dir(),
+        "the default directory is /tmp/locksmith-<uid>"
     );
     holder.signal("KILL");
     let _ = holder.exited();
@@ -155,4 +169,175 @@ fn follow_ends_when_its_stdout_is_closed() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(141), "{status:?}");
+}
+
+/// CMD's script for the group tests: prints its pid (= its process group), starts a child that
+/// ignores SIGTERM and prints `ready` once it does, and waits for it. The child lets go of
+/// locksmith's stdout and stderr, whose end the test waits for.
+const GROUP_IGNORES_TERM: &str = r#"echo $$; sh -c 'trap "" TERM; echo ready; exec sleep 23 >/dev/null 2>&1' & wait"#;
+
+/// Waits up to `within` until no live process is left in the process group `group`, then kills
+/// whatever is (so that a failure leaves nothing running) and panics saying what survived.
+fn assert_group_ends(group: u32, within: std::time::Duration) {
+    let end = std::time::Instant::now() + within;
+    loop {
+        let alive = common::suite::live_members(group);
+        if alive.is_empty() {
+            return;
+        }
+        if std::time::Instant::now() > end {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{group}")])
+                .status();
+            panic!("processes of CMD's group {group} survived {within:?}: {alive:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The lock is lost while CMD runs, and CMD exits at its SIGTERM, but a process it started in its
+/// group ignores SIGTERM: that process gets SIGKILL once --grace has passed, although CMD itself
+/// is gone. Before, SIGKILL went to the group only while CMD ran, and the child ran on without
+/// the lock.
+#[test]
+fn a_lost_lock_kills_what_cmd_left_in_its_group_after_grace() {
+    let name = unique_name("lost-group");
+    let url = Files.url();
+    let mut runner = Proc::locksmith(&[
+        "--url",
+        &url,
+        "--ttl",
+        "2s",
+        "run",
+        &name,
+        "--grace",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        GROUP_IGNORES_TERM,
+    ]);
+    let group: u32 = runner.next_line().trim().parse().expect("CMD's pid");
+    assert_eq!(runner.next_line(), "ready");
+    Files.delete_behind_back(&name);
+    let out = runner.finish();
+    common::assert_code(&out, 4);
+    assert_group_ends(group, std::time::Duration::from_secs(2));
+}
+
+/// SIGTERM forwarded to CMD, which exits at once, while a process it started in its group ignores
+/// SIGTERM: that process gets SIGKILL once --grace has passed, before the lock is released.
+/// Before, locksmith released the lock as soon as CMD exited and the child ran on.
+#[test]
+fn a_forwarded_sigterm_kills_what_cmd_left_in_its_group_after_grace() {
+    let name = unique_name("forward-group");
+    let url = Files.url();
+    let mut runner = Proc::locksmith(&[
+        "--url",
+        &url,
+        "run",
+        &name,
+        "--grace",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        GROUP_IGNORES_TERM,
+    ]);
+    let group: u32 = runner.next_line().trim().parse().expect("CMD's pid");
+    assert_eq!(runner.next_line(), "ready");
+    runner.signal("TERM");
+    let out = runner.finish();
+    common::assert_code(&out, 128 + 15);
+    // The lock was released only after the group was stopped: nothing of it may be left.
+    assert_group_ends(group, std::time::Duration::from_millis(500));
+    common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
+}
+
+/// A job-control stop aimed at locksmith's process group while CMD runs (SIGTTIN and SIGTTOU,
+/// as a terminal sends them when another member of a pipeline touches it while CMD's group has
+/// the terminal): locksmith is not stopped and keeps renewing the lock, while CMD gets both
+/// signals with their default dispositions. Before, locksmith stopped (state T), its lease ran
+/// out and another process got the lock while CMD ran on.
+#[test]
+fn job_control_stops_aimed_at_locksmiths_group_do_not_stop_it() {
+    use std::os::unix::process::CommandExt;
+    use std::time::Duration;
+
+    let name = unique_name("ttin");
+    let url = Files.url();
+    // CMD prints the signals it ignores (SigIgn, a hex mask: bit sig-1), then runs a while.
+    let script = r#"grep SigIgn /proc/self/status; echo ready; sleep 30"#;
+    let mut cmd = locksmith(&["--url", &url, "--ttl", "1s", "run", &name, "--", "sh", "-c", script]);
+    // A group of its own whose parent (this test) is in another group of the session: a group
+    // that is not orphaned, where the kernel does stop a process at SIGTTIN.
+    cmd.process_group(0);
+    let mut runner = Proc::spawn(cmd);
+    let ignored = runner.next_line();
+    let mask = u64::from_str_radix(ignored.trim_start_matches("SigIgn:").trim(), 16).expect("SigIgn");
+    let stops = 1 << (libc::SIGTTIN - 1) | 1 << (libc::SIGTTOU - 1);
+    assert_eq!(mask & stops, 0, "CMD inherited ignored SIGTTIN/SIGTTOU: {ignored}");
+    assert_eq!(runner.next_line(), "ready");
+    let pid = runner.pid();
+    for sig in ["TTIN", "TTOU"] {
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), "--", &format!("-{pid}")])
+            .status();
+        assert!(
+            sent.is_ok_and(|s| s.success()),
+            "kill -{sig} to locksmith's group failed"
+        );
+    }
+    // Past the 1 s TTL: a stopped locksmith would have lost the lock by then.
+    std::thread::sleep(Duration::from_millis(2500));
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("locksmith's stat");
+    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next());
+    let taken = common::run(&["--url", &url, "try", &name]);
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid.to_string()])
+        .status();
+    assert_ne!(state, Some(Some('T')), "locksmith was stopped: {stat}");
+    common::assert_code(&taken, 1);
+    runner.signal("INT");
+    let out = runner.finish();
+    common::assert_code(&out, 130);
+}
+
+/// `LOCKSMITH_CA` and `LOCKSMITH_PASSWORD_FILE` (meant for TLS URLs and for servers with a
+/// password) do not break the URLs whose backend takes no such option: file:// and mem:// work
+/// as without them (they were refused with exit 2: "file:// takes no ca"). `--ca` given on the
+/// command line is still refused there, and a `LOCKSMITH_URL` set but empty means the default.
+#[test]
+fn environment_options_for_other_urls_are_left_out() {
+    let name = unique_name("env-ca");
+    let url = Files.url();
+    let with_env = |args: &[&str]| {
+        let mut cmd = locksmith(args);
+        cmd.env("LOCKSMITH_CA", "/etc/ssl/certs/ca-certificates.crt")
+            .env("LOCKSMITH_PASSWORD_FILE", "/etc/hostname");
+        cmd.output().unwrap()
+    };
+    for url in [url.as_str(), "mem://"] {
+        let out = with_env(&["--url", url, "try", &name]);
+        assert_eq!(out.status.code(), Some(0), "{url}: {out:?}");
+    }
+    let out = locksmith(&[
+        "--url",
+        &url,
+        "--ca",
+        "/etc/ssl/certs/ca-certificates.crt",
+        "try",
+        &name,
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2), "an explicit --ca for file://: {out:?}");
+    let runtime = dir().join("xdg-empty-url");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let out = locksmith(&["try", &name])
+        .env("LOCKSMITH_URL", "")
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "LOCKSMITH_URL empty: {out:?}");
 }

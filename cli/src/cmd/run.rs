@@ -122,6 +122,11 @@ pub async fn run_held(
         }
     };
 
+    if let (End::Exited(_), Some(sig)) = (&end, stopping) {
+        // CMD exited after a forwarded signal: what it started in its group (and ignores the
+        // signal) gets SIGKILL at the same time as CMD would have, before the lock is released.
+        finish_group(session, &mut cmd, signals, kill_at.deadline(), sig).await;
+    }
     match end {
         End::Exited(code) => match guard.release().await {
             Ok(()) => Ok(code),
@@ -152,15 +157,20 @@ pub async fn run_held(
     }
 }
 
-/// Waits up to `grace` for CMD to exit after SIGTERM, then sends SIGKILL and reaps it. A SIGINT
-/// or SIGTERM received meanwhile sends SIGKILL at once; a SIGHUP is forwarded.
+/// Waits up to `grace` for CMD's process group to exit after SIGTERM, then sends it SIGKILL and
+/// reaps CMD. A SIGINT or SIGTERM received meanwhile sends SIGKILL at once; a SIGHUP is forwarded.
+/// CMD exiting in time is not enough: the rest of its group has until the same deadline.
 async fn stop(session: &Session, cmd: &mut Cmd, signals: &mut Signals, grace: Duration) {
-    let deadline = tokio::time::sleep(grace);
-    tokio::pin!(deadline);
+    let deadline = tokio::time::Instant::now() + grace;
+    let kill_at = tokio::time::sleep_until(deadline);
+    tokio::pin!(kill_at);
     loop {
         tokio::select! {
-            _ = cmd.wait() => return,
-            () = &mut deadline => {
+            _ = cmd.wait() => {
+                finish_group(session, cmd, signals, deadline, libc::SIGTERM).await;
+                return;
+            }
+            () = &mut kill_at => {
                 session.out.status(format_args!(
                     "CMD still running {} after SIGTERM; sending SIGKILL",
                     human(grace)
@@ -178,4 +188,48 @@ async fn stop(session: &Session, cmd: &mut Cmd, signals: &mut Signals, grace: Du
     }
     cmd.signal(libc::SIGKILL);
     let _ = cmd.wait().await;
+}
+
+/// How often [`finish_group`] looks whether CMD's process group is empty.
+const GROUP_POLL: Duration = Duration::from_millis(50);
+
+/// After CMD (the group's leader) exited following `sig`, sent to its whole process group: waits
+/// until the rest of the group has exited too, and sends the group SIGKILL at `deadline` if not
+/// (at once at a SIGINT or SIGTERM; a SIGHUP is forwarded). Otherwise what CMD started and that
+/// ignores `sig` would run on without the lock.
+async fn finish_group(
+    session: &Session,
+    cmd: &mut Cmd,
+    signals: &mut Signals,
+    deadline: tokio::time::Instant,
+    sig: i32,
+) {
+    let kill_at = tokio::time::sleep_until(deadline);
+    tokio::pin!(kill_at);
+    let mut poll = tokio::time::interval(GROUP_POLL);
+    while cmd.group_alive() {
+        tokio::select! {
+            _ = poll.tick() => {}
+            () = &mut kill_at => {
+                session.out.status(format_args!(
+                    "CMD exited, but processes of its group still run after {}; sending SIGKILL",
+                    signals::name(sig)
+                ));
+                break;
+            }
+            got = signals.recv() => {
+                if signals::stops(got) {
+                    session.out.status(format_args!(
+                        "{}: sending SIGKILL to CMD's process group",
+                        signals::name(got)
+                    ));
+                    break;
+                }
+                cmd.signal(got);
+            }
+        }
+    }
+    if cmd.group_alive() {
+        cmd.signal(libc::SIGKILL);
+    }
 }

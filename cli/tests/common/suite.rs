@@ -770,7 +770,7 @@ fn assert_group_gone(group: u32) {
 }
 
 /// The `/proc/PID/stat` lines of the live (not zombie) processes in the process group `group`.
-fn live_members(group: u32) -> Vec<String> {
+pub fn live_members(group: u32) -> Vec<String> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
