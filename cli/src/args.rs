@@ -201,8 +201,9 @@ pub enum Command {
     Run(RunArgs),
     /// One attempt, no waiting: print the fencing token and release (exit 0), or exit 1 if held.
     Try(TryArgs),
-    /// Acquire NAME, print the fencing token, and hold it until --for passes, stdin closes, or
-    /// SIGINT/SIGTERM arrives; then release.
+    /// Acquire NAME, print the fencing token, and hold it until --for passes, stdin (a pipe, a
+    /// socket or a terminal) closes, or SIGINT/SIGTERM arrives; then release. A stdin that is
+    /// /dev/null, a file or closed (cron, `&`, nohup) is not watched.
     Hold(HoldArgs),
     /// Show who holds NAME and how many wait, for every kind of lock of that name in use: the
     /// mutex (holder id, fencing token, remaining TTL), the semaphore, the read-write lock, the
@@ -379,7 +380,8 @@ pub struct HoldArgs {
     #[arg(value_parser = NameParser)]
     pub name: String,
 
-    /// Release after this long (default: hold until stdin closes or a signal arrives).
+    /// Release after this long (default: hold until stdin closes or a signal arrives; with no
+    /// stdin to watch, until a signal arrives).
     #[arg(long = "for", value_name = "DURATION", value_parser = parse_positive_duration)]
     pub hold_for: Option<Duration>,
 

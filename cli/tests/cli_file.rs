@@ -131,6 +131,35 @@ fn a_closed_stderr_does_not_stop_a_hold() {
     assert!(tried.status.success(), "the lock was left held: {tried:?}");
 }
 
+/// `hold --for` with stdin at `/dev/null` (cron, `&` in a script, nohup) holds for the time it
+/// was given: such a stdin is at its end at once and is not watched. Before, hold printed
+/// "holding … for 3s" and released at once ("stdin closed"), exit 0.
+#[test]
+fn hold_for_with_stdin_at_dev_null_holds_for_that_long() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let name = unique_name("devnull-stdin");
+    let url = Files.url();
+    let started = Instant::now();
+    let mut child = locksmith(&["--url", &url, "hold", &name, "--for", "3s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let tried = locksmith(&["--url", &url, "try", &name]).output().unwrap();
+    assert_eq!(
+        tried.status.code(),
+        Some(1),
+        "the lock was free 1.5 s into a 3 s hold with stdin at /dev/null: {tried:?}"
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "hold ended with {status:?}");
+    assert!(started.elapsed() >= Duration::from_secs(3), "hold ended early");
+}
+
 /// `leader --follow` ends (exit 141, as if killed by SIGPIPE) once its stdout's reader has gone
 /// away and a change cannot be printed: `locksmith leader NAME --follow | head -1` ends. Before, it
 /// ignored the failed write and followed on for nobody until a signal.

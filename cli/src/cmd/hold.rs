@@ -10,8 +10,9 @@ use crate::output::human;
 use crate::session::Session;
 use crate::signals::{self, Signals};
 
-/// Acquires NAME, prints the fencing token, holds it until `--for` passes, stdin closes or a
-/// signal arrives, then releases. Exit 4 if the lock is lost meanwhile.
+/// Acquires NAME, prints the fencing token, holds it until `--for` passes, stdin closes (only a
+/// pipe, socket or terminal is watched, see [`stdin_can_close`]) or a signal arrives, then
+/// releases. Exit 4 if the lock is lost meanwhile.
 pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
     let locker = tokio::select! {
@@ -22,10 +23,11 @@ pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
         .acquire(&locker, &args.name, args.kind.kind(), &mut signals)
         .await?;
     session.out.acquired(&guard);
-    let until = match (args.hold_for, args.ignore_stdin) {
+    let watch_stdin = !args.ignore_stdin && stdin_can_close();
+    let until = match (args.hold_for, watch_stdin) {
         (Some(d), _) => format!("for {}", human(d)),
-        (None, false) => "until stdin closes or SIGINT/SIGTERM".to_owned(),
-        (None, true) => "until SIGINT/SIGTERM".to_owned(),
+        (None, true) => "until stdin closes or SIGINT/SIGTERM".to_owned(),
+        (None, false) => "until SIGINT/SIGTERM".to_owned(),
     };
     session.out.status(format_args!(
         "holding {:?} (fencing token {}) {until}",
@@ -33,7 +35,7 @@ pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
         guard.fencing_token()
     ));
 
-    let stdin_closed = if args.ignore_stdin { None } else { stdin_closed() };
+    let stdin_closed = if watch_stdin { stdin_closed() } else { None };
     let wait_stdin = async {
         match stdin_closed {
             Some(rx) => rx.await.unwrap_or(()),
@@ -60,6 +62,21 @@ pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
     session.out.status(format_args!("{why}; releasing {:?}", args.name));
     guard.release().await?;
     Ok(0)
+}
+
+/// Whether stdin is something whose closing says "stop": a pipe, a socket or a terminal. A
+/// stdin that is `/dev/null` or a file is at its end at once, and a closed one cannot be read:
+/// that is what a job started by cron, with `&` in a script or under nohup gets, and watching it
+/// released the lock as soon as it was taken.
+fn stdin_can_close() -> bool {
+    // SAFETY: fstat(2) on fd 0 into a zeroed struct; a closed fd only makes it fail.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(0, &mut st) } != 0 {
+        return false;
+    }
+    let kind = st.st_mode & libc::S_IFMT;
+    // SAFETY: isatty(3) on fd 0 reads nothing.
+    kind == libc::S_IFIFO || kind == libc::S_IFSOCK || unsafe { libc::isatty(0) } == 1
 }
 
 /// Resolves when stdin reaches end of file (or fails). Read on a thread of its own: a blocking
