@@ -200,6 +200,42 @@ fn follow_ends_when_its_stdout_is_closed() {
     assert_eq!(status.code(), Some(141), "{status:?}");
 }
 
+/// `leader --follow` whose stdout's reader went away ends at once (exit 141), without waiting
+/// for a change of leader to fail to print: `locksmith leader NAME --follow | head -1` returns
+/// when `head` has its line. Before, it ran on until the next change, which may never come.
+#[test]
+fn follow_ends_when_its_reader_goes_away_with_no_change_to_print() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let name = unique_name("follow-reader-gone");
+    let url = Files.url();
+    let mut follow = locksmith(&["--url", &url, "leader", "--follow", &name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut stdout = std::io::BufReader::new(follow.stdout.take().unwrap());
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first.trim(), "none");
+    drop(stdout); // the reader goes away, as `head -1` does; nobody is elected
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = follow.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = follow.kill();
+            panic!("leader --follow went on 10 s after its stdout's reader went away");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(141), "{status:?}");
+}
+
 /// CMD's script for the group tests: prints its pid (= its process group), starts a child that
 /// ignores SIGTERM and prints `ready` once it does, and waits for it. The child lets go of
 /// locksmith's stdout and stderr, whose end the test waits for.

@@ -10,8 +10,9 @@ use crate::signals::Signals;
 
 /// Prints the leader of NAME (value and term): exit 0, or exit 1 when nobody leads. With
 /// `--follow`, prints the leader and then every change the server pushes, until a signal (exit
-/// 128+signal), until `--timeout` runs out (exit 0), or until a line cannot be written because
-/// stdout's reader went away (exit 141, as if killed by SIGPIPE; nothing is held).
+/// 128+signal), until `--timeout` runs out (exit 0), or until stdout's reader goes away (exit
+/// 141, as if killed by SIGPIPE; nothing is held): noticed at once on a pipe or socket, else when
+/// a line cannot be written.
 pub async fn leader(session: &Session, args: &LeaderArgs) -> Result<u8, Failure> {
     session.reject_ttl("leader")?;
     let mut signals = Signals::install()?;
@@ -25,7 +26,10 @@ pub async fn leader(session: &Session, args: &LeaderArgs) -> Result<u8, Failure>
         print(session, &args.name, leader.as_ref());
         return Ok(if leader.is_some() { 0 } else { NOT_ACQUIRED });
     }
-    let mut watch = election.observe().await?;
+    let mut watch = tokio::select! {
+        watch = session.within_timeout(election.observe()) => watch?,
+        sig = signals.recv() => return Ok(128 + sig as u8),
+    };
     if !print(session, &args.name, watch.leader().as_ref()) {
         return Ok(STDOUT_CLOSED);
     }
@@ -36,6 +40,8 @@ pub async fn leader(session: &Session, args: &LeaderArgs) -> Result<u8, Failure>
         }
     };
     tokio::pin!(until);
+    let reader_gone = reader_gone();
+    tokio::pin!(reader_gone);
     loop {
         tokio::select! {
             changed = watch.changed() => {
@@ -45,7 +51,48 @@ pub async fn leader(session: &Session, args: &LeaderArgs) -> Result<u8, Failure>
             }
             sig = signals.recv() => return Ok(128 + sig as u8),
             () = &mut until => return Ok(0),
+            () = &mut reader_gone => return Ok(STDOUT_CLOSED),
         }
+    }
+}
+
+/// Resolves when stdout is a pipe or a socket whose reader went away (`leader --follow | head -1`
+/// once `head` has its line), without waiting for the next line to fail: the next change of
+/// leader may be days away. Never resolves for another stdout (a terminal, a file). Watched on
+/// a thread of its own with `poll(2)`, which reports `POLLERR`/`POLLHUP` whatever was asked.
+async fn reader_gone() {
+    // SAFETY: fstat(2) on fd 1 into a zeroed struct; a closed fd only makes it fail.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let kind = match unsafe { libc::fstat(1, &mut st) } {
+        0 => st.st_mode & libc::S_IFMT,
+        _ => return std::future::pending().await,
+    };
+    if kind != libc::S_IFIFO && kind != libc::S_IFSOCK {
+        return std::future::pending().await;
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("stdout-reader".into())
+        .spawn(move || loop {
+            let mut fd = libc::pollfd {
+                fd: 1,
+                events: 0,
+                revents: 0,
+            };
+            // SAFETY: poll(2) on one valid pollfd, no timeout.
+            let ready = unsafe { libc::poll(&mut fd, 1, -1) };
+            if ready > 0 && fd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+                let _ = tx.send(());
+                return;
+            }
+        });
+    match spawned {
+        Ok(_) => {
+            if rx.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        Err(_) => std::future::pending().await,
     }
 }
 
