@@ -41,6 +41,12 @@ const DEFAULT_PORT: u16 = 5432;
 const DEFAULT_SCHEMA: &str = "locksmith";
 /// The default `connect_timeout`.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a connection is idle before TCP keepalive probes start ([`Config::client`]).
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// The pause between two TCP keepalive probes.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// How many TCP keepalive probes go unanswered before the connection is dropped.
+const KEEPALIVE_RETRIES: u32 = 3;
 
 /// What locksmith's commits wait for before they are answered (`replication=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,7 +202,15 @@ impl Config {
         c.user(&self.user)
             .dbname(&self.db)
             .application_name("locksmith")
-            .connect_timeout(self.connect_timeout);
+            .connect_timeout(self.connect_timeout)
+            // TCP keepalives on every connection: a peer gone in silence (a host that died, a
+            // flow a NAT dropped) ends an idle connection in about a minute (30 s idle, then 3
+            // probes 10 s apart) instead of the kernel's two hours, and the probes keep a NAT's
+            // idle timeout from dropping the flow.
+            .keepalives(true)
+            .keepalives_idle(KEEPALIVE_IDLE)
+            .keepalives_interval(KEEPALIVE_INTERVAL)
+            .keepalives_retries(KEEPALIVE_RETRIES);
         if let Some(p) = &self.password {
             c.password(p);
         }

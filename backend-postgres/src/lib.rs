@@ -58,7 +58,12 @@
 //!   (`cleanup.rs`).
 //! - **Connections**: three per locker (steps, leases, LISTEN), whatever the number of locks and
 //!   waiters; steps of one locker run one at a time, renewals and heartbeats beside them. 1,000
-//!   waiters in 10 processes use 30 connections.
+//!   waiters in 10 processes use 30 connections. A connection that goes silent without closing (a
+//!   flow a NAT or firewall dropped) is replaced: a renewal or heartbeat unanswered within the
+//!   request timeout drops the leases connection (as a step does the steps'), and the LISTEN
+//!   connection is probed (`SELECT 1`) every request timeout. Every connection has TCP
+//!   keepalives (30 s idle). Tested through a proxy that freezes the connections open
+//!   (`tests/half_open.rs`).
 //! - **PgBouncer**: works in **session** pooling mode (tested: every shared conformance suite
 //!   passes through it). Not in transaction or statement pooling: `LISTEN` needs a session of its
 //!   own; point the URL at the server (or a session-mode pool) instead.

@@ -3,6 +3,12 @@
 //! row or its entry). A lease it did not extend
 //! (expired, removed by an operator, taken over after an expiry) answers `NotHeld`, and the
 //! watchdog fires its lost signal.
+//!
+//! A renewal takes at most the request timeout; one that got no answer by then (or whose future
+//! was dropped: the watchdog's own deadline) drops the leases connection, and the next renewal
+//! or heartbeat opens a new one: a connection that went silent without closing (a flow a NAT or
+//! firewall dropped) would otherwise hold every later renewal behind the unanswered one, and
+//! every lease of the locker would be lost one TTL later, again and again.
 
 use std::collections::HashSet;
 
@@ -10,7 +16,7 @@ use locksmith_core::driver::Lease;
 use locksmith_core::{LockError, Result};
 
 use crate::conn::Conn;
-use crate::error::pg_error;
+use crate::error::{pg_error, timeout};
 use crate::layout::segment;
 use crate::protocol::queue::entry_id;
 
@@ -41,16 +47,18 @@ async fn renew(conn: &Conn, leases: &[Lease]) -> Result<HashSet<String>> {
     conn.check_open()?;
     let ids: Vec<String> = leases.iter().map(|l| entry_id(&l.holder_id).to_owned()).collect();
     let segments: Vec<String> = leases.iter().map(|l| segment(l.kind.family(), &l.name)).collect();
-    let guard = conn.leases.client(&conn.config).await?;
-    let client = guard.as_ref().ok_or(LockError::Closed)?;
-    let statement = conn.leases.statements.get(client, &conn.sql.renew).await;
-    let rows = client
-        .query(
-            &statement.map_err(|e| pg_error("renewing", e))?,
-            &[&conn.owner_id, &ids, &segments],
-        )
+    let limit = conn.config.request_timeout;
+    let request = conn.leases.request(&conn.config, "a renewal").await?;
+    let client = request.client()?;
+    let run = async {
+        let statement = conn.leases.statements.get(client, &conn.sql.renew).await?;
+        client.query(&statement, &[&conn.owner_id, &ids, &segments]).await
+    };
+    let rows = tokio::time::timeout(limit, run)
         .await
-        .map_err(|e| pg_error("renewing", e))?;
+        .map_err(|_| timeout("a renewal", limit))?;
+    request.answered();
+    let rows = rows.map_err(|e| pg_error("renewing", e))?;
     rows.iter()
         .map(|r| r.try_get::<_, String>(0).map_err(|e| pg_error("renewing", e)))
         .collect()

@@ -11,6 +11,12 @@
 //!
 //! Observers of a lock (an election's watchers) are woken by every notification of it.
 //!
+//! Nothing else is ever sent on that connection, so a flow that a NAT or firewall dropped in
+//! silence (idle timeouts do) would never end it: every waiter it should wake would sleep on
+//! (a granted one until its grant expired, and then until its deadline). So the hub probes it
+//! (`SELECT 1`) every request timeout ([`probe`]), and a probe unanswered within the request
+//! timeout counts as a lost connection.
+//!
 //! When the connection is lost, the hub reconnects, with a growing pause, until it is stopped. A
 //! waiter registers ([`Hub::waiter`]) before its first step, so nothing addressed to it after that
 //! step is lost.
@@ -167,8 +173,8 @@ impl Hub {
             let mut running = Some(first);
             let mut pause = Duration::from_millis(50);
             loop {
-                if let Some((_client, driver)) = running.take() {
-                    let _ = driver.await;
+                if let Some((client, driver)) = running.take() {
+                    probe(&client, driver, config.request_timeout).await;
                     pause = Duration::from_millis(50);
                 }
                 let Some(hub) = weak.upgrade() else { return };
@@ -275,6 +281,37 @@ impl Drop for Hub {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Returns once the LISTEN connection of `client` and `driver` is lost: its driver ended, or a
+/// probe (`SELECT 1`, sent every `limit`) got no answer within `limit` (then the connection is
+/// closed: its driver is aborted). The request timeout as the interval: a silent connection is
+/// noticed within two request timeouts, the time in which every other call of the locker gives
+/// up on a silent server, whatever the TTLs of the locks it waits on (the hub knows none of
+/// them); and one short statement per locker and request timeout (5 s by default) costs the
+/// server nothing, and keeps the flow too busy for a NAT's idle timeout (minutes) to drop it.
+async fn probe(client: &Client, mut driver: JoinHandle<()>, limit: Duration) {
+    loop {
+        tokio::select! {
+            _ = &mut driver => return,
+            _ = tokio::time::sleep(limit) => {}
+        }
+        match tokio::time::timeout(limit, client.batch_execute("SELECT 1")).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "postgres: the LISTEN connection failed a probe");
+                break;
+            }
+            Err(_) => {
+                tracing::debug!(
+                    ?limit,
+                    "postgres: the LISTEN connection did not answer a probe; reconnecting"
+                );
+                break;
+            }
+        }
+    }
+    driver.abort();
 }
 
 /// Opens a connection, LISTENs on `channel`, and returns its client (the connection lives while

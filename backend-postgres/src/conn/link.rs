@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use tokio::sync::{Mutex, MutexGuard};
 use tokio_postgres::{Client, GenericClient, Statement};
 
-use locksmith_core::Result;
+use locksmith_core::{LockError, Result};
 
 use super::{connect, connect_for_steps};
 use crate::config::Config;
@@ -44,6 +44,54 @@ impl Link {
             });
         }
         Ok(guard)
+    }
+
+    /// The connection, as [`Link::client`], for one request, `what` (for the logs): unless the
+    /// request is answered ([`InFlight::answered`]), the connection is dropped with the returned
+    /// value (the request timed out, or its future was dropped), and the next use opens a new
+    /// one. A connection that stops answering without closing (a flow a NAT or firewall
+    /// dropped) would otherwise keep every later request waiting behind the unanswered one.
+    pub async fn request(&self, config: &Config, what: &'static str) -> Result<InFlight<'_>> {
+        Ok(InFlight {
+            guard: self.client(config).await?,
+            what,
+            answered: false,
+        })
+    }
+}
+
+/// One request on a [`Link`]'s connection ([`Link::request`]): drops the connection when
+/// dropped before it was answered.
+#[derive(Debug)]
+pub(crate) struct InFlight<'a> {
+    guard: MutexGuard<'a, Option<Client>>,
+    /// The request, for the logs.
+    what: &'static str,
+    /// Whether the server answered it (with rows or an error).
+    answered: bool,
+}
+
+impl InFlight<'_> {
+    /// The connection.
+    pub fn client(&self) -> Result<&Client> {
+        self.guard.as_ref().ok_or(LockError::Closed)
+    }
+
+    /// The server answered: the connection is kept.
+    pub fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.answered && self.guard.is_some() {
+            tracing::debug!(
+                request = self.what,
+                "postgres: a request got no answer; dropping its connection"
+            );
+            *self.guard = None;
+        }
     }
 }
 

@@ -152,18 +152,23 @@ impl Conn {
     }
 
     /// This locker's heartbeat: its owner row (re-added if it was removed) lives for at least
-    /// `ttl` from now (server clock), and its waiters with it.
+    /// `ttl` from now (server clock), and its waiters with it. Within the request timeout; one
+    /// that got no answer drops the leases connection, as a renewal does (`crate::renew`).
     pub async fn beat(&self, ttl: Duration) -> Result<()> {
-        let guard = self.leases.client(&self.config).await?;
-        let client = guard.as_ref().ok_or(LockError::Closed)?;
-        let statement = self.leases.statements.get(client, &self.sql.beat).await;
-        client
-            .execute(
-                &statement.map_err(|e| pg_error("beating", e))?,
-                &[&self.owner_id, &millis(ttl), &self.pid, &self.host],
-            )
+        let limit = self.config.request_timeout;
+        let request = self.leases.request(&self.config, "a heartbeat").await?;
+        let client = request.client()?;
+        let run = async {
+            let statement = self.leases.statements.get(client, &self.sql.beat).await?;
+            client
+                .execute(&statement, &[&self.owner_id, &millis(ttl), &self.pid, &self.host])
+                .await
+        };
+        let answer = tokio::time::timeout(limit, run)
             .await
-            .map_err(|e| pg_error("beating", e))?;
+            .map_err(|_| timeout("a heartbeat", limit))?;
+        request.answered();
+        answer.map_err(|e| pg_error("beating", e))?;
         Ok(())
     }
 

@@ -1,0 +1,121 @@
+//! Connections that go silent without closing (a flow a NAT or firewall dropped, while new
+//! connections still work): the locker notices, drops them and opens new ones. A proxy between
+//! a locker and the server freezes the connections open at one moment and forwards the new ones
+//! (`Mode::FreezeExisting`).
+
+#[allow(dead_code)] // only the server URL
+mod common;
+
+use std::time::Duration;
+
+use locksmith_core::conformance::proxy::{Mode, Proxy};
+use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::{LockGuard, Locker};
+use tokio::time::Instant;
+
+/// The TTL of the locks.
+const TTL: Duration = Duration::from_secs(3);
+
+/// A schema of its own, a locker connected to the server directly and a proxy in front of the
+/// server, with the URL of a locker behind it (`ttl=3s`, `request_timeout=1s`).
+async fn setup() -> (Locker, Proxy, BackendUrl) {
+    let base = common::server_url();
+    let url = BackendUrl::parse(&base).unwrap();
+    let proxy = Proxy::start(&url.hosts[0].to_addr(5432)).await;
+    let (user, password) = url.credentials.clone().unwrap_or_default();
+    let password = password.unwrap_or_default();
+    let (db, schema) = (url.path.clone(), format!("t_{:016x}", rand::random::<u64>()));
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let direct = format!("{base}{sep}schema={schema}&ttl=3s");
+    let direct = locksmith_postgres::connect(&BackendUrl::parse(&direct).unwrap())
+        .await
+        .unwrap();
+    let proxied = format!(
+        "postgres://{user}:{password}@{}/{db}?schema={schema}&ttl=3s&request_timeout=1s&connect_timeout=1s",
+        proxy.addr()
+    );
+    (direct, proxy, BackendUrl::parse(&proxied).unwrap())
+}
+
+/// Lock `name` of `locker`, taken again after each failure (a step on a frozen connection times
+/// out, and the next opens a new one).
+async fn acquire(locker: &Locker, name: &str) -> LockGuard {
+    for _ in 0..5 {
+        match locker.lock(name).acquire().await {
+            Ok(guard) => return guard,
+            Err(e) => eprintln!("acquire failed, again: {e}"),
+        }
+    }
+    panic!("{name}: not acquired in 5 attempts");
+}
+
+/// Bug: a renewal that got no answer left the leases connection in place, and every later
+/// renewal waited behind it: every lease of the locker was lost one TTL after it was taken,
+/// while new acquires worked. Now the connection is dropped and the next renewal opens another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_outlive_a_silent_leases_connection() {
+    let (_direct, proxy, url) = setup().await;
+    let locker = locksmith_postgres::connect(&url).await.unwrap();
+    let _first = locker.lock(unique_name("first")).ttl(TTL).acquire().await.unwrap();
+    proxy.set(Mode::FreezeExisting);
+    // The held lock may be lost meanwhile (its renewals wait for a request timeout first).
+    tokio::time::sleep(TTL + Duration::from_secs(1)).await;
+    let guard = acquire(&locker, &unique_name("second")).await;
+    let started = Instant::now();
+    tokio::select! {
+        reason = guard.lost() => panic!("lost after {:?}: {reason}", started.elapsed()),
+        _ = tokio::time::sleep(TTL * 3) => {}
+    }
+    assert!(guard.is_held(), "held for three TTLs");
+    guard.release().await.unwrap();
+    locker.shutdown().await.unwrap();
+}
+
+/// Bug: a LISTEN connection gone silent was never noticed (nothing is sent on it), so the
+/// notification that granted the second waiter in line (which has no timer of its own) never
+/// came, and it waited on forever. Now a probe finds the connection dead, the hub listens on a
+/// new one and every waiter takes a step.
+///
+/// Holder H (direct) holds; waiters W1 and W2 of the proxied locker queue behind it, W2 second;
+/// every connection of that locker goes silent. The steps and leases connections are replaced
+/// on their first timeout (a beat times out within a second or two, then a step); the LISTEN one
+/// only by its probe. H releases: the first waiter in line gets the lock (at the latest by its
+/// own timer, the holder's expiry) and releases it at once, which grants the other in its
+/// transaction; that one must hold soon after. (The waiters may swap places meanwhile: a
+/// waiter whose locker's owner row expired while its beats timed out joins again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_granted_after_its_listen_connection_went_silent() {
+    let (direct, proxy, url) = setup().await;
+    let name = unique_name("listen");
+    let holder = direct.lock(&name).ttl(TTL).acquire().await.unwrap();
+    let locker = locksmith_postgres::connect(&url).await.unwrap();
+    let mut waiters = Vec::new();
+    for queued in 1..=2 {
+        let (locker, lock) = (locker.clone(), name.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = locker.lock(&lock).ttl(TTL).acquire().await.unwrap();
+            guard.release().await.unwrap();
+        }));
+        within(Duration::from_secs(5), "a waiter in line", async {
+            while direct.inspect(&name).await.unwrap().waiters < queued {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+    proxy.set(Mode::FreezeExisting);
+    // Long enough for the steps and leases connections to be replaced.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    holder.release().await.unwrap();
+    let released = Instant::now();
+    within(Duration::from_secs(10), "both waiters held the lock in turn", async {
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+    })
+    .await;
+    eprintln!("both waiters held the lock {:?} after H released", released.elapsed());
+    locker.shutdown().await.unwrap();
+    direct.shutdown().await.unwrap();
+}
