@@ -44,7 +44,7 @@ impl<E: Entry> Cleanup<E> {
 
     /// Cleans up now and waits for it; falls back to the background clean-up if a server fails.
     pub(crate) async fn run_now(mut self) {
-        if leave_everywhere(&self.inner, &self.entry).await {
+        if leave_everywhere(&self.inner, &self.entry).await.is_empty() {
             self.armed = false;
         }
     }
@@ -57,8 +57,13 @@ impl<E: Entry> Drop for Cleanup<E> {
         }
         let (inner, entry) = (self.inner.clone(), self.entry.clone());
         let lock = entry.key().to_owned();
+        // One try, which the dropped call waits for (within a bound); the tries again run in a
+        // task of their own, which only `Locker::shutdown` waits for.
         let spawned = locksmith_core::driver::cleanup::spawn(async move {
-            leave_until_done(&inner, &entry).await;
+            let failed = leave_everywhere(&inner, &entry).await;
+            if !failed.is_empty() {
+                locksmith_core::driver::cleanup::spawn(leave_again(inner, entry, failed));
+            }
         });
         if !spawned {
             tracing::warn!(
@@ -72,23 +77,36 @@ impl<E: Entry> Drop for Cleanup<E> {
 /// The longest pause between two tries of a cancelled acquire's `LEAVE`.
 const MAX_LEAVE_BACKOFF: Duration = Duration::from_secs(1);
 
-/// Runs `entry`'s `LEAVE` on every server until each one has answered: tried again, with a
-/// backoff from 50 ms to [`MAX_LEAVE_BACKOFF`], while a server cannot be reached, for as long
-/// as what it removes would live there (a grant the entry never learnt of lives for the entry's
-/// TTL, its queue entry for `waiter_ttl`). A `LEAVE` tried once left a grant made just before
-/// the connection broke held for its TTL, and a queue entry holding its place for `waiter_ttl`.
-/// A second run on a server that already answered answers as the first (the token is this
-/// attempt's own).
-async fn leave_until_done<E: Entry>(inner: &Inner, entry: &E) {
+/// Runs `entry`'s `LEAVE` again on the servers `failed` (indexes in `inner.nodes`) until each
+/// one has answered: with a backoff from 50 ms to [`MAX_LEAVE_BACKOFF`], for as long as what it
+/// removes would live there (a grant the entry never learnt of lives for the entry's TTL, its
+/// queue entry for `waiter_ttl`), then it expires by itself. A `LEAVE` tried once left a grant
+/// made just before the connection broke held for its TTL. Only the servers that failed are
+/// asked again (a server of a quorum that stays down costs the others nothing), and a run on a
+/// server that had already run it answers as the first (the token is this attempt's own).
+async fn leave_again<E: Entry>(inner: Arc<Inner>, entry: E, mut failed: Vec<usize>) {
     let give_up = tokio::time::Instant::now() + entry.ttl().max(inner.config.waiter_ttl);
     let mut backoff = Duration::from_millis(50);
-    while !leave_everywhere(inner, entry).await {
+    let mut tries = 0u32;
+    while !failed.is_empty() {
         if tokio::time::Instant::now() + backoff >= give_up {
-            tracing::warn!(lock = %entry.key(), "gave up the clean-up of a cancelled acquire: what it left expires now");
+            tracing::debug!(lock = %entry.key(), tries, "gave up the clean-up of a cancelled acquire: what it left expires by itself");
             return;
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_LEAVE_BACKOFF);
+        tries += 1;
+        let mut still = Vec::new();
+        for i in failed {
+            let node = &inner.nodes[i];
+            match entry.leave(node).await {
+                Ok(_) => {
+                    tracing::debug!(lock = %entry.key(), addr = %node.addr, tries, "cleaned up after a cancelled acquire, tried again")
+                }
+                Err(_) => still.push(i),
+            }
+        }
+        failed = still;
     }
 }
 

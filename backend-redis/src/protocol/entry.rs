@@ -187,22 +187,23 @@ pub(crate) async fn release_everywhere<E: Entry>(inner: &Inner, name: &LockName,
     }
 }
 
-/// Runs `entry`'s `leave` on every server; `true` if all of them answered.
-pub(crate) async fn leave_everywhere<E: Entry>(inner: &Inner, entry: &E) -> bool {
+/// Runs `entry`'s `leave` on every server; the servers (their indexes in `inner.nodes`) that did
+/// not answer, or were skipped as known to be down.
+pub(crate) async fn leave_everywhere<E: Entry>(inner: &Inner, entry: &E) -> Vec<usize> {
     let results = fan_out(&inner.nodes, |_, n| entry.leave(n), |_| false).await;
-    let mut all = true;
-    for (node, result) in inner.nodes.iter().zip(results) {
-        let Some(result) = result else { continue };
+    let mut failed = Vec::new();
+    for (i, (node, result)) in inner.nodes.iter().zip(results).enumerate() {
         match result {
-            Ok(true) => {
+            Some(Ok(true)) => {
                 tracing::debug!(lock = %entry.key(), addr = %node.addr, "released a lock granted to a cancelled acquire")
             }
-            Ok(false) => {}
-            Err(e) => {
-                all = false;
-                tracing::warn!(lock = %entry.key(), addr = %node.addr, error = %e, "clean-up of a cancelled acquire failed");
+            Some(Ok(false)) => {}
+            Some(Err(e)) => {
+                failed.push(i);
+                tracing::warn!(lock = %entry.key(), addr = %node.addr, error = %e, "clean-up of a cancelled acquire failed; it is tried again");
             }
+            None => failed.push(i),
         }
     }
-    all
+    failed
 }
