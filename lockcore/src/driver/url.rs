@@ -73,6 +73,19 @@ impl BackendUrl {
             Some(i) => (&rest[..i], &rest[i + 1..]),
             None => (rest, ""),
         };
+        // An `@` after the host part while the host part has none: most likely a password with
+        // an unescaped `/`, `?` or `#`, cut there. Its pieces would be read as a host, a port, a
+        // path or a query, and quoted in errors (`invalid port "ab"`) or connected to: say so
+        // without quoting anything. (An `@` in a path is refused for the same reason.)
+        let cut_password = !authority.is_empty()
+            && !authority.contains('@')
+            && (path.contains('@') || query_str.is_some_and(|q| q.contains('@')));
+        if cut_password && path.contains('@') {
+            return Err(bad(
+                "an '@' after the host: percent-encode '/', '?', '#' and '@' in a user name or password \
+                 (%2F, %3F, %23, %40), and '@' in a path (%40)",
+            ));
+        }
         let (credentials, hosts_str) = match authority.rsplit_once('@') {
             Some((creds, hosts)) => {
                 let (user, pass) = match creds.split_once(':') {
@@ -91,7 +104,13 @@ impl BackendUrl {
         let mut hosts = Vec::new();
         if !hosts_str.is_empty() {
             for part in hosts_str.split(',') {
-                hosts.push(parse_host(part).map_err(|r| bad(&r))?);
+                hosts.push(parse_host(part).map_err(|r| match cut_password {
+                    false => bad(&r),
+                    true => bad(
+                        "invalid host or port (if a user name or password has '/', '?', '#' or '@', \
+                         percent-encode them: %2F, %3F, %23, %40)",
+                    ),
+                })?);
             }
         }
         let path = percent_decode(path.trim_end_matches('/')).ok_or_else(|| bad("bad escape in the path"))?;
@@ -307,21 +326,16 @@ impl std::fmt::Debug for BackendUrl {
 /// `url` with the password of its `user:password@` part replaced by `***` (a URL without one is
 /// returned as it is).
 ///
-/// A password should have its `/`, `?` and `#` percent-encoded; one that has them as they are
-/// ends the host part early, and its `@` comes after. So when the host part has no `@` but the
-/// rest of the URL does, everything from the first `:` to the last `@` is hidden: more than the
-/// password, when that `@` was in a path or a query, but never less.
+/// A password should have its `/`, `?`, `#` and `@` percent-encoded; one that has them as they
+/// are ends the host part early, or puts an `@` after it. So everything from the first `:` to
+/// the last `@` of the whole URL is hidden: more than the password when that `@` was in a path
+/// or a query (a `postgres://…?ca=/a@b`), but never less.
 pub fn redact(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
-    let authority_end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
-    let at = match url[start..authority_end].rfind('@') {
-        Some(i) => start + i,
-        None => match url[start..].rfind('@') {
-            Some(i) => start + i,
-            None => return url.to_owned(),
-        },
+    let Some(at) = url[start..].rfind('@').map(|i| start + i) else {
+        return url.to_owned();
     };
     match url[start..at].find(':').map(|i| start + i) {
         Some(colon) => format!("{}:***{}", &url[..colon], &url[at..]),
@@ -509,18 +523,22 @@ mod tests {
         assert!(!bad.to_string().contains("topsecret"), "{bad}");
         // A password with a '/', '?' or '#' left unescaped ends the host part early: the error
         // (or, where it still parses, the URL's Debug and redacted forms) must not show it.
-        for url in [
-            "redis://u:ab/cd@h:6379",
-            "redis://u:p#w@h",
-            "redis://u:p?w@h",
-            "redis://admin:1234/x@h",
+        // Each piece of each password is checked, not only the whole: the parts before and
+        // after the unescaped character were quoted as a host, a port or a path.
+        for (url, pieces) in [
+            ("redis://u:ab/cd@h:6379", &["ab", "cd"][..]),
+            ("redis://u:pq#wz@h", &["pq", "wz"]),
+            ("redis://u:pq?wz@h", &["pq", "wz"]),
+            ("redis://admin:1234/xy@h", &["1234", "xy"]),
+            ("redis://u:p!ss/xy@h", &["p!ss", "xy"]),
+            ("redis://u:ab@cd/ef@h", &["ab", "cd", "ef"]),
         ] {
             let shown = match BackendUrl::parse(url) {
                 Ok(parsed) => format!("{} {parsed:?} {}", parsed.redacted(), parsed.error("x")),
                 Err(e) => e.to_string(),
             };
-            for secret in ["ab/cd", "p#w", "p?w", "1234/x"] {
-                assert!(!shown.contains(secret), "{url}: {shown}");
+            for secret in pieces {
+                assert!(!shown.contains(secret), "{url}: {secret:?} shows in {shown}");
             }
         }
     }
