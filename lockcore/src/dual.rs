@@ -32,7 +32,7 @@ use async_trait::async_trait;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::backend::{LockBackend, LockInfo};
+use crate::backend::{bounded, LockBackend, LockInfo};
 use crate::error::{LockError, Result};
 use crate::lease::{Lease, LockRequest, LostSignal};
 use crate::locker::Locker;
@@ -54,6 +54,9 @@ struct Pair {
     new: Lease,
     /// Dropped on release: ends the task that forwards the inner lost signals.
     _stop_forwarding: oneshot::Sender<()>,
+    /// When a release of it first got no answer from a half: kept for the tries again, and
+    /// forgotten a TTL later (the tries have ended by then, and the leases with them).
+    unanswered_since: Option<Instant>,
 }
 
 impl Dual {
@@ -90,52 +93,77 @@ impl Dual {
             waited: old.waited || new.waited,
             lost,
         };
-        self.held().insert(
+        let mut held = self.held();
+        let now = Instant::now();
+        held.retain(|_, p| p.unanswered_since.is_none_or(|t| now < t + p.old.ttl.max(p.new.ttl)));
+        held.insert(
             lease.holder_id.clone(),
             Pair {
                 old,
                 new,
                 _stop_forwarding: stop,
+                unanswered_since: None,
             },
         );
+        drop(held);
         lease
     }
 
     /// Runs `acquire` (the new backend's) while renewing `first`, the old backend's lease, at
-    /// its renewal interval: a wait longer than the TTL let the first lock expire, and another
-    /// process take it, before the dual lease was handed out. Its output, and when the first lease
-    /// was last renewed (its TTL counts from then); an error if the first lease ended meanwhile
-    /// (renewed too late, or taken away), after which `acquire`'s attempt is dropped.
+    /// its renewal interval (each renewal within the old backend's request timeout, the acquire
+    /// polled meanwhile): a wait longer than the TTL let the first lock expire, and another
+    /// process take it, before the dual lease was handed out. Its output, and when the first
+    /// lease was last renewed (its TTL counts from then). An error if the first lease ended
+    /// meanwhile (taken away, or not renewed within its TTL), after which `acquire`'s attempt is
+    /// dropped; or if it had only its safety margin left when the second lock came.
     async fn old_renewed_while(
         &self,
         first: Lease,
         acquire: impl std::future::Future<Output = Result<Lease>>,
     ) -> Result<(Instant, Lease)> {
-        let every = self.old.renew_interval(first.ttl);
-        let mut since = first.acquired_at;
-        tokio::pin!(acquire);
-        loop {
-            tokio::select! {
-                new = &mut acquire => return new.map(|new| (since, new)),
-                () = tokio::time::sleep(every) => {}
-            }
-            let began = Instant::now();
-            match self.old.renew(&first).await {
-                Ok(()) => since = began,
-                Err(e) if e.is_not_held() || Instant::now() >= since + first.ttl => {
-                    return Err(LockError::Unavailable {
-                        message: format!(
-                            "the old backend's lock {} ended while waiting for the new backend's: {e}",
-                            first.name
-                        ),
-                        source: None,
-                    })
-                }
-                Err(e) => {
-                    tracing::warn!(lock = %first.name, error = %e, "renewing the old backend's lock while waiting for the new one")
+        let since = Mutex::new(first.acquired_at);
+        let renewed_at = || *since.lock().unwrap_or_else(|e| e.into_inner());
+        let valid_until = |from: Instant| from + first.ttl - crate::watchdog::margin(first.ttl);
+        let keep_first = async {
+            let every = self.old.renew_interval(first.ttl);
+            let limit = self.old.request_timeout();
+            loop {
+                tokio::time::sleep(every).await;
+                let began = Instant::now();
+                let what = "renewing the old backend's lock while waiting for the new one";
+                match bounded(self.old.as_ref(), what, limit, self.old.renew(&first)).await {
+                    Ok(()) => *since.lock().unwrap_or_else(|e| e.into_inner()) = began,
+                    Err(e) if e.is_not_held() || Instant::now() >= valid_until(renewed_at()) => return e,
+                    Err(e) => tracing::warn!(lock = %first.name, error = %e, "{what}"),
                 }
             }
+        };
+        let ended = |why: String| LockError::Unavailable {
+            message: format!(
+                "the old backend's lock {} ended while waiting for the new backend's: {why}",
+                first.name
+            ),
+            source: None,
+        };
+        let new = tokio::select! {
+            new = acquire => new?,
+            e = keep_first => return Err(ended(e.to_string())),
+        };
+        let from = renewed_at();
+        if Instant::now() >= valid_until(from) {
+            if let Err(e) = bounded(
+                self.new.as_ref(),
+                "releasing",
+                self.new.request_timeout(),
+                self.new.release(&new),
+            )
+            .await
+            {
+                tracing::warn!(lock = %new.name, error = %e, "releasing the new backend's lock of a dual acquire whose old one ran out");
+            }
+            return Err(ended("it was not renewed in time".into()));
         }
+        Ok((from, new))
     }
 
     fn pair(&self, lease: &Lease) -> Result<(Lease, Lease)> {
@@ -262,11 +290,11 @@ impl LockBackend for Dual {
         // A half that got no answer is released again later (`release_again`), by this method:
         // the pair stays until then (a half released now answers NotHeld next time).
         let unanswered = |half: &Result<()>| matches!(half, Err(LockError::Unavailable { .. }));
-        if unanswered(&old) {
-            return old;
-        }
-        if unanswered(&new) {
-            return new;
+        if unanswered(&old) || unanswered(&new) {
+            if let Some(pair) = self.held().get_mut(&lease.holder_id) {
+                pair.unanswered_since.get_or_insert_with(Instant::now);
+            }
+            return if unanswered(&old) { old } else { new };
         }
         self.held().remove(&lease.holder_id);
         both(old, new)

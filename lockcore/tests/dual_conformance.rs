@@ -168,9 +168,9 @@ async fn the_first_lock_is_renewed_while_the_second_is_awaited() {
     let blocker = new.lock("slow").acquire().await.unwrap();
     let waiting = tokio::spawn({
         let dual = dual.clone();
-        async move { dual.lock("slow").ttl(Duration::from_millis(300)).acquire().await }
+        async move { dual.lock("slow").ttl(Duration::from_millis(600)).acquire().await }
     });
-    tokio::time::sleep(Duration::from_millis(1000)).await; // over three TTLs
+    tokio::time::sleep(Duration::from_millis(2000)).await; // over three TTLs
     let intruder = old.lock("slow").try_acquire().await.unwrap();
     assert!(
         intruder.is_none(),
