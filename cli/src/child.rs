@@ -167,12 +167,19 @@ impl Cmd {
         }
     }
 
-    /// Whether CMD's process group still has members (CMD, or what it started and left in the
-    /// group after it exited).
+    /// Whether CMD's process group still has members that run (CMD, or what it started and
+    /// left in the group after it exited). Zombies do not count: they run nothing, and under a
+    /// parent that never reaps them (locksmith as PID 1 of a container) they would keep the group
+    /// "alive" until `--grace`. The members that are locksmith's own children are reaped here.
     pub fn group_alive(&self) -> bool {
         let Some(group) = self.group else { return false };
+        // SAFETY: waitpid(2) with WNOHANG on the group's children of ours: reaps zombies only.
+        while unsafe { libc::waitpid(-group, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
         // SAFETY: kill(2) with signal 0 only checks that the group exists; nothing is sent.
-        unsafe { libc::kill(-group, 0) == 0 }
+        if unsafe { libc::kill(-group, 0) } != 0 {
+            return false;
+        }
+        running_members(group).unwrap_or(true)
     }
 
     /// Waits for CMD to exit and takes the terminal back; returns its exit code.
@@ -195,4 +202,28 @@ pub fn exit_code(status: ExitStatus) -> u8 {
         (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
         (None, None) => 1,
     }
+}
+
+/// Whether process group `group` has a member that is not a zombie, from `/proc` (`None` where
+/// `/proc` cannot be read).
+fn running_members(group: i32) -> Option<bool> {
+    let group = group.to_string();
+    let running = std::fs::read_dir("/proc").ok()?.any(|entry| {
+        let Some(stat) = entry
+            .ok()
+            .and_then(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        else {
+            return false;
+        };
+        // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after
+        // its last ')'.
+        let mut fields = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace())
+            .into_iter()
+            .flatten();
+        let (state, pgrp) = (fields.next(), fields.nth(1));
+        pgrp == Some(group.as_str()) && state != Some("Z")
+    });
+    Some(running)
 }

@@ -141,13 +141,16 @@ fn hold_for_with_stdin_at_dev_null_holds_for_that_long() {
 
     let name = unique_name("devnull-stdin");
     let url = Files.url();
-    let started = Instant::now();
     let mut child = locksmith(&["--url", &url, "hold", &name, "--for", "3s"])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut token = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut token).unwrap();
+    assert!(token.trim().parse::<u64>().is_ok(), "hold printed {token:?}");
+    let started = Instant::now(); // held from here on
     std::thread::sleep(Duration::from_millis(1500));
     let tried = locksmith(&["--url", &url, "try", &name]).output().unwrap();
     assert_eq!(
@@ -157,7 +160,7 @@ fn hold_for_with_stdin_at_dev_null_holds_for_that_long() {
     );
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "hold ended with {status:?}");
-    assert!(started.elapsed() >= Duration::from_secs(3), "hold ended early");
+    assert!(started.elapsed() >= Duration::from_millis(2500), "hold ended early");
 }
 
 /// `leader --follow` ends (exit 141, as if killed by SIGPIPE) once its stdout's reader has gone
@@ -316,6 +319,44 @@ fn a_forwarded_sigterm_kills_what_cmd_left_in_its_group_after_grace() {
     common::assert_code(&out, 128 + 15);
     // The lock was released only after the group was stopped: nothing of it may be left.
     assert_group_ends(group, std::time::Duration::from_millis(500));
+    common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
+}
+
+/// locksmith as the reaper of its orphans (PID 1 of a container, or a child subreaper): CMD
+/// leaves an exited child unreaped, so after a forwarded SIGTERM that child stays in CMD's group
+/// as a zombie of locksmith's. It runs nothing, and locksmith must not wait `--grace` for it
+/// (`docker stop` would SIGKILL locksmith first, and the lock would stay held for its TTL).
+#[test]
+fn zombies_left_in_cmd_s_group_do_not_hold_up_the_release() {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    let name = unique_name("zombie-group");
+    let url = Files.url();
+    // The inner `sh` exits at once and is never reaped by CMD, which then sleeps in the
+    // foreground until SIGTERM.
+    let script = r#"sh -c "exit 0" & echo ready; sleep 30"#;
+    let mut cmd = locksmith(&["--url", &url, "run", &name, "--grace", "8s", "--", "sh", "-c", script]);
+    // SAFETY: prctl(2) between fork and exec; PR_SET_CHILD_SUBREAPER is kept across execve, so
+    // the orphans of CMD's group are locksmith's to reap, as for PID 1.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let mut runner = Proc::spawn(cmd);
+    assert_eq!(runner.next_line(), "ready");
+    std::thread::sleep(Duration::from_millis(300)); // the inner sh has exited
+    let sent = Instant::now();
+    runner.signal("TERM");
+    let out = runner.finish();
+    common::assert_code(&out, 128 + 15);
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "locksmith waited {:?} for a zombie of CMD's group (--grace 8s)",
+        sent.elapsed()
+    );
     common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
 }
 
