@@ -13,14 +13,25 @@ use locksmith_core::{LockError, Result};
 use crate::error::io_error;
 
 /// Creates the default directory `path` (mode 0700) if it is missing, and checks that it is this
-/// user's own (see [`check_private`]).
+/// user's own (see [`check_private`]). One of this user's own that others may write (made by an
+/// earlier version under a umask of 002) is made 0700 first: only its owner can change it, and
+/// in the sticky `/tmp` nobody else can swap it for another between the look and the change.
 pub(crate) fn prepare(path: &Path) -> Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(path) {
         Ok(()) => tracing::debug!(dir = %path.display(), "file backend: created the default lock directory"),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(io_error("cannot create the lock directory", path, e)),
     }
-    check_private(path, rustix::process::getuid().as_raw())
+    let uid = rustix::process::getuid().as_raw();
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.is_dir() && meta.uid() == uid && meta.mode() & 0o022 != 0 {
+            use std::os::unix::fs::PermissionsExt;
+            tracing::info!(dir = %path.display(), mode = format!("{:o}", meta.mode() & 0o7777), "file backend: making the default lock directory private (0700)");
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| io_error("cannot make the lock directory private", path, e))?;
+        }
+    }
+    check_private(path, uid)
 }
 
 /// [`LockError::Denied`] unless `path` is a directory (not a link to one) owned by `uid` that
@@ -64,7 +75,11 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         let refused = check_private(&dir, uid);
         assert!(matches!(refused, Err(LockError::Denied(_))), "mode 0777: {refused:?}");
-        assert!(matches!(prepare(&dir), Err(LockError::Denied(_))));
+        // One of the user's own that others may write (an earlier version's, under umask 002)
+        // is made private rather than refused.
+        prepare(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700, "prepared mode {mode:o}");
 
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         check_private(&dir, uid).unwrap();
