@@ -69,8 +69,8 @@
 //! process may not write is [`locksmith_core::LockError::Denied`]. To share it between users, give it a
 //! common group, the setgid bit and a umask of 002. The `locksmith` command without a URL uses
 //! [`default_dir`], `/tmp/locksmith-<uid>`, the same in every session of the user: it is created
-//! mode 0700 and refused (`Denied`) unless it is the user's own directory that nobody else may
-//! write, since anyone may create it first in `/tmp`. In any directory, locksmith never opens a
+//! mode 0700 and refused (`Denied`) unless it is the user's own directory (one of the user's that
+//! others may write is made 0700), since anyone may create it first in `/tmp`. In any directory, locksmith never opens a
 //! file through a symbolic link (a link planted at `.<stem>.tmp` or `<stem>.lock` is refused or
 //! removed, never written through), and writes only files it has just created.
 //!
