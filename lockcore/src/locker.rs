@@ -249,9 +249,10 @@ impl Locker {
     /// nothing it took outlives it.
     ///
     /// In order: new requests and those still waiting end with [`LockError::Closed`] (a waiter
-    /// leaves its queue); every guard still held is lost ([`crate::LostReason::Shutdown`]) and
-    /// released; the clean-up still running in the background (releases of dropped guards,
-    /// cancelled acquires leaving their queues) is waited for; then the backend ends its session
+    /// leaves its queue), and are waited for; every guard still held is lost
+    /// ([`crate::LostReason::Shutdown`]) and released; the clean-up still running in the
+    /// background (releases of dropped guards, cancelled acquires leaving their queues) is waited
+    /// for; then the backend ends its session
     /// ([`LockBackend::shutdown`]: etcd revokes its lease, ZooKeeper deletes every node its session
     /// still has and opens no new session). Other
     /// processes can take the locks as soon as it returns, instead of after their TTL.
@@ -267,7 +268,9 @@ impl Locker {
     /// # Errors
     ///
     /// [`LockError::Unavailable`] if clean-up was still running when the request timeout passed,
-    /// or the backend could not end its session. A release that failed is logged, not returned:
+    /// or the backend could not end its session. A request future that was polled and is then
+    /// no longer polled (kept in a `select!` that moved on) cannot end, and holds this wait until
+    /// the request timeout: drop such futures before shutting down. A release that failed is logged, not returned:
     /// its lock expires after its TTL, as after a crash.
     ///
     /// # Cancel safety
