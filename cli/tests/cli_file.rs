@@ -163,18 +163,21 @@ fn hold_for_with_stdin_at_dev_null_holds_for_that_long() {
     assert!(started.elapsed() >= Duration::from_millis(2500), "hold ended early");
 }
 
-/// `leader --follow` ends (exit 141, as if killed by SIGPIPE) once its stdout's reader has gone
-/// away and a change cannot be printed: `locksmith leader NAME --follow | head -1` ends. Before, it
-/// ignored the failed write and followed on for nobody until a signal.
-#[test]
-fn follow_ends_when_its_stdout_is_closed() {
+/// Runs `leader --follow` on lock `name` of `url`, reads its first line ("none") and closes the
+/// pipe, as `head -1` does; then runs `then`, and returns how `--follow` ended, within `limit`
+/// (`went_on` is the panic message past it).
+fn follow_then_close_its_reader(
+    url: &str,
+    name: &str,
+    then: impl FnOnce(),
+    limit: std::time::Duration,
+    went_on: &str,
+) -> std::process::ExitStatus {
     use std::io::BufRead;
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
-    let name = unique_name("follow-closed");
-    let url = Files.url();
-    let mut follow = locksmith(&["--url", &url, "leader", "--follow", &name])
+    let mut follow = locksmith(&["--url", url, "leader", "--follow", name])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -184,22 +187,36 @@ fn follow_ends_when_its_stdout_is_closed() {
     let mut stdout = std::io::BufReader::new(follow.stdout.take().unwrap());
     stdout.read_line(&mut first).unwrap();
     assert_eq!(first.trim(), "none");
-    drop(stdout); // the reader goes away, as `head -1` does
-    let elected = locksmith(&["--url", &url, "elect", &name, "--value", "x", "--", "sleep", "1"])
-        .output()
-        .unwrap();
-    assert!(elected.status.success(), "{elected:?}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
+    drop(stdout); // the reader goes away
+    then();
+    let deadline = Instant::now() + limit;
+    loop {
         if let Some(status) = follow.try_wait().unwrap() {
-            break status;
+            return status;
         }
         if Instant::now() > deadline {
             let _ = follow.kill();
-            panic!("leader --follow went on after its stdout was closed");
+            panic!("{went_on}");
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `leader --follow` ends (exit 141, as if killed by SIGPIPE) once its stdout's reader has gone
+/// away and a change cannot be printed: `locksmith leader NAME --follow | head -1` ends. Before, it
+/// ignored the failed write and followed on for nobody until a signal.
+#[test]
+fn follow_ends_when_its_stdout_is_closed() {
+    let name = unique_name("follow-closed");
+    let url = Files.url();
+    let elect = || {
+        let elected = locksmith(&["--url", &url, "elect", &name, "--value", "x", "--", "sleep", "1"])
+            .output()
+            .unwrap();
+        assert!(elected.status.success(), "{elected:?}");
     };
+    let went_on = "leader --follow went on after its stdout was closed";
+    let status = follow_then_close_its_reader(&url, &name, elect, std::time::Duration::from_secs(20), went_on);
     assert_eq!(status.code(), Some(141), "{status:?}");
 }
 
@@ -208,34 +225,10 @@ fn follow_ends_when_its_stdout_is_closed() {
 /// when `head` has its line. Before, it ran on until the next change, which may never come.
 #[test]
 fn follow_ends_when_its_reader_goes_away_with_no_change_to_print() {
-    use std::io::BufRead;
-    use std::process::Stdio;
-    use std::time::{Duration, Instant};
-
     let name = unique_name("follow-reader-gone");
     let url = Files.url();
-    let mut follow = locksmith(&["--url", &url, "leader", "--follow", &name])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    let mut stdout = std::io::BufReader::new(follow.stdout.take().unwrap());
-    stdout.read_line(&mut first).unwrap();
-    assert_eq!(first.trim(), "none");
-    drop(stdout); // the reader goes away, as `head -1` does; nobody is elected
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = follow.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = follow.kill();
-            panic!("leader --follow went on 10 s after its stdout's reader went away");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let went_on = "leader --follow went on 10 s after its stdout's reader went away";
+    let status = follow_then_close_its_reader(&url, &name, || {}, std::time::Duration::from_secs(10), went_on);
     assert_eq!(status.code(), Some(141), "{status:?}");
 }
 
