@@ -45,13 +45,26 @@ pub struct Leader {
 pub struct LeaderWatch {
     rx: watch::Receiver<Option<Leader>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The shutdown of the locker it was made by (`true` once shut down): the watch ends then.
+    closed: Option<watch::Receiver<bool>>,
 }
 
 impl LeaderWatch {
     /// For backends: a watch whose values `task` sends (the current leader first, then every
     /// change it sees). The task is aborted when the watch is dropped.
     pub fn new(rx: watch::Receiver<Option<Leader>>, task: tokio::task::JoinHandle<()>) -> Self {
-        LeaderWatch { rx, task: Some(task) }
+        LeaderWatch {
+            rx,
+            task: Some(task),
+            closed: None,
+        }
+    }
+
+    /// This watch, ended (its task stopped, [`LeaderWatch::changed`] failing with
+    /// [`LockError::Closed`]) once `closed`, a locker's shutdown, turns true.
+    pub(crate) fn ending_with(mut self, closed: watch::Receiver<bool>) -> Self {
+        self.closed = Some(closed);
+        self
     }
 
     /// The leader as last seen (`None`: nobody leads).
@@ -65,14 +78,32 @@ impl LeaderWatch {
     ///
     /// # Errors
     ///
-    /// [`LockError::Unavailable`] if the observation ended for good (the backend was dropped).
+    /// [`LockError::Unavailable`] if the observation ended for good (the backend was dropped);
+    /// [`LockError::Closed`] once the locker is shut down (the observation stops then).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a change that arrives while no call waits is kept, and the next call returns
     /// at once with the latest leader (use it in `select!` loops).
     pub async fn changed(&mut self) -> Result<Option<Leader>> {
-        match self.rx.changed().await {
+        let shut_down = async {
+            match &mut self.closed {
+                Some(closed) => {
+                    let _ = closed.wait_for(|c| *c).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let changed = tokio::select! {
+            changed = self.rx.changed() => changed,
+            () = shut_down => {
+                if let Some(task) = self.task.take() {
+                    task.abort();
+                }
+                return Err(LockError::Closed);
+            }
+        };
+        match changed {
             Ok(()) => Ok(self.rx.borrow_and_update().clone()),
             Err(_) => Err(LockError::Unavailable {
                 message: "the observation of the election ended".into(),
@@ -124,13 +155,15 @@ impl Election {
     /// # Errors
     ///
     /// [`LockError::InvalidName`] for a bad election name; [`LockError::Unavailable`] when the
-    /// server did not answer within the request timeout.
+    /// server did not answer within the request timeout; [`LockError::Closed`] after
+    /// [`crate::Locker::shutdown`].
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a read only, nothing is left behind.
     pub async fn leader(&self) -> Result<Option<Leader>> {
         let name = LockName::new(&self.name)?;
+        self.locker.check_open()?;
         let backend = self.locker.backend();
         within_request_timeout(backend.as_ref(), "reading the leader", backend.leader(&name)).await
     }
@@ -161,20 +194,23 @@ impl Election {
     /// # Errors
     ///
     /// [`LockError::InvalidName`] for a bad election name; [`LockError::Unavailable`] when the
-    /// first read of the leader failed.
+    /// first read of the leader failed; [`LockError::Closed`] after [`crate::Locker::shutdown`]
+    /// (and the watch's [`LeaderWatch::changed`] ends with it once the locker is shut down).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: dropping the future (or the returned watch) stops the observation.
     pub async fn observe(&self) -> Result<LeaderWatch> {
         let name = LockName::new(&self.name)?;
+        self.locker.check_open()?;
         let backend = self.locker.backend();
-        within_request_timeout(
+        let watch = within_request_timeout(
             backend.as_ref(),
             "starting to observe the election",
             backend.observe(&name),
         )
-        .await
+        .await?;
+        Ok(watch.ending_with(self.locker.closed()))
     }
 
     /// The election's name.

@@ -212,13 +212,15 @@ impl Locker {
     /// # Errors
     ///
     /// [`LockError::InvalidName`] for a bad name; [`LockError::Unavailable`] when the server did
-    /// not answer within the request timeout; [`LockError::Denied`] when it refused the read.
+    /// not answer within the request timeout; [`LockError::Denied`] when it refused the read;
+    /// [`LockError::Closed`] after [`Locker::shutdown`].
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a read only, nothing is left behind.
     pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
         let name = LockName::new(name)?;
+        self.check_open()?;
         let backend = self.backend();
         within_request_timeout(backend.as_ref(), "inspecting a lock", backend.inspect(&name)).await
     }
@@ -230,12 +232,14 @@ impl Locker {
     /// # Errors
     ///
     /// [`LockError::Unavailable`] when the server did not answer within the request timeout;
-    /// [`LockError::Denied`] when it refused the read.
+    /// [`LockError::Denied`] when it refused the read; [`LockError::Closed`] after
+    /// [`Locker::shutdown`].
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a read only, nothing is left behind.
     pub async fn list(&self, prefix: &str) -> Result<Vec<crate::ListedLock>> {
+        self.check_open()?;
         let backend = self.backend();
         within_request_timeout(backend.as_ref(), "listing locks", backend.list(prefix)).await
     }
@@ -253,9 +257,12 @@ impl Locker {
     /// ([`crate::LostReason::Shutdown`]) and released; the clean-up still running in the
     /// background (releases of dropped guards, cancelled acquires leaving their queues) is waited
     /// for; then the backend ends its session
-    /// ([`LockBackend::shutdown`]: etcd revokes its lease, ZooKeeper deletes every node its session
-    /// still has and opens no new session). Other
-    /// processes can take the locks as soon as it returns, instead of after their TTL.
+    /// ([`LockBackend::shutdown`], with a request timeout of its own: etcd revokes its lease,
+    /// ZooKeeper deletes the nodes it knows its session created and opens no new session,
+    /// PostgreSQL removes the locker's entries in one statement, `file://` its entries). Other
+    /// processes can take the locks as soon as it returns, instead of after their TTL. (A node
+    /// or key whose create was still unanswered when the wait above ran out goes with its
+    /// session or TTL.)
     ///
     /// Without it, a process that ends right after dropping a guard (an early `?`) or giving up on
     /// an `acquire` usually exits before the background release ran: the lock stays held until its
@@ -312,8 +319,10 @@ impl Locker {
         // request that ends now leaves its queue, or releases what it was granted, before the
         // count reaches zero (see `LockBuilder::begin`).
         let settled = tokio::time::timeout_at(deadline, life.tally.idle()).await.is_ok();
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ended = bounded(backend.as_ref(), "ending the session", left, backend.shutdown()).await;
+        // A request timeout of its own: what the wait above left of it could be nothing, and the
+        // session's end (etcd's revoke, PostgreSQL's one statement that frees every entry) is
+        // what frees the rest at once.
+        let ended = bounded(backend.as_ref(), "ending the session", limit, backend.shutdown()).await;
         if !settled {
             let running = life.tally.in_flight();
             return Err(LockError::Unavailable {
@@ -349,6 +358,11 @@ impl Locker {
             return Err(LockError::Closed);
         }
         Ok(guard)
+    }
+
+    /// The locker's shutdown flag (`true` once [`Locker::shutdown`] began).
+    pub(crate) fn closed(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.life.closed.subscribe()
     }
 
     /// [`LockError::Closed`] once the locker is shut down.

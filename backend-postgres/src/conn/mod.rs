@@ -185,9 +185,19 @@ impl Conn {
     }
 
     /// Ends this locker: refuses new steps, removes its owner row and entries and frees the lock
-    /// rows it holds, wakes the locks of its entries.
+    /// rows it holds, wakes the locks of its entries, and stops listening (also when the
+    /// statements failed: nothing can use the LISTEN connection any more, and it reconnected for
+    /// as long as the locker lived).
     pub async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
+        let removed = self.remove_entries().await;
+        self.hub.stop();
+        removed
+    }
+
+    /// [`Conn::close`]'s statements: removes this locker's owner row and entries, frees the lock
+    /// rows it holds, and passes on the locks of its entries.
+    async fn remove_entries(&self) -> Result<()> {
         let (ids, segments): (Vec<String>, Vec<String>) = {
             let kept = self.kept_in_rows.lock().unwrap_or_else(|e| e.into_inner());
             kept.iter().map(|(id, seg)| (id.clone(), seg.clone())).unzip()
@@ -211,7 +221,6 @@ impl Conn {
                 tracing::debug!(error = %e, "postgres: could not pass a lock on at shutdown");
             }
         }
-        self.hub.stop();
         Ok(())
     }
 }

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use locksmith_core::driver::observe::LeaderRead;
 use locksmith_core::driver::LockName;
-use locksmith_core::{Family, Leader, LeaderWatch, Result};
+use locksmith_core::{Family, Leader, LeaderWatch, LockError, Result};
 
 use crate::conn::Conn;
 use crate::layout::segment;
@@ -79,6 +79,8 @@ pub(crate) async fn observe(conn: &Arc<Conn>, name: &LockName) -> Result<LeaderW
                         differs
                     });
                 }
+                // The locker was shut down: the observation ends (`changed` fails).
+                Err(LockError::Closed) => return,
                 Err(e) => {
                     tracing::debug!(error = %e, "postgres: reading an election failed; trying again");
                     retry = Some(Instant::now() + Duration::from_millis(200));

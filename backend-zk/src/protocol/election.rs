@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use locksmith_core::{Leader, LeaderWatch};
+use locksmith_core::{Leader, LeaderWatch, LockError};
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
@@ -92,7 +92,7 @@ pub(crate) fn observe(
             tokio::select! {
                 _ = tx.closed() => return,
                 _ = alive.changed() => return, // never sent: only the backend's drop ends it
-                _ = observe_once(&sessions, &path, &tx) => {}
+                ended = observe_once(&sessions, &path, &tx) => if ended { return },
             }
         }
     });
@@ -100,14 +100,16 @@ pub(crate) fn observe(
 }
 
 /// One round of the observation: read the leader with a watch, send it if it changed, and wait
-/// for the watch to fire or the connection to come back after a loss.
-async fn observe_once(sessions: &Sessions, path: &str, tx: &watch::Sender<Option<Leader>>) {
+/// for the watch to fire or the connection to come back after a loss. `true` when the
+/// observation is over: the backend was shut down (it opens no session any more).
+async fn observe_once(sessions: &Sessions, path: &str, tx: &watch::Sender<Option<Leader>>) -> bool {
     let session = match sessions.session().await {
         Ok(session) => session,
+        Err(LockError::Closed) => return true,
         Err(e) => {
             tracing::warn!(election = %path, error = %e, "cannot observe the election: no session");
             tokio::time::sleep(ERROR_PAUSE).await;
-            return;
+            return false;
         }
     };
     let mut states = session.client.state_watcher();
@@ -133,6 +135,7 @@ async fn observe_once(sessions: &Sessions, path: &str, tx: &watch::Sender<Option
             tokio::time::sleep(ERROR_PAUSE).await;
         }
     }
+    false
 }
 
 /// Resolves once the session is connected again after a disconnection, or has ended.

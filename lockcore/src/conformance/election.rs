@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::harness::{patience, unique_name, wait_for_residue_in, within, Harness};
 use super::proxy::{Mode, Proxy};
 use crate::name::LockName;
-use crate::{Family, LeaderWatch, Locker};
+use crate::{Family, LeaderWatch, LockError, Locker};
 
 fn lock_name(name: &str) -> LockName {
     LockName::new(name).expect("name")
@@ -443,4 +443,29 @@ async fn mark_seen(watch: &mut LeaderWatch) {
     while let Ok(changed) = tokio::time::timeout(Duration::ZERO, watch.changed()).await {
         changed.expect("the observation ended");
     }
+}
+
+/// A watch of an election ends once its locker is shut down: `changed()` answers `Closed` (it
+/// waited for ever on ZooKeeper and PostgreSQL, whose observers retried a shut-down session),
+/// and reads of the leader after the shutdown answer `Closed` too.
+pub async fn election_watch_ends_at_shutdown(h: &impl Harness) {
+    let name = unique_name("elect_shutdown");
+    let locker = h.locker().await;
+    let mut watch = locker.election(&name).observe().await.expect("observe");
+    locker.shutdown().await.expect("shutdown");
+    let ended = tokio::time::timeout(Duration::from_secs(5), watch.changed()).await;
+    assert!(
+        matches!(ended, Ok(Err(LockError::Closed))),
+        "a watch of a shut-down locker: {ended:?}"
+    );
+    let leader = locker.election(&name).leader().await;
+    assert!(
+        matches!(leader, Err(LockError::Closed)),
+        "leader() after shutdown: {leader:?}"
+    );
+    let observe = locker.election(&name).observe().await.map(|_| ());
+    assert!(
+        matches!(observe, Err(LockError::Closed)),
+        "observe() after shutdown: {observe:?}"
+    );
 }

@@ -261,3 +261,20 @@ pub async fn shutdown_with_a_waiter_queued_leaves_nothing(h: &impl Harness) {
     )
     .await;
 }
+
+/// Reads on a locker that was shut down (`inspect`, `list`) answer `Closed`, as new requests do:
+/// some backends answered them from a session that was over, others failed as unreachable.
+pub async fn reads_after_shutdown_end_with_closed(h: &impl Harness) {
+    let locker = h.locker().await;
+    locker.shutdown().await.expect("shutdown");
+    let inspected = locker.inspect(&unique_name("closed_inspect")).await.map(|_| ());
+    assert!(
+        matches!(inspected, Err(LockError::Closed)),
+        "inspect after shutdown: {inspected:?}"
+    );
+    let listed = locker.list("closed_list").await.map(|_| ());
+    assert!(
+        matches!(listed, Err(LockError::Closed)),
+        "list after shutdown: {listed:?}"
+    );
+}

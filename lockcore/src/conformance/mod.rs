@@ -49,7 +49,8 @@ macro_rules! conformance_tests {
             mutex::inspect_reports_holder_and_waiters, mutex::grants_say_whether_they_waited,
             lifecycle::release_cancelled_mid_flight_releases,
             lifecycle::backend_release_cancelled_releases, lifecycle::timed_out_waiter_that_exits_leaves_nothing,
-            lifecycle::shutdown_releases_everything, lifecycle::shutdown_with_a_waiter_queued_leaves_nothing);
+            lifecycle::shutdown_releases_everything, lifecycle::shutdown_with_a_waiter_queued_leaves_nothing,
+            lifecycle::reads_after_shutdown_end_with_closed);
     };
     (@tests $harness:expr; $($module:ident :: $test:ident),* $(,)?) => {
         $(
@@ -79,7 +80,8 @@ macro_rules! primitive_tests {
             rwlock::rwlock_cancellation_leaves_nothing,
             election::election_one_leader_at_a_time_in_order, election::election_handover_shows_no_gap,
             election::election_crashed_leader_passes_on,
-            election::election_try_and_cancel, election::families_are_independent,
+            election::election_try_and_cancel, election::election_watch_ends_at_shutdown,
+            election::families_are_independent,
             election::list_shows_locks_in_use,
             storm::cancellation_storm_over_every_kind_leaves_nothing);
     };
