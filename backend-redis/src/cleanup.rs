@@ -61,7 +61,10 @@ impl<E: Entry> Drop for Cleanup<E> {
         // task of their own, which only `Locker::shutdown` waits for.
         let spawned = locksmith_core::driver::cleanup::spawn(async move {
             let failed = leave_everywhere(&inner, &entry).await;
-            if !failed.is_empty() {
+            // With several masters, what is left on fewer than a majority of them can never be
+            // granted (a grant needs a majority) and expires by itself: tried again only when a
+            // majority failed (one server: when it failed).
+            if failed.len() >= inner.config.quorum() {
                 locksmith_core::driver::cleanup::spawn(leave_again(inner, entry, failed));
             }
         });

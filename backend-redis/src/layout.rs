@@ -8,7 +8,7 @@ use crate::config::{Config, Layout};
 /// The keys of one lock (see the crate docs, "Key layout").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockKeys {
-    /// The holder key: a string `<token>:<fencing token>` with the lease as its expiry.
+    /// The holder key: a string `<token>:<fencing token>:<ttl ms>` with the lease as its expiry.
     pub lock: String,
     /// The fencing counter: an integer that never expires.
     pub fence: String,

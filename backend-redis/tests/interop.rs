@@ -76,6 +76,36 @@ async fn raw_holder_blocks_locksmith_until_it_releases() {
     guard.release().await.expect("release");
 }
 
+/// A foreign holder whose token is raw bytes, not text (rslock stores 20 random bytes): locksmith
+/// is kept out as by any holder, and `inspect` shows the token in hex instead of failing (it
+/// answered an error: the value was read as a UTF-8 string).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raw_holder_with_a_binary_token_is_shown_in_hex() {
+    let url = common::with_options(&common::redis_url(), "layout=plain");
+    let mut raw = common::admin(&url).await;
+    let locker = common::locker(&url).await;
+    let name = unique_name("interop_binary_token");
+    let token: Vec<u8> = vec![0xff, 0xfe, 0x00, 0x41];
+    let reply: Option<String> = redis::cmd("SET")
+        .arg(&name)
+        .arg(&token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut raw)
+        .await
+        .expect("SET");
+    assert_eq!(reply.as_deref(), Some("OK"));
+    assert!(locker.lock(&name).try_acquire().await.expect("try").is_none());
+    let info = locker
+        .backend()
+        .inspect(&LockName::new(&name).unwrap())
+        .await
+        .expect("inspect a binary token");
+    assert_eq!(info.holder.expect("a holder").holder_id, "hex:fffe0041");
+    let _: i64 = redis::cmd("DEL").arg(&name).query_async(&mut raw).await.expect("DEL");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locksmith_holder_blocks_raw_set_nx() {
     let url = common::with_options(&common::redis_url(), "layout=plain");

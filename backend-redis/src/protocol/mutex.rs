@@ -1,4 +1,4 @@
-//! The mutex's entry: one lock key holding `<token>:<fencing token>`, a FIFO queue of waiter
+//! The mutex's entry: one lock key holding `<token>:<fencing token>:<ttl ms>`, a FIFO queue of waiter
 //! tokens beside it, and the scripts of `lua/mutex/` (see the crate docs, "The scripts"). Also
 //! the mutex's two other requests: raising the fencing counter in quorum mode, and `inspect`.
 
@@ -146,7 +146,7 @@ pub(crate) struct RawInfo {
 
 /// Reads the holder and the queue length of the mutex with these keys.
 pub(crate) async fn inspect(node: &Node, keys: &LockKeys) -> Result<RawInfo> {
-    let (value, pttl_ms, waiters): (Option<String>, i64, usize) = node
+    let (value, pttl_ms, waiters): (Option<Vec<u8>>, i64, usize) = node
         .bounded("inspecting", || async move {
             let mut conn = node.link.conn().await?;
             let call = node.call(&SCRIPTS.inspect, &[&keys.lock, &keys.queue, &keys.alive]);
@@ -154,8 +154,21 @@ pub(crate) async fn inspect(node: &Node, keys: &LockKeys) -> Result<RawInfo> {
         })
         .await?;
     Ok(RawInfo {
-        value,
+        value: value.map(printable_value),
         pttl_ms,
         waiters,
     })
+}
+
+/// A lock value as text: as it is when it is UTF-8 (locksmith's, redis-py's), else its bytes in
+/// hex after `hex:` (another client's raw random token, rslock's 20 bytes): an operator compares
+/// it with what that client logs, and nothing parses it.
+fn printable_value(bytes: Vec<u8>) -> String {
+    match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            let hex: String = e.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+            format!("hex:{hex}")
+        }
+    }
 }
