@@ -10,7 +10,8 @@
 //!   database; [`postgres::Fence::admit`] in your own transaction, before its writes, refuses a
 //!   stale token and makes later holders' transactions wait until yours has committed.
 //! - [`objects::FencedObjects`] (feature `object-store`): objects written through the
-//!   [`object_store`](https://docs.rs/object_store) crate (S3, GCS, Azure, local files, memory)
+//!   [`object_store`](https://docs.rs/object_store) crate (S3 and S3-compatible stores, GCS,
+//!   memory; not Azure or the local file system, see [`objects::FencedObjects`])
 //!   with the token in the object's metadata and a conditional put (`If-Match` on its ETag), so
 //!   an object written by a later holder is never overwritten by an earlier one.
 //!

@@ -26,8 +26,12 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 16;
 
 /// An [`ObjectStore`] whose writes carry a fencing token and never replace a later holder's.
 ///
-/// The store must support conditional puts (`PutMode::Create` and `PutMode::Update`): S3 (the
-/// default `S3ConditionalPut::ETagMatch`), GCS, Azure, the local file system and memory do.
+/// The store must support conditional puts (`PutMode::Create` and `PutMode::Update`) with user
+/// metadata: S3 (the default `S3ConditionalPut::ETagMatch`) and S3-compatible stores that honour
+/// `If-Match`, GCS and memory do. Two that `object_store` reaches do not: the local file system
+/// (`LocalFileSystem` answers `NotImplemented` to `PutMode::Update` and to any attribute) and
+/// Azure (metadata names must be C# identifiers there, and [`TOKEN_METADATA`] has a hyphen):
+/// every put then fails with [`FenceError::Store`], never admitting a write.
 ///
 /// # Examples
 ///
