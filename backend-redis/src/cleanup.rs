@@ -61,10 +61,10 @@ impl<E: Entry> Drop for Cleanup<E> {
         // task of their own, which only `Locker::shutdown` waits for.
         let spawned = locksmith_core::driver::cleanup::spawn(async move {
             let failed = leave_everywhere(&inner, &entry).await;
-            // With several masters, what is left on fewer than a majority of them can never be
-            // granted (a grant needs a majority) and expires by itself: tried again only when a
-            // majority failed (one server: when it failed).
-            if failed.len() >= inner.config.quorum() {
+            // With several masters, others need a majority of them free of what is left: tried
+            // again when more failed than can be spared (N - quorum; with one server: when it
+            // failed). Fewer leftovers leave a free majority and expire by themselves.
+            if failed.len() > inner.nodes.len() - inner.config.quorum() {
                 locksmith_core::driver::cleanup::spawn(leave_again(inner, entry, failed));
             }
         });

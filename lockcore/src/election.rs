@@ -87,22 +87,32 @@ impl LeaderWatch {
     /// at once with the latest leader (use it in `select!` loops).
     pub async fn changed(&mut self) -> Result<Option<Leader>> {
         let shut_down = async {
-            match &mut self.closed {
-                Some(closed) => {
-                    let _ = closed.wait_for(|c| *c).await;
-                }
-                None => std::future::pending().await,
+            // Err: every handle of the locker is gone without a shutdown; the backend may live
+            // on (`Locker::from_arc`), and the observation with it.
+            let ended = match &mut self.closed {
+                Some(closed) => closed.wait_for(|c| *c).await.is_ok(),
+                None => false,
+            };
+            if !ended {
+                std::future::pending::<()>().await;
             }
         };
+        // Biased: once the locker is shut down, the backend's observer may end too (its `rx`
+        // then fails), and the answer must be `Closed`, not `Unavailable`, whichever came first.
         let changed = tokio::select! {
-            changed = self.rx.changed() => changed,
+            biased;
             () = shut_down => {
                 if let Some(task) = self.task.take() {
                     task.abort();
                 }
                 return Err(LockError::Closed);
             }
+            changed = self.rx.changed() => changed,
         };
+        let is_shut_down = self.closed.as_ref().is_some_and(|c| *c.borrow());
+        if changed.is_err() && is_shut_down {
+            return Err(LockError::Closed);
+        }
         match changed {
             Ok(()) => Ok(self.rx.borrow_and_update().clone()),
             Err(_) => Err(LockError::Unavailable {

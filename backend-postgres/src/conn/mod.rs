@@ -184,15 +184,15 @@ impl Conn {
         self.kept_in_rows.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
     }
 
-    /// Ends this locker: refuses new steps, removes its owner row and entries and frees the lock
-    /// rows it holds, wakes the locks of its entries, and stops listening (also when the
-    /// statements failed: nothing can use the LISTEN connection any more, and it reconnected for
-    /// as long as the locker lived).
+    /// Ends this locker: refuses new steps, stops listening (whatever the statements then do:
+    /// nothing can use the LISTEN connection any more, and a failed or cut-off close left it
+    /// reconnecting for as long as the locker lived), removes its owner row and entries, frees
+    /// the lock rows it holds and wakes the locks of its entries.
     pub async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
-        let removed = self.remove_entries().await;
+        // First: the statements below may be cut off by the shutdown's timeout.
         self.hub.stop();
-        removed
+        self.remove_entries().await
     }
 
     /// [`Conn::close`]'s statements: removes this locker's owner row and entries, frees the lock

@@ -200,7 +200,7 @@ pub(crate) async fn leave_everywhere<E: Entry>(inner: &Inner, entry: &E) -> Vec<
             Some(Ok(false)) => {}
             Some(Err(e)) => {
                 failed.push(i);
-                tracing::warn!(lock = %entry.key(), addr = %node.addr, error = %e, "clean-up of a cancelled acquire failed; it is tried again");
+                tracing::warn!(lock = %entry.key(), addr = %node.addr, error = %e, "clean-up of a cancelled acquire failed");
             }
             None => failed.push(i),
         }
