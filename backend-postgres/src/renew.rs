@@ -14,9 +14,10 @@ use std::collections::HashSet;
 
 use locksmith_core::driver::Lease;
 use locksmith_core::{LockError, Result};
+use tokio_postgres::types::ToSql;
 
 use crate::conn::Conn;
-use crate::error::{pg_error, timeout};
+use crate::error::pg_error;
 use crate::layout::segment;
 use crate::protocol::queue::entry_id;
 
@@ -47,18 +48,10 @@ async fn renew(conn: &Conn, leases: &[Lease]) -> Result<HashSet<String>> {
     conn.check_open()?;
     let ids: Vec<String> = leases.iter().map(|l| entry_id(&l.holder_id).to_owned()).collect();
     let segments: Vec<String> = leases.iter().map(|l| segment(l.kind.family(), &l.name)).collect();
-    let limit = conn.config.request_timeout;
-    let request = conn.leases.request(&conn.config, "a renewal").await?;
-    let client = request.client()?;
-    let run = async {
-        let statement = conn.leases.statements.get(client, &conn.sql.renew).await?;
-        client.query(&statement, &[&conn.owner_id, &ids, &segments]).await
-    };
-    let rows = tokio::time::timeout(limit, run)
-        .await
-        .map_err(|_| timeout("a renewal", limit))?;
-    request.answered();
-    let rows = rows.map_err(|e| pg_error("renewing", e))?;
+    let params: [&(dyn ToSql + Sync); 3] = [&conn.owner_id, &ids, &segments];
+    let rows = (conn.leases)
+        .query_within(&conn.config, "a renewal", "renewing", &conn.sql.renew, &params)
+        .await?;
     rows.iter()
         .map(|r| r.try_get::<_, String>(0).map_err(|e| pg_error("renewing", e)))
         .collect()

@@ -3,12 +3,14 @@
 use std::collections::HashMap;
 
 use tokio::sync::{Mutex, MutexGuard};
-use tokio_postgres::{Client, GenericClient, Statement};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, GenericClient, Row, Statement};
 
 use locksmith_core::{LockError, Result};
 
 use super::{connect, connect_for_steps};
 use crate::config::Config;
+use crate::error::{pg_error, timeout};
 
 /// A connection (`None` after it was lost, until the next use opens a new one) and its prepared
 /// statements. Held by one user at a time.
@@ -51,12 +53,39 @@ impl Link {
     /// value (the request timed out, or its future was dropped), and the next use opens a new
     /// one. A connection that stops answering without closing (a flow a NAT or firewall
     /// dropped) would otherwise keep every later request waiting behind the unanswered one.
-    pub async fn request(&self, config: &Config, what: &'static str) -> Result<InFlight<'_>> {
+    async fn request(&self, config: &Config, what: &'static str) -> Result<InFlight<'_>> {
         Ok(InFlight {
             guard: self.client(config).await?,
             what,
             answered: false,
         })
+    }
+}
+
+impl Link {
+    /// Runs `sql` (prepared once per connection) with `params` as one request on this link's
+    /// connection ([`Link::request`]), within the request timeout: its rows. `what` names the
+    /// request in a timeout's error and in the logs, `doing` the failure the server answered.
+    pub async fn query_within(
+        &self,
+        config: &Config,
+        what: &'static str,
+        doing: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let limit = config.request_timeout;
+        let request = self.request(config, what).await?;
+        let client = request.client()?;
+        let run = async {
+            let statement = self.statements.get(client, sql).await?;
+            client.query(&statement, params).await
+        };
+        let rows = tokio::time::timeout(limit, run)
+            .await
+            .map_err(|_| timeout(what, limit))?;
+        request.answered();
+        rows.map_err(|e| pg_error(doing, e))
     }
 }
 

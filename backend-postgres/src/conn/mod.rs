@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::sync::{watch, MutexGuard};
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
 use locksmith_core::{LockError, Result};
@@ -155,20 +156,10 @@ impl Conn {
     /// `ttl` from now (server clock), and its waiters with it. Within the request timeout; one
     /// that got no answer drops the leases connection, as a renewal does (`crate::renew`).
     pub async fn beat(&self, ttl: Duration) -> Result<()> {
-        let limit = self.config.request_timeout;
-        let request = self.leases.request(&self.config, "a heartbeat").await?;
-        let client = request.client()?;
-        let run = async {
-            let statement = self.leases.statements.get(client, &self.sql.beat).await?;
-            client
-                .execute(&statement, &[&self.owner_id, &millis(ttl), &self.pid, &self.host])
-                .await
-        };
-        let answer = tokio::time::timeout(limit, run)
-            .await
-            .map_err(|_| timeout("a heartbeat", limit))?;
-        request.answered();
-        answer.map_err(|e| pg_error("beating", e))?;
+        let params: [&(dyn ToSql + Sync); 4] = [&self.owner_id, &millis(ttl), &self.pid, &self.host];
+        (self.leases)
+            .query_within(&self.config, "a heartbeat", "beating", &self.sql.beat, &params)
+            .await?;
         Ok(())
     }
 
