@@ -229,12 +229,19 @@ impl EtcdBackend {
     /// `key` sent [`DEADLINE_PROBE`] before the deadline. A waiter's watch only listens: without
     /// the read, a server that fell silent mid-wait would look like a lock held the whole time
     /// ([`LockError::Timeout`] where the backend did not answer: [`LockError::Unavailable`]).
+    ///
+    /// Called as the wait starts, just after etcd answered the waiter's read. When that is
+    /// already within [`DEADLINE_PROBE`] of the deadline (a timeout of a few round trips), the
+    /// probe goes at once and may not be answered before the deadline: that read then stands for
+    /// it (etcd answered within the lead), and the verdict is [`Outage::at_deadline`]'s.
     pub(crate) async fn deadline_verdict(&self, retry: &Outage, key: &str) -> LockError {
         let Some(deadline) = retry.deadline() else {
             return std::future::pending().await;
         };
         let lead = DEADLINE_PROBE.min(self.limit());
-        tokio::time::sleep_until(deadline.checked_sub(lead).unwrap_or(deadline)).await;
+        let probe_at = deadline.checked_sub(lead).unwrap_or(deadline);
+        let answered_within_lead = tokio::time::Instant::now() >= probe_at;
+        tokio::time::sleep_until(probe_at).await;
         let answer = tokio::time::timeout_at(deadline, requests::ping(&self.session().conn, key)).await;
         tokio::time::sleep_until(deadline).await;
         match answer {
@@ -243,6 +250,7 @@ impl EtcdBackend {
                 message: format!("no answer at the deadline: {e}"),
                 source: None,
             },
+            Err(_) if answered_within_lead => retry.at_deadline(),
             Err(_) => LockError::Unavailable {
                 message: format!("no answer at the deadline: etcd did not answer a read sent {lead:?} before it"),
                 source: None,

@@ -88,8 +88,9 @@ pub async fn try_acquire_while_held(h: &impl Harness) {
     again.release().await.expect("release");
 }
 
-/// `acquire` with a timeout returns [`LockError::Timeout`] no earlier than the timeout, and leaves
-/// no waiter behind.
+/// `acquire` with a timeout returns [`LockError::Timeout`] no earlier than the timeout (also a
+/// timeout of a few milliseconds, shorter than the waiter's round trips), and leaves no waiter
+/// behind.
 pub async fn acquire_times_out(h: &impl Harness) {
     let name = unique_name("timeout");
     let (a, b) = (h.locker().await, h.locker().await);
@@ -107,6 +108,21 @@ pub async fn acquire_times_out(h: &impl Harness) {
         "expected Timeout, got {result:?}"
     );
     assert!(start.elapsed() >= timeout, "gave up before the timeout");
+    // Timeouts shorter than a few round trips end at the deadline too, in the middle of joining
+    // or watching: still a lock held by another (Timeout), not a server that did not answer.
+    for ms in [1, 2, 3, 5, 10, 20] {
+        let short = Duration::from_millis(ms);
+        let result = within(
+            patience(h),
+            "acquire with a short timeout",
+            b.lock(&name).timeout(short).acquire(),
+        )
+        .await;
+        assert!(
+            matches!(result, Err(LockError::Timeout(t)) if t == short),
+            "expected Timeout after {ms} ms, got {result:?}"
+        );
+    }
     wait_for_residue(h, &held.lease().name, 1).await;
     // A zero timeout is one attempt: Timeout while held, the lock once free.
     let once = b.lock(&name).timeout(Duration::ZERO).acquire().await;
