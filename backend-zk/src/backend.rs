@@ -111,10 +111,12 @@ impl ZkBackend {
     /// One attempt at the lock; `wait` decides whether to queue or withdraw.
     ///
     /// A session that ends or a node that vanishes starts the attempt over (on a new session),
-    /// [`MAX_RESTARTS`] times at most; a server that fails is retried with backoff until the
+    /// [`MAX_RESTARTS`] times at most in a row (an attempt that waited longer than the outage
+    /// budget first counts them anew); a server that fails is retried with backoff until the
     /// deadline (see [`locksmith_core::driver::Outage`]), which then answers `Unavailable`, not `Timeout`.
     async fn attempt(&self, req: &LockRequest, wait: bool, deadline: Option<Instant>) -> Result<Option<Lease>> {
-        let mut outage = Outage::new(deadline, self.config().session_timeout * 2);
+        let budget = self.config().session_timeout * 2;
+        let mut outage = Outage::new(deadline, budget);
         let mut restarts = 0;
         loop {
             let session = match self.sessions.session().await {
@@ -124,7 +126,16 @@ impl ZkBackend {
                     continue;
                 }
             };
-            match take(&session, &self.config().namespace, req, wait, deadline).await {
+            let began = Instant::now();
+            let taken = take(&session, &self.config().namespace, req, wait, deadline).await;
+            // An attempt that ran longer than the outage budget before it failed was answered
+            // meanwhile (it waited in the queue): what fails now is a new incident, with the whole
+            // budget and every restart again, not the end of the last one.
+            if began.elapsed() >= budget {
+                outage.succeeded();
+                restarts = 0;
+            }
+            match taken {
                 Ok(Some(granted)) => return self.grant(&session, req, granted).map(Some),
                 Ok(None) => return Ok(None),
                 Err(Failure::Timeout) => return Err(LockError::Timeout(Duration::ZERO)), // the Locker reports its own timeout
