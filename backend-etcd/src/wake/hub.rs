@@ -3,7 +3,7 @@
 //! stream when it breaks (see [`crate::wake::watch`] for what the watches are for).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,12 +92,21 @@ impl Entry {
 pub(crate) enum Cmd {
     Add(i64, Entry),
     Cancel(i64),
+    /// Watch the held key again from `from` under a new id, if the lock `(key, create_rev)` is
+    /// still held ([`recheck_held`]): etcd keeps a watch it cancelled as compacted until the
+    /// client cancels it, so its id would be refused as a duplicate.
+    Rewatch {
+        key: Vec<u8>,
+        create_rev: i64,
+        from: i64,
+    },
 }
 
 /// Starts the hub task; it ends when every sender of the returned channel is dropped.
 pub(crate) fn start(
     client: Client,
     held: Arc<HeldRegistry>,
+    ids: Arc<AtomicI64>,
     request_timeout: Duration,
     stats: Arc<Stats>,
 ) -> mpsc::UnboundedSender<Cmd> {
@@ -108,6 +117,7 @@ pub(crate) fn start(
         client,
         held,
         myself: tx.downgrade(),
+        ids,
         request_timeout,
         stats,
     };
@@ -126,6 +136,8 @@ struct Hub {
     client: Client,
     held: Arc<HeldRegistry>,
     myself: mpsc::WeakUnboundedSender<Cmd>,
+    /// The watch ids of this stream, shared with [`crate::wake::watch::WatchHub`].
+    ids: Arc<AtomicI64>,
     request_timeout: Duration,
     stats: Arc<Stats>,
 }
@@ -210,18 +222,20 @@ impl Hub {
 
     async fn command(&mut self, cmd: Cmd) {
         match cmd {
-            Cmd::Add(id, entry) => {
-                let request = self.stream.as_mut().map(|s| (s, entry.key.clone(), entry.options(id)));
-                if request.is_some() {
-                    self.stats.watch_requests.fetch_add(1, Ordering::Relaxed);
-                }
-                let sent = match request {
-                    Some((s, key, options)) => Some(s.sender.watch(key, Some(options)).await),
-                    None => None,
-                };
-                self.entries.insert(id, entry);
-                if let Some(Err(e)) = sent {
-                    self.lost_stream(&e.to_string());
+            Cmd::Add(id, entry) => self.add(id, entry).await,
+            Cmd::Rewatch { key, create_rev, from } => {
+                let id = self.ids.fetch_add(1, Ordering::Relaxed);
+                let key_str = String::from_utf8_lossy(&key).into_owned();
+                // Released or lost meanwhile: nothing to watch. Otherwise a release from now on
+                // cancels the new id, and its Cancel comes after this command.
+                if self.held.set_watch(&key_str, create_rev, id) {
+                    let entry = Entry {
+                        key,
+                        prefix: false,
+                        start_rev: from.saturating_add(1),
+                        kind: Kind::Held { create_rev },
+                    };
+                    self.add(id, entry).await;
                 }
             }
             Cmd::Cancel(id) => {
@@ -234,6 +248,22 @@ impl Hub {
                     }
                 }
             }
+        }
+    }
+
+    /// Watches `entry` under `id` (on the stream once there is one).
+    async fn add(&mut self, id: i64, entry: Entry) {
+        let request = self.stream.as_mut().map(|s| (s, entry.key.clone(), entry.options(id)));
+        if request.is_some() {
+            self.stats.watch_requests.fetch_add(1, Ordering::Relaxed);
+        }
+        let sent = match request {
+            Some((s, key, options)) => Some(s.sender.watch(key, Some(options)).await),
+            None => None,
+        };
+        self.entries.insert(id, entry);
+        if let Some(Err(e)) = sent {
+            self.lost_stream(&e.to_string());
         }
     }
 
@@ -268,11 +298,11 @@ impl Hub {
                     self.held.deleted(&key, create_rev);
                     self.finish(id, false).await;
                 } else if resp.canceled() {
-                    // Typically: the history from create_rev + 1 was compacted. Look at the key.
+                    // Typically: the history from create_rev + 1 was compacted. Look at the key,
+                    // and free the old id on the server (it keeps a compacted watch until then).
                     let key = entry.key.clone();
-                    self.entries.remove(&id);
+                    self.finish(id, false).await;
                     tokio::spawn(recheck_held(
-                        id,
                         self.client.clone(),
                         self.held.clone(),
                         self.myself.clone(),
@@ -323,7 +353,6 @@ impl Hub {
 /// After a held watch was cancelled by the server: the lock is lost if its key is gone,
 /// otherwise it is watched again from the current revision.
 async fn recheck_held(
-    id: i64,
     mut client: Client,
     held: Arc<HeldRegistry>,
     hub: mpsc::WeakUnboundedSender<Cmd>,
@@ -345,15 +374,7 @@ async fn recheck_held(
                 }
                 let from = resp.header().map_or(create_rev, |h| h.revision());
                 let Some(hub) = hub.upgrade() else { return };
-                // The server cancelled the old watch, so its id is free again: the registry's
-                // watch id stays valid.
-                let entry = Entry {
-                    key,
-                    prefix: false,
-                    start_rev: from.saturating_add(1),
-                    kind: Kind::Held { create_rev },
-                };
-                let _ = hub.send(Cmd::Add(id, entry));
+                let _ = hub.send(Cmd::Rewatch { key, create_rev, from });
                 return;
             }
             Err(e) => {

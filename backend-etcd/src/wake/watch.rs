@@ -38,7 +38,7 @@ use crate::wake::hub::{Cmd, Entry, Kind, WaitState, Wanted};
 /// Handle to the hub task of one session.
 pub(crate) struct WatchHub {
     tx: mpsc::UnboundedSender<Cmd>,
-    next_id: AtomicI64,
+    next_id: Arc<AtomicI64>,
     request_timeout: Duration,
 }
 
@@ -74,10 +74,11 @@ impl Wakeup {
 impl WatchHub {
     /// Starts the hub task; it ends when the hub is dropped.
     pub fn new(client: Client, held: Arc<HeldRegistry>, request_timeout: Duration, stats: Arc<Stats>) -> Self {
-        let tx = crate::wake::hub::start(client, held, request_timeout, stats);
+        let next_id = Arc::new(AtomicI64::new(1));
+        let tx = crate::wake::hub::start(client, held, next_id.clone(), request_timeout, stats);
         WatchHub {
             tx,
-            next_id: AtomicI64::new(1),
+            next_id,
             request_timeout,
         }
     }
