@@ -11,13 +11,9 @@ use crate::protocol::queue::Row;
 
 /// The live entries of lock `seg`, in arrival order.
 pub(crate) async fn read_queue(conn: &Conn, seg: &str) -> Result<Vec<Row>> {
-    conn.check_open()?;
-    let guard = conn.client().await?;
-    let client = guard.as_ref().ok_or(LockError::Closed)?;
-    let rows = client
-        .query(&conn.sql.queue, &[&seg])
-        .await
-        .map_err(|e| pg_error("reading a queue", e))?;
+    let rows = conn
+        .read("a read of a queue", "reading a queue", &conn.sql.queue, &[&seg])
+        .await?;
     let rows = rows.iter().map(Row::read).collect::<Result<Vec<_>>>()?;
     Ok(rows.into_iter().filter(Row::live).collect())
 }
@@ -73,13 +69,7 @@ pub(crate) async fn inspect(conn: &Conn, name: &LockName) -> Result<LockInfo> {
 
 /// The locks of the schema whose names start with `prefix` and that are in use.
 pub(crate) async fn list(conn: &Conn, prefix: &str) -> Result<Vec<ListedLock>> {
-    conn.check_open()?;
-    let guard = conn.client().await?;
-    let client = guard.as_ref().ok_or(LockError::Closed)?;
-    let rows = client
-        .query(&conn.sql.list, &[])
-        .await
-        .map_err(|e| pg_error("listing", e))?;
+    let rows = conn.read("a listing", "listing", &conn.sql.list, &[]).await?;
     let segments = rows
         .iter()
         .map(|r| {

@@ -119,3 +119,46 @@ async fn a_waiter_is_granted_after_its_listen_connection_went_silent() {
     locker.shutdown().await.unwrap();
     direct.shutdown().await.unwrap();
 }
+
+/// Bug: an election's observer read the queue on the steps' connection with no time limit, the
+/// connection's lock held meanwhile: once that connection went silent, the observer's next read
+/// (at the leader's expiry, or when the LISTEN connection was replaced) never returned, and
+/// every later step of its locker (acquires, releases, the shutdown) waited behind it for ever.
+/// Now the read is bounded by the request timeout and drops the connection, as a step does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_go_on_after_an_observer_read_on_a_silent_connection() {
+    let (direct, proxy, url) = setup().await;
+    let election = unique_name("observed");
+    let leader = direct
+        .election(&election)
+        .campaign("direct")
+        .ttl(TTL)
+        .acquire()
+        .await
+        .unwrap();
+    let locker = locksmith_postgres::connect(&url).await.unwrap();
+    let _watch = locker.election(&election).observe().await.unwrap();
+    proxy.set(Mode::FreezeExisting);
+    // The observer reads again at the leader's expiry (it was renewed meanwhile).
+    tokio::time::sleep(TTL + Duration::from_secs(1)).await;
+    let name = unique_name("after-observer");
+    let granted = within(Duration::from_secs(15), "an acquire after the observer's read", async {
+        loop {
+            match locker
+                .lock(&name)
+                .ttl(TTL)
+                .timeout(Duration::from_secs(3))
+                .acquire()
+                .await
+            {
+                Ok(guard) => return guard,
+                Err(e) => eprintln!("acquire failed, again: {e}"),
+            }
+        }
+    })
+    .await;
+    granted.release().await.unwrap();
+    leader.resign().await.unwrap();
+    locker.shutdown().await.unwrap();
+    direct.shutdown().await.unwrap();
+}

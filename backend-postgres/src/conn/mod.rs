@@ -110,6 +110,21 @@ impl Conn {
         &self.steps.statements
     }
 
+    /// Runs the read `sql` on the steps' connection, within the request timeout: its rows. One
+    /// that got no answer drops the connection, as a step does: a connection that went silent
+    /// (a flow a NAT dropped) would otherwise hold every later step of this locker up behind the
+    /// read (an election's observer reads on its own, with nobody to time it out).
+    pub async fn read(
+        &self,
+        what: &'static str,
+        doing: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        self.check_open()?;
+        self.steps.query_within(&self.config, what, doing, sql, params).await
+    }
+
     /// Keeps this locker's waiters alive for a waiter whose lease is `ttl`: beats (at most one
     /// beat per third of a TTL for all the waiters of this locker) and then sweeps the queues
     /// that dead lockers' waiters hold up ([`Conn::sweep`]). Returns how many times this locker
@@ -287,17 +302,24 @@ pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::R
     Ok((client, ended))
 }
 
-/// Makes every commit of this session durable before it is answered, whatever the server's
-/// default (a grant answered but lost in a crash would hand the lock out again):
-/// `synchronous_commit = on`, which also waits for the server's synchronous standbys (a grant lost
-/// in a failover to a standby that had not received it would too). With [`Replication::Sync`]
-/// the server must have such a standby; with [`Replication::Async`] the commit waits for the
-/// primary's own disk only (`local`).
+/// Makes every transaction of this session read committed, and every commit durable before it
+/// is answered, whatever the server's default (a grant answered but lost in a crash would hand
+/// the lock out again): `synchronous_commit = on`, which also waits for the server's
+/// synchronous standbys (a grant lost in a failover to a standby that had not received it would
+/// too). With [`Replication::Sync`] the server must have such a standby; with
+/// [`Replication::Async`] the commit waits for the primary's own disk only (`local`).
 async fn durable_commits(client: &Client, replication: Replication) -> Result<()> {
+    // Read committed too, whatever the server's, database's or role's default: the statements
+    // count on a statement that waited for a row lock reading the row as committed meanwhile
+    // (under `repeatable read`, every two steps on one lock at once failed to serialize).
     let sql = match replication {
-        Replication::Async => "SET synchronous_commit = local; SELECT current_setting('synchronous_standby_names')",
+        Replication::Async => {
+            "SET synchronous_commit = local; SET default_transaction_isolation = 'read committed'; \
+             SELECT current_setting('synchronous_standby_names')"
+        }
         Replication::Sync | Replication::AsConfigured => {
-            "SET synchronous_commit = on; SELECT current_setting('synchronous_standby_names')"
+            "SET synchronous_commit = on; SET default_transaction_isolation = 'read committed'; \
+             SELECT current_setting('synchronous_standby_names')"
         }
     };
     let answer = client

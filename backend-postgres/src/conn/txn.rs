@@ -284,14 +284,13 @@ impl Conn {
     /// (`sweep.sql`): it drops them and passes the lock on. Only the first waiter of a queue
     /// watches the holders' expiry, so without this a dead first waiter would hold up the rest.
     pub(super) async fn sweep(&self) -> Result<()> {
-        let rows = {
-            let guard = self.client().await?;
-            let client = guard.as_ref().ok_or(LockError::Closed)?;
-            client
-                .query(&self.sql.sweep, &[])
-                .await
-                .map_err(|e| pg_error("looking for dead waiters", e))?
-        };
+        let rows = (self.read(
+            "a look for dead waiters",
+            "looking for dead waiters",
+            &self.sql.sweep,
+            &[],
+        ))
+        .await?;
         for row in rows {
             let segment: String = row.try_get(0).map_err(|e| pg_error("looking for dead waiters", e))?;
             tracing::debug!(lock = %segment, "postgres: dropping the waiters of a locker that stopped beating");
