@@ -310,12 +310,7 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
         Target {
             backend: "file",
             topology: "single",
-            url: format!(
-                "file://{}?request_timeout=2s",
-                std::env::temp_dir()
-                    .join(format!("locksmith-chaos-{}", std::process::id()))
-                    .display()
-            ),
+            url: format!("file://{}?request_timeout=2s", file_dir().display()),
             ttl,
             restart: None,
             group: None,
@@ -424,4 +419,10 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
         failover_target("cluster", failover(cluster.clone(), false), "redis-cluster"),
         failover_target("cluster+confirm", failover(cluster, true), "redis-cluster"),
     ])
+}
+
+/// The lock directory of the `file://` target: this run's own (tens of thousands of lock files
+/// by its end), removed when the run ends (`main.rs`).
+pub fn file_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("locksmith-chaos-{}", std::process::id()))
 }

@@ -32,7 +32,10 @@
 #   cargo                           (rustup)                          check: one-line error
 #   rustfmt, clippy                 (rustup components)               scripts/test adds them with
 #                                                                     rustup; one-line error without
-# Not used: curl, wget, python, nc, git, systemctl (ss is only named in an error hint).
+#   python3 (+ venv)                python3, python3-venv             up (s3.sh: moto); scripts/test,
+#                                                                     check-deps, cycles also use it
+# Not used: curl, wget, nc, systemctl (ss is only named in an error hint; git only by the
+# scripts that read the checkout: check-doc-paths, semver; a clone has it).
 # `up` installs everything missing with one `apt-get update` and one `apt-get install`, and
 # runs no apt-get at all when nothing is missing.
 

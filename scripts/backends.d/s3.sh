@@ -4,9 +4,11 @@
 # objects (If-Match / If-None-Match puts). A server kind for scripts/backends (the interface is
 # described in lib.sh).
 #
-# moto runs from a virtual environment in the server's state directory, made with the machine's
-# python3 and its packages (--system-site-packages); when those have no moto with conditional
-# writes (5.0.20 or later), `pip install 'moto[server]'` fills the environment from PyPI.
+# moto runs from a virtual environment made with the machine's python3 and its packages
+# (--system-site-packages); when those have no moto with conditional writes (5.0.20 or later),
+# `pip install 'moto[server]==S3_MOTO_PIN'` fills the environment from PyPI: one pinned version,
+# so that a later moto cannot break a run without a commit. The environment stays in the state
+# directory: the server's command line names it, which is how `down` knows the server is ours.
 
 register_ids s3 single s3
 need_command python3 python3
@@ -15,6 +17,7 @@ s3_python_has_venv() { python3 -c 'import venv, ensurepip' 2>/dev/null; }
 need_check s3_python_has_venv python3-venv "python3's venv module"
 
 S3_MOTO_MIN=5.0.20
+S3_MOTO_PIN=5.2.1
 
 s3_ports() { port 15000; }
 
@@ -36,9 +39,9 @@ s3_start() {
         python3 -m venv --system-site-packages "$venv" >&2 || die "$id: python3 -m venv failed"
     fi
     if ! s3_has_moto "$venv"; then
-        log "$id: installing moto[server]>=$S3_MOTO_MIN from PyPI into $venv"
-        "$venv/bin/python" -m pip install -q "moto[server]>=$S3_MOTO_MIN" >&2 ||
-            die "$id: pip install moto[server] failed"
+        log "$id: installing moto[server]==$S3_MOTO_PIN from PyPI into $venv"
+        "$venv/bin/python" -m pip install -q --timeout 60 --retries 5 "moto[server]==$S3_MOTO_PIN" >&2 ||
+            die "$id: pip install moto[server]==$S3_MOTO_PIN failed"
     fi
     launch "$id" "$venv/bin/python" -m moto.server -H "$HOST" -p "$(client_port "$id")"
 }

@@ -14,11 +14,13 @@ need_command java default-jre-headless
 need_file /usr/share/java/curator-recipes.jar libcurator-recipes-java
 need_command javac default-jdk-headless
 
-zk_ports() { # client 21810 (+member); ensemble members also quorum 2888N and election 3888N
+# Client 21810 (+member); ensemble members also quorum 2888N and election 2988N, all below the
+# ephemeral range (32768 and up), where a client socket could take a stopped member's port.
+zk_ports() {
     local n
     n=$(member_of "$1")
     port $((21810 + ${n:-0}))
-    [[ -z $n ]] || echo "$(port $((28880 + n))) $(port $((38880 + n)))"
+    [[ -z $n ]] || echo "$(port $((28880 + n))) $(port $((29880 + n)))"
 }
 
 zk_jar() {
@@ -84,7 +86,7 @@ zk_start() {
         zk_base_conf "$id" "$(client_port "$id")"
         if [[ -n $n ]]; then
             for i in 1 2 3; do
-                echo "server.$i=$(host_of "zk-$i"):$(port $((28880 + i))):$(port $((38880 + i)))"
+                echo "server.$i=$(host_of "zk-$i"):$(port $((28880 + i))):$(port $((29880 + i)))"
             done
         fi
     } >"$dir/zoo.cfg"
