@@ -128,6 +128,9 @@ async fn create(sessions: &Sessions, session: &Session, lease: &Lease, key: &str
     for parent in &parents[..parents.len() - 1] {
         match sessions.bounded(session.client.create(parent, &[], &options)).await {
             Ok(_) | Err(zk::Error::NodeExists) => {}
+            // ZooKeeper checks CREATE on the parent's parent before it looks whether the parent
+            // exists: one that exists under a node this identity may only read answers NoAuth.
+            Err(zk::Error::NoAuth) if exists(sessions, session, parent).await? => {}
             Err(e) => return Err(to_lock_error("creating a guarded key's parent", e)),
         }
     }
@@ -135,6 +138,14 @@ async fn create(sessions: &Sessions, session: &Session, lease: &Lease, key: &str
         Outcome::Done => Ok(true),
         Outcome::Failed(zk::Error::NodeExists | zk::Error::NoNode) => Ok(false),
         Outcome::Failed(e) => Err(to_lock_error("a guarded create", e)),
+    }
+}
+
+/// Whether `path` exists.
+async fn exists(sessions: &Sessions, session: &Session, path: &str) -> Result<bool> {
+    match sessions.bounded(session.client.check_stat(path)).await {
+        Ok(stat) => Ok(stat.is_some()),
+        Err(e) => Err(to_lock_error("looking for a guarded key's parent", e)),
     }
 }
 

@@ -177,7 +177,12 @@ impl Contender {
                         Err(_) => self.list().await,
                     };
                 }
-                Err(zk::Error::NoNode) => self.create_parents().await?,
+                Err(zk::Error::NoNode) => {
+                    // Refused: no node of ours exists (an earlier try that got no answer was
+                    // looked for, in order, and not found).
+                    self.pending.disarm();
+                    self.create_parents().await?;
+                }
                 Err(e) if is_transient(&e) => {
                     // The create may have happened: look for our protected prefix (Curator's
                     // "protected mode") before creating again.
@@ -187,7 +192,13 @@ impl Contender {
                         return self.list().await;
                     }
                 }
-                Err(e) => return Err(classify(e, "creating the contender node")),
+                Err(e) => {
+                    // Refused (no permission, a bad ACL): nothing of ours to clean up. Left
+                    // armed, the clean-up's own look was refused as well and kept the attempt on
+                    // the session's list for ever, and `shutdown` reported it as not deleted.
+                    self.pending.disarm();
+                    return Err(classify(e, "creating the contender node"));
+                }
             }
         }
         Err(Failure::Restart("could not create the contender node".into()))
@@ -384,7 +395,15 @@ impl Contender {
             .map(|path| client.create(path, &[], &container))
             .collect();
         locksmith_core::metrics::round_trip(); // all creates pipelined
-        for result in futures_join_all(creates).await {
+        let results = futures_join_all(creates).await;
+        // The lock node itself made or there: so are its ancestors, whatever their creates
+        // answered. ZooKeeper checks CREATE on a node's parent before it looks whether the node
+        // exists, so an ancestor that exists under a node this identity may only read (an
+        // operator's `/apps` above the namespace `/apps/billing`) answers NoAuth.
+        if matches!(results.last(), Some(Ok(_) | Err(zk::Error::NodeExists))) {
+            return Ok(());
+        }
+        for result in results {
             match result {
                 Ok(_) | Err(zk::Error::NodeExists) => {}
                 Err(e) if is_transient(&e) => pause(None, &e).await?,
