@@ -26,7 +26,8 @@ pub(crate) fn inspect(dir: &Dir, name: &LockName) -> Result<LockInfo> {
     })
 }
 
-/// The locks of the directory whose names start with `prefix` and that are in use.
+/// The locks of the directory whose names start with `prefix` and that are in use (a state file
+/// that cannot be read is left out, with a warning).
 pub(crate) fn list(dir: &Dir, prefix: &str) -> Result<Vec<ListedLock>> {
     let entries = std::fs::read_dir(&dir.path).map_err(|e| io_error("cannot list", &dir.path, e))?;
     let mut segments = Vec::new();
@@ -35,8 +36,12 @@ pub(crate) fn list(dir: &Dir, prefix: &str) -> Result<Vec<ListedLock>> {
         let Some(stem) = file_name.to_str().and_then(stem_of_state_file) else {
             continue;
         };
-        if let Some(state) = dir.read_stem(stem)? {
-            segments.push((state.segment, state.entries.len()));
+        // One file that cannot be read (emptied by hand, from another program) is left out, not
+        // the whole listing: its own lock's calls name it and say what to do.
+        match dir.read_stem(stem) {
+            Ok(Some(state)) => segments.push((state.segment, state.entries.len())),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "file: list leaves out a state file it cannot read"),
         }
     }
     Ok(ListedLock::from_segments(

@@ -304,3 +304,31 @@ async fn a_fencing_counter_without_room_is_refused() {
     let message = format!("{refused:?}");
     assert!(refused.is_err() && message.contains("no room"), "{message}");
 }
+
+/// Bug: one state file that could not be read (emptied by hand, by another program) failed
+/// `list` for the whole directory. It is left out now, and the other locks are listed; its own
+/// lock's calls still refuse it with what to do.
+#[tokio::test]
+async fn list_leaves_out_a_state_file_it_cannot_read() {
+    let h = FileHarness::new();
+    let locker = h.locker().await;
+    let (good, bad) = ("listing/good", "listing/bad");
+    let held = locker.lock(good).acquire().await.expect("acquire");
+    locker
+        .lock(bad)
+        .acquire()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    let path = h
+        .look
+        .state_path(locksmith_core::Family::Mutex, &LockName::new(bad).unwrap());
+    std::fs::write(&path, b"").expect("empty the state file");
+    let listed = locker.list("listing/").await.expect("list");
+    assert!(listed.iter().any(|l| l.name == good), "{listed:?}");
+    let refused = format!("{:?}", locker.lock(bad).try_acquire().await);
+    assert!(refused.contains("not a locksmith state file"), "{refused}");
+    held.release().await.expect("release");
+}
