@@ -158,16 +158,52 @@ impl Drop for Pending {
             return;
         }
         let (conn, segment, id) = (self.conn.clone(), self.segment.clone(), self.id.clone());
+        // One try, which the dropped call waits for (within a bound); the tries again run in a
+        // task of their own, which only `Locker::shutdown` waits for.
         let spawned = cleanup::spawn(async move {
-            let left = conn.step(&segment, Op::Leave(id), Duration::ZERO).await;
+            let left = conn.step(&segment, Op::Leave(id.clone()), Duration::ZERO).await;
             if let Err(e) = left {
-                tracing::warn!(lock = %segment, error = %e,
-                    "postgres: could not remove a queue entry; it goes when its locker stops beating");
+                tracing::debug!(lock = %segment, error = %e, "postgres: could not remove a queue entry; trying again");
+                cleanup::spawn(leave_again(conn, segment, id));
             }
         });
         if !spawned {
             tracing::warn!(lock = %self.segment,
                 "postgres: no runtime to remove a queue entry; it goes when its locker stops beating");
+        }
+    }
+}
+
+/// The longest pause between two tries of a cancelled acquire's removal.
+const MAX_LEAVE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long a cancelled acquire's removal is tried again: past it, what is left goes when its
+/// locker stops beating (its shutdown removes it, or its owner row expires).
+const LEAVE_AGAIN_FOR: Duration = Duration::from_secs(120);
+
+/// Removes entry `id` of lock `segment` again, with a backoff from 50 ms to
+/// [`MAX_LEAVE_BACKOFF`], until a step answers (for [`LEAVE_AGAIN_FOR`] at most, and not after
+/// the locker's shutdown, whose own statement removes every entry of the locker). Tried once, a
+/// removal cut off by an outage left the entry queued while its locker went on beating: the lock
+/// was granted to it later and held by nobody for its whole TTL.
+async fn leave_again(conn: Arc<Conn>, segment: String, id: String) {
+    let give_up = tokio::time::Instant::now() + LEAVE_AGAIN_FOR;
+    let mut backoff = Duration::from_millis(50);
+    for tries in 1u32.. {
+        if tokio::time::Instant::now() + backoff >= give_up {
+            tracing::warn!(lock = %segment, tries,
+                "postgres: could not remove a queue entry; it goes when its locker stops beating");
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_LEAVE_BACKOFF);
+        match conn.step(&segment, Op::Leave(id.clone()), Duration::ZERO).await {
+            Ok(_) => {
+                tracing::debug!(lock = %segment, tries, "postgres: removed a cancelled acquire's entry, tried again");
+                return;
+            }
+            Err(LockError::Closed) => return,
+            Err(e) => tracing::debug!(lock = %segment, error = %e, "postgres: removing a queue entry failed again"),
         }
     }
 }

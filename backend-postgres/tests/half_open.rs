@@ -162,3 +162,55 @@ async fn steps_go_on_after_an_observer_read_on_a_silent_connection() {
     locker.shutdown().await.unwrap();
     direct.shutdown().await.unwrap();
 }
+
+/// Bug: the removal of a cancelled acquire's entry was tried once. Cut off by an outage, it left
+/// the entry queued while its locker's owner row lived (a join beats for the entry's TTL): the
+/// next release granted the lock to the entry, which nobody renewed or released, and the lock
+/// stayed taken for that whole TTL. Now the removal is tried again until the server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_cut_off_by_an_outage_leaves_nothing() {
+    let (direct, proxy, url) = setup().await;
+    let name = unique_name("leftover");
+    let holder = direct.lock(&name).ttl(TTL).acquire().await.unwrap();
+    let locker = locksmith_postgres::connect(&url).await.unwrap();
+    let waiter = {
+        let (locker, name) = (locker.clone(), name.clone());
+        tokio::spawn(async move {
+            let attempt = locker
+                .lock(&name)
+                .ttl(Duration::from_secs(30))
+                .timeout(Duration::from_secs(2));
+            attempt.acquire().await
+        })
+    };
+    within(Duration::from_secs(5), "the waiter in line", async {
+        while direct.inspect(&name).await.unwrap().waiters < 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // The waiter's deadline and its removal's first try fall in the outage.
+    proxy.set(Mode::Cut);
+    let ended = within(Duration::from_secs(10), "the waiter's acquire ends", waiter).await;
+    assert!(ended.unwrap().is_err(), "the waiter acquired during the outage");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.set(Mode::Forward);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    holder.release().await.unwrap();
+    let freed = within(
+        Duration::from_secs(5),
+        "the lock free after its holder released",
+        async {
+            loop {
+                if let Some(guard) = direct.lock(&name).ttl(TTL).try_acquire().await.unwrap() {
+                    return guard;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        },
+    )
+    .await;
+    freed.release().await.unwrap();
+    locker.shutdown().await.unwrap();
+    direct.shutdown().await.unwrap();
+}
