@@ -36,7 +36,7 @@
 //! | `layout` | `default` | `default` or `plain` (see below) |
 //! | `connect_timeout` | `3s` | connecting; an unreachable server is [`locksmith_core::LockError::Unavailable`] after this |
 //! | `response_timeout` | `3s` | one command (no command of this backend blocks on the server, so this is not a wait limit) |
-//! | `waiter_ttl` | `10s` | a queue entry whose waiter stopped refreshing it for this long is skipped; waiters refresh every third of it |
+//! | `waiter_ttl` | `10s` | a queue entry whose waiter stopped refreshing it for this long is skipped; waiters refresh every third of it. Give every client of a lock the same: a waiter's steps bound the others' entries by its own, so a client with a much shorter one drops the others' entries as dead and they queue again at the tail (FIFO is kept only among equal settings) |
 //! | `fence_floor` | `time` | `time`, `none` or a number: a lower bound for fencing tokens (see "After data loss") |
 //! | `poller_gap` | none | plain layout: leave the lock free this long for clients that poll, once locksmith clients have passed it among themselves for `max_pass_over` (see "The plain layout") |
 //! | `max_pass_over` | `1s` | plain layout with `poller_gap`: how long locksmith clients may hand the lock to each other before such a gap |
@@ -328,6 +328,14 @@
 //!   created; the next grant starts it again at the clock). `fence_floor=none` gives small
 //!   consecutive tokens that start over after data loss; `fence_floor=N` is a fixed floor to raise
 //!   by hand after an incident.
+//!
+//! **A restart that loses only the newest writes** — a crash of a server that persists with RDB
+//! save points (Redis's default) or AOF `appendfsync everysec`, then reloads a snapshot older
+//! than the last grant — keeps the lock's fencing counter but not its holder: the counter says
+//! the data survived, and the lock is granted at once although its last holder may still believe
+//! it holds until its next renewal. Tokens still grow (the time floor), so a resource that checks
+//! fencing tokens refuses the old holder; mutual exclusion alone is not promised across such a
+//! crash. For it, persist every write (`appendfsync always`) or check tokens.
 //!
 //! What stays uncovered: a failover to a replica that had not received the latest writes, unless
 //! `min_replicas` is set (see "Replica confirmation"); data lost to eviction

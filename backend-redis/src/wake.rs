@@ -136,13 +136,18 @@ impl Notifier {
                     e,
                 ))
             }
-            Err(_) => Err(LockError::Unavailable {
-                message: format!(
-                    "subscribing on redis at {}: no answer within {:?}",
-                    self.addr, self.response_timeout
-                ),
-                source: None,
-            }),
+            Err(_) => {
+                // A connection that went silent: the next subscription opens a new one (and the
+                // command connections are replaced too).
+                conn.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+                Err(LockError::Unavailable {
+                    message: format!(
+                        "subscribing on redis at {}: no answer within {:?}",
+                        self.addr, self.response_timeout
+                    ),
+                    source: None,
+                })
+            }
         }
     }
 
@@ -165,6 +170,7 @@ impl Notifier {
         };
         let (senders, closed, addr) = (conn.senders.clone(), conn.closed.clone(), self.addr.clone());
         let (stop, mut stopped) = oneshot::channel::<()>();
+        let mut probe = Probe::new(conn.sink.clone(), self.response_timeout);
         tokio::spawn(async move {
             loop {
                 let msg = tokio::select! {
@@ -172,6 +178,13 @@ impl Notifier {
                     _ = &mut stopped => break, // the backend is gone: dropping the stream closes the connection
                     _ = moves.changed() => {
                         tracing::debug!(%addr, "the redis master moved; waiters will subscribe on the new one");
+                        break;
+                    }
+                    answered = probe.due(!lock(&senders).is_empty()) => {
+                        if answered {
+                            continue;
+                        }
+                        tracing::debug!(%addr, "the redis pub/sub connection did not answer a PING; waiters will subscribe again");
                         break;
                     }
                 };
@@ -272,6 +285,40 @@ impl Drop for Subscription {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The pub/sub connection's own check: a `PING` every response timeout while someone listens.
+/// The connection only receives, so one that went silent without closing (a flow a NAT or
+/// firewall dropped: an idle pub/sub flow is the likeliest to be) would otherwise leave its
+/// waiters without their wake-ups until their heartbeat steps, and a new `SUBSCRIBE` would be
+/// the first to notice. Unanswered within the response timeout, the connection is given up
+/// and its waiters subscribe again on a new one.
+struct Probe {
+    sink: PubSubSink,
+    every: Duration,
+    next: tokio::time::Instant,
+}
+
+impl Probe {
+    fn new(sink: PubSubSink, every: Duration) -> Probe {
+        Probe {
+            sink,
+            every,
+            next: tokio::time::Instant::now() + every,
+        }
+    }
+
+    /// Waits until the next probe is due, sends it if `listening` (else only moves the time
+    /// on), and says whether the connection answered within the response timeout.
+    async fn due(&mut self, listening: bool) -> bool {
+        tokio::time::sleep_until(self.next).await;
+        self.next = tokio::time::Instant::now() + self.every;
+        if !listening {
+            return true;
+        }
+        let ping = self.sink.ping::<redis::Value>();
+        matches!(tokio::time::timeout(self.every, ping).await, Ok(Ok(_)))
+    }
 }
 
 #[cfg(test)]

@@ -16,12 +16,7 @@ use locksmith_core::LockError;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_acquire_whose_leave_failed_leaves_once_the_server_answers() {
     let direct = common::redis_url();
-    let upstream = direct
-        .strip_prefix("redis://")
-        .and_then(|rest| rest.split(['/', '?']).next())
-        .expect("a redis://host:port URL")
-        .to_owned();
-    let proxy = Proxy::start(&upstream).await;
+    let proxy = Proxy::start(&common::redis_upstream()).await;
     let through = format!("redis://{}?response_timeout=300ms", proxy.addr());
     let name = unique_name("leave_retried");
     let (holder, other) = (common::locker(&direct).await, common::locker(&direct).await);

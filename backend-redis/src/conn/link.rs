@@ -1,7 +1,8 @@
 //! How a [`crate::conn::node::Node`] reaches its server, in each topology:
 //!
 //! - **Fixed**: one server at one address (a single server, or one master of a quorum), over one
-//!   auto-reconnecting multiplexed connection.
+//!   auto-reconnecting multiplexed connection, replaced by a new one when a request on it got no
+//!   answer in time (see [`Link::failed`]).
 //! - **Sentinel**: the master that a set of sentinels names (`SENTINEL get-master-addr-by-name`,
 //!   then `ROLE` on the server to check it is a master). When a request fails in a way a failover
 //!   causes (the connection refused or dropped, no answer, `READONLY` from a master demoted to
@@ -119,9 +120,9 @@ pub(crate) struct Link {
 
 enum Way {
     /// One server at a fixed address.
-    Fixed(Server),
-    /// The master the sentinels name.
-    Sentinel(SentinelLink),
+    Fixed(FixedLink),
+    /// The master the sentinels name (boxed: the largest by far).
+    Sentinel(Box<SentinelLink>),
     /// A Redis Cluster.
     Cluster(ClusterLink),
 }
@@ -134,6 +135,8 @@ struct Server {
     conn: ConnectionManager,
     /// For the requests that `WAIT` for replicas (made on first use).
     confirm: ConnectionManager,
+    /// When these connections were made (see [`Server::fresh`]).
+    made: Instant,
 }
 
 impl Server {
@@ -143,7 +146,34 @@ impl Server {
             conn: ConnectionManager::new_lazy_with_config(client.clone(), manager.clone())?,
             confirm: ConnectionManager::new_lazy_with_config(client.clone(), manager.clone())?,
             client,
+            made: Instant::now(),
         })
+    }
+
+    /// New connections to the same server, in place of these when a request sent on them at
+    /// `sent` got no answer: a connection that went silent without closing (a flow a NAT or
+    /// firewall dropped) is never reconnected by the client, which only reconnects a connection
+    /// that failed, and every later request would wait on it for its timeout. `None` when these
+    /// were made after `sent`: the request went over connections already replaced (the requests
+    /// in flight on a silent connection replace it once, not one after another).
+    fn fresh(&self, manager: &ConnectionManagerConfig, sent: Instant) -> Option<Server> {
+        if self.made > sent {
+            return None;
+        }
+        tracing::debug!(addr = %self.addr, "a redis request got no answer; opening new connections");
+        Server::new(self.addr.clone(), self.client.clone(), manager).ok()
+    }
+}
+
+/// The fixed topology's state.
+struct FixedLink {
+    current: RwLock<Server>,
+    manager: ConnectionManagerConfig,
+}
+
+impl FixedLink {
+    fn server(&self) -> Server {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -181,7 +211,10 @@ impl Link {
         let way = match &config.topology {
             Topology::Servers => {
                 let client = client_for(config, &config.node_urls[i])?;
-                Way::Fixed(Server::new(config.addrs[i].clone(), client, &manager)?)
+                Way::Fixed(FixedLink {
+                    current: RwLock::new(Server::new(config.addrs[i].clone(), client, &manager)?),
+                    manager,
+                })
             }
             Topology::Sentinel { sentinels, master } => {
                 let addrs: Vec<ConnectionAddr> = sentinels
@@ -197,14 +230,14 @@ impl Link {
                     builder = builder.set_client_to_redis_password(password);
                 }
                 builder = with_sentinel_tls(builder, config)?;
-                Way::Sentinel(SentinelLink {
+                Way::Sentinel(Box::new(SentinelLink {
                     sentinel: tokio::sync::Mutex::new(builder.build()?),
                     manager,
                     ask_timeout: config.connect_timeout + config.response_timeout,
                     current: RwLock::new(None),
                     stale: AtomicBool::new(false),
                     last_asked: Mutex::new(None),
-                })
+                }))
             }
             Topology::Cluster { seeds } => {
                 let scheme = if config.tls.is_some() { "rediss" } else { "redis" };
@@ -245,7 +278,7 @@ impl Link {
     /// asking the sentinels first if a failure asked for it).
     pub(crate) async fn conn(&self) -> RedisResult<Conn> {
         match &self.way {
-            Way::Fixed(s) => Ok(Conn::Server(s.conn.clone())),
+            Way::Fixed(f) => Ok(Conn::Server(f.server().conn)),
             Way::Sentinel(s) => Ok(Conn::Server(Box::pin(s.master(&self.moved)).await?.conn)),
             Way::Cluster(c) => Ok(Conn::Cluster(Box::pin(c.connection(&c.conn)).await?)),
         }
@@ -254,7 +287,7 @@ impl Link {
     /// The connection for requests whose writes are then confirmed with `WAIT`.
     pub(crate) async fn confirm_conn(&self) -> RedisResult<Conn> {
         match &self.way {
-            Way::Fixed(s) => Ok(Conn::Server(s.confirm.clone())),
+            Way::Fixed(f) => Ok(Conn::Server(f.server().confirm)),
             Way::Sentinel(s) => Ok(Conn::Server(Box::pin(s.master(&self.moved)).await?.confirm)),
             Way::Cluster(c) => Ok(Conn::Cluster(Box::pin(c.connection(&c.confirm)).await?)),
         }
@@ -263,7 +296,7 @@ impl Link {
     /// The clients the pub/sub side may connect to, in order of preference.
     pub(crate) async fn pubsub_clients(&self) -> RedisResult<Vec<Client>> {
         match &self.way {
-            Way::Fixed(s) => Ok(vec![s.client.clone()]),
+            Way::Fixed(f) => Ok(vec![f.server().client]),
             Way::Sentinel(s) => Ok(vec![Box::pin(s.master(&self.moved)).await?.client]),
             Way::Cluster(c) => Ok(c.seeds.clone()),
         }
@@ -278,7 +311,7 @@ impl Link {
     /// The address to name in messages: the server's, the current master's, or the cluster's.
     pub(crate) fn describe(&self, fallback: &str) -> String {
         match &self.way {
-            Way::Fixed(s) => s.addr.clone(),
+            Way::Fixed(f) => f.server().addr,
             Way::Sentinel(s) => match s.current.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
                 Some(m) => format!("{fallback} ({})", m.addr),
                 None => fallback.to_owned(),
@@ -287,8 +320,16 @@ impl Link {
         }
     }
 
-    /// A request on this link failed with `e` (`None`: it got no answer in time). After a failover
-    /// the sentinels are asked again; on a cluster, the slot owners are read again.
+    /// A request on this link, sent at `sent`, got no answer in time (the caller's deadline or
+    /// the client's response timeout): the server's connections are replaced
+    /// ([`Server::fresh`]). The pub/sub connection probes itself (`crate::wake`).
+    pub(crate) fn unanswered(&self, sent: Instant) {
+        self.replace_silent(sent);
+    }
+
+    /// A request on this link failed with `e` (`None`: it got no answer in time, or a failover
+    /// is suspected). After a failover the sentinels are asked again; on a cluster, the slot
+    /// owners are read again.
     pub(crate) fn failed(&self, e: Option<&RedisError>) {
         let moved = e.is_none_or(|e| {
             e.is_io_error()
@@ -307,6 +348,27 @@ impl Link {
             Way::Fixed(_) => {}
             Way::Sentinel(s) => s.stale.store(true, Ordering::SeqCst),
             Way::Cluster(c) => *c.slots.write().unwrap_or_else(|e| e.into_inner()) = None,
+        }
+    }
+
+    /// Replaces the server's connections after a request sent at `sent` got no answer (see
+    /// [`Link::unanswered`]); a cluster's connection has a client of its own that finds its
+    /// nodes again.
+    fn replace_silent(&self, sent: Instant) {
+        match &self.way {
+            Way::Fixed(f) => {
+                let mut current = f.current.write().unwrap_or_else(|e| e.into_inner());
+                if let Some(fresh) = current.fresh(&f.manager, sent) {
+                    *current = fresh;
+                }
+            }
+            Way::Sentinel(s) => {
+                let mut current = s.current.write().unwrap_or_else(|e| e.into_inner());
+                if let Some(fresh) = current.as_ref().and_then(|m| m.fresh(&s.manager, sent)) {
+                    *current = Some(fresh);
+                }
+            }
+            Way::Cluster(_) => {}
         }
     }
 

@@ -329,6 +329,7 @@ impl Node {
         let mut resent = false;
         loop {
             locksmith_core::metrics::round_trip();
+            let sent = Instant::now();
             match tokio::time::timeout_at(deadline, call()).await {
                 Ok(Ok(v)) => return Ok((v, resent)),
                 Ok(Err(e)) if !resent && e.is_connection_dropped() => {
@@ -337,10 +338,14 @@ impl Node {
                     tracing::debug!(addr = %self.addr, error = %e, what, "redis connection dropped; sending again");
                 }
                 Ok(Err(e)) => {
+                    if e.is_timeout() {
+                        self.link.unanswered(sent);
+                    }
                     self.link.failed(Some(&e));
                     return Err(map_error(e, what, &self.link.describe(&self.addr)));
                 }
                 Err(_) => {
+                    self.link.unanswered(sent);
                     self.link.failed(None);
                     return Err(LockError::Unavailable {
                         message: format!(

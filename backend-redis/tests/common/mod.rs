@@ -17,6 +17,15 @@ pub fn redis_url() -> String {
     env_url("LOCKSMITH_TEST_REDIS")
 }
 
+/// The `host:port` of [`redis_url`] (for a proxy in front of it).
+pub fn redis_upstream() -> String {
+    redis_url()
+        .strip_prefix("redis://")
+        .and_then(|rest| rest.split(['/', '?']).next())
+        .expect("a redis://host:port URL")
+        .to_owned()
+}
+
 /// The three independent masters (`LOCKSMITH_TEST_REDIS_QUORUM`), as single-host URLs.
 pub fn quorum_hosts() -> Vec<String> {
     let url = env_url("LOCKSMITH_TEST_REDIS_QUORUM");
