@@ -2,7 +2,7 @@
 //! replaced whole), with the entries of the dead left out.
 
 use locksmith_core::driver::LockName;
-use locksmith_core::{Family, HolderInfo, ListedLock, LockInfo, Result};
+use locksmith_core::{Family, HolderInfo, ListedLock, LockError, LockInfo, Result};
 
 use crate::conn::Dir;
 use crate::error::io_error;
@@ -26,8 +26,8 @@ pub(crate) fn inspect(dir: &Dir, name: &LockName) -> Result<LockInfo> {
     })
 }
 
-/// The locks of the directory whose names start with `prefix` and that are in use (a state file
-/// that cannot be read is left out, with a warning).
+/// The locks of the directory whose names start with `prefix` and that are in use (a file that
+/// is not a state file is left out, with a warning).
 pub(crate) fn list(dir: &Dir, prefix: &str) -> Result<Vec<ListedLock>> {
     let entries = std::fs::read_dir(&dir.path).map_err(|e| io_error("cannot list", &dir.path, e))?;
     let mut segments = Vec::new();
@@ -36,12 +36,16 @@ pub(crate) fn list(dir: &Dir, prefix: &str) -> Result<Vec<ListedLock>> {
         let Some(stem) = file_name.to_str().and_then(stem_of_state_file) else {
             continue;
         };
-        // One file that cannot be read (emptied by hand, from another program) is left out, not
-        // the whole listing: its own lock's calls name it and say what to do.
+        // One file that is not a state file (emptied by hand, written by another program) is
+        // left out, not the whole listing: its own lock's calls name it and say what to do. A
+        // failure to read (I/O) still fails the listing.
         match dir.read_stem(stem) {
             Ok(Some(state)) => segments.push((state.segment, state.entries.len())),
             Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "file: list leaves out a state file it cannot read"),
+            Err(LockError::Protocol(e)) => {
+                tracing::warn!(error = %e, "file: list leaves out a state file it cannot read")
+            }
+            Err(e) => return Err(e),
         }
     }
     Ok(ListedLock::from_segments(

@@ -519,7 +519,10 @@ fn promises(out: &mut String, r: &Report) {
          through a server failure.\n\
          - **Redis, one server**: a restart without persistence loses the lock; locksmith then grants \
          nothing for `restart_delay` so the old holder is told first, and tokens keep growing. Safe \
-         with fencing, at the price of that pause after every restart.\n\
+         with fencing, at the price of that pause after every restart. A crash that reloads a \
+         snapshot older than the last grant (RDB save points, AOF `everysec`) keeps the lock's \
+         counter, and the lock is granted at once: only fencing covers that (or `appendfsync \
+         always`).\n\
          - **Redis, a quorum of independent masters** (Redlock): survives a minority of masters going \
          down or restarting (a restarted master grants nothing for `restart_delay`); it counts on \
          clocks and on no process pausing past its lease, so use fencing.\n"
