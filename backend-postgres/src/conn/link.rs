@@ -89,6 +89,44 @@ impl Link {
     }
 }
 
+impl Link {
+    /// Runs the read `sql` as [`Link::query_within`] does, except that a read whose future is
+    /// dropped keeps the connection (the connection's task reads its answer and drops it): for
+    /// reads that callers give up on routinely (a waiter granted during its sweep, `inspect`
+    /// under a caller's timeout), where dropping the connection each time would open a new one
+    /// for every such read. One that got no answer within the request timeout drops it.
+    pub async fn read_within(
+        &self,
+        config: &Config,
+        what: &'static str,
+        doing: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let limit = config.request_timeout;
+        let mut guard = self.client(config).await?;
+        let answer = {
+            let client = guard.as_ref().ok_or(LockError::Closed)?;
+            let run = async {
+                let statement = self.statements.get(client, sql).await?;
+                client.query(&statement, params).await
+            };
+            tokio::time::timeout(limit, run).await
+        };
+        match answer {
+            Ok(rows) => rows.map_err(|e| pg_error(doing, e)),
+            Err(_) => {
+                tracing::debug!(
+                    request = what,
+                    "postgres: a read got no answer; dropping its connection"
+                );
+                *guard = None;
+                Err(timeout(what, limit))
+            }
+        }
+    }
+}
+
 /// One request on a [`Link`]'s connection ([`Link::request`]): drops the connection when
 /// dropped before it was answered.
 #[derive(Debug)]

@@ -113,7 +113,8 @@ impl Conn {
     /// Runs the read `sql` on the steps' connection, within the request timeout: its rows. One
     /// that got no answer drops the connection, as a step does: a connection that went silent
     /// (a flow a NAT dropped) would otherwise hold every later step of this locker up behind the
-    /// read (an election's observer reads on its own, with nobody to time it out).
+    /// read (an election's observer reads on its own, with nobody to time it out). A read whose
+    /// caller gave up keeps it ([`Link::read_within`]).
     pub async fn read(
         &self,
         what: &'static str,
@@ -122,7 +123,7 @@ impl Conn {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>> {
         self.check_open()?;
-        self.steps.query_within(&self.config, what, doing, sql, params).await
+        self.steps.read_within(&self.config, what, doing, sql, params).await
     }
 
     /// Keeps this locker's waiters alive for a waiter whose lease is `ttl`: beats (at most one
