@@ -200,9 +200,9 @@ impl ConnectOptions {
 ///
 /// # Errors
 ///
-/// [`LockError::InvalidUrl`] for a malformed URL, an unknown scheme, or a backend whose Cargo
-/// feature is not enabled (the message names the feature); [`LockError::InvalidOption`] for an
-/// option the backend does not know or a bad value; [`LockError::Unavailable`] when the servers
+/// [`LockError::InvalidUrl`] for a malformed URL, an unknown scheme, an option the backend does
+/// not know or a bad value of one (a TTL out of range included), or a backend whose Cargo
+/// feature is not enabled (the message names the feature); [`LockError::Unavailable`] when the servers
 /// cannot be reached within the connect timeout; [`LockError::Denied`] when they refuse the
 /// credentials.
 ///

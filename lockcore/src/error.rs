@@ -29,12 +29,13 @@ pub enum LockError {
     #[error("invalid lock name: {0}")]
     InvalidName(String),
 
-    /// An option is out of range: a zero or absurd TTL, a zero `max_hold`, a bad URL parameter.
+    /// An option given in code is out of range: a zero or absurd TTL, a zero `max_hold`. (A bad
+    /// URL parameter is [`LockError::InvalidUrl`].)
     #[error("invalid option: {0}")]
     InvalidOption(String),
 
-    /// The backend URL cannot be used: malformed, unknown scheme, or a backend whose Cargo feature
-    /// is not compiled in.
+    /// The backend URL cannot be used: malformed, unknown scheme, an option the backend does not
+    /// know or a bad value of one, or a backend whose Cargo feature is not compiled in.
     #[error("invalid backend URL {url:?}: {reason}")]
     InvalidUrl {
         /// The URL as given, with its password (if any) replaced by `***`.

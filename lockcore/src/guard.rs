@@ -89,7 +89,9 @@ impl LockGuard {
     /// A future that resolves when the lock is lost: renewal failed for longer than the lease
     /// (minus a safety margin, so it fires *before* the server can hand the lock to someone else),
     /// the backend reports the lease gone, or `max_hold` passed. It never resolves while the lock
-    /// is held. The future does not borrow the guard, so it can be raced against the guarded work:
+    /// is held, nor after the guard was released or dropped (nothing was lost then): race it
+    /// against the work rather than wait on it alone. The future does not borrow the guard, so it
+    /// can be raced against the guarded work:
     ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade

@@ -94,6 +94,9 @@ impl TokenRegister {
     pub(crate) fn new(locker: Locker, name: &str) -> Result<TokenRegister> {
         LockName::new(name)?;
         let lock = LockName::new(&format!("{REGISTER_LOCK_PREFIX}{name}"))?;
+        // The key that holds the value, too: a name whose key is too long for the store would
+        // make every admission fail.
+        locker.backend().data_key(Family::Mutex, &lock, VALUE_SUFFIX)?;
         Ok(TokenRegister {
             locker,
             lock,

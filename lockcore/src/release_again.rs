@@ -79,7 +79,7 @@ impl Retry {
             }
             let shut_down = tokio::select! {
                 () = tokio::time::sleep(pause) => false,
-                _ = self.closed.wait_for(|c| *c) => true,
+                () = until_shut_down(&mut self.closed) => true,
             };
             if shut_down {
                 break None;
@@ -97,5 +97,14 @@ impl Retry {
             Some(Err(e)) => tracing::debug!(%lock, tries, error = %e, "released again: not held any more"),
             None => tracing::debug!(%lock, tries, "no answer to the release; the lock expires with its TTL"),
         }
+    }
+}
+
+/// Resolves when the locker is shut down. A locker dropped without `shutdown` (its last handle
+/// gone, as when a guard held the only one) is not shut down: the release goes on being tried
+/// (the retry holds the backend), as the one that got no answer still holds the lock.
+async fn until_shut_down(closed: &mut watch::Receiver<bool>) {
+    if closed.wait_for(|c| *c).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+mod support;
+
 use locksmith_core::conformance::Harness;
 use locksmith_core::driver::{async_trait, LockBackend, LockName};
 use locksmith_core::{Dual, Family, LockError, Locker, MemoryBackend};
@@ -186,56 +188,13 @@ async fn the_first_lock_is_renewed_while_the_second_is_awaited() {
     guard.release().await.unwrap();
 }
 
-/// A memory backend whose next release answers `Unavailable` without releasing (a server that
-/// did not answer).
-#[derive(Debug)]
-struct FirstReleaseUnanswered {
-    inner: MemoryBackend,
-    fail_next: std::sync::atomic::AtomicBool,
-}
-
-#[async_trait]
-impl LockBackend for FirstReleaseUnanswered {
-    fn kind(&self) -> &'static str {
-        "mem"
-    }
-    async fn try_acquire(
-        &self,
-        req: &locksmith_core::driver::LockRequest,
-    ) -> locksmith_core::Result<Option<locksmith_core::driver::Lease>> {
-        self.inner.try_acquire(req).await
-    }
-    async fn acquire(
-        &self,
-        req: &locksmith_core::driver::LockRequest,
-        deadline: Option<tokio::time::Instant>,
-    ) -> locksmith_core::Result<locksmith_core::driver::Lease> {
-        self.inner.acquire(req, deadline).await
-    }
-    async fn release(&self, lease: &locksmith_core::driver::Lease) -> locksmith_core::Result<()> {
-        if self.fail_next.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            return Err(LockError::Unavailable {
-                message: "no answer (test)".into(),
-                source: None,
-            });
-        }
-        self.inner.release(lease).await
-    }
-    async fn renew_many(&self, leases: &[locksmith_core::driver::Lease]) -> Vec<locksmith_core::Result<()>> {
-        self.inner.renew_many(leases).await
-    }
-    async fn inspect(&self, name: &LockName) -> locksmith_core::Result<locksmith_core::LockInfo> {
-        self.inner.inspect(name).await
-    }
-}
-
 /// A dual release whose old half got no answer is tried again in the background, and that try
 /// releases the old half: it used to find the pair already forgotten, answer "not held", and
 /// leave the old lock held for its TTL.
 #[tokio::test]
 async fn a_dual_release_without_an_answer_is_tried_again() {
     let h = harness();
-    let flaky = FirstReleaseUnanswered {
+    let flaky = support::FirstReleaseUnanswered {
         inner: h.old.clone(),
         fail_next: false.into(),
     };

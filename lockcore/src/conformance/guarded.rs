@@ -301,6 +301,18 @@ pub async fn token_register_admits_in_order(h: &impl Harness) {
     assert!(matches!(locker.token_register(""), Err(LockError::InvalidName(_))));
     let huge = "x".repeat(crate::MAX_NAME_LEN);
     assert!(matches!(locker.token_register(&huge), Err(LockError::InvalidName(_))));
+    // A name whose register key would be too long for the store: refused now, not by every
+    // admission later (a register accepted here must work).
+    for len in [900, 1000, 1005] {
+        match locker.token_register(&"y".repeat(len)) {
+            Err(LockError::InvalidName(_)) => {}
+            Ok(register) => {
+                let admitted = register.admit(1).await.expect("a register that was accepted admits");
+                assert!(matches!(admitted, Admitted { .. }), "{admitted:?}");
+            }
+            Err(e) => panic!("a register name of {len} bytes: {e:?}"),
+        }
+    }
 }
 
 /// Admissions from three clients at once, 30 tokens shuffled: the register ends on the highest,
