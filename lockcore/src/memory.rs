@@ -41,6 +41,8 @@ struct Store {
     state: Mutex<State>,
     /// Notified on every change of any lock: what election observers wait on.
     changed: Arc<Notify>,
+    /// How many times a waiter looked at its lock ([`MemoryBackend::turns_taken`]).
+    turns: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -95,6 +97,14 @@ impl MemoryBackend {
     /// A new, empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// How many times, in this store, a waiting `acquire` has looked at its lock (its first
+    /// look, and each time it was woken or its timer ran out): what a release costs the
+    /// waiters, which tests and benchmarks read (a release wakes the waiters it lets in, and
+    /// the first one still waiting, not the whole queue).
+    pub fn turns_taken(&self) -> u64 {
+        self.store.turns.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A [`Locker`] over the store a `mem://` or `mem://NAME` URL names (see
@@ -173,6 +183,7 @@ impl MemoryBackend {
 
     /// Looks at the lock on behalf of entry `id`: takes it if the entry now holds.
     fn take_turn(&self, req: &LockRequest, key: &str, id: u64) -> Result<Turn> {
+        self.store.turns.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let now = Instant::now();
         let mut state = self.store.lock();
         self.store.expire(&mut state, key, now);
@@ -282,12 +293,21 @@ impl Store {
         }
     }
 
-    /// After a change of lock `key`: wakes its waiters and the observers, and forgets the lock
-    /// once it is empty.
+    /// After a change of lock `key`: wakes the waiters whose turn may have come and the
+    /// observers, and forgets the lock once it is empty.
+    ///
+    /// The waiters woken are those that hold now by the queue rule, and the first one that still
+    /// waits (it keeps the timer of the holders' expiry). No later waiter can hold before that
+    /// one does (arrival order), so it is woken by a later change: a release wakes a few waiters,
+    /// not the whole queue (each woken waiter looks at the whole queue under the store's lock).
     fn changed_locked(&self, state: &mut State, key: &str) {
         if let Some(entries) = state.locks.get(key) {
-            for e in entries.iter().filter(|e| e.grant.is_none()) {
+            let roles: Vec<Role> = entries.iter().map(|e| e.role).collect();
+            for (i, e) in entries.iter().enumerate().filter(|(_, e)| e.grant.is_none()) {
                 e.wake.notify_one();
+                if !matches!(standing(&roles, i), Ok(Standing::Holds)) {
+                    break;
+                }
             }
             if entries.is_empty() {
                 state.locks.remove(key);

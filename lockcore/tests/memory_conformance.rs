@@ -42,3 +42,36 @@ impl Harness for MemHarness {
 locksmith_core::conformance_tests!(harness());
 locksmith_core::primitive_tests!(harness());
 locksmith_core::guarded_tests!(harness());
+
+/// Bug: every change of a lock woke every waiter of it, and each looked at the whole queue under
+/// the store's one lock: draining N waiters cost O(N²) turns (398 for 50 here). A release now wakes
+/// the waiters it lets in and the first one still waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_few_waiters_not_the_whole_queue() {
+    const WAITERS: u64 = 50;
+    let store = MemoryBackend::new();
+    let locker = Locker::new(store.clone());
+    let held = locker.lock("herd").acquire().await.expect("acquire");
+    let mut tasks = Vec::new();
+    for _ in 0..WAITERS {
+        let locker = locker.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = locker.lock("herd").acquire().await.expect("acquire");
+            guard.release().await.expect("release");
+        }));
+    }
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while (locker.inspect("herd").await.expect("inspect").waiters as u64) < WAITERS {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("every waiter in line");
+    let before = store.turns_taken();
+    held.release().await.expect("release");
+    for task in tasks {
+        task.await.expect("a waiter");
+    }
+    let turns = store.turns_taken() - before;
+    assert!(turns <= 3 * WAITERS, "{turns} turns for {WAITERS} hand-overs");
+}
