@@ -31,7 +31,12 @@
 //!   `CLOCK_BOOTTIME` stamp in the liveness file that every renewal rewrites: one small write
 //!   renews every lock of the locker, however many it holds (10,000 locks with 2 s leases hold in
 //!   the fault suite's soak). A guard that stops renewing while its locker goes on is found by the
-//!   next heartbeat, which removes its entry.
+//!   next heartbeat, which removes its entry. One edge of it: a process stopped *inside* a
+//!   transaction (a few milliseconds with the lock file's `flock` held, a grant's two `fsync`s
+//!   the longest part) holds up every other process's steps on that lock until it continues or
+//!   dies, as no other process can take the `flock` to see that its lease ran out; the other
+//!   locks of the directory are not affected. Their calls end at their deadlines
+//!   (`Unavailable`), and a waiting `acquire` without one waits.
 //! - **Waiters are woken by the kernel** (inotify): a state file renamed into place wakes the
 //!   waiters of that lock, a liveness file closed wakes every waiter; a holder's expiry is a timer.
 //!   Nothing polls. A change costs each process with waiters of that lock one read, whose
