@@ -76,20 +76,25 @@ impl Link {
     ) -> Result<Vec<Row>> {
         let limit = config.request_timeout;
         let request = self.request(config, what).await?;
-        let client = request.client()?;
-        let run = async {
-            let statement = self.statements.get(client, sql).await?;
-            client.query(&statement, params).await
-        };
+        let run = self.query_on(request.client()?, sql, params);
         let rows = tokio::time::timeout(limit, run)
             .await
             .map_err(|_| timeout(what, limit))?;
         request.answered();
         rows.map_err(|e| pg_error(doing, e))
     }
-}
 
-impl Link {
+    /// `sql`, prepared once per connection, run on `client` with `params`.
+    async fn query_on(
+        &self,
+        client: &Client,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.statements.get(client, sql).await?;
+        client.query(&statement, params).await
+    }
+
     /// Runs the read `sql` as [`Link::query_within`] does, except that a read whose future is
     /// dropped keeps the connection (the connection's task reads its answer and drops it): for
     /// reads that callers give up on routinely (a waiter granted during its sweep, `inspect`
@@ -107,11 +112,7 @@ impl Link {
         let mut guard = self.client(config).await?;
         let answer = {
             let client = guard.as_ref().ok_or(LockError::Closed)?;
-            let run = async {
-                let statement = self.statements.get(client, sql).await?;
-                client.query(&statement, params).await
-            };
-            tokio::time::timeout(limit, run).await
+            tokio::time::timeout(limit, self.query_on(client, sql, params)).await
         };
         match answer {
             Ok(rows) => rows.map_err(|e| pg_error(doing, e)),
