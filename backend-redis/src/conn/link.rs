@@ -172,8 +172,9 @@ struct FixedLink {
 }
 
 impl FixedLink {
-    fn server(&self) -> Server {
-        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    /// The current connections (a read of a lock that is written only when they are replaced).
+    fn server(&self) -> std::sync::RwLockReadGuard<'_, Server> {
+        self.current.read().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -278,7 +279,7 @@ impl Link {
     /// asking the sentinels first if a failure asked for it).
     pub(crate) async fn conn(&self) -> RedisResult<Conn> {
         match &self.way {
-            Way::Fixed(f) => Ok(Conn::Server(f.server().conn)),
+            Way::Fixed(f) => Ok(Conn::Server(f.server().conn.clone())),
             Way::Sentinel(s) => Ok(Conn::Server(Box::pin(s.master(&self.moved)).await?.conn)),
             Way::Cluster(c) => Ok(Conn::Cluster(Box::pin(c.connection(&c.conn)).await?)),
         }
@@ -287,7 +288,7 @@ impl Link {
     /// The connection for requests whose writes are then confirmed with `WAIT`.
     pub(crate) async fn confirm_conn(&self) -> RedisResult<Conn> {
         match &self.way {
-            Way::Fixed(f) => Ok(Conn::Server(f.server().confirm)),
+            Way::Fixed(f) => Ok(Conn::Server(f.server().confirm.clone())),
             Way::Sentinel(s) => Ok(Conn::Server(Box::pin(s.master(&self.moved)).await?.confirm)),
             Way::Cluster(c) => Ok(Conn::Cluster(Box::pin(c.connection(&c.confirm)).await?)),
         }
@@ -296,7 +297,7 @@ impl Link {
     /// The clients the pub/sub side may connect to, in order of preference.
     pub(crate) async fn pubsub_clients(&self) -> RedisResult<Vec<Client>> {
         match &self.way {
-            Way::Fixed(f) => Ok(vec![f.server().client]),
+            Way::Fixed(f) => Ok(vec![f.server().client.clone()]),
             Way::Sentinel(s) => Ok(vec![Box::pin(s.master(&self.moved)).await?.client]),
             Way::Cluster(c) => Ok(c.seeds.clone()),
         }
@@ -311,7 +312,7 @@ impl Link {
     /// The address to name in messages: the server's, the current master's, or the cluster's.
     pub(crate) fn describe(&self, fallback: &str) -> String {
         match &self.way {
-            Way::Fixed(f) => f.server().addr,
+            Way::Fixed(f) => f.server().addr.clone(),
             Way::Sentinel(s) => match s.current.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
                 Some(m) => format!("{fallback} ({})", m.addr),
                 None => fallback.to_owned(),
