@@ -28,12 +28,7 @@ async fn backend() -> Arc<EtcdBackend> {
 /// Waits until `locker` sees `n` waiters on `name`, then a little more for the last one's watch
 /// and confirmation.
 async fn until_waiting(locker: &Locker, name: &str, n: usize) {
-    within(Duration::from_secs(10), "the waiters to queue", async {
-        while locker.inspect(name).await.unwrap().waiters < n {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    locksmith_core::conformance::until_waiters(locker, name, n, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 

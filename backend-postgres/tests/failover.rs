@@ -74,12 +74,7 @@ async fn a_promoted_standby_keeps_the_lock_its_queue_and_its_tokens() {
             token
         }
     });
-    within(Duration::from_secs(10), "the waiter to queue", async {
-        while a.inspect(&name).await.unwrap().waiters < 1 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    locksmith_core::conformance::until_waiters(&a, &name, 1, Duration::from_secs(10)).await;
 
     // Killed at once (no shutdown that would flush anything more), the standby promoted.
     let promoted = tokio::task::spawn_blocking(|| backends(&["failover", "postgres-ha"]))

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use locksmith_core::conformance::proxy::{Mode, Proxy};
-use locksmith_core::conformance::{unique_name, within};
+use locksmith_core::conformance::{unique_name, until_waiters, within};
 use locksmith_core::driver::BackendUrl;
 use locksmith_core::{LockGuard, Locker};
 use tokio::time::Instant;
@@ -97,12 +97,7 @@ async fn a_waiter_is_granted_after_its_listen_connection_went_silent() {
             let guard = locker.lock(&lock).ttl(TTL).acquire().await.unwrap();
             guard.release().await.unwrap();
         }));
-        within(Duration::from_secs(5), "a waiter in line", async {
-            while direct.inspect(&name).await.unwrap().waiters < queued {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
+        until_waiters(&direct, &name, queued, Duration::from_secs(5)).await;
     }
     proxy.set(Mode::FreezeExisting);
     // Long enough for the steps and leases connections to be replaced.
@@ -183,12 +178,7 @@ async fn a_cancelled_acquire_cut_off_by_an_outage_leaves_nothing() {
             attempt.acquire().await
         })
     };
-    within(Duration::from_secs(5), "the waiter in line", async {
-        while direct.inspect(&name).await.unwrap().waiters < 1 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until_waiters(&direct, &name, 1, Duration::from_secs(5)).await;
     // The waiter's deadline and its removal's first try fall in the outage.
     proxy.set(Mode::Cut);
     let ended = within(Duration::from_secs(10), "the waiter's acquire ends", waiter).await;

@@ -113,12 +113,7 @@ async fn says(lines: &mut Lines<BufReader<ChildStdout>>, within_secs: u64) -> St
 
 /// Waits until `name` has `n` waiters.
 async fn until_waiters(observer: &Locker, name: &str, n: usize, secs: u64) {
-    within(Duration::from_secs(secs), "the waiters to queue", async {
-        while observer.inspect(name).await.unwrap().waiters < n {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    locksmith_core::conformance::until_waiters(observer, name, n, Duration::from_secs(secs)).await;
 }
 
 /// Only the first waiter of a queue watches the holder's lease; when that waiter's process is

@@ -47,12 +47,7 @@ async fn a_restart_keeps_the_lock_its_queue_and_its_tokens() {
             (guard.fencing_token(), released.load(Ordering::SeqCst))
         }
     });
-    within(Duration::from_secs(10), "the waiter to queue", async {
-        while a.inspect(&name).await.unwrap().waiters < 1 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    locksmith_core::conformance::until_waiters(&a, &name, 1, Duration::from_secs(10)).await;
 
     {
         let _start_again = OnDrop::start("postgres");

@@ -8,8 +8,9 @@ mod common;
 use std::time::Duration;
 
 use locksmith_core::conformance::proxy::{Mode, Proxy};
-use locksmith_core::conformance::{unique_name, within};
-use locksmith_core::Locker;
+use locksmith_core::conformance::{unique_name, until_waiters, within};
+use locksmith_core::{LockGuard, Locker};
+use tokio::task::JoinHandle;
 
 /// The TTL of the locks here.
 const TTL: Duration = Duration::from_secs(3);
@@ -19,6 +20,12 @@ async fn proxied() -> (Proxy, Locker) {
     let proxy = Proxy::start(&common::redis_upstream()).await;
     let locker = common::locker(&format!("redis://{}?response_timeout=500ms", proxy.addr())).await;
     (proxy, locker)
+}
+
+/// `locker`'s acquire of `name` (lease [`TTL`], waiting at most `timeout`), in a task.
+fn spawn_acquire(locker: &Locker, name: &str, timeout: Duration) -> JoinHandle<locksmith_core::Result<LockGuard>> {
+    let (locker, name) = (locker.clone(), name.to_owned());
+    tokio::spawn(async move { locker.lock(&name).ttl(TTL).timeout(timeout).acquire().await })
 }
 
 /// Bug: a request that got no answer left the connection in place (the client reconnects only
@@ -53,10 +60,7 @@ async fn a_waiter_gets_the_lock_after_its_connections_went_silent() {
     // One contended acquire first, so that the pub/sub connection exists too.
     let name = unique_name("silent_waiter");
     let held = direct.lock(&name).ttl(TTL).acquire().await.expect("acquire");
-    let early = tokio::spawn({
-        let (locker, name) = (locker.clone(), name.clone());
-        async move { locker.lock(&name).ttl(TTL).acquire().await }
-    });
+    let early = spawn_acquire(&locker, &name, Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(300)).await;
     held.release().await.expect("release");
     let first = within(Duration::from_secs(5), "the first grant", early)
@@ -67,17 +71,7 @@ async fn a_waiter_gets_the_lock_after_its_connections_went_silent() {
 
     let held = direct.lock(&name).ttl(TTL).acquire().await.expect("acquire");
     proxy.set(Mode::FreezeExisting);
-    let waiting = tokio::spawn({
-        let (locker, name) = (locker.clone(), name.clone());
-        async move {
-            locker
-                .lock(&name)
-                .ttl(TTL)
-                .timeout(Duration::from_secs(10))
-                .acquire()
-                .await
-        }
-    });
+    let waiting = spawn_acquire(&locker, &name, Duration::from_secs(10));
     tokio::time::sleep(Duration::from_secs(1)).await;
     held.release().await.expect("release");
     let guard = within(Duration::from_secs(12), "the waiter's grant", waiting)
@@ -110,23 +104,8 @@ async fn a_queued_waiter_hears_of_the_release_after_its_connections_went_silent(
         .acquire()
         .await
         .expect("acquire");
-    let waiting = tokio::spawn({
-        let (locker, name) = (locker.clone(), name.clone());
-        async move {
-            locker
-                .lock(&name)
-                .ttl(TTL)
-                .timeout(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
-    });
-    within(Duration::from_secs(5), "the waiter in line", async {
-        while direct.inspect(&name).await.expect("inspect").waiters < 1 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let waiting = spawn_acquire(&locker, &name, Duration::from_secs(20));
+    until_waiters(&direct, &name, 1, Duration::from_secs(5)).await;
     proxy.set(Mode::FreezeExisting);
     tokio::time::sleep(Duration::from_secs(1)).await;
     held.release().await.expect("release");

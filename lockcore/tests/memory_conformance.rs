@@ -60,13 +60,8 @@ async fn a_release_wakes_a_few_waiters_not_the_whole_queue() {
             guard.release().await.expect("release");
         }));
     }
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while (locker.inspect("herd").await.expect("inspect").waiters as u64) < WAITERS {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("every waiter in line");
+    let queued = usize::try_from(WAITERS).expect("a small count");
+    locksmith_core::conformance::until_waiters(&locker, "herd", queued, Duration::from_secs(10)).await;
     let before = store.turns_taken();
     held.release().await.expect("release");
     for task in tasks {

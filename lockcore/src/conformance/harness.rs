@@ -90,6 +90,17 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
     }
 }
 
+/// Waits until `locker` sees at least `n` waiters on the mutex `name` (`inspect`, every 20 ms);
+/// panics as [`within`] does after `limit`.
+pub async fn until_waiters(locker: &Locker, name: &str, n: usize, limit: Duration) {
+    within(limit, "the waiters to queue", async {
+        while locker.inspect(name).await.expect("inspect").waiters < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
 /// The generous bound used for steps that should take about one TTL.
 pub(crate) fn patience(h: &impl Harness) -> Duration {
     h.short_ttl() * 10 + Duration::from_secs(10)
