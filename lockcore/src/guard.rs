@@ -29,6 +29,9 @@ pub struct LockGuard {
     finished: bool,
     labels: Labels,
     granted: Instant,
+    /// The runtime the lock was taken on: the release runs there when the guard is released or
+    /// dropped where no runtime runs.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl LockGuard {
@@ -43,6 +46,7 @@ impl LockGuard {
             finished: false,
             labels,
             granted: Instant::now(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -74,7 +78,7 @@ impl LockGuard {
     }
 
     /// True until the lock is lost (see [`LockGuard::lost`]), and false as soon as its lease ran
-    /// out with no renewal answered, even before the watchdog could run to declare it lost (a
+    /// out with no renewal answered, or its `max_hold` passed, even before the watchdog could run to declare it lost (a
     /// process that was paused, a runtime whose threads were blocked): check it after such a
     /// pause, before acting as the holder.
     pub fn is_held(&self) -> bool {
@@ -171,7 +175,8 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`crate::LockError::NotHeld`] if the lock was no longer ours (lost, expired, already
-    /// released by the watchdog after `max_hold`, or by [`Locker::shutdown`]);
+    /// released by the watchdog after `max_hold`, or by [`Locker::shutdown`]), and always once
+    /// [`LockGuard::lost`] has fired (what may be left of the lock is released all the same);
     /// [`crate::LockError::Unavailable`] if the backend did not confirm within its request
     /// timeout (the release is retried in the background; the lock expires after its TTL at
     /// the latest).
@@ -181,13 +186,17 @@ impl LockGuard {
     /// The release runs to its end even if the returned future is dropped (a timeout around it,
     /// a `select!`): the drop moves the rest of it into a task of its own, and the lock is
     /// released all the same. [`Locker::shutdown`] waits for it. Awaited to its end, it runs in
-    /// the caller's task and spawns nothing.
+    /// the caller's task and spawns nothing; awaited where no tokio runtime runs, it runs on the
+    /// runtime the lock was taken on.
     pub async fn release(mut self) -> Result<()> {
         self.finish();
         let backend = self.locker.backend().clone();
         if self.lease.lost.reason() == Some(LostReason::Shutdown) {
             return Err(crate::LockError::not_held(self.lease.name.as_str()));
         }
+        // Lost before: whatever the release finds, the lock was not held to the end. It still
+        // releases what may be left (the watchdog's own release of it may not have run yet).
+        let was_lost = self.lease.lost.is_lost();
         let span = tracing::info_span!(
             "release",
             lock = %self.lease.name,
@@ -201,6 +210,7 @@ impl LockGuard {
         let tally = self.locker.inner().life.tally.clone();
         let closed = self.locker.inner().life.closed.subscribe();
         let retries = tally.clone();
+        let runtime = self.runtime.clone();
         let release = async move {
             let (result, retry) = release_once(&backend, &lease, "releasing the lock", closed).await;
             labels.released(&result);
@@ -219,13 +229,27 @@ impl LockGuard {
             // Created inside `counted`, so that the task's round trips count for this call.
             let task = crate::metrics::counting_for_caller(release.instrument(in_span));
             match crate::driver::cleanup::run_to_end(&tally, task) {
-                Some(release) => release.await,
-                None => Err(crate::LockError::Protocol("release needs a tokio runtime".into())),
+                Ok(release) => release.await,
+                // Where no runtime runs, on the one the lock was taken on.
+                Err(task) => match crate::driver::cleanup::spawn_in_or(&tally, runtime.as_ref(), task) {
+                    Some(release) => release.await.unwrap_or_else(|_| {
+                        Err(crate::LockError::Unavailable {
+                            message: "the runtime the lock was taken on is gone: it expires after its TTL".into(),
+                            source: None,
+                        })
+                    }),
+                    None => Err(crate::LockError::Protocol("release needs a tokio runtime".into())),
+                },
             }
         })
         .await;
         span.record("round_trips", round_trips);
-        result
+        match result {
+            Ok(()) | Err(crate::LockError::Unavailable { .. }) if was_lost => {
+                Err(crate::LockError::not_held(self.lease.name.as_str()))
+            }
+            result => result,
+        }
     }
 
     /// Stops renewing and forgets the lock *without releasing it*, as if this process had crashed:
@@ -262,7 +286,8 @@ impl Drop for LockGuard {
                 retry.run().await;
             }
         };
-        match crate::driver::cleanup::spawn_in(&self.locker.inner().life.tally, release) {
+        let tally = &self.locker.inner().life.tally;
+        match crate::driver::cleanup::spawn_in_or(tally, self.runtime.as_ref(), release) {
             Some(_) => {}
             None => tracing::warn!(
                 lock = %self.lease.name,

@@ -339,8 +339,8 @@ impl LostSignal {
     }
 
     /// Whether the lease ran out by the watchdog's last count (from its grant or its last
-    /// answered renewal): no renewal was answered in time, whether or not the watchdog has run
-    /// since to declare it lost. A backend asks it (with [`LostSignal::is_lost`]) to tell a lease
+    /// answered renewal): no renewal was answered in time (or its `max_hold` passed), whether or
+    /// not the watchdog has run since to declare it lost. A backend asks it (with [`LostSignal::is_lost`]) to tell a lease
     /// that may have been taken from it from one that surely was not.
     pub fn ran_out(&self) -> bool {
         let until = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());

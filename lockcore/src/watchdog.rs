@@ -10,7 +10,10 @@
 //!   renewal was sent and `margin = t/10` (at least 5 ms): client and server clocks run at
 //!   slightly different rates, and the server counts from when it *received* the request;
 //! - a failed renewal is retried after `t/10`; `NotHeld` fires `lost()` at once; no success before
-//!   the validity ends fires `lost()` with [`LostReason::RenewalFailed`].
+//!   the validity ends fires `lost()` with [`LostReason::RenewalFailed`];
+//! - a batch runs in a task of its own, and a lease is in at most one batch at a time: a batch
+//!   that waits on a slow server keeps neither the ends of the other leases (their validity,
+//!   `max_hold`) nor the renewal of leases taken meanwhile waiting.
 //!
 //! The task exits once no lease has been registered for [`LINGER`] (or at once when its `Locker`
 //! is dropped), and is started again by the next registration: an idle `Locker` costs nothing,
@@ -71,12 +74,30 @@ struct Entry {
     valid_until: Instant,
     max_hold_until: Option<Instant>,
     last_error: Option<String>,
+    /// Whether a renewal batch with this lease is on its way (it joins no other batch meanwhile).
+    renewing: bool,
 }
 
 impl Entry {
     fn next_event(&self) -> Instant {
-        let t = self.renew_at.min(self.valid_until);
+        let t = if self.renewing {
+            self.valid_until
+        } else {
+            self.renew_at.min(self.valid_until)
+        };
         self.max_hold_until.map_or(t, |m| t.min(m))
+    }
+
+    /// Until when the holder may act as one: the lease's validity, or its `max_hold` if that
+    /// comes first ([`crate::LockGuard::is_held`] is false past it even before the task runs).
+    fn held_until(&self) -> Instant {
+        self.max_hold_until
+            .map_or(self.valid_until, |m| m.min(self.valid_until))
+    }
+
+    /// Whether the next batch should take this lease, at `now` with `slack` to spare.
+    fn due(&self, now: Instant, slack: Duration) -> bool {
+        !self.renewing && self.renew_at <= now + slack
     }
 }
 
@@ -104,16 +125,21 @@ impl Watchdog {
         // moment a lock was taken.
         // (Only a batch still to come: one that is due or in flight is no batch to join.)
         let now = Instant::now();
-        let next_batch = state.entries.values().map(|e| e.renew_at).filter(|&t| t > now).min();
+        let next_batch = (state.entries.values())
+            .filter(|e| !e.renewing)
+            .map(|e| e.renew_at)
+            .filter(|&t| t > now)
+            .min();
         let entry = Entry {
             renew_at: next_batch.map_or(own_due, |b| b.min(own_due)),
             valid_until: lease.acquired_at + lease.ttl - margin(lease.ttl),
             // A cap beyond what an `Instant` can hold is no cap.
             max_hold_until: max_hold.and_then(|d| lease.acquired_at.checked_add(d)),
             last_error: None,
+            renewing: false,
             lease,
         };
-        entry.lease.lost.set_valid_until(entry.valid_until);
+        entry.lease.lost.set_valid_until(entry.held_until());
         let id = state.next_id;
         state.next_id += 1;
         let must_wake = state.wakes_at.is_none_or(|t| entry.next_event() < t);
@@ -196,11 +222,13 @@ impl Drop for TaskSlot {
 }
 
 async fn run(shared: Arc<Shared>, _slot: TaskSlot) {
-    // Between batches the task holds only a weak reference, so that dropping the Locker frees
-    // the backend (its connections) without waiting for the task.
+    // Between looks the task holds only a weak reference, so that dropping the Locker frees the
+    // backend (its connections) without waiting for the task.
     let (weak, wake) = (Arc::downgrade(&shared), shared.wake.clone());
     drop(shared);
     let mut idle_since: Option<Instant> = None;
+    // The renewal batches on their way, each in a task of its own (dropped with this task).
+    let mut batches = tokio::task::JoinSet::new();
     loop {
         let Some(shared) = weak.upgrade() else { return };
         let now = Instant::now();
@@ -235,27 +263,24 @@ async fn run(shared: Arc<Shared>, _slot: TaskSlot) {
                 // When a batch goes out, it takes everything due within the next half interval too:
                 // renewing early is safe, and it merges leases taken at different times into one
                 // batch per interval.
-                if state.entries.values().any(|e| e.renew_at <= now) {
-                    for (id, e) in &state.entries {
+                if state.entries.values().any(|e| e.due(now, Duration::ZERO)) {
+                    for (id, e) in state.entries.iter_mut() {
                         let slack = shared.backend.renew_interval(e.lease.ttl) / 2;
-                        if e.renew_at <= now + slack {
-                            due.push((*id, e.lease.clone()));
+                        if e.due(now, slack) {
+                            e.renewing = true;
+                            due.push((*id, e.lease.clone(), e.valid_until));
                         }
                     }
                 }
                 let next_wake = state.entries.values().map(Entry::next_event).min();
-                let earliest_expiry = state.entries.values().map(|e| e.valid_until).min();
-                // A batch going out now is a look again right after it.
-                state.wakes_at = if due.is_empty() {
-                    next_wake.or(Some(now))
-                } else {
-                    Some(now)
-                };
-                Some((next_wake, earliest_expiry))
+                state.wakes_at = next_wake.or(Some(now));
+                Some(next_wake)
             }
         };
-        let Some((next_wake, earliest_expiry)) = work else {
-            // Idle: wait for the next lease (or the Locker's end) without holding the backend.
+        let Some(next_wake) = work else {
+            // Idle: nothing is held, so a renewal still on its way is of no use. Wait for the next
+            // lease (or the Locker's end) without holding the backend.
+            batches.abort_all();
             let since = idle_since.unwrap_or(now);
             drop(shared);
             tokio::select! {
@@ -270,8 +295,8 @@ async fn run(shared: Arc<Shared>, _slot: TaskSlot) {
         }
 
         if !due.is_empty() {
-            renew_batch(&shared, due, earliest_expiry).await;
-            continue;
+            let batch_shared = shared.clone();
+            batches.spawn(async move { renew_batch(&batch_shared, due).await });
         }
 
         match next_wake {
@@ -279,6 +304,12 @@ async fn run(shared: Arc<Shared>, _slot: TaskSlot) {
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
                     _ = shared.wake.notified() => {}
+                    Some(done) = batches.join_next(), if !batches.is_empty() => {
+                        if let Err(e) = done {
+                            // Its leases stay marked as renewing: they end when their validity does.
+                            tracing::error!(error = %e, "a lease renewal batch ended without an answer");
+                        }
+                    }
                 }
             }
             None => continue, // only ended leases this round; the next round exits if empty
@@ -286,12 +317,14 @@ async fn run(shared: Arc<Shared>, _slot: TaskSlot) {
     }
 }
 
-async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: Option<Instant>) {
-    let (ids, leases): (Vec<u64>, Vec<Lease>) = due.into_iter().unzip();
+/// Renews `due` (id, lease, valid until) in one request and records what each lease got.
+async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease, Instant)>) {
+    let earliest_expiry = due.iter().map(|(_, _, valid_until)| *valid_until).min();
+    let (ids, leases): (Vec<u64>, Vec<Lease>) = due.into_iter().map(|(id, lease, _)| (id, lease)).unzip();
     let sent = Instant::now();
     let span = tracing::debug_span!("renew", backend = shared.backend.kind(), leases = leases.len());
-    // Do not let a hung server keep us from declaring leases lost in time, nor from renewing
-    // again after a request timeout.
+    // Do not let a hung server keep us from renewing again after a request timeout, nor past the
+    // moment the batch's first lease ends (it is declared lost then, without this batch).
     // A backend may report a request timeout no `Instant` can hold: then only the expiry bounds it.
     let limit = sent.checked_add(shared.backend.request_timeout());
     let budget = [earliest_expiry, limit].into_iter().flatten().min();
@@ -321,6 +354,7 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
             let Some(entry) = state.entries.get_mut(id) else {
                 continue;
             };
+            entry.renewing = false;
             let ttl = entry.lease.ttl;
             match &outcome {
                 Renewal::Renewed => renewed += 1,
@@ -330,7 +364,7 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease)>, earliest_expiry: O
             match outcome {
                 Renewal::Renewed => {
                     entry.valid_until = sent + ttl - margin(ttl);
-                    entry.lease.lost.set_valid_until(entry.valid_until);
+                    entry.lease.lost.set_valid_until(entry.held_until());
                     entry.renew_at = sent + shared.backend.renew_interval(ttl);
                     entry.last_error = None;
                 }

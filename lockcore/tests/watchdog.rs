@@ -234,3 +234,64 @@ async fn is_held_is_false_once_the_lease_ran_out_even_before_the_watchdog_runs()
     assert!(!guard.is_held(), "is_held said true after the lease ran out unrenewed");
     drop(guard);
 }
+
+/// A renewal batch that a slow server keeps waiting does not keep the watchdog from the other
+/// leases: a lease taken while it is on its way is renewed in a batch of its own, or told it is
+/// lost before the server could expire it, and a lease's `max_hold` ends it on time. (Before, the
+/// watchdog waited for the batch, up to the request timeout or the batch's earliest expiry: a
+/// 300 ms lease taken then was expired by the server seconds before `lost()` fired.)
+#[tokio::test]
+async fn a_slow_renewal_batch_does_not_hold_up_the_other_leases() {
+    let backend = Arc::new(Partitionable::default());
+    let locker = Locker::from_arc(backend.clone());
+    let busy = locker.lock("busy").ttl(Duration::from_secs(6)).acquire().await.unwrap();
+    backend.batch_delay_ms.store(4_000, Ordering::SeqCst);
+    // The busy lease's first batch goes out at 2 s and waits 4 s for its answer.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let short = locker
+        .lock("short")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    let capped = locker
+        .lock("capped")
+        .ttl(Duration::from_secs(30))
+        .max_hold(Duration::from_millis(500))
+        .acquire()
+        .await
+        .unwrap();
+    let reason = tokio::time::timeout(Duration::from_millis(600), short.lost())
+        .await
+        .expect("lost() did not fire while another lease's renewal was on its way");
+    assert!(matches!(reason, LostReason::RenewalFailed(_)), "{reason:?}");
+    assert!(
+        Instant::now() < short.lease().acquired_at + short.ttl(),
+        "lost() fired after the server could expire the lease"
+    );
+    let reason = tokio::time::timeout(Duration::from_millis(600), capped.lost())
+        .await
+        .expect("max_hold did not end the lease while another lease's renewal was on its way");
+    assert_eq!(reason, LostReason::MaxHoldReached);
+    assert!(busy.is_held());
+}
+
+/// A holder whose runtime could not run past its `max_hold` (its only thread blocked) is told at
+/// once: `is_held` is false from that moment, before the watchdog ran to end the lease. (Before,
+/// it said true until the watchdog's next look, which then released the lock.)
+#[tokio::test(flavor = "current_thread")]
+async fn is_held_is_false_once_max_hold_passed_even_before_the_watchdog_runs() {
+    let backend = Arc::new(Partitionable::default());
+    let locker = Locker::from_arc(backend.clone());
+    let hold = Duration::from_millis(100);
+    let guard = (locker.lock("capped-blocked"))
+        .ttl(Duration::from_secs(10))
+        .max_hold(hold)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(guard.is_held());
+    std::thread::sleep(hold * 3); // the runtime's only thread: nothing else runs meanwhile
+    assert!(!guard.is_held(), "is_held said true after max_hold passed");
+    drop(guard);
+}

@@ -118,7 +118,24 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let handle = tokio::runtime::Handle::try_current().ok()?;
+    spawn_in_or(locker, None, task)
+}
+
+/// [`spawn_in`] on the runtime at hand or, where none runs (a plain thread, another executor, a
+/// synchronous `Drop`), on `fallback`: the runtime a guard was taken on. `None` with neither. A
+/// `fallback` that was shut down drops the task (its handle answers cancelled).
+pub(crate) fn spawn_in_or<F>(
+    locker: &Tally,
+    fallback: Option<&tokio::runtime::Handle>,
+    task: F,
+) -> Option<tokio::task::JoinHandle<F::Output>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handle = tokio::runtime::Handle::try_current()
+        .ok()
+        .or_else(|| fallback.cloned())?;
     Some(handle.spawn(counted_in(locker, task)))
 }
 
@@ -140,14 +157,16 @@ fn counted_in<F: Future>(locker: &Tally, task: F) -> impl Future<Output = F::Out
 /// there while it runs, so that [`crate::Locker::shutdown`] waits for it, and run to its end even
 /// if the returned future is dropped first (a timeout around it, a `select!`): its drop moves the
 /// rest of `task` into a task of its own. Where nobody drops it, no task is spawned and no thread
-/// is woken to run one. `None` without a runtime.
-pub(crate) fn run_to_end<F>(locker: &Tally, task: F) -> Option<RunToEnd<F::Output>>
+/// is woken to run one. Without a runtime at hand, `task` comes back (see [`spawn_in_or`]).
+pub(crate) fn run_to_end<F>(locker: &Tally, task: F) -> std::result::Result<RunToEnd<F::Output>, F>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let handle = tokio::runtime::Handle::try_current().ok()?;
-    Some(RunToEnd {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return Err(task);
+    };
+    Ok(RunToEnd {
         task: Some(Box::pin(counted_in(locker, task))),
         handle,
     })
@@ -225,7 +244,9 @@ mod tests {
     async fn run_to_end_runs_inline_and_counts_while_it_runs() {
         let locker = Tally::default();
         let (open, gate) = tokio::sync::oneshot::channel::<()>();
-        let mut task = std::pin::pin!(run_to_end(&locker, async move { gate.await.is_ok() }).unwrap());
+        let mut task = std::pin::pin!(run_to_end(&locker, async move { gate.await.is_ok() })
+            .ok()
+            .expect("a runtime"));
         assert!(!poll_once(task.as_mut()).await, "gated");
         assert_eq!(locker.in_flight(), 1);
         open.send(()).unwrap();
@@ -245,7 +266,8 @@ mod tests {
                 let _ = gate.await;
                 let _ = done.send(());
             })
-            .unwrap(),
+            .ok()
+            .expect("a runtime"),
         );
         assert!(!poll_once(task.as_mut()).await, "gated");
         drop(task);
