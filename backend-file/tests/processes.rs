@@ -332,3 +332,29 @@ async fn list_leaves_out_a_state_file_it_cannot_read() {
     assert!(refused.contains("not a locksmith state file"), "{refused}");
     held.release().await.expect("release");
 }
+
+/// Bug: a holder's liveness file that another process could not open for any reason counted as
+/// a dead holder's (only a missing file or a link in its place says that): that process pruned the
+/// live holder and took its lock, and the holder was told only at its next renewal. In the field
+/// the open fails for a process out of descriptors (one with a thousand lockers soon is) or
+/// without the right to read; here a socket stands in the file's place (`ENXIO`, even as root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_liveness_file_cannot_be_opened_counts_as_alive() {
+    let h = FileHarness::new();
+    let name = locksmith_core::conformance::unique_name("unopenable");
+    let (_holder, mut lines) = spawn_child(&format!("hold {} {name} 60000", h.url()));
+    assert!(says(&mut lines).await.starts_with("held "));
+    let owners = h.dir.join(".owners");
+    let mut sockets = Vec::new();
+    for file in std::fs::read_dir(&owners).unwrap().flatten() {
+        std::fs::remove_file(file.path()).unwrap();
+        sockets.push(std::os::unix::net::UnixListener::bind(file.path()).unwrap());
+    }
+    assert!(!sockets.is_empty(), "no liveness file");
+    let other = h.locker().await;
+    let got = other.lock(&name).try_acquire().await;
+    assert!(
+        matches!(got, Ok(None)),
+        "a holder whose liveness file could not be opened lost its lock: {got:?}"
+    );
+}

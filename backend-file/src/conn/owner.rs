@@ -83,9 +83,15 @@ pub(crate) fn liveness(owners: &Path, id: &str, reap: bool) -> Liveness {
         return Liveness::Dead;
     }
     let path = owners.join(id);
-    // A link is not a liveness file (and is not followed).
-    let Ok(file) = safe_open::options().read(true).open(&path) else {
-        return Liveness::Dead;
+    let file = match safe_open::options().read(true).open(&path) {
+        Ok(file) => file,
+        // No file: its owner ended. A link is not a liveness file (and is not followed).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound || safe_open::is_link(&e) => {
+            return Liveness::Dead;
+        }
+        // A failure to tell (out of descriptors, no right to read it, something else in its
+        // place): count it alive with a heartbeat of "now", never drop a live holder early.
+        Err(_) => return Liveness::Beat(crate::protocol::state::Now::read().boot_ns),
     };
     match flock(&file, FlockOperation::NonBlockingLockShared) {
         Ok(()) => {
