@@ -62,8 +62,10 @@
 //!   flow a NAT or firewall dropped) is replaced: a renewal or heartbeat unanswered within the
 //!   request timeout drops the leases connection (as a step does the steps'), and the LISTEN
 //!   connection is probed (`SELECT 1`) every request timeout. Every connection has TCP
-//!   keepalives (30 s idle). Tested through a proxy that freezes the connections open
-//!   (`tests/half_open.rs`).
+//!   keepalives (30 s idle). A step cut off that way mid-transaction is ended by the server
+//!   (`idle_in_transaction_session_timeout`, the request timeout): its session would otherwise
+//!   keep the lock's row locked against every client until the server's TCP gave up. Tested
+//!   through a proxy that freezes the connections open (`tests/half_open.rs`).
 //! - **PgBouncer**: works in **session** pooling mode (tested: every shared conformance suite
 //!   passes through it). Not in transaction or statement pooling: `LISTEN` needs a session of its
 //!   own; point the URL at the server (or a session-mode pool) instead.

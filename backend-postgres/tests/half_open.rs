@@ -204,3 +204,64 @@ async fn a_cancelled_acquire_cut_off_by_an_outage_leaves_nothing() {
     locker.shutdown().await.unwrap();
     direct.shutdown().await.unwrap();
 }
+
+/// Bug: a step whose connection went silent mid-transaction (its `lock_row` answered on the
+/// server, the answer lost on the way) left a session "idle in transaction" on the server,
+/// holding the lock's row: every later step on that lock, by any client, waited behind it until
+/// the server's TCP gave up (minutes to hours). Now sessions set
+/// `idle_in_transaction_session_timeout`, and the server ends such a session by itself.
+///
+/// Holder H (direct) abandons its lock; waiter W (proxied) is first in line. Another session
+/// holds the lock's row when H's lease runs out, so W's step waits for the row; the proxy
+/// freezes W's connections, and the row is let go: W's transaction goes on on the server, its
+/// answers lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_cut_off_mid_transaction_does_not_keep_the_lock_s_row() {
+    let (direct, proxy, url) = setup().await;
+    let schema = url.query["schema"].clone();
+    let name = unique_name("idle-in-transaction");
+    let held = direct.lock(&name).ttl(TTL).acquire().await.unwrap();
+    let proxied = locksmith_postgres::connect(&url).await.unwrap();
+    let waiter = proxied.clone();
+    let waiting = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock(&name)
+                .ttl(TTL)
+                .timeout(Duration::from_secs(40))
+                .acquire()
+                .await
+        })
+    };
+    within(
+        Duration::from_secs(10),
+        "W queued",
+        until_waiters(&direct, &name, 1, Duration::from_secs(10)),
+    )
+    .await;
+    let admin = common::hold_row(&schema, &name).await;
+    let _ = held.abandon();
+    // W's step (after H's TTL) waits for the row, behind the admin's session.
+    let blocked_by_admin = "SELECT count(*) FROM pg_stat_activity \
+                            WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))";
+    within(Duration::from_secs(15), "W's step waiting for the row", async {
+        loop {
+            let n: i64 = admin.query_one(blocked_by_admin, &[]).await.unwrap().get(0);
+            if n > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    proxy.set(Mode::FreezeExisting);
+    admin.batch_execute("COMMIT").await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("W was not granted in 20 s: a session cut off mid-transaction keeps the lock's row")
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+    proxied.shutdown().await.unwrap();
+}

@@ -296,7 +296,7 @@ pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::R
         }
         drop(alive);
     });
-    let setup = durable_commits(&client, config.replication);
+    let setup = session_settings(&client, config);
     tokio::time::timeout(config.connect_timeout, setup)
         .await
         .map_err(|_| timeout("setting up a connection", config.connect_timeout))??;
@@ -309,29 +309,39 @@ pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::R
 /// synchronous standbys (a grant lost in a failover to a standby that had not received it would
 /// too). With [`Replication::Sync`] the server must have such a standby; with
 /// [`Replication::Async`] the commit waits for the primary's own disk only (`local`).
-async fn durable_commits(client: &Client, replication: Replication) -> Result<()> {
+///
+/// And the server ends a session left idle inside a transaction for longer than the request
+/// timeout (at least a second, at most a day): a step whose connection went silent mid-transaction (its answers
+/// lost, its close never seen) would otherwise keep the lock's row locked against every client
+/// until the server's TCP gave up, minutes to hours later. No step waits that long between two
+/// of its statements: the request timeout has ended it before.
+async fn session_settings(client: &Client, config: &Config) -> Result<()> {
+    let commits = match config.replication {
+        Replication::Async => "local",
+        Replication::Sync | Replication::AsConfigured => "on",
+    };
+    // (Within what the setting takes: at most 2^31 - 1 ms.)
+    let idle = config
+        .request_timeout
+        .clamp(Duration::from_secs(1), Duration::from_secs(86_400));
+    let idle_ms = idle.as_millis();
     // Read committed too, whatever the server's, database's or role's default: the statements
     // count on a statement that waited for a row lock reading the row as committed meanwhile
     // (under `repeatable read`, every two steps on one lock at once failed to serialize).
-    let sql = match replication {
-        Replication::Async => {
-            "SET synchronous_commit = local; SET default_transaction_isolation = 'read committed'; \
-             SELECT current_setting('synchronous_standby_names')"
-        }
-        Replication::Sync | Replication::AsConfigured => {
-            "SET synchronous_commit = on; SET default_transaction_isolation = 'read committed'; \
-             SELECT current_setting('synchronous_standby_names')"
-        }
-    };
+    let sql = format!(
+        "SET synchronous_commit = {commits}; SET default_transaction_isolation = 'read committed'; \
+         SET idle_in_transaction_session_timeout = {idle_ms}; \
+         SELECT current_setting('synchronous_standby_names')"
+    );
     let answer = client
-        .simple_query(sql)
+        .simple_query(&sql)
         .await
-        .map_err(|e| pg_error("setting synchronous_commit", e))?;
+        .map_err(|e| pg_error("setting up the session", e))?;
     let standbys = answer.iter().find_map(|m| match m {
         tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
         _ => None,
     });
-    if replication == Replication::Sync && standbys.as_deref().unwrap_or("").trim().is_empty() {
+    if config.replication == Replication::Sync && standbys.as_deref().unwrap_or("").trim().is_empty() {
         return Err(LockError::Protocol(
             "postgres: the primary has no synchronous standby (synchronous_standby_names is empty): a \
              failover to a standby could hand a lock and its fencing token out twice. Configure one, or add \
