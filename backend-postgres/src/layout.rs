@@ -84,7 +84,7 @@ pub(crate) struct Sql {
     pub insert: String,
     /// Hands out the next fencing token of a lock.
     pub next_token: String,
-    /// Grants entry `$1` token `$2` (its lease counts from now).
+    /// Grants entry `$1` token `$2` (its lease counts from now); returns its TTL in ms.
     pub grant: String,
     /// Restarts the lease of entry `$1`, granted by another's step, from now.
     pub restart_lease: String,
@@ -222,7 +222,8 @@ impl Sql {
             ),
             grant: fill(
                 "UPDATE {schema}.entries SET token = $2, \
-                 expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' WHERE id = $1",
+                 expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' WHERE id = $1 \
+                 RETURNING ttl_ms",
             ),
             restart_lease: fill(
                 "UPDATE {schema}.entries SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' \

@@ -197,13 +197,19 @@ pub(crate) async fn promote(conn: &Conn, tx: &Step<'_>, segment: &str, rows: &mu
             continue;
         }
         let token = next_token(conn, tx, segment).await?;
-        tx.execute(&conn.sql.grant, &[&row.id, &token])
-            .await
-            .map_err(|e| pg_error("granting", e))?;
+        row.left_ms = Some(grant(conn, tx, &row.id, token).await?);
         row.token = Some(token);
         granted.push((row.id.clone(), to_u64(token)));
     }
     Ok(granted)
+}
+
+/// Grants entry `id` fencing token `token`; returns the milliseconds its lease now has (its
+/// TTL): what the waiter after it is told to wait for, in place of the expiry read while it still
+/// waited (its locker's owner row's, which a lock with a longer TTL keeps further ahead).
+async fn grant(conn: &Conn, tx: &Step<'_>, id: &str, token: i64) -> Result<i64> {
+    let row = (tx.query_one(&conn.sql.grant, &[&id, &token]).await).map_err(|e| pg_error("granting", e))?;
+    row.try_get(0).map_err(|e| pg_error("granting", e))
 }
 
 /// The first entry of `rows` still waiting, and the milliseconds until the earliest lease of the
@@ -245,9 +251,7 @@ async fn turn(
     match standing(&roles, me) {
         Ok(Standing::Holds) => {
             let token = next_token(conn, tx, segment).await?;
-            tx.execute(&conn.sql.grant, &[&id, &token])
-                .await
-                .map_err(|e| pg_error("granting", e))?;
+            rows[me].left_ms = Some(grant(conn, tx, id, token).await?);
             *changed = true;
             rows[me].token = Some(token);
             Ok(Outcome::Granted(to_u64(token)))
