@@ -49,7 +49,8 @@ pub(crate) struct Sql {
     pub grant_in_row: String,
     /// `grant_in_row` for a `try_acquire`, whose answer is final only when the lock is held:
     /// also answers whether the row, as the statement found it, was not `queued` (the lock was
-    /// then free, or held by a holder kept in the row; else the full step must decide).
+    /// then free, or held by a holder kept in the row) and no holder's lease there ended further
+    /// ahead than its TTL (a clock stepped back); else the full step must decide.
     pub try_in_row: String,
     /// `$2` leaves lock `$1`: freed from the lock's row in one `UPDATE` if it is kept there and
     /// live, else `alone.sql`'s `leave_exclusive` (`$3` its NOTIFY channel), which only then
@@ -173,9 +174,13 @@ impl Sql {
             grant_in_row: fill(GRANT_IN_ROW),
             // The outer reads see the row as it was when the statement began (not the CTE's
             // write): held by a holder in the row then, the lock is busy now, or was.
+            // Busy is a final answer only for a holder whose lease ends within its TTL: one
+            // further ahead (the server's clock stepped back) is bounded by the full step's prune.
             try_in_row: fill(&format!(
                 "WITH taken AS ({GRANT_IN_ROW}) SELECT (SELECT token FROM taken), \
-                 EXISTS (SELECT 1 FROM {{schema}}.locks WHERE segment = $1 AND NOT queued)"
+                 EXISTS (SELECT 1 FROM {{schema}}.locks WHERE segment = $1 AND NOT queued \
+                 AND (holder IS NULL \
+                      OR holder_expires <= clock_timestamp() + holder_ttl_ms * interval '1 millisecond'))"
             )),
             leave: fill(
                 "WITH freed AS (UPDATE {schema}.locks SET holder = NULL \
