@@ -247,6 +247,12 @@ impl Config {
         if prefix.contains(['{', '}']) {
             return Err(url.error("prefix must not contain { or } (they delimit the hash tag)"));
         }
+        if prefix.starts_with(crate::guarded::DATA_PREFIX) {
+            return Err(url.error(format!(
+                "prefix must not begin with {:?}: guarded writes' data keys do",
+                crate::guarded::DATA_PREFIX
+            )));
+        }
         let layout = match url.query.get("layout").map(String::as_str) {
             None | Some("default") => Layout::Default,
             Some("plain") => Layout::Plain,

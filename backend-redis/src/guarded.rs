@@ -89,7 +89,7 @@ pub(crate) fn data_key(inner: &Inner, family: Family, lock: &LockName, suffix: &
     };
     let suffix = LockName::new(suffix)?;
     let key = format!(
-        "locksmith-data:{{{}}}:{}{}:{}",
+        "{DATA_PREFIX}{{{}}}:{}{}:{}",
         same_slot_tag(&holder),
         data_namespace(inner.config.layout, &inner.config.prefix),
         family.segment(lock),
@@ -98,6 +98,20 @@ pub(crate) fn data_key(inner: &Inner, family: Family, lock: &LockName, suffix: &
     validate_key(&key)?;
     check_key(inner, &key, &holder)?;
     Ok(key)
+}
+
+/// Where every data key begins (a prefix may not: `config.rs`).
+pub(crate) const DATA_PREFIX: &str = "locksmith-data:";
+
+/// Refuses a key of locksmith's own under `prefix`: every key that begins with the prefix, but a
+/// data key (a prefix such as `lock` begins `locksmith-data:` too), and with an empty prefix every
+/// key that begins with a hash tag (a lock's keys are `<prefix>{<name>}:…`).
+fn refuse_locksmith_keys(key: &str, prefix: &str) -> Result<()> {
+    if key.starts_with(DATA_PREFIX) {
+        return Ok(());
+    }
+    refuse_if_inside(key, prefix)?;
+    refuse_if_inside(key, &format!("{prefix}{{"))
 }
 
 /// What sets a lock's data keys apart from those of other locks of the same name: nothing in the
@@ -117,7 +131,7 @@ fn data_namespace(layout: Layout, prefix: &str) -> String {
 
 /// Reads `key` (a plain `GET`).
 pub(crate) async fn read(inner: &Inner, key: &str) -> Result<Option<Vec<u8>>> {
-    refuse_if_inside(key, &inner.config.prefix)?;
+    refuse_locksmith_keys(key, &inner.config.prefix)?;
     let node = &inner.nodes[0];
     node.bounded("reading a guarded key", || async move {
         let mut conn = node.link.conn().await?;
@@ -128,7 +142,7 @@ pub(crate) async fn read(inner: &Inner, key: &str) -> Result<Option<Vec<u8>>> {
 
 /// A data key outside locksmith's keys, in its lock's slot on a Cluster.
 fn check_key(inner: &Inner, key: &str, holder_key: &str) -> Result<()> {
-    refuse_if_inside(key, &inner.config.prefix)?;
+    refuse_locksmith_keys(key, &inner.config.prefix)?;
     if key == holder_key {
         return Err(LockError::InvalidName(format!(
             "the guarded key {key:?} is its own lock's key: lock keys are not data"

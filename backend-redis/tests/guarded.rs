@@ -136,3 +136,55 @@ async fn locks_of_one_name_in_other_namespaces_have_other_data_keys() {
         guard.release().await.expect("release");
     }
 }
+
+/// Bug: the refusal of locksmith's own keys was a bare string-prefix test on the URL's prefix.
+/// A prefix that begins `locksmith-data:` as a string (`prefix=lock`) refused every data key, so
+/// `data_key` and token registers failed for every lock; an empty prefix refused nothing, so a
+/// holder of one lock could overwrite another lock's holder key (that lock then blocked for
+/// good: the key has no expiry). Now data keys are data whatever the prefix, and with an empty
+/// prefix a key that begins with a hash tag is locksmith's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_namespace_check_fits_any_prefix() {
+    let base = common::redis_url();
+    let short = locker(&with_options(&base, "prefix=lock")).await;
+    let name = unique_name("short_prefix");
+    let guard = short.lock(&name).acquire().await.expect("acquire");
+    let key = guard.data_key("cursor").expect("a data key under prefix=lock");
+    guard
+        .guarded()
+        .put(&key, "1")
+        .await
+        .expect("a guarded write of the data key");
+    assert!(
+        guard.guarded().put("lockers:x", "1").await.is_err(),
+        "a key under the prefix is still refused"
+    );
+    short
+        .token_register(&unique_name("register"))
+        .expect("a token register under prefix=lock");
+    guard.release().await.expect("release");
+
+    let empty = common::RedisHarness::new("prefix=").await;
+    let locker = empty.locker().await;
+    let (a, b) = (unique_name("empty_prefix_a"), unique_name("empty_prefix_b"));
+    let holder = locker.lock(&a).acquire().await.expect("acquire a");
+    let other = locker.lock(&b).acquire().await.expect("acquire b");
+    let other_key = empty.keys(&other.lease().name).lock;
+    let result = holder.guarded().put(&other_key, "x").await;
+    assert!(
+        matches!(result, Err(LockError::InvalidName(_))),
+        "{other_key}: another lock's key was written: {result:?}"
+    );
+    assert!(other.is_held());
+    holder.release().await.expect("release a");
+    other.release().await.expect("release b");
+
+    let reserved = locksmith_redis::connect(
+        &locksmith_core::driver::BackendUrl::parse(&with_options(&base, "prefix=locksmith-data:x")).unwrap(),
+    )
+    .await;
+    assert!(
+        matches!(reserved, Err(LockError::InvalidUrl { .. })),
+        "a prefix that begins like the data keys"
+    );
+}
