@@ -6,7 +6,8 @@
 //! [`add_owner_check`] puts the same check into a `multi` of the application's own.
 //!
 //! Keys are absolute paths; missing parents are created (persistent, empty, with the session's
-//! ACL) before a create, as `mkdir -p` would: a parent is not data.
+//! ACL) before a create, as `mkdir -p` would, each under the same check: a parent is not data,
+//! and a refused write leaves none behind.
 
 use locksmith_core::driver::{data_key_under, refuse_if_inside, GuardedWrite, Lease, LockName};
 use locksmith_core::{Family, LockError, Result};
@@ -126,12 +127,13 @@ async fn create(sessions: &Sessions, session: &Session, lease: &Lease, key: &str
     let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&session.acl));
     let parents = layout::ancestors_and_self(key);
     for parent in &parents[..parents.len() - 1] {
-        match sessions.bounded(session.client.create(parent, &[], &options)).await {
-            Ok(_) | Err(zk::Error::NodeExists) => {}
+        // Under the check too: a refused write leaves no parent behind.
+        match commit(sessions, session, lease, |w| w.add_create(parent, &[], &options)).await? {
+            Outcome::Done | Outcome::Failed(zk::Error::NodeExists) => {}
             // ZooKeeper checks CREATE on the parent's parent before it looks whether the parent
             // exists: one that exists under a node this identity may only read answers NoAuth.
-            Err(zk::Error::NoAuth) if exists(sessions, session, parent).await? => {}
-            Err(e) => return Err(to_lock_error("creating a guarded key's parent", e)),
+            Outcome::Failed(zk::Error::NoAuth) if exists(sessions, session, parent).await? => {}
+            Outcome::Failed(e) => return Err(to_lock_error("creating a guarded key's parent", e)),
         }
     }
     match commit(sessions, session, lease, |w| w.add_create(key, value, &options)).await? {
@@ -186,6 +188,11 @@ fn checked_path<'a>(namespace: &str, key: &'a str) -> Result<&'a str> {
             "the guarded key {key:?} is not a ZooKeeper path: absolute, no empty segment, no trailing '/'"
         )));
     }
+    if let Some(why) = not_a_zookeeper_path(key) {
+        return Err(LockError::InvalidName(format!(
+            "the guarded key {key:?} is not a ZooKeeper path: {why}"
+        )));
+    }
     if key == namespace {
         return Err(LockError::InvalidName(format!(
             "the guarded key {key:?} is locksmith's namespace: lock nodes are not data"
@@ -193,6 +200,18 @@ fn checked_path<'a>(namespace: &str, key: &'a str) -> Result<&'a str> {
     }
     refuse_if_inside(key, &format!("{namespace}/"))?;
     Ok(key)
+}
+
+/// What breaks ZooKeeper's own path rules in `key` (absolute, checked before): a `.` or `..`
+/// segment, or a character the server refuses (controls, and private-use and special ranges).
+fn not_a_zookeeper_path(key: &str) -> Option<&'static str> {
+    if key.split('/').any(|segment| segment == "." || segment == "..") {
+        return Some("no . or .. segment");
+    }
+    let refused = |c: char| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}');
+    key.chars()
+        .any(refused)
+        .then_some("no control, private-use or special character")
 }
 
 fn raced(key: &str) -> LockError {
