@@ -329,10 +329,18 @@ impl std::fmt::Debug for BackendUrl {
 /// A password should have its `/`, `?`, `#` and `@` percent-encoded; one that has them as they
 /// are ends the host part early, or puts an `@` after it. So everything from the first `:` to
 /// the last `@` of the whole URL is hidden: more than the password when that `@` was in a path
-/// or a query (a `postgres://…?ca=/a@b`), but never less.
+/// or a query (a `postgres://…?ca=/a@b`), but never less. Text that is no URL (no `://`: a
+/// mistyped scheme, a libpq connection string) shows only what comes before its first `:` when
+/// it has an `@`, a `=` or a space, where a password may be.
 pub fn redact(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
+        if !url.contains(['@', '=', ' ']) {
+            return url.to_owned();
+        }
+        return match url.split_once(':') {
+            Some((scheme, _)) if !scheme.contains(['@', '=', ' ']) => format!("{scheme}:***"),
+            _ => "***".to_owned(),
+        };
     };
     let Some(at) = url[start..].rfind('@').map(|i| start + i) else {
         return url.to_owned();
@@ -541,6 +549,18 @@ mod tests {
                 assert!(!shown.contains(secret), "{url}: {secret:?} shows in {shown}");
             }
         }
+        // Not URLs at all (a scheme's `//` mistyped, a libpq connection string): nothing after
+        // what may be a scheme shows where a password may be. (Before, they showed whole.)
+        for (text, secret) in [
+            ("redis:/admin:s3cret@h", "s3cret"),
+            ("redis//admin:s3cret@h", "s3cret"),
+            ("host=db user=app password=s3cret", "s3cret"),
+            ("postgres:app:s3cret@db/x", "s3cret"),
+        ] {
+            let shown = BackendUrl::parse(text).unwrap_err().to_string();
+            assert!(!shown.contains(secret), "{text}: shows in {shown}");
+        }
+        assert_eq!(redact("redis:/localhost:6379"), "redis:/localhost:6379");
     }
 
     #[test]
