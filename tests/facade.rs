@@ -117,3 +117,17 @@ async fn the_mem_url_ttl_is_the_default_lock_ttl() {
     assert_eq!(permit.ttl(), Duration::from_secs(2));
     permit.release().await.unwrap();
 }
+
+/// `postgres_setup_sql` is for `postgres://` URLs, as its `# Errors` says. (Before, any URL that
+/// parsed gave the SQL: `postgres_setup_sql("redis://h", None)` answered `Ok`.)
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_setup_sql_refuses_other_schemes() {
+    for url in ["redis://h", "etcd://h/app", "mem://"] {
+        let result = locksmith::postgres_setup_sql(url, None);
+        assert!(matches!(result, Err(LockError::InvalidUrl { .. })), "{url}: {result:?}");
+    }
+    for url in ["postgres://u@h/db", "POSTGRESQL://u@h/db"] {
+        assert!(locksmith::postgres_setup_sql(url, None).is_ok(), "{url}");
+    }
+}

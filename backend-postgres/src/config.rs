@@ -112,6 +112,9 @@ impl Config {
     /// Parses `url`. [`locksmith_core::LockError::InvalidUrl`] for a missing host, an unknown
     /// option, or a schema that is not a plain lower-case identifier.
     pub fn parse(url: &BackendUrl) -> Result<Config> {
+        if !matches!(url.scheme.as_str(), "postgres" | "postgresql") {
+            return Err(url.error("expected a postgres:// or postgresql:// URL"));
+        }
         url.expect_only_options(OPTIONS)?;
         let hosts: Vec<(String, u16)> = url
             .expect_hosts()?

@@ -42,7 +42,8 @@ struct Sentinel {
     pipe: Option<ChildStdin>,
 }
 
-/// The sentinel's script: `$0` the group to stop, `$1` the grace period in whole seconds.
+/// The sentinel's script: `$0` the group to stop, `$1` the grace period in seconds
+/// ([`grace_seconds`]).
 const SENTINEL: &str = r#"trap '' INT TERM HUP QUIT
 if read -r _; then exit 0; fi
 kill -TERM "-$0" 2>/dev/null || exit 0
@@ -55,7 +56,7 @@ impl Sentinel {
         let mut process = Command::new("sh")
             .args(["-c", SENTINEL])
             .arg(group.to_string())
-            .arg(grace.as_secs().max(1).to_string())
+            .arg(grace_seconds(grace))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -68,6 +69,13 @@ impl Sentinel {
             pipe,
         })
     }
+}
+
+/// `grace` as `sleep` takes it: seconds, to the millisecond (coreutils' and busybox's `sleep`
+/// take fractions). (It was whole seconds, at least one: `--grace 1900ms` gave CMD's group 1 s
+/// before SIGKILL when locksmith died, and `--grace 0` gave it 1 s.)
+fn grace_seconds(grace: Duration) -> String {
+    format!("{}.{:03}", grace.as_secs(), grace.subsec_millis())
 }
 
 impl Drop for Sentinel {
@@ -226,4 +234,21 @@ fn running_members(group: i32) -> Option<bool> {
         pgrp == Some(group.as_str()) && state != Some("Z")
     });
     Some(running)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sentinel_waits_the_grace_period_to_the_millisecond() {
+        for (grace, arg) in [
+            (Duration::ZERO, "0.000"),
+            (Duration::from_millis(1900), "1.900"),
+            (Duration::from_secs(3), "3.000"),
+            (Duration::from_micros(2_500_999), "2.500"),
+        ] {
+            assert_eq!(grace_seconds(grace), arg);
+        }
+    }
 }

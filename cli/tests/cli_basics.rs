@@ -280,3 +280,26 @@ fn a_refused_connection_says_so() {
         assert!(out.stderr.contains("connection refused"), "{url}: {}", out.stderr);
     }
 }
+
+/// `init` reads the scheme as URLs are read, in any case: `MEM://` is the memory backend, and
+/// `POSTGRES://…` gets its SQL. (Before, `init` compared the raw text: `init --sql` said that
+/// `POSTGRES://` needs no set-up, and plain `init` printed `ready\tMEM`.)
+#[test]
+fn init_reads_the_scheme_in_any_case() {
+    let ready = run(&["--url", "MEM://", "init"]);
+    assert_code(&ready, 0);
+    assert!(ready.stdout.starts_with("ready\tmem"), "{}", ready.stdout);
+    let sql = run(&["--url", "POSTGRES://owner@db/app", "init", "--sql"]);
+    assert_code(&sql, 0);
+    assert!(sql.stdout.contains("CREATE TABLE IF NOT EXISTS"), "{}", sql.stdout);
+}
+
+/// A URL mistyped so that it is no URL (`redis:/` for `redis://`) never shows its password.
+#[test]
+fn a_mistyped_url_never_shows_its_password() {
+    for url in ["redis:/admin:topsecret@h", "host=db user=app password=topsecret"] {
+        let out = run(&["--url", url, "try", "x"]);
+        assert_clean_error(&out, 2);
+        assert!(!out.stderr.contains("topsecret"), "{}", out.stderr);
+    }
+}

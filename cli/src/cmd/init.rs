@@ -13,7 +13,13 @@ use crate::session::Session;
 /// and, with `--grant ROLE`, the grants of a locker's user, without connecting.
 pub async fn init(session: &Session, args: &InitArgs) -> Result<u8, Failure> {
     session.reject_ttl("init")?;
-    let scheme = session.url.split_once("://").map_or("", |(scheme, _)| scheme);
+    // As URLs are read: the scheme in any case.
+    let scheme = session
+        .url
+        .split_once("://")
+        .map_or("", |(scheme, _)| scheme)
+        .to_ascii_lowercase();
+    let scheme = scheme.as_str();
     if args.sql {
         return print_sql(session, scheme, args.grant.as_deref());
     }
