@@ -203,7 +203,8 @@ pub enum Command {
     Try(TryArgs),
     /// Acquire NAME, print the fencing token, and hold it until --for passes, stdin (a pipe, a
     /// socket or a terminal) closes, or SIGINT/SIGTERM arrives; then release. A stdin that is
-    /// /dev/null, a file or closed (cron, `&`, nohup) is not watched.
+    /// /dev/null, a file or closed (cron, `&` in a script, nohup) is not watched; a terminal is
+    /// watched only while hold runs in its foreground (`&` in an interactive shell holds on).
     Hold(HoldArgs),
     /// Show who holds NAME and how many wait, for every kind of lock of that name in use: the
     /// mutex (holder id, fencing token, remaining TTL), the semaphore, the read-write lock, the

@@ -16,18 +16,11 @@ use common::{assert_code, env_url, run, unique_name};
 /// How long the terminal session may take (it hung for good before the fix).
 const BOUND: Duration = Duration::from_secs(30);
 
-/// CMD reads a line from the terminal and echoes it: the line arrives, locksmith exits 0 and the
-/// lock is free afterwards.
-#[test]
-fn cmd_reads_from_the_terminal() {
-    let url = env_url("LOCKSMITH_TEST_REDIS");
-    let name = unique_name("terminal");
-    let line = format!(
-        "{} --url {url} run {name} -- sh -c 'read v; echo got:$v'",
-        env!("CARGO_BIN_EXE_locksmith")
-    );
+/// Runs the shell command `line` on a pseudo-terminal of its own (`script -qec`), with `typed`
+/// typed on it first: its exit status and what the terminal showed. Panics after [`BOUND`].
+fn on_a_terminal(line: &str, typed: &[u8]) -> (std::process::ExitStatus, String) {
     let mut script = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
+        .args(["-qec", line, "/dev/null"])
         .env_remove("LOCKSMITH_URL")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -35,8 +28,8 @@ fn cmd_reads_from_the_terminal() {
         .spawn()
         .expect("script(1) (Debian: bsdutils) is needed for this test");
     let mut stdin = script.stdin.take().expect("piped stdin");
-    // Typed on the terminal: waits in its input queue until CMD reads it.
-    stdin.write_all(b"hello\n").expect("typing on the terminal");
+    // Typed on the terminal: waits in its input queue until someone reads it.
+    stdin.write_all(typed).expect("typing on the terminal");
     let mut stdout = script.stdout.take().expect("piped stdout");
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
@@ -60,17 +53,48 @@ fn cmd_reads_from_the_terminal() {
         if Instant::now() > end {
             let _ = script.kill();
             let _ = script.wait();
-            panic!("locksmith on a terminal did not end within {BOUND:?} (CMD stopped?); terminal: {seen:?}");
+            panic!("the terminal session did not end within {BOUND:?} (someone stopped?); terminal: {seen:?}");
         }
         thread::sleep(Duration::from_millis(50));
     };
     drop(stdin);
     thread::sleep(Duration::from_millis(100));
-    seen = rx.try_iter().last().unwrap_or(seen);
+    (status, rx.try_iter().last().unwrap_or(seen))
+}
+
+/// CMD reads a line from the terminal and echoes it: the line arrives, locksmith exits 0 and the
+/// lock is free afterwards.
+#[test]
+fn cmd_reads_from_the_terminal() {
+    let url = env_url("LOCKSMITH_TEST_REDIS");
+    let name = unique_name("terminal");
+    let line = format!(
+        "{} --url {url} run {name} -- sh -c 'read v; echo got:$v'",
+        env!("CARGO_BIN_EXE_locksmith")
+    );
+    let (status, seen) = on_a_terminal(&line, b"hello\n");
     assert!(
         seen.contains("got:hello"),
         "CMD did not echo the line it read; terminal: {seen:?}"
     );
     assert_eq!(status.code(), Some(0), "terminal: {seen:?}");
     assert_code(&run(&["--url", &url, "try", &name]), 0);
+}
+
+/// Bug: `hold` started in the background of an interactive shell (`&` with job control: its
+/// stdin is still the terminal) watched that stdin, and its first read from a terminal it did
+/// not own stopped the whole process (SIGTTIN): it renewed nothing, the lock expired and another
+/// process took it while `hold` had said "holding … for 20s". Now it holds on, and watches the
+/// terminal only while it is in the foreground.
+#[test]
+fn hold_in_the_background_of_a_shell_keeps_its_lock() {
+    let url = env_url("LOCKSMITH_TEST_REDIS");
+    let name = unique_name("background-hold");
+    let bin = env!("CARGO_BIN_EXE_locksmith");
+    let line = format!(
+        "sh -c 'set -m; {bin} --url {url} --ttl 1s hold {name} --for 20s & sleep 4; \
+         {bin} --url {url} try {name}; echo try:$?; kill -CONT %1; kill %1; wait'"
+    );
+    let (_, seen) = on_a_terminal(&line, b"");
+    assert!(seen.contains("try:1"), "the held lock was taken; terminal: {seen:?}");
 }

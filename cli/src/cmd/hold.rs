@@ -8,13 +8,17 @@ use crate::args::HoldArgs;
 use crate::exit::{Failure, LOST};
 use crate::output::human;
 use crate::session::Session;
-use crate::signals::{self, Signals};
+use crate::signals::{self, JobStopsIgnored, Signals};
 
 /// Acquires NAME, prints the fencing token, holds it until `--for` passes, stdin closes (only a
 /// pipe, socket or terminal is watched, see [`stdin_can_close`]) or a signal arrives, then
 /// releases. Exit 4 if the lock is lost meanwhile.
 pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
+    // A read of the terminal (the stdin watch) or a status line written to it from the
+    // background (`&` in an interactive shell, or after `bg`) must not stop the process: it would
+    // renew nothing while it says it holds. Ignored, those reads and writes fail with EIO.
+    let _stops_ignored = JobStopsIgnored::install();
     let locker = tokio::select! {
         locker = session.connect_waiting() => locker?,
         sig = signals.recv() => return Ok(128 + sig as u8),
@@ -64,6 +68,12 @@ pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
+/// Whether stdin is a terminal.
+fn stdin_is_a_terminal() -> bool {
+    // SAFETY: isatty(3) on fd 0 reads nothing.
+    unsafe { libc::isatty(0) == 1 }
+}
+
 /// Whether stdin is something whose closing says "stop": a pipe, a socket or a terminal. A
 /// stdin that is `/dev/null` or a file is at its end at once, and a closed one cannot be read:
 /// that is what a job started by cron, with `&` in a script or under nohup gets, and watching it
@@ -80,13 +90,25 @@ fn stdin_can_close() -> bool {
 }
 
 /// Resolves when stdin reaches end of file (or fails). Read on a thread of its own: a blocking
-/// read must not keep the runtime from shutting down.
+/// read must not keep the runtime from shutting down. A terminal read from the background of
+/// its session fails with EIO (SIGTTIN is ignored): that is no end, and the terminal is read
+/// again a second later, until the process is in the foreground again.
 fn stdin_closed() -> Option<oneshot::Receiver<()>> {
     let (tx, rx) = oneshot::channel();
     let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
         let mut stdin = std::io::stdin().lock();
         let mut buf = [0u8; 4096];
-        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EIO) && stdin_is_a_terminal() => {
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                }
+                Err(_) => break,
+            }
+        }
         let _ = tx.send(());
     });
     match spawned {
