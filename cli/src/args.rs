@@ -197,7 +197,9 @@ pub enum Command {
     /// SIGTERM and SIGHUP sent to locksmith are forwarded to CMD's group; if CMD or anything left in
     /// its group still runs --grace after a SIGINT/SIGTERM, or a second SIGINT/SIGTERM arrives, the
     /// group gets SIGKILL (the lock is released only then). On a terminal, CMD's group is the
-    /// foreground group while CMD runs (it can read the terminal, and gets Ctrl-C itself).
+    /// foreground group while CMD runs (it can read the terminal, and gets Ctrl-C itself; CMD
+    /// killed by SIGINT ends locksmith by SIGINT once the lock is released). Ctrl-Z stops CMD's
+    /// group but not locksmith, which holds on: continue CMD with `kill -CONT -PGID`.
     Run(RunArgs),
     /// One attempt, no waiting: print the fencing token and release (exit 0), or exit 1 if held.
     Try(TryArgs),

@@ -202,9 +202,40 @@ impl Cmd {
     }
 }
 
+/// Set when CMD died of SIGINT: locksmith then dies of it too, once it released the lock
+/// ([`pass_on_interrupt`]).
+static CMD_INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Ends locksmith by SIGINT if CMD died of it and locksmith's exit code says so (`code`, 130:
+/// the lock was released, nothing failed after): on a terminal Ctrl-C reaches CMD's group
+/// alone, and a calling shell stops its loop or script only for a child that died of SIGINT
+/// (an exit with 130 lets it go on). Returns if not (or if the signal did not end us).
+pub fn pass_on_interrupt(code: u8) {
+    if code != 128 + libc::SIGINT as u8 || !CMD_INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    let _ = io::Write::flush(&mut io::stdout());
+    let _ = io::Write::flush(&mut io::stderr());
+    // SAFETY: sigaction(2), sigprocmask(2) and raise(3) with valid, zero-initialised structures.
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut default.sa_mask);
+        libc::sigaction(libc::SIGINT, &default, std::ptr::null_mut());
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(libc::SIGINT);
+    }
+}
+
 /// CMD's exit code, or 128+signal if a signal ended it.
 pub fn exit_code(status: ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
+    if status.signal() == Some(libc::SIGINT) {
+        CMD_INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
         (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),

@@ -26,7 +26,9 @@ pub const STDOUT_CLOSED: u8 = 141;
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0        success (`try`: acquired; `run`/`elect`: CMD exited 0; `leader`: someone leads)
-  N        `run`/`elect`: CMD's own exit code (128+SIG if CMD was killed by signal SIG)
+  N        `run`/`elect`: CMD's own exit code (128+SIG if CMD was killed by signal SIG;
+           killed by SIGINT (Ctrl-C), locksmith releases and then dies of SIGINT too, so
+           that a calling shell's loop or script stops as it would for CMD alone)
   1        not acquired: held by another (`try`, `--timeout 0`) or the timeout passed;
            `leader`: nobody leads
   2        usage error or invalid input (empty name, bad URL, unknown scheme, TTL 0)

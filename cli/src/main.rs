@@ -94,7 +94,10 @@ fn main() -> ExitCode {
     // Background tasks (connections, a stdin reader) must not keep us alive.
     runtime.shutdown_timeout(Duration::from_millis(100));
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => {
+            child::pass_on_interrupt(code);
+            ExitCode::from(code)
+        }
         Err(failure) => fail(failure, cli.verbose),
     }
 }

@@ -440,3 +440,24 @@ fn environment_options_for_other_urls_are_left_out() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "LOCKSMITH_URL empty: {out:?}");
 }
+
+/// Bug: on a terminal, Ctrl-C reaches only CMD (its group has the terminal), so a calling shell
+/// learns of it only from locksmith's exit. locksmith exited with 130, and a shell loop
+/// (`while :; do locksmith run N -- work; done`) went on: bash stops a loop only for a child
+/// that died of SIGINT. Now locksmith, after releasing, dies of SIGINT when CMD did; CMD that
+/// exits 130 by itself still gives exit 130.
+#[test]
+fn run_dies_of_sigint_when_cmd_did() {
+    use std::os::unix::process::ExitStatusExt;
+    let url = Files.url();
+    let name = unique_name("sigint");
+    let status = locksmith(&["--url", &url, "run", &name, "--", "sh", "-c", "kill -INT $$"])
+        .status()
+        .unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    let status = locksmith(&["--url", &url, "run", &name, "--", "sh", "-c", "exit 130"])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
+}
