@@ -246,25 +246,7 @@ pub fn exit_code(status: ExitStatus) -> u8 {
 /// Whether process group `group` has a member that is not a zombie, from `/proc` (`None` where
 /// `/proc` cannot be read).
 fn running_members(group: i32) -> Option<bool> {
-    let group = group.to_string();
-    let running = std::fs::read_dir("/proc").ok()?.any(|entry| {
-        let Some(stat) = entry
-            .ok()
-            .and_then(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        else {
-            return false;
-        };
-        // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after
-        // its last ')'.
-        let mut fields = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace())
-            .into_iter()
-            .flatten();
-        let (state, pgrp) = (fields.next(), fields.nth(1));
-        pgrp == Some(group.as_str()) && state != Some("Z")
-    });
-    Some(running)
+    Some(crate::procs::all()?.any(|p| p.group == group && p.alive()))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ mod child;
 mod cmd;
 mod exit;
 mod output;
+mod procs;
 mod session;
 mod signals;
 mod terminal;

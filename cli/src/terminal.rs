@@ -6,11 +6,16 @@
 //! locksmith makes CMD's group the terminal's foreground group while CMD runs, and takes the
 //! terminal back when CMD exits. Both CMD (before it execs) and locksmith (after the spawn) make
 //! the switch, so that CMD never reads before it has the terminal. Only when locksmith itself is
-//! in the foreground: a locksmith started in the background leaves the terminal alone.
+//! in the foreground, and alone there: a locksmith started in the background leaves the terminal
+//! alone, and so does one that shares its group with processes other than its ancestors (a
+//! pipeline such as `locksmith run N -- git log | less`: lent to CMD, the terminal would be
+//! taken from the pager, whose reads would then stop it or fail).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
+
+use crate::procs::Stat;
 
 /// A terminal whose foreground process group is locksmith's own, and that can be lent to CMD.
 pub struct Terminal {
@@ -26,10 +31,14 @@ pub struct Terminal {
 
 impl Terminal {
     /// The terminal on stdin (or else the controlling terminal, `/dev/tty`) if locksmith's process
-    /// group is its foreground group; `None` without a terminal or in the background.
+    /// group is its foreground group and no process but locksmith and its ancestors is in that
+    /// group; `None` without a terminal, in the background, or in a pipeline.
     pub fn foreground() -> Option<Terminal> {
         // SAFETY: plain system calls on file descriptors and our own process; no memory shared.
         let own_group = unsafe { libc::getpgrp() };
+        if shares_group_with_others(own_group) {
+            return None;
+        }
         let in_foreground = |fd: RawFd| unsafe { libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == own_group };
         if in_foreground(libc::STDIN_FILENO) {
             return Some(Terminal {
@@ -92,6 +101,21 @@ impl Drop for Terminal {
     fn drop(&mut self) {
         self.reclaim();
     }
+}
+
+/// Whether a live process other than this one and its ancestors is in process group `group`
+/// (from `/proc`; false where it cannot be read): another member of a pipeline, which may read
+/// the terminal. A script's shell that started locksmith is an ancestor, waiting for it.
+fn shares_group_with_others(group: libc::pid_t) -> bool {
+    let mut ancestors = vec![std::process::id() as libc::pid_t];
+    while let Some(parent) = ancestors.last().and_then(|&pid| Stat::of(pid)).map(|s| s.parent) {
+        if parent <= 1 || ancestors.contains(&parent) {
+            break;
+        }
+        ancestors.push(parent);
+    }
+    crate::procs::all()
+        .is_some_and(|mut procs| procs.any(|p| p.group == group && p.alive() && !ancestors.contains(&p.pid)))
 }
 
 /// Ignores SIGTTOU for the whole process; returns its former disposition (`None`: unchanged).

@@ -98,3 +98,26 @@ fn hold_in_the_background_of_a_shell_keeps_its_lock() {
     let (_, seen) = on_a_terminal(&line, b"");
     assert!(seen.contains("try:1"), "the held lock was taken; terminal: {seen:?}");
 }
+
+/// Bug: `locksmith run N -- CMD | less` (a pager, or any reader of the terminal, after `run` in a
+/// pipeline) shares locksmith's process group; lending the terminal to CMD's group put that
+/// reader in the background, where its first read stopped it (SIGTTIN): the pager never drained
+/// the pipe, CMD blocked on it, and the lock stayed held for good. Now locksmith lends the
+/// terminal only when no other process of its group (but its own ancestors, a script's shell)
+/// could read it.
+#[test]
+fn a_reader_after_run_in_a_pipeline_keeps_the_terminal() {
+    let url = env_url("LOCKSMITH_TEST_REDIS");
+    let name = unique_name("pipeline-reader");
+    let line = format!(
+        "{} --url {url} run {name} -- sh -c 'sleep 1' | sh -c 'sleep 0.5; read v </dev/tty; echo got:$v'",
+        env!("CARGO_BIN_EXE_locksmith")
+    );
+    let (status, seen) = on_a_terminal(&line, b"hello\n");
+    assert!(
+        seen.contains("got:hello"),
+        "the reader did not get the line; terminal: {seen:?}"
+    );
+    assert_eq!(status.code(), Some(0), "terminal: {seen:?}");
+    assert_code(&run(&["--url", &url, "try", &name]), 0);
+}
