@@ -32,6 +32,7 @@
 //! | `redis+sentinel://s1:26379,s2:26379/mymaster` | Redis Sentinel: the master the sentinels name, followed across failovers | `redis` |
 //! | `redis-cluster://h1:7000,h2:7001` | Redis Cluster (seed nodes; follows `MOVED`/`ASK`, resharding and failover) | `redis` |
 //! | `file:///run/lock/myapp` | lock files in a directory: the processes of one machine, no server (Linux) | `file` |
+//! | `postgres://user@h:5432/db` or `postgresql://…` | PostgreSQL (`h1,h2` for a primary and its standbys; `sslmode=require` or `verify-full` for TLS) | `postgres` |
 //! | `etcds://`, `zks://`, `rediss://`, `rediss+sentinel://`, `rediss-cluster://` | the same over TLS (rustls; `ca=`, `cert=`, `key=` options) | `tls` too |
 //!
 //! Every backend takes `ttl=` in its URL: on etcd and ZooKeeper the TTL of the connection's

@@ -39,6 +39,7 @@ Exit codes:
   126/127  `run`/`elect`: CMD could not be executed / was not found
   128+SIG  interrupted by signal SIG before the lock was acquired
   141      `leader --follow`: stdout was closed (its reader went away)
+  101      internal error (a bug: please report it)
 
 Status messages go to stderr, results (fencing tokens, inspect output) to stdout.";
 

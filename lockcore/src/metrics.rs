@@ -33,7 +33,7 @@ pub const HELD: &str = "locksmith_held";
 pub const HOLD: &str = "locksmith_hold_seconds";
 /// Releases (by `release()` or a drop), by `outcome`: `released`, `not_held`, `error`.
 pub const RELEASES: &str = "locksmith_releases_total";
-/// Locks lost while held, by `reason`: `renewal_failed`, `lease_gone`, `max_hold`.
+/// Locks lost while held, by `reason`: `renewal_failed`, `lease_gone`, `max_hold`, `shutdown`.
 pub const LOST: &str = "locksmith_lost_total";
 /// Lease renewals (one per lease in a batch), by `outcome`: `renewed`, `gone`, `failed`.
 pub const RENEWALS: &str = "locksmith_renewals_total";
