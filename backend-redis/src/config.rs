@@ -30,6 +30,8 @@ pub const OPTIONS: &[&str] = &[
 
 const DEFAULT_PORT: u16 = 6379;
 pub(crate) const DEFAULT_PREFIX: &str = "locksmith:";
+/// Where every guarded-write data key begins (`guarded.rs`): a prefix may not.
+pub(crate) const DATA_PREFIX: &str = "locksmith-data:";
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_WAITER_TTL: Duration = Duration::from_secs(10);
@@ -247,10 +249,10 @@ impl Config {
         if prefix.contains(['{', '}']) {
             return Err(url.error("prefix must not contain { or } (they delimit the hash tag)"));
         }
-        if prefix.starts_with(crate::guarded::DATA_PREFIX) {
+        if prefix.starts_with(DATA_PREFIX) {
             return Err(url.error(format!(
                 "prefix must not begin with {:?}: guarded writes' data keys do",
-                crate::guarded::DATA_PREFIX
+                DATA_PREFIX
             )));
         }
         let layout = match url.query.get("layout").map(String::as_str) {

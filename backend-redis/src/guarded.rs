@@ -17,7 +17,7 @@
 use locksmith_core::driver::{refuse_if_inside, validate_key, GuardedWrite, Lease, LockName};
 use locksmith_core::{Family, LockError, LockKind, Result};
 
-use crate::config::{Layout, Topology, DEFAULT_PREFIX};
+use crate::config::{Layout, Topology, DATA_PREFIX, DEFAULT_PREFIX};
 use crate::conn::inner::Inner;
 use crate::layout::{same_slot_tag, slot_of, KindKeys};
 use crate::protocol::kinds::KindEntry;
@@ -99,9 +99,6 @@ pub(crate) fn data_key(inner: &Inner, family: Family, lock: &LockName, suffix: &
     check_key(inner, &key, &holder)?;
     Ok(key)
 }
-
-/// Where every data key begins (a prefix may not: `config.rs`).
-pub(crate) const DATA_PREFIX: &str = "locksmith-data:";
 
 /// Refuses a key of locksmith's own under `prefix`: every key that begins with the prefix, but a
 /// data key (a prefix such as `lock` begins `locksmith-data:` too), and with an empty prefix every

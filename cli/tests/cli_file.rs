@@ -400,7 +400,10 @@ fn job_control_stops_aimed_at_locksmiths_group_do_not_stop_it() {
     runner.signal("INT");
     let out = runner.finish();
     // The forwarded SIGINT killed CMD, and locksmith passes that on: it dies of SIGINT too.
-    assert_eq!(out.code, None, "locksmith exited instead of dying of CMD's SIGINT: {out:?}");
+    assert_eq!(
+        out.code, None,
+        "locksmith exited instead of dying of CMD's SIGINT: {out:?}"
+    );
 }
 
 /// `LOCKSMITH_CA` and `LOCKSMITH_PASSWORD_FILE` (meant for TLS URLs and for servers with a
