@@ -254,19 +254,29 @@ impl Conn {
     }
 
     /// Runs one statement (its own transaction) on the steps' connection, as [`Conn::step_at`]
-    /// runs a step (one at a time, bounded by the request timeout): its row, if any, and when it
-    /// began (at the latest when it was sent). Unless answered, the connection is dropped (the
-    /// statement timed out, or its future was dropped: a caller's timeout around a guarded
-    /// write), and the next step opens a new one: a connection gone silent would otherwise keep
-    /// every later step waiting behind it.
+    /// runs a step (one at a time, bounded by the request timeout): its row, if any. A statement
+    /// whose future is dropped before its answer keeps the connection: the clean-up of a
+    /// cancelled acquire must reach the server after it, on the same connection. (If that
+    /// connection went silent, the next statement on it ends at the request timeout and drops
+    /// it; a caller that always gives up sooner keeps it until TCP does.)
     async fn alone(&self, sql: &str, params: &Params<'_>) -> Result<(Option<tokio_postgres::Row>, Instant)> {
         self.check_open()?;
+        let mut guard = self.client().await?;
         let began = Instant::now();
-        locksmith_core::metrics::round_trip();
-        let rows = (self.steps)
-            .query_within(&self.config, "a step", "a one-statement step", sql, params)
-            .await?;
-        Ok((rows.into_iter().next(), began))
+        let limit = self.config.request_timeout;
+        let client = guard.as_mut().ok_or(LockError::Closed)?;
+        let run = async {
+            let statement = self.statements().get(client, sql).await?;
+            locksmith_core::metrics::round_trip();
+            client.query_opt(&statement, params).await
+        };
+        match tokio::time::timeout(limit, run).await {
+            Ok(row) => Ok((row.map_err(|e| pg_error("a one-statement step", e))?, began)),
+            Err(_) => {
+                *guard = None;
+                Err(crate::error::timeout("a step", limit))
+            }
+        }
     }
 
     /// A step that only passes lock `segment` on (after this locker's entries were removed).
