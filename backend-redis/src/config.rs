@@ -276,8 +276,10 @@ impl Config {
             match url.query.get("fence_floor").map(String::as_str) {
                 None | Some("time") => FenceFloor::Time,
                 Some("none") => FenceFloor::None,
-                Some(n) => FenceFloor::Fixed(n.parse().ok().filter(|n| *n < (1u64 << 53)).ok_or_else(|| {
-                    url.error(format!("fence_floor={n:?}; expected time, none or a number below 2^53"))
+                // Below 2^52: the scripts count in Lua's doubles, exact up to 2^53, so a floor
+                // near that would leave no room for the tokens after it (they would repeat).
+                Some(n) => FenceFloor::Fixed(n.parse().ok().filter(|n| *n < (1u64 << 52)).ok_or_else(|| {
+                    url.error(format!("fence_floor={n:?}; expected time, none or a number below 2^52"))
                 })?),
             };
         let restart_delay = url.duration_option("restart_delay")?.unwrap_or(DEFAULT_RESTART_DELAY);

@@ -86,10 +86,13 @@
 //!   grant came after that step, and its lease counts from when the step was sent); otherwise
 //!   the message is a wake-up and its next step finds the lock its own. Where a grant needs more
 //!   than one server's word (several masters, or `min_replicas`), and while the restart delay or
-//!   a poller gap runs, the release only wakes the head (`wake`), whose step takes the lock. A
-//!   handover costs the same few commands whether 1 or 1000 clients wait (one script call and
-//!   15 commands; `tests/herd.rs`), and one notification of latency (one notification plus one
-//!   round trip where the head's step takes the lock).
+//!   a poller gap runs, the release only wakes the head (`wake`), whose step takes the lock.
+//!   Whoever takes the lock from the queue (a release handing it over, or the head's own step)
+//!   also wakes the next live waiter, first now: its step watches the new holder's lease, so
+//!   that a new holder that dies is followed a TTL later, not at that waiter's heartbeat. A
+//!   handover costs the same few commands whether 2 or 1000 clients wait (two script calls, the
+//!   release and that waiter's step, and 29 commands; `tests/herd.rs`), and one notification of
+//!   latency (one notification plus one round trip where the head's step takes the lock).
 //!   A release whose connection dropped is sent again on the reconnected one: usually the
 //!   server closed that connection while it sat idle (a restart, a sentinel's reconfiguration,
 //!   `CLIENT KILL`, an idle `timeout`), so the first send never left the client
@@ -208,7 +211,8 @@
 //!
 //! A waiter subscribes to its own channel (one shared pub/sub connection per backend and server),
 //! then joins the queue. It sleeps until a wake-up arrives, until the holder's `PTTL` runs out
-//! (only the head waiter watches the holder: a key that expires publishes nothing), or until its
+//! (only the head waiter watches the holder: a key that expires publishes nothing; a waiter that
+//! becomes the head when another takes the lock is woken to do so), or until its
 //! heartbeat refreshes its queue entry (`waiter_ttl / 3`). A waiter that died without cleaning up
 //! (a crashed process) is skipped once its entry is stale: in the worst case the lock idles for
 //! `waiter_ttl` after such a crash. One exception: on one server without `min_replicas` a
@@ -302,8 +306,9 @@
 //! ## After data loss
 //!
 //! A Redis without persistence (the `save ""` / `appendonly no` of many cache deployments) that
-//! restarts, or a server that is flushed, forgets every key: the locks, the queues and the fencing
-//! counters. Two things go wrong unless the backend guards against them, and it does by default:
+//! restarts forgets every key: the locks, the queues and the fencing counters. Two things go
+//! wrong unless the backend guards against them, and it does by default (for a restart: a
+//! `FLUSHALL` or `FLUSHDB` on a server that keeps running is not seen, see below):
 //!
 //! - **A second holder while the first still works.** The old holder learns of the loss only at
 //!   its next renewal (up to a third of its TTL later), or — if it cannot reach the server — when
@@ -336,6 +341,11 @@
 //! it holds until its next renewal. Tokens still grow (the time floor), so a resource that checks
 //! fencing tokens refuses the old holder; mutual exclusion alone is not promised across such a
 //! crash. For it, persist every write (`appendfsync always`) or check tokens.
+//!
+//! **A flush** (`FLUSHALL`, `FLUSHDB`) on a server that keeps running leaves its uptime as it
+//! was, so `restart_delay` does not apply: a lock of a holder that still believes in it is
+//! granted at once, and its fencing counter starts again at the clock (tokens still grow with the
+//! default time floor). Only fencing covers it; do not flush a database that holds locks.
 //!
 //! What stays uncovered: a failover to a replica that had not received the latest writes, unless
 //! `min_replicas` is set (see "Replica confirmation"); data lost to eviction

@@ -188,3 +188,46 @@ async fn a_dead_head_handed_the_lock_holds_it_for_its_ttl() {
     );
     guard.release().await.expect("release");
 }
+
+/// Bug: a waiter that was second in line when it last stepped was told "not first", and nothing
+/// told it when it became first: a release hands the lock to the head and wakes only it, and a
+/// head that takes the lock by its own step wakes nobody. When that new holder died, the lock's
+/// key ran out after its TTL and the waiter behind it learnt of it only at its next heartbeat (a
+/// third of its waiter TTL later: 10 s here). Now whoever takes the lock from the queue wakes the
+/// next live waiter, which steps and watches the new holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiter_behind_a_new_holder_watches_its_lease() {
+    let url = common::with_options(&common::redis_url(), "waiter_ttl=30s");
+    let name = unique_name("behind_new_holder");
+    let (a, b, c) = (
+        common::locker(&url).await,
+        common::locker(&url).await,
+        common::locker(&url).await,
+    );
+    let held = a.lock(&name).acquire().await.expect("acquire");
+    let first = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move { b.lock(&name).ttl(Duration::from_secs(1)).acquire().await }
+    });
+    locksmith_core::conformance::until_waiters(&a, &name, 1, Duration::from_secs(10)).await;
+    let second = tokio::spawn({
+        let (c, name) = (c.clone(), name.clone());
+        async move { c.lock(&name).timeout(Duration::from_secs(20)).acquire().await }
+    });
+    locksmith_core::conformance::until_waiters(&a, &name, 2, Duration::from_secs(10)).await;
+    held.release().await.expect("release"); // handed to the first waiter
+    let new_holder = within(Duration::from_secs(5), "the first waiter", first)
+        .await
+        .unwrap()
+        .expect("acquire");
+    let _lease = new_holder.abandon(); // dies: its 1 s key runs out
+    let guard = within(
+        Duration::from_secs(4),
+        "the second waiter, once the new holder's key expired",
+        second,
+    )
+    .await
+    .unwrap()
+    .expect("acquire");
+    guard.release().await.expect("release");
+}

@@ -6,7 +6,10 @@
 -- and at least the floor ('time': the server clock in microseconds; a number; '': none). With
 -- the time floor the counter is only a tie-breaker: it is created to expire an hour after the
 -- lease's TTL and keeps that expiry when raised, so a lock taken for more than an hour finds it
--- gone now and then and starts it again at the clock, above every earlier token.
+-- gone now and then and starts it again at the clock, above every earlier token. Without it the
+-- counter is all there is: raised, it loses any expiry a client with the time floor gave it
+-- (clients of one lock with different floors, or a floor changed), which would otherwise let it
+-- expire and start again below earlier tokens.
 local function next_fence(fence, counter, ttl, floor, us)
   local f = (tonumber(counter) or 0) + 1
   if floor == 'time' then
@@ -20,7 +23,7 @@ local function next_fence(fence, counter, ttl, floor, us)
   end
   -- %d: a token above 2^47 would print in exponent notation by default.
   local s = string.format('%d', f)
-  if counter then
+  if counter and floor == 'time' then
     redis.call('SET', fence, s, 'KEEPTTL')
   elseif floor == 'time' then
     redis.call('SET', fence, s, 'PX', ttl + 3600000)

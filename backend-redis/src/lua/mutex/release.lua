@@ -1,5 +1,5 @@
--- Mutex: compare-and-delete, then hand the lock to the live head of the queue, or wake it (one
--- PUBLISH either way). With nobody queued it is three commands: GET, DEL, ZRANGE (plus the streak
+-- Mutex: compare-and-delete, then hand the lock to the live head of the queue (and wake the one
+-- after it, first now), or wake the head. With nobody queued it is three commands: GET, DEL, ZRANGE (plus the streak
 -- bookkeeping of poller_gap); the clock is read only when a waiter's deadline is compared.
 --
 -- The hand-over: when DIRECT is on and the head left its lease's TTL beside its liveness deadline
@@ -28,6 +28,9 @@ if ttl then
     streak_on(KEYS[5], GAP, ttl)
     local f = take(KEYS[1], KEYS[2], counter, h, ttl, FLOOR)
     redis.call('PUBLISH', ARGV[2] .. h, string.format('grant:%d:%d', f, d))
+    -- The next live waiter is first now: woken, its step watches the new holder's lease (its
+    -- last step told it it was not first, and nothing else would tell it when that lease ends).
+    wake(ARGV[2], (head(KEYS[3], KEYS[4])))
     return 1
   end
 end

@@ -39,7 +39,10 @@ if not v and h == tok then
   if wait == 0 then
     if queued then unqueue(KEYS[3], KEYS[4], tok) else redis.call('ZREM', KEYS[3], tok) end
     streak_on(KEYS[5], GAP, ARGV[2])
-    return {1, take(KEYS[1], KEYS[2], counter, tok, ARGV[2], FLOOR, now_us)}
+    local f = take(KEYS[1], KEYS[2], counter, tok, ARGV[2], FLOOR, now_us)
+    -- The next live waiter is first now: woken, its step watches this holder's lease.
+    wake(ARGV[3], (head(KEYS[3], KEYS[4], now)))
+    return {1, f}
   end
 end
 redis.call('HSET', KEYS[4], tok, now + wttl, tok .. '/ttl', ARGV[2])
