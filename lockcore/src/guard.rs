@@ -187,7 +187,8 @@ impl LockGuard {
     /// a `select!`): the drop moves the rest of it into a task of its own, and the lock is
     /// released all the same. [`Locker::shutdown`] waits for it. Awaited to its end, it runs in
     /// the caller's task and spawns nothing; awaited where no tokio runtime runs, it runs on the
-    /// runtime the lock was taken on.
+    /// multi-thread runtime the lock was taken on (a current-thread one is handed the release,
+    /// which runs when that runtime is next driven, and this call answers `Protocol`).
     pub async fn release(mut self) -> Result<()> {
         self.finish();
         let backend = self.locker.backend().clone();
@@ -230,8 +231,21 @@ impl LockGuard {
             let task = crate::metrics::counting_for_caller(release.instrument(in_span));
             match crate::driver::cleanup::run_to_end(&tally, task) {
                 Ok(release) => release.await,
-                // Where no runtime runs, on the one the lock was taken on.
+                // Where no runtime runs, on the one the lock was taken on. A current-thread
+                // runtime runs it only when next driven (maybe by this very thread, blocked here):
+                // it is handed over, not waited for.
                 Err(task) => match crate::driver::cleanup::spawn_in_or(&tally, runtime.as_ref(), task) {
+                    Some(_)
+                        if runtime
+                            .as_ref()
+                            .is_some_and(|r| r.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread) =>
+                    {
+                        Err(crate::LockError::Protocol(
+                            "release() awaited where no tokio runtime runs: the release was handed to the \
+                             current-thread runtime the lock was taken on, and runs when that runtime is next driven"
+                                .into(),
+                        ))
+                    }
                     Some(release) => release.await.unwrap_or_else(|_| {
                         Err(crate::LockError::Unavailable {
                             message: "the runtime the lock was taken on is gone: it expires after its TTL".into(),

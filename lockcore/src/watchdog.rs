@@ -145,6 +145,11 @@ impl Watchdog {
         let must_wake = state.wakes_at.is_none_or(|t| entry.next_event() < t);
         state.entries.insert(id, entry);
         if state.task.is_none() {
+            // The batches of an earlier task went with it (its runtime dropped): the new one
+            // renews every lease again.
+            for e in state.entries.values_mut() {
+                e.renewing = false;
+            }
             let number = state.next_task;
             state.next_task += 1;
             state.task = Some(number);
@@ -305,7 +310,8 @@ async fn run(shared: Arc<Shared>, _slot: TaskSlot) {
                     _ = tokio::time::sleep_until(at) => {}
                     _ = shared.wake.notified() => {}
                     Some(done) = batches.join_next(), if !batches.is_empty() => {
-                        if let Err(e) = done {
+                        // (One aborted when the task went idle ended as asked.)
+                        if let Some(e) = done.err().filter(|e| !e.is_cancelled()) {
                             // Its leases stay marked as renewing: they end when their validity does.
                             tracing::error!(error = %e, "a lease renewal batch ended without an answer");
                         }

@@ -343,12 +343,34 @@ pub fn redact(url: &str) -> String {
         };
     };
     let Some(at) = url[start..].rfind('@').map(|i| start + i) else {
-        return url.to_owned();
+        return redact_query(url);
     };
     match url[start..at].find(':').map(|i| start + i) {
-        Some(colon) => format!("{}:***{}", &url[..colon], &url[at..]),
-        None => url.to_owned(),
+        Some(colon) => redact_query(&format!("{}:***{}", &url[..colon], &url[at..])),
+        None => redact_query(url),
     }
+}
+
+/// `url` with the values of query options that name a secret (`password=`, `token=`, …, as
+/// libpq's connection strings and some clients take them) replaced by `***`: no backend takes
+/// one, and the error that says so quotes the URL.
+fn redact_query(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let secret = |key: &str| {
+        let key = key.to_ascii_lowercase();
+        ["pass", "pwd", "secret", "token", "auth"]
+            .iter()
+            .any(|s| key.contains(s))
+    };
+    let options: Vec<String> = (query.split('&'))
+        .map(|option| match option.split_once('=') {
+            Some((key, _)) if secret(key) && !key.ends_with("_file") => format!("{key}=***"),
+            _ => option.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", options.join("&"))
 }
 
 /// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds.
@@ -561,6 +583,18 @@ mod tests {
             assert!(!shown.contains(secret), "{text}: shows in {shown}");
         }
         assert_eq!(redact("redis:/localhost:6379"), "redis:/localhost:6379");
+        // A password as a query option (libpq's style), which no backend takes: the error that
+        // says so quotes the URL. (Before, it showed whole.)
+        for url in [
+            "postgres://app@db/x?password=s3cret",
+            "redis://h/0?a=1&auth_token=s3cret",
+        ] {
+            assert!(!redact(url).contains("s3cret"), "{}", redact(url));
+        }
+        assert_eq!(
+            redact("postgres://h/x?password_file=/run/pw"),
+            "postgres://h/x?password_file=/run/pw"
+        );
     }
 
     #[test]
