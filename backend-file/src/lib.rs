@@ -26,9 +26,10 @@
 //! - **Processes that die** release at once: each locker holds a `flock` on a liveness file of its
 //!   own in `.owners/` for as long as it lives; the kernel drops it when the process ends, however
 //!   it ends, and an entry whose owner's file can be locked, or is gone, is dead. A liveness file
-//!   that cannot be opened (a process out of descriptors, one without the right to read it)
-//!   counts as alive with a heartbeat of "now": a live holder is never dropped for it, and a dead
-//!   one's entry stays until a process that can open the file looks.
+//!   that cannot be opened (a process out of descriptors, one without the right to read it: a
+//!   locker run with umask 077 beside other users) is judged by when it was last written (every
+//!   heartbeat rewrites it): a live holder is never dropped for it, and a dead one's entries end
+//!   a TTL after its last heartbeat instead of at once.
 //! - **Holders that stop** (a paused process, an abandoned guard) lose the lock after its TTL. An
 //!   entry lives for its TTL past the later of its grant and its locker's last heartbeat, a
 //!   `CLOCK_BOOTTIME` stamp in the liveness file that every renewal rewrites: one small write

@@ -75,6 +75,24 @@ impl Drop for Owner {
     }
 }
 
+/// The heartbeat of a liveness file that cannot be opened, from when it was last written (each
+/// heartbeat rewrites it; `stat` needs no descriptor and no right to read): its owner lives
+/// while it beats, and a dead one's entries end a TTL after its last heartbeat. A file gone
+/// meanwhile is a dead owner's; one that cannot be looked at either counts as beating now.
+fn beat_by_mtime(path: &Path) -> Liveness {
+    let now = crate::protocol::state::Now::read().boot_ns;
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Liveness::Dead,
+        Ok(meta) => {
+            let age = (meta.modified().ok())
+                .and_then(|written| std::time::SystemTime::now().duration_since(written).ok())
+                .unwrap_or_default();
+            Liveness::Beat(now.saturating_sub(u64::try_from(age.as_nanos()).unwrap_or(u64::MAX)))
+        }
+        Err(_) => Liveness::Beat(now),
+    }
+}
+
 /// Whether the owner `id` in `owners` is alive (its file exists and someone holds its lock), and
 /// its last heartbeat. A dead owner's file is removed when `reap` is set (its lock is held while
 /// the file is removed, so a live owner's file is never removed).
@@ -90,8 +108,8 @@ pub(crate) fn liveness(owners: &Path, id: &str, reap: bool) -> Liveness {
             return Liveness::Dead;
         }
         // A failure to tell (out of descriptors, no right to read it, something else in its
-        // place): count it alive with a heartbeat of "now", never drop a live holder early.
-        Err(_) => return Liveness::Beat(crate::protocol::state::Now::read().boot_ns),
+        // place): never drop a live holder early, and never keep a dead one for good.
+        Err(_) => return beat_by_mtime(&path),
     };
     match flock(&file, FlockOperation::NonBlockingLockShared) {
         Ok(()) => {
