@@ -9,7 +9,9 @@
 //! in the foreground, and alone there: a locksmith started in the background leaves the terminal
 //! alone, and so does one that shares its group with processes other than its ancestors (a
 //! pipeline such as `locksmith run N -- git log | less`: lent to CMD, the terminal would be
-//! taken from the pager, whose reads would then stop it or fail).
+//! taken from the pager, whose reads would then stop it or fail). A script's own background jobs
+//! share that group too (`spinner &`, the `tee` of `exec > >(tee log)` without job control): with
+//! them CMD stays in the background, and a CMD that reads the terminal is stopped there.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -36,11 +38,13 @@ impl Terminal {
     pub fn foreground() -> Option<Terminal> {
         // SAFETY: plain system calls on file descriptors and our own process; no memory shared.
         let own_group = unsafe { libc::getpgrp() };
-        if shares_group_with_others(own_group) {
-            return None;
-        }
+        // (Looked for last: `/proc` is read only on a terminal locksmith has.)
+        let alone = || !shares_group_with_others(own_group);
         let in_foreground = |fd: RawFd| unsafe { libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == own_group };
         if in_foreground(libc::STDIN_FILENO) {
+            if !alone() {
+                return None;
+            }
             return Some(Terminal {
                 fd: libc::STDIN_FILENO,
                 _opened: None,
@@ -56,7 +60,7 @@ impl Terminal {
             .open("/dev/tty")
             .ok()?;
         let opened = OwnedFd::from(tty);
-        in_foreground(opened.as_raw_fd()).then(|| Terminal {
+        (in_foreground(opened.as_raw_fd()) && alone()).then(|| Terminal {
             fd: opened.as_raw_fd(),
             _opened: Some(opened),
             own_group,
@@ -107,9 +111,10 @@ impl Drop for Terminal {
 /// (from `/proc`; false where it cannot be read): another member of a pipeline, which may read
 /// the terminal. A script's shell that started locksmith is an ancestor, waiting for it.
 fn shares_group_with_others(group: libc::pid_t) -> bool {
+    // Up to init, which is an ancestor too (a container's `sh -c` entrypoint is pid 1).
     let mut ancestors = vec![std::process::id() as libc::pid_t];
     while let Some(parent) = ancestors.last().and_then(|&pid| Stat::of(pid)).map(|s| s.parent) {
-        if parent <= 1 || ancestors.contains(&parent) {
+        if parent <= 0 || ancestors.contains(&parent) {
             break;
         }
         ancestors.push(parent);
