@@ -208,7 +208,9 @@ fn not_a_zookeeper_path(key: &str) -> Option<&'static str> {
     if key.split('/').any(|segment| segment == "." || segment == "..") {
         return Some("no . or .. segment");
     }
-    let refused = |c: char| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}');
+    // (Above U+FFFF: a surrogate pair in Java's UTF-16, which ZooKeeper refuses too.)
+    let refused =
+        |c: char| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..);
     key.chars()
         .any(refused)
         .then_some("no control, private-use or special character")

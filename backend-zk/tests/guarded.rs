@@ -81,6 +81,7 @@ async fn keys_that_are_no_zookeeper_path_are_invalid_names() {
         "/g/\u{1}",
         "/g/a\u{7f}",
         "/g/\u{e000}",
+        "/g/\u{1f512}",
     ] {
         let results = [
             ("put", store.put(key, "v").await.map(|_| ())),

@@ -197,7 +197,11 @@ pub(crate) async fn promote(conn: &Conn, tx: &Step<'_>, segment: &str, rows: &mu
             continue;
         }
         let token = next_token(conn, tx, segment).await?;
-        row.left_ms = Some(grant(conn, tx, &row.id, token).await?);
+        // An entry removed meanwhile outside the step (its locker's shutdown) is granted nothing.
+        let Some(ttl_ms) = grant(conn, tx, &row.id, token).await? else {
+            continue;
+        };
+        row.left_ms = Some(ttl_ms);
         row.token = Some(token);
         granted.push((row.id.clone(), to_u64(token)));
     }
@@ -206,10 +210,12 @@ pub(crate) async fn promote(conn: &Conn, tx: &Step<'_>, segment: &str, rows: &mu
 
 /// Grants entry `id` fencing token `token`; returns the milliseconds its lease now has (its
 /// TTL): what the waiter after it is told to wait for, in place of the expiry read while it still
-/// waited (its locker's owner row's, which a lock with a longer TTL keeps further ahead).
-async fn grant(conn: &Conn, tx: &Step<'_>, id: &str, token: i64) -> Result<i64> {
-    let row = (tx.query_one(&conn.sql.grant, &[&id, &token]).await).map_err(|e| pg_error("granting", e))?;
-    row.try_get(0).map_err(|e| pg_error("granting", e))
+/// waited (its locker's owner row's, which a lock with a longer TTL keeps further ahead). `None`
+/// if the entry is gone (removed outside the step since it was read).
+async fn grant(conn: &Conn, tx: &Step<'_>, id: &str, token: i64) -> Result<Option<i64>> {
+    let row = (tx.query_opt(&conn.sql.grant, &[&id, &token]).await).map_err(|e| pg_error("granting", e))?;
+    row.map(|row| row.try_get(0).map_err(|e| pg_error("granting", e)))
+        .transpose()
 }
 
 /// The first entry of `rows` still waiting, and the milliseconds until the earliest lease of the
@@ -251,7 +257,10 @@ async fn turn(
     match standing(&roles, me) {
         Ok(Standing::Holds) => {
             let token = next_token(conn, tx, segment).await?;
-            rows[me].left_ms = Some(grant(conn, tx, id, token).await?);
+            let Some(ttl_ms) = grant(conn, tx, id, token).await? else {
+                return Ok(Outcome::Gone);
+            };
+            rows[me].left_ms = Some(ttl_ms);
             *changed = true;
             rows[me].token = Some(token);
             Ok(Outcome::Granted(to_u64(token)))
