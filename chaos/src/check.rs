@@ -51,6 +51,9 @@ pub struct Measured {
     pub lost_signalled: usize,
     /// Faults whose holder was overtaken without ever hearing of it.
     pub lost_not_signalled: usize,
+    /// Of the holders told, those told only after another holder had entered their lock: told,
+    /// but not first.
+    pub lost_late: usize,
     /// From each fault to its holder's `lost()`, in ms.
     pub lost_ms: Vec<f64>,
     /// From each fault to the next grant of another worker, in ms.
@@ -298,14 +301,24 @@ pub fn measure(
             m.takeover_ms.push(ms(next.start - f.at));
         }
         let Some(struck) = struck else { continue };
+        let index = sections.iter().position(|s| std::ptr::eq(s, struck));
+        // When the first section that the struck one's part left no room for began.
+        let overtaken_at = index.and_then(|i| {
+            (sections.iter().zip(&crowds))
+                .filter(|(_, crowd)| crowd.contains(&i))
+                .map(|(s, _)| s.start)
+                .min()
+        });
         match struck.lost_at {
             Some(t) => {
                 m.lost_signalled += 1;
                 m.lost_ms.push(ms(t.saturating_sub(f.at)));
+                if overtaken_at.is_some_and(|o| o < t) {
+                    m.lost_late += 1;
+                }
             }
             None => {
-                let index = sections.iter().position(|s| std::ptr::eq(s, struck));
-                let overtaken = index.is_some_and(|i| crowds.iter().any(|c| c.contains(&i)));
+                let overtaken = overtaken_at.is_some();
                 let killed = killed.get(struck.worker).copied().flatten().is_some();
                 if overtaken && !killed {
                     m.lost_not_signalled += 1;
@@ -510,6 +523,23 @@ mod tests {
         ];
         let m = measure(&told, &who, &[], std::slice::from_ref(&fault), 100);
         assert_eq!((m.lost_signalled, m.lost_not_signalled), (1, 0));
+        // Told at 45, after worker 1 entered at 30: told, but not first.
+        assert_eq!(m.lost_late, 1);
+        let first = vec![
+            enter(0, 10, 1),
+            (
+                0,
+                Event::Lost {
+                    t: 25,
+                    reason: "x".into(),
+                },
+            ),
+            exit(0, 26),
+            enter(1, 30, 2),
+            exit(1, 50),
+        ];
+        let m = measure(&first, &who, &[], std::slice::from_ref(&fault), 100);
+        assert_eq!((m.lost_signalled, m.lost_late, m.lost_not_signalled), (1, 0, 0));
         assert_eq!(m.takeover_ms.len(), 1);
         let untold = vec![enter(0, 10, 1), enter(1, 30, 2), exit(0, 46), exit(1, 50)];
         let m = measure(&untold, &who, &[], &[fault], 100);

@@ -302,7 +302,30 @@ impl Fleet {
 
     /// Stops every worker: resumes the paused, heals the cut, `SIGTERM`, and `SIGKILL` for those
     /// still running after `grace`.
-    pub async fn stop(&mut self, grace: Duration) {
+    ///
+    /// # Errors
+    ///
+    /// A worker that had ended by itself before (a panic, a crash; not one a fault killed): its
+    /// contention was missing from the run, which must not pass for one that had it.
+    pub async fn stop(&mut self, grace: Duration) -> Result<()> {
+        let mut ended = Vec::new();
+        for worker in &mut self.workers {
+            if worker.killed_at.is_some() {
+                continue;
+            }
+            match &mut worker.runner {
+                Runner::Process(child) => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        ended.push(format!("{} ({status})", worker.id));
+                    }
+                }
+                Runner::Task(task, _) => {
+                    if task.is_finished() {
+                        ended.push(worker.id.clone());
+                    }
+                }
+            }
+        }
         for w in 0..self.workers.len() {
             self.cut(w, Mode::Forward);
             self.signal(w, libc::SIGCONT);
@@ -329,6 +352,10 @@ impl Fleet {
         }
         // The readers see EOF right after the exits; give them a moment to push the last lines.
         tokio::time::sleep(Duration::from_millis(50)).await;
+        if !ended.is_empty() {
+            bail!("workers ended by themselves during the run: {}", ended.join(", "));
+        }
+        Ok(())
     }
 }
 

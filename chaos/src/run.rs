@@ -154,7 +154,7 @@ pub async fn run_on(
         tokio::time::sleep(target.ttl * 3).await;
     }
     let run_end = now_ns();
-    fleet.stop(Duration::from_secs(15)).await;
+    fleet.stop(Duration::from_secs(15)).await?;
 
     let events = fleet.events();
     dump_events(&name, &events);

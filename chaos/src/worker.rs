@@ -261,15 +261,21 @@ pub async fn work(locker: &Locker, writes: &Writes, plan: &Plan, sink: &Sink, st
         let guard = held.guard();
         let token = guard.fencing_token();
         sink(Event::Enter { t: now_ns(), token });
+        // When `lost()` fired, stamped as it fires (not when this holder next looks: after a write
+        // that waited on a partitioned server, or after a blind holder's whole hold), so that the
+        // check can tell a holder told before another was granted its lock from one told after.
         let lost = guard.lost();
-        tokio::pin!(lost);
+        let mut told = tokio::spawn(async move {
+            let reason = lost.await;
+            (now_ns(), reason)
+        });
         write(writes, guard, plan, sink, token).await;
         let (min, max) = (plan.hold.0.as_millis(), plan.hold.1.as_millis());
         let hold = Duration::from_millis(u64::try_from(rand::random_range(min..=max.max(min))).unwrap_or(0));
         let cut_short = if plan.heeds_lost {
             tokio::select! {
                 biased;
-                reason = &mut lost => Some(reason),
+                fired = &mut told => fired.ok(),
                 _ = tokio::time::sleep(hold) => None,
             }
         } else {
@@ -281,14 +287,18 @@ pub async fn work(locker: &Locker, writes: &Writes, plan: &Plan, sink: &Sink, st
         if cut_short.is_none() {
             write(writes, guard, plan, sink, token).await;
         }
-        // The blind holder says after its write whether the lock was lost meanwhile.
-        let lost_reason = match cut_short {
-            None if !plan.heeds_lost => guard.lost_reason(),
-            reason => reason,
+        let fired = match cut_short {
+            Some(fired) => Some(fired),
+            // Fired meanwhile (the blind holder's case): its stamp comes at once.
+            None if guard.lost_reason().is_some() => told.await.ok(),
+            None => {
+                told.abort();
+                None
+            }
         };
-        if let Some(reason) = lost_reason {
+        if let Some((t, reason)) = fired {
             sink(Event::Lost {
-                t: now_ns(),
+                t,
                 reason: reason.to_string(),
             });
         }

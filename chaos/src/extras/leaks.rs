@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use locksmith::{LockError, Locker};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -182,13 +182,21 @@ async fn kill(target: &Target, waiters: usize, register: &str) -> Result<(usize,
         .await?;
     // Every one queued on the server before they are killed.
     let end = Instant::now() + Duration::from_secs(60);
-    while holder.inspect(&name).await?.waiters < waiters && Instant::now() < end {
+    loop {
+        let queued = holder.inspect(&name).await?.waiters;
+        if queued >= waiters {
+            break;
+        }
+        // Else the kill below would test fewer leaks than it says.
+        if Instant::now() > end {
+            bail!("only {queued} of {waiters} waiters queued within 60 s");
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for w in 0..waiters {
         fleet.kill(w);
     }
-    fleet.stop(Duration::from_secs(5)).await;
+    fleet.stop(Duration::from_secs(5)).await?;
     held.release().await?;
     after(target, &name).await
 }

@@ -23,7 +23,10 @@ fn fault_rows(rows: &[&Row]) -> Vec<Vec<String>> {
                 },
                 format!("**{}**", r.stale_writes_accepted),
                 r.stale_writes_rejected.to_string(),
-                format!("{} / {}", r.lost_signalled, r.lost_not_signalled),
+                match r.lost_late {
+                    0 => format!("{} / {}", r.lost_signalled, r.lost_not_signalled),
+                    late => format!("{} / {} ({late} told late)", r.lost_signalled, r.lost_not_signalled),
+                },
                 f(r.lost_ms_p50),
                 format!("{} ({} ms TTL)", f(r.takeover_ms_p50), r.ttl_ms),
                 r.token_regressions.to_string(),
@@ -260,7 +263,8 @@ pub fn page(r: &Report) -> String {
          accepted* are writes the register accepted after it had accepted a write of a later holder \
          (**must be 0**). *Stale writes rejected* are fencing at work. *Holder told / not told*: of the \
          faults that struck a holder, those whose `lost()` fired, and those whose holder was overtaken \
-         and never heard. *Next holder after*: from the fault to the next grant of another process.\n"
+         and never heard; *told late*: fired only after another holder had entered (where a holder \
+         must be told first, a broken promise). *Next holder after*: from the fault to the next grant of another process.\n"
     );
     let rows: Vec<&Row> = r.results.iter().collect();
     table(&mut out, FAULT_HEADER, fault_rows(&rows));
