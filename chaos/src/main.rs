@@ -74,7 +74,7 @@ pub struct MergeArgs {
 /// The driver's options.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// A few minutes instead of about five hours: each fault once, short soak, fewer waiters.
+    /// About 20 minutes instead of about five hours: each fault once, short soak, fewer waiters.
     #[arg(long)]
     pub quick: bool,
     /// Only these targets (`backend/topology`, comma-separated; e.g. `redis/single,etcd/cluster`).
