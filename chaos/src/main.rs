@@ -100,19 +100,6 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The sections `--sections` may name.
-    pub const SECTIONS: [&'static str; 9] = [
-        "faults",
-        "primitives",
-        "guarded",
-        "fenced",
-        "self-check",
-        "leaks",
-        "load",
-        "soak",
-        "bad-input",
-    ];
-
     fn wants(&self, section: &str) -> bool {
         self.sections.is_empty() || self.sections.iter().any(|s| s == section)
     }

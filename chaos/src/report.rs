@@ -326,11 +326,8 @@ impl Report {
             failovers: args.repeats.unwrap_or(if args.quick { 1 } else { 10 }),
         };
         // A name that matches nothing would filter everything out, and an empty run passes.
-        if let Some(unknown) = args.sections.iter().find(|s| !RunArgs::SECTIONS.contains(&s.as_str())) {
-            bail!(
-                "--sections {unknown:?}: expected one of {}",
-                RunArgs::SECTIONS.join(", ")
-            );
+        if let Some(unknown) = args.sections.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
+            bail!("--sections {unknown:?}: expected one of {}", SECTIONS.join(", "));
         }
         let all = targets::all(ttl)?;
         if let Some(unknown) = args.only.iter().find(|o| !all.iter().any(|t| &t.id() == *o)) {
