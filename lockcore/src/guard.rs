@@ -78,9 +78,9 @@ impl LockGuard {
     }
 
     /// True until the lock is lost (see [`LockGuard::lost`]), and false as soon as its lease ran
-    /// out with no renewal answered, or its `max_hold` passed, even before the watchdog could run to declare it lost (a
-    /// process that was paused, a runtime whose threads were blocked): check it after such a
-    /// pause, before acting as the holder.
+    /// out with no renewal answered, or its `max_hold` passed, even before the watchdog could run
+    /// to declare it lost (a process that was paused, a runtime whose threads were blocked):
+    /// check it after such a pause, before acting as the holder.
     pub fn is_held(&self) -> bool {
         !self.lease.lost.is_lost() && !self.lease.lost.ran_out()
     }
@@ -231,29 +231,8 @@ impl LockGuard {
             let task = crate::metrics::counting_for_caller(release.instrument(in_span));
             match crate::driver::cleanup::run_to_end(&tally, task) {
                 Ok(release) => release.await,
-                // Where no runtime runs, on the one the lock was taken on. A current-thread
-                // runtime runs it only when next driven (maybe by this very thread, blocked here):
-                // it is handed over, not waited for.
-                Err(task) => match crate::driver::cleanup::spawn_in_or(&tally, runtime.as_ref(), task) {
-                    Some(_)
-                        if runtime
-                            .as_ref()
-                            .is_some_and(|r| r.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread) =>
-                    {
-                        Err(crate::LockError::Protocol(
-                            "release() awaited where no tokio runtime runs: the release was handed to the \
-                             current-thread runtime the lock was taken on, and runs when that runtime is next driven"
-                                .into(),
-                        ))
-                    }
-                    Some(release) => release.await.unwrap_or_else(|_| {
-                        Err(crate::LockError::Unavailable {
-                            message: "the runtime the lock was taken on is gone: it expires after its TTL".into(),
-                            source: None,
-                        })
-                    }),
-                    None => Err(crate::LockError::Protocol("release needs a tokio runtime".into())),
-                },
+                // Where no runtime runs, on the one the lock was taken on.
+                Err(task) => release_on(&tally, runtime.as_ref(), task).await,
             }
         })
         .await;
@@ -273,6 +252,31 @@ impl LockGuard {
         self.finish();
         tracing::info!(lock = %self.lease.name, "lock abandoned without release");
         self.lease.clone()
+    }
+}
+
+/// Runs `release` (a guard's, awaited where no tokio runtime runs) on `runtime`, the one its lock
+/// was taken on. A current-thread runtime runs it only when next driven (maybe by the very thread
+/// blocked here): it is handed over, not waited for.
+async fn release_on(
+    tally: &crate::driver::cleanup::Tally,
+    runtime: Option<&tokio::runtime::Handle>,
+    release: impl std::future::Future<Output = Result<()>> + Send + 'static,
+) -> Result<()> {
+    let current_thread = runtime.is_some_and(|r| r.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
+    match crate::driver::cleanup::spawn_in_or(tally, runtime, release) {
+        Some(_) if current_thread => Err(crate::LockError::Protocol(
+            "release() awaited where no tokio runtime runs: the release was handed to the current-thread \
+             runtime the lock was taken on, and runs when that runtime is next driven"
+                .into(),
+        )),
+        Some(release) => release.await.unwrap_or_else(|_| {
+            Err(crate::LockError::Unavailable {
+                message: "the runtime the lock was taken on is gone: it expires after its TTL".into(),
+                source: None,
+            })
+        }),
+        None => Err(crate::LockError::Protocol("release needs a tokio runtime".into())),
     }
 }
 

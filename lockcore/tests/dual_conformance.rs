@@ -194,10 +194,7 @@ async fn the_first_lock_is_renewed_while_the_second_is_awaited() {
 #[tokio::test]
 async fn a_dual_release_without_an_answer_is_tried_again() {
     let h = harness();
-    let flaky = support::FirstReleaseUnanswered {
-        inner: h.old.clone(),
-        fail_next: false.into(),
-    };
+    let flaky = support::FaultyRelease::new(h.old.clone());
     let flaky = std::sync::Arc::new(flaky);
     let old = Locker::from_arc(flaky.clone());
     let dual = Dual::locker(&old, &Locker::new(h.new.clone()));

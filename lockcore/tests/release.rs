@@ -38,10 +38,7 @@ async fn a_release_on_the_memory_backend_ends_on_its_first_poll() {
 #[tokio::test]
 async fn a_release_without_an_answer_is_tried_again_after_its_locker_is_dropped() {
     let store = MemoryBackend::new();
-    let flaky = Arc::new(support::FirstReleaseUnanswered {
-        inner: store.clone(),
-        fail_next: true.into(),
-    });
+    let flaky = Arc::new(support::FaultyRelease::first_unanswered(store.clone()));
     let guard = Locker::from_arc(flaky)
         .lock("dropped-locker")
         .ttl(Duration::from_secs(30))
@@ -67,10 +64,7 @@ async fn a_release_without_an_answer_is_tried_again_after_its_locker_is_dropped(
 #[tokio::test]
 async fn a_release_cut_off_mid_flight_still_releases_and_shutdown_waits_for_it() {
     let store = MemoryBackend::new();
-    let slow = Arc::new(support::SlowRelease {
-        inner: store.clone(),
-        release_ms: 200,
-    });
+    let slow = Arc::new(support::FaultyRelease::slow(store.clone(), 200));
     let locker = Locker::from_arc(slow);
     let guard = locker
         .lock("cut-off")
@@ -96,10 +90,7 @@ async fn a_release_cut_off_mid_flight_still_releases_and_shutdown_waits_for_it()
 #[tokio::test(flavor = "current_thread")]
 async fn a_release_after_lost_fired_answers_not_held() {
     let store = MemoryBackend::new();
-    let locker = Locker::from_arc(Arc::new(support::FirstReleaseUnanswered {
-        inner: store.clone(),
-        fail_next: true.into(),
-    }));
+    let locker = Locker::from_arc(Arc::new(support::FaultyRelease::first_unanswered(store.clone())));
     let guard = (locker.lock("capped"))
         .ttl(Duration::from_secs(30))
         .max_hold(Duration::from_millis(100))
