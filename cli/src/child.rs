@@ -214,20 +214,7 @@ pub fn pass_on_interrupt(code: u8) {
     if code != 128 + libc::SIGINT as u8 || !CMD_INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
         return;
     }
-    let _ = io::Write::flush(&mut io::stdout());
-    let _ = io::Write::flush(&mut io::stderr());
-    // SAFETY: sigaction(2), sigprocmask(2) and raise(3) with valid, zero-initialised structures.
-    unsafe {
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        libc::sigemptyset(&mut default.sa_mask);
-        libc::sigaction(libc::SIGINT, &default, std::ptr::null_mut());
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(libc::SIGINT);
-    }
+    crate::signals::die_of(libc::SIGINT);
 }
 
 /// CMD's exit code, or 128+signal if a signal ended it.

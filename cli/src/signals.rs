@@ -117,3 +117,23 @@ pub fn restore_in_child(saved: &[(i32, libc::sigaction)]) {
         unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
     }
 }
+
+/// Ends this process by `sig` with its default action (stdout and stderr flushed first): for a
+/// parent that tells a child killed by a signal from one that exited. Returns if `sig` did not
+/// end it.
+pub fn die_of(sig: i32) {
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    let _ = std::io::Write::flush(&mut std::io::stderr());
+    // SAFETY: sigaction(2), pthread_sigmask(3) and raise(3) with valid, zero-initialised structures.
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut default.sa_mask);
+        libc::sigaction(sig, &default, std::ptr::null_mut());
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+}

@@ -85,8 +85,7 @@ fn stdin_can_close() -> bool {
         return false;
     }
     let kind = st.st_mode & libc::S_IFMT;
-    // SAFETY: isatty(3) on fd 0 reads nothing.
-    kind == libc::S_IFIFO || kind == libc::S_IFSOCK || unsafe { libc::isatty(0) } == 1
+    kind == libc::S_IFIFO || kind == libc::S_IFSOCK || stdin_is_a_terminal()
 }
 
 /// Resolves when stdin reaches end of file (or fails). Read on a thread of its own: a blocking
