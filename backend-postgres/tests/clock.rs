@@ -8,17 +8,23 @@ mod common;
 use std::time::Duration;
 
 use locksmith_core::driver::BackendUrl;
+use locksmith_core::Locker;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_holders_lease_is_bounded_by_its_ttl_after_a_clock_step_back() {
+/// A schema of its own, and two lockers on it (two processes).
+async fn schema_and_two_lockers() -> (String, Locker, Locker) {
     let harness = common::PgHarness::plain().await;
-    let schema = harness.schema.clone();
     let connect = || async {
         locksmith_postgres::connect(&BackendUrl::parse(&harness.url).unwrap())
             .await
             .unwrap()
     };
     let (a, b) = (connect().await, connect().await);
+    (harness.schema.clone(), a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_holders_lease_is_bounded_by_its_ttl_after_a_clock_step_back() {
+    let (schema, a, b) = schema_and_two_lockers().await;
     let ttl = Duration::from_secs(2);
     for kind in ["mutex", "semaphore"] {
         let name = format!("clock-back/{kind}");
@@ -58,14 +64,7 @@ async fn a_dead_holders_lease_is_bounded_by_its_ttl_after_a_clock_step_back() {
 /// the full step, for the whole hour.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_bounds_a_dead_row_holder_after_a_clock_step_back() {
-    let harness = common::PgHarness::plain().await;
-    let schema = harness.schema.clone();
-    let connect = || async {
-        locksmith_postgres::connect(&BackendUrl::parse(&harness.url).unwrap())
-            .await
-            .unwrap()
-    };
-    let (a, b) = (connect().await, connect().await);
+    let (schema, a, b) = schema_and_two_lockers().await;
     let ttl = Duration::from_secs(2);
     let name = "clock-back/try";
     let crashed = a.lock(name).ttl(ttl).acquire().await.unwrap();
