@@ -377,7 +377,16 @@ impl Locker {
     /// Runs a backend call of a lock request: it ends with [`LockError::Closed`] if the locker is
     /// shut down meanwhile, and if it fails (other than by a backend that does not answer) it
     /// returns only once the clean-up it started has ended, for at most the request timeout.
-    async fn request_call<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    ///
+    /// `callers_limit`: the call was cut by the caller's own timeout, shorter than the backend's
+    /// request timeout. Its [`LockError::Unavailable`] then says that the caller's time ran out,
+    /// not that the server does not answer, and the clean-up is waited for as after any failure:
+    /// a process that exits on that error must not leave what the cut request created.
+    async fn request_call<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T>>,
+        callers_limit: bool,
+    ) -> Result<T> {
         let life = &self.inner.life;
         let mut closed = life.closed.subscribe();
         let watched = async {
@@ -389,7 +398,7 @@ impl Locker {
         let (result, own) = crate::driver::cleanup::scoped(&life.tally, watched).await;
         // A backend that does not answer cannot take a clean-up request either: the clean-up
         // goes on in the background (and Locker::shutdown waits for it).
-        let unanswered = matches!(result, Err(LockError::Unavailable { .. }));
+        let unanswered = !callers_limit && matches!(result, Err(LockError::Unavailable { .. }));
         if result.is_err() && !unanswered && own.in_flight() > 0 {
             let limit = self.backend().request_timeout();
             if !own.idle_within(limit).await {
@@ -520,6 +529,12 @@ impl LockBuilder {
                     value.len()
                 )));
             }
+            // PostgreSQL's text cannot hold NUL, and every backend takes the same values.
+            LockKind::Leader { value } if value.contains('\0') => {
+                return Err(LockError::InvalidOption(
+                    "a campaign value may not contain a NUL character".into(),
+                ));
+            }
             _ => {}
         }
         Ok(LockRequest {
@@ -582,7 +597,7 @@ impl LockBuilder {
                         })
                 }
             } };
-            let (result, round_trips) = counted(self.locker.request_call(call)).await;
+            let (result, round_trips) = counted(self.locker.request_call(call, false)).await;
             let span = tracing::Span::current();
             span.record("round_trips", round_trips);
             match result {
@@ -619,7 +634,9 @@ impl LockBuilder {
     /// One attempt: `Some(guard)` if the lock was free, `None` if it is held (or another waiter is
     /// first in line). Never waits for the lock. A server that does not answer within the
     /// backend's request timeout (or the builder's [`LockBuilder::timeout`], if shorter) gives
-    /// [`LockError::Unavailable`].
+    /// [`LockError::Unavailable`]. When the builder's timeout cut an attempt that the server may
+    /// have carried out, that error comes once the attempt's clean-up has ended (for at most the
+    /// request timeout): the process may exit on it and leave nothing held.
     ///
     /// # Errors
     ///
@@ -633,9 +650,9 @@ impl LockBuilder {
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
         let (req, backend, labels, _in_flight) = self.begin()?;
         let span = request_span!("try_acquire", req, backend);
-        let limit = match self.timeout {
-            Some(t) if !t.is_zero() => t.min(backend.request_timeout()),
-            _ => backend.request_timeout(),
+        let (limit, callers_limit) = match self.timeout {
+            Some(t) if !t.is_zero() && t < backend.request_timeout() => (t, true),
+            _ => (backend.request_timeout(), false),
         };
         let attempt = bounded(
             backend.as_ref(),
@@ -644,7 +661,7 @@ impl LockBuilder {
             backend.try_acquire(&req),
         );
         let start = Instant::now();
-        let (result, round_trips) = counted(self.locker.request_call(attempt))
+        let (result, round_trips) = counted(self.locker.request_call(attempt, callers_limit))
             .instrument(span.clone())
             .await;
         span.record("round_trips", round_trips);

@@ -171,6 +171,53 @@ pub async fn timed_out_waiter_that_exits_leaves_nothing(h: &impl Harness) {
     drop(guard);
 }
 
+/// A process whose `try_acquire` was cut by its own short timeout (the server may have carried
+/// the attempt out) and that exits right after the error leaves nothing: the lock is free at
+/// once for another client, not held by the dead process's entry for a TTL. Timeouts of a few
+/// milliseconds, so that some attempts are cut after their request was sent.
+pub async fn try_cut_by_its_timeout_that_exits_leaves_nothing(h: &impl Harness) {
+    let name = unique_name("try_cut_exit");
+    let lock_name = LockName::new(&name).unwrap();
+    let next = h.locker().await;
+    for millis in [1, 1, 2, 2, 3, 4, 6, 8] {
+        let outcome = in_a_process(h, |locker| {
+            let name = name.clone();
+            async move {
+                // A session that is up already (an etcd lease, a ZooKeeper session): the cut
+                // falls on the attempt's own requests.
+                let warm = locker.lock(format!("{name}-warm")).try_acquire().await;
+                if let Ok(Some(guard)) = warm {
+                    guard.release().await.expect("release");
+                }
+                let attempt = locker
+                    .lock(&name)
+                    .timeout(Duration::from_millis(millis))
+                    .try_acquire()
+                    .await;
+                match attempt {
+                    // Answered in time: a process that got the lock releases it before it exits.
+                    Ok(Some(guard)) => guard.release().await.map(|()| "acquired"),
+                    Ok(None) => Ok("busy"),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await;
+        tracing::debug!(millis, ?outcome, "try_acquire cut by its own timeout");
+        assert!(
+            matches!(outcome, Ok("acquired") | Err(LockError::Unavailable { .. })),
+            "expected the lock or Unavailable with a timeout of {millis} ms, got {outcome:?}"
+        );
+        let guard = next.lock(&name).try_acquire().await.expect("try_acquire");
+        assert!(
+            guard.is_some(),
+            "after a try_acquire cut by its {millis} ms timeout and an exit, the lock is not free: {:?}",
+            h.residue(&lock_name).await
+        );
+        guard.unwrap().release().await.expect("release");
+    }
+}
+
 /// A process that drops a guard through an early `?`, holds another, has a request waiting, and
 /// calls [`Locker::shutdown`] before it exits leaves nothing held: the other clients get both
 /// locks at once (within a round trip, not a TTL); the guard still held was told it is lost

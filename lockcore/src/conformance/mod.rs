@@ -49,6 +49,7 @@ macro_rules! conformance_tests {
             mutex::inspect_reports_holder_and_waiters, mutex::grants_say_whether_they_waited,
             lifecycle::release_cancelled_mid_flight_releases,
             lifecycle::backend_release_cancelled_releases, lifecycle::timed_out_waiter_that_exits_leaves_nothing,
+            lifecycle::try_cut_by_its_timeout_that_exits_leaves_nothing,
             lifecycle::shutdown_releases_everything, lifecycle::shutdown_with_a_waiter_queued_leaves_nothing,
             lifecycle::reads_after_shutdown_end_with_closed);
     };
@@ -81,6 +82,7 @@ macro_rules! primitive_tests {
             election::election_one_leader_at_a_time_in_order, election::election_handover_shows_no_gap,
             election::election_crashed_leader_passes_on,
             election::election_try_and_cancel, election::election_watch_ends_at_shutdown,
+            election::election_values_at_their_bounds,
             election::families_are_independent,
             election::list_shows_locks_in_use,
             storm::cancellation_storm_over_every_kind_leaves_nothing);
