@@ -6,7 +6,8 @@ use locksmith_core::LockError;
 use tokio_postgres::error::SqlState;
 
 /// The error for `what` failing: [`LockError::Denied`] for a wrong password, a user that may not
-/// log in or a missing privilege; [`LockError::Unavailable`] for everything else (a server that is
+/// log in or a missing privilege; [`LockError::Protocol`] for a data exception (a value the server
+/// refused, which no retry changes); [`LockError::Unavailable`] for everything else (a server that is
 /// down, restarting, or a connection lost: maybe worth retrying). The message is the server's,
 /// which never contains the password.
 pub(crate) fn pg_error(what: &str, err: tokio_postgres::Error) -> LockError {
@@ -22,6 +23,11 @@ pub(crate) fn pg_error(what: &str, err: tokio_postgres::Error) -> LockError {
             return LockError::Denied(format!("postgres: {what}: {} ({})", db.message(), code.code()));
         }
         let message = format!("postgres: {what}: {} ({})", db.message(), code.code());
+        // A data exception (class 22: a value the server cannot store or convert) comes back
+        // the same however often it is retried: a locksmith bug, not an outage.
+        if code.code().starts_with("22") {
+            return LockError::Protocol(message);
+        }
         return LockError::unavailable(message, err);
     }
     LockError::unavailable(format!("postgres: {what}: {err}"), err)

@@ -149,8 +149,10 @@ impl Election {
         Election { locker, name }
     }
 
-    /// Starts a campaign with `value` (what the others see of this candidate, e.g. its address);
-    /// set options on it, then [`Campaign::acquire`] to wait until this candidate leads.
+    /// Starts a campaign with `value` (what the others see of this candidate, e.g. its address):
+    /// at most [`MAX_VALUE_LEN`] bytes, without a NUL character, on every backend (the campaign
+    /// ends with [`LockError::InvalidOption`] otherwise); set options on it, then
+    /// [`Campaign::acquire`] to wait until this candidate leads.
     pub fn campaign(&self, value: impl Into<String>) -> Campaign {
         Campaign {
             builder: self

@@ -239,6 +239,55 @@ pub async fn election_try_and_cancel(h: &impl Harness) {
     assert_eq!(b.election(&name).leader().await.expect("leader"), None);
 }
 
+/// Campaign values at their bounds: an empty one, and one of [`crate::MAX_VALUE_LEN`] bytes of
+/// multi-byte characters, lead and read back unchanged; a longer one and one with a NUL character
+/// are refused at once with [`LockError::InvalidOption`] on every backend (not taken for an
+/// outage and retried).
+pub async fn election_values_at_their_bounds(h: &impl Harness) {
+    let name = unique_name("elect_values");
+    let locker = h.locker().await;
+    let election = locker.election(&name);
+    let widest = "é".repeat(crate::MAX_VALUE_LEN / 2);
+    for value in [String::new(), widest] {
+        let lead = election
+            .campaign(value.as_str())
+            .try_acquire()
+            .await
+            .expect("campaign")
+            .expect("nobody leads");
+        let now = election.leader().await.expect("leader").expect("a leader");
+        assert!(
+            now.value == value,
+            "the leader's value came back changed ({} bytes)",
+            now.value.len()
+        );
+        lead.resign().await.expect("resign");
+    }
+    for (value, what) in [
+        ("é".repeat(crate::MAX_VALUE_LEN / 2) + "x", "one byte too long"),
+        ("a\0b".to_string(), "with a NUL character"),
+    ] {
+        let tried = election.campaign(value.as_str()).try_acquire().await;
+        assert!(
+            matches!(tried, Err(LockError::InvalidOption(_))),
+            "a campaign value {what}: expected InvalidOption, got {:?}",
+            tried.map(|lead| lead.is_some())
+        );
+        let waited = within(
+            patience(h),
+            "a campaign with a refused value",
+            election.campaign(value.as_str()).acquire(),
+        )
+        .await;
+        assert!(
+            matches!(waited, Err(LockError::InvalidOption(_))),
+            "a campaign value {what}: expected InvalidOption, got {:?}",
+            waited.map(|_| ())
+        );
+    }
+    assert_eq!(election.leader().await.expect("leader"), None);
+}
+
 /// A mutex, a semaphore, a read-write lock and an election of one name are four independent
 /// locks: all four are held at once, each excludes only its own kind.
 pub async fn families_are_independent(h: &impl Harness) {
