@@ -202,12 +202,11 @@ fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i6
 mod tests {
     use std::time::Duration;
 
-    use etcd_client::PutOptions;
+    use locksmith_core::conformance::env_url;
     use locksmith_core::conformance::proxy::{Mode, Proxy};
-    use locksmith_core::conformance::{env_url, unique_name};
     use locksmith_core::driver::BackendUrl;
 
-    use crate::{Config, EtcdBackend};
+    use crate::test_support::{session_key, SessionKey};
 
     /// A release whose delete fails while no keep-alive has been answered for a TTL (an etcd
     /// leader election) must still delete the key once etcd answers again: etcd extends every
@@ -219,23 +218,16 @@ mod tests {
         let base = BackendUrl::parse(&env_url("LOCKSMITH_TEST_ETCD")).expect("test URL");
         let upstream = base.hosts.first().expect("a host").to_addr(2379);
         let proxy = Proxy::start(&upstream).await;
-        let url = BackendUrl::parse(&format!("etcd://{}?ttl=5s&request_timeout=300ms", proxy.addr())).expect("url");
-        let backend = EtcdBackend::connect(Config::from_url(&url).expect("config"))
-            .await
-            .expect("connect");
-        let session = backend.session().clone();
-        let lease = session.current().await.expect("lease");
-
+        let url = format!("etcd://{}?ttl=5s&request_timeout=300ms", proxy.addr());
         // A key of the session, as a granted lock's, written straight to the server.
-        let mut direct = etcd_client::Client::connect([upstream.as_str()], None)
-            .await
-            .expect("direct client");
-        let key = format!("cleanup-test/{}", unique_name("retry"));
-        let put = direct
-            .put(key.as_str(), "", Some(PutOptions::new().with_lease(lease.id)))
-            .await
-            .expect("put");
-        let rev = put.header().map(|h| h.revision()).expect("revision");
+        let SessionKey {
+            backend,
+            mut direct,
+            lease,
+            key,
+            rev,
+        } = session_key(&url, &upstream, "cleanup-test").await;
+        let session = backend.session().clone();
 
         proxy.set(Mode::Freeze {
             to_server: true,

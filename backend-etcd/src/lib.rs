@@ -308,6 +308,8 @@ mod layout;
 mod listing;
 mod protocol;
 mod renew;
+#[cfg(test)]
+mod test_support;
 mod wake;
 
 pub use backend::{EtcdBackend, EtcdStats};

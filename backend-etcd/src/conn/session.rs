@@ -337,25 +337,24 @@ impl Session {
     }
 
     /// Records a granted lock (the sweeper watches its key if it is still held after
-    /// [`crate::conn::sweep::WATCH_DELAY`]). Returns when the lease was last refreshed (the lock's
-    /// `acquired_at`). If the lease was lost meanwhile, `lost` fires at once.
+    /// [`crate::conn::sweep::WATCH_DELAY`]), with the slot `take_slot` gives up (called only
+    /// then). Returns when the lease was last refreshed (the lock's `acquired_at`); `None`, and
+    /// nothing recorded, if the session gave the lease up meanwhile: the key must not be handed
+    /// out (the caller's clean-up deletes it).
     pub fn register_held(
         &self,
         key: &str,
         lease: LeaseRef,
         create_rev: i64,
         lost: &LostSignal,
-        slot: Option<Slot>,
-    ) -> Instant {
+        take_slot: impl FnOnce() -> Option<Slot>,
+    ) -> Option<Instant> {
         let s = self.state();
         let still_alive = s.generation == lease.generation && s.id == Some(lease.id);
         if !still_alive {
-            drop(s);
-            lost.fire(locksmith_core::LostReason::LeaseGone(
-                "the session lease was lost while granting".into(),
-            ));
-            return Instant::now();
+            return None;
         }
+        let slot = take_slot();
         let acquired_at = s.refreshed_at;
         self.held.insert(
             key.to_owned(),
@@ -370,7 +369,7 @@ impl Session {
         );
         drop(s);
         self.sweep.granted(key, create_rev, Instant::now());
-        acquired_at
+        Some(acquired_at)
     }
 
     /// Resolves once the backend was dropped ([`Session::close`]).

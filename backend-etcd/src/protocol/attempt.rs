@@ -79,7 +79,15 @@ impl EtcdBackend {
             let pending = PendingKey::new(session.clone(), key.clone(), lease.id, Some(this_slot));
             let (pending, taken) = take(pending, key.clone(), lease).await;
             match taken {
-                Ok(Some(rev)) => return Ok(Some(self.grant(req, key, rev, lease, pending, false))),
+                Ok(Some(rev)) => {
+                    return match self.grant(req, key, rev, lease, pending, false) {
+                        Some(lease) => Ok(Some(lease)),
+                        None => Err(LockError::Unavailable {
+                            message: "etcd: the session lease was lost while granting the lock".into(),
+                            source: None,
+                        }),
+                    };
+                }
                 Ok(None) => {
                     pending.disarm(); // nothing was written
                     return Ok(None);
@@ -170,7 +178,13 @@ impl EtcdBackend {
             pending,
         } = entry;
         match outcome {
-            Outcome::Granted => Some(self.grant(req, key, rev, lease, pending, waited)),
+            Outcome::Granted => {
+                let granted = self.grant(req, key, rev, lease, pending, waited);
+                if granted.is_none() {
+                    tracing::warn!("the session lease was lost while granting; queueing again");
+                }
+                granted
+            }
             Outcome::Requeue(why) => {
                 tracing::warn!(key, why, "queueing again at the end of the queue");
                 drop(pending);
@@ -179,7 +193,10 @@ impl EtcdBackend {
         }
     }
 
-    /// Hands out the lease of a granted key, which `waited` behind another key or not.
+    /// Hands out the lease of a granted key, which `waited` behind another key or not. If the
+    /// session gave its lease up meanwhile (a keep-alive that failed while the grant was read),
+    /// nothing is handed out, and the key's clean-up guard, dropped here still armed, deletes the
+    /// key in the background.
     pub(crate) fn grant(
         &self,
         req: &LockRequest,
@@ -188,12 +205,15 @@ impl EtcdBackend {
         lease: LeaseRef,
         pending: PendingKey,
         waited: bool,
-    ) -> Lease {
-        let slot = pending.disarm();
+    ) -> Option<Lease> {
         let lost = LostSignal::new();
-        let acquired_at = self.session().register_held(&key, lease, rev, &lost, slot);
+        let mut pending = Some(pending);
+        let registered = self
+            .session()
+            .register_held(&key, lease, rev, &lost, || pending.take().and_then(PendingKey::disarm));
+        let acquired_at = registered?;
         tracing::debug!(key, fencing_token = rev, "etcd lock granted");
-        Lease {
+        Some(Lease {
             name: req.name.clone(),
             kind: req.kind.clone(),
             fencing_token: u64::try_from(rev).unwrap_or(0),
@@ -202,7 +222,7 @@ impl EtcdBackend {
             acquired_at,
             waited,
             lost,
-        }
+        })
     }
 
     /// A waiter became first: make sure the lease it hands out was refreshed recently (after an
@@ -281,5 +301,49 @@ pub(crate) async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use locksmith_core::conformance::env_url;
+    use locksmith_core::driver::{BackendUrl, LockName, LockRequest};
+
+    use crate::cleanup::PendingKey;
+    use crate::test_support::session_key;
+
+    /// A grant read just as the session gave its lease up (a keep-alive that failed meanwhile,
+    /// while etcd still has the lease) hands out nothing and deletes the key: the old grant
+    /// returned a lease already lost and left the key, which blocked the lock (and, in an
+    /// election, showed a leader that knew it was not leading) until etcd expired the lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grant_after_the_lease_was_given_up_deletes_its_key() {
+        let url = env_url("LOCKSMITH_TEST_ETCD");
+        let upstream = BackendUrl::parse(&url).expect("test URL").hosts[0].to_addr(2379);
+        let written = session_key(&url, &upstream, "grant-test").await;
+        let (key, lease, mut direct) = (written.key, written.lease, written.direct);
+        let session = written.backend.session().clone();
+        let pending = PendingKey::releasing(session.clone(), key.clone(), written.rev, lease.id, None);
+
+        session.lease_gone(lease.id, "a test gives the lease up");
+        let req = LockRequest::mutex(LockName::new("grant-test").expect("name"), Duration::from_secs(10));
+        let granted = written
+            .backend
+            .grant(&req, key.clone(), written.rev, lease, pending, false);
+        assert!(granted.is_none(), "a key of a lease given up was handed out");
+
+        let mut gone = false;
+        for _ in 0..40 {
+            if direct.get(key.as_str(), None).await.expect("get").kvs().is_empty() {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = direct.delete(key.as_str(), None).await;
+        let _ = direct.lease_revoke(lease.id).await;
+        assert!(gone, "the key of a grant whose lease was given up was left behind");
     }
 }
