@@ -205,3 +205,42 @@ async fn a_cancelled_create_whose_answer_was_lost_leaves_no_node() {
     guard.release().await.expect("release");
     a.shutdown().await.expect("shutdown");
 }
+
+/// A `shutdown` whose deletes get no answer (the connection stalls, the session lives on) does not
+/// forget the nodes: the session deletes them once it has reconnected, while the locker lives on
+/// (a process that carries on after the failed shutdown keeps its session alive).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_a_stalled_shutdown_could_not_delete_go_after_reconnection() {
+    use locksmith_core::conformance::proxy::{Mode, Proxy};
+
+    let base = common::env_url("LOCKSMITH_TEST_ZK");
+    let upstream = BackendUrl::parse(&base).expect("test URL").hosts[0].to_addr(2181);
+    let proxy = Proxy::start(&upstream).await;
+    let a = common::locker(
+        &format!("zk://{}", proxy.addr()),
+        "session_timeout=4s&request_timeout=500ms",
+    )
+    .await;
+    let b = common::locker(&base, "session_timeout=4s").await;
+    let name = unique_name("stalled_shutdown");
+    let _held = a.lock(&name).acquire().await.expect("acquire");
+    // The connection in use forwards nothing from here on; a new one works.
+    proxy.set(Mode::FreezeExisting);
+    let shutdown = a.shutdown().await;
+    assert!(
+        matches!(shutdown, Err(locksmith_core::LockError::Unavailable { .. })),
+        "expected the stalled shutdown to fail, got {shutdown:?}"
+    );
+    // The client declares the stalled connection lost (after 2/5 of the session timeout) and
+    // reconnects through a new one, within the session timeout: the session and its node live.
+    let guard = within(
+        Duration::from_secs(10),
+        "the lock after the stalled shutdown's session reconnected",
+        b.lock(&name).acquire(),
+    )
+    .await
+    .expect("acquire");
+    guard.release().await.expect("release");
+    drop(a);
+    b.shutdown().await.expect("shutdown");
+}

@@ -8,7 +8,7 @@ use crate::layout;
 /// A node of ours that must go but could not be deleted yet (a withdrawal during a connection
 /// loss, a semaphore's internal lock after the grant): the session's monitor retries it
 /// ([`crate::conn::session::Session::remove_later`]), and `Locker::shutdown` tries once more.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Leftover {
     /// The node at this path.
     Node(String),

@@ -221,36 +221,44 @@ impl Session {
 
     /// For `Locker::shutdown`: deletes every node this session still has — leftovers of failed
     /// withdrawals, releases whose delete failed, locks still registered — each within `limit`.
-    /// `Ok` when none is left.
+    /// `Ok` when none is left. What it could not delete (no answer, an error, or this call dropped
+    /// by its caller's bound) goes back to the leftovers: the monitor deletes it as soon as
+    /// ZooKeeper answers again, for as long as the session lives.
     pub(crate) async fn delete_everything(&self, limit: std::time::Duration) -> Result<()> {
         let mut nodes = std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(|e| e.into_inner()));
         nodes.extend(self.held().drain().map(|(path, held)| {
             held.lost.fire(locksmith_core::LostReason::Shutdown);
             Leftover::Node(path)
         }));
+        let mut pending = PutBack { session: self, nodes };
         let mut failed = 0;
-        for node in nodes {
+        // Each node leaves `pending` only once its delete has ended.
+        while let Some(node) = pending.nodes.last().cloned() {
             locksmith_core::metrics::round_trip();
             let what = format!("{node:?}");
-            match tokio::time::timeout(limit, node.remove(&self.client)).await {
+            let result = tokio::time::timeout(limit, node.clone().remove(&self.client)).await;
+            pending.nodes.pop();
+            match result {
                 Ok(None) => tracing::debug!(node = what, "deleted at shutdown"),
-                Ok(Some((_, e))) => {
+                Ok(Some((left, e))) => {
                     failed += 1;
-                    tracing::warn!(node = what, error = %e, "could not delete a node at shutdown; it goes with the session");
+                    tracing::warn!(node = what, error = %e, "could not delete a node at shutdown; the session's monitor retries it");
+                    self.remove_later(left);
                 }
                 Err(_) => {
                     failed += 1;
                     tracing::warn!(
                         node = what,
-                        "no answer deleting a node at shutdown; it goes with the session"
+                        "no answer deleting a node at shutdown; the session's monitor retries it"
                     );
+                    self.remove_later(node);
                 }
             }
         }
         if failed > 0 {
             return Err(LockError::Unavailable {
                 message: format!(
-                    "{failed} ZooKeeper node(s) could not be deleted at shutdown; they go when the session expires"
+                    "{failed} ZooKeeper node(s) could not be deleted at shutdown; they are deleted as soon as ZooKeeper answers again, or go when the session ends"
                 ),
                 source: None,
             });
@@ -425,6 +433,21 @@ async fn secure_connect(
     _: &str,
 ) -> std::result::Result<zk::Client, zk::Error> {
     Err(zk::Error::BadArguments(&"zks:// needs the `tls` feature"))
+}
+
+/// The nodes [`Session::delete_everything`] has not tried yet: those still here when it ends
+/// (dropped by its caller's bound) go back to the session's leftovers.
+struct PutBack<'a> {
+    session: &'a Session,
+    nodes: Vec<Leftover>,
+}
+
+impl Drop for PutBack<'_> {
+    fn drop(&mut self) {
+        for node in self.nodes.drain(..) {
+            self.session.remove_later(node);
+        }
+    }
 }
 
 /// Watches the session state and reaps abandoned leases until the session is dropped or ends.
