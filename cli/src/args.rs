@@ -47,7 +47,8 @@ pub struct Cli {
     /// How long the whole command may take to get its answer, connecting included (default:
     /// without limit), with a unit: 500ms, 10s, 2m. `run`/`hold`/`elect` wait this long for a held
     /// lock and for a backend that cannot be reached yet (retrying the connection); `try`,
-    /// `inspect`, `list` and `leader` give up on a backend that does not answer. 0 makes one
+    /// `inspect`, `list` and `leader` give up on a backend that does not answer (`try` after
+    /// the clean-up of its cut attempt: half a second more at most). 0 makes one
     /// attempt (connecting gets --connect-timeout). When it runs out: exit 1 if the lock was held
     /// by another, exit 3 if the backend did not answer.
     #[arg(long, value_parser = parse_any_duration, global = true)]

@@ -378,14 +378,15 @@ impl Locker {
     /// shut down meanwhile, and if it fails (other than by a backend that does not answer) it
     /// returns only once the clean-up it started has ended, for at most the request timeout.
     ///
-    /// `callers_limit`: the call was cut by the caller's own timeout, shorter than the backend's
-    /// request timeout. Its [`LockError::Unavailable`] then says that the caller's time ran out,
-    /// not that the server does not answer, and the clean-up is waited for as after any failure:
-    /// a process that exits on that error must not leave what the cut request created.
+    /// `cut_wait`: the call ran under the caller's own timeout, shorter than the backend's
+    /// request timeout. Its [`LockError::Unavailable`] may then say only that the caller's time
+    /// ran out, not that the server does not answer, and the clean-up is waited for too, for at
+    /// most `cut_wait`: a process that exits on that error must not leave what the cut request
+    /// created.
     async fn request_call<T>(
         &self,
         call: impl std::future::Future<Output = Result<T>>,
-        callers_limit: bool,
+        cut_wait: Option<Duration>,
     ) -> Result<T> {
         let life = &self.inner.life;
         let mut closed = life.closed.subscribe();
@@ -398,9 +399,12 @@ impl Locker {
         let (result, own) = crate::driver::cleanup::scoped(&life.tally, watched).await;
         // A backend that does not answer cannot take a clean-up request either: the clean-up
         // goes on in the background (and Locker::shutdown waits for it).
-        let unanswered = !callers_limit && matches!(result, Err(LockError::Unavailable { .. }));
-        if result.is_err() && !unanswered && own.in_flight() > 0 {
-            let limit = self.backend().request_timeout();
+        let wait = match &result {
+            Ok(_) => None,
+            Err(LockError::Unavailable { .. }) => cut_wait,
+            Err(_) => Some(self.backend().request_timeout()),
+        };
+        if let Some(limit) = wait.filter(|_| own.in_flight() > 0) {
             if !own.idle_within(limit).await {
                 tracing::warn!(
                     "the clean-up of a failed attempt did not end within {limit:?}; it goes on in the background"
@@ -597,7 +601,7 @@ impl LockBuilder {
                         })
                 }
             } };
-            let (result, round_trips) = counted(self.locker.request_call(call, false)).await;
+            let (result, round_trips) = counted(self.locker.request_call(call, None)).await;
             let span = tracing::Span::current();
             span.record("round_trips", round_trips);
             match result {
@@ -635,8 +639,9 @@ impl LockBuilder {
     /// first in line). Never waits for the lock. A server that does not answer within the
     /// backend's request timeout (or the builder's [`LockBuilder::timeout`], if shorter) gives
     /// [`LockError::Unavailable`]. When the builder's timeout cut an attempt that the server may
-    /// have carried out, that error comes once the attempt's clean-up has ended (for at most the
-    /// request timeout): the process may exit on it and leave nothing held.
+    /// have carried out, that error comes once the attempt's clean-up has ended (a round trip or
+    /// two on a server that answers; half a second more at most, as an `acquire`'s deadline
+    /// grace): the process may exit on it and leave nothing held.
     ///
     /// # Errors
     ///
@@ -650,9 +655,10 @@ impl LockBuilder {
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
         let (req, backend, labels, _in_flight) = self.begin()?;
         let span = request_span!("try_acquire", req, backend);
-        let (limit, callers_limit) = match self.timeout {
-            Some(t) if !t.is_zero() && t < backend.request_timeout() => (t, true),
-            _ => (backend.request_timeout(), false),
+        let request_timeout = backend.request_timeout();
+        let (limit, cut_wait) = match self.timeout {
+            Some(t) if !t.is_zero() && t < request_timeout => (t, Some(DEADLINE_GRACE.min(request_timeout))),
+            _ => (request_timeout, None),
         };
         let attempt = bounded(
             backend.as_ref(),
@@ -661,7 +667,7 @@ impl LockBuilder {
             backend.try_acquire(&req),
         );
         let start = Instant::now();
-        let (result, round_trips) = counted(self.locker.request_call(attempt, callers_limit))
+        let (result, round_trips) = counted(self.locker.request_call(attempt, cut_wait))
             .instrument(span.clone())
             .await;
         span.record("round_trips", round_trips);

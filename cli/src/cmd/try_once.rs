@@ -9,8 +9,9 @@ use crate::exit::{Failure, NOT_ACQUIRED};
 use crate::session::Session;
 
 /// Acquires NAME (or one of its permits, or a side of it) if it is free, prints the fencing token
-/// and releases (exit 0); exit 1 if held. `--timeout` bounds the whole command: a backend that
-/// does not answer within it is exit 3.
+/// and releases (exit 0); exit 1 if held. `--timeout` bounds the attempt: a backend that does not
+/// answer within it is exit 3, after the attempt's clean-up (half a second more at most), so that
+/// the command leaves nothing held.
 pub async fn try_once(session: &Session, args: &TryArgs) -> Result<u8, Failure> {
     let name = args.name.as_str();
     let locker = session.connect().await?;

@@ -173,22 +173,19 @@ pub async fn timed_out_waiter_that_exits_leaves_nothing(h: &impl Harness) {
 
 /// A process whose `try_acquire` was cut by its own short timeout (the server may have carried
 /// the attempt out) and that exits right after the error leaves nothing: the lock is free at
-/// once for another client, not held by the dead process's entry for a TTL. Timeouts of a few
+/// once for another client, not held by the dead process's entry for a TTL. Timeouts of 1 to 4
 /// milliseconds, so that some attempts are cut after their request was sent.
 pub async fn try_cut_by_its_timeout_that_exits_leaves_nothing(h: &impl Harness) {
-    let name = unique_name("try_cut_exit");
-    let lock_name = LockName::new(&name).unwrap();
     let next = h.locker().await;
-    for millis in [1, 1, 2, 2, 3, 4, 6, 8] {
+    for round in 0..12u64 {
+        // A new lock each round: its first attempt has the most to send (a parent node, a
+        // counter), so the short timeouts cut it more often.
+        let name = unique_name("try_cut_exit");
+        let lock_name = LockName::new(&name).unwrap();
+        let millis = 1 + round % 4;
         let outcome = in_a_process(h, |locker| {
             let name = name.clone();
             async move {
-                // A session that is up already (an etcd lease, a ZooKeeper session): the cut
-                // falls on the attempt's own requests.
-                let warm = locker.lock(format!("{name}-warm")).try_acquire().await;
-                if let Ok(Some(guard)) = warm {
-                    guard.release().await.expect("release");
-                }
                 let attempt = locker
                     .lock(&name)
                     .timeout(Duration::from_millis(millis))
