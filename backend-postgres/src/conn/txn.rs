@@ -160,8 +160,11 @@ impl Conn {
         let past = seqs.into_iter().max().map(|last| last + 1);
         let mut rows = rows.iter().map(Row::read).collect::<Result<Vec<Row>>>()?;
         let out = queue::apply(self, &tx, segment, &mut rows, op, &mut changed).await;
-        if matches!(out, Err(LockError::Unavailable { .. } | LockError::Denied(_))) {
-            return out; // a failed statement: the transaction rolls back
+        if matches!(
+            out,
+            Err(LockError::Unavailable { .. } | LockError::Denied(_) | LockError::Protocol(_))
+        ) {
+            return out; // a failed statement, or an answer that makes no sense: it rolls back
         }
         if changed {
             let granted = queue::promote(self, &tx, segment, &mut rows).await?;
