@@ -15,6 +15,10 @@ use tokio::process::{Child, ChildStdout, Command};
 
 use common::PgHarness;
 
+/// The tests of this file one at a time: a_thousand_waiters_in_ten_processes counts the server's
+/// locksmith connections, which the others' would add to (it once counted 31 for a bound of 30).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// What a child does, from `LOCKSMITH_PG_CHILD`: `hold <url> <name>` (hold until killed; say
 /// when it was told the lock was lost), `wait <url> <name>` (wait for the lock, say when held,
 /// then as `hold`), `waiters <url>
@@ -121,6 +125,7 @@ async fn until_waiters(observer: &Locker, name: &str, n: usize, secs: u64) {
 /// dead waiter and a step drops it (`sql/sweep.sql`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_first_waiter_does_not_hold_up_the_queue() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let harness = PgHarness::plain().await;
     let url = format!("{}&ttl=1s", harness.url);
     let name = unique_name("dead-first");
@@ -157,6 +162,7 @@ async fn a_dead_first_waiter_does_not_hold_up_the_queue() {
 /// fails, it is told, and only then is its session closed and the next waiter served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn advisory_a_paused_holder_keeps_its_session_lock_until_it_is_told() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let harness = PgHarness::plain().await;
     let url = format!("{}&ttl=1s&layout=advisory", harness.url);
     let key = (rand::random::<u32>() >> 2).to_string();
@@ -205,6 +211,7 @@ async fn advisory_a_paused_holder_keeps_its_session_lock_until_it_is_told() {
 /// served, each grant with its own fencing token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_waiters_in_ten_processes() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     const PROCESSES: usize = 10;
     const EACH: usize = 100;
     let harness = PgHarness::plain().await;
@@ -269,6 +276,7 @@ async fn a_thousand_waiters_in_ten_processes() {
 /// alive would make: for up to a day.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_sees_nobody_once_the_leader_and_the_next_candidate_are_dead() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let harness = PgHarness::plain().await;
     let name = unique_name("dead-candidate");
     let leader = connect(&format!("{}&ttl=1s", harness.url)).await;
