@@ -208,7 +208,8 @@ async fn a_cancelled_create_whose_answer_was_lost_leaves_no_node() {
 
 /// A `shutdown` whose deletes get no answer (the connection stalls, the session lives on) does not
 /// forget the nodes: the session deletes them once it has reconnected, while the locker lives on
-/// (a process that carries on after the failed shutdown keeps its session alive).
+/// (a process that carries on after the failed shutdown keeps its session alive). The node is an
+/// abandoned lease's: no release of lockcore's races the shutdown's delete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_a_stalled_shutdown_could_not_delete_go_after_reconnection() {
     use locksmith_core::conformance::proxy::{Mode, Proxy};
@@ -223,7 +224,7 @@ async fn nodes_a_stalled_shutdown_could_not_delete_go_after_reconnection() {
     .await;
     let b = common::locker(&base, "session_timeout=4s").await;
     let name = unique_name("stalled_shutdown");
-    let _held = a.lock(&name).acquire().await.expect("acquire");
+    let _abandoned = a.lock(&name).acquire().await.expect("acquire").abandon();
     // The connection in use forwards nothing from here on; a new one works.
     proxy.set(Mode::FreezeExisting);
     let shutdown = a.shutdown().await;

@@ -50,9 +50,9 @@ impl Sessions {
     }
 
     /// For `Locker::shutdown`: opens no new session, and deletes every node the current one still
-    /// has (see [`Session::delete_everything`]). The session itself ends when the backend is
-    /// dropped (the client then sends `CloseSession`) or the process exits; it owns no node by
-    /// then.
+    /// has (see [`Session::delete_everything`]; what it could not delete, the session's monitor
+    /// deletes once ZooKeeper answers again). The session itself ends when the backend is dropped
+    /// (the client then sends `CloseSession`) or the process exits.
     pub(crate) async fn shutdown(&self) -> Result<()> {
         self.closed.store(true, std::sync::atomic::Ordering::Release);
         let session = self.current().await;
