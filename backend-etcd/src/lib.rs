@@ -278,6 +278,7 @@
 //! | `renew.rs` | `renew_many`: one keep-alive of the session lease for the whole batch |
 //! | `listing.rs` | `inspect` and `list` |
 //! | `guarded.rs` | guarded writes: the write and the holder's create-revision check in one transaction; [`owner_compare`] |
+//! | `test_support.rs` | `#[cfg(test)]`: the unit tests' shared set-up (a backend and a key of its session lease) |
 //!
 //! ## Tests (real servers from `scripts/backends`)
 //!
