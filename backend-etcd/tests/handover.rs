@@ -96,3 +96,26 @@ async fn a_waiter_behind_other_waiters_looks_again_and_keeps_its_turn() {
     let tb = within(Duration::from_secs(10), "the second waiter", b).await.unwrap();
     assert!(token < ta && ta < tb, "FIFO and tokens: {token}, {ta}, {tb}");
 }
+
+/// Bug: the delete event of the key ahead granted the lock to a waiter whose own key had been
+/// deleted meanwhile, while a contender that queued after that deletion, behind the same key,
+/// was granted it too: two holders, until the first one's held-key watch (opened 100 ms after a
+/// grant) reported its key gone. Now the waiter's own key is watched while it waits: it queues
+/// again, behind the newcomer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_key_was_deleted_is_not_granted() {
+    let harness = common::EtcdHarness::plain().await;
+    let admin = common::admin(&common::env_url("LOCKSMITH_TEST_ETCD")).await;
+    let layout = harness.layout().clone();
+    locksmith_core::conformance::mutex::a_waiter_deleted_behind_back_is_not_granted(&harness, |name| async move {
+        let prefix = layout.lock_prefix(&name);
+        let waiter = common::keys_under(&admin, &prefix).await.remove(1);
+        let deleted = admin
+            .kv_client()
+            .delete(waiter, None)
+            .await
+            .expect("delete the waiter's key");
+        assert_eq!(deleted.deleted(), 1);
+    })
+    .await;
+}

@@ -103,7 +103,7 @@ impl ZkBackend {
             waited,
             ..req.lease(token, node.path, sent)
         };
-        session.register(&lease, node.czxid);
+        session.register(&lease, node.czxid, contender.take_own_watch());
         contender.disarm();
         Ok(lease)
     }

@@ -102,7 +102,8 @@
 //! | uncontended semaphore permit | **2**: internal lock `create` + `getChildren` + leases `getChildren`; lease `create` + `getChildren`. The internal lock's `delete` is sent as the permit is handed out, not waited for |
 //! | `try_acquire` on a held lock (or a full semaphore) | 2: the above (its first round trip), then `delete` of our node |
 //! | handover to the next waiter | holder's `delete` → watch event (½): on a server that runs alone the event alone hands the lock over (the waiter was first behind the deleted node in its last listing; see "The hand-over" in `protocol/contender.rs`); on an ensemble, then the waiter's `sync` + `getChildren` (+1); a semaphore's first waiter lists the leases again with a watch (½ + 1) |
-//! | after every grant | +1 `getData` with a watch on the held node, sent in the background (the acquire does not wait for it): how a deletion behind our back is noticed (see *Losing a lock*) |
+//! | a wait | `getData` with a watch on the node ahead (1); the first wait sends one on our own node with it, so that a deletion of our node behind our back ends the wait instead of being handed the lock ("Our own node" in `protocol/contender.rs`) |
+//! | after every grant | +1 `getData` with a watch on the held node, sent in the background (the acquire does not wait for it): how a deletion behind our back is noticed (see *Losing a lock*); none after a wait, whose watch on our own node becomes it |
 //! | release | 1 `delete` (its watch event ends the node's watch) |
 //! | renewal of *all* leases of a locker | **1 `exists` per watchdog batch, whatever the number and kinds of locks** (see *Session = lease*) |
 //! | `inspect` (mutexes) | 2: `getChildren`, `exists` on the holder |

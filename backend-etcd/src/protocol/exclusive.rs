@@ -18,6 +18,7 @@ use crate::error::is_lease_not_found;
 use crate::protocol::attempt::{sleep_until_opt, Outcome};
 use crate::protocol::kinds::value_of;
 use crate::protocol::requests::{self, Place};
+use crate::wake::watch::Wakeup;
 
 impl EtcdBackend {
     /// `try_acquire` of an exclusive kind: one transaction that creates the key if the queue is
@@ -105,6 +106,12 @@ impl EtcdBackend {
     }
 
     /// Waits in the queue until `key` is first, it vanishes, or the deadline passes.
+    ///
+    /// Our own key is watched too, from the first wait on, and its watch is looked at first
+    /// when the task wakes: a key deleted behind our back (an operator, a tool) while we wait
+    /// is not granted when its predecessor goes, while a contender that queued after that
+    /// deletion, behind the same predecessor, is granted too. The server sends a stream's events
+    /// in revision order, so that deletion, when it came first, is seen first.
     async fn wait_in_queue(
         &self,
         prefix: &str,
@@ -114,22 +121,31 @@ impl EtcdBackend {
         mut place: Place,
         retry: &mut Outage,
     ) -> Result<Outcome> {
+        let mut own: Option<Wakeup> = None;
         loop {
             let pred = match place {
                 Place::First => return Ok(Outcome::Granted),
                 Place::Gone => return Ok(Outcome::Requeue("the queue key vanished while waiting")),
                 Place::Behind(pred) | Place::Next(pred) => pred,
             };
-            // Watch first (synced: no start revision), then confirm the predecessor is still
-            // there: a delete after the confirmation is certain to reach the watch.
-            let mut watch = match self.session().hub.watch_delete(&pred.key).await {
-                Ok(w) => w,
-                Err(e) => {
+            // Watch first (synced: no start revision), then confirm the predecessor and our key
+            // are still there: a delete after the confirmation is certain to reach the watch.
+            let hub = &self.session().hub;
+            let (watch, own_watch) = tokio::join!(hub.watch_delete(&pred.key), async {
+                match own.take() {
+                    Some(watch) => Ok(watch),
+                    None => hub.watch_delete(key.as_bytes()).await,
+                }
+            });
+            let (mut watch, own_watch) = match (watch, own_watch) {
+                (Ok(watch), Ok(own_watch)) => (watch, own_watch),
+                (Err(e), _) | (_, Err(e)) => {
                     retry.failed(e).await?;
                     place = Place::Behind(pred);
                     continue;
                 }
             };
+            own = Some(own_watch);
             // Whether the key holds once the predecessor is deleted (it is the oldest), as the
             // confirmation finds it.
             let next = match requests::place(&self.session().conn, prefix, key, rev).await {
@@ -150,6 +166,14 @@ impl EtcdBackend {
             };
             tracing::trace!(key, predecessor = pred.key_str(), next, "waiting for the predecessor");
             tokio::select! {
+                biased;
+                r = fired(&mut own) => match r {
+                    Ok(()) => return Ok(Outcome::Requeue("the queue key was deleted while waiting")),
+                    Err(why) => {
+                        tracing::debug!(key, why, "our key's watch ended; looking again");
+                        own = None;
+                    }
+                },
                 r = watch.fired() => match r {
                     // The holder is gone and nobody was between: held, without looking again (the
                     // caller checks that the session lease, and the key with it, still lives).
@@ -172,6 +196,14 @@ impl EtcdBackend {
                 }
             };
         }
+    }
+}
+
+/// What `watch` reports ([`Wakeup::fired`]), or never without one.
+async fn fired(watch: &mut Option<Wakeup>) -> std::result::Result<(), String> {
+    match watch {
+        Some(watch) => watch.fired().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -91,6 +91,11 @@ pub struct EtcdHarness {
 }
 
 impl EtcdHarness {
+    /// The key layout of the lockers it makes.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
     /// On the plain server (`LOCKSMITH_TEST_ETCD`), default layout.
     pub async fn plain() -> EtcdHarness {
         init_tracing();

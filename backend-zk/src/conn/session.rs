@@ -13,6 +13,8 @@
 //!   the monitor, as the server would delete it if the process had died.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -43,9 +45,21 @@ pub(crate) struct Session {
     /// Nodes of ours that must go but whose `delete` failed (a withdrawal during a connection
     /// loss, a semaphore's internal lock after the grant): the monitor retries them.
     leftovers: Mutex<Vec<Leftover>>,
-    /// Paths of newly held nodes, for the watch task.
-    granted: mpsc::UnboundedSender<String>,
+    /// Newly held nodes, for the watch task.
+    granted: mpsc::UnboundedSender<Granted>,
 }
+
+/// A data watch set on one of our nodes (its `getData` answered with our czxid and session), not
+/// fired yet: what a waiting contender hands over with the node it is granted.
+pub(crate) type NodeWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send + Sync>>;
+
+/// The watch `watcher` as a [`NodeWatch`].
+pub(crate) fn node_watch(watcher: zk::OneshotWatcher) -> NodeWatch {
+    Box::pin(watcher.changed())
+}
+
+/// A node just granted, for the watch task: its path, and the watch already set on it, if any.
+pub(crate) type Granted = (String, Option<NodeWatch>);
 
 /// A lease held through this session, keyed by its node path.
 struct Held {
@@ -72,7 +86,7 @@ impl Session {
     /// Establishes a new session, giving up with [`LockError::Unavailable`] after the connect
     /// timeout, and starts its monitor task. The paths of the leases it grants arrive on the
     /// returned receiver, for the caller's watch task ([`crate::wake::held::watch_held`]).
-    pub(crate) async fn connect(config: &ZkConfig) -> Result<(Arc<Session>, mpsc::UnboundedReceiver<String>)> {
+    pub(crate) async fn connect(config: &ZkConfig) -> Result<(Arc<Session>, mpsc::UnboundedReceiver<Granted>)> {
         let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
         if let Some(auth) = &config.digest_auth {
             connector = connector.with_auth("digest", auth);
@@ -170,8 +184,9 @@ impl Session {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts tracking a lease just obtained through this session, and watching its node.
-    pub(crate) fn register(&self, lease: &Lease, czxid: i64) {
+    /// Starts tracking a lease just obtained through this session, and watching its node (with
+    /// `watch`, when one is set on it already).
+    pub(crate) fn register(&self, lease: &Lease, czxid: i64, watch: Option<NodeWatch>) {
         let held = Held {
             name: lease.name.clone(),
             czxid,
@@ -180,7 +195,7 @@ impl Session {
             released: false,
         };
         self.held().insert(lease.holder_id.clone(), held);
-        if self.granted.send(lease.holder_id.clone()).is_err() {
+        if self.granted.send((lease.holder_id.clone(), watch)).is_err() {
             // Only when the watch task is gone, which it is not while the session lives.
             tracing::warn!(node = %lease.holder_id, "cannot watch the held node; its deletion will go unnoticed");
         }

@@ -9,9 +9,9 @@
 //! - enqueue: `create` + `getChildren` (+ the `getChildren` of a [`Contender::peek`] node) sent
 //!   together: **1 round trip** when the parent exists (+1 to create the missing parents, all
 //!   pipelined, the first time);
-//! - each wait: `getData`-with-watch on the one node [`standing`] names (1), the watch event, then
-//!   `getChildren` behind a pipelined `sync` (1; the `sync` only on an ensemble, see
-//!   [`Session::confirmed_read`]);
+//! - each wait: `getData`-with-watch on the one node [`standing`] names (1; the first wait sends
+//!   one on our own node with it, see "Our own node"), the watch event, then `getChildren` behind
+//!   a pipelined `sync` (1; the `sync` only on an ensemble, see [`Session::confirmed_read`]);
 //! - giving up: `delete` of our node (1; sent synchronously even from `Drop`).
 //!
 //! **The hand-over.** On a server that runs alone, the delete event of the node we wait for is
@@ -24,6 +24,16 @@
 //! runs alone ([`Session::hands_over`]), and a watch set less than a sixth of a session timeout
 //! ago (so that the lease's first renewal is not due at once);
 //! otherwise the event is followed by a listing, as on an ensemble (behind a `sync`).
+//!
+//! **Our own node.** The listing less the deleted node says nothing of our own node: one deleted
+//! behind our back (an operator, a tool) while we waited would be handed the lock, while a
+//! contender that queued after the deletion, behind the same node, is handed it too. So the
+//! first wait watches our own node as well, in the same round trip, and a wait ends on its
+//! deletion (the attempt starts over). ZooKeeper sends a session's watch events in the order of
+//! the changes, and the client hands them on in that order, so a deletion of our node before the
+//! one we wait for is seen first (the wait polls our node's watch first). The hand-over without a
+//! listing needs that watch in place; a granted contender hands it to the held-node watch
+//! ([`crate::wake::held`]), which then sends no request of its own.
 
 use std::sync::Arc;
 
@@ -34,7 +44,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::cleanup::PendingNode;
-use crate::conn::session::Session;
+use crate::conn::session::{node_watch, NodeWatch, Session};
 use crate::error::{is_session_gone, is_transient};
 use crate::layout;
 use crate::protocol::recipe::Recipe;
@@ -88,6 +98,8 @@ pub(crate) struct Contender {
     /// The clean-up of a node of ours that may exist on the server and is not handed over yet.
     pending: PendingNode,
     peek: Option<String>,
+    /// The watch on our own node, once a wait set it (see "Our own node" in the module docs).
+    own_watch: Option<NodeWatch>,
 }
 
 /// The lock is ours: the node that holds it, still armed (dropping this deletes the node) until
@@ -123,6 +135,7 @@ impl Contender {
             own: None,
             pending,
             peek: None,
+            own_watch: None,
         }
     }
 
@@ -236,16 +249,32 @@ impl Contender {
             }
             // Watch only the node that stands in our way: its deletion is the only event that can
             // let us in (no herd). getData, not exists: on a missing node it leaves no watch behind.
+            // Our own node's watch goes with it, once (both requests are sent when called).
             let blocker = layout::child_path(&self.recipe.parent, &children[watched]);
             waited = true;
             let watch_sent = Instant::now();
-            let event = match client.get_and_watch_data(&blocker).await {
-                Ok((_, _, watcher)) => match deadline {
-                    Some(d) => tokio::select! {
-                        event = watcher.changed() => Some(event),
-                        _ = tokio::time::sleep_until(d) => return Err(self.at_deadline()),
-                    },
-                    None => Some(watcher.changed().await),
+            let own_answer = self.own_watch.is_none().then(|| client.get_and_watch_data(&own.path));
+            let ahead = client.get_and_watch_data(&blocker);
+            let (ahead, own_answer) = tokio::join!(ahead, async {
+                match own_answer {
+                    Some(answer) => Some(answer.await),
+                    None => None,
+                }
+            });
+            if let Some(answer) = own_answer {
+                self.own_watch = self.own_watch_from(answer, &own)?;
+            }
+            let event = match ahead {
+                Ok((_, _, watcher)) => match self.wait_for(watcher, deadline).await {
+                    Woken::Ahead(event) => Some(event),
+                    Woken::Own(event) if event.event_type == zk::EventType::NodeDeleted => {
+                        return Err(Failure::Restart(format!(
+                            "our node {} was deleted while waiting",
+                            own.path
+                        )));
+                    }
+                    Woken::Own(_) => None, // changed: list, and watch it again
+                    Woken::Deadline => return Err(self.at_deadline()),
                 },
                 Err(zk::Error::NoNode) => None,
                 Err(e) if is_transient(&e) => {
@@ -254,7 +283,9 @@ impl Contender {
                 }
                 Err(e) => return Err(classify(e, "watching the node ahead")),
             };
-            if event.is_some_and(|e| e.event_type == zk::EventType::NodeDeleted) && self.session.hands_over(watch_sent)
+            if event.is_some_and(|e| e.event_type == zk::EventType::NodeDeleted)
+                && self.own_watch.is_some()
+                && self.session.hands_over(watch_sent)
             {
                 // See "The hand-over" in the module docs: the listing less the deleted node. If we
                 // do not stand first in it, the nodes still ahead in it may be gone too: list.
@@ -267,6 +298,55 @@ impl Contender {
             }
             Listing { children, sent, .. } = self.list().await?;
         }
+    }
+
+    /// Waits for `ahead` (the watch on the node we wait for) to fire, for our own node's watch to
+    /// fire (polled first: see "Our own node" in the module docs), or for the deadline.
+    async fn wait_for(&mut self, ahead: zk::OneshotWatcher, deadline: Option<Instant>) -> Woken {
+        let own = async {
+            match self.own_watch.as_mut() {
+                Some(watch) => watch.await,
+                None => std::future::pending().await,
+            }
+        };
+        let woken = tokio::select! {
+            biased;
+            event = own => Woken::Own(event),
+            event = ahead.changed() => Woken::Ahead(event),
+            () = sleep_until_opt(deadline) => Woken::Deadline,
+        };
+        if matches!(woken, Woken::Own(_)) {
+            self.own_watch = None; // fired
+        }
+        woken
+    }
+
+    /// The watch on our own node `own` from its `getData`'s `answer`: `None` if it could not be
+    /// set (the hand-over then lists the queue); [`Failure::Restart`] if the node is gone or is
+    /// not ours any more.
+    fn own_watch_from(
+        &self,
+        answer: Result<(Vec<u8>, zk::Stat, zk::OneshotWatcher), zk::Error>,
+        own: &OwnNode,
+    ) -> Result<Option<NodeWatch>, Failure> {
+        match answer {
+            Ok((_, stat, watcher)) if stat.czxid == own.czxid && stat.ephemeral_owner == self.session.id => {
+                Ok(Some(node_watch(watcher)))
+            }
+            Ok(_) | Err(zk::Error::NoNode) => Err(Failure::Restart(format!(
+                "our node {} was deleted while waiting",
+                own.path
+            ))),
+            Err(e) => {
+                tracing::debug!(node = %own.path, error = %e, "could not watch our own node; the hand-over will list the queue");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The watch on our own node a wait set, if any, for the held-node watch of a granted node.
+    pub(crate) fn take_own_watch(&mut self) -> Option<NodeWatch> {
+        self.own_watch.take()
     }
 
     /// The node our node at `index` of the queue `children` waits for, by [`standing`] over
@@ -411,6 +491,24 @@ impl Contender {
             }
         }
         Ok(())
+    }
+}
+
+/// What ended a wait ([`Contender::wait_for`]).
+enum Woken {
+    /// The watch on the node we wait for fired.
+    Ahead(zk::WatchedEvent),
+    /// The watch on our own node fired.
+    Own(zk::WatchedEvent),
+    /// The deadline passed.
+    Deadline,
+}
+
+/// Sleeps until `deadline`, or for ever without one.
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }
 

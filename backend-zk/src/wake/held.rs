@@ -3,7 +3,8 @@
 //!
 //! - When a lease is granted, its path is handed to the session's watch task, which sends one
 //!   `getData` with a watch on the node (the only request per lock; a watch costs nothing until it
-//!   fires).
+//!   fires). A contender that waited hands over the watch it set on its own node while it waited
+//!   ([`NodeWatch`], see [`crate::protocol::contender`]): no request then.
 //! - `NodeDeleted` → if the lease is still held (not released by us), it is forgotten and its
 //!   `lost()` fires with [`locksmith_core::LostReason::LeaseGone`]. Our own release forgets the lease
 //!   *before* sending its `delete`, so the event that delete triggers is ignored — and it is also
@@ -27,7 +28,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
-use crate::conn::session::Session;
+use crate::conn::session::{Granted, NodeWatch, Session};
 use crate::error::{is_session_gone, is_transient};
 
 /// How one held node's watch ended.
@@ -46,13 +47,13 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Watches the nodes of held leases, as their paths arrive on `granted`, until the session is
 /// dropped and every watch has ended.
-pub(crate) async fn watch_held(session: Weak<Session>, mut granted: mpsc::UnboundedReceiver<String>) {
+pub(crate) async fn watch_held(session: Weak<Session>, mut granted: mpsc::UnboundedReceiver<Granted>) {
     let mut watching: FuturesUnordered<Watching> = FuturesUnordered::new();
     let mut open = true;
     while open || !watching.is_empty() {
         tokio::select! {
             path = granted.recv(), if open => match path {
-                Some(path) => watching.push(Box::pin(watch_node(session.clone(), path))),
+                Some((path, set)) => watching.push(Box::pin(watch_node(session.clone(), path, set))),
                 None => open = false,
             },
             Some((path, ended)) = watching.next(), if !watching.is_empty() => {
@@ -64,9 +65,10 @@ pub(crate) async fn watch_held(session: Weak<Session>, mut granted: mpsc::Unboun
     }
 }
 
-/// Sets a data watch on the held node at `path` and waits for it to fire, setting it again after a
-/// data change or a connection error, for as long as the lease is held.
-async fn watch_node(session: Weak<Session>, path: String) -> (String, Ended) {
+/// Sets a data watch on the held node at `path` (unless `set`, one set already, is given) and
+/// waits for it to fire, setting it again after a data change or a connection error, for as long
+/// as the lease is held.
+async fn watch_node(session: Weak<Session>, path: String, mut set: Option<NodeWatch>) -> (String, Ended) {
     loop {
         // A client clone only while the request is in flight: a watch does not keep the session.
         let (client, czxid, id) = match session.upgrade() {
@@ -77,17 +79,19 @@ async fn watch_node(session: Weak<Session>, path: String) -> (String, Ended) {
             },
             None => return (path, Ended::Quiet),
         };
+        if let Some(watch) = set.take() {
+            drop(client);
+            match fired(&path, watch.await) {
+                Some(ended) => return (path, ended),
+                None => continue,
+            }
+        }
         let answer = client.get_and_watch_data(&path).await;
         drop(client);
         match answer {
             Ok((_, stat, watcher)) if stat.czxid == czxid && stat.ephemeral_owner == id => {
-                let event = watcher.changed().await;
-                match event.event_type {
-                    zk::EventType::NodeDeleted => return (path, Ended::Deleted),
-                    zk::EventType::Session => return (path, Ended::Quiet), // terminal: the monitor reports it
-                    _ => {
-                        tracing::debug!(node = %path, event = ?event.event_type, "held node changed; watching it again")
-                    }
+                if let Some(ended) = fired(&path, watcher.changed().await) {
+                    return (path, ended);
                 }
             }
             Ok((_, stat, _)) => {
@@ -104,6 +108,18 @@ async fn watch_node(session: Weak<Session>, path: String) -> (String, Ended) {
                 tracing::warn!(node = %path, error = %e, "cannot watch the held node; its deletion will go unnoticed");
                 return (path, Ended::Quiet);
             }
+        }
+    }
+}
+
+/// How the watch on the held node at `path` ended with `event`; `None`: it is to be set again.
+fn fired(path: &str, event: zk::WatchedEvent) -> Option<Ended> {
+    match event.event_type {
+        zk::EventType::NodeDeleted => Some(Ended::Deleted),
+        zk::EventType::Session => Some(Ended::Quiet), // terminal: the monitor reports it
+        _ => {
+            tracing::debug!(node = %path, event = ?event.event_type, "held node changed; watching it again");
+            None
         }
     }
 }

@@ -122,9 +122,14 @@ pub struct ZkHarness {
 impl ZkHarness {
     /// On the plain server (`LOCKSMITH_TEST_ZK`).
     pub async fn plain() -> ZkHarness {
+        Self::plain_with(&conformance_options()).await
+    }
+
+    /// On the plain server, with the URL options `options` in place of the conformance ones.
+    pub async fn plain_with(options: &str) -> ZkHarness {
         let base = env_url("LOCKSMITH_TEST_ZK");
         ZkHarness {
-            url: with_namespace(&base, &conformance_options()),
+            url: with_namespace(&base, options),
             admin: admin(&base).await,
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::harness::{patience, unique_name, wait_for_residue, within, Harness};
+use super::harness::{patience, unique_name, until_waiters, wait_for_residue, within, Harness};
 use crate::name::LockName;
 use crate::{LockError, LockGuard, Locker, LostReason};
 
@@ -487,6 +487,61 @@ pub async fn lost_fires_when_removed_behind_back(h: &impl Harness) {
     assert!(matches!(guard.release().await, Err(LockError::NotHeld { .. })));
     assert!(other.is_held());
     other.release().await.expect("release");
+}
+
+/// A waiter whose entry an operator deletes while it waits is not handed the lock when the holder
+/// releases: the contender that queued after the deletion holds alone, and the waiter gets the
+/// lock after it. `delete_waiter` removes the entry of the mutex's first waiter on the server.
+/// Not in [`conformance_tests!`](crate::conformance_tests): for the backends whose waiters
+/// decide their own grant from an event (etcd, ZooKeeper), which call it from their own tests.
+pub async fn a_waiter_deleted_behind_back_is_not_granted<F, Fut>(h: &impl Harness, delete_waiter: F)
+where
+    F: FnOnce(LockName) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let name = unique_name("waiter_deleted");
+    let (holder, waiter, newcomer) = (h.locker().await, h.locker().await, h.locker().await);
+    let spawn_acquire = |locker: &Locker| {
+        let (locker, name) = (locker.clone(), name.clone());
+        tokio::spawn(async move { locker.lock(&name).timeout(Duration::from_secs(30)).acquire().await })
+    };
+    // Each step then waits a little more, for the watches a waiter sets after its entry shows.
+    let settle = || tokio::time::sleep(Duration::from_millis(300));
+    let held = holder.lock(&name).acquire().await.expect("holder acquires");
+    let first = spawn_acquire(&waiter);
+    until_waiters(&holder, &name, 1, patience(h)).await;
+    settle().await;
+    delete_waiter(held.lease().name.clone()).await;
+    settle().await;
+    let second = spawn_acquire(&newcomer);
+    until_waiters(&holder, &name, 1, patience(h)).await;
+    settle().await;
+    held.release().await.expect("holder releases");
+
+    let (one, mut other) = within(patience(h), "a hand-over", async {
+        let (mut first, mut second) = (first, second);
+        tokio::select! {
+            guard = &mut first => (guard, second),
+            guard = &mut second => (guard, first),
+        }
+    })
+    .await;
+    let one = one.expect("a task").expect("one of them acquires");
+    let meanwhile = tokio::time::timeout(Duration::from_millis(500), &mut other).await;
+    assert!(
+        meanwhile.is_err(),
+        "two holders: the waiter whose entry was deleted and the newcomer were both handed the lock"
+    );
+    assert!(one.is_held(), "the lock was handed to a contender that lost it at once");
+    let token = one.fencing_token();
+    one.release().await.expect("the first releases");
+    let two = within(patience(h), "the second hand-over", other)
+        .await
+        .expect("a task")
+        .expect("the other acquires");
+    assert!(two.fencing_token() > token, "tokens must grow");
+    two.release().await.expect("the second releases");
+    wait_for_residue(h, &LockName::new(&name).expect("a valid name"), 0).await;
 }
 
 /// No name blocks another: `a` and `a/b`, `a` and `ab`, `a/` and `a` are independent locks.
