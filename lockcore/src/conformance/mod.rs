@@ -72,7 +72,8 @@ macro_rules! primitive_tests {
     ($harness:expr) => {
         $crate::primitive_tests!(@tests $harness;
             semaphore::semaphore_never_over_grants, semaphore::semaphore_try_acquire_when_full,
-            semaphore::semaphore_waiters_are_fifo, semaphore::semaphore_permit_counts_must_agree,
+            semaphore::semaphore_waiters_are_fifo, semaphore::semaphore_cancelled_middle_waiter_takes_nothing,
+            semaphore::semaphore_permit_counts_must_agree,
             semaphore::semaphore_crashed_holder_expires, semaphore::semaphore_cancellation_leaves_nothing,
             semaphore::bad_permit_counts_are_rejected,
             rwlock::rwlock_readers_share_writers_exclude, rwlock::rwlock_waiting_writer_blocks_later_readers,

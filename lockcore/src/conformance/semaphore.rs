@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::harness::{patience, unique_name, wait_for_residue_in, within, Harness};
 use crate::name::LockName;
-use crate::{Family, LockError, MAX_PERMITS};
+use crate::{Family, LockError, LockGuard, Locker, MAX_PERMITS};
 
 fn lock_name(name: &str) -> LockName {
     LockName::new(name).expect("name")
@@ -106,21 +106,13 @@ pub async fn semaphore_try_acquire_when_full(h: &impl Harness) {
 pub async fn semaphore_waiters_are_fifo(h: &impl Harness) {
     let name = unique_name("sem_fifo");
     let key = lock_name(&name);
-    let (a, b) = (h.locker().await, h.locker().await);
-    let held_a = a.semaphore(&name, 2).acquire().await.expect("acquire");
-    let held_b = b.semaphore(&name, 2).acquire().await.expect("acquire");
-    let (tx, mut order) = tokio::sync::mpsc::unbounded_channel();
-    let mut waiters = Vec::new();
-    for i in 0..3 {
-        let locker = h.locker().await;
-        let (name, tx) = (name.clone(), tx.clone());
-        waiters.push(tokio::spawn(async move {
-            let permit = locker.semaphore(&name, 2).acquire().await.expect("acquire");
-            let _ = tx.send((i, permit.fencing_token()));
-            permit
-        }));
-        wait_for_residue_in(h, Family::Semaphore, &key, 3 + i).await;
-    }
+    let Queue {
+        a: _,
+        held_a,
+        held_b,
+        mut waiters,
+        mut order,
+    } = full_with_three_waiters(h, &name).await;
     held_b.release().await.expect("release");
     let (w, t0) = next(&mut order, patience(h)).await;
     assert_eq!(w, 0, "the first waiter must get the first freed permit");
@@ -137,6 +129,47 @@ pub async fn semaphore_waiters_are_fifo(h: &impl Harness) {
         w.await.expect("waiter").release().await.expect("release");
     }
     wait_for_residue_in(h, Family::Semaphore, &key, 0).await;
+}
+
+/// A waiter cancelled in the middle of a 2-permit semaphore's queue takes no permit and holds
+/// nobody up: the waiters on either side of it get the two permits the holders free, in order,
+/// and afterwards both permits are free.
+pub async fn semaphore_cancelled_middle_waiter_takes_nothing(h: &impl Harness) {
+    let name = unique_name("sem_middle");
+    let key = lock_name(&name);
+    let Queue {
+        a,
+        held_a,
+        held_b,
+        mut waiters,
+        mut order,
+    } = full_with_three_waiters(h, &name).await;
+    let middle = waiters.remove(1);
+    middle.abort();
+    assert!(
+        middle.await.is_err_and(|e| e.is_cancelled()),
+        "the middle waiter was granted"
+    );
+    wait_for_residue_in(h, Family::Semaphore, &key, 4).await;
+    held_b.release().await.expect("release");
+    let (w, t0) = next(&mut order, patience(h)).await;
+    assert_eq!(w, 0, "the first waiter must get the first freed permit");
+    held_a.release().await.expect("release");
+    let (w, t1) = next(&mut order, patience(h)).await;
+    assert_eq!(w, 2, "the last waiter must get the second freed permit");
+    assert!(t1 > t0, "fencing tokens out of grant order: {t0} then {t1}");
+    for w in waiters {
+        w.await.expect("waiter").release().await.expect("release");
+    }
+    wait_for_residue_in(h, Family::Semaphore, &key, 0).await;
+    let mut free = Vec::new();
+    for _ in 0..2 {
+        let permit = a.semaphore(&name, 2).try_acquire().await.expect("try");
+        free.push(permit.expect("both permits free after the cancellation"));
+    }
+    for permit in free {
+        permit.release().await.expect("release");
+    }
 }
 
 /// A client that asks for another permit count than the semaphore's holders is refused with
@@ -221,6 +254,45 @@ pub async fn semaphore_cancellation_leaves_nothing(h: &impl Harness) {
         .expect("try")
         .expect("free after the cancellations");
     free.release().await.expect("release");
+}
+
+/// A 2-permit semaphore held by two lockers, with three waiters queued in order.
+struct Queue {
+    /// The first holder's locker.
+    a: Locker,
+    held_a: LockGuard,
+    held_b: LockGuard,
+    /// The waiters' tasks, in queue order: each returns its permit.
+    waiters: Vec<tokio::task::JoinHandle<LockGuard>>,
+    /// `(waiter, fencing token)` of each grant, in grant order.
+    order: tokio::sync::mpsc::UnboundedReceiver<(usize, u64)>,
+}
+
+/// The semaphore `name` made a [`Queue`].
+async fn full_with_three_waiters(h: &impl Harness, name: &str) -> Queue {
+    let key = lock_name(name);
+    let (a, b) = (h.locker().await, h.locker().await);
+    let held_a = a.semaphore(name, 2).acquire().await.expect("acquire");
+    let held_b = b.semaphore(name, 2).acquire().await.expect("acquire");
+    let (tx, order) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let locker = h.locker().await;
+        let (name, tx) = (name.to_owned(), tx.clone());
+        waiters.push(tokio::spawn(async move {
+            let permit = locker.semaphore(&name, 2).acquire().await.expect("acquire");
+            let _ = tx.send((i, permit.fencing_token()));
+            permit
+        }));
+        wait_for_residue_in(h, Family::Semaphore, &key, 3 + i).await;
+    }
+    Queue {
+        a,
+        held_a,
+        held_b,
+        waiters,
+        order,
+    }
 }
 
 /// The next grant a waiter reports (within `limit`).
