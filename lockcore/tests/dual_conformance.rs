@@ -30,6 +30,10 @@ impl Harness for DualHarness {
         assert!(self.new.force_remove(name), "no holder to remove");
     }
 
+    async fn delete_behind_back_in(&self, family: Family, name: &LockName) {
+        assert!(self.new.force_remove_in(family, name), "no holder to remove");
+    }
+
     /// Holders and waiters of the old store (where dual waiters queue first), the new store's
     /// waiters, and a new-store holder that has no old-store holder beside it (a leak).
     async fn residue(&self, name: &LockName) -> Vec<String> {

@@ -26,6 +26,10 @@ impl Harness for MemHarness {
         assert!(self.store.force_remove(name), "no holder to remove");
     }
 
+    async fn delete_behind_back_in(&self, family: Family, name: &LockName) {
+        assert!(self.store.force_remove_in(family, name), "no holder to remove");
+    }
+
     async fn residue(&self, name: &LockName) -> Vec<String> {
         self.store.entries(Family::Mutex, name)
     }

@@ -166,18 +166,15 @@ impl Harness for EtcdHarness {
     }
 
     async fn delete_behind_back(&self, name: &LockName) {
-        let prefix = self.layout.lock_prefix(name);
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let resp = self
-            .admin
-            .kv_client()
-            .get(prefix.as_str(), Some(options))
+        self.delete_behind_back_in(Family::Mutex, name).await;
+    }
+
+    async fn delete_behind_back_in(&self, family: Family, name: &LockName) {
+        let holder = keys_under(&self.admin, &self.layout.prefix(family, name))
             .await
-            .expect("get holder");
-        let holder = resp.kvs().first().expect("no holder to delete").key().to_vec();
+            .into_iter()
+            .next()
+            .expect("no holder to delete");
         let deleted = self
             .admin
             .kv_client()

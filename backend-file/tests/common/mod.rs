@@ -47,6 +47,10 @@ impl Harness for FileHarness {
         std::fs::remove_file(self.look.state_path(Family::Mutex, name)).expect("no state file to remove");
     }
 
+    async fn delete_behind_back_in(&self, family: Family, name: &LockName) {
+        std::fs::remove_file(self.look.state_path(family, name)).expect("no state file to remove");
+    }
+
     async fn residue(&self, name: &LockName) -> Vec<String> {
         self.residue_in(Family::Mutex, name).await
     }

@@ -114,6 +114,11 @@ impl Harness for PgHarness {
         assert!(n > 0, "no holder row to delete");
     }
 
+    async fn delete_behind_back_in(&self, family: Family, name: &LockName) {
+        let n = self.look.delete_holders(family, name).await.unwrap();
+        assert!(n > 0, "no holder row to delete");
+    }
+
     async fn residue(&self, name: &LockName) -> Vec<String> {
         self.residue_in(Family::Mutex, name).await
     }

@@ -339,6 +339,18 @@ impl Harness for RedisHarness {
         assert_eq!(deleted, 1, "no holder to remove");
     }
 
+    async fn delete_behind_back_in(&self, family: Family, name: &LockName) {
+        if family == Family::Mutex {
+            return self.delete_behind_back(name).await;
+        }
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(self.kind_keys(family, name).holders)
+            .query_async(&mut self.admin.clone())
+            .await
+            .expect("DEL");
+        assert_eq!(deleted, 1, "no holder to remove");
+    }
+
     async fn residue(&self, name: &LockName) -> Vec<String> {
         let keys = self.keys(name);
         let mut conn = self.admin.clone();

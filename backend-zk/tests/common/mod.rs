@@ -172,7 +172,11 @@ impl Harness for ZkHarness {
     }
 
     async fn delete_behind_back(&self, name: &LockName) {
-        let holder = contenders(&self.admin, name)
+        self.delete_behind_back_in(Family::Mutex, name).await;
+    }
+
+    async fn delete_behind_back_in(&self, family: Family, name: &LockName) {
+        let holder = entries(&self.admin, family, name)
             .await
             .into_iter()
             .next()

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::harness::{patience, unique_name, wait_for_residue_in, within, Harness};
 use super::proxy::{Mode, Proxy};
 use crate::name::LockName;
-use crate::{Family, LeaderWatch, LockError, Locker};
+use crate::{Family, LeaderWatch, LockError, Locker, LostReason};
 
 fn lock_name(name: &str) -> LockName {
     LockName::new(name).expect("name")
@@ -517,4 +517,76 @@ pub async fn election_watch_ends_at_shutdown(h: &impl Harness) {
         matches!(observe, Err(LockError::Closed)),
         "observe() after shutdown: {observe:?}"
     );
+}
+
+/// Makes the builder of one kind of lock on a locker, for a lock name.
+type Builder = fn(&Locker, &str) -> crate::LockBuilder;
+
+/// A permit, a reader, a writer and a leader whose entry is removed on the server behind their
+/// backs are each told (`lost()`, not held any more, a release or resignation answers
+/// `NotHeld`), and the lock is free for others afterwards (as
+/// [`super::mutex::lost_fires_when_removed_behind_back`] for a mutex).
+pub async fn every_kind_is_told_when_removed_behind_back(h: &impl Harness) {
+    let name = unique_name("kinds_lost");
+    let key = LockName::new(&name).expect("name");
+    let (a, b) = (h.locker().await, h.locker().await);
+    let ttl = h.short_ttl();
+    let builders: [(&str, Family, Builder); 3] = [
+        ("a permit", Family::Semaphore, |l, n| l.semaphore(n, 2)),
+        ("a reader", Family::RwLock, |l, n| l.rwlock(n).read()),
+        ("a writer", Family::RwLock, |l, n| l.rwlock(n).write()),
+    ];
+    for (what, family, builder) in builders {
+        let guard = builder(&a, &name).ttl(ttl).acquire().await.expect("acquire");
+        let lost = guard.lost();
+        h.delete_behind_back_in(family, &key).await;
+        let reason = within(patience(h), &format!("lost() of {what} removed"), lost).await;
+        assert!(
+            matches!(reason, LostReason::LeaseGone(_) | LostReason::RenewalFailed(_)),
+            "{what}: {reason:?}"
+        );
+        assert!(!guard.is_held(), "{what} still says it is held");
+        let other = within(
+            patience(h),
+            &format!("{what} after the removal"),
+            builder(&b, &name).acquire(),
+        )
+        .await
+        .expect("acquire");
+        assert!(
+            matches!(guard.release().await, Err(LockError::NotHeld { .. })),
+            "{what}: a release of a removed lock"
+        );
+        other.release().await.expect("release");
+    }
+    let lead = a
+        .election(&name)
+        .campaign("a")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("campaign");
+    let lost = lead.lost();
+    h.delete_behind_back_in(Family::Election, &key).await;
+    let reason = within(patience(h), "lost() of a leader removed", lost).await;
+    assert!(
+        matches!(reason, LostReason::LeaseGone(_) | LostReason::RenewalFailed(_)),
+        "a leader: {reason:?}"
+    );
+    assert!(!lead.is_leader(), "a removed leader still says it leads");
+    let next = within(
+        patience(h),
+        "a leader after the removal",
+        b.election(&name).campaign("b").acquire(),
+    )
+    .await
+    .expect("campaign");
+    assert!(
+        matches!(lead.resign().await, Err(LockError::NotHeld { .. })),
+        "a resignation of a removed leader"
+    );
+    next.resign().await.expect("resign");
+    for family in [Family::Semaphore, Family::RwLock, Family::Election] {
+        wait_for_residue_in(h, family, &key, 0).await;
+    }
 }

@@ -20,6 +20,19 @@ pub trait Harness: Send + Sync + 'static {
     /// the key or node would.
     async fn delete_behind_back(&self, name: &LockName);
 
+    /// [`Harness::delete_behind_back`] for a lock of any family: removes the holders of the
+    /// semaphore, read-write lock or election `name` on the server. Harnesses that run
+    /// [`primitive_tests!`](crate::primitive_tests) implement it; the default knows mutexes only.
+    async fn delete_behind_back_in(&self, family: Family, name: &LockName) {
+        assert_eq!(
+            family,
+            Family::Mutex,
+            "this harness cannot remove the holders of a {}",
+            family.name()
+        );
+        self.delete_behind_back(name).await
+    }
+
     /// The keys or nodes on the server that represent holders or waiters of `name` (not counters or
     /// other bookkeeping that is meant to stay). Used to show that nothing is left behind.
     async fn residue(&self, name: &LockName) -> Vec<String>;

@@ -83,7 +83,7 @@ macro_rules! primitive_tests {
             election::election_one_leader_at_a_time_in_order, election::election_handover_shows_no_gap,
             election::election_crashed_leader_passes_on,
             election::election_try_and_cancel, election::election_watch_ends_at_shutdown,
-            election::election_values_at_their_bounds,
+            election::election_values_at_their_bounds, election::every_kind_is_told_when_removed_behind_back,
             election::families_are_independent,
             election::list_shows_locks_in_use,
             storm::cancellation_storm_over_every_kind_leaves_nothing);
