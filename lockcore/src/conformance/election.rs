@@ -590,3 +590,73 @@ pub async fn every_kind_is_told_when_removed_behind_back(h: &impl Harness) {
         wait_for_residue_in(h, family, &key, 0).await;
     }
 }
+
+/// A release of a permit, a reader or a writer, and a resignation, cut off mid-flight, still
+/// free the lock, as [`super::lifecycle::release_cancelled_mid_flight_releases`] shows for a
+/// mutex: the guard's own `release()` dropped after 1 ms, and the backend's `release` dropped at
+/// its first await point (with another lock held on the same connection, whose renewals keep its
+/// session alive). Checked by a client that can only get in once the lock is free: a 1-permit
+/// semaphore's next permit, a writer after a reader or a writer, the next leader; within two
+/// thirds of the lock's TTL (15 s where the TTL is per lock, the session's on etcd and
+/// ZooKeeper), so that its expiry cannot stand in for the release.
+pub async fn every_kind_released_mid_flight_is_free(h: &impl Harness) {
+    const LONG_TTL: Duration = Duration::from_secs(15);
+    let (a, b) = (h.locker().await, h.locker().await);
+    let other = a
+        .lock(unique_name("kinds_cut_other"))
+        .acquire()
+        .await
+        .expect("acquire other");
+    let kinds: [(&str, Builder, Builder); 3] = [
+        ("a permit", |l, n| l.semaphore(n, 1), |l, n| l.semaphore(n, 1)),
+        ("a reader", |l, n| l.rwlock(n).read(), |l, n| l.rwlock(n).write()),
+        ("a writer", |l, n| l.rwlock(n).write(), |l, n| l.rwlock(n).write()),
+    ];
+    for (what, take, next) in kinds {
+        for whose in ["the guard's", "the backend's"] {
+            let name = unique_name("kinds_cut");
+            let guard = take(&a, &name).ttl(LONG_TTL).acquire().await.expect("acquire");
+            let bound = guard.ttl().min(patience(h)) * 2 / 3;
+            match whose {
+                "the guard's" => {
+                    let cut = tokio::time::timeout(Duration::from_millis(1), guard.release()).await;
+                    tracing::debug!(finished = cut.is_ok(), what, "release cut off after 1ms");
+                }
+                _ => cut_backend_release(&a, guard.abandon()).await,
+            }
+            let step = format!("{what} after {whose} release was cut off");
+            let freed = within(bound, &step, next(&b, &name).acquire()).await;
+            freed.expect("acquire").release().await.expect("release");
+        }
+    }
+    for whose in ["the leadership's", "the backend's"] {
+        let name = unique_name("kinds_cut_lead");
+        let lead = a
+            .election(&name)
+            .campaign("a")
+            .ttl(LONG_TTL)
+            .acquire()
+            .await
+            .expect("campaign");
+        let bound = lead.guard().ttl().min(patience(h)) * 2 / 3;
+        match whose {
+            "the leadership's" => {
+                let cut = tokio::time::timeout(Duration::from_millis(1), lead.resign()).await;
+                tracing::debug!(finished = cut.is_ok(), "resignation cut off after 1ms");
+            }
+            _ => cut_backend_release(&a, lead.abandon()).await,
+        }
+        let step = format!("a leader after {whose} resignation was cut off");
+        let next = within(bound, &step, b.election(&name).campaign("b").acquire()).await;
+        next.expect("campaign").resign().await.expect("resign");
+    }
+    other.release().await.expect("release other");
+}
+
+/// `locker`'s backend's `release` of `lease`, dropped after one poll.
+async fn cut_backend_release(locker: &Locker, lease: crate::lease::Lease) {
+    let backend = locker.backend().clone();
+    let mut release = backend.release(&lease);
+    let polled = super::lifecycle::poll_once(release.as_mut()).await;
+    tracing::debug!(finished = polled, "backend release dropped after one poll");
+}
