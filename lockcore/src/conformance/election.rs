@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::harness::{patience, unique_name, wait_for_residue_in, within, Harness};
+use super::harness::{patience, unique_name, wait_for_residue_in, within, Builder, Harness};
 use super::proxy::{Mode, Proxy};
 use crate::name::LockName;
 use crate::{Family, LeaderWatch, LockError, Locker, LostReason};
@@ -518,9 +518,6 @@ pub async fn election_watch_ends_at_shutdown(h: &impl Harness) {
         "observe() after shutdown: {observe:?}"
     );
 }
-
-/// Makes the builder of one kind of lock on a locker, for a lock name.
-type Builder = fn(&Locker, &str) -> crate::LockBuilder;
 
 /// A permit, a reader, a writer and a leader whose entry is removed on the server behind their
 /// backs are each told (`lost()`, not held any more, a release or resignation answers

@@ -114,6 +114,10 @@ pub async fn until_waiters(locker: &Locker, name: &str, n: usize, limit: Duratio
     .await;
 }
 
+/// Makes the builder of one kind of lock on a locker, for a lock name (a permit, a reader, a
+/// writer): for the tests that go through the kinds in turn.
+pub(crate) type Builder = fn(&Locker, &str) -> crate::LockBuilder;
+
 /// The generous bound used for steps that should take about one TTL.
 pub(crate) fn patience(h: &impl Harness) -> Duration {
     h.short_ttl() * 10 + Duration::from_secs(10)

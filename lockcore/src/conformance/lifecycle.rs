@@ -10,9 +10,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::harness::{patience, unique_name, wait_for_residue, within, Harness};
+use super::harness::{patience, unique_name, wait_for_residue, within, Builder, Harness};
 use crate::name::LockName;
-use crate::{LockError, Locker, LostReason};
+use crate::{Family, LockError, Locker, LostReason};
 
 /// Runs `body` with a new locker in a "process" of its own (see the module docs) and returns its
 /// output once the process is gone.
@@ -169,6 +169,86 @@ pub async fn timed_out_waiter_that_exits_leaves_nothing(h: &impl Harness) {
         h.residue(&lock_name).await
     );
     drop(guard);
+}
+
+/// [`timed_out_waiter_that_exits_leaves_nothing`] for a waiting permit (of a 1-permit
+/// semaphore), reader (behind a writer), writer (behind a reader) and candidate: each process
+/// leaves no entry, and once the holder lets go, the lock is free at once.
+pub async fn every_kind_timed_out_waiter_that_exits_leaves_nothing(h: &impl Harness) {
+    let (holder, next) = (h.locker().await, h.locker().await);
+    let kinds: [(&str, Family, Builder, Builder); 3] = [
+        (
+            "a permit",
+            Family::Semaphore,
+            |l, n| l.semaphore(n, 1),
+            |l, n| l.semaphore(n, 1),
+        ),
+        (
+            "a reader",
+            Family::RwLock,
+            |l, n| l.rwlock(n).write(),
+            |l, n| l.rwlock(n).read(),
+        ),
+        (
+            "a writer",
+            Family::RwLock,
+            |l, n| l.rwlock(n).read(),
+            |l, n| l.rwlock(n).write(),
+        ),
+    ];
+    let waited = Duration::from_millis(300);
+    for (what, family, hold, wait) in kinds {
+        let name = unique_name("kinds_timeout_exit");
+        let held = hold(&holder, &name).acquire().await.expect("acquire");
+        let result = in_a_process(h, |locker| {
+            let name = name.clone();
+            async move { wait(&locker, &name).timeout(waited).acquire().await.map(drop) }
+        })
+        .await;
+        assert!(matches!(result, Err(LockError::Timeout(_))), "{what}: {result:?}");
+        gone_waiter_left_nothing(h, family, &name, what).await;
+        held.release().await.expect("release");
+        let free = match family {
+            Family::Semaphore => next.semaphore(&name, 1),
+            _ => next.rwlock(&name).write(),
+        };
+        let guard = free.try_acquire().await.expect("try_acquire");
+        assert!(guard.is_some(), "{what}: the lock was not free after its holder let go");
+    }
+    let name = unique_name("kinds_timeout_exit_lead");
+    let lead = holder
+        .election(&name)
+        .campaign("holder")
+        .acquire()
+        .await
+        .expect("campaign");
+    let result = in_a_process(h, |locker| {
+        let name = name.clone();
+        async move {
+            let campaign = locker.election(&name).campaign("gone").timeout(waited);
+            campaign.acquire().await.map(drop)
+        }
+    })
+    .await;
+    assert!(matches!(result, Err(LockError::Timeout(_))), "a candidate: {result:?}");
+    gone_waiter_left_nothing(h, Family::Election, &name, "a candidate").await;
+    lead.resign().await.expect("resign");
+    let next_lead = next.election(&name).campaign("next").try_acquire().await.expect("try");
+    assert!(
+        next_lead.is_some(),
+        "a candidate: the election was not free after its leader resigned"
+    );
+}
+
+/// After a process whose waiter on `family`'s lock `name` timed out has exited, only the holder's
+/// entry is left.
+async fn gone_waiter_left_nothing(h: &impl Harness, family: Family, name: &str, what: &str) {
+    let left = h.residue_in(family, &LockName::new(name).expect("name")).await;
+    assert_eq!(
+        left.len(),
+        1,
+        "{what}: a process that exited after a timeout left its entry: {left:?}"
+    );
 }
 
 /// A process whose `try_acquire` was cut by its own short timeout (the server may have carried
