@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::harness::{patience, unique_name, wait_for_residue, within, Builder, Harness};
+use super::harness::{patience, unique_name, until_waiters, wait_for_residue, within, Builder, Harness};
 use crate::name::LockName;
 use crate::{Family, LockError, Locker, LostReason};
 
@@ -169,6 +169,40 @@ pub async fn timed_out_waiter_that_exits_leaves_nothing(h: &impl Harness) {
         h.residue(&lock_name).await
     );
     drop(guard);
+}
+
+/// An `acquire` that waits in the queue and whose future is then dropped on a thread where no
+/// runtime runs (moved into a plain thread; a synchronous `Drop`, another executor) leaves
+/// nothing: its clean-up runs on the runtime the call started on. The waiting locker holds another
+/// lock all along, which keeps its connection's session alive; the lock must come to the next
+/// client within two thirds of the waiter's TTL (15 s where the TTL is per lock).
+pub async fn acquire_dropped_where_no_runtime_runs_leaves_nothing(h: &impl Harness) {
+    let name = unique_name("dropped_off_runtime");
+    let (holder, waiter, next) = (h.locker().await, h.locker().await, h.locker().await);
+    let other = waiter.lock(unique_name("dropped_off_runtime_other")).acquire().await;
+    let other = other.expect("acquire other");
+    let held = holder.lock(&name).acquire().await.expect("acquire");
+    let ttl = Duration::from_secs(15);
+    let mut waiting = Box::pin(waiter.lock(&name).ttl(ttl).acquire());
+    tokio::select! {
+        result = &mut waiting => panic!("the waiter was granted a held lock: {result:?}"),
+        () = until_waiters(&holder, &name, 1, patience(h)) => {}
+    }
+    std::thread::spawn(move || drop(waiting))
+        .join()
+        .expect("the plain thread");
+    held.release().await.expect("release");
+    let bound = other.ttl().min(ttl).min(patience(h)) * 2 / 3;
+    let guard = within(
+        bound,
+        "the lock after its waiter's acquire was dropped where no runtime runs",
+        next.lock(&name).acquire(),
+    )
+    .await
+    .expect("acquire");
+    guard.release().await.expect("release");
+    other.release().await.expect("release other");
+    wait_for_residue(h, &LockName::new(&name).expect("name"), 0).await;
 }
 
 /// [`timed_out_waiter_that_exits_leaves_nothing`] for a waiting permit (of a 1-permit

@@ -50,6 +50,7 @@ macro_rules! conformance_tests {
             lifecycle::release_cancelled_mid_flight_releases,
             lifecycle::backend_release_cancelled_releases, lifecycle::timed_out_waiter_that_exits_leaves_nothing,
             lifecycle::try_cut_by_its_timeout_that_exits_leaves_nothing,
+            lifecycle::acquire_dropped_where_no_runtime_runs_leaves_nothing,
             lifecycle::shutdown_releases_everything, lifecycle::shutdown_with_a_waiter_queued_leaves_nothing,
             lifecycle::reads_after_shutdown_end_with_closed);
     };

@@ -12,6 +12,10 @@
 //!
 //! A task spawned outside any locker call (a backend's own timer, a test calling a backend
 //! directly) is counted nowhere and runs as a plain tokio task.
+//!
+//! A call's future dropped where no runtime runs (moved to a plain thread, dropped by another
+//! executor or a synchronous `Drop`) spawns its clean-up on the runtime the call started on, as
+//! a guard dropped there releases on the runtime its lock was taken on.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -59,11 +63,13 @@ impl Drop for Entered {
     }
 }
 
-/// Where a clean-up spawned now is counted.
+/// Where a clean-up spawned now is counted, and where it runs when no runtime is at hand.
 #[derive(Clone)]
 struct Scope {
     locker: Tally,
     call: Option<Tally>,
+    /// The runtime the call (or the clean-up task) started on.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 tokio::task_local! {
@@ -71,8 +77,9 @@ tokio::task_local! {
 }
 
 /// Spawns `task`, a clean-up that must end before the process does, on the current tokio
-/// runtime, counted in the locker and the call it comes from (see the module docs). Returns
-/// `false`, without running it, when there is no runtime (the caller logs what is left to expire).
+/// runtime (or, where none runs, the one the locker call started on), counted in the locker and
+/// the call it comes from (see the module docs). Returns `false`, without running it, when there
+/// is no runtime (the caller logs what is left to expire).
 ///
 /// Clean-up spawned from within `task` is counted in the same locker.
 pub fn spawn<F>(task: F) -> bool
@@ -82,11 +89,11 @@ where
     match SCOPE.try_with(Scope::clone) {
         Ok(scope) => {
             let call = scope.call.as_ref().map(Tally::enter);
-            spawn_in(&scope.locker, async move {
+            let task = async move {
                 let _call = call;
                 task.await;
-            })
-            .is_some()
+            };
+            spawn_in_or(&scope.locker, scope.runtime.as_ref(), task).is_some()
         }
         Err(_) => match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
@@ -106,6 +113,7 @@ pub(crate) async fn scoped<F: Future>(locker: &Tally, call: F) -> (F::Output, Ta
     let scope = Scope {
         locker: locker.clone(),
         call: Some(own.clone()),
+        runtime: tokio::runtime::Handle::try_current().ok(),
     };
     (SCOPE.scope(scope, call).await, own)
 }
@@ -136,16 +144,17 @@ where
     let handle = tokio::runtime::Handle::try_current()
         .ok()
         .or_else(|| fallback.cloned())?;
-    Some(handle.spawn(counted_in(locker, task)))
+    Some(handle.spawn(counted_in(locker, &handle, task)))
 }
 
-/// `task` as a clean-up of `locker`: counted there until it ends or is dropped, and the clean-up
-/// it spawns counted there too.
-fn counted_in<F: Future>(locker: &Tally, task: F) -> impl Future<Output = F::Output> {
+/// `task` as a clean-up of `locker`, to run on `runtime`: counted there until it ends or is
+/// dropped, and the clean-up it spawns counted there too.
+fn counted_in<F: Future>(locker: &Tally, runtime: &tokio::runtime::Handle, task: F) -> impl Future<Output = F::Output> {
     let counted = locker.enter();
     let scope = Scope {
         locker: locker.clone(),
         call: None,
+        runtime: Some(runtime.clone()),
     };
     SCOPE.scope(scope, async move {
         let _counted = counted;
@@ -167,7 +176,7 @@ where
         return Err(task);
     };
     Ok(RunToEnd {
-        task: Some(Box::pin(counted_in(locker, task))),
+        task: Some(Box::pin(counted_in(locker, &handle, task))),
         handle,
     })
 }
