@@ -15,7 +15,9 @@
 //! `AUTH user password`), `:password@` the `default` user's password (`requirepass`); the
 //! password may come from `password_file=` or `LOCKSMITH_PASSWORD` instead. A wrong password, or
 //! an ACL that forbids the scripts (`EVALSHA`, `SCRIPT LOAD`) or the keys (`~locksmith:*`), is
-//! [`locksmith_core::LockError::Denied`]. An ACL that forbids function libraries (`FUNCTION
+//! [`locksmith_core::LockError::Denied`]; so is waiting for a lock as a user whose ACL gives no
+//! right to the pub/sub channels that wake waiters (Redis 7 gives a new user none: add `&*`, or
+//! the channels under the keys' prefix, `&locksmith:*` by default), which free locks do not need. An ACL that forbids function libraries (`FUNCTION
 //! LOAD`, `FCALL`) but allows scripts is fine: locksmith then sends plain scripts (see "Function
 //! libraries" below). Redis enforces ACLs per user, not per lock: any client allowed
 //! to write the keys can delete a lock key.

@@ -129,6 +129,14 @@ impl Notifier {
         let mut sink = conn.sink.clone();
         match tokio::time::timeout(self.response_timeout, sink.subscribe(&channel)).await {
             Ok(Ok(())) => Ok(sub),
+            // The user's ACL gives no right to the channel (Redis 7's default for a new user is
+            // no channel at all): no later try can do better, and the connection is fine.
+            Ok(Err(e)) if e.code() == Some("NOPERM") => Err(LockError::Denied(format!(
+                "subscribing to {channel} on redis at {}: {} (waiting for a lock needs the \
+                 user's ACL to allow its channels: `&*`, or those under the keys' prefix)",
+                self.addr,
+                e.detail().unwrap_or("no permission")
+            ))),
             Ok(Err(e)) => {
                 conn.closed.store(true, std::sync::atomic::Ordering::SeqCst);
                 Err(LockError::unavailable(

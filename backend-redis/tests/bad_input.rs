@@ -120,3 +120,32 @@ async fn a_master_name_the_sentinels_do_not_know_is_unavailable_and_says_so() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
 }
+
+/// Bug: a user whose ACL gives no pub/sub channels (Redis 7's default for new users,
+/// `acl-pubsub-default resetchannels`) could take free locks, but an acquire that had to wait
+/// was answered `NOPERM` on its `SUBSCRIBE`, which it took for an outage: `Unavailable` at its
+/// deadline, and a wait for ever without one. Now it is `Denied` at once, naming the channel right
+/// it lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_channel_rights_is_denied_when_it_must_wait() {
+    let url = common::url_as_user("locksmith-no-channels", "no-channels-pass", &["resetchannels"], "").await;
+    let locker = connect(&url).await.expect("connect");
+    let holder = connect(&common::redis_url()).await.expect("connect");
+    let name = locksmith_core::conformance::unique_name("no_channels");
+    let free = locker
+        .lock(&name)
+        .acquire()
+        .await
+        .expect("a free lock needs no channel");
+    free.release().await.expect("release");
+    let held = holder.lock(&name).acquire().await.expect("acquire");
+    let start = tokio::time::Instant::now();
+    let waited = locker.lock(&name).timeout(Duration::from_secs(10)).acquire().await;
+    assert!(matches!(&waited, Err(LockError::Denied(_))), "{waited:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "Denied only after {:?}",
+        start.elapsed()
+    );
+    held.release().await.expect("release");
+}
