@@ -132,3 +132,89 @@ async fn a_dropped_guard_on_a_connection_the_server_closed_releases() {
     .await;
     own.delete().await;
 }
+
+/// Every connection of a locker (commands, replica confirmation, pub/sub) closes with a reset
+/// (`SO_LINGER` 0): what it has not delivered when it is closed is dropped, not sent on later. A
+/// connection is closed when a request on it got no answer in time; a waiter's queue step still
+/// in the network then (a partition) would otherwise reach the server when the network heals,
+/// after the `LEAVE` that the waiter, giving up, sent over a new connection, and queue it again,
+/// to be granted a lock nobody uses. Checked on the sockets themselves: this process's sockets
+/// whose local ports the server lists for the locker's own user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_closes_with_a_reset() {
+    let own = OwnUser::new("linger").await;
+    let other = common::locker(&common::redis_url()).await;
+    let name = unique_name("linger");
+    let held = other.lock(&name).acquire().await.expect("acquire");
+    let waited = own
+        .holder
+        .lock(&name)
+        .timeout(Duration::from_millis(300))
+        .acquire()
+        .await;
+    assert!(waited.is_err(), "the lock was held");
+    let mine = own
+        .holder
+        .lock(unique_name("linger-own"))
+        .acquire()
+        .await
+        .expect("acquire");
+    let mut admin = common::admin(&common::redis_url()).await;
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut admin)
+        .await
+        .expect("CLIENT LIST");
+    let ports: Vec<u16> = clients
+        .lines()
+        .filter(|line| line.split(' ').any(|field| field == format!("user={}", own.user)))
+        .filter_map(|line| {
+            let addr = line.split(' ').find_map(|field| field.strip_prefix("addr="))?;
+            addr.rsplit(':').next()?.parse().ok()
+        })
+        .collect();
+    assert!(
+        ports.len() >= 2,
+        "the locker's connections (commands and pub/sub): {ports:?}"
+    );
+    let lingers = lingers_of_local_ports(&ports);
+    assert_eq!(
+        lingers.len(),
+        ports.len(),
+        "sockets of the ports {ports:?}: {lingers:?}"
+    );
+    for (port, linger) in lingers {
+        assert_eq!(
+            linger,
+            Some(Duration::ZERO),
+            "the connection from port {port} closes without a reset"
+        );
+    }
+    mine.release().await.expect("release");
+    held.release().await.expect("release");
+    own.delete().await;
+}
+
+/// `SO_LINGER` (`None`: off) of each of this process's TCP sockets whose local port is in `ports`.
+fn lingers_of_local_ports(ports: &[u16]) -> Vec<(u16, Option<Duration>)> {
+    use redis::io::tcp::socket2::SockRef;
+    use std::os::fd::BorrowedFd;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd") {
+        let Ok(fd) = entry.expect("an fd").file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: only borrowed while this process keeps it open; a socket closed meanwhile makes
+        // the calls below fail, which skips it.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let Ok(socket) = fd.try_clone_to_owned().map(std::net::TcpStream::from) else {
+            continue;
+        };
+        let Ok(local) = socket.local_addr() else { continue };
+        if ports.contains(&local.port()) {
+            let linger = SockRef::from(&socket).linger().expect("SO_LINGER");
+            found.push((local.port(), linger));
+        }
+    }
+    found
+}

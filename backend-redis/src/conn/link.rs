@@ -16,6 +16,9 @@
 //! With replica confirmation (`min_replicas`), the requests that must be confirmed go over a
 //! second connection ([`Link::confirm_conn`]), because `WAIT` blocks the connection it is sent on
 //! until the replicas answer, and confirms the writes made on that same connection only.
+//!
+//! Every connection closes with a reset ([`tcp_settings`]): a connection replaced because a request
+//! on it went unanswered must not deliver that request later.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
@@ -25,8 +28,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{Client, Cmd, ConnectionAddr, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::{Client, Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::{watch, OnceCell};
 use tokio::time::Instant;
 
@@ -223,7 +227,8 @@ impl Link {
                     .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port))
                     .collect();
                 let mut builder = SentinelClientBuilder::new(addrs, master.clone(), SentinelServerType::Master)?
-                    .set_client_to_redis_db(i64::from(config.db));
+                    .set_client_to_redis_db(i64::from(config.db))
+                    .set_client_to_redis_tcp_settings(tcp_settings(TcpSettings::default()));
                 if let Some(user) = &config.user {
                     builder = builder.set_client_to_redis_username(user);
                 }
@@ -247,6 +252,7 @@ impl Link {
                     .map(|(h, p)| format!("{scheme}://{}", host_port(h, *p)))
                     .collect();
                 let mut builder = ClusterClientBuilder::new(urls.clone())
+                    .tcp_settings(tcp_settings(TcpSettings::default()))
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.response_timeout);
                 if let Some(user) = &config.user {
@@ -489,14 +495,28 @@ fn parse_slots(reply: Value) -> RedisResult<SlotOwners> {
     Ok(owners)
 }
 
+/// `settings` with what every connection to a Redis server needs: `SO_LINGER` 0, so that closing
+/// it resets it and drops what it has not delivered, rather than sending that on after the close.
+/// A connection is closed when a request on it got no answer in time ([`Link::failed`]); a
+/// request still in the network then (a waiter's queue step cut off by a partition) would
+/// otherwise reach the server once the network heals, after the clean-up that the caller sent
+/// over the new connection (the `LEAVE` of a waiter that gave up), and queue the gone waiter
+/// again, to be granted a lock that nobody uses.
+fn tcp_settings(settings: TcpSettings) -> TcpSettings {
+    settings.set_linger_time(Duration::ZERO)
+}
+
 /// A client for `url` (a `redis[s]://user:pass@host:port/db` URL), with the URL's TLS files.
 fn client_for(config: &Config, url: &str) -> RedisResult<Client> {
+    let info = url.into_connection_info()?;
+    let settings = tcp_settings(info.tcp_settings().clone());
+    let info = info.set_tcp_settings(settings);
     match &config.tls {
-        None => Client::open(url),
+        None => Client::open(info),
         #[cfg(feature = "tls")]
         Some(tls) => {
             install_crypto_provider();
-            Client::build_with_tls(url, certificates(tls))
+            Client::build_with_tls(info, certificates(tls))
         }
         #[cfg(not(feature = "tls"))]
         Some(_) => Err(needs_tls()),
