@@ -73,8 +73,9 @@
 //!   granted the lock after an outage). Otherwise wait:
 //!   1. open a watch on the DELETE of my **predecessor only** (the newest key with a lower
 //!      create revision: no herd when the holder leaves), on the session's shared watch
-//!      stream, **without a start revision** (1 round trip; the first time, a watch on the
-//!      DELETE of my own key is created with it, see step 3);
+//!      stream, **without a start revision** (1 round trip; when the last look found me right
+//!      behind the holder, a watch on the DELETE of my own key is created with it, once: see
+//!      step 3);
 //!   2. confirm in one transaction that my key still exists and the predecessor is still my
 //!      predecessor (1 round trip); if not, go back to 1 with the new predecessor, or hold the
 //!      lock if none is left;
@@ -83,20 +84,25 @@
 //!      with no request (keys are created with ever larger revisions, so none can come between;
 //!      my key lives while the session lease does, which is checked locally: one keep-alive only
 //!      if the session was not refreshed for half its TTL; and no one deleted it behind my back:
-//!      the first wait watches my own key too, created with the predecessor's watch, and its
-//!      event, which the stream delivers first when that deletion came first, ends the wait and
-//!      queues me again); otherwise look again (step 2's transaction, 1 round trip).
+//!      the watch on my own key is looked at first, and its event ends the wait and queues me
+//!      again. The stream delivers events in revision order, and the watch hub applies every
+//!      response it has received before a waiter runs, so a deletion of my key in the same
+//!      transaction, an operator's `del --prefix`, is seen too when its response came in with
+//!      the predecessor's; without the watch on my own key, the event is not enough); otherwise
+//!      look again (step 2's transaction, 1 round trip, which shows my key gone).
 //! - **handover** (holder releases, the next waiter takes over) = the release's delete and one
 //!   watch notification: the waiter holds the lock **one notification** after the release was
 //!   applied, at any wait time, as with etcd's own lock RPC (which waits on the server), when it
 //!   was already right behind the holder at step 2. A waiter that queued behind other waiters
 //!   does not know when the keys before its predecessor leave (nothing wakes it then: no herd),
 //!   so on its predecessor's delete it looks again, **one notification + one round trip**.
-//!   Requests per handover: the delete, the waiter's two watch cancels (its predecessor's and its
-//!   own key's, sent, not awaited, after the waiter has run: the server would keep a watcher
-//!   until the stream closes), and for a waiter that queued behind others its place transaction: 2 or 3,
-//!   of which 1 or 2 on the critical path; plus a held-key watch create and cancel for a lock
-//!   held longer than 100 ms (the cancel sent after the release's delete is answered).
+//!   Requests per handover: the delete; the waiter's watch cancel (sent, not awaited, after the
+//!   waiter has run: the server would keep a watcher until the stream closes); and for a waiter
+//!   right behind the holder the cancel of the watch on its own key, for a waiter that queued
+//!   behind others its place transaction: 3, of which 1 or 2 on the critical path (a waiter
+//!   right behind the holder also created the watch on its own key while it waited); plus a
+//!   held-key watch create and cancel for a lock held longer than 100 ms (the cancel sent after
+//!   the release's delete is answered).
 //! - **`try_acquire`** — one transaction: *if no key exists under `P(L)` (a compare over the
 //!   range), put mine*. Fails without writing anything when the lock is held or anyone waits:
 //!   **1 round trip**.

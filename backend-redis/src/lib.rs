@@ -17,7 +17,10 @@
 //! an ACL that forbids the scripts (`EVALSHA`, `SCRIPT LOAD`) or the keys (`~locksmith:*`), is
 //! [`locksmith_core::LockError::Denied`]; so is waiting for a lock as a user whose ACL gives no
 //! right to the pub/sub channels that wake waiters (Redis 7 gives a new user none: add `&*`, or
-//! the channels under the keys' prefix, `&locksmith:*` by default), which free locks do not need. An ACL that forbids function libraries (`FUNCTION
+//! the channels under the keys' prefix, `&locksmith:*` by default). Such a user can take and
+//! release free locks, but its release of a lock that others wait for fails too (`NOPERM` on the
+//! `PUBLISH` that wakes the next waiter, after the lock was handed over): give every user of
+//! locksmith the channels. An ACL that forbids function libraries (`FUNCTION
 //! LOAD`, `FCALL`) but allows scripts is fine: locksmith then sends plain scripts (see "Function
 //! libraries" below). Redis enforces ACLs per user, not per lock: any client allowed
 //! to write the keys can delete a lock key.

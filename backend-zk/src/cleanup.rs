@@ -12,7 +12,7 @@ use locksmith_core::driver::Lease;
 use zookeeper_client as zk;
 
 use crate::conn::leftover::{delete_protected, Leftover};
-use crate::conn::session::Session;
+use crate::conn::session::{NodeWatch, Session};
 use crate::error::is_session_gone;
 use crate::layout;
 
@@ -29,6 +29,10 @@ pub(crate) struct PendingNode {
     path: Option<String>,
     /// Whether a node of ours may exist on the server and is not handed over yet.
     armed: bool,
+    /// A watch on our node, kept until the node's delete is answered: its event has fired it
+    /// then (ZooKeeper sends it first), where dropping it unfired would send a request to remove
+    /// it.
+    watch: Option<NodeWatch>,
 }
 
 impl PendingNode {
@@ -41,7 +45,13 @@ impl PendingNode {
             uuid,
             path: None,
             armed: false,
+            watch: None,
         }
+    }
+
+    /// Keeps `watch`, a watch on our node, until the node's delete is answered (see the field).
+    pub(crate) fn keep_until_deleted(&mut self, watch: NodeWatch) {
+        self.watch = Some(watch);
     }
 
     /// A node of ours may exist from here on (its create is about to be sent).
@@ -70,11 +80,13 @@ impl Drop for PendingNode {
             Some(own) => {
                 // The request is sent right here; the task only waits for the answer.
                 let delete = client.delete(own, None);
-                let path = own.clone();
+                let (path, watch) = (own.clone(), self.watch.take());
                 // Counted by locksmith-core (locksmith_core::driver::cleanup): the call that dropped the contender,
                 // and Locker::shutdown, wait for the answer.
                 locksmith_core::driver::cleanup::spawn(async move {
-                    match delete.await {
+                    let deleted = delete.await;
+                    drop(watch);
+                    match deleted {
                         Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "withdrew from the queue"),
                         Err(e) => remove_later(&session, Leftover::Node(path), &e),
                     }

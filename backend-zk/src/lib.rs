@@ -103,7 +103,7 @@
 //! | `try_acquire` on a held lock (or a full semaphore) | 2: the above (its first round trip), then `delete` of our node |
 //! | handover to the next waiter | holder's `delete` → watch event (½): on a server that runs alone the event alone hands the lock over (the waiter was first behind the deleted node in its last listing; see "The hand-over" in `protocol/contender.rs`); on an ensemble, then the waiter's `sync` + `getChildren` (+1); a semaphore's first waiter lists the leases again with a watch (½ + 1) |
 //! | a wait | `getData` with a watch on the node ahead (1); the first wait sends one on our own node with it, so that a deletion of our node behind our back ends the wait instead of being handed the lock ("Our own node" in `protocol/contender.rs`) |
-//! | after every grant | +1 `getData` with a watch on the held node, sent in the background (the acquire does not wait for it): how a deletion behind our back is noticed (see *Losing a lock*); none after a wait, whose watch on our own node becomes it |
+//! | after every grant | +1 `getData` with a watch on the held node, sent in the background (the acquire does not wait for it): how a deletion behind our back is noticed (see *Losing a lock*); none after a mutex's, read or write side's or candidate's wait, whose watch on our own node becomes it (a semaphore's lease still sends one) |
 //! | release | 1 `delete` (its watch event ends the node's watch) |
 //! | renewal of *all* leases of a locker | **1 `exists` per watchdog batch, whatever the number and kinds of locks** (see *Session = lease*) |
 //! | `inspect` (mutexes) | 2: `getChildren`, `exists` on the holder |
@@ -217,7 +217,7 @@
 //! | connection lost, session maybe alive | `SUSPENDED` | nothing yet: renewals fail (`Unavailable`) and are retried; `lost()` fires (`RenewalFailed`) once none succeeded for TTL − TTL/10, *before* the server can expire the session |
 //! | reconnected within the session timeout | `RECONNECTED` | still held; renewals succeed again |
 //! | session expired / closed | `LOST` | `lost()` fires at once (`LeaseGone`), from the session monitor |
-//! | our node deleted behind our back | — | `lost()` fires at once (`LeaseGone`): the data watch set on the node when it was granted reports `NodeDeleted` |
+//! | our node deleted behind our back | — | `lost()` fires at once (`LeaseGone`): the data watch on the node (set while it waited, or right after the grant) reports `NodeDeleted` |
 //! | lease not renewed within its TTL | — | the node is deleted, `lost()` fires (`LeaseGone`) |
 //!
 //! All of this holds for every kind: the held node is a reader's or writer's node, a semaphore's
@@ -227,7 +227,9 @@
 //! stay lost.
 //!
 //! **Watches on held nodes.** Each held node carries one one-shot data watch, set by a `getData`
-//! right after the grant; it costs no traffic until it fires. `NodeDeleted` fires `lost()` unless
+//! right after the grant, or, for a node that waited in its queue, the watch it set on itself
+//! while it waited (see "Our own node" in `protocol/contender.rs`); it costs no traffic until it
+//! fires. `NodeDeleted` fires `lost()` unless
 //! the lease was released by us (a release forgets the lease before sending its `delete`, so our
 //! own deletion is not a loss — and its event is what ends the watch). A data change sets the watch
 //! again. The watch outlives a lost connection: `zookeeper-client` re-registers all watches when it

@@ -105,10 +105,10 @@ async fn fewest_packets_per_handover(base: &str) -> u64 {
 /// deleted meanwhile (the listing less the deleted node still showed it first), while a contender
 /// that queued after that deletion, behind the same node, was handed it too: two holders, until
 /// the first one's held-node watch found its node gone a round trip later. Now the waiter's own
-/// node is watched while it waits: it starts over, behind the newcomer. With a long session:
-/// the event alone hands the lock over only within a sixth of the session timeout of the watch,
-/// and the test's steps take about a second (with the conformance lockers' 3 s sessions, the old
-/// code listed the queue first, and passed).
+/// node is watched while it waits: it starts over (and the two hold one at a time). With a long
+/// session: the event alone hands the lock over only within a sixth of the session timeout of
+/// the watch, and the test's steps take about a second (with the conformance lockers' 3 s
+/// sessions, the old code listed the queue first, and passed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_node_was_deleted_is_not_handed_the_lock() {
     let harness = common::ZkHarness::plain_with(&format!("{OPTIONS}&connect_timeout=30s")).await;

@@ -107,11 +107,15 @@ impl EtcdBackend {
 
     /// Waits in the queue until `key` is first, it vanishes, or the deadline passes.
     ///
-    /// Our own key is watched too, from the first wait on, and its watch is looked at first
-    /// when the task wakes: a key deleted behind our back (an operator, a tool) while we wait
-    /// is not granted when its predecessor goes, while a contender that queued after that
-    /// deletion, behind the same predecessor, is granted too. The server sends a stream's events
-    /// in revision order, so that deletion, when it came first, is seen first.
+    /// A waiter right behind the holder is granted on its predecessor's deletion without looking
+    /// again, so it watches its own key too (from its first wait right behind the holder on), and
+    /// its watch is looked at first when the task wakes: a key deleted behind our back (an
+    /// operator, a tool) while we wait is not granted when its predecessor goes, while a
+    /// contender that queued after that deletion, behind the same predecessor, is granted too.
+    /// The server sends a stream's events in revision order, and the hub applies every event it
+    /// has received before the waiter runs (the deletions of one transaction, `del --prefix`, come
+    /// as separate events of one revision), so that deletion, when it came first, is seen first.
+    /// A waiter further back looks at the queue after each wake-up, which shows its key gone.
     async fn wait_in_queue(
         &self,
         prefix: &str,
@@ -123,6 +127,7 @@ impl EtcdBackend {
     ) -> Result<Outcome> {
         let mut own: Option<Wakeup> = None;
         loop {
+            let right_behind = matches!(place, Place::Next(_));
             let pred = match place {
                 Place::First => return Ok(Outcome::Granted),
                 Place::Gone => return Ok(Outcome::Requeue("the queue key vanished while waiting")),
@@ -133,8 +138,8 @@ impl EtcdBackend {
             let hub = &self.session().hub;
             let (watch, own_watch) = tokio::join!(hub.watch_delete(&pred.key), async {
                 match own.take() {
-                    Some(watch) => Ok(watch),
-                    None => hub.watch_delete(key.as_bytes()).await,
+                    None if right_behind => hub.watch_delete(key.as_bytes()).await.map(Some),
+                    kept => Ok(kept),
                 }
             });
             let (mut watch, own_watch) = match (watch, own_watch) {
@@ -145,7 +150,7 @@ impl EtcdBackend {
                     continue;
                 }
             };
-            own = Some(own_watch);
+            own = own_watch;
             // Whether the key holds once the predecessor is deleted (it is the oldest), as the
             // confirmation finds it.
             let next = match requests::place(&self.session().conn, prefix, key, rev).await {
@@ -176,8 +181,9 @@ impl EtcdBackend {
                 },
                 r = watch.fired() => match r {
                     // The holder is gone and nobody was between: held, without looking again (the
-                    // caller checks that the session lease, and the key with it, still lives).
-                    Ok(()) if next => return Ok(Outcome::Granted),
+                    // caller checks that the session lease still lives; the watch on our key that
+                    // it did not go).
+                    Ok(()) if next && own.is_some() => return Ok(Outcome::Granted),
                     Ok(()) => {}
                     Err(why) => tracing::debug!(key, why, "predecessor watch ended; looking again"),
                 },

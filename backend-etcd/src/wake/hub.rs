@@ -3,6 +3,7 @@
 //! stream when it breaks (see [`crate::wake::watch`] for what the watches are for).
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,6 +88,14 @@ impl Entry {
         }
         options
     }
+}
+
+/// What is left to do for a watch once the responses at hand are applied ([`Hub::apply`]).
+enum After {
+    /// Cancel it on the server.
+    Cancel(i64),
+    /// Its history was compacted: read the held key instead ([`recheck_held`]).
+    Recheck { key: Vec<u8>, create_rev: i64 },
 }
 
 pub(crate) enum Cmd {
@@ -267,41 +276,26 @@ impl Hub {
         }
     }
 
+    /// Applies `resp`, and every response already received after it, before any waiter it woke
+    /// runs: the deletions of one transaction (an operator's `del --prefix`) come as separate
+    /// responses of one revision, in no set order, and a waiter woken by one must find the others
+    /// applied (its own key's deletion: see `protocol::exclusive`). Then the cancels.
     async fn response(&mut self, resp: WatchResponse) {
-        let id = resp.watch_id();
-        let deleted = resp.events().iter().any(|e| e.event_type() == EventType::Delete);
-        let Some(entry) = self.entries.get(&id) else { return };
-        match &entry.kind {
-            Kind::Waiter { state, wanted } => {
-                let fired = resp.events().iter().any(|e| wanted.fires(e));
-                if fired {
-                    state.send_replace(WaitState::Fired);
-                } else if resp.canceled() {
-                    state.send_replace(WaitState::Broken(format!("watch cancelled: {}", resp.cancel_reason())));
-                } else if resp.created() {
-                    state.send_replace(WaitState::Created);
-                }
-                if fired {
-                    // The waiter runs before the cancel is written: that write wakes the
-                    // connection's task, which would otherwise run first (tokio runs the task
-                    // woken last first) and hold up the grant by a socket write.
-                    tokio::task::yield_now().await;
-                }
-                if fired || resp.canceled() {
-                    self.finish(id, resp.canceled()).await;
-                }
-            }
-            Kind::Held { create_rev } => {
-                let create_rev = *create_rev;
-                if deleted {
-                    let key = String::from_utf8_lossy(&entry.key).into_owned();
-                    self.held.deleted(&key, create_rev);
-                    self.finish(id, false).await;
-                } else if resp.canceled() {
-                    // Typically: the history from create_rev + 1 was compacted. Look at the key,
-                    // and free the old id on the server (it keeps a compacted watch until then).
-                    let key = entry.key.clone();
-                    self.finish(id, false).await;
+        let mut after = Vec::new();
+        let mut fired = self.apply(resp, &mut after);
+        while let Some(resp) = self.received() {
+            fired |= self.apply(resp, &mut after);
+        }
+        if fired {
+            // The waiter runs before the cancel is written: that write wakes the connection's
+            // task, which would otherwise run first (tokio runs the task woken last first) and
+            // hold up the grant by a socket write.
+            tokio::task::yield_now().await;
+        }
+        for then in after {
+            match then {
+                After::Cancel(id) => self.cancel_on_server(id).await,
+                After::Recheck { key, create_rev } => {
                     tokio::spawn(recheck_held(
                         self.client.clone(),
                         self.held.clone(),
@@ -315,15 +309,83 @@ impl Hub {
         }
     }
 
-    /// Forgets a watch that has done its job, cancelling it on the server unless it already was.
-    async fn finish(&mut self, id: i64, server_cancelled: bool) {
-        self.entries.remove(&id);
-        if !server_cancelled {
-            if let Some(s) = self.stream.as_mut() {
-                self.stats.watch_requests.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = s.sender.cancel(id).await {
-                    self.lost_stream(&e.to_string());
+    /// A response the stream has received already, if any (without waiting: one poll, after
+    /// which the run loop polls the stream again with its own waker).
+    fn received(&mut self) -> Option<WatchResponse> {
+        let message = {
+            let stream = self.stream.as_mut()?;
+            let message = std::pin::pin!(stream.responses.message());
+            match message.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+                std::task::Poll::Ready(message) => message,
+                std::task::Poll::Pending => return None,
+            }
+        };
+        match message {
+            Ok(Some(resp)) => Some(resp),
+            Ok(None) => {
+                self.lost_stream("the watch stream ended");
+                None
+            }
+            Err(e) => {
+                self.lost_stream(&e.to_string());
+                None
+            }
+        }
+    }
+
+    /// Applies `resp` to its watch: a waiter's state, a held lock's loss; a watch that has done
+    /// its job is forgotten, and what is left to do on the server goes on `after`. `true` if a
+    /// waiter's event fired.
+    fn apply(&mut self, resp: WatchResponse, after: &mut Vec<After>) -> bool {
+        let id = resp.watch_id();
+        let deleted = resp.events().iter().any(|e| e.event_type() == EventType::Delete);
+        let Some(entry) = self.entries.get(&id) else {
+            return false;
+        };
+        match &entry.kind {
+            Kind::Waiter { state, wanted } => {
+                let fired = resp.events().iter().any(|e| wanted.fires(e));
+                if fired {
+                    state.send_replace(WaitState::Fired);
+                } else if resp.canceled() {
+                    state.send_replace(WaitState::Broken(format!("watch cancelled: {}", resp.cancel_reason())));
+                } else if resp.created() {
+                    state.send_replace(WaitState::Created);
                 }
+                if fired || resp.canceled() {
+                    self.entries.remove(&id);
+                    if !resp.canceled() {
+                        after.push(After::Cancel(id));
+                    }
+                }
+                fired
+            }
+            Kind::Held { create_rev } => {
+                let create_rev = *create_rev;
+                if deleted {
+                    let key = String::from_utf8_lossy(&entry.key).into_owned();
+                    self.held.deleted(&key, create_rev);
+                    self.entries.remove(&id);
+                    after.push(After::Cancel(id));
+                } else if resp.canceled() {
+                    // Typically: the history from create_rev + 1 was compacted. Look at the key,
+                    // and free the old id on the server (it keeps a compacted watch until then).
+                    let key = entry.key.clone();
+                    self.entries.remove(&id);
+                    after.push(After::Cancel(id));
+                    after.push(After::Recheck { key, create_rev });
+                }
+                false
+            }
+        }
+    }
+
+    /// Cancels watch `id` on the server, which would keep it until the stream closes.
+    async fn cancel_on_server(&mut self, id: i64) {
+        if let Some(s) = self.stream.as_mut() {
+            self.stats.watch_requests.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = s.sender.cancel(id).await {
+                self.lost_stream(&e.to_string());
             }
         }
     }

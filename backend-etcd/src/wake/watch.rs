@@ -11,7 +11,9 @@
 //!   watch. A waiter watches one key for its DELETE (a mutex waiter's predecessor, a reader's
 //!   writer ahead), one key for its DELETE or a PUT (a semaphore waiter's predecessor, which
 //!   touches its key when it becomes a holder), or a lock's whole prefix for the DELETE of any
-//!   of the keys ahead of it (a semaphore's first waiter); each fires once.
+//!   of the keys ahead of it (a semaphore's first waiter); each fires once. A mutex waiter right
+//!   behind the holder, which takes the lock on its predecessor's deletion without a look at the
+//!   queue, watches its own key's DELETE as well (see `protocol::exclusive`).
 //! - **held** watches, on each held key, from the key's create revision + 1, so a deletion is
 //!   seen even if it happened before the watch reached the server; such a watch is unsynced for
 //!   its first moments, which only delays a loss report by at most 100 ms. They cost nothing

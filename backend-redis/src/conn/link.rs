@@ -497,11 +497,14 @@ fn parse_slots(reply: Value) -> RedisResult<SlotOwners> {
 
 /// `settings` with what every connection to a Redis server needs: `SO_LINGER` 0, so that closing
 /// it resets it and drops what it has not delivered, rather than sending that on after the close.
-/// A connection is closed when a request on it got no answer in time ([`Link::failed`]); a
-/// request still in the network then (a waiter's queue step cut off by a partition) would
-/// otherwise reach the server once the network heals, after the clean-up that the caller sent
-/// over the new connection (the `LEAVE` of a waiter that gave up), and queue the gone waiter
-/// again, to be granted a lock that nobody uses.
+/// A connection is replaced when a request on it got no answer in time ([`Link::unanswered`]),
+/// and closed once the last request on it ends; a request still in the network then (a waiter's
+/// queue step cut off by a partition) would otherwise reach the server once the network heals,
+/// after the clean-up that the caller sent over the new connection (the `LEAVE` of a waiter that
+/// gave up), and queue the gone waiter again, to be granted a lock that nobody uses. (A Redis
+/// Cluster connection is not replaced that way: the cluster client closes its own.) The price: a
+/// request not yet sent on when its process exits (a clean-up whose wait ran out, on a network
+/// that held it up) is dropped rather than delivered late; its entry then expires with its TTL.
 fn tcp_settings(settings: TcpSettings) -> TcpSettings {
     settings.set_linger_time(Duration::ZERO)
 }

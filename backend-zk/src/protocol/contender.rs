@@ -102,6 +102,15 @@ pub(crate) struct Contender {
     own_watch: Option<NodeWatch>,
 }
 
+impl Drop for Contender {
+    fn drop(&mut self) {
+        // The clean-up's delete fires the watch; dropped before that, it would send a request.
+        if let Some(watch) = self.own_watch.take() {
+            self.pending.keep_until_deleted(watch);
+        }
+    }
+}
+
 /// The lock is ours: the node that holds it, still armed (dropping this deletes the node) until
 /// the backend hands it out as a lease.
 pub(crate) struct Granted {

@@ -75,7 +75,16 @@ async fn watch_node(session: Weak<Session>, path: String, mut set: Option<NodeWa
             Some(s) if s.is_terminated() => return (path, Ended::Quiet),
             Some(s) => match s.held_czxid(&path) {
                 Some(czxid) => (s.client.clone(), czxid, s.id),
-                None => return (path, Ended::Quiet), // released (or already lost) before we got here
+                None => {
+                    // Released (or already lost) before we got here. A watch set already is
+                    // fired by the release's delete: dropped unfired, it would send a request
+                    // to remove it.
+                    drop(s);
+                    if let Some(watch) = set {
+                        watch.await;
+                    }
+                    return (path, Ended::Quiet);
+                }
             },
             None => return (path, Ended::Quiet),
         };

@@ -490,8 +490,10 @@ pub async fn lost_fires_when_removed_behind_back(h: &impl Harness) {
 }
 
 /// A waiter whose entry an operator deletes while it waits is not handed the lock when the holder
-/// releases: the contender that queued after the deletion holds alone, and the waiter gets the
-/// lock after it. `delete_waiter` removes the entry of the mutex's first waiter on the server.
+/// releases on the strength of its old place: it and a contender that queued after the deletion
+/// hold one at a time (the waiter, noticing, queues again; on the old etcd and ZooKeeper code
+/// both were granted), with growing tokens, and nothing is left. `delete_waiter` removes the
+/// entry of the mutex's first waiter on the server.
 /// Not in [`conformance_tests!`](crate::conformance_tests): for the backends whose waiters
 /// decide their own grant from an event (etcd, ZooKeeper), which call it from their own tests.
 pub async fn a_waiter_deleted_behind_back_is_not_granted<F, Fut>(h: &impl Harness, delete_waiter: F)

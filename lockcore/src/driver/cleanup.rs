@@ -79,7 +79,8 @@ tokio::task_local! {
 /// Spawns `task`, a clean-up that must end before the process does, on the current tokio
 /// runtime (or, where none runs, the one the locker call started on), counted in the locker and
 /// the call it comes from (see the module docs). Returns `false`, without running it, when there
-/// is no runtime (the caller logs what is left to expire).
+/// is no runtime (the caller logs what is left to expire); a runtime that has shut down takes the
+/// task and drops it (`true`, and nothing runs: the process is ending).
 ///
 /// Clean-up spawned from within `task` is counted in the same locker.
 pub fn spawn<F>(task: F) -> bool
