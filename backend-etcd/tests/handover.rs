@@ -10,6 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use locksmith_core::conformance::mutex::granted_one_at_a_time;
 use locksmith_core::conformance::{unique_name, within};
 use locksmith_core::driver::BackendUrl;
 use locksmith_core::Locker;
@@ -153,32 +154,8 @@ async fn a_lock_cleared_at_once_is_not_handed_to_its_waiter() {
             "round {round}: the holder's and the waiter's keys"
         );
         let second = spawn_acquire(&newcomer);
-        let (one, mut other) = within(Duration::from_secs(10), "a holder after the lock was cleared", async {
-            let (mut first, mut second) = (first, second);
-            tokio::select! {
-                guard = &mut first => (guard, second),
-                guard = &mut second => (guard, first),
-            }
-        })
-        .await;
-        let one = one.unwrap().unwrap();
-        let meanwhile = tokio::time::timeout(Duration::from_millis(300), &mut other).await;
-        assert!(
-            meanwhile.is_err(),
-            "round {round}: two holders of a lock cleared at once"
-        );
-        assert!(
-            one.is_held(),
-            "round {round}: the lock went to a contender that lost it at once"
-        );
-        one.release().await.unwrap();
-        within(Duration::from_secs(10), "the other contender", other)
-            .await
-            .unwrap()
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        let case = format!("round {round}: the waiter and the newcomer of a lock cleared at once");
+        granted_one_at_a_time(Duration::from_secs(10), [first, second], &case).await;
         drop(held);
     }
 }

@@ -100,6 +100,15 @@ impl Outage {
     }
 }
 
+/// Sleeps until `deadline`, or for ever without one: the deadline branch of a waiter's
+/// `select!`.
+pub async fn sleep_until_deadline(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use locksmith_core::driver::{Lease, LockRequest, LostSignal, Outage};
 use locksmith_core::{LockError, Result};
-use tokio::time::Instant;
 
 use crate::backend::EtcdBackend;
 use crate::cleanup::PendingKey;
@@ -295,14 +294,6 @@ impl EtcdBackend {
 /// How long before a waiter's deadline it asks etcd whether it still answers (at most the
 /// request timeout): see [`EtcdBackend::deadline_verdict`].
 const DEADLINE_PROBE: Duration = Duration::from_secs(1);
-
-/// Sleeps until `at`, or forever.
-pub(crate) async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
 
 #[cfg(test)]
 mod tests {

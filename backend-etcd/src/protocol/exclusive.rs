@@ -7,7 +7,7 @@
 //! values of the queue: it joins with one transaction that reads the holder and its predecessor,
 //! and waits for its predecessor's deletion with a synced watch.
 
-use locksmith_core::driver::{Lease, LockRequest, Outage};
+use locksmith_core::driver::{sleep_until_deadline, Lease, LockRequest, Outage};
 use locksmith_core::Result;
 use tokio::time::Instant;
 
@@ -15,7 +15,7 @@ use crate::backend::EtcdBackend;
 use crate::cleanup::{Created, PendingKey};
 use crate::conn::session::LeaseRef;
 use crate::error::is_lease_not_found;
-use crate::protocol::attempt::{sleep_until_opt, Outcome};
+use crate::protocol::attempt::Outcome;
 use crate::protocol::kinds::value_of;
 use crate::protocol::requests::{self, Place};
 use crate::wake::watch::Wakeup;
@@ -64,7 +64,7 @@ impl EtcdBackend {
             // is waiting for the lock too.
             let slot = tokio::select! {
                 slot = self.slot(&prefix) => slot,
-                _ = sleep_until_opt(deadline) => return Err(retry.at_deadline()),
+                _ = sleep_until_deadline(deadline) => return Err(retry.at_deadline()),
             };
             let prefix = &prefix;
             let join = |mut pending: PendingKey, key: String, lease: LeaseRef| {

@@ -180,7 +180,7 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Cmd>, mut hub: Hub) {
                 Ok(None) => hub.lost_stream("the watch stream ended"),
                 Err(e) => hub.lost_stream(&e.to_string()),
             },
-            _ = sleep_until_opt(retry) => {}
+            _ = locksmith_core::driver::sleep_until_deadline(retry) => {}
         }
     }
 }
@@ -188,13 +188,6 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Cmd>, mut hub: Hub) {
 async fn next_message(stream: &mut Option<Stream>) -> std::result::Result<Option<WatchResponse>, etcd_client::Error> {
     match stream {
         Some(s) => s.responses.message().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

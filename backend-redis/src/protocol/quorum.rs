@@ -29,7 +29,6 @@ use crate::conn::fanout::fan_out;
 use crate::conn::inner::Inner;
 use crate::protocol::entry::{Entry, Turn};
 use crate::protocol::mutex::MutexEntry;
-use crate::protocol::wait::until;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -153,7 +152,7 @@ pub(crate) async fn acquire(inner: &Arc<Inner>, req: &LockRequest, deadline: Opt
         let jitter = Duration::from_millis(rand::random::<u64>() % 20);
         tokio::select! {
             _ = tokio::time::sleep(retry_in + jitter) => {}
-            _ = until(deadline) => return Err(LockError::Timeout(Duration::ZERO)),
+            _ = locksmith_core::driver::sleep_until_deadline(deadline) => return Err(LockError::Timeout(Duration::ZERO)),
         }
     }
 }

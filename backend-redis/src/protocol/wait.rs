@@ -40,7 +40,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use locksmith_core::driver::{Lease, LockRequest, Outage};
+use locksmith_core::driver::{sleep_until_deadline, Lease, LockRequest, Outage};
 use locksmith_core::Result;
 use tokio::time::Instant;
 
@@ -167,20 +167,12 @@ pub(crate) async fn acquire<E: Entry>(
                 None => sub = None, // the pub/sub connection broke: subscribe again
             },
             _ = tokio::time::sleep_until(wake_at) => {}
-            _ = until(deadline) => {
+            _ = sleep_until_deadline(deadline) => {
                 // The lock was busy (the last step was answered): leave the queue before saying so.
                 drop(sub);
                 guard.run_now().await;
                 return Err(outage.at_deadline());
             }
         }
-    }
-}
-
-/// Sleeps until `deadline`, or forever without one.
-pub(crate) async fn until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }

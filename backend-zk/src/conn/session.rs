@@ -58,6 +58,12 @@ pub(crate) fn node_watch(watcher: zk::OneshotWatcher) -> NodeWatch {
     Box::pin(watcher.changed())
 }
 
+/// Whether the node whose stat is `stat` is the one we created (creation zxid `czxid`) on the
+/// session `session`: not one made again under the same path since.
+pub(crate) fn is_ours(stat: &zk::Stat, czxid: i64, session: i64) -> bool {
+    stat.czxid == czxid && stat.ephemeral_owner == session
+}
+
 /// A node just granted, for the watch task: its path, and the watch already set on it, if any.
 pub(crate) type Granted = (String, Option<NodeWatch>);
 

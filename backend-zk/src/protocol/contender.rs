@@ -37,14 +37,15 @@
 
 use std::sync::Arc;
 
+use futures_util::future::OptionFuture;
 use locksmith_core::driver::queue::{standing, Standing};
-use locksmith_core::driver::Role;
+use locksmith_core::driver::{sleep_until_deadline, Role};
 use locksmith_core::LockError;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::cleanup::PendingNode;
-use crate::conn::session::{node_watch, NodeWatch, Session};
+use crate::conn::session::{is_ours, node_watch, NodeWatch, Session};
 use crate::error::{is_session_gone, is_transient};
 use crate::layout;
 use crate::protocol::recipe::Recipe;
@@ -262,14 +263,13 @@ impl Contender {
             let blocker = layout::child_path(&self.recipe.parent, &children[watched]);
             waited = true;
             let watch_sent = Instant::now();
-            let own_answer = self.own_watch.is_none().then(|| client.get_and_watch_data(&own.path));
+            let own_answer: OptionFuture<_> = self
+                .own_watch
+                .is_none()
+                .then(|| client.get_and_watch_data(&own.path))
+                .into();
             let ahead = client.get_and_watch_data(&blocker);
-            let (ahead, own_answer) = tokio::join!(ahead, async {
-                match own_answer {
-                    Some(answer) => Some(answer.await),
-                    None => None,
-                }
-            });
+            let (ahead, own_answer) = tokio::join!(ahead, own_answer);
             if let Some(answer) = own_answer {
                 self.own_watch = self.own_watch_from(answer, &own)?;
             }
@@ -322,7 +322,7 @@ impl Contender {
             biased;
             event = own => Woken::Own(event),
             event = ahead.changed() => Woken::Ahead(event),
-            () = sleep_until_opt(deadline) => Woken::Deadline,
+            () = sleep_until_deadline(deadline) => Woken::Deadline,
         };
         if matches!(woken, Woken::Own(_)) {
             self.own_watch = None; // fired
@@ -339,9 +339,7 @@ impl Contender {
         own: &OwnNode,
     ) -> Result<Option<NodeWatch>, Failure> {
         match answer {
-            Ok((_, stat, watcher)) if stat.czxid == own.czxid && stat.ephemeral_owner == self.session.id => {
-                Ok(Some(node_watch(watcher)))
-            }
+            Ok((_, stat, watcher)) if is_ours(&stat, own.czxid, self.session.id) => Ok(Some(node_watch(watcher))),
             Ok(_) | Err(zk::Error::NoNode) => Err(Failure::Restart(format!(
                 "our node {} was deleted while waiting",
                 own.path
@@ -511,14 +509,6 @@ enum Woken {
     Own(zk::WatchedEvent),
     /// The deadline passed.
     Deadline,
-}
-
-/// Sleeps until `deadline`, or for ever without one.
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
 }
 
 fn listing(children: Vec<String>, sent: Instant) -> Listing {

@@ -28,7 +28,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
-use crate::conn::session::{Granted, NodeWatch, Session};
+use crate::conn::session::{is_ours, Granted, NodeWatch, Session};
 use crate::error::{is_session_gone, is_transient};
 
 /// How one held node's watch ended.
@@ -98,7 +98,7 @@ async fn watch_node(session: Weak<Session>, path: String, mut set: Option<NodeWa
         let answer = client.get_and_watch_data(&path).await;
         drop(client);
         match answer {
-            Ok((_, stat, watcher)) if stat.czxid == czxid && stat.ephemeral_owner == id => {
+            Ok((_, stat, watcher)) if is_ours(&stat, czxid, id) => {
                 if let Some(ended) = fired(&path, watcher.changed().await) {
                     return (path, ended);
                 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::harness::{patience, unique_name, wait_for_residue_in, within, Builder, Harness};
+use super::lifecycle::cut_backend_release;
 use super::proxy::{Mode, Proxy};
 use crate::name::LockName;
 use crate::{Family, LeaderWatch, LockError, Locker, LostReason};
@@ -619,7 +620,7 @@ pub async fn every_kind_released_mid_flight_is_free(h: &impl Harness) {
                     let cut = tokio::time::timeout(Duration::from_millis(1), guard.release()).await;
                     tracing::debug!(finished = cut.is_ok(), what, "release cut off after 1ms");
                 }
-                _ => cut_backend_release(&a, guard.abandon()).await,
+                _ => cut_backend_release(&a, &guard.abandon()).await,
             }
             let step = format!("{what} after {whose} release was cut off");
             let freed = within(bound, &step, next(&b, &name).acquire()).await;
@@ -641,19 +642,11 @@ pub async fn every_kind_released_mid_flight_is_free(h: &impl Harness) {
                 let cut = tokio::time::timeout(Duration::from_millis(1), lead.resign()).await;
                 tracing::debug!(finished = cut.is_ok(), "resignation cut off after 1ms");
             }
-            _ => cut_backend_release(&a, lead.abandon()).await,
+            _ => cut_backend_release(&a, &lead.abandon()).await,
         }
         let step = format!("a leader after {whose} resignation was cut off");
         let next = within(bound, &step, b.election(&name).campaign("b").acquire()).await;
         next.expect("campaign").resign().await.expect("resign");
     }
     other.release().await.expect("release other");
-}
-
-/// `locker`'s backend's `release` of `lease`, dropped after one poll.
-async fn cut_backend_release(locker: &Locker, lease: crate::lease::Lease) {
-    let backend = locker.backend().clone();
-    let mut release = backend.release(&lease);
-    let polled = super::lifecycle::poll_once(release.as_mut()).await;
-    tracing::debug!(finished = polled, "backend release dropped after one poll");
 }

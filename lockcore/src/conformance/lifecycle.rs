@@ -104,12 +104,7 @@ pub async fn backend_release_cancelled_releases(h: &impl Harness) {
         .await
         .expect("acquire other");
     let lease = a.lock(&name).acquire().await.expect("acquire").abandon();
-    let backend = a.backend().clone();
-    let mut release = backend.release(&lease);
-    // One poll sends what the backend sends first; then the call is dropped.
-    let polled = poll_once(release.as_mut()).await;
-    drop(release);
-    tracing::debug!(finished = polled, "backend release dropped after one poll");
+    cut_backend_release(&a, &lease).await;
     // Not waiting for a TTL: the abandoned lease would expire after its TTL anyway, and the other
     // lock keeps the connection's session alive meanwhile.
     let bound = lease.ttl.min(patience(h));
@@ -122,6 +117,16 @@ pub async fn backend_release_cancelled_releases(h: &impl Harness) {
     .expect("acquire");
     guard.release().await.expect("release");
     other.release().await.expect("release other");
+}
+
+/// `locker`'s backend's own `release` of `lease`, dropped after one poll (which sends what the
+/// backend sends first).
+pub(crate) async fn cut_backend_release(locker: &Locker, lease: &crate::lease::Lease) {
+    let backend = locker.backend().clone();
+    let mut release = backend.release(lease);
+    let polled = poll_once(release.as_mut()).await;
+    drop(release);
+    tracing::debug!(finished = polled, "backend release dropped after one poll");
 }
 
 /// Polls `fut` once; `true` if it finished. For a backend's own tests that drop a call at its

@@ -519,8 +519,21 @@ where
     until_waiters(&holder, &name, 1, patience(h)).await;
     settle().await;
     held.release().await.expect("holder releases");
+    let case = "the waiter whose entry was deleted and the newcomer";
+    granted_one_at_a_time(patience(h), [first, second], case).await;
+    wait_for_residue(h, &LockName::new(&name).expect("a valid name"), 0).await;
+}
 
-    let (one, mut other) = within(patience(h), "a hand-over", async {
+/// The two `acquire` tasks of `contenders` (named `case` in a failure) hold one at a time: the
+/// one granted first (within `limit`) holds alone for 500 ms and is not told it lost the lock;
+/// once it releases, the other is granted (within `limit`), with a higher fencing token.
+pub async fn granted_one_at_a_time(
+    limit: Duration,
+    contenders: [tokio::task::JoinHandle<crate::Result<LockGuard>>; 2],
+    case: &str,
+) {
+    let [first, second] = contenders;
+    let (one, mut other) = within(limit, "a hand-over", async {
         let (mut first, mut second) = (first, second);
         tokio::select! {
             guard = &mut first => (guard, second),
@@ -530,20 +543,19 @@ where
     .await;
     let one = one.expect("a task").expect("one of them acquires");
     let meanwhile = tokio::time::timeout(Duration::from_millis(500), &mut other).await;
+    assert!(meanwhile.is_err(), "two holders: {case} were both handed the lock");
     assert!(
-        meanwhile.is_err(),
-        "two holders: the waiter whose entry was deleted and the newcomer were both handed the lock"
+        one.is_held(),
+        "{case}: the lock was handed to a contender that lost it at once"
     );
-    assert!(one.is_held(), "the lock was handed to a contender that lost it at once");
     let token = one.fencing_token();
     one.release().await.expect("the first releases");
-    let two = within(patience(h), "the second hand-over", other)
+    let two = within(limit, "the second hand-over", other)
         .await
         .expect("a task")
         .expect("the other acquires");
-    assert!(two.fencing_token() > token, "tokens must grow");
+    assert!(two.fencing_token() > token, "{case}: tokens must grow");
     two.release().await.expect("the second releases");
-    wait_for_residue(h, &LockName::new(&name).expect("a valid name"), 0).await;
 }
 
 /// No name blocks another: `a` and `a/b`, `a` and `ab`, `a/` and `a` are independent locks.

@@ -16,7 +16,7 @@
 //! | [`Descriptor`], [`Connecting`], [`TtlScope`] | describes itself to the facade: schemes, URL options, connect |
 //! | [`BackendUrl`], [`url`] | parses its URL and options with the shared parsers |
 //! | [`queue`] | computes waiters' standing in a FIFO queue the same way on every backend |
-//! | [`Outage`] | tracks a connection outage for the deadlines every backend keeps |
+//! | [`Outage`], [`sleep_until_deadline`] | tracks a connection outage for the deadlines every backend keeps; sleeps until a deadline, if any |
 //! | [`cleanup`] | spawns background clean-up that `Locker::shutdown` and failed calls wait for |
 //! | [`GuardedWrite`], [`refuse_if_inside`], [`data_key_under`] | applies a guarded write atomically with its lease check; refuses keys of its own namespace; names a lock's data keys |
 //! | [`observe`] | observes an election by reading it again on each change (backends told *that* it changed) |
@@ -34,7 +34,7 @@ pub use crate::descriptor::{Connecting, Descriptor, TtlScope};
 pub use crate::guarded::{data_key_under, refuse_if_inside, validate_key, GuardedWrite};
 pub use crate::lease::{Lease, LockRequest, LostSignal, Role};
 pub use crate::name::LockName;
-pub use crate::outage::Outage;
+pub use crate::outage::{sleep_until_deadline, Outage};
 pub use url::BackendUrl;
 
 /// Re-exported so backends implement [`LockBackend`] with the same macro version.
