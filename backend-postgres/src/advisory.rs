@@ -34,8 +34,9 @@ use locksmith_core::driver::{cleanup, Lease, LockName, LockRequest, Role};
 use locksmith_core::{Family, LockError, LockKind, LostReason, Result};
 
 use crate::cleanup::Pending;
-use crate::config::{Config, Connector};
+use crate::config::Config;
 use crate::conn::{connect_watched, Conn};
+use crate::dial::Server;
 use crate::error::{pg_error, timeout};
 use crate::layout::segment;
 use crate::protocol::queue::entry_id;
@@ -115,11 +116,13 @@ struct Session {
     pid: i32,
     /// Fails `changed()` once the connection ended.
     ended: watch::Receiver<()>,
+    /// The server it is on (where a cancel request must go).
+    server: Server,
 }
 
 impl Session {
     async fn open(config: &Config) -> Result<Session> {
-        let (client, ended) = connect_watched(config).await?;
+        let (client, ended, server) = connect_watched(config).await?;
         let setup = async {
             // A server waiting for a lock on behalf of a client that vanished notices it within a
             // second (PostgreSQL 14 and later; older servers refuse the setting, which is harmless).
@@ -138,6 +141,7 @@ impl Session {
                 .map_err(|e| pg_error("opening an advisory lock's session", e))?,
             client,
             ended,
+            server,
         })
     }
 
@@ -150,8 +154,7 @@ impl Session {
 /// dropping it cancels the call and closes the session, which frees whatever it was granted.
 struct Waiting {
     session: Option<Session>,
-    connector: Connector,
-    limit: Duration,
+    config: Arc<Config>,
 }
 
 impl Waiting {
@@ -169,10 +172,11 @@ impl Drop for Waiting {
         let Some(session) = self.session.take() else {
             return;
         };
-        let (cancel, connector, limit) = (session.client.cancel_token(), self.connector.clone(), self.limit);
+        let (token, config) = (session.client.cancel_token(), self.config.clone());
         // Without a runtime the session is dropped with the task: closed, which frees it too.
         cleanup::spawn(async move {
-            if let Ok(Err(e)) = tokio::time::timeout(limit, cancel.cancel_query(connector)).await {
+            let cancel = crate::dial::cancel(&config, &session.server, &token);
+            if let Ok(Err(e)) = tokio::time::timeout(config.request_timeout, cancel).await {
                 tracing::debug!(error = %e, "postgres: could not cancel an advisory lock wait; closing its session");
             }
             drop(session);
@@ -199,7 +203,7 @@ enum Gave {
 /// The advisory sessions of one locker: one per held lock, one per lock whose turn it is
 /// waiting for in `pg_advisory_lock`, and a few idle ones.
 pub(crate) struct Sessions {
-    config: Config,
+    config: Arc<Config>,
     /// By entry id.
     held: Mutex<HashMap<String, Held>>,
     idle: Mutex<Vec<Session>>,
@@ -218,7 +222,7 @@ impl Sessions {
     /// No session yet: they open as locks are taken.
     pub fn new(config: Config) -> Sessions {
         Sessions {
-            config,
+            config: Arc::new(config),
             held: Mutex::new(HashMap::new()),
             idle: Mutex::new(Vec::new()),
         }
@@ -424,8 +428,7 @@ impl Sessions {
     fn waiting(&self, session: Session) -> Waiting {
         Waiting {
             session: Some(session),
-            connector: self.config.connector.clone(),
-            limit: self.config.request_timeout,
+            config: self.config.clone(),
         }
     }
 

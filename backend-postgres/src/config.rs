@@ -41,12 +41,15 @@ const DEFAULT_PORT: u16 = 5432;
 const DEFAULT_SCHEMA: &str = "locksmith";
 /// The default `connect_timeout`.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a connection is idle before TCP keepalive probes start ([`Config::client`]).
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// How long a connection is idle before TCP keepalive probes start (`conn::dial`): a peer gone in
+/// silence (a host that died, a flow a NAT dropped) ends an idle connection in about a minute (30 s
+/// idle, then 3 probes 10 s apart) instead of the kernel's two hours, and the probes keep a NAT's
+/// idle timeout from dropping the flow.
+pub(crate) const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 /// The pause between two TCP keepalive probes.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// How many TCP keepalive probes go unanswered before the connection is dropped.
-const KEEPALIVE_RETRIES: u32 = 3;
+pub(crate) const KEEPALIVE_RETRIES: u32 = 3;
 
 /// What locksmith's commits wait for before they are answered (`replication=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,32 +191,16 @@ impl Config {
         })
     }
 
-    /// The client's configuration.
+    /// The session's settings (user, database, password, TLS or not), for tokio-postgres's
+    /// `connect_raw` on a socket of our own: the hosts, ports, time-outs, keep-alives and the
+    /// choice of a primary among several hosts are `conn::dial`'s.
     pub fn client(&self) -> tokio_postgres::Config {
         let mut c = tokio_postgres::Config::new();
         c.ssl_mode(match self.tls {
             true => tokio_postgres::config::SslMode::Require,
             false => tokio_postgres::config::SslMode::Disable,
         });
-        for (host, port) in &self.hosts {
-            c.host(host).port(*port);
-        }
-        if self.hosts.len() > 1 {
-            // The primary: a standby (read only) is skipped.
-            c.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
-        }
-        c.user(&self.user)
-            .dbname(&self.db)
-            .application_name("locksmith")
-            .connect_timeout(self.connect_timeout)
-            // TCP keepalives on every connection: a peer gone in silence (a host that died, a
-            // flow a NAT dropped) ends an idle connection in about a minute (30 s idle, then 3
-            // probes 10 s apart) instead of the kernel's two hours, and the probes keep a NAT's
-            // idle timeout from dropping the flow.
-            .keepalives(true)
-            .keepalives_idle(KEEPALIVE_IDLE)
-            .keepalives_interval(KEEPALIVE_INTERVAL)
-            .keepalives_retries(KEEPALIVE_RETRIES);
+        c.user(&self.user).dbname(&self.db).application_name("locksmith");
         if let Some(p) = &self.password {
             c.password(p);
         }
@@ -322,12 +309,6 @@ mod tests {
         assert_eq!(
             parse("postgres://u@vip/app?replication=sync").unwrap().replication,
             Replication::Sync
-        );
-        let client = c.client();
-        assert_eq!(client.get_hosts().len(), 2);
-        assert_eq!(
-            client.get_target_session_attrs(),
-            tokio_postgres::config::TargetSessionAttrs::ReadWrite
         );
     }
 

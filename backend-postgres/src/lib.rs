@@ -151,7 +151,8 @@
 //! - `config.rs` (the URL), `error.rs` (tokio-postgres errors → `LockError`), `layout.rs` (the
 //!   SQL names and statements; lock rows keyed by `Family::segment`), `sql/` (the `.sql` files);
 //! - `conn/`: the connections and the owner row (`mod.rs`), one step = one transaction
-//!   (`txn.rs`);
+//!   (`txn.rs`), a connection reopened when lost (`link.rs`); `dial.rs`: a connection's socket,
+//!   opened by us so that it closes with a reset;
 //! - `protocol/`: the steps on a queue (`queue.rs`), the one wait loop of every kind (`wait.rs`),
 //!   elections (`election.rs`);
 //! - `wake.rs` (LISTEN/NOTIFY), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),
@@ -171,6 +172,7 @@ mod backend;
 mod cleanup;
 mod config;
 mod conn;
+mod dial;
 mod error;
 mod guarded;
 mod layout;

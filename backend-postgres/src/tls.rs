@@ -16,8 +16,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
-use tokio_postgres::Socket;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
@@ -97,7 +97,7 @@ impl Tls {
     }
 }
 
-impl MakeTlsConnect<Socket> for Tls {
+impl MakeTlsConnect<TcpStream> for Tls {
     type Stream = Stream;
     type TlsConnect = Connect;
     type Error = io::Error;
@@ -117,12 +117,12 @@ impl MakeTlsConnect<Socket> for Tls {
 /// One TLS handshake to make (`None`: TLS is off, and tokio-postgres will not ask for it).
 pub(crate) struct Connect(Option<(TlsConnector, ServerName<'static>)>);
 
-impl TlsConnect<Socket> for Connect {
+impl TlsConnect<TcpStream> for Connect {
     type Stream = Stream;
     type Error = io::Error;
     type Future = Pin<Box<dyn Future<Output = io::Result<Stream>> + Send>>;
 
-    fn connect(self, socket: Socket) -> Self::Future {
+    fn connect(self, socket: TcpStream) -> Self::Future {
         Box::pin(async move {
             let (connector, name) = self
                 .0
@@ -133,7 +133,7 @@ impl TlsConnect<Socket> for Connect {
 }
 
 /// A TLS connection to the server.
-pub(crate) struct Stream(TlsStream<Socket>);
+pub(crate) struct Stream(TlsStream<TcpStream>);
 
 impl tokio_postgres::tls::TlsStream for Stream {
     /// None: SCRAM without channel binding (`scram-sha-256`, not `-PLUS`).

@@ -317,12 +317,7 @@ async fn probe(client: &Client, mut driver: JoinHandle<()>, limit: Duration) {
 /// Opens a connection, LISTENs on `channel`, and returns its client (the connection lives while
 /// it does) and the task that drives it (and dispatches its notifications) until it is lost.
 async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Client, JoinHandle<()>)> {
-    let pg = config.client();
-    let connecting = pg.connect(config.connector.clone());
-    let (client, mut connection) = tokio::time::timeout(config.connect_timeout, connecting)
-        .await
-        .map_err(|_| crate::error::timeout("connecting", config.connect_timeout))?
-        .map_err(|e| pg_error("connecting", e))?;
+    let (client, mut connection, _) = crate::dial::open(config).await?;
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
     let driver = tokio::spawn(async move {
         while let Some(message) = messages.next().await {

@@ -1,12 +1,16 @@
 //! Steps whose transaction committed but whose answer never came (a commit held up past the
 //! request timeout: a slow synchronous standby, a disk that stalls): sent again, they find what
-//! the first one did instead of failing on it.
+//! the first one did instead of failing on it. And requests that never arrived: a connection
+//! dropped with a request unanswered closes with a reset, so that request is never delivered
+//! after its clean-up.
 
 #[allow(dead_code)] // each test file uses a part of the harness
 mod common;
 
 use std::time::Duration;
 
+use locksmith_core::conformance::sockets::lingers_of_local_ports;
+use locksmith_core::conformance::unique_name;
 use locksmith_core::driver::BackendUrl;
 
 /// Holds the next commit of an insert into the entries for 2 s (a deferred constraint trigger
@@ -63,5 +67,55 @@ async fn a_join_committed_unanswered_is_not_sent_twice() {
         .unwrap();
     assert_eq!(entries.len(), 1, "{entries:?}");
     permit.release().await.unwrap();
+    locker.shutdown().await.unwrap();
+}
+
+/// Every connection of a locker closes with a reset (`SO_LINGER` 0): the steps', the leases', the
+/// LISTEN connection and an advisory lock's session. A connection is dropped when a request on
+/// it goes unanswered, and the request's clean-up goes over a new one; after a normal close, a
+/// statement still held up in the network (a partition) would be delivered once it healed, after
+/// that clean-up, and put a gone waiter back in the queue, to be granted a lock nobody uses until
+/// its entry's lease ran out. Checked on the sockets themselves: this process's sockets whose
+/// local ports the server lists for locksmith's sessions (this binary runs no proxy, whose
+/// sockets to the server would be listed too).
+#[tokio::test]
+async fn every_connection_closes_with_a_reset() {
+    let harness = common::PgHarness::plain().await;
+    let locker = locksmith_postgres::connect(&BackendUrl::parse(&harness.url).unwrap())
+        .await
+        .unwrap();
+    let advisory = format!("{}&layout=advisory", harness.url);
+    let advisory = locksmith_postgres::connect(&BackendUrl::parse(&advisory).unwrap())
+        .await
+        .unwrap();
+    let held = locker.lock(unique_name("linger")).acquire().await.unwrap();
+    // An advisory lock's name is its bigint key.
+    let key = (rand::random::<u32>() as i64 + 1).to_string();
+    let session = advisory.lock(key).acquire().await.unwrap();
+
+    let ports: Vec<u16> = common::query_as_owner(
+        "SELECT client_port FROM pg_stat_activity \
+         WHERE application_name = 'locksmith' AND client_port > 0",
+    )
+    .await
+    .iter()
+    .filter_map(|port| port.parse().ok())
+    .collect();
+    let lingers = lingers_of_local_ports(&ports);
+    // The harness's own backend (3), the two lockers (3 each) and the advisory session.
+    assert!(
+        lingers.len() >= 10,
+        "this process's sockets among the server's ports {ports:?}: {lingers:?}"
+    );
+    for (port, linger) in lingers {
+        assert_eq!(
+            linger,
+            Some(Duration::ZERO),
+            "the connection from port {port} closes without a reset"
+        );
+    }
+    session.release().await.unwrap();
+    held.release().await.unwrap();
+    advisory.shutdown().await.unwrap();
     locker.shutdown().await.unwrap();
 }

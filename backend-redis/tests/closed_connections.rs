@@ -177,7 +177,7 @@ async fn every_connection_closes_with_a_reset() {
         ports.len() >= 2,
         "the locker's connections (commands and pub/sub): {ports:?}"
     );
-    let lingers = lingers_of_local_ports(&ports);
+    let lingers = locksmith_core::conformance::sockets::lingers_of_local_ports(&ports);
     assert_eq!(
         lingers.len(),
         ports.len(),
@@ -193,28 +193,4 @@ async fn every_connection_closes_with_a_reset() {
     mine.release().await.expect("release");
     held.release().await.expect("release");
     own.delete().await;
-}
-
-/// `SO_LINGER` (`None`: off) of each of this process's TCP sockets whose local port is in `ports`.
-fn lingers_of_local_ports(ports: &[u16]) -> Vec<(u16, Option<Duration>)> {
-    use redis::io::tcp::socket2::SockRef;
-    use std::os::fd::BorrowedFd;
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd") {
-        let Ok(fd) = entry.expect("an fd").file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        // SAFETY: only borrowed while this process keeps it open; a socket closed meanwhile makes
-        // the calls below fail, which skips it.
-        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-        let Ok(socket) = fd.try_clone_to_owned().map(std::net::TcpStream::from) else {
-            continue;
-        };
-        let Ok(local) = socket.local_addr() else { continue };
-        if ports.contains(&local.port()) {
-            let linger = SockRef::from(&socket).linger().expect("SO_LINGER");
-            found.push((local.port(), linger));
-        }
-    }
-    found
 }

@@ -281,14 +281,10 @@ pub(crate) async fn connect(config: &Config) -> Result<Client> {
 }
 
 /// [`connect`], and a receiver whose `changed()` fails once the connection ended (the server
-/// closed it, the network failed, or every handle of the client was dropped).
-pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::Receiver<()>)> {
-    let pg = config.client();
-    let connecting = pg.connect(config.connector.clone());
-    let (client, connection) = tokio::time::timeout(config.connect_timeout, connecting)
-        .await
-        .map_err(|_| timeout("connecting", config.connect_timeout))?
-        .map_err(|e| pg_error("connecting", e))?;
+/// closed it, the network failed, or every handle of the client was dropped), and the server it
+/// went to.
+pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::Receiver<()>, crate::dial::Server)> {
+    let (client, connection, server) = crate::dial::open(config).await?;
     let (alive, ended) = watch::channel(());
     tokio::spawn(async move {
         if let Err(e) = connection.await {
@@ -300,7 +296,7 @@ pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::R
     tokio::time::timeout(config.connect_timeout, setup)
         .await
         .map_err(|_| timeout("setting up a connection", config.connect_timeout))??;
-    Ok((client, ended))
+    Ok((client, ended, server))
 }
 
 /// Makes every transaction of this session read committed, and every commit durable before it

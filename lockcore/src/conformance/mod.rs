@@ -30,6 +30,7 @@ pub mod proxy;
 pub mod rwlock;
 pub mod semaphore;
 pub mod servers;
+pub mod sockets;
 pub mod storm;
 
 /// Expands to one `#[tokio::test]` per test of the mutex suite ([`mutex`]) and of the lifecycle

@@ -1,0 +1,148 @@
+//! Opening a connection on a socket of our own (tokio-postgres's `connect_raw`), so that the
+//! socket has an option tokio-postgres does not set: `SO_LINGER` 0, a close that resets the
+//! connection and drops what it had not delivered yet.
+//!
+//! Why: a connection is dropped when a request on it goes unanswered (`conn/link.rs`), and the
+//! request's clean-up then goes over a new connection. After a normal close, a statement still
+//! held up in the network (a partition) would be delivered once the network healed, after that
+//! clean-up, and undo it: a queue step that puts a gone waiter back in the queue, to be granted a
+//! lock that nobody uses until its entry's lease runs out. With a reset it is never delivered.
+//! The price: a statement not yet sent when its process exits (a clean-up whose bounded wait ran
+//! out) is dropped with it; what it would have cleaned up expires with its lease.
+//!
+//! The rest is what tokio-postgres's own `connect` does for the URL's settings: each host in turn,
+//! the first one that takes writes when there are several (a primary and its standbys), TCP
+//! keep-alives, no Nagle delay.
+
+use socket2::{SockRef, TcpKeepalive};
+use tokio::net::TcpStream;
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{CancelToken, Client, SimpleQueryMessage};
+
+use locksmith_core::{LockError, Result};
+
+use crate::config::{Config, Connector, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_RETRIES};
+use crate::error::{pg_error, timeout};
+
+/// The stream under a connection: TLS or not, as the URL says.
+pub(crate) type Stream = <Connector as MakeTlsConnect<TcpStream>>::Stream;
+
+/// A connection's I/O half: it must be polled (spawned) for its [`Client`] to be answered.
+pub(crate) type Connection = tokio_postgres::Connection<TcpStream, Stream>;
+
+/// Where a connection went: the host and port it was opened to (what a cancel request needs).
+#[derive(Debug, Clone)]
+pub(crate) struct Server {
+    host: String,
+    port: u16,
+}
+
+/// Connects to the URL's server within the connect timeout: its one host, or the first of its
+/// hosts that takes writes. The connection's half is returned unpolled, for the caller to drive.
+pub(crate) async fn open(config: &Config) -> Result<(Client, Connection, Server)> {
+    tokio::time::timeout(config.connect_timeout, open_any(config))
+        .await
+        .map_err(|_| timeout("connecting", config.connect_timeout))?
+}
+
+/// [`open`], not bounded in time.
+async fn open_any(config: &Config) -> Result<(Client, Connection, Server)> {
+    let several = config.hosts.len() > 1;
+    let mut failed = None;
+    for (host, port) in &config.hosts {
+        let server = Server {
+            host: host.clone(),
+            port: *port,
+        };
+        match open_on(config, &server, several).await {
+            Ok((client, connection)) => return Ok((client, connection, server)),
+            Err(e) => {
+                tracing::debug!(%host, port, error = %e, "postgres: could not connect to this host");
+                failed = Some(e);
+            }
+        }
+    }
+    Err(failed.unwrap_or_else(|| LockError::InvalidOption("postgres: the URL names no host".into())))
+}
+
+/// Sends a cancel request for `token`'s session to `server` (on a socket of its own, as
+/// [`open`] makes them).
+pub(crate) async fn cancel(config: &Config, server: &Server, token: &CancelToken) -> Result<()> {
+    let socket = socket_to(config, server).await?;
+    let tls = make_tls(config, server)?;
+    token
+        .cancel_query_raw(socket, tls)
+        .await
+        .map_err(|e| pg_error("cancelling a request", e))
+}
+
+/// One host: the socket, the session's start-up, and with `must_write` the check that the server
+/// is not a standby (read only).
+async fn open_on(config: &Config, server: &Server, must_write: bool) -> Result<(Client, Connection)> {
+    let socket = socket_to(config, server).await?;
+    let tls = make_tls(config, server)?;
+    let (client, mut connection) = config
+        .client()
+        .connect_raw(socket, tls)
+        .await
+        .map_err(|e| pg_error("connecting", e))?;
+    if must_write {
+        // The connection is driven here until the answer is in; its caller drives it after.
+        let read_only = tokio::select! {
+            rows = client.simple_query("SHOW transaction_read_only") => rows,
+            ended = &mut connection => {
+                let why = ended.err().map_or_else(|| "closed".to_owned(), |e| e.to_string());
+                return Err(LockError::Unavailable {
+                    message: format!("postgres: the connection ended during its start-up: {why}"),
+                    source: None,
+                });
+            }
+        }
+        .map_err(|e| pg_error("asking whether the server takes writes", e))?;
+        let on = read_only.iter().any(|message| match message {
+            SimpleQueryMessage::Row(row) => row.get(0) == Some("on"),
+            _ => false,
+        });
+        if on {
+            return Err(LockError::Unavailable {
+                message: format!("postgres: {}:{} is a standby (read only)", server.host, server.port),
+                source: None,
+            });
+        }
+    }
+    Ok((client, connection))
+}
+
+/// A TCP connection to `server` with our options: no Nagle delay, TCP keep-alives (a peer gone in
+/// silence ends an idle connection in about a minute), and `SO_LINGER` 0.
+async fn socket_to(config: &Config, server: &Server) -> Result<TcpStream> {
+    let connecting = TcpStream::connect((server.host.as_str(), server.port));
+    let socket = tokio::time::timeout(config.connect_timeout, connecting)
+        .await
+        .map_err(|_| timeout("connecting", config.connect_timeout))?
+        .map_err(|e| {
+            LockError::unavailable(
+                format!("postgres: connecting to {}:{}: {e}", server.host, server.port),
+                e,
+            )
+        })?;
+    let options = || -> std::io::Result<()> {
+        socket.set_nodelay(true)?;
+        let socket = SockRef::from(&socket);
+        let keepalive = TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_RETRIES);
+        socket.set_tcp_keepalive(&keepalive)?;
+        socket.set_linger(Some(std::time::Duration::ZERO))
+    };
+    options().map_err(|e| LockError::unavailable(format!("postgres: setting a socket's options: {e}"), e))?;
+    Ok(socket)
+}
+
+/// The TLS handshake for `server` (a no-op with TLS off).
+fn make_tls(config: &Config, server: &Server) -> Result<<Connector as MakeTlsConnect<TcpStream>>::TlsConnect> {
+    let mut connector = config.connector.clone();
+    MakeTlsConnect::<TcpStream>::make_tls_connect(&mut connector, &server.host)
+        .map_err(|e| LockError::InvalidOption(format!("postgres: TLS for host {:?}: {e}", server.host)))
+}
