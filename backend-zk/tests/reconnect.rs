@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use locksmith_core::conformance::{unique_name, within};
-use locksmith_core::driver::BackendUrl;
+use locksmith_core::driver::{BackendUrl, LockName};
 use locksmith_core::{LockGuard, LostReason};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -244,4 +244,97 @@ async fn nodes_a_stalled_shutdown_could_not_delete_go_after_reconnection() {
     guard.release().await.expect("release");
     drop(a);
     b.shutdown().await.expect("shutdown");
+}
+
+/// A waiter whose own node and the node ahead of it were both deleted while it was disconnected
+/// (an operator cleared the lock) is not handed the lock when it reconnects: a newcomer queued
+/// meanwhile holds it. The server reports both deletions at the reconnection (`SetWatches`), in
+/// the order the client listed its watches, so the waiter must not take the one of the node
+/// ahead as the queue less that node. The wrong order reaches the waiter only when its task runs
+/// between the client's two dispatches (a few percent of the time here), so each round clears
+/// ten locks at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cleared_while_disconnected_is_not_granted_at_the_reconnect() {
+    const LOCKS: usize = 10;
+    let base = common::env_url("LOCKSMITH_TEST_ZK");
+    let url = BackendUrl::parse(&base).expect("test URL");
+    let upstream = url.hosts.first().expect("a host").to_addr(2181);
+    let proxy = Proxy::start(upstream).await;
+    let admin = common::admin(&base).await;
+    // A long session: the waiters' watches are younger than a sixth of it at the reconnection,
+    // where the hand-over without a listing applies.
+    let options = "session_timeout=40s";
+    let waiting_side = common::locker(&format!("zk://127.0.0.1:{}", proxy.port), options).await;
+    let holding_side = common::locker(&base, options).await;
+    for round in 0..6 {
+        let names: Vec<String> = (0..LOCKS)
+            .map(|i| unique_name(&format!("cleared-while-cut-{round}-{i}")))
+            .collect();
+        let lock_names: Vec<LockName> = names.iter().map(|n| LockName::new(n).unwrap()).collect();
+        let mut holders = Vec::new();
+        let mut waiters = Vec::new();
+        for name in &names {
+            holders.push(holding_side.lock(name).acquire().await.expect("acquire"));
+            let (locker, name) = (waiting_side.clone(), name.clone());
+            waiters.push(tokio::spawn(async move {
+                locker.lock(name).timeout(Duration::from_secs(30)).acquire().await
+            }));
+        }
+        let mut queues = Vec::new();
+        for lock in &lock_names {
+            queues.push(queue_of(&admin, lock, |q| q.len() == 2).await);
+        }
+        proxy.cut();
+        tokio::time::sleep(CUT / 3).await;
+        // Every node goes (the holder's and the waiter's), and a newcomer takes each lock.
+        for node in queues.iter().flatten() {
+            admin.delete(node, None).await.expect("delete");
+        }
+        let mut newcomers = Vec::new();
+        for name in &names {
+            let newcomer = holding_side.lock(name).try_acquire().await.unwrap();
+            newcomers.push(newcomer.expect("the lock is free"));
+        }
+        proxy.restore();
+        // Each waiter reconnects and queues again behind the newcomer; it must not be granted.
+        for (i, lock) in lock_names.iter().enumerate() {
+            let waiter = &waiters[i];
+            let queued = within(Duration::from_secs(10), "the waiter's reconnection", async {
+                loop {
+                    if waiter.is_finished() || common::contenders(&admin, lock).await.len() == 2 {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            });
+            queued.await;
+            assert!(
+                !waiter.is_finished(),
+                "round {round}, lock {i}: a waiter cleared while disconnected was granted beside the newcomer"
+            );
+        }
+        for newcomer in newcomers {
+            newcomer.release().await.unwrap();
+        }
+        for waiter in waiters {
+            let guard = within(Duration::from_secs(10), "the waiter's grant", waiter).await;
+            guard.unwrap().expect("acquire").release().await.unwrap();
+        }
+        drop(holders); // lost with their nodes
+    }
+}
+
+/// The queue of mutex `lock` once `ready` holds for it.
+async fn queue_of(admin: &zookeeper_client::Client, lock: &LockName, ready: impl Fn(&[String]) -> bool) -> Vec<String> {
+    for _ in 0..500 {
+        let queue = common::contenders(admin, lock).await;
+        if ready(&queue) {
+            return queue;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "the queue of {lock:?} never got ready: {:?}",
+        common::contenders(admin, lock).await
+    );
 }

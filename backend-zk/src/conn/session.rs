@@ -18,6 +18,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use locksmith_core::driver::{Lease, LockName, LostSignal};
 use locksmith_core::{LockError, LostReason, Result};
 use tokio::sync::mpsc;
@@ -172,8 +173,15 @@ impl Session {
     /// with most of its time left and its first renewal (due a third of the timeout after
     /// `watch_sent`) is not due at once. A waiter that waited longer lists the queue: one request
     /// either way, and this one on the way to the grant rather than right after it.
-    pub(crate) fn hands_over(&self, watch_sent: Instant) -> bool {
-        self.standalone && watch_sent.elapsed() < self.timeout / 6
+    ///
+    /// And only if the connection was not lost since (`states`, taken when the watch was sent, saw
+    /// no change of the session's state): the client sets its watches again when it reconnects
+    /// (`SetWatches`), and the server then reports the deletions it missed in the order the client
+    /// listed its watches, not in the order they happened. The deletion of our own node could come
+    /// after the one of the node ahead, and a listing would have shown it gone.
+    pub(crate) fn hands_over(&self, watch_sent: Instant, states: &mut zk::StateWatcher) -> bool {
+        let reconnected = states.changed().now_or_never().is_some();
+        self.standalone && watch_sent.elapsed() < self.timeout / 6 && !reconnected
     }
 
     /// The client's view of the session state.

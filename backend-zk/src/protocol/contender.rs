@@ -22,8 +22,10 @@
 //! session (and our ephemeral node with it) lives at least a session timeout from then. That is
 //! only so where the server that answered is the one that expires sessions, hence a server that
 //! runs alone ([`Session::hands_over`]), and a watch set less than a sixth of a session timeout
-//! ago (so that the lease's first renewal is not due at once);
-//! otherwise the event is followed by a listing, as on an ensemble (behind a `sync`).
+//! ago (so that the lease's first renewal is not due at once), on a connection that was not lost
+//! since (after a reconnection the server reports the deletions it missed in no set order: see
+//! "Our own node"); otherwise the event is followed by a listing, as on an ensemble (behind a
+//! `sync`).
 //!
 //! **Our own node.** The listing less the deleted node says nothing of our own node: one deleted
 //! behind our back (an operator, a tool) while we waited would be handed the lock, while a
@@ -31,7 +33,9 @@
 //! first wait watches our own node as well, in the same round trip, and a wait ends on its
 //! deletion (the attempt starts over). ZooKeeper sends a session's watch events in the order of
 //! the changes, and the client hands them on in that order, so a deletion of our node before the
-//! one we wait for is seen first (the wait polls our node's watch first). The hand-over without a
+//! one we wait for is seen first (the wait polls our node's watch first). Not across a
+//! reconnection: the deletions the server missed are then reported in the order of the client's
+//! `SetWatches`, so a wake-up after one lists the queue. The hand-over without a
 //! listing needs that watch in place; a granted contender hands it to the held-node watch
 //! ([`crate::wake::held`]), which then sends no request of its own.
 
@@ -263,6 +267,7 @@ impl Contender {
             let blocker = layout::child_path(&self.recipe.parent, &children[watched]);
             waited = true;
             let watch_sent = Instant::now();
+            let mut states = self.session.client.state_watcher();
             let own_answer: OptionFuture<_> = self
                 .own_watch
                 .is_none()
@@ -294,7 +299,7 @@ impl Contender {
             };
             if event.is_some_and(|e| e.event_type == zk::EventType::NodeDeleted)
                 && self.own_watch.is_some()
-                && self.session.hands_over(watch_sent)
+                && self.session.hands_over(watch_sent, &mut states)
             {
                 // See "The hand-over" in the module docs: the listing less the deleted node. If we
                 // do not stand first in it, the nodes still ahead in it may be gone too: list.
