@@ -25,18 +25,15 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_postgres::Client;
 
 use locksmith_core::driver::{cleanup, Lease, LockName, LockRequest, Role};
 use locksmith_core::{Family, LockError, LockKind, LostReason, Result};
 
 use crate::cleanup::Pending;
 use crate::config::Config;
-use crate::conn::{connect_watched, Conn};
-use crate::dial::Server;
+use crate::conn::{connect, Conn, Connected};
 use crate::error::{pg_error, timeout};
 use crate::layout::segment;
 use crate::protocol::queue::entry_id;
@@ -111,18 +108,15 @@ impl Key {
 
 /// One database session of its own.
 struct Session {
-    client: Client,
+    /// Its connection (and the server it is on, where a cancel request must go).
+    client: Connected,
     /// Its server process (what `pg_locks` shows).
     pid: i32,
-    /// Fails `changed()` once the connection ended.
-    ended: watch::Receiver<()>,
-    /// The server it is on (where a cancel request must go).
-    server: Server,
 }
 
 impl Session {
     async fn open(config: &Config) -> Result<Session> {
-        let (client, ended, server) = connect_watched(config).await?;
+        let client = connect(config).await?;
         let setup = async {
             // A server waiting for a lock on behalf of a client that vanished notices it within a
             // second (PostgreSQL 14 and later; older servers refuse the setting, which is harmless).
@@ -131,22 +125,23 @@ impl Session {
                 .await;
             client.query_one("SELECT pg_backend_pid()", &[]).await
         };
-        let row = tokio::time::timeout(config.request_timeout, setup)
-            .await
-            .map_err(|_| timeout("opening an advisory lock's session", config.request_timeout))?
-            .map_err(|e| pg_error("opening an advisory lock's session", e))?;
+        let row = match tokio::time::timeout(config.request_timeout, setup).await {
+            Ok(row) => row.map_err(|e| pg_error("opening an advisory lock's session", e))?,
+            Err(_) => {
+                client.abandon();
+                return Err(timeout("opening an advisory lock's session", config.request_timeout));
+            }
+        };
         Ok(Session {
             pid: row
                 .try_get(0)
                 .map_err(|e| pg_error("opening an advisory lock's session", e))?,
             client,
-            ended,
-            server,
         })
     }
 
     fn is_open(&self) -> bool {
-        !self.client.is_closed() && self.ended.has_changed().is_ok()
+        !self.client.is_closed() && self.client.ended.has_changed().is_ok()
     }
 }
 
@@ -173,13 +168,15 @@ impl Drop for Waiting {
             return;
         };
         let (token, config) = (session.client.cancel_token(), self.config.clone());
-        // Without a runtime the session is dropped with the task: closed, which frees it too.
+        // Where no runtime runs any more, the session's connection went with its runtime.
         cleanup::spawn(async move {
-            let cancel = crate::dial::cancel(&config, &session.server, &token);
+            let cancel = crate::dial::cancel(&config, &session.client.server, &token);
             if let Ok(Err(e)) = tokio::time::timeout(config.request_timeout, cancel).await {
                 tracing::debug!(error = %e, "postgres: could not cancel an advisory lock wait; closing its session");
             }
-            drop(session);
+            // Closed at once, its call unanswered: the server ends the session (a call still
+            // waiting notices within `client_connection_check_interval`), which frees it.
+            session.client.abandon();
         });
     }
 }
@@ -312,6 +309,7 @@ impl Sessions {
             other => {
                 tracing::debug!(unlocked = ?other.map(|r| r.map(|_| ())),
                     "postgres: closing an advisory lock's session rather than unlocking it");
+                held.session.client.abandon();
                 false
             }
         }
@@ -403,7 +401,7 @@ impl Sessions {
 
     /// Keeps `session` as the holder of `lease`'s advisory lock; its end fires the lost signal.
     fn hold(&self, lease: Lease, session: Session, key: Key) -> Lease {
-        let (mut ended, lost, pid) = (session.ended.clone(), lease.lost.clone(), session.pid);
+        let (mut ended, lost, pid) = (session.client.ended.clone(), lease.lost.clone(), session.pid);
         let watcher = tokio::spawn(async move {
             let _ = ended.changed().await;
             lost.fire(LostReason::LeaseGone(format!(

@@ -70,7 +70,7 @@ impl PgBackend {
     pub async fn delete_holders(&self, family: Family, name: &LockName) -> Result<u64> {
         let seg = segment(family, name);
         let guard = self.conn.client().await?;
-        let client = guard.as_ref().ok_or(LockError::Closed)?;
+        let client = guard.as_deref().ok_or(LockError::Closed)?;
         let n: i64 = client
             .query_one(&self.conn.sql.delete_holders, &[&seg])
             .await

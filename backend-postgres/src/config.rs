@@ -85,7 +85,8 @@ pub(crate) struct Config {
     pub ttl: Option<Duration>,
     /// The longest one call may take (`request_timeout=`, default 5 s).
     pub request_timeout: Duration,
-    /// The longest a connection may take to open (`connect_timeout=`, default 5 s).
+    /// The longest a connection may take to open (`connect_timeout=`, default 5 s); with several
+    /// hosts, each gets its share to answer the connection attempt.
     pub connect_timeout: Duration,
     /// The schema of the tables (`schema=`, default `locksmith`).
     pub schema: String,

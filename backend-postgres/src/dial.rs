@@ -10,9 +10,14 @@
 //! The price: a statement not yet sent when its process exits (a clean-up whose bounded wait ran
 //! out) is dropped with it; what it would have cleaned up expires with its lease.
 //!
-//! The rest is what tokio-postgres's own `connect` does for the URL's settings: each host in turn,
-//! the first one that takes writes when there are several (a primary and its standbys), TCP
-//! keep-alives, no Nagle delay.
+//! The rest is what tokio-postgres's own `connect` does for the URL's settings: each address of
+//! each host in turn, the first one that takes writes when there are several hosts (a primary and
+//! its standbys), TCP keep-alives, no Nagle delay. A socket is closed at once, unanswered requests
+//! and all, only where the connection is given up on (`conn::Connected::abandon`): dropping a
+//! client with requests unanswered leaves its connection's task waiting for the answers.
+
+use std::net::SocketAddr;
+use std::time::Duration;
 
 use socket2::{SockRef, TcpKeepalive};
 use tokio::net::TcpStream;
@@ -30,11 +35,12 @@ pub(crate) type Stream = <Connector as MakeTlsConnect<TcpStream>>::Stream;
 /// A connection's I/O half: it must be polled (spawned) for its [`Client`] to be answered.
 pub(crate) type Connection = tokio_postgres::Connection<TcpStream, Stream>;
 
-/// Where a connection went: the host and port it was opened to (what a cancel request needs).
+/// Where a connection went: the host it was opened to (for TLS) and the address it reached
+/// (where a cancel request for its session must go).
 #[derive(Debug, Clone)]
 pub(crate) struct Server {
     host: String,
-    port: u16,
+    addr: SocketAddr,
 }
 
 /// Connects to the URL's server within the connect timeout: its one host, or the first of its
@@ -45,30 +51,48 @@ pub(crate) async fn open(config: &Config) -> Result<(Client, Connection, Server)
         .map_err(|_| timeout("connecting", config.connect_timeout))?
 }
 
-/// [`open`], not bounded in time.
+/// [`open`], not bounded in time: each address of each host in turn.
 async fn open_any(config: &Config) -> Result<(Client, Connection, Server)> {
     let several = config.hosts.len() > 1;
+    // Each host gets its share of the connect timeout to answer: a primary cut off in silence
+    // (its packets dropped, or a server that accepts and never answers) must leave time to try
+    // its standbys.
+    let share = config.connect_timeout / u32::try_from(config.hosts.len()).unwrap_or(u32::MAX).max(1);
     let mut failed = None;
     for (host, port) in &config.hosts {
-        let server = Server {
-            host: host.clone(),
-            port: *port,
-        };
-        match open_on(config, &server, several).await {
-            Ok((client, connection)) => return Ok((client, connection, server)),
+        let addrs = match tokio::net::lookup_host((host.as_str(), *port)).await {
+            Ok(addrs) => addrs,
             Err(e) => {
-                tracing::debug!(%host, port, error = %e, "postgres: could not connect to this host");
-                failed = Some(e);
+                let message = format!("postgres: looking up {host}:{port}: {e}");
+                failed = Some(LockError::unavailable(message, e));
+                continue;
+            }
+        };
+        for addr in addrs {
+            let server = Server {
+                host: host.clone(),
+                addr,
+            };
+            let opened = tokio::time::timeout(share, open_on(config, &server, several))
+                .await
+                .unwrap_or_else(|_| Err(timeout("connecting", share)));
+            match opened {
+                Ok((client, connection)) => return Ok((client, connection, server)),
+                Err(e) => {
+                    tracing::debug!(%host, %addr, error = %e, "postgres: could not connect to this address");
+                    failed = Some(e);
+                }
             }
         }
     }
     Err(failed.unwrap_or_else(|| LockError::InvalidOption("postgres: the URL names no host".into())))
 }
 
-/// Sends a cancel request for `token`'s session to `server` (on a socket of its own, as
-/// [`open`] makes them).
+/// Sends a cancel request for `token`'s session to `server`, on a socket that closes normally:
+/// the request is all it carries, and TCP must deliver it after the close. Not bounded in time:
+/// the caller bounds it.
 pub(crate) async fn cancel(config: &Config, server: &Server, token: &CancelToken) -> Result<()> {
-    let socket = socket_to(config, server).await?;
+    let socket = connect_to(server).await?;
     let tls = make_tls(config, server)?;
     token
         .cancel_query_raw(socket, tls)
@@ -79,7 +103,7 @@ pub(crate) async fn cancel(config: &Config, server: &Server, token: &CancelToken
 /// One host: the socket, the session's start-up, and with `must_write` the check that the server
 /// is not a standby (read only).
 async fn open_on(config: &Config, server: &Server, must_write: bool) -> Result<(Client, Connection)> {
-    let socket = socket_to(config, server).await?;
+    let socket = socket_to(server).await?;
     let tls = make_tls(config, server)?;
     let (client, mut connection) = config
         .client()
@@ -105,7 +129,7 @@ async fn open_on(config: &Config, server: &Server, must_write: bool) -> Result<(
         });
         if on {
             return Err(LockError::Unavailable {
-                message: format!("postgres: {}:{} is a standby (read only)", server.host, server.port),
+                message: format!("postgres: {} ({}) is a standby (read only)", server.host, server.addr),
                 source: None,
             });
         }
@@ -115,28 +139,30 @@ async fn open_on(config: &Config, server: &Server, must_write: bool) -> Result<(
 
 /// A TCP connection to `server` with our options: no Nagle delay, TCP keep-alives (a peer gone in
 /// silence ends an idle connection in about a minute), and `SO_LINGER` 0.
-async fn socket_to(config: &Config, server: &Server) -> Result<TcpStream> {
-    let connecting = TcpStream::connect((server.host.as_str(), server.port));
-    let socket = tokio::time::timeout(config.connect_timeout, connecting)
-        .await
-        .map_err(|_| timeout("connecting", config.connect_timeout))?
-        .map_err(|e| {
-            LockError::unavailable(
-                format!("postgres: connecting to {}:{}: {e}", server.host, server.port),
-                e,
-            )
-        })?;
+async fn socket_to(server: &Server) -> Result<TcpStream> {
+    let socket = connect_to(server).await?;
     let options = || -> std::io::Result<()> {
-        socket.set_nodelay(true)?;
         let socket = SockRef::from(&socket);
         let keepalive = TcpKeepalive::new()
             .with_time(KEEPALIVE_IDLE)
             .with_interval(KEEPALIVE_INTERVAL)
             .with_retries(KEEPALIVE_RETRIES);
         socket.set_tcp_keepalive(&keepalive)?;
-        socket.set_linger(Some(std::time::Duration::ZERO))
+        socket.set_linger(Some(Duration::ZERO))
     };
     options().map_err(|e| LockError::unavailable(format!("postgres: setting a socket's options: {e}"), e))?;
+    Ok(socket)
+}
+
+/// A plain TCP connection to `server`, without Nagle's delay (not bounded in time: the callers
+/// bound it).
+async fn connect_to(server: &Server) -> Result<TcpStream> {
+    let failed = |e: std::io::Error| {
+        let message = format!("postgres: connecting to {} ({}): {e}", server.host, server.addr);
+        LockError::unavailable(message, e)
+    };
+    let socket = TcpStream::connect(server.addr).await.map_err(failed)?;
+    socket.set_nodelay(true).map_err(failed)?;
     Ok(socket)
 }
 

@@ -78,8 +78,9 @@
 //! `layout=default|advisory` (below), `replication=sync|async` (below).
 //!
 //! **A primary and its standbys**: `postgres://user@db1:5432,db2:5432/db` names every server;
-//! each connection goes to the one that accepts writes (the others are asked in turn), so after
-//! a standby is promoted, locksmith's reconnections find it. Every commit of locksmith's sessions
+//! each connection goes to the one that accepts writes (the others are asked in turn, each host
+//! given its share of `connect_timeout` to answer, so that a primary cut off in silence leaves
+//! time for the rest), so after a standby is promoted, locksmith's reconnections find it. Every commit of locksmith's sessions
 //! is durable before it is answered (`synchronous_commit = on`, whatever the server's default),
 //! and with several hosts the primary must have a **synchronous standby**
 //! (`synchronous_standby_names` set; otherwise connecting fails and says so): a grant is then

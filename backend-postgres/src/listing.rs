@@ -24,7 +24,7 @@ pub(crate) async fn read_queue(conn: &Conn, seg: &str) -> Result<Vec<Row>> {
 pub(crate) async fn queue_read_pages(conn: &Conn, seg: &str) -> Result<u64> {
     conn.check_open()?;
     let guard = conn.client().await?;
-    let client = guard.as_ref().ok_or(LockError::Closed)?;
+    let client = guard.as_deref().ok_or(LockError::Closed)?;
     let explain = format!("EXPLAIN (ANALYZE, BUFFERS) {}", conn.sql.queue);
     let e = |err| pg_error("explaining a read of a queue", err);
     let lines = client.query(&explain, &[&seg]).await.map_err(e)?;

@@ -11,6 +11,7 @@ mod common;
 
 use std::time::Duration;
 
+use locksmith_core::conformance::proxy::{Mode, Proxy};
 use locksmith_core::conformance::servers::{backends, OnDrop};
 use locksmith_core::conformance::{unique_name, within};
 use locksmith_core::driver::BackendUrl;
@@ -52,6 +53,26 @@ async fn several_hosts_need_a_synchronous_standby_unless_told_otherwise() {
     let url = with_schema(&two, "connect_timeout=2s&replication=async");
     let locker = connect(&url).await.expect("replication=async");
     let guard = locker.lock(unique_name("async")).acquire().await.unwrap();
+    guard.release().await.unwrap();
+    locker.shutdown().await.unwrap();
+}
+
+/// A first host that accepts connections and never answers (a primary cut off in silence, or
+/// hung) gets its share of the connect timeout, not all of it: the next host is tried in time.
+#[tokio::test]
+async fn a_silent_first_host_leaves_time_for_the_next() {
+    let single = common::server_url();
+    let url = BackendUrl::parse(&single).unwrap();
+    let silent = Proxy::start(&url.hosts[0].to_addr(5432)).await;
+    silent.set(Mode::FREEZE);
+    let (head, db) = single.rsplit_once('/').unwrap();
+    let (scheme_and_user, host) = head.rsplit_once('@').unwrap();
+    let two = format!("{scheme_and_user}@{},{host}/{db}", silent.addr());
+    let url = with_schema(&two, "connect_timeout=4s&replication=async");
+    let locker = connect(&url)
+        .await
+        .expect("the second host, after the first one's share of the time");
+    let guard = locker.lock(unique_name("second-host")).acquire().await.unwrap();
     guard.release().await.unwrap();
     locker.shutdown().await.unwrap();
 }

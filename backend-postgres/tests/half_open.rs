@@ -9,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use locksmith_core::conformance::proxy::{Mode, Proxy};
+use locksmith_core::conformance::sockets::{self, local_ports_connected_to};
 use locksmith_core::conformance::{unique_name, until_waiters, within};
 use locksmith_core::driver::BackendUrl;
 use locksmith_core::{LockGuard, Locker};
@@ -264,4 +265,29 @@ async fn a_step_cut_off_mid_transaction_does_not_keep_the_lock_s_row() {
         .unwrap();
     guard.release().await.unwrap();
     proxied.shutdown().await.unwrap();
+}
+
+/// A connection given up on because a request on it got no answer is closed at once, its socket
+/// with it (and with a reset: `lost_answers.rs`): not left open while its task waits for the
+/// answers, with TCP delivering the requests whenever the network lets them through, after the
+/// clean-up that went over a new connection. Every connection of a locker behind a proxy goes
+/// silent; its steps and renewals get no answer; within a few request timeouts none of the
+/// sockets it had is open any more (the LISTEN connection's goes when its probe gets none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_given_up_on_is_closed_at_once() {
+    let (direct, proxy, url) = setup().await;
+    let proxy_port: u16 = proxy.addr().rsplit(':').next().unwrap().parse().unwrap();
+    let locker = locksmith_postgres::connect(&url).await.unwrap();
+    let _held = locker.lock(unique_name("given-up")).ttl(TTL).acquire().await.unwrap();
+    let before = local_ports_connected_to(proxy_port);
+    assert!(
+        before.len() >= 3,
+        "the steps', leases' and LISTEN connections: {before:?}"
+    );
+    proxy.set(Mode::FreezeExisting);
+    // A step on the silent steps' connection (the renewals meet the silent leases' one).
+    let _ = locker.lock(unique_name("given-up-2")).try_acquire().await;
+    sockets::until_closed(proxy_port, &before, Duration::from_secs(15)).await;
+    locker.shutdown().await.unwrap();
+    direct.shutdown().await.unwrap();
 }

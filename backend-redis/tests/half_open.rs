@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use locksmith_core::conformance::proxy::{Mode, Proxy};
+use locksmith_core::conformance::sockets::{self, local_ports_connected_to};
 use locksmith_core::conformance::{unique_name, until_waiters, within};
 use locksmith_core::{LockGuard, Locker};
 use tokio::task::JoinHandle;
@@ -26,6 +27,19 @@ async fn proxied() -> (Proxy, Locker) {
 fn spawn_acquire(locker: &Locker, name: &str, timeout: Duration) -> JoinHandle<locksmith_core::Result<LockGuard>> {
     let (locker, name) = (locker.clone(), name.to_owned());
     tokio::spawn(async move { locker.lock(&name).ttl(TTL).timeout(timeout).acquire().await })
+}
+
+/// Lock `name` of `locker`, granted after a wait behind `direct`'s holder: the locker's pub/sub
+/// connection exists from then on.
+async fn granted_after_a_wait(locker: &Locker, direct: &Locker, name: &str) -> LockGuard {
+    let held = direct.lock(name).ttl(TTL).acquire().await.expect("acquire");
+    let waiter = spawn_acquire(locker, name, Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.expect("release");
+    within(Duration::from_secs(5), "the grant after a wait", waiter)
+        .await
+        .unwrap()
+        .expect("acquire")
 }
 
 /// Bug: a request that got no answer left the connection in place (the client reconnects only
@@ -59,14 +73,7 @@ async fn a_waiter_gets_the_lock_after_its_connections_went_silent() {
     let direct = common::locker(&common::redis_url()).await;
     // One contended acquire first, so that the pub/sub connection exists too.
     let name = unique_name("silent_waiter");
-    let held = direct.lock(&name).ttl(TTL).acquire().await.expect("acquire");
-    let early = spawn_acquire(&locker, &name, Duration::from_secs(10));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    held.release().await.expect("release");
-    let first = within(Duration::from_secs(5), "the first grant", early)
-        .await
-        .unwrap()
-        .expect("acquire");
+    let first = granted_after_a_wait(&locker, &direct, &name).await;
     first.release().await.expect("release");
 
     let held = direct.lock(&name).ttl(TTL).acquire().await.expect("acquire");
@@ -114,4 +121,23 @@ async fn a_queued_waiter_hears_of_the_release_after_its_connections_went_silent(
         .unwrap()
         .expect("the waiter acquires over new connections");
     guard.release().await.expect("release");
+}
+
+/// A connection replaced because a request on it got no answer is closed at once, its socket
+/// with it (and with a reset: `closed_connections.rs`): not left open while a task waits for the
+/// answers, with TCP delivering the requests whenever the network lets them through, after the
+/// clean-up that went over a new connection. Every connection of a locker behind a proxy goes
+/// silent (commands and pub/sub); within a few response timeouts none of its sockets is open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_given_up_on_is_closed_at_once() {
+    let (proxy, locker) = proxied().await;
+    let proxy_port: u16 = proxy.addr().rsplit(':').next().unwrap().parse().unwrap();
+    let direct = common::locker(&common::redis_url()).await;
+    // A contended acquire, so that the pub/sub connection exists too, and a lock held (renewed).
+    let _held = granted_after_a_wait(&locker, &direct, &unique_name("given_up")).await;
+    let before = local_ports_connected_to(proxy_port);
+    assert!(before.len() >= 2, "the commands' and pub/sub connections: {before:?}");
+    proxy.set(Mode::FreezeExisting);
+    let _ = locker.lock(unique_name("given_up_2")).try_acquire().await;
+    sockets::until_closed(proxy_port, &before, Duration::from_secs(15)).await;
 }

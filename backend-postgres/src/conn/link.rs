@@ -8,7 +8,7 @@ use tokio_postgres::{Client, GenericClient, Row, Statement};
 
 use locksmith_core::{LockError, Result};
 
-use super::{connect, connect_for_steps};
+use super::{abandon, connect, connect_for_steps, Connected};
 use crate::config::Config;
 use crate::error::{pg_error, timeout};
 
@@ -16,7 +16,7 @@ use crate::error::{pg_error, timeout};
 /// statements. Held by one user at a time.
 #[derive(Debug)]
 pub(crate) struct Link {
-    client: Mutex<Option<Client>>,
+    client: Mutex<Option<Connected>>,
     /// Whether it carries the steps (`super::connect_for_steps`), or the leases.
     for_steps: bool,
     /// The statements prepared on the current connection.
@@ -26,7 +26,7 @@ pub(crate) struct Link {
 impl Link {
     /// A link over `client`, or one that connects at its first use; `for_steps`: see
     /// [`connect_for_steps`].
-    pub fn new(client: Option<Client>, for_steps: bool) -> Link {
+    pub fn new(client: Option<Connected>, for_steps: bool) -> Link {
         Link {
             client: Mutex::new(client),
             for_steps,
@@ -35,10 +35,10 @@ impl Link {
     }
 
     /// The connection, opened again if it was lost (its statements forgotten then).
-    pub async fn client(&self, config: &Config) -> Result<MutexGuard<'_, Option<Client>>> {
+    pub async fn client(&self, config: &Config) -> Result<MutexGuard<'_, Option<Connected>>> {
         let mut guard = self.client.lock().await;
-        if guard.as_ref().is_none_or(Client::is_closed) {
-            *guard = None;
+        if guard.as_ref().is_none_or(|c| c.is_closed()) {
+            abandon(&mut guard);
             self.statements.clear();
             *guard = Some(match self.for_steps {
                 true => connect_for_steps(config).await?,
@@ -111,7 +111,7 @@ impl Link {
         let limit = config.request_timeout;
         let mut guard = self.client(config).await?;
         let answer = {
-            let client = guard.as_ref().ok_or(LockError::Closed)?;
+            let client = guard.as_deref().ok_or(LockError::Closed)?;
             tokio::time::timeout(limit, self.query_on(client, sql, params)).await
         };
         match answer {
@@ -121,7 +121,7 @@ impl Link {
                     request = what,
                     "postgres: a read got no answer; dropping its connection"
                 );
-                *guard = None;
+                abandon(&mut guard);
                 Err(timeout(what, limit))
             }
         }
@@ -132,7 +132,7 @@ impl Link {
 /// dropped before it was answered.
 #[derive(Debug)]
 pub(crate) struct InFlight<'a> {
-    guard: MutexGuard<'a, Option<Client>>,
+    guard: MutexGuard<'a, Option<Connected>>,
     /// The request, for the logs.
     what: &'static str,
     /// Whether the server answered it (with rows or an error).
@@ -142,7 +142,7 @@ pub(crate) struct InFlight<'a> {
 impl InFlight<'_> {
     /// The connection.
     pub fn client(&self) -> Result<&Client> {
-        self.guard.as_ref().ok_or(LockError::Closed)
+        self.guard.as_deref().ok_or(LockError::Closed)
     }
 
     /// The server answered: the connection is kept.
@@ -158,7 +158,7 @@ impl Drop for InFlight<'_> {
                 request = self.what,
                 "postgres: a request got no answer; dropping its connection"
             );
-            *self.guard = None;
+            abandon(&mut self.guard);
         }
     }
 }

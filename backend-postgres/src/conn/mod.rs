@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{watch, MutexGuard};
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -25,6 +26,7 @@ use tokio_postgres::Client;
 use locksmith_core::{LockError, Result};
 
 use crate::config::{Config, Replication};
+use crate::dial::Server;
 use crate::error::{pg_error, timeout};
 use crate::layout::Sql;
 use crate::wake::Hub;
@@ -101,7 +103,7 @@ impl Conn {
     }
 
     /// The steps' connection, reconnected if it was lost. Held for one step at a time.
-    pub async fn client(&self) -> Result<MutexGuard<'_, Option<Client>>> {
+    pub async fn client(&self) -> Result<MutexGuard<'_, Option<Connected>>> {
         self.steps.client(&self.config).await
     }
 
@@ -210,7 +212,7 @@ impl Conn {
             kept.iter().map(|(id, seg)| (id.clone(), seg.clone())).unzip()
         };
         let mut guard = self.client().await?;
-        let client = guard.as_mut().ok_or(LockError::Closed)?;
+        let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
         let e = |err| pg_error("removing this locker's entries", err);
         let tx = client.transaction().await.map_err(e)?;
         // The rows first, then the entries in a statement with a newer snapshot (see Sql::close).
@@ -275,28 +277,78 @@ async fn read_version(client: &Client, sql: &Sql) -> std::result::Result<String,
     client.query_one(&sql.version, &[]).await?.try_get(0)
 }
 
-/// Opens one connection (within `connect_timeout`) and drives it in a task of its own.
-pub(crate) async fn connect(config: &Config) -> Result<Client> {
-    Ok(connect_watched(config).await?.0)
+/// An open connection: its client, and the task that drives it.
+#[derive(Debug)]
+pub(crate) struct Connected {
+    client: Client,
+    /// The connection's task.
+    driver: AbortHandle,
+    /// Fails `changed()` once the connection ended (the server closed it, the network failed,
+    /// or it was dropped).
+    pub ended: watch::Receiver<()>,
+    /// The server it is on.
+    pub server: Server,
 }
 
-/// [`connect`], and a receiver whose `changed()` fails once the connection ended (the server
-/// closed it, the network failed, or every handle of the client was dropped), and the server it
-/// went to.
-pub(crate) async fn connect_watched(config: &Config) -> Result<(Client, watch::Receiver<()>, crate::dial::Server)> {
+impl Connected {
+    /// Drops the connection at once, with requests still unanswered on it: its task ends and its
+    /// socket closes with a reset (`dial.rs`), so nothing it had not delivered yet is delivered
+    /// later. Dropping only the client would leave the task waiting for those answers, and TCP
+    /// sending the requests whenever the network let it: after the clean-up sent over a new
+    /// connection.
+    pub fn abandon(self) {
+        self.driver.abort();
+    }
+}
+
+impl std::ops::Deref for Connected {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Connected {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+/// Abandons the connection in `slot`, if any ([`Connected::abandon`]), leaving `None`.
+pub(crate) fn abandon(slot: &mut Option<Connected>) {
+    if let Some(connected) = slot.take() {
+        connected.abandon();
+    }
+}
+
+/// Opens one connection (within `connect_timeout`), drives it in a task of its own, and sets
+/// up its session.
+pub(crate) async fn connect(config: &Config) -> Result<Connected> {
     let (client, connection, server) = crate::dial::open(config).await?;
     let (alive, ended) = watch::channel(());
-    tokio::spawn(async move {
+    let driver = tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "postgres: a connection ended");
         }
         drop(alive);
-    });
-    let setup = session_settings(&client, config);
-    tokio::time::timeout(config.connect_timeout, setup)
-        .await
-        .map_err(|_| timeout("setting up a connection", config.connect_timeout))??;
-    Ok((client, ended, server))
+    })
+    .abort_handle();
+    let connected = Connected {
+        client,
+        driver,
+        ended,
+        server,
+    };
+    let setup = session_settings(&connected, config);
+    match tokio::time::timeout(config.connect_timeout, setup).await {
+        Ok(Ok(())) => Ok(connected),
+        Ok(Err(e)) => Err(e),
+        Err(_) => {
+            connected.abandon();
+            Err(timeout("setting up a connection", config.connect_timeout))
+        }
+    }
 }
 
 /// Makes every transaction of this session read committed, and every commit durable before it
@@ -355,15 +407,18 @@ async fn session_settings(client: &Client, config: &Config) -> Result<()> {
 /// connection: its renewal joins a whole array of ids, whose generic plan (which cannot know the
 /// array's size) loops over the array for every lease of the locker. Servers before 12 lack the
 /// setting; that is harmless.
-pub(crate) async fn connect_for_steps(config: &Config) -> Result<Client> {
-    let client = connect(config).await?;
-    let generic = client.batch_execute("SET plan_cache_mode = force_generic_plan");
+pub(crate) async fn connect_for_steps(config: &Config) -> Result<Connected> {
+    let connected = connect(config).await?;
+    let generic = connected.batch_execute("SET plan_cache_mode = force_generic_plan");
     match tokio::time::timeout(config.connect_timeout, generic).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(error = %e, "postgres: plan_cache_mode not set"),
-        Err(_) => return Err(timeout("setting up a connection", config.connect_timeout)),
+        Err(_) => {
+            connected.abandon();
+            return Err(timeout("setting up a connection", config.connect_timeout));
+        }
     }
-    Ok(client)
+    Ok(connected)
 }
 
 /// Milliseconds, as the tables store them.

@@ -108,7 +108,7 @@ impl Conn {
         let mut guard = self.client().await?;
         let began = Instant::now();
         let limit = self.config.request_timeout;
-        let client = guard.as_mut().ok_or(LockError::Closed)?;
+        let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
         let leaving = match &op {
             Op::Leave(id) => Some(id.clone()),
             _ => None,
@@ -124,7 +124,7 @@ impl Conn {
                 Ok((out, began))
             }
             Err(_) => {
-                *guard = None;
+                super::abandon(&mut guard);
                 Err(crate::error::timeout("a step", limit))
             }
         }
@@ -267,7 +267,7 @@ impl Conn {
         let mut guard = self.client().await?;
         let began = Instant::now();
         let limit = self.config.request_timeout;
-        let client = guard.as_mut().ok_or(LockError::Closed)?;
+        let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
         let run = async {
             let statement = self.statements().get(client, sql).await?;
             locksmith_core::metrics::round_trip();
@@ -276,7 +276,7 @@ impl Conn {
         match tokio::time::timeout(limit, run).await {
             Ok(row) => Ok((row.map_err(|e| pg_error("a one-statement step", e))?, began)),
             Err(_) => {
-                *guard = None;
+                super::abandon(&mut guard);
                 Err(crate::error::timeout("a step", limit))
             }
         }
