@@ -10,9 +10,10 @@
 //! The price: a statement not yet sent when its process exits (a clean-up whose bounded wait ran
 //! out) is dropped with it; what it would have cleaned up expires with its lease.
 //!
-//! The rest is what tokio-postgres's own `connect` does for the URL's settings: each address of
+//! The rest is what tokio-postgres's own `connect` did for the URL's settings: each address of
 //! each host in turn, the first one that takes writes when there are several hosts (a primary and
-//! its standbys), TCP keep-alives, no Nagle delay. A socket is closed at once, unanswered requests
+//! its standbys), TCP keep-alives, no Nagle delay; and `connect_timeout` bounds the whole, each
+//! host and address with its share of it (tokio-postgres gave each address all of it). A socket is closed at once, unanswered requests
 //! and all, only where the connection is given up on (`conn::Connected::abandon`): dropping a
 //! client with requests unanswered leaves its connection's task waiting for the answers.
 
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 use socket2::{SockRef, TcpKeepalive};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{CancelToken, Client, SimpleQueryMessage};
 
@@ -46,36 +48,46 @@ pub(crate) struct Server {
 /// Connects to the URL's server within the connect timeout: its one host, or the first of its
 /// hosts that takes writes. The connection's half is returned unpolled, for the caller to drive.
 pub(crate) async fn open(config: &Config) -> Result<(Client, Connection, Server)> {
-    tokio::time::timeout(config.connect_timeout, open_any(config))
+    let deadline = Instant::now() + config.connect_timeout;
+    tokio::time::timeout_at(deadline, open_by(config, deadline))
         .await
         .map_err(|_| timeout("connecting", config.connect_timeout))?
 }
 
-/// [`open`], not bounded in time: each address of each host in turn.
-async fn open_any(config: &Config) -> Result<(Client, Connection, Server)> {
+/// [`open`] by `deadline`: each address of each host in turn. Each host gets an even share of
+/// the time left, and each of its addresses an even share of the host's: a primary cut off in
+/// silence (its packets dropped, or a server that accepts and never answers) must leave time to
+/// try its standbys, and a silent address the host's others.
+async fn open_by(config: &Config, deadline: Instant) -> Result<(Client, Connection, Server)> {
     let several = config.hosts.len() > 1;
-    // Each host gets its share of the connect timeout to answer: a primary cut off in silence
-    // (its packets dropped, or a server that accepts and never answers) must leave time to try
-    // its standbys.
-    let share = config.connect_timeout / u32::try_from(config.hosts.len()).unwrap_or(u32::MAX).max(1);
     let mut failed = None;
-    for (host, port) in &config.hosts {
-        let addrs = match tokio::net::lookup_host((host.as_str(), *port)).await {
-            Ok(addrs) => addrs,
-            Err(e) => {
-                let message = format!("postgres: looking up {host}:{port}: {e}");
-                failed = Some(LockError::unavailable(message, e));
+    for (i, (host, port)) in config.hosts.iter().enumerate() {
+        let host_deadline = share_of(deadline, config.hosts.len() - i);
+        let host_share = host_deadline.saturating_duration_since(Instant::now());
+        let lookup = tokio::time::timeout_at(host_deadline, tokio::net::lookup_host((host.as_str(), *port)));
+        let addrs: Vec<SocketAddr> = match lookup.await {
+            Ok(Ok(addrs)) => addrs.collect(),
+            Ok(Err(e)) => {
+                failed = Some(LockError::unavailable(
+                    format!("postgres: looking up {host}:{port}: {e}"),
+                    e,
+                ));
+                continue;
+            }
+            Err(_) => {
+                failed = Some(timeout("looking up a host", host_share));
                 continue;
             }
         };
-        for addr in addrs {
+        for (j, addr) in addrs.iter().enumerate() {
             let server = Server {
                 host: host.clone(),
-                addr,
+                addr: *addr,
             };
-            let opened = tokio::time::timeout(share, open_on(config, &server, several))
+            let by = share_of(host_deadline, addrs.len() - j);
+            let opened = tokio::time::timeout_at(by, open_on(config, &server, several))
                 .await
-                .unwrap_or_else(|_| Err(timeout("connecting", share)));
+                .unwrap_or_else(|_| Err(timeout("connecting", by.saturating_duration_since(Instant::now()))));
             match opened {
                 Ok((client, connection)) => return Ok((client, connection, server)),
                 Err(e) => {
@@ -86,6 +98,12 @@ async fn open_any(config: &Config) -> Result<(Client, Connection, Server)> {
         }
     }
     Err(failed.unwrap_or_else(|| LockError::InvalidOption("postgres: the URL names no host".into())))
+}
+
+/// The deadline of the first of `parts` even shares of the time left before `deadline`.
+fn share_of(deadline: Instant, parts: usize) -> Instant {
+    let left = deadline.saturating_duration_since(Instant::now());
+    Instant::now() + left / u32::try_from(parts).unwrap_or(u32::MAX).max(1)
 }
 
 /// Sends a cancel request for `token`'s session to `server`, on a socket that closes normally:

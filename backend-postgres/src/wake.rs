@@ -290,10 +290,10 @@ impl Drop for Hub {
 /// up on a silent server, whatever the TTLs of the locks it waits on (the hub knows none of
 /// them); and one short statement per locker and request timeout (5 s by default) costs the
 /// server nothing, and keeps the flow too busy for a NAT's idle timeout (minutes) to drop it.
-async fn probe(client: &Client, mut driver: JoinHandle<()>, limit: Duration) {
+async fn probe(client: &Client, mut driver: Driver, limit: Duration) {
     loop {
         tokio::select! {
-            _ = &mut driver => return,
+            _ = &mut driver.0 => return,
             _ = tokio::time::sleep(limit) => {}
         }
         match tokio::time::timeout(limit, client.batch_execute("SELECT 1")).await {
@@ -311,15 +311,24 @@ async fn probe(client: &Client, mut driver: JoinHandle<()>, limit: Duration) {
             }
         }
     }
-    driver.abort();
+}
+
+/// The task that drives the LISTEN connection: aborted when dropped (a probe got no answer, or
+/// the hub stopped), so that its socket closes at once, whatever is unanswered on it.
+struct Driver(JoinHandle<()>);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Opens a connection, LISTENs on `channel`, and returns its client (the connection lives while
 /// it does) and the task that drives it (and dispatches its notifications) until it is lost.
-async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Client, JoinHandle<()>)> {
+async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Client, Driver)> {
     let (client, mut connection, _) = crate::dial::open(config).await?;
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-    let driver = tokio::spawn(async move {
+    let driver = Driver(tokio::spawn(async move {
         while let Some(message) = messages.next().await {
             match message {
                 Ok(AsyncMessage::Notification(n)) => match hub.upgrade() {
@@ -336,24 +345,17 @@ async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Clien
                 }
             }
         }
-    });
+    }));
     let listened = tokio::time::timeout(
         config.request_timeout,
         client.batch_execute(&format!("LISTEN \"{channel}\"")),
     )
     .await;
     match listened {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            driver.abort();
-            return Err(pg_error("listening", e));
-        }
-        Err(_) => {
-            driver.abort();
-            return Err(crate::error::timeout("listening", config.request_timeout));
-        }
+        Ok(Ok(())) => Ok((client, driver)),
+        Ok(Err(e)) => Err(pg_error("listening", e)),
+        Err(_) => Err(crate::error::timeout("listening", config.request_timeout)),
     }
-    Ok((client, driver))
 }
 
 #[cfg(test)]

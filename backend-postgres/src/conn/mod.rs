@@ -73,9 +73,15 @@ impl Conn {
     pub async fn open(config: Config) -> Result<Arc<Conn>> {
         let sql = Sql::new(&config.schema);
         let client = connect_for_steps(&config).await?;
-        tokio::time::timeout(config.request_timeout, prepare_tables(&client, &sql, &config.schema))
-            .await
-            .map_err(|_| timeout("creating the tables", config.request_timeout))??;
+        let prepared =
+            tokio::time::timeout(config.request_timeout, prepare_tables(&client, &sql, &config.schema)).await;
+        match prepared {
+            Ok(prepared) => prepared?,
+            Err(_) => {
+                client.abandon();
+                return Err(timeout("creating the tables", config.request_timeout));
+            }
+        }
         let hub = Hub::start(&config, &sql.channel).await?;
         let conn = Conn {
             owner_id: format!("{:016x}", rand::random::<u64>()),

@@ -91,11 +91,14 @@ pub(crate) enum Outcome {
 
 impl Conn {
     /// Runs `op` on the lock `segment` in one transaction. `owner_ttl`: a join also beats this
-    /// locker (unless zero: its owner row is known to live long enough)
-    /// locker for that long, in the same transaction.
+    /// locker for that long, in the same transaction (unless zero: its owner row is known to live
+    /// long enough).
     ///
-    /// Bounded by the request timeout; past it the connection is dropped (a server that froze),
-    /// and the next step opens a new one.
+    /// Bounded by the request timeout; past it the connection is given up on (a server that
+    /// froze: [`super::Connected::abandon`]), and the next step opens a new one. A caller that
+    /// drops the future sooner (a bound of its own, a dropped acquire) leaves the step unanswered
+    /// on the connection, which is kept: the next step waits behind it, and gives the connection
+    /// up at its own timeout.
     pub async fn step(&self, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
         Ok(self.step_at(segment, op, owner_ttl).await?.0)
     }
