@@ -117,25 +117,21 @@ struct Session {
 impl Session {
     async fn open(config: &Config) -> Result<Session> {
         let client = connect(config).await?;
+        let what = "opening an advisory lock's session";
         let setup = async {
             // A server waiting for a lock on behalf of a client that vanished notices it within a
             // second (PostgreSQL 14 and later; older servers refuse the setting, which is harmless).
             let _ = client
                 .batch_execute("SET client_connection_check_interval = '1s'")
                 .await;
-            client.query_one("SELECT pg_backend_pid()", &[]).await
+            client
+                .query_one("SELECT pg_backend_pid()", &[])
+                .await
+                .map_err(|e| pg_error(what, e))
         };
-        let row = match tokio::time::timeout(config.request_timeout, setup).await {
-            Ok(row) => row.map_err(|e| pg_error("opening an advisory lock's session", e))?,
-            Err(_) => {
-                client.abandon();
-                return Err(timeout("opening an advisory lock's session", config.request_timeout));
-            }
-        };
+        let row = client.set_up(what, config.request_timeout, setup).await?;
         Ok(Session {
-            pid: row
-                .try_get(0)
-                .map_err(|e| pg_error("opening an advisory lock's session", e))?,
+            pid: row.try_get(0).map_err(|e| pg_error(what, e))?,
             client,
         })
     }

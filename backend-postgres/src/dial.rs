@@ -13,9 +13,11 @@
 //! The rest is what tokio-postgres's own `connect` did for the URL's settings: each address of
 //! each host in turn, the first one that takes writes when there are several hosts (a primary and
 //! its standbys), TCP keep-alives, no Nagle delay; and `connect_timeout` bounds the whole, each
-//! host and address with its share of it (tokio-postgres gave each address all of it). A socket is closed at once, unanswered requests
-//! and all, only where the connection is given up on (`conn::Connected::abandon`): dropping a
-//! client with requests unanswered leaves its connection's task waiting for the answers.
+//! host and address with its share of it (tokio-postgres gave each address all of it).
+//!
+//! A socket is closed at once, unanswered requests and all, only where the connection is given up
+//! on (`conn::Connected::abandon`): dropping a client with requests unanswered leaves its
+//! connection's task waiting for the answers.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -80,12 +80,12 @@
 //! **A primary and its standbys**: `postgres://user@db1:5432,db2:5432/db` names every server;
 //! each connection goes to the one that accepts writes (the others are asked in turn, each host
 //! given its share of `connect_timeout` to answer, so that a primary cut off in silence leaves
-//! time for the rest), so after a standby is promoted, locksmith's reconnections find it. Every commit of locksmith's sessions
-//! is durable before it is answered (`synchronous_commit = on`, whatever the server's default),
-//! and with several hosts the primary must have a **synchronous standby**
-//! (`synchronous_standby_names` set; otherwise connecting fails and says so): a grant is then
-//! on a standby before anyone is told of it, and a promotion keeps every lock and fencing token
-//! (tested by killing the primary and promoting its standby, `tests/failover.rs`).
+//! time for the rest), so after a standby is promoted, locksmith's reconnections find it. Every
+//! commit of locksmith's sessions is durable before it is answered (`synchronous_commit = on`,
+//! whatever the server's default), and with several hosts the primary must have a **synchronous
+//! standby** (`synchronous_standby_names` set; otherwise connecting fails and says so): a grant
+//! is then on a standby before anyone is told of it, and a promotion keeps every lock and
+//! fencing token (tested by killing the primary and promoting its standby, `tests/failover.rs`).
 //! `replication=async` accepts a primary without one, and its commits wait for the primary's own
 //! disk only (`synchronous_commit = local`), even where the server names synchronous standbys
 //! (tested with the standby stopped, `tests/failover.rs`): a failover may then hand a lock out twice,

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use locksmith_core::conformance::sockets::lingers_of_local_ports;
+use locksmith_core::conformance::sockets::{self, lingers_of_local_ports};
 use locksmith_core::conformance::unique_name;
 use locksmith_core::driver::BackendUrl;
 
@@ -107,13 +107,7 @@ async fn every_connection_closes_with_a_reset() {
         lingers.len() >= 10,
         "this process's sockets among the server's ports {ports:?}: {lingers:?}"
     );
-    for (port, linger) in lingers {
-        assert_eq!(
-            linger,
-            Some(Duration::ZERO),
-            "the connection from port {port} closes without a reset"
-        );
-    }
+    sockets::assert_each_closes_with_a_reset(&lingers);
     session.release().await.unwrap();
     held.release().await.unwrap();
     advisory.shutdown().await.unwrap();

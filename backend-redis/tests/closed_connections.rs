@@ -183,13 +183,7 @@ async fn every_connection_closes_with_a_reset() {
         ports.len(),
         "sockets of the ports {ports:?}: {lingers:?}"
     );
-    for (port, linger) in lingers {
-        assert_eq!(
-            linger,
-            Some(Duration::ZERO),
-            "the connection from port {port} closes without a reset"
-        );
-    }
+    locksmith_core::conformance::sockets::assert_each_closes_with_a_reset(&lingers);
     mine.release().await.expect("release");
     held.release().await.expect("release");
     own.delete().await;

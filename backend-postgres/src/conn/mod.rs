@@ -12,6 +12,7 @@ pub(crate) use link::{Link, Statements};
 pub(crate) use txn::{Outcome, Step};
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,15 +74,10 @@ impl Conn {
     pub async fn open(config: Config) -> Result<Arc<Conn>> {
         let sql = Sql::new(&config.schema);
         let client = connect_for_steps(&config).await?;
-        let prepared =
-            tokio::time::timeout(config.request_timeout, prepare_tables(&client, &sql, &config.schema)).await;
-        match prepared {
-            Ok(prepared) => prepared?,
-            Err(_) => {
-                client.abandon();
-                return Err(timeout("creating the tables", config.request_timeout));
-            }
-        }
+        let prepared = prepare_tables(&client, &sql, &config.schema);
+        client
+            .set_up("creating the tables", config.request_timeout, prepared)
+            .await?;
         let hub = Hub::start(&config, &sql.channel).await?;
         let conn = Conn {
             owner_id: format!("{:016x}", rand::random::<u64>()),
@@ -305,6 +301,19 @@ impl Connected {
     pub fn abandon(self) {
         self.driver.abort();
     }
+
+    /// `request` (one that sets this connection up) within `limit`: past it, the connection is
+    /// abandoned (its task aborted, see [`Connected::abandon`]) and the error says that `what`
+    /// took longer.
+    pub async fn set_up<T>(&self, what: &str, limit: Duration, request: impl Future<Output = Result<T>>) -> Result<T> {
+        match tokio::time::timeout(limit, request).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                self.driver.abort();
+                Err(timeout(what, limit))
+            }
+        }
+    }
 }
 
 impl std::ops::Deref for Connected {
@@ -347,14 +356,10 @@ pub(crate) async fn connect(config: &Config) -> Result<Connected> {
         server,
     };
     let setup = session_settings(&connected, config);
-    match tokio::time::timeout(config.connect_timeout, setup).await {
-        Ok(Ok(())) => Ok(connected),
-        Ok(Err(e)) => Err(e),
-        Err(_) => {
-            connected.abandon();
-            Err(timeout("setting up a connection", config.connect_timeout))
-        }
-    }
+    connected
+        .set_up("setting up a connection", config.connect_timeout, setup)
+        .await?;
+    Ok(connected)
 }
 
 /// Makes every transaction of this session read committed, and every commit durable before it
@@ -415,15 +420,18 @@ async fn session_settings(client: &Client, config: &Config) -> Result<()> {
 /// setting; that is harmless.
 pub(crate) async fn connect_for_steps(config: &Config) -> Result<Connected> {
     let connected = connect(config).await?;
-    let generic = connected.batch_execute("SET plan_cache_mode = force_generic_plan");
-    match tokio::time::timeout(config.connect_timeout, generic).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::debug!(error = %e, "postgres: plan_cache_mode not set"),
-        Err(_) => {
-            connected.abandon();
-            return Err(timeout("setting up a connection", config.connect_timeout));
+    let generic = async {
+        if let Err(e) = connected
+            .batch_execute("SET plan_cache_mode = force_generic_plan")
+            .await
+        {
+            tracing::debug!(error = %e, "postgres: plan_cache_mode not set");
         }
-    }
+        Ok(())
+    };
+    connected
+        .set_up("setting up a connection", config.connect_timeout, generic)
+        .await?;
     Ok(connected)
 }
 

@@ -28,6 +28,22 @@ pub fn lingers_of_local_ports(ports: &[u16]) -> Vec<(u16, Option<Duration>)> {
         .collect()
 }
 
+/// Asserts that each socket of `lingers` (from [`lingers_of_local_ports`]) closes with a reset:
+/// `SO_LINGER` on, at 0.
+///
+/// # Panics
+///
+/// At the first that does not, naming its port.
+pub fn assert_each_closes_with_a_reset(lingers: &[(u16, Option<Duration>)]) {
+    for (port, linger) in lingers {
+        assert_eq!(
+            *linger,
+            Some(Duration::ZERO),
+            "the connection from port {port} closes without a reset"
+        );
+    }
+}
+
 /// The local ports of this process's open TCP connections to `peer_port` (a proxy's port, say):
 /// a test of a locker behind the proxy reads which of its connections are still open.
 ///
