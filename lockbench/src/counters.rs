@@ -7,14 +7,23 @@
 //! - **etcd**: the delta of `grpc_server_msg_received_total` on `/metrics` (client URL), summed
 //!   over all methods: one per unary request (Range, Txn, Put, LeaseGrant, ...) and one per message
 //!   a client sends on a stream (each lease keep-alive, each watch create/cancel); opening a stream
-//!   adds nothing by itself. Server-wide.
+//!   adds nothing by itself. Server-wide. The split by gRPC method (`measured_requests_by_method`)
+//!   says which requests they were.
 //! - **ZooKeeper**: the delta of `zk_packets_received` from `mntr`: one per request packet, session
 //!   pings included. Server-wide.
-//! - **mem** (no server): [`Counting`] counts the calls made into the backend instead.
+//! - **PostgreSQL**: the delta of `calls` in `pg_stat_statements` for the URL's database: one per
+//!   top-level statement a client had executed (a prepared statement's `Execute`, a simple query,
+//!   `LISTEN`); the statements a function runs inside the server are not requests. Split by the
+//!   function called (`measured_requests_by_method`). A server without the extension (it must be
+//!   in `shared_preload_libraries`, and created in the database) falls back to the calls made into
+//!   the backend, and `measured_counter` says so.
+//! - **mem** and **file** (no server): [`Counting`] counts the calls made into the backend instead.
 //!
-//! The etcd and ZooKeeper counters are server-wide: anything else talking to the same server
-//! during a measurement is counted too, so measure on otherwise idle servers.
+//! The etcd, ZooKeeper and PostgreSQL counters are server-wide (PostgreSQL: database-wide):
+//! anything else talking to the same server during a measurement is counted too, so measure on
+//! otherwise idle servers.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,13 +47,17 @@ pub enum Counter {
     Etcd(String),
     /// ZooKeeper `mntr`, at this address.
     Zk(String),
+    /// PostgreSQL `pg_stat_statements`, through this URL (the statement counter's own excluded).
+    #[cfg(feature = "postgres-ref")]
+    Postgres(String),
     /// Calls made through a [`Counting`] backend.
     Calls(Arc<AtomicU64>),
 }
 
 impl Counter {
-    /// The counter of the server behind `url` (`None` for mem: wrap the locker with [`Counting`]).
-    pub fn for_url(url: &str) -> Result<Option<Counter>> {
+    /// The counter of the server behind `url` (`None` for mem and file, and for a PostgreSQL
+    /// server without `pg_stat_statements`: wrap the locker with [`Counting`]).
+    pub async fn for_url(url: &str) -> Result<Option<Counter>> {
         let parsed = BackendUrl::parse(url)?;
         let first = |port| {
             parsed
@@ -57,6 +70,17 @@ impl Counter {
             "redis" => Some(Counter::Redis(first(6379)?)),
             "etcd" => Some(Counter::Etcd(first(2379)?)),
             "zk" => Some(Counter::Zk(first(2181)?)),
+            #[cfg(feature = "postgres-ref")]
+            "postgres" | "postgresql" => {
+                let counter = Counter::Postgres(url.to_owned());
+                match counter.read().await {
+                    Ok(_) => Some(counter),
+                    Err(e) => {
+                        eprintln!("postgres: no server request counter ({e:#}); counting the calls into the backend");
+                        None
+                    }
+                }
+            }
             _ => None,
         })
     }
@@ -73,26 +97,37 @@ impl Counter {
             }
             other => Ok(Window::Snapshot {
                 counter: other.clone(),
-                before: other.read().await?,
+                before: other.read_split().await?,
             }),
         }
     }
 
     /// The current value of a counter that can be read at any time (not Redis).
     pub async fn read(&self) -> Result<u64> {
+        Ok(self.read_split().await?.values().sum())
+    }
+
+    /// The current value of a counter that can be read at any time (not Redis), split by what
+    /// the server tells apart (etcd: the gRPC method; PostgreSQL: the statement, keyed `label
+    /// #id`, so that a statement the server dropped from its table between two reads is left out
+    /// rather than subtracted; the others: one entry, `all`).
+    async fn read_split(&self) -> Result<BTreeMap<String, u64>> {
+        let all = |n: u64| BTreeMap::from([("all".to_string(), n)]);
         let fut = async {
             match self {
                 Counter::Redis(_) => bail!("the Redis count is taken over a window: use start()"),
                 Counter::Etcd(addr) => {
                     let req = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
                     let text = exchange(addr, req.as_bytes()).await?;
-                    Ok(sum_metric(&text, "grpc_server_msg_received_total"))
+                    Ok(metric_by_method(&text, "grpc_server_msg_received_total"))
                 }
                 Counter::Zk(addr) => {
                     let text = exchange(addr, b"mntr").await?;
-                    field(&text, "zk_packets_received")
+                    Ok(all(field(&text, "zk_packets_received")?))
                 }
-                Counter::Calls(n) => Ok(n.load(Ordering::SeqCst)),
+                #[cfg(feature = "postgres-ref")]
+                Counter::Postgres(url) => crate::reference::statements_executed(url).await,
+                Counter::Calls(n) => Ok(all(n.load(Ordering::SeqCst))),
             }
         };
         tokio::time::timeout(Duration::from_secs(10), fut)
@@ -108,7 +143,9 @@ impl Counter {
             }
             Counter::Etcd(_) => "etcd /metrics grpc_server_msg_received_total (server-wide)",
             Counter::Zk(_) => "ZooKeeper mntr zk_packets_received (server-wide)",
-            Counter::Calls(_) => "calls to the in-process backend",
+            #[cfg(feature = "postgres-ref")]
+            Counter::Postgres(_) => "PostgreSQL pg_stat_statements calls (database-wide)",
+            Counter::Calls(_) => "calls into the backend (no server counter)",
         }
     }
 }
@@ -119,8 +156,8 @@ pub enum Window {
     Snapshot {
         /// The counter.
         counter: Counter,
-        /// Its value at the start.
-        before: u64,
+        /// Its value at the start, split as [`Counter::read_split`] splits it.
+        before: BTreeMap<String, u64>,
     },
     /// A Redis `MONITOR` connection.
     Monitor(Monitor),
@@ -133,21 +170,38 @@ pub struct Count {
     pub requests: u64,
     /// Per-command detail, where the counter has it (Redis).
     pub detail: Option<Tally>,
+    /// Per-method split (`Txn×50 Watch×100`), where the counter has one (etcd).
+    pub by_method: Option<String>,
 }
 
 impl Window {
     /// Closes the window.
     pub async fn finish(self) -> Result<Count> {
         match self {
-            Window::Snapshot { counter, before } => Ok(Count {
-                requests: counter.read().await?.saturating_sub(before),
-                detail: None,
-            }),
+            Window::Snapshot { counter, before } => {
+                let after = counter.read_split().await?;
+                // Keyed as `read_split` keys them; `label #id` keys add up under their label.
+                let mut delta: BTreeMap<String, u64> = BTreeMap::new();
+                for (key, n) in after {
+                    let added = n.saturating_sub(before.get(&key).copied().unwrap_or(0));
+                    let label = key.split_once(" #").map_or(key.as_str(), |(l, _)| l);
+                    if added > 0 {
+                        *delta.entry(label.to_owned()).or_insert(0) += added;
+                    }
+                }
+                let split = !delta.keys().all(|k| k == "all");
+                Ok(Count {
+                    requests: delta.values().sum(),
+                    detail: None,
+                    by_method: split.then(|| Tally::summary_of(&delta)),
+                })
+            }
             Window::Monitor(m) => {
                 let tally = m.finish().await?;
                 Ok(Count {
                     requests: tally.requests(),
                     detail: Some(tally),
+                    by_method: None,
                 })
             }
         }
@@ -162,6 +216,9 @@ impl Count {
             params.insert("measured_requests_by_command".into(), t.summary().into());
             params.insert("measured_script_internal_commands".into(), t.script_internal.into());
             params.insert("measured_other_clients_commands".into(), t.others.into());
+        }
+        if let Some(m) = &self.by_method {
+            params.insert("measured_requests_by_method".into(), m.clone().into());
         }
     }
 }
@@ -185,15 +242,27 @@ fn field(text: &str, key: &str) -> Result<u64> {
         .ok_or_else(|| anyhow!("{key} not found in the server's answer (is the 4lw command / stat enabled?)"))
 }
 
-/// The sum of all series of a Prometheus counter.
-fn sum_metric(text: &str, metric: &str) -> u64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(metric)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+/// The series of a Prometheus counter, summed by their `grpc_method` label (`all` for a series
+/// without one).
+fn metric_by_method(text: &str, metric: &str) -> BTreeMap<String, u64> {
+    let mut by_method = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(metric) else {
+            continue;
+        };
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            continue;
+        }
+        let Some(value) = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        let method = rest
+            .split_once("grpc_method=\"")
+            .and_then(|(_, m)| m.split_once('"'))
+            .map_or("all", |(m, _)| m);
+        *by_method.entry(method.to_string()).or_insert(0) += value as u64;
+    }
+    by_method
 }
 
 /// A backend wrapper that counts every call into the backend (the mem backend's "requests").
@@ -260,7 +329,8 @@ mod tests {
     fn parses_counters() {
         let prom = "# HELP x\ngrpc_server_msg_received_total{grpc_method=\"Range\"} 3\n\
                     grpc_server_msg_received_total{grpc_method=\"Txn\"} 4\ngrpc_server_msg_received_totalx 9\n";
-        assert_eq!(sum_metric(prom, "grpc_server_msg_received_total"), 7);
+        let split = metric_by_method(prom, "grpc_server_msg_received_total");
+        assert_eq!(split, BTreeMap::from([("Range".into(), 3), ("Txn".into(), 4)]));
         assert_eq!(
             field("zk_version\t3.8\nzk_packets_received\t42\n", "zk_packets_received").unwrap(),
             42

@@ -43,7 +43,12 @@ impl Tally {
 
     /// `EVALSHA×52 PING×1`, most frequent first.
     pub fn summary(&self) -> String {
-        let mut v: Vec<(&String, &u64)> = self.by_command.iter().collect();
+        Self::summary_of(&self.by_command)
+    }
+
+    /// `EVALSHA×52 PING×1` for any count by name, most frequent first.
+    pub fn summary_of(counts: &BTreeMap<String, u64>) -> String {
+        let mut v: Vec<(&String, &u64)> = counts.iter().collect();
         v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         let parts: Vec<String> = v.iter().map(|(c, n)| format!("{c}×{n}")).collect();
         if parts.is_empty() {

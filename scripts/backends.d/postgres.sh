@@ -74,21 +74,38 @@ EOF
     touch "$dir/initialized"
 }
 
+# Once per cluster (a cluster made before this step gets it at its next start): the
+# `pg_stat_statements` view in the test database, which lockbench's request counts read (its
+# library is loaded by the server's start command).
+postgres_add_statement_counts() { # DIR BIN
+    local dir=$1 bin=$2
+    [[ -f $dir/statement-counts ]] && return 0
+    postgres_as "$bin/postgres" --single -D "$dir/data" "$POSTGRES_TEST_DB" >>"$dir/server.log" 2>&1 <<EOF ||
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements
+EOF
+        die "postgres: creating pg_stat_statements failed (see $dir/server.log)"
+    touch "$dir/statement-counts"
+}
+
 postgres_start() {
     local id=$1 dir="$STATE/$1" bin
     bin=$(postgres_bin) || die "postgres: no server in /usr/lib/postgresql/*/bin"
     [[ -f $dir/initialized ]] || {
-        rm -rf "$dir/data" "$dir/run"
+        rm -rf "$dir/data" "$dir/run" "$dir/statement-counts"
         postgres_init "$dir" "$bin"
     }
+    postgres_add_statement_counts "$dir" "$bin"
     # -D "$dir/data" carries "$STATE/postgres/": how we recognise our process. 400 connections:
     # the fault suite's load test gives each of its 100 waiters a locker of its own (three
     # connections each; 1,000 waiters in 10 processes need 30, see tests/processes.rs). No
     # autovacuum: the tests' throw-away schemas need none, and its ANALYZEs take transaction ids,
-    # which tests/herd.rs counts.
+    # which tests/herd.rs counts. pg_stat_statements: lockbench counts the statements executed
+    # (the herd's requests per hand-over, the renewal traffic), as many production servers have
+    # it; room for 10,000 statements, so the tests' throw-away schemas rarely push one out.
     launch "$id" "${POSTGRES_AS[@]}" "$bin/postgres" -D "$dir/data" \
         -c listen_addresses="$HOST" -c port="$(client_port "$id")" \
         -c unix_socket_directories="$dir/run" -c max_connections=400 \
+        -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=10000 \
         -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c autovacuum=off
 }
 

@@ -254,13 +254,20 @@ fn requests_section(s: &mut String, report: &Report) {
         "`herd` (requests per handover) and `scale` (renewal requests/s) count the requests the server received from clients during the measured window:
 "
     );
+    let mut texts: Vec<&str> = Vec::new();
     for b in counted {
         let text = match b {
             "redis" => "**Redis**: every command a client sends (`EVALSHA`, `SUBSCRIBE`, `PING`, ...), counted exactly on a `MONITOR` connection open for the window and filtered to lockbench's own connections (their local addresses), so other clients of a shared server are not counted. Commands a Lua script runs inside the server (`[0 lua]` in `MONITOR`) are not requests and are excluded; Redis's `INFO` counters include them, which is why they are not used. `requests_by_command` gives the split; a pipelined batch counts one request per command in it (its round trips are `backend_calls_per_s` in the scale rows). `MONITOR` slows the server slightly, so it is used only for these two counting workloads, never for latency.",
-            "etcd" => "**etcd**: the delta of `grpc_server_msg_received_total` (its `/metrics`, summed over methods): one per unary request (`Range`, `Txn`, `Put`, `LeaseGrant`, ...) and one per message a client sends on a stream, so each lease keep-alive and each watch create/cancel counts one; opening a stream adds nothing by itself. Server-wide: anything else using the server during the window is counted too.",
+            "etcd" => "**etcd**: the delta of `grpc_server_msg_received_total` (its `/metrics`, summed over methods): one per unary request (`Range`, `Txn`, `Put`, `LeaseGrant`, ...) and one per message a client sends on a stream, so each lease keep-alive and each watch create/cancel counts one; opening a stream adds nothing by itself. `requests_by_method` gives the split by gRPC method (a watch's create and cancel are both `Watch`). Server-wide: anything else using the server during the window is counted too.",
             "zk" => "**ZooKeeper**: the delta of `zk_packets_received` (`mntr`): one per request packet, session pings included. Server-wide: anything else using the server during the window is counted too.",
-            _ => "**mem** (no server): the calls made into the backend.",
+            "postgres" => "**PostgreSQL**: the delta of `calls` in `pg_stat_statements` for the benchmark's database: one per top-level statement a client had executed (a prepared statement's `Execute`, a simple query, `LISTEN`, a `BEGIN` or `COMMIT`); statements a function or a `NOTIFY` runs inside the server are not requests. `requests_by_method` gives the split by statement (the function a `SELECT` calls, else the statement's first words). Database-wide: anything else using the database during the window is counted too. A server without the extension (`shared_preload_libraries`, then `CREATE EXTENSION` in the database; `scripts/backends` does both) is counted as the calls made into the backend instead, and `measured_counter` says which.",
+            _ => "**mem** and **file** (no server): the calls made into the backend.",
         };
+        if !texts.contains(&text) {
+            texts.push(text);
+        }
+    }
+    for text in texts {
         let _ = writeln!(s, "- {text}");
     }
     let _ = writeln!(

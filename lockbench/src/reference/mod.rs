@@ -25,6 +25,8 @@ mod etcd;
 mod file;
 #[cfg(feature = "postgres-ref")]
 mod postgres;
+#[cfg(feature = "postgres-ref")]
+pub use postgres::statements_executed;
 #[cfg(feature = "redis-ref")]
 mod redis;
 #[cfg(feature = "zk-ref")]

@@ -15,6 +15,7 @@
 //! with it off (fast test data), which would give the floor a cheaper commit than any lock that
 //! survives a crash.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,6 +86,64 @@ impl super::PlainWrite for PlainUpsert {
         self.client.execute(&self.upsert, &[&self.key, &value]).await?;
         Ok(())
     }
+}
+
+/// The statement counter's own query, recognised by this marker and left out of the count.
+const STATEMENTS: &str = "SELECT /* lockbench statement counter */ \
+    userid::text || '/' || queryid::text || '/' || toplevel::text, calls, query \
+    FROM pg_stat_statements \
+    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+    AND query NOT LIKE '%lockbench statement counter%'";
+
+/// The top-level statements the server has executed in `url`'s database, per statement (from
+/// `pg_stat_statements`), keyed `label #id`: the label is [`statement_label`]'s, and `other` for
+/// another user's statement, whose text the server hides.
+///
+/// # Errors
+/// When the server cannot be reached or has no `pg_stat_statements` view in that database.
+pub async fn statements_executed(url: &str) -> Result<BTreeMap<String, u64>> {
+    let client = connect(&plain_url(url)).await?;
+    let rows = client
+        .query(STATEMENTS, &[])
+        .await
+        .context("reading pg_stat_statements (in shared_preload_libraries, and created in the database?)")?;
+    let mut by_statement = BTreeMap::new();
+    for row in rows {
+        let (id, calls, query): (String, i64, Option<String>) = (row.get(0), row.get(1), row.get(2));
+        let label = statement_label(query.as_deref().unwrap_or(""));
+        *by_statement.entry(format!("{label} #{id}")).or_insert(0) += calls.max(0) as u64;
+    }
+    Ok(by_statement)
+}
+
+/// A short name for a statement (its leading `--` comments skipped): the function a `SELECT`
+/// calls, `WITH` and the name of a statement's first common table expression, else its first
+/// word.
+fn statement_label(query: &str) -> String {
+    if query.starts_with('<') {
+        return "other".into();
+    }
+    let mut query = query.trim_start();
+    while let Some(comment) = query.strip_prefix("--") {
+        query = comment.split_once('\n').map_or("", |(_, rest)| rest).trim_start();
+    }
+    let first = query.split_whitespace().next().unwrap_or("empty").to_uppercase();
+    let is_name = |c: char| c.is_alphanumeric() || c == '_';
+    let called = query.find('(').filter(|_| first == "SELECT").and_then(|open| {
+        let before = query[..open].trim_end().trim_end_matches('"');
+        let name: String = before.chars().rev().take_while(|c| is_name(*c)).collect();
+        let name: String = name.chars().rev().collect();
+        let keyword = [
+            "FROM", "IN", "EXISTS", "AS", "VALUES", "WHERE", "AND", "OR", "ANY", "ALL", "ON",
+        ]
+        .contains(&name.to_uppercase().as_str());
+        (!name.is_empty() && !keyword).then_some(name)
+    });
+    let cte = || {
+        let name = query.split_whitespace().nth(1).unwrap_or("");
+        format!("WITH {}", name.trim_matches('"'))
+    };
+    called.unwrap_or_else(|| if first == "WITH" { cte() } else { first })
 }
 
 /// The URL without locksmith's options (tokio-postgres refuses options it does not know).
@@ -324,5 +383,26 @@ impl Held for DlpHeld {
     async fn release(self: Box<Self>) -> Result<()> {
         use distributed_lock_core::LockHandle;
         self.0.release().await.map_err(|e| anyhow!("{e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::statement_label;
+
+    #[test]
+    fn labels_statements_by_the_function_called() {
+        assert_eq!(statement_label(r#"SELECT * FROM "ls_1".step($1, $2)"#), "step");
+        assert_eq!(statement_label("SELECT pg_advisory_lock($1)"), "pg_advisory_lock");
+        assert_eq!(statement_label("select 1"), "SELECT");
+        assert_eq!(statement_label("SELECT a FROM (SELECT 1) t"), "SELECT");
+        assert_eq!(statement_label("-- why\n  -- and how\nSELECT x.renew($1)"), "renew");
+        assert_eq!(
+            statement_label("WITH freed AS (UPDATE t SET a = $1) SELECT 1"),
+            "WITH freed"
+        );
+        assert_eq!(statement_label("INSERT INTO t (a) VALUES ($1)"), "INSERT");
+        assert_eq!(statement_label(r#"LISTEN "locksmith""#), "LISTEN");
+        assert_eq!(statement_label("<insufficient privilege>"), "other");
     }
 }

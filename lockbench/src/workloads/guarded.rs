@@ -109,7 +109,7 @@ pub async fn run(
 /// Server requests per write of each writer, counted over `sizes.warmup` writes where the
 /// server has a counter (`None` elsewhere).
 async fn requests_per_write(url: &str, writers: &[(&str, Writer)], sizes: &Sizes) -> Vec<Option<f64>> {
-    let Ok(Some(counter)) = Counter::for_url(url) else {
+    let Ok(Some(counter)) = Counter::for_url(url).await else {
         return Vec::new();
     };
     let n = sizes.warmup.max(10);

@@ -30,7 +30,7 @@ const MAX_CONNECTIONS: usize = 100;
 /// Runs the herd on locksmith's `backend` at `url`.
 pub async fn run(backend: &str, url: &str, sizes: &Sizes) -> Result<Record> {
     let (waiters, handovers) = (sizes.herd_waiters, sizes.herd_handovers.min(sizes.herd_waiters));
-    let server = Counter::for_url(url)?;
+    let server = Counter::for_url(url).await?;
     let name = unique_name("herd", "locksmith");
     let pb = super::bar((waiters + handovers) as u64, format!("{backend} locksmith herd"));
 

@@ -25,7 +25,9 @@ const SETTLE: Duration = Duration::from_secs(3);
 /// Runs the herd on `sys`, whose server is at `url` (for its request counter).
 pub async fn run(sys: &dyn LockSystem, url: &str, sizes: &Sizes) -> Result<Record> {
     let (waiters, handovers) = (sizes.herd_waiters, sizes.herd_handovers.min(sizes.herd_waiters));
-    let counter = Counter::for_url(url)?.ok_or_else(|| anyhow!("{url}: no server request counter"))?;
+    let counter = Counter::for_url(url)
+        .await?
+        .ok_or_else(|| anyhow!("{url}: no server request counter"))?;
     let name = crate::system::unique_name("herd", sys.system());
     let holder = sys.client().await?;
     let first = holder.acquire(&name, TTL).await?;

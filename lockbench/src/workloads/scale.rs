@@ -78,7 +78,7 @@ pub async fn child(backend: &str, url: &str, locks: usize, window: Duration, ttl
     let calls = Arc::new(AtomicU64::new(0));
     let locker = Counting::wrap(&plain, calls.clone());
     let client_side = Counter::Calls(calls);
-    let counter = Counter::for_url(url)?.unwrap_or_else(|| client_side.clone());
+    let counter = Counter::for_url(url).await?.unwrap_or_else(|| client_side.clone());
     let rss_before = rss_bytes()?;
     let prefix = unique_name("scale", "locksmith");
     let mut guards: Vec<LockGuard> = Vec::with_capacity(locks);
