@@ -175,6 +175,24 @@ impl Cmd {
         }
     }
 
+    /// Stops CMD's process group (SIGSTOP, which nothing in it can ignore), then locksmith itself,
+    /// as a job's SIGTSTP would stop a pipeline; returns once locksmith is continued. Then, if
+    /// `still_held()`, continues the group (and lends it the terminal again if it had it and
+    /// locksmith's group got it back) and returns true; if not (the lease ran out meanwhile: a
+    /// stopped locksmith renews nothing), leaves the group stopped and returns false.
+    pub fn stop_together(&mut self, still_held: impl FnOnce() -> bool) -> bool {
+        self.signal(libc::SIGSTOP);
+        signals::stop_self();
+        if !still_held() {
+            return false;
+        }
+        if let (Some(terminal), Some(group)) = (self.terminal.as_mut(), self.group) {
+            terminal.lend_again(group);
+        }
+        self.signal(libc::SIGCONT);
+        true
+    }
+
     /// Whether CMD's process group still has members that run (CMD, or what it started and
     /// left in the group after it exited). Zombies do not count: they run nothing, and under a
     /// parent that never reaps them (locksmith as PID 1 of a container) they would keep the group
@@ -206,12 +224,15 @@ impl Cmd {
 /// ([`pass_on_interrupt`]).
 static CMD_INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Ends locksmith by SIGINT if CMD died of it and locksmith's exit code says so (`code`, 130:
-/// the lock was released, nothing failed after): on a terminal Ctrl-C reaches CMD's group
-/// alone, and a calling shell stops its loop or script only for a child that died of SIGINT
-/// (an exit with 130 lets it go on). Returns if not (or if the signal did not end us).
+/// Ends locksmith by SIGINT if CMD died of it, or locksmith's own wait or work was ended by it
+/// ([`signals::interrupted`]), and locksmith's exit code says so (`code`, 130: the lock was
+/// released, or nothing was taken): on a terminal Ctrl-C reaches CMD's group alone, and a
+/// calling shell stops its loop or script only for a child that died of SIGINT (an exit with
+/// 130 lets it go on). Returns if not (or if the signal did not end us).
 pub fn pass_on_interrupt(code: u8) {
-    if code != 128 + libc::SIGINT as u8 || !CMD_INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+    let interrupted =
+        CMD_INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) || signals::interrupted_by() == Some(libc::SIGINT);
+    if code != 128 + libc::SIGINT as u8 || !interrupted {
         return;
     }
     crate::signals::die_of(libc::SIGINT);

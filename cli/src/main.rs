@@ -99,7 +99,12 @@ fn main() -> ExitCode {
             child::pass_on_interrupt(code);
             ExitCode::from(code)
         }
-        Err(failure) => fail(failure, cli.verbose),
+        Err(failure) => {
+            let code = failure.code;
+            let exit = fail(failure, cli.verbose);
+            child::pass_on_interrupt(code);
+            exit
+        }
     }
 }
 

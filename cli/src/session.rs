@@ -310,7 +310,7 @@ impl Session {
                     // The dropped acquire spawned its clean-up; give it a moment to reach the server.
                     settle(tasks_before, SETTLE).await;
                     let message = format!("interrupted by {} while waiting for {name:?}", signals::name(sig));
-                    return Err(Failure::new(128 + sig as u8, message));
+                    return Err(Failure::new(signals::interrupted(sig), message));
                 }
             }
         }

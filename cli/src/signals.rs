@@ -1,4 +1,5 @@
-//! The signals locksmith handles itself while it waits or holds a lock: SIGINT, SIGTERM, SIGHUP.
+//! The signals locksmith handles itself while it waits or holds a lock: SIGINT, SIGTERM, SIGHUP;
+//! and while CMD runs, SIGTSTP ([`JobStop`]).
 //!
 //! Once installed, these signals no longer terminate locksmith: every wait must race
 //! [`Signals::recv`], and `run` forwards what it receives to CMD.
@@ -34,6 +35,53 @@ impl Signals {
             _ = self.term.recv() => libc::SIGTERM,
             _ = self.hup.recv() => libc::SIGHUP,
         }
+    }
+}
+
+/// A handler for SIGTSTP (the terminal's Ctrl-Z when locksmith's group has the terminal, or a
+/// `kill -TSTP`), installed while CMD runs: locksmith must not stop alone, since a stopped
+/// locksmith renews nothing while CMD would run on in its own process group. Once installed,
+/// SIGTSTP no longer stops locksmith by itself: see [`stop_self`].
+pub struct JobStop(Signal);
+
+impl JobStop {
+    /// Installs the handler.
+    pub fn install() -> Result<Self, Failure> {
+        signal(SignalKind::from_raw(libc::SIGTSTP))
+            .map(JobStop)
+            .map_err(|e| Failure::new(UNAVAILABLE, format!("cannot install a signal handler: {e}")))
+    }
+
+    /// Waits for the next SIGTSTP.
+    pub async fn recv(&mut self) {
+        self.0.recv().await;
+    }
+}
+
+/// Stops this process as SIGTSTP's default action would (SIGSTOP, which cannot be caught), and
+/// returns once it is continued (`fg`, `bg`, SIGCONT).
+pub fn stop_self() {
+    let _ = std::io::Write::flush(&mut std::io::stderr());
+    // SAFETY: raise(3) with a valid signal number; no memory is involved.
+    unsafe { libc::raise(libc::SIGSTOP) };
+}
+
+/// The signal that ended locksmith's own wait or work ([`interrupted`]); 0 if none did.
+static INTERRUPTED_BY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The exit code of locksmith ended by `sig` (128 + `sig`), which it remembers: after its
+/// clean-up, a locksmith ended by SIGINT dies of it ([`crate::child::pass_on_interrupt`]), so that
+/// a shell loop around it stops as it does for any command interrupted by Ctrl-C.
+pub fn interrupted(sig: i32) -> u8 {
+    INTERRUPTED_BY.store(sig, std::sync::atomic::Ordering::SeqCst);
+    128 + sig as u8
+}
+
+/// The signal [`interrupted`] remembered, if any.
+pub fn interrupted_by() -> Option<i32> {
+    match INTERRUPTED_BY.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        sig => Some(sig),
     }
 }
 

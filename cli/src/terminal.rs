@@ -88,6 +88,16 @@ impl Terminal {
         }
     }
 
+    /// Lends the terminal to `group` again if it was lent and locksmith's own group has it back
+    /// (after locksmith was stopped and then continued in the foreground, `fg`: the shell gave
+    /// the terminal to locksmith's group); not after `bg`, where the shell keeps it.
+    pub fn lend_again(&mut self, group: libc::pid_t) {
+        // SAFETY: tcgetpgrp(3) on a descriptor we hold open.
+        if self.saved_ttou.is_some() && unsafe { libc::tcgetpgrp(self.fd) } == self.own_group {
+            self.lend(group);
+        }
+    }
+
     /// Gives the terminal back to locksmith's own process group (after CMD exited), and SIGTTOU
     /// its former disposition.
     pub fn reclaim(&mut self) {

@@ -406,6 +406,97 @@ fn job_control_stops_aimed_at_locksmiths_group_do_not_stop_it() {
     );
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T` stopped, ...), from `/proc`.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Waits (at most 10 s) until process `pid` is in state `T` (stopped) or not, as `stopped` says.
+fn wait_stopped(pid: i32, stopped: bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < end {
+        if (process_state(pid) == Some('T')) == stopped {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// Sends `sig` to process group `group` with kill(1).
+fn kill_group(sig: &str, group: u32) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), "--", &format!("-{group}")])
+        .status();
+    assert!(sent.is_ok_and(|s| s.success()), "kill -{sig} to group {group} failed");
+}
+
+/// A job stop aimed at locksmith's group (Ctrl-Z when CMD was not given the terminal: a
+/// pipeline, a script's background jobs, `kill -TSTP`) stops CMD's process group with locksmith,
+/// since a stopped locksmith renews nothing: CMD must not run on meanwhile. (It stopped
+/// locksmith alone: CMD ran on in its own group while the lease ran out and another process took
+/// the lock.) Continued within the TTL, both run on and the lock is still held; continued after
+/// it, the lock is lost, CMD ends and locksmith exits 4.
+#[test]
+fn a_job_stop_stops_cmd_with_locksmith() {
+    use std::os::unix::process::CommandExt;
+    use std::time::Duration;
+
+    let name = unique_name("tstp");
+    let url = Files.url();
+    let script = r#"echo $$; echo ready; exec sleep 30"#;
+    let mut cmd = locksmith(&["--url", &url, "--ttl", "2s", "run", &name, "--", "sh", "-c", script]);
+    // A group of its own, as a shell's job: the test's `kill -TSTP -- -pid` is the shell's Ctrl-Z.
+    cmd.process_group(0);
+    let mut runner = Proc::spawn(cmd);
+    let child: i32 = runner.next_line().parse().expect("CMD's pid");
+    assert_eq!(runner.next_line(), "ready");
+    let pid = runner.pid();
+
+    // Stopped and continued within the TTL.
+    kill_group("TSTP", pid);
+    assert!(wait_stopped(pid as i32, true), "locksmith did not stop at SIGTSTP");
+    let cmd_stopped = wait_stopped(child, true);
+    kill_group("CONT", pid);
+    assert!(cmd_stopped, "CMD ran on while locksmith was stopped");
+    assert!(wait_stopped(child, false), "CMD was not continued with locksmith");
+    assert!(wait_stopped(pid as i32, false), "locksmith was not continued");
+    common::assert_code(&common::run(&["--url", &url, "try", &name]), 1);
+
+    // Stopped past the TTL: the lease runs out (nothing renews it) while CMD is stopped too.
+    kill_group("TSTP", pid);
+    assert!(
+        wait_stopped(pid as i32, true),
+        "locksmith did not stop at the second SIGTSTP"
+    );
+    std::thread::sleep(Duration::from_millis(3000));
+    assert_eq!(
+        process_state(child),
+        Some('T'),
+        "CMD ran on while locksmith was stopped"
+    );
+    kill_group("CONT", pid);
+    let out = runner.finish();
+    common::assert_code(&out, 4);
+    assert!(process_state(child).is_none(), "CMD still runs after locksmith exited");
+    common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
+}
+
+/// A lock directory that can never be one (a path through a file) is a usage error (exit 2) at
+/// once, not a backend to wait for: `run` retried it for ever.
+#[test]
+fn a_directory_through_a_file_is_refused_at_once() {
+    for args in [
+        &["--url", "file:///etc/passwd/locks", "run", "x", "--", "true"][..],
+        &["--url", "file:///etc/passwd", "try", "x"][..],
+    ] {
+        let out = common::run(args);
+        common::assert_clean_error(&out, 2);
+        assert!(out.stderr.contains("not a directory"), "{out:?}");
+    }
+}
+
 /// `LOCKSMITH_CA` and `LOCKSMITH_PASSWORD_FILE` (meant for TLS URLs and for servers with a
 /// password) do not break the URLs whose backend takes no such option: file:// and mem:// work
 /// as without them (they were refused with exit 2: "file:// takes no ca"). `--ca` given on the

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_clean_error, assert_code, env_url, run, Backend};
+use common::{assert_clean_error, assert_code, env_url, run, unique_name, Backend, Proc};
 use locksmith::driver::{BackendUrl, LockName};
 
 struct Postgres;
@@ -128,4 +128,34 @@ fn run_holds_the_advisory_lock_of_its_key() {
         .expect("psql");
     assert_eq!(String::from_utf8_lossy(&free.stdout).trim(), "t");
     assert_clean_error(&run(&["--url", &url, "try", "jobs"]), 2);
+}
+
+/// A `try` interrupted while its attempt is in flight (SIGTERM, as `timeout 1 locksmith try N`
+/// sends when the server is slow) gives the attempt up, its clean-up runs before locksmith
+/// exits, nothing is left held, and the exit code is 143. The attempt is kept in flight by a
+/// table lock taken from `psql`. (Before, the signal's default action ended locksmith at once;
+/// PostgreSQL then dropped the attempt, whose connection closed with a reset before its `Sync`
+/// was read, so only the exit code differed here: see `cli_redis.rs` for a lock left held.)
+#[test]
+fn an_interrupted_try_leaves_nothing_held() {
+    use std::time::Duration;
+
+    let server = env_url("LOCKSMITH_TEST_POSTGRES");
+    let schema = format!("cli_try_signal_{}", std::process::id());
+    let url = format!("{server}?schema={schema}");
+    let name = unique_name("try-signal");
+    assert_code(&run(&["--url", &url, "try", &name]), 0); // the tables
+    let block = format!("BEGIN; LOCK TABLE \"{schema}\".locks IN EXCLUSIVE MODE; SELECT pg_sleep(1.5); COMMIT;");
+    let mut blocker = std::process::Command::new("psql")
+        .args(["-X", "-q", "-o", "/dev/null", &server, "-c", &block])
+        .spawn()
+        .expect("psql");
+    std::thread::sleep(Duration::from_millis(300));
+    let attempt = Proc::locksmith(&["--url", &url, "--ttl", "60s", "try", &name]);
+    std::thread::sleep(Duration::from_millis(600));
+    attempt.signal("TERM");
+    let out = attempt.finish();
+    assert!(blocker.wait().is_ok_and(|s| s.success()), "psql's table lock failed");
+    assert_code(&run(&["--url", &url, "try", &name]), 0);
+    assert_eq!(out.code, Some(143), "not the exit code of a SIGTERM: {out:?}");
 }

@@ -50,6 +50,67 @@ mod plain_layout {
     crate::cli_suite!(mutex_only RedisPlain);
 }
 
+/// A `try` interrupted between its grant and its release (SIGTERM, as `timeout 1 locksmith try N`
+/// sends) finishes the release before it exits 143: nothing is left held. (The signal's default
+/// action ended it at once, and the lock stayed held for its whole TTL.) The moment is made to
+/// last by a stdout that is a full pipe: printing the token blocks until the test reads it.
+#[test]
+fn a_try_interrupted_before_its_release_leaves_nothing_held() {
+    use std::io::{Read, Write};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::{Duration, Instant};
+
+    let url = env_url("LOCKSMITH_TEST_REDIS");
+    let name = common::unique_name("try-blocked");
+    let mut fds = [0; 2];
+    // SAFETY: pipe2(2) fills `fds` with two new descriptors, owned below.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2");
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // Fill the pipe: locksmith's first write to it blocks.
+    // SAFETY: fcntl(2) on a descriptor we own.
+    unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
+    let mut writer = std::fs::File::from(write_end.try_clone().unwrap());
+    let mut filled = 0usize;
+    while writer.write(&[b'.'; 4096]).is_ok_and(|n| n > 0) {
+        filled += 1;
+    }
+    assert!(filled > 0);
+    // SAFETY: fcntl(2) on a descriptor we own (the flag belongs to the pipe's open file, shared).
+    unsafe { libc::fcntl(fds[1], libc::F_SETFL, 0) };
+    drop(writer);
+    let mut child = common::locksmith(&["--url", &url, "--ttl", "10s", "try", &name])
+        .stdout(std::process::Stdio::from(write_end))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("locksmith");
+    // Granted, and blocked printing the token: the lock is held.
+    let end = Instant::now() + Duration::from_secs(20);
+    while common::run(&["--url", &url, "try", &name]).code != Some(1) {
+        assert!(Instant::now() < end, "the blocked try never held the lock");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(300));
+    let drain = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = std::fs::File::from(read_end).read_to_end(&mut all);
+        all
+    });
+    let status = child.wait().expect("wait");
+    let printed = drain.join().expect("drain");
+    common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
+    assert_eq!(
+        status.code(),
+        Some(143),
+        "not the exit of an interrupted try: {status:?} (signal {:?})",
+        status.signal()
+    );
+    assert!(printed.ends_with(b"\n"), "the token line was not printed");
+}
+
 /// Redis Sentinel (`LOCKSMITH_TEST_REDIS_SENTINEL`): the master its sentinels name.
 struct RedisSentinel;
 

@@ -6,7 +6,7 @@ use crate::args::ElectArgs;
 use crate::cmd::run::run_held;
 use crate::exit::Failure;
 use crate::session::Session;
-use crate::signals::Signals;
+use crate::signals::{self, Signals};
 
 /// Campaigns in the election NAME with `--value` (default `<hostname>:<pid>`), waits (within
 /// `--timeout`) until this candidate leads, then runs CMD with `LOCKSMITH_TERM`,
@@ -16,7 +16,7 @@ pub async fn elect(session: &Session, args: &ElectArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
     let locker = tokio::select! {
         locker = session.connect_waiting() => locker?,
-        sig = signals.recv() => return Ok(128 + sig as u8),
+        sig = signals.recv() => return Ok(signals::interrupted(sig)),
     };
     let value = args.value.clone().unwrap_or_else(default_value);
     let kind = LockKind::Leader { value: value.clone() };

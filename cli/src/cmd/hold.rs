@@ -21,7 +21,7 @@ pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
     let _stops_ignored = JobStopsIgnored::install();
     let locker = tokio::select! {
         locker = session.connect_waiting() => locker?,
-        sig = signals.recv() => return Ok(128 + sig as u8),
+        sig = signals.recv() => return Ok(signals::interrupted(sig)),
     };
     let guard = session
         .acquire(&locker, &args.name, args.kind.kind(), &mut signals)

@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::args::LeaderArgs;
 use crate::exit::{Failure, NOT_ACQUIRED, STDOUT_CLOSED};
 use crate::session::Session;
-use crate::signals::Signals;
+use crate::signals::{self, Signals};
 
 /// Prints the leader of NAME (value and term): exit 0, or exit 1 when nobody leads. With
 /// `--follow`, prints the leader and then every change the server pushes, until a signal (exit
@@ -18,7 +18,7 @@ pub async fn leader(session: &Session, args: &LeaderArgs) -> Result<u8, Failure>
     let mut signals = Signals::install()?;
     let locker = tokio::select! {
         locker = session.connect() => locker?,
-        sig = signals.recv() => return Ok(128 + sig as u8),
+        sig = signals.recv() => return Ok(signals::interrupted(sig)),
     };
     let election = locker.election(&args.name);
     if !args.follow {
@@ -28,7 +28,7 @@ pub async fn leader(session: &Session, args: &LeaderArgs) -> Result<u8, Failure>
     }
     let mut watch = tokio::select! {
         watch = session.within_timeout(election.observe()) => watch?,
-        sig = signals.recv() => return Ok(128 + sig as u8),
+        sig = signals.recv() => return Ok(signals::interrupted(sig)),
     };
     if !print(session, &args.name, watch.leader().as_ref()) {
         return Ok(STDOUT_CLOSED);
@@ -49,7 +49,7 @@ pub async fn leader(session: &Session, args: &LeaderArgs) -> Result<u8, Failure>
                     return Ok(STDOUT_CLOSED);
                 }
             }
-            sig = signals.recv() => return Ok(128 + sig as u8),
+            sig = signals.recv() => return Ok(signals::interrupted(sig)),
             () = &mut until => return Ok(0),
             () = &mut reader_gone => return Ok(STDOUT_CLOSED),
         }

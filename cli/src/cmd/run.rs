@@ -11,7 +11,7 @@ use crate::child::Cmd;
 use crate::exit::{Failure, LOST};
 use crate::output::human;
 use crate::session::Session;
-use crate::signals::{self, Signals};
+use crate::signals::{self, JobStop, Signals};
 
 /// How `run` ended.
 enum End {
@@ -29,7 +29,7 @@ pub async fn run(session: &Session, args: &RunArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
     let locker = tokio::select! {
         locker = session.connect_waiting() => locker?,
-        sig = signals.recv() => return Ok(128 + sig as u8),
+        sig = signals.recv() => return Ok(signals::interrupted(sig)),
     };
     let guard = session
         .acquire(&locker, &args.name, args.kind.kind(), &mut signals)
@@ -66,6 +66,19 @@ pub async fn run_held(
     grace: Duration,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
+    // Before CMD starts: a SIGTSTP from now on stops CMD's group with locksmith.
+    let mut job_stop = JobStop::install()?;
+    // A lease that ran out before CMD starts (locksmith was stopped after the grant, or the
+    // backend stopped answering): CMD must not start without the lock.
+    if !guard.is_held() {
+        let reason = guard
+            .lost_reason()
+            .map_or_else(|| "its lease ran out".to_owned(), |r| r.to_string());
+        return Err(Failure::new(
+            LOST,
+            format!("lost {name:?} before CMD could start: {reason}"),
+        ));
+    }
     let mut cmd = match Cmd::spawn(command, env, grace) {
         Ok(cmd) => cmd,
         Err(failure) => {
@@ -88,6 +101,13 @@ pub async fn run_held(
             biased;
             reason = &mut lost => break End::Lost(reason.to_string()),
             code = cmd.wait() => break End::Exited(code?),
+            () = job_stop.recv() => {
+                session.out.status(format_args!("SIGTSTP: stopping CMD's process group, then locksmith"));
+                if !cmd.stop_together(|| guard.is_held()) {
+                    let reason = guard.lost_reason().map_or_else(|| "its lease ran out".to_owned(), |r| r.to_string());
+                    break End::Lost(format!("{reason} while locksmith was stopped"));
+                }
+            }
             () = &mut kill_at, if stopping.is_some() => {
                 let sig = stopping.take().map(signals::name).unwrap_or_default();
                 session.out.status(format_args!(
@@ -147,6 +167,8 @@ pub async fn run_held(
                 .out
                 .status(format_args!("lost {name:?}: {reason}; sending SIGTERM to CMD"));
             cmd.signal(libc::SIGTERM);
+            // A group stopped with locksmith (SIGTSTP) gets the SIGTERM once continued.
+            cmd.signal(libc::SIGCONT);
             stop(session, &mut cmd, signals, grace).await;
             drop(guard); // no waiting for a release: the lock is gone already
             Err(Failure::new(

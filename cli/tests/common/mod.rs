@@ -51,6 +51,8 @@ pub fn locksmith(args: &[&str]) -> Command {
 pub struct Output {
     /// The exit code (`None` if killed by a signal).
     pub code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
     /// Standard output.
     pub stdout: String,
     /// Standard error.
@@ -202,6 +204,7 @@ impl Proc {
         stderr.extend(self.stderr.iter());
         Output {
             code: status.code(),
+            signal: std::os::unix::process::ExitStatusExt::signal(&status),
             stdout: join(&stdout),
             stderr: join(&stderr),
         }
