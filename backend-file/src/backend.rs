@@ -28,11 +28,13 @@ pub struct FileBackend {
 
 impl FileBackend {
     /// Opens the directory of a `file://` URL (creating it if needed). Errors:
-    /// [`LockError::InvalidUrl`] for a bad URL, [`LockError::Denied`] when the process may not
+    /// [`LockError::InvalidUrl`] for a bad URL or a directory that can never be one (a path
+    /// through a file, a name too long), [`LockError::Denied`] when the process may not
     /// write the directory (or it is the [`crate::default_dir`] and not this user's own),
     /// [`LockError::Unavailable`] for other file-system failures.
     pub fn connect(url: &BackendUrl) -> Result<FileBackend> {
         let config = Config::parse(url)?;
+        crate::config::check_dir(url, &config.dir)?;
         if config.private {
             private_dir::prepare(&config.dir)?;
         }

@@ -1,6 +1,6 @@
 //! The URL: `file:///absolute/dir?ttl=…&request_timeout=…`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use locksmith_core::driver::{BackendUrl, DEFAULT_REQUEST_TIMEOUT};
@@ -58,6 +58,38 @@ impl Config {
             },
         })
     }
+}
+
+/// [`locksmith_core::LockError::InvalidUrl`] when the URL's directory `dir` can never be one: a
+/// name in it too long for a file system (over 255 bytes), a NUL byte, or a part of it that
+/// exists and is not a directory (`file:///etc/passwd/locks`). Those fail the same way on every
+/// retry, so they are the URL's fault rather than the file system's for now (which would be
+/// [`locksmith_core::LockError::Unavailable`], retried by callers that wait for the backend).
+pub fn check_dir(url: &BackendUrl, dir: &Path) -> Result<()> {
+    const NAME_MAX: usize = 255;
+    for part in dir.components() {
+        let bytes = part.as_os_str().as_encoded_bytes();
+        if bytes.contains(&0) {
+            return Err(url.error("the directory's path contains a NUL byte"));
+        }
+        if bytes.len() > NAME_MAX {
+            return Err(url.error(format!(
+                "a name in the directory's path is {} bytes long; file systems take at most {NAME_MAX}",
+                bytes.len()
+            )));
+        }
+    }
+    // The deepest part of the path that exists must be a directory (links followed: /var/run).
+    if let Some(existing) = dir.ancestors().find(|p| std::fs::metadata(p).is_ok()) {
+        if !std::fs::metadata(existing).is_ok_and(|m| m.is_dir()) {
+            return Err(url.error(format!(
+                "{} is not a directory, so no lock directory can be made at {}",
+                existing.display(),
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The directory that `locksmith` uses when given no URL: `/tmp/locksmith-<uid>`. Every process
@@ -157,6 +189,34 @@ mod tests {
                 matches!(parse(bad), Err(locksmith_core::LockError::InvalidUrl { .. })),
                 "{bad} was accepted"
             );
+        }
+    }
+
+    /// A directory that can never be made is the URL's fault, not a failure worth retrying: a
+    /// caller that waits for the backend (`locksmith run`) waited for ever on
+    /// `file:///etc/passwd`.
+    #[test]
+    fn a_directory_that_cannot_be_one_is_a_bad_url() {
+        let long = "n".repeat(256);
+        for bad in [
+            "file:///etc/passwd".to_owned(),
+            "file:///etc/passwd/locks".to_owned(),
+            format!("file:///tmp/{long}"),
+            "file:///tmp/a%00b".to_owned(),
+        ] {
+            let url = BackendUrl::parse(&bad).unwrap();
+            let Ok(config) = Config::parse(&url) else { continue };
+            assert!(
+                matches!(
+                    check_dir(&url, &config.dir),
+                    Err(locksmith_core::LockError::InvalidUrl { .. })
+                ),
+                "{bad} was accepted"
+            );
+        }
+        for good in ["file:///tmp/locksmith-check-dir/a/b", "file:///tmp"] {
+            let url = BackendUrl::parse(good).unwrap();
+            check_dir(&url, &parse(good).unwrap().dir).unwrap();
         }
     }
 }

@@ -194,3 +194,65 @@ async fn a_withdrawal_that_could_not_write_is_finished_by_the_heartbeat() {
     free_within_15_ttls(&c, &name, short, "the withdrawn waiter's entry").await;
     keep.release().await.unwrap();
 }
+
+/// The names in directory `dir`.
+fn names(dir: &std::path::Path) -> std::collections::HashSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect()
+}
+
+/// A locker whose liveness file was removed behind its back (`rm .owners/*`, a clean-up of old
+/// files in `/tmp`) makes it again before its next step, so the next lock it takes is its own.
+/// (Every other process found it dead from then on, for as long as it lived, and took every lock
+/// it was granted.) A lock it held meanwhile was the operator's damage: another process may take
+/// it, and the holder is told at its next renewal, as when a state file is changed by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_liveness_file_removed_behind_a_lockers_back_is_made_again() {
+    let h = FileHarness::new();
+    let owners = h.dir.join(".owners");
+    let before = names(&owners);
+    let a = h.locker().await;
+    let a_id = names(&owners)
+        .difference(&before)
+        .next()
+        .cloned()
+        .expect("A's liveness file");
+    let b = h.locker().await;
+    let base = locksmith_core::conformance::unique_name("relink");
+    let ttl = Duration::from_millis(600);
+    let held = a.lock(format!("{base}/held")).ttl(ttl).acquire().await.unwrap();
+    std::fs::remove_file(owners.join(&a_id)).unwrap();
+
+    // The damage: B may find A dead and take the lock A held; then A is told at its next
+    // renewal, which makes A's liveness file again.
+    let taken = b.lock(format!("{base}/held")).ttl(ttl).try_acquire().await.unwrap();
+    if taken.is_some() {
+        tokio::time::timeout(ttl * 3, held.lost())
+            .await
+            .expect("A was not told that it lost the lock");
+    }
+    let end = tokio::time::Instant::now() + ttl * 3;
+    while !owners.join(&a_id).exists() {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "A's renewal did not make its liveness file again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop((held, taken));
+
+    // Removed again while A is idle (B's process has seen it go): A's next lock is its own.
+    std::fs::remove_file(owners.join(&a_id)).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let next = a.lock(format!("{base}/next")).ttl(ttl).acquire().await.unwrap();
+    let contender = b.lock(format!("{base}/next")).ttl(ttl).try_acquire().await.unwrap();
+    assert!(
+        contender.is_none(),
+        "B took the lock A was granted after its liveness file was removed"
+    );
+    assert!(next.is_held());
+    next.release().await.unwrap();
+}

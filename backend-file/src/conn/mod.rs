@@ -133,12 +133,18 @@ impl Dir {
     /// heartbeat), even though its entry is still in the file: it is marked lost, and its next
     /// renewal says `NotHeld`.
     pub fn beat(&self) -> Result<Vec<(String, LockFile)>> {
-        let previous = {
-            let owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
-            let owner = owner.as_ref().ok_or(LockError::Closed)?;
+        let (previous, made_again) = {
+            let mut owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
+            let owner = owner.as_mut().ok_or(LockError::Closed)?;
             let now = Now::read().boot_ns;
-            owner.beat(now)?;
-            self.beat_ns.swap(now, Ordering::AcqRel)
+            let made_again = owner.removed();
+            if made_again {
+                tracing::warn!(owner = %owner.id, "file backend: this locker's liveness file was removed behind its back; made again");
+                owner.make_again(now)?;
+            } else {
+                owner.beat(now)?;
+            }
+            (self.beat_ns.swap(now, Ordering::AcqRel), made_again)
         };
         let written = Now::read().boot_ns;
         let now = Instant::now();
@@ -146,6 +152,11 @@ impl Dir {
         for h in held.values_mut() {
             let expired_at = h.since_ns.max(previous).saturating_add(duration_ns(h.ttl));
             h.lost |= expired_at <= written;
+            if made_again {
+                // Other processes found this locker dead meanwhile, and may have dropped its
+                // entries: the renewal reads each state file to see.
+                h.checked = None;
+            }
         }
         let abandoned: Vec<String> = held
             .iter()
@@ -156,6 +167,30 @@ impl Dir {
             .into_iter()
             .filter_map(|id| held.remove(&id).map(|h| (id, h.file)))
             .collect())
+    }
+
+    /// Makes this locker's liveness file again if it was removed behind its back (see
+    /// [`Owner::removed`]), before a step: until then every other process finds this locker
+    /// dead, and would take a lock it is granted. The held leases' state files are read at their
+    /// next renewal, which tells those another process took meanwhile that they are lost.
+    pub fn keep_owner(&self) -> Result<()> {
+        let made_again = {
+            let mut owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
+            match owner.as_mut() {
+                Some(owner) if owner.removed() => {
+                    tracing::warn!(owner = %owner.id, "file backend: this locker's liveness file was removed behind its back; made again");
+                    owner.make_again(self.beat_ns.load(Ordering::Acquire))?;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if made_again {
+            for h in self.held.lock().unwrap_or_else(|e| e.into_inner()).values_mut() {
+                h.checked = None;
+            }
+        }
+        Ok(())
     }
 
     /// Records a lease granted to this locker: entry `id` of `file`, granted at `since_ns`

@@ -35,28 +35,36 @@ pub(crate) struct Owner {
 
 impl Owner {
     /// Creates and locks a new liveness file in `owners` (the `.owners` directory), with its first
-    /// heartbeat `beat_ns`. It is written and locked under a temporary name and then renamed into
-    /// place, so no other process ever sees it unlocked (which would make it dead).
+    /// heartbeat `beat_ns`.
     pub fn create(owners: &Path, beat_ns: u64) -> Result<Owner> {
         let id = format!("{:032x}", rand::random::<u128>());
-        let (temp, path) = (owners.join(format!(".{id}.tmp")), owners.join(&id));
-        let file = safe_open::options()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&temp)
-            .map_err(|e| open_error("cannot create the liveness file", &temp, e))?;
-        flock(&file, FlockOperation::NonBlockingLockExclusive)
-            .map_err(|e| errno_error("cannot lock the liveness file", &temp, e))?;
-        let mut owner = Owner {
+        let path = owners.join(&id);
+        let file = make_file(owners, &id, beat_ns)?;
+        Ok(Owner {
             id,
-            path: temp,
+            path,
             file: Some(file),
-        };
-        owner.beat(beat_ns)?;
-        std::fs::rename(&owner.path, &path).map_err(|e| io_error("cannot create the liveness file", &path, e))?;
-        owner.path = path;
-        Ok(owner)
+        })
+    }
+
+    /// Whether the liveness file was removed behind this owner's back (`rm .owners/*`, a clean-up
+    /// of old files): its open file has no name left, and every other process finds this locker
+    /// dead. (The heartbeat, written through the open file, would go on succeeding.)
+    pub fn removed(&self) -> bool {
+        self.file
+            .as_ref()
+            .is_some_and(|file| rustix::fs::fstat(file).is_ok_and(|st| st.st_nlink == 0))
+    }
+
+    /// Makes the liveness file again, under the same id, with heartbeat `beat_ns` (after
+    /// [`Owner::removed`]). Not the directories: a lock directory removed with everything in it
+    /// is not made again under a locker that watches the old one (its wake-ups would never come);
+    /// that locker's steps and renewals fail instead.
+    pub fn make_again(&mut self, beat_ns: u64) -> Result<()> {
+        let owners = self.path.parent().unwrap_or(Path::new("/"));
+        // The old file (no name left) is closed once the new one is in place.
+        self.file = Some(make_file(owners, &self.id, beat_ns)?);
+        Ok(())
     }
 
     /// Writes the heartbeat `beat_ns` (8 bytes in place: no rename, no sync).
@@ -65,6 +73,33 @@ impl Owner {
         file.write_all_at(&beat_ns.to_le_bytes(), 0)
             .map_err(|e| io_error("cannot write the heartbeat to", &self.path, e))
     }
+}
+
+/// Creates the liveness file `id` in `owners`, locked, with heartbeat `beat_ns`. It is written and
+/// locked under a temporary name and then renamed into place, so no other process ever sees it
+/// unlocked (which would make it dead).
+fn make_file(owners: &Path, id: &str, beat_ns: u64) -> Result<File> {
+    let (temp, path) = (owners.join(format!(".{id}.tmp")), owners.join(id));
+    let file = safe_open::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&temp)
+        .map_err(|e| open_error("cannot create the liveness file", &temp, e))?;
+    let made = flock(&file, FlockOperation::NonBlockingLockExclusive)
+        .map_err(|e| errno_error("cannot lock the liveness file", &temp, e))
+        .and_then(|()| {
+            file.write_all_at(&beat_ns.to_le_bytes(), 0)
+                .map_err(|e| io_error("cannot write the heartbeat to", &temp, e))
+        })
+        .and_then(|()| {
+            std::fs::rename(&temp, &path).map_err(|e| io_error("cannot create the liveness file", &path, e))
+        });
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    Ok(file)
 }
 
 impl Drop for Owner {

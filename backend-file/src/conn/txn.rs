@@ -26,8 +26,10 @@ use crate::safe_open;
 impl Dir {
     /// Runs `step` on the state of `file` under its lock (blocking: call it from a blocking
     /// thread), and writes back what it changed, also when it fails. A change is counted at once
-    /// (`Hub::changed`), before the kernel reports it.
+    /// (`Hub::changed`), before the kernel reports it. This locker's liveness file is made again
+    /// first if it was removed behind its back ([`Dir::keep_owner`]).
     pub fn transact<R>(&self, file: &LockFile, step: impl FnOnce(&mut State, Now) -> Result<R>) -> Result<R> {
+        self.keep_owner()?;
         let _locked = self.lock(file)?;
         let now = Now::read();
         let original = self.load(file)?;
