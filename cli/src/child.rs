@@ -175,6 +175,15 @@ impl Cmd {
         }
     }
 
+    /// Forwards `sig` to CMD's process group, then SIGCONT, as a shell's `kill` does to a stopped
+    /// job: a CMD stopped meanwhile (Ctrl-Z on its terminal, or SIGTTIN at a read of the terminal
+    /// it was not given) handles the signal now rather than when someone continues it (a
+    /// forwarded SIGTERM waited for `--grace` and ended in SIGKILL).
+    pub fn forward(&self, sig: i32) {
+        self.signal(sig);
+        self.signal(libc::SIGCONT);
+    }
+
     /// Stops CMD's process group (SIGSTOP, which nothing in it can ignore), then locksmith itself,
     /// as a job's SIGTSTP would stop a pipeline; returns once locksmith is continued. Then, if
     /// `still_held()`, continues the group (and lends it the terminal again if it had it and

@@ -483,6 +483,24 @@ fn a_job_stop_stops_cmd_with_locksmith() {
     common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
 }
 
+/// A signal forwarded to a CMD that is stopped (here it stops itself, as a read of a terminal it
+/// was not given stops it, or Ctrl-Z on a terminal it was given) reaches it at once: SIGCONT
+/// follows it, as a shell's `kill` does for a stopped job. (It waited for `--grace`, and then
+/// SIGKILL ended CMD without its clean-up: exit 137.)
+#[test]
+fn a_forwarded_signal_reaches_a_stopped_cmd() {
+    let name = unique_name("stopped-cmd");
+    let url = Files.url();
+    let script = r#"trap 'echo forwarded; exit 5' TERM; echo $$; kill -STOP $$; while :; do sleep 0.1; done"#;
+    let mut runner = Proc::locksmith(&["--url", &url, "run", &name, "--grace", "2s", "--", "sh", "-c", script]);
+    let child: i32 = runner.next_line().parse().expect("CMD's pid");
+    assert!(wait_stopped(child, true), "CMD did not stop itself");
+    runner.signal("TERM");
+    assert_eq!(runner.next_line(), "forwarded");
+    common::assert_code(&runner.finish(), 5);
+    common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
+}
+
 /// A lock directory that can never be one (a path through a file) is a usage error (exit 2) at
 /// once, not a backend to wait for: `run` retried it for ever.
 #[test]

@@ -130,13 +130,13 @@ pub async fn run_held(
                         signals::name(sig),
                         human(grace)
                     ));
-                    cmd.signal(sig);
+                    cmd.forward(sig);
                     stopping = Some(sig);
                     kill_at.as_mut().reset(tokio::time::Instant::now() + grace);
                 }
                 (_, false) => {
                     session.out.status(format_args!("forwarding {} to CMD", signals::name(sig)));
-                    cmd.signal(sig);
+                    cmd.forward(sig);
                 }
             },
         }
@@ -204,7 +204,7 @@ async fn stop(session: &Session, cmd: &mut Cmd, signals: &mut Signals, grace: Du
                     session.out.status(format_args!("{}: sending SIGKILL to CMD", signals::name(sig)));
                     break;
                 }
-                cmd.signal(sig);
+                cmd.forward(sig);
             }
         }
     }
@@ -247,7 +247,7 @@ async fn finish_group(
                     ));
                     break;
                 }
-                cmd.signal(got);
+                cmd.forward(got);
             }
         }
     }
