@@ -61,8 +61,8 @@ impl Config {
 }
 
 /// [`locksmith_core::LockError::InvalidUrl`] when the URL's directory `dir` can never be one: a
-/// name in it too long for a file system (over 255 bytes), a NUL byte, or a part of it that
-/// exists and is not a directory (`file:///etc/passwd/locks`). Those fail the same way on every
+/// name in it too long for a file system (over 255 bytes), a path too long, a NUL byte, a loop
+/// of links, or a part of it that exists and is not a directory (`file:///etc/passwd/locks`). Those fail the same way on every
 /// retry, so they are the URL's fault rather than the file system's for now (which would be
 /// [`locksmith_core::LockError::Unavailable`], retried by callers that wait for the backend).
 pub fn check_dir(url: &BackendUrl, dir: &Path) -> Result<()> {
@@ -77,6 +77,14 @@ pub fn check_dir(url: &BackendUrl, dir: &Path) -> Result<()> {
                 "a name in the directory's path is {} bytes long; file systems take at most {NAME_MAX}",
                 bytes.len()
             )));
+        }
+    }
+    // A path through a file or too long (`/etc/passwd/.`, whose ancestors skip `/etc/passwd`).
+    if let Err(e) = std::fs::metadata(dir) {
+        use rustix::io::Errno;
+        let never = [Errno::NOTDIR, Errno::NAMETOOLONG, Errno::LOOP].map(Errno::raw_os_error);
+        if e.raw_os_error().is_some_and(|code| never.contains(&code)) {
+            return Err(url.error(format!("no lock directory can be made at {}: {e}", dir.display())));
         }
     }
     // The deepest part of the path that exists must be a directory (links followed: /var/run).
@@ -203,6 +211,9 @@ mod tests {
             "file:///etc/passwd/locks".to_owned(),
             format!("file:///tmp/{long}"),
             "file:///tmp/a%00b".to_owned(),
+            "file:///etc/passwd/.".to_owned(),
+            "file:///etc/passwd%2F".to_owned(),
+            format!("file:///tmp/{}", ["d"; 3000].join("/")),
         ] {
             let url = BackendUrl::parse(&bad).unwrap();
             let Ok(config) = Config::parse(&url) else { continue };

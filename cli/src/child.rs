@@ -184,12 +184,17 @@ impl Cmd {
         self.signal(libc::SIGCONT);
     }
 
-    /// Stops CMD's process group (SIGSTOP, which nothing in it can ignore), then locksmith itself,
-    /// as a job's SIGTSTP would stop a pipeline; returns once locksmith is continued. Then, if
+    /// Stops CMD's process group (SIGTSTP, then SIGSTOP, which nothing in it can ignore), then
+    /// locksmith itself, as a job's SIGTSTP would stop a pipeline; returns once locksmith is
+    /// continued, or at once in an orphaned process group, where the kernel discards job stops
+    /// (see [`signals::stop_self`]). Then, if
     /// `still_held()`, continues the group (and lends it the terminal again if it had it and
     /// locksmith's group got it back) and returns true; if not (the lease ran out meanwhile: a
     /// stopped locksmith renews nothing), leaves the group stopped and returns false.
     pub fn stop_together(&mut self, still_held: impl FnOnce() -> bool) -> bool {
+        // SIGTSTP first, for what passes a stop on to work outside the group (sudo's pty, a
+        // pager restoring the terminal), then SIGSTOP, which nothing can ignore.
+        self.signal(libc::SIGTSTP);
         self.signal(libc::SIGSTOP);
         signals::stop_self();
         if !still_held() {

@@ -8,32 +8,61 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::exit::{Failure, UNAVAILABLE};
 
-/// Handlers for the terminating signals.
+/// Handlers for the terminating signals. A signal that was ignored when locksmith started
+/// (`nohup` ignores SIGHUP; a non-interactive shell's background job, SIGINT) stays ignored: no
+/// handler is installed for it, so that it neither ends a wait nor is lost to CMD, which inherits
+/// it ignored.
 pub struct Signals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
+    int: Option<Signal>,
+    term: Option<Signal>,
+    hup: Option<Signal>,
+}
+
+/// A handler for `sig` unless it is ignored now.
+fn handler(sig: i32) -> Result<Option<Signal>, Failure> {
+    if ignored(sig) {
+        return Ok(None);
+    }
+    signal(SignalKind::from_raw(sig))
+        .map(Some)
+        .map_err(|e| Failure::new(UNAVAILABLE, format!("cannot install a signal handler: {e}")))
+}
+
+/// Whether `sig`'s disposition is "ignore" (what locksmith's caller set; never one of ours).
+fn ignored(sig: i32) -> bool {
+    // SAFETY: sigaction(2) that only reads the disposition into a zero-initialised structure.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut current) == 0 && current.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Waits for the next delivery of `signal`; never, without a handler.
+async fn next(signal: &mut Option<Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 impl Signals {
-    /// Installs the handlers.
+    /// Installs the handlers (not for a signal that is ignored).
     pub fn install() -> Result<Self, Failure> {
-        let install = |kind: SignalKind| {
-            signal(kind).map_err(|e| Failure::new(UNAVAILABLE, format!("cannot install a signal handler: {e}")))
-        };
         Ok(Signals {
-            int: install(SignalKind::interrupt())?,
-            term: install(SignalKind::terminate())?,
-            hup: install(SignalKind::hangup())?,
+            int: handler(libc::SIGINT)?,
+            term: handler(libc::SIGTERM)?,
+            hup: handler(libc::SIGHUP)?,
         })
     }
 
     /// The number of the next signal received.
     pub async fn recv(&mut self) -> i32 {
         tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
+            () = next(&mut self.int) => libc::SIGINT,
+            () = next(&mut self.term) => libc::SIGTERM,
+            () = next(&mut self.hup) => libc::SIGHUP,
         }
     }
 }
@@ -41,29 +70,57 @@ impl Signals {
 /// A handler for SIGTSTP (the terminal's Ctrl-Z when locksmith's group has the terminal, or a
 /// `kill -TSTP`), installed while CMD runs: locksmith must not stop alone, since a stopped
 /// locksmith renews nothing while CMD would run on in its own process group. Once installed,
-/// SIGTSTP no longer stops locksmith by itself: see [`stop_self`].
-pub struct JobStop(Signal);
+/// SIGTSTP no longer stops locksmith by itself: see [`stop_self`]. Not installed if SIGTSTP was
+/// ignored when locksmith started (CMD then inherits it ignored too).
+pub struct JobStop(Option<Signal>);
 
 impl JobStop {
-    /// Installs the handler.
+    /// Installs the handler (unless SIGTSTP is ignored).
     pub fn install() -> Result<Self, Failure> {
-        signal(SignalKind::from_raw(libc::SIGTSTP))
-            .map(JobStop)
-            .map_err(|e| Failure::new(UNAVAILABLE, format!("cannot install a signal handler: {e}")))
+        handler(libc::SIGTSTP).map(JobStop)
     }
 
     /// Waits for the next SIGTSTP.
     pub async fn recv(&mut self) {
-        self.0.recv().await;
+        next(&mut self.0).await;
+    }
+
+    /// Forgets the SIGTSTPs received so far (a second Ctrl-Z that came before locksmith
+    /// stopped, which would stop it again once continued).
+    pub fn drain(&mut self) {
+        let Some(signal) = self.0.as_mut() else { return };
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        while signal.poll_recv(&mut cx).is_ready() {}
     }
 }
 
-/// Stops this process as SIGTSTP's default action would (SIGSTOP, which cannot be caught), and
-/// returns once it is continued (`fg`, `bg`, SIGCONT).
+/// Stops this process as SIGTSTP's default action does, and returns once it is continued (`fg`,
+/// `bg`, SIGCONT), or at once where the kernel discards a job stop: in an orphaned process group
+/// (`setsid`, a parent shell gone), which nothing would ever continue. SIGTSTP is raised with its
+/// default action for the moment, and the handler is put back after. (Nothing is written here:
+/// stderr may be a full pipe whose reader is stopped too.)
 pub fn stop_self() {
-    let _ = std::io::Write::flush(&mut std::io::stderr());
-    // SAFETY: raise(3) with a valid signal number; no memory is involved.
-    unsafe { libc::raise(libc::SIGSTOP) };
+    // SAFETY: sigaction(2), pthread_sigmask(3) and raise(3) with valid, zero-initialised
+    // structures; the saved disposition is put back as it was read.
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut default.sa_mask);
+        let mut saved: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGTSTP, &default, &mut saved) != 0 {
+            libc::raise(libc::SIGSTOP);
+            return;
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTSTP);
+        let mut old_mask: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, &mut old_mask);
+        libc::raise(libc::SIGTSTP);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
+        libc::sigaction(libc::SIGTSTP, &saved, std::ptr::null_mut());
+    }
 }
 
 /// The signal that ended locksmith's own wait or work ([`interrupted`]); 0 if none did.

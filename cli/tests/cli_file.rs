@@ -501,6 +501,81 @@ fn a_forwarded_signal_reaches_a_stopped_cmd() {
     common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
 }
 
+/// A job stop in an orphaned process group (`setsid`, a parent shell gone) is discarded, as the
+/// kernel discards it for any process there: nothing would ever continue a stopped locksmith.
+/// CMD's group is continued, and the lock stays held. (A first version of the SIGTSTP handling
+/// stopped both for good.)
+#[test]
+fn a_job_stop_in_an_orphaned_group_stops_nothing() {
+    use std::os::unix::process::CommandExt;
+    use std::time::Duration;
+
+    let name = unique_name("tstp-orphan");
+    let url = Files.url();
+    let script = r#"echo $$; exec sleep 30"#;
+    let mut cmd = locksmith(&["--url", &url, "run", &name, "--", "sh", "-c", script]);
+    // SAFETY: setsid(2) is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut runner = Proc::spawn(cmd);
+    let child: i32 = runner.next_line().parse().expect("CMD's pid");
+    let pid = runner.pid() as i32;
+    runner.signal("TSTP");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_ne!(process_state(pid), Some('T'), "locksmith stopped in an orphaned group");
+    assert!(wait_stopped(child, false), "CMD was left stopped");
+    common::assert_code(&common::run(&["--url", &url, "try", &name]), 1);
+    runner.signal("TERM");
+    runner.finish();
+    common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
+}
+
+/// Signals ignored by locksmith's caller stay ignored (`nohup` ignores SIGHUP): a SIGHUP neither
+/// ends `hold` nor is lost to CMD, which inherits it ignored. (A handler replaced the
+/// disposition: `hold` released at SIGHUP, and CMD got SIGHUP's default action back.)
+#[test]
+fn signals_ignored_by_the_caller_stay_ignored() {
+    use std::os::unix::process::CommandExt;
+    use std::time::Duration;
+
+    let ignore_hup = |cmd: &mut std::process::Command| {
+        // SAFETY: signal(2) is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    };
+    let name = unique_name("nohup");
+    let url = Files.url();
+    let mut cmd = locksmith(&["--url", &url, "hold", &name]);
+    ignore_hup(&mut cmd);
+    let mut holder = Proc::spawn(cmd);
+    common::token(&holder.next_line());
+    holder.signal("HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(holder.running(), "hold ended at a SIGHUP its caller ignores");
+    common::assert_code(&common::run(&["--url", &url, "try", &name]), 1);
+    holder.signal("TERM");
+    common::assert_code(&holder.finish(), 0);
+
+    let mut cmd = locksmith(&["--url", &url, "run", &name, "--", "grep", "SigIgn", "/proc/self/status"]);
+    ignore_hup(&mut cmd);
+    let out = Proc::spawn(cmd).finish();
+    common::assert_code(&out, 0);
+    let mask = u64::from_str_radix(out.stdout.trim().trim_start_matches("SigIgn:").trim(), 16).expect("SigIgn");
+    assert_ne!(
+        mask & 1 << (libc::SIGHUP - 1),
+        0,
+        "CMD lost the ignored SIGHUP: {out:?}"
+    );
+}
+
 /// A lock directory that can never be one (a path through a file) is a usage error (exit 2) at
 /// once, not a backend to wait for: `run` retried it for ever.
 #[test]
@@ -511,7 +586,7 @@ fn a_directory_through_a_file_is_refused_at_once() {
     ] {
         let out = common::run(args);
         common::assert_clean_error(&out, 2);
-        assert!(out.stderr.contains("not a directory"), "{out:?}");
+        assert!(out.stderr.to_lowercase().contains("not a directory"), "{out:?}");
     }
 }
 

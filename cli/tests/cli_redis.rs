@@ -85,9 +85,13 @@ fn a_try_interrupted_before_its_release_leaves_nothing_held() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("locksmith");
-    // Granted, and blocked printing the token: the lock is held.
+    // Granted, and blocked printing the token: the lock is held (looked at with `inspect`, which
+    // takes nothing: a probing `try` could hold the lock at the moment of the attempt).
     let end = Instant::now() + Duration::from_secs(20);
-    while common::run(&["--url", &url, "try", &name]).code != Some(1) {
+    while !common::run(&["--url", &url, "inspect", &name])
+        .stdout
+        .contains("held: yes")
+    {
         assert!(Instant::now() < end, "the blocked try never held the lock");
         std::thread::sleep(Duration::from_millis(50));
     }

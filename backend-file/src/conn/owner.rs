@@ -80,6 +80,8 @@ impl Owner {
 /// unlocked (which would make it dead).
 fn make_file(owners: &Path, id: &str, beat_ns: u64) -> Result<File> {
     let (temp, path) = (owners.join(format!(".{id}.tmp")), owners.join(id));
+    // Left by an attempt of this owner that failed half-way (the id is ours alone).
+    let _ = std::fs::remove_file(&temp);
     let file = safe_open::options()
         .write(true)
         .create_new(true)

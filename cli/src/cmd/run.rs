@@ -102,11 +102,15 @@ pub async fn run_held(
             reason = &mut lost => break End::Lost(reason.to_string()),
             code = cmd.wait() => break End::Exited(code?),
             () = job_stop.recv() => {
-                session.out.status(format_args!("SIGTSTP: stopping CMD's process group, then locksmith"));
-                if !cmd.stop_together(|| guard.is_held()) {
+                // Nothing is written before the stop: stderr may be a full pipe whose reader
+                // (`| less`) was stopped by the same Ctrl-Z.
+                let held = cmd.stop_together(|| guard.is_held());
+                job_stop.drain();
+                if !held {
                     let reason = guard.lost_reason().map_or_else(|| "its lease ran out".to_owned(), |r| r.to_string());
                     break End::Lost(format!("{reason} while locksmith was stopped"));
                 }
+                session.out.status(format_args!("continued after SIGTSTP (CMD's process group was stopped too)"));
             }
             () = &mut kill_at, if stopping.is_some() => {
                 let sig = stopping.take().map(signals::name).unwrap_or_default();
