@@ -446,7 +446,8 @@ fn a_job_stop_stops_cmd_with_locksmith() {
     let name = unique_name("tstp");
     let url = Files.url();
     let script = r#"echo $$; echo ready; exec sleep 30"#;
-    let mut cmd = locksmith(&["--url", &url, "--ttl", "2s", "run", &name, "--", "sh", "-c", script]);
+    // 4 s: the first stop, continued at once, must stay well within the lease on a busy machine.
+    let mut cmd = locksmith(&["--url", &url, "--ttl", "4s", "run", &name, "--", "sh", "-c", script]);
     // A group of its own, as a shell's job: the test's `kill -TSTP -- -pid` is the shell's Ctrl-Z.
     cmd.process_group(0);
     let mut runner = Proc::spawn(cmd);
@@ -470,7 +471,7 @@ fn a_job_stop_stops_cmd_with_locksmith() {
         wait_stopped(pid as i32, true),
         "locksmith did not stop at the second SIGTSTP"
     );
-    std::thread::sleep(Duration::from_millis(3000));
+    std::thread::sleep(Duration::from_millis(5000));
     assert_eq!(
         process_state(child),
         Some('T'),
