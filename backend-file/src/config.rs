@@ -62,9 +62,10 @@ impl Config {
 
 /// [`locksmith_core::LockError::InvalidUrl`] when the URL's directory `dir` can never be one: a
 /// name in it too long for a file system (over 255 bytes), a path too long, a NUL byte, a loop
-/// of links, or a part of it that exists and is not a directory (`file:///etc/passwd/locks`). Those fail the same way on every
-/// retry, so they are the URL's fault rather than the file system's for now (which would be
-/// [`locksmith_core::LockError::Unavailable`], retried by callers that wait for the backend).
+/// of links, or a part of it that exists and is not a directory (`file:///etc/passwd/locks`).
+/// Those fail the same way on every retry, so they are the URL's fault rather than the file
+/// system's for now (which would be [`locksmith_core::LockError::Unavailable`], retried by
+/// callers that wait for the backend).
 pub fn check_dir(url: &BackendUrl, dir: &Path) -> Result<()> {
     const NAME_MAX: usize = 255;
     for part in dir.components() {
@@ -79,22 +80,25 @@ pub fn check_dir(url: &BackendUrl, dir: &Path) -> Result<()> {
             )));
         }
     }
-    // A path through a file or too long (`/etc/passwd/.`, whose ancestors skip `/etc/passwd`).
-    if let Err(e) = std::fs::metadata(dir) {
-        use rustix::io::Errno;
-        let never = [Errno::NOTDIR, Errno::NAMETOOLONG, Errno::LOOP].map(Errno::raw_os_error);
-        if e.raw_os_error().is_some_and(|code| never.contains(&code)) {
-            return Err(url.error(format!("no lock directory can be made at {}: {e}", dir.display())));
-        }
-    }
     // The deepest part of the path that exists must be a directory (links followed: /var/run).
-    if let Some(existing) = dir.ancestors().find(|p| std::fs::metadata(p).is_ok()) {
-        if !std::fs::metadata(existing).is_ok_and(|m| m.is_dir()) {
-            return Err(url.error(format!(
-                "{} is not a directory, so no lock directory can be made at {}",
-                existing.display(),
-                dir.display()
-            )));
+    // A path through a file, too long or looping fails at once (`/etc/passwd/.`, whose ancestors
+    // skip `/etc/passwd`).
+    use rustix::io::Errno;
+    let never = [Errno::NOTDIR, Errno::NAMETOOLONG, Errno::LOOP].map(Errno::raw_os_error);
+    for existing in dir.ancestors() {
+        match std::fs::metadata(existing) {
+            Ok(meta) if meta.is_dir() => break,
+            Ok(_) => {
+                return Err(url.error(format!(
+                    "{} is not a directory, so no lock directory can be made at {}",
+                    existing.display(),
+                    dir.display()
+                )))
+            }
+            Err(e) if e.raw_os_error().is_some_and(|code| never.contains(&code)) => {
+                return Err(url.error(format!("no lock directory can be made at {}: {e}", dir.display())));
+            }
+            Err(_) => {}
         }
     }
     Ok(())

@@ -133,18 +133,13 @@ impl Dir {
     /// heartbeat), even though its entry is still in the file: it is marked lost, and its next
     /// renewal says `NotHeld`.
     pub fn beat(&self) -> Result<Vec<(String, LockFile)>> {
-        let (previous, made_again) = {
-            let mut owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
-            let owner = owner.as_mut().ok_or(LockError::Closed)?;
+        self.keep_owner()?;
+        let previous = {
+            let owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
+            let owner = owner.as_ref().ok_or(LockError::Closed)?;
             let now = Now::read().boot_ns;
-            let made_again = owner.removed();
-            if made_again {
-                tracing::warn!(owner = %owner.id, "file backend: this locker's liveness file was removed behind its back; made again");
-                owner.make_again(now)?;
-            } else {
-                owner.beat(now)?;
-            }
-            (self.beat_ns.swap(now, Ordering::AcqRel), made_again)
+            owner.beat(now)?;
+            self.beat_ns.swap(now, Ordering::AcqRel)
         };
         let written = Now::read().boot_ns;
         let now = Instant::now();
@@ -152,11 +147,6 @@ impl Dir {
         for h in held.values_mut() {
             let expired_at = h.since_ns.max(previous).saturating_add(duration_ns(h.ttl));
             h.lost |= expired_at <= written;
-            if made_again {
-                // Other processes found this locker dead meanwhile, and may have dropped its
-                // entries: the renewal reads each state file to see.
-                h.checked = None;
-            }
         }
         let abandoned: Vec<String> = held
             .iter()
@@ -170,9 +160,10 @@ impl Dir {
     }
 
     /// Makes this locker's liveness file again if it was removed behind its back (see
-    /// [`Owner::removed`]), before a step: until then every other process finds this locker
-    /// dead, and would take a lock it is granted. The held leases' state files are read at their
-    /// next renewal, which tells those another process took meanwhile that they are lost.
+    /// [`Owner::removed`]), before each step and heartbeat: until then every other process finds
+    /// this locker dead, and would take a lock it is granted. The held leases' state files are
+    /// read at their next renewal, which tells those another process took meanwhile that they
+    /// are lost.
     pub fn keep_owner(&self) -> Result<()> {
         let made_again = {
             let mut owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
