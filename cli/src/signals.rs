@@ -101,26 +101,62 @@ impl JobStop {
 /// default action for the moment, and the handler is put back after. (Nothing is written here:
 /// stderr may be a full pipe whose reader is stopped too.)
 pub fn stop_self() {
-    // SAFETY: sigaction(2), pthread_sigmask(3) and raise(3) with valid, zero-initialised
-    // structures; the saved disposition is put back as it was read.
+    if !raise_by_default(libc::SIGTSTP) {
+        // SAFETY: raise(3) with a valid signal number; no memory is involved.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
+}
+
+/// Raises `sig` on this thread with its default action (unblocked) for the moment, and puts
+/// the disposition and the thread's signal mask back if the call returns (the signal did not end
+/// the process, or it was continued after a stop). `false`, with nothing raised, if the default
+/// action could not be set.
+fn raise_by_default(sig: i32) -> bool {
+    let Some(saved) = set_disposition(sig, libc::SIG_DFL) else {
+        return false;
+    };
+    let old_mask = change_mask(libc::SIG_UNBLOCK, sig);
+    // SAFETY: raise(3) and sigaction(2) with a valid signal and the disposition read above.
     unsafe {
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        libc::sigemptyset(&mut default.sa_mask);
-        let mut saved: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGTSTP, &default, &mut saved) != 0 {
-            libc::raise(libc::SIGSTOP);
-            return;
-        }
+        libc::raise(sig);
+        restore_mask(&old_mask);
+        libc::sigaction(sig, &saved, std::ptr::null_mut());
+    }
+    true
+}
+
+/// Sets `sig`'s disposition to `action` (`SIG_IGN`, `SIG_DFL`) for the whole process; returns the
+/// one it replaced, or `None` (unchanged) if it cannot be set. Async-signal-safe (CMD's process
+/// calls it between fork and exec).
+pub fn set_disposition(sig: i32, action: libc::sighandler_t) -> Option<libc::sigaction> {
+    // SAFETY: sigaction(2) with valid, zero-initialised structures.
+    unsafe {
+        let mut new: libc::sigaction = std::mem::zeroed();
+        new.sa_sigaction = action;
+        libc::sigemptyset(&mut new.sa_mask);
+        let mut old: libc::sigaction = std::mem::zeroed();
+        (libc::sigaction(sig, &new, &mut old) == 0).then_some(old)
+    }
+}
+
+/// Blocks or unblocks `sig` (`how`: `SIG_BLOCK`, `SIG_UNBLOCK`) for this thread; returns the
+/// mask it replaced, for [`restore_mask`]. Async-signal-safe.
+pub fn change_mask(how: i32, sig: i32) -> libc::sigset_t {
+    // SAFETY: sigset and pthread_sigmask(3) calls on valid, zero-initialised structures.
+    unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTSTP);
-        let mut old_mask: libc::sigset_t = std::mem::zeroed();
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, &mut old_mask);
-        libc::raise(libc::SIGTSTP);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
-        libc::sigaction(libc::SIGTSTP, &saved, std::ptr::null_mut());
+        libc::sigaddset(&mut set, sig);
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(how, &set, &mut old);
+        old
     }
+}
+
+/// Puts back a signal mask that [`change_mask`] replaced. Async-signal-safe.
+pub fn restore_mask(old: &libc::sigset_t) {
+    // SAFETY: pthread_sigmask(3) with a mask it returned before.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
 }
 
 /// The signal that ended locksmith's own wait or work ([`interrupted`]); 0 if none did.
@@ -180,15 +216,9 @@ impl JobStopsIgnored {
     pub fn install() -> JobStopsIgnored {
         let mut saved = Vec::with_capacity(Self::SIGNALS.len());
         for sig in Self::SIGNALS {
-            // SAFETY: sigaction(2) with valid, zero-initialised structures.
-            unsafe {
-                let mut ignore: libc::sigaction = std::mem::zeroed();
-                ignore.sa_sigaction = libc::SIG_IGN;
-                libc::sigemptyset(&mut ignore.sa_mask);
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, &ignore, &mut old) == 0 {
-                    saved.push((sig, old));
-                } else {
+            match set_disposition(sig, libc::SIG_IGN) {
+                Some(old) => saved.push((sig, old)),
+                None => {
                     tracing::debug!(sig, error = %std::io::Error::last_os_error(), "cannot ignore a job-control signal");
                 }
             }
@@ -229,16 +259,5 @@ pub fn restore_in_child(saved: &[(i32, libc::sigaction)]) {
 pub fn die_of(sig: i32) {
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let _ = std::io::Write::flush(&mut std::io::stderr());
-    // SAFETY: sigaction(2), pthread_sigmask(3) and raise(3) with valid, zero-initialised structures.
-    unsafe {
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        libc::sigemptyset(&mut default.sa_mask);
-        libc::sigaction(sig, &default, std::ptr::null_mut());
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(sig);
-    }
+    raise_by_default(sig);
 }

@@ -18,6 +18,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use crate::procs::Stat;
+use crate::signals;
 
 /// A terminal whose foreground process group is locksmith's own, and that can be lent to CMD.
 pub struct Terminal {
@@ -135,32 +136,19 @@ fn shares_group_with_others(group: libc::pid_t) -> bool {
 
 /// Ignores SIGTTOU for the whole process; returns its former disposition (`None`: unchanged).
 fn ignore_ttou() -> Option<libc::sigaction> {
-    // SAFETY: sigaction(2) with valid, zero-initialised structures.
-    unsafe {
-        let mut ignore: libc::sigaction = std::mem::zeroed();
-        ignore.sa_sigaction = libc::SIG_IGN;
-        libc::sigemptyset(&mut ignore.sa_mask);
-        let mut saved: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGTTOU, &ignore, &mut saved) != 0 {
-            tracing::debug!(error = %io::Error::last_os_error(), "cannot ignore SIGTTOU");
-            return None;
-        }
-        Some(saved)
+    let saved = signals::set_disposition(libc::SIGTTOU, libc::SIG_IGN);
+    if saved.is_none() {
+        tracing::debug!(error = %io::Error::last_os_error(), "cannot ignore SIGTTOU");
     }
+    saved
 }
 
 /// In CMD's process, between fork and exec (already the leader of its own group): makes that
 /// group the foreground group of the terminal `fd`, with SIGTTOU blocked meanwhile (the group is
 /// in the background until then). Calls only async-signal-safe functions.
 pub fn take_in_child(fd: RawFd) {
-    // SAFETY: sigset and sigprocmask/tcsetpgrp calls on valid structures; async-signal-safe.
-    unsafe {
-        let mut ttou: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut ttou);
-        libc::sigaddset(&mut ttou, libc::SIGTTOU);
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::pthread_sigmask(libc::SIG_BLOCK, &ttou, &mut old);
-        libc::tcsetpgrp(fd, libc::getpgrp());
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-    }
+    let old_mask = signals::change_mask(libc::SIG_BLOCK, libc::SIGTTOU);
+    // SAFETY: tcsetpgrp(3) on a descriptor the parent keeps open until we exec; async-signal-safe.
+    unsafe { libc::tcsetpgrp(fd, libc::getpgrp()) };
+    signals::restore_mask(&old_mask);
 }

@@ -71,12 +71,9 @@ pub async fn run_held(
     // A lease that ran out before CMD starts (locksmith was stopped after the grant, or the
     // backend stopped answering): CMD must not start without the lock.
     if !guard.is_held() {
-        let reason = guard
-            .lost_reason()
-            .map_or_else(|| "its lease ran out".to_owned(), |r| r.to_string());
         return Err(Failure::new(
             LOST,
-            format!("lost {name:?} before CMD could start: {reason}"),
+            format!("lost {name:?} before CMD could start: {}", why_lost(&guard)),
         ));
     }
     let mut cmd = match Cmd::spawn(command, env, grace) {
@@ -107,8 +104,7 @@ pub async fn run_held(
                 let held = cmd.stop_together(|| guard.is_held());
                 job_stop.drain();
                 if !held {
-                    let reason = guard.lost_reason().map_or_else(|| "its lease ran out".to_owned(), |r| r.to_string());
-                    break End::Lost(format!("{reason} while locksmith was stopped"));
+                    break End::Lost(format!("{} while locksmith was stopped", why_lost(&guard)));
                 }
                 session.out.status(format_args!("continued after SIGTSTP (CMD's process group was stopped too)"));
             }
@@ -181,6 +177,14 @@ pub async fn run_held(
             ))
         }
     }
+}
+
+/// Why `guard` is no longer held, for a message: the loss it was told of, else its lease ran out
+/// (seen before the watchdog could say so).
+fn why_lost(guard: &LockGuard) -> String {
+    guard
+        .lost_reason()
+        .map_or_else(|| "its lease ran out".to_owned(), |r| r.to_string())
 }
 
 /// Waits up to `grace` for CMD's process group to exit after SIGTERM, then sends it SIGKILL and
