@@ -80,7 +80,13 @@ fn grace_seconds(grace: Duration) -> String {
 
 impl Drop for Sentinel {
     /// Tells the sentinel that locksmith ended in order: it exits without signalling anyone.
+    /// Not while a panic unwinds: the lock's guard is dropped by the same unwinding, and its
+    /// release, spawned on a runtime that the panic ends, may never run; the pipe closes with
+    /// the process then, and the sentinel stops the group as at any other death.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
         if let Some(Ok(fd)) = self.pipe.take().map(ChildStdin::into_owned_fd) {
             // One byte into an empty pipe: the write cannot block.
             let _ = io::Write::write_all(&mut std::fs::File::from(fd), b"\n");
@@ -285,5 +291,47 @@ mod tests {
         ] {
             assert_eq!(grace_seconds(grace), arg);
         }
+    }
+
+    /// A bug that panics while CMD runs unwinds through `run` and drops the sentinel with
+    /// everything else: the sentinel must take that for a death, not for an end in order.
+    #[test]
+    fn a_panic_is_no_end_in_order() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        use std::os::unix::process::CommandExt;
+        let mut member = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = member.id() as i32;
+        let sentinel = runtime
+            .block_on(async { Sentinel::start(group, Duration::from_millis(100)) })
+            .unwrap();
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _sentinel = sentinel;
+            panic!("a bug while CMD runs");
+        }));
+        assert!(unwound.is_err());
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = member.try_wait().unwrap() {
+                break Some(status);
+            }
+            if std::time::Instant::now() > until {
+                let _ = member.kill();
+                let _ = member.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let status = status.expect("the group ran on after locksmith panicked");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGTERM)
+        );
     }
 }
