@@ -285,7 +285,9 @@
 //! What it guarantees: mutual exclusion as long as fewer than a majority of masters lose their
 //! data while a lock is held, clocks advance at about the same rate (1% drift allowed), and a
 //! holder is not paused past its validity. One master down: locks still work. A majority down:
-//! acquire fails with [`locksmith_core::LockError::Unavailable`] naming how many masters answered.
+//! `try_acquire` fails with [`locksmith_core::LockError::Unavailable`] naming how many masters
+//! answered; `acquire` retries until its deadline (without one, for `waiter_ttl`), as a waiter
+//! rides out an outage of one server, and then fails the same way.
 //!
 //! What it does not guarantee (Kleppmann, "How to do distributed locking", 2016): a process paused
 //! (GC, swap, a stopped VM) or a network delay longer than the lease lets a second holder in while
@@ -299,7 +301,9 @@
 //! a quorum lease is the maximum of the counters of the masters that granted it, and those
 //! masters' counters are raised to it before the lease is returned (a second round trip). Because
 //! any two majorities share a master, tokens strictly increase across holders as long as no
-//! master loses its counter; they are not consecutive.
+//! master loses its counter; they are not consecutive. A counter raised to a token from another
+//! master's clock, ahead of its own, is kept until its own clock has passed that token (its
+//! hourly expiry would otherwise restart it at its clock, below the token).
 //!
 //! Mutexes only: semaphores, read-write locks and elections are refused. A semaphore cannot be
 //! made safe this way (DistributedLock documents the same for its Redis semaphore): each master

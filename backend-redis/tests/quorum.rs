@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use locksmith_core::conformance::servers::{backends, OnDrop};
 use locksmith_core::conformance::unique_name;
-use locksmith_core::driver::LockName;
+use locksmith_core::driver::{BackendUrl, LockName};
 use locksmith_core::LockError;
+use locksmith_redis::LockKeys;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_of_independent_masters() {
@@ -111,12 +112,67 @@ async fn majority_of_independent_masters() {
     }
     assert!(checked, "could not keep two masters down long enough to check");
 
-    // Restored: works again (q1 and q2 come back empty).
+    // A waiter with time left rides the outage out, and gets the lock once the masters are back
+    // (empty, and granting nothing for their restart delay). (Before, its first attempt's
+    // Unavailable ended it at once.)
+    let waiter = tokio::spawn({
+        let (a, name) = (a.clone(), name.clone());
+        async move { a.lock(&name).timeout(Duration::from_secs(60)).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    if waiter.is_finished() {
+        panic!("the waiter gave up with two masters down: {:?}", waiter.await);
+    }
     backends(&["start", "redis-q1"]);
     backends(&["start", "redis-q2"]);
-    let guard = tokio::time::timeout(Duration::from_secs(30), a.lock(&name).acquire())
+    let guard = tokio::time::timeout(Duration::from_secs(90), waiter)
         .await
         .expect("acquire hung after restore")
+        .expect("waiter task")
         .expect("acquire after restore");
+    guard.release().await.expect("release");
+
+    // A token from a master whose clock is ahead (q1's counter set 60 s ahead of the clocks),
+    // while the others' counters are near their hourly expiry: the counters raised to it keep it
+    // until their own clocks have passed it, or their next tokens would come out below it.
+    let keys = LockKeys::for_url(&BackendUrl::parse(&url).unwrap(), &LockName::new(&name).unwrap()).unwrap();
+    let mut admins = Vec::new();
+    for server in &servers {
+        admins.push(common::admin(server).await);
+    }
+    let time: Vec<String> = redis::cmd("TIME").query_async(&mut admins[0]).await.unwrap();
+    let ahead = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap() + 60_000_000;
+    let _: () = redis::cmd("SET")
+        .arg(&keys.fence)
+        .arg(ahead)
+        .query_async(&mut admins[0])
+        .await
+        .unwrap();
+    for admin in &mut admins[1..] {
+        let _: () = redis::cmd("SET")
+            .arg(&keys.fence)
+            .arg(1)
+            .arg("PX")
+            .arg(5000)
+            .query_async(admin)
+            .await
+            .unwrap();
+    }
+    let guard = a.lock(&name).acquire().await.expect("acquire");
+    let token = guard.fencing_token();
+    assert!(token > ahead, "token {token} below q1's counter {ahead}");
+    let mut raised = 0;
+    for admin in &mut admins[1..] {
+        let value: Option<u64> = redis::cmd("GET").arg(&keys.fence).query_async(admin).await.unwrap();
+        if value == Some(token) {
+            raised += 1;
+            let pttl: i64 = redis::cmd("PTTL").arg(&keys.fence).query_async(admin).await.unwrap();
+            assert!(
+                pttl > 60_000,
+                "raised 60 s ahead of its clock, a counter expires in {pttl} ms"
+            );
+        }
+    }
+    assert!(raised > 0, "no other master's counter was raised to {token}");
     guard.release().await.expect("release");
 }

@@ -13,7 +13,7 @@ macro_rules! helper {
 /// The helpers the scripts call, each with its name and file. Each script is sent with only the
 /// helpers it calls ([`with_helpers`]): every `local function` is a closure the server builds on
 /// every call. A helper calls only helpers listed before it.
-pub(crate) const HELPERS: [(&str, &str); 18] = [
+pub(crate) const HELPERS: [(&str, &str); 19] = [
     helper!("now_ms"),
     helper!("mine"),
     helper!("fence_of"),
@@ -25,6 +25,7 @@ pub(crate) const HELPERS: [(&str, &str); 18] = [
     helper!("gap_left"),
     helper!("streak_on"),
     helper!("streak_off"),
+    helper!("outlive_clock"),
     helper!("next_fence"),
     helper!("take"),
     // The helpers of the other kinds' scripts.

@@ -15,12 +15,13 @@
 //!   skipped for a backoff (100 ms doubling to 2 s) and then tried by one operation, off the
 //!   critical path of the others (see [`crate::conn::fanout`]).
 //! - **Waiting:** not queued and not FIFO. A waiter retries at the holder's remaining TTL or
-//!   after a backoff (20 ms doubling to 1 s, with jitter), whichever is first.
+//!   after a backoff (20 ms doubling to 1 s, with jitter), whichever is first; an attempt that
+//!   found no majority answering is retried until the deadline (an outage ridden out).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use locksmith_core::driver::{Lease, LockRequest};
+use locksmith_core::driver::{Lease, LockRequest, Outage};
 use locksmith_core::{LockError, Result};
 use tokio::time::Instant;
 
@@ -137,22 +138,31 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
     Ok(Try::Busy(pttl))
 }
 
-/// Retries quorum attempts until the lock is ours or the deadline passes.
+/// Retries quorum attempts until the lock is ours or the deadline passes. An attempt that found
+/// no majority answering is retried too (with [`Outage`]'s backoff), as a single server's waiter
+/// rides out an outage: until the deadline, or without one for as long as a waiter's entry would
+/// live (`waiter_ttl`).
 pub(crate) async fn acquire(inner: &Arc<Inner>, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
     let mut backoff = MIN_BACKOFF;
+    let mut outage = Outage::new(deadline, inner.config.waiter_ttl + inner.config.connect_timeout);
     // Whether an attempt found the lock taken: a later grant is a hand-over (`Lease::waited`).
     let mut waited = false;
     loop {
-        let retry_in = match try_acquire(inner, req).await? {
-            Try::Acquired(lease) => return Ok(Lease { waited, ..lease }),
-            Try::Busy(pttl) => pttl.map_or(backoff, |p| p.min(backoff)),
+        let retry_in = match try_acquire(inner, req).await {
+            Ok(Try::Acquired(lease)) => return Ok(Lease { waited, ..lease }),
+            Ok(Try::Busy(pttl)) => pttl.map_or(backoff, |p| p.min(backoff)),
+            Err(e) => {
+                outage.failed(e).await?;
+                continue;
+            }
         };
+        outage.succeeded();
         waited = true;
         backoff = (backoff * 2).min(MAX_BACKOFF);
         let jitter = Duration::from_millis(rand::random::<u64>() % 20);
         tokio::select! {
             _ = tokio::time::sleep(retry_in + jitter) => {}
-            _ = locksmith_core::driver::sleep_until_deadline(deadline) => return Err(LockError::Timeout(Duration::ZERO)),
+            _ = locksmith_core::driver::sleep_until_deadline(deadline) => return Err(outage.at_deadline()),
         }
     }
 }

@@ -264,6 +264,78 @@ async fn mutex_renewal_raise_fence_and_inspect_act_only_for_the_holder() {
     let _: i64 = run(&mut c, &s.mutex.leave, &k.leave_script_keys(), &[W, wake]).await;
 }
 
+/// The server's clock in microseconds.
+async fn server_us(c: &mut MultiplexedConnection) -> i64 {
+    let t: Vec<String> = redis::cmd("TIME").query_async(c).await.unwrap();
+    t[0].parse::<i64>().unwrap() * 1_000_000 + t[1].parse::<i64>().unwrap()
+}
+
+/// A fencing counter with the time floor expires (an hour after its lease) and starts again at
+/// the server's clock. One raised above that clock (a quorum's token from a master whose clock is
+/// ahead: RAISE_FENCE; or counted on past a clock set back: the grant's `next_fence`) must not
+/// expire before the clock has passed it, or the next token comes out below it. (Before, both
+/// kept the counter's expiry as it was.)
+#[tokio::test]
+async fn a_fencing_counter_ahead_of_the_clock_outlives_it() {
+    let mut c = connect().await;
+    let s = scripts();
+    let k = LockKeys::new(PREFIX, Layout::Default, &name("fence_ahead"));
+    let take = k.lock_script_keys();
+    let wake = k.wake.as_str();
+    // A counter near its expiry, as an hour of use leaves it.
+    let near_expiry = |value: i64| {
+        redis::cmd("SET")
+            .arg(&k.fence)
+            .arg(value.to_string())
+            .arg("PX")
+            .arg(5000)
+            .clone()
+    };
+    let now = server_us(&mut c).await;
+    let _: () = near_expiry(now).query_async(&mut c).await.unwrap();
+    let granted: Vec<i64> = run(&mut c, &s.mutex.try_acquire, &take[..4], &[A, "1000", wake]).await;
+    assert_eq!(granted[0], 1);
+    let ahead = now + 60_000_000;
+    assert_eq!(
+        run::<i64>(
+            &mut c,
+            &SCRIPTS.raise_fence,
+            &[&k.lock, &k.fence],
+            &[A, &ahead.to_string()]
+        )
+        .await,
+        1
+    );
+    let pttl: i64 = c.pttl(&k.fence).await.unwrap();
+    assert!(
+        pttl > 60_000,
+        "raised 60 s ahead of the clock, the counter expires in {pttl} ms"
+    );
+    let _: i64 = run(&mut c, &s.mutex.release, &take[..4], &[A, wake]).await;
+
+    let now = server_us(&mut c).await;
+    let ahead = now + 60_000_000;
+    let _: () = near_expiry(ahead).query_async(&mut c).await.unwrap();
+    let granted: Vec<i64> = run(&mut c, &s.mutex.try_acquire, &take[..4], &[B, "1000", wake]).await;
+    assert_eq!(granted, [1, ahead + 1]);
+    let pttl: i64 = c.pttl(&k.fence).await.unwrap();
+    assert!(
+        pttl > 60_000,
+        "counted on 60 s ahead of the clock, the counter expires in {pttl} ms"
+    );
+    let _: i64 = run(&mut c, &s.mutex.release, &take[..4], &[B, wake]).await;
+
+    // A counter at the clock keeps its expiry (no write for nothing).
+    let now = server_us(&mut c).await;
+    let _: () = near_expiry(now).query_async(&mut c).await.unwrap();
+    let granted: Vec<i64> = run(&mut c, &s.mutex.try_acquire, &take[..4], &[C, "1000", wake]).await;
+    assert_eq!(granted[0], 1);
+    let pttl: i64 = c.pttl(&k.fence).await.unwrap();
+    assert!((0..=5000).contains(&pttl), "{pttl}");
+    let _: i64 = run(&mut c, &s.mutex.release, &take[..4], &[C, wake]).await;
+    let _: () = c.del(&[&k.lock, &k.queue, &k.alive, &k.fence]).await.unwrap();
+}
+
 /// The ARGV of a lock script of the other kinds: entry, TTL, wake prefix, waiter TTL, leader
 /// channel, campaign value.
 fn kind_args<'a>(k: &'a KindKeys, entry: &'a str, value: &'a str) -> [&'a str; 6] {

@@ -6,7 +6,8 @@
 -- and at least the floor ('time': the server clock in microseconds; a number; '': none). With
 -- the time floor the counter is only a tie-breaker: it is created to expire an hour after the
 -- lease's TTL and keeps that expiry when raised, so a lock taken for more than an hour finds it
--- gone now and then and starts it again at the clock, above every earlier token. Without it the
+-- gone now and then and starts it again at the clock, above every earlier token (a counter ahead
+-- of the clock is kept until the clock has passed it: `outlive_clock`). Without it the
 -- counter is all there is: raised, it loses any expiry a client with the time floor gave it
 -- (clients of one lock with different floors, or a floor changed), which would otherwise let it
 -- expire and start again below earlier tokens.
@@ -25,6 +26,7 @@ local function next_fence(fence, counter, ttl, floor, us)
   local s = string.format('%d', f)
   if counter and floor == 'time' then
     redis.call('SET', fence, s, 'KEEPTTL')
+    if f > us then outlive_clock(fence, f, us) end
   elseif floor == 'time' then
     redis.call('SET', fence, s, 'PX', ttl + 3600000)
   else

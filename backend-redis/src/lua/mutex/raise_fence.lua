@@ -7,5 +7,7 @@
 if not mine(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
+  -- The token may come from another master's clock, ahead of this one.
+  outlive_clock(KEYS[2], tonumber(ARGV[2]))
 end
 return 1
