@@ -18,7 +18,9 @@
 //!   session closed, so the server never leaves the lock to a session nobody listens to (and
 //!   `client_connection_check_interval` makes a server notice a client that vanished);
 //! - its session ended (killed by an operator, a server restart, a broken connection): the server
-//!   freed the lock, and the lease's lost signal fires at once.
+//!   freed the lock, and the lease's lost signal fires at once; if the close never reached this
+//!   client (a flow a NAT or firewall dropped), at the next renewal, which asks `pg_locks` whether
+//!   the renewed leases' sessions still hold their locks.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -42,6 +44,14 @@ use crate::renew;
 
 /// Sessions kept open for later locks once their lock was released.
 const IDLE_SESSIONS: usize = 4;
+
+/// Of the sessions `$1` (server pids) and the keys `$2` they hold, the positions (from 1) of those
+/// that `pg_locks` does not show holding their key: a session advisory lock on a bigint is
+/// `classid` = its high 32 bits, `objid` = its low 32 bits, `objsubid` = 1.
+const SESSIONS_HOLDING: &str = "SELECT h.n FROM unnest($1::int4[], $2::int8[]) WITH ORDINALITY AS h(pid, key, n) \
+     WHERE NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+     AND l.objsubid = 1 AND l.pid = h.pid AND l.classid::int8 = (h.key >> 32) & 4294967295 \
+     AND l.objid::int8 = h.key & 4294967295)";
 
 /// The advisory lock a lease holds: its key, and whether in shared mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -318,9 +328,24 @@ impl Sessions {
     }
 
     /// `renew_many`, and a lease whose session ended answers `NotHeld`. A lease lost in the
-    /// tables has its session closed: its advisory lock is freed with it.
+    /// tables has its session closed: its advisory lock is freed with it. The sessions of the
+    /// leases renewed are checked on the server too ([`Sessions::ended_unseen`]).
     pub async fn renew_many(&self, conn: &Conn, leases: &[Lease]) -> Vec<Result<()>> {
         let mut results = renew::renew_many(conn, leases).await;
+        for i in self.ended_unseen(conn, leases, &results).await {
+            let lease = &leases[i];
+            let pid = lock(&self.held).remove(entry_id(&lease.holder_id)).map(|held| {
+                held.watcher.abort();
+                held.session.client.abandon();
+                held.session.pid
+            });
+            lease.lost.fire(LostReason::LeaseGone(format!(
+                "the session (server pid {}) that held the advisory lock ended on the server, unseen by \
+                 this client (a connection cut without a close)",
+                pid.unwrap_or_default()
+            )));
+            results[i] = Err(LockError::not_held(lease.name.as_str()));
+        }
         for (lease, result) in leases.iter().zip(results.iter_mut()) {
             let id = entry_id(&lease.holder_id);
             match result {
@@ -337,6 +362,50 @@ impl Sessions {
             }
         }
         results
+    }
+
+    /// The indexes of the `leases` just renewed whose session the server no longer shows holding
+    /// their advisory lock in `pg_locks`, although this client saw no end of it: the server ended
+    /// it (`pg_terminate_backend`, its TCP keepalive) while the connection was cut without a
+    /// close reaching us (a flow a NAT or firewall dropped), and the lock is free for any session.
+    /// One statement per renewal, on the leases connection; nothing if it fails (a later renewal
+    /// asks again).
+    async fn ended_unseen(&self, conn: &Conn, leases: &[Lease], renewed: &[Result<()>]) -> Vec<usize> {
+        let (mut indexes, mut pids, mut keys) = (Vec::new(), Vec::new(), Vec::<i64>::new());
+        {
+            let held = lock(&self.held);
+            for (i, (lease, result)) in leases.iter().zip(renewed).enumerate() {
+                if let (Ok(()), Some(h)) = (result, held.get(entry_id(&lease.holder_id))) {
+                    indexes.push(i);
+                    pids.push(h.session.pid);
+                    keys.push(h.key.key);
+                }
+            }
+        }
+        if indexes.is_empty() {
+            return Vec::new();
+        }
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&pids, &keys];
+        let rows = (conn.leases)
+            .query_within(
+                &conn.config,
+                "a check of the advisory sessions",
+                "checking the advisory sessions",
+                SESSIONS_HOLDING,
+                &params,
+            )
+            .await;
+        match rows {
+            Ok(rows) => rows
+                .iter()
+                .filter_map(|r| r.try_get::<_, i64>(0).ok())
+                .filter_map(|n| indexes.get(usize::try_from(n).ok()?.checked_sub(1)?).copied())
+                .collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "postgres: the advisory sessions could not be checked");
+                Vec::new()
+            }
+        }
     }
 
     /// Closes every session (at shutdown): the server frees their locks.

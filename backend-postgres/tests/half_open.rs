@@ -291,3 +291,38 @@ async fn a_connection_given_up_on_is_closed_at_once() {
     locker.shutdown().await.unwrap();
     direct.shutdown().await.unwrap();
 }
+
+/// `layout=advisory`: the server ended the session that holds a lock's advisory lock (an
+/// operator's `pg_terminate_backend`, the server's TCP keepalive) while that connection was cut
+/// without a close reaching the client. The server freed the advisory lock for any session, so
+/// the holder must be told. (Before, nothing was ever sent on that session: its end went unseen,
+/// the renewals went on succeeding on a new leases connection, and the guard held on for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_advisory_session_ended_unseen_tells_its_holder() {
+    let (_direct, proxy, mut url) = setup().await;
+    url.query.insert("layout".into(), "advisory".into());
+    let locker = locksmith_postgres::connect(&url).await.unwrap();
+    // A key of its own, small enough to be pg_locks.objid with classid = 0.
+    let key = i64::from(rand::random::<u32>() >> 2) + 1;
+    let guard = locker.lock(key.to_string()).ttl(TTL).acquire().await.unwrap();
+    proxy.set(Mode::FreezeExisting);
+    let ended = common::query_as_owner(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = 0 AND objid = {key}"
+    ))
+    .await;
+    assert_eq!(ended, ["t"], "one session held it");
+    within(Duration::from_secs(5), "the advisory lock freed on the server", async {
+        let free = format!("SELECT pg_try_advisory_lock({key})");
+        while common::query_as_owner(&free).await != ["t"] {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let reason = tokio::time::timeout(TTL * 3, guard.lost())
+        .await
+        .expect("the holder was not told that its advisory lock's session ended");
+    assert!(reason.to_string().contains("advisory"), "{reason}");
+    assert!(!guard.is_held());
+    drop(guard);
+    let _ = locker.shutdown().await;
+}
