@@ -329,23 +329,11 @@ impl Sessions {
 
     /// `renew_many`, and a lease whose session ended answers `NotHeld`. A lease lost in the
     /// tables has its session closed: its advisory lock is freed with it. The sessions of the
-    /// leases renewed are checked on the server too ([`Sessions::ended_unseen`]).
-    pub async fn renew_many(&self, conn: &Conn, leases: &[Lease]) -> Vec<Result<()>> {
+    /// leases renewed are then checked on the server, in a task of its own so that the renewal's
+    /// answer does not wait for it ([`Sessions::check_sessions`]).
+    pub async fn renew_many(self: &Arc<Self>, conn: &Arc<Conn>, leases: &[Lease]) -> Vec<Result<()>> {
         let mut results = renew::renew_many(conn, leases).await;
-        for i in self.ended_unseen(conn, leases, &results).await {
-            let lease = &leases[i];
-            let pid = lock(&self.held).remove(entry_id(&lease.holder_id)).map(|held| {
-                held.watcher.abort();
-                held.session.client.abandon();
-                held.session.pid
-            });
-            lease.lost.fire(LostReason::LeaseGone(format!(
-                "the session (server pid {}) that held the advisory lock ended on the server, unseen by \
-                 this client (a connection cut without a close)",
-                pid.unwrap_or_default()
-            )));
-            results[i] = Err(LockError::not_held(lease.name.as_str()));
-        }
+        self.check_sessions(conn, leases, &results);
         for (lease, result) in leases.iter().zip(results.iter_mut()) {
             let id = entry_id(&lease.holder_id);
             match result {
@@ -364,48 +352,68 @@ impl Sessions {
         results
     }
 
-    /// The indexes of the `leases` just renewed whose session the server no longer shows holding
-    /// their advisory lock in `pg_locks`, although this client saw no end of it: the server ended
-    /// it (`pg_terminate_backend`, its TCP keepalive) while the connection was cut without a
-    /// close reaching us (a flow a NAT or firewall dropped), and the lock is free for any session.
-    /// One statement per renewal, on the leases connection; nothing if it fails (a later renewal
-    /// asks again).
-    async fn ended_unseen(&self, conn: &Conn, leases: &[Lease], renewed: &[Result<()>]) -> Vec<usize> {
-        let (mut indexes, mut pids, mut keys) = (Vec::new(), Vec::new(), Vec::<i64>::new());
+    /// Checks that the sessions of the `leases` just renewed still hold their advisory locks
+    /// (`pg_locks`), and tells the holders of those that do not, although this client saw no end
+    /// of their session: the server ended it (`pg_terminate_backend`, its TCP keepalive) while the
+    /// connection was cut without a close reaching us (a flow a NAT or firewall dropped), and the
+    /// lock is free for any session. One statement per renewal, on the leases connection, in a
+    /// task of its own (its answer never delays the renewal's); nothing if it fails (the next
+    /// renewal asks again). A lease released or closed meanwhile is left alone.
+    fn check_sessions(self: &Arc<Self>, conn: &Arc<Conn>, leases: &[Lease], renewed: &[Result<()>]) {
+        let mut checked = Vec::new();
         {
             let held = lock(&self.held);
-            for (i, (lease, result)) in leases.iter().zip(renewed).enumerate() {
-                if let (Ok(()), Some(h)) = (result, held.get(entry_id(&lease.holder_id))) {
-                    indexes.push(i);
-                    pids.push(h.session.pid);
-                    keys.push(h.key.key);
+            for (lease, result) in leases.iter().zip(renewed) {
+                let id = entry_id(&lease.holder_id);
+                if let (Ok(()), Some(h)) = (result, held.get(id)) {
+                    checked.push((id.to_owned(), h.session.pid, h.key.key, lease.lost.clone()));
                 }
             }
         }
-        if indexes.is_empty() {
-            return Vec::new();
+        if checked.is_empty() {
+            return;
         }
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&pids, &keys];
-        let rows = (conn.leases)
-            .query_within(
-                &conn.config,
-                "a check of the advisory sessions",
-                "checking the advisory sessions",
-                SESSIONS_HOLDING,
-                &params,
-            )
-            .await;
-        match rows {
-            Ok(rows) => rows
+        let (sessions, conn) = (self.clone(), conn.clone());
+        tokio::spawn(async move {
+            let pids: Vec<i32> = checked.iter().map(|c| c.1).collect();
+            let keys: Vec<i64> = checked.iter().map(|c| c.2).collect();
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&pids, &keys];
+            let what = "a check of the advisory sessions";
+            let rows = match conn
+                .leases
+                .read_within(
+                    &conn.config,
+                    what,
+                    "checking the advisory sessions",
+                    SESSIONS_HOLDING,
+                    &params,
+                )
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) => return tracing::debug!(error = %e, "postgres: the advisory sessions could not be checked"),
+            };
+            let ended = rows
                 .iter()
                 .filter_map(|r| r.try_get::<_, i64>(0).ok())
-                .filter_map(|n| indexes.get(usize::try_from(n).ok()?.checked_sub(1)?).copied())
-                .collect(),
-            Err(e) => {
-                tracing::debug!(error = %e, "postgres: the advisory sessions could not be checked");
-                Vec::new()
+                .filter_map(|n| checked.get(usize::try_from(n).ok()?.checked_sub(1)?));
+            for (id, pid, _, lost) in ended {
+                // Only the session checked: a lease released meanwhile, or held again on
+                // another session, is not this one.
+                let mut held = lock(&sessions.held);
+                if held.get(id).is_none_or(|h| h.session.pid != *pid) {
+                    continue;
+                }
+                let Some(gone) = held.remove(id) else { continue };
+                drop(held);
+                lost.fire(LostReason::LeaseGone(format!(
+                    "the session (server pid {pid}) that held the advisory lock ended on the server, \
+                     unseen by this client (a connection cut without a close)"
+                )));
+                gone.watcher.abort();
+                gone.session.client.abandon();
             }
-        }
+        });
     }
 
     /// Closes every session (at shutdown): the server frees their locks.

@@ -81,8 +81,8 @@ fn grace_seconds(grace: Duration) -> String {
 impl Drop for Sentinel {
     /// Tells the sentinel that locksmith ended in order: it exits without signalling anyone.
     /// Not while a panic unwinds: the lock's guard is dropped by the same unwinding, and its
-    /// release, spawned on a runtime that the panic ends, may never run; the pipe closes with
-    /// the process then, and the sentinel stops the group as at any other death.
+    /// release, spawned on a runtime that the panic ends, may never run; the pipe closes as this
+    /// is dropped, and the sentinel stops the group as at any other death.
     fn drop(&mut self) {
         if std::thread::panicking() {
             return;
@@ -329,9 +329,8 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         };
         let status = status.expect("the group ran on after locksmith panicked");
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(libc::SIGTERM)
-        );
+        // SIGKILL after the grace where the test runs with SIGTERM ignored.
+        let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+        assert!(matches!(signal, Some(libc::SIGTERM | libc::SIGKILL)), "{status:?}");
     }
 }

@@ -79,12 +79,19 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
     .await;
     let all_answered = results.iter().all(Option::is_some);
     let (mut granted, mut errors, mut pttl) = (Vec::new(), Vec::new(), None::<Duration>);
+    // An error that no retry mends (a denied command, a script error): given as it is.
+    let mut lasting = None;
     for (i, r) in results.into_iter().enumerate() {
         match r {
             Some(Ok(Turn::Granted(fence))) => granted.push((i, fence)),
             Some(Ok(Turn::Waiting { wake_in: Some(p), .. })) => pttl = Some(pttl.map_or(p, |q| q.max(p))),
             Some(Ok(Turn::Waiting { .. } | Turn::Refused(_))) | None => {}
-            Some(Err(e)) => errors.push(describe(&e)),
+            Some(Err(e)) => {
+                errors.push(describe(&e));
+                if !matches!(e, LockError::Unavailable { .. }) {
+                    lasting.get_or_insert(e);
+                }
+            }
         }
     }
     let valid = |now: Instant| now.duration_since(sent) + drift(req.ttl) < req.ttl;
@@ -126,6 +133,9 @@ pub(crate) async fn try_acquire(inner: &Arc<Inner>, req: &LockRequest) -> Result
         guard.disarm();
     }
     if errors.len() > total - quorum {
+        if let Some(e) = lasting {
+            return Err(e);
+        }
         return Err(LockError::Unavailable {
             message: format!(
                 "only {} of {total} redis masters answered; the lock needs a majority of {quorum} ({})",
