@@ -266,7 +266,7 @@ impl LockBackend for ZkBackend {
         let session = self.sessions.session().await?;
         let path = self.family_path(Family::Election, name);
         self.sessions
-            .bounded(election::read_leader(&session.client, &path))
+            .bounded(election::read_leader(&session, &path))
             .await
             .map_err(|e| to_lock_error("reading the election's leader", e))
     }

@@ -133,10 +133,18 @@ pub(crate) fn child_path(lock_path: &str, child: &str) -> String {
 /// (`%010d` of the parent's counter), whatever the prefix. `None` for a name that does not end in
 /// one. (The counter is a signed 32-bit integer: past 2^31 creations under one lock node it turns
 /// negative, `-000000001`, and the order breaks, as in every ZooKeeper recipe; a lock node is
-/// re-created, and its counter reset, whenever it was empty for a while.)
+/// re-created, and its counter reset, whenever it was empty for a while.) Such a sign follows a
+/// recipe's base, which ends in a separator (`lock-`, `__lock__`): a `-` right after a letter or a
+/// digit belongs to a name (a nested lock node `order-123456789` is no contender numbered
+/// −123456789, first in every queue).
 pub(crate) fn sequence(child: &str) -> Option<i64> {
-    let tail = child.len().checked_sub(10).and_then(|i| child.get(i..))?;
-    let digits = tail.strip_prefix('-').unwrap_or(tail);
+    let at = child.len().checked_sub(10)?;
+    let tail = child.get(at..)?;
+    let digits = match tail.strip_prefix('-') {
+        Some(_) if child[..at].chars().next_back().is_some_and(char::is_alphanumeric) => return None,
+        Some(digits) => digits,
+        None => tail,
+    };
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -215,6 +223,24 @@ mod tests {
         );
         assert_eq!(sequence("x"), None);
         assert_eq!(sequence("lock-000000000x"), None);
+    }
+
+    /// Bug: a nested lock node whose name ends in `-` and nine digits (another namespace's lock
+    /// `invoice-123456789` under `zk://h/apps/billing`, inside the lock node of `billing` in
+    /// `zk://h/apps`) was read as a contender numbered −123456789: first in the queue, it held
+    /// the lock for as long as it existed. A negative counter follows a separator only.
+    #[test]
+    fn a_name_ending_in_a_dash_and_digits_is_no_contender() {
+        assert_eq!(
+            sorted_first(vec!["invoice-123456789".into(), "_c_x-lock-0000000001".into()]),
+            "_c_x-lock-0000000001"
+        );
+        assert_eq!(sequence("invoice-123456789"), None);
+        assert_eq!(sequence("v2-123456789"), None);
+        // A counter past 2^31, after a recipe's base.
+        assert_eq!(sequence("_c_x-lock--000000001"), Some(-1));
+        assert_eq!(sequence("0a1b__lock__-000000002"), Some(-2));
+        assert_eq!(sequence("-000000003"), Some(-3));
     }
 
     fn sorted_first(children: Vec<String>) -> String {

@@ -42,6 +42,19 @@ async fn a_holder_on_a_follower_cut_off_from_the_quorum_is_told_within_its_sessi
         .await
         .expect("try_acquire")
         .expect("free lock");
+    // An election led through the ensemble, read through the follower.
+    let candidate = common::locker(&ensemble, &options).await;
+    let election = unique_name("cut-off-election");
+    let lead = candidate
+        .election(&election)
+        .campaign("first")
+        .try_acquire()
+        .await
+        .expect("campaign")
+        .expect("nobody leads");
+    let reader = common::locker(&base, &options).await;
+    let read = reader.election(&election).leader().await.expect("leader");
+    assert_eq!(read.map(|l| l.value).as_deref(), Some("first"));
 
     // The follower's quorum stops answering: the leader and the other follower.
     let others: Vec<&str> = members.iter().copied().filter(|m| *m != follower).collect();
@@ -51,6 +64,15 @@ async fn a_holder_on_a_follower_cut_off_from_the_quorum_is_told_within_its_sessi
     }
     let cut = Instant::now();
     println!("paused {others:?}");
+
+    // The follower answers from its own state, which the quorum side may have left behind: a
+    // leader read there must not be an answer. (Before, `leader()` listed the candidates on the
+    // follower alone; now a `sync` goes first, through the leader.)
+    let stale = reader.election(&election).leader().await;
+    assert!(
+        stale.is_err(),
+        "a leader read on a follower cut off from the quorum: {stale:?}"
+    );
 
     // Told within the session timeout (the watchdog gives up TTL/10 early), plus scheduling slack;
     // the follower itself would only drop its clients after syncLimit (5 s).
@@ -64,4 +86,6 @@ async fn a_holder_on_a_follower_cut_off_from_the_quorum_is_told_within_its_sessi
     println!("told after {} ms", after.as_millis());
     drop(guard);
     drop(locker);
+    drop(lead);
+    drop((candidate, reader));
 }

@@ -4,7 +4,10 @@
 //! first by sequence leads, its `czxid` is the term. Campaigning is the queue of every other kind
 //! ([`crate::protocol::take`]).
 //!
-//! Reading the leader: `getChildren`, then `getData` of the first candidate (2 round trips).
+//! Reading the leader: `getChildren`, then `getData` of the first candidate (2 round trips), on
+//! an ensemble behind a pipelined `sync` (no round trip more), so that a follower that lags
+//! behind never shows an earlier leader; an observer also never sends a leader of a smaller term
+//! than the one it sent last.
 //! Observing: the same with a children watch on the election node (an `exists` watch while the
 //! node is missing); each event (a candidate joined or left) reads again, and only a change of
 //! leader is sent to the [`LeaderWatch`]. The observer rides out disconnections (reading again
@@ -18,6 +21,7 @@ use locksmith_core::{Leader, LeaderWatch, LockError};
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
+use crate::conn::session::Session;
 use crate::conn::sessions::Sessions;
 use crate::error::{is_session_gone, is_transient};
 use crate::layout;
@@ -29,13 +33,20 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// refuses us, a session that cannot be opened).
 const ERROR_PAUSE: Duration = Duration::from_secs(1);
 
-/// The leader of the election whose candidates are the children of `path` (`None`: nobody).
-pub(crate) async fn read_leader(client: &zk::Client, path: &str) -> Result<Option<Leader>, zk::Error> {
-    match client.list_children(path).await {
-        Ok(children) => first_readable(client, path, layout::sorted(children)).await,
-        Err(zk::Error::NoNode) => Ok(None),
-        Err(e) => Err(e),
-    }
+/// The leader of the election whose candidates are the children of `path` (`None`: nobody), read
+/// behind a `sync` on an ensemble ([`Session::confirmed_read`]): a follower that lags behind (a
+/// new session may connect to one) would show an earlier leader.
+pub(crate) async fn read_leader(session: &Session, path: &str) -> Result<Option<Leader>, zk::Error> {
+    let client = &session.client;
+    session
+        .confirmed_read(path, || async {
+            match client.list_children(path).await {
+                Ok(children) => first_readable(client, path, layout::sorted(children)).await,
+                Err(zk::Error::NoNode) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .await
 }
 
 /// The first of `candidates` (in queue order) whose node can still be read, as Curator's
@@ -60,8 +71,15 @@ async fn first_readable(client: &zk::Client, path: &str, candidates: Vec<String>
 }
 
 /// The leader, with a watch that fires on the next change of the candidates (or, while the
-/// election node does not exist, on its creation).
-async fn watch_leader(client: &zk::Client, path: &str) -> Result<(Option<Leader>, zk::OneshotWatcher), zk::Error> {
+/// election node does not exist, on its creation); behind a `sync`, as [`read_leader`].
+async fn watch_leader(session: &Session, path: &str) -> Result<(Option<Leader>, zk::OneshotWatcher), zk::Error> {
+    session
+        .confirmed_read(path, || watch_leader_now(&session.client, path))
+        .await
+}
+
+/// [`watch_leader`]'s reads.
+async fn watch_leader_now(client: &zk::Client, path: &str) -> Result<(Option<Leader>, zk::OneshotWatcher), zk::Error> {
     loop {
         match client.list_and_watch_children(path).await {
             Ok((children, watcher)) => {
@@ -113,10 +131,13 @@ async fn observe_once(sessions: &Sessions, path: &str, tx: &watch::Sender<Option
         }
     };
     let mut states = session.client.state_watcher();
-    match watch_leader(&session.client, path).await {
+    match watch_leader(&session, path).await {
         Ok((leader, watcher)) => {
             tx.send_if_modified(|seen| {
-                let changed = *seen != leader;
+                // Terms (creation zxids) only grow: an earlier leader is a read of a server that
+                // lags behind, never news.
+                let earlier = matches!((&*seen, &leader), (Some(s), Some(l)) if l.term < s.term);
+                let changed = *seen != leader && !earlier;
                 if changed {
                     tracing::debug!(election = %path, leader = ?leader, "the leader changed");
                     seen.clone_from(&leader);
