@@ -109,6 +109,7 @@ impl LockBackend for EtcdBackend {
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
         self.layout().supports(req.kind.family())?;
+        self.layout().check_name(&req.name)?;
         match req.kind.role() {
             Role::Exclusive => self.try_exclusive(req).await,
             Role::Shared | Role::Permit(_) => self.try_shared(req).await,
@@ -117,6 +118,7 @@ impl LockBackend for EtcdBackend {
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
         self.layout().supports(req.kind.family())?;
+        self.layout().check_name(&req.name)?;
         match req.kind.role() {
             Role::Exclusive => self.acquire_exclusive(req, deadline).await,
             Role::Shared | Role::Permit(_) => self.acquire_shared(req, deadline).await,
@@ -201,6 +203,7 @@ impl LockBackend for EtcdBackend {
     /// The oldest key of the election's prefix: its value, its create revision (the term).
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
         self.layout().supports(locksmith_core::Family::Election)?;
+        self.layout().check_name(name)?;
         let prefix = self.layout().prefix(locksmith_core::Family::Election, name);
         Ok(election::read_leader(&self.session.conn, &prefix).await?.0)
     }
@@ -208,6 +211,7 @@ impl LockBackend for EtcdBackend {
     /// A task of this backend's that follows the election's first key (see the crate docs).
     async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
         self.layout().supports(locksmith_core::Family::Election)?;
+        self.layout().check_name(name)?;
         let prefix = self.layout().prefix(locksmith_core::Family::Election, name);
         election::observe(&self.session, prefix).await
     }

@@ -80,6 +80,24 @@ impl Layout {
         }
     }
 
+    /// Refuses, in the Go layout without a URL path, the names whose queue holds the guarded data
+    /// keys (`.data/<segment>/<suffix>`, `guarded::data_key`): `.data` and `.data/…`. Those keys
+    /// have no lease and stay, so such a lock could never be granted, to locksmith or to
+    /// `etcdctl lock`.
+    pub fn check_name(&self, name: &LockName) -> Result<()> {
+        let name = name.as_str();
+        match self {
+            Layout::GoMutex { prefix } if prefix.is_empty() && (name == ".data" || name.starts_with(".data/")) => {
+                Err(LockError::InvalidName(format!(
+                    "{name:?}: with layout=go-mutex and no URL path, the keys under .data/ are the guarded \
+                     data keys (guard.data_key()), not a lock's queue; use another name, or a URL path for \
+                     the locks (etcd://host/locks?layout=go-mutex)"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Whether two attempts of one session on one lock would share a key, so that they must be
     /// serialised in the process (only in the Go layout).
     pub fn one_key_per_session(&self) -> bool {

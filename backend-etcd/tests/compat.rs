@@ -257,4 +257,19 @@ async fn guarded_keys_that_may_lie_in_a_lock_queue_are_refused() {
         .await
         .expect("nothing blocks the lock");
     next.release().await.expect("release");
+    // The data keys lie in the queue of the locks `.data` and `.data/…`, which could never be
+    // granted: refused. (Before, `try_acquire` answered "held" for good.)
+    let segment = data
+        .trim_start_matches(".data/")
+        .split('/')
+        .next()
+        .expect("a segment")
+        .to_owned();
+    for reserved in [".data".to_owned(), format!(".data/{segment}")] {
+        let attempt = other.lock(&reserved).try_acquire().await;
+        assert!(
+            matches!(attempt, Err(LockError::InvalidName(_))),
+            "{reserved}: {attempt:?}"
+        );
+    }
 }
