@@ -650,3 +650,54 @@ pub async fn every_kind_released_mid_flight_is_free(h: &impl Harness) {
     }
     other.release().await.expect("release other");
 }
+
+/// No name blocks another in any kind: `a` and `a/b`, `a` and `ab`, `a/` and `a` are independent
+/// semaphores, read-write locks and elections too (as
+/// [`super::mutex::names_are_independent`] checks for mutexes), and no election shows another
+/// name's leader.
+pub async fn every_kind_names_are_independent(h: &impl Harness) {
+    let base = unique_name("kind-names");
+    let (a, b) = (h.locker().await, h.locker().await);
+    for (first, second) in super::mutex::NESTED_NAMES {
+        let (first, second) = (format!("{base}/{first}"), format!("{base}/{second}"));
+        let permit = a
+            .semaphore(&first, 1)
+            .try_acquire()
+            .await
+            .expect("try")
+            .expect("the semaphore");
+        let other = b.semaphore(&second, 1).try_acquire().await.expect("try");
+        let other = other.unwrap_or_else(|| panic!("the semaphore {first:?} blocked {second:?}"));
+        other.release().await.expect("release");
+        let write = a
+            .rwlock(&first)
+            .write()
+            .try_acquire()
+            .await
+            .expect("try")
+            .expect("the rwlock");
+        let other = b.rwlock(&second).write().try_acquire().await.expect("try");
+        let other = other.unwrap_or_else(|| panic!("the rwlock {first:?} blocked {second:?}"));
+        other.release().await.expect("release");
+        let lead = a
+            .election(&first)
+            .campaign("first")
+            .try_acquire()
+            .await
+            .expect("try")
+            .expect("the election");
+        let shown = b.election(&second).leader().await.expect("leader");
+        assert!(
+            shown.is_none(),
+            "the election {second:?} shows {first:?}'s leader: {shown:?}"
+        );
+        let other = b.election(&second).campaign("second").try_acquire().await.expect("try");
+        let other = other.unwrap_or_else(|| panic!("the election {first:?} blocked {second:?}"));
+        let shown = b.election(&first).leader().await.expect("leader").map(|l| l.value);
+        assert_eq!(shown.as_deref(), Some("first"), "{first:?} after {second:?}'s campaign");
+        other.resign().await.expect("resign");
+        lead.resign().await.expect("resign");
+        write.release().await.expect("release");
+        permit.release().await.expect("release");
+    }
+}

@@ -88,7 +88,7 @@ macro_rules! primitive_tests {
             election::election_values_at_their_bounds, election::every_kind_is_told_when_removed_behind_back,
             election::every_kind_released_mid_flight_is_free,
             lifecycle::every_kind_timed_out_waiter_that_exits_leaves_nothing,
-            election::families_are_independent,
+            election::families_are_independent, election::every_kind_names_are_independent,
             election::list_shows_locks_in_use,
             storm::cancellation_storm_over_every_kind_leaves_nothing);
     };

@@ -558,20 +558,22 @@ pub async fn granted_one_at_a_time(
     two.release().await.expect("the second releases");
 }
 
+/// Pairs of names of which one is a prefix of the other: each pair is two independent locks, of
+/// every kind.
+pub(super) const NESTED_NAMES: [(&str, &str); 6] = [
+    ("a", "a/b"),
+    ("a/b", "a"),
+    ("a", "ab"),
+    ("ab", "a"),
+    ("a/", "a"),
+    ("a", "a/"),
+];
+
 /// No name blocks another: `a` and `a/b`, `a` and `ab`, `a/` and `a` are independent locks.
 pub async fn names_are_independent(h: &impl Harness) {
     let base = unique_name("names");
     let (a, b) = (h.locker().await, h.locker().await);
-    let pairs = [
-        ("a", "a/b"),
-        ("a/b", "a"),
-        ("a", "ab"),
-        ("ab", "a"),
-        ("a/", "a"),
-        ("a", "a/"),
-        ("x.y", "x%2Ey"),
-    ];
-    for (first, second) in pairs {
+    for (first, second) in NESTED_NAMES.into_iter().chain([("x.y", "x%2Ey")]) {
         let first = format!("{base}/{first}");
         let second = format!("{base}/{second}");
         let held = a.lock(&first).acquire().await.expect("acquire");
