@@ -192,6 +192,7 @@ impl LockBackend for EtcdBackend {
 
     /// The holder, its fencing token and lease TTL, and the waiters (see `listing.rs`).
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        self.layout().check_name(name)?;
         listing::inspect(&self.session, name).await
     }
 

@@ -271,5 +271,7 @@ async fn guarded_keys_that_may_lie_in_a_lock_queue_are_refused() {
             matches!(attempt, Err(LockError::InvalidName(_))),
             "{reserved}: {attempt:?}"
         );
+        let look = other.inspect(&reserved).await;
+        assert!(matches!(look, Err(LockError::InvalidName(_))), "{reserved}: {look:?}");
     }
 }

@@ -65,19 +65,21 @@ async fn a_holder_on_a_follower_cut_off_from_the_quorum_is_told_within_its_sessi
     let cut = Instant::now();
     println!("paused {others:?}");
 
-    // The follower answers from its own state, which the quorum side may have left behind: a
-    // leader read there must not be an answer. (Before, `leader()` listed the candidates on the
-    // follower alone; now a `sync` goes first, through the leader.)
-    let stale = reader.election(&election).leader().await;
+    // Told within the session timeout (the watchdog gives up TTL/10 early), plus scheduling slack;
+    // the follower itself would only drop its clients after syncLimit (5 s). Meanwhile a leader
+    // read on the follower: it answers from its own state, which the quorum side may have left
+    // behind, so the read must not be an answer. (Before, `leader()` listed the candidates on
+    // the follower alone; now a `sync` goes first, through the leader.)
+    let reading = reader.election(&election);
+    let (told, stale) = tokio::join!(
+        tokio::time::timeout(SESSION + Duration::from_millis(1200), guard.lost()),
+        reading.leader()
+    );
+    let after = cut.elapsed();
     assert!(
         stale.is_err(),
         "a leader read on a follower cut off from the quorum: {stale:?}"
     );
-
-    // Told within the session timeout (the watchdog gives up TTL/10 early), plus scheduling slack;
-    // the follower itself would only drop its clients after syncLimit (5 s).
-    let told = tokio::time::timeout(SESSION + Duration::from_millis(1200), guard.lost()).await;
-    let after = cut.elapsed();
     assert!(
         told.is_ok(),
         "the holder on {follower} (cut off from the quorum) was not told within {} ms",

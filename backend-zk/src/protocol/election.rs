@@ -6,8 +6,8 @@
 //!
 //! Reading the leader: `getChildren`, then `getData` of the first candidate (2 round trips), on
 //! an ensemble behind a pipelined `sync` (no round trip more), so that a follower that lags
-//! behind never shows an earlier leader; an observer also never sends a leader of a smaller term
-//! than the one it sent last.
+//! behind never shows an earlier leader (within a session the server never answers from an
+//! older state than the session saw; a new session may land on any server).
 //! Observing: the same with a children watch on the election node (an `exists` watch while the
 //! node is missing); each event (a candidate joined or left) reads again, and only a change of
 //! leader is sent to the [`LeaderWatch`]. The observer rides out disconnections (reading again
@@ -134,10 +134,7 @@ async fn observe_once(sessions: &Sessions, path: &str, tx: &watch::Sender<Option
     match watch_leader(&session, path).await {
         Ok((leader, watcher)) => {
             tx.send_if_modified(|seen| {
-                // Terms (creation zxids) only grow: an earlier leader is a read of a server that
-                // lags behind, never news.
-                let earlier = matches!((&*seen, &leader), (Some(s), Some(l)) if l.term < s.term);
-                let changed = *seen != leader && !earlier;
+                let changed = *seen != leader;
                 if changed {
                     tracing::debug!(election = %path, leader = ?leader, "the leader changed");
                     seen.clone_from(&leader);
