@@ -22,6 +22,7 @@
 //!   client (a flow a NAT or firewall dropped), at the next renewal, which asks `pg_locks` whether
 //!   the renewed leases' sessions still hold their locks.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -400,12 +401,10 @@ impl Sessions {
             for (id, pid, _, lost) in ended {
                 // Only the session checked: a lease released meanwhile, or held again on
                 // another session, is not this one.
-                let mut held = lock(&sessions.held);
-                if held.get(id).is_none_or(|h| h.session.pid != *pid) {
-                    continue;
-                }
-                let Some(gone) = held.remove(id) else { continue };
-                drop(held);
+                let gone = match lock(&sessions.held).entry(id.clone()) {
+                    Entry::Occupied(held) if held.get().session.pid == *pid => held.remove(),
+                    _ => continue,
+                };
                 lost.fire(LostReason::LeaseGone(format!(
                     "the session (server pid {pid}) that held the advisory lock ended on the server, \
                      unseen by this client (a connection cut without a close)"
