@@ -55,7 +55,8 @@ struct Pair {
     /// Dropped on release: ends the task that forwards the inner lost signals.
     _stop_forwarding: oneshot::Sender<()>,
     /// When a release of it first got no answer from a half: kept for the tries again, and
-    /// forgotten a TTL later (the tries have ended by then, and the leases with them).
+    /// forgotten a TTL and a request timeout later (the tries have ended by then, and the leases
+    /// with them: see `release_again`).
     unanswered_since: Option<Instant>,
 }
 
@@ -95,7 +96,11 @@ impl Dual {
         };
         let mut held = self.held();
         let now = Instant::now();
-        held.retain(|_, p| p.unanswered_since.is_none_or(|t| now < t + p.old.ttl.max(p.new.ttl)));
+        let tries_for = self.request_timeout();
+        held.retain(|_, p| {
+            p.unanswered_since
+                .is_none_or(|t| now < t + p.old.ttl.max(p.new.ttl).saturating_add(tries_for))
+        });
         held.insert(
             lease.holder_id.clone(),
             Pair {

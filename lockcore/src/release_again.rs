@@ -6,8 +6,11 @@
 //! shared conformance suite checks it: `conformance::deadlines`).
 //!
 //! The tries end at the first answer (released, or not held any more), once the lease has surely
-//! ended (a TTL after the first try began: nothing has renewed it since), or when the locker is
-//! shut down (the try in flight is then the last, and `Locker::shutdown` waits for it).
+//! ended, or when the locker is shut down (the try in flight is then the last, and
+//! `Locker::shutdown` waits for it). The lease has surely ended a TTL and a request timeout after
+//! the first try began: nothing renews it once the release has begun, but a renewal sent just
+//! before may reach the server up to a request timeout later, and the lease then runs a TTL from
+//! there.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +51,8 @@ pub(crate) async fn release_once(
 pub(crate) struct Retry {
     backend: Arc<dyn LockBackend>,
     lease: Lease,
-    /// When the lease has surely ended on the server: a TTL after the first try began.
+    /// When the lease has surely ended on the server: a TTL and a request timeout after the first
+    /// try began (see the module docs).
     until: Instant,
     closed: watch::Receiver<bool>,
 }
@@ -58,7 +62,7 @@ impl Retry {
     /// locker's shutdown.
     fn new(backend: Arc<dyn LockBackend>, lease: Lease, began: Instant, closed: watch::Receiver<bool>) -> Retry {
         let until = began
-            .checked_add(lease.ttl)
+            .checked_add(lease.ttl.saturating_add(backend.request_timeout()))
             .unwrap_or_else(|| began + Duration::from_secs(86_400));
         Retry {
             backend,
@@ -106,5 +110,92 @@ impl Retry {
 async fn until_shut_down(closed: &mut watch::Receiver<bool>) {
     if closed.wait_for(|c| *c).await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::LockInfo;
+    use crate::lease::LockRequest;
+    use crate::memory::MemoryBackend;
+    use crate::name::LockName;
+    use async_trait::async_trait;
+
+    /// The memory backend a request timeout away, whose releases get no answer until `answers_from`.
+    #[derive(Debug)]
+    struct Unanswered {
+        store: MemoryBackend,
+        answers_from: Instant,
+    }
+
+    #[async_trait]
+    impl LockBackend for Unanswered {
+        fn kind(&self) -> &'static str {
+            "mem"
+        }
+        async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+            self.store.try_acquire(req).await
+        }
+        async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+            self.store.acquire(req, deadline).await
+        }
+        async fn release(&self, lease: &Lease) -> Result<()> {
+            if Instant::now() < self.answers_from {
+                return Err(LockError::Unavailable {
+                    message: "no answer (test)".into(),
+                    source: None,
+                });
+            }
+            self.store.release(lease).await
+        }
+        async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
+            self.store.renew_many(leases).await
+        }
+        async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+            self.store.inspect(name).await
+        }
+        fn request_timeout(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+    }
+
+    /// Bug: the tries of a release that got no answer ended a TTL after it began. A renewal sent
+    /// just before the release, reaching the server up to a request timeout later, keeps the lease
+    /// past that: the server answered again within the lease, and nobody released it.
+    #[tokio::test(start_paused = true)]
+    async fn the_tries_outlast_a_renewal_that_reached_the_server_after_the_release_began() {
+        let store = MemoryBackend::new();
+        let name = LockName::new("late-renewal").unwrap();
+        let lease = store
+            .try_acquire(&LockRequest::mutex(name.clone(), Duration::from_secs(2)))
+            .await
+            .unwrap()
+            .expect("the lock is free");
+        let began = Instant::now();
+        // The renewal sent just before the release began reaches the server 0.9 s later (within
+        // the request timeout): the lease then ends at 2.9 s.
+        let late_renewal = tokio::spawn({
+            let (store, lease) = (store.clone(), lease.clone());
+            async move {
+                tokio::time::sleep(Duration::from_millis(900)).await;
+                store.renew(&lease).await
+            }
+        });
+        let backend: Arc<dyn LockBackend> = Arc::new(Unanswered {
+            store: store.clone(),
+            answers_from: began + Duration::from_millis(2_100),
+        });
+        let (_shut, closed) = watch::channel(false);
+        let (outcome, retry) = release_once(&backend, &lease, "releasing (test)", closed).await;
+        assert!(matches!(outcome, Err(LockError::Unavailable { .. })), "{outcome:?}");
+        retry.expect("an unanswered release is tried again").run().await;
+        late_renewal.await.unwrap().expect("the late renewal");
+        tokio::time::sleep_until(began + Duration::from_millis(2_700)).await;
+        let info = store.inspect(&name).await.unwrap();
+        assert_eq!(
+            info.holder, None,
+            "held at 2.7 s: the server answered from 2.1 s on, and the tries had ended"
+        );
     }
 }
