@@ -8,7 +8,8 @@
 //! - **Server silent** (connections stay open, nothing is answered — a frozen server, a proxy
 //!   that stops forwarding): `try_acquire`, `acquire` with a timeout, `inspect` and `release`
 //!   end within their bound (the caller's timeout, else the backend's request timeout) with
-//!   `Unavailable`, and a held lock's `lost()` fires within its TTL.
+//!   `Unavailable`, and a held lock's `lost()` fires within its TTL, before the server lets a
+//!   waiter on another connection in (a mutex, a one-permit semaphore, a writer and a leader).
 //! - **A release that got no answer** (cut off, or failed with `Unavailable`, or a dropped
 //!   guard's), its request lost with the connection: the lock is free within about the request
 //!   timeout once the server answers again, not after its TTL.
@@ -20,11 +21,12 @@
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::harness::{unique_name, within};
+use super::harness::{unique_name, within, Builder};
 use super::proxy::{Mode, Proxy};
-use crate::{LockError, Locker};
+use crate::{LockError, LockGuard, Locker};
 
 /// How much later than its bound a call may end.
 pub const MARGIN: Duration = Duration::from_secs(2);
@@ -112,6 +114,7 @@ where
         .await
         .expect("acquire");
     let free = unique_name("deadline_free");
+    let races = told_before_the_next_is_granted(&locker, &direct, &held).await;
     proxy.set(Mode::FREEZE);
     let frozen_at = Instant::now();
     ends_unavailable(
@@ -146,6 +149,9 @@ where
         "lost() fired {:?} after the server fell silent, TTL {ttl:?}",
         frozen_at.elapsed()
     );
+    for race in races {
+        race.told_first().await;
+    }
     let start = Instant::now();
     let released = within(request_timeout + MARGIN * 10, "release", held.release()).await;
     assert!(released.is_err(), "a lost lock released fine behind a silent server");
@@ -190,6 +196,81 @@ where
     for ended in [Ended::Released, Ended::Dropped, Ended::MaxHold] {
         failed_release_frees_once_answered(upstream, request_timeout, &connect, &direct, ended).await;
     }
+}
+
+/// One holder behind the silent server and the waiter for its lock on a direct connection: when
+/// each was told (the holder's `lost()`, the waiter's grant).
+struct Race {
+    what: &'static str,
+    lost_at: JoinHandle<Instant>,
+    granted_at: JoinHandle<Instant>,
+}
+
+impl Race {
+    /// The holder's `lost()` and the waiter's grant (whose output is dropped once timed), each
+    /// timed by a task of its own.
+    fn start<T: Send + 'static>(
+        what: &'static str,
+        lost: impl Future<Output = crate::LostReason> + Send + 'static,
+        granted: impl Future<Output = crate::Result<T>> + Send + 'static,
+    ) -> Race {
+        Race {
+            what,
+            lost_at: tokio::spawn(async move {
+                lost.await;
+                Instant::now()
+            }),
+            granted_at: tokio::spawn(async move {
+                let granted = granted.await.expect("the waiter on the direct connection");
+                let at = Instant::now();
+                drop(granted); // the holder behind the silent server too: tried again later
+                at
+            }),
+        }
+    }
+
+    /// Checks that the holder was told before the waiter was granted.
+    async fn told_first(self) {
+        let what = self.what;
+        let lost_at = within(TTL * 5 + MARGIN * 5, "lost() behind the silent server", self.lost_at).await;
+        let granted_at = within(TTL * 5 + MARGIN * 5, "the waiter's grant", self.granted_at).await;
+        let (lost_at, granted_at) = (lost_at.expect("lost task"), granted_at.expect("grant task"));
+        assert!(
+            lost_at <= granted_at,
+            "{what}: the waiter was granted {:?} before the holder behind the silent server was told",
+            lost_at - granted_at
+        );
+    }
+}
+
+/// A holder of each kind (the mutex `held`, a one-permit semaphore, a writer, a leader) on
+/// `locker`, whose server is about to fall silent, and a waiter for each on `direct`: once the
+/// server expires the holders, the waiters are granted, and each holder must have been told by
+/// then (its `lost()`), as every kind promises.
+async fn told_before_the_next_is_granted(locker: &Locker, direct: &Locker, held: &LockGuard) -> Vec<Race> {
+    let mut races = Vec::new();
+    let wait = Duration::from_secs(60);
+    let waiter = direct.lock(held.name()).ttl(TTL).timeout(wait);
+    races.push(Race::start("a mutex", held.lost(), waiter.acquire()));
+    let kinds: [(&'static str, Builder); 2] = [
+        ("a one-permit semaphore", |l, n| l.semaphore(n, 1)),
+        ("a writer", |l, n| l.rwlock(n).write()),
+    ];
+    for (what, builder) in kinds {
+        let name = unique_name("deadline_kind");
+        let guard = builder(locker, &name).ttl(TTL).acquire().await.expect("acquire");
+        let waiter = builder(direct, &name).ttl(TTL).timeout(wait);
+        races.push(Race::start(what, guard.lost(), async move {
+            Ok((waiter.acquire().await?, guard))
+        }));
+    }
+    let name = unique_name("deadline_leader");
+    let leader = (locker.election(&name).campaign("frozen").ttl(TTL).acquire().await).expect("campaign");
+    let next = direct.election(&name).campaign("next").ttl(TTL).timeout(wait);
+    races.push(Race::start("a leader", leader.lost(), async move {
+        Ok((next.acquire().await?, leader))
+    }));
+    races
 }
 
 /// The TTL of the lock whose release fails in [`failed_release_frees_once_answered`]: long beside
