@@ -11,12 +11,14 @@
 //!   the second is awaited; if the second fails or times out, the first is released (also when
 //!   the acquire future is dropped);
 //! - renew: both, in one watchdog batch each; if either is gone, the dual lease is gone;
-//! - lost: fires when either backend reports its lease lost;
+//! - lost: fires when either backend reports its lease lost (never once a release began); a
+//!   first lock lost while the second is awaited fails the acquire;
 //! - release: both (the error of either is returned); a half that got no answer is tried again
 //!   in the background, as any backend's release is;
 //! - fencing token: the new backend's (the old one's tokens are a different sequence);
 //! - every lock kind the same way (a semaphore permit, a read-write lock side, leadership held in
-//!   both); an election's `leader()` and `observe()` are the new backend's. Unlike a backend's
+//!   both); an election's `leader()` and `observe()` are the new backend's (a leader of this
+//!   `Dual` shown by its dual id, as its guard's lease has it). Unlike a backend's
 //!   own observer, a dual observer may report nobody between two leaders for an instant: the
 //!   next dual candidate waits in the old backend, and queues in the new one only once the
 //!   leader has released the old one;
@@ -29,12 +31,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::backend::{bounded, LockBackend, LockInfo};
 use crate::error::{LockError, Result};
-use crate::lease::{Lease, LockRequest, LostSignal};
+use crate::lease::{Lease, LockKind, LockRequest, LostSignal};
 use crate::locker::Locker;
 use crate::name::LockName;
 
@@ -45,19 +47,20 @@ use crate::name::LockName;
 pub struct Dual {
     old: Arc<dyn LockBackend>,
     new: Arc<dyn LockBackend>,
-    held: Mutex<HashMap<String, Pair>>,
+    held: Arc<Mutex<HashMap<String, Pair>>>,
 }
 
 /// The two inner leases of one dual lease.
 struct Pair {
     old: Lease,
     new: Lease,
-    /// Dropped on release: ends the task that forwards the inner lost signals.
-    _stop_forwarding: oneshot::Sender<()>,
-    /// When a release of it first got no answer from a half: kept for the tries again, and
-    /// forgotten a TTL and a request timeout later (the tries have ended by then, and the leases
-    /// with them: see `release_again`).
-    unanswered_since: Option<Instant>,
+    /// Taken (dropped) when a release begins: ends the task that forwards the inner lost
+    /// signals, so that `lost()` never fires after a release.
+    stop_forwarding: Option<oneshot::Sender<()>>,
+    /// When its first release began: kept for the tries again of a release that got no answer
+    /// (or was cut off), and forgotten a TTL and a request timeout later (the tries have ended by
+    /// then, and the leases with them: see `release_again`).
+    releasing_since: Option<Instant>,
 }
 
 impl Dual {
@@ -66,7 +69,7 @@ impl Dual {
         Dual {
             old: old.backend().clone(),
             new: new.backend().clone(),
-            held: Mutex::default(),
+            held: Arc::default(),
         }
     }
 
@@ -76,12 +79,16 @@ impl Dual {
     }
 
     fn held(&self) -> MutexGuard<'_, HashMap<String, Pair>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+        lock_pairs(&self.held)
     }
 
     /// Combines two inner leases into the dual lease handed to the guard.
     fn combine(&self, old: Lease, new: Lease) -> Lease {
         let lost = LostSignal::new();
+        // A half lost already is told at once: the guard must not start out held.
+        if let Some(reason) = old.lost.reason().or_else(|| new.lost.reason()) {
+            lost.fire(reason);
+        }
         let (stop, stopped) = oneshot::channel();
         tokio::spawn(forward_lost(old.lost.clone(), new.lost.clone(), lost.clone(), stopped));
         let lease = Lease {
@@ -98,16 +105,19 @@ impl Dual {
         let now = Instant::now();
         let tries_for = self.request_timeout();
         held.retain(|_, p| {
-            p.unanswered_since
+            p.releasing_since
                 .is_none_or(|t| now < t + p.old.ttl.max(p.new.ttl).saturating_add(tries_for))
         });
+        // The two inner ids are unique among live leases only: a backend may give a lock's next
+        // lease the id of one released before (etcd's key names), whose pair may still be kept
+        // for its tries again. The new lease takes the id; `pair` tells the two apart by token.
         held.insert(
             lease.holder_id.clone(),
             Pair {
                 old,
                 new,
-                _stop_forwarding: stop,
-                unanswered_since: None,
+                stop_forwarding: Some(stop),
+                releasing_since: None,
             },
         );
         drop(held);
@@ -150,33 +160,86 @@ impl Dual {
             ),
             source: None,
         };
+        let first_lost = first.lost.clone();
         let new = tokio::select! {
             new = acquire => new?,
             e = keep_first => return Err(ended(e.to_string())),
+            reason = first_lost.wait() => return Err(ended(format!("it was lost ({reason})"))),
         };
         let from = renewed_at();
-        if Instant::now() >= valid_until(from) {
-            if let Err(e) = bounded(
-                self.new.as_ref(),
-                "releasing",
-                self.new.request_timeout(),
-                self.new.release(&new),
-            )
-            .await
-            {
-                tracing::warn!(lock = %new.name, error = %e, "releasing the new backend's lock of a dual acquire whose old one ran out");
+        let lost = first.lost.reason();
+        if lost.is_some() || Instant::now() >= valid_until(from) {
+            if let Err(e) = release_within(&self.new, &new).await {
+                tracing::warn!(lock = %new.name, error = %e, "releasing the new backend's lock of a dual acquire whose old one ended");
             }
-            return Err(ended("it was not renewed in time".into()));
+            return Err(ended(match lost {
+                Some(reason) => format!("it was lost ({reason})"),
+                None => "it was not renewed in time".into(),
+            }));
         }
         Ok((from, new))
     }
 
+    /// The two inner leases of the dual lease `lease`.
     fn pair(&self, lease: &Lease) -> Result<(Lease, Lease)> {
+        self.with_pair(lease, |p| (p.old.clone(), p.new.clone()))
+    }
+
+    /// Runs `f` on the pair of the dual lease `lease`: NotHeld if none is kept for it (the pair
+    /// kept under its id must be its own, of the same fencing token: see `combine`).
+    fn with_pair<T>(&self, lease: &Lease, f: impl FnOnce(&mut Pair) -> T) -> Result<T> {
         self.held()
-            .get(&lease.holder_id)
-            .map(|p| (p.old.clone(), p.new.clone()))
+            .get_mut(&lease.holder_id)
+            .filter(|p| p.new.fencing_token == lease.fencing_token)
+            .map(f)
             .ok_or_else(|| LockError::not_held(lease.name.as_str()))
     }
+}
+
+/// The dual id of the lease of kind `kind` (as `is_kind` says) on `name` that the new backend
+/// knows as `holder_id` (with the fencing token `token`, where known), if it is one of `held`'s.
+fn dual_id(
+    held: &Mutex<HashMap<String, Pair>>,
+    name: &LockName,
+    holder_id: &str,
+    token: Option<u64>,
+    is_kind: impl Fn(&LockKind) -> bool,
+) -> Option<String> {
+    let held = lock_pairs(held);
+    let (id, _) = held.iter().find(|(_, p)| {
+        p.new.name == *name
+            && is_kind(&p.new.kind)
+            && p.new.holder_id == holder_id
+            && token.is_none_or(|t| t == p.new.fencing_token)
+            && p.releasing_since.is_none()
+    })?;
+    Some(id.clone())
+}
+
+/// `leader`, its holder id the dual one if it is a lease of `held`'s.
+fn leader_by_dual_id(held: &Mutex<HashMap<String, Pair>>, name: &LockName, mut leader: crate::Leader) -> crate::Leader {
+    let is_leadership = |k: &LockKind| matches!(k, LockKind::Leader { .. });
+    if let Some(id) = dual_id(held, name, &leader.holder_id, Some(leader.term), is_leadership) {
+        leader.holder_id = id;
+    }
+    leader
+}
+
+/// The held pairs, whatever a panic left.
+fn lock_pairs(held: &Mutex<HashMap<String, Pair>>) -> MutexGuard<'_, HashMap<String, Pair>> {
+    held.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Releases one half within its backend's request timeout: the dual call is bounded by the sum
+/// of both, so an unbounded half could use up the other's time.
+async fn release_within(backend: &Arc<dyn LockBackend>, lease: &Lease) -> Result<()> {
+    bounded(
+        backend.as_ref(),
+        "releasing",
+        backend.request_timeout(),
+        backend.release(lease),
+    )
+    .await
 }
 
 /// Fires `dual` when either inner signal fires, until `stopped` (the lease was released).
@@ -213,7 +276,7 @@ impl ReleaseOnDrop {
     /// releases it again, which is harmless).
     async fn roll_back(mut self) {
         if let Some(lease) = &self.lease {
-            if let Err(e) = self.backend.release(lease).await {
+            if let Err(e) = release_within(&self.backend, lease).await {
                 tracing::warn!(lock = %lease.name, error = %e, "rolling back the first lock of a dual acquire failed");
             }
         }
@@ -226,7 +289,7 @@ impl Drop for ReleaseOnDrop {
         let Some(lease) = self.lease.take() else { return };
         let backend = self.backend.clone();
         crate::driver::cleanup::spawn(async move {
-            if let Err(e) = backend.release(&lease).await {
+            if let Err(e) = release_within(&backend, &lease).await {
                 tracing::warn!(lock = %lease.name, error = %e, "rolling back the first lock of a dual acquire failed");
             }
         });
@@ -290,18 +353,28 @@ impl LockBackend for Dual {
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let (old, new) = self.pair(lease)?;
-        let (old, new) = tokio::join!(self.old.release(&old), self.new.release(&new));
+        // From its first release on, the lease is told of no loss, and its pair is kept only
+        // for the tries again (also when this call is cut off).
+        let (old, new) = self.with_pair(lease, |p| {
+            p.stop_forwarding = None;
+            p.releasing_since.get_or_insert_with(Instant::now);
+            (p.old.clone(), p.new.clone())
+        })?;
+        let (old, new) = tokio::join!(release_within(&self.old, &old), release_within(&self.new, &new));
         // A half that got no answer is released again later (`release_again`), by this method:
         // the pair stays until then (a half released now answers NotHeld next time).
         let unanswered = |half: &Result<()>| matches!(half, Err(LockError::Unavailable { .. }));
         if unanswered(&old) || unanswered(&new) {
-            if let Some(pair) = self.held().get_mut(&lease.holder_id) {
-                pair.unanswered_since.get_or_insert_with(Instant::now);
-            }
             return if unanswered(&old) { old } else { new };
         }
-        self.held().remove(&lease.holder_id);
+        let mut held = self.held();
+        if held
+            .get(&lease.holder_id)
+            .is_some_and(|p| p.new.fencing_token == lease.fencing_token)
+        {
+            held.remove(&lease.holder_id);
+        }
+        drop(held);
         both(old, new)
     }
 
@@ -345,9 +418,9 @@ impl LockBackend for Dual {
         let mut info = new?;
         info.waiters += old?.waiters;
         if let Some(holder) = &mut info.holder {
-            let held = self.held();
-            if let Some((dual_id, _)) = held.iter().find(|(_, p)| p.new.holder_id == holder.holder_id) {
-                holder.holder_id = dual_id.clone();
+            let token = holder.fencing_token;
+            if let Some(dual_id) = dual_id(&self.held, name, &holder.holder_id, token, |k| *k == LockKind::Mutex) {
+                holder.holder_id = dual_id;
             }
         }
         Ok(info)
@@ -358,14 +431,30 @@ impl LockBackend for Dual {
         self.new.list(prefix).await
     }
 
-    /// The new backend's leader (every dual leader leads in both).
+    /// The new backend's leader (every dual leader leads in both), shown by its dual id when it
+    /// is a lease of this `Dual`.
     async fn leader(&self, name: &LockName) -> Result<Option<crate::Leader>> {
-        self.new.leader(name).await
+        let leader = self.new.leader(name).await?;
+        Ok(leader.map(|l| leader_by_dual_id(&self.held, name, l)))
     }
 
-    /// The new backend's leadership.
+    /// The new backend's leadership, its leaders shown as [`LockBackend::leader`] shows them.
     async fn observe(&self, name: &LockName) -> Result<crate::LeaderWatch> {
-        self.new.observe(name).await
+        let mut inner = self.new.observe(name).await?;
+        let held = self.held.clone();
+        let name = name.clone();
+        let shown = move |l: Option<crate::Leader>| l.map(|l| leader_by_dual_id(&held, &name, l));
+        let (tx, rx) = watch::channel(shown(inner.leader()));
+        let task = tokio::spawn(async move {
+            // Ends when the inner observation does (the watch then fails as the inner one did:
+            // `Unavailable`; a locker's shutdown ends the outer watch by itself) or is dropped.
+            while let Ok(leader) = inner.changed().await {
+                if tx.send(shown(leader)).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(crate::LeaderWatch::new(rx, task))
     }
 
     /// Ends both backends' sessions, side by side.

@@ -215,3 +215,186 @@ async fn a_dual_release_without_an_answer_is_tried_again() {
     .await
     .expect("the old half is still held 5 s after a release it did not answer (TTL 30 s)");
 }
+
+/// Bug: a dual acquire whose first lock was lost while it waited for the second (removed on the
+/// server, its session ended: the old backend fires its lost signal) handed out a guard once the
+/// second came, while an old-only client held the first: two holders. It now fails.
+#[tokio::test]
+async fn a_first_lock_lost_while_the_second_is_awaited_fails_the_acquire() {
+    let h = harness();
+    let (old, new) = (Locker::new(h.old.clone()), Locker::new(h.new.clone()));
+    let dual = Dual::locker(&old, &new);
+    let blocker = new.lock("lost-first").acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let dual = dual.clone();
+        async move { dual.lock("lost-first").ttl(Duration::from_secs(30)).acquire().await }
+    });
+    let name = LockName::new("lost-first").unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while h.old.inspect(&name).await.unwrap().holder.is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the dual acquire took the old lock");
+    assert!(h.old.force_remove(&name));
+    let intruder = old.lock("lost-first").try_acquire().await.unwrap();
+    assert!(intruder.is_some(), "the removed old lock is free");
+    blocker.release().await.unwrap();
+    let acquired = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the dual acquire ended")
+        .unwrap();
+    assert!(
+        acquired.is_err(),
+        "a dual guard was handed out whose old lock an old-only client holds"
+    );
+    assert_eq!(h.new.inspect(&name).await.unwrap().holder, None, "new half left held");
+}
+
+/// A memory store whose leases all carry one holder id per lock, as etcd's key names are reused
+/// once released: a lease is known by its fencing token underneath.
+#[derive(Debug)]
+struct ReusedIds {
+    store: MemoryBackend,
+    leases: std::sync::Mutex<std::collections::HashMap<u64, locksmith_core::driver::Lease>>,
+    /// The next release is done, but answers `Unavailable` (its answer lost).
+    lose_next_answer: std::sync::atomic::AtomicBool,
+}
+
+impl ReusedIds {
+    fn new(store: MemoryBackend) -> ReusedIds {
+        ReusedIds {
+            store,
+            leases: Default::default(),
+            lose_next_answer: false.into(),
+        }
+    }
+
+    fn shown(&self, real: locksmith_core::driver::Lease) -> locksmith_core::driver::Lease {
+        let mut shown = real.clone();
+        shown.holder_id = format!("slot-0-of-{}", real.name);
+        self.leases.lock().unwrap().insert(real.fencing_token, real);
+        shown
+    }
+
+    fn real(&self, shown: &locksmith_core::driver::Lease) -> locksmith_core::driver::Lease {
+        let leases = self.leases.lock().unwrap();
+        leases
+            .get(&shown.fencing_token)
+            .cloned()
+            .unwrap_or_else(|| shown.clone())
+    }
+}
+
+#[async_trait]
+impl LockBackend for ReusedIds {
+    fn kind(&self) -> &'static str {
+        "mem"
+    }
+    async fn try_acquire(
+        &self,
+        req: &locksmith_core::driver::LockRequest,
+    ) -> locksmith_core::Result<Option<locksmith_core::driver::Lease>> {
+        Ok(self.store.try_acquire(req).await?.map(|l| self.shown(l)))
+    }
+    async fn acquire(
+        &self,
+        req: &locksmith_core::driver::LockRequest,
+        deadline: Option<tokio::time::Instant>,
+    ) -> locksmith_core::Result<locksmith_core::driver::Lease> {
+        Ok(self.shown(self.store.acquire(req, deadline).await?))
+    }
+    async fn release(&self, lease: &locksmith_core::driver::Lease) -> locksmith_core::Result<()> {
+        let released = self.store.release(&self.real(lease)).await;
+        if self.lose_next_answer.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(LockError::Unavailable {
+                message: "the answer was lost (test)".into(),
+                source: None,
+            });
+        }
+        released
+    }
+    async fn renew_many(&self, leases: &[locksmith_core::driver::Lease]) -> Vec<locksmith_core::Result<()>> {
+        let real: Vec<_> = leases.iter().map(|l| self.real(l)).collect();
+        self.store.renew_many(&real).await
+    }
+    async fn inspect(&self, name: &LockName) -> locksmith_core::Result<locksmith_core::LockInfo> {
+        self.store.inspect(name).await
+    }
+}
+
+/// Bug: the dual id of a lease is made of its two backends' ids, which are unique among live
+/// leases only (etcd reuses a released key's name). A release whose answer was lost is tried
+/// again later; the lock taken again meanwhile got the same dual id, and the try again released
+/// the new lease's two locks: an old-only client could then take the lock it held.
+#[tokio::test]
+async fn a_release_tried_again_never_releases_a_later_lease_of_the_same_id() {
+    let h = harness();
+    let new_half = std::sync::Arc::new(ReusedIds::new(h.new.clone()));
+    let old = Locker::from_arc(std::sync::Arc::new(ReusedIds::new(h.old.clone())));
+    let dual = Dual::locker(&old, &Locker::from_arc(new_half.clone()));
+    let first = dual
+        .lock("reused")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    new_half
+        .lose_next_answer
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let released = first.release().await;
+    assert!(matches!(released, Err(LockError::Unavailable { .. })), "{released:?}");
+    let second = dual
+        .lock("reused")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await; // the tries again: after 100, 300 ms
+    let name = LockName::new("reused").unwrap();
+    assert!(
+        h.old.inspect(&name).await.unwrap().holder.is_some(),
+        "the old half of the later lease was released by the earlier lease's try again"
+    );
+    assert!(
+        h.new.inspect(&name).await.unwrap().holder.is_some(),
+        "the new half of the later lease was released by the earlier lease's try again"
+    );
+    assert!(second.is_held());
+    second.release().await.unwrap();
+}
+
+/// Bug: a dual lease whose release got no answer went on forwarding its halves' lost signals,
+/// so `lost()` fired after `release()` (a half that then expired, or was removed), which the
+/// guard's docs rule out.
+#[tokio::test]
+async fn lost_never_fires_after_a_release_without_an_answer() {
+    let h = harness();
+    let flaky = std::sync::Arc::new(support::FaultyRelease::new(h.old.clone()));
+    let dual = Dual::locker(&Locker::from_arc(flaky.clone()), &Locker::new(h.new.clone()));
+    let guard = dual.lock("quiet").ttl(Duration::from_secs(30)).acquire().await.unwrap();
+    let lost = guard.lost();
+    flaky.fail_next.store(true, std::sync::atomic::Ordering::SeqCst);
+    let released = guard.release().await;
+    assert!(matches!(released, Err(LockError::Unavailable { .. })), "{released:?}");
+    assert!(h.old.force_remove(&LockName::new("quiet").unwrap()));
+    let fired = tokio::time::timeout(Duration::from_millis(500), lost).await;
+    assert!(fired.is_err(), "lost() fired after release(): {fired:?}");
+}
+
+/// Bug: an election's leader, as `leader()` and an observer show it, carried the new backend's
+/// holder id where the leader's own guard carries its dual id.
+#[tokio::test]
+async fn a_dual_leader_is_shown_by_its_dual_id() {
+    let h = harness();
+    let dual = Dual::locker(&Locker::new(h.old.clone()), &Locker::new(h.new.clone()));
+    let election = dual.election("dual-ids");
+    let lead = election.campaign("me").acquire().await.unwrap();
+    let id = lead.guard().lease().holder_id.clone();
+    let shown = election.leader().await.unwrap().expect("a leader");
+    assert_eq!(shown.holder_id, id, "leader()");
+    let watch = election.observe().await.unwrap();
+    assert_eq!(watch.leader().expect("a leader").holder_id, id, "observe()");
+    lead.resign().await.unwrap();
+}
