@@ -11,6 +11,8 @@
 //!   trip per node, not per lock. A group that meets a node that no longer serves one of its
 //!   slots (resharding, failover) is renewed again one lease at a time, each call following
 //!   `MOVED`/`ASK` to the right node, and the slot map is read again before the next batch.
+//!   Each lease has its own outcome: a master that fails or hangs costs its own leases only, as
+//!   every group ends by one deadline (half the shortest TTL, within the operation timeout).
 //! - With `min_replicas`, the batch ends with `WAIT` on the same connection: a renewal that too
 //!   few replicas acknowledged does not count (the watchdog tries again, and fires `lost()` if the
 //!   lease runs out unconfirmed), because a failover would bring back the older expiry.
@@ -62,24 +64,30 @@ pub(crate) async fn renew_many(inner: &Inner, leases: &[Lease]) -> Vec<Result<()
         |_, server| renew_on_server(server, &items),
         |answers| {
             (0..items.len()).all(|i| {
-                let renewed = answers.iter().filter(|a| matches!(a, Some(Ok(f)) if f[i])).count();
-                let gone = answers.iter().filter(|a| matches!(a, Some(Ok(f)) if !f[i])).count();
+                let renewed = answers
+                    .iter()
+                    .filter(|a| matches!(a, Some(Ok(f)) if matches!(f[i], Ok(true))))
+                    .count();
+                let gone = answers
+                    .iter()
+                    .filter(|a| matches!(a, Some(Ok(f)) if matches!(f[i], Ok(false))))
+                    .count();
                 renewed >= quorum || gone > n - quorum
             })
         },
     )
     .await;
-    let per_node: Vec<Result<Vec<bool>>> = per_node.into_iter().flatten().collect();
+    let per_node: Vec<Result<Vec<Result<bool>>>> = per_node.into_iter().flatten().collect();
     leases
         .iter()
         .enumerate()
         .map(|(i, lease)| {
             let (mut renewed, mut gone, mut error) = (0, 0, None);
             for result in &per_node {
-                match result {
-                    Ok(flags) if flags[i] => renewed += 1,
-                    Ok(_) => gone += 1,
-                    Err(e) => error = Some(e.to_string()),
+                match result.as_ref().map(|flags| &flags[i]) {
+                    Ok(Ok(true)) => renewed += 1,
+                    Ok(Ok(false)) => gone += 1,
+                    Ok(Err(e)) | Err(e) => error = Some(e.to_string()),
                 }
             }
             if renewed >= quorum {
@@ -135,17 +143,42 @@ pub(crate) struct Item<'a> {
     pub(crate) ttl: Duration,
 }
 
-/// Extends every `(lock key, token, ttl)` on one logical server; `true` where extended.
-async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<bool>> {
+/// Extends every `(lock key, token, ttl)` on one logical server: for each, `true` where
+/// extended, `false` where no longer held, an error where its node did not answer. An error of
+/// the whole: a server (not a cluster) that did not answer.
+async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<Result<bool>>> {
     if items.is_empty() {
         return Ok(Vec::new());
     }
     if !server.link.is_cluster() {
-        return renew_batch(server, None, items).await;
+        let flags = renew_batch(server, None, items).await?;
+        return Ok(flags.into_iter().map(Ok).collect());
     }
-    let owners = server
-        .bounded("reading the cluster's slots", || server.link.slot_owners())
-        .await?;
+    Ok(renew_on_cluster(server, items).await)
+}
+
+/// [`renew_on_server`] on a cluster: the leases grouped by the master of their slot, the groups
+/// in parallel, each lease's own outcome. A master that fails or hangs (down, paused, failing
+/// over) costs its own leases only: every group ends by one deadline, half the shortest TTL
+/// (within the operation timeout), so that the answers of the others reach the watchdog before
+/// their leases' validity ends.
+async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>> {
+    let shortest = items.iter().map(|i| i.ttl).min().unwrap_or(server.op_timeout);
+    let deadline = tokio::time::Instant::now() + server.op_timeout.min(shortest / 2);
+    let unanswered = |what: &str| LockError::Unavailable {
+        message: format!("renewing on the redis cluster: {what}"),
+        source: None,
+    };
+    // Without the slot map (a node that does not answer it), each lease goes on its own, routed
+    // by its key.
+    let owners = match tokio::time::timeout_at(deadline, server.link.slot_owners()).await {
+        Ok(Ok(owners)) => owners,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "reading the cluster's slots failed; renewing lease by lease");
+            Vec::new()
+        }
+        Err(_) => Vec::new(),
+    };
     let mut groups: BTreeMap<Option<(String, u16)>, Vec<usize>> = BTreeMap::new();
     for (i, item) in items.iter().enumerate() {
         let slot = slot_of(item.key);
@@ -158,33 +191,37 @@ async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<bool>>
     let results = join_all(groups.iter().map(|(owner, indexes)| async move {
         let group: Vec<Item<'_>> = indexes.iter().map(|&i| items[i]).collect();
         if let Some(owner) = owner {
-            match renew_batch(server, Some(owner), &group).await {
-                Ok(flags) => return Ok(flags),
-                Err(e) => {
-                    tracing::debug!(node = %format!("{}:{}", owner.0, owner.1), error = %e,
+            let node = format!("{}:{}", owner.0, owner.1);
+            match tokio::time::timeout_at(deadline, renew_batch(server, Some(owner), &group)).await {
+                Ok(Ok(flags)) => return flags.into_iter().map(Ok).collect(),
+                Ok(Err(e)) => {
+                    tracing::debug!(%node, error = %e,
                         "batched renewal on a cluster node failed; renewing its leases one by one");
                     server.link.failed(None);
                 }
+                Err(_) => {
+                    tracing::debug!(%node, leases = group.len(), "a cluster node did not answer the renewal in time");
+                    let what = format!("{node} did not answer in time");
+                    return group.iter().map(|_| Err(unanswered(&what))).collect();
+                }
             }
         }
-        let each = join_all(
-            group
-                .iter()
-                .map(|item| renew_batch(server, None, std::slice::from_ref(item))),
-        )
-        .await;
-        each.into_iter()
-            .map(|r| r.map(|flags| flags[0]))
-            .collect::<Result<Vec<bool>>>()
+        join_all(group.iter().map(|item| async move {
+            match tokio::time::timeout_at(deadline, renew_batch(server, None, std::slice::from_ref(item))).await {
+                Ok(flags) => flags.map(|flags| flags.first().copied().unwrap_or(false)),
+                Err(_) => Err(unanswered("the node of a lease did not answer in time")),
+            }
+        }))
+        .await
     }))
     .await;
-    let mut renewed = vec![false; items.len()];
+    let mut renewed: Vec<Result<bool>> = (0..items.len()).map(|_| Ok(false)).collect();
     for (indexes, result) in groups.values().zip(results) {
-        for (&i, flag) in indexes.iter().zip(result?) {
-            renewed[i] = flag;
+        for (&i, outcome) in indexes.iter().zip(result) {
+            renewed[i] = outcome;
         }
     }
-    Ok(renewed)
+    renewed
 }
 
 /// Renews `items` in one round trip: on the server, on the cluster node `target`, or (`None` on

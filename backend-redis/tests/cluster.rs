@@ -1,7 +1,8 @@
 //! Redis Cluster (`LOCKSMITH_TEST_REDIS_CLUSTER`: three masters, each with a replica): locks
 //! (mutexes, and the other kinds) spread over the masters and renewed in one batch per node; a
 //! slot resharded while a lock in it is held; a master killed while a lock in its slots is held;
-//! the plain layout's keys in the slot of the raw name.
+//! a master paused while locks on the others are held; the plain layout's keys in the slot of the
+//! raw name.
 
 mod common;
 
@@ -32,7 +33,7 @@ fn lock_key(url: &str, name: &str) -> String {
 }
 
 /// The masters, as `(first slot, last slot, "host:port")`.
-async fn masters(admin: &mut Admin) -> Vec<(i64, i64, String)> {
+async fn masters(admin: &mut impl redis::aio::ConnectionLike) -> Vec<(i64, i64, String)> {
     let ranges: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query_async(admin)
@@ -219,6 +220,99 @@ async fn killed_master_keeps_a_confirmed_lock() {
         wait_for_change(&["slot-owner", "redis-cluster", &slot], &owner, Duration::from_secs(30)).await;
     })
     .await;
+}
+
+/// The masters, once every node of the test cluster (`scripts/backends`: ports 17001-17006)
+/// that answers shows the same ones: after a failover, nodes agree only a while later.
+async fn settled_masters() -> Vec<(i64, i64, String)> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut views = Vec::new();
+        for port in 17001..=17006 {
+            let mut conn = common::admin(&format!("redis://127.0.0.1:{port}")).await;
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            if !info.contains("cluster_state:ok") {
+                views.clear();
+                break;
+            }
+            let mut view = masters(&mut conn).await;
+            view.sort();
+            views.push(view);
+        }
+        if views.len() == 6 && views.windows(2).all(|w| w[0] == w[1]) {
+            return views.swap_remove(0);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the test cluster did not settle"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The `scripts/backends` id of the test cluster's node at `addr`.
+fn node_id(addr: &str) -> String {
+    let port: u16 = addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+    match port {
+        17001..=17003 => format!("cluster-{}", port - 17000),
+        _ => format!("cluster-r{}", port - 17003),
+    }
+}
+
+/// Bug: the cluster renewal failed as a whole when one master failed or hung: a master paused
+/// for longer than a lease's validity made every lease of the process run out, those on healthy
+/// masters too. Each master's leases now have their own outcome, all by a deadline within the
+/// leases' validity. (Paused for less than the cluster's node timeout, so that it does not fail
+/// over.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_master_costs_only_its_own_leases() {
+    let _serial = FAULTS.lock().await;
+    common::init_logs();
+    let url = cluster_url();
+    let mut admin = admin_for(&url).await;
+    let ranges = settled_masters().await;
+    let owner = |slot: i64| {
+        let (_, _, addr) = ranges
+            .iter()
+            .find(|(f, l, _)| (*f..=*l).contains(&slot))
+            .expect("an owner");
+        addr.clone()
+    };
+    let healthy = unique_name("paused-other");
+    let healthy_owner = owner(keyslot(&mut admin, &lock_key(&url, &healthy)).await);
+    let mut paused = None;
+    for i in 0..200 {
+        let name = unique_name(&format!("paused-{i}"));
+        let at = owner(keyslot(&mut admin, &lock_key(&url, &name)).await);
+        if at != healthy_owner {
+            paused = Some((name, at));
+            break;
+        }
+    }
+    let (paused, paused_owner) = paused.expect("a name on another master");
+    let a = common::locker(&url).await;
+    // Valid for 1.35 s after each renewal sent (every 0.5 s); the master is paused for 1.8 s.
+    let ttl = Duration::from_millis(1500);
+    let kept = a.lock(&healthy).ttl(ttl).acquire().await.expect("acquire");
+    let frozen = a.lock(&paused).ttl(ttl).acquire().await.expect("acquire");
+    {
+        let id = node_id(&paused_owner);
+        let _resume = OnDrop::resume(&id);
+        backends(&["pause", &id]).await;
+        tokio::time::sleep(Duration::from_millis(1800)).await;
+        assert!(
+            kept.is_held(),
+            "a lock on a healthy master was lost while another master was paused: {:?}",
+            kept.lost_reason()
+        );
+    }
+    drop(frozen);
+    kept.release().await.expect("release");
+    settled_masters().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -205,6 +205,9 @@ struct ClusterLink {
     /// Which master serves which slots (`CLUSTER SLOTS`), read when renewals need it and
     /// forgotten when a renewal meets a node that no longer serves a slot.
     slots: RwLock<Option<SlotOwners>>,
+    /// The masters of the last slot map read (kept when the map is forgotten): where the next
+    /// `CLUSTER SLOTS` is asked.
+    last_masters: RwLock<Vec<(String, u16)>>,
 }
 
 /// Slot ranges `(first, last, master host, master port)`, sorted.
@@ -272,6 +275,7 @@ impl Link {
                     confirm: OnceCell::new(),
                     seeds,
                     slots: RwLock::new(None),
+                    last_masters: RwLock::default(),
                 })
             }
         };
@@ -392,14 +396,37 @@ impl Link {
         if let Some(owners) = c.slots.read().unwrap_or_else(|e| e.into_inner()).clone() {
             return Ok(owners);
         }
-        let mut conn = c.connection(&c.conn).await?;
-        let reply = conn
-            .route_command(
-                redis::cmd("CLUSTER").arg("SLOTS").clone(),
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
-            )
-            .await?;
+        // Asked of every known master (the last map's, else the seeds) at once, the first answer
+        // taken: a master that hangs (paused, failing over) must not hold up the renewals of
+        // the leases on the others.
+        let conn = c.connection(&c.conn).await?;
+        let mut nodes: Vec<(String, u16)> = c.last_masters.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if nodes.is_empty() {
+            nodes = c
+                .seeds
+                .iter()
+                .filter_map(|seed| match &seed.get_connection_info().addr() {
+                    ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                        Some((host.clone(), *port))
+                    }
+                    _ => None,
+                })
+                .collect();
+        }
+        let asks = nodes.into_iter().map(|(host, port)| {
+            let mut conn = conn.clone();
+            Box::pin(async move {
+                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+                conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), to).await
+            })
+        });
+        let reply = match futures_util::future::select_ok(asks).await {
+            Ok((reply, _)) => reply,
+            Err(e) => return Err(e),
+        };
         let owners = parse_slots(reply)?;
+        *c.last_masters.write().unwrap_or_else(|e| e.into_inner()) =
+            owners.iter().map(|(_, _, host, port)| (host.clone(), *port)).collect();
         *c.slots.write().unwrap_or_else(|e| e.into_inner()) = Some(owners.clone());
         Ok(owners)
     }
