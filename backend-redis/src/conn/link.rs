@@ -125,10 +125,10 @@ pub(crate) struct Link {
 enum Way {
     /// One server at a fixed address.
     Fixed(FixedLink),
-    /// The master the sentinels name (boxed: the largest by far).
+    /// The master the sentinels name (boxed, as the cluster's: the two largest by far).
     Sentinel(Box<SentinelLink>),
     /// A Redis Cluster.
-    Cluster(ClusterLink),
+    Cluster(Box<ClusterLink>),
 }
 
 /// One server's client and connections.
@@ -269,14 +269,14 @@ impl Link {
                     .iter()
                     .map(|u| client_for(config, &with_auth(config, u)))
                     .collect::<RedisResult<Vec<_>>>()?;
-                Way::Cluster(ClusterLink {
+                Way::Cluster(Box::new(ClusterLink {
                     client: builder.build()?,
                     conn: OnceCell::new(),
                     confirm: OnceCell::new(),
                     seeds,
                     slots: RwLock::new(None),
                     last_masters: RwLock::default(),
-                })
+                }))
             }
         };
         Ok(Link {
