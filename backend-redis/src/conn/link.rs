@@ -125,10 +125,10 @@ pub(crate) struct Link {
 enum Way {
     /// One server at a fixed address.
     Fixed(FixedLink),
-    /// The master the sentinels name (boxed, as the cluster's: the two largest by far).
+    /// The master the sentinels name (boxed: the largest by far).
     Sentinel(Box<SentinelLink>),
     /// A Redis Cluster.
-    Cluster(Box<ClusterLink>),
+    Cluster(ClusterLink),
 }
 
 /// One server's client and connections.
@@ -205,9 +205,9 @@ struct ClusterLink {
     /// Which master serves which slots (`CLUSTER SLOTS`), read when renewals need it and
     /// forgotten when a renewal meets a node that no longer serves a slot.
     slots: RwLock<Option<SlotOwners>>,
-    /// The masters of the last slot map read (kept when the map is forgotten): where the next
-    /// `CLUSTER SLOTS` is asked.
-    last_masters: RwLock<Vec<(String, u16)>>,
+    /// Whether the slot map must be read again (it is kept meanwhile: its masters are where
+    /// the next `CLUSTER SLOTS` is asked).
+    slots_stale: AtomicBool,
 }
 
 /// Slot ranges `(first, last, master host, master port)`, sorted.
@@ -269,14 +269,14 @@ impl Link {
                     .iter()
                     .map(|u| client_for(config, &with_auth(config, u)))
                     .collect::<RedisResult<Vec<_>>>()?;
-                Way::Cluster(Box::new(ClusterLink {
+                Way::Cluster(ClusterLink {
                     client: builder.build()?,
                     conn: OnceCell::new(),
                     confirm: OnceCell::new(),
                     seeds,
                     slots: RwLock::new(None),
-                    last_masters: RwLock::default(),
-                }))
+                    slots_stale: AtomicBool::new(false),
+                })
             }
         };
         Ok(Link {
@@ -358,7 +358,7 @@ impl Link {
         match &self.way {
             Way::Fixed(_) => {}
             Way::Sentinel(s) => s.stale.store(true, Ordering::SeqCst),
-            Way::Cluster(c) => *c.slots.write().unwrap_or_else(|e| e.into_inner()) = None,
+            Way::Cluster(c) => c.slots_stale.store(true, Ordering::SeqCst),
         }
     }
 
@@ -393,14 +393,23 @@ impl Link {
         let Way::Cluster(c) = &self.way else {
             return Ok(Vec::new());
         };
-        if let Some(owners) = c.slots.read().unwrap_or_else(|e| e.into_inner()).clone() {
-            return Ok(owners);
+        let known = c.slots.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(owners) = &known {
+            if !c.slots_stale.load(Ordering::SeqCst) {
+                return Ok(owners.clone());
+            }
         }
         // Asked of every known master (the last map's, else the seeds) at once, the first answer
         // taken: a master that hangs (paused, failing over) must not hold up the renewals of
         // the leases on the others.
         let conn = c.connection(&c.conn).await?;
-        let mut nodes: Vec<(String, u16)> = c.last_masters.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut nodes: Vec<(String, u16)> = known
+            .iter()
+            .flatten()
+            .map(|(_, _, host, port)| (host.clone(), *port))
+            .collect();
+        nodes.sort();
+        nodes.dedup();
         if nodes.is_empty() {
             nodes = c
                 .seeds
@@ -420,13 +429,13 @@ impl Link {
                 conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), to).await
             })
         });
-        let reply = match futures_util::future::select_ok(asks).await {
-            Ok((reply, _)) => reply,
-            Err(e) => return Err(e),
+        // Cleared before the question: a failure met meanwhile marks the answer stale again.
+        c.slots_stale.store(false, Ordering::SeqCst);
+        let owners = match futures_util::future::select_ok(asks).await {
+            Ok((reply, _)) => parse_slots(reply),
+            Err(e) => Err(e),
         };
-        let owners = parse_slots(reply)?;
-        *c.last_masters.write().unwrap_or_else(|e| e.into_inner()) =
-            owners.iter().map(|(_, _, host, port)| (host.clone(), *port)).collect();
+        let owners = owners.inspect_err(|_| c.slots_stale.store(true, Ordering::SeqCst))?;
         *c.slots.write().unwrap_or_else(|e| e.into_inner()) = Some(owners.clone());
         Ok(owners)
     }
