@@ -4,9 +4,12 @@
 //!
 //! A step that hands out a fencing token is written durably (the file and the directory are
 //! synced before the step's caller learns the token; the URL's `sync=off` skips it), so tokens
-//! keep increasing across a crash, a reboot or a power cut. Everything else is only renamed:
-//! after a power cut it may be lost, which loses nothing, since every entry of a boot that ended
-//! is dead.
+//! keep increasing across a crash, a reboot or a power cut. Everything else is only renamed
+//! without syncing the directory: after a power cut the rename may be lost, which loses nothing,
+//! since every entry of a boot that ended is dead. Its new file's data is still synced before the
+//! rename (unless `sync=off`): a file system may put the rename on disk before the data (XFS, ext4
+//! with some mount options), and a power cut would then leave an empty state file in place of the
+//! durable token record (see [`syncs`]).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -45,8 +48,8 @@ impl Dir {
             None => !state.entries.is_empty(),
         };
         if changed {
-            let durable = self.sync && original.as_ref().is_none_or(|(o, _)| o.last_token != state.last_token);
-            let stored = self.store(file, &bytes, durable);
+            let token_changed = original.as_ref().is_none_or(|(o, _)| o.last_token != state.last_token);
+            let stored = self.store(file, &bytes, syncs(self.sync, token_changed));
             self.hub.changed(Some(&file.stem));
             stored?;
         }
@@ -155,7 +158,7 @@ impl Dir {
     /// which is removed and never followed). Only a step holding the lock file's `flock` writes
     /// it, so no other locksmith process removes or creates it meanwhile; anyone else who does
     /// makes the step fail.
-    fn store(&self, file: &LockFile, bytes: &[u8], durable: bool) -> Result<()> {
+    fn store(&self, file: &LockFile, bytes: &[u8], syncs: Syncs) -> Result<()> {
         let (temp, path) = (file.temp_path(&self.path), file.state_path(&self.path));
         match std::fs::remove_file(&temp) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -171,15 +174,62 @@ impl Dir {
             .map_err(|e| open_error("cannot create the temporary state file", &temp, e))?;
         let write = |mut f: File| -> std::io::Result<()> {
             f.write_all(bytes)?;
-            if durable {
+            if syncs.file {
                 f.sync_data()?;
             }
             std::fs::rename(&temp, &path)?;
-            if durable {
+            if syncs.dir {
                 File::open(&self.path)?.sync_all()?;
             }
             Ok(())
         };
         write(f).map_err(|e| io_error("cannot write the state file", &path, e))
+    }
+}
+
+/// The syncs a changed state gets when it is written (see [`syncs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Syncs {
+    /// `sync_data` of the new file before it is renamed over the old one.
+    file: bool,
+    /// `fsync` of the directory after the rename.
+    dir: bool,
+}
+
+/// The syncs of a changed state: `durable` is the URL's `sync=grant`, `token_changed` whether the
+/// step handed out a fencing token (or the state file is new).
+///
+/// With `durable`, the new file's data is always synced before the rename: the rename replaces a
+/// durable token record, and a file system may write the rename before the data, which a power
+/// cut would turn into an empty state file (every call failing, the token record gone). Only a
+/// step that changed the token waits for the directory too (the rename itself on disk before its
+/// caller learns the token); any other step's rename may be lost, which loses nothing.
+fn syncs(durable: bool, token_changed: bool) -> Syncs {
+    Syncs {
+        file: durable,
+        dir: durable && token_changed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bug: with `sync=grant`, a step that did not change the token renamed an unsynced file over
+    /// the durable one (after a power cut: an empty state file, the token record gone).
+    #[test]
+    fn under_sync_grant_every_step_syncs_the_file_before_the_rename() {
+        assert_eq!(syncs(true, false), Syncs { file: true, dir: false });
+        assert_eq!(syncs(true, true), Syncs { file: true, dir: true });
+        for token_changed in [false, true] {
+            assert_eq!(
+                syncs(false, token_changed),
+                Syncs {
+                    file: false,
+                    dir: false
+                },
+                "sync=off"
+            );
+        }
     }
 }
