@@ -358,3 +358,26 @@ async fn a_holder_whose_liveness_file_cannot_be_opened_counts_as_alive() {
         "a holder whose liveness file could not be opened lost its lock: {got:?}"
     );
 }
+
+/// Bug: an entry whose owner id locksmith could never have written (a state file written by
+/// hand or damaged; here 300 characters, too long for a file name) could not be checked, and
+/// counted as alive for good: its lock was held forever. Such an owner is dead now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_with_an_owner_id_locksmith_never_writes_is_dead() {
+    let h = FileHarness::new();
+    let name = locksmith_core::conformance::unique_name("bad-owner");
+    let holder = h.locker().await;
+    let _guard = (holder.lock(&name).ttl(Duration::from_secs(60)).acquire().await).expect("acquire");
+    let path = h
+        .look
+        .state_path(locksmith_core::Family::Mutex, &LockName::new(&name).unwrap());
+    let mut state: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    state["entries"][0]["owner"] = serde_json::Value::String("x".repeat(300));
+    std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    let other = h.locker().await;
+    let got = other.lock(&name).ttl(Duration::from_secs(60)).try_acquire().await;
+    assert!(
+        matches!(got, Ok(Some(_))),
+        "an entry of an owner id locksmith never writes kept the lock (TTL 60 s): {got:?}"
+    );
+}

@@ -303,11 +303,12 @@ struct HeldLease {
 /// Removes the liveness files of lockers that ended without removing theirs (killed) and that no
 /// queue entry names any more (a transaction reaps those it meets): they would pile up. Lockers
 /// this process knows alive (`hub`) are not checked: 1,000 lockers opened in one process would
-/// otherwise check each other's files 500,000 times.
+/// otherwise check each other's files 500,000 times. Files that are no liveness file (a locker's
+/// temporary `.<id>.tmp`) are left alone.
 fn reap_dead_owners(owners: &Path, hub: &Hub) {
     let Ok(files) = std::fs::read_dir(owners) else { return };
     for file in files.flatten() {
-        if let Some(id) = file.file_name().to_str() {
+        if let Some(id) = file.file_name().to_str().filter(|id| owner::is_owner_id(id)) {
             if hub.remembered(id).is_none() {
                 check_owner(owners, hub, id, true);
             }

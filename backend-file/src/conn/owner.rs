@@ -37,6 +37,7 @@ impl Owner {
     /// Creates and locks a new liveness file in `owners` (the `.owners` directory), with its first
     /// heartbeat `beat_ns`.
     pub fn create(owners: &Path, beat_ns: u64) -> Result<Owner> {
+        // The only form of id locksmith writes: see [`is_owner_id`].
         let id = format!("{:032x}", rand::random::<u128>());
         let path = owners.join(&id);
         let file = make_file(owners, &id, beat_ns)?;
@@ -130,11 +131,26 @@ fn beat_by_mtime(path: &Path) -> Liveness {
     }
 }
 
+/// Whether `id` is an owner id locksmith could have written: 32 lower-case hex digits, as
+/// [`Owner::create`] makes them. Anything else (a NUL byte, a name too long for the file system,
+/// a path) names no liveness file any locker holds.
+pub(crate) fn is_owner_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Whether the owner `id` in `owners` is alive (its file exists and someone holds its lock), and
 /// its last heartbeat. A dead owner's file is removed when `reap` is set (its lock is held while
 /// the file is removed, so a live owner's file is never removed).
+///
+/// An id locksmith could never have written ([`is_owner_id`]: a state file written by hand or
+/// damaged) is dead: its file cannot be opened, and counting it alive (as a file that cannot be
+/// opened is, see [`beat_by_mtime`]) would keep its entries, and the lock, for good.
 pub(crate) fn liveness(owners: &Path, id: &str, reap: bool) -> Liveness {
-    if id.is_empty() || id.contains('/') || id.starts_with('.') {
+    if !is_owner_id(id) {
+        tracing::warn!(
+            owner = %id.escape_debug(),
+            "file backend: an entry names an owner id locksmith never writes; counted dead"
+        );
         return Liveness::Dead;
     }
     let path = owners.join(id);
@@ -163,6 +179,35 @@ pub(crate) fn liveness(owners: &Path, id: &str, reap: bool) -> Liveness {
                 Ok(()) => Liveness::Beat(u64::from_le_bytes(beat)),
                 Err(_) => Liveness::Beat(crate::protocol::state::Now::read().boot_ns),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ids_locksmith_writes_are_owner_ids() {
+        let owners = Path::new("/nonexistent");
+        let made = format!("{:032x}", rand::random::<u128>());
+        assert!(is_owner_id(&made));
+        assert!(is_owner_id(&"0".repeat(32)));
+        let long = "a".repeat(300);
+        let nul = format!("{}\0", "a".repeat(31));
+        let bad = [
+            "",
+            "o",
+            "../etc/passwd",
+            ".x",
+            &made.to_uppercase(),
+            &made[1..],
+            &long,
+            &nul,
+        ];
+        for id in bad {
+            assert!(!is_owner_id(id), "{id:?}");
+            assert_eq!(liveness(owners, id, false), Liveness::Dead, "{id:?}");
         }
     }
 }
