@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use locksmith_core::driver::queue::{holds_at_tail, standing, Standing};
 use locksmith_core::{LockError, Result};
 
-use super::state::{Entry, Grant, Now, State};
+use super::state::{Entry, Grant, Now, State, MAX_TOKEN};
 
 /// What a waiter found.
 #[derive(Debug)]
@@ -47,7 +47,10 @@ pub(crate) fn turn(state: &mut State, id: &str, now: Now) -> Result<Turn> {
         return Ok(Turn::Granted(grant.token, state.entries[me].since_ns));
     }
     match standing(&state.roles()?, me) {
-        Ok(Standing::Holds) => Ok(Turn::Granted(grant(state, me, now), now.boot_ns)),
+        Ok(Standing::Holds) => {
+            let token = next_token(state.last_token, now)?;
+            Ok(Turn::Granted(grant(state, me, token, now), now.boot_ns))
+        }
         Ok(_) => Ok(Turn::Wait(state.entries[..me].iter().map(|e| e.expires_ns).min())),
         Err(e) => {
             state.entries.remove(me);
@@ -92,8 +95,9 @@ pub(crate) fn try_take(state: &mut State, entry: Entry, now: Now) -> Result<Opti
     if !holds_at_tail(&state.roles()?, role)? {
         return Ok(None);
     }
+    let token = next_token(state.last_token, now)?;
     state.entries.push(entry);
-    Ok(Some(grant(state, state.entries.len() - 1, now)))
+    Ok(Some(grant(state, state.entries.len() - 1, token, now)))
 }
 
 /// Removes entry `id` (a holder releasing, a waiter leaving); whether it held.
@@ -104,13 +108,42 @@ pub(crate) fn leave(state: &mut State, id: &str) -> bool {
     }
 }
 
-/// Grants entry `me` its lease (its TTL counts from now) and the next fencing token: one more than
-/// the last, and at least the wall clock in microseconds, so that a state that went back (a power
-/// cut before an unsynced rename reached the disk, with `sync=off`; a state file removed by hand)
-/// still hands out tokens above every earlier one, unless the clock went back too.
-fn grant(state: &mut State, me: usize, now: Now) -> u64 {
-    state.last_token = (state.last_token + 1).max(now.unix_micros);
-    let token = state.last_token;
+/// The next fencing token after `last`: one more than the last, and at least the wall clock in
+/// microseconds, so that a state that went back (a power cut before an unsynced rename reached
+/// the disk, with `sync=off`; a state file removed by hand) still hands out tokens above every
+/// earlier one, unless the clock went back too.
+///
+/// Tokens never pass [`MAX_TOKEN`] (the state file could not be read back, and fenced stores
+/// keep signed 64-bit numbers), and never go back: a counter at the limit is
+/// [`LockError::Protocol`], and a wall clock past it (hundreds of thousands of years ahead: a
+/// clock set wildly wrong) refuses the grant with [`LockError::Unavailable`] rather than hand
+/// out a token that would stop the lock for good; it grants again once the clock is right.
+fn next_token(last: u64, now: Now) -> Result<u64> {
+    let next = last
+        .checked_add(1)
+        .filter(|next| *next <= MAX_TOKEN)
+        .ok_or_else(|| LockError::Protocol(format!("fencing counter {last} has no room for another token")))?;
+    if now.unix_micros > MAX_TOKEN {
+        tracing::warn!(
+            unix_micros = now.unix_micros,
+            "file backend: the wall clock is past the range of fencing tokens; grant refused"
+        );
+        return Err(LockError::Unavailable {
+            message: format!(
+                "the wall clock ({} µs since the epoch) is past the range of fencing tokens \
+                 (at most {MAX_TOKEN}): set the clock right",
+                now.unix_micros
+            ),
+            source: None,
+        });
+    }
+    Ok(next.max(now.unix_micros))
+}
+
+/// Grants entry `me` its lease (its TTL counts from now) and fencing token `token` (from
+/// [`next_token`]).
+fn grant(state: &mut State, me: usize, token: u64, now: Now) -> u64 {
+    state.last_token = token;
     let entry = &mut state.entries[me];
     entry.since_ns = now.boot_ns;
     entry.grant = Some(Grant { token });
@@ -202,6 +235,48 @@ mod tests {
             try_take(&mut fresh, entry("4", Role::Shared), at(5_000)).unwrap(),
             Some(5_000)
         );
+    }
+
+    /// Bug: a wall clock wildly ahead gave a token above `i64::MAX`, which the state file's
+    /// reader refuses (the lock stopped for good). The grant is refused now, changing nothing, and
+    /// a counter at the limit fails clearly instead of wrapping.
+    #[test]
+    fn tokens_never_pass_the_limit_nor_go_back() {
+        let wild = Now {
+            boot_ns: 0,
+            unix_micros: u64::MAX,
+        };
+        let mut s = State::new("x", "b");
+        s.last_token = 41;
+        let refused = try_take(&mut s, entry("1", Role::Exclusive), wild);
+        assert!(
+            matches!(&refused, Err(LockError::Unavailable { message, .. }) if message.contains("wall clock")),
+            "{refused:?}"
+        );
+        assert_eq!(
+            (s.last_token, s.entries.len()),
+            (41, 0),
+            "a refused grant changes nothing"
+        );
+        // A waiter's turn is refused the same way, and stays in line.
+        join(&mut s, entry("1", Role::Exclusive), Now::at_boot(0)).unwrap();
+        s.entries[0].grant = None;
+        assert!(turn(&mut s, "1", wild).is_err());
+        assert_eq!((s.last_token, s.entries.len()), (42, 1));
+        // Up to the limit, and not past it.
+        let mut s = State::new("x", "b");
+        s.last_token = MAX_TOKEN - 1;
+        let at = Now::at_boot(0);
+        assert_eq!(try_take(&mut s, entry("1", Role::Shared), at).unwrap(), Some(MAX_TOKEN));
+        assert!(MAX_TOKEN < i64::MAX.unsigned_abs());
+        let full = try_take(&mut s, entry("2", Role::Shared), at);
+        assert!(
+            matches!(&full, Err(LockError::Protocol(m)) if m.contains("no room")),
+            "{full:?}"
+        );
+        s.last_token = u64::MAX;
+        assert!(try_take(&mut s, entry("3", Role::Shared), at).is_err(), "no wrap");
+        assert_eq!(s.entries.len(), 1);
     }
 
     /// A waiter whose look found it would hold, but whose entry the turn's transaction pruned as

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 /// The version of the state file's format, written in every file.
 pub(crate) const FORMAT: u32 = 1;
 
+/// The highest fencing token, and the highest `last_token` a state file may hold: tokens stay
+/// signed 64-bit numbers (what fenced stores keep), and a counter must have room for the next.
+pub(crate) const MAX_TOKEN: u64 = i64::MAX.unsigned_abs() - 1;
+
 /// One lock's state file.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct State {
