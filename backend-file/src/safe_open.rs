@@ -7,18 +7,48 @@
 //! opens in the directory is therefore opened with `O_NOFOLLOW` (a link is refused, see
 //! [`crate::error::open_error`]), and a file it writes is one it has just created itself
 //! (`O_EXCL`: never one that was there before, a link or a hard link).
+//!
+//! Nor does locksmith wait on a file that is not a regular file: opening a FIFO for reading
+//! blocks until a writer comes, which would hold a lock's `flock` (in a step) or a runtime
+//! thread (`inspect`, `list`) for good. Every file is opened with `O_NONBLOCK` (no effect on a
+//! regular file), and one that is found to be anything else is refused ([`check_regular`]).
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 
-/// `O_NOFOLLOW`, as [`OpenOptionsExt::custom_flags`] takes it.
-const NOFOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+use locksmith_core::{LockError, Result};
 
-/// [`OpenOptions`] that refuse a symbolic link as the last component of the path.
+use crate::error::io_error;
+
+/// `O_NOFOLLOW | O_NONBLOCK`, as [`OpenOptionsExt::custom_flags`] takes them.
+const FLAGS: i32 = (rustix::fs::OFlags::NOFOLLOW.bits() | rustix::fs::OFlags::NONBLOCK.bits()) as i32;
+
+/// [`OpenOptions`] that refuse a symbolic link as the last component of the path, and never
+/// block opening a FIFO (`O_NONBLOCK`).
 pub(crate) fn options() -> OpenOptions {
     let mut options = OpenOptions::new();
-    options.custom_flags(NOFOLLOW);
+    options.custom_flags(FLAGS);
     options
+}
+
+/// `Ok` if `file`, opened at `path`, is a regular file (`fstat`); otherwise
+/// [`LockError::Protocol`] saying what to remove (a FIFO, a device or a directory where a lock's
+/// file goes is no file of locksmith's).
+pub(crate) fn check_regular(file: &File, path: &Path) -> Result<()> {
+    let kind = file
+        .metadata()
+        .map_err(|e| io_error("cannot look at", path, e))?
+        .file_type();
+    if kind.is_file() {
+        return Ok(());
+    }
+    tracing::warn!(path = %path.display(), "file backend: refusing a file that is not a regular file in the lock directory");
+    Err(LockError::Protocol(format!(
+        "{} is not a regular file ({kind:?}): locksmith does not use it; remove it if no locksmith \
+         process uses it",
+        path.display()
+    )))
 }
 
 /// Whether `err` is what opening a symbolic link with [`options`] fails with (`ELOOP`).

@@ -101,6 +101,7 @@ impl Dir {
                 .mode(0o664)
                 .open(&path)
                 .map_err(|e| open_error("cannot open the lock file", &path, e))?;
+            safe_open::check_regular(&f, &path)?;
             flock(&f, FlockOperation::LockExclusive).map_err(|e| errno_error("cannot lock", &path, e))?;
             let locked = f.metadata().map_err(|e| io_error("cannot read", &path, e))?.ino();
             if std::fs::symlink_metadata(&path).is_ok_and(|m| m.ino() == locked) {
@@ -115,18 +116,18 @@ impl Dir {
     }
 
     /// The state file at `path` and its bytes; it must be the state of `segment` if given. A
-    /// symbolic link in its place is refused, never followed (it may name `/dev/zero`).
+    /// symbolic link in its place is refused, never followed (it may name `/dev/zero`), and so is
+    /// anything but a regular file, never waited on (a FIFO would block the read for good).
     fn load_path(&self, path: &Path, segment: Option<&str>) -> Result<Option<(State, Vec<u8>)>> {
-        let read = || -> std::io::Result<Vec<u8>> {
-            let mut bytes = Vec::new();
-            safe_open::options().read(true).open(path)?.read_to_end(&mut bytes)?;
-            Ok(bytes)
-        };
-        let bytes = match read() {
-            Ok(bytes) => bytes,
+        let mut file = match safe_open::options().read(true).open(path) {
+            Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(open_error("cannot read the state file", path, e)),
         };
+        safe_open::check_regular(&file, path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| io_error("cannot read the state file", path, e))?;
         let state: State = serde_json::from_slice(&bytes).map_err(|e| corrupt(path, e))?;
         if state.format != FORMAT {
             return Err(corrupt(
