@@ -33,7 +33,7 @@ impl Dir {
     /// first if it was removed behind its back ([`Dir::keep_owner`]).
     pub fn transact<R>(&self, file: &LockFile, step: impl FnOnce(&mut State, Now) -> Result<R>) -> Result<R> {
         self.keep_owner()?;
-        let _locked = self.lock(file)?;
+        let locked = self.lock(file)?;
         let now = Now::read();
         let original = self.load(file)?;
         let mut state = match &original {
@@ -49,7 +49,7 @@ impl Dir {
         };
         if changed {
             let token_changed = original.as_ref().is_none_or(|(o, _)| o.last_token != state.last_token);
-            let stored = self.store(file, &bytes, syncs(self.sync, token_changed));
+            let stored = self.store(file, &bytes, syncs(self.sync, token_changed), &locked);
             self.hub.changed(Some(&file.stem));
             stored?;
         }
@@ -90,6 +90,11 @@ impl Dir {
     /// The lock file of `file`, locked. The lock file is never replaced by locksmith; if it was
     /// removed by hand while this process waited for it, the new one is locked instead. A
     /// symbolic link in its place is refused, never followed (see `safe_open.rs`).
+    ///
+    /// Its access and modification times are set to now ([`touch`]): it is never written, and
+    /// age-based clean-ups of `/tmp` (`systemd-tmpfiles`, `tmpreaper`) would otherwise remove a
+    /// lock file in use once it is old, letting a second process lock a new one while a step
+    /// runs (the step then finds it gone, see [`check_still_named`]).
     fn lock(&self, file: &LockFile) -> Result<File> {
         let path = file.lock_path(&self.path);
         loop {
@@ -105,6 +110,7 @@ impl Dir {
             flock(&f, FlockOperation::LockExclusive).map_err(|e| errno_error("cannot lock", &path, e))?;
             let locked = f.metadata().map_err(|e| io_error("cannot read", &path, e))?.ino();
             if std::fs::symlink_metadata(&path).is_ok_and(|m| m.ino() == locked) {
+                touch(&f, &path);
                 return Ok(f);
             }
         }
@@ -159,8 +165,14 @@ impl Dir {
     /// which is removed and never followed). Only a step holding the lock file's `flock` writes
     /// it, so no other locksmith process removes or creates it meanwhile; anyone else who does
     /// makes the step fail.
-    fn store(&self, file: &LockFile, bytes: &[u8], syncs: Syncs) -> Result<()> {
+    ///
+    /// The lock file must still be the one `locked` (see [`check_still_named`]), checked before
+    /// the temporary file is touched and again just before the rename: otherwise nothing is
+    /// renamed, and the step fails.
+    fn store(&self, file: &LockFile, bytes: &[u8], syncs: Syncs, locked: &File) -> Result<()> {
         let (temp, path) = (file.temp_path(&self.path), file.state_path(&self.path));
+        let lock_path = file.lock_path(&self.path);
+        check_still_named(locked, &lock_path)?;
         match std::fs::remove_file(&temp) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(io_error("cannot remove the old temporary state file", &temp, e));
@@ -178,13 +190,58 @@ impl Dir {
             if syncs.file {
                 f.sync_data()?;
             }
+            Ok(())
+        };
+        write(f).map_err(|e| io_error("cannot write the state file", &path, e))?;
+        check_still_named(locked, &lock_path)?;
+        let rename = || -> std::io::Result<()> {
             std::fs::rename(&temp, &path)?;
             if syncs.dir {
                 File::open(&self.path)?.sync_all()?;
             }
             Ok(())
         };
-        write(f).map_err(|e| io_error("cannot write the state file", &path, e))
+        rename().map_err(|e| io_error("cannot write the state file", &path, e))
+    }
+}
+
+/// `Ok` if the lock file at `path` is still the file `locked` (the same device and inode), whose
+/// `flock` the step holds. Otherwise it was removed (or replaced) during the step, by hand or by
+/// a clean-up of old files, and another process may be running a step under a new lock file at
+/// the same time: this step must write nothing. [`LockError::Unavailable`]: the call may be tried
+/// again (it then locks the new lock file).
+fn check_still_named(locked: &File, path: &Path) -> Result<()> {
+    let held = locked.metadata().map_err(|e| io_error("cannot read", path, e))?;
+    let named = std::fs::symlink_metadata(path);
+    if named.is_ok_and(|m| m.dev() == held.dev() && m.ino() == held.ino()) {
+        return Ok(());
+    }
+    tracing::warn!(path = %path.display(), "file backend: a lock file was removed during a step; the step wrote nothing");
+    Err(LockError::Unavailable {
+        message: format!(
+            "the lock file {} was removed or replaced during a step (by hand, or by a clean-up of \
+             old files): nothing was written; try again",
+            path.display()
+        ),
+        source: None,
+    })
+}
+
+/// Sets the access and modification times of the lock file `locked` (at `path`) to now, so that
+/// age-based clean-ups leave a lock file in use alone. `UTIME_NOW` needs only the right to write,
+/// which the lock file is opened with (not ownership: it may be another user's in a shared
+/// directory). A failure only logs: the step runs anyway, [`check_still_named`] still guards it.
+fn touch(locked: &File, path: &Path) {
+    let now = rustix::fs::Timespec {
+        tv_sec: 0,
+        tv_nsec: rustix::fs::UTIME_NOW,
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: now,
+        last_modification: now,
+    };
+    if let Err(e) = rustix::fs::futimens(locked, &times) {
+        tracing::debug!(path = %path.display(), error = %e, "file backend: cannot set the lock file's times");
     }
 }
 
@@ -215,6 +272,95 @@ fn syncs(durable: bool, token_changed: bool) -> Syncs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    use locksmith_core::driver::{LockName, Role};
+    use locksmith_core::Family;
+
+    use crate::protocol::queue;
+    use crate::protocol::state::Entry;
+
+    /// An exclusive entry `id` of `dir`'s locker, with a long TTL.
+    fn entry(dir: &Dir, id: &str) -> Entry {
+        Entry {
+            id: id.into(),
+            owner: dir.owner_id.clone(),
+            pid: dir.pid,
+            host: dir.host.clone(),
+            role: Entry::role_text(Role::Exclusive),
+            value: String::new(),
+            since_ns: 0,
+            ttl_ns: 60_000_000_000,
+            grant: None,
+            expires_ns: 0,
+        }
+    }
+
+    /// Bug: a lock file removed while a step held its `flock` (an age-based clean-up of `/tmp`:
+    /// the lock file is never written) let a second step lock a new lock file and run at the
+    /// same time: both granted the lock. The first step finds its lock file gone before it
+    /// renames, and fails without writing.
+    #[test]
+    fn a_step_whose_lock_file_was_removed_meanwhile_writes_nothing() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let dir = Arc::new(Dir::open(&path, false).unwrap());
+        let file = LockFile::of(Family::Mutex, &LockName::new("swept").unwrap());
+        let barrier = Arc::new(Barrier::new(2));
+        let first = {
+            let (dir, file, barrier) = (dir.clone(), file.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mine = entry(&dir, "1");
+                dir.transact(&file, |state, now| {
+                    barrier.wait();
+                    std::thread::sleep(Duration::from_millis(200));
+                    queue::try_take(state, mine, now)
+                })
+            })
+        };
+        barrier.wait();
+        std::fs::remove_file(file.lock_path(&dir.path)).unwrap();
+        let second = dir.transact(&file, |state, now| queue::try_take(state, entry(&dir, "2"), now));
+        let first = first.join().unwrap();
+        let granted = [&first, &second].iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+        let holders = dir.read_raw(&file).unwrap().entries.len();
+        let _ = std::fs::remove_dir_all(&path);
+        assert!(granted <= 1, "two holders: {first:?}, {second:?}");
+        assert!(
+            matches!(&first, Err(LockError::Unavailable { message, .. }) if message.contains("removed")),
+            "{first:?}"
+        );
+        assert_eq!(holders, 1);
+    }
+
+    /// Age-based clean-ups of `/tmp` remove files not written for days: every step sets its lock
+    /// file's times to now (the file itself is never written).
+    #[test]
+    fn a_step_touches_its_lock_file() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let dir = Dir::open(&path, false).unwrap();
+        let file = LockFile::of(Family::Mutex, &LockName::new("old").unwrap());
+        dir.transact(&file, |_, _| Ok(())).unwrap();
+        let lock_path = file.lock_path(&dir.path);
+        let ten_days_ago = std::time::SystemTime::now() - Duration::from_secs(10 * 86_400);
+        let times = std::fs::FileTimes::new()
+            .set_accessed(ten_days_ago)
+            .set_modified(ten_days_ago);
+        File::options()
+            .write(true)
+            .open(&lock_path)
+            .unwrap()
+            .set_times(times)
+            .unwrap();
+        dir.transact(&file, |_, _| Ok(())).unwrap();
+        let meta = std::fs::metadata(&lock_path).unwrap();
+        let _ = std::fs::remove_dir_all(&path);
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3_600);
+        assert!(
+            meta.modified().unwrap() > hour_ago && meta.accessed().unwrap() > hour_ago,
+            "{meta:?}"
+        );
+    }
 
     /// Bug: with `sync=grant`, a step that did not change the token renamed an unsynced file over
     /// the durable one (after a power cut: an empty state file, the token record gone).
