@@ -30,31 +30,49 @@ const CREATE_LOG: &str = "CREATE TABLE IF NOT EXISTS chaos_fenced_log \
 /// The environment variable with the fenced store's URL (the test PostgreSQL server).
 pub const URL_VAR: &str = "LOCKSMITH_TEST_POSTGRES";
 
-/// A connection to the fenced store.
+/// A connection to the fenced store, made again when it was closed (the fault suite restarts
+/// the server it is on: a store a worker could no longer write to after the first restart made
+/// the rows of that fault vacuous).
 #[derive(Clone)]
 pub struct FencedLog {
+    url: String,
     client: Arc<Mutex<Client>>,
     fence: Fence,
+}
+
+/// A new connection to the store at `url`.
+async fn connect_client(url: &str) -> Result<Client> {
+    let (client, connection) = tokio::time::timeout(Duration::from_secs(10), tokio_postgres::connect(url, NoTls))
+        .await
+        .context("connecting to the fenced store: timed out")?
+        .context("connecting to the fenced store")?;
+    tokio::spawn(connection);
+    Ok(client)
 }
 
 impl FencedLog {
     /// Connects to the store at `url` (a `postgres://` URL of the test server).
     pub async fn connect(url: &str) -> Result<FencedLog> {
-        let (client, connection) = tokio::time::timeout(Duration::from_secs(10), tokio_postgres::connect(url, NoTls))
-            .await
-            .context("connecting to the fenced store: timed out")?
-            .context("connecting to the fenced store")?;
-        tokio::spawn(connection);
         Ok(FencedLog {
-            client: Arc::new(Mutex::new(client)),
+            url: url.to_owned(),
+            client: Arc::new(Mutex::new(connect_client(url).await?)),
             fence: Fence::new(FENCE_TABLE)?,
         })
+    }
+
+    /// The connection, made again first if it was closed.
+    async fn client(&self) -> Result<tokio::sync::MutexGuard<'_, Client>> {
+        let mut client = self.client.lock().await;
+        if client.is_closed() {
+            *client = connect_client(&self.url).await?;
+        }
+        Ok(client)
     }
 
     /// Creates the tables if they are missing (once, by the driver, before the workers start:
     /// concurrent `CREATE TABLE IF NOT EXISTS` can fail).
     pub async fn create_tables(&self) -> Result<()> {
-        let client = self.client.lock().await;
+        let client = self.client().await?;
         self.fence.create_table(&*client).await?;
         client
             .batch_execute(CREATE_LOG)
@@ -66,7 +84,7 @@ impl FencedLog {
     /// Writes `token` for `lock` as `writer` in one transaction; `Ok(false)` if the fence refused
     /// it (a higher token had committed: nothing written).
     pub async fn append(&self, lock: &str, token: u64, writer: &str) -> Result<bool> {
-        let mut client = self.client.lock().await;
+        let mut client = self.client().await?;
         let txn = client.transaction().await.context("beginning a transaction")?;
         match self.fence.admit(&txn, lock, token).await {
             Ok(()) => {}
@@ -86,7 +104,7 @@ impl FencedLog {
 
     /// Every write the store accepted for `lock`, in order (and removed).
     pub async fn read(&self, lock: &str) -> Result<Vec<Accepted>> {
-        let client = self.client.lock().await;
+        let client = self.client().await?;
         let rows = client
             .query(
                 "DELETE FROM chaos_fenced_log WHERE lock = $1 RETURNING id, token, writer",

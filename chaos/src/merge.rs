@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::report::{Part, Report, SECTIONS};
+use crate::report::{Part, Report, CHECKS, SECTIONS};
 
 /// Reads the report a `lockchaos run --json` wrote.
 pub fn read(path: &Path) -> Result<Report> {
@@ -23,8 +23,19 @@ pub fn read(path: &Path) -> Result<Report> {
 /// # Errors
 ///
 /// No parts; parts of different schemas or settings (quick or not, TTL, workers, repeats); a
-/// part that is itself a merge; two parts that ran the same section.
+/// part that is itself a merge; two parts that ran the same section; a part judged by older
+/// checks than this lockchaos makes ([`CHECKS`]: its rows lack the newer ones, which would read
+/// as passed).
 pub fn merge(parts: Vec<Report>) -> Result<Report> {
+    if let Some(old) = parts.iter().find(|p| p.machine.checks < CHECKS) {
+        bail!(
+            "a part (sections {}, commit {}) was judged by checks version {}, older than this lockchaos's {CHECKS}: \
+             run it again",
+            old.machine.sections.join(","),
+            old.machine.commit.as_deref().unwrap_or("unknown"),
+            old.machine.checks
+        );
+    }
     let mut parts = parts.into_iter();
     let Some(mut merged) = parts.next() else {
         bail!("nothing to merge: name the parts' JSON files");
@@ -103,8 +114,18 @@ mod tests {
                 sections: sections.iter().map(|s| (*s).to_owned()).collect(),
                 commit: Some("abc".into()),
                 parts: Vec::new(),
+                checks: CHECKS,
             })
         }
+    }
+
+    /// A part judged before a check existed reads that check's count as 0: it is refused.
+    #[test]
+    fn a_part_judged_by_older_checks_is_refused() {
+        let mut old = report(&["faults"], 10.0, &[]);
+        old.machine.checks = CHECKS - 1;
+        let e = merge(vec![report(&["guarded"], 10.0, &[]), old]).unwrap_err();
+        assert!(e.to_string().contains("checks version"), "{e}");
     }
 
     #[test]

@@ -95,6 +95,9 @@ pub struct Machine {
     /// A report merged from runs of parts of the suite (`lockchaos merge`): each part, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
+    /// The version of the checks it was judged by ([`CHECKS`]; 0 before it was recorded).
+    #[serde(default)]
+    pub checks: u32,
 }
 
 /// One run of a merged report.
@@ -107,6 +110,12 @@ pub struct Part {
     /// Its wall time, in s.
     pub seconds: f64,
 }
+
+/// The version of the checks a run makes: raised whenever a check is added or tightened, so that
+/// `merge` refuses a part whose rows were judged by fewer checks (a missing count reads as 0, a
+/// check that never ran as one that passed). 2: holders told late, and told first on every fault
+/// a running holder can be told of.
+pub const CHECKS: u32 = 2;
 
 /// Every section of the suite, in the order a run takes them.
 pub const SECTIONS: [&str; 9] = [
@@ -228,17 +237,7 @@ impl Row {
                 self.token_regressions
             ));
         }
-        // Where a holder must be told before anyone else is granted its lock: through a Redis
-        // failover with replica confirmation, and through a real partition on every replicated
-        // store but unconfirmed Redis Sentinel (whose promotions do not wait for the holder).
-        let fails_over = Fault::parse(&self.fault).is_ok_and(Fault::fails_over);
-        let must_tell = if self.fault == Fault::NetPartition.name() {
-            self.topology != "sentinel"
-        } else {
-            // PostgreSQL's standby is synchronous: its promotion keeps every lease (not so with
-            // `replication=async`, topology `ha+async`).
-            fails_over && (self.topology.ends_with("+confirm") || (self.backend == "postgres" && self.topology == "ha"))
-        };
+        let must_tell = Fault::parse(&self.fault).is_ok_and(|f| must_tell(f, &self.backend, &self.topology));
         if must_tell && self.lost_not_signalled > 0 {
             out.push(format!(
                 "{id}: {} holders overtaken without being told",
@@ -258,6 +257,21 @@ impl Row {
             out.push(format!("{id}: {} holders/waiters left on the server", self.leftovers));
         }
         out
+    }
+}
+
+/// Whether a holder must be told (`lost()`) before anyone else is granted its lock under `fault`
+/// on `backend`/`topology`: whenever it can still run, except through a failover that may lose
+/// grants by design (Redis Sentinel and Cluster without replica confirmation, PostgreSQL with
+/// `replication=async`: fencing alone covers those) and a server clock step (the lease's expiry
+/// on the server moves with its clock). A paused holder cannot run; a killed one is gone.
+fn must_tell(fault: Fault, backend: &str, topology: &str) -> bool {
+    let unconfirmed =
+        (backend == "redis" && matches!(topology, "sentinel" | "cluster")) || topology.ends_with("+async");
+    match fault {
+        Fault::Pause | Fault::Kill | Fault::ClockJump => false,
+        f if f.fails_over() => !unconfirmed,
+        _ => true,
     }
 }
 
@@ -361,8 +375,25 @@ impl Report {
                 .collect(),
             commit: commit(),
             parts: Vec::new(),
+            checks: CHECKS,
         });
         if args.wants("faults") {
+            // A fault the servers were not started for leaves its rows out: the page must say so.
+            let asked = |f: Fault| faults.contains(&f);
+            if asked(Fault::NetPartition) && !std::env::var("LOCKSMITH_TEST_NETNS").is_ok_and(|v| v == "1") {
+                report.notes.push(
+                    "net-partition did not run: the servers were not started in network namespaces \
+                     (LOCKSMITH_BACKENDS_NETNS=1, as root)"
+                        .into(),
+                );
+            }
+            if asked(Fault::ClockJump) && !std::env::var("LOCKSMITH_TEST_CLOCKS").is_ok_and(|v| v == "1") {
+                report.notes.push(
+                    "clock-jump did not run: the servers were not started under the clock shim \
+                     (LOCKSMITH_BACKENDS_CLOCKS=1)"
+                        .into(),
+                );
+            }
             for target in &targets {
                 let applies = |f: &Fault| {
                     if args.quick {
@@ -613,5 +644,38 @@ async fn self_check(targets: &[Target], ttl: Duration, register: &str, notes: &m
             notes.push(format!("self-check on {}: the run failed: {e:#}", target.id()));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A holder that can still run must be told before anyone else gets its lock on every fault
+    /// but a pause, a kill, a server clock step and an unconfirmed failover (before, only under a
+    /// real partition and a confirmed failover: a holder told late under the proxy's partition, a
+    /// restart or an etcd leader's kill passed).
+    #[test]
+    fn a_running_holder_must_be_told_first_on_every_fault_it_can_be_told_of() {
+        for fault in [Fault::Partition, Fault::Restart, Fault::MinorityPartition, Fault::None] {
+            for (backend, topology) in [
+                ("etcd", "single"),
+                ("zk", "ensemble"),
+                ("redis", "single"),
+                ("postgres", "single"),
+            ] {
+                assert!(must_tell(fault, backend, topology), "{fault:?} on {backend}/{topology}");
+            }
+        }
+        assert!(must_tell(Fault::LeaderKill, "etcd", "cluster"));
+        assert!(must_tell(Fault::NetPartition, "zk", "ensemble"));
+        assert!(must_tell(Fault::LeaderKill, "redis", "cluster+confirm"));
+        assert!(must_tell(Fault::Failover, "postgres", "ha"));
+        for fault in [Fault::Pause, Fault::Kill, Fault::ClockJump] {
+            assert!(!must_tell(fault, "redis", "single"), "{fault:?}");
+        }
+        assert!(!must_tell(Fault::NetPartition, "redis", "sentinel"));
+        assert!(!must_tell(Fault::LeaderKill, "redis", "cluster"));
+        assert!(!must_tell(Fault::LagFailover, "postgres", "ha+async"));
     }
 }

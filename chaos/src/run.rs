@@ -248,19 +248,28 @@ async fn server_view(target: &Target, name: &str) -> String {
 /// Holders and waiters of `name` on the server after its last worker stopped, once they had a
 /// TTL (plus the Redis waiters' own TTL) to expire.
 pub async fn leftovers(target: &Target, name: &str) -> Result<usize> {
+    let locker = locksmith::connect(&target.url).await?;
+    // Every kind of the name (a mutex, a semaphore, a read-write lock, an election: each its own
+    // keys), not only the mutex `inspect` shows.
+    let left = || async {
+        let listed = locker.list(name).await?;
+        anyhow::Ok(
+            listed
+                .iter()
+                .filter(|l| l.name == name)
+                .map(|l| l.entries)
+                .sum::<usize>(),
+        )
+    };
     if target.backend == "mem" {
         // The in-process store: the workers' releases are all there is.
-        let locker = locksmith::connect(&target.url).await?;
-        let info = locker.inspect(name).await?;
-        return Ok(usize::from(info.holder.is_some()) + info.waiters);
+        return left().await;
     }
-    let locker = locksmith::connect(&target.url).await?;
     let deadline = tokio::time::Instant::now() + target.ttl * 2 + Duration::from_secs(5);
     loop {
-        let info = locker.inspect(name).await?;
-        let left = usize::from(info.holder.is_some()) + info.waiters;
-        if left == 0 || tokio::time::Instant::now() > deadline {
-            return Ok(left);
+        let count = left().await?;
+        if count == 0 || tokio::time::Instant::now() > deadline {
+            return Ok(count);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

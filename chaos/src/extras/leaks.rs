@@ -116,21 +116,32 @@ async fn cancel(target: &Target, attempts: usize) -> Result<(usize, bool)> {
     for (c, locker) in lockers.iter().enumerate() {
         let (locker, name, ttl) = (locker.clone(), name.clone(), target.ttl);
         drivers.spawn(async move {
+            // A panic in an attempt fails the check (it would otherwise go unseen).
             let mut tasks = tokio::task::JoinSet::new();
             for i in (c..attempts).step_by(10) {
                 if tasks.len() >= 10 {
-                    tasks.join_next().await;
+                    if let Some(Err(e)) = tasks.join_next().await {
+                        anyhow::bail!("a cancelled attempt panicked: {e}");
+                    }
                 }
                 tasks.spawn(cancelled_attempt(locker.clone(), name.clone(), ttl, i));
             }
-            while tasks.join_next().await.is_some() {}
+            while let Some(done) = tasks.join_next().await {
+                if let Err(e) = done {
+                    anyhow::bail!("a cancelled attempt panicked: {e}");
+                }
+            }
+            anyhow::Ok(())
         });
     }
     tokio::time::timeout(Duration::from_secs(300), async {
-        while drivers.join_next().await.is_some() {}
+        while let Some(done) = drivers.join_next().await {
+            done.context("a driver of cancelled attempts panicked")??;
+        }
+        anyhow::Ok(())
     })
     .await
-    .context("the cancellations did not finish within 300 s")?;
+    .context("the cancellations did not finish within 300 s")??;
     held.release().await?;
     after(target, &name).await
 }

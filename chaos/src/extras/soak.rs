@@ -63,8 +63,9 @@ pub async fn soak(targets: &[&Target], quick: bool) -> Vec<Soak> {
     let acquiring = Arc::new(tokio::sync::Mutex::new(()));
     let runs = targets.iter().map(|t| {
         let target = (*t).clone();
+        let backend = target.backend;
         let acquiring = acquiring.clone();
-        async move {
+        let run = async move {
             tracing::info!(backend = target.backend, locks, minutes, "soak");
             one(&target, locks, minutes, &acquiring).await.unwrap_or_else(|e| Soak {
                 backend: target.backend.into(),
@@ -76,16 +77,29 @@ pub async fn soak(targets: &[&Target], quick: bool) -> Vec<Soak> {
                 rss_mib: (0.0, 0.0),
                 error: Some(format!("{e:#}")),
             })
-        }
+        };
+        (backend, run)
     });
     let mut set = tokio::task::JoinSet::new();
-    for run in runs {
-        set.spawn(run);
+    let mut backends = std::collections::HashMap::new();
+    for (backend, run) in runs {
+        backends.insert(set.spawn(run).id(), backend);
     }
     let mut out = Vec::new();
-    while let Some(done) = set.join_next().await {
-        if let Ok(soak) = done {
-            out.push(soak);
+    while let Some(done) = set.join_next_with_id().await {
+        match done {
+            Ok((_, soak)) => out.push(soak),
+            // A soak that panicked is a broken promise of its own, not a missing row.
+            Err(e) => out.push(Soak {
+                backend: backends.get(&e.id()).copied().unwrap_or("unknown").into(),
+                locks,
+                minutes,
+                lost: 0,
+                acquire_seconds: 0.0,
+                requests_per_min: None,
+                rss_mib: (0.0, 0.0),
+                error: Some(format!("the soak panicked: {e}")),
+            }),
         }
     }
     out.sort_by(|a, b| a.backend.cmp(&b.backend));
