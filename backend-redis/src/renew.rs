@@ -159,12 +159,16 @@ async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<Result
 
 /// [`renew_on_server`] on a cluster: the leases grouped by the master of their slot, the groups
 /// in parallel, each lease's own outcome. A master that fails or hangs (down, paused, failing
-/// over) costs its own leases only: every group ends by one deadline, half the shortest TTL
-/// (within the operation timeout), so that the answers of the others reach the watchdog before
-/// their leases' validity ends.
+/// over) costs its own leases only: each group ends by a deadline of its own, half its shortest
+/// TTL (within the operation timeout), so that the answers of the others reach the watchdog
+/// before their leases' validity ends; a group that did not answer in time marks the slot map
+/// stale, so that the next renewal finds a master promoted meanwhile.
 async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>> {
-    let shortest = items.iter().map(|i| i.ttl).min().unwrap_or(server.op_timeout);
-    let deadline = tokio::time::Instant::now() + server.op_timeout.min(shortest / 2);
+    let now = tokio::time::Instant::now();
+    let within_half_of = |ttls: &mut dyn Iterator<Item = Duration>| {
+        now + server.op_timeout.min(ttls.min().unwrap_or(server.op_timeout) / 2)
+    };
+    let deadline = within_half_of(&mut items.iter().map(|i| i.ttl));
     let unanswered = |what: &str| LockError::Unavailable {
         message: format!("renewing on the redis cluster: {what}"),
         source: None,
@@ -190,6 +194,7 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
     }
     let results = join_all(groups.iter().map(|(owner, indexes)| async move {
         let group: Vec<Item<'_>> = indexes.iter().map(|&i| items[i]).collect();
+        let deadline = within_half_of(&mut group.iter().map(|i| i.ttl));
         if let Some(owner) = owner {
             let node = format!("{}:{}", owner.0, owner.1);
             match tokio::time::timeout_at(deadline, renew_batch(server, Some(owner), &group)).await {
@@ -201,6 +206,7 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
                 }
                 Err(_) => {
                     tracing::debug!(%node, leases = group.len(), "a cluster node did not answer the renewal in time");
+                    server.link.failed(None);
                     let what = format!("{node} did not answer in time");
                     return group.iter().map(|_| Err(unanswered(&what))).collect();
                 }
@@ -209,7 +215,10 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
         join_all(group.iter().map(|item| async move {
             match tokio::time::timeout_at(deadline, renew_batch(server, None, std::slice::from_ref(item))).await {
                 Ok(flags) => flags.map(|flags| flags.first().copied().unwrap_or(false)),
-                Err(_) => Err(unanswered("the node of a lease did not answer in time")),
+                Err(_) => {
+                    server.link.failed(None);
+                    Err(unanswered("the node of a lease did not answer in time"))
+                }
             }
         }))
         .await
@@ -283,9 +292,20 @@ async fn renew_batch(server: &Node, target: Option<&(String, u16)>, items: &[Ite
             }
         })
         .await?;
+    // The pipeline's errors come back as values (`ignore_errors`): one that a failover causes
+    // (a demoted master's `READONLY`) must make the link look for the master again, as an error
+    // of the request itself does.
+    for reply in &replies {
+        if let Value::ServerError(e) = reply {
+            server.link.failed(Some(&RedisError::from(e.clone())));
+        }
+    }
+    let failed =
+        |e: redis::ServerError| map_error(RedisError::from(e), "renewing", &server.link.describe(&server.addr));
     if confirm {
         let acks = match replies.pop() {
             Some(Value::Int(acks)) => acks,
+            Some(Value::ServerError(e)) => return Err(failed(e)),
             other => return Err(LockError::Protocol(format!("unexpected WAIT reply {other:?}"))),
         };
         if acks < i64::from(server.min_replicas) {
@@ -310,13 +330,7 @@ async fn renew_batch(server: &Node, target: Option<&(String, u16)>, items: &[Ite
                     }
                 }
             }
-            Value::ServerError(e) => {
-                return Err(map_error(
-                    RedisError::from(e),
-                    "renewing",
-                    &server.link.describe(&server.addr),
-                ));
-            }
+            Value::ServerError(e) => return Err(failed(e)),
             other => {
                 return Err(LockError::Protocol(format!(
                     "unexpected renewal reply {other:?} for {} leases",

@@ -167,8 +167,10 @@ impl Notifier {
                 return Ok(conn.clone());
             }
         }
-        let pubsub = self.open().await?;
+        // Watched before the connection is opened: a master that moves while it opens (to the
+        // old one) is then seen, and the connection dropped for one to the new.
         let mut moves = self.link.moves();
+        let pubsub = self.open().await?;
         let (sink, mut stream) = pubsub.split();
         let conn = Conn {
             sink,

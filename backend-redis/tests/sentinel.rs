@@ -313,3 +313,71 @@ async fn a_lagging_failover_tells_the_holder_before_anyone_else_gets_the_lock() 
     );
     got.release().await.expect("release");
 }
+
+/// Bug: after a request failed as a failover makes them fail (here: the master closed the
+/// client's connections), every caller asked the sentinels again in turn, one after the other
+/// behind a lock, before its request: with sentinels that do not answer (paused, cut off) each
+/// question took its timeouts, and requests to a master that answered, renewals among them,
+/// waited out theirs. Now one question runs in the background and requests go to the master the
+/// client knows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_that_do_not_answer_hold_up_no_request_to_the_master() {
+    let _serial = FAULTS.lock().await;
+    common::init_logs();
+    let url = sentinel_url();
+    let locker = common::locker(&url).await;
+    let ttl = Duration::from_secs(3);
+    let held = locker
+        .lock(unique_name("sentinels-silent"))
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire");
+    let master = backends(&["leader", "redis-sentinel"]).await;
+    let port = if master == "sentinel-m" { 16392 } else { 16393 };
+    let sentinels = ["sentinel-s1", "sentinel-s2", "sentinel-s3"];
+    let _resume: Vec<OnDrop> = sentinels.iter().map(|s| OnDrop::resume(s)).collect();
+    for s in sentinels {
+        backends(&["pause", s]).await;
+    }
+    let mut admin = common::admin(&format!("redis://127.0.0.1:{port}")).await;
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(&mut admin)
+        .await
+        .expect("CLIENT KILL TYPE normal");
+    let paused_at = tokio::time::Instant::now();
+    let mut callers = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let locker = locker.clone();
+        callers.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150 * i)).await;
+            let start = tokio::time::Instant::now();
+            let got = locker
+                .lock(unique_name("sentinels-silent-each"))
+                .ttl(ttl)
+                .try_acquire()
+                .await;
+            let took = start.elapsed();
+            (got.map(|g| g.is_some()), took)
+        });
+    }
+    while let Some(done) = callers.join_next().await {
+        let (got, took) = done.expect("caller");
+        // The first request after the close may meet the dead connection and be sent again.
+        assert!(
+            matches!(got, Ok(true)),
+            "a try_acquire on a master that answers, with the sentinels silent: {got:?} after {took:?}"
+        );
+        assert!(took < Duration::from_secs(2), "a try_acquire took {took:?}");
+    }
+    tokio::time::sleep_until(paused_at + ttl * 2).await;
+    assert!(
+        held.is_held(),
+        "a lock on a master that answers was lost while the sentinels did not: {:?}",
+        held.lost_reason()
+    );
+    held.release().await.expect("release");
+}

@@ -6,9 +6,11 @@
 //! - **Sentinel**: the master that a set of sentinels names (`SENTINEL get-master-addr-by-name`,
 //!   then `ROLE` on the server to check it is a master). When a request fails in a way a failover
 //!   causes (the connection refused or dropped, no answer, `READONLY` from a master demoted to
-//!   replica), the sentinels are asked again (at most every [`RECHECK`]); if they name another
-//!   master, every request goes there from then on and [`Link::moves`] ticks, so that the pub/sub
-//!   side moves too.
+//!   replica), the sentinels are asked again (at most every [`RECHECK`]), in the background: the
+//!   requests meanwhile wait for the answer at most [`RECHECK`], then go to the master known, so
+//!   that sentinels that do not answer hold up nothing. If they name another master, every
+//!   request goes there from then on and [`Link::moves`] ticks, so that the pub/sub side moves
+//!   too.
 //! - **Cluster**: a Redis Cluster connection, which sends each request to the master of its key's
 //!   slot and follows `MOVED`/`ASK` and resharding by itself; [`Link::slot_owners`] tells which
 //!   node serves which slots, for the renewals that are grouped by node.
@@ -21,7 +23,7 @@
 //! on it went unanswered must not deliver that request later.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -125,8 +127,9 @@ pub(crate) struct Link {
 enum Way {
     /// One server at a fixed address.
     Fixed(FixedLink),
-    /// The master the sentinels name (boxed: the largest by far).
-    Sentinel(Box<SentinelLink>),
+    /// The master the sentinels name (shared with the question to the sentinels that runs in
+    /// the background; behind a pointer, as the largest by far).
+    Sentinel(Arc<SentinelLink>),
     /// A Redis Cluster.
     Cluster(ClusterLink),
 }
@@ -191,7 +194,22 @@ struct SentinelLink {
     current: RwLock<Option<Server>>,
     /// A request failed as a failover makes them fail: ask the sentinels again.
     stale: AtomicBool,
+    /// A question to the sentinels runs in the background (one at a time).
+    asking: AtomicBool,
+    /// Told when a question in the background ended.
+    answered: tokio::sync::Notify,
     last_asked: Mutex<Option<Instant>>,
+}
+
+/// Ends a question to the sentinels in the background however its task ends (its runtime may
+/// shut down mid-question): the next failure may ask again, and callers waiting for it go on.
+struct Asking<'a>(&'a SentinelLink);
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.0.asking.store(false, Ordering::SeqCst);
+        self.0.answered.notify_waiters();
+    }
 }
 
 /// The cluster topology's state.
@@ -239,12 +257,14 @@ impl Link {
                     builder = builder.set_client_to_redis_password(password);
                 }
                 builder = with_sentinel_tls(builder, config)?;
-                Way::Sentinel(Box::new(SentinelLink {
+                Way::Sentinel(Arc::new(SentinelLink {
                     sentinel: tokio::sync::Mutex::new(builder.build()?),
                     manager,
                     ask_timeout: config.connect_timeout + config.response_timeout,
                     current: RwLock::new(None),
                     stale: AtomicBool::new(false),
+                    asking: AtomicBool::new(false),
+                    answered: tokio::sync::Notify::new(),
                     last_asked: Mutex::new(None),
                 }))
             }
@@ -285,8 +305,9 @@ impl Link {
         })
     }
 
-    /// The connection to send the next request on (for a sentinel link, to the current master,
-    /// asking the sentinels first if a failure asked for it).
+    /// The connection to send the next request on (for a sentinel link, to the current master:
+    /// after a failure that asked for it, the one the sentinels name if they answer within
+    /// [`RECHECK`], else the one known).
     pub(crate) async fn conn(&self) -> RedisResult<Conn> {
         match &self.way {
             Way::Fixed(f) => Ok(Conn::Server(f.server().conn.clone())),
@@ -429,41 +450,54 @@ impl Link {
                 conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), to).await
             })
         });
-        // Cleared before the question: a failure met meanwhile marks the answer stale again.
-        c.slots_stale.store(false, Ordering::SeqCst);
+        // Stale until an answer came (a question cut off by its caller leaves it so).
         let owners = match futures_util::future::select_ok(asks).await {
-            Ok((reply, _)) => parse_slots(reply),
-            Err(e) => Err(e),
+            Ok((reply, _)) => parse_slots(reply)?,
+            Err(e) => return Err(e),
         };
-        let owners = owners.inspect_err(|_| c.slots_stale.store(true, Ordering::SeqCst))?;
         *c.slots.write().unwrap_or_else(|e| e.into_inner()) = Some(owners.clone());
+        c.slots_stale.store(false, Ordering::SeqCst);
         Ok(owners)
     }
 }
 
 impl SentinelLink {
-    /// The current master, asking the sentinels when there is none yet or a failure asked for it
-    /// (and the last question is at least [`RECHECK`] old).
-    async fn master(&self, moved: &watch::Sender<u64>) -> RedisResult<Server> {
+    /// The current master. Without one yet, the sentinels are asked, and the caller waits for
+    /// their answer. With one, a failure that asked for a new question (and a last question at
+    /// least [`RECHECK`] old) starts it in the background, one at a time; a caller that finds a
+    /// question running waits for its answer at most [`RECHECK`], then goes on with the master
+    /// it knows: sentinels that answer slowly or not at all (cut off, paused) must not hold up
+    /// requests to a master that answers, one question per caller after another, and sentinels
+    /// that answer at once still send the request after a failover to the new master.
+    async fn master(self: &Arc<Self>, moved: &watch::Sender<u64>) -> RedisResult<Server> {
         let current = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(known) = current else {
+            return self.ask(moved).await;
+        };
         let due = {
             let last = self.last_asked.lock().unwrap_or_else(|e| e.into_inner());
             last.is_none_or(|t| t.elapsed() >= RECHECK)
         };
-        match current {
-            Some(master) if !(self.stale.load(Ordering::SeqCst) && due) => Ok(master),
-            current => match self.ask(moved).await {
-                Ok(master) => Ok(master),
-                Err(e) => match current {
-                    // The sentinels do not answer: keep using the last master.
-                    Some(master) => {
-                        tracing::debug!(error = %e, "the redis sentinels do not answer; keeping the last master");
-                        Ok(master)
-                    }
-                    None => Err(e),
-                },
-            },
+        let answered = self.answered.notified();
+        tokio::pin!(answered);
+        answered.as_mut().enable();
+        if self.stale.load(Ordering::SeqCst) && due && !self.asking.swap(true, Ordering::SeqCst) {
+            let (link, moved) = (self.clone(), moved.clone());
+            tokio::spawn(async move {
+                let _asking = Asking(&link);
+                if let Err(e) = link.ask(&moved).await {
+                    tracing::debug!(error = %e, "the redis sentinels do not answer; keeping the last master");
+                }
+            });
         }
+        if !self.asking.load(Ordering::SeqCst) {
+            return Ok(known);
+        }
+        if tokio::time::timeout(RECHECK, answered).await.is_err() {
+            return Ok(known);
+        }
+        let current = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
+        Ok(current.unwrap_or(known))
     }
 
     /// Asks the sentinels which server is the master now; switches to it if it moved.
@@ -485,12 +519,16 @@ impl SentinelLink {
         if let Some(master) = current.as_ref().filter(|m| m.addr == addr) {
             return Ok(master.clone());
         }
-        if current.is_some() {
+        let moves = current.is_some();
+        if moves {
             tracing::warn!(master = %addr, "the sentinels name a new redis master: following the failover");
         }
         let master = Server::new(addr, client, &self.manager)?;
         *current = Some(master.clone());
-        moved.send_modify(|n| *n += 1);
+        if moves {
+            // The first master found is no move: connections opened meanwhile went to it.
+            moved.send_modify(|n| *n += 1);
+        }
         Ok(master)
     }
 }
