@@ -18,10 +18,11 @@
 //! - fencing token: the new backend's (the old one's tokens are a different sequence);
 //! - every lock kind the same way (a semaphore permit, a read-write lock side, leadership held in
 //!   both); an election's `leader()` and `observe()` are the new backend's (a leader of this
-//!   `Dual` shown by its dual id, as its guard's lease has it). Unlike a backend's
-//!   own observer, a dual observer may report nobody between two leaders for an instant: the
-//!   next dual candidate waits in the old backend, and queues in the new one only once the
-//!   leader has released the old one;
+//!   `Dual` shown by its dual id, as its guard's lease has it; an observer that saw the new
+//!   backend grant it before this `Dual` handed out its guard shows the new backend's id).
+//!   Unlike a backend's own observer, a dual observer may report nobody between two leaders
+//!   for an instant: the next dual candidate waits in the old backend, and queues in the new
+//!   one only once the leader has released the old one;
 //! - TTL: the smaller of the two effective TTLs; a lock whose builder sets none gets the smaller
 //!   of the two URLs' `ttl=` where they have one (Redis, `mem://`).
 
@@ -47,7 +48,17 @@ use crate::name::LockName;
 pub struct Dual {
     old: Arc<dyn LockBackend>,
     new: Arc<dyn LockBackend>,
-    held: Arc<Mutex<HashMap<String, Pair>>>,
+    held: Arc<Mutex<HashMap<PairKey, Pair>>>,
+}
+
+/// What a pair is kept under: the dual lease's id and fencing token. The two inner ids are unique
+/// among live leases only: a backend may give a lock's next lease the id of one released before
+/// (etcd's key names), whose pair may still be kept for its tries again.
+type PairKey = (String, u64);
+
+/// The key of the pair of `lease`.
+fn key_of(lease: &Lease) -> PairKey {
+    (lease.holder_id.clone(), lease.fencing_token)
 }
 
 /// The two inner leases of one dual lease.
@@ -78,7 +89,7 @@ impl Dual {
         Locker::new(Dual::new(old, new))
     }
 
-    fn held(&self) -> MutexGuard<'_, HashMap<String, Pair>> {
+    fn held(&self) -> MutexGuard<'_, HashMap<PairKey, Pair>> {
         lock_pairs(&self.held)
     }
 
@@ -108,11 +119,8 @@ impl Dual {
             p.releasing_since
                 .is_none_or(|t| now < t + p.old.ttl.max(p.new.ttl).saturating_add(tries_for))
         });
-        // The two inner ids are unique among live leases only: a backend may give a lock's next
-        // lease the id of one released before (etcd's key names), whose pair may still be kept
-        // for its tries again. The new lease takes the id; `pair` tells the two apart by token.
         held.insert(
-            lease.holder_id.clone(),
+            key_of(&lease),
             Pair {
                 old,
                 new,
@@ -185,12 +193,10 @@ impl Dual {
         self.with_pair(lease, |p| (p.old.clone(), p.new.clone()))
     }
 
-    /// Runs `f` on the pair of the dual lease `lease`: NotHeld if none is kept for it (the pair
-    /// kept under its id must be its own, of the same fencing token: see `combine`).
+    /// Runs `f` on the pair of the dual lease `lease`: NotHeld if none is kept for it.
     fn with_pair<T>(&self, lease: &Lease, f: impl FnOnce(&mut Pair) -> T) -> Result<T> {
         self.held()
-            .get_mut(&lease.holder_id)
-            .filter(|p| p.new.fencing_token == lease.fencing_token)
+            .get_mut(&key_of(lease))
             .map(f)
             .ok_or_else(|| LockError::not_held(lease.name.as_str()))
     }
@@ -199,14 +205,14 @@ impl Dual {
 /// The dual id of the lease of kind `kind` (as `is_kind` says) on `name` that the new backend
 /// knows as `holder_id` (with the fencing token `token`, where known), if it is one of `held`'s.
 fn dual_id(
-    held: &Mutex<HashMap<String, Pair>>,
+    held: &Mutex<HashMap<PairKey, Pair>>,
     name: &LockName,
     holder_id: &str,
     token: Option<u64>,
     is_kind: impl Fn(&LockKind) -> bool,
 ) -> Option<String> {
     let held = lock_pairs(held);
-    let (id, _) = held.iter().find(|(_, p)| {
+    let ((id, _), _) = held.iter().find(|(_, p)| {
         p.new.name == *name
             && is_kind(&p.new.kind)
             && p.new.holder_id == holder_id
@@ -217,7 +223,11 @@ fn dual_id(
 }
 
 /// `leader`, its holder id the dual one if it is a lease of `held`'s.
-fn leader_by_dual_id(held: &Mutex<HashMap<String, Pair>>, name: &LockName, mut leader: crate::Leader) -> crate::Leader {
+fn leader_by_dual_id(
+    held: &Mutex<HashMap<PairKey, Pair>>,
+    name: &LockName,
+    mut leader: crate::Leader,
+) -> crate::Leader {
     let is_leadership = |k: &LockKind| matches!(k, LockKind::Leader { .. });
     if let Some(id) = dual_id(held, name, &leader.holder_id, Some(leader.term), is_leadership) {
         leader.holder_id = id;
@@ -226,7 +236,7 @@ fn leader_by_dual_id(held: &Mutex<HashMap<String, Pair>>, name: &LockName, mut l
 }
 
 /// The held pairs, whatever a panic left.
-fn lock_pairs(held: &Mutex<HashMap<String, Pair>>) -> MutexGuard<'_, HashMap<String, Pair>> {
+fn lock_pairs(held: &Mutex<HashMap<PairKey, Pair>>) -> MutexGuard<'_, HashMap<PairKey, Pair>> {
     held.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -367,14 +377,7 @@ impl LockBackend for Dual {
         if unanswered(&old) || unanswered(&new) {
             return if unanswered(&old) { old } else { new };
         }
-        let mut held = self.held();
-        if held
-            .get(&lease.holder_id)
-            .is_some_and(|p| p.new.fencing_token == lease.fencing_token)
-        {
-            held.remove(&lease.holder_id);
-        }
-        drop(held);
+        self.held().remove(&key_of(lease));
         both(old, new)
     }
 
