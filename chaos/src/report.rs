@@ -253,7 +253,11 @@ impl Row {
         if self.fault == "none" && self.overlaps > 0 {
             out.push(format!("{id}: {} overlaps without any fault", self.overlaps));
         }
-        if self.leftovers > 0 {
+        // A server clock stepped and stepped back moves the expiry of what the server wrote
+        // meanwhile by the step (up to an hour in the full run): an entry left then expires that
+        // much later, which is no leak. (Counted over every kind since checks version 2, which
+        // first showed it.)
+        if self.leftovers > 0 && self.fault != Fault::ClockJump.name() {
             out.push(format!("{id}: {} holders/waiters left on the server", self.leftovers));
         }
         out

@@ -209,7 +209,9 @@ impl Dir {
 /// `flock` the step holds. Otherwise it was removed (or replaced) during the step, by hand or by
 /// a clean-up of old files, and another process may be running a step under a new lock file at
 /// the same time: this step must write nothing. [`LockError::Unavailable`]: the call may be tried
-/// again (it then locks the new lock file).
+/// again (it then locks the new lock file). A removal between this check and the rename still
+/// goes unseen (a window of microseconds); the lock file's times, set at every step, keep
+/// age-based cleaners from removing it in the first place.
 fn check_still_named(locked: &File, path: &Path) -> Result<()> {
     let held = locked.metadata().map_err(|e| io_error("cannot read", path, e))?;
     let named = std::fs::symlink_metadata(path);
