@@ -12,7 +12,8 @@
 //!   slots (resharding, failover) is renewed again one lease at a time, each call following
 //!   `MOVED`/`ASK` to the right node, and the slot map is read again before the next batch.
 //!   Each lease has its own outcome: a master that fails or hangs costs its own leases only, as
-//!   every group ends by one deadline (half the shortest TTL, within the operation timeout).
+//!   every group ends by a deadline of its own (a quarter of its shortest TTL, within the
+//!   operation timeout), and one that did not answer marks the slot map stale.
 //! - With `min_replicas`, the batch ends with `WAIT` on the same connection: a renewal that too
 //!   few replicas acknowledged does not count (the watchdog tries again, and fires `lost()` if the
 //!   lease runs out unconfirmed), because a failover would bring back the older expiry.
@@ -159,16 +160,18 @@ async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<Result
 
 /// [`renew_on_server`] on a cluster: the leases grouped by the master of their slot, the groups
 /// in parallel, each lease's own outcome. A master that fails or hangs (down, paused, failing
-/// over) costs its own leases only: each group ends by a deadline of its own, half its shortest
-/// TTL (within the operation timeout), so that the answers of the others reach the watchdog
-/// before their leases' validity ends; a group that did not answer in time marks the slot map
-/// stale, so that the next renewal finds a master promoted meanwhile.
+/// over) costs its own leases only: each group ends by a deadline of its own, a quarter of its
+/// shortest TTL (within the operation timeout), so that the answers of the others reach the
+/// watchdog before their leases' validity ends, and so that the watchdog's next try (a tenth of
+/// the TTL later) still comes within the validity of a lease whose node hung; a group that did
+/// not answer in time marks the slot map stale, so that the next try finds a master promoted
+/// meanwhile.
 async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>> {
     let now = tokio::time::Instant::now();
-    let within_half_of = |ttls: &mut dyn Iterator<Item = Duration>| {
-        now + server.op_timeout.min(ttls.min().unwrap_or(server.op_timeout) / 2)
+    let within_quarter_of = |ttls: &mut dyn Iterator<Item = Duration>| {
+        now + server.op_timeout.min(ttls.min().unwrap_or(server.op_timeout) / 4)
     };
-    let deadline = within_half_of(&mut items.iter().map(|i| i.ttl));
+    let deadline = within_quarter_of(&mut items.iter().map(|i| i.ttl));
     let unanswered = |what: &str| LockError::Unavailable {
         message: format!("renewing on the redis cluster: {what}"),
         source: None,
@@ -194,7 +197,7 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
     }
     let results = join_all(groups.iter().map(|(owner, indexes)| async move {
         let group: Vec<Item<'_>> = indexes.iter().map(|&i| items[i]).collect();
-        let deadline = within_half_of(&mut group.iter().map(|i| i.ttl));
+        let deadline = within_quarter_of(&mut group.iter().map(|i| i.ttl));
         if let Some(owner) = owner {
             let node = format!("{}:{}", owner.0, owner.1);
             match tokio::time::timeout_at(deadline, renew_batch(server, Some(owner), &group)).await {

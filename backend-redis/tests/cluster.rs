@@ -315,6 +315,47 @@ async fn a_paused_master_costs_only_its_own_leases() {
     settled_masters().await;
 }
 
+/// A master that hangs (paused) until the cluster promotes its replica: the lease is renewed on
+/// the promoted replica, which has it (replicated long before the pause), and is kept. A renewal
+/// that runs out of its deadline marks the slot map stale, as one the client's response timeout
+/// ends does. (This passed before that marking too: with this TTL the client's response timeout,
+/// 3 s, ends the hung renewal first; with shorter TTLs the deadline comes first.) Without replica
+/// confirmation: with it, the promoted replica, whose only replica is the paused master, cannot
+/// confirm any renewal, and the lease is rightly lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_on_a_master_paused_until_its_replica_is_promoted_is_kept() {
+    let _serial = FAULTS.lock().await;
+    common::init_logs();
+    let url = with_options(&cluster_url(), "min_replicas=0");
+    let mut admin = admin_for(&url).await;
+    let ranges = settled_masters().await;
+    let name = unique_name("paused-failover");
+    let slot = keyslot(&mut admin, &lock_key(&url, &name)).await;
+    let (_, _, owner) = ranges
+        .iter()
+        .find(|(f, l, _)| (*f..=*l).contains(&slot))
+        .expect("an owner");
+    let a = common::locker(&url).await;
+    // Renewals every 4 s; the first after the pause hangs until its deadline (3 s), and the next
+    // try (1.2 s later) comes within the validity (10.8 s): the replica is promoted by then (node
+    // timeout 2 s, then an election).
+    let ttl = Duration::from_secs(12);
+    let held = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    {
+        let id = node_id(owner);
+        let _resume = OnDrop::resume(&id);
+        backends(&["pause", &id]).await;
+        tokio::time::sleep(Duration::from_secs(14)).await;
+        assert!(
+            held.is_held(),
+            "a confirmed lease was lost while its master hung and its replica was promoted: {:?}",
+            held.lost_reason()
+        );
+    }
+    held.release().await.expect("release");
+    settled_masters().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_layout_keys_share_the_slot_of_the_raw_name() {
     common::init_logs();
