@@ -19,8 +19,6 @@ use std::path::Path;
 
 use locksmith_core::{LockError, Result};
 
-use crate::error::io_error;
-
 /// `O_NOFOLLOW | O_NONBLOCK`, as [`OpenOptionsExt::custom_flags`] takes them.
 const FLAGS: i32 = (rustix::fs::OFlags::NOFOLLOW.bits() | rustix::fs::OFlags::NONBLOCK.bits()) as i32;
 
@@ -38,7 +36,7 @@ pub(crate) fn options() -> OpenOptions {
 pub(crate) fn check_regular(file: &File, path: &Path) -> Result<()> {
     let kind = file
         .metadata()
-        .map_err(|e| io_error("cannot look at", path, e))?
+        .map_err(|e| LockError::unavailable(format!("cannot look at {}: {e}", path.display()), e))?
         .file_type();
     if kind.is_file() {
         return Ok(());
