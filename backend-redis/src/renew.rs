@@ -12,8 +12,9 @@
 //!   slots (resharding, failover) is renewed again one lease at a time, each call following
 //!   `MOVED`/`ASK` to the right node, and the slot map is read again before the next batch.
 //!   Each lease has its own outcome: a master that fails or hangs costs its own leases only, as
-//!   every group ends by a deadline of its own (a quarter of its shortest TTL, within the
-//!   operation timeout), and one that did not answer marks the slot map stale.
+//!   every group ends by a deadline (a quarter of the batch's shortest TTL, at least 100 ms,
+//!   within the operation timeout), and one that did not answer marks the slot map stale (read
+//!   again in the background; the map known serves meanwhile).
 //! - With `min_replicas`, the batch ends with `WAIT` on the same connection: a renewal that too
 //!   few replicas acknowledged does not count (the watchdog tries again, and fires `lost()` if the
 //!   lease runs out unconfirmed), because a failover would bring back the older expiry.
@@ -158,20 +159,16 @@ async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<Result
     Ok(renew_on_cluster(server, items).await)
 }
 
-/// [`renew_on_server`] on a cluster: the leases grouped by the master of their slot, the groups
-/// in parallel, each lease's own outcome. A master that fails or hangs (down, paused, failing
-/// over) costs its own leases only: each group ends by a deadline of its own, a quarter of its
-/// shortest TTL (within the operation timeout), so that the answers of the others reach the
-/// watchdog before their leases' validity ends, and so that the watchdog's next try (a tenth of
-/// the TTL later) still comes within the validity of a lease whose node hung; a group that did
-/// not answer in time marks the slot map stale, so that the next try finds a master promoted
-/// meanwhile.
+/// [`renew_on_server`] on a cluster: the leases grouped by the master of their slot (the map
+/// known: see [`crate::conn::link::Link::slot_owners`]), the groups in parallel, each lease's own
+/// outcome. A master that fails or hangs (down, paused, failing over) costs its own leases only:
+/// each group ends by a deadline ([`group_deadline`]), so that the answers of the others reach
+/// the watchdog before their leases' validity ends, and so that the watchdog's next
+/// try (a tenth of the TTL later) still comes within the validity of a lease whose node hung; a
+/// group that did not answer in time marks the slot map stale, so that the next try finds a
+/// master promoted meanwhile.
 async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>> {
-    let now = tokio::time::Instant::now();
-    let within_quarter_of = |ttls: &mut dyn Iterator<Item = Duration>| {
-        now + server.op_timeout.min(ttls.min().unwrap_or(server.op_timeout) / 4)
-    };
-    let deadline = within_quarter_of(&mut items.iter().map(|i| i.ttl));
+    let deadline = group_deadline(server, items);
     let unanswered = |what: &str| LockError::Unavailable {
         message: format!("renewing on the redis cluster: {what}"),
         source: None,
@@ -197,7 +194,7 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
     }
     let results = join_all(groups.iter().map(|(owner, indexes)| async move {
         let group: Vec<Item<'_>> = indexes.iter().map(|&i| items[i]).collect();
-        let deadline = within_quarter_of(&mut group.iter().map(|i| i.ttl));
+        let mut deadline = group_deadline(server, items);
         if let Some(owner) = owner {
             let node = format!("{}:{}", owner.0, owner.1);
             match tokio::time::timeout_at(deadline, renew_batch(server, Some(owner), &group)).await {
@@ -206,6 +203,7 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
                     tracing::debug!(%node, error = %e,
                         "batched renewal on a cluster node failed; renewing its leases one by one");
                     server.link.failed(None);
+                    deadline = group_deadline(server, items);
                 }
                 Err(_) => {
                     tracing::debug!(%node, leases = group.len(), "a cluster node did not answer the renewal in time");
@@ -216,6 +214,7 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
             }
         }
         join_all(group.iter().map(|item| async move {
+            let deadline = deadline;
             match tokio::time::timeout_at(deadline, renew_batch(server, None, std::slice::from_ref(item))).await {
                 Ok(flags) => flags.map(|flags| flags.first().copied().unwrap_or(false)),
                 Err(_) => {
@@ -235,6 +234,19 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
     }
     renewed
 }
+
+/// When the renewal of one cluster node's part of the batch `items` must have ended, from now: a
+/// quarter of the batch's shortest TTL (the whole batch's: the watchdog ends the batch when its
+/// first lease's validity does, and every answer with it), at least [`MIN_GROUP_TIME`] and at
+/// most the operation timeout.
+fn group_deadline(server: &Node, items: &[Item<'_>]) -> tokio::time::Instant {
+    let shortest = items.iter().map(|i| i.ttl).min().unwrap_or(server.op_timeout);
+    tokio::time::Instant::now() + (shortest / 4).max(MIN_GROUP_TIME).min(server.op_timeout)
+}
+
+/// The least time a cluster node's renewal is given: a loaded client must not call a node that
+/// answers in a few milliseconds silent (leases of a few hundred milliseconds).
+const MIN_GROUP_TIME: Duration = Duration::from_millis(100);
 
 /// Renews `items` in one round trip: on the server, on the cluster node `target`, or (`None` on
 /// a cluster, for leases of one slot) on the node the cluster routes the first key to.

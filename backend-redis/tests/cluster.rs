@@ -296,9 +296,12 @@ async fn a_paused_master_costs_only_its_own_leases() {
     let (paused, paused_owner) = paused.expect("a name on another master");
     let a = common::locker(&url).await;
     // Valid for 1.35 s after each renewal sent (every 0.5 s); the master is paused for 1.8 s.
+    // The lease on the paused master has the longer TTL, so that the renewals that include it
+    // are bounded by the healthy lease's validity, not cut off by its own (which would take the
+    // healthy lease's answer with it, and leave it a tight retry on a loaded machine).
     let ttl = Duration::from_millis(1500);
     let kept = a.lock(&healthy).ttl(ttl).acquire().await.expect("acquire");
-    let frozen = a.lock(&paused).ttl(ttl).acquire().await.expect("acquire");
+    let frozen = a.lock(&paused).ttl(ttl * 2).acquire().await.expect("acquire");
     {
         let id = node_id(&paused_owner);
         let _resume = OnDrop::resume(&id);

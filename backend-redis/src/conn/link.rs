@@ -194,21 +194,33 @@ struct SentinelLink {
     current: RwLock<Option<Server>>,
     /// A request failed as a failover makes them fail: ask the sentinels again.
     stale: AtomicBool,
-    /// A question to the sentinels runs in the background (one at a time).
-    asking: AtomicBool,
+    /// When the question to the sentinels that runs in the background began (one at a time;
+    /// `None`: none runs).
+    asking_since: Mutex<Option<Instant>>,
+    /// Whether the last question was answered: callers wait for a question's answer only then
+    /// (sentinels that do not answer must cost a request nothing).
+    answering: AtomicBool,
     /// Told when a question in the background ended.
     answered: tokio::sync::Notify,
+    /// When the last question began or ended: the next is due [`RECHECK`] after it.
     last_asked: Mutex<Option<Instant>>,
 }
 
-/// Ends a question to the sentinels in the background however its task ends (its runtime may
-/// shut down mid-question): the next failure may ask again, and callers waiting for it go on.
-struct Asking<'a>(&'a SentinelLink);
+/// Ends the question to the sentinels that began at `.1` however its task ends (made before the
+/// task is spawned and moved into it: a runtime that shuts down before or while running it drops
+/// it): the next failure may ask again, [`RECHECK`] from now, and callers waiting for it go on.
+struct Asking(Arc<SentinelLink>, Instant);
 
-impl Drop for Asking<'_> {
+impl Drop for Asking {
     fn drop(&mut self) {
-        self.0.asking.store(false, Ordering::SeqCst);
-        self.0.answered.notify_waiters();
+        let link = &self.0;
+        let mut since = link.asking_since.lock().unwrap_or_else(|e| e.into_inner());
+        if *since == Some(self.1) {
+            *since = None;
+        }
+        drop(since);
+        *link.last_asked.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        link.answered.notify_waiters();
     }
 }
 
@@ -220,12 +232,8 @@ struct ClusterLink {
     /// One client per seed node, for the pub/sub side (a message published on any node of a
     /// cluster reaches the subscribers of every node).
     seeds: Vec<Client>,
-    /// Which master serves which slots (`CLUSTER SLOTS`), read when renewals need it and
-    /// forgotten when a renewal meets a node that no longer serves a slot.
-    slots: RwLock<Option<SlotOwners>>,
-    /// Whether the slot map must be read again (it is kept meanwhile: its masters are where
-    /// the next `CLUSTER SLOTS` is asked).
-    slots_stale: AtomicBool,
+    /// Which master serves which slots (`CLUSTER SLOTS`), shared with its refresh.
+    slots: Arc<Slots>,
 }
 
 /// Slot ranges `(first, last, master host, master port)`, sorted.
@@ -263,7 +271,8 @@ impl Link {
                     ask_timeout: config.connect_timeout + config.response_timeout,
                     current: RwLock::new(None),
                     stale: AtomicBool::new(false),
-                    asking: AtomicBool::new(false),
+                    asking_since: Mutex::new(None),
+                    answering: AtomicBool::new(true),
                     answered: tokio::sync::Notify::new(),
                     last_asked: Mutex::new(None),
                 }))
@@ -294,8 +303,7 @@ impl Link {
                     conn: OnceCell::new(),
                     confirm: OnceCell::new(),
                     seeds,
-                    slots: RwLock::new(None),
-                    slots_stale: AtomicBool::new(false),
+                    slots: Arc::default(),
                 })
             }
         };
@@ -379,7 +387,7 @@ impl Link {
         match &self.way {
             Way::Fixed(_) => {}
             Way::Sentinel(s) => s.stale.store(true, Ordering::SeqCst),
-            Way::Cluster(c) => c.slots_stale.store(true, Ordering::SeqCst),
+            Way::Cluster(c) => c.slots.stale.store(true, Ordering::SeqCst),
         }
     }
 
@@ -409,92 +417,142 @@ impl Link {
         matches!(self.way, Way::Cluster(_))
     }
 
-    /// On a cluster, which master serves which slots (read once, then after a failure).
+    /// On a cluster, which master serves which slots: read the first time (the caller waits),
+    /// then the map known, read again in the background after a failure marked it stale (at
+    /// most one question at a time, and one every [`RECHECK`]): a renewal must not wait for the
+    /// map while a master hangs, and the map it uses meanwhile is right for every other master.
     pub(crate) async fn slot_owners(&self) -> RedisResult<SlotOwners> {
         let Way::Cluster(c) = &self.way else {
             return Ok(Vec::new());
         };
-        let known = c.slots.read().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(owners) = &known {
-            if !c.slots_stale.load(Ordering::SeqCst) {
-                return Ok(owners.clone());
-            }
-        }
-        // Asked of every known master (the last map's, else the seeds) at once, the first answer
-        // taken: a master that hangs (paused, failing over) must not hold up the renewals of
-        // the leases on the others.
         let conn = c.connection(&c.conn).await?;
-        let mut nodes: Vec<(String, u16)> = known
-            .iter()
-            .flatten()
-            .map(|(_, _, host, port)| (host.clone(), *port))
-            .collect();
-        nodes.sort();
-        nodes.dedup();
-        if nodes.is_empty() {
-            nodes = c
-                .seeds
-                .iter()
-                .filter_map(|seed| match &seed.get_connection_info().addr() {
-                    ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-                        Some((host.clone(), *port))
-                    }
-                    _ => None,
-                })
-                .collect();
-        }
-        let asks = nodes.into_iter().map(|(host, port)| {
-            let mut conn = conn.clone();
-            Box::pin(async move {
-                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
-                conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), to).await
-            })
-        });
-        // Stale until an answer came (a question cut off by its caller leaves it so).
-        let owners = match futures_util::future::select_ok(asks).await {
-            Ok((reply, _)) => parse_slots(reply)?,
-            Err(e) => return Err(e),
+        let known = c.slots.map.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(owners) = known else {
+            let owners = ask_slots(conn, c.seed_nodes()).await?;
+            c.slots.keep(owners.clone());
+            return Ok(owners);
         };
-        *c.slots.write().unwrap_or_else(|e| e.into_inner()) = Some(owners.clone());
-        c.slots_stale.store(false, Ordering::SeqCst);
+        if c.slots.stale.load(Ordering::SeqCst) && c.slots.refresh_due() {
+            let (refreshing, nodes) = (Refreshing(c.slots.clone()), masters_of(&owners));
+            tokio::spawn(async move {
+                match ask_slots(conn, nodes).await {
+                    Ok(owners) => refreshing.0.keep(owners),
+                    Err(e) => tracing::debug!(error = %e, "reading the cluster's slots failed"),
+                }
+            });
+        }
         Ok(owners)
     }
 }
 
+/// A cluster's slot map.
+#[derive(Default)]
+struct Slots {
+    map: RwLock<Option<SlotOwners>>,
+    /// Marked by a failure that a moved slot or a failover causes; cleared by an answer.
+    stale: AtomicBool,
+    /// A refresh runs in the background.
+    refreshing: AtomicBool,
+    /// When the last refresh began.
+    last_refresh: Mutex<Option<Instant>>,
+}
+
+impl Slots {
+    /// Keeps `owners`, an answer: the map is fresh.
+    fn keep(&self, owners: SlotOwners) {
+        *self.map.write().unwrap_or_else(|e| e.into_inner()) = Some(owners);
+        self.stale.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether a refresh may begin now (none runs, the last began [`RECHECK`] ago or more); if
+    /// so, it has begun.
+    fn refresh_due(&self) -> bool {
+        let mut last = self.last_refresh.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|t| t.elapsed() < RECHECK) || self.refreshing.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
+    }
+}
+
+/// Ends a refresh of the slot map however its task ends (made before the task is spawned and
+/// moved into it, as [`Asking`]).
+struct Refreshing(Arc<Slots>);
+
+impl Drop for Refreshing {
+    fn drop(&mut self) {
+        self.0.refreshing.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The masters of a slot map, each once.
+fn masters_of(owners: &SlotOwners) -> Vec<(String, u16)> {
+    let mut nodes: Vec<(String, u16)> = owners.iter().map(|(_, _, host, port)| (host.clone(), *port)).collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
+/// The slot map, asked of every node of `nodes` at once and taken from the first answer: a
+/// master that hangs (paused, failing over) must hold up nothing.
+async fn ask_slots(conn: ClusterConnection, nodes: Vec<(String, u16)>) -> RedisResult<SlotOwners> {
+    let asks = nodes.into_iter().map(|(host, port)| {
+        let mut conn = conn.clone();
+        Box::pin(async move {
+            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+            conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), to).await
+        })
+    });
+    let (reply, _) = futures_util::future::select_ok(asks).await?;
+    parse_slots(reply)
+}
+
 impl SentinelLink {
     /// The current master. Without one yet, the sentinels are asked, and the caller waits for
-    /// their answer. With one, a failure that asked for a new question (and a last question at
-    /// least [`RECHECK`] old) starts it in the background, one at a time; a caller that finds a
-    /// question running waits for its answer at most [`RECHECK`], then goes on with the master
-    /// it knows: sentinels that answer slowly or not at all (cut off, paused) must not hold up
-    /// requests to a master that answers, one question per caller after another, and sentinels
-    /// that answer at once still send the request after a failover to the new master.
+    /// their answer. With one, a failure that asked for a new question (and a last question
+    /// begun or ended at least [`RECHECK`] ago) starts it in the background, one at a time. While
+    /// a question runs, a caller waits for its answer until [`RECHECK`] after the question began
+    /// (not after the caller came), and only if the last question was answered; then it goes on
+    /// with the master known. So sentinels that answer at once still send the request after a
+    /// failover to the new master, and sentinels that answer slowly or not at all (cut off,
+    /// paused) hold up requests to a master that answers by no more than that, once.
     async fn master(self: &Arc<Self>, moved: &watch::Sender<u64>) -> RedisResult<Server> {
         let current = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
         let Some(known) = current else {
             return self.ask(moved).await;
         };
-        let due = {
-            let last = self.last_asked.lock().unwrap_or_else(|e| e.into_inner());
-            last.is_none_or(|t| t.elapsed() >= RECHECK)
-        };
         let answered = self.answered.notified();
         tokio::pin!(answered);
         answered.as_mut().enable();
-        if self.stale.load(Ordering::SeqCst) && due && !self.asking.swap(true, Ordering::SeqCst) {
-            let (link, moved) = (self.clone(), moved.clone());
-            tokio::spawn(async move {
-                let _asking = Asking(&link);
-                if let Err(e) = link.ask(&moved).await {
-                    tracing::debug!(error = %e, "the redis sentinels do not answer; keeping the last master");
-                }
-            });
-        }
-        if !self.asking.load(Ordering::SeqCst) {
-            return Ok(known);
-        }
-        if tokio::time::timeout(RECHECK, answered).await.is_err() {
-            return Ok(known);
+        let asking_since = {
+            let mut since = self.asking_since.lock().unwrap_or_else(|e| e.into_inner());
+            // A question that outlived its timeout is not being run (its runtime stopped
+            // driving it): another may begin.
+            if since.is_some_and(|t| t.elapsed() > self.ask_timeout + RECHECK) {
+                *since = None;
+            }
+            let due = {
+                let last = self.last_asked.lock().unwrap_or_else(|e| e.into_inner());
+                last.is_none_or(|t| t.elapsed() >= RECHECK)
+            };
+            if since.is_none() && due && self.stale.load(Ordering::SeqCst) {
+                let began = Instant::now();
+                *since = Some(began);
+                let (asking, moved) = (Asking(self.clone(), began), moved.clone());
+                tokio::spawn(async move {
+                    let link = &asking.0;
+                    let answered = link.ask(&moved).await;
+                    if let Err(e) = &answered {
+                        tracing::debug!(error = %e, "the redis sentinels do not answer; keeping the last master");
+                    }
+                    link.answering.store(answered.is_ok(), Ordering::SeqCst);
+                });
+            }
+            *since
+        };
+        if let Some(began) = asking_since.filter(|_| self.answering.load(Ordering::SeqCst)) {
+            let _ = tokio::time::timeout_at(began + RECHECK, answered).await;
         }
         let current = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
         Ok(current.unwrap_or(known))
@@ -534,6 +592,19 @@ impl SentinelLink {
 }
 
 impl ClusterLink {
+    /// The seed nodes' addresses, where the first slot map is asked.
+    fn seed_nodes(&self) -> Vec<(String, u16)> {
+        self.seeds
+            .iter()
+            .filter_map(|seed| match seed.get_connection_info().addr() {
+                ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                    Some((host.clone(), *port))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     async fn connection(&self, cell: &OnceCell<ClusterConnection>) -> RedisResult<ClusterConnection> {
         Ok(cell
             .get_or_try_init(|| self.client.get_async_connection())
