@@ -10,11 +10,13 @@
 //!   and each group is pipelined to its master the same way, the groups in parallel: one round
 //!   trip per node, not per lock. A group that meets a node that no longer serves one of its
 //!   slots (resharding, failover) is renewed again one lease at a time, each call following
-//!   `MOVED`/`ASK` to the right node, and the slot map is read again before the next batch.
+//!   `MOVED`/`ASK` to the right node.
 //!   Each lease has its own outcome: a master that fails or hangs costs its own leases only, as
-//!   every group ends by a deadline (a quarter of the batch's shortest TTL, at least 100 ms,
-//!   within the operation timeout), and one that did not answer marks the slot map stale (read
-//!   again in the background; the map known serves meanwhile).
+//!   the renewal ends by one deadline, its fallback lease by lease included (a quarter of the
+//!   batch's shortest TTL, at least 100 ms, within three quarters of the operation timeout). A
+//!   master whose part failed or went unanswered has the slot map read again in the background
+//!   at once, and again while the map names it (the map known serves meanwhile; see
+//!   [`crate::conn::slots`]).
 //! - With `min_replicas`, the batch ends with `WAIT` on the same connection: a renewal that too
 //!   few replicas acknowledged does not count (the watchdog tries again, and fires `lost()` if the
 //!   lease runs out unconfirmed), because a failover would bring back the older expiry.
@@ -165,8 +167,8 @@ async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<Result
 /// each group ends by a deadline ([`group_deadline`]), so that the answers of the others reach
 /// the watchdog before their leases' validity ends, and so that the watchdog's next
 /// try (a tenth of the TTL later) still comes within the validity of a lease whose node hung; a
-/// group that did not answer in time marks the slot map stale, so that the next try finds a
-/// master promoted meanwhile.
+/// master whose part failed or went unanswered has the slot map read again until it no longer
+/// names it, so that the next try finds a replica promoted meanwhile.
 async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>> {
     let deadline = group_deadline(server, items);
     let unanswered = |what: &str| LockError::Unavailable {
@@ -194,31 +196,40 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
     }
     let results = join_all(groups.iter().map(|(owner, indexes)| async move {
         let group: Vec<Item<'_>> = indexes.iter().map(|&i| items[i]).collect();
-        let mut deadline = group_deadline(server, items);
+        // The deadline bounds the whole renewal, the fallback included: a fresh one would let a
+        // hung master (the client's response timeout ending the batch just before the deadline,
+        // or a first read of the slot map held up) take twice as long, and push the watchdog's
+        // next try past the lease's validity. (Each step gets at least `MIN_GROUP_TIME`.)
+        let deadline = deadline.max(tokio::time::Instant::now() + MIN_GROUP_TIME);
         if let Some(owner) = owner {
             let node = format!("{}:{}", owner.0, owner.1);
             match tokio::time::timeout_at(deadline, renew_batch(server, Some(owner), &group)).await {
-                Ok(Ok(flags)) => return flags.into_iter().map(Ok).collect(),
+                Ok(Ok(flags)) => {
+                    server.link.answered(owner);
+                    return flags.into_iter().map(Ok).collect();
+                }
                 Ok(Err(e)) => {
                     tracing::debug!(%node, error = %e,
                         "batched renewal on a cluster node failed; renewing its leases one by one");
-                    server.link.failed(None);
-                    deadline = group_deadline(server, items);
+                    server.link.suspect(owner);
                 }
                 Err(_) => {
                     tracing::debug!(%node, leases = group.len(), "a cluster node did not answer the renewal in time");
-                    server.link.failed(None);
+                    server.link.suspect(owner);
                     let what = format!("{node} did not answer in time");
                     return group.iter().map(|_| Err(unanswered(&what))).collect();
                 }
             }
         }
+        let deadline = deadline.max(tokio::time::Instant::now() + MIN_GROUP_TIME);
         join_all(group.iter().map(|item| async move {
-            let deadline = deadline;
             match tokio::time::timeout_at(deadline, renew_batch(server, None, std::slice::from_ref(item))).await {
                 Ok(flags) => flags.map(|flags| flags.first().copied().unwrap_or(false)),
                 Err(_) => {
-                    server.link.failed(None);
+                    match owner {
+                        Some(owner) => server.link.suspect(owner),
+                        None => server.link.failed(None),
+                    }
                     Err(unanswered("the node of a lease did not answer in time"))
                 }
             }
@@ -238,10 +249,11 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
 /// When the renewal of one cluster node's part of the batch `items` must have ended, from now: a
 /// quarter of the batch's shortest TTL (the whole batch's: the watchdog ends the batch when its
 /// first lease's validity does, and every answer with it), at least [`MIN_GROUP_TIME`] and at
-/// most the operation timeout.
+/// most three quarters of the operation timeout (the watchdog's budget for the whole renewal,
+/// which would also take every answer with it).
 fn group_deadline(server: &Node, items: &[Item<'_>]) -> tokio::time::Instant {
     let shortest = items.iter().map(|i| i.ttl).min().unwrap_or(server.op_timeout);
-    tokio::time::Instant::now() + (shortest / 4).max(MIN_GROUP_TIME).min(server.op_timeout)
+    tokio::time::Instant::now() + (shortest / 4).max(MIN_GROUP_TIME).min(server.op_timeout * 3 / 4)
 }
 
 /// The least time a cluster node's renewal is given: a loaded client must not call a node that

@@ -12,9 +12,9 @@ use std::time::Duration;
 use common::{admin_for, backends, cluster_url, holds_through, wait_for_change, with_options, Admin, FAULTS};
 use locksmith_core::conformance::servers::OnDrop;
 use locksmith_core::conformance::unique_name;
-use locksmith_core::driver::{BackendUrl, LockName};
+use locksmith_core::driver::{BackendUrl, LockBackend, LockName, LockRequest};
 use locksmith_core::Family;
-use locksmith_redis::{KindKeys, LockKeys};
+use locksmith_redis::{KindKeys, LockKeys, RedisBackend};
 
 async fn keyslot(admin: &mut Admin, key: &str) -> i64 {
     redis::cmd("CLUSTER")
@@ -318,18 +318,40 @@ async fn a_paused_master_costs_only_its_own_leases() {
     settled_masters().await;
 }
 
-/// A master that hangs (paused) until the cluster promotes its replica: the lease is renewed on
-/// the promoted replica, which has it (replicated long before the pause), and is kept. A renewal
-/// that runs out of its deadline marks the slot map stale, as one the client's response timeout
-/// ends does. (This passed before that marking too: with this TTL the client's response timeout,
-/// 3 s, ends the hung renewal first; with shorter TTLs the deadline comes first.) Without replica
-/// confirmation: with it, the promoted replica, whose only replica is the paused master, cannot
-/// confirm any renewal, and the lease is rightly lost.
+/// Bug: a master that hangs (paused) until the cluster promotes its replica cost the lease held
+/// there, although the promoted replica had it. The renewal that met the hung master marked the
+/// slot map stale, but the map was read again only when the next try began, and that try used
+/// the old map: it met the hung master again, for the rest of the lease's validity. The map is
+/// now read at the failure, and again while it names the master that failed.
+///
+/// Here the client's response timeout is longer than the renewal's deadline, which ends the hung
+/// renewal; [`a_lease_on_a_master_paused_until_promoted_is_kept_with_the_default_timeouts`] has
+/// the client's response timeout end it first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_on_a_master_paused_until_its_replica_is_promoted_is_kept() {
+    paused_until_promoted("min_replicas=0&response_timeout=5s").await;
+}
+
+/// As [`a_lease_on_a_master_paused_until_its_replica_is_promoted_is_kept`], with the default
+/// timeouts: the client's response timeout (3 s) ends the hung batch before the renewal's
+/// deadline (3.75 s), and its fallback lease by lease runs until that deadline. (Before, the
+/// fallback had a fresh deadline, and the master was not watched in the map.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_on_a_master_paused_until_promoted_is_kept_with_the_default_timeouts() {
+    paused_until_promoted("min_replicas=0").await;
+}
+
+/// Holds a lease (TTL 15 s) on a master paused right after the grant, so that the replica is
+/// promoted (node timeout 2 s, then an election) before the first renewal (at a third of the TTL,
+/// 5 s) meets the hung master. That renewal ends by its deadline (a quarter of the TTL); the next
+/// try, 1.5 s later, must go to the promoted replica, as no other try fits in the validity
+/// (13.5 s). Without replica confirmation (`options` has `min_replicas=0`): with it, the promoted
+/// replica, whose only replica is the paused master, cannot confirm any renewal, and the lease is
+/// rightly lost.
+async fn paused_until_promoted(options: &str) {
     let _serial = FAULTS.lock().await;
     common::init_logs();
-    let url = with_options(&cluster_url(), "min_replicas=0");
+    let url = with_options(&cluster_url(), options);
     let mut admin = admin_for(&url).await;
     let ranges = settled_masters().await;
     let name = unique_name("paused-failover");
@@ -339,24 +361,102 @@ async fn a_lease_on_a_master_paused_until_its_replica_is_promoted_is_kept() {
         .find(|(f, l, _)| (*f..=*l).contains(&slot))
         .expect("an owner");
     let a = common::locker(&url).await;
-    // Renewals every 4 s; the first after the pause hangs until its deadline (3 s), and the next
-    // try (1.2 s later) comes within the validity (10.8 s): the replica is promoted by then (node
-    // timeout 2 s, then an election).
-    let ttl = Duration::from_secs(12);
+    let ttl = Duration::from_secs(15);
     let held = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    // The client reads the slot map (as a renewal before the pause would), and the grant reaches
+    // the replica.
+    a.list(&name).await.expect("list");
+    tokio::time::sleep(Duration::from_millis(200)).await;
     {
         let id = node_id(owner);
         let _resume = OnDrop::resume(&id);
         backends(&["pause", &id]).await;
-        tokio::time::sleep(Duration::from_secs(14)).await;
+        tokio::time::sleep(Duration::from_millis(14_500)).await;
         assert!(
             held.is_held(),
-            "a confirmed lease was lost while its master hung and its replica was promoted: {:?}",
+            "a lease was lost while its master hung and its replica was promoted: {:?}",
             held.lost_reason()
         );
     }
     held.release().await.expect("release");
     settled_masters().await;
+}
+
+/// Bug: when the client's response timeout ended a hung master's batched renewal before the
+/// group's deadline, its fallback lease by lease got a fresh deadline, and met the hung master
+/// again: the renewal took up to twice the deadline (with the default timeouts, the watchdog's
+/// whole budget, and the next try came after the lease's validity). The fallback now ends by the
+/// group's deadline. (The master and its replica are both paused, so that nothing is promoted
+/// meanwhile; the renewal is called on the backend itself, to time it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_on_a_hung_master_ends_by_its_deadline() {
+    let _serial = FAULTS.lock().await;
+    common::init_logs();
+    // The group's deadline: a quarter of the TTL, 2 s; the client's response timeout, 1.9 s.
+    let url = with_options(&cluster_url(), "min_replicas=0&response_timeout=1900ms");
+    let mut admin = admin_for(&url).await;
+    settled_masters().await;
+    let name = unique_name("hung-renewal");
+    let slot = keyslot(&mut admin, &lock_key(&url, &name)).await;
+    let (master, replica) = slot_nodes(&mut admin, slot).await;
+    let backend = RedisBackend::connect(&BackendUrl::parse(&url).expect("url"))
+        .await
+        .expect("connect");
+    let request = LockRequest::mutex(LockName::new(&name).expect("name"), Duration::from_secs(8));
+    let lease = backend
+        .try_acquire(&request)
+        .await
+        .expect("try_acquire")
+        .expect("granted");
+    let took = {
+        let ids = [node_id(&master), node_id(&replica)];
+        let _resume = ids.iter().map(|id| OnDrop::resume(id)).collect::<Vec<_>>();
+        for id in &ids {
+            backends(&["pause", id]).await;
+        }
+        let started = std::time::Instant::now();
+        let outcome = backend.renew_many(std::slice::from_ref(&lease)).await;
+        assert!(outcome[0].is_err(), "renewed on a paused master: {outcome:?}");
+        started.elapsed()
+    };
+    assert!(
+        took < Duration::from_millis(3000),
+        "the renewal on a hung master took {took:?}, past its deadline (2 s)"
+    );
+    let _ = backend.release(&lease).await;
+    settled_masters().await;
+}
+
+/// The master and the first replica of `slot`'s range, as `"host:port"` (once a master that was
+/// failed over has come back as a replica).
+async fn slot_nodes(admin: &mut Admin, slot: i64) -> (String, String) {
+    let addr = |node: &redis::Value| {
+        let node: Vec<redis::Value> = redis::from_redis_value_ref(node).expect("node");
+        let host: String = redis::from_redis_value_ref(&node[0]).expect("host");
+        let port: i64 = redis::from_redis_value_ref(&node[1]).expect("port");
+        format!("{host}:{port}")
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let ranges: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(admin)
+            .await
+            .expect("CLUSTER SLOTS");
+        let range = ranges
+            .iter()
+            .find(|r| {
+                let first: i64 = redis::from_redis_value_ref(&r[0]).expect("first");
+                let last: i64 = redis::from_redis_value_ref(&r[1]).expect("last");
+                (first..=last).contains(&slot)
+            })
+            .expect("a range");
+        if let Some(replica) = range.get(3) {
+            return (addr(&range[2]), addr(replica));
+        }
+        assert!(tokio::time::Instant::now() < deadline, "slot {slot} has no replica");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,10 +37,8 @@ use tokio::sync::{watch, OnceCell};
 use tokio::time::Instant;
 
 use crate::config::{escape, host_port, Config, Topology};
+use crate::conn::slots::{ask_slots, NodeAddr, SlotOwners, Slots, RECHECK};
 use crate::layout::slot_of;
-
-/// The least time between two questions to the sentinels.
-const RECHECK: Duration = Duration::from_millis(200);
 
 /// A connection to send requests on, whatever the topology.
 #[derive(Clone)]
@@ -236,9 +234,6 @@ struct ClusterLink {
     slots: Arc<Slots>,
 }
 
-/// Slot ranges `(first, last, master host, master port)`, sorted.
-pub(crate) type SlotOwners = Vec<(u16, u16, String, u16)>;
-
 impl Link {
     /// The link of server `i` of `config` (connections are made on first use).
     pub(crate) fn new(config: &Config, i: usize, manager: ConnectionManagerConfig) -> RedisResult<Link> {
@@ -387,7 +382,10 @@ impl Link {
         match &self.way {
             Way::Fixed(_) => {}
             Way::Sentinel(s) => s.stale.store(true, Ordering::SeqCst),
-            Way::Cluster(c) => c.slots.stale.store(true, Ordering::SeqCst),
+            Way::Cluster(c) => {
+                c.slots.mark_stale();
+                c.refresh_slots();
+            }
         }
     }
 
@@ -418,94 +416,38 @@ impl Link {
     }
 
     /// On a cluster, which master serves which slots: read the first time (the caller waits),
-    /// then the map known, read again in the background after a failure marked it stale (at
-    /// most one question at a time, and one every [`RECHECK`]): a renewal must not wait for the
-    /// map while a master hangs, and the map it uses meanwhile is right for every other master.
+    /// then the map known, read again in the background after a failure marked it stale (see
+    /// [`crate::conn::slots`]): a renewal must not wait for the map while a master hangs.
     pub(crate) async fn slot_owners(&self) -> RedisResult<SlotOwners> {
         let Way::Cluster(c) = &self.way else {
             return Ok(Vec::new());
         };
         let conn = c.connection(&c.conn).await?;
-        let known = c.slots.map.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(owners) = known else {
+        let Some(owners) = c.slots.known() else {
             let owners = ask_slots(conn, c.seed_nodes()).await?;
             c.slots.keep(owners.clone());
             return Ok(owners);
         };
-        if c.slots.stale.load(Ordering::SeqCst) && c.slots.refresh_due() {
-            let (refreshing, nodes) = (Refreshing(c.slots.clone()), masters_of(&owners));
-            tokio::spawn(async move {
-                match ask_slots(conn, nodes).await {
-                    Ok(owners) => refreshing.0.keep(owners),
-                    Err(e) => tracing::debug!(error = %e, "reading the cluster's slots failed"),
-                }
-            });
-        }
+        c.slots.refresh(conn, c.seed_nodes());
         Ok(owners)
     }
-}
 
-/// A cluster's slot map.
-#[derive(Default)]
-struct Slots {
-    map: RwLock<Option<SlotOwners>>,
-    /// Marked by a failure that a moved slot or a failover causes; cleared by an answer.
-    stale: AtomicBool,
-    /// A refresh runs in the background.
-    refreshing: AtomicBool,
-    /// When the last refresh began.
-    last_refresh: Mutex<Option<Instant>>,
-}
-
-impl Slots {
-    /// Keeps `owners`, an answer: the map is fresh.
-    fn keep(&self, owners: SlotOwners) {
-        *self.map.write().unwrap_or_else(|e| e.into_inner()) = Some(owners);
-        self.stale.store(false, Ordering::SeqCst);
-    }
-
-    /// Whether a refresh may begin now (none runs, the last began [`RECHECK`] ago or more); if
-    /// so, it has begun.
-    fn refresh_due(&self) -> bool {
-        let mut last = self.last_refresh.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_some_and(|t| t.elapsed() < RECHECK) || self.refreshing.swap(true, Ordering::SeqCst) {
-            return false;
+    /// On a cluster, the master `node` failed a renewal or did not answer it in time: the slot map
+    /// is read again at once, and again while it names `node` (the cluster may be promoting its
+    /// replica; see [`crate::conn::slots`]).
+    pub(crate) fn suspect(&self, node: &NodeAddr) {
+        if let Way::Cluster(c) = &self.way {
+            c.slots.suspect(node);
+            c.refresh_slots();
         }
-        *last = Some(Instant::now());
-        true
     }
-}
 
-/// Ends a refresh of the slot map however its task ends (made before the task is spawned and
-/// moved into it, as [`Asking`]).
-struct Refreshing(Arc<Slots>);
-
-impl Drop for Refreshing {
-    fn drop(&mut self) {
-        self.0.refreshing.store(false, Ordering::SeqCst);
+    /// On a cluster, the master `node` answered a request.
+    pub(crate) fn answered(&self, node: &NodeAddr) {
+        if let Way::Cluster(c) = &self.way {
+            c.slots.answered(node);
+        }
     }
-}
-
-/// The masters of a slot map, each once.
-fn masters_of(owners: &SlotOwners) -> Vec<(String, u16)> {
-    let mut nodes: Vec<(String, u16)> = owners.iter().map(|(_, _, host, port)| (host.clone(), *port)).collect();
-    nodes.sort();
-    nodes.dedup();
-    nodes
-}
-
-/// The slot map, asked of every node of `nodes` at once and taken from the first answer: a
-/// master that hangs (paused, failing over) must hold up nothing.
-async fn ask_slots(conn: ClusterConnection, nodes: Vec<(String, u16)>) -> RedisResult<SlotOwners> {
-    let asks = nodes.into_iter().map(|(host, port)| {
-        let mut conn = conn.clone();
-        Box::pin(async move {
-            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
-            conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), to).await
-        })
-    });
-    let (reply, _) = futures_util::future::select_ok(asks).await?;
-    parse_slots(reply)
 }
 
 impl SentinelLink {
@@ -605,39 +547,20 @@ impl ClusterLink {
             .collect()
     }
 
+    /// Reads the slot map again in the background if it is stale (over the connection made by
+    /// the first request: before it, nothing has failed).
+    fn refresh_slots(&self) {
+        if let Some(conn) = self.conn.get() {
+            self.slots.refresh(conn.clone(), self.seed_nodes());
+        }
+    }
+
     async fn connection(&self, cell: &OnceCell<ClusterConnection>) -> RedisResult<ClusterConnection> {
         Ok(cell
             .get_or_try_init(|| self.client.get_async_connection())
             .await?
             .clone())
     }
-}
-
-/// Reads a `CLUSTER SLOTS` reply: `[[first, last, [host, port, id, …], replicas…], …]`.
-fn parse_slots(reply: Value) -> RedisResult<SlotOwners> {
-    let bad = || RedisError::from((redis::ErrorKind::Parse, "unexpected CLUSTER SLOTS reply"));
-    let Value::Array(ranges) = reply else { return Err(bad()) };
-    let mut owners = Vec::with_capacity(ranges.len());
-    for range in ranges {
-        let Value::Array(parts) = range else { return Err(bad()) };
-        let [first, last, master, ..] = parts.as_slice() else {
-            return Err(bad());
-        };
-        let Value::Array(master) = master else {
-            return Err(bad());
-        };
-        let [host, port, ..] = master.as_slice() else {
-            return Err(bad());
-        };
-        owners.push((
-            redis::from_redis_value_ref(first)?,
-            redis::from_redis_value_ref(last)?,
-            redis::from_redis_value_ref(host)?,
-            redis::from_redis_value_ref(port)?,
-        ));
-    }
-    owners.sort_unstable();
-    Ok(owners)
 }
 
 /// `settings` with what every connection to a Redis server needs: `SO_LINGER` 0, so that closing
@@ -747,37 +670,4 @@ fn with_cluster_tls(builder: ClusterClientBuilder, config: &Config) -> ClusterCl
 #[cfg(not(feature = "tls"))]
 fn with_cluster_tls(builder: ClusterClientBuilder, _: &Config) -> ClusterClientBuilder {
     builder
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cluster_slots_reply() {
-        let node = |host: &str, port: i64| {
-            Value::Array(vec![
-                Value::BulkString(host.as_bytes().to_vec()),
-                Value::Int(port),
-                Value::BulkString(b"id".to_vec()),
-            ])
-        };
-        let reply = Value::Array(vec![
-            Value::Array(vec![
-                Value::Int(5461),
-                Value::Int(10922),
-                node("127.0.0.1", 7002),
-                node("127.0.0.1", 7005),
-            ]),
-            Value::Array(vec![Value::Int(0), Value::Int(5460), node("127.0.0.1", 7001)]),
-        ]);
-        assert_eq!(
-            parse_slots(reply).unwrap(),
-            vec![
-                (0, 5460, "127.0.0.1".to_owned(), 7001),
-                (5461, 10922, "127.0.0.1".to_owned(), 7002)
-            ]
-        );
-        assert!(parse_slots(Value::Int(1)).is_err());
-    }
 }

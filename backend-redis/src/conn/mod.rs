@@ -1,6 +1,6 @@
 //! Reaching the servers: one [`node::Node`] per logical server (a server, the master the
 //! sentinels name, or a cluster) with its [`link`] (the connections, per topology), the
-//! [`call`] of one script, running a request on every server at once ([`fanout`]), and what every
+//! [`call`] of one script, a cluster's [`slots`], running a request on every server at once ([`fanout`]), and what every
 //! waiter and clean-up task shares ([`inner`]: the parsed URL and the nodes).
 
 pub(crate) mod call;
@@ -8,3 +8,4 @@ pub(crate) mod fanout;
 pub(crate) mod inner;
 pub(crate) mod link;
 pub(crate) mod node;
+pub(crate) mod slots;

@@ -1,0 +1,306 @@
+//! A Redis Cluster's slot map as the client knows it: which master serves which slots (`CLUSTER
+//! SLOTS`), for the renewals that are grouped by master.
+//!
+//! The map is read the first time a caller needs it (the caller waits), then kept. A failure that
+//! a moved slot or a failover causes marks it stale, and starts a refresh in the background at
+//! once (at most one at a time, and one every [`RECHECK`]): a renewal never waits for the map
+//! while a master hangs, and the map it uses meanwhile is right for every other master.
+//!
+//! A master whose renewal failed or went unanswered ([`Slots::suspect`]) may be one the cluster
+//! is about to replace by its replica (after the cluster's node timeout, then an election). While
+//! the map read still names it, the refresh asks again every [`RECHECK`]: so the renewal tried
+//! next (a tenth of the TTL later) goes to the promoted replica, not to the hung master a second
+//! time, which would take the rest of the lease's validity. A suspect is cleared when it answers
+//! a renewal, when the map no longer names it, or [`SUSPECT_FOR`] after it was last suspected
+//! (a master that hangs for good, never failed over, is not asked about for ever).
+//!
+//! The refresh task holds the map weakly: it ends once its client is gone.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{RedisError, RedisResult, Value};
+use tokio::time::Instant;
+
+/// The least time between two questions about the topology: to the sentinels, or for a
+/// cluster's slot map.
+pub(crate) const RECHECK: Duration = Duration::from_millis(200);
+
+/// Slot ranges `(first, last, master host, master port)`, sorted.
+pub(crate) type SlotOwners = Vec<(u16, u16, String, u16)>;
+
+/// A node's address, `(host, port)`.
+pub(crate) type NodeAddr = (String, u16);
+
+/// How long a master stays suspected after its last failure: longer than a cluster takes to
+/// promote a replica with the default node timeout (15 s), plus its election.
+pub(crate) const SUSPECT_FOR: Duration = Duration::from_secs(30);
+
+/// A cluster's slot map, shared by the link and its refresh.
+#[derive(Default)]
+pub(crate) struct Slots {
+    map: RwLock<Option<SlotOwners>>,
+    /// Marked by a failure that a moved slot or a failover causes; cleared by an answer that
+    /// names no suspect.
+    stale: AtomicBool,
+    /// Masters whose renewal failed, with when it last did (see [`Slots::suspect`]).
+    suspects: Mutex<BTreeMap<NodeAddr, Instant>>,
+    /// A refresh runs in the background (taken and given back under `last_refresh`'s lock).
+    refreshing: AtomicBool,
+    /// When the last question of a refresh began (or is due to).
+    last_refresh: Mutex<Option<Instant>>,
+}
+
+impl Slots {
+    /// The map known, if it was ever read.
+    pub(crate) fn known(&self) -> Option<SlotOwners> {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether the map should be read again.
+    pub(crate) fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::SeqCst)
+    }
+
+    /// A failure that a moved slot or a failover causes: the map should be read again.
+    pub(crate) fn mark_stale(&self) {
+        self.stale.store(true, Ordering::SeqCst);
+    }
+
+    /// `node`'s renewal failed or went unanswered: the map is stale while it names `node` as a
+    /// master, for at most [`SUSPECT_FOR`] from now.
+    pub(crate) fn suspect(&self, node: &NodeAddr) {
+        self.suspects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node.clone(), Instant::now());
+        self.mark_stale();
+    }
+
+    /// `node` answered: it is no longer suspected.
+    pub(crate) fn answered(&self, node: &NodeAddr) {
+        let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
+        if !suspects.is_empty() {
+            suspects.remove(node);
+        }
+    }
+
+    /// Keeps `owners`, an answer. The map is fresh unless it still names a suspect.
+    pub(crate) fn keep(&self, owners: SlotOwners) {
+        let masters = masters_of(&owners);
+        let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
+        suspects.retain(|node, since| masters.contains(node) && since.elapsed() < SUSPECT_FOR);
+        let suspect = !suspects.is_empty();
+        *self.map.write().unwrap_or_else(|e| e.into_inner()) = Some(owners);
+        self.stale.store(suspect, Ordering::SeqCst);
+    }
+
+    /// Starts a refresh in the background over `conn` if the map is stale and none runs,
+    /// asking the masters known (`seeds` before the first answer); its first question waits
+    /// until [`RECHECK`] after the last one began. A refresh that runs asks again while the map
+    /// is stale (a failure while it asks is not lost). Outside a runtime it does nothing: the
+    /// next read of the map starts it.
+    pub(crate) fn refresh(self: &Arc<Self>, conn: ClusterConnection, seeds: Vec<NodeAddr>) {
+        if !self.is_stale() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Some(first) = self.begin_refresh() else {
+            return;
+        };
+        let refreshing = Refreshing {
+            slots: Arc::downgrade(self),
+            ended: false,
+        };
+        runtime.spawn(refresh_while_stale(refreshing, first, conn, seeds));
+    }
+
+    /// Takes the refresh if none runs: when its first question is due ([`RECHECK`] after the
+    /// last began, or now).
+    fn begin_refresh(&self) -> Option<Instant> {
+        let mut last = self.last_refresh.lock().unwrap_or_else(|e| e.into_inner());
+        if self.refreshing.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        let now = Instant::now();
+        let first = last.map_or(now, |t| (t + RECHECK).max(now));
+        *last = Some(first);
+        Some(first)
+    }
+
+    /// Whether a refresh that began at `began` goes on: the map is still stale, and it has run
+    /// less than [`SUSPECT_FOR`] (a cluster that answers nobody is not asked for ever; the next
+    /// failure starts another). If not, the refresh has ended (under `last_refresh`'s lock, as
+    /// [`Slots::begin_refresh`]: a failure marked after the check starts a refresh of its own).
+    fn end_unless_stale(&self, began: Instant) -> bool {
+        let mut last = self.last_refresh.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_stale() && began.elapsed() < SUSPECT_FOR {
+            *last = Some(Instant::now() + RECHECK);
+            return true;
+        }
+        self.refreshing.store(false, Ordering::SeqCst);
+        false
+    }
+}
+
+/// Reads the slot map at `first`, then every [`RECHECK`] while it is stale (a suspect still
+/// named); ends when the map is fresh, or when its client is gone.
+async fn refresh_while_stale(
+    mut refreshing: Refreshing,
+    first: Instant,
+    conn: ClusterConnection,
+    seeds: Vec<NodeAddr>,
+) {
+    tokio::time::sleep_until(first).await;
+    let began = Instant::now();
+    loop {
+        let Some(slots) = refreshing.slots.upgrade() else {
+            return;
+        };
+        let nodes = slots
+            .known()
+            .map(|owners| masters_of(&owners))
+            .unwrap_or_else(|| seeds.clone());
+        match ask_slots(conn.clone(), nodes).await {
+            Ok(owners) => slots.keep(owners),
+            Err(e) => tracing::debug!(error = %e, "reading the cluster's slots failed"),
+        }
+        if !slots.end_unless_stale(began) {
+            refreshing.ended = true;
+            return;
+        }
+        drop(slots);
+        tokio::time::sleep(RECHECK).await;
+    }
+}
+
+/// Gives the refresh back however its task ends (made before the task is spawned and moved into
+/// it: a runtime that shuts down drops it), unless it ended itself.
+struct Refreshing {
+    slots: Weak<Slots>,
+    ended: bool,
+}
+
+impl Drop for Refreshing {
+    fn drop(&mut self) {
+        if let (false, Some(slots)) = (self.ended, self.slots.upgrade()) {
+            slots.refreshing.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The masters of a slot map, each once.
+fn masters_of(owners: &SlotOwners) -> Vec<NodeAddr> {
+    let mut nodes: Vec<NodeAddr> = owners.iter().map(|(_, _, host, port)| (host.clone(), *port)).collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
+/// The slot map, asked of every node of `nodes` at once and taken from the first answer: a
+/// master that hangs (paused, failing over) must hold up nothing.
+pub(crate) async fn ask_slots(conn: ClusterConnection, nodes: Vec<NodeAddr>) -> RedisResult<SlotOwners> {
+    let asks = nodes.into_iter().map(|(host, port)| {
+        let mut conn = conn.clone();
+        Box::pin(async move {
+            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+            conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), to).await
+        })
+    });
+    let (reply, _) = futures_util::future::select_ok(asks).await?;
+    parse_slots(reply)
+}
+
+/// Reads a `CLUSTER SLOTS` reply: `[[first, last, [host, port, id, …], replicas…], …]`.
+fn parse_slots(reply: Value) -> RedisResult<SlotOwners> {
+    let bad = || RedisError::from((redis::ErrorKind::Parse, "unexpected CLUSTER SLOTS reply"));
+    let Value::Array(ranges) = reply else { return Err(bad()) };
+    let mut owners = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(parts) = range else { return Err(bad()) };
+        let [first, last, master, ..] = parts.as_slice() else {
+            return Err(bad());
+        };
+        let Value::Array(master) = master else {
+            return Err(bad());
+        };
+        let [host, port, ..] = master.as_slice() else {
+            return Err(bad());
+        };
+        owners.push((
+            redis::from_redis_value_ref(first)?,
+            redis::from_redis_value_ref(last)?,
+            redis::from_redis_value_ref(host)?,
+            redis::from_redis_value_ref(port)?,
+        ));
+    }
+    owners.sort_unstable();
+    Ok(owners)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owners(masters: &[u16]) -> SlotOwners {
+        masters
+            .iter()
+            .enumerate()
+            .map(|(i, port)| (i as u16 * 100, i as u16 * 100 + 99, "127.0.0.1".to_owned(), *port))
+            .collect()
+    }
+
+    #[test]
+    fn the_map_stays_stale_while_it_names_a_suspect() {
+        let slots = Slots::default();
+        slots.keep(owners(&[7001, 7002]));
+        assert!(!slots.is_stale());
+        slots.suspect(&("127.0.0.1".to_owned(), 7001));
+        assert!(slots.is_stale());
+        // The cluster has not promoted its replica yet: the answer still names it.
+        slots.keep(owners(&[7001, 7002]));
+        assert!(slots.is_stale());
+        // Promoted: the map no longer names it.
+        slots.keep(owners(&[7004, 7002]));
+        assert!(!slots.is_stale());
+        // A suspect that answers again is no longer suspected.
+        slots.suspect(&("127.0.0.1".to_owned(), 7002));
+        slots.answered(&("127.0.0.1".to_owned(), 7002));
+        slots.keep(owners(&[7004, 7002]));
+        assert!(!slots.is_stale());
+    }
+
+    #[test]
+    fn cluster_slots_reply() {
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(5461),
+                Value::Int(10922),
+                node("127.0.0.1", 7002),
+                node("127.0.0.1", 7005),
+            ]),
+            Value::Array(vec![Value::Int(0), Value::Int(5460), node("127.0.0.1", 7001)]),
+        ]);
+        assert_eq!(
+            parse_slots(reply).unwrap(),
+            vec![
+                (0, 5460, "127.0.0.1".to_owned(), 7001),
+                (5461, 10922, "127.0.0.1".to_owned(), 7002)
+            ]
+        );
+        assert!(parse_slots(Value::Int(1)).is_err());
+    }
+}
