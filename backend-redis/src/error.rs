@@ -22,6 +22,25 @@ pub(crate) fn map_error(e: RedisError, what: &str, addr: &str) -> LockError {
     }
 }
 
+/// Whether `e` says its server gave no answer (a timeout, a connection refused, failed or
+/// dropped) or is being failed over (`READONLY`, `CLUSTERDOWN`, `MASTERDOWN`), rather than an
+/// answer that was an error.
+pub(crate) fn is_unanswered(e: &LockError) -> bool {
+    let LockError::Unavailable {
+        source: Some(source), ..
+    } = e
+    else {
+        return false;
+    };
+    source.downcast_ref::<RedisError>().is_some_and(|e| {
+        e.is_timeout()
+            || e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || matches!(e.code(), Some("READONLY" | "CLUSTERDOWN" | "MASTERDOWN"))
+    })
+}
+
 pub(crate) fn is_noscript(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
 }

@@ -32,7 +32,7 @@ use redis::{RedisError, Script, Value};
 use crate::conn::fanout::fan_out;
 use crate::conn::inner::Inner;
 use crate::conn::node::{millis, Node};
-use crate::error::{is_noscript, map_error};
+use crate::error::{is_noscript, is_unanswered, map_error};
 use crate::layout::{entry, slot_of, KindKeys, LockKeys};
 use crate::protocol::scripts::SCRIPTS;
 
@@ -171,6 +171,9 @@ async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<Result
 /// names it, so that the next try finds a replica promoted meanwhile.
 async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>> {
     let deadline = group_deadline(server, items);
+    // Each step gets at least `MIN_GROUP_TIME`, within the cap of `group_deadline`.
+    let cap = tokio::time::Instant::now() + server.op_timeout * 3 / 4;
+    let step_deadline = move || deadline.max(tokio::time::Instant::now() + MIN_GROUP_TIME).min(cap);
     let unanswered = |what: &str| LockError::Unavailable {
         message: format!("renewing on the redis cluster: {what}"),
         source: None,
@@ -199,10 +202,11 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
         // The deadline bounds the whole renewal, the fallback included: a fresh one would let a
         // hung master (the client's response timeout ending the batch just before the deadline,
         // or a first read of the slot map held up) take twice as long, and push the watchdog's
-        // next try past the lease's validity. (Each step gets at least `MIN_GROUP_TIME`.)
-        let deadline = deadline.max(tokio::time::Instant::now() + MIN_GROUP_TIME);
+        // next try past the lease's validity.
+        let deadline = step_deadline();
         if let Some(owner) = owner {
             let node = format!("{}:{}", owner.0, owner.1);
+            tracing::trace!(%node, leases = group.len(), "renewing on a cluster node");
             match tokio::time::timeout_at(deadline, renew_batch(server, Some(owner), &group)).await {
                 Ok(Ok(flags)) => {
                     server.link.answered(owner);
@@ -211,7 +215,12 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
                 Ok(Err(e)) => {
                     tracing::debug!(%node, error = %e,
                         "batched renewal on a cluster node failed; renewing its leases one by one");
-                    server.link.suspect(owner);
+                    // A node that answered with an error (a moved slot, too few replicas) is read
+                    // about once (the request marked the map stale); one that did not answer may
+                    // be failing over, and is watched.
+                    if is_unanswered(&e) {
+                        server.link.suspect(owner);
+                    }
                 }
                 Err(_) => {
                     tracing::debug!(%node, leases = group.len(), "a cluster node did not answer the renewal in time");
@@ -221,7 +230,7 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
                 }
             }
         }
-        let deadline = deadline.max(tokio::time::Instant::now() + MIN_GROUP_TIME);
+        let deadline = step_deadline();
         join_all(group.iter().map(|item| async move {
             match tokio::time::timeout_at(deadline, renew_batch(server, None, std::slice::from_ref(item))).await {
                 Ok(flags) => flags.map(|flags| flags.first().copied().unwrap_or(false)),
@@ -299,23 +308,21 @@ async fn renew_batch(server: &Node, target: Option<&(String, u16)>, items: &[Ite
         .bounded("renewing", || {
             let (pipe, scripts) = (&pipe, &scripts);
             async move {
-                let mut conn = server.write_conn().await?;
-                let send = |mut conn: crate::conn::link::Conn| async move {
-                    match target {
-                        Some(target) => conn.pipeline_to(pipe, target).await,
-                        None => pipe.query_async(&mut conn).await,
-                    }
+                // A cluster node's part goes over that node's connection of its own.
+                let mut conn = match target {
+                    Some(target) => server.link.node_conn(target, confirm).await?,
+                    None => server.write_conn().await?,
                 };
-                let replies: Vec<Value> = send(conn.clone()).await?;
+                let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
                 if !replies.iter().any(is_noscript) {
                     return Ok(replies);
                 }
                 // The server lost its script cache (a restart, a promoted replica): load the
-                // scripts (on a cluster: on every master) and go again.
+                // scripts (on a cluster routed by key: on every master) and go again.
                 for script in scripts {
                     script.prepare_invoke().load_async(&mut conn).await?;
                 }
-                send(conn).await
+                pipe.query_async(&mut conn).await
             }
         })
         .await?;

@@ -22,6 +22,7 @@
 //! Every connection closes with a reset ([`tcp_settings`]): a connection replaced because a request
 //! on it went unanswered must not deliver that request later.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -232,6 +233,19 @@ struct ClusterLink {
     seeds: Vec<Client>,
     /// Which master serves which slots (`CLUSTER SLOTS`), shared with its refresh.
     slots: Arc<Slots>,
+    /// Connections of their own to single nodes (behind a pointer, as large).
+    nodes: Box<NodeConns>,
+}
+
+/// Connections of their own to a cluster's single nodes, by address, for the requests sent to
+/// one node (the grouped renewal): the cluster client holds up every request it carries while it
+/// reads the slots again and checks its connections, which takes up to its timeouts while a node
+/// hangs (a paused master), and would take a renewal on the promoted replica with it.
+struct NodeConns {
+    servers: Mutex<HashMap<NodeAddr, Server>>,
+    /// What they are made from.
+    config: Config,
+    manager: ConnectionManagerConfig,
 }
 
 impl Link {
@@ -299,6 +313,11 @@ impl Link {
                     confirm: OnceCell::new(),
                     seeds,
                     slots: Arc::default(),
+                    nodes: Box::new(NodeConns {
+                        servers: Mutex::new(HashMap::new()),
+                        config: config.clone(),
+                        manager,
+                    }),
                 })
             }
         };
@@ -424,8 +443,9 @@ impl Link {
         };
         let conn = c.connection(&c.conn).await?;
         let Some(owners) = c.slots.known() else {
+            let marks = c.slots.marks();
             let owners = ask_slots(conn, c.seed_nodes()).await?;
-            c.slots.keep(owners.clone());
+            c.slots.keep(owners.clone(), marks);
             return Ok(owners);
         };
         c.slots.refresh(conn, c.seed_nodes());
@@ -437,9 +457,46 @@ impl Link {
     /// replica; see [`crate::conn::slots`]).
     pub(crate) fn suspect(&self, node: &NodeAddr) {
         if let Way::Cluster(c) = &self.way {
+            // Its connections of its own are made again on next use (see `Link::unanswered`).
+            c.nodes.servers.lock().unwrap_or_else(|e| e.into_inner()).remove(node);
             c.slots.suspect(node);
             c.refresh_slots();
         }
+    }
+
+    /// The connection to the single node `node` of a cluster (for requests whose writes are
+    /// then confirmed with `WAIT`: `confirm`), apart from the cluster client's (see
+    /// [`NodeConns`]); elsewhere [`Link::conn`] or [`Link::confirm_conn`].
+    pub(crate) async fn node_conn(&self, node: &NodeAddr, confirm: bool) -> RedisResult<Conn> {
+        let Way::Cluster(c) = &self.way else {
+            return if confirm {
+                self.confirm_conn().await
+            } else {
+                self.conn().await
+            };
+        };
+        let NodeConns {
+            servers,
+            config,
+            manager,
+        } = &*c.nodes;
+        let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+        let server = match servers.get(node) {
+            Some(server) => server,
+            None => {
+                let scheme = if config.tls.is_some() { "rediss" } else { "redis" };
+                let addr = host_port(&node.0, node.1);
+                let client = client_for(config, &with_auth(config, &format!("{scheme}://{addr}")))?;
+                servers
+                    .entry(node.clone())
+                    .or_insert(Server::new(addr, client, manager)?)
+            }
+        };
+        Ok(Conn::Server(if confirm {
+            server.confirm.clone()
+        } else {
+            server.conn.clone()
+        }))
     }
 
     /// On a cluster, the master `node` answered a request.

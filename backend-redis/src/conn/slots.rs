@@ -17,7 +17,7 @@
 //! The refresh task holds the map weakly: it ends once its client is gone.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -47,6 +47,9 @@ pub(crate) struct Slots {
     /// Marked by a failure that a moved slot or a failover causes; cleared by an answer that
     /// names no suspect.
     stale: AtomicBool,
+    /// How many times the map was marked stale: an answer to a question asked before the last
+    /// mark leaves it stale.
+    marks: AtomicU64,
     /// Masters whose renewal failed, with when it last did (see [`Slots::suspect`]).
     suspects: Mutex<BTreeMap<NodeAddr, Instant>>,
     /// A refresh runs in the background (taken and given back under `last_refresh`'s lock).
@@ -68,7 +71,13 @@ impl Slots {
 
     /// A failure that a moved slot or a failover causes: the map should be read again.
     pub(crate) fn mark_stale(&self) {
+        self.marks.fetch_add(1, Ordering::SeqCst);
         self.stale.store(true, Ordering::SeqCst);
+    }
+
+    /// The marks so far: what a question asked now passes to [`Slots::keep`].
+    pub(crate) fn marks(&self) -> u64 {
+        self.marks.load(Ordering::SeqCst)
     }
 
     /// `node`'s renewal failed or went unanswered: the map is stale while it names `node` as a
@@ -89,14 +98,20 @@ impl Slots {
         }
     }
 
-    /// Keeps `owners`, an answer. The map is fresh unless it still names a suspect.
-    pub(crate) fn keep(&self, owners: SlotOwners) {
+    /// Keeps `owners`, the answer to a question asked after `marks` marks ([`Slots::marks`]). The
+    /// map is fresh unless it still names a suspect, or was marked stale since the question.
+    pub(crate) fn keep(&self, owners: SlotOwners, marks: u64) {
         let masters = masters_of(&owners);
         let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
         suspects.retain(|node, since| masters.contains(node) && since.elapsed() < SUSPECT_FOR);
         let suspect = !suspects.is_empty();
         *self.map.write().unwrap_or_else(|e| e.into_inner()) = Some(owners);
         self.stale.store(suspect, Ordering::SeqCst);
+        // After the store: a mark that came before this check is seen here, one after it stores
+        // `true` after this.
+        if self.marks() != marks {
+            self.stale.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Starts a refresh in the background over `conn` if the map is stale and none runs,
@@ -163,12 +178,14 @@ async fn refresh_while_stale(
         let Some(slots) = refreshing.slots.upgrade() else {
             return;
         };
-        let nodes = slots
-            .known()
-            .map(|owners| masters_of(&owners))
-            .unwrap_or_else(|| seeds.clone());
+        let nodes = slots.known().map(|owners| masters_of(&owners)).unwrap_or_default();
+        let nodes = if nodes.is_empty() { seeds.clone() } else { nodes };
+        let marks = slots.marks();
         match ask_slots(conn.clone(), nodes).await {
-            Ok(owners) => slots.keep(owners),
+            Ok(owners) => {
+                tracing::debug!(masters = ?masters_of(&owners), "read the cluster's slots");
+                slots.keep(owners, marks);
+            }
             Err(e) => tracing::debug!(error = %e, "reading the cluster's slots failed"),
         }
         if !slots.end_unless_stale(began) {
@@ -206,6 +223,12 @@ fn masters_of(owners: &SlotOwners) -> Vec<NodeAddr> {
 /// The slot map, asked of every node of `nodes` at once and taken from the first answer: a
 /// master that hangs (paused, failing over) must hold up nothing.
 pub(crate) async fn ask_slots(conn: ClusterConnection, nodes: Vec<NodeAddr>) -> RedisResult<SlotOwners> {
+    if nodes.is_empty() {
+        return Err(RedisError::from((
+            redis::ErrorKind::Client,
+            "no cluster node to ask for the slot map",
+        )));
+    }
     let asks = nodes.into_iter().map(|(host, port)| {
         let mut conn = conn.clone();
         Box::pin(async move {
@@ -259,20 +282,31 @@ mod tests {
     #[test]
     fn the_map_stays_stale_while_it_names_a_suspect() {
         let slots = Slots::default();
-        slots.keep(owners(&[7001, 7002]));
+        slots.keep(owners(&[7001, 7002]), slots.marks());
         assert!(!slots.is_stale());
         slots.suspect(&("127.0.0.1".to_owned(), 7001));
         assert!(slots.is_stale());
         // The cluster has not promoted its replica yet: the answer still names it.
-        slots.keep(owners(&[7001, 7002]));
+        slots.keep(owners(&[7001, 7002]), slots.marks());
         assert!(slots.is_stale());
         // Promoted: the map no longer names it.
-        slots.keep(owners(&[7004, 7002]));
+        slots.keep(owners(&[7004, 7002]), slots.marks());
         assert!(!slots.is_stale());
         // A suspect that answers again is no longer suspected.
         slots.suspect(&("127.0.0.1".to_owned(), 7002));
         slots.answered(&("127.0.0.1".to_owned(), 7002));
-        slots.keep(owners(&[7004, 7002]));
+        slots.keep(owners(&[7004, 7002]), slots.marks());
+        assert!(!slots.is_stale());
+    }
+
+    #[test]
+    fn an_answer_to_a_question_asked_before_a_failure_leaves_the_map_stale() {
+        let slots = Slots::default();
+        let asked = slots.marks();
+        slots.mark_stale();
+        slots.keep(owners(&[7001, 7002]), asked);
+        assert!(slots.is_stale());
+        slots.keep(owners(&[7001, 7002]), slots.marks());
         assert!(!slots.is_stale());
     }
 
