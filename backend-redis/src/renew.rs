@@ -178,8 +178,8 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
         message: format!("renewing on the redis cluster: {what}"),
         source: None,
     };
-    // Without the slot map (a node that does not answer it), each lease goes on its own, routed
-    // by its key.
+    // The map known (read inline the first time only); without it (no node answered), each lease
+    // goes on its own, routed by its key.
     let owners = match tokio::time::timeout_at(deadline, server.link.slot_owners()).await {
         Ok(Ok(owners)) => owners,
         Ok(Err(e)) => {
@@ -220,6 +220,9 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
                     // be failing over, and is watched.
                     if is_unanswered(&e) {
                         server.link.suspect(owner);
+                    } else if !matches!(e, LockError::Protocol(_)) {
+                        // A connection that failed otherwise (refused credentials) is made again.
+                        server.link.forget_conns(owner);
                     }
                 }
                 Err(_) => {

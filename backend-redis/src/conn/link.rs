@@ -457,10 +457,17 @@ impl Link {
     /// replica; see [`crate::conn::slots`]).
     pub(crate) fn suspect(&self, node: &NodeAddr) {
         if let Way::Cluster(c) = &self.way {
-            // Its connections of its own are made again on next use (see `Link::unanswered`).
-            c.nodes.servers.lock().unwrap_or_else(|e| e.into_inner()).remove(node);
+            self.forget_conns(node);
             c.slots.suspect(node);
             c.refresh_slots();
+        }
+    }
+
+    /// On a cluster, the connections of its own to `node` ([`Link::node_conn`]) failed: they are
+    /// made again on next use (as [`Link::unanswered`] replaces a server's elsewhere).
+    pub(crate) fn forget_conns(&self, node: &NodeAddr) {
+        if let Way::Cluster(c) = &self.way {
+            c.nodes.servers.lock().unwrap_or_else(|e| e.into_inner()).remove(node);
         }
     }
 
@@ -484,6 +491,10 @@ impl Link {
         let server = match servers.get(node) {
             Some(server) => server,
             None => {
+                // Nodes that no longer serve slots (removed, moved) are not kept.
+                if let Some(owners) = c.slots.known() {
+                    servers.retain(|addr, _| owners.iter().any(|(_, _, h, p)| (h, *p) == (&addr.0, addr.1)));
+                }
                 let scheme = if config.tls.is_some() { "rediss" } else { "redis" };
                 let addr = host_port(&node.0, node.1);
                 let client = client_for(config, &with_auth(config, &format!("{scheme}://{addr}")))?;

@@ -232,16 +232,25 @@ pub(crate) async fn ask_slots(conn: ClusterConnection, nodes: Vec<NodeAddr>) -> 
     let asks = nodes.into_iter().map(|(host, port)| {
         let mut conn = conn.clone();
         Box::pin(async move {
-            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
-            conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), to).await
+            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port,
+            });
+            let reply = conn
+                .route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), to)
+                .await?;
+            Ok::<_, RedisError>((reply, host))
         })
     });
-    let (reply, _) = futures_util::future::select_ok(asks).await?;
-    parse_slots(reply)
+    let ((reply, asked), _) = futures_util::future::select_ok(asks).await?;
+    parse_slots(reply, &asked)
 }
 
-/// Reads a `CLUSTER SLOTS` reply: `[[first, last, [host, port, id, …], replicas…], …]`.
-fn parse_slots(reply: Value) -> RedisResult<SlotOwners> {
+/// Reads a `CLUSTER SLOTS` reply: `[[first, last, [host, port, id, …], replicas…], …]`, asked
+/// of a node at `asked`. A master shown without a host (empty or null: "the node you asked") is
+/// at `asked`; one shown at `?` (an unknown endpoint) is left out, and its slots' leases go on
+/// their own, routed by key.
+fn parse_slots(reply: Value, asked: &str) -> RedisResult<SlotOwners> {
     let bad = || RedisError::from((redis::ErrorKind::Parse, "unexpected CLUSTER SLOTS reply"));
     let Value::Array(ranges) = reply else { return Err(bad()) };
     let mut owners = Vec::with_capacity(ranges.len());
@@ -256,10 +265,19 @@ fn parse_slots(reply: Value) -> RedisResult<SlotOwners> {
         let [host, port, ..] = master.as_slice() else {
             return Err(bad());
         };
+        let host: String = match host {
+            Value::Nil => String::new(),
+            host => redis::from_redis_value_ref(host)?,
+        };
+        let host = match host.as_str() {
+            "?" => continue,
+            "" => asked.to_owned(),
+            _ => host,
+        };
         owners.push((
             redis::from_redis_value_ref(first)?,
             redis::from_redis_value_ref(last)?,
-            redis::from_redis_value_ref(host)?,
+            host,
             redis::from_redis_value_ref(port)?,
         ));
     }
@@ -329,12 +347,29 @@ mod tests {
             Value::Array(vec![Value::Int(0), Value::Int(5460), node("127.0.0.1", 7001)]),
         ]);
         assert_eq!(
-            parse_slots(reply).unwrap(),
+            parse_slots(reply, "10.0.0.9").unwrap(),
             vec![
                 (0, 5460, "127.0.0.1".to_owned(), 7001),
                 (5461, 10922, "127.0.0.1".to_owned(), 7002)
             ]
         );
-        assert!(parse_slots(Value::Int(1)).is_err());
+        assert!(parse_slots(Value::Int(1), "10.0.0.9").is_err());
+        // A master without a host is the node asked; one at an unknown endpoint is left out.
+        let reply = Value::Array(vec![
+            Value::Array(vec![Value::Int(0), Value::Int(10), node("", 7001)]),
+            Value::Array(vec![
+                Value::Int(11),
+                Value::Int(20),
+                Value::Array(vec![Value::Nil, Value::Int(7002)]),
+            ]),
+            Value::Array(vec![Value::Int(21), Value::Int(30), node("?", 7003)]),
+        ]);
+        assert_eq!(
+            parse_slots(reply, "10.0.0.9").unwrap(),
+            vec![
+                (0, 10, "10.0.0.9".to_owned(), 7001),
+                (11, 20, "10.0.0.9".to_owned(), 7002)
+            ]
+        );
     }
 }

@@ -42,6 +42,20 @@ pub struct Soak {
 }
 
 impl Soak {
+    /// The row of a soak on `backend` that ended with `error` rather than a result.
+    fn failed(backend: &str, locks: usize, minutes: f64, error: String) -> Soak {
+        Soak {
+            backend: backend.into(),
+            locks,
+            minutes,
+            lost: 0,
+            acquire_seconds: 0.0,
+            requests_per_min: None,
+            rss_mib: (0.0, 0.0),
+            error: Some(error),
+        }
+    }
+
     /// What this soak broke, if anything.
     pub fn broken(&self) -> Vec<String> {
         let id = format!("soak {} x{}", self.backend, self.locks);
@@ -67,16 +81,9 @@ pub async fn soak(targets: &[&Target], quick: bool) -> Vec<Soak> {
         let acquiring = acquiring.clone();
         let run = async move {
             tracing::info!(backend = target.backend, locks, minutes, "soak");
-            one(&target, locks, minutes, &acquiring).await.unwrap_or_else(|e| Soak {
-                backend: target.backend.into(),
-                locks,
-                minutes,
-                lost: 0,
-                acquire_seconds: 0.0,
-                requests_per_min: None,
-                rss_mib: (0.0, 0.0),
-                error: Some(format!("{e:#}")),
-            })
+            one(&target, locks, minutes, &acquiring)
+                .await
+                .unwrap_or_else(|e| Soak::failed(target.backend, locks, minutes, format!("{e:#}")))
         };
         (backend, run)
     });
@@ -90,16 +97,12 @@ pub async fn soak(targets: &[&Target], quick: bool) -> Vec<Soak> {
         match done {
             Ok((_, soak)) => out.push(soak),
             // A soak that panicked is a broken promise of its own, not a missing row.
-            Err(e) => out.push(Soak {
-                backend: backends.get(&e.id()).copied().unwrap_or("unknown").into(),
+            Err(e) => out.push(Soak::failed(
+                backends.get(&e.id()).copied().unwrap_or("unknown"),
                 locks,
                 minutes,
-                lost: 0,
-                acquire_seconds: 0.0,
-                requests_per_min: None,
-                rss_mib: (0.0, 0.0),
-                error: Some(format!("the soak panicked: {e}")),
-            }),
+                format!("the soak panicked: {e}"),
+            )),
         }
     }
     out.sort_by(|a, b| a.backend.cmp(&b.backend));
