@@ -163,12 +163,14 @@ async fn renew_on_server(server: &Node, items: &[Item<'_>]) -> Result<Vec<Result
 
 /// [`renew_on_server`] on a cluster: the leases grouped by the master of their slot (the map
 /// known: see [`crate::conn::link::Link::slot_owners`]), the groups in parallel, each lease's own
-/// outcome. A master that fails or hangs (down, paused, failing over) costs its own leases only:
-/// each group ends by a deadline ([`group_deadline`]), so that the answers of the others reach
-/// the watchdog before their leases' validity ends, and so that the watchdog's next
-/// try (a tenth of the TTL later) still comes within the validity of a lease whose node hung; a
-/// master whose part failed or went unanswered has the slot map read again until it no longer
-/// names it, so that the next try finds a replica promoted meanwhile.
+/// outcome, each group over its node's connection of its own ([`crate::conn::link::Link::node_conn`]).
+/// A master that fails or hangs (down, paused, failing over) costs its own leases only: the
+/// whole renewal, the fallback lease by lease included, ends by one deadline
+/// ([`group_deadline`]), so that the answers of the others reach the watchdog before their
+/// leases' validity ends, and so that the watchdog's next try (a tenth of the TTL later) still
+/// comes within the validity of a lease whose node hung; a master that did not answer has the
+/// slot map read again until it no longer names it, so that the next try finds a replica
+/// promoted meanwhile.
 async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>> {
     let deadline = group_deadline(server, items);
     // Each step gets at least `MIN_GROUP_TIME`, within the cap of `group_deadline`.
@@ -220,8 +222,8 @@ async fn renew_on_cluster(server: &Node, items: &[Item<'_>]) -> Vec<Result<bool>
                     // be failing over, and is watched.
                     if is_unanswered(&e) {
                         server.link.suspect(owner);
-                    } else if !matches!(e, LockError::Protocol(_)) {
-                        // A connection that failed otherwise (refused credentials) is made again.
+                    } else if matches!(e, LockError::Denied(_)) {
+                        // Refused credentials stay in a lazy connection: it is made again.
                         server.link.forget_conns(owner);
                     }
                 }

@@ -235,7 +235,15 @@ async fn settled_masters() -> Vec<(i64, i64, String)> {
                 .query_async(&mut conn)
                 .await
                 .unwrap_or_default();
-            if !info.contains("cluster_state:ok") {
+            // A replica still loading its master's data (a master failed over and back) is not
+            // settled: a lease granted now would not reach it.
+            let replication: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            let replica_down = replication.contains("role:slave") && !replication.contains("master_link_status:up");
+            if !info.contains("cluster_state:ok") || replica_down {
                 views.clear();
                 break;
             }
@@ -326,7 +334,8 @@ async fn a_paused_master_costs_only_its_own_leases() {
 ///
 /// Here the client's response timeout is longer than the renewal's deadline, which ends the hung
 /// renewal; [`a_lease_on_a_master_paused_until_promoted_is_kept_with_the_default_timeouts`] has
-/// the client's response timeout end it first.
+/// the client's response timeout end the batch first, and the fallback lease by lease run until
+/// the deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_on_a_master_paused_until_its_replica_is_promoted_is_kept() {
     paused_until_promoted("min_replicas=0&response_timeout=5s").await;
@@ -363,10 +372,30 @@ async fn paused_until_promoted(options: &str) {
     let a = common::locker(&url).await;
     let ttl = Duration::from_secs(15);
     let held = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
-    // The client reads the slot map (as a renewal before the pause would), and the grant reaches
-    // the replica.
-    a.list(&name).await.expect("list");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A lock on the same master, renewed before the pause, makes the client read the slot map and
+    // open its connection to that node (as renewals before the pause would); the grant reaches
+    // the replica meanwhile.
+    let mut warm = None;
+    for i in 0..200 {
+        let other = unique_name(&format!("paused-warm-{i}"));
+        let other_slot = keyslot(&mut admin, &lock_key(&url, &other)).await;
+        if ranges
+            .iter()
+            .any(|(f, l, o)| (*f..=*l).contains(&other_slot) && o == owner)
+        {
+            warm = Some(other);
+            break;
+        }
+    }
+    let warm = warm.expect("another name on the same master");
+    let warm = a
+        .lock(&warm)
+        .ttl(Duration::from_millis(600))
+        .acquire()
+        .await
+        .expect("acquire");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    warm.release().await.expect("release after a renewal");
     {
         let id = node_id(owner);
         let _resume = OnDrop::resume(&id);
@@ -378,8 +407,16 @@ async fn paused_until_promoted(options: &str) {
             held.lost_reason()
         );
     }
-    held.release().await.expect("release");
+    // Released once the old master knows it was replaced: just resumed, it still answers as a
+    // master for a moment, and the cluster client (which did not carry the renewals) may still
+    // route the lock's slot to it.
     settled_masters().await;
+    assert!(
+        held.is_held(),
+        "lost while the cluster settled: {:?}",
+        held.lost_reason()
+    );
+    held.release().await.expect("release");
 }
 
 /// Bug: when the client's response timeout ended a hung master's batched renewal before the
@@ -408,6 +445,11 @@ async fn a_renewal_on_a_hung_master_ends_by_its_deadline() {
         .await
         .expect("try_acquire")
         .expect("granted");
+    // A first renewal makes the node's connection, so that the paused node's silence ends the
+    // batch by the client's response timeout (a connection made after the pause would hang in
+    // its handshake until the deadline, and never reach the fallback).
+    let first = backend.renew_many(std::slice::from_ref(&lease)).await;
+    assert!(first[0].is_ok(), "renewal before the pause: {first:?}");
     let took = {
         let ids = [node_id(&master), node_id(&replica)];
         let _resume = ids.iter().map(|id| OnDrop::resume(id)).collect::<Vec<_>>();
@@ -461,6 +503,7 @@ async fn slot_nodes(admin: &mut Admin, slot: i64) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_layout_keys_share_the_slot_of_the_raw_name() {
+    let _serial = FAULTS.lock().await;
     common::init_logs();
     let url = with_options(&cluster_url(), "layout=plain");
     let mut admin = admin_for(&url).await;
