@@ -448,7 +448,7 @@ impl Link {
             c.slots.keep(owners.clone(), marks);
             return Ok(owners);
         };
-        c.slots.refresh(conn, c.seed_nodes());
+        c.refresh_slots();
         Ok(owners)
     }
 
@@ -618,6 +618,9 @@ impl ClusterLink {
     /// Reads the slot map again in the background if it is stale (over the connection made by
     /// the first request: before it, nothing has failed).
     fn refresh_slots(&self) {
+        if !self.slots.is_stale() {
+            return; // (every renewal asks: no seed list made for nothing)
+        }
         if let Some(conn) = self.conn.get() {
             self.slots.refresh(conn.clone(), self.seed_nodes());
         }
