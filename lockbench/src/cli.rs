@@ -29,6 +29,11 @@ pub struct Args {
     /// Skip the reference rows (raw floor and peer libraries).
     #[arg(long)]
     pub no_reference: bool,
+    /// Only these systems' rows in the `uncontended` workload (e.g. `floor` or `locksmith`, as
+    /// the rows name them), comma-separated: to profile one row alone, e.g. under callgrind.
+    /// Default: every system.
+    #[arg(long, value_delimiter = ',')]
+    pub systems: Vec<String>,
     /// URL of the in-process backend.
     #[arg(long, default_value = "mem://lockbench")]
     pub mem: String,

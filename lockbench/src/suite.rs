@@ -120,6 +120,7 @@ pub async fn run(args: &Args) -> Result<Report> {
             locksmith: None,
             variants: Vec::new(),
             reference: Reference::default(),
+            systems: &args.systems,
         };
         run.prepare(args.no_reference).await;
         for workload in &args.workloads {
@@ -141,6 +142,8 @@ struct BackendRun<'a> {
     /// locksmith reaching the backend in other ways ([`variants`]), where they answer.
     variants: Vec<Arc<dyn LockSystem>>,
     reference: Reference,
+    /// `--systems`: the only systems to run side by side (empty: all).
+    systems: &'a [String],
 }
 
 impl BackendRun<'_> {
@@ -211,6 +214,7 @@ impl BackendRun<'_> {
             .chain(variants.iter())
             .chain(floor.iter())
             .chain(peers.iter())
+            .filter(|s| self.systems.is_empty() || self.systems.iter().any(|only| only == s.system()))
             .cloned()
             .collect();
         match workload {
