@@ -75,7 +75,7 @@ impl Key {
             (other, _) => {
                 return Err(LockError::InvalidOption(format!(
                     "layout=advisory shares pg_advisory_lock's exclusive and shared locks: mutexes and \
-                     read-write locks only; use the default layout (no layout= option) for a {}",
+                     read-write locks only; use the default layout (no layout= option) for the {} kind",
                     other.name()
                 )))
             }

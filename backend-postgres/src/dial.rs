@@ -87,9 +87,13 @@ async fn open_by(config: &Config, deadline: Instant) -> Result<(Client, Connecti
                 addr: *addr,
             };
             let by = share_of(host_deadline, addrs.len() - j);
+            // The time this address is given, to the millisecond, for the error (measured when
+            // the timeout fired, nothing would be left: "took longer than 0ns").
+            let share = by.saturating_duration_since(Instant::now()) + Duration::from_micros(500);
+            let share = Duration::from_millis(u64::try_from(share.as_millis()).unwrap_or(u64::MAX));
             let opened = tokio::time::timeout_at(by, open_on(config, &server, several))
                 .await
-                .unwrap_or_else(|_| Err(timeout("connecting", by.saturating_duration_since(Instant::now()))));
+                .unwrap_or_else(|_| Err(timeout("connecting", share)));
             match opened {
                 Ok((client, connection)) => return Ok((client, connection, server)),
                 Err(e) => {

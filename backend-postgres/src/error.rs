@@ -5,11 +5,11 @@ use std::time::Duration;
 use locksmith_core::LockError;
 use tokio_postgres::error::SqlState;
 
-/// The error for `what` failing: [`LockError::Denied`] for a wrong password, a user that may not
-/// log in or a missing privilege; [`LockError::Protocol`] for a data exception (a value the server
+/// The error for `what` failing: [`LockError::Denied`] for a wrong or missing password, a user
+/// that may not log in or a missing privilege; [`LockError::Protocol`] for a data exception (a value the server
 /// refused, which no retry changes); [`LockError::Unavailable`] for everything else (a server that is
-/// down, restarting, or a connection lost: maybe worth retrying). The message is the server's,
-/// which never contains the password.
+/// down, restarting, or a connection lost: maybe worth retrying). The message is the server's or
+/// the client's with its causes, which never contain the password.
 pub(crate) fn pg_error(what: &str, err: tokio_postgres::Error) -> LockError {
     if let Some(db) = err.as_db_error() {
         let code = db.code();
@@ -30,7 +30,31 @@ pub(crate) fn pg_error(what: &str, err: tokio_postgres::Error) -> LockError {
         }
         return LockError::unavailable(message, err);
     }
-    LockError::unavailable(format!("postgres: {what}: {err}"), err)
+    let message = format!("postgres: {what}: {}", with_causes(&err));
+    // The server asked for a password and none was given: no retry brings one.
+    if message.contains("password missing") {
+        return LockError::Denied(format!(
+            "{message} (give it in the URL, with password_file= or in LOCKSMITH_PASSWORD)"
+        ));
+    }
+    LockError::unavailable(message, err)
+}
+
+/// `err` and its causes, as one line: tokio-postgres says "invalid configuration" or "error
+/// performing TLS handshake" and leaves the why (a password missing, a certificate nobody
+/// vouches for) to the source, which a user would otherwise see only in the debug logs.
+fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(e) = cause {
+        let more = e.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = e.source();
+    }
+    text
 }
 
 /// A call that took longer than `limit`.

@@ -3,7 +3,7 @@
 //! `layout=advisory`, also the session advisory lock of the name (`crate::advisory`).
 
 use locksmith_core::driver::LockName;
-use locksmith_core::Family;
+use locksmith_core::{Family, LockError, Result};
 
 /// How locks are kept (`layout=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,14 +124,38 @@ fn fill(schema: &str, text: &str) -> String {
 /// What `locksmith init --sql` prints: the tables of `schema` (`schema.sql`, the statements a
 /// locker runs itself on first use) and, for `role`, the grants a locker's user needs then
 /// (`grants.sql`).
-pub(crate) fn setup_sql(schema: &str, role: Option<&str>) -> String {
+///
+/// # Errors
+/// [`LockError::InvalidOption`] for a `role` that [`check_role`] refuses.
+pub(crate) fn setup_sql(schema: &str, role: Option<&str>) -> Result<String> {
     let mut sql = fill(schema, include_str!("sql/schema.sql"));
     if let Some(role) = role {
+        check_role(role)?;
         let quoted = format!("\"{}\"", role.replace('"', "\"\""));
         sql.push('\n');
         sql.push_str(&fill(schema, include_str!("sql/grants.sql")).replace("{role}", &quoted));
     }
-    sql
+    Ok(sql)
+}
+
+/// The longest name PostgreSQL keeps (`NAMEDATALEN - 1` bytes); a longer one is cut to it.
+const MAX_ROLE_BYTES: usize = 63;
+
+/// Checks `role` as a role name [`setup_sql`] can print: quoted, any character but the control ones
+/// (which no one means in a role's name, and a line break would end the SQL's comments).
+fn check_role(role: &str) -> Result<()> {
+    let why = if role.is_empty() {
+        "is empty"
+    } else if role.len() > MAX_ROLE_BYTES {
+        "is longer than 63 bytes, where PostgreSQL would cut it to another role's name"
+    } else if role.chars().any(char::is_control) {
+        "has a control character (a line break, a tab, a NUL)"
+    } else {
+        return Ok(());
+    };
+    Err(LockError::InvalidOption(format!(
+        "the role to grant to ({role:?}) {why}"
+    )))
 }
 
 /// A guarded write's statement: `write` (a data-modifying statement that writes only if the CTE
@@ -262,5 +286,43 @@ impl Sql {
                  SELECT (SELECT count(*) FROM e) + (SELECT count(*) FROM r)",
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The role appears only in the GRANT statements, quoted: never in a comment, where a line
+    /// break in it once ended the comment and ran the rest as SQL (`--grant $'app\nDROP …'`).
+    #[test]
+    fn the_role_is_only_in_the_grants_quoted() {
+        let sql = setup_sql("locks", Some("app \"zq\"")).expect("a role PostgreSQL can have");
+        let with_role: Vec<&str> = sql.lines().filter(|l| l.contains("zq")).collect();
+        assert!(!with_role.is_empty());
+        for line in with_role {
+            assert!(!line.contains("--"), "the role in a comment: {line}");
+            assert!(line.contains("TO \"app \"\"zq\"\"\""), "not quoted: {line}");
+        }
+    }
+
+    #[test]
+    fn a_role_postgres_cannot_have_is_refused() {
+        for role in [
+            "",
+            "app\nDROP TABLE victim; --",
+            "app\r",
+            "a\0b",
+            "tab\there",
+            &"r".repeat(64),
+        ] {
+            match setup_sql("locks", Some(role)) {
+                Err(LockError::InvalidOption(message)) => assert!(message.contains("role"), "{message}"),
+                other => panic!("{role:?}: {other:?}"),
+            }
+        }
+        let longest = "é".repeat(31) + "r"; // 63 bytes
+        assert!(setup_sql("locks", Some(&longest)).is_ok());
+        assert!(setup_sql("locks", None).is_ok());
     }
 }

@@ -210,7 +210,10 @@ fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
 ///
 /// # Errors
 ///
-/// [`locksmith_core::LockError::InvalidUrl`] when `url` is not a valid `postgres://` URL.
+/// [`locksmith_core::LockError::InvalidUrl`] when `url` is not a valid `postgres://` URL;
+/// [`locksmith_core::LockError::InvalidOption`] when `role` is no role name PostgreSQL can have:
+/// empty, longer than 63 bytes (the server would cut it to another role's name), or with a
+/// control character (a NUL, a line break).
 ///
 /// # Examples
 ///
@@ -223,7 +226,7 @@ fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
 /// ```
 pub fn setup_sql(url: &BackendUrl, role: Option<&str>) -> Result<String> {
     let config = config::Config::parse(url)?;
-    Ok(layout::setup_sql(&config.schema, role))
+    layout::setup_sql(&config.schema, role)
 }
 
 /// Connects to the server of `url` (see the [crate docs](crate)) and returns a [`Locker`] over

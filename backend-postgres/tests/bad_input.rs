@@ -67,6 +67,44 @@ async fn a_wrong_password_is_denied_and_not_printed() {
     }
 }
 
+/// A server that asks for a password when the URL gives none: refused for good (exit 5 in the
+/// CLI), with the cause in the message. (It was "unavailable: invalid configuration", which
+/// `run` retried for ever, the cause only in the debug logs.)
+#[tokio::test]
+async fn a_missing_password_is_denied_with_its_cause() {
+    if std::env::var_os("LOCKSMITH_PASSWORD").is_some() {
+        return; // the password would come from there
+    }
+    let url = url_parts(&common::server_url());
+    let bare = format!("postgres://{}@{}/{}", url.user, url.host, url.db);
+    match connect(&bare).await {
+        Err(LockError::Denied(message)) => assert!(message.contains("password missing"), "{message}"),
+        other => panic!("expected Denied, got {other:?}"),
+    }
+}
+
+/// A server that accepts and never answers: the error names the connect timeout it ran out of.
+/// (It said "took longer than 0ns": the time left, read once the timeout had fired.)
+#[tokio::test]
+async fn a_silent_server_is_reported_with_its_connect_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepting = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket); // kept open, never answered
+        }
+    });
+    let url = format!("postgres://u:p@{addr}/db?connect_timeout=700ms");
+    match connect(&url).await {
+        Err(LockError::Unavailable { message, .. }) => {
+            assert!(message.contains("took longer than 700ms"), "{message}")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    accepting.abort();
+}
+
 struct Parts {
     user: String,
     password: String,

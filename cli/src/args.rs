@@ -295,6 +295,8 @@ impl KindArgs {
 
 /// Arguments of `try`.
 #[derive(Debug, Args)]
+// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+#[command(allow_negative_numbers = true)]
 pub struct TryArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
     #[arg(value_parser = NameParser)]
@@ -306,6 +308,8 @@ pub struct TryArgs {
 
 /// Arguments of `elect`.
 #[derive(Debug, Args)]
+// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+#[command(allow_negative_numbers = true)]
 pub struct ElectArgs {
     /// The election's name (1 to 1024 bytes of UTF-8, no NUL).
     #[arg(value_parser = NameParser)]
@@ -337,6 +341,8 @@ pub struct ListArgs {
 
 /// Arguments of `leader`.
 #[derive(Debug, Args)]
+// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+#[command(allow_negative_numbers = true)]
 pub struct LeaderArgs {
     /// The election's name (1 to 1024 bytes of UTF-8, no NUL).
     #[arg(value_parser = NameParser)]
@@ -350,6 +356,8 @@ pub struct LeaderArgs {
 
 /// A lock name.
 #[derive(Debug, Args)]
+// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+#[command(allow_negative_numbers = true)]
 pub struct NameArg {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
     #[arg(value_parser = NameParser)]
@@ -358,6 +366,8 @@ pub struct NameArg {
 
 /// Arguments of `run`.
 #[derive(Debug, Args)]
+// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+#[command(allow_negative_numbers = true)]
 pub struct RunArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
     #[arg(value_parser = NameParser)]
@@ -379,6 +389,8 @@ pub struct RunArgs {
 
 /// Arguments of `hold`.
 #[derive(Debug, Args)]
+// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+#[command(allow_negative_numbers = true)]
 pub struct HoldArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
     #[arg(value_parser = NameParser)]
@@ -544,5 +556,28 @@ mod tests {
         assert_eq!(run.grace, Duration::from_secs(1));
         assert_eq!(cli.ttl, Some(Duration::from_secs(2)));
         assert!(Cli::try_parse_from(["locksmith", "run", "job"]).is_err());
+    }
+
+    /// A negative number is a name (PostgreSQL's `layout=advisory` takes `-7` as a key, as
+    /// docs/interop.md says), not an unknown option: `run -7 -- CMD` was refused.
+    #[test]
+    fn a_negative_number_is_a_name() {
+        let name_of = |args: &[&str]| match Cli::try_parse_from(args).map(|cli| cli.command) {
+            Ok(Command::Run(a)) => a.name,
+            Ok(Command::Elect(a)) => a.name,
+            Ok(Command::Try(a)) => a.name,
+            Ok(Command::Hold(a)) => a.name,
+            Ok(Command::Inspect(a)) => a.name,
+            Ok(Command::Leader(a)) => a.name,
+            other => panic!("{args:?}: {other:?}"),
+        };
+        assert_eq!(name_of(&["locksmith", "run", "-7", "--", "true"]), "-7");
+        assert_eq!(name_of(&["locksmith", "elect", "-42", "--", "true"]), "-42");
+        assert_eq!(name_of(&["locksmith", "try", "-7"]), "-7");
+        assert_eq!(name_of(&["locksmith", "hold", "-7", "--for", "1s"]), "-7");
+        assert_eq!(name_of(&["locksmith", "inspect", "-7"]), "-7");
+        assert_eq!(name_of(&["locksmith", "leader", "-7"]), "-7");
+        // Options still are options.
+        assert!(Cli::try_parse_from(["locksmith", "run", "-x", "--", "true"]).is_err());
     }
 }

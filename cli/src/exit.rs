@@ -18,8 +18,8 @@ pub const DENIED: u8 = 5;
 pub const CANNOT_EXECUTE: u8 = 126;
 /// `run`: CMD was not found (shell convention).
 pub const NOT_FOUND: u8 = 127;
-/// `leader --follow`: stdout's reader went away (128+SIGPIPE, what a shell reports for a
-/// program killed by the write to a closed pipe).
+/// `leader --follow`, `try`: stdout's reader went away (128+SIGPIPE, what a shell reports for a
+/// program killed by the write to a closed pipe); `try` released the lock it could not report.
 pub const STDOUT_CLOSED: u8 = 141;
 
 /// The exit codes, as `--help` shows them.
@@ -38,7 +38,8 @@ Exit codes:
   5        refused by the server: wrong user or password, or not permitted (an ACL)
   126/127  `run`/`elect`: CMD could not be executed / was not found
   128+SIG  interrupted by signal SIG before the lock was acquired
-  141      `leader --follow`: stdout was closed (its reader went away)
+  141      `leader --follow`, `try`: stdout was closed (its reader went away; `try` released
+           the lock whose token it could not print)
   101      internal error (a bug: please report it)
 
 Status messages go to stderr, results (fencing tokens, inspect output) to stdout.";

@@ -41,8 +41,9 @@ impl Output {
         true
     }
 
-    /// The result of an acquired lock: its fencing token (text), or its details (JSON).
-    pub fn acquired(&self, guard: &LockGuard) {
+    /// The result of an acquired lock: its fencing token (text), or its details (JSON). Whether
+    /// it was printed (`false`: stdout is closed; the lock is held all the same).
+    pub fn acquired(&self, guard: &LockGuard) -> bool {
         let value = json!({
             "name": guard.name(),
             "acquired": true,
@@ -50,7 +51,7 @@ impl Output {
             "ttl_ms": millis(guard.ttl()),
             "holder_id": guard.lease().holder_id,
         });
-        let _ = self.result(guard.fencing_token(), value); // a lock is held: carry on regardless
+        self.result(guard.fencing_token(), value)
     }
 }
 

@@ -165,7 +165,8 @@ impl Session {
                 |t| format!("for up to {} more (--timeout)", human(t)),
             );
             if attempts == 1 {
-                tracing::warn!("{}; retrying {until}", failure.message);
+                // A status line, which `-q` silences as it does every other one.
+                self.out.status(format_args!("{}; retrying {until}", failure.message));
             } else {
                 tracing::debug!(attempts, retry_in = ?wait, "{}; retrying {until}", failure.message);
             }

@@ -232,6 +232,23 @@ fn follow_ends_when_its_reader_goes_away_with_no_change_to_print() {
     assert_eq!(status.code(), Some(141), "{status:?}");
 }
 
+/// `try` whose stdout is closed cannot print the token it got: it releases the lock and exits
+/// 141, as `leader --follow` does, not 0 with the token lost.
+#[test]
+fn try_with_its_stdout_closed_releases_and_fails() {
+    let name = unique_name("try-closed");
+    let url = Files.url();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = locksmith(&["--url", &url, "try", &name])
+        .stdout(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(141), "{status:?}");
+    let again = locksmith(&["--url", &url, "try", &name]).output().unwrap();
+    assert!(again.status.success(), "not released: {again:?}");
+}
+
 /// CMD's script for the group tests: prints its pid (= its process group), starts a child that
 /// ignores SIGTERM and prints `ready` once it does, and waits for it. The child lets go of
 /// locksmith's stdout and stderr, whose end the test waits for.

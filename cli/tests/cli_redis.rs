@@ -237,6 +237,22 @@ fn run_without_a_server_exits_3_at_its_timeout() {
     assert!(!out.stderr.contains("retrying"), "{}", out.stderr);
 }
 
+/// `-q` silences the retry notice as it does every status line: `run` prints its error alone.
+/// (The notice was a warning of the logs, which `-q` left on.)
+#[test]
+fn a_quiet_run_without_a_server_prints_its_error_alone() {
+    let url = format!("redis://127.0.0.1:{}", common::closed_port());
+    let out = common::run(&["-q", "--url", &url, "--timeout", "1s", "run", "x", "--", "echo", "ran"]);
+    common::assert_code(&out, 3);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", out.stderr);
+    assert!(
+        lines[0].starts_with("locksmith: ") && !lines[0].contains("retrying"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// A throw-away `redis-server` on a port of its own, stopped (by its pid) when dropped.
 struct LateServer(std::process::Child);
 

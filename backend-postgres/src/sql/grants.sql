@@ -1,5 +1,5 @@
 -- The rights a locker's database user needs once the tables exist (`locksmith init --sql`
--- prints them for a role). {schema} is the quoted schema, {role} the quoted role. Nothing else:
+-- prints them for a role, with the schema and the role filled in, quoted). Nothing else:
 -- no CREATE on the database or the schema, no superuser, no ownership of the tables.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 -- The format version, read at connect.

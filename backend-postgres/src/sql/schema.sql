@@ -1,7 +1,7 @@
 -- The schema of locksmith-postgres, version 7 (version 1 had no functions, version 2 no data table,
 -- version 3 no locks.since, version 4 tokens without the clock's floor, version 5 grants notified
 -- without their tokens, version 6 no holder in the lock's row and the counter named last_token:
--- migrate.sql). {schema} is replaced by the quoted schema name.
+-- migrate.sql). The schema's name is filled in, quoted, where the statements name it.
 -- Run in one transaction under an advisory lock, so that lockers starting together do not race
 -- on CREATE ... IF NOT EXISTS.
 BEGIN;

@@ -26,7 +26,7 @@ pub async fn hold(session: &Session, args: &HoldArgs) -> Result<u8, Failure> {
     let guard = session
         .acquire(&locker, &args.name, args.kind.kind(), &mut signals)
         .await?;
-    session.out.acquired(&guard);
+    let _ = session.out.acquired(&guard); // a lock is held: carry on regardless
     let watch_stdin = !args.ignore_stdin && stdin_can_close();
     let until = match (args.hold_for, watch_stdin) {
         (Some(d), _) => format!("for {}", human(d)),

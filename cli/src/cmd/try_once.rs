@@ -5,12 +5,13 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::args::TryArgs;
-use crate::exit::{Failure, NOT_ACQUIRED};
+use crate::exit::{Failure, NOT_ACQUIRED, STDOUT_CLOSED};
 use crate::session::Session;
 use crate::signals::{self, Signals};
 
 /// Acquires NAME (or one of its permits, or a side of it) if it is free, prints the fencing token
-/// and releases (exit 0); exit 1 if held. `--timeout` bounds the attempt: a backend that does not
+/// and releases (exit 0; 141 if stdout was closed and the token could not be printed); exit 1 if
+/// held. `--timeout` bounds the attempt: a backend that does not
 /// answer within it is exit 3, after the attempt's clean-up (half a second more at most), so that
 /// the command leaves nothing held.
 ///
@@ -37,7 +38,7 @@ pub async fn try_once(session: &Session, args: &TryArgs) -> Result<u8, Failure> 
     };
     match attempt {
         Some(guard) => {
-            session.out.acquired(&guard);
+            let printed = session.out.acquired(&guard);
             let release = guard.release();
             tokio::pin!(release);
             let mut interrupted = None;
@@ -52,7 +53,12 @@ pub async fn try_once(session: &Session, args: &TryArgs) -> Result<u8, Failure> 
                     }
                 }
             }
-            Ok(interrupted.map_or(0, signals::interrupted))
+            match interrupted {
+                Some(sig) => Ok(signals::interrupted(sig)),
+                // Released, but the token reached nobody: no success to report.
+                None if !printed => Ok(STDOUT_CLOSED),
+                None => Ok(0),
+            }
         }
         None => {
             session.out.status(format_args!("{name:?} is held by another holder"));
