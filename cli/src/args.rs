@@ -220,7 +220,8 @@ pub enum Command {
     /// by `run` (a second SIGINT/SIGTERM sends CMD's group SIGKILL).
     Elect(ElectArgs),
     /// List the locks in use (held or waited for) whose names start with PREFIX, in the URL's
-    /// namespace: one line per lock with its kind and number of holders and waiters.
+    /// namespace: one line per lock with its kind and number of holders and waiters (a name with
+    /// a control character, such as a line break, is printed quoted, with escapes).
     List(ListArgs),
     /// Print who leads the election NAME (its value and term): exit 0, or 1 if nobody leads.
     /// With --follow, print every change of leader as the server reports it, until a signal (or

@@ -53,6 +53,9 @@ pub struct Failure {
     pub message: String,
     /// What the client library said underneath (the error's sources, on one line), shown with `-v`.
     pub detail: Option<String>,
+    /// The innermost of those sources (a certificate nobody vouches for, a host name that does
+    /// not resolve), shown without `-v`: the why of a failure that no retry mends.
+    pub cause: Option<String>,
 }
 
 impl Failure {
@@ -62,9 +65,24 @@ impl Failure {
             code,
             message: message.into(),
             detail: None,
+            cause: None,
+        }
+    }
+
+    /// The line to print (without the `locksmith: ` prefix): the message, and what the client
+    /// library said underneath, in full with `verbose`, else its innermost cause.
+    pub fn line(&self, verbose: bool) -> String {
+        let below = if verbose { &self.detail } else { &self.cause };
+        match below {
+            Some(below) => format!("{}: {below}", self.message),
+            None => self.message.clone(),
         }
     }
 }
+
+/// The longest cause shown without `-v`: a client library's innermost error is usually short,
+/// and one that dumps a whole response (a gRPC status with its metadata) is left to `-v`.
+const CAUSE_MAX_CHARS: usize = 200;
 
 impl From<LockError> for Failure {
     fn from(e: LockError) -> Self {
@@ -80,12 +98,28 @@ impl From<LockError> for Failure {
             message.push_str(": connection refused");
         }
         let detail = sources(&e);
+        let cause = innermost(&e).filter(|cause| !message.contains(cause.as_str()));
         Failure {
             code,
             detail: (!detail.is_empty() && !message.contains(&detail)).then_some(detail),
+            cause,
             message,
         }
     }
+}
+
+/// The text of `e`'s innermost source, on one line, unless it is empty or longer than
+/// [`CAUSE_MAX_CHARS`].
+fn innermost(e: &LockError) -> Option<String> {
+    let mut last = None;
+    let mut source = e.source();
+    while let Some(s) = source {
+        last = Some(s);
+        source = s.source();
+    }
+    let text = last?.to_string().replace(['\n', '\r'], " ");
+    let text = text.trim();
+    (!text.is_empty() && text.chars().count() <= CAUSE_MAX_CHARS).then(|| text.to_owned())
 }
 
 /// Whether a connection was refused underneath `e` (nothing listens at the address): an
@@ -141,6 +175,51 @@ mod tests {
         assert_eq!(failure.code, UNAVAILABLE);
         assert_eq!(failure.message, "backend unavailable: connecting");
         assert_eq!(failure.detail.as_deref(), Some("refused now"));
+        assert_eq!(failure.line(false), "backend unavailable: connecting: refused now");
+    }
+
+    /// Without `-v` the line names the innermost cause (a certificate nobody vouches for, which
+    /// no retry mends), the whole chain with it; a cause the message has, or a dump of a whole
+    /// response, is left out. (The cause was shown only with `-v`: a wrong CA read "backend
+    /// unavailable: connecting on redis at …", and `run` retried it for ever without a why.)
+    #[test]
+    fn the_line_names_the_innermost_cause() {
+        #[derive(Debug)]
+        struct Layer(&'static str, Option<std::io::Error>);
+        impl std::fmt::Display for Layer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for Layer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_ref().map(|e| e as _)
+            }
+        }
+        let tls = Layer(
+            "TLS handshake",
+            Some(std::io::Error::other("invalid peer certificate: UnknownIssuer")),
+        );
+        let failure = Failure::from(LockError::unavailable("connecting on redis at h:1", tls));
+        assert_eq!(
+            failure.line(false),
+            "backend unavailable: connecting on redis at h:1: invalid peer certificate: UnknownIssuer"
+        );
+        assert_eq!(
+            failure.line(true),
+            "backend unavailable: connecting on redis at h:1: TLS handshake: invalid peer certificate: UnknownIssuer"
+        );
+        let said = LockError::unavailable("connecting: invalid peer certificate: UnknownIssuer", tls_error());
+        assert_eq!(
+            Failure::from(said).line(false),
+            "backend unavailable: connecting: invalid peer certificate: UnknownIssuer"
+        );
+        let dump = LockError::unavailable("connecting", std::io::Error::other("x".repeat(300)));
+        assert_eq!(Failure::from(dump).line(false), "backend unavailable: connecting");
+    }
+
+    fn tls_error() -> std::io::Error {
+        std::io::Error::other("invalid peer certificate: UnknownIssuer")
     }
 
     #[test]

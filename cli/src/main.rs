@@ -108,12 +108,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// One line on stderr; what the client library said underneath only with `-v`.
+/// One line on stderr, with the innermost cause the client library gave; all it said underneath
+/// with `-v`.
 fn fail(failure: Failure, verbose: u8) -> ExitCode {
-    match (&failure.detail, verbose) {
-        (Some(detail), 1..) => crate::output::stderr_line(format_args!("locksmith: {}: {detail}", failure.message)),
-        _ => crate::output::stderr_line(format_args!("locksmith: {}", failure.message)),
-    }
+    crate::output::stderr_line(format_args!("locksmith: {}", failure.line(verbose > 0)));
     ExitCode::from(failure.code)
 }
 

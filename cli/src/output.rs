@@ -75,3 +75,15 @@ pub fn human(d: Duration) -> String {
         format!("{:.1}s", d.as_secs_f64())
     }
 }
+
+/// `text` (a lock name, a candidate's value) as one field of a line of text output: as it is, or
+/// quoted with escapes (`"a\nb"`, as Rust prints a string) when it holds a control character,
+/// so that a name with a line break or a tab cannot split a line of `list` or fake a row. The
+/// JSON output has the text as it is.
+pub fn field(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        format!("{text:?}").into()
+    } else {
+        text.into()
+    }
+}

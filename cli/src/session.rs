@@ -166,7 +166,8 @@ impl Session {
             );
             if attempts == 1 {
                 // A status line, which `-q` silences as it does every other one.
-                self.out.status(format_args!("{}; retrying {until}", failure.message));
+                self.out
+                    .status(format_args!("{}; retrying {until}", failure.line(false)));
             } else {
                 tracing::debug!(attempts, retry_in = ?wait, "{}; retrying {until}", failure.message);
             }

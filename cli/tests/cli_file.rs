@@ -249,6 +249,45 @@ fn try_with_its_stdout_closed_releases_and_fails() {
     assert!(again.status.success(), "not released: {again:?}");
 }
 
+/// A name with a line break and tabs is one quoted field of `list`'s line, and a candidate's
+/// value with a line break one field of `leader`'s: they split the line (and could fake a row
+/// of `list`: `x\nfake\tmutex\t5\t5`) when printed as they were.
+#[test]
+fn text_output_quotes_names_and_values_with_control_characters() {
+    let url = Files.url();
+    let prefix = unique_name("ctl");
+    let name = format!("{prefix}\nfake\tmutex\t5\t5");
+    let mut holder = Proc::locksmith(&["--url", &url, "hold", &name, "--for", "20s"]);
+    holder.next_line(); // the token: held
+    let out = locksmith(&["--url", &url, "list", &prefix]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows.len(), 2, "header and one row: {text:?}");
+    assert!(rows[1].starts_with(&format!("{name:?}\t")), "{text:?}");
+    holder.signal("TERM");
+    holder.finish();
+
+    let election = unique_name("ctl-elect");
+    let mut candidate = Proc::locksmith(&[
+        "--url",
+        &url,
+        "elect",
+        &election,
+        "--value",
+        "line1\nline2",
+        "--",
+        "sleep",
+        "20",
+    ]);
+    candidate.wait_stderr("leading");
+    let out = locksmith(&["--url", &url, "leader", &election]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 1, "{text:?}");
+    assert!(text.starts_with("\"line1\\nline2\" (term "), "{text:?}");
+    candidate.signal("TERM");
+    candidate.finish();
+}
+
 /// CMD's script for the group tests: prints its pid (= its process group), starts a child that
 /// ignores SIGTERM and prints `ready` once it does, and waits for it. The child lets go of
 /// locksmith's stdout and stderr, whose end the test waits for.

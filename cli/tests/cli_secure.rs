@@ -107,3 +107,30 @@ fn a_wrong_password_exits_5_and_no_message_shows_a_password() {
         }
     }
 }
+
+/// A CA that does not vouch for the server's certificate: the one error line says so without
+/// `-v` (it read "backend unavailable: connecting on redis at …", the why only with `-v`, and
+/// `run` retried it for ever). ZooKeeper's client keeps the why to itself ("no server established
+/// a session"); etcd's message named it already.
+#[test]
+fn a_server_certificate_the_ca_does_not_vouch_for_is_named() {
+    let dir = env_url("LOCKSMITH_TEST_TLS_DIR");
+    let mut urls = Vec::new();
+    if cfg!(feature = "etcd") {
+        urls.push(env_url("LOCKSMITH_TEST_ETCD_SECURE"));
+    }
+    if cfg!(feature = "redis") {
+        urls.push(env_url("LOCKSMITH_TEST_REDIS_SECURE"));
+    }
+    if cfg!(feature = "postgres") {
+        urls.push(env_url("LOCKSMITH_TEST_POSTGRES_SECURE"));
+    }
+    for url in urls {
+        // The client's own certificate as the only CA: it vouches for nobody.
+        let wrong = url.replace(&format!("ca={dir}/ca.pem"), &format!("ca={dir}/client.pem"));
+        assert_ne!(wrong, url, "no ca= in {url}");
+        let out = run(&["--connect-timeout", "5s", "--url", &wrong, "try", &unique_name("ca")]);
+        assert_code(&out, 3);
+        assert!(out.stderr.contains("UnknownIssuer"), "{}", out.stderr);
+    }
+}

@@ -117,7 +117,7 @@ pub fn split(family: Family, entries: usize) -> Option<(usize, usize)> {
 /// is not the mutex.
 fn text(name: &str, kind: &KindReport, several: bool) -> String {
     let unknown = || "unknown".to_owned();
-    let mut lines = vec![format!("name: {name}")];
+    let mut lines = vec![format!("name: {}", crate::output::field(name))];
     if several || kind.family != Family::Mutex {
         lines.push(format!("kind: {}", kind.family.name()));
     }
@@ -134,7 +134,7 @@ fn text(name: &str, kind: &KindReport, several: bool) -> String {
         ));
     }
     if let Some(l) = &kind.leader {
-        lines.push(format!("leader: {}", l.value));
+        lines.push(format!("leader: {}", crate::output::field(&l.value)));
         lines.push(format!("holder: {}", l.holder_id));
         lines.push(format!("term: {}", l.term));
     }

@@ -98,7 +98,10 @@ async fn reader_gone() {
 
 /// One line: `VALUE (term N)` or `none`, or its JSON; whether it was written.
 fn print(session: &Session, name: &str, leader: Option<&Leader>) -> bool {
-    let text = leader.map_or_else(|| "none".to_owned(), |l| format!("{} (term {})", l.value, l.term));
+    let text = leader.map_or_else(
+        || "none".to_owned(),
+        |l| format!("{} (term {})", crate::output::field(&l.value), l.term),
+    );
     let value = json!({
         "name": name,
         "leader": leader.is_some(),

@@ -25,7 +25,7 @@ pub async fn list(session: &Session, prefix: &str) -> Result<u8, Failure> {
         let (holders, waiters) = columns(lock.family, lock.entries);
         let counts = split(lock.family, lock.entries);
         session.out.result(
-            format!("{}\t{kind}\t{holders}\t{waiters}", lock.name),
+            format!("{}\t{kind}\t{holders}\t{waiters}", crate::output::field(&lock.name)),
             json!({
                 "name": lock.name,
                 "kind": kind,
