@@ -63,6 +63,17 @@ pub(crate) struct Key {
     pub shared: bool,
 }
 
+/// [`LockError::InvalidOption`] for `family` (a semaphore, an election) under `layout=advisory`,
+/// which shares pg_advisory_lock's exclusive and shared locks and has no form of it: for its
+/// locks, and for reading an election's leader.
+pub(crate) fn no_such_kind(family: Family) -> LockError {
+    LockError::InvalidOption(format!(
+        "layout=advisory shares pg_advisory_lock's exclusive and shared locks: mutexes and \
+         read-write locks only; use the default layout (no layout= option) for the {} kind",
+        family.name()
+    ))
+}
+
 impl Key {
     /// The advisory lock of `kind` on `name`. [`LockError::InvalidName`] for a name that is not a
     /// bigint written as PostgreSQL prints it (so that one key is one name, and one queue in the
@@ -72,13 +83,7 @@ impl Key {
         let shared = match (kind.family(), kind.role()) {
             (Family::Mutex, _) => false,
             (Family::RwLock, role) => role == Role::Shared,
-            (other, _) => {
-                return Err(LockError::InvalidOption(format!(
-                    "layout=advisory shares pg_advisory_lock's exclusive and shared locks: mutexes and \
-                     read-write locks only; use the default layout (no layout= option) for the {} kind",
-                    other.name()
-                )))
-            }
+            (other, _) => return Err(no_such_kind(other)),
         };
         let text = name.as_str();
         match text.parse::<i64>() {

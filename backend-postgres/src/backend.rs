@@ -137,11 +137,20 @@ impl LockBackend for PgBackend {
         listing::list(&self.conn, prefix).await
     }
 
+    /// `layout=advisory` has no elections: [`LockError::InvalidOption`], as a campaign gets (not
+    /// "nobody leads").
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        if self.advisory.is_some() {
+            return Err(crate::advisory::no_such_kind(Family::Election));
+        }
         election::leader(&self.conn, name).await
     }
 
+    /// As [`PgBackend::leader`], refused under `layout=advisory`.
     async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
+        if self.advisory.is_some() {
+            return Err(crate::advisory::no_such_kind(Family::Election));
+        }
         election::observe(&self.conn, name).await
     }
 

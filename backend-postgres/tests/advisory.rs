@@ -344,5 +344,10 @@ async fn names_must_be_keys_and_kinds_advisory_locks_have() {
     assert!(matches!(sem, Err(LockError::InvalidOption(_))), "{sem:?}");
     let elect = locker.election("1").campaign("a").try_acquire().await;
     assert!(matches!(elect, Err(LockError::InvalidOption(_))), "{elect:?}");
+    // Reading a leader is refused as a campaign is (it answered "nobody leads").
+    let leader = locker.election("1").leader().await;
+    assert!(matches!(leader, Err(LockError::InvalidOption(_))), "{leader:?}");
+    let observed = locker.election("1").observe().await.map(|_| ());
+    assert!(matches!(observed, Err(LockError::InvalidOption(_))), "{observed:?}");
     locker.shutdown().await.unwrap();
 }
