@@ -141,8 +141,8 @@ pub(crate) fn setup_sql(schema: &str, role: Option<&str>) -> Result<String> {
 /// The longest name PostgreSQL keeps (`NAMEDATALEN - 1` bytes); a longer one is cut to it.
 const MAX_ROLE_BYTES: usize = 63;
 
-/// Checks `role` as a role name [`setup_sql`] can print: quoted, any character but the control ones
-/// (which no one means in a role's name, and a line break would end the SQL's comments).
+/// Checks `role` as a role name [`setup_sql`] can print: quoted, any character but the control
+/// ones (which no one means in a role's name, and which a DBA reading the SQL would not see).
 fn check_role(role: &str) -> Result<()> {
     let why = if role.is_empty() {
         "is empty"

@@ -97,9 +97,13 @@ async fn a_silent_server_is_reported_with_its_connect_timeout() {
     });
     let url = format!("postgres://u:p@{addr}/db?connect_timeout=700ms");
     match connect(&url).await {
-        Err(LockError::Unavailable { message, .. }) => {
-            assert!(message.contains("took longer than 700ms"), "{message}")
-        }
+        // The address's share of the 700 ms, to the millisecond (its look-up took a little).
+        Err(LockError::Unavailable { message, .. }) => assert!(
+            ["took longer than 700ms", "took longer than 69"]
+                .iter()
+                .any(|t| message.contains(t)),
+            "{message}"
+        ),
         other => panic!("expected Unavailable, got {other:?}"),
     }
     accepting.abort();

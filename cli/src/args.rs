@@ -211,7 +211,9 @@ pub enum Command {
     Hold(HoldArgs),
     /// Show who holds NAME and how many wait, for every kind of lock of that name in use: the
     /// mutex (holder id, fencing token, remaining TTL), the semaphore, the read-write lock, the
-    /// election (leader and term).
+    /// election (leader and term). For a semaphore or a read-write lock with more than one entry,
+    /// the count of holders and waiters together (which of them hold, only the queue's own
+    /// rule can tell).
     Inspect(NameArg),
     /// Campaign in the election NAME and run CMD while leading: CMD starts once this process
     /// leads, gets LOCKSMITH_TERM (the fencing token) in its environment, and is stopped as by
@@ -220,8 +222,10 @@ pub enum Command {
     /// by `run` (a second SIGINT/SIGTERM sends CMD's group SIGKILL).
     Elect(ElectArgs),
     /// List the locks in use (held or waited for) whose names start with PREFIX, in the URL's
-    /// namespace: one line per lock with its kind and number of holders and waiters (a name with
-    /// a control character, such as a line break, is printed quoted, with escapes).
+    /// namespace: one line per lock with its kind and number of holders and waiters (for a
+    /// semaphore or a read-write lock with more than one entry, the ranges they can be in: `1-4
+    /// 0-3`); a name with a control character, such as a line break, is printed quoted, with
+    /// escapes.
     List(ListArgs),
     /// Print who leads the election NAME (its value and term): exit 0, or 1 if nobody leads.
     /// With --follow, print every change of leader as the server reports it, until a signal (or
@@ -296,11 +300,10 @@ impl KindArgs {
 
 /// Arguments of `try`.
 #[derive(Debug, Args)]
-// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
-#[command(allow_negative_numbers = true)]
 pub struct TryArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = NameParser)]
+    // A negative number is a name (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+    #[arg(value_parser = NameParser, allow_negative_numbers = true)]
     pub name: String,
 
     #[command(flatten)]
@@ -309,11 +312,10 @@ pub struct TryArgs {
 
 /// Arguments of `elect`.
 #[derive(Debug, Args)]
-// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
-#[command(allow_negative_numbers = true)]
 pub struct ElectArgs {
     /// The election's name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = NameParser)]
+    // A negative number is a name (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+    #[arg(value_parser = NameParser, allow_negative_numbers = true)]
     pub name: String,
 
     /// What the other candidates and `locksmith leader` see of this one (default:
@@ -336,17 +338,16 @@ pub struct ElectArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// Only locks whose names start with this (default: every lock).
-    #[arg(default_value = "")]
+    #[arg(default_value = "", allow_negative_numbers = true)]
     pub prefix: String,
 }
 
 /// Arguments of `leader`.
 #[derive(Debug, Args)]
-// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
-#[command(allow_negative_numbers = true)]
 pub struct LeaderArgs {
     /// The election's name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = NameParser)]
+    // A negative number is a name (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+    #[arg(value_parser = NameParser, allow_negative_numbers = true)]
     pub name: String,
 
     /// Keep printing: one line per change of leader, pushed by the server, until SIGINT/SIGTERM
@@ -357,21 +358,19 @@ pub struct LeaderArgs {
 
 /// A lock name.
 #[derive(Debug, Args)]
-// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
-#[command(allow_negative_numbers = true)]
 pub struct NameArg {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = NameParser)]
+    // A negative number is a name (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+    #[arg(value_parser = NameParser, allow_negative_numbers = true)]
     pub name: String,
 }
 
 /// Arguments of `run`.
 #[derive(Debug, Args)]
-// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
-#[command(allow_negative_numbers = true)]
 pub struct RunArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = NameParser)]
+    // A negative number is a name (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+    #[arg(value_parser = NameParser, allow_negative_numbers = true)]
     pub name: String,
 
     /// How long CMD's process group (CMD and what it started there, whether CMD exited or not)
@@ -390,11 +389,10 @@ pub struct RunArgs {
 
 /// Arguments of `hold`.
 #[derive(Debug, Args)]
-// A name may be a negative number (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
-#[command(allow_negative_numbers = true)]
 pub struct HoldArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
-    #[arg(value_parser = NameParser)]
+    // A negative number is a name (an advisory lock's key on PostgreSQL: `run -7 -- CMD`).
+    #[arg(value_parser = NameParser, allow_negative_numbers = true)]
     pub name: String,
 
     /// Release after this long (default: hold until stdin closes or a signal arrives; with no
@@ -578,6 +576,10 @@ mod tests {
         assert_eq!(name_of(&["locksmith", "hold", "-7", "--for", "1s"]), "-7");
         assert_eq!(name_of(&["locksmith", "inspect", "-7"]), "-7");
         assert_eq!(name_of(&["locksmith", "leader", "-7"]), "-7");
+        let Ok(Command::List(list)) = Cli::try_parse_from(["locksmith", "list", "-7"]).map(|cli| cli.command) else {
+            panic!("list -7")
+        };
+        assert_eq!(list.prefix, "-7");
         // Options still are options.
         assert!(Cli::try_parse_from(["locksmith", "run", "-x", "--", "true"]).is_err());
     }

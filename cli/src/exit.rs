@@ -98,7 +98,7 @@ impl From<LockError> for Failure {
             message.push_str(": connection refused");
         }
         let detail = sources(&e);
-        let cause = innermost(&e).filter(|cause| !message.contains(cause.as_str()));
+        let cause = innermost(&e).filter(|cause| !says(&message, cause));
         Failure {
             code,
             detail: (!detail.is_empty() && !message.contains(&detail)).then_some(detail),
@@ -106,6 +106,18 @@ impl From<LockError> for Failure {
             message,
         }
     }
+}
+
+/// Whether `message` says what `cause` says already, whatever the case: all of it, or all
+/// after a leading label (PostgreSQL's `FATAL: `, an I/O error's `(os error 111)` aside).
+fn says(message: &str, cause: &str) -> bool {
+    let message = message.to_lowercase();
+    let cause = cause.to_lowercase();
+    let unlabelled = cause.split_once(": ").map_or(cause.as_str(), |(_, rest)| rest);
+    let bare = |text: &str| text.split(" (os error").next().unwrap_or(text).trim().to_owned();
+    // A few words at least: a short remainder ("eof") would match a message by chance.
+    let said = |text: String| text.len() >= 12 && message.contains(&text);
+    message.contains(&cause) || said(bare(unlabelled)) || said(bare(&cause))
 }
 
 /// The text of `e`'s innermost source, on one line, unless it is empty or longer than
@@ -216,6 +228,21 @@ mod tests {
         );
         let dump = LockError::unavailable("connecting", std::io::Error::other("x".repeat(300)));
         assert_eq!(Failure::from(dump).line(false), "backend unavailable: connecting");
+        // What the message says already is not said again: a refused connection (the line adds
+        // "connection refused" itself), a server's error under its severity.
+        let refused = LockError::unavailable("connecting on redis at h:1", std::io::Error::from_raw_os_error(111));
+        assert_eq!(
+            Failure::from(refused).line(false),
+            "backend unavailable: connecting on redis at h:1: connection refused"
+        );
+        let fatal = LockError::unavailable(
+            "postgres: connecting: sorry, too many clients already (53300)",
+            std::io::Error::other("FATAL: sorry, too many clients already"),
+        );
+        assert_eq!(
+            Failure::from(fatal).line(false),
+            "backend unavailable: postgres: connecting: sorry, too many clients already (53300)"
+        );
     }
 
     fn tls_error() -> std::io::Error {

@@ -76,14 +76,32 @@ pub fn human(d: Duration) -> String {
     }
 }
 
-/// `text` (a lock name, a candidate's value) as one field of a line of text output: as it is, or
-/// quoted with escapes (`"a\nb"`, as Rust prints a string) when it holds a control character,
-/// so that a name with a line break or a tab cannot split a line of `list` or fake a row. The
-/// JSON output has the text as it is.
+/// `text` (a lock name, a candidate's value, a holder id) as one field of a line of text output:
+/// as it is, or quoted with escapes (`"a\nb"`, as Rust prints a string) when it holds a control
+/// character, so that a name with a line break or a tab cannot split a line of `list` or fake a
+/// row; also when it starts with a quote or holds a backslash, so that no name reads as another
+/// one quoted. The JSON output has the text as it is.
 pub fn field(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.chars().any(char::is_control) {
+    if text.starts_with('"') || text.contains('\\') || text.chars().any(char::is_control) {
         format!("{text:?}").into()
     } else {
         text.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field;
+
+    /// Quoted when it could split a line or read as another name quoted; as it is otherwise.
+    #[test]
+    fn a_field_is_quoted_only_when_it_must_be() {
+        assert_eq!(field("orders/42"), "orders/42");
+        assert_eq!(field("a\nb"), "\"a\\nb\"");
+        assert_eq!(field("a\tb"), "\"a\\tb\"");
+        // The name `"a\nb"` (quotes and a backslash) is not the name a⏎b.
+        assert_eq!(field("\"a\\nb\""), "\"\\\"a\\\\nb\\\"\"");
+        assert_ne!(field("\"a\\nb\""), field("a\nb"));
+        assert_eq!(field("x\\y"), "\"x\\\\y\"");
     }
 }

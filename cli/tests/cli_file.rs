@@ -232,23 +232,6 @@ fn follow_ends_when_its_reader_goes_away_with_no_change_to_print() {
     assert_eq!(status.code(), Some(141), "{status:?}");
 }
 
-/// `try` whose stdout is closed cannot print the token it got: it releases the lock and exits
-/// 141, as `leader --follow` does, not 0 with the token lost.
-#[test]
-fn try_with_its_stdout_closed_releases_and_fails() {
-    let name = unique_name("try-closed");
-    let url = Files.url();
-    let (reader, writer) = std::io::pipe().unwrap();
-    drop(reader);
-    let status = locksmith(&["--url", &url, "try", &name])
-        .stdout(writer)
-        .status()
-        .unwrap();
-    assert_eq!(status.code(), Some(141), "{status:?}");
-    let again = locksmith(&["--url", &url, "try", &name]).output().unwrap();
-    assert!(again.status.success(), "not released: {again:?}");
-}
-
 /// A name with a line break and tabs is one quoted field of `list`'s line, and a candidate's
 /// value with a line break one field of `leader`'s: they split the line (and could fake a row
 /// of `list`: `x\nfake\tmutex\t5\t5`) when printed as they were.

@@ -237,6 +237,24 @@ fn run_without_a_server_exits_3_at_its_timeout() {
     assert!(!out.stderr.contains("retrying"), "{}", out.stderr);
 }
 
+/// `try` whose stdout is closed cannot print the token it got: it releases the lock and exits
+/// 141, as `leader --follow` does, not 0 with the token lost. On a backend with leases (a lock
+/// left held would stay for its TTL, 10 s), so that the next `try` proves the release.
+#[test]
+fn try_with_its_stdout_closed_releases_and_fails() {
+    let name = common::unique_name("try-closed");
+    let url = RedisDefault.url();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = common::locksmith(&["--url", &url, "--ttl", "10s", "try", &name])
+        .stdout(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(141), "{status:?}");
+    let again = common::run(&["--url", &url, "try", &name]);
+    common::assert_code(&again, 0);
+}
+
 /// `-q` silences the retry notice as it does every status line: `run` prints its error alone.
 /// (The notice was a warning of the logs, which `-q` left on.)
 #[test]

@@ -217,6 +217,12 @@ impl BackendRun<'_> {
             .filter(|s| self.systems.is_empty() || self.systems.iter().any(|only| only == s.system()))
             .cloned()
             .collect();
+        if !self.systems.is_empty() && lock_systems.is_empty() && workload == "uncontended" {
+            self.note(format!(
+                "{b}: --systems {:?} names no system of this backend",
+                self.systems
+            ));
+        }
         match workload {
             "uncontended" => {
                 for (system, row) in uncontended::run(&lock_systems, sizes).await {

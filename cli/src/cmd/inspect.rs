@@ -123,7 +123,7 @@ fn text(name: &str, kind: &KindReport, several: bool) -> String {
     }
     lines.push(format!("held: {}", if kind.held() { "yes" } else { "no" }));
     if let Some(h) = &kind.holder {
-        lines.push(format!("holder: {}", h.holder_id));
+        lines.push(format!("holder: {}", crate::output::field(&h.holder_id)));
         lines.push(format!(
             "fencing token: {}",
             h.fencing_token.map_or_else(unknown, |t| t.to_string())
@@ -135,7 +135,7 @@ fn text(name: &str, kind: &KindReport, several: bool) -> String {
     }
     if let Some(l) = &kind.leader {
         lines.push(format!("leader: {}", crate::output::field(&l.value)));
-        lines.push(format!("holder: {}", l.holder_id));
+        lines.push(format!("holder: {}", crate::output::field(&l.holder_id)));
         lines.push(format!("term: {}", l.term));
     }
     match (kind.holders, kind.waiters) {
