@@ -232,6 +232,26 @@ fn follow_ends_when_its_reader_goes_away_with_no_change_to_print() {
     assert_eq!(status.code(), Some(141), "{status:?}");
 }
 
+/// An acquire the backend refuses (a semaphore in use with another number of permits) prints
+/// its error once: the library's log of the failure, which the caller gets as its error anyway,
+/// is no warning (it printed the same error a second time, as a WARN line, even with `-q`).
+#[test]
+fn a_refused_acquire_prints_its_error_once() {
+    let url = Files.url();
+    let name = unique_name("permits");
+    let mut holder = Proc::locksmith(&["--url", &url, "hold", "--permits", "2", &name, "--for", "20s"]);
+    holder.next_line(); // the token: held
+    for quiet in [&[][..], &["-q"]] {
+        let mut args = quiet.to_vec();
+        args.extend(["--url", &url, "run", "--permits", "3", &name, "--", "true"]);
+        let out = common::run(&args);
+        common::assert_code(&out, 2);
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    }
+    holder.signal("TERM");
+    holder.finish();
+}
+
 /// A name with a line break and tabs is one quoted field of `list`'s line, and a candidate's
 /// value with a line break one field of `leader`'s: they split the line (and could fake a row
 /// of `list`: `x\nfake\tmutex\t5\t5`) when printed as they were.

@@ -625,7 +625,9 @@ impl LockBuilder {
                 }
                 Err(e) => {
                     span.record("outcome", failure_outcome(&e));
-                    tracing::warn!(error = %e, "acquire failed");
+                    // The caller has the error to act on (and the CLI prints it): no warning of
+                    // its own, which said it a second time.
+                    tracing::info!(error = %e, "acquire failed");
                     labels.acquire_ended(failure_outcome(&e), start.elapsed(), false);
                     Err(e)
                 }

@@ -36,6 +36,7 @@ EOF
 }
 
 postgres_secure_stop_signal() { echo INT; } # see postgres.sh
+postgres_secure_helpers() { postgres_ha_helpers "$@"; } # see postgres.sh
 
 postgres_secure_ready() {
     local bin

@@ -113,6 +113,11 @@ postgres_start() {
 # waits for every client to leave, which locksmith's connections never do by themselves.
 postgres_stop_signal() { echo INT; }
 
+# `pause` and `resume` signal the postmaster's children with it (postgres-ha.sh's list from
+# /proc): a session's backend process serves its client on its own, so stopping the postmaster
+# alone left every open connection answered, and no pause to be seen.
+postgres_helpers() { postgres_ha_helpers "$@"; }
+
 # Whether the test user's `select 1` is answered on PORT (the server, or a pooler in front of it).
 postgres_answers() { # PORT
     local bin

@@ -36,13 +36,28 @@ pub fn unique_name(test: &str) -> String {
     )
 }
 
-/// `locksmith` with the given arguments (LOCKSMITH_URL cleared, so only `--url` counts).
+/// `locksmith` with the given arguments (LOCKSMITH_URL cleared, so only `--url` counts), with
+/// SIGINT, SIGQUIT and SIGHUP at their defaults: locksmith keeps a signal ignored that it started
+/// with ignored (as a shell's background job starts with SIGINT, `nohup` with SIGHUP), and the
+/// tests send them, whatever started the test run (`scripts/test &` in a script failed every
+/// signal test). A test that wants one ignored sets it in a later `pre_exec`.
 pub fn locksmith(args: &[&str]) -> Command {
+    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_locksmith"));
     cmd.args(args)
         .env_remove("LOCKSMITH_URL")
         .env_remove("RUST_LOG")
         .env("RUST_BACKTRACE", "1");
+    // SAFETY: runs in the forked child before exec and calls only signal(), which is
+    // async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
     cmd
 }
 
