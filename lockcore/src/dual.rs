@@ -68,6 +68,9 @@ struct Pair {
     /// Taken (dropped) when a release begins: ends the task that forwards the inner lost
     /// signals, so that `lost()` never fires after a release.
     stop_forwarding: Option<oneshot::Sender<()>>,
+    /// Set when a release begins, under the lock that the forwarding task fires under: a loss
+    /// the task saw is fired before the release began, or not at all (see [`forward_lost`]).
+    released: Arc<Mutex<bool>>,
     /// When its first release began: kept for the tries again of a release that got no answer
     /// (or was cut off), and forgotten a TTL and a request timeout later (the tries have ended by
     /// then, and the leases with them: see `release_again`).
@@ -101,7 +104,14 @@ impl Dual {
             lost.fire(reason);
         }
         let (stop, stopped) = oneshot::channel();
-        tokio::spawn(forward_lost(old.lost.clone(), new.lost.clone(), lost.clone(), stopped));
+        let released = Arc::new(Mutex::new(false));
+        tokio::spawn(forward_lost(
+            old.lost.clone(),
+            new.lost.clone(),
+            lost.clone(),
+            stopped,
+            released.clone(),
+        ));
         let lease = Lease {
             name: new.name.clone(),
             kind: new.kind.clone(),
@@ -125,6 +135,7 @@ impl Dual {
                 old,
                 new,
                 stop_forwarding: Some(stop),
+                released,
                 releasing_since: None,
             },
         );
@@ -252,14 +263,28 @@ async fn release_within(backend: &Arc<dyn LockBackend>, lease: &Lease) -> Result
     .await
 }
 
-/// Fires `dual` when either inner signal fires, until `stopped` (the lease was released).
-async fn forward_lost(old: LostSignal, new: LostSignal, dual: LostSignal, stopped: oneshot::Receiver<()>) {
+/// Fires `dual` when either inner signal fires, until `stopped` (the lease was released). It
+/// fires under `released`'s lock, which a release takes to set it, so that a loss is told
+/// before the release began or not at all. (It fired after a release now and then: a half lost
+/// after the release, with the task not yet polled, found both branches ready, and `select!`
+/// picks one at random; `lost_never_fires_after_a_release_without_an_answer` failed 1 run in 3.)
+async fn forward_lost(
+    old: LostSignal,
+    new: LostSignal,
+    dual: LostSignal,
+    stopped: oneshot::Receiver<()>,
+    released: Arc<Mutex<bool>>,
+) {
     let reason = tokio::select! {
+        biased;
+        _ = stopped => return,
         r = old.wait() => r,
         r = new.wait() => r,
-        _ = stopped => return,
     };
-    dual.fire(reason);
+    let released = released.lock().unwrap_or_else(|e| e.into_inner());
+    if !*released {
+        dual.fire(reason);
+    }
 }
 
 /// Releases a lease from `Drop` unless disarmed: keeps a dropped dual acquire from leaving the
@@ -366,6 +391,7 @@ impl LockBackend for Dual {
         // From its first release on, the lease is told of no loss, and its pair is kept only
         // for the tries again (also when this call is cut off).
         let (old, new) = self.with_pair(lease, |p| {
+            *p.released.lock().unwrap_or_else(|e| e.into_inner()) = true;
             p.stop_forwarding = None;
             p.releasing_since.get_or_insert_with(Instant::now);
             (p.old.clone(), p.new.clone())
