@@ -115,13 +115,7 @@ fn a_wrong_password_exits_5_and_no_message_shows_a_password() {
 #[test]
 fn a_server_certificate_the_ca_does_not_vouch_for_is_named() {
     let dir = env_url("LOCKSMITH_TEST_TLS_DIR");
-    let mut urls = Vec::new();
-    if cfg!(feature = "etcd") {
-        urls.push(env_url("LOCKSMITH_TEST_ETCD_SECURE"));
-    }
-    if cfg!(feature = "redis") {
-        urls.push(env_url("LOCKSMITH_TEST_REDIS_SECURE"));
-    }
+    let mut urls: Vec<String> = secure_urls().into_iter().filter(|u| !u.starts_with("zks://")).collect();
     if cfg!(feature = "postgres") {
         urls.push(env_url("LOCKSMITH_TEST_POSTGRES_SECURE"));
     }
