@@ -69,12 +69,12 @@ impl PgBackend {
     /// What the delete can fail with.
     pub async fn delete_holders(&self, family: Family, name: &LockName) -> Result<u64> {
         let seg = segment(family, name);
-        let guard = self.conn.client().await?;
-        let client = guard.as_deref().ok_or(LockError::Closed)?;
-        let n: i64 = client
-            .query_one(&self.conn.sql.delete_holders, &[&seg])
+        let mut guard = self.conn.client().await?;
+        let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
+        let n: i64 = (self.conn.statements())
+            .write(client, &self.conn.sql.delete_holders, &[&seg])
             .await
-            .and_then(|row| row.try_get(0))
+            .and_then(|rows| rows.first().map_or(Ok(0), |row| row.try_get(0)))
             .map_err(|e| pg_error("deleting holders", e))?;
         drop(guard);
         // A step passes the lock on, as the holders' expiry would have.

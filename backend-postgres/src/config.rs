@@ -1,7 +1,11 @@
 //! The URL: `postgres://user:password@host:port/db?ttl=…&request_timeout=…&connect_timeout=…&schema=…`,
 //! or several hosts (`host1:5432,host2:5432`: a primary and its standbys, the primary found by
 //! asking each in turn); TLS: `sslmode=disable|require|verify-full`, `ca=`, `cert=`, `key=`,
-//! `server_name=`; the layout: `layout=default|advisory`; `replication=sync|async`.
+//! `server_name=` (and libpq's `sslrootcert=`, `sslcert=`, `sslkey=`); the layout:
+//! `layout=default|advisory`; `replication=sync|async`; `listen=host:port` (the server that the
+//! LISTEN connection goes to when the URL's is a transaction pooler); and the libpq options that
+//! hosting providers' `DATABASE_URL`s carry: `application_name=`, `options=`,
+//! `target_session_attrs=`.
 
 use std::fmt;
 use std::time::Duration;
@@ -25,7 +29,18 @@ pub const OPTIONS: &[&str] = &[
     "server_name",
     "layout",
     "replication",
+    "listen",
+    "application_name",
+    "options",
+    "target_session_attrs",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
 ];
+
+/// libpq's names of the TLS files, and locksmith's own: a `DATABASE_URL` made for libpq works as
+/// it is.
+const LIBPQ_TLS_NAMES: [(&str, &str); 3] = [("sslrootcert", "ca"), ("sslcert", "cert"), ("sslkey", "key")];
 
 /// What connects a socket with TLS when `sslmode=` asks for it: rustls with the `tls` feature,
 /// nothing without it (the URL parser then refuses every mode but `disable`).
@@ -96,6 +111,15 @@ pub(crate) struct Config {
     pub connector: Connector,
     /// `layout=default` (the tables alone) or `advisory` (shared with `pg_advisory_lock`).
     pub layout: Layout,
+    /// `listen=`: the servers of the LISTEN connection, when the URL's servers are a transaction
+    /// pooler (which cannot carry it). `None`: the URL's servers.
+    pub listen: Option<Vec<(String, u16)>>,
+    /// `application_name=` (default `locksmith`): what `pg_stat_activity` shows.
+    pub application_name: String,
+    /// `options=`: the session's startup options (`-c name=value …`), as libpq sends them.
+    pub options: Option<String>,
+    /// The URL as given, its password replaced by `***`: for errors found after parsing.
+    pub url: String,
 }
 
 impl fmt::Debug for Config {
@@ -108,6 +132,7 @@ impl fmt::Debug for Config {
             .field("db", &self.db)
             .field("schema", &self.schema)
             .field("layout", &self.layout)
+            .field("listen", &self.listen)
             .finish_non_exhaustive()
     }
 }
@@ -120,6 +145,7 @@ impl Config {
             return Err(url.error("expected a postgres:// or postgresql:// URL"));
         }
         url.expect_only_options(OPTIONS)?;
+        let url = &libpq_tls_names(url)?;
         let hosts: Vec<(String, u16)> = url
             .expect_hosts()?
             .iter()
@@ -171,6 +197,18 @@ impl Config {
                 ))
             })?,
         };
+        let listen = url
+            .query
+            .get("listen")
+            .map(|hosts| listen_hosts(url, hosts))
+            .transpose()?;
+        if listen.is_some() && layout == Layout::Advisory {
+            return Err(url.error(
+                "layout=advisory holds session advisory locks, which a transaction pooler (listen=) cannot \
+                 keep: point the URL at the server itself, or a session-mode pool, without listen=",
+            ));
+        }
+        check_target_session_attrs(url)?;
         let files = url.tls_files()?;
         let names_files = files.ca.is_some() || files.identity.is_some() || files.server_name.is_some();
         if names_files && !tls {
@@ -189,7 +227,26 @@ impl Config {
             connect_timeout: url.positive_duration_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?,
             schema,
             layout,
+            listen,
+            application_name: (url.query.get("application_name").cloned()).unwrap_or_else(|| "locksmith".into()),
+            options: url.query.get("options").cloned(),
+            url: url.redacted(),
         })
+    }
+
+    /// Whether the URL's servers may be a transaction pooler (`listen=` says so): no session
+    /// state is then left on a connection from one transaction to the next (`crate::conn`).
+    pub fn pooled(&self) -> bool {
+        self.listen.is_some()
+    }
+
+    /// The settings of the LISTEN connection: the URL's, on the `listen=` servers if given.
+    pub fn for_listening(&self) -> Config {
+        let mut listening = self.clone();
+        if let Some(hosts) = &self.listen {
+            listening.hosts = hosts.clone();
+        }
+        listening
     }
 
     /// The session's settings (user, database, password, TLS or not), for tokio-postgres's
@@ -201,7 +258,12 @@ impl Config {
             true => tokio_postgres::config::SslMode::Require,
             false => tokio_postgres::config::SslMode::Disable,
         });
-        c.user(&self.user).dbname(&self.db).application_name("locksmith");
+        c.user(&self.user)
+            .dbname(&self.db)
+            .application_name(&self.application_name);
+        if let Some(options) = &self.options {
+            c.options(options);
+        }
         if let Some(p) = &self.password {
             c.password(p);
         }
@@ -224,6 +286,52 @@ fn connector(url: &BackendUrl, tls: bool, _files: &locksmith_core::driver::url::
     match tls {
         true => Err(url.error("sslmode=require and verify-full need locksmith built with the `tls` feature (rustls)")),
         false => Ok(tokio_postgres::NoTls),
+    }
+}
+
+/// `url` with libpq's names of the TLS files (`sslrootcert=`, `sslcert=`, `sslkey=`) given
+/// locksmith's (`ca=`, `cert=`, `key=`); both names of one file is an error.
+fn libpq_tls_names(url: &BackendUrl) -> Result<BackendUrl> {
+    let mut url = url.clone();
+    for (libpq, ours) in LIBPQ_TLS_NAMES {
+        if let Some(path) = url.query.remove(libpq) {
+            if url.query.contains_key(ours) {
+                return Err(url.error(format!("{libpq}= and {ours}= name the same file: give one")));
+            }
+            url.query.insert(ours.to_owned(), path);
+        }
+    }
+    Ok(url)
+}
+
+/// The hosts of `listen=host:port,…` (port 5432 by default).
+fn listen_hosts(url: &BackendUrl, hosts: &str) -> Result<Vec<(String, u16)>> {
+    let parsed = BackendUrl::parse(&format!("postgres://{hosts}"))
+        .ok()
+        .filter(|listen| !listen.hosts.is_empty() && listen.path.is_empty() && listen.credentials.is_none());
+    let Some(parsed) = parsed else {
+        return Err(url.error(format!(
+            "listen={hosts}: expected host:port (or several, comma-separated): the server itself, or a \
+             session-mode pool, for the LISTEN connection"
+        )));
+    };
+    Ok(parsed
+        .hosts
+        .iter()
+        .map(|h| (h.host.clone(), h.port.unwrap_or(DEFAULT_PORT)))
+        .collect())
+}
+
+/// `target_session_attrs=`, as libpq spells it: locksmith writes on every step, so it always
+/// looks for the server that accepts writes (`any`, `read-write` and `primary` say that); the
+/// values that ask for a standby are refused.
+fn check_target_session_attrs(url: &BackendUrl) -> Result<()> {
+    match url.query.get("target_session_attrs").map(String::as_str) {
+        None | Some("any" | "read-write" | "primary") => Ok(()),
+        Some(other) => Err(url.error(format!(
+            "target_session_attrs={other}: locksmith writes on every step, so it always connects to the \
+             server that accepts writes (any, read-write or primary)"
+        ))),
     }
 }
 
@@ -311,6 +419,80 @@ mod tests {
             parse("postgres://u@vip/app?replication=sync").unwrap().replication,
             Replication::Sync
         );
+    }
+
+    #[test]
+    fn libpq_options_are_taken() {
+        let c = parse(
+            "postgres://u@h/x?application_name=billing&connect_timeout=10&options=-c%20search_path%3Dapp\
+             &target_session_attrs=read-write",
+        )
+        .unwrap();
+        assert_eq!(c.application_name, "billing");
+        assert_eq!(c.connect_timeout, Duration::from_secs(10), "libpq's bare seconds");
+        assert_eq!(c.options.as_deref(), Some("-c search_path=app"));
+        assert_eq!(parse("postgres://u@h/x").unwrap().application_name, "locksmith");
+        for bad in [
+            "postgres://u@h/x?target_session_attrs=standby",
+            "postgres://u@h/x?target_session_attrs=read-only",
+            "postgres://u@h/x?sslrootcert=/a.pem&ca=/b.pem",
+        ] {
+            assert!(
+                matches!(parse(bad), Err(locksmith_core::LockError::InvalidUrl { .. })),
+                "{bad} was accepted"
+            );
+        }
+        // Every unknown option is named, not only the first.
+        let e = parse("postgres://u@h/x?fallback_application_name=a&keepalives=1").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("\"fallback_application_name\"") && text.contains("\"keepalives\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn listen_names_the_servers_of_the_listen_connection() {
+        let c = parse("postgres://u@pooler:6432/x?listen=db1:5433,db2").unwrap();
+        assert!(c.pooled());
+        assert_eq!(c.listen, Some(vec![("db1".to_owned(), 5433), ("db2".to_owned(), 5432)]));
+        let listening = c.for_listening();
+        assert_eq!(
+            listening.hosts,
+            vec![("db1".to_owned(), 5433), ("db2".to_owned(), 5432)]
+        );
+        assert_eq!((listening.user.as_str(), listening.db.as_str()), ("u", "x"));
+        assert!(!parse("postgres://u@h/x").unwrap().pooled());
+        for bad in [
+            "postgres://u@h/x?listen=",
+            "postgres://u@h/x?listen=db/other",
+            "postgres://u@h/x?listen=me@db",
+            "postgres://u@h/x?listen=db:port",
+            // Session advisory locks cannot live behind a transaction pooler.
+            "postgres://u@h/x?listen=db&layout=advisory",
+        ] {
+            assert!(
+                matches!(parse(bad), Err(locksmith_core::LockError::InvalidUrl { .. })),
+                "{bad} was accepted"
+            );
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn libpq_names_of_the_tls_files_are_taken() {
+        let dir = std::env::temp_dir().join(format!("locksmith-pg-libpq-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let junk = dir.join("ca.pem");
+        std::fs::write(&junk, "not a certificate").unwrap();
+        // Read as ca=: the same refusal of a file that holds no certificate.
+        let e = parse(&format!(
+            "postgres://h/x?sslmode=require&sslrootcert={}",
+            junk.display()
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("ca"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[cfg(feature = "tls")]

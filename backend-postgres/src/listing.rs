@@ -27,7 +27,7 @@ pub(crate) async fn queue_read_pages(conn: &Conn, seg: &str) -> Result<u64> {
     let client = guard.as_deref().ok_or(LockError::Closed)?;
     let explain = format!("EXPLAIN (ANALYZE, BUFFERS) {}", conn.sql.queue);
     let e = |err| pg_error("explaining a read of a queue", err);
-    let lines = client.query(&explain, &[&seg]).await.map_err(e)?;
+    let lines = conn.statements().query(client, &explain, &[&seg]).await.map_err(e)?;
     // The first `Buffers:` line is the top node's: the whole read's (`shared hit=N read=M`).
     for line in &lines {
         let line: String = line.try_get(0).map_err(e)?;

@@ -20,6 +20,13 @@
 //! When the connection is lost, the hub reconnects, with a growing pause, until it is stopped. A
 //! waiter registers ([`Hub::waiter`]) before its first step, so nothing addressed to it after that
 //! step is lost.
+//!
+//! At start the hub checks that what another connection NOTIFYs reaches its LISTEN
+//! ([`check_delivery`]). Behind a transaction pooler it does not (the LISTEN stays on whichever
+//! server session ran it, and the notifications go to whichever client that session serves
+//! next): connecting then fails at once, with the fix (`listen=`, the server itself or a
+//! session-mode pool for this connection, `Config::for_listening`), instead of waiters that
+//! nothing wakes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -33,7 +40,7 @@ use tokio_postgres::{AsyncMessage, Client};
 
 use crate::config::Config;
 use crate::error::pg_error;
-use locksmith_core::Result;
+use locksmith_core::{LockError, Result};
 
 /// The longest payload sent; PostgreSQL refuses 8000 bytes and more.
 const MAX_PAYLOAD: usize = 7900;
@@ -157,18 +164,26 @@ pub(crate) struct Hub {
     waiters: Mutex<HashMap<String, HashMap<String, Weak<Waiter>>>>,
     /// The listening task.
     task: Mutex<Option<AbortHandle>>,
+    /// Told when a notification on another channel than the locks' arrives: the start's check
+    /// ([`check_delivery`]).
+    heard: Notify,
 }
 
 impl Hub {
-    /// Connects the LISTEN connection (an error if the first connection fails) and starts it.
-    pub async fn start(config: &Config, channel: &str) -> Result<Arc<Hub>> {
+    /// Connects the LISTEN connection (to the `listen=` servers if the URL names them; an error
+    /// if the first connection fails), checks that it hears what `notifier`, another connection
+    /// of the locker, NOTIFYs ([`check_delivery`]), and starts it.
+    pub async fn start(config: &Config, channel: &str, notifier: &Client) -> Result<Arc<Hub>> {
         let hub = Arc::new(Hub {
             locks: Mutex::default(),
             waiters: Mutex::default(),
             task: Mutex::default(),
+            heard: Notify::new(),
         });
-        let first = listen(config, channel, Arc::downgrade(&hub)).await?;
-        let (config, channel, weak) = (config.clone(), channel.to_owned(), Arc::downgrade(&hub));
+        let config = config.for_listening();
+        let first = listen(&config, channel, Arc::downgrade(&hub)).await?;
+        check_delivery(&hub, &first.0, notifier, &config).await?;
+        let (channel, weak) = (channel.to_owned(), Arc::downgrade(&hub));
         let task = tokio::spawn(async move {
             let mut running = Some(first);
             let mut pause = Duration::from_millis(50);
@@ -283,6 +298,48 @@ impl Drop for Hub {
     }
 }
 
+/// Checks that `listening`, the LISTEN connection of `hub`, hears what `notifier` NOTIFYs, within
+/// the connect timeout (a server delivers it in milliseconds), on a channel of this check's own.
+/// [`LockError::InvalidUrl`] if it does not: the LISTEN went through a transaction (or
+/// statement) pooler, which cannot carry it.
+async fn check_delivery(hub: &Hub, listening: &Client, notifier: &Client, config: &Config) -> Result<()> {
+    let channel = format!("locksmith_check_{:016x}", rand::random::<u64>());
+    let limit = config.connect_timeout;
+    run_within(listening, &format!("LISTEN {channel}"), limit).await?;
+    run_within(notifier, &format!("NOTIFY {channel}"), limit).await?;
+    let heard = tokio::time::timeout(limit, hub.heard.notified()).await.is_ok();
+    run_within(listening, &format!("UNLISTEN {channel}"), limit).await?;
+    if heard {
+        return Ok(());
+    }
+    let (servers, fix) = match config.listen {
+        None => (
+            "the URL's server",
+            "a pooler in transaction or statement mode (PgBouncer's pool_mode = transaction) cannot carry \
+             LISTEN: add listen=HOST:PORT to the URL, the PostgreSQL server itself or a session-mode pool, \
+             for locksmith's LISTEN connection (every step and renewal can still go through the pooler)",
+        ),
+        Some(_) => (
+            "the listen= server",
+            "listen= must name the PostgreSQL server itself or a session-mode pool, not a transaction pooler",
+        ),
+    };
+    Err(LockError::InvalidUrl {
+        url: config.url.clone(),
+        reason: format!(
+            "a NOTIFY from another connection did not reach the LISTEN connection to {servers} within {limit:?}: {fix}"
+        ),
+    })
+}
+
+/// Runs the simple statement `sql` on `client` within `limit`.
+async fn run_within(client: &Client, sql: &str, limit: Duration) -> Result<()> {
+    match tokio::time::timeout(limit, client.batch_execute(sql)).await {
+        Ok(answer) => answer.map_err(|e| pg_error("checking that notifications arrive", e)),
+        Err(_) => Err(crate::error::timeout("checking that notifications arrive", limit)),
+    }
+}
+
 /// Returns once the LISTEN connection of `client` and `driver` is lost: its driver ended, or a
 /// probe (`SELECT 1`, sent every `limit`) got no answer within `limit` (then the connection is
 /// closed: its driver is aborted). The request timeout as the interval: a silent connection is
@@ -328,14 +385,16 @@ impl Drop for Driver {
 async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Client, Driver)> {
     let (client, mut connection, _) = crate::dial::open(config).await?;
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    let locks = channel.to_owned();
     let driver = Driver(tokio::spawn(async move {
         while let Some(message) = messages.next().await {
             match message {
                 Ok(AsyncMessage::Notification(n)) => match hub.upgrade() {
-                    Some(hub) => {
+                    Some(hub) if n.channel() == locks => {
                         let (segment, directives) = parse(n.payload());
                         hub.wake(Some(segment), directives.as_deref());
                     }
+                    Some(hub) => hub.heard.notify_one(),
                     None => return,
                 },
                 Ok(_) => {}
@@ -391,6 +450,7 @@ mod tests {
             locks: Mutex::default(),
             waiters: Mutex::default(),
             task: Mutex::default(),
+            heard: Notify::new(),
         };
         let (a, b) = (hub.waiter("s", "a"), hub.waiter("s", "b"));
         hub.wake(Some("s"), Some(&[Directive::Granted("a", Some(9))]));

@@ -95,7 +95,7 @@ postgres_start() {
         postgres_init "$dir" "$bin"
     }
     postgres_add_statement_counts "$dir" "$bin"
-    # -D "$dir/data" carries "$STATE/postgres/": how we recognise our process. 400 connections:
+    # -D "$dir/data" carries "$STATE/postgres/": how we recognise our process. 500 connections:
     # the fault suite's load test gives each of its 100 waiters a locker of its own (three
     # connections each; 1,000 waiters in 10 processes need 30, see tests/processes.rs). No
     # autovacuum: the tests' throw-away schemas need none, and its ANALYZEs take transaction ids,
@@ -104,7 +104,7 @@ postgres_start() {
     # it; room for 10,000 statements, so the tests' throw-away schemas rarely push one out.
     launch "$id" "${POSTGRES_AS[@]}" "$bin/postgres" -D "$dir/data" \
         -c listen_addresses="$HOST" -c port="$(client_port "$id")" \
-        -c unix_socket_directories="$dir/run" -c max_connections=400 \
+        -c unix_socket_directories="$dir/run" -c max_connections=500 \
         -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=10000 \
         -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c autovacuum=off
 }

@@ -78,13 +78,13 @@ impl Conn {
         client
             .set_up("creating the tables", config.request_timeout, prepared)
             .await?;
-        let hub = Hub::start(&config, &sql.channel).await?;
+        let hub = Hub::start(&config, &sql.channel, &client).await?;
         let conn = Conn {
             owner_id: format!("{:016x}", rand::random::<u64>()),
             pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
             host: host_name(),
-            steps: Link::new(Some(client), true),
-            leases: Link::new(None, false),
+            steps: Link::new(Some(client), true, &config),
+            leases: Link::new(None, false, &config),
             hub,
             sql,
             config,
@@ -216,12 +216,15 @@ impl Conn {
         let mut guard = self.client().await?;
         let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
         let e = |err| pg_error("removing this locker's entries", err);
-        let tx = client.transaction().await.map_err(e)?;
+        let statements = self.statements();
+        let tx = statements.begin(client).await.map_err(e)?;
         // The rows first, then the entries in a statement with a newer snapshot (see Sql::close).
-        tx.execute(&self.sql.close_rows, &[&self.owner_id, &segments, &ids])
+        (statements.execute(&tx, &self.sql.close_rows, &[&self.owner_id, &segments, &ids]))
             .await
             .map_err(e)?;
-        let rows = tx.query(&self.sql.close, &[&self.owner_id]).await.map_err(e)?;
+        let rows = (statements.query(&tx, &self.sql.close, &[&self.owner_id]))
+            .await
+            .map_err(e)?;
         tx.commit().await.map_err(e)?;
         for row in rows {
             let Ok(segment) = row.try_get::<_, String>(0) else {
@@ -274,9 +277,17 @@ async fn prepare_tables(client: &Client, sql: &Sql, schema: &str) -> Result<()> 
     Ok(())
 }
 
-/// The format version in the `meta` table.
+/// The format version in the `meta` table (empty if it has none). A simple query: nothing is
+/// prepared on a session a pooler may give to another client next.
 async fn read_version(client: &Client, sql: &Sql) -> std::result::Result<String, tokio_postgres::Error> {
-    client.query_one(&sql.version, &[]).await?.try_get(0)
+    let answer = client.simple_query(&sql.version).await?;
+    Ok(answer
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .unwrap_or_default())
 }
 
 /// An open connection: its client, and the task that drives it.
@@ -374,24 +385,24 @@ pub(crate) async fn connect(config: &Config) -> Result<Connected> {
 /// lost, its close never seen) would otherwise keep the lock's row locked against every client
 /// until the server's TCP gave up, minutes to hours later. No step waits that long between two
 /// of its statements: the request timeout has ended it before.
+///
+/// Read committed too, whatever the server's, database's or role's default: the statements count
+/// on a statement that waited for a row lock reading the row as committed meanwhile (under
+/// `repeatable read`, every two steps on one lock at once failed to serialize).
+///
+/// Behind a transaction pooler ([`Config::pooled`]) nothing is set here (a setting would stay on
+/// whichever server session ran it, for other clients, and miss the next transaction of ours):
+/// every transaction sets them for itself ([`transaction_settings`]).
 async fn session_settings(client: &Client, config: &Config) -> Result<()> {
-    let commits = match config.replication {
-        Replication::Async => "local",
-        Replication::Sync | Replication::AsConfigured => "on",
+    let (commits, idle_ms) = settings(config);
+    let sql = match config.pooled() {
+        false => format!(
+            "SET synchronous_commit = {commits}; SET default_transaction_isolation = 'read committed'; \
+             SET idle_in_transaction_session_timeout = {idle_ms}; \
+             SELECT current_setting('synchronous_standby_names')"
+        ),
+        true => "SELECT current_setting('synchronous_standby_names')".to_owned(),
     };
-    // (Within what the setting takes: at most 2^31 - 1 ms.)
-    let idle = config
-        .request_timeout
-        .clamp(Duration::from_secs(1), Duration::from_secs(86_400));
-    let idle_ms = idle.as_millis();
-    // Read committed too, whatever the server's, database's or role's default: the statements
-    // count on a statement that waited for a row lock reading the row as committed meanwhile
-    // (under `repeatable read`, every two steps on one lock at once failed to serialize).
-    let sql = format!(
-        "SET synchronous_commit = {commits}; SET default_transaction_isolation = 'read committed'; \
-         SET idle_in_transaction_session_timeout = {idle_ms}; \
-         SELECT current_setting('synchronous_standby_names')"
-    );
     let answer = client
         .simple_query(&sql)
         .await
@@ -411,6 +422,30 @@ async fn session_settings(client: &Client, config: &Config) -> Result<()> {
     Ok(())
 }
 
+/// What [`session_settings`] sets: `synchronous_commit`, and `idle_in_transaction_session_timeout`
+/// in milliseconds (the request timeout, within what the setting takes: at least a second, at
+/// most a day).
+fn settings(config: &Config) -> (&'static str, u128) {
+    let commits = match config.replication {
+        Replication::Async => "local",
+        Replication::Sync | Replication::AsConfigured => "on",
+    };
+    let idle = config
+        .request_timeout
+        .clamp(Duration::from_secs(1), Duration::from_secs(86_400));
+    (commits, idle.as_millis())
+}
+
+/// What every transaction sets first behind a transaction pooler ([`Config::pooled`]), for itself
+/// alone: what [`session_settings`] sets for a whole session of ours.
+pub(crate) fn transaction_settings(config: &Config) -> String {
+    let (commits, idle_ms) = settings(config);
+    format!(
+        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = {commits}; \
+         SET LOCAL idle_in_transaction_session_timeout = {idle_ms}"
+    )
+}
+
 /// [`connect`], for the steps: every statement of a step looks up one lock's rows by index
 /// whatever its parameters, so each is planned once per session (PostgreSQL otherwise plans the
 /// first five runs of every prepared statement, and of every statement in alone.sql's
@@ -418,8 +453,14 @@ async fn session_settings(client: &Client, config: &Config) -> Result<()> {
 /// connection: its renewal joins a whole array of ids, whose generic plan (which cannot know the
 /// array's size) loops over the array for every lease of the locker. Servers before 12 lack the
 /// setting; that is harmless.
+///
+/// Behind a transaction pooler, nothing is set (see [`session_settings`]), and statements are not
+/// prepared ([`Statements`]).
 pub(crate) async fn connect_for_steps(config: &Config) -> Result<Connected> {
     let connected = connect(config).await?;
+    if config.pooled() {
+        return Ok(connected);
+    }
     let generic = async {
         if let Err(e) = connected
             .batch_execute("SET plan_cache_mode = force_generic_plan")

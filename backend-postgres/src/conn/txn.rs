@@ -21,9 +21,10 @@ use crate::error::pg_error;
 use crate::protocol::queue::{self, NewEntry, Op, Row};
 use crate::wake::{payload, Directive};
 
-/// A step's transaction. Its statements are prepared once per connection and then reused
-/// ([`Statements`]): given as text, tokio-postgres would prepare each one again, a round trip
-/// more per statement. Each request is counted ([`locksmith_core::metrics::round_trip`]).
+/// A step's transaction. Its statements are prepared once per connection and then reused, or
+/// sent unnamed behind a transaction pooler ([`Statements`]): given as text, tokio-postgres would
+/// prepare each one again, a round trip more per statement. Each request is counted
+/// ([`locksmith_core::metrics::round_trip`]).
 pub(crate) struct Step<'a> {
     tx: Transaction<'a>,
     statements: &'a Statements,
@@ -35,9 +36,8 @@ type Params<'p> = [&'p (dyn ToSql + Sync)];
 impl Step<'_> {
     /// Runs `sql`; the number of rows it changed.
     pub async fn execute(&self, sql: &str, params: &Params<'_>) -> std::result::Result<u64, tokio_postgres::Error> {
-        let statement = self.statements.get(&self.tx, sql).await?;
         locksmith_core::metrics::round_trip();
-        self.tx.execute(&statement, params).await
+        self.statements.execute(&self.tx, sql, params).await
     }
 
     /// Runs `sql`; its rows.
@@ -46,9 +46,8 @@ impl Step<'_> {
         sql: &str,
         params: &Params<'_>,
     ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-        let statement = self.statements.get(&self.tx, sql).await?;
         locksmith_core::metrics::round_trip();
-        self.tx.query(&statement, params).await
+        self.statements.query(&self.tx, sql, params).await
     }
 
     /// Runs `sql`, which returns one row.
@@ -57,9 +56,8 @@ impl Step<'_> {
         sql: &str,
         params: &Params<'_>,
     ) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
-        let statement = self.statements.get(&self.tx, sql).await?;
         locksmith_core::metrics::round_trip();
-        self.tx.query_one(&statement, params).await
+        self.statements.query_one(&self.tx, sql, params).await
     }
 
     /// Runs `sql`, which returns at most one row.
@@ -68,9 +66,8 @@ impl Step<'_> {
         sql: &str,
         params: &Params<'_>,
     ) -> std::result::Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
-        let statement = self.statements.get(&self.tx, sql).await?;
         locksmith_core::metrics::round_trip();
-        self.tx.query_opt(&statement, params).await
+        self.statements.query_opt(&self.tx, sql, params).await
     }
 }
 
@@ -138,9 +135,10 @@ impl Conn {
         let sql = &self.sql;
         let e = |what| move |err| pg_error(what, err);
         locksmith_core::metrics::round_trip(); // BEGIN (and COMMIT below)
+        let statements = self.statements();
         let tx = Step {
-            tx: client.transaction().await.map_err(e("starting a step"))?,
-            statements: self.statements(),
+            tx: statements.begin(client).await.map_err(e("starting a step"))?,
+            statements,
         };
         tx.query_one(&sql.lock_row, &[&segment])
             .await
@@ -271,13 +269,13 @@ impl Conn {
         let began = Instant::now();
         let limit = self.config.request_timeout;
         let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
-        let run = async {
-            let statement = self.statements().get(client, sql).await?;
-            locksmith_core::metrics::round_trip();
-            client.query_opt(&statement, params).await
-        };
+        locksmith_core::metrics::round_trip();
+        let run = self.statements().write(client, sql, params);
         match tokio::time::timeout(limit, run).await {
-            Ok(row) => Ok((row.map_err(|e| pg_error("a one-statement step", e))?, began)),
+            Ok(rows) => {
+                let rows = rows.map_err(|e| pg_error("a one-statement step", e))?;
+                Ok((rows.into_iter().next(), began))
+            }
             Err(_) => {
                 super::abandon(&mut guard);
                 Err(crate::error::timeout("a step", limit))

@@ -210,19 +210,26 @@ impl BackendUrl {
     }
 
     /// Fails unless every query key is one of `known`: a misspelt option must not be ignored.
+    /// The error names every unknown key, then the known ones.
     pub fn expect_only_options(&self, known: &[&str]) -> Result<()> {
-        match self.query.keys().find(|k| !known.contains(&k.as_str())) {
-            None => Ok(()),
-            Some(k) => Err(self.error(format!(
-                "unknown option {k:?} for {}:// (known: {})",
-                self.scheme,
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            ))),
+        let unknown: Vec<String> = (self.query.keys())
+            .filter(|k| !known.contains(&k.as_str()))
+            .map(|k| format!("{k:?}"))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
         }
+        Err(self.error(format!(
+            "unknown option{} {} for {}:// (known: {})",
+            if unknown.len() == 1 { "" } else { "s" },
+            unknown.join(", "),
+            self.scheme,
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )))
     }
 
     /// Fails unless the URL names at least one host.
