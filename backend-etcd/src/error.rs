@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use locksmith_core::driver::permanent;
 use locksmith_core::{LockError, Result};
 use tokio::time::Instant;
 
@@ -68,10 +69,21 @@ fn never_applied(e: &etcd_client::Error) -> bool {
 }
 
 /// Maps a client error: everything is treated as a (possibly transient) unavailability, except
-/// a request the server rejects as malformed, which is a protocol error. The message says in one
-/// line what failed; the client's whole error (hundreds of characters for a gRPC status) stays
-/// the `source`.
+/// a request the server rejects as malformed, which is a protocol error, and refused credentials
+/// or TLS that cannot be established (no TLS on the server, a certificate `ca=` does not vouch
+/// for: [`locksmith_core::driver::permanent`]), which are [`LockError::Denied`]. The message says
+/// in one line what failed; the client's whole error (hundreds of characters for a gRPC status)
+/// stays the `source`.
 pub fn from_etcd(what: &str, e: etcd_client::Error) -> LockError {
+    // The client hands a TLS failure over as a gRPC status whose message is rustls's or
+    // tokio-rustls's text, or as a transport error with it among its causes.
+    let tls = match &e {
+        etcd_client::Error::GRpcStatus(s) => permanent::tls_failure_in(s.message()),
+        other => permanent::tls_failure(other),
+    };
+    if let Some(failure) = tls {
+        return failure.denied(what, None, &short(&e));
+    }
     match &e {
         etcd_client::Error::GRpcStatus(s) if is_denied(s.code() as i32, s.message()) => {
             LockError::Denied(format!("{what}: etcd says: {}", s.message()))

@@ -20,6 +20,10 @@ async fn connect(url: &str) -> Result<locksmith_core::Locker, LockError> {
     within(Duration::from_secs(30), url, locksmith_etcd::connect(&parsed)).await
 }
 
+/// What no retry changes is `Denied` (exit 5), within the connect timeout: the credentials, and
+/// TLS that cannot be established (an untrusted certificate, `etcds://` at a plain etcd, also when the URL names several); they were `Unavailable`,
+/// retried for ever by `locksmith run`. A plaintext client at the TLS port, and a client certificate
+/// the server refuses (etcd's client reports only a closed connection), stay `Unavailable`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_credentials_and_tls_fail_clearly_and_keep_the_password() {
     let base = common::env_url("LOCKSMITH_TEST_ETCD_SECURE");
@@ -32,13 +36,45 @@ async fn bad_credentials_and_tls_fail_clearly_and_keep_the_password() {
         .replace(&format!("{dir}/client.key"), &format!("{dir}/untrusted.key"));
     let plaintext = base.replacen("etcds://", "etcd://", 1);
     let plaintext = plaintext.split('?').next().unwrap().to_owned();
+    let plain_host = common::env_url("LOCKSMITH_TEST_ETCD")
+        .trim_start_matches("etcd://")
+        .trim_end_matches('/')
+        .to_owned();
+    let no_tls = format!("etcds://{plain_host}?ca={dir}/ca.pem");
+    // The plain etcd named twice (by name and by address): every endpoint without TLS.
+    let port = plain_host.rsplit(':').next().unwrap();
+    let no_tls_twice = format!("etcds://{plain_host},localhost:{port}?ca={dir}/ca.pem");
     let cases = [
-        ("wrong password", with_timeout(&wrong), true),
-        ("untrusted server certificate", with_timeout(&untrusted), false),
-        ("client certificate of an unknown CA", with_timeout(&stranger), false),
-        ("plaintext client at the TLS port", with_timeout(&plaintext), false),
+        ("wrong password", with_timeout(&wrong), true, ""),
+        (
+            "untrusted server certificate",
+            with_timeout(&untrusted),
+            true,
+            "is not trusted by ca=",
+        ),
+        // The server's alert never reaches the caller: the client says only "connection closed",
+        // as for a connection lost in an outage.
+        (
+            "client certificate of an unknown CA",
+            with_timeout(&stranger),
+            false,
+            "",
+        ),
+        ("plaintext client at the TLS port", with_timeout(&plaintext), false, ""),
+        (
+            "etcds:// at a plain server",
+            with_timeout(&no_tls),
+            true,
+            "does not speak TLS",
+        ),
+        (
+            "etcds:// at two plain endpoints",
+            with_timeout(&no_tls_twice),
+            true,
+            "does not speak TLS",
+        ),
     ];
-    for (what, url, denied) in cases {
+    for (what, url, denied, says) in cases {
         let start = std::time::Instant::now();
         let e = connect(&url).await.expect_err(what);
         let shown = format!("{e} {e:?}");
@@ -48,6 +84,12 @@ async fn bad_credentials_and_tls_fail_clearly_and_keep_the_password() {
         );
         if denied {
             assert!(matches!(e, LockError::Denied(_)), "{what}: {e:?}");
+            assert!(e.to_string().contains(says), "{what}: {e}");
+            assert!(
+                start.elapsed() < Duration::from_secs(3),
+                "{what}: took {:?}, more than the connect timeout",
+                start.elapsed()
+            );
         } else {
             assert!(matches!(e, LockError::Unavailable { .. }), "{what}: {e:?}");
         }

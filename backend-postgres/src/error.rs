@@ -2,11 +2,13 @@
 
 use std::time::Duration;
 
+use locksmith_core::driver::permanent;
 use locksmith_core::LockError;
 use tokio_postgres::error::SqlState;
 
 /// The error for `what` failing: [`LockError::Denied`] for a wrong or missing password, a user
-/// that may not log in or a missing privilege; [`LockError::Protocol`] for a data exception (a value the server
+/// that may not log in, a missing privilege, or TLS that cannot be established
+/// ([`locksmith_core::driver::permanent`]); [`LockError::Protocol`] for a data exception (a value the server
 /// refused, which no retry changes); [`LockError::Unavailable`] for everything else (a server that is
 /// down, restarting, or a connection lost: maybe worth retrying). The message is the server's or
 /// the client's with its causes, which never contain the password.
@@ -31,6 +33,11 @@ pub(crate) fn pg_error(what: &str, err: tokio_postgres::Error) -> LockError {
         return LockError::unavailable(message, err);
     }
     let message = format!("postgres: {what}: {}", with_causes(&err));
+    // TLS that cannot be established (`sslmode=require` at a server without TLS, a certificate
+    // `ca=` does not vouch for): no retry changes it.
+    if let Some(failure) = permanent::tls_failure(&err) {
+        return failure.denied(&format!("postgres: {what}"), None, &with_causes(&err));
+    }
     // The server asked for a password and none was given: no retry brings one.
     if message.contains("password missing") {
         return LockError::Denied(format!(

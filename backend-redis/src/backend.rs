@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::cleanup;
 use crate::config::Config;
+use crate::conn::admit;
 use crate::conn::fanout::{counts, fan_out};
 use crate::conn::inner::Inner;
 use crate::conn::node::Node;
@@ -41,11 +42,20 @@ impl RedisBackend {
             .map(|i| Node::new(&config, i, scripts.clone()))
             .collect::<Result<Vec<_>>>()?;
         let (limit, quorum) = (config.connect_timeout, config.quorum());
-        // A majority is enough: a master that is down does not delay connecting.
+        let config_ref = &config;
+        // A majority is enough: a master that is down does not delay connecting. A plain server
+        // where TLS was asked for is told at once (`admit`).
         let pings = fan_out(
             &nodes,
             |_, n| async move {
-                match tokio::time::timeout(limit, n.ping()).await {
+                let checked = n.ping();
+                let checked = async {
+                    tokio::select! {
+                        r = checked => r,
+                        refused = admit::plain_answer(n, config_ref) => Err(refused),
+                    }
+                };
+                match tokio::time::timeout(limit, checked).await {
                     Ok(r) => r,
                     Err(_) => Err(LockError::Unavailable {
                         message: format!("connecting to redis at {}: timed out after {limit:?}", n.addr),
@@ -53,11 +63,19 @@ impl RedisBackend {
                     }),
                 }
             },
-            |answers| counts(answers).1 >= quorum,
+            // Enough once a majority answered, or once the masters that refused us for good
+            // (TLS that cannot be established, credentials) leave too few for one.
+            |answers| counts(answers).1 >= quorum || answers.len() - refusals(answers) < quorum,
         )
         .await;
         let pings: Vec<Result<()>> = pings.into_iter().flatten().collect();
         let reachable = pings.iter().filter(|p| p.is_ok()).count();
+        let denied = pings.iter().filter(|p| matches!(p, Err(LockError::Denied(_)))).count();
+        if reachable < config.quorum() && nodes.len() - denied < config.quorum() {
+            // No retry brings a majority: the refusal, not "unavailable".
+            let first = pings.into_iter().find(|p| matches!(p, Err(LockError::Denied(_))));
+            return Err(first.and_then(Result::err).unwrap_or(LockError::Denied("redis".into())));
+        }
         if reachable < config.quorum() {
             let mut errors = pings.into_iter().filter_map(|p| p.err());
             if nodes.len() == 1 {
@@ -82,6 +100,15 @@ impl RedisBackend {
             inner: Arc::new(Inner { config, nodes }),
         })
     }
+}
+
+/// How many masters refused us for good ([`LockError::Denied`]): TLS that cannot be
+/// established, credentials.
+fn refusals(answers: &[Option<Result<()>>]) -> usize {
+    answers
+        .iter()
+        .filter(|a| matches!(a, Some(Err(LockError::Denied(_)))))
+        .count()
 }
 
 #[async_trait]

@@ -1,11 +1,17 @@
 //! Turning the Redis client's errors into [`LockError`]s.
 
+use locksmith_core::driver::permanent;
 use locksmith_core::LockError;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
-/// Server-side script errors are protocol errors; everything else (I/O, timeouts, a server that
-/// is loading or read-only) means the server is not usable right now.
+/// Server-side script errors are protocol errors; refused credentials and TLS that cannot be
+/// established (a certificate `ca=` does not vouch for, a server without TLS:
+/// [`locksmith_core::driver::permanent`]) are [`LockError::Denied`]; everything else (I/O,
+/// timeouts, a server that is loading or read-only) means the server is not usable right now.
 pub(crate) fn map_error(e: RedisError, what: &str, addr: &str) -> LockError {
+    if let Some(failure) = permanent::tls_failure(&e) {
+        return failure.denied(&format!("{what} on redis"), Some(addr), &e.to_string());
+    }
     if e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("NOPERM") || e.code() == Some("WRONGPASS") {
         return LockError::Denied(format!(
             "{what} on redis at {addr}: {}",

@@ -72,8 +72,12 @@ async fn password_from_a_file() {
 }
 
 /// Wrong password, untrusted server certificate, a client certificate of an unknown CA, a
-/// plaintext client at the TLS port: each fails clearly, in bounded time, and no message shows a
-/// password.
+/// plaintext client at the TLS port, `rediss://` at a plain server: each fails clearly, in bounded
+/// time, and no message shows a password. What no retry changes is `Denied` (exit 5), within the
+/// connect timeout: the credentials, and TLS that cannot be established (it was `Unavailable`,
+/// retried for ever by `locksmith run`; `rediss://` at a plain Redis, which never answers a TLS
+/// greeting, even waited out the whole connect timeout). A plaintext client at the TLS port sees
+/// its connection closed, as in an outage: `Unavailable`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_credentials_and_tls_fail_clearly_and_keep_the_password() {
     let base = secure();
@@ -85,11 +89,21 @@ async fn bad_credentials_and_tls_fail_clearly_and_keep_the_password() {
         .replace(&format!("{dir}/client.key"), &format!("{dir}/untrusted.key"));
     let plaintext = base.replacen("rediss://", "redis://", 1);
     let plaintext = plaintext.split('?').next().unwrap().to_owned();
-    for (what, url, denied) in [
-        ("wrong password", wrong, true),
-        ("untrusted server certificate", untrusted, false),
-        ("client certificate of an unknown CA", stranger, false),
-        ("plaintext client at the TLS port", plaintext, false),
+    let no_tls = format!(
+        "{}?ca={dir}/ca.pem",
+        common::redis_url().replacen("redis://", "rediss://", 1)
+    );
+    for (what, url, denied, says) in [
+        ("wrong password", wrong, true, ""),
+        ("untrusted server certificate", untrusted, true, "is not trusted by ca="),
+        (
+            "client certificate of an unknown CA",
+            stranger,
+            true,
+            "refused our client certificate",
+        ),
+        ("plaintext client at the TLS port", plaintext, false, ""),
+        ("rediss:// at a plain server", no_tls, true, "does not speak TLS"),
     ] {
         let url = common::with_options(&url, "connect_timeout=2s&response_timeout=2s");
         let start = std::time::Instant::now();
@@ -101,6 +115,12 @@ async fn bad_credentials_and_tls_fail_clearly_and_keep_the_password() {
         );
         if denied {
             assert!(matches!(e, LockError::Denied(_)), "{what}: {e:?}");
+            assert!(e.to_string().contains(says), "{what}: {e}");
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "{what}: took {:?}, more than the connect timeout",
+                start.elapsed()
+            );
         } else {
             assert!(matches!(e, LockError::Unavailable { .. }), "{what}: {e:?}");
         }
@@ -110,4 +130,24 @@ async fn bad_credentials_and_tls_fail_clearly_and_keep_the_password() {
             start.elapsed()
         );
     }
+}
+
+/// `rediss://` naming several masters, none of which speaks TLS: `Denied` within the connect
+/// timeout, not "only 0 of 2 redis masters answered" (Unavailable, retried for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_at_plain_masters_of_a_quorum_is_denied() {
+    let dir = common::env_url("LOCKSMITH_TEST_TLS_DIR");
+    let host = |url: String| url.trim_start_matches("redis://").trim_end_matches('/').to_owned();
+    let url = format!(
+        "rediss://{},{}?ca={dir}/ca.pem&connect_timeout=2s",
+        host(common::redis_url()),
+        host(common::env_url("LOCKSMITH_TEST_REGISTER")),
+    );
+    let start = std::time::Instant::now();
+    let e = connect(&url).await.expect_err("a quorum without TLS");
+    assert!(
+        matches!(&e, LockError::Denied(m) if m.contains("does not speak TLS")),
+        "{e:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
 }

@@ -134,8 +134,12 @@ async fn every_kind_gets_the_mutex_acl() {
     lead.resign().await.expect("resign");
 }
 
-/// A plaintext client at the TLS port, an untrusted certificate, and zks:// without a CA all
-/// fail clearly, in bounded time, without the password in any message.
+/// A plaintext client at the TLS port, an untrusted certificate, a client certificate of an
+/// unknown CA, zks:// without a CA, and zks:// at plain servers all fail clearly, in bounded time,
+/// without the password in any message. TLS that cannot be established is `Denied` (exit 5) well
+/// within the connect timeout: the client keeps the why to itself and tries again until the
+/// timeout, so it was `Unavailable` ("no server established a session") after all of it, retried
+/// for ever by `locksmith run`. A plaintext client at the TLS port stays `Unavailable`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_tls_fails_clearly_and_keeps_the_password() {
     let base = secure();
@@ -144,11 +148,29 @@ async fn bad_tls_fails_clearly_and_keeps_the_password() {
     let plaintext = base.replacen("zks://", "zk://", 1);
     let plaintext = plaintext.split('?').next().unwrap().to_owned() + "?connect_timeout=3s";
     let untrusted = base.replace(&format!("{dir}/ca.pem"), &format!("{dir}/other-ca.pem"));
+    let stranger = base
+        .replace(&format!("{dir}/client.pem"), &format!("{dir}/untrusted.pem"))
+        .replace(&format!("{dir}/client.key"), &format!("{dir}/untrusted.key"));
     let no_ca = base.replace(&format!("ca={dir}/ca.pem&"), "");
-    for (what, url) in [
-        ("plaintext client at the TLS port", plaintext),
-        ("untrusted server certificate", untrusted),
-        ("no ca", no_ca),
+    let plain_host = common::env_url("LOCKSMITH_TEST_ZK")
+        .trim_start_matches("zk://")
+        .trim_end_matches('/')
+        .to_owned();
+    let no_tls = format!("zks://{plain_host}?ca={dir}/ca.pem");
+    let secure_plain = common::env_url("LOCKSMITH_TEST_ZK_SECURE_PLAIN");
+    let no_tls_twice = format!("zks://{plain_host},{secure_plain}?ca={dir}/ca.pem");
+    for (what, url, denied, says) in [
+        ("plaintext client at the TLS port", plaintext, false, ""),
+        ("untrusted server certificate", untrusted, true, "is not trusted by ca="),
+        (
+            "client certificate of an unknown CA",
+            stranger,
+            true,
+            "refused our client certificate",
+        ),
+        ("no ca", no_ca, false, ""),
+        ("zks:// at a plain server", no_tls, true, "does not speak TLS"),
+        ("zks:// at two plain servers", no_tls_twice, true, "does not speak TLS"),
     ] {
         let url = common::with_namespace(&url, "connect_timeout=3s");
         let start = std::time::Instant::now();
@@ -161,10 +183,20 @@ async fn bad_tls_fails_clearly_and_keeps_the_password() {
         let e = result.expect_err(what);
         let shown = format!("{e} {e:?}");
         assert!(!shown.contains(password), "{what}: the password shows: {shown}");
-        assert!(
-            matches!(e, LockError::Unavailable { .. } | LockError::InvalidUrl { .. }),
-            "{what}: {e:?}"
-        );
+        if denied {
+            assert!(matches!(e, LockError::Denied(_)), "{what}: {e:?}");
+            assert!(e.to_string().contains(says), "{what}: {e}");
+            assert!(
+                start.elapsed() < Duration::from_secs(3),
+                "{what}: took {:?}, more than the connect timeout",
+                start.elapsed()
+            );
+        } else {
+            assert!(
+                matches!(e, LockError::Unavailable { .. } | LockError::InvalidUrl { .. }),
+                "{what}: {e:?}"
+            );
+        }
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "{what}: took {:?}",

@@ -35,7 +35,9 @@ Exit codes:
   3        backend unavailable
   4        the lock (or leadership) was lost while held (`run`/`elect`: CMD got SIGTERM, then
            SIGKILL after --grace)
-  5        refused by the server: wrong user or password, or not permitted (an ACL)
+  5        refused, for a reason no retry mends: wrong user or password, not permitted (an
+           ACL), or TLS that cannot be established (the server has no TLS, its certificate
+           is not trusted by ca=, is for another name or expired, or it refused ours)
   126/127  `run`/`elect`: CMD could not be executed / was not found
   128+SIG  interrupted by signal SIG before the lock was acquired
   141      `leader --follow`, `try`: stdout was closed (its reader went away; `try` released

@@ -1,7 +1,8 @@
 //! The command line against the secured servers of `scripts/backends` (TLS + credentials): the
 //! password from `--password-file` or `LOCKSMITH_PASSWORD` instead of the URL, the TLS files from
 //! `--ca`/`--cert`/`--key` instead of URL options, a wrong password refused with exit 5, and no
-//! password in any message, at any verbosity.
+//! password in any message, at any verbosity; TLS that cannot be established (a CA that does not
+//! vouch for the server, a server without TLS) refused with exit 5 at once, never retried.
 #![cfg(feature = "tls")]
 
 mod common;
@@ -109,13 +110,14 @@ fn a_wrong_password_exits_5_and_no_message_shows_a_password() {
 }
 
 /// A CA that does not vouch for the server's certificate: the one error line says so without
-/// `-v` (it read "backend unavailable: connecting on redis at …", the why only with `-v`, and
-/// `run` retried it for ever). ZooKeeper's client keeps the why to itself ("no server established
-/// a session"); etcd's message named it already.
+/// `-v` (it read "backend unavailable: connecting on redis at …", the why only with `-v`), and
+/// it is exit 5, refused for good, as a wrong password is: no retry changes it (it was exit 3,
+/// which `run` retried for ever). ZooKeeper's client keeps the why to itself; locksmith's own
+/// handshake names it.
 #[test]
 fn a_server_certificate_the_ca_does_not_vouch_for_is_named() {
     let dir = env_url("LOCKSMITH_TEST_TLS_DIR");
-    let mut urls: Vec<String> = secure_urls().into_iter().filter(|u| !u.starts_with("zks://")).collect();
+    let mut urls: Vec<String> = secure_urls();
     if cfg!(feature = "postgres") {
         urls.push(env_url("LOCKSMITH_TEST_POSTGRES_SECURE"));
     }
@@ -124,7 +126,62 @@ fn a_server_certificate_the_ca_does_not_vouch_for_is_named() {
         let wrong = url.replace(&format!("ca={dir}/ca.pem"), &format!("ca={dir}/client.pem"));
         assert_ne!(wrong, url, "no ca= in {url}");
         let out = run(&["--connect-timeout", "5s", "--url", &wrong, "try", &unique_name("ca")]);
-        assert_code(&out, 3);
+        assert_code(&out, 5);
         assert!(out.stderr.contains("UnknownIssuer"), "{}", out.stderr);
+        assert!(out.stderr.contains("is not trusted by ca="), "{}", out.stderr);
+    }
+}
+
+/// A TLS URL at a server without TLS (`rediss://` at a plain Redis, `etcds://` at a plain etcd,
+/// `zks://` at a plain ZooKeeper, `sslmode=require` at a plain PostgreSQL): `run --timeout 30s`
+/// exits 5 within 10 s, with one line that names the cause and the fix. It was exit 3 after the
+/// whole timeout: `run` took it for an outage and retried ("retrying without time limit" without
+/// `--timeout`: a cron job hung for ever).
+#[test]
+fn a_tls_url_at_a_plain_server_exits_5_at_once() {
+    let dir = env_url("LOCKSMITH_TEST_TLS_DIR");
+    let ca = format!("ca={dir}/ca.pem");
+    let mut urls = Vec::new();
+    if cfg!(feature = "etcd") {
+        urls.push(format!(
+            "{}?{ca}",
+            env_url("LOCKSMITH_TEST_ETCD").replacen("etcd://", "etcds://", 1)
+        ));
+    }
+    if cfg!(feature = "zk") {
+        urls.push(format!(
+            "{}?{ca}",
+            env_url("LOCKSMITH_TEST_ZK").replacen("zk://", "zks://", 1)
+        ));
+    }
+    if cfg!(feature = "redis") {
+        urls.push(format!(
+            "{}?{ca}",
+            env_url("LOCKSMITH_TEST_REDIS").replacen("redis://", "rediss://", 1)
+        ));
+    }
+    if cfg!(feature = "postgres") {
+        urls.push(format!("{}?sslmode=require", env_url("LOCKSMITH_TEST_POSTGRES")));
+    }
+    for url in urls {
+        let start = std::time::Instant::now();
+        let out = run(&[
+            "--url",
+            &url,
+            "run",
+            "--timeout",
+            "30s",
+            &unique_name("notls"),
+            "--",
+            "true",
+        ]);
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{url}: took {:?}",
+            start.elapsed()
+        );
+        assert_code(&out, 5);
+        assert!(out.stderr.contains("does not speak TLS"), "{url}: {}", out.stderr);
+        assert_eq!(out.stderr.lines().count(), 1, "{url}: {}", out.stderr);
     }
 }

@@ -99,18 +99,36 @@ impl Session {
             connector = connector.with_auth("digest", auth);
         }
         let what = format!("connecting to ZooKeeper at {}", config.connect_string);
-        let client = match tokio::time::timeout(config.connect_timeout, connect_until_answered(connector, config)).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(zk::Error::BadArguments(reason))) => {
+        // The client keeps TLS failures to itself: a handshake of our own names one that no
+        // retry changes (`tls_check`), instead of waiting out the connect timeout.
+        let attempt = async {
+            let connecting = connect_until_answered(connector, config);
+            match &config.tls {
+                None => Ok(connecting.await),
+                Some(tls) => {
+                    let delay = (config.connect_timeout / 4).min(Duration::from_millis(500));
+                    tokio::select! {
+                        answer = connecting => Ok(answer),
+                        refused = tls_refused(tls, &config.connect_string, &what, delay) => Err(refused),
+                    }
+                }
+            }
+        };
+        let client = match tokio::time::timeout(config.connect_timeout, attempt).await {
+            Ok(Err(refused)) => return Err(refused),
+            Ok(Ok(answer)) => match answer {
+            Ok(client) => client,
+            Err(zk::Error::BadArguments(reason)) => {
                 return Err(LockError::InvalidUrl {
                     url: config.connect_string.clone(),
                     reason: reason.to_string(),
                 })
             }
-            Ok(Err(zk::Error::AuthFailed)) => {
+            Err(zk::Error::AuthFailed) => {
                 return Err(LockError::Denied(format!("{what}: the server refused the credentials")))
             }
-            Ok(Err(e)) => return Err(LockError::unavailable(what, e)),
+            Err(e) => return Err(LockError::unavailable(what, e)),
+            },
             Err(_) => {
                 return Err(LockError::Unavailable {
                     message: format!(
@@ -432,6 +450,22 @@ async fn connect_until_answered(
             answer => return answer,
         }
     }
+}
+
+/// [`crate::conn::tls_check::refused`]; without TLS support, never.
+#[cfg(feature = "tls")]
+async fn tls_refused(
+    tls: &locksmith_core::driver::url::TlsFiles,
+    connect_string: &str,
+    what: &str,
+    delay: Duration,
+) -> LockError {
+    crate::conn::tls_check::refused(tls, connect_string, what, delay).await
+}
+
+#[cfg(not(feature = "tls"))]
+async fn tls_refused(_: &locksmith_core::driver::url::TlsFiles, _: &str, _: &str, _: Duration) -> LockError {
+    std::future::pending().await
 }
 
 /// Connects over TLS with the URL's CA and client certificate.

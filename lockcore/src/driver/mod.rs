@@ -20,12 +20,14 @@
 //! | [`cleanup`] | spawns background clean-up that `Locker::shutdown` and failed calls wait for |
 //! | [`GuardedWrite`], [`refuse_if_inside`], [`data_key_under`] | applies a guarded write atomically with its lease check; refuses keys of its own namespace; names a lock's data keys |
 //! | [`observe`] | observes an election by reading it again on each change (backends told *that* it changed) |
+//! | [`permanent`] | tells TLS failures that cannot heal (no TLS on the server, an untrusted, misnamed or expired certificate, a refused client certificate) from an outage: `Denied`, not `Unavailable` |
 //!
 //! The shared conformance suite a backend must pass is [`crate::conformance`] (feature
 //! `conformance`, for the backend's tests).
 
 pub mod cleanup;
 pub mod observe;
+pub mod permanent;
 pub mod queue;
 pub mod url;
 

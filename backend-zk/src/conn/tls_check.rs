@@ -1,0 +1,92 @@
+//! Why a `zks://` session cannot be established, when the reason is TLS that cannot heal.
+//!
+//! The ZooKeeper client tries its servers again and again and keeps each failure to itself
+//! (a trace line), so a certificate the CA does not vouch for, or a server without TLS, would
+//! look like servers that never answer: `Unavailable` after the connect timeout, retried for
+//! ever. When the session is not there after a moment, [`refused`] makes one TLS handshake of
+//! its own with each server, with the URL's CA and client certificate, and names the failure
+//! (with [`locksmith_core::driver::permanent`]) when TLS fails for good on every server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use locksmith_core::driver::permanent::{self, TlsFailure};
+use locksmith_core::driver::url::TlsFiles;
+use locksmith_core::LockError;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+use tokio::io::AsyncReadExt;
+
+/// Resolves with [`LockError::Denied`] once a handshake with every server of `connect_string`
+/// failed in a way no retry changes; never resolves otherwise. It starts after `delay`, so that a
+/// session established at once costs no extra connection.
+pub(crate) async fn refused(tls: &TlsFiles, connect_string: &str, what: &str, delay: Duration) -> LockError {
+    tokio::time::sleep(delay).await;
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let Some(config) = client_config(tls) else {
+        return std::future::pending().await;
+    };
+    let mut first = None;
+    for server in connect_string.split(',') {
+        match handshake(config.clone(), server).await {
+            Some((failure, detail)) => {
+                first.get_or_insert((failure, server.to_owned(), detail));
+            }
+            None => return std::future::pending().await,
+        }
+    }
+    match first {
+        Some((failure, server, detail)) => failure.denied(what, Some(&server), &detail),
+        None => std::future::pending().await,
+    }
+}
+
+/// The TLS failure of one handshake with `server` (`host:port`), if there is one that cannot
+/// heal. A server that does not accept the connection, or does not answer in a second, says
+/// nothing.
+async fn handshake(config: Arc<ClientConfig>, server: &str) -> Option<(TlsFailure, String)> {
+    let (host, _) = server.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let name = ServerName::try_from(host.to_owned()).ok()?;
+    let limit = Duration::from_secs(1);
+    let tcp = tokio::time::timeout(limit, tokio::net::TcpStream::connect(server))
+        .await
+        .ok()?
+        .ok()?;
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let result = match tokio::time::timeout(limit, connector.connect(name, tcp)).await.ok()? {
+        Err(e) => Err(e),
+        // TLS 1.3: the server judges our certificate after our side of the handshake is done,
+        // and says so with an alert at the first read.
+        Ok(mut stream) => {
+            let mut byte = [0u8; 1];
+            match tokio::time::timeout(Duration::from_millis(300), stream.read(&mut byte)).await {
+                Ok(Err(e)) => Err(e),
+                _ => Ok(()),
+            }
+        }
+    };
+    let e = result.err()?;
+    permanent::tls_failure(&e).map(|failure| (failure, e.to_string()))
+}
+
+/// The client configuration the ZooKeeper client makes of the same files.
+fn client_config(tls: &TlsFiles) -> Option<Arc<ClientConfig>> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(tls.ca.as_deref()?) {
+        roots.add(cert.ok()?).ok()?;
+    }
+    let builder = ClientConfig::builder().with_root_certificates(roots);
+    let config = match &tls.identity {
+        Some((cert, key)) => {
+            let certs = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .ok()?;
+            let key = PrivateKeyDer::from_pem_slice(key).ok()?;
+            builder.with_client_auth_cert(certs, key).ok()?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Some(Arc::new(config))
+}
