@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
 use locksmith_core::{Leader, LeaderWatch, LockError, LockInfo, LockKind, Result};
 use tokio::time::Instant;
@@ -16,7 +17,7 @@ use tokio::time::Instant;
 use crate::cleanup;
 use crate::config::Config;
 use crate::conn::admit;
-use crate::conn::fanout::{counts, fan_out};
+use crate::conn::fanout::counts;
 use crate::conn::inner::Inner;
 use crate::conn::node::Node;
 use crate::protocol::kinds::KindEntry;
@@ -32,43 +33,29 @@ pub struct RedisBackend {
 }
 
 impl RedisBackend {
-    /// Connects to the server(s) of `url`. Fails with [`LockError::InvalidUrl`] for a bad URL and
-    /// [`LockError::Unavailable`] when the server (in quorum mode: a majority of the masters) does
-    /// not answer within the connect timeout.
+    /// Connects to the server(s) of `url`. Fails with [`LockError::InvalidUrl`] for a bad URL,
+    /// [`LockError::Denied`] when a master may evict lock keys (its `maxmemory-policy`; see
+    /// [`crate::conn::admit`]) or refuses us for good (credentials, TLS) where the others cannot
+    /// form a majority, and [`LockError::Unavailable`] when the server (in quorum mode: a
+    /// majority of the masters) does not answer within the connect timeout.
     pub async fn connect(url: &BackendUrl) -> Result<RedisBackend> {
         let config = Config::parse(url)?;
         let scripts = Arc::new(LockScripts::for_config(&config));
         let nodes = (0..config.node_urls.len())
             .map(|i| Node::new(&config, i, scripts.clone()))
             .collect::<Result<Vec<_>>>()?;
-        let (limit, quorum) = (config.connect_timeout, config.quorum());
-        let config_ref = &config;
-        // A majority is enough: a master that is down does not delay connecting. A plain server
-        // where TLS was asked for is told at once (`admit`).
-        let pings = fan_out(
-            &nodes,
-            |_, n| async move {
-                let checked = n.ping();
-                let checked = async {
-                    tokio::select! {
-                        r = checked => r,
-                        refused = admit::plain_answer(n, config_ref) => Err(refused),
-                    }
-                };
-                match tokio::time::timeout(limit, checked).await {
-                    Ok(r) => r,
-                    Err(_) => Err(LockError::Unavailable {
-                        message: format!("connecting to redis at {}: timed out after {limit:?}", n.addr),
-                        source: None,
-                    }),
-                }
-            },
-            // Enough once a majority answered, or once the masters that refused us for good
-            // (TLS that cannot be established, credentials) leave too few for one.
-            |answers| counts(answers).1 >= quorum || answers.len() - refusals(answers) < quorum,
-        )
-        .await;
-        let pings: Vec<Result<()>> = pings.into_iter().flatten().collect();
+        let quorum = config.quorum();
+        // A majority is enough: a master that is down does not delay connecting (by more than
+        // STRAGGLERS, when the majority answered first).
+        let pings = first_answers(&nodes, &config, quorum).await;
+        let mut pings: Vec<Result<()>> = pings.into_iter().flatten().collect();
+        // A master that may evict lock keys is refused even when a majority without it answered.
+        if let Some(i) = pings
+            .iter()
+            .position(|p| matches!(p, Err(LockError::Denied(m)) if m.contains("maxmemory-policy")))
+        {
+            return Err(pings.swap_remove(i).unwrap_err());
+        }
         let reachable = pings.iter().filter(|p| p.is_ok()).count();
         let denied = pings.iter().filter(|p| matches!(p, Err(LockError::Denied(_)))).count();
         if reachable < config.quorum() && nodes.len() - denied < config.quorum() {
@@ -102,8 +89,76 @@ impl RedisBackend {
     }
 }
 
+/// How long connecting waits for the other masters once a majority answered: a master that is
+/// down does not delay connecting by more, and one that answers as fast as the others (one of
+/// them may evict lock keys) is among the answers.
+const STRAGGLERS: Duration = Duration::from_millis(250);
+
+/// [`check`] of every node, at once: the answers in by [`STRAGGLERS`] after a majority's, or all
+/// of them, or those that show a majority impossible (masters that refused us for good leave too
+/// few). `answers[i]` is `None` for a node that had not answered.
+async fn first_answers(nodes: &[Node], config: &Config, quorum: usize) -> Vec<Option<Result<()>>> {
+    let mut answers: Vec<Option<Result<()>>> = nodes.iter().map(|_| None).collect();
+    let mut pending: FuturesUnordered<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| async move {
+            // Boxed as a trait object: the whole connect future's type stays small enough for
+            // the compiler to prove it `Send` (callers' futures embed it).
+            let checking: std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + '_>> =
+                Box::pin(check(node, config));
+            let r = checking.await;
+            node.record(&r);
+            (i, r)
+        })
+        .collect();
+    let mut until: Option<Instant> = None;
+    loop {
+        let next = match until {
+            None => pending.next().await,
+            Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        let Some((i, r)) = next else { break };
+        answers[i] = Some(r);
+        if answers.len() - refusals(&answers) < quorum {
+            break;
+        }
+        if until.is_none() && counts(&answers).1 >= quorum {
+            until = Some(Instant::now() + STRAGGLERS);
+        }
+    }
+    answers
+}
+
+/// Whether `node` may be used, within the connect timeout: it answers, speaks TLS if the URL asks
+/// for it ([`admit::plain_answer`] tells a plain server at once) and may not evict lock keys
+/// ([`admit::eviction`]).
+async fn check(node: &Node, config: &Config) -> Result<()> {
+    let limit = config.connect_timeout;
+    let checked = async {
+        node.ping().await?;
+        admit::eviction(node, config).await
+    };
+    let checked = async {
+        tokio::select! {
+            r = checked => r,
+            refused = admit::plain_answer(node, config) => Err(refused),
+        }
+    };
+    match tokio::time::timeout(limit, checked).await {
+        Ok(r) => r,
+        Err(_) => Err(LockError::Unavailable {
+            message: format!("connecting to redis at {}: timed out after {limit:?}", node.addr),
+            source: None,
+        }),
+    }
+}
+
 /// How many masters refused us for good ([`LockError::Denied`]): TLS that cannot be
-/// established, credentials.
+/// established, credentials, a `maxmemory-policy` that evicts.
 fn refusals(answers: &[Option<Result<()>>]) -> usize {
     answers
         .iter()

@@ -26,6 +26,7 @@ pub const OPTIONS: &[&str] = &[
     "db",
     "min_replicas",
     "replica_timeout",
+    "eviction",
 ];
 
 const DEFAULT_PORT: u16 = 6379;
@@ -144,6 +145,9 @@ pub(crate) struct Config {
     pub(crate) poller_gap: Duration,
     /// Plain layout: how long locksmith clients may hand the lock to each other before a gap.
     pub(crate) max_pass_over: Duration,
+    /// `eviction=allow`: connect to a master whose `maxmemory-policy` may evict lock keys (with a
+    /// warning) instead of refusing it (see [`crate::conn::admit`]).
+    pub(crate) allow_eviction: bool,
 }
 
 impl Config {
@@ -260,6 +264,11 @@ impl Config {
             Some("plain") => Layout::Plain,
             Some(other) => return Err(url.error(format!("layout={other:?}; expected default or plain"))),
         };
+        let allow_eviction = match url.query.get("eviction").map(String::as_str) {
+            None | Some("refuse") => false,
+            Some("allow") => true,
+            Some(other) => return Err(url.error(format!("eviction={other:?}; expected refuse or allow"))),
+        };
         let connect_timeout = url.positive_duration_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
         let response_timeout = url.positive_duration_option("response_timeout", DEFAULT_RESPONSE_TIMEOUT)?;
         if min_replicas > 0 && replica_timeout >= response_timeout {
@@ -360,6 +369,7 @@ impl Config {
             restart_delay,
             poller_gap,
             max_pass_over,
+            allow_eviction,
         })
     }
 

@@ -18,6 +18,18 @@ pub(crate) fn map_error(e: RedisError, what: &str, addr: &str) -> LockError {
             e.detail().unwrap_or("authentication failed")
         ));
     }
+    // A server over its maxmemory (with noeviction) refuses what needs memory until memory is
+    // freed: an outage that can heal, but one the message must name (the client's words are only
+    // in the source, which a waiter's "no answer at the deadline" does not show).
+    if e.code() == Some("OOM") {
+        return LockError::unavailable(
+            format!(
+                "{what} on redis at {addr}: the server is out of memory (OOM: used memory is over its \
+                 maxmemory): free memory or raise maxmemory"
+            ),
+            e,
+        );
+    }
     match e.kind() {
         ErrorKind::Parse
         | ErrorKind::UnexpectedReturnType

@@ -50,6 +50,7 @@
 //! | `min_replicas` | `1` on Sentinel and Cluster, else `0` | replicas that must acknowledge every grant and renewal (`WAIT`) before it is trusted; 0 to 16; `0` opts out (see "Replica confirmation") |
 //! | `replica_timeout` | `500ms` | how long a grant or renewal waits for them (less than `response_timeout`) |
 //! | `restart_delay` | `15s` | after the server lost its data, no lock without a fencing counter is granted until the server has been up this long; no lock's TTL may be longer (see "After data loss"); `0` turns it off |
+//! | `eviction` | `refuse` | `refuse` a master whose `maxmemory-policy` is not `noeviction` (its keys may be evicted, a held lock's among them: see "Eviction"), or `allow` it with a warning |
 //!
 //! ## Key layout
 //!
@@ -357,11 +358,26 @@
 //! default time floor). Only fencing covers it; do not flush a database that holds locks.
 //!
 //! What stays uncovered: a failover to a replica that had not received the latest writes, unless
-//! `min_replicas` is set (see "Replica confirmation"); data lost to eviction
-//! (run with `maxmemory-policy noeviction`: lock keys carry a TTL, so `volatile-*` policies may
-//! evict them); a server clock that jumps. `tests/restart.rs` restarts a server without
+//! `min_replicas` is set (see "Replica confirmation"); data lost to eviction on a server
+//! connected to with `eviction=allow` (see "Eviction"); a server clock that jumps. `tests/restart.rs` restarts a server without
 //! persistence under a held lock and a queued waiter: the old holder is told ~0.5 s after the
 //! restart, the waiter gets the lock only after `restart_delay`, with a larger token.
+//!
+//! ## Eviction
+//!
+//! A Redis whose `maxmemory-policy` is not `noeviction` deletes keys when it reaches `maxmemory`:
+//! `allkeys-*` any key, `volatile-*` those with a TTL, which every lock key has (so
+//! `volatile-lru` evicts them first). A held lock's key would vanish without its holder being
+//! told, and the lock be granted again. So connecting reads the policy of every master it uses
+//! (the server, the Sentinel's master, each Cluster master, each master of a quorum that answers
+//! by 250 ms after a majority did) with `CONFIG GET maxmemory-policy`, or from `INFO memory`
+//! where `CONFIG` is disabled or not permitted, and refuses a policy other than `noeviction` with
+//! [`locksmith_core::LockError::Denied`] (CLI exit 5) that names it and the fix: `CONFIG SET
+//! maxmemory-policy noeviction` (and the same in the server's config file). `eviction=allow` in
+//! the URL connects anyway, with a warning in the log: for a server you know never reaches its
+//! `maxmemory`. A server where neither command is permitted is used, with a warning. (A policy
+//! changed after connecting is not seen.) With `noeviction`, a full server refuses what needs
+//! memory: an acquire fails with an error (`tests/oom.rs`), and a holder can still release.
 //!
 //! ## Redis Sentinel and Redis Cluster
 //!
@@ -447,10 +463,10 @@
 //! |---|---|
 //! | `lib.rs` | these docs, `DESCRIPTOR`, `connect` |
 //! | `config.rs` | the URL and its options |
-//! | `error.rs` | Redis client errors → `LockError` |
+//! | `error.rs` | Redis client errors → `LockError` (TLS that cannot be established: `Denied`, through `locksmith_core::driver::permanent`) |
 //! | `layout.rs` | where a lock's keys and channels live, in both layouts; cluster slots |
 //! | `backend.rs` | `impl LockBackend`: each call to its protocol |
-//! | `conn/` | one logical server (`node.rs`), its connections per topology (`link.rs`), one script call (`call.rs`), a request on every server at once (`fanout.rs`), what every task shares (`inner.rs`) |
+//! | `conn/` | what connecting checks (`admit.rs`: TLS spoken where asked for, no `maxmemory-policy` that evicts), one logical server (`node.rs`), its connections per topology (`link.rs`), one script call (`call.rs`), a request on every server at once (`fanout.rs`), what every task shares (`inner.rs`) |
 //! | `protocol/` | the one wait loop (`wait.rs`) over an entry (`entry.rs`: try, step, leave, release) of the mutex (`mutex.rs`) or the other kinds (`kinds.rs`); elections (`election.rs`); the quorum of independent masters (`quorum.rs`); the scripts with the URL's settings (`scripts.rs`), and every script's behaviour tested on a real server with raw KEYS and ARGV (`script_tests.rs`, unit tests: the scripts are private to the crate) |
 //! | `lua/` | the scripts: `mutex/`, `kinds/`, `guarded/`, `helpers/` (one file each) |
 //! | `wake.rs` | pub/sub: one subscriber connection per server, a channel per waiter |

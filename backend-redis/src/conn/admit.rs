@@ -1,18 +1,31 @@
 //! What connecting checks before a server is used, besides that it answers ([`Node::ping`]):
-//! that it speaks TLS when the URL asks for it. A plain Redis never answers a TLS greeting (it
-//! waits for the end of a line that never comes), so `rediss://` at a plain server would only
-//! time out, an outage retried for ever. When the TLS ping has not finished after a moment,
-//! [`plain_answer`] asks the same address in plain RESP; a RESP answer means the server speaks no
-//! TLS: [`LockError::Denied`], at once.
+//!
+//! - **It speaks TLS when the URL asks for it.** A plain Redis never answers a TLS greeting (it
+//!   waits for the end of a line that never comes), so `rediss://` at a plain server would only
+//!   time out, an outage retried for ever. When the TLS ping has not finished after a moment,
+//!   [`plain_answer`] asks the same address in plain RESP; a RESP answer means the server speaks
+//!   no TLS: [`LockError::Denied`], at once.
+//! - **It cannot evict lock keys.** A master whose `maxmemory-policy` is not `noeviction` drops
+//!   keys when it reaches `maxmemory`: `allkeys-*` any key, `volatile-*` those with a TTL, which
+//!   every lock key has (so `volatile-lru` evicts them first). A held lock would disappear
+//!   without its holder being told, and be granted again: [`eviction`] refuses such a master
+//!   ([`LockError::Denied`], naming the setting and the fix) unless the URL says
+//!   `eviction=allow`, which logs a warning instead. The policy is read with `CONFIG GET` or,
+//!   where `CONFIG` is disabled or not permitted, from `INFO memory`; every master is checked (the
+//!   server, the Sentinel's master, each Cluster master, each member of a quorum that answers).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use locksmith_core::driver::permanent::TlsFailure;
-use locksmith_core::LockError;
+use locksmith_core::{LockError, Result};
+use redis::{ErrorKind, RedisError, RedisResult};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::{Config, Topology};
+use crate::conn::link::Conn;
 use crate::conn::node::Node;
+use crate::error::map_error;
 
 /// Resolves with [`LockError::Denied`] if `node` is a plain Redis where the URL asks for TLS;
 /// never resolves otherwise (a TLS server, no answer, not a single server, no TLS asked for). It
@@ -50,4 +63,98 @@ async fn speaks_plain_resp(addr: &str) -> Option<String> {
     let line = reply.split(|b| *b == b'\r' || *b == b'\n').next()?;
     let resp = matches!(line.first(), Some(b'+' | b'-')) && line.iter().all(|b| b.is_ascii_graphic() || *b == b' ');
     resp.then(|| String::from_utf8_lossy(line).into_owned())
+}
+
+/// Checks that no master of `node` may evict keys (see the module docs); with `eviction=allow`
+/// only warns.
+pub(crate) async fn eviction(node: &Node, config: &Config) -> Result<()> {
+    let mut masters = Vec::new();
+    if node.link.is_cluster() {
+        let owners = node
+            .link
+            .slot_owners()
+            .await
+            .map_err(|e| map_error(e, "reading the cluster's masters", &node.addr))?;
+        for (_, _, host, port) in owners {
+            if !masters.contains(&(host.clone(), port)) {
+                masters.push((host, port));
+            }
+        }
+    }
+    let mut checks = Vec::new();
+    if masters.is_empty() {
+        let conn = node
+            .link
+            .conn()
+            .await
+            .map_err(|e| map_error(e, "connecting", &node.addr))?;
+        checks.push((node.addr.clone(), conn));
+    } else {
+        for master in &masters {
+            let conn = node
+                .link
+                .node_conn(master, false)
+                .await
+                .map_err(|e| map_error(e, "connecting", &node.addr))?;
+            checks.push((format!("{}:{}", master.0, master.1), conn));
+        }
+    }
+    for (addr, mut conn) in checks {
+        let policy = match policy(&mut conn).await {
+            Ok(policy) => policy,
+            Err(e) if e.kind() == ErrorKind::Io || e.is_timeout() || e.is_connection_dropped() => {
+                return Err(map_error(e, "reading maxmemory-policy", &addr))
+            }
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "could not read the server's maxmemory-policy (CONFIG GET and INFO memory refused): make sure it is noeviction, or lock keys may be evicted");
+                continue;
+            }
+        };
+        match policy.as_deref() {
+            Some("noeviction") | None => {}
+            Some(policy) if config.allow_eviction => {
+                tracing::warn!(%addr, policy, "this redis may evict lock keys (maxmemory-policy is not noeviction; eviction=allow): a held lock can disappear without its holder being told, and be granted again");
+            }
+            Some(policy) => {
+                return Err(LockError::Denied(format!(
+                    "connecting on redis at {addr}: its maxmemory-policy is {policy}, which evicts keys \
+                     when memory runs out (lock keys have a TTL: volatile-* evicts them too), so a held \
+                     lock could vanish and be granted twice: run `CONFIG SET maxmemory-policy \
+                     noeviction` there (and in its config file), or add eviction=allow to the URL to \
+                     accept the risk"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The server's `maxmemory-policy`: `CONFIG GET`, or `INFO memory` where `CONFIG` is refused;
+/// `None` when neither says.
+async fn policy(conn: &mut Conn) -> RedisResult<Option<String>> {
+    let config: RedisResult<HashMap<String, String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(conn)
+        .await;
+    match config {
+        Ok(answer) => {
+            if let Some(policy) = answer.get("maxmemory-policy") {
+                return Ok(Some(policy.clone()));
+            }
+        }
+        Err(e) if refused(&e) => {}
+        Err(e) => return Err(e),
+    }
+    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix("maxmemory_policy:"))
+        .map(|policy| policy.trim().to_owned()))
+}
+
+/// Whether the server refused the command itself (unknown or renamed away, or not permitted),
+/// as opposed to not answering.
+fn refused(e: &RedisError) -> bool {
+    !(e.kind() == ErrorKind::Io || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal())
 }
