@@ -160,12 +160,23 @@ running_pid() { # pid of a running server, or a clear error
     owned_pid "$1" || die "$1 is not running (state dir $STATE)"
 }
 
+# SIGKILL the server and the processes it runs (P_helpers: PostgreSQL's backends, which would
+# hold its shared memory a while longer on their own), wait until they are gone, and remove what
+# only a clean stop removes (its pid file, P_lock_files): `start` may follow at once.
 cmd_kill() {
-    local pid
+    local pid pids p st deadline=$((SECONDS + 10))
     pid=$(running_pid "$1")
-    kill -KILL "$pid"
+    read -ra pids <<<"$(server_pids "$pid" "$1" | tr '\n' ' ')"
+    kill -KILL "${pids[@]}" 2>/dev/null || true
     wait_gone "$1" 10 || die "$1 (pid $pid) survived SIGKILL"
+    for p in "${pids[@]}"; do
+        while st=$(proc_state "$p") && [[ -n $st && $st != Z && $st != X ]]; do
+            ((SECONDS < deadline)) || die "$1: process $p (of pid $pid) survived SIGKILL"
+            sleep 0.05
+        done
+    done
     rm -f "$STATE/$1/pid"
+    clear_stale_lock_files "$1"
     log "killed $1 (pid $pid)"
 }
 

@@ -130,6 +130,10 @@ emit() { printf 'export %s=%s\n' "$1" "$2"; } # one line for `eval "$(scripts/ba
 #                   signal with it (see postgres-ha.sh: a postmaster's children).
 #   P_stop_signal ID  print the signal that stops ID gracefully (default TERM; PostgreSQL's
 #                   TERM waits for every client to leave, its INT does not: see postgres.sh).
+#   P_lock_files ID print the files ID writes with its pid in their first line and removes
+#                   when it stops cleanly but not when it is killed (PostgreSQL's postmaster.pid):
+#                   `kill` removes them once the server is gone, and a start removes those whose
+#                   pid is no live process of ID's (clear_stale_lock_files).
 #   P_settle ID     after `up` started ID (not after `start ID`) and it answers: wait until it
 #                   is fit for the tests (see redis.sh).
 #   P_assemble ID...  after every server of `up` answers, with this kind's ids among them
@@ -273,10 +277,34 @@ launch() {
     die "$id: the launcher did not record a pid (see $dir/server.log)"
 }
 
+# Remove the lock files of server $1 (P_lock_files) that name a pid which is not a live process
+# of $1's: one it left when it was killed. A killed process's parent must reap it, and the one
+# that inherits our detached servers (pid 1) may be slow to, or never do: PostgreSQL takes the
+# unreaped zombie of its killed postmaster for a postmaster still running ("lock file
+# "postmaster.pid" already exists") and refuses to start.
+clear_stale_lock_files() { # ID
+    local id=$1 kind=${KIND_OF[$1]:-} file pid st cmdline
+    [[ -n $kind ]] && declare -F "${kind//-/_}_lock_files" >/dev/null || return 0
+    for file in $("${kind//-/_}_lock_files" "$id"); do
+        [[ -f $file ]] || continue
+        pid=$(head -n 1 "$file" 2>/dev/null) || pid=
+        if [[ $pid =~ ^[0-9]+$ ]]; then
+            st=$(proc_state "$pid")
+            if [[ -n $st && $st != Z && $st != X ]]; then
+                cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || cmdline=
+                [[ $cmdline != *"$STATE/$id/"* ]] || continue # running: not stale
+            fi
+        fi
+        log "$id: removing $file, left by pid ${pid:-?}, which is gone"
+        rm -f "$file"
+    done
+}
+
 # Create ID's directory, make sure nothing else holds its ports, start it (its kind's start).
 start_server() {
     local id=$1 port
     mkdir -p "$STATE/$id"
+    clear_stale_lock_files "$id"
     # Something else on our ports would answer our health checks in our server's place.
     netns_ensure "$id"
     for port in $(all_ports "$id"); do

@@ -111,6 +111,8 @@ postgres_ha_helpers() { # PID
     done
 }
 
+postgres_ha_lock_files() { postgres_lock_files "$@"; } # see postgres.sh
+
 postgres_ha_failover() {
     local old new pid bin t0=$SECONDS deadline=$((SECONDS + 60))
     bin=$(postgres_bin) || die "failover: no server in /usr/lib/postgresql/*/bin"

@@ -37,6 +37,7 @@ EOF
 
 postgres_secure_stop_signal() { echo INT; } # see postgres.sh
 postgres_secure_helpers() { postgres_ha_helpers "$@"; } # see postgres.sh
+postgres_secure_lock_files() { postgres_lock_files "$@"; } # see postgres.sh
 
 postgres_secure_ready() {
     local bin

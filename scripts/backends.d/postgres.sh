@@ -118,6 +118,12 @@ postgres_stop_signal() { echo INT; }
 # alone left every open connection answered, and no pause to be seen.
 postgres_helpers() { postgres_ha_helpers "$@"; }
 
+# The postmaster's lock files, of its data directory and of its socket, which a killed postmaster
+# leaves (see clear_stale_lock_files).
+postgres_lock_files() { # ID
+    echo "$STATE/$1/data/postmaster.pid" "$STATE/$1/run/.s.PGSQL.$(client_port "$1").lock"
+}
+
 # Whether the test user's `select 1` is answered on PORT (the server, or a pooler in front of it).
 postgres_answers() { # PORT
     local bin
