@@ -61,8 +61,8 @@
 pub use locksmith_core::driver;
 pub use locksmith_core::{
     metrics, BoxError, Campaign, Dual, Election, Family, HolderInfo, Leader, LeaderGuard, LeaderWatch, ListedLock,
-    LockBuilder, LockError, LockGuard, LockInfo, LockKind, Locker, LostReason, MemoryBackend, Result, RwLock,
-    DEFAULT_TTL, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_VALUE_LEN, MIN_TTL,
+    LockBuilder, LockError, LockGuard, LockInfo, LockKind, Locker, LostReason, MemoryBackend, PruneReport, Result,
+    RwLock, DEFAULT_TTL, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_VALUE_LEN, MIN_TTL,
 };
 pub use locksmith_core::{Admission, TokenRegister, REGISTER_LOCK_PREFIX};
 pub use locksmith_core::{Guarded, GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};

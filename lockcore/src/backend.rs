@@ -65,6 +65,51 @@ impl ListedLock {
     }
 }
 
+/// What [`LockBackend::prune`] (and [`crate::Locker::prune`]) removed, or with `dry_run` would
+/// remove: counts of what the backend keeps per lock and per locker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PruneReport {
+    /// Locks nobody held or waited for, idle for the given time, whose state is gone (PostgreSQL:
+    /// rows of the `locks` table; `file://`: a lock's files).
+    pub locks: u64,
+    /// What dead lockers left (PostgreSQL: rows of the `owners` table of lockers whose heartbeat
+    /// ended that long ago; `file://`: nothing, the liveness files of dead lockers are removed
+    /// when a locker opens the directory).
+    pub owners: u64,
+    /// Whether nothing was removed: the counts are what a prune would have removed.
+    pub dry_run: bool,
+}
+
+impl PruneReport {
+    /// A report of `locks` and `owners` removed (or, with `dry_run`, that would be).
+    pub fn new(locks: u64, owners: u64, dry_run: bool) -> PruneReport {
+        PruneReport { locks, owners, dry_run }
+    }
+
+    /// A report of nothing removed (`dry_run` as asked).
+    pub fn empty(dry_run: bool) -> PruneReport {
+        PruneReport {
+            dry_run,
+            ..PruneReport::default()
+        }
+    }
+
+}
+
+/// One report's counts added to another's (one pass after another); `dry_run` is the first's.
+impl std::ops::Add for PruneReport {
+    type Output = PruneReport;
+
+    fn add(self, other: PruneReport) -> PruneReport {
+        PruneReport {
+            locks: self.locks + other.locks,
+            owners: self.owners + other.owners,
+            dry_run: self.dry_run,
+        }
+    }
+}
+
 /// A distributed-lock backend.
 ///
 /// Every request carries a [`crate::LockKind`]: the mutex, a semaphore permit, a read-write lock's
@@ -219,6 +264,28 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// too long for the store.
     fn data_key(&self, family: crate::Family, lock: &LockName, suffix: &str) -> Result<String> {
         crate::guarded::data_key_under("/locksmith-data", family, lock, suffix)
+    }
+
+    /// Removes the state of locks that nobody holds or waits for and that have been idle for at
+    /// least `idle` (no grant and no holder's lease for that long), and what dead lockers left
+    /// behind; with `dry_run`, only counts what it would remove. `idle` zero: every lock that
+    /// nobody holds or waits for now. A lock that is held or waited for is never touched, and a
+    /// lock used again after it was removed goes on with fencing tokens above every earlier one.
+    ///
+    /// The default removes nothing: etcd, ZooKeeper and Redis keep nothing of a lock once its
+    /// last holder and waiter are gone (their keys and nodes are deleted, or expire with their
+    /// lease or session), nor does `mem://`. PostgreSQL removes idle lock rows and dead
+    /// lockers' owner rows, `file://` idle lock files; both also do it by themselves now and then
+    /// (see their crate docs).
+    ///
+    /// # Errors
+    ///
+    /// What the backend's requests can fail with: [`crate::LockError::Denied`] when the server
+    /// refused the deletes (a PostgreSQL user without the grants of this release),
+    /// [`crate::LockError::Unavailable`] when it did not answer.
+    async fn prune(&self, idle: Duration, dry_run: bool) -> Result<PruneReport> {
+        let _ = idle;
+        Ok(PruneReport::empty(dry_run))
     }
 
     /// Ends this backend's session or connections, once [`crate::Locker::shutdown`] has released

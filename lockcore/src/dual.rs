@@ -460,6 +460,12 @@ impl LockBackend for Dual {
         self.new.list(prefix).await
     }
 
+    /// Both backends' prunes, the old one's first: their counts added.
+    async fn prune(&self, idle: Duration, dry_run: bool) -> Result<crate::PruneReport> {
+        let old = self.old.prune(idle, dry_run).await?;
+        Ok(old + self.new.prune(idle, dry_run).await?)
+    }
+
     /// The new backend's leader (every dual leader leads in both), shown by its dual id when it
     /// is a lease of this `Dual`.
     async fn leader(&self, name: &LockName) -> Result<Option<crate::Leader>> {

@@ -78,7 +78,7 @@ mod rwlock;
 mod store;
 mod watchdog;
 
-pub use backend::{HolderInfo, ListedLock, LockInfo};
+pub use backend::{HolderInfo, ListedLock, LockInfo, PruneReport};
 pub use dual::Dual;
 pub use election::{Campaign, Election, Leader, LeaderGuard, LeaderWatch, MAX_VALUE_LEN};
 pub use error::{BoxError, LockError, Result};

@@ -244,6 +244,45 @@ impl Locker {
         within_request_timeout(backend.as_ref(), "listing locks", backend.list(prefix)).await
     }
 
+    /// Removes what the backend keeps of locks that nobody holds or waits for and that have been
+    /// idle for at least `idle` (zero: every such lock, now), and what dead lockers left behind;
+    /// with `dry_run`, only counts it (see [`LockBackend::prune`]). What each backend removes:
+    /// PostgreSQL, rows of its `locks` and `owners` tables; `file://`, a lock's files in the
+    /// directory; etcd, ZooKeeper, Redis and `mem://` keep nothing of an unused lock, and report
+    /// nothing. A held or waited-for lock is never touched, and fencing tokens of a lock used
+    /// again stay above every earlier one. PostgreSQL and `file://` also prune by themselves
+    /// (after an idle hour); this is the call for an operator (`locksmith prune`).
+    ///
+    /// Not bounded by one request timeout: the backend works in passes (each bounded) until
+    /// nothing more is left.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Denied`] when the server refused the deletes (PostgreSQL: a user without the
+    /// grants `locksmith init --sql --grant` prints); [`LockError::Unavailable`] when it did not
+    /// answer; [`LockError::Closed`] after [`Locker::shutdown`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: each pass removes what it removes in one transaction (PostgreSQL) or one lock
+    /// at a time under the lock's own file lock (`file://`); dropped, the passes stop and what is
+    /// left stays for the next prune.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> locksmith_core::Result<()> {
+    /// let locker = locksmith_core::Locker::new(locksmith_core::MemoryBackend::new());
+    /// let report = locker.prune(std::time::Duration::from_secs(3600), true).await?;
+    /// assert_eq!(report.locks, 0); // mem:// keeps nothing of an unused lock
+    /// # Ok(()) }
+    /// ```
+    pub async fn prune(&self, idle: Duration, dry_run: bool) -> Result<crate::PruneReport> {
+        self.check_open()?;
+        self.backend().prune(idle, dry_run).await
+    }
+
     /// How many guards of this locker the watchdog is renewing right now.
     pub fn held_count(&self) -> usize {
         self.inner.watchdog.len()
