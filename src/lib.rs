@@ -1,7 +1,6 @@
 //! # locksmith
 //!
-//! One distributed-lock API over etcd, ZooKeeper, Redis, PostgreSQL, lock files shared by the
-//! processes of one machine (`file://`) and an embedded in-process backend (`mem://`).
+//! One distributed-lock API over etcd, ZooKeeper, Redis and an embedded in-process backend.
 //! Pick the backend with a URL; swapping backends is a Cargo feature and a URL, not a code change.
 //!
 //! ```

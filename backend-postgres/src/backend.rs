@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
-use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, Result};
+use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, PruneReport, Result};
 
 use crate::advisory::Sessions;
 use crate::config::Config;
@@ -18,7 +18,7 @@ use crate::protocol::{election, wait};
 use crate::{cleanup, listing, renew};
 
 /// Locks in the tables of one PostgreSQL schema (see the [crate docs](crate)). Each backend is
-/// one locker: its own connection and owner row.
+/// one locker: its own three connections and owner row.
 #[derive(Clone, Debug)]
 pub struct PgBackend {
     conn: Arc<Conn>,
@@ -34,10 +34,17 @@ impl PgBackend {
     pub async fn connect(url: &BackendUrl) -> Result<PgBackend> {
         let config = Config::parse(url)?;
         let advisory = (config.layout == Layout::Advisory).then(|| Arc::new(Sessions::new(config.clone())));
-        Ok(PgBackend {
-            conn: Conn::open(config).await?,
-            advisory,
-        })
+        let conn = Conn::open(config).await?;
+        crate::idle::keep_pruning(&conn, crate::idle::EVERY, crate::idle::IDLE);
+        Ok(PgBackend { conn, advisory })
+    }
+
+    /// Starts more passes of pruning for this locker than the one about every 10 minutes that
+    /// every locker runs: about every `every`, removing the rows idle for `idle` (tests of the
+    /// automatic passes). They stop when the locker is shut down or dropped.
+    #[doc(hidden)]
+    pub fn keep_pruning(&self, every: Duration, idle: Duration) {
+        crate::idle::keep_pruning(&self.conn, every, idle);
     }
 
     /// The live entries of `name` in `family`, as `holder:<holder id>` or `waiter:<holder id>`
@@ -69,10 +76,10 @@ impl PgBackend {
     /// What the delete can fail with.
     pub async fn delete_holders(&self, family: Family, name: &LockName) -> Result<u64> {
         let seg = segment(family, name);
-        let guard = self.conn.client().await?;
-        let client = guard.as_deref().ok_or(LockError::Closed)?;
+        let mut guard = self.conn.client().await?;
+        let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
         let n: i64 = (self.conn.statements())
-            .write(client, &self.conn.sql.delete_holders, &[&seg], false)
+            .write(client, &self.conn.sql.delete_holders, &[&seg])
             .await
             .and_then(|rows| rows.first().map_or(Ok(0), |row| row.try_get(0)))
             .map_err(|e| pg_error("deleting holders", e))?;
@@ -161,6 +168,12 @@ impl LockBackend for PgBackend {
             advisory.close();
         }
         self.conn.close().await
+    }
+
+    /// Removes idle lock rows and dead lockers' owner rows, in passes of at most 100 rows a
+    /// table (see the [crate docs](crate#idle-rows)).
+    async fn prune(&self, idle: Duration, dry_run: bool) -> Result<PruneReport> {
+        crate::idle::prune(&self.conn, idle, dry_run).await
     }
 
     fn default_ttl(&self) -> Option<Duration> {

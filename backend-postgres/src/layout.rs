@@ -27,6 +27,12 @@ impl Layout {
     }
 }
 
+/// The segment of the row in `locks` that is no lock: the high-water mark of the fencing tokens
+/// of the lock rows a prune removed (`sql/idle_locks.sql`), which a lock's next row starts from
+/// (see [`Sql::grant_in_row`], [`Sql::next_token`]). No lock's segment has a `~`
+/// ([`LockName::encoded`] is `[A-Za-z0-9_-]` and `%XX`, its family's suffix `.` and letters).
+pub(crate) const PRUNED: &str = "~pruned";
+
 /// The key of a lock's row: its family's segment of its name.
 pub(crate) fn segment(family: Family, name: &LockName) -> String {
     family.segment(name)
@@ -45,7 +51,15 @@ pub(crate) struct Sql {
     pub migrate: String,
     /// Grants lock `$1` to `$2` in its row (schema.sql) if nobody holds it there and no entry is
     /// queued: one upsert that decides on the row alone, as the raw floor's does. Its token, or
-    /// no row. `$3` owner, `$4` ttl ms, `$5` pid, `$6` host.
+    /// no row (or NULL). `$3` owner, `$4` ttl ms, `$5` pid, `$6` host.
+    ///
+    /// A lock without a row (never used, or pruned: `sql/idle_locks.sql`) gets a row whose first
+    /// token is above the high-water mark of pruned tokens ([`PRUNED`]), read `FOR SHARE` (the
+    /// latest mark, and no prune can remove a row until the statement ends). When the statement
+    /// began with a row there that was gone by the time it inserted (a prune removed it
+    /// meanwhile), or there is no mark row yet, the row is inserted without a holder and token 0
+    /// instead, answering NULL: the full step then grants, its token read after it locked the
+    /// row ([`Sql::next_token`]). A row of token 0 is never granted here for the same reason.
     pub grant_in_row: String,
     /// `grant_in_row` for a `try_acquire`, whose answer is final only when the lock is held:
     /// also answers whether the row, as the statement found it, was not `queued` (the lock was
@@ -83,7 +97,11 @@ pub(crate) struct Sql {
     pub beat: String,
     /// Adds an entry: id, segment, owner, role, value, ttl_ms, token (or null), pid, host.
     pub insert: String,
-    /// Hands out the next fencing token of a lock.
+    /// Hands out the next fencing token of a lock: above its row's last one or, for a row that
+    /// has handed out none (token 0: new, perhaps after a prune removed the lock's last row),
+    /// above the high-water mark of pruned tokens ([`PRUNED`]). Run with the row locked, in a
+    /// statement after the one that locked it: every prune that removed an earlier row of the
+    /// lock committed before this row was inserted, so this statement reads its mark.
     pub next_token: String,
     /// Grants entry `$1` token `$2` (its lease counts from now); returns its TTL in ms.
     pub grant: String,
@@ -110,6 +128,16 @@ pub(crate) struct Sql {
     pub list: String,
     /// Removes the holders of lock `$1`, as an operator would (tests); returns how many.
     pub delete_holders: String,
+    /// Adds the high-water mark's row ([`PRUNED`]) if missing.
+    pub add_pruned: String,
+    /// `idle_locks.sql`: removes up to `$2` lock rows idle for `$1` ms; how many.
+    pub idle_locks: String,
+    /// `idle_queued.sql`: up to `$2` locks idle for `$1` ms whose entries are all dead.
+    pub idle_queued: String,
+    /// `idle_owners.sql`: removes up to `$2` owner rows of lockers dead for `$1` ms; how many.
+    pub idle_owners: String,
+    /// `idle_count.sql`: how many lock rows and owner rows a prune would remove.
+    pub idle_count: String,
 }
 
 /// `text` with the schema filled in: `{schema}` quoted, `{schema_literal}` as a string literal
@@ -117,6 +145,7 @@ pub(crate) struct Sql {
 fn fill(schema: &str, text: &str) -> String {
     text.replace("{alone}", include_str!("sql/alone.sql"))
         .replace("{data}", include_str!("sql/data.sql"))
+        .replace("{pruned}", PRUNED)
         .replace("{schema_literal}", &format!("'{schema}'"))
         .replace("{schema}", &format!("\"{schema}\""))
 }
@@ -174,17 +203,26 @@ fn guarded(write: &str) -> String {
     )
 }
 
-/// The upsert of `grant_in_row` (see [`Sql::grant_in_row`]).
+/// The upsert of `grant_in_row` (see [`Sql::grant_in_row`]). `first` is the token of a new row:
+/// above the high-water mark, read `FOR SHARE` only when the statement began with no row there
+/// (the `CASE` evaluates one branch), else 0 (no grant: a row the statement saw went meanwhile).
+/// `OFFSET 0` keeps it one subquery, evaluated once.
 const GRANT_IN_ROW: &str = "INSERT INTO {schema}.locks AS l (segment, token, queued, holder, holder_owner, \
      holder_ttl_ms, holder_expires, holder_pid, holder_host) \
-     VALUES ($1, {schema}.token_after(0), false, $2, $3, $4::bigint, \
-     clock_timestamp() + $4::bigint * interval '1 millisecond', $5, $6) \
+     SELECT $1, f.first, false, \
+     CASE WHEN f.first > 0 THEN $2::text END, CASE WHEN f.first > 0 THEN $3::text END, \
+     CASE WHEN f.first > 0 THEN $4::bigint END, \
+     CASE WHEN f.first > 0 THEN clock_timestamp() + $4::bigint * interval '1 millisecond' END, \
+     CASE WHEN f.first > 0 THEN $5::integer END, CASE WHEN f.first > 0 THEN $6::text END \
+     FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM {schema}.locks WHERE segment = $1) THEN 0::bigint \
+     ELSE coalesce((SELECT {schema}.token_after(h.token) FROM {schema}.locks h \
+     WHERE h.segment = '{pruned}' FOR SHARE), 0) END AS first OFFSET 0) f \
      ON CONFLICT (segment) DO UPDATE SET token = {schema}.token_after(l.token), \
-     holder = excluded.holder, holder_owner = excluded.holder_owner, \
-     holder_ttl_ms = excluded.holder_ttl_ms, holder_expires = excluded.holder_expires, \
-     holder_pid = excluded.holder_pid, holder_host = excluded.holder_host \
-     WHERE NOT l.queued AND (l.holder IS NULL OR l.holder_expires <= clock_timestamp()) \
-     RETURNING l.token";
+     holder = $2::text, holder_owner = $3::text, holder_ttl_ms = $4::bigint, \
+     holder_expires = clock_timestamp() + $4::bigint * interval '1 millisecond', \
+     holder_pid = $5::integer, holder_host = $6::text \
+     WHERE NOT l.queued AND l.token <> 0 AND (l.holder IS NULL OR l.holder_expires <= clock_timestamp()) \
+     RETURNING CASE WHEN l.holder IS NOT NULL THEN l.token END AS token";
 
 impl Sql {
     /// The statements of `schema` (an identifier of `[a-z_][a-z0-9_]*`, checked by `config.rs`).
@@ -202,7 +240,7 @@ impl Sql {
             // further ahead (the server's clock stepped back) is bounded by the full step's prune.
             try_in_row: fill(&format!(
                 "WITH taken AS ({GRANT_IN_ROW}) SELECT (SELECT token FROM taken), \
-                 EXISTS (SELECT 1 FROM {{schema}}.locks WHERE segment = $1 AND NOT queued \
+                 EXISTS (SELECT 1 FROM {{schema}}.locks WHERE segment = $1 AND NOT queued AND token <> 0 \
                  AND (holder IS NULL \
                       OR holder_expires <= clock_timestamp() + holder_ttl_ms * interval '1 millisecond'))"
             )),
@@ -247,7 +285,9 @@ impl Sql {
                  CASE WHEN $7::bigint IS NULL THEN NULL ELSE clock_timestamp() + $6::bigint * interval '1 millisecond' END, $8, $9)",
             ),
             next_token: fill(
-                "UPDATE {schema}.locks SET token = {schema}.token_after(token) WHERE segment = $1 RETURNING token",
+                "UPDATE {schema}.locks l SET token = {schema}.token_after(CASE WHEN l.token <> 0 THEN l.token \
+                 ELSE coalesce((SELECT h.token FROM {schema}.locks h WHERE h.segment = '{pruned}'), 0) END) \
+                 WHERE l.segment = $1 RETURNING l.token",
             ),
             grant: fill(
                 "UPDATE {schema}.entries SET token = $2, \
@@ -285,6 +325,14 @@ impl Sql {
                  r AS (UPDATE {schema}.locks SET holder = NULL WHERE segment = $1 AND holder IS NOT NULL RETURNING 1) \
                  SELECT (SELECT count(*) FROM e) + (SELECT count(*) FROM r)",
             ),
+            add_pruned: fill(
+                "INSERT INTO {schema}.locks (segment, token, queued) VALUES ('{pruned}', 0, false) \
+                 ON CONFLICT (segment) DO NOTHING",
+            ),
+            idle_locks: fill(include_str!("sql/idle_locks.sql")),
+            idle_queued: fill(include_str!("sql/idle_queued.sql")),
+            idle_owners: fill(include_str!("sql/idle_owners.sql")),
+            idle_count: fill(include_str!("sql/idle_count.sql")),
         }
     }
 }

@@ -81,3 +81,21 @@ fn the_set_up_sql_is_one_transaction_and_quotes_the_role() {
         Err(LockError::InvalidUrl { .. })
     ));
 }
+
+/// A locker whose user has only the grants of `init --sql --grant` prunes: idle lock rows go
+/// (`DELETE` on `locks` is among the grants), and a name used again goes on above its token.
+#[tokio::test]
+async fn a_user_with_the_grants_prunes() {
+    use locksmith_core::conformance::Harness;
+    let h = common::PgHarness::least_privilege().await;
+    let locker = h.locker().await;
+    let guard = locker.lock("lp-prune").acquire().await.unwrap();
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let report = locker.prune(std::time::Duration::ZERO, false).await.expect("pruning as the app user");
+    assert!(report.locks >= 1, "{report:?}");
+    let again = locker.lock("lp-prune").acquire().await.unwrap();
+    assert!(again.fencing_token() > token);
+    again.release().await.unwrap();
+    locker.shutdown().await.unwrap();
+}

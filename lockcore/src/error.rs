@@ -69,46 +69,6 @@ pub enum LockError {
     /// role without permission). Retrying with the same credentials does not help.
     #[error("refused by the server: {0}")]
     Denied(String),
-
-    /// The lock was lost while work ran under it ([`crate::LockBuilder::run`],
-    /// [`crate::LockAll::run`]): its lease could not be renewed, was removed on the server, or
-    /// reached `max_hold`, before the work ended. The work was stopped (an async work is dropped at
-    /// its next await) and its result, if it had one, is not returned: another holder may have
-    /// had the lock meanwhile.
-    #[error("lock {name:?} was lost while the work ran: {reason}")]
-    Lost {
-        /// The lock name as the user gave it (for several names, the one that was lost).
-        name: String,
-        /// Why it was lost.
-        reason: crate::LostReason,
-    },
-
-    /// The task asking for the lock already holds `name` on the same [`crate::Locker`], in a way
-    /// that would keep this request from ever being granted (a second mutex request, a write
-    /// request while holding a read, every permit of a semaphore already its own): waiting would
-    /// be a self-deadlock until the timeout, so the request is refused at once. Nothing was
-    /// queued. The [crate documentation](crate#re-entry) says exactly what is detected.
-    #[error("would deadlock: this task already holds {held} of {name:?} (fencing token {fencing_token}) on this locker; release it first, or call detach_from_task() on a guard handed to another task")]
-    WouldDeadlock {
-        /// The lock name as the user gave it.
-        name: String,
-        /// What the task holds of it: `"the mutex"`, `"the write lock"`, `"3 permits"`, ...
-        held: String,
-        /// The fencing token of the guard the task holds.
-        fencing_token: u64,
-    },
-
-    /// A call of [`locksmith::blocking`] was made from inside an async context (a thread that
-    /// runs a tokio runtime, such as an `async fn` or a `#[tokio::main]`): blocking there would
-    /// stall the runtime, or deadlock it. Use the async API there, or call the blocking API from
-    /// [`tokio::task::spawn_blocking`] or a thread of your own.
-    ///
-    /// [`locksmith::blocking`]: https://docs.rs/locksmith/latest/locksmith/blocking/index.html
-    #[error("locksmith::blocking::{call} was called inside an async context (a tokio runtime); use the async API there, or call it from spawn_blocking or a thread of your own")]
-    BlockingInAsync {
-        /// The blocking call, e.g. `"LockBuilder::acquire"`.
-        call: &'static str,
-    },
 }
 
 impl LockError {

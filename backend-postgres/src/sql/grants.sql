@@ -4,8 +4,9 @@
 GRANT USAGE ON SCHEMA {schema} TO {role};
 -- The format version, read at connect.
 GRANT SELECT ON {schema}.meta TO {role};
--- Lock rows: inserted on first use, token moved forward, holder kept; never deleted.
-GRANT SELECT, INSERT, UPDATE ON {schema}.locks TO {role};
+-- Lock rows: inserted on first use, token moved forward, holder kept; deleted once idle (a
+-- prune: idle_locks.sql).
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.locks TO {role};
 -- Owner rows and queue entries: added, beaten, removed.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.owners, {schema}.entries TO {role};
 GRANT USAGE ON SEQUENCE {schema}.entries_seq_seq TO {role};

@@ -37,5 +37,7 @@ DROP FUNCTION IF EXISTS {schema}.grant_alone(text, text, text, bigint, integer, 
 ALTER TABLE {schema}.locks SET (fillfactor = 50);
 ALTER TABLE {schema}.owners SET (fillfactor = 50);
 ALTER TABLE {schema}.entries SET (fillfactor = 50);
+-- The high-water mark of pruned tokens (schema.sql), for prunes to come.
+INSERT INTO {schema}.locks (segment, token, queued) VALUES ('{pruned}', 0, false) ON CONFLICT (segment) DO NOTHING;
 UPDATE {schema}.meta SET value = '7' WHERE key = 'version' AND value IN ('1', '2', '3', '4', '5', '6');
 COMMIT;

@@ -10,8 +10,11 @@ CREATE SCHEMA IF NOT EXISTS {schema};
 -- 'version': the format of these tables; a later release migrates from it.
 CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL);
 INSERT INTO {schema}.meta (key, value) VALUES ('version', '7') ON CONFLICT (key) DO NOTHING;
--- One row per lock ever used: its row lock serialises the steps on the lock, and token, the last
--- fencing token handed out, keeps tokens increasing (rows are never deleted by locksmith).
+-- One row per lock in use: its row lock serialises the steps on the lock, and token, the last
+-- fencing token handed out, keeps tokens increasing. A row idle for long (nobody holds or waits,
+-- no token handed out for the idle time) is removed by a prune (idle_locks.sql), which keeps the
+-- largest token it removed in the row '{pruned}' (no lock's segment has a '~'), the high-water
+-- mark that a lock's next row starts from: its tokens go on above every earlier one.
 -- since: every entry of the lock has seq >= since (a lower bound, moved forward only under the
 -- row lock). The reads of a queue start there: the index entries of deleted entries stay in
 -- entries_by_segment until VACUUM removes them, and a lock taken and released thousands of times
@@ -69,6 +72,8 @@ CREATE TABLE IF NOT EXISTS {schema}.entries (
 ) WITH (fillfactor = 50);
 CREATE INDEX IF NOT EXISTS entries_by_segment ON {schema}.entries (segment, seq);
 CREATE INDEX IF NOT EXISTS entries_by_owner ON {schema}.entries (owner);
+-- The high-water mark of pruned tokens (above); a locker adds it too where it is missing.
+INSERT INTO {schema}.locks (segment, token, queued) VALUES ('{pruned}', 0, false) ON CONFLICT (segment) DO NOTHING;
 {data}
 {alone}
 COMMIT;
