@@ -1,6 +1,7 @@
 //! # locksmith
 //!
-//! One distributed-lock API over etcd, ZooKeeper, Redis and an embedded in-process backend.
+//! One distributed-lock API over etcd, ZooKeeper, Redis, PostgreSQL, lock files shared by the
+//! processes of one machine (`file://`) and an embedded in-process backend (`mem://`).
 //! Pick the backend with a URL; swapping backends is a Cargo feature and a URL, not a code change.
 //!
 //! ```

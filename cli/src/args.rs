@@ -24,7 +24,7 @@ fn default_url() -> String {
 #[command(
     name = "locksmith",
     version,
-    about = "flock(1) for etcd, ZooKeeper, Redis, lock files on this machine and an in-process store: run a command under a distributed lock, a semaphore permit, a read-write lock, or while leading an election",
+    about = "flock(1) for etcd, ZooKeeper, Redis, PostgreSQL, lock files on this machine and an in-process store: run a command under a distributed lock, a semaphore permit, a read-write lock, or while leading an election",
     after_help = EXIT_CODES_HELP
 )]
 pub struct Cli {

@@ -159,3 +159,72 @@ fn an_interrupted_try_leaves_nothing_held() {
     assert_code(&run(&["--url", &url, "try", &name]), 0);
     assert_eq!(out.code, Some(143), "not the exit code of a SIGTERM: {out:?}");
 }
+
+/// The transaction pooler's URL (PgBouncer, `pool_mode = transaction`), in this binary's schema.
+fn pooler_url() -> String {
+    format!("{}?schema={}", env_url("LOCKSMITH_TEST_PGBOUNCER_TXN"), schema())
+}
+
+/// Behind a transaction pooler without `listen=`, `run` is refused at once (exit 2, one line that
+/// names the fix) instead of retrying or waiting for a wake-up that never comes. (It used to
+/// connect, then fail with "prepared statement \"s1\" already exists" as an unavailable backend,
+/// which `run` retried.)
+#[test]
+fn a_transaction_pooler_without_listen_is_refused_at_once() {
+    let started = std::time::Instant::now();
+    let out = run(&[
+        "--url",
+        &pooler_url(),
+        "run",
+        "--timeout",
+        "30s",
+        &unique_name("pool"),
+        "--",
+        "true",
+    ]);
+    assert_clean_error(&out, 2);
+    assert!(out.stderr.contains("listen="), "{}", out.stderr);
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(10), "refused after {took:?}");
+}
+
+/// 5 contenders x 10 runs of a read-sleep-write critical section through a transaction pooler
+/// (with `listen=` naming the server): every run exits 0, no update is lost.
+#[test]
+fn contenders_through_a_transaction_pooler_lose_no_update() {
+    let server = BackendUrl::parse(&env_url("LOCKSMITH_TEST_POSTGRES")).unwrap();
+    let url = format!("{}&listen={}", pooler_url(), server.hosts[0].to_addr(5432));
+    let dir = std::env::temp_dir().join(unique_name("pool-counter"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let counter = dir.join("n");
+    std::fs::write(&counter, "0").unwrap();
+    let name = unique_name("pool-counter");
+    let section = format!("n=$(cat {0}); sleep 0.01; echo $((n + 1)) > {0}", counter.display());
+    let workers: Vec<_> = (0..5)
+        .map(|_| {
+            let (url, name, section) = (url.clone(), name.clone(), section.clone());
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let out = run(&[
+                        "--url",
+                        &url,
+                        "run",
+                        "--timeout",
+                        "60s",
+                        &name,
+                        "--",
+                        "sh",
+                        "-c",
+                        &section,
+                    ]);
+                    assert_code(&out, 0);
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "50");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -65,10 +65,52 @@ pub enum LockError {
     #[error("the locker was shut down")]
     Closed,
 
-    /// The server refused us: wrong user or password, or our identity may not do this (an ACL, a
-    /// role without permission). Retrying with the same credentials does not help.
-    #[error("refused by the server: {0}")]
+    /// We were refused, for a reason no retry mends: a wrong user or password, a database that
+    /// does not exist, our identity may not do this (an ACL, a role without permission, a lock
+    /// directory we may not write). Retrying with the same settings does not help. (Its text
+    /// says "refused", not "refused by the server": `file://` has no server.)
+    #[error("refused: {0}")]
     Denied(String),
+
+    /// The lock was lost while work ran under it ([`crate::LockBuilder::run`],
+    /// [`crate::LockAll::run`]): its lease could not be renewed, was removed on the server, or
+    /// reached `max_hold`, before the work ended. The work was stopped (an async work is dropped at
+    /// its next await) and its result, if it had one, is not returned: another holder may have
+    /// had the lock meanwhile.
+    #[error("lock {name:?} was lost while the work ran: {reason}")]
+    Lost {
+        /// The lock name as the user gave it (for several names, the one that was lost).
+        name: String,
+        /// Why it was lost.
+        reason: crate::LostReason,
+    },
+
+    /// The task asking for the lock already holds `name` on the same [`crate::Locker`], in a way
+    /// that would keep this request from ever being granted (a second mutex request, a write
+    /// request while holding a read, every permit of a semaphore already its own): waiting would
+    /// be a self-deadlock until the timeout, so the request is refused at once. Nothing was
+    /// queued. The [crate documentation](crate#re-entry) says exactly what is detected.
+    #[error("would deadlock: this task already holds {held} of {name:?} (fencing token {fencing_token}) on this locker; release it first, or call detach_from_task() on a guard handed to another task")]
+    WouldDeadlock {
+        /// The lock name as the user gave it.
+        name: String,
+        /// What the task holds of it: `"the mutex"`, `"the write lock"`, `"3 permits"`, ...
+        held: String,
+        /// The fencing token of the guard the task holds.
+        fencing_token: u64,
+    },
+
+    /// A call of [`locksmith::blocking`] was made from inside an async context (a thread that
+    /// runs a tokio runtime, such as an `async fn` or a `#[tokio::main]`): blocking there would
+    /// stall the runtime, or deadlock it. Use the async API there, or call the blocking API from
+    /// [`tokio::task::spawn_blocking`] or a thread of your own.
+    ///
+    /// [`locksmith::blocking`]: https://docs.rs/locksmith/latest/locksmith/blocking/index.html
+    #[error("locksmith::blocking::{call} was called inside an async context (a tokio runtime); use the async API there, or call it from spawn_blocking or a thread of your own")]
+    BlockingInAsync {
+        /// The blocking call, e.g. `"LockBuilder::acquire"`.
+        call: &'static str,
+    },
 }
 
 impl LockError {
@@ -93,3 +135,19 @@ impl LockError {
 
 /// `Result` with [`LockError`].
 pub type Result<T, E = LockError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal names no server: `file://` refuses a lock directory it may not write, and has
+    /// none (it read "refused by the server: cannot open …").
+    #[test]
+    fn a_refusal_names_no_server() {
+        let e = LockError::Denied("cannot open the lock file /run/locks/a: Permission denied (os error 13)".into());
+        assert_eq!(
+            e.to_string(),
+            "refused: cannot open the lock file /run/locks/a: Permission denied (os error 13)"
+        );
+    }
+}

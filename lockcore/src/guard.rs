@@ -32,6 +32,8 @@ pub struct LockGuard {
     /// The runtime the lock was taken on: the release runs there when the guard is released or
     /// dropped where no runtime runs.
     runtime: Option<tokio::runtime::Handle>,
+    /// This guard's entry in its locker's re-entry detection (see [`LockGuard::detach_from_task`]).
+    ticket: crate::reentry::Ticket,
 }
 
 impl LockGuard {
@@ -39,6 +41,7 @@ impl LockGuard {
         let watch_id = locker.inner().watchdog.register(lease.clone(), max_hold);
         let on_lost = labels.clone();
         lease.lost.on_lost(move |reason| on_lost.lost(reason));
+        let ticket = locker.inner().life.holders.insert(&lease);
         LockGuard {
             locker,
             lease,
@@ -47,14 +50,21 @@ impl LockGuard {
             labels,
             granted: Instant::now(),
             runtime: tokio::runtime::Handle::try_current().ok(),
+            ticket,
         }
     }
 
     /// Stops renewing and counts the end of the guard.
     fn finish(&mut self) {
         self.finished = true;
+        self.locker.inner().life.holders.remove(&self.ticket);
         self.locker.inner().watchdog.unregister(self.watch_id);
         self.labels.guard_ended(self.granted.elapsed());
+    }
+
+    /// The locker the lock was taken through.
+    pub(crate) fn locker(&self) -> &Locker {
+        &self.locker
     }
 
     /// The lock name.
@@ -69,6 +79,7 @@ impl LockGuard {
 
     /// The fencing token: strictly greater than every earlier holder's token for this lock name.
     pub fn fencing_token(&self) -> u64 {
+        self.ticket.touch();
         self.lease.fencing_token
     }
 
@@ -82,6 +93,7 @@ impl LockGuard {
     /// to declare it lost (a process that was paused, a runtime whose threads were blocked):
     /// check it after such a pause, before acting as the holder.
     pub fn is_held(&self) -> bool {
+        self.ticket.touch();
         !self.lease.lost.is_lost() && !self.lease.lost.ran_out()
     }
 
@@ -111,8 +123,44 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        self.ticket.touch();
         let signal = self.lease.lost.clone();
         async move { signal.wait().await }
+    }
+
+    /// Says that no task of this process holds this guard any more, for re-entry detection,
+    /// until it is next used: call it before handing the guard to another task that may not use
+    /// it at once, when the task that took it may ask for the same lock again meanwhile.
+    ///
+    /// Re-entry detection ([`crate::LockError::WouldDeadlock`]) counts a guard as held by the
+    /// tokio task that took it (outside any task, by the thread: `#[tokio::main]`'s body,
+    /// `locksmith::blocking`), and by the task that last called one of its methods
+    /// ([`LockGuard::fencing_token`], [`LockGuard::is_held`], [`LockGuard::lost`],
+    /// [`LockGuard::guarded`], [`LockGuard::lease`]). A guard moved into another task and not
+    /// yet used there still counts as its taker's: without this call, the taker asking for the
+    /// lock again at once is refused instead of waiting for the other task's release.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("jobs").acquire().await?;
+    /// guard.detach_from_task();
+    /// let worker = tokio::spawn(async move {
+    ///     // ... the job, under the lock ...
+    ///     guard.release().await
+    /// });
+    /// // Waits for the worker's release (without the call above: WouldDeadlock at once).
+    /// let next = locker.lock("jobs").acquire().await?;
+    /// worker.await.expect("the worker")?;
+    /// next.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn detach_from_task(&self) {
+        self.ticket.detach();
     }
 
     /// Guarded writes under this lock: writes to the coordination store itself (etcd keys, Redis
@@ -134,6 +182,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn guarded(&self) -> crate::Guarded<'_> {
+        self.ticket.touch();
         crate::Guarded::new(self.locker.backend().as_ref(), &self.lease)
     }
 
@@ -167,6 +216,7 @@ impl LockGuard {
 
     /// The backend's record of this lease.
     pub fn lease(&self) -> &Lease {
+        self.ticket.touch();
         &self.lease
     }
 

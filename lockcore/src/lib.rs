@@ -48,6 +48,72 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Work under a lock
+//!
+//! [`LockBuilder::run`] takes the lock, runs the work with a [`Held`] (fencing token, guarded
+//! writes), stops the work and answers [`LockError::Lost`] if the lock is lost before the work
+//! ends (never the work's value then), releases the lock however the work ends (a value, an
+//! error, a panic) and returns the work's value:
+//!
+//! ```
+//! # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), locksmith::LockError> {
+//! # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+//! let token = locker
+//!     .lock("reports/daily")
+//!     .run(|held| async move {
+//!         // ... the work, passing held.fencing_token() to what it writes ...
+//!         held.fencing_token()
+//!     })
+//!     .await?;
+//! # assert!(token > 0);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Several locks at once
+//!
+//! [`Locker::lock_all`] takes a set of mutexes in one global order (sorted, duplicates removed),
+//! so two callers naming them in different orders cannot deadlock; one timeout for the set; every
+//! guard or none (a failure or cancellation part-way releases what was taken at once); one
+//! [`MultiGuard::lost`] for the set, and [`LockAll::run`].
+//!
+//! ```
+//! # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), locksmith::LockError> {
+//! # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+//! let both = locker.lock_all(["accounts/bob", "accounts/alice"]).acquire().await?;
+//! // ... move money from one to the other ...
+//! both.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Re-entry
+//!
+//! Locks are **not re-entrant**, as in DistributedLock (.NET), and unlike Redisson's `RLock`
+//! (which counts re-entries by thread): a guard is one holder, one fencing token, one release.
+//! What locksmith adds is an answer instead of a self-deadlock: an `acquire` of a lock that the
+//! *same task* already holds *on the same [`Locker`]*, such that its own guards would keep the
+//! request from ever being granted, fails at once with [`LockError::WouldDeadlock`] naming the
+//! lock and the token held, with nothing queued, instead of waiting for its timeout:
+//!
+//! - a mutex, a write lock or an election's leadership, while the task holds any guard of it;
+//! - a read lock while the task holds the write lock (a read after a read is granted: readers
+//!   share, though a writer queued in between makes the second read wait for the first);
+//! - a semaphore permit while every permit of the semaphore is the task's own (a second permit
+//!   with permits to spare is granted).
+//!
+//! `try_acquire` never waits and answers `None` as for any held lock; [`LockAll`] refuses a set
+//! that has a name the task holds. Two tasks that contend are never refused, whatever locker
+//! they share. "The task" is the tokio task that took the guard ([`tokio::task::try_id`]), or,
+//! where no task runs (the body of `#[tokio::main]`, a runtime's `block_on`,
+//! `locksmith::blocking`), the thread; it becomes the task that last used the guard (any method
+//! of it). A guard moved into another task and not used there yet still counts as its taker's:
+//! call [`LockGuard::detach_from_task`] before handing it on if the taker may ask again
+//! meanwhile. Another [`Locker`] (another connection) is another holder, as another process
+//! is: a request there waits, as it should.
+//!
 //! The design (the contract, the guard and watchdog, fencing, name encoding) is explained in
 //! `docs/design.md` of the repository.
 
@@ -70,10 +136,13 @@ mod lease;
 mod locker;
 mod memory;
 pub mod metrics;
+mod multi;
 mod name;
 mod outage;
+mod reentry;
 mod register;
 mod release_again;
+mod run;
 mod rwlock;
 mod store;
 mod watchdog;
@@ -87,7 +156,9 @@ pub use guarded::{GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
 pub use lease::{Family, LockKind, LostReason, DEFAULT_TTL, MAX_PERMITS, MAX_TTL, MIN_TTL};
 pub use locker::{LockBuilder, Locker};
 pub use memory::MemoryBackend;
+pub use multi::{LockAll, MultiGuard};
 pub use name::MAX_NAME_LEN;
 pub use register::{Admission, TokenRegister, REGISTER_LOCK_PREFIX};
+pub use run::{Held, HeldAll};
 pub use rwlock::RwLock;
 pub use store::Guarded;

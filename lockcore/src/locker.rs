@@ -461,6 +461,8 @@ pub(crate) struct Life {
     pub(crate) tally: crate::driver::cleanup::Tally,
     /// Set once by [`Locker::shutdown`].
     pub(crate) closed: tokio::sync::watch::Sender<bool>,
+    /// Which task holds which guard: re-entry detection (see [`crate::reentry`]).
+    pub(crate) holders: crate::reentry::Holders,
 }
 
 impl fmt::Debug for Locker {
@@ -593,7 +595,10 @@ impl LockBuilder {
     ///
     /// [`LockError::Timeout`] when the timeout passed while the lock was held by others;
     /// [`LockError::Unavailable`] when the backend did not answer (a waiter with time left rides
-    /// out an outage); [`LockError::Closed`] after [`Locker::shutdown`]; the option and name
+    /// out an outage); [`LockError::Closed`] after [`Locker::shutdown`];
+    /// [`LockError::WouldDeadlock`] at once, with nothing queued, when this task's own guards of
+    /// the lock on this locker would keep the request from being granted (see the
+    /// [crate documentation](crate#re-entry)); the option and name
     /// errors of the builder. Whatever the error, this attempt's queue entry has been removed
     /// before it is returned (unless the backend stopped answering: then the removal goes on in
     /// the background, and [`Locker::shutdown`] waits for it), so a process may exit right away.
@@ -605,6 +610,8 @@ impl LockBuilder {
     /// with the cancellation is released.
     pub async fn acquire(self) -> Result<LockGuard> {
         let (req, backend, labels, _in_flight) = self.begin()?;
+        // Re-entry: refused before anything is queued (see `crate::reentry`).
+        self.locker.inner.life.holders.check(&req.name, &req.kind)?;
         let span = request_span!("acquire", req, backend);
         async {
             let start = Instant::now();

@@ -46,6 +46,7 @@ impl Harness for MemHarness {
 locksmith_core::conformance_tests!(harness());
 locksmith_core::primitive_tests!(harness());
 locksmith_core::guarded_tests!(harness());
+locksmith_core::composite_tests!(harness(), rounds = 1000);
 
 /// Bug: every change of a lock woke every waiter of it, and each looked at the whole queue under
 /// the store's one lock: draining N waiters cost O(N²) turns (398 for 50 here). A release now wakes

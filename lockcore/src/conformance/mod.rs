@@ -20,6 +20,7 @@
 
 pub use harness::{env_url, unique_name, until_waiters, within, Harness};
 
+pub mod composite;
 pub mod deadlines;
 pub mod election;
 pub mod guarded;
