@@ -132,7 +132,7 @@ struct Session {
 
 impl Session {
     async fn open(config: &Config) -> Result<Session> {
-        let client = connect(config).await?;
+        let client = connect(config, None).await?;
         let what = "opening an advisory lock's session";
         let setup = async {
             // A server waiting for a lock on behalf of a client that vanished notices it within a
@@ -386,7 +386,7 @@ impl Sessions {
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&pids, &keys];
             let what = "a check of the advisory sessions";
             let rows = match conn
-                .leases
+                .link
                 .read_within(
                     &conn.config,
                     what,

@@ -18,7 +18,7 @@ use crate::protocol::{election, wait};
 use crate::{cleanup, listing, renew};
 
 /// Locks in the tables of one PostgreSQL schema (see the [crate docs](crate)). Each backend is
-/// one locker: its own three connections and owner row.
+/// one locker: its own connection and owner row.
 #[derive(Clone, Debug)]
 pub struct PgBackend {
     conn: Arc<Conn>,
@@ -76,10 +76,10 @@ impl PgBackend {
     /// What the delete can fail with.
     pub async fn delete_holders(&self, family: Family, name: &LockName) -> Result<u64> {
         let seg = segment(family, name);
-        let mut guard = self.conn.client().await?;
-        let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
+        let guard = self.conn.client().await?;
+        let client = guard.as_deref().ok_or(LockError::Closed)?;
         let n: i64 = (self.conn.statements())
-            .write(client, &self.conn.sql.delete_holders, &[&seg])
+            .write(client, &self.conn.sql.delete_holders, &[&seg], false)
             .await
             .and_then(|rows| rows.first().map_or(Ok(0), |row| row.try_get(0)))
             .map_err(|e| pg_error("deleting holders", e))?;

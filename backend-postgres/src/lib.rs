@@ -56,26 +56,49 @@
 //!   the server's clock has not stepped back past those grants (`tests/data_loss.rs`).
 //! - **Cancellation**: an `acquire` given up on removes its entry, after any step still in flight
 //!   (`cleanup.rs`).
-//! - **Connections**: three per locker (steps, leases, LISTEN), whatever the number of locks and
-//!   waiters; steps of one locker run one at a time, renewals and heartbeats beside them. 1,000
-//!   waiters in 10 processes use 30 connections. A connection that goes silent without closing (a
-//!   flow a NAT or firewall dropped) is replaced: a renewal or heartbeat unanswered within the
-//!   request timeout drops the leases connection (as a step does the steps'), and the LISTEN
-//!   connection is probed (`SELECT 1`) every request timeout. Every connection has TCP
+//! - **Connections**: one per locker, whatever the number of locks and waiters: steps,
+//!   renewals, heartbeats and the `LISTEN` share it. Steps of one locker run one at a time; a
+//!   renewal or heartbeat goes before every step waiting for the connection (after the one in
+//!   flight), so a backlog of steps never delays a lease. 1,000 waiters in 10 processes use 10
+//!   connections (`tests/processes.rs` counts them in `pg_stat_activity`); connecting opens a
+//!   second one for a moment, to check that a NOTIFY from another session reaches the `LISTEN`
+//!   (what a transaction pooler breaks, below). A connection that goes silent without closing (a
+//!   flow a NAT or firewall dropped) is replaced: a request unanswered within the request timeout
+//!   drops it, and an idle one is probed (`SELECT 1`) every request timeout; when it is replaced,
+//!   every waiter takes a step (a notification may have been missed). Every connection has TCP
 //!   keepalives (30 s idle). A step cut off that way mid-transaction is ended by the server
 //!   (`idle_in_transaction_session_timeout`, the request timeout): its session would otherwise
 //!   keep the lock's row locked against every client until the server's TCP gave up. Tested
 //!   through a proxy that freezes the connections open (`tests/half_open.rs`).
-//! - **PgBouncer**: works in **session** pooling mode (tested: every shared conformance suite
-//!   passes through it). Not in transaction or statement pooling: `LISTEN` needs a session of its
-//!   own; point the URL at the server (or a session-mode pool) instead.
+//! - **PgBouncer**: works in **session** pooling mode, and in **transaction** pooling mode with
+//!   `listen=HOST:PORT` (tested: every shared conformance suite passes through each,
+//!   `tests/pgbouncer.rs`, `tests/transaction_pooling.rs`). A transaction pooler gives each
+//!   transaction whichever server session is free, so nothing of a session lasts: with
+//!   `listen=`, locksmith prepares no statement by name (each is sent unnamed with its
+//!   parameter types, learned once per connection by a simple query that prepares, reads and
+//!   deallocates it), sets its session settings in every transaction, and sends a write outside
+//!   a step as `BEGIN`, the statement and `COMMIT` at once. `LISTEN` cannot work through it at
+//!   all, so the `LISTEN` connection goes to the `listen=` servers (the PostgreSQL server itself,
+//!   or a session-mode pool; user, password, database and TLS as the URL's): one per locker
+//!   besides the pooler's. A URL that reaches a transaction pooler without `listen=` is refused
+//!   at connect with [`locksmith_core::LockError::InvalidUrl`] naming the fix (a NOTIFY from a
+//!   second session did not reach the `LISTEN` within the connect timeout). `layout=advisory`
+//!   holds session locks and cannot go through a transaction pooler. Statement pooling cannot
+//!   carry the steps' transactions.
 //!
 //! # URL
 //!
 //! `postgres://user:password@host:port/db`: port 5432, user `postgres` and the user's database by
 //! default. The password comes from the URL, `password_file=`, or `LOCKSMITH_PASSWORD`, and is
-//! never printed. Options: `ttl=`, `request_timeout=` (5 s), `connect_timeout=` (5 s), `schema=`,
-//! `layout=default|advisory` (below), `replication=sync|async` (below).
+//! never printed. Options: `ttl=`, `request_timeout=` (5 s), `connect_timeout=` (5 s; libpq's
+//! bare seconds, `connect_timeout=10`, too), `schema=`, `layout=default|advisory` (below),
+//! `replication=sync|async` (below), `listen=host:port[,host:port…]` (behind a transaction
+//! pooler, above). From libpq, so that a hosting provider's `DATABASE_URL` works as it is:
+//! `application_name=` (what `pg_stat_activity` shows; `locksmith` by default), `options=` (the
+//! session's start-up options, `-c name=value`), `target_session_attrs=` (`any`, `read-write`
+//! or `primary`: locksmith always connects to the server that takes writes; the values that ask
+//! for a standby are refused), and `sslrootcert=`, `sslcert=`, `sslkey=` (the same as `ca=`,
+//! `cert=`, `key=`). An unknown option is refused, every one named.
 //!
 //! **A primary and its standbys**: `postgres://user@db1:5432,db2:5432/db` names every server;
 //! each connection goes to the one that accepts writes (the others are asked in turn, each host
@@ -114,6 +137,15 @@
 //! `tests/advisory.rs`).
 //!
 //! # Set-up and rights
+//!
+//! **The schema and `search_path`.** PostgreSQL's default `search_path` is `"$user", public`: for
+//! a user named like locksmith's schema (a role `locksmith` and the default `schema=locksmith`),
+//! that schema comes first, and the application's own unqualified `CREATE TABLE orders` would
+//! land among locksmith's tables once the first locker created them. locksmith's own statements
+//! always name the schema, so they are not affected; your application's are. Give such a user
+//! another `schema=` (every locker of a lock must use the same), or set its `search_path`
+//! (`ALTER ROLE locksmith SET search_path = public`). The default is not changed for this: lockers
+//! of two releases with different defaults would not see each other's locks.
 //!
 //! The first locker creates the schema and its tables (`src/sql/schema.sql`, in one transaction
 //! under an advisory lock; a `meta` row holds their format version, which every locker checks at

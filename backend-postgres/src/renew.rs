@@ -1,11 +1,12 @@
-//! `renew_many`: one statement (`src/sql/renew.sql`), on the locker's leases connection, extends every listed
+//! `renew_many`: one statement (`src/sql/renew.sql`), on the locker's connection before any
+//! waiting step, extends every listed
 //! lease that is still live by its own TTL, on the server's clock, wherever it is kept (its lock's
 //! row or its entry). A lease it did not extend
 //! (expired, removed by an operator, taken over after an expiry) answers `NotHeld`, and the
 //! watchdog fires its lost signal.
 //!
 //! A renewal takes at most the request timeout; one that got no answer by then (or whose future
-//! was dropped: the watchdog's own deadline) drops the leases connection, and the next renewal
+//! was dropped: the watchdog's own deadline) drops the connection, and the next renewal
 //! or heartbeat opens a new one: a connection that went silent without closing (a flow a NAT or
 //! firewall dropped) would otherwise hold every later renewal behind the unanswered one, and
 //! every lease of the locker would be lost one TTL later, again and again.
@@ -49,7 +50,7 @@ async fn renew(conn: &Conn, leases: &[Lease]) -> Result<HashSet<String>> {
     let ids: Vec<String> = leases.iter().map(|l| entry_id(&l.holder_id).to_owned()).collect();
     let segments: Vec<String> = leases.iter().map(|l| segment(l.kind.family(), &l.name)).collect();
     let params: [&(dyn ToSql + Sync); 3] = [&conn.owner_id, &ids, &segments];
-    let rows = (conn.leases)
+    let rows = (conn.link)
         .query_within(&conn.config, "a renewal", "renewing", &conn.sql.renew, &params)
         .await?;
     rows.iter()

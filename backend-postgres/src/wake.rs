@@ -1,4 +1,6 @@
-//! Wake-ups pushed by the server: one LISTEN connection per locker, on the schema's channel.
+//! Wake-ups pushed by the server: the locker LISTENs on the schema's channel, on its one
+//! connection (`crate::conn`; [`drive`] hands what arrives to the [`Hub`]), or behind a
+//! transaction pooler on a connection of its own to the `listen=` servers ([`Hub::start`]).
 //! Every step that changes a queue NOTIFYs in its transaction, so the notification arrives once
 //! the change is committed; its payload ([`payload`]) names the lock's segment and **the waiters
 //! that have something to do**: those the step granted, with their fencing tokens (a waiter
@@ -11,13 +13,15 @@
 //!
 //! Observers of a lock (an election's watchers) are woken by every notification of it.
 //!
-//! Nothing else is ever sent on that connection, so a flow that a NAT or firewall dropped in
-//! silence (idle timeouts do) would never end it: every waiter it should wake would sleep on
-//! (a granted one until its grant expired, and then until its deadline). So the hub probes it
-//! (`SELECT 1`) every request timeout ([`probe`]), and a probe unanswered within the request
-//! timeout counts as a lost connection.
+//! A locker with nothing to do sends nothing on its connection, so a flow that a NAT or firewall
+//! dropped in silence (idle timeouts do) would never end it: every waiter it should wake would
+//! sleep on (a granted one until its grant expired, and then until its deadline). So the
+//! connection is probed (`SELECT 1`) every request timeout (`crate::conn`'s keeper, or
+//! [`probe`] for a connection of the hub's own), and a probe unanswered within the request timeout
+//! counts as a lost connection.
 //!
-//! When the connection is lost, the hub reconnects, with a growing pause, until it is stopped. A
+//! When the connection is lost, every waiter is told to take a step (a notification may have been
+//! missed), and a new connection is opened, with a growing pause, until the locker shuts down. A
 //! waiter registers ([`Hub::waiter`]) before its first step, so nothing addressed to it after that
 //! step is lost.
 //!
@@ -36,7 +40,7 @@ use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
-use tokio_postgres::{AsyncMessage, Client};
+use tokio_postgres::{AsyncMessage, Client, Notification};
 
 use crate::config::Config;
 use crate::error::pg_error;
@@ -169,21 +173,89 @@ pub(crate) struct Hub {
     heard: Notify,
 }
 
+/// Where a connection hands the notifications it receives ([`drive`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Listener {
+    /// The hub of the locker.
+    pub hub: Weak<Hub>,
+    /// The channel of the locks (`Sql::channel`); a notification on another one is a check's
+    /// ([`check_delivery`]).
+    pub channel: String,
+}
+
+impl Listener {
+    /// Hands `n` to the hub: `false` once the hub is gone.
+    fn deliver(&self, n: &Notification) -> bool {
+        let Some(hub) = self.hub.upgrade() else {
+            return false;
+        };
+        if n.channel() == self.channel {
+            let (segment, directives) = parse(n.payload());
+            hub.wake(Some(segment), directives.as_deref());
+        } else {
+            hub.heard.notify_one();
+        }
+        true
+    }
+}
+
+/// Drives `connection` until it ends, handing its notifications to `listener`.
+pub(crate) async fn drive(mut connection: crate::dial::Connection, listener: Option<Listener>) {
+    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(message) = messages.next().await {
+        match message {
+            Ok(AsyncMessage::Notification(n)) => {
+                if let Some(listener) = &listener {
+                    if !listener.deliver(&n) {
+                        return;
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "postgres: a connection ended");
+                return;
+            }
+        }
+    }
+}
+
 impl Hub {
-    /// Connects the LISTEN connection (to the `listen=` servers if the URL names them; an error
-    /// if the first connection fails), checks that it hears what `notifier`, another connection
-    /// of the locker, NOTIFYs ([`check_delivery`]), and starts it.
-    pub async fn start(config: &Config, channel: &str, notifier: &Client) -> Result<Arc<Hub>> {
-        let hub = Arc::new(Hub {
+    /// A hub whose notifications come from the locker's connection ([`drive`]).
+    pub fn new() -> Arc<Hub> {
+        Arc::new(Hub {
             locks: Mutex::default(),
             waiters: Mutex::default(),
             task: Mutex::default(),
             heard: Notify::new(),
-        });
+        })
+    }
+
+    /// Makes `task` (the one that keeps the LISTEN going) end with the hub.
+    pub fn keep(&self, task: AbortHandle) {
+        *self.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    /// Tells every waiter of this locker to take a step, and wakes every observer: a notification
+    /// may have been missed (the LISTEN connection was lost).
+    pub fn wake_all(&self) {
+        self.wake(None, None);
+    }
+
+    /// Checks that the LISTEN of `listening` hears what `notifier` NOTIFYs ([`check_delivery`]).
+    pub async fn check_delivery(&self, listening: &Client, notifier: &Client, config: &Config) -> Result<()> {
+        check_delivery(self, listening, notifier, config).await
+    }
+
+    /// Connects a LISTEN connection of the hub's own, to the `listen=` servers (behind a
+    /// transaction pooler: an error if the first connection fails), checks that it hears what
+    /// `notifier`, the locker's connection, NOTIFYs ([`check_delivery`]), and keeps it listening.
+    pub async fn listen_apart(self: &Arc<Self>, config: &Config, channel: &str, notifier: &Client) -> Result<()> {
+        let hub = self;
         let config = config.for_listening();
-        let first = listen(&config, channel, Arc::downgrade(&hub)).await?;
-        check_delivery(&hub, &first.0, notifier, &config).await?;
-        let (channel, weak) = (channel.to_owned(), Arc::downgrade(&hub));
+        let first = listen(&config, channel, Arc::downgrade(hub)).await?;
+        check_delivery(hub, &first.0, notifier, &config).await?;
+        let (channel, weak) = (channel.to_owned(), Arc::downgrade(hub));
         let task = tokio::spawn(async move {
             let mut running = Some(first);
             let mut pause = Duration::from_millis(50);
@@ -209,8 +281,8 @@ impl Hub {
                 }
             }
         });
-        *hub.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task.abort_handle());
-        Ok(hub)
+        hub.keep(task.abort_handle());
+        Ok(())
     }
 
     /// The mailbox of entry `id` of lock `segment`, registered while the returned `Arc` lives.
@@ -298,8 +370,13 @@ impl Drop for Hub {
     }
 }
 
+/// How long [`check_delivery`] waits for its notification (at most the connect timeout): a server
+/// delivers it to an idle session in milliseconds, and the wait comes on top of the connection's
+/// own start-up, within what a caller gives connecting.
+const DELIVERY: Duration = Duration::from_secs(2);
+
 /// Checks that `listening`, the LISTEN connection of `hub`, hears what `notifier` NOTIFYs, within
-/// the connect timeout (a server delivers it in milliseconds), on a channel of this check's own.
+/// [`DELIVERY`], on a channel of this check's own.
 /// [`LockError::InvalidUrl`] if it does not: the LISTEN went through a transaction (or
 /// statement) pooler, which cannot carry it.
 async fn check_delivery(hub: &Hub, listening: &Client, notifier: &Client, config: &Config) -> Result<()> {
@@ -307,7 +384,8 @@ async fn check_delivery(hub: &Hub, listening: &Client, notifier: &Client, config
     let limit = config.connect_timeout;
     run_within(listening, &format!("LISTEN {channel}"), limit).await?;
     run_within(notifier, &format!("NOTIFY {channel}"), limit).await?;
-    let heard = tokio::time::timeout(limit, hub.heard.notified()).await.is_ok();
+    let wait = limit.min(DELIVERY);
+    let heard = tokio::time::timeout(wait, hub.heard.notified()).await.is_ok();
     run_within(listening, &format!("UNLISTEN {channel}"), limit).await?;
     if heard {
         return Ok(());
@@ -327,7 +405,7 @@ async fn check_delivery(hub: &Hub, listening: &Client, notifier: &Client, config
     Err(LockError::InvalidUrl {
         url: config.url.clone(),
         reason: format!(
-            "a NOTIFY from another connection did not reach the LISTEN connection to {servers} within {limit:?}: {fix}"
+            "a NOTIFY from another connection did not reach the LISTEN connection to {servers} within {wait:?}: {fix}"
         ),
     })
 }
@@ -383,28 +461,12 @@ impl Drop for Driver {
 /// Opens a connection, LISTENs on `channel`, and returns its client (the connection lives while
 /// it does) and the task that drives it (and dispatches its notifications) until it is lost.
 async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Client, Driver)> {
-    let (client, mut connection, _) = crate::dial::open(config).await?;
-    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-    let locks = channel.to_owned();
-    let driver = Driver(tokio::spawn(async move {
-        while let Some(message) = messages.next().await {
-            match message {
-                Ok(AsyncMessage::Notification(n)) => match hub.upgrade() {
-                    Some(hub) if n.channel() == locks => {
-                        let (segment, directives) = parse(n.payload());
-                        hub.wake(Some(segment), directives.as_deref());
-                    }
-                    Some(hub) => hub.heard.notify_one(),
-                    None => return,
-                },
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, "postgres: the LISTEN connection ended");
-                    return;
-                }
-            }
-        }
-    }));
+    let (client, connection, _) = crate::dial::open(config).await?;
+    let listener = Listener {
+        hub,
+        channel: channel.to_owned(),
+    };
+    let driver = Driver(tokio::spawn(drive(connection, Some(listener))));
     let listened = tokio::time::timeout(
         config.request_timeout,
         client.batch_execute(&format!("LISTEN \"{channel}\"")),

@@ -272,7 +272,7 @@ async fn a_step_cut_off_mid_transaction_does_not_keep_the_lock_s_row() {
 /// answers, with TCP delivering the requests whenever the network lets them through, after the
 /// clean-up that went over a new connection. Every connection of a locker behind a proxy goes
 /// silent; its steps and renewals get no answer; within a few request timeouts none of the
-/// sockets it had is open any more (the LISTEN connection's goes when its probe gets none).
+/// sockets it had is open any more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_given_up_on_is_closed_at_once() {
     let (direct, proxy, url) = setup().await;
@@ -280,12 +280,9 @@ async fn a_connection_given_up_on_is_closed_at_once() {
     let locker = locksmith_postgres::connect(&url).await.unwrap();
     let _held = locker.lock(unique_name("given-up")).ttl(TTL).acquire().await.unwrap();
     let before = local_ports_connected_to(proxy_port);
-    assert!(
-        before.len() >= 3,
-        "the steps', leases' and LISTEN connections: {before:?}"
-    );
+    assert!(!before.is_empty(), "the locker's connection: {before:?}");
     proxy.set(Mode::FreezeExisting);
-    // A step on the silent steps' connection (the renewals meet the silent leases' one).
+    // A step on the silent connection (the renewals and the probe meet it too).
     let _ = locker.lock(unique_name("given-up-2")).try_acquire().await;
     sockets::until_closed(proxy_port, &before, Duration::from_secs(15)).await;
     locker.shutdown().await.unwrap();

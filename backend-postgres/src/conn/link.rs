@@ -1,63 +1,120 @@
-//! One connection of a locker: opened again when it was lost, with the statements prepared on it
-//! ([`Statements`]: named and prepared once, or, behind a transaction pooler, unnamed).
+//! The one connection of a locker: opened again when it was lost (LISTENing again, and telling
+//! every waiter to take a step), with the statements prepared on it ([`Statements`]), shared by
+//! the steps (a transaction each, one at a time) and the renewals and heartbeats, which go first
+//! ([`Link::urgent`]).
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{Mutex, MutexGuard};
-use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, GenericClient, Row, SimpleQueryMessage, Statement, Transaction};
+use tokio::sync::{watch, Mutex, MutexGuard, Notify};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row};
 
 use locksmith_core::{LockError, Result};
 
-use super::{abandon, connect, connect_for_steps, Connected};
+use super::{abandon, connect_for_steps, Connected, Statements};
 use crate::config::Config;
 use crate::error::{pg_error, timeout};
+use crate::wake::Listener;
 
 /// A connection (`None` after it was lost, until the next use opens a new one) and its prepared
 /// statements. Held by one user at a time.
 #[derive(Debug)]
 pub(crate) struct Link {
     client: Mutex<Option<Connected>>,
-    /// Whether it carries the steps (`super::connect_for_steps`), or the leases.
-    for_steps: bool,
+    /// Where its notifications go, when the locker LISTENs on it (not behind a transaction
+    /// pooler: `crate::wake`).
+    listener: Option<Listener>,
+    /// How many renewals and heartbeats wait for the connection ([`Link::urgent`]).
+    urgent: AtomicUsize,
+    /// Told when one of them got it.
+    urgent_served: Notify,
     /// The statements prepared on the current connection.
     pub statements: Statements,
 }
 
 impl Link {
-    /// A link over `client`, or one that connects at its first use; `for_steps`: see
-    /// [`connect_for_steps`].
-    pub fn new(client: Option<Connected>, for_steps: bool, config: &Config) -> Link {
+    /// A link over `client` (opened with `listener`, if any), which opens a new connection at
+    /// its first use after `client` is lost.
+    pub fn new(client: Connected, listener: Option<Listener>, config: &Config) -> Link {
+        let statements = Statements::new(config);
+        statements.connected(&client);
         Link {
-            client: Mutex::new(client),
-            for_steps,
-            statements: Statements::new(config),
+            client: Mutex::new(Some(client)),
+            listener,
+            urgent: AtomicUsize::new(0),
+            urgent_served: Notify::new(),
+            statements,
         }
     }
 
-    /// The connection, opened again if it was lost (its statements forgotten then).
+    /// The connection, opened again if it was lost. Renewals and heartbeats waiting for it
+    /// ([`Link::urgent`]) get it first.
     pub async fn client(&self, config: &Config) -> Result<MutexGuard<'_, Option<Connected>>> {
-        let mut guard = self.client.lock().await;
+        loop {
+            let served = self.urgent_served.notified();
+            tokio::pin!(served);
+            served.as_mut().enable();
+            if self.urgent.load(Ordering::Acquire) == 0 {
+                let guard = self.client.lock().await;
+                if self.urgent.load(Ordering::Acquire) == 0 {
+                    return self.open(guard, config).await;
+                }
+            }
+            served.await;
+        }
+    }
+
+    /// The connection, as [`Link::client`], for a renewal or a heartbeat: before the steps that
+    /// wait for it (after the one in flight), so that a backlog of this locker's steps never
+    /// delays a lease past its TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// A renewal given up on while it waits (the watchdog's deadline) no longer counts: the
+    /// steps go on.
+    async fn urgent(&self, config: &Config) -> Result<MutexGuard<'_, Option<Connected>>> {
+        let guard = {
+            let _waiting = Urgent::new(self);
+            self.client.lock().await
+        };
+        self.open(guard, config).await
+    }
+
+    /// `guard`, with a new connection in it if the last one was lost (its statements forgotten;
+    /// listening again, and every waiter told to take a step: a notification may have been
+    /// missed meanwhile).
+    async fn open<'a>(
+        &'a self,
+        mut guard: MutexGuard<'a, Option<Connected>>,
+        config: &Config,
+    ) -> Result<MutexGuard<'a, Option<Connected>>> {
         if guard.as_ref().is_none_or(|c| c.is_closed()) {
             abandon(&mut guard);
             self.statements.clear();
-            *guard = Some(match self.for_steps {
-                true => connect_for_steps(config).await?,
-                false => connect(config).await?,
-            });
+            let connected = connect_for_steps(config, self.listener.as_ref()).await?;
+            self.statements.connected(&connected);
+            *guard = Some(connected);
+            if let Some(hub) = self.listener.as_ref().and_then(|l| l.hub.upgrade()) {
+                hub.wake_all();
+            }
         }
         Ok(guard)
     }
 
-    /// The connection, as [`Link::client`], for one request, `what` (for the logs): unless the
+    /// What ends when the current connection does (`None`: none is open now).
+    pub async fn ended(&self) -> Option<watch::Receiver<()>> {
+        let guard = self.client.lock().await;
+        guard.as_ref().filter(|c| !c.is_closed()).map(|c| c.ended.clone())
+    }
+
+    /// The connection, as [`Link::urgent`], for one request, `what` (for the logs): unless the
     /// request is answered ([`InFlight::answered`]), the connection is dropped with the returned
     /// value (the request timed out, or its future was dropped), and the next use opens a new
     /// one. A connection that stops answering without closing (a flow a NAT or firewall
     /// dropped) would otherwise keep every later request waiting behind the unanswered one.
     async fn request(&self, config: &Config, what: &'static str) -> Result<InFlight<'_>> {
         Ok(InFlight {
-            guard: self.client(config).await?,
+            guard: self.urgent(config).await?,
             what,
             answered: false,
         })
@@ -65,10 +122,10 @@ impl Link {
 }
 
 impl Link {
-    /// Runs the write `sql` (a transaction of its own: [`Statements::write`]) with `params` as
-    /// one request on this link's connection ([`Link::request`]), within the request timeout:
-    /// its rows. `what` names the request in a timeout's error and in the logs, `doing` the
-    /// failure the server answered.
+    /// Runs the renewal or heartbeat `sql` (a write, with custom plans: [`Statements::write`])
+    /// with `params` as one request on this link's connection, before any waiting step
+    /// ([`Link::request`]), within the request timeout: its rows. `what` names the request in a
+    /// timeout's error and in the logs, `doing` the failure the server answered.
     pub async fn query_within(
         &self,
         config: &Config,
@@ -78,8 +135,8 @@ impl Link {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>> {
         let limit = config.request_timeout;
-        let mut request = self.request(config, what).await?;
-        let run = self.statements.write(request.client()?, sql, params);
+        let request = self.request(config, what).await?;
+        let run = self.statements.write(request.client()?, sql, params, true);
         let rows = tokio::time::timeout(limit, run)
             .await
             .map_err(|_| timeout(what, limit))?;
@@ -87,11 +144,12 @@ impl Link {
         rows.map_err(|e| pg_error(doing, e))
     }
 
-    /// Runs the read `sql` as [`Link::query_within`] does, except that a read whose future is
-    /// dropped keeps the connection (the connection's task reads its answer and drops it): for
-    /// reads that callers give up on routinely (a waiter granted during its sweep, `inspect`
-    /// under a caller's timeout), where dropping the connection each time would open a new one
-    /// for every such read. One that got no answer within the request timeout drops it.
+    /// Runs the read `sql` as [`Link::query_within`] does (but in turn with the steps), except
+    /// that a read whose future is dropped keeps the connection (the connection's task reads its
+    /// answer and drops it): for reads that callers give up on routinely (a waiter granted
+    /// during its sweep, `inspect` under a caller's timeout), where dropping the connection each
+    /// time would open a new one for every such read. One that got no answer within the request
+    /// timeout drops it.
     pub async fn read_within(
         &self,
         config: &Config,
@@ -120,6 +178,25 @@ impl Link {
     }
 }
 
+/// A renewal or heartbeat waiting for a [`Link`]'s connection ([`Link::urgent`]): counted while
+/// it lives, and the steps held back for it told when it ends (it got the connection, or it was
+/// given up on).
+struct Urgent<'a>(&'a Link);
+
+impl<'a> Urgent<'a> {
+    fn new(link: &'a Link) -> Urgent<'a> {
+        link.urgent.fetch_add(1, Ordering::AcqRel);
+        Urgent(link)
+    }
+}
+
+impl Drop for Urgent<'_> {
+    fn drop(&mut self) {
+        self.0.urgent.fetch_sub(1, Ordering::AcqRel);
+        self.0.urgent_served.notify_waiters();
+    }
+}
+
 /// One request on a [`Link`]'s connection ([`Link::request`]): drops the connection when
 /// dropped before it was answered.
 #[derive(Debug)]
@@ -133,8 +210,8 @@ pub(crate) struct InFlight<'a> {
 
 impl InFlight<'_> {
     /// The connection.
-    pub fn client(&mut self) -> Result<&mut Client> {
-        self.guard.as_deref_mut().ok_or(LockError::Closed)
+    pub fn client(&self) -> Result<&Client> {
+        self.guard.as_deref().ok_or(LockError::Closed)
     }
 
     /// The server answered: the connection is kept.
@@ -153,201 +230,4 @@ impl Drop for InFlight<'_> {
             abandon(&mut self.guard);
         }
     }
-}
-
-/// The parameters of a statement.
-type Params<'p> = [&'p (dyn ToSql + Sync)];
-
-/// How one statement runs on a connection ([`Statements`]).
-#[derive(Clone)]
-enum Prepared {
-    /// Prepared once, by name, and run by that name.
-    Named(Statement),
-    /// Sent whole with every run, unnamed, with these parameter types.
-    Unnamed(Arc<Vec<Type>>),
-}
-
-/// How the statements run on one connection, by text; emptied when it is replaced.
-///
-/// On a session of our own (the server, or a session-mode pool), each is prepared once, named,
-/// and run by that name: one round trip a run, planned once. Behind a transaction pooler
-/// ([`Config::pooled`]) a named statement would stay on whichever server session prepared it,
-/// where another client's statement of the same name collides with it (`prepared statement "s1"
-/// already exists`), while this client's next run lands on another session (`bind message
-/// supplies 1 parameters, but prepared statement "s20" requires 4`). There each statement's
-/// parameter types are learned once ([`learn_types`]: one simple query that prepares, reads and
-/// deallocates it on one server session) and every run sends it unnamed with them: parse, bind
-/// and execute in one message, which a pooler keeps on one server session. The session settings
-/// of [`super::session_settings`] are then set by every transaction instead
-/// ([`Statements::begin`]).
-pub(crate) struct Statements {
-    by_text: std::sync::Mutex<HashMap<String, Prepared>>,
-    /// Behind a transaction pooler: what every transaction sets first
-    /// ([`super::transaction_settings`]).
-    per_transaction: Option<String>,
-}
-
-impl std::fmt::Debug for Statements {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Statements")
-            .field("pooled", &self.per_transaction.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Statements {
-    /// None yet, for a connection made with `config`.
-    pub fn new(config: &Config) -> Statements {
-        Statements {
-            by_text: std::sync::Mutex::default(),
-            per_transaction: config.pooled().then(|| super::transaction_settings(config)),
-        }
-    }
-
-    /// How `sql` runs on `client`'s connection: as it was learned before, or learned now.
-    async fn get<C: GenericClient + Sync>(
-        &self,
-        client: &C,
-        sql: &str,
-    ) -> std::result::Result<Prepared, tokio_postgres::Error> {
-        if let Some(prepared) = self.lock().get(sql) {
-            return Ok(prepared.clone());
-        }
-        locksmith_core::metrics::round_trip();
-        let prepared = match self.per_transaction {
-            None => Prepared::Named(client.prepare(sql).await?),
-            Some(_) => Prepared::Unnamed(Arc::new(learn_types(client, sql).await?)),
-        };
-        self.lock().insert(sql.to_owned(), prepared.clone());
-        Ok(prepared)
-    }
-
-    /// Runs `sql` on `client` with `params`: its rows.
-    pub async fn query<C: GenericClient + Sync>(
-        &self,
-        client: &C,
-        sql: &str,
-        params: &Params<'_>,
-    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
-        match self.get(client, sql).await? {
-            Prepared::Named(statement) => client.query(&statement, params).await,
-            Prepared::Unnamed(types) => client.query_typed(sql, &typed(params, &types)).await,
-        }
-    }
-
-    /// Runs `sql` on `client` with `params`: the number of rows it changed.
-    pub async fn execute<C: GenericClient + Sync>(
-        &self,
-        client: &C,
-        sql: &str,
-        params: &Params<'_>,
-    ) -> std::result::Result<u64, tokio_postgres::Error> {
-        match self.get(client, sql).await? {
-            Prepared::Named(statement) => client.execute(&statement, params).await,
-            Prepared::Unnamed(types) => client.execute_typed(sql, &typed(params, &types)).await,
-        }
-    }
-
-    /// Runs `sql`, which returns one row, on `client` with `params`.
-    pub async fn query_one<C: GenericClient + Sync>(
-        &self,
-        client: &C,
-        sql: &str,
-        params: &Params<'_>,
-    ) -> std::result::Result<Row, tokio_postgres::Error> {
-        match self.get(client, sql).await? {
-            Prepared::Named(statement) => client.query_one(&statement, params).await,
-            Prepared::Unnamed(types) => client.query_typed_one(sql, &typed(params, &types)).await,
-        }
-    }
-
-    /// Runs `sql`, which returns at most one row, on `client` with `params`.
-    pub async fn query_opt<C: GenericClient + Sync>(
-        &self,
-        client: &C,
-        sql: &str,
-        params: &Params<'_>,
-    ) -> std::result::Result<Option<Row>, tokio_postgres::Error> {
-        match self.get(client, sql).await? {
-            Prepared::Named(statement) => client.query_opt(&statement, params).await,
-            Prepared::Unnamed(types) => client.query_typed_opt(sql, &typed(params, &types)).await,
-        }
-    }
-
-    /// Starts a transaction on `client`: behind a transaction pooler, its first statement sets
-    /// what a session of ours sets once ([`super::transaction_settings`]).
-    pub async fn begin<'c>(
-        &self,
-        client: &'c mut Client,
-    ) -> std::result::Result<Transaction<'c>, tokio_postgres::Error> {
-        let tx = client.transaction().await?;
-        if let Some(settings) = &self.per_transaction {
-            locksmith_core::metrics::round_trip();
-            tx.batch_execute(settings).await?;
-        }
-        Ok(tx)
-    }
-
-    /// Runs the write `sql` on `client` with `params`, as a transaction of its own: a single
-    /// statement on a session of ours; behind a transaction pooler, in a transaction started by
-    /// [`Statements::begin`] (so that its commit is as durable as on a session of ours). Its
-    /// rows.
-    pub async fn write(
-        &self,
-        client: &mut Client,
-        sql: &str,
-        params: &Params<'_>,
-    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
-        if self.per_transaction.is_none() {
-            return self.query(&*client, sql, params).await;
-        }
-        let tx = self.begin(client).await?;
-        let rows = self.query(&tx, sql, params).await?;
-        locksmith_core::metrics::round_trip();
-        tx.commit().await?;
-        Ok(rows)
-    }
-
-    /// Forgets them all (a new connection has none).
-    pub fn clear(&self) {
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Prepared>> {
-        self.by_text.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// `params` paired with their `types`.
-fn typed<'p>(params: &Params<'p>, types: &[Type]) -> Vec<(&'p (dyn ToSql + Sync), Type)> {
-    params.iter().copied().zip(types.iter().cloned()).collect()
-}
-
-/// The parameter types of `sql`, as the server infers them, in one simple query that a pooler
-/// runs on one server session: `PREPARE` under a name of its own, read the types from
-/// `pg_prepared_statements`, `DEALLOCATE`. Nothing is left on the session.
-async fn learn_types<C: GenericClient + Sync>(
-    client: &C,
-    sql: &str,
-) -> std::result::Result<Vec<Type>, tokio_postgres::Error> {
-    let name = format!("locksmith_types_{:016x}", rand::random::<u64>());
-    let text = format!(
-        "PREPARE {name} AS {sql}; \
-         SELECT parameter_types::oid[]::text FROM pg_prepared_statements WHERE name = '{name}'; \
-         DEALLOCATE {name}"
-    );
-    let answer = client.simple_query(&text).await?;
-    let oids = answer.iter().find_map(|message| match message {
-        SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-        _ => None,
-    });
-    let oids = oids.unwrap_or_default();
-    let oids = oids.trim_start_matches('{').trim_end_matches('}');
-    // A type this crate does not know (none of its statements has one) fails the run that
-    // uses it, with tokio-postgres's "cannot convert" error.
-    Ok(oids
-        .split(',')
-        .filter(|oid| !oid.is_empty())
-        .map(|oid| oid.parse().ok().and_then(Type::from_oid).unwrap_or(Type::UNKNOWN))
-        .collect())
 }

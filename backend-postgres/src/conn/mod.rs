@@ -1,20 +1,23 @@
-//! The connections of one locker, whatever its number of locks and waiters: one for the steps
-//! (`txn.rs`: a transaction per step, one at a time), one for the leases (renewals and
-//! heartbeats, so that a backlog of steps never delays them past a TTL), each reconnected when
-//! lost (`link.rs`), and one that LISTENs (`crate::wake`); and this locker's owner row, whose
-//! expiry keeps its waiters alive.
+//! The connection of one locker, whatever its number of locks and waiters (`link.rs`): the
+//! steps (`txn.rs`: a transaction per step, one at a time), the renewals and heartbeats (before
+//! any waiting step, so that a backlog of steps never delays them past a TTL), and the LISTEN
+//! (`crate::wake`) share it; it is opened again when lost, and kept listening ([`keep_listening`]).
+//! Behind a transaction pooler (`listen=`), the LISTEN has a connection of its own to the
+//! `listen=` servers. And this locker's owner row, whose expiry keeps its waiters alive.
 
 mod txn;
 
 mod link;
+mod statements;
 
-pub(crate) use link::{Link, Statements};
+pub(crate) use link::Link;
+pub(crate) use statements::Statements;
 pub(crate) use txn::{Outcome, Step};
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::{watch, MutexGuard};
@@ -30,7 +33,7 @@ use crate::config::{Config, Replication};
 use crate::dial::Server;
 use crate::error::{pg_error, timeout};
 use crate::layout::Sql;
-use crate::wake::Hub;
+use crate::wake::{Hub, Listener};
 
 /// The format version of the tables this release reads and writes (`src/sql/schema.sql`).
 const VERSION: &str = "7";
@@ -44,18 +47,17 @@ pub(crate) struct Conn {
     pub config: Config,
     /// The statements of the schema.
     pub sql: Sql,
-    /// The connection of the steps (one at a time), of the sweep and of `list`/`inspect`.
-    steps: Link,
-    /// The connection of the leases: renewals and heartbeats, which must not wait behind a
-    /// backlog of steps (a lease renewed late is lost).
-    pub leases: Link,
+    /// The connection: the steps (one at a time), the sweep, `list`/`inspect`, the renewals and
+    /// heartbeats (before any waiting step: a lease renewed late is lost), and the LISTEN (unless
+    /// a transaction pooler keeps it apart).
+    pub link: Link,
     /// This locker's owner row.
     pub owner_id: String,
     /// This process, as entries record it.
     pub pid: i32,
     /// This host's name.
     pub host: String,
-    /// The wake-ups of this locker (the LISTEN connection).
+    /// The wake-ups of this locker.
     pub hub: Arc<Hub>,
     /// Set by `shutdown`.
     closed: AtomicBool,
@@ -70,21 +72,37 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// Connects, creates the tables if missing, checks their version, adds this locker's owner
-    /// row and starts listening.
+    /// row and starts listening: on its connection, which must hear what another connection
+    /// NOTIFYs (a second one, opened beside it for that check alone: not behind a transaction
+    /// pooler, see `crate::wake`); with `listen=`, on a connection of its own.
     pub async fn open(config: Config) -> Result<Arc<Conn>> {
         let sql = Sql::new(&config.schema);
-        let client = connect_for_steps(&config).await?;
+        let hub = Hub::new();
+        let listener = (!config.pooled()).then(|| Listener {
+            hub: Arc::downgrade(&hub),
+            channel: sql.channel.clone(),
+        });
+        let (client, checker) = match &listener {
+            Some(listener) => {
+                let (client, checker) =
+                    tokio::try_join!(connect_for_steps(&config, Some(listener)), connect(&config, None))?;
+                (client, Some(checker))
+            }
+            None => (connect_for_steps(&config, None).await?, None),
+        };
         let prepared = prepare_tables(&client, &sql, &config.schema);
         client
             .set_up("creating the tables", config.request_timeout, prepared)
             .await?;
-        let hub = Hub::start(&config, &sql.channel, &client).await?;
+        match checker {
+            Some(checker) => hub.check_delivery(&client, &checker, &config).await?,
+            None => hub.listen_apart(&config, &sql.channel, &client).await?,
+        }
         let conn = Conn {
             owner_id: format!("{:016x}", rand::random::<u64>()),
             pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
             host: host_name(),
-            steps: Link::new(Some(client), true, &config),
-            leases: Link::new(None, false, &config),
+            link: Link::new(client, listener, &config),
             hub,
             sql,
             config,
@@ -93,7 +111,12 @@ impl Conn {
             kept_in_rows: std::sync::Mutex::new(HashMap::new()),
         };
         conn.beat(Duration::ZERO).await?;
-        Ok(Arc::new(conn))
+        let conn = Arc::new(conn);
+        if !conn.config.pooled() {
+            let keeper = tokio::spawn(keep_listening(Arc::downgrade(&conn)));
+            conn.hub.keep(keeper.abort_handle());
+        }
+        Ok(conn)
     }
 
     /// [`LockError::Closed`] once [`Conn::close`] ran.
@@ -104,14 +127,14 @@ impl Conn {
         Ok(())
     }
 
-    /// The steps' connection, reconnected if it was lost. Held for one step at a time.
+    /// The connection, reconnected if it was lost. Held for one step at a time.
     pub async fn client(&self) -> Result<MutexGuard<'_, Option<Connected>>> {
-        self.steps.client(&self.config).await
+        self.link.client(&self.config).await
     }
 
-    /// The statements prepared on the steps' connection.
+    /// The statements prepared on the connection.
     pub fn statements(&self) -> &Statements {
-        &self.steps.statements
+        &self.link.statements
     }
 
     /// Runs the read `sql` on the steps' connection, within the request timeout: its rows. One
@@ -127,7 +150,7 @@ impl Conn {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>> {
         self.check_open()?;
-        self.steps.read_within(&self.config, what, doing, sql, params).await
+        self.link.read_within(&self.config, what, doing, sql, params).await
     }
 
     /// Keeps this locker's waiters alive for a waiter whose lease is `ttl`: beats (at most one
@@ -173,11 +196,12 @@ impl Conn {
     }
 
     /// This locker's heartbeat: its owner row (re-added if it was removed) lives for at least
-    /// `ttl` from now (server clock), and its waiters with it. Within the request timeout; one
-    /// that got no answer drops the leases connection, as a renewal does (`crate::renew`).
+    /// `ttl` from now (server clock), and its waiters with it. Before any waiting step, within
+    /// the request timeout; one that got no answer drops the connection, as a renewal does
+    /// (`crate::renew`).
     pub async fn beat(&self, ttl: Duration) -> Result<()> {
         let params: [&(dyn ToSql + Sync); 4] = [&self.owner_id, &millis(ttl), &self.pid, &self.host];
-        (self.leases)
+        (self.link)
             .query_within(&self.config, "a heartbeat", "beating", &self.sql.beat, &params)
             .await?;
         Ok(())
@@ -301,6 +325,8 @@ pub(crate) struct Connected {
     pub ended: watch::Receiver<()>,
     /// The server it is on.
     pub server: Server,
+    /// Whether its session plans every statement once ([`connect_for_steps`]).
+    pub generic_plans: bool,
 }
 
 impl Connected {
@@ -348,15 +374,15 @@ pub(crate) fn abandon(slot: &mut Option<Connected>) {
     }
 }
 
-/// Opens one connection (within `connect_timeout`), drives it in a task of its own, and sets
-/// up its session.
-pub(crate) async fn connect(config: &Config) -> Result<Connected> {
+/// Opens one connection (within `connect_timeout`), drives it in a task of its own (handing its
+/// notifications to `listener`, if any), sets up its session, and LISTENs on `listener`'s
+/// channel.
+pub(crate) async fn connect(config: &Config, listener: Option<&Listener>) -> Result<Connected> {
     let (client, connection, server) = crate::dial::open(config).await?;
     let (alive, ended) = watch::channel(());
+    let listening = listener.cloned();
     let driver = tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "postgres: a connection ended");
-        }
+        crate::wake::drive(connection, listening).await;
         drop(alive);
     })
     .abort_handle();
@@ -365,8 +391,16 @@ pub(crate) async fn connect(config: &Config) -> Result<Connected> {
         driver,
         ended,
         server,
+        generic_plans: false,
     };
-    let setup = session_settings(&connected, config);
+    let setup = async {
+        session_settings(&connected, config).await?;
+        if let Some(listener) = listener {
+            let listen = format!("LISTEN \"{}\"", listener.channel);
+            (connected.batch_execute(&listen).await).map_err(|e| pg_error("listening", e))?;
+        }
+        Ok(())
+    };
     connected
         .set_up("setting up a connection", config.connect_timeout, setup)
         .await?;
@@ -456,24 +490,74 @@ pub(crate) fn transaction_settings(config: &Config) -> String {
 ///
 /// Behind a transaction pooler, nothing is set (see [`session_settings`]), and statements are not
 /// prepared ([`Statements`]).
-pub(crate) async fn connect_for_steps(config: &Config) -> Result<Connected> {
-    let connected = connect(config).await?;
+pub(crate) async fn connect_for_steps(config: &Config, listener: Option<&Listener>) -> Result<Connected> {
+    let mut connected = connect(config, listener).await?;
     if config.pooled() {
         return Ok(connected);
     }
     let generic = async {
-        if let Err(e) = connected
+        match connected
             .batch_execute("SET plan_cache_mode = force_generic_plan")
             .await
         {
-            tracing::debug!(error = %e, "postgres: plan_cache_mode not set");
+            Ok(()) => Ok(true),
+            Err(e) => {
+                tracing::debug!(error = %e, "postgres: plan_cache_mode not set");
+                Ok(false)
+            }
         }
-        Ok(())
     };
-    connected
+    connected.generic_plans = connected
         .set_up("setting up a connection", config.connect_timeout, generic)
         .await?;
     Ok(connected)
+}
+
+/// Keeps the LISTEN of the locker's connection going (not behind a transaction pooler, where it
+/// has a connection of its own, `crate::wake`): probes the connection (`SELECT 1`) every request
+/// timeout, so that a connection gone silent is dropped (a probe unanswered within the request
+/// timeout drops it, [`Link::read_within`]) and a NAT keeps the flow; when it is lost, tells every
+/// waiter to take a step (a notification may have been missed) and opens a new one (which
+/// LISTENs again), with a growing pause while that fails. Ends with the locker.
+async fn keep_listening(conn: Weak<Conn>) {
+    let mut pause = Duration::from_millis(50);
+    let mut told = false;
+    loop {
+        let Some(locker) = conn.upgrade() else { return };
+        let limit = locker.config.request_timeout;
+        let ended = locker.link.ended().await;
+        drop(locker);
+        if let Some(mut ended) = ended {
+            (pause, told) = (Duration::from_millis(50), false);
+            tokio::select! {
+                _ = ended.changed() => {}
+                _ = tokio::time::sleep(limit) => {
+                    let Some(locker) = conn.upgrade() else { return };
+                    if let Err(e) = locker.read("a probe", "probing the connection", "SELECT 1", &[]).await {
+                        tracing::debug!(error = %e, "postgres: the connection failed a probe");
+                    }
+                }
+            }
+            continue;
+        }
+        // None open: the waiters may have missed a notification; then open one.
+        let Some(locker) = conn.upgrade() else { return };
+        if locker.check_open().is_err() {
+            return;
+        }
+        if !std::mem::replace(&mut told, true) {
+            locker.hub.wake_all();
+        }
+        drop(locker);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+        let Some(locker) = conn.upgrade() else { return };
+        let opened = locker.client().await.map(drop);
+        match opened {
+            Ok(()) => tracing::debug!("postgres: listening again"),
+            Err(e) => tracing::debug!(error = %e, "postgres: the connection failed; retrying"),
+        }
+    }
 }
 
 /// Milliseconds, as the tables store them.

@@ -270,7 +270,7 @@ impl Conn {
         let limit = self.config.request_timeout;
         let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
         locksmith_core::metrics::round_trip();
-        let run = self.statements().write(client, sql, params);
+        let run = self.statements().write(client, sql, params, false);
         match tokio::time::timeout(limit, run).await {
             Ok(rows) => {
                 let rows = rows.map_err(|e| pg_error("a one-statement step", e))?;
