@@ -70,6 +70,22 @@
 //!   (`idle_in_transaction_session_timeout`, the request timeout): its session would otherwise
 //!   keep the lock's row locked against every client until the server's TCP gave up. Tested
 //!   through a proxy that freezes the connections open (`tests/half_open.rs`).
+//! - **Debug builds connect slowly unless told**: the server's default password login,
+//!   SCRAM-SHA-256, runs 4,096 rounds of HMAC-SHA-256 on the client at every connection;
+//!   unoptimised, in a debug build of your program, that alone takes 0.1–0.4 s per connection
+//!   (a new user measured 0.35 s). Optimise the crates that do it, in your program's
+//!   `Cargo.toml` (this workspace does; a debug `locksmith inspect` then takes 20 ms in all):
+//!
+//!   ```toml
+//!   [profile.dev.package.sha2]
+//!   opt-level = 3
+//!   [profile.dev.package.hmac]
+//!   opt-level = 3
+//!   [profile.dev.package.digest]
+//!   opt-level = 3
+//!   [profile.dev.package.postgres-protocol]
+//!   opt-level = 3
+//!   ```
 //! - **PgBouncer**: works in **session** pooling mode, and in **transaction** pooling mode with
 //!   `listen=HOST:PORT` (tested: every shared conformance suite passes through each,
 //!   `tests/pgbouncer.rs`, `tests/transaction_pooling.rs`). A transaction pooler gives each
