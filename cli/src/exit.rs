@@ -35,8 +35,9 @@ Exit codes:
   3        backend unavailable
   4        the lock (or leadership) was lost while held (`run`/`elect`: CMD got SIGTERM, then
            SIGKILL after --grace)
-  5        refused, for a reason no retry mends: wrong user or password, not permitted (an
-           ACL), or TLS that cannot be established (the server has no TLS, its certificate
+  5        refused, for a reason no retry mends: wrong user or password, a database that
+           does not exist, not permitted (an ACL, a lock directory locksmith may not write),
+           or TLS that cannot be established (the server has no TLS, its certificate
            is not trusted by ca=, is for another name or expired, or it refused ours)
   126/127  `run`/`elect`: CMD could not be executed / was not found
   128+SIG  interrupted by signal SIG before the lock was acquired
