@@ -61,12 +61,16 @@
 /// ```
 pub use locksmith_core::driver;
 pub use locksmith_core::{
-    metrics, BoxError, Campaign, Dual, Election, Family, HolderInfo, Leader, LeaderGuard, LeaderWatch, ListedLock,
-    LockBuilder, LockError, LockGuard, LockInfo, LockKind, Locker, LostReason, MemoryBackend, PruneReport, Result,
-    RwLock, DEFAULT_TTL, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_VALUE_LEN, MIN_TTL,
+    metrics, BoxError, Campaign, Dual, Election, Family, Held, HeldAll, HolderInfo, Leader, LeaderGuard, LeaderWatch,
+    ListedLock, LockAll, LockBuilder, LockError, LockGuard, LockInfo, LockKind, Locker, LostReason, MemoryBackend,
+    MultiGuard, PruneReport, Result, RwLock, DEFAULT_TTL, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_VALUE_LEN, MIN_TTL,
 };
 pub use locksmith_core::{Admission, TokenRegister, REGISTER_LOCK_PREFIX};
 pub use locksmith_core::{Guarded, GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
+
+#[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
+pub mod blocking;
 
 /// The etcd backend (feature `etcd`): [`etcd::owner_compare`] puts "this guard still holds its
 /// lock" into an etcd transaction of your own, with the client re-exported as

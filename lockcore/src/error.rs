@@ -90,7 +90,7 @@ pub enum LockError {
     /// request while holding a read, every permit of a semaphore already its own): waiting would
     /// be a self-deadlock until the timeout, so the request is refused at once. Nothing was
     /// queued. The [crate documentation](crate#re-entry) says exactly what is detected.
-    #[error("would deadlock: this task already holds {held} of {name:?} (fencing token {fencing_token}) on this locker; release it first, or call detach_from_task() on a guard handed to another task")]
+    #[error("would deadlock: the calling task (or thread) already holds {held} of {name:?} (fencing token {fencing_token}) on this locker; release it first (a guard handed to another task: detach_from_task() before handing it on)")]
     WouldDeadlock {
         /// The lock name as the user gave it.
         name: String,
@@ -100,13 +100,13 @@ pub enum LockError {
         fencing_token: u64,
     },
 
-    /// A call of [`locksmith::blocking`] was made from inside an async context (a thread that
-    /// runs a tokio runtime, such as an `async fn` or a `#[tokio::main]`): blocking there would
-    /// stall the runtime, or deadlock it. Use the async API there, or call the blocking API from
-    /// [`tokio::task::spawn_blocking`] or a thread of your own.
+    /// A call of [`locksmith::blocking`] was made from inside an async context (where a tokio
+    /// runtime runs: an `async fn`, a `#[tokio::main]`, a thread of a runtime's, `spawn_blocking`'s
+    /// included): blocking there would stall the runtime, or deadlock it. Use the async API there,
+    /// or call the blocking API from a thread of your own (`std::thread::spawn`).
     ///
     /// [`locksmith::blocking`]: https://docs.rs/locksmith/latest/locksmith/blocking/index.html
-    #[error("locksmith::blocking::{call} was called inside an async context (a tokio runtime); use the async API there, or call it from spawn_blocking or a thread of your own")]
+    #[error("locksmith::blocking::{call} was called inside an async context (a tokio runtime); use the async API there, or call it from a thread of your own (std::thread::spawn)")]
     BlockingInAsync {
         /// The blocking call, e.g. `"LockBuilder::acquire"`.
         call: &'static str,
