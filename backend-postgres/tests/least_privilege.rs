@@ -92,7 +92,10 @@ async fn a_user_with_the_grants_prunes() {
     let guard = locker.lock("lp-prune").acquire().await.unwrap();
     let token = guard.fencing_token();
     guard.release().await.unwrap();
-    let report = locker.prune(std::time::Duration::ZERO, false).await.expect("pruning as the app user");
+    let report = locker
+        .prune(std::time::Duration::ZERO, false)
+        .await
+        .expect("pruning as the app user");
     assert!(report.locks >= 1, "{report:?}");
     let again = locker.lock("lp-prune").acquire().await.unwrap();
     assert!(again.fencing_token() > token);

@@ -94,7 +94,6 @@ impl PruneReport {
             ..PruneReport::default()
         }
     }
-
 }
 
 /// One report's counts added to another's (one pass after another); `dry_run` is the first's.
