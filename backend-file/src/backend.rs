@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
-use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, Result};
+use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, PruneReport, Result};
 
 use crate::config::Config;
 use crate::conn::Dir;
@@ -38,10 +38,21 @@ impl FileBackend {
         if config.private {
             private_dir::prepare(&config.dir)?;
         }
+        let dir = Arc::new(Dir::open(&config.dir, config.sync)?);
+        crate::conn::keep_pruning(&dir, crate::conn::PRUNE_EVERY, crate::conn::PRUNE_IDLE);
         Ok(FileBackend {
-            dir: Arc::new(Dir::open(&config.dir, config.sync)?),
+            dir,
             config: Arc::new(config),
         })
+    }
+
+    /// Starts more passes of pruning for this locker than the one about every 10 minutes that
+    /// every locker runs in a Tokio runtime: about every `every`, removing the files of locks
+    /// idle for `idle` (tests of the automatic passes). They stop when the locker is shut down
+    /// or dropped.
+    #[doc(hidden)]
+    pub fn keep_pruning(&self, every: Duration, idle: Duration) {
+        crate::conn::keep_pruning(&self.dir, every, idle);
     }
 
     /// The lock directory (canonical).
@@ -140,6 +151,12 @@ impl LockBackend for FileBackend {
     async fn shutdown(&self) -> Result<()> {
         self.dir.close();
         Ok(())
+    }
+
+    /// Removes the files of idle locks and dead lockers' liveness files, in passes of at most
+    /// 100 locks (see the [crate docs](crate#idle-locks)).
+    async fn prune(&self, idle: Duration, dry_run: bool) -> Result<PruneReport> {
+        crate::conn::prune(&self.dir, idle, dry_run).await
     }
 
     fn default_ttl(&self) -> Option<Duration> {

@@ -49,6 +49,15 @@ impl LockFile {
         }
     }
 
+    /// The files of stem `stem`, found in the directory (a prune's: its lock's segment is not
+    /// known, and stays empty; its state file says it).
+    pub fn of_stem(stem: &str) -> LockFile {
+        LockFile {
+            segment: String::new(),
+            stem: stem.to_owned(),
+        }
+    }
+
     /// `<dir>/<stem>.lock`.
     pub fn lock_path(&self, dir: &Path) -> PathBuf {
         dir.join(format!("{}{LOCK_SUFFIX}", self.stem))
@@ -63,6 +72,13 @@ impl LockFile {
     pub fn temp_path(&self, dir: &Path) -> PathBuf {
         dir.join(format!(".{}.tmp", self.stem))
     }
+}
+
+/// The stem of a lock file's name (`None` for any other file).
+pub(crate) fn stem_of_lock_file(file_name: &str) -> Option<&str> {
+    file_name
+        .strip_suffix(LOCK_SUFFIX)
+        .filter(|stem| !stem.starts_with('.'))
 }
 
 /// The stem of a state file's name (`None` for any other file).
@@ -144,5 +160,8 @@ mod tests {
         assert_eq!(stem_of_state_file(".abc.tmp"), None);
         assert_eq!(stem_of_state_file("abc.lock"), None);
         assert_eq!(stem_of_state_file(".owners"), None);
+        assert_eq!(stem_of_lock_file("abc.lock"), Some("abc"));
+        assert_eq!(stem_of_lock_file(".pruned.lock"), None);
+        assert_eq!(stem_of_lock_file("abc.state"), None);
     }
 }

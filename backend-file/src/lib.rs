@@ -60,6 +60,30 @@
 //!   paused (then also when the entry is still there: another process may have read the old
 //!   heartbeat and be about to drop it).
 //!
+//! # Idle locks
+//!
+//! Nothing piles up in the directory. A lock's files (`<stem>.lock`, `<stem>.state`, a leftover
+//! `.<stem>.tmp`) are removed once nobody holds or waits for the lock and **no step touched them
+//! for an hour** (every step sets its lock file's times), and so are the liveness files of dead
+//! lockers in `.owners/` (which a locker also removes when it opens the directory). Every locker
+//! running in a Tokio runtime does a pass about every 10 minutes (the first 5 to 10 minutes after
+//! it opened the directory; at most 100 locks a pass); [`locksmith_core::Locker::prune`] and
+//! `locksmith prune [--idle DURATION] [--dry-run]` prune on demand, `--idle 0s` every lock that
+//! nobody holds or waits for now. A short-lived `locksmith run` never lives to its first pass:
+//! where nothing else runs long, run `locksmith prune` from cron.
+//!
+//! - **Never a lock in use**: a prune takes each lock file's `flock` without waiting (a lock in a
+//!   step is left for the next pass), reads the state under it and drops its dead entries as a
+//!   step would: only a lock with no entry left goes, its lock file last.
+//! - **The unlink race**: a process that opened a lock file before a prune removed it, and locks
+//!   it after, must not step on a file nobody else will ever lock. Every step checks, once it has
+//!   the `flock`, that the path still names the file it locked, and opens the new one otherwise
+//!   (as it always did for a lock file removed by hand or by a `/tmp` cleaner).
+//! - **Tokens never go backwards**: the largest token removed is written to `.pruned` (synced,
+//!   unless `sync=off`) before any file goes, and a lock without a state file starts above it,
+//!   read under its lock file's `flock`: a name used again goes on above its earlier tokens even
+//!   if the wall clock went back. Prunes of a directory take turns on `.pruned.lock`.
+//!
 //! # Where it is not safe
 //!
 //! Only where every process sees one kernel's view of the directory: a local file system, or a
@@ -89,7 +113,7 @@
 //! - `config.rs` (the URL), `error.rs` (I/O errors → `LockError`), `layout.rs` (file names),
 //!   `private_dir.rs` (the default directory's checks), `safe_open.rs` (no symbolic links);
 //! - `conn/`: the directory (`mod.rs`), this locker's liveness file (`owner.rs`), transactions on
-//!   a state file (`txn.rs`);
+//!   a state file (`txn.rs`), the removal of idle locks' files (`prune.rs`);
 //! - `protocol/`: the state file's contents (`state.rs`), the steps on a queue (`queue.rs`), the
 //!   one wait loop of every kind (`wait.rs`), elections (`election.rs`);
 //! - `wake.rs` (inotify), `look.rs` (the waiters' shared read), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),

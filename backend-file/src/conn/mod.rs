@@ -1,8 +1,9 @@
 //! The "connection" of a file backend: the directory, this locker's liveness file in it and its
-//! heartbeat (`owner.rs`), the leases it holds, and transactions on a lock's state file
-//! (`txn.rs`).
+//! heartbeat (`owner.rs`), the leases it holds, transactions on a lock's state file (`txn.rs`),
+//! and the removal of idle locks' files (`prune.rs`).
 
 mod owner;
+mod prune;
 mod txn;
 
 use std::collections::HashMap;
@@ -20,6 +21,7 @@ use crate::layout::{LockFile, OWNERS_DIR};
 use crate::protocol::state::{Liveness, Now};
 use crate::wake::{Changes, Hub};
 use owner::Owner;
+pub(crate) use prune::{keep_pruning, prune, EVERY as PRUNE_EVERY, IDLE as PRUNE_IDLE};
 
 /// One locker's view of the lock directory.
 #[derive(Debug)]

@@ -38,7 +38,14 @@ impl Dir {
         let original = self.load(file)?;
         let mut state = match &original {
             Some((state, _)) => state.clone(),
-            None => State::new(&file.segment, &self.boot),
+            // A lock without a state file (never used, or pruned: `prune.rs`) goes on above
+            // the high-water mark of pruned tokens, read with its lock file locked: a prune
+            // raised it before it removed the lock file this step may have waited for.
+            None => {
+                let mut state = State::new(&file.segment, &self.boot);
+                state.last_token = self.pruned_mark()?;
+                state
+            }
         };
         state.prune(&self.boot, now, |owner, fresh| self.liveness(owner, true, fresh));
         let out = step(&mut state, now);
@@ -97,6 +104,23 @@ impl Dir {
     /// runs (the step then finds it gone, see [`check_still_named`]).
     fn lock(&self, file: &LockFile) -> Result<File> {
         let path = file.lock_path(&self.path);
+        let locked = self
+            .lock_path(&path, true)?
+            .ok_or_else(|| LockError::Protocol("a lock that waits was not taken".into()))?;
+        touch(&locked, &path);
+        Ok(locked)
+    }
+
+    /// The lock file at `path`, locked (`wait`: waiting for it; else `None` if another step
+    /// holds it): opened (created if missing), `flock`ed, then checked to be still the file at
+    /// `path`, else opened again. A prune (`prune.rs`) removes lock files with their `flock`
+    /// held, so a step that opened one before and locks it after finds it gone and opens the
+    /// new one.
+    pub(super) fn lock_path(&self, path: &Path, wait: bool) -> Result<Option<File>> {
+        let operation = match wait {
+            true => FlockOperation::LockExclusive,
+            false => FlockOperation::NonBlockingLockExclusive,
+        };
         loop {
             let f = safe_open::options()
                 .read(true)
@@ -104,14 +128,17 @@ impl Dir {
                 .create(true)
                 .truncate(false)
                 .mode(0o664)
-                .open(&path)
-                .map_err(|e| open_error("cannot open the lock file", &path, e))?;
-            safe_open::check_regular(&f, &path)?;
-            flock(&f, FlockOperation::LockExclusive).map_err(|e| errno_error("cannot lock", &path, e))?;
-            let locked = f.metadata().map_err(|e| io_error("cannot read", &path, e))?.ino();
-            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.ino() == locked) {
-                touch(&f, &path);
-                return Ok(f);
+                .open(path)
+                .map_err(|e| open_error("cannot open the lock file", path, e))?;
+            safe_open::check_regular(&f, path)?;
+            match flock(&f, operation) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::WOULDBLOCK) if !wait => return Ok(None),
+                Err(e) => return Err(errno_error("cannot lock", path, e)),
+            }
+            let held = f.metadata().map_err(|e| io_error("cannot read", path, e))?;
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == held.dev() && m.ino() == held.ino()) {
+                return Ok(Some(f));
             }
         }
     }
@@ -124,7 +151,7 @@ impl Dir {
     /// The state file at `path` and its bytes; it must be the state of `segment` if given. A
     /// symbolic link in its place is refused, never followed (it may name `/dev/zero`), and so is
     /// anything but a regular file, never waited on (a FIFO would block the read for good).
-    fn load_path(&self, path: &Path, segment: Option<&str>) -> Result<Option<(State, Vec<u8>)>> {
+    pub(super) fn load_path(&self, path: &Path, segment: Option<&str>) -> Result<Option<(State, Vec<u8>)>> {
         let mut file = match safe_open::options().read(true).open(path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -210,9 +237,10 @@ impl Dir {
 /// a clean-up of old files, and another process may be running a step under a new lock file at
 /// the same time: this step must write nothing. [`LockError::Unavailable`]: the call may be tried
 /// again (it then locks the new lock file). A removal between this check and the rename still
-/// goes unseen (a window of microseconds); the lock file's times, set at every step, keep
-/// age-based cleaners from removing it in the first place.
-fn check_still_named(locked: &File, path: &Path) -> Result<()> {
+/// goes unseen (a window of microseconds) unless it is locksmith's own prune, which removes a lock
+/// file only with its `flock` held; the lock file's times, set at every step, keep age-based
+/// cleaners from removing it in the first place.
+pub(super) fn check_still_named(locked: &File, path: &Path) -> Result<()> {
     let held = locked.metadata().map_err(|e| io_error("cannot read", path, e))?;
     let named = std::fs::symlink_metadata(path);
     if named.is_ok_and(|m| m.dev() == held.dev() && m.ino() == held.ino()) {
