@@ -101,7 +101,7 @@ pub struct Cli {
 }
 
 /// The subcommands that take no lock, and so reject `--ttl`: their help does not show it.
-const NO_TTL: [&str; 6] = ["inspect", "list", "leader", "init", "completions", "man"];
+const NO_TTL: [&str; 7] = ["inspect", "list", "leader", "init", "prune", "completions", "man"];
 
 /// The command line as clap parses it: [`Cli`], where the subcommands that reject `--ttl`
 /// ([`NO_TTL`]) have a hidden `--ttl` of their own that refuses any value, so that their help
@@ -236,6 +236,21 @@ pub enum Command {
     /// backends), then print what was found. With --sql (postgres:// only), print that SQL
     /// instead, for a database owner to run, with the grants a locker's user needs (--grant).
     Init(InitArgs),
+    /// Remove what the backend keeps of locks that nobody holds or waits for and that have been
+    /// idle for --idle, and what dead lockers left behind; print how many (with --dry-run: how
+    /// many it would remove, removing nothing). A lock that is held or waited for is never
+    /// touched, and a name used again goes on with fencing tokens above its earlier ones.
+    /// PostgreSQL: rows of the schema's `locks` table (no token handed out and no lease running
+    /// for --idle; the largest token removed is kept in the row `~pruned`) and rows of its
+    /// `owners` table (lockers whose heartbeat ended --idle ago); the locker's user needs DELETE on
+    /// both (`init --sql --grant`). file://: a lock's `<name>.lock` and `<name>.state` files
+    /// (untouched for --idle; the largest token removed is kept in `.pruned`), and the liveness
+    /// files of dead lockers in `.owners/`. etcd, ZooKeeper and Redis keep nothing of a lock once
+    /// it is free (keys and nodes go with their holders, or expire), nor does mem://: 0. Lockers
+    /// of PostgreSQL and file:// also prune by themselves (idle 1h), about every 10 minutes of
+    /// their life: a short-lived `locksmith run` does not, so run `prune` from cron where
+    /// nothing else lives long.
+    Prune(PruneArgs),
     /// Print the completion script of SHELL on stdout, e.g. `locksmith completions bash >
     /// ~/.local/share/bash-completion/completions/locksmith`, `locksmith completions zsh >
     /// "${fpath[1]}/_locksmith"`, `locksmith completions fish >
@@ -265,6 +280,19 @@ pub struct InitArgs {
     /// more: no CREATE, no ownership).
     #[arg(long, value_name = "ROLE", requires = "sql")]
     pub grant: Option<String>,
+}
+
+/// Arguments of `prune`.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// How long a lock must have been idle (no grant, no lease running) to be removed, with a
+    /// unit: 30m, 1h, 24h. 0s: every lock that nobody holds or waits for now.
+    #[arg(long, default_value = "1h", value_parser = parse_any_duration)]
+    pub idle: Duration,
+
+    /// Remove nothing: print how many would be removed.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// What kind of lock `run`, `try` and `hold` take (default: the mutex NAME).

@@ -72,6 +72,7 @@ fn main() -> ExitCode {
             Command::List(args) => cmd::list::list(&session, &args.prefix).await,
             Command::Leader(args) => cmd::leader::leader(&session, args).await,
             Command::Init(args) => cmd::init::init(&session, args).await,
+            Command::Prune(args) => cmd::prune::prune(&session, args).await,
             // Answered above, before the runtime started.
             Command::Completions(_) | Command::Man => Ok(0),
         };

@@ -263,6 +263,32 @@ fn help_offers_what_each_command_takes() {
     }
 }
 
+/// `prune` takes no lock (no --ttl in its help), says per backend what it removes, and on a
+/// backend that keeps nothing of a free lock (mem://) removes nothing.
+#[test]
+fn prune_says_what_it_removes_and_mem_keeps_nothing() {
+    let help = run(&["prune", "--help"]);
+    assert_code(&help, 0);
+    let words = help.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    for needle in [
+        "--idle",
+        "--dry-run",
+        "PostgreSQL:",
+        "file://:",
+        "etcd, ZooKeeper and Redis",
+    ] {
+        assert!(words.contains(needle), "no {needle:?} in:\n{}", help.stdout);
+    }
+    assert!(!help.stdout.contains("--ttl"), "{}", help.stdout);
+    let out = run(&["--url", "mem://", "prune", "--idle", "0s"]);
+    assert_code(&out, 0);
+    assert_eq!(out.stdout.trim(), "removed 0 locks, 0 owners");
+    let dry = run(&["--url", "mem://", "--json", "prune", "--dry-run"]);
+    assert_code(&dry, 0);
+    assert_eq!(dry.stdout.trim(), r#"{"dry_run":true,"locks":0,"owners":0}"#);
+    assert_clean_error(&run(&["prune", "--idle", "10"]), 2);
+}
+
 /// A refused connection says "connection refused", whichever backend.
 #[test]
 fn a_refused_connection_says_so() {

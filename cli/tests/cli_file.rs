@@ -40,6 +40,7 @@ crate::cli_suite!(@tests Files;
     run_forwarded_signal_is_followed_by_sigkill_after_grace, waiters_that_time_out_and_exit_leave_nothing,
     permits_let_that_many_holders_in, readers_share_and_writers_exclude, elect_runs_cmd_while_leading,
     list_shows_the_locks_in_use, inspect_shows_every_kind_in_use);
+crate::cli_suite!(@tests Files; prune_removes_idle_locks_and_tokens_go_on);
 
 /// With no `--url` and no `LOCKSMITH_URL`, two `locksmith` processes of one user exclude each
 /// other, as `flock(1)` would, whatever their sessions: one with `$XDG_RUNTIME_DIR` (a desktop or

@@ -36,6 +36,7 @@ impl Backend for Postgres {
 }
 
 crate::cli_suite!(Postgres);
+crate::cli_suite!(@tests Postgres; prune_removes_idle_locks_and_tokens_go_on);
 
 /// Runs `sql` as the test database's owner.
 fn as_owner(sql: &str) {

@@ -9,5 +9,6 @@ pub mod init;
 pub mod inspect;
 pub mod leader;
 pub mod list;
+pub mod prune;
 pub mod run;
 pub mod try_once;

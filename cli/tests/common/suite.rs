@@ -807,3 +807,72 @@ pub fn waiters_that_time_out_and_exit_leave_nothing(b: &dyn Backend) {
     let free = run(&args(&url, &["inspect", &name]));
     assert!(free.stdout.contains("held: no"), "{}", free.stdout);
 }
+
+/// `prune --idle 0s` removes what the backend keeps of a lock nobody holds (`--dry-run` first
+/// only counts it; `--idle` of an hour, which it has not been idle for, leaves it), never a lock
+/// held by another process, and the pruned lock's next token is still above its last.
+pub fn prune_removes_idle_locks_and_tokens_go_on(b: &dyn Backend) {
+    let url = b.url();
+    let (idle, held) = (unique_name("prune-idle"), unique_name("prune-held"));
+    let first = run(&args(&url, &["try", &idle]));
+    assert_code(&first, 0);
+    let mut holder = Proc::locksmith(&args(&url, &["hold", &held]));
+    let held_token = token(&holder.next_line());
+
+    let count = |out: &Output, field: &str| -> u64 {
+        let key = format!("\"{field}\":");
+        let at = out
+            .stdout
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {field} in {:?}", out.stdout));
+        let digits: String = out.stdout[at + key.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap()
+    };
+    let dry = run(&args(&url, &["--json", "prune", "--idle", "0s", "--dry-run"]));
+    assert_code(&dry, 0);
+    assert!(
+        dry.stdout.contains("\"dry_run\":true") && count(&dry, "locks") >= 1,
+        "{}",
+        dry.stdout
+    );
+    let hour = run(&args(&url, &["prune", "--dry-run"]));
+    assert_code(&hour, 0);
+    assert!(hour.stdout.starts_with("would remove "), "{}", hour.stdout);
+
+    let pruned = run(&args(&url, &["--json", "prune", "--idle", "0s"]));
+    assert_code(&pruned, 0);
+    assert!(
+        pruned.stdout.contains("\"dry_run\":false") && count(&pruned, "locks") >= 1,
+        "{}",
+        pruned.stdout
+    );
+    let text = run(&args(&url, &["prune", "--idle", "0s"]));
+    assert_code(&text, 0);
+    assert!(
+        text.stdout.starts_with("removed ") && text.stdout.contains(" locks, "),
+        "{}",
+        text.stdout
+    );
+
+    // The held lock is still held, by the same holder; the pruned one goes on above its token.
+    assert_code(&run(&args(&url, &["try", &held])), 1);
+    let again = run(&args(&url, &["try", &idle]));
+    assert_code(&again, 0);
+    assert!(
+        token(&again.stdout) > token(&first.stdout),
+        "{} then {}",
+        first.stdout,
+        again.stdout
+    );
+    holder.close_stdin();
+    assert_code(&holder.finish(), 0);
+    let next = run(&args(&url, &["try", &held]));
+    assert_code(&next, 0);
+    assert!(token(&next.stdout) > held_token);
+
+    let refused = run(&args(&url, &["--ttl", "5s", "prune"]));
+    assert_clean_error(&refused, 2);
+}
