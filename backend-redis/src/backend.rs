@@ -108,7 +108,10 @@ async fn first_answers(nodes: &[Node], config: &Config, quorum: usize) -> Vec<Op
             let checking: std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + '_>> =
                 Box::pin(check(node, config));
             let r = checking.await;
-            node.record(&r);
+            // A quorum's health (as `fan_out` keeps it); one server has none to keep.
+            if nodes.len() > 1 {
+                node.record(&r);
+            }
             (i, r)
         })
         .collect();
