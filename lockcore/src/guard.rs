@@ -62,6 +62,12 @@ impl LockGuard {
         self.labels.guard_ended(self.granted.elapsed());
     }
 
+    /// This guard, recorded as taken by `holder` (re-entry detection).
+    pub(crate) fn taken_by(self, holder: crate::reentry::Holder) -> Self {
+        self.ticket.taken_by(holder);
+        self
+    }
+
     /// The locker the lock was taken through.
     pub(crate) fn locker(&self) -> &Locker {
         &self.locker

@@ -106,13 +106,23 @@
 //!
 //! `try_acquire` never waits and answers `None` as for any held lock; [`LockAll`] refuses a set
 //! that has a name the task holds. Two tasks that contend are never refused, whatever locker
-//! they share. "The task" is the tokio task that took the guard ([`tokio::task::try_id`]), or,
-//! where no task runs (the body of `#[tokio::main]`, a runtime's `block_on`,
-//! `locksmith::blocking`), the thread; it becomes the task that last used the guard (any method
-//! of it). A guard moved into another task and not used there yet still counts as its taker's:
-//! call [`LockGuard::detach_from_task`] before handing it on if the taker may ask again
-//! meanwhile. Another [`Locker`] (another connection) is another holder, as another process
-//! is: a request there waits, as it should.
+//! they share. Precisely, the holder of a guard is:
+//!
+//! - the tokio task that took it ([`tokio::task::try_id`]) or, where no task runs (the body of
+//!   `#[tokio::main]`, a runtime's `block_on`, `locksmith::blocking`), the thread;
+//! - within that task, the future whose request took it, told apart by the waker it is polled
+//!   with: the futures that a `FuturesUnordered` polls (`buffer_unordered`,
+//!   `for_each_concurrent`) each have their own, so they contend like tasks. Futures that share
+//!   the task's waker (the branches of one `tokio::join!` or `select!`) count as one holder: a
+//!   second branch asking for a lock the first holds is refused; give such branches tasks of
+//!   their own. A future that holds a lock while it awaits a `FuturesUnordered` whose futures
+//!   ask for it is not detected (they wait, and deadlock until their timeout);
+//! - once a method of the guard is called in another task, that task (any future of it). A
+//!   guard moved into another task and not used there yet still counts as its taker's: call
+//!   [`LockGuard::detach_from_task`] before handing it on if the taker may ask again meanwhile.
+//!
+//! Another [`Locker`] (another connection) is another holder, as another process is: a request
+//! there waits, as it should.
 //!
 //! The design (the contract, the guard and watchdog, fencing, name encoding) is explained in
 //! `docs/design.md` of the repository.

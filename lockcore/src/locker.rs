@@ -611,7 +611,8 @@ impl LockBuilder {
     pub async fn acquire(self) -> Result<LockGuard> {
         let (req, backend, labels, _in_flight) = self.begin()?;
         // Re-entry: refused before anything is queued (see `crate::reentry`).
-        self.locker.inner.life.holders.check(&req.name, &req.kind)?;
+        let me = crate::reentry::Holder::current().await;
+        self.locker.inner.life.holders.check(&req.name, &req.kind, &me)?;
         let span = request_span!("acquire", req, backend);
         async {
             let start = Instant::now();
@@ -660,7 +661,7 @@ impl LockBuilder {
                         tracing::debug!(requested = ?req.ttl, effective = ?lease.ttl, "the backend enforces another TTL");
                     }
                     labels.acquire_ended("acquired", waited, lease.waited);
-                    self.locker.guard(lease, self.max_hold, labels)
+                    self.locker.guard(lease, self.max_hold, labels).map(|g| g.taken_by(me.clone()))
                 }
                 Err(LockError::Timeout(_)) => {
                     let waited = self.timeout.unwrap_or_default();
@@ -702,6 +703,7 @@ impl LockBuilder {
     /// As [`LockBuilder::acquire`]: a dropped attempt leaves nothing held or queued.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
         let (req, backend, labels, _in_flight) = self.begin()?;
+        let me = crate::reentry::Holder::current().await;
         let span = request_span!("try_acquire", req, backend);
         let request_timeout = backend.request_timeout();
         let (limit, cut_wait) = match self.timeout {
@@ -730,7 +732,10 @@ impl LockBuilder {
         span.record("outcome", outcome);
         labels.acquire_ended(outcome, start.elapsed(), false);
         match result? {
-            Some(lease) => self.locker.guard(lease, self.max_hold, labels).map(Some),
+            Some(lease) => self
+                .locker
+                .guard(lease, self.max_hold, labels)
+                .map(|g| Some(g.taken_by(me))),
             None => Ok(None),
         }
     }

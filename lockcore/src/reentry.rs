@@ -4,13 +4,16 @@
 //!
 //! The holder of a guard is the tokio task that took it ([`tokio::task::try_id`]), or, where no
 //! task runs (the future given to a runtime's `block_on`, which `#[tokio::main]` and
-//! `locksmith::blocking` use), the thread. It follows the guard where the guard is used: any
-//! [`crate::LockGuard`] method called in another task makes that task its holder, and
-//! [`crate::LockGuard::detach_from_task`] says "no task of mine holds this" before it is handed
-//! on. A lost guard holds nothing.
+//! `locksmith::blocking` use), the thread; within it, the waker the request was polled with, so
+//! that the futures of one task that a `FuturesUnordered` (`buffer_unordered`,
+//! `for_each_concurrent`) polls, each with a waker of its own, are told apart. It follows the
+//! guard where the guard is used: any [`crate::LockGuard`] method called in another task makes
+//! that task its holder (any future of it), and [`crate::LockGuard::detach_from_task`] says "no
+//! task of mine holds this" before it is handed on. A lost guard holds nothing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 
 use crate::error::{LockError, Result};
 use crate::lease::{Family, Lease, LockKind, LostSignal};
@@ -33,8 +36,44 @@ impl Owner {
     }
 }
 
+/// Who asks for a lock, or holds one: a task or thread, and the waker its request was polled with
+/// (`None`: any future of the task, for a guard that was used by a method, not a request).
+#[derive(Clone, Debug)]
+pub(crate) struct Holder {
+    owner: Owner,
+    waker: Option<Waker>,
+}
+
+impl Holder {
+    /// The running task (or thread), and the waker of the future being polled.
+    pub(crate) async fn current() -> Holder {
+        let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+        Holder {
+            owner: Owner::current(),
+            waker: Some(waker),
+        }
+    }
+
+    /// The running task (or thread), any future of it.
+    fn anywhere() -> Holder {
+        Holder {
+            owner: Owner::current(),
+            waker: None,
+        }
+    }
+
+    /// Whether a guard held by `self` is held by the asker `other`.
+    fn is(&self, other: &Holder) -> bool {
+        self.owner == other.owner
+            && match (&self.waker, &other.waker) {
+                (Some(mine), Some(theirs)) => mine.will_wake(theirs),
+                _ => true,
+            }
+    }
+}
+
 /// The holder of one guard, shared by the guard (which updates it) and the registry.
-pub(crate) type OwnerCell = Arc<Mutex<Option<Owner>>>;
+pub(crate) type OwnerCell = Arc<Mutex<Option<Holder>>>;
 
 struct Entry {
     id: u64,
@@ -59,13 +98,19 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// Makes the running task (or thread) the holder of the guard.
+    /// Makes the running task (or thread) the holder of the guard (any future of it, unless it
+    /// held it already).
     pub(crate) fn touch(&self) {
         let now = Owner::current();
         let mut owner = self.owner.lock().unwrap_or_else(|e| e.into_inner());
-        if *owner != Some(now) {
-            *owner = Some(now);
+        if owner.as_ref().map(|h| h.owner) != Some(now) {
+            *owner = Some(Holder::anywhere());
         }
+    }
+
+    /// Records the request that took the guard: `holder`, its task and waker.
+    pub(crate) fn taken_by(&self, holder: Holder) {
+        *self.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(holder);
     }
 
     /// No task holds the guard until it is next used.
@@ -79,7 +124,7 @@ impl Holders {
     pub(crate) fn insert(&self, lease: &Lease) -> Ticket {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let key = (lease.kind.family(), lease.name.clone());
-        let owner: OwnerCell = Arc::new(Mutex::new(Some(Owner::current())));
+        let owner: OwnerCell = Arc::new(Mutex::new(Some(Holder::anywhere())));
         let entry = Entry {
             id,
             kind: lease.kind.clone(),
@@ -102,17 +147,23 @@ impl Holders {
         }
     }
 
-    /// [`LockError::WouldDeadlock`] if the running task's own guards of `name` would by
-    /// themselves keep a request for `kind` from being granted.
-    pub(crate) fn check(&self, name: &LockName, kind: &LockKind) -> Result<()> {
+    /// [`LockError::WouldDeadlock`] if the guards of `name` that `me` holds would by themselves
+    /// keep a request for `kind` from being granted.
+    pub(crate) fn check(&self, name: &LockName, kind: &LockKind, me: &Holder) -> Result<()> {
         let map = self.lock();
         let Some(entries) = map.get(&(kind.family(), name.clone())) else {
             return Ok(());
         };
-        let me = Owner::current();
         let mine: Vec<&Entry> = entries
             .iter()
-            .filter(|e| !e.lost.is_lost() && *e.owner.lock().unwrap_or_else(|p| p.into_inner()) == Some(me))
+            .filter(|e| {
+                !e.lost.is_lost()
+                    && e.owner
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .as_ref()
+                        .is_some_and(|h| h.is(me))
+            })
             .collect();
         let Some(first) = mine.first() else {
             return Ok(());

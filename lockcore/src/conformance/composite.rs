@@ -219,6 +219,128 @@ pub async fn reentry_spares_tasks_that_contend(h: &impl Harness) {
     last.release().await.expect("release");
 }
 
+/// The futures of one task polled each with a waker of its own (as a `FuturesUnordered`,
+/// `buffer_unordered` or `for_each_concurrent` polls them) contend as two holders: the second
+/// waits for the first's release instead of being refused. Futures that share the task's waker
+/// (`tokio::join!`, `select!` branches) are one holder to re-entry detection: the second is
+/// refused, as documented.
+pub async fn reentry_spares_futures_with_their_own_wakers(h: &impl Harness) {
+    let name = unique_name("futures");
+    let a = h.locker().await;
+    let held = Arc::new(AtomicBool::new(false));
+    let first = {
+        let (a, name, held) = (a.clone(), name.clone(), held.clone());
+        async move {
+            let guard = a.lock(&name).acquire().await.expect("acquire");
+            held.store(true, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            guard.release().await.expect("release");
+        }
+    };
+    let second = {
+        let (a, name, held) = (a.clone(), name.clone(), held.clone());
+        async move {
+            while !held.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            a.lock(&name).timeout(LONG).acquire().await
+        }
+    };
+    let ((), second) = within(patience(h), "two futures of one task", OwnWakers::new(first, second)).await;
+    second
+        .expect("the second future waits for the first's release")
+        .release()
+        .await
+        .expect("release");
+
+    held.store(false, Ordering::SeqCst);
+    let first = {
+        let (a, name, held) = (a.clone(), name.clone(), held.clone());
+        async move {
+            let guard = a.lock(&name).acquire().await.expect("acquire");
+            held.store(true, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            guard.release().await.expect("release");
+        }
+    };
+    let second = async {
+        while !held.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        a.lock(&name).timeout(LONG).acquire().await
+    };
+    let ((), second) = within(patience(h), "two branches of a join", async {
+        tokio::join!(first, second)
+    })
+    .await;
+    assert!(matches!(second, Err(LockError::WouldDeadlock { .. })), "{second:?}");
+}
+
+/// Polls two futures to their ends, each with a waker of its own that wakes the task (what a
+/// `FuturesUnordered` does).
+struct OwnWakers<A: std::future::Future, B: std::future::Future> {
+    a: (std::pin::Pin<Box<A>>, Option<A::Output>, Arc<Forward>),
+    b: (std::pin::Pin<Box<B>>, Option<B::Output>, Arc<Forward>),
+}
+
+/// A waker that wakes the task's current waker.
+struct Forward(std::sync::Mutex<Option<std::task::Waker>>);
+
+impl std::task::Wake for Forward {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(waker) = self.0.lock().expect("waker").as_ref() {
+            waker.wake_by_ref();
+        }
+    }
+}
+
+impl<A: std::future::Future, B: std::future::Future> OwnWakers<A, B> {
+    fn new(a: A, b: B) -> Self {
+        let forward = || Arc::new(Forward(std::sync::Mutex::new(None)));
+        OwnWakers {
+            a: (Box::pin(a), None, forward()),
+            b: (Box::pin(b), None, forward()),
+        }
+    }
+}
+
+impl<A: std::future::Future, B: std::future::Future> Unpin for OwnWakers<A, B> {}
+
+impl<A: std::future::Future, B: std::future::Future> std::future::Future for OwnWakers<A, B> {
+    type Output = (A::Output, B::Output);
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        for forward in [&this.a.2, &this.b.2] {
+            *forward.0.lock().expect("waker") = Some(cx.waker().clone());
+        }
+        if this.a.1.is_none() {
+            let waker = std::task::Waker::from(this.a.2.clone());
+            if let std::task::Poll::Ready(v) = this.a.0.as_mut().poll(&mut std::task::Context::from_waker(&waker)) {
+                this.a.1 = Some(v);
+            }
+        }
+        if this.b.1.is_none() {
+            let waker = std::task::Waker::from(this.b.2.clone());
+            if let std::task::Poll::Ready(v) = this.b.0.as_mut().poll(&mut std::task::Context::from_waker(&waker)) {
+                this.b.1 = Some(v);
+            }
+        }
+        match (this.a.1.take(), this.b.1.take()) {
+            (Some(a), Some(b)) => std::task::Poll::Ready((a, b)),
+            (a, b) => {
+                this.a.1 = a;
+                this.b.1 = b;
+                std::task::Poll::Pending
+            }
+        }
+    }
+}
+
 /// Re-entry by kind: a second read lock of the same task is granted (readers share), a write
 /// lock while holding a read is refused; a second permit is granted while the semaphore has
 /// permits the task does not hold, and refused once every permit is its own; a second campaign
@@ -392,7 +514,7 @@ macro_rules! composite_tests {
         $crate::conformance_tests!(@tests $harness;
             composite::run_returns_the_value_and_releases, composite::run_releases_on_error_and_panic,
             composite::run_stops_the_work_when_the_lock_is_lost, composite::reentry_is_refused_at_once,
-            composite::reentry_spares_tasks_that_contend,
+            composite::reentry_spares_tasks_that_contend, composite::reentry_spares_futures_with_their_own_wakers,
             composite::lock_all_releases_what_it_took_on_failure, composite::lock_all_reports_a_loss_of_any);
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
