@@ -172,6 +172,48 @@ pub fn connect_with(url: &str, options: &ConnectOptions) -> Result<Locker> {
     })
 }
 
+/// A blocking [`Locker`] over the async locker that `make` builds, run on the blocking locker's
+/// own runtime: for what a URL alone does not say, such as a [`crate::Dual`] locker (one lock in
+/// the old and the new backend at once, for a migration; see `docs/migration.md`).
+///
+/// # Errors
+///
+/// What `make` returns; [`LockError::BlockingInAsync`] when called where a tokio runtime runs;
+/// [`LockError::Unavailable`] if the runtime's thread cannot be started.
+///
+/// # Cancel safety
+///
+/// Not a future: it blocks until `make`'s future has ended.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), locksmith::LockError> {
+/// let locker = locksmith::blocking::from_async(|| async {
+///     let old = locksmith::connect("mem://old-store").await?; // redis://...?layout=plain
+///     let new = locksmith::connect("mem://new-store").await?; // etcd://...
+///     Ok(locksmith::Dual::locker(&old, &new))
+/// })?;
+/// let guard = locker.lock("orders/42").acquire()?; // held in both
+/// guard.release()?;
+/// # Ok(()) }
+/// ```
+pub fn from_async<F, Fut>(make: F) -> Result<Locker>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<crate::Locker>>,
+{
+    refuse_in_async("from_async")?;
+    let runtime = runtime()?;
+    let locker = runtime.block_on(make())?;
+    Ok(Locker {
+        shared: Arc::new(Shared {
+            runtime: Some(runtime),
+            locker,
+        }),
+    })
+}
+
 /// A blocking connection to one lock backend (see the [module](self)): cheap to clone; clones
 /// share the connection, runtime and watchdog.
 #[derive(Clone)]

@@ -204,6 +204,37 @@ fn blocking_api_on_redis() {
     });
 }
 
+/// A `Dual` locker built by `from_async`: a lock taken through the blocking API is held in both
+/// stores, and released from both.
+#[test]
+fn dual_through_from_async() {
+    let (old, new) = (format!("old-{:016x}", rand_u64()), format!("new-{:016x}", rand_u64()));
+    let urls = (format!("mem://{old}"), format!("mem://{new}"));
+    let locker = blocking::from_async(|| async move {
+        let old = locksmith::connect(&urls.0).await?;
+        let new = locksmith::connect(&urls.1).await?;
+        Ok(locksmith::Dual::locker(&old, &new))
+    })
+    .expect("from_async");
+    let (old, new) = (
+        blocking::connect(&format!("mem://{old}")).expect("connect"),
+        blocking::connect(&format!("mem://{new}")).expect("connect"),
+    );
+    let name = unique("blocking_dual");
+    let guard = locker.lock(&name).acquire().expect("acquire");
+    assert!(
+        old.lock(&name).try_acquire().expect("try").is_none(),
+        "not held in the old store"
+    );
+    assert!(
+        new.lock(&name).try_acquire().expect("try").is_none(),
+        "not held in the new store"
+    );
+    guard.release().expect("release");
+    assert!(old.lock(&name).try_acquire().expect("try").is_some());
+    assert!(new.lock(&name).try_acquire().expect("try").is_some());
+}
+
 /// Called inside async code, every blocking call answers `BlockingInAsync` (no panic, no
 /// deadlock), and a guard dropped there is released in the background.
 #[test]
