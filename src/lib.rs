@@ -41,6 +41,82 @@
 //! sets none ([`LockBuilder::ttl`] wins; without either, [`DEFAULT_TTL`]). Each backend crate's
 //! documentation lists its other options.
 //!
+//! ## Work under a lock: `run`
+//!
+//! [`LockBuilder::run`] is the pattern every user writes, shipped: it acquires, hands the work a
+//! [`Held`] (the fencing token, guarded writes), stops the work and answers [`LockError::Lost`]
+//! if the lock is lost before the work ends (never the work's value then: another holder may
+//! have had the lock), releases however the work ends (a value, an error, a panic), and returns
+//! the work's value:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), locksmith::LockError> {
+//! # use std::time::Duration;
+//! let locker = locksmith::connect("mem://").await?;
+//! let shipped = locker
+//!     .lock("orders/42")
+//!     .ttl(Duration::from_secs(10))
+//!     .timeout(Duration::from_secs(5))
+//!     .run(|held| async move {
+//!         held.guarded().put("/orders/42/state", "shipped").await?; // only while held
+//!         Ok::<_, locksmith::LockError>(held.fencing_token()) // pass it to other storage
+//!     })
+//!     .await??; // outer: not acquired, or lost; inner: the work's own error
+//! # assert!(shipped > 0);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Several locks at once: `lock_all`
+//!
+//! [`Locker::lock_all`] takes a set of mutexes in one global order (sorted, duplicates removed),
+//! so callers naming them in any order cannot deadlock; one timeout for the set; all guards or
+//! none (a failure or cancellation part-way releases what it took at once); one
+//! [`MultiGuard::lost`] for the set:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), locksmith::LockError> {
+//! # let locker = locksmith::connect("mem://").await?;
+//! let tokens = locker
+//!     .lock_all(["accounts/bob", "accounts/alice"])
+//!     .run(|held| async move { held.iter().map(|h| h.fencing_token()).collect::<Vec<_>>() })
+//!     .await?;
+//! # assert_eq!(tokens.len(), 2);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Re-entry
+//!
+//! Locks are not re-entrant (as DistributedLock's; unlike Redisson's `RLock`, which counts
+//! re-entries by thread), and asking for one the same task already holds on the same [`Locker`]
+//! is answered at once with [`LockError::WouldDeadlock`], not a wait until the timeout:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), locksmith::LockError> {
+//! # let locker = locksmith::connect("mem://").await?;
+//! let guard = locker.lock("orders/42").acquire().await?;
+//! let again = locker.lock("orders/42").acquire().await;
+//! assert!(matches!(again, Err(locksmith::LockError::WouldDeadlock { .. })));
+//! # drop(guard); Ok(()) }
+//! ```
+//!
+//! Two tasks that contend are never refused; what counts as "the same task" (and the readers and
+//! semaphore permits that are granted) is in `locksmith_core`'s documentation, "Re-entry".
+//!
+//! ## Synchronous programs: `blocking`
+//!
+//! With the `blocking` feature, `locksmith::blocking` is the same API for programs without async code or a
+//! runtime of their own (each locker runs a small one for its watchdog):
+//!
+//! ```ignore
+//! let locker = locksmith::blocking::connect("redis://127.0.0.1:6379")?;
+//! let guard = locker.lock("orders/42").ttl(Duration::from_secs(10)).timeout(Duration::from_secs(5)).acquire()?;
+//! write_with_token(guard.fencing_token())?;
+//! guard.release()?;
+//! ```
+//!
 //! Everything else — the guard, the watchdog, `lost()`, fencing tokens, errors — is
 //! [`locksmith_core`]'s, re-exported here.
 
