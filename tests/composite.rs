@@ -1,5 +1,7 @@
 //! `run`, re-entry detection and `lock_all` (the composite conformance suite) on the real
-//! backends: Redis (`LOCKSMITH_TEST_REDIS`) and `file://` (a directory of its own per test).
+//! backends: Redis (`LOCKSMITH_TEST_REDIS`) and `file://` (a directory of its own per test), all
+//! of it; etcd, ZooKeeper and PostgreSQL (`LOCKSMITH_TEST_ETCD`, `_ZK`, `_POSTGRES`) without the
+//! two tests that remove a holder behind its back (their backends' own test harnesses know how).
 //! Run with `cargo test -p locksmith --all-features --test composite`.
 
 #[cfg(feature = "redis")]
@@ -113,4 +115,59 @@ mod file_backend {
     }
 
     locksmith_core::composite_tests!(harness(), rounds = 200);
+}
+
+/// A backend reached by the URL in an environment variable, without removal behind a holder's
+/// back: for `composite_tests!(no_removal: ...)`.
+#[cfg(any(feature = "etcd", feature = "zk", feature = "postgres"))]
+mod by_url {
+    use std::time::Duration;
+
+    use locksmith::driver::{async_trait, LockName};
+    use locksmith::Locker;
+    use locksmith_core::conformance::{env_url, Harness};
+
+    pub struct UrlHarness {
+        url: String,
+    }
+
+    impl UrlHarness {
+        pub fn new(var: &str) -> UrlHarness {
+            UrlHarness { url: env_url(var) }
+        }
+    }
+
+    #[async_trait]
+    impl Harness for UrlHarness {
+        async fn locker(&self) -> Locker {
+            locksmith::connect(&self.url).await.expect("connect")
+        }
+
+        async fn delete_behind_back(&self, _name: &LockName) {
+            unreachable!("composite_tests!(no_removal: ...) removes nothing")
+        }
+
+        async fn residue(&self, _name: &LockName) -> Vec<String> {
+            unreachable!("the composite suite reads no residue")
+        }
+
+        fn short_ttl(&self) -> Duration {
+            Duration::from_secs(2)
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+mod etcd_backend {
+    locksmith_core::composite_tests!(no_removal: super::by_url::UrlHarness::new("LOCKSMITH_TEST_ETCD"), rounds = 100);
+}
+
+#[cfg(feature = "zk")]
+mod zk_backend {
+    locksmith_core::composite_tests!(no_removal: super::by_url::UrlHarness::new("LOCKSMITH_TEST_ZK"), rounds = 100);
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_backend {
+    locksmith_core::composite_tests!(no_removal: super::by_url::UrlHarness::new("LOCKSMITH_TEST_POSTGRES"), rounds = 100);
 }

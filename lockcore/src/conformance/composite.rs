@@ -507,9 +507,23 @@ pub async fn lock_all_reports_a_loss_of_any(h: &impl Harness) {
 /// Expands to one `#[tokio::test]` per test of the composite suite ([`composite`](self)):
 /// `run`, re-entry, `lock_all`; `rounds` is how many times each of two tasks takes the set in
 /// [`lock_all_never_deadlocks_nor_overlaps`]. `mutex_only: ...` leaves out the test over
-/// read-write locks, semaphores and elections.
+/// read-write locks, semaphores and elections; `no_removal: ...` the two tests that remove a
+/// holder behind its back (for a harness without [`Harness::delete_behind_back`]).
 #[macro_export]
 macro_rules! composite_tests {
+    (no_removal: $harness:expr, rounds = $rounds:expr) => {
+        $crate::conformance_tests!(@tests $harness;
+            composite::run_returns_the_value_and_releases, composite::run_releases_on_error_and_panic,
+            composite::reentry_is_refused_at_once, composite::reentry_spares_tasks_that_contend,
+            composite::reentry_spares_futures_with_their_own_wakers, composite::reentry_by_kind,
+            composite::lock_all_releases_what_it_took_on_failure);
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn lock_all_never_deadlocks_nor_overlaps() {
+            let harness = $harness;
+            $crate::conformance::composite::lock_all_never_deadlocks_nor_overlaps(&harness, $rounds).await;
+        }
+    };
     (mutex_only: $harness:expr, rounds = $rounds:expr) => {
         $crate::conformance_tests!(@tests $harness;
             composite::run_returns_the_value_and_releases, composite::run_releases_on_error_and_panic,
