@@ -122,7 +122,9 @@
 //!   [`LockGuard::detach_from_task`] before handing it on if the taker may ask again meanwhile.
 //!
 //! Another [`Locker`] (another connection) is another holder, as another process is: a request
-//! there waits, as it should.
+//! there waits, as it should. A token register's own lock (named with
+//! [`REGISTER_LOCK_PREFIX`]) is never checked: each admission takes and releases it, so the
+//! admissions of one task wait for each other's turn.
 //!
 //! The design (the contract, the guard and watchdog, fencing, name encoding) is explained in
 //! `docs/design.md` of the repository.

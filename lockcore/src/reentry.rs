@@ -150,6 +150,11 @@ impl Holders {
     /// [`LockError::WouldDeadlock`] if the guards of `name` that `me` holds would by themselves
     /// keep a request for `kind` from being granted.
     pub(crate) fn check(&self, name: &LockName, kind: &LockKind, me: &Holder) -> Result<()> {
+        // A token register's own lock: taken and released inside each admission, never held by
+        // the caller, so the admissions of one task (a `join!` of two) may wait for each other.
+        if name.as_str().starts_with(crate::REGISTER_LOCK_PREFIX) {
+            return Ok(());
+        }
         let map = self.lock();
         let Some(entries) = map.get(&(kind.family(), name.clone())) else {
             return Ok(());
@@ -204,5 +209,36 @@ fn describe(kind: &LockKind, count: usize) -> String {
         LockKind::Permit { permits } => format!("{count} of the {permits} permits"),
         #[allow(unreachable_patterns)]
         _ => "a guard".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{LockError, Locker, MemoryBackend, REGISTER_LOCK_PREFIX};
+
+    /// A token register's lock is not checked for re-entry: its admissions take and release it
+    /// inside each call, so two of one task (a `join!` of two) wait for each other's turn
+    /// instead of the second being refused. Shown by a task holding the register's lock itself:
+    /// its admission waits (here until its short timeout), it is not refused.
+    #[tokio::test]
+    async fn a_token_registers_lock_is_not_checked_for_reentry() {
+        let locker = Locker::new(MemoryBackend::new());
+        let held = locker
+            .lock(format!("{REGISTER_LOCK_PREFIX}ledger"))
+            .acquire()
+            .await
+            .expect("acquire");
+        let register = locker
+            .token_register("ledger")
+            .expect("register")
+            .timeout(Duration::from_millis(100));
+        let answer = register.admit(1).await;
+        assert!(matches!(answer, Err(LockError::Timeout(_))), "{answer:?}");
+        held.release().await.expect("release");
+        let (a, b) = tokio::join!(register.admit(1), register.admit(2));
+        let _ = (a.expect("admit 1"), b.expect("admit 2"));
+        assert_eq!(register.highest().await.expect("highest"), Some(2));
     }
 }
