@@ -102,3 +102,21 @@ async fn a_user_with_the_grants_prunes() {
     again.release().await.unwrap();
     locker.shutdown().await.unwrap();
 }
+
+/// A user granted what an earlier release printed (no `DELETE` on `locks`) locks as before, and
+/// its prune is refused with what to grant, not taken for an outage.
+#[tokio::test]
+async fn a_user_with_the_older_grants_is_told_what_pruning_needs() {
+    use locksmith_core::conformance::Harness;
+    let h = common::PgHarness::least_privilege().await;
+    run_as_owner(&format!("REVOKE DELETE ON \"{}\".locks FROM locksmith_app", h.schema)).await;
+    let locker = h.locker().await;
+    locker.lock("lp-old").acquire().await.unwrap().release().await.unwrap();
+    match locker.prune(std::time::Duration::ZERO, false).await {
+        Err(LockError::Denied(message)) => {
+            assert!(message.contains("DELETE") && message.contains("--grant"), "{message}")
+        }
+        other => panic!("expected Denied, got {other:?}"),
+    }
+    locker.shutdown().await.unwrap();
+}

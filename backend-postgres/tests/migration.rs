@@ -223,7 +223,11 @@ async fn version_3_gets_the_queue_start_and_a_queue_in_use_goes_on() {
     for _ in 0..5 {
         migrating.lock("kept").acquire().await.unwrap().release().await.unwrap();
     }
-    let starts = common::query_as_owner(&format!("SELECT since FROM \"{schema}\".locks")).await;
+    // (The row '~pruned' is no lock's: the high-water mark of pruned tokens.)
+    let starts = common::query_as_owner(&format!(
+        "SELECT since FROM \"{schema}\".locks WHERE segment <> '~pruned'"
+    ))
+    .await;
     assert!(starts.iter().all(|s| s != "0"), "{starts:?}");
     assert_eq!(
         common::entries_before_their_start(&schema).await,
