@@ -100,7 +100,9 @@
 //!
 //! - a mutex, a write lock or an election's leadership, while the task holds any guard of it;
 //! - a read lock while the task holds the write lock (a read after a read is granted: readers
-//!   share, though a writer queued in between makes the second read wait for the first);
+//!   share; but a writer that queued in between makes the second read wait behind it, and the
+//!   writer waits for the first read: that deadlock lasts until the read's timeout and is not
+//!   detected, so take one read per task);
 //! - a semaphore permit while every permit of the semaphore is the task's own (a second permit
 //!   with permits to spare is granted).
 //!
