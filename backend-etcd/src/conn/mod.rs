@@ -1,7 +1,9 @@
 //! The connection handle every request goes through, with the counters behind
-//! [`crate::EtcdBackend::stats`], and the TLS settings of the connection.
+//! [`crate::EtcdBackend::stats`], and the TLS settings of the connection ([`plain`]: telling a
+//! server without TLS from an outage).
 
 pub(crate) mod held;
+pub(crate) mod plain;
 pub(crate) mod session;
 pub(crate) mod sweep;
 pub(crate) mod sweeper;

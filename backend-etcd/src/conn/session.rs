@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::conn::held::{Held, HeldRegistry};
+use crate::conn::plain;
 use crate::conn::sweep::Sweep;
 use crate::conn::{with_tls, Conn, Stats};
 use crate::error::{from_etcd, is_lease_not_found, request, timed};
@@ -95,23 +96,33 @@ impl Session {
         }
         let where_ = cfg.endpoints.join(",");
         let deadline = Instant::now() + cfg.connect_timeout;
-        let client = timed(
-            &format!("connecting to etcd at {where_}"),
+        // Over TLS, a failure that looks like an outage may be servers without TLS (`plain`).
+        let tls = cfg.tls.is_some();
+        let what = format!("connecting to etcd at {where_}");
+        let client = match timed(
+            &what,
             cfg.connect_timeout,
             Client::connect(&cfg.endpoints, Some(options)),
         )
-        .await?;
+        .await
+        {
+            Ok(client) => client,
+            Err(e) if tls => return Err(plain::no_tls(&cfg.endpoints, &what, e).await),
+            Err(e) => return Err(e),
+        };
         let ttl_secs = i64::try_from(cfg.session_ttl.as_secs()).unwrap_or(i64::MAX);
         let sent = Instant::now();
-        let grant = request(
-            &format!("granting a session lease at {where_}"),
-            deadline.saturating_duration_since(sent),
-            || {
-                let mut lease = client.lease_client();
-                async move { lease.grant(ttl_secs, None).await }
-            },
-        )
-        .await?;
+        let what = format!("granting a session lease at {where_}");
+        let granted = request(&what, deadline.saturating_duration_since(sent), || {
+            let mut lease = client.lease_client();
+            async move { lease.grant(ttl_secs, None).await }
+        })
+        .await;
+        let grant = match granted {
+            Ok(grant) => grant,
+            Err(e) if tls => return Err(plain::no_tls(&cfg.endpoints, &what, e).await),
+            Err(e) => return Err(e),
+        };
         let granted = granted_ttl(grant.ttl(), grant.error())?;
         tracing::debug!(lease = format_args!("{:x}", grant.id()), ttl = ?granted, "etcd session started");
         let held = Arc::new(HeldRegistry::default());
