@@ -91,8 +91,12 @@ impl From<LockError> for Failure {
     fn from(e: LockError) -> Self {
         let code = match &e {
             LockError::Timeout(_) => NOT_ACQUIRED,
-            LockError::InvalidName(_) | LockError::InvalidOption(_) | LockError::InvalidUrl { .. } => USAGE,
-            LockError::NotHeld { .. } => LOST,
+            LockError::InvalidName(_)
+            | LockError::InvalidOption(_)
+            | LockError::InvalidUrl { .. }
+            | LockError::WouldDeadlock { .. }
+            | LockError::BlockingInAsync { .. } => USAGE,
+            LockError::NotHeld { .. } | LockError::Lost { .. } => LOST,
             LockError::Denied(_) => DENIED,
             _ => UNAVAILABLE,
         };
@@ -185,6 +189,19 @@ mod tests {
             NOT_ACQUIRED
         );
         assert_eq!(Failure::from(LockError::InvalidName("x".into())).code, USAGE);
+        // Work under a lock that was lost is a lost lock (exit 4), not an outage (it was 3).
+        let lost = LockError::Lost {
+            name: "x".into(),
+            reason: locksmith::LostReason::MaxHoldReached,
+        };
+        assert_eq!(Failure::from(lost).code, LOST);
+        let deadlock = LockError::WouldDeadlock {
+            name: "x".into(),
+            held: "the mutex".into(),
+            fencing_token: 1,
+        };
+        assert_eq!(Failure::from(deadlock).code, USAGE);
+        assert_eq!(Failure::from(LockError::BlockingInAsync { call: "x" }).code, USAGE);
         let unavailable = LockError::unavailable("connecting", std::io::Error::other("refused\nnow"));
         let failure = Failure::from(unavailable);
         assert_eq!(failure.code, UNAVAILABLE);

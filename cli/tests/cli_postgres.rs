@@ -229,3 +229,29 @@ fn contenders_through_a_transaction_pooler_lose_no_update() {
     assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "50");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A database that does not exist is refused (exit 5, one line naming it), not retried as an
+/// outage: `run` ends at once.
+#[test]
+fn a_missing_database_exits_5_at_once() {
+    let url = BackendUrl::parse(&env_url("LOCKSMITH_TEST_POSTGRES")).unwrap();
+    let (user, password) = url.credentials.clone().unwrap_or_default();
+    let missing = format!(
+        "postgres://{user}:{}@{}/no_such_db_{}",
+        password.unwrap_or_default(),
+        url.hosts[0].to_addr(5432),
+        std::process::id()
+    );
+    let out = run(&[
+        "--url",
+        &missing,
+        "run",
+        "--timeout",
+        "30s",
+        &unique_name("nodb"),
+        "--",
+        "true",
+    ]);
+    assert_clean_error(&out, 5);
+    assert!(out.stderr.contains("does not exist"), "{}", out.stderr);
+}
