@@ -35,7 +35,7 @@ pub struct RedisBackend {
 impl RedisBackend {
     /// Connects to the server(s) of `url`. Fails with [`LockError::InvalidUrl`] for a bad URL,
     /// [`LockError::Denied`] when a master may evict lock keys (its `maxmemory-policy`; see
-    /// [`crate::conn::admit`]) or refuses us for good (credentials, TLS) where the others cannot
+    /// `conn/admit.rs`) or refuses us for good (credentials, TLS) where the others cannot
     /// form a majority, and [`LockError::Unavailable`] when the server (in quorum mode: a
     /// majority of the masters) does not answer within the connect timeout.
     pub async fn connect(url: &BackendUrl) -> Result<RedisBackend> {
