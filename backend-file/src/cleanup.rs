@@ -54,12 +54,32 @@ impl Pending {
         R: Send + 'static,
         F: FnOnce(&mut State, Now) -> Result<R> + Send + 'static,
     {
+        self.blocking(move |dir, file| dir.transact(file, step)).await
+    }
+
+    /// [`Pending::run`] for a `try` ([`Dir::try_transact`]): `None` if the lock file stayed
+    /// locked by another process, and `step` did not run.
+    pub async fn try_run<R, F>(&mut self, step: F) -> Result<Option<R>>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut State, Now) -> Result<R> + Send + 'static,
+    {
+        self.blocking(move |dir, file| dir.try_transact(file, step)).await
+    }
+
+    /// Runs `work` on the lock's directory and file in a blocking thread, marked in flight until
+    /// it ends (a clean-up waits for it).
+    async fn blocking<T, W>(&mut self, work: W) -> Result<T>
+    where
+        T: Send + 'static,
+        W: FnOnce(&Dir, &LockFile) -> Result<T> + Send + 'static,
+    {
         let (done, in_flight) = oneshot::channel::<()>();
         self.in_flight = Some(in_flight);
         let (dir, file) = (self.dir.clone(), self.file.clone());
         let out = tokio::task::spawn_blocking(move || {
             let _done = done;
-            dir.transact(&file, step)
+            work(&dir, &file)
         })
         .await
         .map_err(join_error)?;

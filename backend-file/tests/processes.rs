@@ -280,6 +280,42 @@ async fn a_step_stalled_on_the_lock_file_is_undone_after_it_ran() {
     }
 }
 
+/// A `try` never waits behind another program's `flock` of the lock file (`flock(1)` on it, a
+/// lock-file library, a process paused in its step) for longer than a step takes: it answers
+/// "held" within about a second, and its thread is free (it waited for the whole `flock`, and
+/// `locksmith try` then failed after the request timeout as an unavailable backend, exit 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_never_waits_behind_another_programs_flock() {
+    let h = FileHarness::new();
+    let name = locksmith_core::conformance::unique_name("flocked");
+    let lock_name = LockName::new(&name).unwrap();
+    let lock_file = h
+        .look
+        .state_path(locksmith_core::Family::Mutex, &lock_name)
+        .with_extension("lock");
+    let locker = h.locker().await;
+    let foreign = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_file)
+        .unwrap();
+    rustix::fs::flock(&foreign, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let started = Instant::now();
+    let tried = locker.lock(&name).try_acquire().await;
+    let took = started.elapsed();
+    assert!(matches!(tried, Ok(None)), "{tried:?}");
+    assert!(took < Duration::from_secs(3), "the try waited {took:?}");
+    // The program lets go: the lock is free, and nothing of the try was left.
+    drop(foreign);
+    let guard = locker.lock(&name).try_acquire().await.unwrap();
+    assert!(guard.is_some(), "free once the foreign flock is gone");
+    assert_eq!(
+        h.look.entries(locksmith_core::Family::Mutex, &lock_name).unwrap().len(),
+        1
+    );
+}
+
 /// A state file whose fencing counter has no room for another token (written by something else,
 /// or edited by hand) is refused as corrupt: the next token must never wrap below earlier ones
 /// (in a release build `u64::MAX + 1` wrapped to 0 and the token fell back to the clock).

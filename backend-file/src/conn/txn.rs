@@ -21,6 +21,9 @@ use rustix::fs::{flock, FlockOperation};
 use locksmith_core::{LockError, Result};
 
 use super::Dir;
+
+/// How long a `try` polls a lock file that another process holds locked ([`Dir::try_transact`]).
+pub(crate) const TRY_FLOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 use crate::error::{corrupt, errno_error, io_error, open_error};
 use crate::layout::{LockFile, STATE_SUFFIX};
 use crate::protocol::state::{Now, State, FORMAT};
@@ -34,6 +37,46 @@ impl Dir {
     pub fn transact<R>(&self, file: &LockFile, step: impl FnOnce(&mut State, Now) -> Result<R>) -> Result<R> {
         self.keep_owner()?;
         let locked = self.lock(file)?;
+        self.transact_locked(file, &locked, step)
+    }
+
+    /// [`Dir::transact`] for a `try`, which never waits behind another process's `flock` on the
+    /// lock file: a step of locksmith's holds it for milliseconds, so the lock file is polled for
+    /// at most [`TRY_FLOCK_WAIT`]; `None` if it stayed locked that long (another program that
+    /// `flock`s locksmith's file, as `flock(1)` or a lock-file library would, or a process
+    /// paused in the middle of its step: either way the lock is not free for a try now).
+    pub fn try_transact<R>(
+        &self,
+        file: &LockFile,
+        step: impl FnOnce(&mut State, Now) -> Result<R>,
+    ) -> Result<Option<R>> {
+        self.keep_owner()?;
+        let path = file.lock_path(&self.path);
+        let deadline = std::time::Instant::now() + TRY_FLOCK_WAIT;
+        let mut pause = std::time::Duration::from_micros(100);
+        let locked = loop {
+            if let Some(locked) = self.lock_path(&path, false)? {
+                break locked;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                tracing::debug!(path = %path.display(), "file backend: the lock file stayed locked by another process; the try answers held");
+                return Ok(None);
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(std::time::Duration::from_millis(20));
+        };
+        touch(&locked, &path);
+        self.transact_locked(file, &locked, step).map(Some)
+    }
+
+    /// [`Dir::transact`] with the lock file `locked` already.
+    fn transact_locked<R>(
+        &self,
+        file: &LockFile,
+        locked: &File,
+        step: impl FnOnce(&mut State, Now) -> Result<R>,
+    ) -> Result<R> {
         let now = Now::read();
         let original = self.load(file)?;
         let mut state = match &original {
@@ -56,7 +99,7 @@ impl Dir {
         };
         if changed {
             let token_changed = original.as_ref().is_none_or(|(o, _)| o.last_token != state.last_token);
-            let stored = self.store(file, &bytes, syncs(self.sync, token_changed), &locked);
+            let stored = self.store(file, &bytes, syncs(self.sync, token_changed), locked);
             self.hub.changed(Some(&file.stem));
             stored?;
         }

@@ -33,9 +33,12 @@ pub(crate) async fn try_acquire(dir: &Arc<Dir>, req: &LockRequest) -> Result<Opt
     let (id, holder_id) = (entry.id.clone(), entry.holder_id());
     let mut pending = Pending::new(dir, &file, &id);
     let sent = Instant::now();
+    // Never behind another process's `flock` on the lock file for longer than a step takes:
+    // a lock file that stays locked is a lock that is not free now.
     let taken = pending
-        .run(move |state, now| Ok(queue::try_take(state, entry, now)?.map(|token| (token, now.boot_ns))))
-        .await?;
+        .try_run(move |state, now| Ok(queue::try_take(state, entry, now)?.map(|token| (token, now.boot_ns))))
+        .await?
+        .flatten();
     pending.keep();
     Ok(taken.map(|(token, since_ns)| {
         dir.hold(&id, &file, req.ttl, since_ns, sent);
