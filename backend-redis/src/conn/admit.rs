@@ -68,16 +68,23 @@ async fn speaks_plain_resp(addr: &str) -> Option<String> {
 /// Checks that no master of `node` may evict keys (see the module docs); with `eviction=allow`
 /// only warns.
 pub(crate) async fn eviction(node: &Node, config: &Config) -> Result<()> {
+    let cluster = node.link.is_cluster();
     let mut masters = Vec::new();
-    if node.link.is_cluster() {
-        let owners = node
-            .link
-            .slot_owners()
-            .await
-            .map_err(|e| map_error(e, "reading the cluster's masters", &node.addr))?;
-        for (_, _, host, port) in owners {
-            if !masters.contains(&(host.clone(), port)) {
-                masters.push((host, port));
+    if cluster {
+        // A cluster whose map cannot be read now (a master failing over, a node the seed list
+        // names that is down) is checked where it can be: connecting must not wait for the whole
+        // cluster to be healthy, which the lockers ride out on their own.
+        match node.link.slot_owners().await {
+            Ok(owners) => {
+                for (_, _, host, port) in owners {
+                    if !masters.contains(&(host.clone(), port)) {
+                        masters.push((host, port));
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(addr = %node.addr, error = %e, "redis: could not read the cluster's masters to check their maxmemory-policy now");
+                return Ok(());
             }
         }
     }
@@ -91,17 +98,22 @@ pub(crate) async fn eviction(node: &Node, config: &Config) -> Result<()> {
         checks.push((node.addr.clone(), conn));
     } else {
         for master in &masters {
-            let conn = node
-                .link
-                .node_conn(master, false)
-                .await
-                .map_err(|e| map_error(e, "connecting", &node.addr))?;
-            checks.push((format!("{}:{}", master.0, master.1), conn));
+            match node.link.node_conn(master, false).await {
+                Ok(conn) => checks.push((format!("{}:{}", master.0, master.1), conn)),
+                // A master that does not answer now fails its own leases, not the connect.
+                Err(e) => {
+                    tracing::debug!(addr = %format!("{}:{}", master.0, master.1), error = %e, "redis: a cluster master's maxmemory-policy could not be checked now")
+                }
+            }
         }
     }
     for (addr, mut conn) in checks {
         let policy = match policy(&mut conn).await {
             Ok(policy) => policy,
+            Err(e) if cluster && !refused(&e) => {
+                tracing::debug!(%addr, error = %e, "redis: a cluster master's maxmemory-policy could not be read now");
+                continue;
+            }
             Err(e) if e.kind() == ErrorKind::Io || e.is_timeout() || e.is_connection_dropped() => {
                 return Err(map_error(e, "reading maxmemory-policy", &addr))
             }
