@@ -242,11 +242,6 @@ impl Hub {
         self.wake(None, None);
     }
 
-    /// Checks that the LISTEN of `listening` hears what `notifier` NOTIFYs ([`check_delivery`]).
-    pub async fn check_delivery(&self, listening: &Client, notifier: &Client, config: &Config) -> Result<()> {
-        check_delivery(self, listening, notifier, config).await
-    }
-
     /// Connects a LISTEN connection of the hub's own, to the `listen=` servers (behind a
     /// transaction pooler: an error if the first connection fails), checks that it hears what
     /// `notifier`, the locker's connection, NOTIFYs ([`check_delivery`]), and keeps it listening.
@@ -379,7 +374,7 @@ const DELIVERY: Duration = Duration::from_secs(2);
 /// [`DELIVERY`], on a channel of this check's own.
 /// [`LockError::InvalidUrl`] if it does not: the LISTEN went through a transaction (or
 /// statement) pooler, which cannot carry it.
-async fn check_delivery(hub: &Hub, listening: &Client, notifier: &Client, config: &Config) -> Result<()> {
+pub(crate) async fn check_delivery(hub: &Hub, listening: &Client, notifier: &Client, config: &Config) -> Result<()> {
     let channel = format!("locksmith_check_{:016x}", rand::random::<u64>());
     let limit = config.connect_timeout;
     run_within(listening, &format!("LISTEN {channel}"), limit).await?;

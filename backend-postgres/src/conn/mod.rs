@@ -95,7 +95,7 @@ impl Conn {
             .set_up("creating the tables", config.request_timeout, prepared)
             .await?;
         match checker {
-            Some(checker) => hub.check_delivery(&client, &checker, &config).await?,
+            Some(checker) => crate::wake::check_delivery(&hub, &client, &checker, &config).await?,
             None => hub.listen_apart(&config, &sql.channel, &client).await?,
         }
         let conn = Conn {
@@ -304,14 +304,15 @@ async fn prepare_tables(client: &Client, sql: &Sql, schema: &str) -> Result<()> 
 /// The format version in the `meta` table (empty if it has none). A simple query: nothing is
 /// prepared on a session a pooler may give to another client next.
 async fn read_version(client: &Client, sql: &Sql) -> std::result::Result<String, tokio_postgres::Error> {
-    let answer = client.simple_query(&sql.version).await?;
-    Ok(answer
-        .iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .unwrap_or_default())
+    Ok(first_value(&client.simple_query(&sql.version).await?).unwrap_or_default())
+}
+
+/// The first column of the first row of a simple query's answer, if any.
+pub(crate) fn first_value(answer: &[tokio_postgres::SimpleQueryMessage]) -> Option<String> {
+    answer.iter().find_map(|message| match message {
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+        _ => None,
+    })
 }
 
 /// An open connection: its client, and the task that drives it.
@@ -441,10 +442,7 @@ async fn session_settings(client: &Client, config: &Config) -> Result<()> {
         .simple_query(&sql)
         .await
         .map_err(|e| pg_error("setting up the session", e))?;
-    let standbys = answer.iter().find_map(|m| match m {
-        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-        _ => None,
-    });
+    let standbys = first_value(&answer);
     if config.replication == Replication::Sync && standbys.as_deref().unwrap_or("").trim().is_empty() {
         return Err(LockError::Protocol(
             "postgres: the primary has no synchronous standby (synchronous_standby_names is empty): a \

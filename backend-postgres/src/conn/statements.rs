@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, GenericClient, Row, SimpleQueryMessage, Statement, Transaction};
+use tokio_postgres::{Client, GenericClient, Row, Statement, Transaction};
 
 use crate::config::Config;
 
@@ -94,10 +94,8 @@ impl Statements {
         sql: &str,
         params: &Params<'_>,
     ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
-        match self.get(client, sql).await? {
-            Prepared::Named(statement) => client.query(&statement, params).await,
-            Prepared::Unnamed(types) => client.query_typed(sql, &typed(params, &types)).await,
-        }
+        let prepared = self.get(client, sql).await?;
+        self.run(client, &prepared, sql, params).await
     }
 
     /// Runs `sql` on `client` with `params`: the number of rows it changed.
@@ -189,9 +187,9 @@ impl Statements {
 
     /// Runs `prepared`, `sql` as [`Statements::get`] made it, with `params`. Sent at its first
     /// poll.
-    async fn run(
+    async fn run<C: GenericClient + Sync>(
         &self,
-        client: &Client,
+        client: &C,
         prepared: &Prepared,
         sql: &str,
         params: &Params<'_>,
@@ -230,12 +228,7 @@ async fn learn_types<C: GenericClient + Sync>(
          SELECT parameter_types::oid[]::text FROM pg_prepared_statements WHERE name = '{name}'; \
          DEALLOCATE {name}"
     );
-    let answer = client.simple_query(&text).await?;
-    let oids = answer.iter().find_map(|message| match message {
-        SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-        _ => None,
-    });
-    let oids = oids.unwrap_or_default();
+    let oids = super::first_value(&client.simple_query(&text).await?).unwrap_or_default();
     let oids = oids.trim_start_matches('{').trim_end_matches('}');
     // A type this crate does not know (none of its statements has one) fails the run that
     // uses it, with tokio-postgres's "cannot convert" error.
