@@ -61,6 +61,7 @@
 //! |---|---|---|
 //! | `<prefix>{E}:lock` | string, `PX` = lease | `<token>:<fencing token>:<ttl ms>`; `token` is 128 random bits in hex, the lease's `holder_id`; the TTL it was granted bounds a clock step back (see "Clock jumps"; versions before it wrote `<token>:<fencing token>`, still read) |
 //! | `<prefix>{E}:fence` | integer | the fencing counter, raised by every successful acquire; with `fence_floor=time` it expires an hour (plus a TTL) after it was created, and the next grant starts it again at the clock (never with `fence_floor=none` or a number) |
+//! | `<prefix>{E}:fence:restart` | string | only after the server's clock was stepped back past its start (a negative uptime, see "After data loss"): `run_id:deadline`, the server-time ms until which the lock is held back once; it expires when the uptime has reached `restart_delay` again |
 //! | `<prefix>{E}:queue` | sorted set | waiter tokens scored by arrival (server time in ms, strictly increasing) |
 //! | `<prefix>{E}:alive` | hash | waiter token → server time (ms) after which the entry is stale |
 //! | `<prefix>{E}:streak`, `:gap` | string | plain layout with `poller_gap` only: when locksmith clients began holding the lock without a break; the gap left for polling clients |
@@ -334,6 +335,11 @@
 //!   freshly started Redis the first lock of each name waits until the server is `restart_delay`
 //!   old (the server cannot tell a first start from a restart that lost data). `restart_delay=0`
 //!   turns this off, for servers that persist every write (AOF with `appendfsync always`).
+//!   A server whose wall clock was stepped back past its start (a machine that booted with its
+//!   clock ahead, then NTP) reports a negative uptime for as long as the step: that is no
+//!   restart, but no uptime either, so the delay is then served once per lock and server run
+//!   (`run_id`), counted from the first acquire that sees it (the key `…:fence:restart` keeps the
+//!   deadline), and later grants are at once (`tests/clock.rs`).
 //! - **Fencing tokens going backwards.** With the default `fence_floor=time` every token is at
 //!   least the server's clock in microseconds since the Unix epoch (about 1.8 × 10^15 today, well
 //!   within the 2^53 that every JSON reader keeps exact), and above the counter: tokens keep growing

@@ -25,9 +25,16 @@ struct ShiftedRedis {
 impl ShiftedRedis {
     /// Builds the shim (`cc`) and starts the server on a free loopback port, unshifted.
     async fn start() -> ShiftedRedis {
+        ShiftedRedis::start_at(0).await
+    }
+
+    /// Starts the server with its wall clock `ms` from the true time (a machine that booted with
+    /// its clock ahead, before NTP stepped it).
+    async fn start_at(ms: i64) -> ShiftedRedis {
         let dir = std::env::temp_dir().join(format!("locksmith-clock-{}-{:x}", std::process::id(), rand_u64()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let clock = ClockShift::new(&dir);
+        clock.set(ms);
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -73,7 +80,11 @@ impl ShiftedRedis {
 
     async fn locker(&self) -> Locker {
         // restart_delay=0: a fresh server without persistence would hold back its first grants.
-        let url = format!("redis://127.0.0.1:{}?restart_delay=0", self.port);
+        self.locker_with("restart_delay=0").await
+    }
+
+    async fn locker_with(&self, options: &str) -> Locker {
+        let url = format!("redis://127.0.0.1:{}?{options}", self.port);
         connect(&locksmith_core::driver::BackendUrl::parse(&url).unwrap())
             .await
             .expect("connect")
@@ -156,4 +167,116 @@ async fn a_step_forward_past_a_lease_ends_it_early_with_tokens_still_increasing(
         "{reason:?}"
     );
     next.release().await.expect("release");
+}
+
+/// A server started with its clock an hour ahead, then stepped back: its `uptime_in_seconds` is
+/// negative for that hour. Every acquire failed at once ("INFO server shows no uptime_in_seconds")
+/// until the clock caught up. The step is not a restart, but the server may have started moments
+/// ago: the first grant of a lock without a counter still waits out `restart_delay`, once (from
+/// its first sight), and then is granted as on a warm server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_negative_uptime_after_a_step_back_serves_the_restart_delay_once() {
+    let server = ShiftedRedis::start_at(3_600_000).await;
+    server.shift(0).await;
+    let delay = Duration::from_secs(2);
+    let options = "restart_delay=2s&ttl=1s&waiter_ttl=1s";
+    let (a, b) = (server.locker_with(options).await, server.locker_with(options).await);
+    for kind in ["mutex", "semaphore"] {
+        let name = format!("negative-uptime/{kind}");
+        let lock = |l: &Locker| match kind {
+            "mutex" => l.lock(&name),
+            _ => l.semaphore(&name, 1),
+        };
+        // A try within the delay: not granted (a lease from before a data loss may be live).
+        let early = lock(&a)
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: try: {e}"));
+        assert!(
+            early.is_none(),
+            "{kind}: granted within restart_delay of a possible restart"
+        );
+        let started = tokio::time::Instant::now();
+        let held = lock(&b)
+            .timeout(Duration::from_secs(15))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: acquire with a negative uptime: {e}"));
+        let waited = started.elapsed();
+        assert!(
+            waited >= delay - Duration::from_millis(500) && waited < Duration::from_secs(10),
+            "{kind}: granted after {waited:?}, not about restart_delay ({delay:?}) after it was first seen"
+        );
+        held.release().await.expect("release");
+        // Served once: the next grant is at once.
+        let again = lock(&a)
+            .try_acquire()
+            .await
+            .expect("try")
+            .expect("granted at once after the delay");
+        again.release().await.expect("release");
+    }
+}
+
+/// A waiter that died while the server's clock was an hour ahead left a liveness deadline an hour
+/// ahead once the clock is stepped back. Contenders that only `try` kept it at the head for that
+/// hour (a waiting contender bounded it); now a try bounds it too, to three waiter TTLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiter_from_before_a_step_back_does_not_stop_tries() {
+    let server = ShiftedRedis::start_at(3_600_000).await;
+    let url = format!("redis://127.0.0.1:{}?restart_delay=0&waiter_ttl=1s", server.port);
+    let a = server.locker_with("restart_delay=0&waiter_ttl=1s").await;
+    let name = "dead-waiter-step-back";
+    let held = a.lock(name).acquire().await.expect("acquire");
+    // The waiter's entry as a killed process leaves it: queued, live for one waiter TTL of the
+    // server's (ahead) clock.
+    let keys = locksmith_redis::LockKeys::for_url(
+        &locksmith_core::driver::BackendUrl::parse(&url).unwrap(),
+        &locksmith_core::driver::LockName::new(name).unwrap(),
+    )
+    .unwrap();
+    let mut admin = redis::Client::open(format!("redis://127.0.0.1:{}", server.port))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection");
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut admin).await.expect("TIME");
+    let now = secs * 1000 + micros / 1000;
+    let dead = "deadbeefdeadbeefdeadbeefdeadbeef";
+    let () = redis::pipe()
+        .cmd("ZADD")
+        .arg(&keys.queue)
+        .arg(now)
+        .arg(dead)
+        .ignore()
+        .cmd("HSET")
+        .arg(&keys.alive)
+        .arg(dead)
+        .arg(now + 1_000)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&keys.queue)
+        .arg(7_200_000)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&keys.alive)
+        .arg(7_200_000)
+        .ignore()
+        .query_async(&mut admin)
+        .await
+        .expect("plant the dead waiter");
+    held.release().await.expect("release");
+    server.shift(0).await;
+    let started = tokio::time::Instant::now();
+    loop {
+        if let Some(got) = a.lock(name).try_acquire().await.expect("try") {
+            got.release().await.expect("release");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "a dead waiter's entry from before the step back still stops every try"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

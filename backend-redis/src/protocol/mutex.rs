@@ -45,7 +45,7 @@ impl MutexEntry {
     }
 
     /// A call of an acquire script (`TRY_ACQUIRE`, `WAIT_STEP`): the lock keys, token, TTL and
-    /// wake channel prefix.
+    /// wake channel prefix, and the waiter TTL (which bounds a queued head's liveness deadline).
     fn acquire_call<'a>(&self, node: &'a Node, wait_step: bool) -> ScriptCall<'a> {
         let scripts = &node.scripts.mutex;
         let script = if wait_step {
@@ -54,7 +54,10 @@ impl MutexEntry {
             &scripts.try_acquire
         };
         let mut call = node.call(script, &self.keys.lock_script_keys()[..node.scripts.mutex_keys]);
-        call.arg(&self.token).arg(millis(self.ttl)).arg(&self.keys.wake);
+        call.arg(&self.token)
+            .arg(millis(self.ttl))
+            .arg(&self.keys.wake)
+            .arg(millis(node.waiter_ttl));
         call
     }
 
@@ -108,8 +111,7 @@ impl Entry for MutexEntry {
     /// Reply `{1, fence}` or `{0, head, the holder's PTTL, foreign}`: only the first live waiter
     /// (`head`) watches the holder's deadline, and polls a holder that is not a locksmith client.
     async fn step(&self, node: &Node) -> Result<Turn> {
-        let mut call = self.acquire_call(node, true);
-        call.arg(millis(node.waiter_ttl));
+        let call = self.acquire_call(node, true);
         match grant(node, self, "waiting", &call).await?.as_slice() {
             [1, fence] => Ok(Turn::Granted(fence_token(*fence)?)),
             [0, head, pttl, foreign, deadline] => {

@@ -13,7 +13,7 @@ if other then
   result = {-1, other}
 elseif holds_at_tail(ME) then
   local counter = redis.call('GET', FENCE)
-  local w = data_loss_wait(counter, DELAY)
+  local w = data_loss_wait(counter, DELAY, FENCE)
   if w == 0 then result = {1, grant(ME, now, counter)} else result = {0, w} end
 end
 if changed then wake_eligible(ME) end

@@ -21,7 +21,7 @@ local h = redis.call('ZCARD', HOLDERS)
 local result
 if may_hold(ME, h) then
   local counter = redis.call('GET', FENCE)
-  local w = data_loss_wait(counter, DELAY)
+  local w = data_loss_wait(counter, DELAY, FENCE)
   if w == 0 then
     drop_waiter(ME)
     result = {1, grant(ME, now, counter)}

@@ -23,7 +23,7 @@ if not h then return 1 end
 local ttl = DIRECT and redis.call('HGET', KEYS[4], h .. '/ttl')
 if ttl then
   local counter = redis.call('GET', KEYS[2])
-  if math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP)) == 0 then
+  if math.max(data_loss_wait(counter, DELAY, KEYS[2]), gap_left(KEYS[6], GAP)) == 0 then
     unqueue(KEYS[3], KEYS[4], h)
     streak_on(KEYS[5], GAP, ttl)
     local f = take(KEYS[1], KEYS[2], counter, h, ttl, FLOOR)

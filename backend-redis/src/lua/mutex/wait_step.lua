@@ -35,7 +35,7 @@ local h, pruned = head(KEYS[3], KEYS[4], now, now + 3 * wttl, tok)
 local wait = nil
 if not v and h == tok then
   local counter = redis.call('GET', KEYS[2])
-  wait = math.max(data_loss_wait(counter, DELAY), gap_left(KEYS[6], GAP))
+  wait = math.max(data_loss_wait(counter, DELAY, KEYS[2]), gap_left(KEYS[6], GAP))
   if wait == 0 then
     if queued then unqueue(KEYS[3], KEYS[4], tok) else redis.call('ZREM', KEYS[3], tok) end
     streak_on(KEYS[5], GAP, ARGV[2])
