@@ -69,8 +69,8 @@ fn never_applied(e: &etcd_client::Error) -> bool {
 }
 
 /// Maps a client error: everything is treated as a (possibly transient) unavailability, except
-/// a request the server rejects as malformed, which is a protocol error, and refused credentials
-/// or TLS that cannot be established (no TLS on the server, a certificate `ca=` does not vouch
+/// a request the server rejects as malformed, which is a protocol error, and a database at its
+/// space quota (the NOSPACE alarm, lifted only by an operator), refused credentials or TLS that cannot be established (no TLS on the server, a certificate `ca=` does not vouch
 /// for: [`locksmith_core::driver::permanent`]), which are [`LockError::Denied`]. The message says
 /// in one line what failed; the client's whole error (hundreds of characters for a gRPC status)
 /// stays the `source`.
@@ -88,11 +88,26 @@ pub fn from_etcd(what: &str, e: etcd_client::Error) -> LockError {
         etcd_client::Error::GRpcStatus(s) if is_denied(s.code() as i32, s.message()) => {
             LockError::Denied(format!("{what}: etcd says: {}", s.message()))
         }
+        etcd_client::Error::GRpcStatus(s) if is_out_of_space(s.code() as i32, s.message()) => {
+            LockError::Denied(format!(
+                "{what}: etcd's database is at its space quota (the NOSPACE alarm; etcd says: {}): it takes \
+             no write until an operator compacts and defragments it and disarms the alarm \
+             (`etcdctl alarm disarm`); locks already held keep renewing and can be released",
+                s.message()
+            ))
+        }
         etcd_client::Error::GRpcStatus(s) if s.code() as i32 == GRPC_INVALID_ARGUMENT => {
             LockError::Protocol(format!("{what}: etcd rejected the request: {}", s.message()))
         }
         _ => LockError::unavailable(format!("{what}: {}", short(&e)), e),
     }
+}
+
+/// Whether etcd refused a write because its database reached `--quota-backend-bytes`: it raised
+/// the NOSPACE alarm, and refuses every write (a lease grant, a put) until an operator disarms it,
+/// so waiting cannot mend it (deletes and lease keep-alives still go through).
+fn is_out_of_space(code: i32, message: &str) -> bool {
+    code == GRPC_RESOURCE_EXHAUSTED && message.contains("database space exceeded")
 }
 
 /// Whether the server refused our credentials or permissions: `Unauthenticated`,
@@ -135,6 +150,9 @@ pub fn is_lease_not_found(e: &LockError) -> bool {
 
 /// gRPC status code 3, `INVALID_ARGUMENT` (compared as a number to avoid a direct tonic dependency).
 const GRPC_INVALID_ARGUMENT: i32 = 3;
+
+/// gRPC status code 8, `RESOURCE_EXHAUSTED`.
+const GRPC_RESOURCE_EXHAUSTED: i32 = 8;
 
 /// gRPC status code 7, `PERMISSION_DENIED`.
 const GRPC_PERMISSION_DENIED: i32 = 7;
