@@ -121,7 +121,7 @@ async fn at_its_space_quota_etcd_refuses_new_locks_at_once_and_held_ones_keep_re
     // A new acquire on the locker that holds: refused at once, naming the quota.
     let started = tokio::time::Instant::now();
     let refused = holder
-        .lock(&unique_name("nospace-new"))
+        .lock(unique_name("nospace-new"))
         .timeout(Duration::from_secs(20))
         .acquire()
         .await

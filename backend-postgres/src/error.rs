@@ -30,6 +30,11 @@ pub(crate) fn pg_error(what: &str, err: tokio_postgres::Error) -> LockError {
         if code.code().starts_with("22") {
             return LockError::Protocol(message);
         }
+        // Class 53, a server out of resources: it heals when others let go (so it stays
+        // Unavailable), but the operator must know which limit was reached.
+        if let Some(hint) = out_of_resources(code) {
+            return LockError::unavailable(format!("{message}: {hint}"), err);
+        }
         return LockError::unavailable(message, err);
     }
     let message = format!("postgres: {what}: {}", with_causes(&err));
@@ -45,6 +50,20 @@ pub(crate) fn pg_error(what: &str, err: tokio_postgres::Error) -> LockError {
         ));
     }
     LockError::unavailable(message, err)
+}
+
+/// What a server out of resources (SQLSTATE class 53) ran out of, and what frees it.
+fn out_of_resources(code: &SqlState) -> Option<&'static str> {
+    match code.code() {
+        "53300" => Some(
+            "the server is at its connection limit (max_connections, or the role's or database's \
+             CONNECTION LIMIT); each locker keeps one connection: close idle sessions, put a pooler \
+             in front (see listen=), or raise the limit",
+        ),
+        "53100" => Some("the server's disk is full: free space on it (locks held keep their rows)"),
+        "53200" => Some("the server is out of memory"),
+        _ => None,
+    }
 }
 
 /// `err` and its causes, as one line: tokio-postgres says "invalid configuration" or "error

@@ -15,6 +15,9 @@
 #   test user  locksmith / locksmith-test-pw, owner of the database `locksmith` (not a superuser)
 #   app user   locksmith_app / locksmith-app-pw: no rights of its own (the least-privilege test
 #              grants it what `locksmith init --sql --grant` prints)
+#   few user   locksmith_few / locksmith-few-pw: a member of locksmith (its rights) allowed 3
+#              connections (CONNECTION LIMIT 3): the connection-limit test reaches that limit
+#              instead of the server's max_connections, which every other test shares
 
 register_ids postgres single postgres
 need_check postgres_have_server postgresql "the PostgreSQL server (/usr/lib/postgresql/*/bin/postgres)"
@@ -22,6 +25,7 @@ need_check postgres_have_server postgresql "the PostgreSQL server (/usr/lib/post
 readonly POSTGRES_ADMIN_PW=locksmith-admin-pw
 readonly POSTGRES_TEST_USER=locksmith POSTGRES_TEST_PW=locksmith-test-pw POSTGRES_TEST_DB=locksmith
 readonly POSTGRES_APP_USER=locksmith_app POSTGRES_APP_PW=locksmith-app-pw
+readonly POSTGRES_FEW_USER=locksmith_few POSTGRES_FEW_PW=locksmith-few-pw
 
 # The newest installed server's bin directory (Debian: /usr/lib/postgresql/VERSION/bin).
 postgres_bin() {
@@ -87,6 +91,17 @@ EOF
     touch "$dir/statement-counts"
 }
 
+# Once per cluster (as above): the role with a connection limit of its own (tests/connections.rs).
+postgres_add_few_role() { # DIR BIN
+    local dir=$1 bin=$2
+    [[ -f $dir/few-role ]] && return 0
+    postgres_as "$bin/postgres" --single -D "$dir/data" postgres >>"$dir/server.log" 2>&1 <<EOF ||
+CREATE ROLE $POSTGRES_FEW_USER LOGIN PASSWORD '$POSTGRES_FEW_PW' CONNECTION LIMIT 3 IN ROLE $POSTGRES_TEST_USER
+EOF
+        die "postgres: creating the role $POSTGRES_FEW_USER failed (see $dir/server.log)"
+    touch "$dir/few-role"
+}
+
 postgres_start() {
     local id=$1 dir="$STATE/$1" bin
     bin=$(postgres_bin) || die "postgres: no server in /usr/lib/postgresql/*/bin"
@@ -95,6 +110,7 @@ postgres_start() {
         postgres_init "$dir" "$bin"
     }
     postgres_add_statement_counts "$dir" "$bin"
+    postgres_add_few_role "$dir" "$bin"
     # -D "$dir/data" carries "$STATE/postgres/": how we recognise our process. 500 connections:
     # the fault suite's load test gives each of its 100 waiters a locker of its own (three
     # connections each; 1,000 waiters in 10 processes need 30, see tests/processes.rs). No
@@ -141,4 +157,6 @@ postgres_exports() {
         "postgres://$POSTGRES_TEST_USER:$POSTGRES_TEST_PW@$(address postgres)/$POSTGRES_TEST_DB"
     emit LOCKSMITH_TEST_POSTGRES_APP \
         "postgres://$POSTGRES_APP_USER:$POSTGRES_APP_PW@$(address postgres)/$POSTGRES_TEST_DB"
+    emit LOCKSMITH_TEST_POSTGRES_FEW \
+        "postgres://$POSTGRES_FEW_USER:$POSTGRES_FEW_PW@$(address postgres)/$POSTGRES_TEST_DB"
 }
