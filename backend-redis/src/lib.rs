@@ -436,6 +436,15 @@
 //! replicas answer nothing can be granted or renewed. `docs/reliability.md` measures failovers
 //! with and without it. Not with a quorum of independent masters (they have no replicas).
 //!
+//! **After a failover** the promoted replica has no replica of its own until one attaches: the
+//! old master once it is back and the sentinels have turned it into a replica (about 10 s after
+//! its return on the test servers), or another replica of the old master. Until then no grant is
+//! confirmed, so a waiter gets the lock only then: give a master two replicas where locks must
+//! be granted through a failover. A waiter follows the promotion itself within a response
+//! timeout (with `min_replicas=0`, it is granted 0.4–0.7 s after the sentinels name the new
+//! master; with the default, within 0.1 s of the new master's replica coming online:
+//! `tests/sentinel.rs`).
+//!
 //! What it does not cover: a master and its replicas that lose their data together (restarted
 //! without persistence; `restart_delay` covers that), a replica that acknowledged a write and
 //! then lost it before being promoted, and clock jumps (next section).
