@@ -9,7 +9,9 @@
 //!   semaphore's permits, a read-write lock's sides or an election's leadership instead
 //!   (`primitive.rs`; section `primitives`). The same faults again with workers that write
 //!   blind through guarded writes (`guarded_log.rs`) and through a fenced store
-//!   (`fenced_log.rs`). Then leaks, load, soak and bad input. It writes
+//!   (`fenced_log.rs`). Then leaks, load, soak, bad input and operator faults
+//!   (`extras/operator.rs`: misconfiguration, servers out of space, connections or memory). It
+//!   writes
 //!   the figures as JSON (`lockchaos/1`) and as the Markdown page, and exits 1 when a promise was
 //!   broken (a stale write accepted, a token that went backwards, an overlap without a fault, a
 //!   leftover, a panic).
@@ -84,7 +86,7 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',')]
     pub faults: Vec<String>,
     /// Only these sections (`faults`, `primitives`, `guarded`, `fenced`, `self-check`, `leaks`, `load`, `soak`,
-    /// `bad-input`).
+    /// `bad-input`, `operator-faults`).
     #[arg(long, value_delimiter = ',')]
     pub sections: Vec<String>,
     /// Inject each fault this many times (failovers on Redis Sentinel and Cluster too) instead

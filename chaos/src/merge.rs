@@ -80,6 +80,7 @@ pub fn merge(parts: Vec<Report>) -> Result<Report> {
         merged.load.extend(p.load);
         merged.soak.extend(p.soak);
         merged.bad_input.extend(p.bad_input);
+        merged.operator_faults.extend(p.operator_faults);
         merged.notes.extend(p.notes);
     }
     Ok(merged)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::extras::{self, BadInput, Leak, Load, Soak};
+use crate::extras::{self, BadInput, Leak, Load, OperatorFault, Soak};
 use crate::primitive::Primitive;
 use crate::run::{self, RunResult, Shape, WriteMode};
 use crate::targets::{self, env_url, Fault, Target};
@@ -41,6 +41,10 @@ pub struct Report {
     pub soak: Vec<Soak>,
     /// Every bad input tried, with the error it got.
     pub bad_input: Vec<BadInput>,
+    /// What operators do to servers: misconfiguration, and servers out of space, connections or
+    /// memory (absent from reports made before this section existed).
+    #[serde(default)]
+    pub operator_faults: Vec<OperatorFault>,
     /// Targets or sections that did not run, and why.
     pub notes: Vec<String>,
 }
@@ -60,6 +64,7 @@ impl Report {
             load: Vec::new(),
             soak: Vec::new(),
             bad_input: Vec::new(),
+            operator_faults: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -118,7 +123,7 @@ pub struct Part {
 pub const CHECKS: u32 = 2;
 
 /// Every section of the suite, in the order a run takes them.
-pub const SECTIONS: [&str; 9] = [
+pub const SECTIONS: [&str; 10] = [
     "faults",
     "primitives",
     "guarded",
@@ -128,6 +133,7 @@ pub const SECTIONS: [&str; 9] = [
     "load",
     "soak",
     "bad-input",
+    "operator-faults",
 ];
 
 /// One backend × topology × fault (the contract's field names).
@@ -443,6 +449,9 @@ impl Report {
         if args.wants("bad-input") {
             report.bad_input = extras::bad_input(&singles).await;
         }
+        if args.wants("operator-faults") {
+            report.operator_faults = extras::operator_faults().await;
+        }
         report.machine.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }
@@ -473,6 +482,7 @@ impl Report {
         out.extend(self.load.iter().flat_map(Load::broken));
         out.extend(self.soak.iter().flat_map(Soak::broken));
         out.extend(self.bad_input.iter().flat_map(BadInput::broken));
+        out.extend(self.operator_faults.iter().flat_map(OperatorFault::broken));
         out
     }
 }

@@ -475,6 +475,47 @@ pub fn page(r: &Report) -> String {
             .collect();
         table(&mut out, &["backend", "case", "input", "error", "message", "ms"], rows);
     }
+    if !r.operator_faults.is_empty() {
+        let _ = writeln!(out, "## Operator faults\n");
+        let _ = writeln!(
+            out,
+            "What operators do to servers. A misconfiguration must be refused at once (`Denied`, \
+             exit 5), never retried; a server out of space, connections or memory must answer an \
+             acquire with an error that names what ran out, within its timeout, while a lock held \
+             before is kept (or its holder told) and nobody else gets it. Each server is freed \
+             again afterwards.\n"
+        );
+        let rows = r
+            .operator_faults
+            .iter()
+            .map(|f| {
+                vec![
+                    f.backend.clone(),
+                    f.case.clone(),
+                    f.expected.replace('|', "\\|"),
+                    f.outcome.clone(),
+                    f.message.replace('|', "\\|"),
+                    format!("{:.0}", f.ms),
+                    f.held.clone().unwrap_or_else(|| "-".into()),
+                    if f.ok { "yes" } else { "**no**" }.into(),
+                ]
+            })
+            .collect();
+        table(
+            &mut out,
+            &[
+                "backend",
+                "fault",
+                "expected",
+                "error",
+                "message",
+                "ms",
+                "held lock",
+                "held",
+            ],
+            rows,
+        );
+    }
     if !r.notes.is_empty() {
         let _ = writeln!(out, "## Notes\n");
         for n in &r.notes {
