@@ -11,8 +11,7 @@
 //!   blind through guarded writes (`guarded_log.rs`) and through a fenced store
 //!   (`fenced_log.rs`). Then leaks, load, soak, bad input and operator faults
 //!   (`extras/operator.rs`: misconfiguration, servers out of space, connections or memory). It
-//!   writes
-//!   the figures as JSON (`lockchaos/1`) and as the Markdown page, and exits 1 when a promise was
+//!   writes the figures as JSON (`lockchaos/1`) and as the Markdown page, and exits 1 when a promise was
 //!   broken (a stale write accepted, a token that went backwards, an overlap without a fault, a
 //!   leftover, a panic).
 //! - `lockchaos worker ...`: one worker process (started by the driver).
