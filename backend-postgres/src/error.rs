@@ -90,3 +90,19 @@ pub(crate) fn timeout(what: &str, limit: Duration) -> LockError {
         source: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_out_of_resources_is_named() {
+        let connections = out_of_resources(&SqlState::TOO_MANY_CONNECTIONS).unwrap();
+        assert!(connections.contains("connection limit") && connections.contains("max_connections"));
+        assert!(out_of_resources(&SqlState::DISK_FULL).unwrap().contains("disk is full"));
+        assert!(out_of_resources(&SqlState::OUT_OF_MEMORY)
+            .unwrap()
+            .contains("out of memory"));
+        assert!(out_of_resources(&SqlState::T_R_SERIALIZATION_FAILURE).is_none());
+    }
+}
