@@ -78,7 +78,11 @@ pub fn from_etcd(what: &str, e: etcd_client::Error) -> LockError {
     // The client hands a TLS failure over as a gRPC status whose message is rustls's or
     // tokio-rustls's text, or as a transport error with it among its causes.
     let tls = match &e {
-        etcd_client::Error::GRpcStatus(s) => permanent::tls_failure_in(s.message()),
+        // A refused client certificate arrives after the handshake, as a bare "transport
+        // error" whose causes carry the server's TLS alert.
+        etcd_client::Error::GRpcStatus(s) => {
+            permanent::tls_failure_in(s.message()).or_else(|| permanent::tls_failure(s))
+        }
         other => permanent::tls_failure(other),
     };
     if let Some(failure) = tls {

@@ -1,7 +1,10 @@
 //! The connection handle every request goes through, with the counters behind
 //! [`crate::EtcdBackend::stats`], and the TLS settings of the connection ([`plain`]: telling a
-//! server without TLS from an outage).
+//! server without TLS, or one that refuses our client certificate (`cert_check`), from an
+//! outage).
 
+#[cfg(feature = "tls")]
+pub(crate) mod cert_check;
 pub(crate) mod held;
 pub(crate) mod plain;
 pub(crate) mod session;

@@ -8,8 +8,30 @@
 use std::time::Duration;
 
 use locksmith_core::driver::permanent::TlsFailure;
+use locksmith_core::driver::url::TlsFiles;
 use locksmith_core::LockError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// `failed` (an error of connecting to `endpoints` over TLS with `tls`), or
+/// [`LockError::Denied`] when it is an outage-like failure that no retry changes: every endpoint
+/// answers in plain HTTP as an etcd does ([`no_tls`]), or one refuses our client certificate
+/// (`cert_check`, with the `tls` feature).
+pub(crate) async fn tls_failed(endpoints: &[String], tls: &TlsFiles, what: &str, failed: LockError) -> LockError {
+    let failed = no_tls(endpoints, what, failed).await;
+    if !matches!(failed, LockError::Unavailable { .. }) {
+        return failed;
+    }
+    #[cfg(feature = "tls")]
+    if let Some(refusal) = super::cert_check::refused(endpoints, tls).await {
+        let server = endpoints
+            .first()
+            .map(|e| e.split_once("://").map_or(&**e, |(_, rest)| rest));
+        return refusal.denied(what, server, &failed.to_string());
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = tls;
+    failed
+}
 
 /// `failed` (an error of connecting to `endpoints` over TLS), or [`LockError::Denied`] when it is
 /// an outage and every endpoint answers in plain HTTP as an etcd does.

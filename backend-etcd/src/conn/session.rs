@@ -96,8 +96,8 @@ impl Session {
         }
         let where_ = cfg.endpoints.join(",");
         let deadline = Instant::now() + cfg.connect_timeout;
-        // Over TLS, a failure that looks like an outage may be servers without TLS (`plain`).
-        let tls = cfg.tls.is_some();
+        // Over TLS, a failure that looks like an outage may be servers without TLS, or our
+        // client certificate refused (`plain::tls_failed`).
         let what = format!("connecting to etcd at {where_}");
         let client = match timed(
             &what,
@@ -107,8 +107,10 @@ impl Session {
         .await
         {
             Ok(client) => client,
-            Err(e) if tls => return Err(plain::no_tls(&cfg.endpoints, &what, e).await),
-            Err(e) => return Err(e),
+            Err(e) => match &cfg.tls {
+                Some(files) => return Err(plain::tls_failed(&cfg.endpoints, files, &what, e).await),
+                None => return Err(e),
+            },
         };
         let ttl_secs = i64::try_from(cfg.session_ttl.as_secs()).unwrap_or(i64::MAX);
         let sent = Instant::now();
@@ -120,8 +122,10 @@ impl Session {
         .await;
         let grant = match granted {
             Ok(grant) => grant,
-            Err(e) if tls => return Err(plain::no_tls(&cfg.endpoints, &what, e).await),
-            Err(e) => return Err(e),
+            Err(e) => match &cfg.tls {
+                Some(files) => return Err(plain::tls_failed(&cfg.endpoints, files, &what, e).await),
+                None => return Err(e),
+            },
         };
         let granted = granted_ttl(grant.ttl(), grant.error())?;
         tracing::debug!(lease = format_args!("{:x}", grant.id()), ttl = ?granted, "etcd session started");
