@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{admin_for, backends, cluster_url, holds_through, wait_for_change, with_options, Admin, FAULTS};
 use locksmith_core::conformance::servers::OnDrop;
-use locksmith_core::conformance::unique_name;
+use locksmith_core::conformance::{unique_name, within};
 use locksmith_core::driver::{BackendUrl, LockBackend, LockName, LockRequest};
 use locksmith_core::Family;
 use locksmith_redis::{KindKeys, LockKeys, RedisBackend};
@@ -557,4 +557,77 @@ fn rand_suffix() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+/// A master cut off (paused: it answers nothing) until the cluster promotes its replica: a waiter
+/// queued on it before must follow the promotion within two response timeouts (3 s each: the
+/// step in flight at the promotion waits one out, and a new cluster connection may meet the hung
+/// master while it reads its slot map; 2.5-6.1 s here), not wait on the silent old master. Bug:
+/// it waited until the old master came back (the whole 60 s timeout here), as the cluster
+/// connection's own slot map is read again only on a `MOVED` or a broken connection. Now an
+/// unanswered request makes the master of its slot a suspect, this client's map is read again
+/// until it names another, and the cluster connection is then made afresh (`Slots::moves`). `min_replicas=0`: with confirmation, the promoted replica (whose only
+/// replica is the paused master) confirms nothing until the old master is back (see
+/// `sentinel.rs`); what is measured is the following alone. The holder's lease (1 s) has run out
+/// by the promotion (node timeout 2 s, then an election).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_the_promotion_of_a_cut_off_masters_replica_within_a_response_timeout() {
+    let _serial = FAULTS.lock().await;
+    common::init_logs();
+    let response_timeout = Duration::from_secs(3);
+    let url = with_options(&cluster_url(), "min_replicas=0&response_timeout=3s");
+    let mut admin = admin_for(&url).await;
+    let ranges = settled_masters().await;
+    let name = unique_name("cut-off-cluster-master");
+    let slot = keyslot(&mut admin, &lock_key(&url, &name)).await;
+    let (_, _, owner) = ranges
+        .iter()
+        .find(|(f, l, _)| (*f..=*l).contains(&slot))
+        .expect("an owner")
+        .clone();
+    let (a, b) = (common::locker(&url).await, common::locker(&url).await);
+    let ttl = Duration::from_secs(1);
+    let held = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+    let waiter = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move {
+            // Its own lease longer: renewals right after a failover must not decide the test.
+            let got = b
+                .lock(&name)
+                .ttl(Duration::from_secs(6))
+                .timeout(Duration::from_secs(60))
+                .acquire()
+                .await;
+            (tokio::time::Instant::now(), got)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let id = node_id(&owner);
+    {
+        let _resume = OnDrop::resume(&id);
+        backends(&["pause", &id]).await;
+        // The promotion, as the other masters tell it (polled every 20 ms).
+        let others: Vec<String> = ranges.iter().map(|r| r.2.clone()).filter(|o| *o != owner).collect();
+        let mut other = common::admin(&format!("redis://{}", others[0])).await;
+        let promoted_at = loop {
+            let now = masters(&mut other).await;
+            if now.iter().any(|(f, l, o)| (*f..=*l).contains(&slot) && *o != owner) {
+                break tokio::time::Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let (granted_at, got) = within(Duration::from_secs(60), "the waiter after the promotion", waiter)
+            .await
+            .expect("waiter task");
+        let got = got.expect("the waiter gets the lock on the promoted replica");
+        let after = granted_at.saturating_duration_since(promoted_at);
+        eprintln!("granted {after:?} after the promotion");
+        assert!(
+            after <= 2 * response_timeout + Duration::from_secs(1),
+            "the waiter got the lock {after:?} after the promotion (response timeout {response_timeout:?})"
+        );
+        drop(held);
+        got.release().await.expect("release");
+    }
+    settled_masters().await;
 }

@@ -118,6 +118,14 @@ impl<'a> ScriptCall<'a> {
         }
     }
 
+    /// The call's first key (`KEYS[1]`), which decides its cluster slot.
+    pub(crate) fn first_key(&self) -> Option<&str> {
+        match self.cmd.args_iter().nth(3)? {
+            redis::Arg::Simple(bytes) => std::str::from_utf8(bytes).ok(),
+            _ => None,
+        }
+    }
+
     /// Appends one argument (`ARGV[i]`).
     pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut ScriptCall<'a> {
         self.cmd.arg(arg);

@@ -226,8 +226,8 @@ impl Drop for Asking {
 /// The cluster topology's state.
 struct ClusterLink {
     client: ClusterClient,
-    conn: OnceCell<ClusterConnection>,
-    confirm: OnceCell<ClusterConnection>,
+    conn: FreshConn,
+    confirm: FreshConn,
     /// One client per seed node, for the pub/sub side (a message published on any node of a
     /// cluster reaches the subscribers of every node).
     seeds: Vec<Client>,
@@ -309,8 +309,8 @@ impl Link {
                     .collect::<RedisResult<Vec<_>>>()?;
                 Way::Cluster(ClusterLink {
                     client: builder.build()?,
-                    conn: OnceCell::new(),
-                    confirm: OnceCell::new(),
+                    conn: FreshConn::default(),
+                    confirm: FreshConn::default(),
                     seeds,
                     slots: Arc::default(),
                     nodes: Box::new(NodeConns {
@@ -460,6 +460,17 @@ impl Link {
             self.forget_conns(node);
             c.slots.suspect(node);
             c.refresh_slots();
+        }
+    }
+
+    /// On a cluster, a request on `key` went unanswered: the master the slot map names for it is
+    /// suspected ([`Link::suspect`]), so that the map is read again until it names the replica
+    /// the cluster promotes in its place, and new requests go there ([`Slots::moves`]).
+    pub(crate) fn unanswered_on(&self, key: &str) {
+        if let Way::Cluster(c) = &self.way {
+            if let Some(node) = c.slots.owner_of(slot_of(key)) {
+                self.suspect(&node);
+            }
         }
     }
 
@@ -621,16 +632,41 @@ impl ClusterLink {
         if !self.slots.is_stale() {
             return; // (every renewal asks: no seed list made for nothing)
         }
-        if let Some(conn) = self.conn.get() {
-            self.slots.refresh(conn.clone(), self.seed_nodes());
+        if let Some(conn) = self.conn.made() {
+            self.slots.refresh(conn, self.seed_nodes());
         }
     }
 
-    async fn connection(&self, cell: &OnceCell<ClusterConnection>) -> RedisResult<ClusterConnection> {
+    /// The cluster connection of `fresh`, made (again) if none was made since the slot map last
+    /// named other masters ([`Slots::moves`]).
+    async fn connection(&self, fresh: &FreshConn) -> RedisResult<ClusterConnection> {
+        let cell = fresh.since(self.slots.moves());
         Ok(cell
             .get_or_try_init(|| self.client.get_async_connection())
             .await?
             .clone())
+    }
+}
+
+/// A cluster connection, made once per move of the slot map (see [`Slots::moves`]): requests in
+/// flight keep the connection they were sent on, new ones get the one made after the last move.
+#[derive(Default)]
+struct FreshConn(Mutex<(u64, Arc<OnceCell<ClusterConnection>>)>);
+
+impl FreshConn {
+    /// The cell of the connection for the map after `moves` moves (a new, empty one if the one
+    /// kept is older).
+    fn since(&self, moves: u64) -> Arc<OnceCell<ClusterConnection>> {
+        let mut current = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if current.0 != moves {
+            *current = (moves, Arc::new(OnceCell::new()));
+        }
+        current.1.clone()
+    }
+
+    /// The connection made last, if any.
+    fn made(&self) -> Option<ClusterConnection> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).1.get().cloned()
     }
 }
 

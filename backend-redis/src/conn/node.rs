@@ -249,7 +249,7 @@ impl Node {
         key: &str,
         call: &ScriptCall<'_>,
     ) -> Result<((Vec<i64>, Option<i64>), bool)> {
-        self.bounded_sends(what, || async move {
+        self.bounded_sends_on(call.first_key(), what, || async move {
             let mut conn = self.write_conn().await?;
             let reply: Vec<i64> = call.invoke(&mut conn).await?;
             let acks = self.confirm_if(reply.first() == Some(&1), &mut conn, key).await?;
@@ -320,11 +320,32 @@ impl Node {
     /// client (the connection had been closed while idle), but it may have run with its answer
     /// lost. A script whose second run answers differently (a release finds nothing to release,
     /// a compare-and-set finds its own value) cannot tell which, and must say so.
-    pub(crate) async fn bounded_sends<T, F, Fut>(&self, what: &str, mut call: F) -> Result<(T, bool)>
+    pub(crate) async fn bounded_sends<T, F, Fut>(&self, what: &str, call: F) -> Result<(T, bool)>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.bounded_sends_on(None, what, call).await
+    }
+
+    /// [`Node::bounded_sends`] of a request on `key`: unanswered, it makes a cluster suspect the
+    /// master of the key's slot ([`crate::conn::link::Link::unanswered_on`]).
+    pub(crate) async fn bounded_sends_on<T, F, Fut>(
+        &self,
+        key: Option<&str>,
+        what: &str,
+        mut call: F,
+    ) -> Result<(T, bool)>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let unanswered = |sent| {
+            self.link.unanswered(sent);
+            if let Some(key) = key {
+                self.link.unanswered_on(key);
+            }
+        };
         let deadline = Instant::now() + self.op_timeout;
         let mut resent = false;
         loop {
@@ -339,13 +360,13 @@ impl Node {
                 }
                 Ok(Err(e)) => {
                     if e.is_timeout() {
-                        self.link.unanswered(sent);
+                        unanswered(sent);
                     }
                     self.link.failed(Some(&e));
                     return Err(map_error(e, what, &self.link.describe(&self.addr)));
                 }
                 Err(_) => {
-                    self.link.unanswered(sent);
+                    unanswered(sent);
                     self.link.failed(None);
                     return Err(LockError::Unavailable {
                         message: format!(

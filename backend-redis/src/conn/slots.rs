@@ -56,12 +56,33 @@ pub(crate) struct Slots {
     refreshing: AtomicBool,
     /// When the last question of a refresh began (or is due to).
     last_refresh: Mutex<Option<Instant>>,
+    /// How many answers named other masters than the map before them (a failover, a
+    /// resharding): the cluster connection is made afresh after each (see [`Slots::moves`]).
+    moves: AtomicU64,
 }
 
 impl Slots {
     /// The map known, if it was ever read.
     pub(crate) fn known(&self) -> Option<SlotOwners> {
         self.map.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The master the map names for `slot`, if the map was ever read.
+    pub(crate) fn owner_of(&self, slot: u16) -> Option<NodeAddr> {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        map.as_ref()?
+            .iter()
+            .find(|(first, last, _, _)| (*first..=*last).contains(&slot))
+            .map(|(_, _, host, port)| (host.clone(), *port))
+    }
+
+    /// How many times a read of the map found other owners than the one before. The cluster
+    /// connection's own map is read again only on a `MOVED` or a broken connection, not after a
+    /// request to a master that hangs (cut off, paused) went unanswered, as this one is: a link
+    /// whose connection was made before the last move makes a new one, which reads the map anew
+    /// and sends to the replica promoted in the hung master's place (see `Link::conn`).
+    pub(crate) fn moves(&self) -> u64 {
+        self.moves.load(Ordering::SeqCst)
     }
 
     /// Whether the map should be read again.
@@ -105,7 +126,14 @@ impl Slots {
         let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
         suspects.retain(|node, since| masters.contains(node) && since.elapsed() < SUSPECT_FOR);
         let suspect = !suspects.is_empty();
-        *self.map.write().unwrap_or_else(|e| e.into_inner()) = Some(owners);
+        let previous = self
+            .map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(owners.clone());
+        if previous.is_some_and(|p| p != owners) {
+            self.moves.fetch_add(1, Ordering::SeqCst);
+        }
         self.stale.store(suspect, Ordering::SeqCst);
         // After the store: a mark that came before this check is seen here, one after it stores
         // `true` after this.

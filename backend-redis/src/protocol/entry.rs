@@ -136,7 +136,7 @@ pub(crate) async fn run_leave(node: &Node, what: &str, call: &ScriptCall<'_>) ->
 /// `after_grants`. Also says whether the script was sent a second time.
 async fn flag(node: &Node, what: &str, call: &ScriptCall<'_>, after_grants: bool) -> Result<(bool, bool)> {
     let (done, resent): (i64, bool) = node
-        .bounded_sends(what, || async move {
+        .bounded_sends_on(call.first_key(), what, || async move {
             let mut conn = if after_grants {
                 node.write_conn().await?
             } else {
