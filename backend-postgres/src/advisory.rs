@@ -49,10 +49,7 @@ const IDLE_SESSIONS: usize = 4;
 /// Of the sessions `$1` (server pids) and the keys `$2` they hold, the positions (from 1) of those
 /// that `pg_locks` does not show holding their key: a session advisory lock on a bigint is
 /// `classid` = its high 32 bits, `objid` = its low 32 bits, `objsubid` = 1.
-const SESSIONS_HOLDING: &str = "SELECT h.n FROM unnest($1::int4[], $2::int8[]) WITH ORDINALITY AS h(pid, key, n) \
-     WHERE NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
-     AND l.objsubid = 1 AND l.pid = h.pid AND l.classid::int8 = (h.key >> 32) & 4294967295 \
-     AND l.objid::int8 = h.key & 4294967295)";
+const SESSIONS_HOLDING: &str = include_str!("sql/advisory_unheld.sql");
 
 /// The advisory lock a lease holds: its key, and whether in shared mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,22 +99,22 @@ impl Key {
 
     fn lock_sql(self) -> &'static str {
         match self.shared {
-            true => "SELECT pg_advisory_lock_shared($1)",
-            false => "SELECT pg_advisory_lock($1)",
+            true => include_str!("sql/advisory_lock_shared.sql"),
+            false => include_str!("sql/advisory_lock.sql"),
         }
     }
 
     fn try_sql(self) -> &'static str {
         match self.shared {
-            true => "SELECT pg_try_advisory_lock_shared($1)",
-            false => "SELECT pg_try_advisory_lock($1)",
+            true => include_str!("sql/advisory_try_shared.sql"),
+            false => include_str!("sql/advisory_try.sql"),
         }
     }
 
     fn unlock_sql(self) -> &'static str {
         match self.shared {
-            true => "SELECT pg_advisory_unlock_shared($1)",
-            false => "SELECT pg_advisory_unlock($1)",
+            true => include_str!("sql/advisory_unlock_shared.sql"),
+            false => include_str!("sql/advisory_unlock.sql"),
         }
     }
 }
@@ -137,11 +134,9 @@ impl Session {
         let setup = async {
             // A server waiting for a lock on behalf of a client that vanished notices it within a
             // second (PostgreSQL 14 and later; older servers refuse the setting, which is harmless).
-            let _ = client
-                .batch_execute("SET client_connection_check_interval = '1s'")
-                .await;
+            let _ = client.batch_execute(include_str!("sql/advisory_session.sql")).await;
             client
-                .query_one("SELECT pg_backend_pid()", &[])
+                .query_one(include_str!("sql/backend_pid.sql"), &[])
                 .await
                 .map_err(|e| pg_error(what, e))
         };

@@ -137,7 +137,7 @@ async fn open_on(config: &Config, server: &Server, must_write: bool) -> Result<(
     if must_write {
         // The connection is driven here until the answer is in; its caller drives it after.
         let read_only = tokio::select! {
-            rows = client.simple_query("SHOW transaction_read_only") => rows,
+            rows = client.simple_query(include_str!("sql/read_only.sql")) => rows,
             ended = &mut connection => {
                 let why = ended.err().map_or_else(|| "closed".to_owned(), |e| e.to_string());
                 return Err(LockError::Unavailable {

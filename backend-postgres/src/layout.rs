@@ -193,36 +193,14 @@ fn check_role(role: &str) -> Result<()> {
 /// before this one commits: its entry, or the lock's row where it is kept (schema.sql). Answers
 /// (held, applied).
 fn guarded(write: &str) -> String {
-    format!(
-        "WITH in_entries AS (SELECT 1 FROM {{schema}}.entries \
-         WHERE id = $1 AND token = $2::bigint AND expires_at > clock_timestamp() FOR SHARE), \
-         in_row AS (SELECT 1 FROM {{schema}}.locks WHERE segment = $3 AND holder = $1 \
-         AND token = $2::bigint AND holder_expires > clock_timestamp() FOR SHARE), \
-         held AS (SELECT 1 FROM in_entries UNION ALL SELECT 1 FROM in_row), \
-         w AS ({write}) SELECT EXISTS (SELECT 1 FROM held), EXISTS (SELECT 1 FROM w)"
-    )
+    include_str!("sql/guarded.sql").replace("{write}", write.trim_end())
 }
 
 /// The upsert of `grant_in_row` (see [`Sql::grant_in_row`]). `first` is the token of a new row:
 /// above the high-water mark, read `FOR SHARE` only when the statement began with no row there
 /// (the `CASE` evaluates one branch), else 0 (no grant: a row the statement saw went meanwhile).
 /// `OFFSET 0` keeps it one subquery, evaluated once.
-const GRANT_IN_ROW: &str = "INSERT INTO {schema}.locks AS l (segment, token, queued, holder, holder_owner, \
-     holder_ttl_ms, holder_expires, holder_pid, holder_host) \
-     SELECT $1, f.first, false, \
-     CASE WHEN f.first > 0 THEN $2::text END, CASE WHEN f.first > 0 THEN $3::text END, \
-     CASE WHEN f.first > 0 THEN $4::bigint END, \
-     CASE WHEN f.first > 0 THEN clock_timestamp() + $4::bigint * interval '1 millisecond' END, \
-     CASE WHEN f.first > 0 THEN $5::integer END, CASE WHEN f.first > 0 THEN $6::text END \
-     FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM {schema}.locks WHERE segment = $1) THEN 0::bigint \
-     ELSE coalesce((SELECT {schema}.token_after(h.token) FROM {schema}.locks h \
-     WHERE h.segment = '{pruned}' FOR SHARE), 0) END AS first OFFSET 0) f \
-     ON CONFLICT (segment) DO UPDATE SET token = {schema}.token_after(l.token), \
-     holder = $2::text, holder_owner = $3::text, holder_ttl_ms = $4::bigint, \
-     holder_expires = clock_timestamp() + $4::bigint * interval '1 millisecond', \
-     holder_pid = $5::integer, holder_host = $6::text \
-     WHERE NOT l.queued AND l.token <> 0 AND (l.holder IS NULL OR l.holder_expires <= clock_timestamp()) \
-     RETURNING CASE WHEN l.holder IS NOT NULL THEN l.token END AS token";
+const GRANT_IN_ROW: &str = include_str!("sql/grant_in_row.sql");
 
 impl Sql {
     /// The statements of `schema` (an identifier of `[a-z_][a-z0-9_]*`, checked by `config.rs`).
@@ -231,104 +209,39 @@ impl Sql {
         Sql {
             channel: format!("locksmith_{schema}"),
             create: fill(include_str!("sql/schema.sql")),
-            version: fill("SELECT value FROM {schema}.meta WHERE key = 'version'"),
+            version: fill(include_str!("sql/version.sql")),
             migrate: fill(include_str!("sql/migrate.sql")),
             grant_in_row: fill(GRANT_IN_ROW),
             // The outer reads see the row as it was when the statement began (not the CTE's
             // write): held by a holder in the row then, the lock is busy now, or was.
             // Busy is a final answer only for a holder whose lease ends within its TTL: one
             // further ahead (the server's clock stepped back) is bounded by the full step's prune.
-            try_in_row: fill(&format!(
-                "WITH taken AS ({GRANT_IN_ROW}) SELECT (SELECT token FROM taken), \
-                 EXISTS (SELECT 1 FROM {{schema}}.locks WHERE segment = $1 AND NOT queued AND token <> 0 \
-                 AND (holder IS NULL \
-                      OR holder_expires <= clock_timestamp() + holder_ttl_ms * interval '1 millisecond'))"
-            )),
-            leave: fill(
-                "WITH freed AS (UPDATE {schema}.locks SET holder = NULL \
-                 WHERE segment = $1 AND holder = $2 AND holder_expires > clock_timestamp() RETURNING 1) \
-                 SELECT CASE WHEN EXISTS (SELECT 1 FROM freed) THEN true \
-                 ELSE {schema}.leave_exclusive($1, $2, $3) END",
-            ),
-            confirm: fill(
-                "UPDATE {schema}.entries SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' \
-                 WHERE id = $1 AND token IS NOT NULL AND expires_at > clock_timestamp() RETURNING token",
-            ),
-            guarded_put: fill(&guarded(
-                "INSERT INTO {schema}.data (key, value) SELECT $4, $5::bytea FROM held \
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value RETURNING 1",
-            )),
-            guarded_delete: fill(&guarded(
-                "DELETE FROM {schema}.data WHERE key = $4 AND EXISTS (SELECT 1 FROM held) RETURNING 1",
-            )),
-            guarded_swap: fill(&guarded(
-                "UPDATE {schema}.data SET value = $5::bytea \
-                 WHERE key = $4 AND value = $6::bytea AND EXISTS (SELECT 1 FROM held) RETURNING 1",
-            )),
-            guarded_insert: fill(&guarded(
-                "INSERT INTO {schema}.data (key, value) SELECT $4, $5::bytea FROM held \
-                 ON CONFLICT (key) DO NOTHING RETURNING 1",
-            )),
-            guarded_read: fill("SELECT value FROM {schema}.data WHERE key = $1"),
-            lock_row: fill("SELECT {schema}.lock_row($1)"),
+            try_in_row: fill(&include_str!("sql/try_in_row.sql").replace("{grant_in_row}", GRANT_IN_ROW.trim_end())),
+            leave: fill(include_str!("sql/leave.sql")),
+            confirm: fill(include_str!("sql/confirm.sql")),
+            guarded_put: fill(&guarded(include_str!("sql/guarded_put.sql"))),
+            guarded_delete: fill(&guarded(include_str!("sql/guarded_delete.sql"))),
+            guarded_swap: fill(&guarded(include_str!("sql/guarded_swap.sql"))),
+            guarded_insert: fill(&guarded(include_str!("sql/guarded_insert.sql"))),
+            guarded_read: fill(include_str!("sql/guarded_read.sql")),
+            lock_row: fill(include_str!("sql/lock_row.sql")),
             prune: fill(include_str!("sql/prune.sql")),
             queue: fill(include_str!("sql/queue.sql")),
             renew: fill(include_str!("sql/renew.sql")),
-            beat: fill(
-                "INSERT INTO {schema}.owners (id, expires_at, pid, host) \
-                 VALUES ($1, clock_timestamp() + $2::bigint * interval '1 millisecond', $3, $4) \
-                 ON CONFLICT (id) DO UPDATE SET expires_at = greatest({schema}.owners.expires_at, excluded.expires_at)",
-            ),
-            insert: fill(
-                "INSERT INTO {schema}.entries (id, segment, owner, role, value, ttl_ms, token, expires_at, pid, host) \
-                 VALUES ($1, $2, $3, $4, $5, $6::bigint, $7::bigint, \
-                 CASE WHEN $7::bigint IS NULL THEN NULL ELSE clock_timestamp() + $6::bigint * interval '1 millisecond' END, $8, $9)",
-            ),
-            next_token: fill(
-                "UPDATE {schema}.locks l SET token = {schema}.token_after(CASE WHEN l.token <> 0 THEN l.token \
-                 ELSE coalesce((SELECT h.token FROM {schema}.locks h WHERE h.segment = '{pruned}'), 0) END) \
-                 WHERE l.segment = $1 RETURNING l.token",
-            ),
-            grant: fill(
-                "UPDATE {schema}.entries SET token = $2, \
-                 expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' WHERE id = $1 \
-                 RETURNING ttl_ms",
-            ),
-            restart_lease: fill(
-                "UPDATE {schema}.entries SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' \
-                 WHERE id = $1 AND token IS NOT NULL",
-            ),
+            beat: fill(include_str!("sql/beat.sql")),
+            insert: fill(include_str!("sql/insert.sql")),
+            next_token: fill(include_str!("sql/next_token.sql")),
+            grant: fill(include_str!("sql/grant.sql")),
+            restart_lease: fill(include_str!("sql/restart_lease.sql")),
             sweep: fill(include_str!("sql/sweep.sql")),
             // A data-modifying WITH runs once whether or not the SELECT reads it.
-            advance_and_notify: fill(
-                "WITH moved AS (UPDATE {schema}.locks l SET since = greatest(l.since, coalesce( \
-                 (SELECT min(e.seq) FROM {schema}.entries e WHERE e.segment = $1 AND e.seq >= l.since), \
-                 $2::bigint, l.since)), \
-                 queued = EXISTS (SELECT 1 FROM {schema}.entries e WHERE e.segment = $1 AND e.seq >= l.since) \
-                 WHERE l.segment = $1) \
-                 SELECT pg_notify($3, $4)",
-            ),
-            delete: fill("DELETE FROM {schema}.entries WHERE id = $1 RETURNING token IS NOT NULL"),
-            close_rows: fill(
-                "UPDATE {schema}.locks l SET holder = NULL \
-                 FROM unnest($2::text[], $3::text[]) AS kept(segment, id) \
-                 WHERE l.segment = kept.segment AND l.holder = kept.id AND l.holder_owner = $1",
-            ),
-            close: fill(
-                "WITH gone AS (DELETE FROM {schema}.entries WHERE owner = $1 RETURNING segment) \
-                 , o AS (DELETE FROM {schema}.owners WHERE id = $1) \
-                 SELECT DISTINCT segment FROM gone",
-            ),
+            advance_and_notify: fill(include_str!("sql/advance_and_notify.sql")),
+            delete: fill(include_str!("sql/delete.sql")),
+            close_rows: fill(include_str!("sql/close_rows.sql")),
+            close: fill(include_str!("sql/close.sql")),
             list: fill(include_str!("sql/list.sql")),
-            delete_holders: fill(
-                "WITH e AS (DELETE FROM {schema}.entries WHERE segment = $1 AND token IS NOT NULL RETURNING 1), \
-                 r AS (UPDATE {schema}.locks SET holder = NULL WHERE segment = $1 AND holder IS NOT NULL RETURNING 1) \
-                 SELECT (SELECT count(*) FROM e) + (SELECT count(*) FROM r)",
-            ),
-            add_pruned: fill(
-                "INSERT INTO {schema}.locks (segment, token, queued) VALUES ('{pruned}', 0, false) \
-                 ON CONFLICT (segment) DO NOTHING",
-            ),
+            delete_holders: fill(include_str!("sql/delete_holders.sql")),
+            add_pruned: fill(include_str!("sql/add_pruned.sql")),
             idle_locks: fill(include_str!("sql/idle_locks.sql")),
             idle_queued: fill(include_str!("sql/idle_queued.sql")),
             idle_owners: fill(include_str!("sql/idle_owners.sql")),

@@ -377,11 +377,12 @@ const DELIVERY: Duration = Duration::from_secs(2);
 pub(crate) async fn check_delivery(hub: &Hub, listening: &Client, notifier: &Client, config: &Config) -> Result<()> {
     let channel = format!("locksmith_check_{:016x}", rand::random::<u64>());
     let limit = config.connect_timeout;
-    run_within(listening, &format!("LISTEN {channel}"), limit).await?;
-    run_within(notifier, &format!("NOTIFY {channel}"), limit).await?;
+    let statement = |sql: &str| sql.replace("{channel}", &channel);
+    run_within(listening, &statement(include_str!("sql/listen.sql")), limit).await?;
+    run_within(notifier, &statement(include_str!("sql/notify.sql")), limit).await?;
     let wait = limit.min(DELIVERY);
     let heard = tokio::time::timeout(wait, hub.heard.notified()).await.is_ok();
-    run_within(listening, &format!("UNLISTEN {channel}"), limit).await?;
+    run_within(listening, &statement(include_str!("sql/unlisten.sql")), limit).await?;
     if heard {
         return Ok(());
     }
@@ -426,7 +427,7 @@ async fn probe(client: &Client, mut driver: Driver, limit: Duration) {
             _ = &mut driver.0 => return,
             _ = tokio::time::sleep(limit) => {}
         }
-        match tokio::time::timeout(limit, client.batch_execute("SELECT 1")).await {
+        match tokio::time::timeout(limit, client.batch_execute(include_str!("sql/probe.sql"))).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "postgres: the LISTEN connection failed a probe");
@@ -464,7 +465,7 @@ async fn listen(config: &Config, channel: &str, hub: Weak<Hub>) -> Result<(Clien
     let driver = Driver(tokio::spawn(drive(connection, Some(listener))));
     let listened = tokio::time::timeout(
         config.request_timeout,
-        client.batch_execute(&format!("LISTEN \"{channel}\"")),
+        client.batch_execute(&include_str!("sql/listen.sql").replace("{channel}", channel)),
     )
     .await;
     match listened {

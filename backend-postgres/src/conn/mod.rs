@@ -397,7 +397,7 @@ pub(crate) async fn connect(config: &Config, listener: Option<&Listener>) -> Res
     let setup = async {
         session_settings(&connected, config).await?;
         if let Some(listener) = listener {
-            let listen = format!("LISTEN \"{}\"", listener.channel);
+            let listen = include_str!("../sql/listen.sql").replace("{channel}", &listener.channel);
             (connected.batch_execute(&listen).await).map_err(|e| pg_error("listening", e))?;
         }
         Ok(())
@@ -430,13 +430,15 @@ pub(crate) async fn connect(config: &Config, listener: Option<&Listener>) -> Res
 /// every transaction sets them for itself ([`transaction_settings`]).
 async fn session_settings(client: &Client, config: &Config) -> Result<()> {
     let (commits, idle_ms) = settings(config);
+    let standbys = include_str!("../sql/standbys.sql");
     let sql = match config.pooled() {
-        false => format!(
-            "SET synchronous_commit = {commits}; SET default_transaction_isolation = 'read committed'; \
-             SET idle_in_transaction_session_timeout = {idle_ms}; \
-             SELECT current_setting('synchronous_standby_names')"
-        ),
-        true => "SELECT current_setting('synchronous_standby_names')".to_owned(),
+        false => {
+            include_str!("../sql/session_settings.sql")
+                .replace("{commits}", commits)
+                .replace("{idle_ms}", &idle_ms.to_string())
+                + standbys
+        }
+        true => standbys.to_owned(),
     };
     let answer = client
         .simple_query(&sql)
@@ -472,10 +474,9 @@ fn settings(config: &Config) -> (&'static str, u128) {
 /// alone: what [`session_settings`] sets for a whole session of ours.
 pub(crate) fn transaction_settings(config: &Config) -> String {
     let (commits, idle_ms) = settings(config);
-    format!(
-        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = {commits}; \
-         SET LOCAL idle_in_transaction_session_timeout = {idle_ms}"
-    )
+    include_str!("../sql/transaction_settings.sql")
+        .replace("{commits}", commits)
+        .replace("{idle_ms}", &idle_ms.to_string())
 }
 
 /// [`connect`], for the steps: every statement of a step looks up one lock's rows by index
@@ -494,10 +495,7 @@ pub(crate) async fn connect_for_steps(config: &Config, listener: Option<&Listene
         return Ok(connected);
     }
     let generic = async {
-        match connected
-            .batch_execute("SET plan_cache_mode = force_generic_plan")
-            .await
-        {
+        match connected.batch_execute(include_str!("../sql/generic_plans.sql")).await {
             Ok(()) => Ok(true),
             Err(e) => {
                 tracing::debug!(error = %e, "postgres: plan_cache_mode not set");
@@ -531,7 +529,7 @@ async fn keep_listening(conn: Weak<Conn>) {
                 _ = ended.changed() => {}
                 _ = tokio::time::sleep(limit) => {
                     let Some(locker) = conn.upgrade() else { return };
-                    if let Err(e) = locker.read("a probe", "probing the connection", "SELECT 1", &[]).await {
+                    if let Err(e) = locker.read("a probe", "probing the connection", include_str!("../sql/probe.sql"), &[]).await {
                         tracing::debug!(error = %e, "postgres: the connection failed a probe");
                     }
                 }

@@ -171,15 +171,15 @@ impl Statements {
         let custom_plans = custom_plans && self.generic_plans.load(Ordering::Acquire);
         let begin = match (&self.per_transaction, custom_plans) {
             (None, false) => return self.query(client, sql, params).await,
-            (None, true) => "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan".to_owned(),
-            (Some(settings), _) => format!("BEGIN; {settings}"),
+            (None, true) => include_str!("../sql/begin_custom_plans.sql").to_owned(),
+            (Some(settings), _) => include_str!("../sql/begin_with.sql").replace("{settings}", settings),
         };
         // Prepared (or its types learned) first: what follows must go out in order, at once.
         let prepared = self.get(client, sql).await?;
         let (_, rows, _) = futures_util::future::try_join3(
             client.batch_execute(&begin),
             self.run(client, &prepared, sql, params),
-            client.batch_execute("COMMIT"),
+            client.batch_execute(include_str!("../sql/commit.sql")),
         )
         .await?;
         Ok(rows)
@@ -223,11 +223,9 @@ async fn learn_types<C: GenericClient + Sync>(
     sql: &str,
 ) -> std::result::Result<Vec<Type>, tokio_postgres::Error> {
     let name = format!("locksmith_types_{:016x}", rand::random::<u64>());
-    let text = format!(
-        "PREPARE {name} AS {sql}; \
-         SELECT parameter_types::oid[]::text FROM pg_prepared_statements WHERE name = '{name}'; \
-         DEALLOCATE {name}"
-    );
+    let text = include_str!("../sql/learn_types.sql")
+        .replace("{sql}", sql.trim_end())
+        .replace("{name}", &name);
     let oids = super::first_value(&client.simple_query(&text).await?).unwrap_or_default();
     let oids = oids.trim_start_matches('{').trim_end_matches('}');
     // A type this crate does not know (none of its statements has one) fails the run that

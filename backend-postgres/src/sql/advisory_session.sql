@@ -1,0 +1,1 @@
+SET client_connection_check_interval = '1s'

@@ -1,0 +1,1 @@
+DELETE FROM {schema}.entries WHERE id = $1 RETURNING token IS NOT NULL

@@ -1,0 +1,1 @@
+DELETE FROM {schema}.data WHERE key = $4 AND EXISTS (SELECT 1 FROM held) RETURNING 1

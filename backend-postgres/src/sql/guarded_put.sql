@@ -1,0 +1,2 @@
+INSERT INTO {schema}.data (key, value) SELECT $4, $5::bytea FROM held
+ON CONFLICT (key) DO UPDATE SET value = excluded.value RETURNING 1

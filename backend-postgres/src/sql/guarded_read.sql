@@ -1,0 +1,1 @@
+SELECT value FROM {schema}.data WHERE key = $1

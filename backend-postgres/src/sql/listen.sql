@@ -1,0 +1,1 @@
+LISTEN "{channel}"

@@ -1,0 +1,1 @@
+SELECT {schema}.lock_row($1)

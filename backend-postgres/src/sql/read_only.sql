@@ -1,0 +1,1 @@
+SHOW transaction_read_only

@@ -1,0 +1,1 @@
+SELECT value FROM {schema}.meta WHERE key = 'version'
