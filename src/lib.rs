@@ -162,6 +162,26 @@ pub use locksmith_etcd as etcd;
 #[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
 pub use locksmith_zk as zk;
 
+/// The Redis backend (feature `redis`): [`redis::LockKeys`] and [`redis::KindKeys`] name the keys
+/// a lock lives in (for a Redis Cluster slot, or a script of your own beside the lock), and
+/// [`redis::RedisBackend`] the backend itself (see the crate docs for its URL options).
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use locksmith_redis as redis;
+
+/// The PostgreSQL backend (feature `postgres`): [`postgres::setup_sql`] prints the tables and
+/// grants a DBA runs before lockers that may not create them (`locksmith init --sql`), and
+/// [`postgres::PgBackend`] is the backend itself (see the crate docs for its URL options).
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use locksmith_postgres as postgres;
+
+/// The `file://` backend (feature `file`): [`file::FileBackend`], the backend itself (see the
+/// crate docs for the lock directory's layout and what it needs of the file system).
+#[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+pub use locksmith_file as file;
+
 /// Fenced stores outside the lock service (features `fence-postgres`, `fence-object-store`):
 /// storage that refuses a write whose fencing token is below the highest it has accepted, in one
 /// call (`fence::postgres::Fence`, `fence::objects::FencedObjects`; see `docs/fencing.md`).

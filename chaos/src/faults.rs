@@ -265,7 +265,7 @@ async fn redis_leader(fleet: &Fleet, target: &Target) -> Result<(Vec<String>, St
     let ask: Vec<String> = if group == "redis-cluster" {
         let url = locksmith::driver::BackendUrl::parse(&target.url)?;
         let name = locksmith::driver::LockName::new(fleet.lock_name())?;
-        let key = locksmith_redis::LockKeys::for_url(&url, &name)?.lock;
+        let key = locksmith::redis::LockKeys::for_url(&url, &name)?.lock;
         let slot = slot_of(&url.hosts[0].to_addr(6379), &key).await?;
         vec!["slot-owner".into(), group.into(), slot.to_string()]
     } else {

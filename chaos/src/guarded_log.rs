@@ -34,7 +34,7 @@ pub fn key(target: &Target, name: &str) -> Result<String> {
     }
     let url = BackendUrl::parse(&target.url).context("the target's URL")?;
     let lock = LockName::new(name).context("the lock name")?;
-    let keys = locksmith_redis::LockKeys::for_url(&url, &lock).context("the lock's keys")?;
+    let keys = locksmith::redis::LockKeys::for_url(&url, &lock).context("the lock's keys")?;
     let tag = match (keys.lock.find('{'), keys.lock.find('}')) {
         (Some(open), Some(close)) if close > open + 1 => &keys.lock[open + 1..close],
         _ => keys.lock.as_str(),
