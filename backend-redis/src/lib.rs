@@ -228,9 +228,10 @@
 //! looked live is then handed a lock nobody renews, and the lock idles until that TTL runs out,
 //! as after a holder's crash. So does a head that is paused (SIGSTOP, a long GC pause) when the
 //! lock is handed to it: it holds the lock, as a paused holder would, for one TTL (its own), and
-//! its next step on resuming finds the lock its own or not. That is the bound of a paused first waiter on Redis (on
-//! PostgreSQL and etcd the next step grants past it at once); a hand-over that waited for the
-//! head to confirm would cost every hand-over a round trip. Nothing ever polls the lock in a loop, and no command blocks a
+//! its next step on resuming finds the lock its own or not. That is the bound of a paused first
+//! waiter on Redis (on PostgreSQL and etcd the next step grants past it at once); a hand-over
+//! that waited for the head to confirm would cost every hand-over a round trip. Nothing ever
+//! polls the lock in a loop, and no command blocks a
 //! connection (no `BLPOP`).
 //!
 //! ## The plain layout (`?layout=plain`): migrating from redis-py, redsync, node-redlock
