@@ -143,7 +143,9 @@ pub(super) async fn etcd_nospace(url: &str) -> OperatorFault {
 
 pub(super) async fn postgres_connections(url: &str) -> OperatorFault {
     let (backend, case) = ("postgres", "connection limit reached (SQLSTATE 53300)");
-    let with = format!("{url}?ttl=1s&connect_timeout=2s");
+    // A schema of its own: the role may create what it uses, and no other user must find the
+    // default schema made by it.
+    let with = format!("{url}?schema=chaos_connection_limit&ttl=1s&connect_timeout=2s");
     let a = match connect(&with).await {
         Ok(a) => a,
         Err(e) => return not_run(backend, case, e),
