@@ -2,7 +2,8 @@
 //! its own (so that it serves every tokio runtime of the process), never polling.
 //!
 //! - A state file renamed into place, removed or written in place (`IN_MOVED_TO`, `IN_DELETE`,
-//!   `IN_CLOSE_WRITE` of `<stem>.state`) wakes the tasks of this process that wait on that lock,
+//!   `IN_MODIFY` of `<stem>.state`: raised by the write itself, once it is done, and not by a
+//!   step that only opened the file and wrote nothing, nor by the lock files) wakes the tasks of this process that wait on that lock,
 //!   and counts as a change of that lock for the renewals of this process (see
 //!   [`Hub::changes`]): a renewal reads only the state files that changed since it last read
 //!   them.
@@ -83,7 +84,7 @@ impl Hub {
         let watch = |path: &Path, flags| {
             inotify::add_watch(&fd, path, flags).map_err(|e| errno_error(&cannot_watch(e), path, e))
         };
-        let states = watch(dir, WatchFlags::MOVED_TO | WatchFlags::DELETE | WatchFlags::CLOSE_WRITE)?;
+        let states = watch(dir, WatchFlags::MOVED_TO | WatchFlags::DELETE | WatchFlags::MODIFY)?;
         let owners = watch(&dir.join(OWNERS_DIR), WatchFlags::CLOSE_WRITE | WatchFlags::DELETE)?;
         let hub = Arc::new(Hub {
             fd: Arc::new(fd),

@@ -4,6 +4,7 @@
 
 mod owner;
 mod prune;
+mod record;
 mod txn;
 
 use std::collections::HashMap;
