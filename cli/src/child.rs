@@ -53,7 +53,7 @@ exit 0"#;
 
 impl Sentinel {
     fn start(group: i32, grace: Duration) -> io::Result<Sentinel> {
-        let mut process = Command::new("sh")
+        let mut process = Command::new("/bin/sh")
             .args(["-c", SENTINEL])
             .arg(group.to_string())
             .arg(grace_seconds(grace))

@@ -26,7 +26,7 @@ use rustix::fs::{flock, FlockOperation};
 
 use locksmith_core::{PruneReport, Result};
 
-use super::txn::{check_still_named, Loaded};
+use super::txn::{check_still_named, Loaded, Locked};
 use super::{check_owner, Dir};
 use crate::error::{corrupt, errno_error, io_error, open_error};
 use crate::layout::{stem_of_lock_file, stem_of_state_file, LockFile, OWNERS_DIR};
@@ -88,7 +88,7 @@ impl Dir {
         }
         let now = SystemTime::now();
         // The locks to remove, each with its lock file locked, and the largest token of them.
-        let mut taken: Vec<(LockFile, File)> = Vec::new();
+        let mut taken: Vec<(LockFile, Locked)> = Vec::new();
         let mut highest = 0;
         let mut full = false;
         for stem in stems {

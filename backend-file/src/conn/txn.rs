@@ -13,8 +13,8 @@
 //! directory synced.
 
 use std::fs::File;
-use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use rustix::fs::{flock, FlockOperation};
@@ -94,7 +94,7 @@ impl Dir {
     fn transact_locked<R>(
         &self,
         file: &LockFile,
-        locked: &File,
+        locked: &Locked,
         step: impl FnOnce(&mut State, Now) -> Result<R>,
     ) -> Result<R> {
         let now = Now::read();
@@ -168,11 +168,11 @@ impl Dir {
     /// removed by hand while this process waited for it, the new one is locked instead. A
     /// symbolic link in its place is refused, never followed (see `safe_open.rs`).
     ///
-    /// Its access and modification times are set to now ([`touch`]): it is never written, and
+    /// Its access and modification times are kept recent ([`touch`]): it is never written, and
     /// age-based clean-ups of `/tmp` (`systemd-tmpfiles`, `tmpreaper`) would otherwise remove a
     /// lock file in use once it is old, letting a second process lock a new one while a step
     /// runs (the step then finds it gone, see [`check_still_named`]).
-    fn lock(&self, file: &LockFile) -> Result<File> {
+    fn lock(&self, file: &LockFile) -> Result<Locked> {
         let path = file.lock_path(&self.path);
         let locked = self
             .lock_path(&path, true)?
@@ -186,7 +186,7 @@ impl Dir {
     /// `path`, else opened again. A prune (`prune.rs`) removes lock files with their `flock`
     /// held, so a step that opened one before and locks it after finds it gone and opens the
     /// new one.
-    pub(super) fn lock_path(&self, path: &Path, wait: bool) -> Result<Option<File>> {
+    pub(super) fn lock_path(&self, path: &Path, wait: bool) -> Result<Option<Locked>> {
         let operation = match wait {
             true => FlockOperation::LockExclusive,
             false => FlockOperation::NonBlockingLockExclusive,
@@ -200,15 +200,20 @@ impl Dir {
                 .mode(0o664)
                 .open(path)
                 .map_err(|e| open_error("cannot open the lock file", path, e))?;
-            let _ = safe_open::check_regular(&f, path)?;
+            let held = safe_open::check_regular(&f, path)?;
             match flock(&f, operation) {
                 Ok(()) => {}
                 Err(rustix::io::Errno::WOULDBLOCK) if !wait => return Ok(None),
                 Err(e) => return Err(errno_error("cannot lock", path, e)),
             }
-            let held = f.metadata().map_err(|e| io_error("cannot read", path, e))?;
-            if std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == held.dev() && m.ino() == held.ino()) {
-                return Ok(Some(f));
+            let locked = Locked {
+                file: f,
+                dev: held.dev(),
+                ino: held.ino(),
+                times: held.mtime().min(held.atime()),
+            };
+            if std::fs::symlink_metadata(path).is_ok_and(|m| locked.is(&m)) {
+                return Ok(Some(locked));
             }
         }
     }
@@ -232,15 +237,13 @@ impl Dir {
             },
             false => open(false).map(|f| (f, false)),
         };
-        let (mut f, writable) = match opened {
+        let (f, writable) = match opened {
             Ok(opened) => opened,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(open_error("cannot read the state file", path, e)),
         };
         let meta = safe_open::check_regular(&f, path)?;
-        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0) + 1);
-        f.read_to_end(&mut bytes)
-            .map_err(|e| io_error("cannot read the state file", path, e))?;
+        let bytes = read_all(&f, meta.len()).map_err(|e| io_error("cannot read the state file", path, e))?;
         let (payload, layout) = match record::is_format_2(&bytes) {
             true => {
                 let (payload, layout) = record::decode(&bytes).map_err(|e| corrupt(path, e))?;
@@ -302,7 +305,7 @@ impl Dir {
         original: Option<&Loaded>,
         bytes: &[u8],
         last_token: u64,
-        locked: &File,
+        locked: &Locked,
     ) -> Result<()> {
         let path = file.state_path(&self.path);
         let old_mark = original.map_or(0, |o| o.mark);
@@ -338,7 +341,7 @@ impl Dir {
     /// which is removed and never followed). Only a step holding the lock file's `flock` writes
     /// it, so no other locksmith process removes or creates it meanwhile; anyone else who does
     /// makes the step fail. The lock file is checked again just before the rename.
-    fn replace(&self, file: &LockFile, bytes: &[u8], locked: &File) -> Result<()> {
+    fn replace(&self, file: &LockFile, bytes: &[u8], locked: &Locked) -> Result<()> {
         let (temp, path) = (file.temp_path(&self.path), file.state_path(&self.path));
         let lock_path = file.lock_path(&self.path);
         match std::fs::remove_file(&temp) {
@@ -387,18 +390,36 @@ pub(crate) struct Loaded {
     in_place: Option<(File, record::Layout)>,
 }
 
+/// The whole of `f`, `len` bytes long when it was looked at (and longer if it grew since): with
+/// `pread`, no seek and no second look at its size.
+fn read_all(f: &File, len: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0) + 1];
+    let mut read = 0;
+    loop {
+        if read == bytes.len() {
+            bytes.resize(bytes.len() * 2, 0);
+        }
+        match f.read_at(&mut bytes[read..], read as u64) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    bytes.truncate(read);
+    Ok(bytes)
+}
+
 /// `Ok` if the lock file at `path` is still the file `locked` (the same device and inode), whose
 /// `flock` the step holds. Otherwise it was removed (or replaced) during the step, by hand or by
 /// a clean-up of old files, and another process may be running a step under a new lock file at
 /// the same time: this step must write nothing. [`LockError::Unavailable`]: the call may be tried
 /// again (it then locks the new lock file). A removal between this check and the rename still
 /// goes unseen (a window of microseconds) unless it is locksmith's own prune, which removes a lock
-/// file only with its `flock` held; the lock file's times, set at every step, keep age-based
-/// cleaners from removing it in the first place.
-pub(super) fn check_still_named(locked: &File, path: &Path) -> Result<()> {
-    let held = locked.metadata().map_err(|e| io_error("cannot read", path, e))?;
-    let named = std::fs::symlink_metadata(path);
-    if named.is_ok_and(|m| m.dev() == held.dev() && m.ino() == held.ino()) {
+/// file only with its `flock` held; the lock file's times, kept recent by the steps, keep
+/// age-based cleaners from removing it in the first place.
+pub(super) fn check_still_named(locked: &Locked, path: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| locked.is(&m)) {
         return Ok(());
     }
     tracing::warn!(path = %path.display(), "file backend: a lock file was removed during a step; the step wrote nothing");
@@ -412,11 +433,39 @@ pub(super) fn check_still_named(locked: &File, path: &Path) -> Result<()> {
     })
 }
 
-/// Sets the access and modification times of the lock file `locked` (at `path`) to now, so that
-/// age-based clean-ups leave a lock file in use alone. `UTIME_NOW` needs only the right to write,
+/// A lock file with its `flock` held (until it is dropped: closed), and what it was when locked.
+pub(crate) struct Locked {
+    file: File,
+    dev: u64,
+    ino: u64,
+    /// The earlier of its access and modification times (seconds since the epoch).
+    times: i64,
+}
+
+impl Locked {
+    /// Whether `named` (the metadata of a path) is this file.
+    fn is(&self, named: &std::fs::Metadata) -> bool {
+        named.dev() == self.dev && named.ino() == self.ino
+    }
+}
+
+/// How recent a lock file's times must be for a step to leave them (see [`touch`]).
+const TOUCH_EVERY: i64 = 60;
+
+/// Sets the access and modification times of the lock file `locked` (at `path`) to now, unless
+/// both are less than [`TOUCH_EVERY`] seconds old (a system call and a journalled inode write
+/// saved on most steps), so that age-based clean-ups (which go by days) and a prune (by an hour)
+/// leave a lock file in use alone. `UTIME_NOW` needs only the right to write,
 /// which the lock file is opened with (not ownership: it may be another user's in a shared
 /// directory). A failure only logs: the step runs anyway, [`check_still_named`] still guards it.
-fn touch(locked: &File, path: &Path) {
+fn touch(locked: &Locked, path: &Path) {
+    let age = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(i64::MAX, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .saturating_sub(locked.times);
+    if (0..TOUCH_EVERY).contains(&age) {
+        return;
+    }
     let now = rustix::fs::Timespec {
         tv_sec: 0,
         tv_nsec: rustix::fs::UTIME_NOW,
@@ -425,7 +474,7 @@ fn touch(locked: &File, path: &Path) {
         last_access: now,
         last_modification: now,
     };
-    if let Err(e) = rustix::fs::futimens(locked, &times) {
+    if let Err(e) = rustix::fs::futimens(&locked.file, &times) {
         tracing::debug!(path = %path.display(), error = %e, "file backend: cannot set the lock file's times");
     }
 }
@@ -521,6 +570,23 @@ mod tests {
             meta.modified().unwrap() > hour_ago && meta.accessed().unwrap() > hour_ago,
             "{meta:?}"
         );
+    }
+
+    /// An uncontended acquire and release start no wake-ups (no inotify instance, no thread,
+    /// whose close at exit costs a short-lived process 10 to 20 ms); the first wait does.
+    #[test]
+    fn uncontended_steps_start_no_wake_ups() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let dir = Dir::open(&path, false).unwrap();
+        let file = LockFile::of(Family::Mutex, &LockName::new("quiet").unwrap());
+        let mine = entry(&dir, "1");
+        dir.transact(&file, |state, now| queue::try_take(state, mine, now))
+            .unwrap()
+            .unwrap();
+        dir.transact(&file, |state, _| Ok(queue::leave(state, "1"))).unwrap();
+        let started = dir.hub.started();
+        let _ = std::fs::remove_dir_all(&path);
+        assert!(!started, "an uncontended step started the wake-ups");
     }
 
     /// What each state file held at its last sync (file and directory): all that a power cut
