@@ -38,7 +38,7 @@ impl Dir {
     pub fn transact<R>(&self, file: &LockFile, step: impl FnOnce(&mut State, Now) -> Result<R>) -> Result<R> {
         self.keep_owner()?;
         let locked = self.lock(file)?;
-        self.transact_locked(file, &locked, step)
+        self.transact_locked(file, locked, step)
     }
 
     /// [`Dir::transact`] here and now if no other step holds the lock file, on the caller's
@@ -54,7 +54,7 @@ impl Dir {
         match self.lock_path(&path, false)? {
             Some(locked) => {
                 touch(&locked, &path);
-                self.transact_locked(file, &locked, step).map(Ok)
+                self.transact_locked(file, locked, step).map(Ok)
             }
             None => Ok(Err(step)),
         }
@@ -87,14 +87,14 @@ impl Dir {
             pause = (pause * 2).min(std::time::Duration::from_millis(20));
         };
         touch(&locked, &path);
-        self.transact_locked(file, &locked, step).map(Some)
+        self.transact_locked(file, locked, step).map(Some)
     }
 
-    /// [`Dir::transact`] with the lock file `locked` already.
+    /// [`Dir::transact`] with the lock file `locked` already, unlocked at its end.
     fn transact_locked<R>(
         &self,
         file: &LockFile,
-        locked: &Locked,
+        locked: Locked,
         step: impl FnOnce(&mut State, Now) -> Result<R>,
     ) -> Result<R> {
         let now = Now::read();
@@ -118,8 +118,9 @@ impl Dir {
             None => !state.entries.is_empty(),
         };
         if changed {
-            let stored = self.store(file, original.as_ref(), &bytes, state.last_token, locked);
+            let stored = self.store(file, original.as_ref(), &bytes, state.last_token, &locked);
             self.hub.changed(Some(&file.stem));
+            drop((original, locked));
             stored?;
         }
         out
@@ -401,6 +402,11 @@ fn read_all(f: &File, len: u64) -> std::io::Result<Vec<u8>> {
         }
         match f.read_at(&mut bytes[read..], read as u64) {
             Ok(0) => break,
+            // Short: the end of the file (a regular file's read stops short only there).
+            Ok(n) if read + n < bytes.len() => {
+                read += n;
+                break;
+            }
             Ok(n) => read += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
