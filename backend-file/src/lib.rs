@@ -126,8 +126,8 @@
 //! - `config.rs` (the URL), `error.rs` (I/O errors → `LockError`), `layout.rs` (file names),
 //!   `private_dir.rs` (the default directory's checks), `safe_open.rs` (no symbolic links);
 //! - `conn/`: the directory (`mod.rs`), this locker's liveness file (`owner.rs`), transactions on
-//!   a state file (`txn.rs`), the state file's layout on disk (`record.rs`), the removal of idle
-//!   locks' files (`prune.rs`);
+//!   a state file (`txn.rs`), the state file's layout on disk (`record.rs`), the files kept
+//!   open between steps (`kept.rs`), the removal of idle locks' files (`prune.rs`);
 //! - `protocol/`: the state file's contents (`state.rs`), the steps on a queue (`queue.rs`), the
 //!   one wait loop of every kind (`wait.rs`), elections (`election.rs`);
 //! - `wake.rs` (inotify), `look.rs` (the waiters' shared read), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),

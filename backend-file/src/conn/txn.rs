@@ -50,12 +50,8 @@ impl Dir {
         F: FnOnce(&mut State, Now) -> Result<R>,
     {
         self.keep_owner()?;
-        let path = file.lock_path(&self.path);
-        match self.lock_path(&path, false)? {
-            Some(locked) => {
-                touch(&locked, &path);
-                self.transact_locked(file, locked, step).map(Ok)
-            }
+        match self.lock_step(file, false)? {
+            Some(locked) => self.transact_locked(file, locked, step).map(Ok),
             None => Ok(Err(step)),
         }
     }
@@ -75,7 +71,7 @@ impl Dir {
         let deadline = std::time::Instant::now() + TRY_FLOCK_WAIT;
         let mut pause = std::time::Duration::from_micros(100);
         let locked = loop {
-            if let Some(locked) = self.lock_path(&path, false)? {
+            if let Some(locked) = self.lock_step(file, false)? {
                 break locked;
             }
             let now = std::time::Instant::now();
@@ -86,7 +82,6 @@ impl Dir {
             std::thread::sleep(pause.min(deadline - now));
             pause = (pause * 2).min(std::time::Duration::from_millis(20));
         };
-        touch(&locked, &path);
         self.transact_locked(file, locked, step).map(Some)
     }
 
@@ -98,7 +93,7 @@ impl Dir {
         step: impl FnOnce(&mut State, Now) -> Result<R>,
     ) -> Result<R> {
         let now = Now::read();
-        let original = self.open_state(&file.state_path(&self.path), Some(&file.segment), true)?;
+        let original = self.open_state(&file.state_path(&self.path), Some(&file.segment), Some(&file.stem))?;
         let mut state = match &original {
             Some(loaded) => loaded.state.clone(),
             // A lock without a state file (never used, or pruned: `prune.rs`) goes on above
@@ -117,12 +112,16 @@ impl Dir {
             Some(loaded) => loaded.payload != bytes,
             None => !state.entries.is_empty(),
         };
-        if changed {
-            let stored = self.store(file, original.as_ref(), &bytes, state.last_token, &locked);
-            self.hub.changed(Some(&file.stem));
-            drop((original, locked));
-            stored?;
-        }
+        let stored = match changed {
+            true => {
+                let stored = self.store(file, original.as_ref(), &bytes, state.last_token, &locked);
+                self.hub.changed(Some(&file.stem));
+                stored
+            }
+            false => Ok(()),
+        };
+        self.end_step(file, locked, original.and_then(|o| o.in_place).map(|(f, _)| f));
+        stored?;
         out
     }
 
@@ -139,7 +138,7 @@ impl Dir {
     /// The state of `file` as it is on disk, dead entries included.
     pub fn read_raw(&self, file: &LockFile) -> Result<State> {
         Ok(
-            match self.open_state(&file.state_path(&self.path), Some(&file.segment), false)? {
+            match self.open_state(&file.state_path(&self.path), Some(&file.segment), None)? {
                 Some(loaded) => loaded.state,
                 None => State::new(&file.segment, &self.boot),
             },
@@ -148,7 +147,7 @@ impl Dir {
 
     /// The JSON of the state of `file` as on disk, `None` if it has no state file.
     pub fn state_json(&self, file: &LockFile) -> Result<Option<String>> {
-        let loaded = self.open_state(&file.state_path(&self.path), Some(&file.segment), false)?;
+        let loaded = self.open_state(&file.state_path(&self.path), Some(&file.segment), None)?;
         Ok(loaded.map(|l| String::from_utf8_lossy(&l.payload).into_owned()))
     }
 
@@ -156,7 +155,7 @@ impl Dir {
     /// reads. `None` if it went meanwhile.
     pub fn read_stem(&self, stem: &str) -> Result<Option<State>> {
         let path = self.path.join(format!("{stem}{STATE_SUFFIX}"));
-        let Some(Loaded { mut state, .. }) = self.open_state(&path, None, false)? else {
+        let Some(Loaded { mut state, .. }) = self.open_state(&path, None, None)? else {
             return Ok(None);
         };
         state.prune(&self.boot, Now::read(), |owner, fresh| {
@@ -174,12 +173,63 @@ impl Dir {
     /// lock file in use once it is old, letting a second process lock a new one while a step
     /// runs (the step then finds it gone, see [`check_still_named`]).
     fn lock(&self, file: &LockFile) -> Result<Locked> {
+        self.lock_step(file, true)?
+            .ok_or_else(|| LockError::Protocol("a lock that waits was not taken".into()))
+    }
+
+    /// The lock file of `file` for a step, locked (`wait`: waiting for it; else `None` if
+    /// another step holds it): the one kept from an earlier step (`kept.rs`) if it is still the
+    /// file at its path once locked, else one opened now ([`Dir::lock_path`]); its times kept
+    /// recent ([`touch`]).
+    fn lock_step(&self, file: &LockFile, wait: bool) -> Result<Option<Locked>> {
         let path = file.lock_path(&self.path);
-        let locked = self
-            .lock_path(&path, true)?
-            .ok_or_else(|| LockError::Protocol("a lock that waits was not taken".into()))?;
-        touch(&locked, &path);
-        Ok(locked)
+        let kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_lock(&file.stem);
+        let locked = match kept {
+            Some(mut kept) => match flock(&kept.file, lock_operation(wait)) {
+                Ok(()) => match std::fs::symlink_metadata(&path) {
+                    Ok(named) if kept.is(&named) => {
+                        kept.times = named.mtime().min(named.atime());
+                        Some(kept)
+                    }
+                    _ => None,
+                },
+                Err(rustix::io::Errno::WOULDBLOCK) if !wait => {
+                    self.kept
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .put_lock(&file.stem, kept);
+                    return Ok(None);
+                }
+                // Gone from its path (a prune, by hand), or failing: closed, and opened anew.
+                _ => None,
+            },
+            None => None,
+        };
+        let mut locked = match locked {
+            Some(locked) => locked,
+            None => match self.lock_path(&path, wait)? {
+                Some(locked) => locked,
+                None => return Ok(None),
+            },
+        };
+        touch(&mut locked, &path);
+        Ok(Some(locked))
+    }
+
+    /// The end of a step on `file`: its lock file unlocked and kept for the next step, and so is
+    /// its state file (`state`, if it was open for writing in place).
+    fn end_step(&self, file: &LockFile, locked: Locked, state: Option<File>) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(state) = state {
+            kept.put_state(&file.stem, state);
+        }
+        if flock(&locked.file, FlockOperation::Unlock).is_ok() {
+            kept.put_lock(&file.stem, locked);
+        }
     }
 
     /// The lock file at `path`, locked (`wait`: waiting for it; else `None` if another step
@@ -188,10 +238,7 @@ impl Dir {
     /// held, so a step that opened one before and locks it after finds it gone and opens the
     /// new one.
     pub(super) fn lock_path(&self, path: &Path, wait: bool) -> Result<Option<Locked>> {
-        let operation = match wait {
-            true => FlockOperation::LockExclusive,
-            false => FlockOperation::NonBlockingLockExclusive,
-        };
+        let operation = lock_operation(wait);
         loop {
             let f = safe_open::options()
                 .read(true)
@@ -220,8 +267,9 @@ impl Dir {
     }
 
     /// The state file at `path` (`None` if there is none yet); it must be the state of `segment`
-    /// if given. `for_step`: opened for writing in place, if this process may (else it is
-    /// replaced whole, see [`Dir::store`]). A symbolic link in its place is refused, never
+    /// if given. `step` (the lock's stem, for a step holding its lock file): opened for writing
+    /// in place, if this process may (else it is replaced whole, see [`Dir::store`]), or the
+    /// file kept open from an earlier step if it still has a name (`kept.rs`). A symbolic link in its place is refused, never
     /// followed (it may name `/dev/zero`), and so is anything but a regular file, never waited on
     /// (a FIFO would block the read for good).
     ///
@@ -229,21 +277,32 @@ impl Dir {
     /// boot (or of an unknown one) has its last token raised to the reservation's mark: a power
     /// cut may have lost the frames written since the reservation was synced, never the
     /// reservation (see `record.rs`).
-    pub(super) fn open_state(&self, path: &Path, segment: Option<&str>, for_step: bool) -> Result<Option<Loaded>> {
-        let open = |write: bool| safe_open::options().read(true).write(write).open(path);
-        let opened = match for_step {
-            true => match open(true) {
-                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => open(false).map(|f| (f, false)),
-                other => other.map(|f| (f, true)),
-            },
-            false => open(false).map(|f| (f, false)),
+    pub(super) fn open_state(&self, path: &Path, segment: Option<&str>, step: Option<&str>) -> Result<Option<Loaded>> {
+        let kept = step.and_then(|stem| self.kept.lock().unwrap_or_else(|e| e.into_inner()).take_state(stem));
+        let kept = kept.and_then(|f| {
+            let meta = f.metadata().ok().filter(|m| m.is_file() && m.nlink() > 0)?;
+            Some((f, meta))
+        });
+        let (f, writable, meta) = match kept {
+            Some((f, meta)) => (f, true, meta),
+            None => {
+                let open = |write: bool| safe_open::options().read(true).write(write).open(path);
+                let opened = match step.is_some() {
+                    true => match open(true) {
+                        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => open(false).map(|f| (f, false)),
+                        other => other.map(|f| (f, true)),
+                    },
+                    false => open(false).map(|f| (f, false)),
+                };
+                let (f, writable) = match opened {
+                    Ok(opened) => opened,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(open_error("cannot read the state file", path, e)),
+                };
+                let meta = safe_open::check_regular(&f, path)?;
+                (f, writable, meta)
+            }
         };
-        let (f, writable) = match opened {
-            Ok(opened) => opened,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(open_error("cannot read the state file", path, e)),
-        };
-        let meta = safe_open::check_regular(&f, path)?;
         let bytes = read_all(&f, meta.len()).map_err(|e| io_error("cannot read the state file", path, e))?;
         let (payload, layout) = match record::is_format_2(&bytes) {
             true => {
@@ -439,7 +498,9 @@ pub(super) fn check_still_named(locked: &Locked, path: &Path) -> Result<()> {
     })
 }
 
-/// A lock file with its `flock` held (until it is dropped: closed), and what it was when locked.
+/// A lock file with its `flock` held (until it is dropped: closed, or unlocked and kept, see
+/// `kept.rs`), and what it was when opened.
+#[derive(Debug)]
 pub(crate) struct Locked {
     file: File,
     dev: u64,
@@ -455,6 +516,14 @@ impl Locked {
     }
 }
 
+/// `flock`'s exclusive lock, waiting for it or not.
+fn lock_operation(wait: bool) -> FlockOperation {
+    match wait {
+        true => FlockOperation::LockExclusive,
+        false => FlockOperation::NonBlockingLockExclusive,
+    }
+}
+
 /// How recent a lock file's times must be for a step to leave them (see [`touch`]).
 const TOUCH_EVERY: i64 = 60;
 
@@ -464,14 +533,14 @@ const TOUCH_EVERY: i64 = 60;
 /// leave a lock file in use alone. `UTIME_NOW` needs only the right to write,
 /// which the lock file is opened with (not ownership: it may be another user's in a shared
 /// directory). A failure only logs: the step runs anyway, [`check_still_named`] still guards it.
-fn touch(locked: &Locked, path: &Path) {
-    let age = std::time::SystemTime::now()
+fn touch(locked: &mut Locked, path: &Path) {
+    let now_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(i64::MAX, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .saturating_sub(locked.times);
-    if (0..TOUCH_EVERY).contains(&age) {
+        .map_or(i64::MAX, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    if (0..TOUCH_EVERY).contains(&now_s.saturating_sub(locked.times)) {
         return;
     }
+    locked.times = now_s;
     let now = rustix::fs::Timespec {
         tv_sec: 0,
         tv_nsec: rustix::fs::UTIME_NOW,
@@ -593,6 +662,57 @@ mod tests {
         let started = dir.hub.started();
         let _ = std::fs::remove_dir_all(&path);
         assert!(!started, "an uncontended step started the wake-ups");
+    }
+
+    /// Files kept open between steps (`kept.rs`) never let two steps of one process run at once
+    /// (a step that finds the kept lock file taken opens its own), and a lock file or state file
+    /// removed between steps is not stepped on again: no update is lost.
+    #[test]
+    fn kept_files_lose_no_update_and_follow_removals() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let dir = Arc::new(Dir::open(&path, false).unwrap());
+        let file = LockFile::of(Family::Mutex, &LockName::new("kept").unwrap());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (dir, file) = (dir.clone(), file.clone());
+                std::thread::spawn(move || {
+                    for i in 0..100 {
+                        let mine = entry(&dir, &format!("{t}-{i}"));
+                        let step = |state: &mut State, _: Now| {
+                            state.entries.push(mine);
+                            Ok(())
+                        };
+                        match i % 2 {
+                            0 => dir.transact(&file, step).unwrap(),
+                            _ => match dir.transact_if_free(&file, step).unwrap() {
+                                Ok(()) => {}
+                                Err(step) => dir.transact(&file, step).unwrap(),
+                            },
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let entries = dir.read_raw(&file).unwrap().entries.len();
+        // Removed between steps (as a prune or a clean-up of /tmp would): the next step makes
+        // new files, and the one after reads them.
+        std::fs::remove_file(file.lock_path(&dir.path)).unwrap();
+        std::fs::remove_file(file.state_path(&dir.path)).unwrap();
+        let after = entry(&dir, "after");
+        dir.transact(&file, |state, _| {
+            state.entries.push(after);
+            Ok(())
+        })
+        .unwrap();
+        let again = dir.transact(&file, |state, _| Ok(state.entries.len())).unwrap();
+        let lock_file_there = file.lock_path(&dir.path).exists();
+        let _ = std::fs::remove_dir_all(&path);
+        assert_eq!(entries, 400, "updates were lost");
+        assert_eq!(again, 1, "a step used a removed state file");
+        assert!(lock_file_there);
     }
 
     /// What each state file held at its last sync (file and directory): all that a power cut
