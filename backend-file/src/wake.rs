@@ -162,6 +162,13 @@ impl Hub {
         self.alive.lock().unwrap_or_else(|e| e.into_inner()).get(owner).copied()
     }
 
+    /// Whether locker `owner` was found alive by this process and nothing since said it ended,
+    /// whether or not events are read: a hint only, for what may skip a check (a dead locker's
+    /// file left for a later clean-up), never to keep an entry alive.
+    pub fn known_alive(&self, owner: &str) -> bool {
+        self.alive.lock().unwrap_or_else(|e| e.into_inner()).contains_key(owner)
+    }
+
     /// Remembers locker `owner` alive with heartbeat `beat`, as a check found it that started
     /// when [`Hub::owner_events`] said `events`; not if a locker ended since (it may be this one).
     pub fn found_alive(&self, owner: &str, beat: u64, events: u64) {

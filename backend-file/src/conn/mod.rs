@@ -317,7 +317,7 @@ fn reap_dead_owners(owners: &Path, hub: &Hub) {
     let Ok(files) = std::fs::read_dir(owners) else { return };
     for file in files.flatten() {
         if let Some(id) = file.file_name().to_str().filter(|id| owner::is_owner_id(id)) {
-            if hub.remembered(id).is_none() {
+            if !hub.known_alive(id) {
                 check_owner(owners, hub, id, true);
             }
         }

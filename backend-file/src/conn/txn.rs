@@ -715,6 +715,30 @@ mod tests {
         assert!(lock_file_there);
     }
 
+    /// A state file of format 1 (the JSON alone, as locksmith 0.1 wrote it) is read, and its
+    /// first change replaces it with a format-2 file whose tokens go on above its last.
+    #[test]
+    fn a_format_1_state_file_is_read_and_replaced() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let dir = Dir::open(&path, true).unwrap();
+        let file = LockFile::of(Family::Mutex, &LockName::new("old").unwrap());
+        let mut old = State::new(&file.segment, &dir.boot);
+        old.last_token = 1 << 61;
+        std::fs::write(file.state_path(&dir.path), serde_json::to_vec(&old).unwrap()).unwrap();
+        let token = dir
+            .transact(&file, |state, now| queue::try_take(state, entry(&dir, "1"), now))
+            .unwrap()
+            .expect("free");
+        let bytes = std::fs::read(file.state_path(&dir.path)).unwrap();
+        let again = dir.read_raw(&file).unwrap();
+        let _ = std::fs::remove_dir_all(&path);
+        assert_eq!(token, (1 << 61) + 1);
+        assert!(record::is_format_2(&bytes), "still JSON");
+        let (_, layout) = record::decode(&bytes).unwrap();
+        assert!(layout.mark >= token, "the reservation is below the token handed out");
+        assert_eq!((again.last_token, again.entries.len()), (token, 1));
+    }
+
     /// What each state file held at its last sync (file and directory): all that a power cut
     /// right after it is sure to leave.
     static SYNCED: std::sync::Mutex<Vec<(std::path::PathBuf, Vec<u8>)>> = std::sync::Mutex::new(Vec::new());
