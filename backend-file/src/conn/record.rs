@@ -25,7 +25,9 @@
 //!   frames say the exact last token (they are in the page cache for every process); after a
 //!   reboot (a power cut may have lost any frame written since the last sync) the last token is
 //!   taken as at least the mark (see `txn.rs`). The two slots are written in turn, each write
-//!   synced before the next: one is always whole and on disk. They sit in two pages of their own,
+//!   synced before the next: one is always whole and on disk. A write whose sync failed is
+//!   withdrawn ([`withdraw`]): the slot synced before is the newest again, so no token is ever
+//!   handed out under a reservation that may not be on disk. They sit in two pages of their own,
 //!   which a frame's write never touches.
 
 use std::fs::File;
@@ -212,6 +214,13 @@ pub(crate) fn write(file: &File, layout: &Layout, payload: &[u8], mark: Option<u
     Ok(next)
 }
 
+/// Withdraws the reservation that `layout` (what [`write`] returned) says is the newest, whose
+/// sync failed: it may never reach the disk, so no token may be handed out under it. The other
+/// slot, synced before, is the newest again; the next grant above it reserves (and syncs) anew.
+pub(crate) fn withdraw(file: &File, layout: &Layout) -> std::io::Result<()> {
+    file.write_all_at(&[0u8; 32], RESERVE_AT[layout.reserve_slot])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,5 +286,19 @@ mod tests {
         }
         assert!(decode(&good).is_ok());
         assert!(decode(b"").is_err() && decode(&[0; 20000]).is_err());
+    }
+
+    /// A reservation whose sync failed is withdrawn: the one before it is the newest again.
+    #[test]
+    fn a_withdrawn_reservation_gives_way_to_the_one_before() {
+        let f = temp_file(&encode_new(b"s", 50));
+        let (_, layout) = decode(&read(&f)).map(|(p, l)| (p.to_vec(), l)).unwrap();
+        let failed = write(&f, &layout, b"t", Some(90)).unwrap();
+        withdraw(&f, &failed).unwrap();
+        let (payload, now) = decode(&read(&f)).map(|(p, l)| (p.to_vec(), l)).unwrap();
+        assert_eq!((payload.as_slice(), now.mark), (&b"t"[..], 50));
+        let next = write(&f, &now, b"u", Some(120)).unwrap();
+        assert_eq!(decode(&read(&f)).unwrap().1, next);
+        assert_eq!(next.mark, 120);
     }
 }

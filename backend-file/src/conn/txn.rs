@@ -377,9 +377,13 @@ impl Dir {
         match original.and_then(|o| o.in_place.as_ref()) {
             Some((f, layout)) => {
                 let write = || -> std::io::Result<()> {
-                    record::write(f, layout, bytes, mark)?;
+                    let written = record::write(f, layout, bytes, mark)?;
                     if mark.is_some() && self.sync {
-                        f.sync_data()?;
+                        if let Err(e) = f.sync_data() {
+                            // Not on disk for sure: no token may be handed out under it.
+                            let _ = record::withdraw(f, &written);
+                            return Err(e);
+                        }
                         #[cfg(test)]
                         tests::synced(&path);
                     }
