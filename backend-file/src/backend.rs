@@ -66,6 +66,18 @@ impl FileBackend {
         LockFile::of(family, name).state_path(&self.dir.path)
     }
 
+    /// The JSON of the state of `name` in `family` as it is on disk (its newest whole frame, see
+    /// `conn/record.rs`), `None` if it has no state file. Written back as the whole file, it is
+    /// read as that state (the JSON-only format 1): for tests and for repairs by hand.
+    ///
+    /// # Errors
+    ///
+    /// What reading the file can fail with.
+    #[doc(hidden)]
+    pub fn state_json(&self, family: Family, name: &LockName) -> Result<Option<String>> {
+        self.dir.state_json(&LockFile::of(family, name))
+    }
+
     /// The entries in the state file of `name` in `family`, as `holder:<holder id>` or
     /// `waiter:<holder id>`, dead ones included (what is on disk now, for tests and operators).
     ///
@@ -101,18 +113,23 @@ impl LockBackend for FileBackend {
 
     /// # Cancel safety
     ///
-    /// Its one step runs to its end in a blocking thread, whether or not the future is polled
-    /// again; a lease whose release was dropped before it forgot the lease is removed again by
-    /// the heartbeat a TTL later (finding it gone: harmless).
+    /// Its one step runs to its end, within the first poll when the lock file is free, else in
+    /// a blocking thread, whether or not the future is polled again; a lease whose release was
+    /// dropped before it forgot the lease is removed again by the heartbeat a TTL later (finding
+    /// it gone: harmless).
     async fn release(&self, lease: &Lease) -> Result<()> {
         let (dir, file) = (self.dir.clone(), LockFile::of(lease.kind.family(), &lease.name));
         let id = entry_id(&lease.holder_id).to_owned();
         let leaving = id.clone();
-        let left =
-            tokio::task::spawn_blocking(move || dir.transact(&file, |state, _| Ok(queue::leave(state, &leaving))))
+        let leave = move |state: &mut crate::protocol::state::State, _| Ok(queue::leave(state, &leaving));
+        let left = match dir.transact_if_free(&file, leave) {
+            Ok(Ok(left)) => Ok(left),
+            Ok(Err(leave)) => tokio::task::spawn_blocking(move || dir.transact(&file, leave))
                 .await
                 .map_err(join_error)
-                .and_then(|left| left);
+                .and_then(|left| left),
+            Err(e) => Err(e),
+        };
         // Forgotten only once its entry left the file (or the file is not one to retry on): a
         // release that failed to write leaves the lease to the heartbeat, which removes it a TTL
         // later (a retry of the release may come first). Forgotten before, its entry would live

@@ -48,13 +48,18 @@ impl Pending {
         }
     }
 
-    /// Runs `step` in a transaction on the lock's state, in a blocking thread.
+    /// Runs `step` in a transaction on the lock's state: here if the lock file is free
+    /// ([`Dir::transact_if_free`]: it runs to its end within one poll), else in a blocking
+    /// thread.
     pub async fn run<R, F>(&mut self, step: F) -> Result<R>
     where
         R: Send + 'static,
         F: FnOnce(&mut State, Now) -> Result<R> + Send + 'static,
     {
-        self.blocking(move |dir, file| dir.transact(file, step)).await
+        match self.dir.transact_if_free(&self.file, step)? {
+            Ok(out) => Ok(out),
+            Err(step) => self.blocking(move |dir, file| dir.transact(file, step)).await,
+        }
     }
 
     /// [`Pending::run`] for a `try` ([`Dir::try_transact`]): `None` if the lock file stayed
@@ -64,7 +69,10 @@ impl Pending {
         R: Send + 'static,
         F: FnOnce(&mut State, Now) -> Result<R> + Send + 'static,
     {
-        self.blocking(move |dir, file| dir.try_transact(file, step)).await
+        match self.dir.transact_if_free(&self.file, step)? {
+            Ok(out) => Ok(Some(out)),
+            Err(step) => self.blocking(move |dir, file| dir.try_transact(file, step)).await,
+        }
     }
 
     /// Runs `work` on the lock's directory and file in a blocking thread, marked in flight until

@@ -4,7 +4,8 @@
 //! - `<stem>.lock`: empty, never replaced; the `flock` on it makes each change of the state a
 //!   transaction (between processes and between tasks of one process alike);
 //! - `<stem>.state`: the queue, holders and waiters in arrival order, and the last fencing token
-//!   (JSON), replaced whole by a rename (written to `.<stem>.tmp` first).
+//!   (JSON), written in place in one of two checksummed frames, beside a reservation of tokens
+//!   (see `conn/record.rs`); a new one is written to `.<stem>.tmp` first and renamed into place.
 //!
 //! The stem is [`Family::segment`] (`[A-Za-z0-9_-]`, `%XX` escapes and the family's suffix),
 //! with every upper-case letter escaped too (`A` is `%41`), so that names differing only in case

@@ -20,8 +20,12 @@
 //!
 //! Each lock is a state file (its queue of holders and waiters in arrival order, and its last
 //! fencing token) beside an empty lock file. Every change is a transaction: `flock` the lock file,
-//! read the state, drop the entries of the dead, change it, write a new state file and rename it
-//! over the old one, unlock. Who holds is locksmith-core's queue rule, as on etcd and ZooKeeper.
+//! read the state, drop the entries of the dead, change it, write it back in place, unlock. The
+//! state file holds two checksummed copies of the state, written in turn, so a write cut short
+//! (a process killed in the middle of it, a full disk) leaves the previous state, and a reader
+//! without the lock always sees a whole one. Who holds is locksmith-core's queue rule, as on etcd
+//! and ZooKeeper. An uncontended step runs on the caller's thread (a few system calls on the page
+//! cache); a step that must wait for another one's `flock` waits in a blocking thread.
 //!
 //! - **Processes that die** release at once: each locker holds a `flock` on a liveness file of its
 //!   own in `.owners/` for as long as it lives; the kernel drops it when the process ends, however
@@ -36,23 +40,32 @@
 //!   renews every lock of the locker, however many it holds (10,000 locks with 2 s leases hold in
 //!   the fault suite's soak). A guard that stops renewing while its locker goes on is found by the
 //!   next heartbeat, which removes its entry. One edge of it: a process stopped *inside* a
-//!   transaction (a few milliseconds with the lock file's `flock` held, a grant's two `fsync`s
-//!   the longest part) holds up every other process's steps on that lock until it continues or
+//!   transaction (microseconds with the lock file's `flock` held, or a few milliseconds for a
+//!   grant that syncs a new block of tokens) holds up every other process's steps on that lock until it continues or
 //!   dies, as no other process can take the `flock` to see that its lease ran out; the other
 //!   locks of the directory are not affected. Their calls end at their deadlines
 //!   (`Unavailable`), and a waiting `acquire` without one waits.
-//! - **Waiters are woken by the kernel** (inotify): a state file renamed into place wakes the
-//!   waiters of that lock, a liveness file closed wakes every waiter; a holder's expiry is a timer.
+//! - **Waiters are woken by the kernel** (inotify): a state file written (or renamed into place)
+//!   wakes the waiters of that lock, a liveness file closed wakes every waiter; a holder's expiry is a timer.
 //!   Nothing polls. A change costs each process with waiters of that lock one read, whose
 //!   result its waiters share (1,000 waiters in one process hold in the tests); only the next
 //!   holder writes.
 //! - **FIFO**: waiters hold in arrival order (a waiting writer holds back later readers).
-//! - **Fencing tokens** strictly increase per name, across crashes, reboots and power cuts: a step
-//!   that hands out a token syncs the state file and the directory before returning it. A token is
-//!   also at least the wall clock in microseconds, so a state file removed by hand goes on above
-//!   every earlier token unless the clock went back. `sync=off` in the URL skips the syncs (a
-//!   grant then costs no disk flush): tokens survive a power cut through that clock floor alone.
-//! - **Cancellation**: every step runs in a blocking thread to its end; an `acquire` given up on
+//! - **Fencing tokens** strictly increase per name, across crashes, reboots and power cuts: the
+//!   state file holds a reservation, a token that no token handed out exceeds, synced to disk
+//!   before any token above the last reservation is returned; a new one goes a block (2^26, about
+//!   67 s of the clock below) ahead, so a lock taken over and over syncs about once a minute, not
+//!   at every grant. After a reboot the counter goes on above the reservation (a power cut may
+//!   have lost the state written since it; see `conn/record.rs`). A process that cannot read the
+//!   boot id reserves, and syncs, every token. A token is also at least the wall clock in
+//!   microseconds, so a state file removed by hand goes on above every earlier token unless the
+//!   clock went back. `sync=off` in the URL skips the syncs: tokens survive a power cut through
+//!   that clock floor alone.
+//! - **Old state files**: a state file of format 1 (JSON alone, written by locksmith 0.1) is
+//!   read, and replaced by a format-2 file at its first change. Do not run older versions
+//!   on the same directory as this one: they refuse format-2 files as corrupt.
+//! - **Cancellation**: every step runs to its end (on the caller's thread within one poll, or in
+//!   a blocking thread when it waits for another step's `flock`); an `acquire` given up on
 //!   (timeout, dropped) removes its entry once its last step has ended, so it never acquires later
 //!   in the background.
 //! - **`lost()`** fires when a holder's entry is gone at its next renewal (a third of its TTL):
@@ -113,7 +126,8 @@
 //! - `config.rs` (the URL), `error.rs` (I/O errors → `LockError`), `layout.rs` (file names),
 //!   `private_dir.rs` (the default directory's checks), `safe_open.rs` (no symbolic links);
 //! - `conn/`: the directory (`mod.rs`), this locker's liveness file (`owner.rs`), transactions on
-//!   a state file (`txn.rs`), the removal of idle locks' files (`prune.rs`);
+//!   a state file (`txn.rs`), the state file's layout on disk (`record.rs`), the files kept
+//!   open between steps (`kept.rs`), the removal of idle locks' files (`prune.rs`);
 //! - `protocol/`: the state file's contents (`state.rs`), the steps on a queue (`queue.rs`), the
 //!   one wait loop of every kind (`wait.rs`), elections (`election.rs`);
 //! - `wake.rs` (inotify), `look.rs` (the waiters' shared read), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),

@@ -5,7 +5,7 @@
 //! its turn has come. Reading the state costs a parse of the whole queue and a liveness check of
 //! every locker in it, so 1,000 waiters each reading it on their own cost the process O(N²) work
 //! per change: enough, on two cores, to keep the holder's renewals from being answered. Instead
-//! the first task to look reads (in a blocking thread) and the others take its result, as long as
+//! the first task to look reads and the others take its result, as long as
 //! nothing could have changed what it says:
 //!
 //! - the lock's change counter (`wake.rs`, read before the read) is the same: its state file was
@@ -26,7 +26,6 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use locksmith_core::Result;
 
 use crate::conn::Dir;
-use crate::error::join_error;
 use crate::layout::LockFile;
 use crate::protocol::queue::{self, Place};
 use crate::protocol::state::Now;
@@ -87,7 +86,7 @@ impl SharedRead {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a read given up on ends in its thread and is dropped.
+    /// Cancel safe: the read runs within one poll.
     pub async fn look(&self, dir: &Arc<Dir>, file: &LockFile) -> Result<Arc<Look>> {
         let mut last = self.last.lock().await;
         let changes = self.changes.load(Ordering::Acquire);
@@ -99,17 +98,13 @@ impl SharedRead {
                 return Ok(seen.look.clone());
             }
         }
-        let (reader, file) = (dir.clone(), file.clone());
-        let look = tokio::task::spawn_blocking(move || -> Result<Look> {
-            let state = reader.read(&file)?;
-            Ok(Look {
-                places: queue::places(&state)?,
-                next_expiry: state.next_expiry(),
-            })
-        })
-        .await
-        .map_err(join_error)??;
-        let look = Arc::new(look);
+        // A read of the page cache, never waiting on anything (a state file that is not a
+        // regular file is refused, see `safe_open.rs`): here, not in a blocking thread.
+        let state = dir.read(file)?;
+        let look = Arc::new(Look {
+            places: queue::places(&state)?,
+            next_expiry: state.next_expiry(),
+        });
         *last = Some(LastRead {
             changes,
             owner_events,

@@ -26,6 +26,11 @@ pub(crate) async fn renew_many(dir: &Arc<Dir>, leases: &[Lease]) -> Vec<Result<(
     let (dir, leases) = (dir.clone(), leases.to_vec());
     let count = leases.len();
     let renewed = tokio::task::spawn_blocking(move || {
+        // From the first renewal on, the kernel says which state files changed (see `wake.rs`);
+        // without it, every renewal reads them all.
+        if let Err(e) = dir.hub.start() {
+            tracing::warn!(error = %e, "file backend: no wake-ups; renewals read every state file");
+        }
         let sent = Instant::now();
         let abandoned = match dir.beat() {
             Ok(abandoned) => abandoned,

@@ -30,16 +30,16 @@ pub(crate) fn options() -> OpenOptions {
     options
 }
 
-/// `Ok` if `file`, opened at `path`, is a regular file (`fstat`); otherwise
+/// `Ok` (with its metadata) if `file`, opened at `path`, is a regular file (`fstat`); otherwise
 /// [`LockError::Protocol`] saying what to remove (a FIFO, a device or a directory where a lock's
 /// file goes is no file of locksmith's).
-pub(crate) fn check_regular(file: &File, path: &Path) -> Result<()> {
-    let kind = file
+pub(crate) fn check_regular(file: &File, path: &Path) -> Result<std::fs::Metadata> {
+    let meta = file
         .metadata()
-        .map_err(|e| LockError::unavailable(format!("cannot look at {}: {e}", path.display()), e))?
-        .file_type();
+        .map_err(|e| LockError::unavailable(format!("cannot look at {}: {e}", path.display()), e))?;
+    let kind = meta.file_type();
     if kind.is_file() {
-        return Ok(());
+        return Ok(meta);
     }
     tracing::warn!(path = %path.display(), "file backend: refusing a file that is not a regular file in the lock directory");
     Err(LockError::Protocol(format!(

@@ -2,13 +2,21 @@
 //! its own (so that it serves every tokio runtime of the process), never polling.
 //!
 //! - A state file renamed into place, removed or written in place (`IN_MOVED_TO`, `IN_DELETE`,
-//!   `IN_CLOSE_WRITE` of `<stem>.state`) wakes the tasks of this process that wait on that lock,
+//!   `IN_MODIFY` of `<stem>.state`: raised by the write itself, once it is done, and not by a
+//!   step that only opened the file and wrote nothing, nor by the lock files) wakes the tasks of this process that wait on that lock,
 //!   and counts as a change of that lock for the renewals of this process (see
 //!   [`Hub::changes`]): a renewal reads only the state files that changed since it last read
 //!   them.
 //! - A liveness file closed or removed in `.owners/` (`IN_CLOSE_WRITE`, `IN_DELETE`: a locker
 //!   ended, maybe by SIGKILL) wakes every waiting task of this process, since the dead locker's
 //!   entries may have been ahead of any of them.
+//!
+//! The instance is made when something first needs it ([`Hub::start`]): a waiter that found the
+//! lock taken, a renewal, an election observed. An uncontended acquire and release, the whole of
+//! a short `locksmith run`, never make one: besides the thread, closing an inotify instance
+//! waits for the kernel's grace period (`synchronize_srcu`, 10 to 20 ms), which every process
+//! that had one pays at its exit. Until then nothing is counted from the kernel
+//! ([`Hub::reading`] is false): renewals read their state files and liveness is checked afresh.
 //!
 //! A task registers (enables its `Notified`) before it reads the state, so a change made after
 //! its read always wakes it. The counters are bumped before the tasks are woken, so a woken task
@@ -34,8 +42,10 @@ use locksmith_core::Result;
 /// The wake-ups of one directory in this process.
 #[derive(Debug)]
 pub(crate) struct Hub {
-    fd: Arc<OwnedFd>,
-    watches: [i32; 2],
+    /// The directory (canonical).
+    dir: PathBuf,
+    /// The inotify instance and its two watches, once started.
+    watch: Mutex<Option<(Arc<OwnedFd>, [i32; 2])>>,
     /// One `Notify` per lock stem that a task of this process waits on.
     locks: Mutex<HashMap<String, Weak<Notify>>>,
     /// How many times a locker of the directory ended (or the kernel dropped events): the entries
@@ -46,7 +56,7 @@ pub(crate) struct Hub {
     alive: Mutex<HashMap<String, u64>>,
     /// One change counter per lock stem that this process holds (see [`Hub::changes`]).
     changes: Mutex<Counters>,
-    /// Whether the thread still reads events: once it stopped, no change is counted any more.
+    /// Whether the thread reads events: not before [`Hub::start`], nor once it stopped.
     reading: AtomicBool,
 }
 
@@ -73,38 +83,62 @@ impl Hub {
             return Ok(hub);
         }
         hubs.retain(|_, hub| hub.strong_count() > 0);
-        let hub = Hub::start(dir)?;
-        hubs.insert(dir.to_owned(), Arc::downgrade(&hub));
-        Ok(hub)
-    }
-
-    fn start(dir: &Path) -> Result<Arc<Hub>> {
-        let fd = inotify::init(CreateFlags::CLOEXEC).map_err(|e| errno_error(&cannot_watch(e), dir, e))?;
-        let watch = |path: &Path, flags| {
-            inotify::add_watch(&fd, path, flags).map_err(|e| errno_error(&cannot_watch(e), path, e))
-        };
-        let states = watch(dir, WatchFlags::MOVED_TO | WatchFlags::DELETE | WatchFlags::CLOSE_WRITE)?;
-        let owners = watch(&dir.join(OWNERS_DIR), WatchFlags::CLOSE_WRITE | WatchFlags::DELETE)?;
         let hub = Arc::new(Hub {
-            fd: Arc::new(fd),
-            watches: [states, owners],
+            dir: dir.to_owned(),
+            watch: Mutex::default(),
             locks: Mutex::default(),
             owner_events: AtomicU64::new(0),
             alive: Mutex::default(),
             changes: Mutex::default(),
-            reading: AtomicBool::new(true),
+            reading: AtomicBool::new(false),
         });
-        let (weak, fd) = (Arc::downgrade(&hub), hub.fd.clone());
+        hubs.insert(dir.to_owned(), Arc::downgrade(&hub));
+        Ok(hub)
+    }
+
+    /// Starts the wake-ups (the inotify instance, its watches and its thread) if they have not
+    /// started yet; from then on, a change is counted and wakes its waiters. Everything
+    /// remembered or counted before is dropped (a locker found alive, a look read), as nothing
+    /// watched it.
+    ///
+    /// # Errors
+    ///
+    /// [`locksmith_core::LockError::Unavailable`] when the kernel's limits of inotify instances
+    /// or watches are reached (saying which), or the thread cannot start.
+    pub fn start(self: &Arc<Self>) -> Result<()> {
+        let mut watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        if watch.is_some() {
+            return Ok(());
+        }
+        let dir = &self.dir;
+        let fd = inotify::init(CreateFlags::CLOEXEC).map_err(|e| errno_error(&cannot_watch(e), dir, e))?;
+        let add = |path: &Path, flags| {
+            inotify::add_watch(&fd, path, flags).map_err(|e| errno_error(&cannot_watch(e), path, e))
+        };
+        let states = add(dir, WatchFlags::MOVED_TO | WatchFlags::DELETE | WatchFlags::MODIFY)?;
+        let owners = add(&dir.join(OWNERS_DIR), WatchFlags::CLOSE_WRITE | WatchFlags::DELETE)?;
+        let fd = Arc::new(fd);
+        let (weak, reader) = (Arc::downgrade(self), fd.clone());
         std::thread::Builder::new()
             .name("locksmith-file-wake".into())
             .spawn(move || {
-                read_events(&fd, &weak, owners);
+                read_events(&reader, &weak, owners);
                 if let Some(hub) = weak.upgrade() {
                     hub.reading.store(false, Ordering::Release);
                 }
             })
             .map_err(|e| crate::error::io_error("cannot start the wake-up thread for", dir, e))?;
-        Ok(hub)
+        *watch = Some((fd, [states, owners]));
+        // Nothing watched until now: what was remembered or counted may be stale.
+        self.owner_ended(None);
+        self.changed(None);
+        self.reading.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether [`Hub::start`] ran (the thread may have stopped since: see [`Hub::reading`]).
+    pub fn started(&self) -> bool {
+        self.watch.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
     /// The `Notify` that the changes of lock `stem` wake.
@@ -126,6 +160,13 @@ impl Hub {
             return None;
         }
         self.alive.lock().unwrap_or_else(|e| e.into_inner()).get(owner).copied()
+    }
+
+    /// Whether locker `owner` was found alive by this process and nothing since said it ended,
+    /// whether or not events are read: a hint only, for what may skip a check (a dead locker's
+    /// file left for a later clean-up), never to keep an entry alive.
+    pub fn known_alive(&self, owner: &str) -> bool {
+        self.alive.lock().unwrap_or_else(|e| e.into_inner()).contains_key(owner)
     }
 
     /// Remembers locker `owner` alive with heartbeat `beat`, as a check found it that started
@@ -224,8 +265,10 @@ where
 impl Drop for Hub {
     /// Removing the watches makes the kernel send `IN_IGNORED`, which ends the thread.
     fn drop(&mut self) {
-        for wd in self.watches {
-            let _ = inotify::remove_watch(&*self.fd, wd);
+        if let Some((fd, watches)) = self.watch.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            for wd in watches {
+                let _ = inotify::remove_watch(&*fd, wd);
+            }
         }
     }
 }

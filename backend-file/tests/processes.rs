@@ -329,7 +329,10 @@ async fn a_fencing_counter_without_room_is_refused() {
     let token = guard.fencing_token();
     guard.release().await.expect("release");
     let path = h.look.state_path(locksmith_core::Family::Mutex, &lock_name);
-    let text = std::fs::read_to_string(&path).expect("the state file");
+    // Written back as a JSON state file (format 1, which is still read).
+    let text = (h.look.state_json(locksmith_core::Family::Mutex, &lock_name))
+        .expect("the state file")
+        .expect("a state file");
     let full = text.replace(
         &format!("\"last_token\":{token}"),
         &format!("\"last_token\":{}", u64::MAX),
@@ -407,7 +410,10 @@ async fn an_entry_with_an_owner_id_locksmith_never_writes_is_dead() {
     let path = h
         .look
         .state_path(locksmith_core::Family::Mutex, &LockName::new(&name).unwrap());
-    let mut state: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let json = h
+        .look
+        .state_json(locksmith_core::Family::Mutex, &LockName::new(&name).unwrap());
+    let mut state: serde_json::Value = serde_json::from_str(&json.unwrap().unwrap()).unwrap();
     state["entries"][0]["owner"] = serde_json::Value::String("x".repeat(300));
     std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
     let other = h.locker().await;

@@ -2,8 +2,10 @@
 //! heartbeat (`owner.rs`), the leases it holds, transactions on a lock's state file (`txn.rs`),
 //! and the removal of idle locks' files (`prune.rs`).
 
+mod kept;
 mod owner;
 mod prune;
+mod record;
 mod txn;
 
 use std::collections::HashMap;
@@ -51,6 +53,8 @@ pub(crate) struct Dir {
     held: Mutex<HashMap<String, HeldLease>>,
     /// Whether a step that hands out a token syncs it to disk (the URL's `sync=`).
     sync: bool,
+    /// The lock and state files kept open between steps.
+    kept: Mutex<kept::Kept>,
 }
 
 impl Dir {
@@ -91,6 +95,7 @@ impl Dir {
             boot: boot_id(),
             closed: AtomicBool::new(false),
             sync,
+            kept: Mutex::default(),
         })
     }
 
@@ -105,6 +110,7 @@ impl Dir {
     /// Ends this locker's liveness: its entries are dead to every process from now on.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).close();
         drop(self.owner.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 
@@ -311,7 +317,7 @@ fn reap_dead_owners(owners: &Path, hub: &Hub) {
     let Ok(files) = std::fs::read_dir(owners) else { return };
     for file in files.flatten() {
         if let Some(id) = file.file_name().to_str().filter(|id| owner::is_owner_id(id)) {
-            if hub.remembered(id).is_none() {
+            if !hub.known_alive(id) {
                 check_owner(owners, hub, id, true);
             }
         }

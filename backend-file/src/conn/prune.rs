@@ -26,7 +26,7 @@ use rustix::fs::{flock, FlockOperation};
 
 use locksmith_core::{PruneReport, Result};
 
-use super::txn::check_still_named;
+use super::txn::{check_still_named, Loaded, Locked};
 use super::{check_owner, Dir};
 use crate::error::{corrupt, errno_error, io_error, open_error};
 use crate::layout::{stem_of_lock_file, stem_of_state_file, LockFile, OWNERS_DIR};
@@ -50,7 +50,7 @@ impl Dir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(open_error("cannot read the mark of pruned tokens", &path, e)),
         };
-        safe_open::check_regular(&file, &path)?;
+        let _ = safe_open::check_regular(&file, &path)?;
         let mut text = String::new();
         file.read_to_string(&mut text)
             .map_err(|e| io_error("cannot read the mark of pruned tokens", &path, e))?;
@@ -73,7 +73,7 @@ impl Dir {
             .mode(0o664)
             .open(&pruning)
             .map_err(|e| open_error("cannot open the prune's lock file", &pruning, e))?;
-        safe_open::check_regular(&turn, &pruning)?;
+        let _ = safe_open::check_regular(&turn, &pruning)?;
         flock(&turn, FlockOperation::LockExclusive).map_err(|e| errno_error("cannot lock", &pruning, e))?;
 
         let mut stems = BTreeSet::new();
@@ -88,7 +88,7 @@ impl Dir {
         }
         let now = SystemTime::now();
         // The locks to remove, each with its lock file locked, and the largest token of them.
-        let mut taken: Vec<(LockFile, File)> = Vec::new();
+        let mut taken: Vec<(LockFile, Locked)> = Vec::new();
         let mut highest = 0;
         let mut full = false;
         for stem in stems {
@@ -114,9 +114,9 @@ impl Dir {
             if !idle_for(look_at, SystemTime::now(), idle) {
                 continue;
             }
-            let token = match self.load_path(&state_path, None) {
+            let token = match self.open_state(&state_path, None, None) {
                 Ok(None) => 0,
-                Ok(Some((mut state, _))) => {
+                Ok(Some(Loaded { mut state, .. })) => {
                     state.prune(&self.boot, Now::read(), |owner, fresh| {
                         self.liveness(owner, !dry_run, fresh)
                     });

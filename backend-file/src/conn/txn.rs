@@ -1,32 +1,33 @@
 //! Transactions on one lock's state: `flock` the lock file, read the state, drop the dead, run a
-//! step, write the state back if it changed (a new file renamed over the old, so readers without
-//! the lock always see a whole state), unlock.
+//! step, write the state back if it changed, unlock.
 //!
-//! A step that hands out a fencing token is written durably (the file and the directory are
-//! synced before the step's caller learns the token; the URL's `sync=off` skips it), so tokens
-//! keep increasing across a crash, a reboot or a power cut. Everything else is only renamed
-//! without syncing the directory: after a power cut the rename may be lost, which loses nothing,
-//! since every entry of a boot that ended is dead. Its new file's data is still synced before the
-//! rename (unless `sync=off`): a file system may put the rename on disk before the data (XFS, ext4
-//! with some mount options), and a power cut would then leave an empty state file in place of the
-//! durable token record (see [`syncs`]).
+//! The state is written in place (`record.rs`: two checksummed frames written in turn, so a
+//! write cut short leaves the previous state and readers without the lock always see a whole
+//! one), with no sync: within a boot every process reads it from the page cache, and after a
+//! reboot every entry is dead anyway. What must survive a power cut is the fencing counter: a
+//! step that hands out a token above the file's reservation writes a new reservation a block of
+//! tokens ahead and syncs it before the step's caller learns the token (the URL's `sync=off`
+//! skips it), so tokens keep increasing across a crash, a reboot or a power cut, for one sync per
+//! block instead of two per grant. A new lock's first state, and a format-1 (JSON) file's first
+//! write, are a whole file written to a temporary file, synced and renamed into place with the
+//! directory synced.
 
 use std::fs::File;
-use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use rustix::fs::{flock, FlockOperation};
 
 use locksmith_core::{LockError, Result};
 
-use super::Dir;
+use super::{record, Dir};
 
 /// How long a `try` polls a lock file that another process holds locked ([`Dir::try_transact`]).
 pub(crate) const TRY_FLOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 use crate::error::{corrupt, errno_error, io_error, open_error};
 use crate::layout::{LockFile, STATE_SUFFIX};
-use crate::protocol::state::{Now, State, FORMAT};
+use crate::protocol::state::{Now, State, FORMAT, MAX_TOKEN};
 use crate::safe_open;
 
 impl Dir {
@@ -37,7 +38,22 @@ impl Dir {
     pub fn transact<R>(&self, file: &LockFile, step: impl FnOnce(&mut State, Now) -> Result<R>) -> Result<R> {
         self.keep_owner()?;
         let locked = self.lock(file)?;
-        self.transact_locked(file, &locked, step)
+        self.transact_locked(file, locked, step)
+    }
+
+    /// [`Dir::transact`] here and now if no other step holds the lock file, on the caller's
+    /// thread (an uncontended step needs no blocking thread: it costs a few system calls on the
+    /// page cache, and one sync per block of tokens, see [`Dir::store`]); `Err(step)`, not run,
+    /// if another step holds it (then the caller waits for it in a blocking thread).
+    pub fn transact_if_free<R, F>(&self, file: &LockFile, step: F) -> Result<std::result::Result<R, F>>
+    where
+        F: FnOnce(&mut State, Now) -> Result<R>,
+    {
+        self.keep_owner()?;
+        match self.lock_step(file, false)? {
+            Some(locked) => self.transact_locked(file, locked, step).map(Ok),
+            None => Ok(Err(step)),
+        }
     }
 
     /// [`Dir::transact`] for a `try`, which never waits behind another process's `flock` on the
@@ -55,7 +71,7 @@ impl Dir {
         let deadline = std::time::Instant::now() + TRY_FLOCK_WAIT;
         let mut pause = std::time::Duration::from_micros(100);
         let locked = loop {
-            if let Some(locked) = self.lock_path(&path, false)? {
+            if let Some(locked) = self.lock_step(file, false)? {
                 break locked;
             }
             let now = std::time::Instant::now();
@@ -66,21 +82,20 @@ impl Dir {
             std::thread::sleep(pause.min(deadline - now));
             pause = (pause * 2).min(std::time::Duration::from_millis(20));
         };
-        touch(&locked, &path);
-        self.transact_locked(file, &locked, step).map(Some)
+        self.transact_locked(file, locked, step).map(Some)
     }
 
-    /// [`Dir::transact`] with the lock file `locked` already.
+    /// [`Dir::transact`] with the lock file `locked` already, unlocked at its end.
     fn transact_locked<R>(
         &self,
         file: &LockFile,
-        locked: &File,
+        locked: Locked,
         step: impl FnOnce(&mut State, Now) -> Result<R>,
     ) -> Result<R> {
         let now = Now::read();
-        let original = self.load(file)?;
+        let original = self.open_state(&file.state_path(&self.path), Some(&file.segment), Some(&file.stem))?;
         let mut state = match &original {
-            Some((state, _)) => state.clone(),
+            Some(loaded) => loaded.state.clone(),
             // A lock without a state file (never used, or pruned: `prune.rs`) goes on above
             // the high-water mark of pruned tokens, read with its lock file locked: a prune
             // raised it before it removed the lock file this step may have waited for.
@@ -94,15 +109,19 @@ impl Dir {
         let out = step(&mut state, now);
         let bytes = serde_json::to_vec(&state).map_err(|e| LockError::Protocol(e.to_string()))?;
         let changed = match &original {
-            Some((_, old)) => *old != bytes,
+            Some(loaded) => loaded.payload != bytes,
             None => !state.entries.is_empty(),
         };
-        if changed {
-            let token_changed = original.as_ref().is_none_or(|(o, _)| o.last_token != state.last_token);
-            let stored = self.store(file, &bytes, syncs(self.sync, token_changed), locked);
-            self.hub.changed(Some(&file.stem));
-            stored?;
-        }
+        let stored = match changed {
+            true => {
+                let stored = self.store(file, original.as_ref(), &bytes, state.last_token, &locked);
+                self.hub.changed(Some(&file.stem));
+                stored
+            }
+            false => Ok(()),
+        };
+        self.end_step(file, locked, original.and_then(|o| o.in_place).map(|(f, _)| f));
+        stored?;
         out
     }
 
@@ -118,17 +137,25 @@ impl Dir {
 
     /// The state of `file` as it is on disk, dead entries included.
     pub fn read_raw(&self, file: &LockFile) -> Result<State> {
-        Ok(match self.load(file)? {
-            Some((state, _)) => state,
-            None => State::new(&file.segment, &self.boot),
-        })
+        Ok(
+            match self.open_state(&file.state_path(&self.path), Some(&file.segment), None)? {
+                Some(loaded) => loaded.state,
+                None => State::new(&file.segment, &self.boot),
+            },
+        )
+    }
+
+    /// The JSON of the state of `file` as on disk, `None` if it has no state file.
+    pub fn state_json(&self, file: &LockFile) -> Result<Option<String>> {
+        let loaded = self.open_state(&file.state_path(&self.path), Some(&file.segment), None)?;
+        Ok(loaded.map(|l| String::from_utf8_lossy(&l.payload).into_owned()))
     }
 
     /// The state file of stem `stem` (whatever lock it is), without its dead entries: what `list`
     /// reads. `None` if it went meanwhile.
     pub fn read_stem(&self, stem: &str) -> Result<Option<State>> {
         let path = self.path.join(format!("{stem}{STATE_SUFFIX}"));
-        let Some((mut state, _)) = self.load_path(&path, None)? else {
+        let Some(Loaded { mut state, .. }) = self.open_state(&path, None, None)? else {
             return Ok(None);
         };
         state.prune(&self.boot, Now::read(), |owner, fresh| {
@@ -141,17 +168,68 @@ impl Dir {
     /// removed by hand while this process waited for it, the new one is locked instead. A
     /// symbolic link in its place is refused, never followed (see `safe_open.rs`).
     ///
-    /// Its access and modification times are set to now ([`touch`]): it is never written, and
+    /// Its access and modification times are kept recent ([`touch`]): it is never written, and
     /// age-based clean-ups of `/tmp` (`systemd-tmpfiles`, `tmpreaper`) would otherwise remove a
     /// lock file in use once it is old, letting a second process lock a new one while a step
     /// runs (the step then finds it gone, see [`check_still_named`]).
-    fn lock(&self, file: &LockFile) -> Result<File> {
+    fn lock(&self, file: &LockFile) -> Result<Locked> {
+        self.lock_step(file, true)?
+            .ok_or_else(|| LockError::Protocol("a lock that waits was not taken".into()))
+    }
+
+    /// The lock file of `file` for a step, locked (`wait`: waiting for it; else `None` if
+    /// another step holds it): the one kept from an earlier step (`kept.rs`) if it is still the
+    /// file at its path once locked, else one opened now ([`Dir::lock_path`]); its times kept
+    /// recent ([`touch`]).
+    fn lock_step(&self, file: &LockFile, wait: bool) -> Result<Option<Locked>> {
         let path = file.lock_path(&self.path);
-        let locked = self
-            .lock_path(&path, true)?
-            .ok_or_else(|| LockError::Protocol("a lock that waits was not taken".into()))?;
-        touch(&locked, &path);
-        Ok(locked)
+        let kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_lock(&file.stem);
+        let locked = match kept {
+            Some(mut kept) => match flock(&kept.file, lock_operation(wait)) {
+                Ok(()) => match std::fs::symlink_metadata(&path) {
+                    Ok(named) if kept.is(&named) => {
+                        kept.times = named.mtime().min(named.atime());
+                        Some(kept)
+                    }
+                    _ => None,
+                },
+                Err(rustix::io::Errno::WOULDBLOCK) if !wait => {
+                    self.kept
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .put_lock(&file.stem, kept);
+                    return Ok(None);
+                }
+                // Gone from its path (a prune, by hand), or failing: closed, and opened anew.
+                _ => None,
+            },
+            None => None,
+        };
+        let mut locked = match locked {
+            Some(locked) => locked,
+            None => match self.lock_path(&path, wait)? {
+                Some(locked) => locked,
+                None => return Ok(None),
+            },
+        };
+        touch(&mut locked, &path);
+        Ok(Some(locked))
+    }
+
+    /// The end of a step on `file`: its lock file unlocked and kept for the next step, and so is
+    /// its state file (`state`, if it was open for writing in place).
+    fn end_step(&self, file: &LockFile, locked: Locked, state: Option<File>) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(state) = state {
+            kept.put_state(&file.stem, state);
+        }
+        if flock(&locked.file, FlockOperation::Unlock).is_ok() {
+            kept.put_lock(&file.stem, locked);
+        }
     }
 
     /// The lock file at `path`, locked (`wait`: waiting for it; else `None` if another step
@@ -159,11 +237,8 @@ impl Dir {
     /// `path`, else opened again. A prune (`prune.rs`) removes lock files with their `flock`
     /// held, so a step that opened one before and locks it after finds it gone and opens the
     /// new one.
-    pub(super) fn lock_path(&self, path: &Path, wait: bool) -> Result<Option<File>> {
-        let operation = match wait {
-            true => FlockOperation::LockExclusive,
-            false => FlockOperation::NonBlockingLockExclusive,
-        };
+    pub(super) fn lock_path(&self, path: &Path, wait: bool) -> Result<Option<Locked>> {
+        let operation = lock_operation(wait);
         loop {
             let f = safe_open::options()
                 .read(true)
@@ -173,43 +248,79 @@ impl Dir {
                 .mode(0o664)
                 .open(path)
                 .map_err(|e| open_error("cannot open the lock file", path, e))?;
-            safe_open::check_regular(&f, path)?;
+            let held = safe_open::check_regular(&f, path)?;
             match flock(&f, operation) {
                 Ok(()) => {}
                 Err(rustix::io::Errno::WOULDBLOCK) if !wait => return Ok(None),
                 Err(e) => return Err(errno_error("cannot lock", path, e)),
             }
-            let held = f.metadata().map_err(|e| io_error("cannot read", path, e))?;
-            if std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == held.dev() && m.ino() == held.ino()) {
-                return Ok(Some(f));
+            let locked = Locked {
+                file: f,
+                dev: held.dev(),
+                ino: held.ino(),
+                times: held.mtime().min(held.atime()),
+            };
+            if std::fs::symlink_metadata(path).is_ok_and(|m| locked.is(&m)) {
+                return Ok(Some(locked));
             }
         }
     }
 
-    /// The state file of `file` and its bytes, `None` if there is none yet.
-    fn load(&self, file: &LockFile) -> Result<Option<(State, Vec<u8>)>> {
-        self.load_path(&file.state_path(&self.path), Some(&file.segment))
-    }
-
-    /// The state file at `path` and its bytes; it must be the state of `segment` if given. A
-    /// symbolic link in its place is refused, never followed (it may name `/dev/zero`), and so is
-    /// anything but a regular file, never waited on (a FIFO would block the read for good).
-    pub(super) fn load_path(&self, path: &Path, segment: Option<&str>) -> Result<Option<(State, Vec<u8>)>> {
-        let mut file = match safe_open::options().read(true).open(path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(open_error("cannot read the state file", path, e)),
+    /// The state file at `path` (`None` if there is none yet); it must be the state of `segment`
+    /// if given. `step` (the lock's stem, for a step holding its lock file): opened for writing
+    /// in place, if this process may (else it is replaced whole, see [`Dir::store`]), or the
+    /// file kept open from an earlier step if it still has a name (`kept.rs`). A symbolic link in its place is refused, never
+    /// followed (it may name `/dev/zero`), and so is anything but a regular file, never waited on
+    /// (a FIFO would block the read for good).
+    ///
+    /// Its last token is the exact one within the boot that wrote the state; a state of another
+    /// boot (or of an unknown one) has its last token raised to the reservation's mark: a power
+    /// cut may have lost the frames written since the reservation was synced, never the
+    /// reservation (see `record.rs`).
+    pub(super) fn open_state(&self, path: &Path, segment: Option<&str>, step: Option<&str>) -> Result<Option<Loaded>> {
+        let kept = step.and_then(|stem| self.kept.lock().unwrap_or_else(|e| e.into_inner()).take_state(stem));
+        let kept = kept.and_then(|f| {
+            let meta = f.metadata().ok().filter(|m| m.is_file() && m.nlink() > 0)?;
+            Some((f, meta))
+        });
+        let (f, writable, meta) = match kept {
+            Some((f, meta)) => (f, true, meta),
+            None => {
+                let open = |write: bool| safe_open::options().read(true).write(write).open(path);
+                let opened = match step.is_some() {
+                    true => match open(true) {
+                        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => open(false).map(|f| (f, false)),
+                        other => other.map(|f| (f, true)),
+                    },
+                    false => open(false).map(|f| (f, false)),
+                };
+                let (f, writable) = match opened {
+                    Ok(opened) => opened,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(open_error("cannot read the state file", path, e)),
+                };
+                let meta = safe_open::check_regular(&f, path)?;
+                (f, writable, meta)
+            }
         };
-        safe_open::check_regular(&file, path)?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| io_error("cannot read the state file", path, e))?;
-        let state: State = serde_json::from_slice(&bytes).map_err(|e| corrupt(path, e))?;
+        let bytes = read_all(&f, meta.len()).map_err(|e| io_error("cannot read the state file", path, e))?;
+        let (payload, layout) = match record::is_format_2(&bytes) {
+            true => {
+                let (payload, layout) = record::decode(&bytes).map_err(|e| corrupt(path, e))?;
+                (payload.to_vec(), Some(layout))
+            }
+            false => (bytes, None),
+        };
+        let mut state: State = serde_json::from_slice(&payload).map_err(|e| corrupt(path, e))?;
         if state.format != FORMAT {
             return Err(corrupt(
                 path,
                 format!("format {} (this version reads {FORMAT})", state.format),
             ));
+        }
+        let mark = layout.map_or(state.last_token, |l| l.mark);
+        if self.boot.is_empty() || state.boot != self.boot {
+            state.last_token = state.last_token.max(mark);
         }
         // The next token must fit, and stay a signed 64-bit number (what fenced stores keep): a
         // counter this high was not written by locksmith, and would wrap below earlier tokens.
@@ -225,24 +336,78 @@ impl Dir {
                 path.display()
             )));
         }
-        Ok(Some((state, bytes)))
+        // Written in place only if it is ours to write and has no other name (a hard link
+        // planted at its path is replaced, never written through).
+        let in_place = match (writable, layout) {
+            (true, Some(layout)) if meta.nlink() == 1 => Some((f, layout)),
+            _ => None,
+        };
+        Ok(Some(Loaded {
+            state,
+            payload,
+            mark,
+            in_place,
+        }))
     }
 
-    /// Replaces the state file of `file` with `bytes`, written to its temporary file first.
+    /// Writes the state `bytes` of `file` (whose last token is `last_token`), read as `original`:
+    /// in place when it can be (see `record.rs`), else a whole new file renamed over the old one.
+    ///
+    /// A token above the reservation's mark gets a new reservation [`record::BLOCK`] ahead,
+    /// synced before the step returns (unless `sync=off`). With no boot id to tell a reboot by,
+    /// every token is reserved (and synced) as it is handed out.
+    ///
+    /// The lock file must still be the one `locked` (see [`check_still_named`]), checked just
+    /// before the write: otherwise nothing is written, and the step fails.
+    fn store(
+        &self,
+        file: &LockFile,
+        original: Option<&Loaded>,
+        bytes: &[u8],
+        last_token: u64,
+        locked: &Locked,
+    ) -> Result<()> {
+        let path = file.state_path(&self.path);
+        let old_mark = original.map_or(0, |o| o.mark);
+        let mark = (last_token > old_mark).then(|| match self.boot.is_empty() {
+            true => last_token,
+            false => last_token.saturating_add(record::BLOCK).min(MAX_TOKEN),
+        });
+        check_still_named(locked, &file.lock_path(&self.path))?;
+        match original.and_then(|o| o.in_place.as_ref()) {
+            Some((f, layout)) => {
+                let write = || -> std::io::Result<()> {
+                    let written = record::write(f, layout, bytes, mark)?;
+                    if mark.is_some() && self.sync {
+                        if let Err(e) = f.sync_data() {
+                            // Not on disk for sure: no token may be handed out under it.
+                            let _ = record::withdraw(f, &written);
+                            return Err(e);
+                        }
+                        #[cfg(test)]
+                        tests::synced(&path);
+                    }
+                    Ok(())
+                };
+                write().map_err(|e| io_error("cannot write the state file", &path, e))
+            }
+            None => self.replace(file, &record::encode_new(bytes, mark.unwrap_or(old_mark)), locked),
+        }
+    }
+
+    /// Replaces the state file of `file` with a new one holding `bytes` (a new lock's first
+    /// state, a format-1 file's first write in format 2, or a file this process may not write in
+    /// place), written to its temporary file first and synced with the directory (unless
+    /// `sync=off`): it replaces the durable token record.
     ///
     /// The temporary file is always a new one (`O_EXCL`, see `safe_open.rs`): whatever is at its
     /// name is removed first (the leftover of a step that crashed, or a link someone planted,
     /// which is removed and never followed). Only a step holding the lock file's `flock` writes
     /// it, so no other locksmith process removes or creates it meanwhile; anyone else who does
-    /// makes the step fail.
-    ///
-    /// The lock file must still be the one `locked` (see [`check_still_named`]), checked before
-    /// the temporary file is touched and again just before the rename: otherwise nothing is
-    /// renamed, and the step fails.
-    fn store(&self, file: &LockFile, bytes: &[u8], syncs: Syncs, locked: &File) -> Result<()> {
+    /// makes the step fail. The lock file is checked again just before the rename.
+    fn replace(&self, file: &LockFile, bytes: &[u8], locked: &Locked) -> Result<()> {
         let (temp, path) = (file.temp_path(&self.path), file.state_path(&self.path));
         let lock_path = file.lock_path(&self.path);
-        check_still_named(locked, &lock_path)?;
         match std::fs::remove_file(&temp) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(io_error("cannot remove the old temporary state file", &temp, e));
@@ -257,7 +422,7 @@ impl Dir {
             .map_err(|e| open_error("cannot create the temporary state file", &temp, e))?;
         let write = |mut f: File| -> std::io::Result<()> {
             f.write_all(bytes)?;
-            if syncs.file {
+            if self.sync {
                 f.sync_data()?;
             }
             Ok(())
@@ -266,13 +431,52 @@ impl Dir {
         check_still_named(locked, &lock_path)?;
         let rename = || -> std::io::Result<()> {
             std::fs::rename(&temp, &path)?;
-            if syncs.dir {
+            if self.sync {
                 File::open(&self.path)?.sync_all()?;
+                #[cfg(test)]
+                tests::synced(&path);
             }
             Ok(())
         };
         rename().map_err(|e| io_error("cannot write the state file", &path, e))
     }
+}
+
+/// A state file as a step or a reader found it.
+pub(crate) struct Loaded {
+    /// The state (its last token raised to the reservation after a reboot).
+    pub state: State,
+    /// Its JSON as read (a step writes only if it changed).
+    pub payload: Vec<u8>,
+    /// The reservation's mark (a format-1 file: its last token).
+    mark: u64,
+    /// The open file and where its newest frame is, if a step may write it in place.
+    in_place: Option<(File, record::Layout)>,
+}
+
+/// The whole of `f`, `len` bytes long when it was looked at (and longer if it grew since): with
+/// `pread`, no seek and no second look at its size.
+fn read_all(f: &File, len: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0) + 1];
+    let mut read = 0;
+    loop {
+        if read == bytes.len() {
+            bytes.resize(bytes.len() * 2, 0);
+        }
+        match f.read_at(&mut bytes[read..], read as u64) {
+            Ok(0) => break,
+            // Short: the end of the file (a regular file's read stops short only there).
+            Ok(n) if read + n < bytes.len() => {
+                read += n;
+                break;
+            }
+            Ok(n) => read += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    bytes.truncate(read);
+    Ok(bytes)
 }
 
 /// `Ok` if the lock file at `path` is still the file `locked` (the same device and inode), whose
@@ -281,12 +485,10 @@ impl Dir {
 /// the same time: this step must write nothing. [`LockError::Unavailable`]: the call may be tried
 /// again (it then locks the new lock file). A removal between this check and the rename still
 /// goes unseen (a window of microseconds) unless it is locksmith's own prune, which removes a lock
-/// file only with its `flock` held; the lock file's times, set at every step, keep age-based
-/// cleaners from removing it in the first place.
-pub(super) fn check_still_named(locked: &File, path: &Path) -> Result<()> {
-    let held = locked.metadata().map_err(|e| io_error("cannot read", path, e))?;
-    let named = std::fs::symlink_metadata(path);
-    if named.is_ok_and(|m| m.dev() == held.dev() && m.ino() == held.ino()) {
+/// file only with its `flock` held; the lock file's times, kept recent by the steps, keep
+/// age-based cleaners from removing it in the first place.
+pub(super) fn check_still_named(locked: &Locked, path: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| locked.is(&m)) {
         return Ok(());
     }
     tracing::warn!(path = %path.display(), "file backend: a lock file was removed during a step; the step wrote nothing");
@@ -300,11 +502,49 @@ pub(super) fn check_still_named(locked: &File, path: &Path) -> Result<()> {
     })
 }
 
-/// Sets the access and modification times of the lock file `locked` (at `path`) to now, so that
-/// age-based clean-ups leave a lock file in use alone. `UTIME_NOW` needs only the right to write,
+/// A lock file with its `flock` held (until it is dropped: closed, or unlocked and kept, see
+/// `kept.rs`), and what it was when opened.
+#[derive(Debug)]
+pub(crate) struct Locked {
+    file: File,
+    dev: u64,
+    ino: u64,
+    /// The earlier of its access and modification times (seconds since the epoch).
+    times: i64,
+}
+
+impl Locked {
+    /// Whether `named` (the metadata of a path) is this file.
+    fn is(&self, named: &std::fs::Metadata) -> bool {
+        named.dev() == self.dev && named.ino() == self.ino
+    }
+}
+
+/// `flock`'s exclusive lock, waiting for it or not.
+fn lock_operation(wait: bool) -> FlockOperation {
+    match wait {
+        true => FlockOperation::LockExclusive,
+        false => FlockOperation::NonBlockingLockExclusive,
+    }
+}
+
+/// How recent a lock file's times must be for a step to leave them (see [`touch`]).
+const TOUCH_EVERY: i64 = 60;
+
+/// Sets the access and modification times of the lock file `locked` (at `path`) to now, unless
+/// both are less than [`TOUCH_EVERY`] seconds old (a system call and a journalled inode write
+/// saved on most steps), so that age-based clean-ups (which go by days) and a prune (by an hour)
+/// leave a lock file in use alone. `UTIME_NOW` needs only the right to write,
 /// which the lock file is opened with (not ownership: it may be another user's in a shared
 /// directory). A failure only logs: the step runs anyway, [`check_still_named`] still guards it.
-fn touch(locked: &File, path: &Path) {
+fn touch(locked: &mut Locked, path: &Path) {
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(i64::MAX, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    if (0..TOUCH_EVERY).contains(&now_s.saturating_sub(locked.times)) {
+        return;
+    }
+    locked.times = now_s;
     let now = rustix::fs::Timespec {
         tv_sec: 0,
         tv_nsec: rustix::fs::UTIME_NOW,
@@ -313,32 +553,8 @@ fn touch(locked: &File, path: &Path) {
         last_access: now,
         last_modification: now,
     };
-    if let Err(e) = rustix::fs::futimens(locked, &times) {
+    if let Err(e) = rustix::fs::futimens(&locked.file, &times) {
         tracing::debug!(path = %path.display(), error = %e, "file backend: cannot set the lock file's times");
-    }
-}
-
-/// The syncs a changed state gets when it is written (see [`syncs`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Syncs {
-    /// `sync_data` of the new file before it is renamed over the old one.
-    file: bool,
-    /// `fsync` of the directory after the rename.
-    dir: bool,
-}
-
-/// The syncs of a changed state: `durable` is the URL's `sync=grant`, `token_changed` whether the
-/// step handed out a fencing token (or the state file is new).
-///
-/// With `durable`, the new file's data is always synced before the rename: the rename replaces a
-/// durable token record, and a file system may write the rename before the data, which a power
-/// cut would turn into an empty state file (every call failing, the token record gone). Only a
-/// step that changed the token waits for the directory too (the rename itself on disk before its
-/// caller learns the token); any other step's rename may be lost, which loses nothing.
-fn syncs(durable: bool, token_changed: bool) -> Syncs {
-    Syncs {
-        file: durable,
-        dir: durable && token_changed,
     }
 }
 
@@ -435,21 +651,196 @@ mod tests {
         );
     }
 
-    /// Bug: with `sync=grant`, a step that did not change the token renamed an unsynced file over
-    /// the durable one (after a power cut: an empty state file, the token record gone).
+    /// An uncontended acquire and release start no wake-ups (no inotify instance, no thread,
+    /// whose close at exit costs a short-lived process 10 to 20 ms); the first wait does.
     #[test]
-    fn under_sync_grant_every_step_syncs_the_file_before_the_rename() {
-        assert_eq!(syncs(true, false), Syncs { file: true, dir: false });
-        assert_eq!(syncs(true, true), Syncs { file: true, dir: true });
-        for token_changed in [false, true] {
-            assert_eq!(
-                syncs(false, token_changed),
-                Syncs {
-                    file: false,
-                    dir: false
-                },
-                "sync=off"
+    fn uncontended_steps_start_no_wake_ups() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let dir = Dir::open(&path, false).unwrap();
+        let file = LockFile::of(Family::Mutex, &LockName::new("quiet").unwrap());
+        let mine = entry(&dir, "1");
+        dir.transact(&file, |state, now| queue::try_take(state, mine, now))
+            .unwrap()
+            .unwrap();
+        dir.transact(&file, |state, _| Ok(queue::leave(state, "1"))).unwrap();
+        let started = dir.hub.started();
+        let _ = std::fs::remove_dir_all(&path);
+        assert!(!started, "an uncontended step started the wake-ups");
+    }
+
+    /// Files kept open between steps (`kept.rs`) never let two steps of one process run at once
+    /// (a step that finds the kept lock file taken opens its own), and a lock file or state file
+    /// removed between steps is not stepped on again: no update is lost.
+    #[test]
+    fn kept_files_lose_no_update_and_follow_removals() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let dir = Arc::new(Dir::open(&path, false).unwrap());
+        let file = LockFile::of(Family::Mutex, &LockName::new("kept").unwrap());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (dir, file) = (dir.clone(), file.clone());
+                std::thread::spawn(move || {
+                    for i in 0..100 {
+                        let mine = entry(&dir, &format!("{t}-{i}"));
+                        let step = |state: &mut State, _: Now| {
+                            state.entries.push(mine);
+                            Ok(())
+                        };
+                        match i % 2 {
+                            0 => dir.transact(&file, step).unwrap(),
+                            _ => match dir.transact_if_free(&file, step).unwrap() {
+                                Ok(()) => {}
+                                Err(step) => dir.transact(&file, step).unwrap(),
+                            },
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let entries = dir.read_raw(&file).unwrap().entries.len();
+        // Removed between steps (as a prune or a clean-up of /tmp would): the next step makes
+        // new files, and the one after reads them.
+        std::fs::remove_file(file.lock_path(&dir.path)).unwrap();
+        std::fs::remove_file(file.state_path(&dir.path)).unwrap();
+        let after = entry(&dir, "after");
+        dir.transact(&file, |state, _| {
+            state.entries.push(after);
+            Ok(())
+        })
+        .unwrap();
+        let again = dir.transact(&file, |state, _| Ok(state.entries.len())).unwrap();
+        let lock_file_there = file.lock_path(&dir.path).exists();
+        let _ = std::fs::remove_dir_all(&path);
+        assert_eq!(entries, 400, "updates were lost");
+        assert_eq!(again, 1, "a step used a removed state file");
+        assert!(lock_file_there);
+    }
+
+    /// A state file of format 1 (the JSON alone, as locksmith 0.1 wrote it) is read, and its
+    /// first change replaces it with a format-2 file whose tokens go on above its last.
+    #[test]
+    fn a_format_1_state_file_is_read_and_replaced() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let dir = Dir::open(&path, true).unwrap();
+        let file = LockFile::of(Family::Mutex, &LockName::new("old").unwrap());
+        let mut old = State::new(&file.segment, &dir.boot);
+        old.last_token = 1 << 61;
+        std::fs::write(file.state_path(&dir.path), serde_json::to_vec(&old).unwrap()).unwrap();
+        let token = dir
+            .transact(&file, |state, now| queue::try_take(state, entry(&dir, "1"), now))
+            .unwrap()
+            .expect("free");
+        let bytes = std::fs::read(file.state_path(&dir.path)).unwrap();
+        let again = dir.read_raw(&file).unwrap();
+        let _ = std::fs::remove_dir_all(&path);
+        assert_eq!(token, (1 << 61) + 1);
+        assert!(record::is_format_2(&bytes), "still JSON");
+        let (_, layout) = record::decode(&bytes).unwrap();
+        assert!(layout.mark >= token, "the reservation is below the token handed out");
+        assert_eq!((again.last_token, again.entries.len()), (token, 1));
+    }
+
+    /// What each state file held at its last sync (file and directory): all that a power cut
+    /// right after it is sure to leave.
+    static SYNCED: std::sync::Mutex<Vec<(std::path::PathBuf, Vec<u8>)>> = std::sync::Mutex::new(Vec::new());
+
+    /// Records the state file at `path` as synced now.
+    pub(super) fn synced(path: &Path) {
+        let bytes = std::fs::read(path).unwrap();
+        let mut synced = SYNCED.lock().unwrap();
+        synced.retain(|(p, _)| p != path);
+        synced.push((path.to_owned(), bytes));
+    }
+
+    /// What the state file at `path` held at its last sync, and how many syncs there were since
+    /// `path` was last asked about.
+    fn last_synced(path: &Path) -> Option<Vec<u8>> {
+        SYNCED
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, b)| b.clone())
+    }
+
+    /// Tokens never go backwards across a power cut, though a grant no longer syncs: the state
+    /// file is put back as it was at its last sync (every write since lost), and after the
+    /// reboot the next token is above every token handed out before. Tokens are far above the
+    /// wall clock here, so that the clock's floor cannot hide a counter that went back. With no
+    /// boot id to tell a reboot by, every grant is synced.
+    #[test]
+    fn after_a_power_cut_tokens_go_on_above_every_one_handed_out() {
+        for (boot, after) in [("boot-1", "boot-2"), ("", "")] {
+            let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+            let mut before = Dir::open(&path, true).unwrap();
+            before.boot = boot.into();
+            let file = LockFile::of(Family::Mutex, &LockName::new("cut").unwrap());
+            let state_path = file.state_path(&before.path);
+            let mut handed_out = Vec::new();
+            for i in 0..50 {
+                let mine = entry(&before, &i.to_string());
+                let token = before
+                    .transact(&file, |state, now| {
+                        state.last_token = state.last_token.max(1 << 60);
+                        state.entries.clear();
+                        queue::try_take(state, mine, now)
+                    })
+                    .unwrap()
+                    .expect("free");
+                handed_out.push(token);
+            }
+            let on_disk = last_synced(&state_path).expect("a sync");
+            before.close();
+            drop(before);
+            std::fs::write(&state_path, &on_disk).unwrap();
+            let mut rebooted = Dir::open(&path, true).unwrap();
+            rebooted.boot = after.into();
+            let next = rebooted
+                .transact(&file, |state, now| {
+                    queue::try_take(state, entry(&rebooted, "next"), now)
+                })
+                .unwrap()
+                .expect("free after the reboot");
+            let _ = std::fs::remove_dir_all(&path);
+            let highest = handed_out.iter().max().copied().unwrap();
+            assert!(
+                handed_out.windows(2).all(|w| w[0] < w[1]),
+                "boot {boot:?}: {handed_out:?}"
+            );
+            assert!(
+                next > highest,
+                "boot {boot:?}: {next} after the power cut, {highest} before it"
             );
         }
+    }
+
+    /// An uncontended lock taken and released over and over syncs once per block of tokens, not
+    /// at every grant (it synced the file and the directory at each one, and the file at each
+    /// release).
+    #[test]
+    fn grants_within_a_reservation_do_not_sync() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let dir = Dir::open(&path, true).unwrap();
+        let file = LockFile::of(Family::Mutex, &LockName::new("fast").unwrap());
+        let state_path = file.state_path(&dir.path);
+        let take = |i: usize| {
+            let mine = entry(&dir, &i.to_string());
+            dir.transact(&file, |state, now| queue::try_take(state, mine, now))
+                .unwrap()
+                .unwrap();
+            dir.transact(&file, |state, _| Ok(queue::leave(state, &i.to_string())))
+                .unwrap();
+        };
+        take(0);
+        let first = last_synced(&state_path).expect("the new file is synced");
+        for i in 1..200 {
+            take(i);
+        }
+        let later = last_synced(&state_path).unwrap();
+        let _ = std::fs::remove_dir_all(&path);
+        assert_eq!(first, later, "a grant within the reservation synced");
     }
 }

@@ -42,6 +42,7 @@ pub(crate) fn leader(dir: &Dir, name: &LockName) -> Result<Option<Leader>> {
 /// and ends with it.
 pub(crate) fn observe(dir: &Arc<Dir>, name: &LockName) -> Result<LeaderWatch> {
     let file = LockFile::of(Family::Election, name);
+    dir.hub.start()?;
     let wake = dir.hub.lock(&file.stem);
     let dir: Weak<Dir> = Arc::downgrade(dir);
     observe_by_reading(wake, move || dir.upgrade().map(|dir| read(&dir, &file)))

@@ -99,6 +99,13 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
                     ..req.lease(token, holder_id, sent)
                 });
             }
+            // The first time this process waits on the directory: wake-ups start, and the
+            // lock is looked at again under them before anything sleeps.
+            Turn::Wait(_) if !dir.hub.started() => {
+                dir.hub.start()?;
+                waited = true;
+                continue;
+            }
             Turn::Wait(expiry) => expiry,
             // Dropped between the look and the turn (paused for about its TTL): in line again.
             Turn::Gone => {

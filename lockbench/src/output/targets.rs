@@ -66,6 +66,7 @@ pub fn check(report: &Report) -> Vec<Target> {
         herd(report),
         scale(report),
         contended(report),
+        file_at_the_floor(report),
     ]
 }
 
@@ -235,6 +236,48 @@ fn handover_to_floor(report: &Report) -> Target {
     judge.done("locksmith handover on etcd, ZooKeeper or Redis")
 }
 
+/// Issue 61's `file://` rows: uncontended ≤ distributed-lock-file's and ≤ 10 × the floor,
+/// hand-over ≤ 3 × the floor at every blocked time, `locksmith run … -- true` ≤ 2 × `flock(1)`.
+fn file_at_the_floor(report: &Report) -> Target {
+    let mut judge = Judge::new(
+        "file://: uncontended ≤ distributed-lock-file and ≤ 10 × the floor, handover ≤ 3 × the floor at every waiter-blocked time, `locksmith run` ≤ 2 × `flock(1)`.",
+    );
+    for r in rows(report, "locksmith", "uncontended").filter(|r| r.backend == "file") {
+        if let Some(ratio) = r.ratio_to_floor {
+            judge.row(ratio / 10.0, format!("uncontended {ratio:.2}× the floor"));
+        }
+        let peer = report.find_peer("distributed-lock-file", r).and_then(|p| p.p50_us);
+        if let (Some(mine), Some(theirs)) = (r.p50_us, peer.filter(|t| *t > 0.0)) {
+            judge.row(
+                mine / theirs,
+                format!(
+                    "uncontended {:.2}× distributed-lock-file ({mine:.0} vs {theirs:.0} µs)",
+                    mine / theirs
+                ),
+            );
+        }
+    }
+    for r in rows(report, "locksmith", "handover").filter(|r| r.backend == "file") {
+        let blocked = r.param_u64("blocked_ms").unwrap_or(0);
+        if let Some(ratio) = r.ratio_to_floor {
+            judge.row(
+                ratio / 3.0,
+                format!("handover blocked {blocked} ms: {ratio:.2}× the floor"),
+            );
+        }
+    }
+    for r in rows(report, "locksmith", "cli").filter(|r| r.backend == "file") {
+        let flock = report.find_peer("flock(1)", r).and_then(|p| p.p50_us);
+        if let (Some(mine), Some(theirs)) = (r.p50_us, flock.filter(|t| *t > 0.0)) {
+            judge.row(
+                mine / theirs / 2.0,
+                format!("cli {:.2}× flock(1) ({mine:.0} vs {theirs:.0} µs)", mine / theirs),
+            );
+        }
+    }
+    judge.done("locksmith file:// uncontended, handover or cli")
+}
+
 fn herd(report: &Report) -> Target {
     let mut judge = Judge::new("herd: ≤ 3 server requests per handover with 100 waiters, on every backend.");
     for r in rows(report, "locksmith", "herd") {
@@ -400,6 +443,27 @@ mod tests {
         ]);
         assert_eq!(plain_layout(&equal).verdict, Verdict::Met);
         assert!(matches!(redis_to_rslock(&equal).verdict, Verdict::NotMeasured(_)));
+    }
+
+    #[test]
+    fn file_rows_are_judged_against_the_floor_the_peer_and_flock() {
+        let report = report(vec![
+            record("locksmith", "file", "uncontended", 30.0, None),
+            record("floor", "file", "uncontended", 4.0, None),
+            record("distributed-lock-file", "file", "uncontended", 25.0, None),
+            record("locksmith", "file", "cli", 3000.0, None),
+            record("flock(1)", "file", "cli", 1600.0, None),
+        ]);
+        let t = file_at_the_floor(&report);
+        // 7.5× the floor is within 10×; 1.2× the peer misses; 1.88× flock(1) is within 2×.
+        assert_eq!((t.verdict.clone(), t.judged), (Verdict::NotMet(1), 3), "{t:?}");
+        assert!(
+            t.worst
+                .as_deref()
+                .unwrap()
+                .starts_with("uncontended 1.20× distributed-lock-file"),
+            "{t:?}"
+        );
     }
 
     #[test]

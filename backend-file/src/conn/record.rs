@@ -1,0 +1,304 @@
+//! The state file on disk (format 2): a lock's state, updated in place under its lock file's
+//! `flock`, never left half-written, beside a durable reservation of fencing tokens.
+//!
+//! ```text
+//! offset 0 and 4096  two reservation slots, 32 bytes each:
+//!                    b"LSR2" | crc32c | seq (u64) | mark (u64) | 8 zero bytes
+//! offset 8192        frame slot 0, and frame slot 1 at 8192 + cap:
+//!                    b"LSF2" | crc32c | seq (u64) | cap (u64) | len (u32) | 4 zero bytes | len bytes of JSON
+//! ```
+//! (little-endian; each crc32c covers its record from `seq` on, the frame's payload included).
+//!
+//! - **Frames** hold the state (the JSON of `protocol/state.rs`). A step writes the new state
+//!   into the slot that does not hold the newest one, in one `pwrite`; a reader takes the valid
+//!   frame (magic and checksum right) with the highest `seq`. A write cut short (the process
+//!   killed in the middle of it, no space left on the device) leaves a frame that fails its
+//!   checksum, and the previous state is read: the file is never half-written. Readers without
+//!   the lock (a waiter's look, `inspect`) see a whole state the same way. `cap` is a power of two
+//!   (at least [`MIN_CAP`]) that both slots have; a state that outgrows it is written at slot 1 of
+//!   a doubled `cap`, past everything there was, so the newest frame is never overwritten. A
+//!   reader finds slot 1 at `8192 + cap` for every power of two `cap` the file is long enough for.
+//! - **The reservation** (`mark`) is the highest fencing token that may have been handed out:
+//!   every token handed out is at most the mark of a reservation that was on disk (synced) before
+//!   the token was returned. A step that hands out a token above the mark writes a new
+//!   reservation [`BLOCK`] ahead of it, with one `fdatasync` for the block. Within one boot the
+//!   frames say the exact last token (they are in the page cache for every process); after a
+//!   reboot (a power cut may have lost any frame written since the last sync) the last token is
+//!   taken as at least the mark (see `txn.rs`). The two slots are written in turn, each write
+//!   synced before the next: one is always whole and on disk. A write whose sync failed is
+//!   withdrawn ([`withdraw`]): the slot synced before is the newest again, so no token is ever
+//!   handed out under a reservation that may not be on disk. They sit in two pages of their own,
+//!   which a frame's write never touches.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+/// A frame's or reservation's magic and format: what tells a format-2 state file.
+const FRAME_MAGIC: &[u8; 4] = b"LSF2";
+const RESERVE_MAGIC: &[u8; 4] = b"LSR2";
+/// Where the reservation slots are (each in a page of its own).
+const RESERVE_AT: [u64; 2] = [0, 4096];
+/// Where frame slot 0 starts.
+const FRAMES_AT: u64 = 8192;
+/// A frame's header.
+const HEADER: usize = 32;
+/// The smallest `cap`.
+pub(crate) const MIN_CAP: u64 = 4096;
+/// How far ahead of a token handed out a new reservation goes: 2^26 µs (about 67 s of the wall
+/// clock that tokens follow), so an uncontended lock syncs about once a minute, and tokens after
+/// a power cut jump at most that far.
+pub(crate) const BLOCK: u64 = 1 << 26;
+
+/// CRC-32C, table-driven 16 bytes at a time.
+const CRC: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
+
+/// Where the newest frame and reservation of a file are (what the next write needs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// The newest frame's sequence number, offset and the slots' capacity.
+    pub frame_seq: u64,
+    pub frame_at: u64,
+    pub cap: u64,
+    /// The newest reservation's sequence number, slot, and mark.
+    pub reserve_seq: u64,
+    pub reserve_slot: usize,
+    pub mark: u64,
+}
+
+/// Whether `bytes` are a format-2 state file rather than a JSON one (format 1, written by earlier
+/// versions: the state's JSON alone).
+pub(crate) fn is_format_2(bytes: &[u8]) -> bool {
+    !matches!(bytes.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{'))
+}
+
+/// The newest whole state in `bytes` (its JSON) and where things are, or what is wrong.
+pub(crate) fn decode(bytes: &[u8]) -> Result<(&[u8], Layout), String> {
+    let (reserve_seq, reserve_slot, mark) = RESERVE_AT
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, &at)| reservation(bytes, at).map(|(seq, mark)| (seq, slot, mark)))
+        .max()
+        .ok_or("no whole token reservation")?;
+    let mut best: Option<(u64, u64, u64, &[u8])> = None;
+    let mut consider = |at: u64, slot1_cap: Option<u64>| {
+        if let Some((seq, cap, payload)) = frame(bytes, at) {
+            if slot1_cap.is_none_or(|c| c == cap) && best.is_none_or(|(s, ..)| seq > s) {
+                best = Some((seq, at, cap, payload));
+            }
+        }
+    };
+    consider(FRAMES_AT, None);
+    let mut cap = MIN_CAP;
+    while FRAMES_AT + cap < bytes.len() as u64 {
+        consider(FRAMES_AT + cap, Some(cap));
+        cap = match cap.checked_mul(2) {
+            Some(c) => c,
+            None => break,
+        };
+    }
+    let (frame_seq, frame_at, cap, payload) = best.ok_or("no whole state")?;
+    Ok((
+        payload,
+        Layout {
+            frame_seq,
+            frame_at,
+            cap,
+            reserve_seq,
+            reserve_slot,
+            mark,
+        },
+    ))
+}
+
+/// The reservation at `at`: its seq and mark, if it is whole.
+fn reservation(bytes: &[u8], at: u64) -> Option<(u64, u64)> {
+    let r = bytes.get(usize::try_from(at).ok()?..)?.get(..32)?;
+    if &r[..4] != RESERVE_MAGIC || u32::from_le_bytes(r[4..8].try_into().ok()?) != CRC.checksum(&r[8..]) {
+        return None;
+    }
+    Some((u64_at(r, 8), u64_at(r, 16)))
+}
+
+/// The frame at `at`: its seq, cap and payload, if it is whole.
+fn frame(bytes: &[u8], at: u64) -> Option<(u64, u64, &[u8])> {
+    let f = bytes.get(usize::try_from(at).ok()?..)?;
+    let h = f.get(..HEADER)?;
+    if &h[..4] != FRAME_MAGIC {
+        return None;
+    }
+    let (seq, cap) = (u64_at(h, 8), u64_at(h, 16));
+    let len = u32::from_le_bytes(h[24..28].try_into().ok()?) as usize;
+    if !cap.is_power_of_two() || cap < MIN_CAP || (HEADER + len) as u64 > cap {
+        return None;
+    }
+    let body = f.get(..HEADER + len)?;
+    let mut digest = CRC.digest();
+    digest.update(&body[8..]);
+    if u32::from_le_bytes(h[4..8].try_into().ok()?) != digest.finalize() {
+        return None;
+    }
+    Some((seq, cap, &body[HEADER..]))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The bytes of a frame `seq` of capacity `cap` holding `payload`.
+fn encode_frame(seq: u64, cap: u64, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(HEADER + payload.len());
+    f.extend_from_slice(FRAME_MAGIC);
+    f.extend_from_slice(&[0; 4]);
+    f.extend_from_slice(&seq.to_le_bytes());
+    f.extend_from_slice(&cap.to_le_bytes());
+    f.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    f.extend_from_slice(&[0; 4]);
+    f.extend_from_slice(payload);
+    let crc = CRC.checksum(&f[8..]);
+    f[4..8].copy_from_slice(&crc.to_le_bytes());
+    f
+}
+
+/// The bytes of a reservation `seq` of `mark`.
+fn encode_reservation(seq: u64, mark: u64) -> [u8; 32] {
+    let mut r = [0u8; 32];
+    r[..4].copy_from_slice(RESERVE_MAGIC);
+    r[8..16].copy_from_slice(&seq.to_le_bytes());
+    r[16..24].copy_from_slice(&mark.to_le_bytes());
+    let crc = CRC.checksum(&r[8..]);
+    r[4..8].copy_from_slice(&crc.to_le_bytes());
+    r
+}
+
+/// The smallest capacity for a frame of `payload_len` bytes, at least `cap`.
+fn cap_for(payload_len: usize, cap: u64) -> u64 {
+    ((HEADER + payload_len) as u64)
+        .next_power_of_two()
+        .max(cap)
+        .max(MIN_CAP)
+}
+
+/// A whole new state file holding `payload`, with reservation `mark`: what a new file (written
+/// to a temporary file and renamed into place) starts as.
+pub(crate) fn encode_new(payload: &[u8], mark: u64) -> Vec<u8> {
+    let mut bytes = vec![0u8; FRAMES_AT as usize];
+    bytes[..32].copy_from_slice(&encode_reservation(1, mark));
+    bytes.extend_from_slice(&encode_frame(1, cap_for(payload.len(), MIN_CAP), payload));
+    bytes
+}
+
+/// Writes `payload` as the newest state of `file`, whose newest frame and reservation are at
+/// `layout`, and a new reservation `mark` if given (not synced: the caller syncs). Returns the
+/// new layout. A write cut short leaves `layout`'s frame and reservation whole.
+pub(crate) fn write(file: &File, layout: &Layout, payload: &[u8], mark: Option<u64>) -> std::io::Result<Layout> {
+    let cap = cap_for(payload.len(), layout.cap);
+    // The slot the newest frame is not in; past everything when the capacity grows.
+    let at = if cap != layout.cap || layout.frame_at == FRAMES_AT {
+        FRAMES_AT + cap
+    } else {
+        FRAMES_AT
+    };
+    let frame_seq = layout.frame_seq + 1;
+    file.write_all_at(&encode_frame(frame_seq, cap, payload), at)?;
+    let mut next = Layout {
+        frame_seq,
+        frame_at: at,
+        cap,
+        ..*layout
+    };
+    if let Some(mark) = mark {
+        let (seq, slot) = (layout.reserve_seq + 1, 1 - layout.reserve_slot);
+        file.write_all_at(&encode_reservation(seq, mark), RESERVE_AT[slot])?;
+        (next.reserve_seq, next.reserve_slot, next.mark) = (seq, slot, mark);
+    }
+    Ok(next)
+}
+
+/// Withdraws the reservation that `layout` (what [`write`] returned) says is the newest, whose
+/// sync failed: it may never reach the disk, so no token may be handed out under it. The other
+/// slot, synced before, is the newest again; the next grant above it reserves (and syncs) anew.
+pub(crate) fn withdraw(file: &File, layout: &Layout) -> std::io::Result<()> {
+    file.write_all_at(&[0u8; 32], RESERVE_AT[layout.reserve_slot])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes of `file`.
+    fn read(file: &File) -> Vec<u8> {
+        let mut bytes = vec![0; file.metadata().unwrap().len() as usize];
+        file.read_exact_at(&mut bytes, 0).unwrap();
+        bytes
+    }
+
+    fn temp_file(bytes: &[u8]) -> File {
+        let path = std::env::temp_dir().join(format!("locksmith-record-{:016x}", rand::random::<u64>()));
+        std::fs::write(&path, bytes).unwrap();
+        let f = File::options().read(true).write(true).open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_state_reads_back_through_writes_and_growth() {
+        let f = temp_file(&encode_new(b"{\"a\":1}", 7));
+        let (payload, mut layout) = decode(&read(&f)).map(|(p, l)| (p.to_vec(), l)).unwrap();
+        assert_eq!((payload.as_slice(), layout.mark), (&b"{\"a\":1}"[..], 7));
+        for (i, len) in [10, 5000, 20, 70_000, 3, 3].into_iter().enumerate() {
+            let payload = vec![b'x' + (i as u8); len];
+            let mark = (i % 2 == 0).then_some(100 + i as u64);
+            layout = write(&f, &layout, &payload, mark).unwrap();
+            let bytes = read(&f);
+            let (got, read_layout) = decode(&bytes).unwrap();
+            assert_eq!((got, read_layout), (payload.as_slice(), layout), "write {i}");
+        }
+        assert_eq!(layout.mark, 104);
+        assert!(is_format_2(&read(&f)) && !is_format_2(b" {\"format\":1}"));
+    }
+
+    /// A write cut short (a process killed in the middle of it, no space left) leaves the state
+    /// before it, and the reservation before it, whole: the file is never half-written.
+    #[test]
+    fn a_write_cut_short_leaves_the_previous_state() {
+        let f = temp_file(&encode_new(b"first", 50));
+        let (_, layout) = decode(&read(&f)).map(|(p, l)| (p.to_vec(), l)).unwrap();
+        let good = read(&f);
+        let before = write(&f, &layout, b"second", Some(60)).unwrap();
+        let complete = read(&f);
+        // Every prefix of the next write (frame then reservation) that reached the file.
+        let after = write(&f, &before, &[b'y'; 9000], Some(70)).unwrap();
+        let full = read(&f);
+        for cut in 0..full.len() {
+            let mut torn = complete.clone();
+            torn.resize(full.len().max(complete.len()), 0);
+            // Only the bytes the write changed, up to `cut`, reached the file.
+            for (i, b) in full.iter().enumerate().take(cut) {
+                torn[i] = *b;
+            }
+            let (payload, layout) = decode(&torn).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+            assert!(
+                (payload == b"second" && layout.frame_seq == before.frame_seq)
+                    || (payload == [b'y'; 9000] && layout.frame_seq == after.frame_seq),
+                "cut at {cut}"
+            );
+            assert!(layout.mark >= 60, "cut at {cut}: the reservation went back");
+        }
+        assert!(decode(&good).is_ok());
+        assert!(decode(b"").is_err() && decode(&[0; 20000]).is_err());
+    }
+
+    /// A reservation whose sync failed is withdrawn: the one before it is the newest again.
+    #[test]
+    fn a_withdrawn_reservation_gives_way_to_the_one_before() {
+        let f = temp_file(&encode_new(b"s", 50));
+        let (_, layout) = decode(&read(&f)).map(|(p, l)| (p.to_vec(), l)).unwrap();
+        let failed = write(&f, &layout, b"t", Some(90)).unwrap();
+        withdraw(&f, &failed).unwrap();
+        let (payload, now) = decode(&read(&f)).map(|(p, l)| (p.to_vec(), l)).unwrap();
+        assert_eq!((payload.as_slice(), now.mark), (&b"t"[..], 50));
+        let next = write(&f, &now, b"u", Some(120)).unwrap();
+        assert_eq!(decode(&read(&f)).unwrap().1, next);
+        assert_eq!(next.mark, 120);
+    }
+}
