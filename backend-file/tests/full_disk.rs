@@ -99,7 +99,10 @@ async fn on_a_full_file_system_acquires_fail_clearly_and_nothing_is_half_written
         let e = match (name, got) {
             ("used/0", Ok(granted)) => {
                 let before = tokens.iter().find(|(n, _)| n == name).map(|(_, t)| *t).unwrap();
-                assert!(granted.fencing_token() > before, "{name}: a fencing token went backwards");
+                assert!(
+                    granted.fencing_token() > before,
+                    "{name}: a fencing token went backwards"
+                );
                 granted.release().await.expect("release on the full file system");
                 continue;
             }
@@ -113,7 +116,10 @@ async fn on_a_full_file_system_acquires_fail_clearly_and_nothing_is_half_written
             "{name}: a full disk reported as a broken state: {text}"
         );
         if name == "new" {
-            assert!(text.contains("No space left") || text.contains("full"), "{name}: {text}");
+            assert!(
+                text.contains("No space left") || text.contains("full"),
+                "{name}: {text}"
+            );
         }
     }
     match b.lock("new").try_acquire().await {

@@ -394,24 +394,9 @@ async fn a_waiter_follows_the_promotion_of_a_cut_off_masters_replica_within_a_re
     common::init_logs();
     let response_timeout = Duration::from_secs(3);
     let url = with_options(&sentinel_url(), "min_replicas=0&response_timeout=3s");
-    let (a, b) = (common::locker(&url).await, common::locker(&url).await);
-    let name = unique_name("cut-off-master");
-    let ttl = Duration::from_secs(1);
-    let held = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
-    let waiter = tokio::spawn({
-        let (b, name) = (b.clone(), name.clone());
-        async move {
-            let got = b.lock(&name).ttl(ttl).timeout(Duration::from_secs(60)).acquire().await;
-            (tokio::time::Instant::now(), got)
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let master = backends(&["leader", "redis-sentinel"]).await;
+    let cut = CutOff::make(&url, "cut-off-master", Duration::from_secs(60)).await;
+    let (held, waiter, master, promoted_at) = (cut.held, cut.waiter, cut.master, cut.promoted_at);
     let _resume = OnDrop::resume(&master);
-    let mut sentinel = SentinelAdmin::connect().await;
-    let before = sentinel.master().await.expect("the sentinels name a master");
-    backends(&["pause", &master]).await;
-    let (promoted_at, _) = sentinel.promotion(&before).await;
     // The holder's lease (1 s) ran out on the replica before the promotion (down after 1 s,
     // then the election): the waiter gets the lock as soon as its step reaches the new master.
     let (granted_at, got) = within(Duration::from_secs(60), "the waiter after the promotion", waiter)
@@ -441,25 +426,10 @@ async fn with_confirmation_a_waiter_is_granted_once_the_promoted_master_has_a_re
     common::init_logs();
     let response_timeout = Duration::from_secs(3);
     let url = with_options(&sentinel_url(), "response_timeout=3s");
-    let (a, b) = (common::locker(&url).await, common::locker(&url).await);
-    let name = unique_name("cut-off-master-confirmed");
-    let ttl = Duration::from_secs(1);
-    let held = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
-    let token = held.fencing_token();
-    let waiter = tokio::spawn({
-        let (b, name) = (b.clone(), name.clone());
-        async move {
-            let got = b.lock(&name).ttl(ttl).timeout(Duration::from_secs(90)).acquire().await;
-            (tokio::time::Instant::now(), got)
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let master = backends(&["leader", "redis-sentinel"]).await;
+    let cut = CutOff::make(&url, "cut-off-master-confirmed", Duration::from_secs(90)).await;
+    let (held, waiter, master, promoted_at, new) = (cut.held, cut.waiter, cut.master, cut.promoted_at, cut.new);
     let _resume = OnDrop::resume(&master);
-    let mut sentinel = SentinelAdmin::connect().await;
-    let before = sentinel.master().await.expect("the sentinels name a master");
-    backends(&["pause", &master]).await;
-    let (promoted_at, new) = sentinel.promotion(&before).await;
+    let token = held.fencing_token();
     backends(&["resume", &master]).await;
     let mut new_master = common::admin(&format!("redis://{}:{}", new[0], new[1])).await;
     let online_at = loop {
@@ -490,6 +460,47 @@ async fn with_confirmation_a_waiter_is_granted_once_the_promoted_master_has_a_re
     assert!(got.fencing_token() > token, "a token went backwards");
     drop(held);
     got.release().await.expect("release");
+}
+
+/// A lock held with a 1 s lease on the master, a waiter queued behind it, then the master paused
+/// (answering nothing, as if cut off) until the sentinels promote its replica.
+struct CutOff {
+    held: locksmith_core::LockGuard,
+    /// When the waiter got its answer, and the answer.
+    waiter: tokio::task::JoinHandle<(tokio::time::Instant, locksmith_core::Result<locksmith_core::LockGuard>)>,
+    /// The paused master's id (`scripts/backends`): resume it.
+    master: String,
+    /// When the sentinels named the new master, and its `[host, port]`.
+    promoted_at: tokio::time::Instant,
+    new: Vec<String>,
+}
+
+impl CutOff {
+    /// On the sentinel topology of `url`, with a lock named after `label`; the waiter waits at
+    /// most `limit`.
+    async fn make(url: &str, label: &str, limit: Duration) -> CutOff {
+        let (a, b) = (common::locker(url).await, common::locker(url).await);
+        let name = unique_name(label);
+        let ttl = Duration::from_secs(1);
+        let held = a.lock(&name).ttl(ttl).acquire().await.expect("acquire");
+        let waiter = tokio::spawn(async move {
+            let got = b.lock(&name).ttl(ttl).timeout(limit).acquire().await;
+            (tokio::time::Instant::now(), got)
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let master = backends(&["leader", "redis-sentinel"]).await;
+        let mut sentinel = SentinelAdmin::connect().await;
+        let before = sentinel.master().await.expect("the sentinels name a master");
+        backends(&["pause", &master]).await;
+        let (promoted_at, new) = sentinel.promotion(&before).await;
+        CutOff {
+            held,
+            waiter,
+            master,
+            promoted_at,
+            new,
+        }
+    }
 }
 
 /// A connection to the first sentinel, for the tests that watch a promotion as the sentinels
