@@ -90,9 +90,10 @@ async fn a_promoted_standby_keeps_the_lock_its_queue_and_its_tokens() {
         let (b, name) = (b.clone(), name.clone());
         async move {
             let guard = b.lock(&name).timeout(Duration::from_secs(60)).acquire().await.unwrap();
+            let granted_at = tokio::time::Instant::now();
             let token = guard.fencing_token();
             guard.release().await.unwrap();
-            token
+            (token, granted_at)
         }
     });
     locksmith_core::conformance::until_waiters(&a, &name, 1, Duration::from_secs(10)).await;
@@ -116,10 +117,19 @@ async fn a_promoted_standby_keeps_the_lock_its_queue_and_its_tokens() {
     assert_eq!(held.lost_reason(), None, "the holder lost its lock to the failover");
     assert!(!waiter.is_finished(), "the waiter was granted while the holder held");
 
+    let released_at = tokio::time::Instant::now();
     held.release().await.expect("released on the new primary");
-    let token = within(Duration::from_secs(30), "the waiter's grant", waiter)
+    let (token, granted_at) = within(Duration::from_secs(30), "the waiter's grant", waiter)
         .await
         .unwrap();
+    // The waiter queued on the old primary has followed the promotion (its LISTEN and steps on
+    // the new one): the release wakes it within a request timeout (2 s), not at its next retry.
+    let after_release = granted_at.saturating_duration_since(released_at);
+    eprintln!("granted {after_release:?} after the release on the promoted standby");
+    assert!(
+        after_release <= Duration::from_secs(3),
+        "the waiter was granted {after_release:?} after the release on the promoted standby"
+    );
     assert!(
         token > first,
         "token {token} after {first}: tokens must survive the failover"
