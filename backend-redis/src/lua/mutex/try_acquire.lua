@@ -25,9 +25,8 @@ if mine(v, ARGV[1]) then
 end
 -- A waiter that died with its deadline set on a clock since stepped back would otherwise keep its
 -- place from contenders that only try for the whole step.
-local wttl, now = tonumber(ARGV[4]), nil
-if wttl then now = now_ms() end
-local h, pruned = head(KEYS[3], KEYS[4], now, wttl and now + 3 * wttl)
+local wttl = tonumber(ARGV[4])
+local h, pruned = head(KEYS[3], KEYS[4], nil, nil, nil, wttl and 3 * wttl)
 if not v and (h == nil or h == ARGV[1]) then
   local counter = redis.call('GET', KEYS[2])
   local w = math.max(data_loss_wait(counter, DELAY, KEYS[2]), gap_left(KEYS[6], GAP))
