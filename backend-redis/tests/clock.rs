@@ -5,6 +5,8 @@
 //! forward shortens it; what must hold either way: a dead holder's lock is free about one TTL
 //! after a contender saw it, and fencing tokens never go backwards.
 
+mod common;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -230,41 +232,7 @@ async fn a_dead_waiter_from_before_a_step_back_does_not_stop_tries() {
     let held = a.lock(name).acquire().await.expect("acquire");
     // The waiter's entry as a killed process leaves it: queued, live for one waiter TTL of the
     // server's (ahead) clock.
-    let keys = locksmith_redis::LockKeys::for_url(
-        &locksmith_core::driver::BackendUrl::parse(&url).unwrap(),
-        &locksmith_core::driver::LockName::new(name).unwrap(),
-    )
-    .unwrap();
-    let mut admin = redis::Client::open(format!("redis://127.0.0.1:{}", server.port))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("admin connection");
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut admin).await.expect("TIME");
-    let now = secs * 1000 + micros / 1000;
-    let dead = "deadbeefdeadbeefdeadbeefdeadbeef";
-    let () = redis::pipe()
-        .cmd("ZADD")
-        .arg(&keys.queue)
-        .arg(now)
-        .arg(dead)
-        .ignore()
-        .cmd("HSET")
-        .arg(&keys.alive)
-        .arg(dead)
-        .arg(now + 1_000)
-        .ignore()
-        .cmd("PEXPIRE")
-        .arg(&keys.queue)
-        .arg(7_200_000)
-        .ignore()
-        .cmd("PEXPIRE")
-        .arg(&keys.alive)
-        .arg(7_200_000)
-        .ignore()
-        .query_async(&mut admin)
-        .await
-        .expect("plant the dead waiter");
+    common::plant_dead_waiter(&url, name, 1_000).await;
     held.release().await.expect("release");
     server.shift(0).await;
     let started = tokio::time::Instant::now();

@@ -6,62 +6,13 @@ mod common;
 use std::time::Duration;
 
 use locksmith_core::conformance::{unique_name, within};
-use locksmith_core::driver::{BackendUrl, LockName};
-
-/// Puts a fake waiter at the head of the queue whose entry stays live for `live_ms` more
-/// milliseconds of server time, as a crashed process would leave it.
-async fn plant_dead_waiter(url: &str, name: &str, live_ms: i64) {
-    plant_dead_waiter_asking(url, name, live_ms, None).await
-}
-
-/// [`plant_dead_waiter`], whose last step asked for a lock TTL of `ttl_ms` if given (what a
-/// locksmith waiter's step records, and a release hands the lock over for).
-async fn plant_dead_waiter_asking(url: &str, name: &str, live_ms: i64, ttl_ms: Option<i64>) {
-    let keys =
-        locksmith_redis::LockKeys::for_url(&BackendUrl::parse(url).unwrap(), &LockName::new(name).unwrap()).unwrap();
-    let mut admin = common::admin(url).await;
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut admin).await.expect("TIME");
-    let now_ms = secs * 1000 + micros / 1000;
-    let dead = "deadbeefdeadbeefdeadbeefdeadbeef";
-    let _: () = redis::pipe()
-        .cmd("ZADD")
-        .arg(&keys.queue)
-        .arg(0)
-        .arg(dead)
-        .ignore()
-        .cmd("HSET")
-        .arg(&keys.alive)
-        .arg(dead)
-        .arg(now_ms + live_ms)
-        .ignore()
-        .cmd("PEXPIRE")
-        .arg(&keys.queue)
-        .arg(60_000)
-        .ignore()
-        .cmd("PEXPIRE")
-        .arg(&keys.alive)
-        .arg(60_000)
-        .ignore()
-        .query_async(&mut admin)
-        .await
-        .expect("plant");
-    if let Some(ttl_ms) = ttl_ms {
-        let _: () = redis::cmd("HSET")
-            .arg(&keys.alive)
-            .arg(format!("{dead}/ttl"))
-            .arg(ttl_ms)
-            .query_async(&mut admin)
-            .await
-            .expect("plant the TTL");
-    }
-}
 
 async fn waiter_after_dead_head(live_ms: i64) {
     let url = common::with_options(&common::redis_url(), "waiter_ttl=1s");
     let name = unique_name("dead_waiter");
     let (a, b) = (common::locker(&url).await, common::locker(&url).await);
     let held = a.lock(&name).acquire().await.expect("acquire");
-    plant_dead_waiter(&url, &name, live_ms).await;
+    common::plant_dead_waiter(&url, &name, live_ms).await;
     let waiter = tokio::spawn({
         let (b, name) = (b.clone(), name.clone());
         async move { b.lock(&name).acquire().await }
@@ -107,7 +58,7 @@ async fn a_waiter_leaving_behind_a_stale_entry_wakes_the_next() {
         .await
         .expect("acquire");
     let _lease = crashed.abandon(); // renewed no more: the key runs out after its TTL
-    plant_dead_waiter(&url, &name, 300).await;
+    common::plant_dead_waiter(&url, &name, 300).await;
     let leaving = tokio::spawn({
         let (b, name) = (b.clone(), name.clone());
         async move { b.lock(&name).timeout(Duration::from_millis(600)).acquire().await }
@@ -170,7 +121,7 @@ async fn a_dead_head_handed_the_lock_holds_it_for_its_ttl() {
     let name = unique_name("dead_head_handed");
     let (a, b) = (common::locker(&url).await, common::locker(&url).await);
     let held = a.lock(&name).acquire().await.expect("acquire");
-    plant_dead_waiter_asking(&url, &name, 60_000, Some(2_000)).await;
+    common::plant_dead_waiter_asking(&url, &name, 60_000, Some(2_000)).await;
     let waiter = tokio::spawn({
         let (b, name) = (b.clone(), name.clone());
         async move { b.lock(&name).acquire().await }

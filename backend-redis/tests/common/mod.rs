@@ -540,3 +540,50 @@ pub async fn command_counts(conn: &mut redis::aio::MultiplexedConnection) -> BTr
         })
         .collect()
 }
+
+/// Puts a fake waiter at the head of the mutex queue of lock `name` on the server of `url`, its
+/// entry live for `live_ms` more milliseconds of server time, as a crashed process would leave it.
+pub async fn plant_dead_waiter(url: &str, name: &str, live_ms: i64) {
+    plant_dead_waiter_asking(url, name, live_ms, None).await
+}
+
+/// [`plant_dead_waiter`], whose last step asked for a lock TTL of `ttl_ms` if given (what a
+/// locksmith waiter's step records, and a release hands the lock over for).
+pub async fn plant_dead_waiter_asking(url: &str, name: &str, live_ms: i64, ttl_ms: Option<i64>) {
+    let keys = LockKeys::for_url(&BackendUrl::parse(url).unwrap(), &LockName::new(name).unwrap()).unwrap();
+    let mut admin = admin(url).await;
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut admin).await.expect("TIME");
+    let now_ms = secs * 1000 + micros / 1000;
+    let dead = "deadbeefdeadbeefdeadbeefdeadbeef";
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(&keys.queue)
+        .arg(0)
+        .arg(dead)
+        .ignore()
+        .cmd("HSET")
+        .arg(&keys.alive)
+        .arg(dead)
+        .arg(now_ms + live_ms)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&keys.queue)
+        .arg(60_000)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&keys.alive)
+        .arg(60_000)
+        .ignore()
+        .query_async(&mut admin)
+        .await
+        .expect("plant");
+    if let Some(ttl_ms) = ttl_ms {
+        let _: () = redis::cmd("HSET")
+            .arg(&keys.alive)
+            .arg(format!("{dead}/ttl"))
+            .arg(ttl_ms)
+            .query_async(&mut admin)
+            .await
+            .expect("plant the TTL");
+    }
+}
