@@ -38,26 +38,33 @@ pub struct Cmd {
 /// then SIGKILL after the grace period. It runs in a process group of its own and ignores the
 /// terminal's signals, so that it outlives locksmith.
 ///
+/// It is forked before CMD, and CMD's process tells it its group (its pid) between fork and
+/// exec, through a second pipe ([`Sentinel::start`]): a sentinel forked after CMD left a window
+/// in which locksmith could die before the sentinel existed, with CMD already running and
+/// starting children that then ran on (seen under load, `run_cmds_group_is_stopped_when_locksmith_is_killed`).
+///
 /// It is a fork of locksmith that never executes another program (it was `sh -c` with a
 /// script: an exec of the shell, and its start-up, in every `locksmith run`, about a third of
 /// the time locksmith's own work took): between the fork and its exit it makes system calls
 /// only (async-signal-safe in a process forked from a threaded one), with every descriptor but
-/// the pipe closed (locksmith's liveness file among them: its `flock` must end with locksmith).
+/// the pipes closed (locksmith's liveness file among them: its `flock` must end with locksmith).
 struct Sentinel {
     /// The write end of the pipe the sentinel reads.
     pipe: Option<std::os::fd::OwnedFd>,
 }
 
+/// The write end of the pipe through which CMD's process, between fork and exec, tells the
+/// sentinel its process group ([`GroupTeller::tell_in_child`]). Closed by exec (and dropped by
+/// locksmith once CMD is spawned): a sentinel that reads end of file before a group was told
+/// (CMD could not be started, or locksmith died first) has nobody to stop and exits.
+struct GroupTeller(std::os::fd::OwnedFd);
+
 impl Sentinel {
-    fn start(group: i32, grace: Duration) -> io::Result<Sentinel> {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        let mut fds = [0; 2];
-        // SAFETY: pipe2(2) writes two descriptors into `fds`.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors are new and ours alone.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    /// Forks the sentinel; returns it with the [`GroupTeller`] that CMD's process must use.
+    fn start(grace: Duration) -> io::Result<(Sentinel, GroupTeller)> {
+        use std::os::fd::AsRawFd;
+        let (ended_read, ended_write) = cloexec_pipe()?;
+        let (group_read, group_write) = cloexec_pipe()?;
         let grace = libc::timespec {
             tv_sec: libc::time_t::try_from(grace.as_secs()).unwrap_or(libc::time_t::MAX),
             // Below 10^9: fits a 32-bit `c_long` too.
@@ -67,21 +74,56 @@ impl Sentinel {
         // only (no allocation, no lock) and never returns.
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
-            0 => unsafe { watch(read.as_raw_fd(), group, grace) },
-            _ => Ok(Sentinel { pipe: Some(write) }),
+            0 => unsafe { watch(ended_read.as_raw_fd(), group_read.as_raw_fd(), grace) },
+            _ => Ok((
+                Sentinel {
+                    pipe: Some(ended_write),
+                },
+                GroupTeller(group_write),
+            )),
         }
     }
 }
 
-/// The sentinel's life, in the forked child: stdin is the pipe (`pipe`), stdout and stderr
-/// `/dev/null`, every other descriptor closed; INT, TERM, HUP and QUIT ignored, in a process
-/// group of its own; then a byte on the pipe ends it, and end of file stops `group` (SIGTERM,
-/// SIGKILL after `grace`).
+impl GroupTeller {
+    /// In CMD's process, between fork and exec, once it leads its own process group: writes its
+    /// pid (= the group) for the sentinel. Async-signal-safe (getpid, write).
+    fn tell_in_child(fd: i32) {
+        // SAFETY: getpid(2) and write(2) of 4 bytes from a local: no memory is shared; a pipe
+        // write of under PIPE_BUF bytes is atomic.
+        unsafe {
+            let pid: libc::pid_t = libc::getpid();
+            libc::write(
+                fd,
+                (&pid as *const libc::pid_t).cast(),
+                std::mem::size_of::<libc::pid_t>(),
+            );
+        }
+    }
+}
+
+/// A pipe whose two ends close on exec.
+fn cloexec_pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2(2) writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and ours alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The sentinel's life, in the forked child: stdin is the pipe `ended`, stdout and stderr
+/// `/dev/null`, descriptor 3 the pipe `told`, every other descriptor closed; INT, TERM, HUP and
+/// QUIT ignored, in a process group of its own. It reads CMD's group from `told` (end of file
+/// first: nothing to watch, it exits); then a byte on `ended` ends it, and end of file stops the
+/// group (SIGTERM, SIGKILL after `grace`).
 ///
 /// # Safety
 ///
 /// Only in a child just forked: it calls async-signal-safe functions only, and `_exit`s.
-unsafe fn watch(pipe: i32, group: i32, grace: libc::timespec) -> ! {
+unsafe fn watch(ended: i32, told: i32, grace: libc::timespec) -> ! {
     unsafe {
         libc::setpgid(0, 0);
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
@@ -90,20 +132,40 @@ unsafe fn watch(pipe: i32, group: i32, grace: libc::timespec) -> ! {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        libc::dup2(pipe, 0);
+        // `told` out of the way first: either pipe may sit on 0 to 3 itself.
+        let told = libc::fcntl(told, libc::F_DUPFD, 10);
+        if told < 0 {
+            libc::_exit(0);
+        }
+        libc::dup2(ended, 0);
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if null >= 0 {
             libc::dup2(null, 1);
             libc::dup2(null, 2);
         }
+        libc::dup2(told, 3);
         #[cfg(target_os = "linux")]
-        let closed = libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) == 0;
+        let closed = libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) == 0;
         #[cfg(not(target_os = "linux"))]
         let closed = false;
         if !closed {
-            for fd in 3..65_536 {
+            for fd in 4..65_536 {
                 libc::close(fd);
             }
+        }
+        let mut group: libc::pid_t = 0;
+        let size = std::mem::size_of::<libc::pid_t>();
+        loop {
+            match libc::read(3, (&mut group as *mut libc::pid_t).cast(), size) {
+                -1 if *libc::__errno_location() == libc::EINTR => continue,
+                n if n == size as isize => break,
+                _ => libc::_exit(0),
+            }
+        }
+        libc::close(3);
+        // Never 0 or 1 (`kill(-0)` is our own group, `kill(-1)` every process we may signal).
+        if group <= 1 {
+            libc::_exit(0);
         }
         let mut byte = 0u8;
         loop {
@@ -154,6 +216,15 @@ impl Cmd {
         let Some((program, args)) = argv.split_first() else {
             return Err(Failure::new(crate::exit::USAGE, "no command given after --"));
         };
+        // Forked before CMD: see [`Sentinel`].
+        let (sentinel, teller) = match Sentinel::start(grace) {
+            Ok((sentinel, teller)) => (Some(sentinel), Some(teller)),
+            Err(e) => {
+                tracing::warn!(error = %e, "no sentinel for CMD's process group: if locksmith dies, only CMD is told");
+                (None, None)
+            }
+        };
+        let tell = teller.as_ref().map(|teller| std::os::fd::AsRawFd::as_raw_fd(&teller.0));
         let mut command = Command::new(program);
         command
             .args(args)
@@ -168,11 +239,14 @@ impl Cmd {
         let tty = terminal.as_ref().map(Terminal::fd);
         // SAFETY: the closure runs in the forked child before exec (after it made its own process
         // group) and calls only async-signal-safe functions (prctl, getppid, kill, sigprocmask,
-        // tcsetpgrp, sigaction); `saved` was allocated before the fork.
+        // tcsetpgrp, sigaction, getpid, write); `saved` was allocated before the fork.
         #[cfg(target_os = "linux")]
         let parent = std::process::id();
         unsafe {
             command.pre_exec(move || {
+                if let Some(fd) = tell {
+                    GroupTeller::tell_in_child(fd);
+                }
                 #[cfg(target_os = "linux")]
                 {
                     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
@@ -195,14 +269,9 @@ impl Cmd {
                 _ => Failure::new(CANNOT_EXECUTE, format!("{program}: cannot execute: {e}")),
             }
         })?;
+        // CMD's process told the sentinel its group before exec; only it may write there.
+        drop(teller);
         let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-        let sentinel = group.and_then(|group| match Sentinel::start(group, grace) {
-            Ok(sentinel) => Some(sentinel),
-            Err(e) => {
-                tracing::warn!(error = %e, "no sentinel for CMD's process group: if locksmith dies, only CMD is told");
-                None
-            }
-        });
         // CMD took the terminal itself before exec; doing it here too (as shells do) leaves no
         // doubt, and sets locksmith up to be in the background meanwhile.
         if let (Some(terminal), Some(group)) = (terminal.as_mut(), group) {
@@ -342,9 +411,12 @@ mod tests {
             .spawn()
             .unwrap();
         let group = member.id() as i32;
-        let sentinel = runtime
-            .block_on(async { Sentinel::start(group, Duration::from_millis(100)) })
+        let (sentinel, teller) = runtime
+            .block_on(async { Sentinel::start(Duration::from_millis(100)) })
             .unwrap();
+        let mut teller = std::fs::File::from(teller.0);
+        std::io::Write::write_all(&mut teller, &group.to_ne_bytes()).unwrap();
+        drop(teller);
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             let _sentinel = sentinel;
             panic!("a bug while CMD runs");

@@ -114,6 +114,17 @@ pub async fn until_waiters(locker: &Locker, name: &str, n: usize, limit: Duratio
     .await;
 }
 
+/// Waits (within `limit`) until `name` has at most `n` waiters on `locker`'s view: for a
+/// cancelled call's queue entry, which its clean-up removes in the background.
+pub async fn until_waiters_at_most(locker: &Locker, name: &str, n: usize, limit: Duration) {
+    within(limit, "the waiters to leave", async {
+        while locker.inspect(name).await.expect("inspect").waiters > n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
 /// Makes the builder of one kind of lock on a locker, for a lock name (a permit, a reader, a
 /// writer): for the tests that go through the kinds in turn.
 pub(crate) type Builder = fn(&Locker, &str) -> crate::LockBuilder;

@@ -18,7 +18,7 @@
 //! server and reruns never see leftovers of earlier runs. Every wait is bounded: a backend that
 //! hangs fails the test instead of hanging the suite.
 
-pub use harness::{env_url, unique_name, until_waiters, within, Harness};
+pub use harness::{env_url, unique_name, until_waiters, until_waiters_at_most, within, Harness};
 
 pub mod composite;
 pub mod deadlines;
