@@ -12,15 +12,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+use locksmith_core::driver::tls::client_config;
 use locksmith_core::driver::url::TlsFiles;
 use locksmith_core::driver::BackendUrl;
 use locksmith_core::Result;
@@ -51,47 +51,12 @@ impl Tls {
         }
     }
 
-    /// TLS with `files` (read from `url`, which names them in errors).
+    /// TLS with `files` (read from `url`, which names them in errors): the configuration every
+    /// backend builds ([`locksmith_core::driver::tls::client_config`]).
     pub fn new(url: &BackendUrl, files: &TlsFiles) -> Result<Tls> {
-        // The crypto provider, if the program chose none (as the other backends do).
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let mut roots = RootCertStore::empty();
-        match &files.ca {
-            Some(pem) => {
-                for cert in CertificateDer::pem_slice_iter(pem) {
-                    let cert = cert.map_err(|e| url.error(format!("ca=: not a PEM certificate bundle: {e}")))?;
-                    roots
-                        .add(cert)
-                        .map_err(|e| url.error(format!("ca=: a certificate rustls refuses: {e}")))?;
-                }
-                if roots.is_empty() {
-                    return Err(url.error("ca=: no certificate in the file"));
-                }
-            }
-            None => {
-                let found = rustls_native_certs::load_native_certs();
-                roots.add_parsable_certificates(found.certs);
-                if roots.is_empty() {
-                    return Err(url.error("no ca= and no system root certificates to verify the server with"));
-                }
-            }
-        }
-        let builder = ClientConfig::builder().with_root_certificates(roots);
-        let config = match &files.identity {
-            None => builder.with_no_client_auth(),
-            Some((cert, key)) => {
-                let chain = CertificateDer::pem_slice_iter(cert)
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(|e| url.error(format!("cert=: not a PEM certificate: {e}")))?;
-                let key = PrivateKeyDer::from_pem_slice(key)
-                    .map_err(|e| url.error(format!("key=: not a PEM private key: {e}")))?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| url.error(format!("cert= and key=: {e}")))?
-            }
-        };
+        let config = client_config(files).map_err(|e| url.error(e.to_string()))?;
         Ok(Tls {
-            config: Some(Arc::new(config)),
+            config: Some(config),
             server_name: files.server_name.clone(),
         })
     }

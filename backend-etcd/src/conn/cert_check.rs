@@ -8,13 +8,11 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::Arc;
 use std::time::Duration;
 
 use locksmith_core::driver::permanent::{tls_failure_in, TlsFailure};
 use locksmith_core::driver::url::TlsFiles;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 
 /// How long the probe of one endpoint may take.
 const PROBE: Duration = Duration::from_secs(2);
@@ -41,24 +39,11 @@ fn probe(endpoint: &str, tls: &TlsFiles) -> Option<TlsFailure> {
         .map_or(endpoint, |(_, rest)| rest)
         .trim_end_matches('/');
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(tls.ca.as_deref()?) {
-        roots.add(cert.ok()?).ok()?;
-    }
-    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
-    let config = match &tls.identity {
-        Some((cert, key)) => {
-            let chain = CertificateDer::pem_slice_iter(cert)
-                .collect::<Result<Vec<_>, _>>()
-                .ok()?;
-            builder
-                .with_client_auth_cert(chain, PrivateKeyDer::from_pem_slice(key).ok()?)
-                .ok()?
-        }
-        None => builder.with_no_client_auth(),
-    };
+    // Without `ca=` the system's roots are the client's business, not the probe's.
+    tls.ca.as_ref()?;
+    let config = locksmith_core::driver::tls::client_config(tls).ok()?;
     let name = ServerName::try_from(tls.server_name.clone().unwrap_or_else(|| host.to_owned())).ok()?;
-    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let mut conn = rustls::ClientConnection::new(config, name).ok()?;
     let socket_addr = addr.to_socket_addrs().ok()?.next()?;
     let mut sock = TcpStream::connect_timeout(&socket_addr, PROBE).ok()?;
     sock.set_read_timeout(Some(PROBE)).ok()?;

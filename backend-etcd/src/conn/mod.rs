@@ -42,9 +42,7 @@ pub(crate) struct Stats {
 #[cfg(feature = "tls")]
 pub(crate) fn with_tls(options: ConnectOptions, tls: &locksmith_core::driver::url::TlsFiles) -> Result<ConnectOptions> {
     use etcd_client::{Certificate, Identity, TlsOptions};
-    // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
-    // in (the program's other crates may bring ring): aws-lc-rs, unless the program chose.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    locksmith_core::driver::tls::install_provider();
     let mut config = TlsOptions::new();
     config = match &tls.ca {
         Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),

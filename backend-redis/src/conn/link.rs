@@ -693,7 +693,7 @@ fn client_for(config: &Config, url: &str) -> RedisResult<Client> {
         None => Client::open(info),
         #[cfg(feature = "tls")]
         Some(tls) => {
-            install_crypto_provider();
+            locksmith_core::driver::tls::install_provider();
             Client::build_with_tls(info, certificates(tls))
         }
         #[cfg(not(feature = "tls"))]
@@ -714,14 +714,6 @@ fn with_auth(config: &Config, url: &str) -> String {
             escape(password.as_deref().unwrap_or(""))
         ),
     }
-}
-
-/// The redis client builds its TLS configuration with rustls's process-wide crypto provider:
-/// choose aws-lc-rs unless the program installed one (with several providers compiled in, rustls
-/// cannot choose by itself).
-#[cfg(feature = "tls")]
-fn install_crypto_provider() {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
 #[cfg(feature = "tls")]
@@ -746,7 +738,7 @@ fn needs_tls() -> RedisError {
 #[cfg(feature = "tls")]
 fn with_sentinel_tls(builder: SentinelClientBuilder, config: &Config) -> RedisResult<SentinelClientBuilder> {
     let Some(tls) = &config.tls else { return Ok(builder) };
-    install_crypto_provider();
+    locksmith_core::driver::tls::install_provider();
     // rediss+sentinel://: the sentinels are reached over TLS too, with the same files.
     Ok(builder
         .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
@@ -768,7 +760,7 @@ fn with_cluster_tls(builder: ClusterClientBuilder, config: &Config) -> ClusterCl
     match &config.tls {
         None => builder,
         Some(tls) => {
-            install_crypto_provider();
+            locksmith_core::driver::tls::install_provider();
             builder.tls(redis::TlsMode::Secure).certs(certificates(tls))
         }
     }

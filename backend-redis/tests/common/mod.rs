@@ -157,7 +157,7 @@ pub async fn secure_admin(
     // The redis client's rustls needs a process-wide crypto provider, which locksmith installs
     // when it connects; a test whose first TLS connection is this one (run alone, filtered)
     // panicked in rustls without it.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    locksmith_core::driver::tls::install_provider();
     let parsed = BackendUrl::parse(url).expect("url");
     let files = parsed.tls_files().expect("TLS files");
     let (user, password) = match who {

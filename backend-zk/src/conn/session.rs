@@ -475,9 +475,7 @@ async fn secure_connect(
     tls: &locksmith_core::driver::url::TlsFiles,
     hosts: &str,
 ) -> std::result::Result<zk::Client, zk::Error> {
-    // rustls needs a process-wide crypto provider, and cannot pick one when several are compiled
-    // in (the program's other crates may bring ring): aws-lc-rs, unless the program chose.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    locksmith_core::driver::tls::install_provider();
     let pem = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let mut options = zk::TlsOptions::new();
     if let Some(ca) = &tls.ca {

@@ -15,9 +15,8 @@ use std::time::Duration;
 use locksmith_core::driver::permanent::{self, TlsFailure};
 use locksmith_core::driver::url::TlsFiles;
 use locksmith_core::LockError;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Resolves with [`LockError::Denied`] once a handshake with every server of `connect_string`
@@ -25,7 +24,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// session established at once costs no extra connection.
 pub(crate) async fn refused(tls: &TlsFiles, connect_string: &str, what: &str, delay: Duration) -> LockError {
     tokio::time::sleep(delay).await;
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let Some(config) = client_config(tls) else {
         return std::future::pending().await;
     };
@@ -107,22 +105,9 @@ async fn plain_answer(server: &str) -> Option<String> {
 
 /// The client configuration the ZooKeeper client makes of the same files.
 fn client_config(tls: &TlsFiles) -> Option<Arc<ClientConfig>> {
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(tls.ca.as_deref()?) {
-        roots.add(cert.ok()?).ok()?;
-    }
-    let builder = ClientConfig::builder().with_root_certificates(roots);
-    let config = match &tls.identity {
-        Some((cert, key)) => {
-            let certs = CertificateDer::pem_slice_iter(cert)
-                .collect::<Result<Vec<_>, _>>()
-                .ok()?;
-            let key = PrivateKeyDer::from_pem_slice(key).ok()?;
-            builder.with_client_auth_cert(certs, key).ok()?
-        }
-        None => builder.with_no_client_auth(),
-    };
-    Some(Arc::new(config))
+    // zks:// requires `ca=` (the URL's parser says so): without it there is nothing to probe with.
+    tls.ca.as_ref()?;
+    locksmith_core::driver::tls::client_config(tls).ok()
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 //! | [`cleanup`] | spawns background clean-up that `Locker::shutdown` and failed calls wait for |
 //! | [`GuardedWrite`], [`refuse_if_inside`], [`data_key_under`] | applies a guarded write atomically with its lease check; refuses keys of its own namespace; names a lock's data keys |
 //! | [`observe`] | observes an election by reading it again on each change (backends told *that* it changed) |
+//! | `tls` (feature `tls`) | installs the one crypto provider; builds the rustls client configuration from a URL's `ca=`, `cert=`, `key=` |
 //! | [`permanent`] | tells TLS failures that cannot heal (no TLS on the server, an untrusted, misnamed or expired certificate, a refused client certificate) from an outage: `Denied`, not `Unavailable` |
 //!
 //! The shared conformance suite a backend must pass is [`crate::conformance`] (feature
@@ -29,6 +30,9 @@ pub mod cleanup;
 pub mod observe;
 pub mod permanent;
 pub mod queue;
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub mod tls;
 pub mod url;
 
 pub use crate::backend::{LockBackend, DEFAULT_REQUEST_TIMEOUT};
