@@ -150,212 +150,59 @@ pub(crate) struct Config {
     pub(crate) allow_eviction: bool,
 }
 
+/// The form of a URL's scheme: which [`Topology`] its hosts make.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Servers,
+    Sentinel,
+    Cluster,
+}
+
+/// The replica confirmation of grants: `min_replicas` and `replica_timeout`.
+struct Replicas {
+    min: u32,
+    timeout: Duration,
+}
+
+/// The plain layout's sharing with polling clients: `poller_gap` and `max_pass_over`.
+struct Polling {
+    gap: Duration,
+    max_pass_over: Duration,
+}
+
 impl Config {
     /// Validates `url`; every problem is a [`locksmith_core::LockError::InvalidUrl`].
     pub(crate) fn parse(url: &BackendUrl) -> Result<Config> {
-        let (tls, kind) = match url.scheme.as_str() {
-            "redis" => (false, "servers"),
-            "rediss" => (true, "servers"),
-            "redis+sentinel" => (false, "sentinel"),
-            "rediss+sentinel" => (true, "sentinel"),
-            "redis-cluster" => (false, "cluster"),
-            "rediss-cluster" => (true, "cluster"),
-            _ => {
-                return Err(url.error(
-                    "expected redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis-cluster:// or rediss-cluster://",
-                ))
-            }
-        };
+        let (tls, kind) = scheme(url)?;
         url.expect_only_options(OPTIONS)?;
         let hosts = url.expect_hosts()?;
-        let number = |what: &str, text: &str| -> Result<u32> {
-            text.parse()
-                .map_err(|_| url.error(format!("{what} must be a database number, not {text:?}")))
-        };
-        let host_ports = || {
-            hosts
-                .iter()
-                .map(|h| (h.host.clone(), h.port.unwrap_or(DEFAULT_PORT)))
-                .collect()
-        };
-        let (topology, db) = match kind {
-            "servers" => {
-                if url.query.contains_key("db") {
-                    return Err(url.error("give the database as the path: redis://host/N"));
-                }
-                let db = if url.path.is_empty() {
-                    0
-                } else {
-                    number("the path", &url.path)?
-                };
-                // A quorum counts servers: one named twice would count twice toward a majority.
-                let mut seen = std::collections::HashSet::new();
-                for h in hosts {
-                    if !seen.insert((h.host.to_ascii_lowercase(), h.port.unwrap_or(DEFAULT_PORT))) {
-                        return Err(url.error(format!(
-                            "{} is named twice: the masters of a quorum must be different servers",
-                            h.to_addr(DEFAULT_PORT)
-                        )));
-                    }
-                }
-                (Topology::Servers, db)
-            }
-            "sentinel" => {
-                if url.path.is_empty() || url.path.contains('/') {
-                    return Err(url.error("the path is the master's name: redis+sentinel://s1:26379,s2:26379/mymaster"));
-                }
-                let sentinels = hosts
-                    .iter()
-                    .map(|h| (h.host.clone(), h.port.unwrap_or(SENTINEL_PORT)))
-                    .collect();
-                let db = match url.query.get("db") {
-                    None => 0,
-                    Some(n) => number("db", n)?,
-                };
-                let master = url.path.clone();
-                (Topology::Sentinel { sentinels, master }, db)
-            }
-            _ => {
-                if !url.path.is_empty() || url.query.contains_key("db") {
-                    return Err(url.error("a Redis Cluster has only database 0: no path, no db="));
-                }
-                (Topology::Cluster { seeds: host_ports() }, 0)
-            }
-        };
-        // Replica confirmation is on by default where failing over to a replica is the point of
-        // the topology (Sentinel, Cluster): an unconfirmed grant can be lost with the master and
-        // granted again by the replica promoted in its place. One server (whose failover, if any,
-        // happens outside locksmith's view) and a quorum of masters without replicas: off.
-        let failover_topology = matches!(topology, Topology::Sentinel { .. } | Topology::Cluster { .. });
-        let min_replicas = match url.query.get("min_replicas") {
-            None if failover_topology => DEFAULT_MIN_REPLICAS_ON_FAILOVER,
-            None => 0,
-            Some(n) => n
-                .parse::<u32>()
-                .ok()
-                .filter(|n| *n <= 16)
-                .ok_or_else(|| url.error(format!("min_replicas={n:?}: expected a number from 0 to 16")))?,
-        };
-        if min_replicas > 0 && topology == Topology::Servers && hosts.len() > 1 {
-            return Err(url.error("min_replicas is for a master with replicas; the masters of a quorum have none"));
-        }
-        let replica_timeout = url
-            .duration_option("replica_timeout")?
-            .unwrap_or(DEFAULT_REPLICA_TIMEOUT);
-        if replica_timeout.is_zero() {
-            return Err(url.error("replica_timeout must be greater than zero"));
-        }
-        let prefix = url
-            .query
-            .get("prefix")
-            .cloned()
-            .unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
-        if prefix.contains(['{', '}']) {
-            return Err(url.error("prefix must not contain { or } (they delimit the hash tag)"));
-        }
-        if prefix.starts_with(DATA_PREFIX) {
-            return Err(url.error(format!(
-                "prefix must not begin with {:?}: guarded writes' data keys do",
-                DATA_PREFIX
-            )));
-        }
-        let layout = match url.query.get("layout").map(String::as_str) {
-            None | Some("default") => Layout::Default,
-            Some("plain") => Layout::Plain,
-            Some(other) => return Err(url.error(format!("layout={other:?}; expected default or plain"))),
-        };
+        let (topology, db) = topology(url, kind)?;
+        let connect_timeout = url.positive_duration_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
+        let response_timeout = url.positive_duration_option("response_timeout", DEFAULT_RESPONSE_TIMEOUT)?;
+        let replicas = replicas(url, &topology, hosts.len(), response_timeout)?;
+        let (prefix, layout) = keys(url)?;
         let allow_eviction = match url.query.get("eviction").map(String::as_str) {
             None | Some("refuse") => false,
             Some("allow") => true,
             Some(other) => return Err(url.error(format!("eviction={other:?}; expected refuse or allow"))),
         };
-        let connect_timeout = url.positive_duration_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?;
-        let response_timeout = url.positive_duration_option("response_timeout", DEFAULT_RESPONSE_TIMEOUT)?;
-        if min_replicas > 0 && replica_timeout >= response_timeout {
-            return Err(url.error(format!(
-                "replica_timeout ({replica_timeout:?}) must be shorter than response_timeout ({response_timeout:?}): \
-                 WAIT blocks for up to replica_timeout (min_replicas={min_replicas}; 0 turns replica confirmation off)"
-            )));
-        }
         let waiter_ttl = url.positive_duration_option("waiter_ttl", DEFAULT_WAITER_TTL)?;
         if waiter_ttl < Duration::from_millis(300) {
             return Err(url.error("waiter_ttl must be at least 300ms"));
         }
-        let fence_floor =
-            match url.query.get("fence_floor").map(String::as_str) {
-                None | Some("time") => FenceFloor::Time,
-                Some("none") => FenceFloor::None,
-                // Below 2^52: the scripts count in Lua's doubles, exact up to 2^53, so a floor
-                // near that would leave no room for the tokens after it (they would repeat).
-                Some(n) => FenceFloor::Fixed(n.parse().ok().filter(|n| *n < (1u64 << 52)).ok_or_else(|| {
-                    url.error(format!("fence_floor={n:?}; expected time, none or a number below 2^52"))
-                })?),
-            };
-        let restart_delay = url.duration_option("restart_delay")?.unwrap_or(DEFAULT_RESTART_DELAY);
-        if restart_delay > locksmith_core::MAX_TTL {
-            return Err(url.error(format!("restart_delay must be at most {:?}", locksmith_core::MAX_TTL)));
-        }
-        let default_ttl = url.lock_ttl_option()?;
-        if let Some(ttl) = default_ttl.filter(|ttl| !restart_delay.is_zero() && *ttl > restart_delay) {
-            return Err(url.error(format!(
-                "ttl={ttl:?} is longer than restart_delay ({restart_delay:?}): no lock's TTL may be longer \
-                 (see \"After data loss\" in the Redis backend's docs); raise restart_delay to at least the TTL"
-            )));
-        }
-        let poller_gap = url.duration_option("poller_gap")?.unwrap_or(Duration::ZERO);
-        let max_pass_over = url.duration_option("max_pass_over")?;
-        if (!poller_gap.is_zero() || max_pass_over.is_some()) && layout != Layout::Plain {
-            return Err(url.error(
-                "poller_gap and max_pass_over are for layout=plain (clients that poll share only that layout)",
-            ));
-        }
-        if max_pass_over.is_some() && poller_gap.is_zero() {
-            return Err(url.error("max_pass_over needs a poller_gap"));
-        }
-        if poller_gap > Duration::from_secs(60) {
-            return Err(url.error("poller_gap must be at most 60s"));
-        }
-        let max_pass_over = max_pass_over.unwrap_or(DEFAULT_MAX_PASS_OVER);
-        let tls_files = url.tls_files()?;
-        if !tls && (tls_files.ca.is_some() || tls_files.identity.is_some() || tls_files.server_name.is_some()) {
-            return Err(url.error("ca, cert, key and server_name are TLS options: use rediss://"));
-        }
-        if tls_files.server_name.is_some() {
-            return Err(url.error(
-                "server_name is not supported on rediss:// (the redis client verifies the host of the URL): \
-                 connect to a name the server's certificate has",
-            ));
-        }
-        if tls && !cfg!(feature = "tls") {
-            return Err(url.error("rediss:// needs the `tls` feature of locksmith (or of locksmith-redis)"));
-        }
+        let fence_floor = fence_floor(url)?;
+        let (restart_delay, default_ttl) = restart_delay_and_ttl(url)?;
+        let polling = polling(url, layout)?;
+        let tls_files = tls_files(url, tls)?;
         let password = url.password()?;
-        let auth = match (url.user(), &password) {
-            (None, None) => String::new(),
-            (Some(user), None) => format!("{}@", escape(user)),
-            (user, Some(pass)) => format!("{}:{}@", escape(user.unwrap_or("")), escape(pass)),
-        };
-        let scheme = if tls { "rediss" } else { "redis" };
-        let (addrs, node_urls) = match &topology {
-            Topology::Servers => {
-                let addrs: Vec<String> = hosts.iter().map(|h| h.to_addr(DEFAULT_PORT)).collect();
-                let urls = addrs.iter().map(|a| format!("{scheme}://{auth}{a}/{db}")).collect();
-                (addrs, urls)
-            }
-            // One logical server, whose address is found at run time.
-            Topology::Sentinel { master, .. } => (vec![format!("sentinel master {master:?}")], vec![String::new()]),
-            Topology::Cluster { seeds } => {
-                let seeds: Vec<String> = seeds.iter().map(|(h, p)| host_port(h, *p)).collect();
-                (vec![format!("cluster {}", seeds.join(","))], vec![String::new()])
-            }
-        };
+        let (addrs, node_urls) = node_urls(url, &topology, db, tls, password.as_deref());
         Ok(Config {
             topology,
             db,
             user: url.user().map(str::to_owned),
             password,
-            min_replicas,
-            replica_timeout,
+            min_replicas: replicas.min,
+            replica_timeout: replicas.timeout,
             default_ttl,
             node_urls,
             tls: tls.then_some(tls_files),
@@ -367,8 +214,8 @@ impl Config {
             waiter_ttl,
             fence_floor,
             restart_delay,
-            poller_gap,
-            max_pass_over,
+            poller_gap: polling.gap,
+            max_pass_over: polling.max_pass_over,
             allow_eviction,
         })
     }
@@ -387,7 +234,244 @@ impl Config {
     }
 }
 
-/// Percent-encodes a user name or password for the connection URL.
+/// Whether the scheme asks for TLS, and the form of URL it is.
+fn scheme(url: &BackendUrl) -> Result<(bool, Kind)> {
+    Ok(match url.scheme.as_str() {
+        "redis" => (false, Kind::Servers),
+        "rediss" => (true, Kind::Servers),
+        "redis+sentinel" => (false, Kind::Sentinel),
+        "rediss+sentinel" => (true, Kind::Sentinel),
+        "redis-cluster" => (false, Kind::Cluster),
+        "rediss-cluster" => (true, Kind::Cluster),
+        _ => {
+            return Err(url.error(
+                "expected redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis-cluster:// or rediss-cluster://",
+            ))
+        }
+    })
+}
+
+/// The servers and the database: the path is the database on `redis://`, the master's name on
+/// a Sentinel URL (whose database is `db=`), nothing on a cluster (database 0).
+fn topology(url: &BackendUrl, kind: Kind) -> Result<(Topology, u32)> {
+    let hosts = url.expect_hosts()?;
+    let number = |what: &str, text: &str| -> Result<u32> {
+        text.parse()
+            .map_err(|_| url.error(format!("{what} must be a database number, not {text:?}")))
+    };
+    let with_port = |default: u16| -> Vec<(String, u16)> {
+        hosts
+            .iter()
+            .map(|h| (h.host.clone(), h.port.unwrap_or(default)))
+            .collect()
+    };
+    match kind {
+        Kind::Servers => {
+            if url.query.contains_key("db") {
+                return Err(url.error("give the database as the path: redis://host/N"));
+            }
+            let db = if url.path.is_empty() {
+                0
+            } else {
+                number("the path", &url.path)?
+            };
+            // A quorum counts servers: one named twice would count twice toward a majority.
+            let mut seen = std::collections::HashSet::new();
+            for h in hosts {
+                if !seen.insert((h.host.to_ascii_lowercase(), h.port.unwrap_or(DEFAULT_PORT))) {
+                    return Err(url.error(format!(
+                        "{} is named twice: the masters of a quorum must be different servers",
+                        h.to_addr(DEFAULT_PORT)
+                    )));
+                }
+            }
+            Ok((Topology::Servers, db))
+        }
+        Kind::Sentinel => {
+            if url.path.is_empty() || url.path.contains('/') {
+                return Err(url.error("the path is the master's name: redis+sentinel://s1:26379,s2:26379/mymaster"));
+            }
+            let db = match url.query.get("db") {
+                None => 0,
+                Some(n) => number("db", n)?,
+            };
+            let (sentinels, master) = (with_port(SENTINEL_PORT), url.path.clone());
+            Ok((Topology::Sentinel { sentinels, master }, db))
+        }
+        Kind::Cluster => {
+            if !url.path.is_empty() || url.query.contains_key("db") {
+                return Err(url.error("a Redis Cluster has only database 0: no path, no db="));
+            }
+            Ok((
+                Topology::Cluster {
+                    seeds: with_port(DEFAULT_PORT),
+                },
+                0,
+            ))
+        }
+    }
+}
+
+/// `min_replicas` and `replica_timeout`. Replica confirmation is on by default where failing over
+/// to a replica is the point of the topology (Sentinel, Cluster): an unconfirmed grant can be lost
+/// with the master and granted again by the replica promoted in its place. One server (whose
+/// failover, if any, happens outside locksmith's view) and a quorum of masters without replicas:
+/// off.
+fn replicas(url: &BackendUrl, topology: &Topology, hosts: usize, response_timeout: Duration) -> Result<Replicas> {
+    let failover_topology = matches!(topology, Topology::Sentinel { .. } | Topology::Cluster { .. });
+    let min = match url.query.get("min_replicas") {
+        None if failover_topology => DEFAULT_MIN_REPLICAS_ON_FAILOVER,
+        None => 0,
+        Some(n) => n
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n <= 16)
+            .ok_or_else(|| url.error(format!("min_replicas={n:?}: expected a number from 0 to 16")))?,
+    };
+    if min > 0 && *topology == Topology::Servers && hosts > 1 {
+        return Err(url.error("min_replicas is for a master with replicas; the masters of a quorum have none"));
+    }
+    let timeout = url
+        .duration_option("replica_timeout")?
+        .unwrap_or(DEFAULT_REPLICA_TIMEOUT);
+    if timeout.is_zero() {
+        return Err(url.error("replica_timeout must be greater than zero"));
+    }
+    if min > 0 && timeout >= response_timeout {
+        return Err(url.error(format!(
+            "replica_timeout ({timeout:?}) must be shorter than response_timeout ({response_timeout:?}): \
+             WAIT blocks for up to replica_timeout (min_replicas={min}; 0 turns replica confirmation off)"
+        )));
+    }
+    Ok(Replicas { min, timeout })
+}
+
+/// Where the keys live: `prefix` (no hash-tag braces, not the data keys' prefix) and `layout`.
+fn keys(url: &BackendUrl) -> Result<(String, Layout)> {
+    let prefix = url
+        .query
+        .get("prefix")
+        .cloned()
+        .unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+    if prefix.contains(['{', '}']) {
+        return Err(url.error("prefix must not contain { or } (they delimit the hash tag)"));
+    }
+    if prefix.starts_with(DATA_PREFIX) {
+        return Err(url.error(format!(
+            "prefix must not begin with {:?}: guarded writes' data keys do",
+            DATA_PREFIX
+        )));
+    }
+    let layout = match url.query.get("layout").map(String::as_str) {
+        None | Some("default") => Layout::Default,
+        Some("plain") => Layout::Plain,
+        Some(other) => return Err(url.error(format!("layout={other:?}; expected default or plain"))),
+    };
+    Ok((prefix, layout))
+}
+
+/// `fence_floor`: `time` (the default), `none`, or a number below 2^52 (the scripts count in
+/// Lua's doubles, exact up to 2^53, so a floor near that would leave no room for the tokens
+/// after it: they would repeat).
+fn fence_floor(url: &BackendUrl) -> Result<FenceFloor> {
+    Ok(match url.query.get("fence_floor").map(String::as_str) {
+        None | Some("time") => FenceFloor::Time,
+        Some("none") => FenceFloor::None,
+        Some(n) => FenceFloor::Fixed(
+            n.parse()
+                .ok()
+                .filter(|n| *n < (1u64 << 52))
+                .ok_or_else(|| url.error(format!("fence_floor={n:?}; expected time, none or a number below 2^52")))?,
+        ),
+    })
+}
+
+/// `restart_delay` and the default lock `ttl`, which may not be longer (see "After data loss" in
+/// the crate docs).
+fn restart_delay_and_ttl(url: &BackendUrl) -> Result<(Duration, Option<Duration>)> {
+    let restart_delay = url.duration_option("restart_delay")?.unwrap_or(DEFAULT_RESTART_DELAY);
+    if restart_delay > locksmith_core::MAX_TTL {
+        return Err(url.error(format!("restart_delay must be at most {:?}", locksmith_core::MAX_TTL)));
+    }
+    let default_ttl = url.lock_ttl_option()?;
+    if let Some(ttl) = default_ttl.filter(|ttl| !restart_delay.is_zero() && *ttl > restart_delay) {
+        return Err(url.error(format!(
+            "ttl={ttl:?} is longer than restart_delay ({restart_delay:?}): no lock's TTL may be longer \
+             (see \"After data loss\" in the Redis backend's docs); raise restart_delay to at least the TTL"
+        )));
+    }
+    Ok((restart_delay, default_ttl))
+}
+
+/// `poller_gap` and `max_pass_over`: for the plain layout only, the second with the first.
+fn polling(url: &BackendUrl, layout: Layout) -> Result<Polling> {
+    let gap = url.duration_option("poller_gap")?.unwrap_or(Duration::ZERO);
+    let max_pass_over = url.duration_option("max_pass_over")?;
+    if (!gap.is_zero() || max_pass_over.is_some()) && layout != Layout::Plain {
+        return Err(
+            url.error("poller_gap and max_pass_over are for layout=plain (clients that poll share only that layout)")
+        );
+    }
+    if max_pass_over.is_some() && gap.is_zero() {
+        return Err(url.error("max_pass_over needs a poller_gap"));
+    }
+    if gap > Duration::from_secs(60) {
+        return Err(url.error("poller_gap must be at most 60s"));
+    }
+    Ok(Polling {
+        gap,
+        max_pass_over: max_pass_over.unwrap_or(DEFAULT_MAX_PASS_OVER),
+    })
+}
+
+/// The TLS files, read: only on a `rediss` scheme, without `server_name` (the redis client
+/// verifies the URL's host), and only with the `tls` feature.
+fn tls_files(url: &BackendUrl, tls: bool) -> Result<locksmith_core::driver::url::TlsFiles> {
+    let files = url.tls_files()?;
+    if !tls && (files.ca.is_some() || files.identity.is_some() || files.server_name.is_some()) {
+        return Err(url.error("ca, cert, key and server_name are TLS options: use rediss://"));
+    }
+    if files.server_name.is_some() {
+        return Err(url.error(
+            "server_name is not supported on rediss:// (the redis client verifies the host of the URL): \
+             connect to a name the server's certificate has",
+        ));
+    }
+    if tls && !cfg!(feature = "tls") {
+        return Err(url.error("rediss:// needs the `tls` feature of locksmith (or of locksmith-redis)"));
+    }
+    Ok(files)
+}
+
+/// The masters' addresses (for messages) and connection URLs (with the credentials): one per
+/// server of `redis://`; one logical server, found at run time, for Sentinel and Cluster.
+fn node_urls(
+    url: &BackendUrl,
+    topology: &Topology,
+    db: u32,
+    tls: bool,
+    password: Option<&str>,
+) -> (Vec<String>, Vec<String>) {
+    let auth = match (url.user(), password) {
+        (None, None) => String::new(),
+        (Some(user), None) => format!("{}@", escape(user)),
+        (user, Some(pass)) => format!("{}:{}@", escape(user.unwrap_or("")), escape(pass)),
+    };
+    let scheme = if tls { "rediss" } else { "redis" };
+    match topology {
+        Topology::Servers => {
+            let addrs: Vec<String> = url.hosts.iter().map(|h| h.to_addr(DEFAULT_PORT)).collect();
+            let urls = addrs.iter().map(|a| format!("{scheme}://{auth}{a}/{db}")).collect();
+            (addrs, urls)
+        }
+        Topology::Sentinel { master, .. } => (vec![format!("sentinel master {master:?}")], vec![String::new()]),
+        Topology::Cluster { seeds } => {
+            let seeds: Vec<String> = seeds.iter().map(|(h, p)| host_port(h, *p)).collect();
+            (vec![format!("cluster {}", seeds.join(","))], vec![String::new()])
+        }
+    }
+}
+
 /// `host:port`, with an IPv6 host in brackets.
 pub(crate) fn host_port(host: &str, port: u16) -> String {
     if host.contains(':') {
@@ -397,6 +481,7 @@ pub(crate) fn host_port(host: &str, port: u16) -> String {
     }
 }
 
+/// Percent-encodes a user name or password for the connection URL.
 pub(crate) fn escape(s: &str) -> String {
     use std::fmt::Write;
     let mut out = String::with_capacity(s.len());
