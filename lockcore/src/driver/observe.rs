@@ -2,6 +2,7 @@
 //! and are told (by the kernel, a watch, an in-process notification) when the election's state
 //! changed, rather than being pushed the new leader itself (`mem://`, `file://`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::election::{Leader, LeaderWatch};
-use crate::error::Result;
+use crate::error::{LockError, Result};
 
 /// Who leads an election, as one read of a backend's state says.
 #[derive(Clone, Debug)]
@@ -38,13 +39,60 @@ impl LeaderRead {
 /// dead (a killed or paused process), and its entry then runs out without anyone notifying.
 pub const PENDING_RECHECK: Duration = Duration::from_secs(1);
 
+/// After a read that failed (an outage), how long the observation waits before it reads again,
+/// unless a notification comes first.
+pub const RETRY_AFTER_ERROR: Duration = Duration::from_millis(200);
+
+/// One read of an election: who leads, and when to read again if nothing notifies before (the
+/// leader's lease or the first candidate's entry runs out then; `None`: only a notification
+/// changes the answer).
+#[derive(Clone, Debug)]
+pub struct Reading {
+    /// Who leads.
+    pub now: LeaderRead,
+    /// When the answer changes unless someone acts.
+    pub read_again_at: Option<Instant>,
+}
+
+impl From<LeaderRead> for Reading {
+    /// Read again at the leader's expiry, after [`PENDING_RECHECK`] during a hand-over, and only
+    /// when notified when nobody leads or waits.
+    fn from(now: LeaderRead) -> Reading {
+        let read_again_at = match &now {
+            LeaderRead::Leads(_, expiry) => Some(*expiry),
+            LeaderRead::Pending => Some(Instant::now() + PENDING_RECHECK),
+            LeaderRead::Nobody => None,
+        };
+        Reading { now, read_again_at }
+    }
+}
+
 /// Observes an election: `read` says who leads now; it runs once at once (the first value), and
 /// again, in a task, each time `changed` is notified (registered before each read, so no change
 /// is missed) and when the leader's lease runs out. A handover is one change: while a candidate
 /// first in line is about to take over ([`LeaderRead::Pending`]), the last leader stays reported
 /// (read again every [`PENDING_RECHECK`] meanwhile).
 /// `read` returns `None` when the backend is gone, which ends the observation (the watch's
-/// `changed()` then fails), and an error to try again at the next change.
+/// `changed()` then fails), and an error to try again at the next change or after
+/// [`RETRY_AFTER_ERROR`] ([`LockError::Closed`](crate::LockError::Closed) ends it too).
+///
+/// # Errors
+///
+/// The first read's error.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use locksmith_core::driver::observe::{observe_by_reading, LeaderRead};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let changed = Arc::new(tokio::sync::Notify::new());
+/// let watch = observe_by_reading(changed, || Some(Ok(LeaderRead::Nobody))).unwrap();
+/// assert!(watch.leader().is_none());
+/// # }
+/// ```
 pub fn observe_by_reading<R>(changed: Arc<Notify>, mut read: R) -> Result<LeaderWatch>
 where
     R: FnMut() -> Option<Result<LeaderRead>> + Send + 'static,
@@ -53,23 +101,56 @@ where
         Some(first) => first?.leader(),
         None => None,
     };
+    Ok(observe_from(changed, first, move || {
+        let now = read().map(|r| r.map(Reading::from));
+        std::future::ready(now)
+    }))
+}
+
+/// [`observe_by_reading`] with a read that awaits the server (a query), and says itself when to
+/// read again ([`Reading::read_again_at`]).
+///
+/// # Errors
+///
+/// The first read's error.
+///
+/// # Cancel safety
+///
+/// Dropping the future before it resolves starts nothing: the observation's task is spawned
+/// only after the first read answered.
+pub async fn observe_by_reading_async<R, F>(changed: Arc<Notify>, mut read: R) -> Result<LeaderWatch>
+where
+    R: FnMut() -> F + Send + 'static,
+    F: Future<Output = Option<Result<Reading>>> + Send + 'static,
+{
+    let first = match read().await {
+        Some(first) => first?.now.leader(),
+        None => None,
+    };
+    Ok(observe_from(changed, first, read))
+}
+
+/// The observation's task, once the first value is known.
+fn observe_from<R, F>(changed: Arc<Notify>, first: Option<Leader>, mut read: R) -> LeaderWatch
+where
+    R: FnMut() -> F + Send + 'static,
+    F: Future<Output = Option<Result<Reading>>> + Send + 'static,
+{
     let (tx, rx) = watch::channel(first);
     let task = tokio::spawn(async move {
         loop {
             let woken = changed.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let Some(now) = read() else { return };
-            let expiry = match &now {
-                Ok(LeaderRead::Leads(_, expiry)) => Some(*expiry),
-                Ok(LeaderRead::Pending) => Some(Instant::now() + PENDING_RECHECK),
-                _ => None,
-            };
-            match now {
+            let Some(now) = read().await else { return };
+            let at = match now {
                 // The grant (or the candidate leaving) notifies `changed`; a dead candidate's
                 // entry runs out silently, and the next read sees it gone.
-                Ok(LeaderRead::Pending) => {}
-                Ok(now) => {
+                Ok(Reading {
+                    now: LeaderRead::Pending,
+                    read_again_at,
+                }) => read_again_at,
+                Ok(Reading { now, read_again_at }) => {
                     let leader = now.leader();
                     tx.send_if_modified(|seen| {
                         let differs = *seen != leader;
@@ -78,18 +159,24 @@ where
                         }
                         differs
                     });
+                    read_again_at
                 }
-                Err(e) => tracing::debug!(error = %e, "reading an election failed; trying again when it changes"),
-            }
-            let far = Instant::now() + std::time::Duration::from_secs(86_400);
+                // The locker was shut down: the observation ends (`changed` fails).
+                Err(LockError::Closed) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading an election failed; trying again");
+                    Some(Instant::now() + RETRY_AFTER_ERROR)
+                }
+            };
+            let far = Instant::now() + Duration::from_secs(86_400);
             tokio::select! {
                 _ = woken => {}
-                _ = tokio::time::sleep_until(expiry.unwrap_or(far)) => {}
+                _ = tokio::time::sleep_until(at.unwrap_or(far)) => {}
                 _ = tx.closed() => return,
             }
         }
     });
-    Ok(LeaderWatch::new(rx, task))
+    LeaderWatch::new(rx, task)
 }
 
 #[cfg(test)]
