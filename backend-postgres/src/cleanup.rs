@@ -160,7 +160,28 @@ impl CleanUp for Entry {
             let left = conn.step(&segment, Op::Leave(id.clone()), Duration::ZERO).await;
             if let Err(e) = left {
                 tracing::debug!(lock = %segment, error = %e, "postgres: could not remove a queue entry; trying again");
-                cleanup::spawn(leave_again(conn, segment, id));
+                cleanup::spawn(async move {
+                    let removed = retry(
+                        REMOVAL_RETRIES,
+                        |_| conn.step(&segment, Op::Leave(id.clone()), Duration::ZERO),
+                        |e| {
+                            let heals = !matches!(e, LockError::Closed);
+                            if heals {
+                                tracing::debug!(lock = %segment, error = %e, "postgres: removing a queue entry failed again");
+                            }
+                            heals
+                        },
+                    )
+                    .await;
+                    match removed {
+                        Ok(_) => {
+                            tracing::debug!(lock = %segment, "postgres: removed a cancelled acquire's entry, tried again")
+                        }
+                        Err(RetryError::GaveUp { tries, .. }) => tracing::warn!(lock = %segment, tries,
+                            "postgres: could not remove a queue entry; it goes when its locker stops beating"),
+                        Err(RetryError::Permanent { .. }) => {}
+                    }
+                });
             }
         }))
     }
@@ -171,34 +192,12 @@ impl CleanUp for Entry {
     }
 }
 
-/// How a cancelled acquire's removal is tried again: from 50 ms, doubling to 1 s, for 120 s at
-/// most; past it, what is left goes when its locker stops beating (its shutdown removes it, or
-/// its owner row expires). The first try was the clean-up's own.
-const LEAVE_AGAIN: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1))
+/// How a cancelled acquire's removal is tried again when its first try failed: from 50 ms,
+/// doubling to 1 s, until a step answers, for 120 s at most (past it, what is left goes when its
+/// locker stops beating: its shutdown removes it, or its owner row expires), and not after the
+/// locker's shutdown (`Closed`), whose own statement removes every entry of the locker. Tried
+/// once, a removal cut off by an outage left the entry queued while its locker went on beating:
+/// the lock was granted to it later and held by nobody for its whole TTL.
+const REMOVAL_RETRIES: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1))
     .give_up_after(Duration::from_secs(120))
     .pause_first();
-
-/// Removes entry `id` of lock `segment` again, with [`LEAVE_AGAIN`]'s backoff, until a step
-/// answers (not after the locker's shutdown, `Closed`, whose own statement removes every entry
-/// of the locker). Tried once, a removal cut off by an outage left the entry queued while its
-/// locker went on beating: the lock was granted to it later and held by nobody for its whole TTL.
-async fn leave_again(conn: Arc<Conn>, segment: String, id: String) {
-    let removed = retry(
-        LEAVE_AGAIN,
-        |_| conn.step(&segment, Op::Leave(id.clone()), Duration::ZERO),
-        |e| {
-            let heals = !matches!(e, LockError::Closed);
-            if heals {
-                tracing::debug!(lock = %segment, error = %e, "postgres: removing a queue entry failed again");
-            }
-            heals
-        },
-    )
-    .await;
-    match removed {
-        Ok(_) => tracing::debug!(lock = %segment, "postgres: removed a cancelled acquire's entry, tried again"),
-        Err(RetryError::GaveUp { tries, .. }) => tracing::warn!(lock = %segment, tries,
-            "postgres: could not remove a queue entry; it goes when its locker stops beating"),
-        Err(RetryError::Permanent { .. }) => {}
-    }
-}
