@@ -88,15 +88,20 @@ impl Delays {
     pub fn reset(&mut self) {
         self.next = self.first;
     }
+
+    /// The delay after the next failure (the iterator's next item: there is always one).
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = delay.saturating_mul(2).min(self.cap);
+        delay
+    }
 }
 
 impl Iterator for Delays {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
-        let delay = self.next;
-        self.next = delay.saturating_mul(2).min(self.cap);
-        Some(delay)
+        Some(self.next_delay())
     }
 }
 
@@ -178,7 +183,7 @@ where
     let mut tries = 0u32;
     loop {
         if pause {
-            let delay = delays.next().unwrap_or(backoff.cap);
+            let delay = delays.next_delay();
             if give_up.is_some_and(|at| Instant::now() + delay >= at) {
                 return Err(RetryError::GaveUp { last, tries });
             }
