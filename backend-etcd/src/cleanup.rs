@@ -17,6 +17,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use locksmith_core::driver::armed::{Armed, CleanUp, CleanupTask};
+use locksmith_core::driver::retry::{retry, Backoff};
 use locksmith_core::{LockError, Result};
 use tokio::sync::oneshot;
 
@@ -47,12 +49,14 @@ enum Target {
 
 /// A key this attempt may have created and does not hold yet. Dropping it (armed) deletes the
 /// key in the background; [`PendingKey::disarm`] hands it over to the caller.
-pub(crate) struct PendingKey {
+pub(crate) struct PendingKey(Armed<Key>);
+
+/// What a [`PendingKey`] deletes, as far as is known now.
+struct Key {
     session: Arc<Session>,
     key: String,
     lease_id: i64,
     slot: Option<Slot>,
-    armed: bool,
     /// What the clean-up must delete, as far as is known now.
     created: Created,
     /// The outcome of the creating request while it is in flight.
@@ -62,15 +66,14 @@ pub(crate) struct PendingKey {
 impl PendingKey {
     /// Arms the guard for `key` (before the request that may create it is sent).
     pub fn new(session: Arc<Session>, key: String, lease_id: i64, slot: Option<Slot>) -> Self {
-        PendingKey {
+        PendingKey(Armed::new(Key {
             session,
             key,
             lease_id,
             slot,
-            armed: true,
             created: Created::Unknown,
             in_flight: None,
-        }
+        }))
     }
 
     /// Runs `request`, which may create the key, in a task of its own and waits for it;
@@ -82,7 +85,7 @@ impl PendingKey {
         F: Future<Output = Result<T>> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        self.in_flight = Some(rx);
+        self.0.in_flight = Some(rx);
         let request = locksmith_core::metrics::counting_for_caller(request);
         let task = tokio::spawn(async move {
             let result = request.await;
@@ -92,8 +95,8 @@ impl PendingKey {
         let result = task
             .await
             .unwrap_or_else(|e| Err(LockError::Protocol(format!("a lock request task failed: {e}"))));
-        self.in_flight = None;
-        self.created = outcome(&result);
+        self.0.in_flight = None;
+        self.0.created = outcome(&result);
         result
     }
 
@@ -101,50 +104,60 @@ impl PendingKey {
     /// that revision in the background, so that a release cut off part-way still releases.
     pub fn releasing(session: Arc<Session>, key: String, rev: i64, lease_id: i64, slot: Option<Slot>) -> Self {
         let mut key = PendingKey::new(session, key, lease_id, slot);
-        key.created = Created::At(rev);
+        key.0.created = Created::At(rev);
         key
     }
 
     /// The key is ours to keep: nothing will be deleted. Returns the Go layout's slot.
-    pub fn disarm(mut self) -> Option<Slot> {
-        self.armed = false;
-        self.slot.take()
+    pub fn disarm(self) -> Option<Slot> {
+        self.0.into_inner().slot
     }
 }
 
-impl Drop for PendingKey {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
+impl CleanUp for Key {
+    fn task(&mut self) -> Option<CleanupTask> {
         let target = match (self.in_flight.take(), self.created) {
             (Some(rx), _) => Target::InFlight(rx),
             (None, Created::At(rev)) => Target::Rev(rev),
             (None, Created::Unknown) => Target::Any,
-            (None, Created::Nothing) => return, // the slot goes with `self`
+            (None, Created::Nothing) => return None, // the slot goes with the guard
         };
-        spawn_delete(
+        Some(delete_task(
             self.session.clone(),
             self.key.clone(),
             target,
             self.lease_id,
             self.slot.take(),
-        );
+        ))
+    }
+
+    fn unspawned(&mut self) {
+        warn_unspawned(&self.key);
     }
 }
 
-/// Deletes `key` if it still has create revision `rev` (see [`spawn_delete`]).
+/// Deletes `key` if it still has create revision `rev` (see [`delete_task`]), in a background
+/// task: a [`locksmith_core::driver::cleanup::spawn`], which the call that dropped the key, and
+/// `Locker::shutdown`, wait for.
 pub(crate) fn delete_in_background(session: Arc<Session>, key: String, rev: i64, lease_id: i64, slot: Option<Slot>) {
-    spawn_delete(session, key, Target::Rev(rev), lease_id, slot);
+    let what = key.clone();
+    if !locksmith_core::driver::cleanup::spawn(delete_task(session, key, Target::Rev(rev), lease_id, slot)) {
+        warn_unspawned(&what);
+    }
 }
 
-/// Deletes `target` of `key` in a background task, retrying while etcd is unreachable and the
-/// key's lease is still the session's. `slot` is freed only afterwards, so that no later attempt of
-/// this session re-creates the key name before it is gone. The task is a
-/// [`locksmith_core::driver::cleanup::spawn`]: the call that dropped the key, and `Locker::shutdown`, wait for it.
-fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i64, slot: Option<Slot>) {
-    let what = key.clone();
-    let spawned = locksmith_core::driver::cleanup::spawn(async move {
+fn warn_unspawned(key: &str) {
+    tracing::warn!(
+        key,
+        "no tokio runtime to delete a lock key; it goes when the session lease expires"
+    );
+}
+
+/// Deletes `target` of `key`, tried again (from 50 ms, doubling to the session's TTL) while etcd
+/// is unreachable and the key's lease is still the session's. `slot` is freed only afterwards, so
+/// that no later attempt of this session re-creates the key name before it is gone.
+fn delete_task(session: Arc<Session>, key: String, target: Target, lease_id: i64, slot: Option<Slot>) -> CleanupTask {
+    Box::pin(async move {
         let rev = match target {
             Target::Rev(rev) => Some(rev),
             Target::Any => None,
@@ -154,29 +167,30 @@ fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i6
                 Created::Nothing => return,
             },
         };
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            match requests::delete(&session.conn, &key, rev).await {
-                Ok(deleted) => {
-                    tracing::debug!(key, deleted, "lock key cleaned up");
-                    break;
-                }
-                // While the lease is the session's, a key left behind would live as long as the
-                // session: retry. (Giving up once no keep-alive had been answered for a TTL left
-                // such keys behind after a leader kill: the lease outlived the outage.)
-                Err(e) if session.owns_lease(lease_id) => {
+        let deleted = retry(
+            Backoff::new(Duration::from_millis(50), session.ttl()),
+            |_| requests::delete(&session.conn, &key, rev),
+            // While the lease is the session's, a key left behind would live as long as the
+            // session: retry. (Giving up once no keep-alive had been answered for a TTL left
+            // such keys behind after a leader kill: the lease outlived the outage.)
+            |e| {
+                let owned = session.owns_lease(lease_id);
+                if owned {
                     tracing::warn!(key, error = %e, "deleting a lock key failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(session.ttl());
                 }
-                // The session found the lease gone and no longer renews it: the key goes with
-                // it. Keep its name out of use anyway.
-                Err(_) => {
-                    if let Some(slot) = slot {
-                        slot.keep_number();
-                    }
-                    return;
+                owned
+            },
+        )
+        .await;
+        match deleted {
+            Ok(deleted) => tracing::debug!(key, deleted, "lock key cleaned up"),
+            // The session found the lease gone and no longer renews it: the key goes with
+            // it. Keep its name out of use anyway.
+            Err(_) => {
+                if let Some(slot) = slot {
+                    slot.keep_number();
                 }
+                return;
             }
         }
         if rev.is_none() {
@@ -189,13 +203,7 @@ fn spawn_delete(session: Arc<Session>, key: String, target: Target, lease_id: i6
             return;
         }
         drop(slot);
-    });
-    if !spawned {
-        tracing::warn!(
-            key = what,
-            "no tokio runtime to delete a lock key; it goes when the session lease expires"
-        );
-    }
+    })
 }
 
 #[cfg(test)]

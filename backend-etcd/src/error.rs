@@ -4,6 +4,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use locksmith_core::driver::permanent;
+use locksmith_core::driver::retry::{retry, Backoff, RetryError};
 use locksmith_core::{LockError, Result};
 use tokio::time::Instant;
 
@@ -35,26 +36,41 @@ where
     Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
     let deadline = Instant::now() + limit;
-    let mut backoff = Duration::from_millis(20);
-    loop {
-        locksmith_core::metrics::round_trip();
-        match tokio::time::timeout_at(deadline, call()).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) if never_applied(&e) && Instant::now() + backoff < deadline => {
-                tracing::debug!(what, error = %e, "etcd request not applied; trying again");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(250));
+    // A step's error: etcd's, or `None` when no answer came within the limit.
+    let answered = retry(
+        NOT_APPLIED_RETRIES.give_up_after(limit),
+        |_| {
+            locksmith_core::metrics::round_trip();
+            let call = tokio::time::timeout_at(deadline, call());
+            async move { call.await.map_err(|_| None)?.map_err(Some) }
+        },
+        |e| {
+            let heals = e.as_ref().is_some_and(never_applied);
+            if heals {
+                tracing::debug!(what, error = ?e, "etcd request not applied");
             }
-            Ok(Err(e)) => return Err(from_etcd(what, e)),
-            Err(_) => {
-                return Err(LockError::Unavailable {
-                    message: format!("{what}: no answer from etcd within {limit:?}"),
-                    source: None,
-                })
-            }
-        }
+            heals
+        },
+    )
+    .await;
+    match answered {
+        Ok(v) => Ok(v),
+        Err(
+            RetryError::Permanent { error: Some(e), .. }
+            | RetryError::GaveUp {
+                last: Some(Some(e)), ..
+            },
+        ) => Err(from_etcd(what, e)),
+        Err(_) => Err(LockError::Unavailable {
+            message: format!("{what}: no answer from etcd within {limit:?}"),
+            source: None,
+        }),
     }
 }
+
+/// The pauses before a request that never reached etcd's state machine is sent again: 20 ms,
+/// doubling to 250 ms (within the request's own limit).
+const NOT_APPLIED_RETRIES: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(250));
 
 /// Whether a failed request certainly had no effect, so that sending it again is safe.
 fn never_applied(e: &etcd_client::Error) -> bool {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use locksmith_core::driver::armed::{Armed, CleanUp, CleanupTask};
 use locksmith_core::driver::cleanup;
 use locksmith_core::Result;
 
@@ -27,25 +28,26 @@ use crate::protocol::state::{Now, State};
 
 /// An entry of this call's in a queue: removed when dropped, unless [`Pending::keep`] says the
 /// caller now owns it (as a lease) or it was never added.
-pub(crate) struct Pending {
+pub(crate) struct Pending(Armed<Entry>);
+
+/// What a [`Pending`] removes: entry `id` of `file`'s queue, once the step in flight ended.
+struct Entry {
     dir: Arc<Dir>,
     file: LockFile,
     id: String,
     /// Ends (its sender is dropped) when the step in flight ended.
     in_flight: Option<oneshot::Receiver<()>>,
-    armed: bool,
 }
 
 impl Pending {
     /// The entry `id` of `file`'s queue.
     pub fn new(dir: &Arc<Dir>, file: &LockFile, id: &str) -> Pending {
-        Pending {
+        Pending(Armed::new(Entry {
             dir: dir.clone(),
             file: file.clone(),
             id: id.to_owned(),
             in_flight: None,
-            armed: true,
-        }
+        }))
     }
 
     /// Runs `step` in a transaction on the lock's state: here if the lock file is free
@@ -56,7 +58,7 @@ impl Pending {
         R: Send + 'static,
         F: FnOnce(&mut State, Now) -> Result<R> + Send + 'static,
     {
-        match self.dir.transact_if_free(&self.file, step)? {
+        match self.0.dir.transact_if_free(&self.0.file, step)? {
             Ok(out) => Ok(out),
             Err(step) => self.blocking(move |dir, file| dir.transact(file, step)).await,
         }
@@ -69,7 +71,7 @@ impl Pending {
         R: Send + 'static,
         F: FnOnce(&mut State, Now) -> Result<R> + Send + 'static,
     {
-        match self.dir.transact_if_free(&self.file, step)? {
+        match self.0.dir.transact_if_free(&self.0.file, step)? {
             Ok(out) => Ok(Some(out)),
             Err(step) => self.blocking(move |dir, file| dir.try_transact(file, step)).await,
         }
@@ -83,29 +85,26 @@ impl Pending {
         W: FnOnce(&Dir, &LockFile) -> Result<T> + Send + 'static,
     {
         let (done, in_flight) = oneshot::channel::<()>();
-        self.in_flight = Some(in_flight);
-        let (dir, file) = (self.dir.clone(), self.file.clone());
+        self.0.in_flight = Some(in_flight);
+        let (dir, file) = (self.0.dir.clone(), self.0.file.clone());
         let out = tokio::task::spawn_blocking(move || {
             let _done = done;
             work(&dir, &file)
         })
         .await
         .map_err(join_error)?;
-        self.in_flight = None;
+        self.0.in_flight = None;
         out
     }
 
     /// The entry is the caller's now (or was never added): nothing to clean up.
     pub fn keep(mut self) {
-        self.armed = false;
+        self.0.disarm();
     }
 }
 
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
+impl CleanUp for Entry {
+    fn task(&mut self) -> Option<CleanupTask> {
         let (dir, file, id, in_flight) = (
             self.dir.clone(),
             self.file.clone(),
@@ -116,7 +115,7 @@ impl Drop for Pending {
             let (dir, file, id) = (dir.clone(), file.clone(), id.clone());
             move || dir.transact(&file, |state, _| Ok(queue::leave(state, &id)))
         };
-        let spawned = cleanup::spawn(async move {
+        Some(Box::pin(async move {
             if let Some(step) = in_flight {
                 let _ = step.await;
             }
@@ -131,13 +130,14 @@ impl Drop for Pending {
                     dir.remove_later(&id, &file);
                 }
             }
-        });
-        if !spawned {
-            // No runtime (the process is ending): remove it here, which blocks briefly.
-            let _ = self
-                .dir
-                .transact(&self.file, |state, _| Ok(queue::leave(state, &self.id)));
-        }
+        }))
+    }
+
+    fn unspawned(&mut self) {
+        // No runtime (the process is ending): remove it here, which blocks briefly.
+        let _ = self
+            .dir
+            .transact(&self.file, |state, _| Ok(queue::leave(state, &self.id)));
     }
 }
 

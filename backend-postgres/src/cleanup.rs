@@ -11,6 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use locksmith_core::driver::armed::{Armed, CleanUp, CleanupTask};
+use locksmith_core::driver::retry::{retry, Backoff, RetryError};
 use locksmith_core::driver::{cleanup, Lease};
 use locksmith_core::{LockError, LockKind, Result};
 
@@ -29,14 +31,13 @@ pub(crate) type FreeFirst = std::pin::Pin<Box<dyn std::future::Future<Output = b
 pub(crate) async fn release(conn: &Arc<Conn>, first: Option<FreeFirst>, lease: &Lease) -> Result<()> {
     // Valid when the release began: nobody but this release can remove its entry from then on.
     let surely_valid = !lease.lost.is_lost() && !lease.lost.ran_out();
-    let mut releasing = Releasing {
+    let mut releasing = Armed::new(Releasing {
         conn: conn.clone(),
         segment: segment(lease.kind.family(), &lease.name),
         id: entry_id(&lease.holder_id).to_owned(),
         kind: lease.kind.clone(),
         first,
-        done: false,
-    };
+    });
     let first_held = match releasing.first.as_mut() {
         Some(first) => {
             let held = first.await;
@@ -46,7 +47,7 @@ pub(crate) async fn release(conn: &Arc<Conn>, first: Option<FreeFirst>, lease: &
         None => true,
     };
     let left = leave(&releasing.conn, &releasing.segment, &releasing.id, &releasing.kind).await;
-    releasing.done = true;
+    releasing.disarm();
     // A lease whose layout's part was gone was lost, whatever its entry in the tables says.
     match left {
         Ok((Outcome::Left(true), _)) if first_held => Ok(()),
@@ -81,10 +82,10 @@ async fn leave(conn: &Conn, segment: &str, id: &str, kind: &LockKind) -> Result<
     }
 }
 
-/// A release in flight: dropped before it finished, it finishes in a clean-up task (the layout's
-/// part if it was cut off, then the entry's removal). A removal cut off part-way was rolled back
-/// or committed on the steps' connection before the clean-up's step runs there, and taking it
-/// again finds the entry gone: harmless.
+/// A release in flight: dropped before it finished (armed in [`release`] until then), it
+/// finishes in a clean-up task (the layout's part if it was cut off, then the entry's removal). A
+/// removal cut off part-way was rolled back or committed on the steps' connection before the
+/// clean-up's step runs there, and taking it again finds the entry gone: harmless.
 struct Releasing {
     conn: Arc<Conn>,
     segment: String,
@@ -92,14 +93,10 @@ struct Releasing {
     kind: LockKind,
     /// The layout's part, until it finished.
     first: Option<FreeFirst>,
-    done: bool,
 }
 
-impl Drop for Releasing {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
+impl CleanUp for Releasing {
+    fn task(&mut self) -> Option<CleanupTask> {
         let (conn, segment, id, kind) = (
             self.conn.clone(),
             self.segment.clone(),
@@ -107,7 +104,7 @@ impl Drop for Releasing {
             self.kind.clone(),
         );
         let first = self.first.take();
-        let spawned = cleanup::spawn(async move {
+        Some(Box::pin(async move {
             if let Some(first) = first {
                 first.await;
             }
@@ -118,92 +115,89 @@ impl Drop for Releasing {
                 Err(e) => tracing::warn!(lock = %segment, error = %e,
                     "postgres: a cancelled release could not finish; the lock expires after its TTL"),
             }
-        });
-        if !spawned {
-            tracing::warn!(lock = %self.segment,
-                "postgres: no runtime to finish a cancelled release; the lock expires after its TTL");
-        }
+        }))
+    }
+
+    fn unspawned(&mut self) {
+        tracing::warn!(lock = %self.segment,
+            "postgres: no runtime to finish a cancelled release; the lock expires after its TTL");
     }
 }
 
 /// An entry of this call's in a queue: removed when dropped, unless [`Pending::keep`] says the
 /// caller now owns it (as a lease) or it was never added.
-pub(crate) struct Pending {
-    conn: Arc<Conn>,
-    segment: String,
-    id: String,
-    armed: bool,
-}
+pub(crate) struct Pending(Armed<Entry>);
 
 impl Pending {
     /// The entry `id` of lock `segment`.
     pub fn new(conn: &Arc<Conn>, segment: &str, id: &str) -> Pending {
-        Pending {
+        Pending(Armed::new(Entry {
             conn: conn.clone(),
             segment: segment.to_owned(),
             id: id.to_owned(),
-            armed: true,
-        }
+        }))
     }
 
     /// The entry is the caller's now (or was never added): nothing to clean up.
     pub fn keep(mut self) {
-        self.armed = false;
+        self.0.disarm();
     }
 }
 
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
+/// What a [`Pending`] removes: entry `id` of lock `segment`.
+struct Entry {
+    conn: Arc<Conn>,
+    segment: String,
+    id: String,
+}
+
+impl CleanUp for Entry {
+    fn task(&mut self) -> Option<CleanupTask> {
         let (conn, segment, id) = (self.conn.clone(), self.segment.clone(), self.id.clone());
         // One try, which the dropped call waits for (within a bound); the tries again run in a
         // task of their own, which only `Locker::shutdown` waits for.
-        let spawned = cleanup::spawn(async move {
+        Some(Box::pin(async move {
             let left = conn.step(&segment, Op::Leave(id.clone()), Duration::ZERO).await;
             if let Err(e) = left {
                 tracing::debug!(lock = %segment, error = %e, "postgres: could not remove a queue entry; trying again");
-                cleanup::spawn(leave_again(conn, segment, id));
+                cleanup::spawn(async move {
+                    let removed = retry(
+                        REMOVAL_RETRIES,
+                        |_| conn.step(&segment, Op::Leave(id.clone()), Duration::ZERO),
+                        |e| {
+                            let heals = !matches!(e, LockError::Closed);
+                            if heals {
+                                tracing::debug!(lock = %segment, error = %e, "postgres: removing a queue entry failed again");
+                            }
+                            heals
+                        },
+                    )
+                    .await;
+                    match removed {
+                        Ok(_) => {
+                            tracing::debug!(lock = %segment, "postgres: removed a cancelled acquire's entry, tried again")
+                        }
+                        Err(RetryError::GaveUp { tries, .. }) => tracing::warn!(lock = %segment, tries,
+                            "postgres: could not remove a queue entry; it goes when its locker stops beating"),
+                        Err(RetryError::Permanent { .. }) => {}
+                    }
+                });
             }
-        });
-        if !spawned {
-            tracing::warn!(lock = %self.segment,
-                "postgres: no runtime to remove a queue entry; it goes when its locker stops beating");
-        }
+        }))
+    }
+
+    fn unspawned(&mut self) {
+        tracing::warn!(lock = %self.segment,
+            "postgres: no runtime to remove a queue entry; it goes when its locker stops beating");
     }
 }
 
-/// The longest pause between two tries of a cancelled acquire's removal.
-const MAX_LEAVE_BACKOFF: Duration = Duration::from_secs(1);
-
-/// How long a cancelled acquire's removal is tried again: past it, what is left goes when its
-/// locker stops beating (its shutdown removes it, or its owner row expires).
-const LEAVE_AGAIN_FOR: Duration = Duration::from_secs(120);
-
-/// Removes entry `id` of lock `segment` again, with a backoff from 50 ms to
-/// [`MAX_LEAVE_BACKOFF`], until a step answers (for [`LEAVE_AGAIN_FOR`] at most, and not after
-/// the locker's shutdown, whose own statement removes every entry of the locker). Tried once, a
-/// removal cut off by an outage left the entry queued while its locker went on beating: the lock
-/// was granted to it later and held by nobody for its whole TTL.
-async fn leave_again(conn: Arc<Conn>, segment: String, id: String) {
-    let give_up = tokio::time::Instant::now() + LEAVE_AGAIN_FOR;
-    let mut backoff = Duration::from_millis(50);
-    for tries in 1u32.. {
-        if tokio::time::Instant::now() + backoff >= give_up {
-            tracing::warn!(lock = %segment, tries,
-                "postgres: could not remove a queue entry; it goes when its locker stops beating");
-            return;
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_LEAVE_BACKOFF);
-        match conn.step(&segment, Op::Leave(id.clone()), Duration::ZERO).await {
-            Ok(_) => {
-                tracing::debug!(lock = %segment, tries, "postgres: removed a cancelled acquire's entry, tried again");
-                return;
-            }
-            Err(LockError::Closed) => return,
-            Err(e) => tracing::debug!(lock = %segment, error = %e, "postgres: removing a queue entry failed again"),
-        }
-    }
-}
+/// How a cancelled acquire's removal is tried again when its first try failed: from 50 ms,
+/// doubling to 1 s, until a step answers, for 120 s at most (past it, what is left goes when its
+/// locker stops beating: its shutdown removes it, or its owner row expires), and not after the
+/// locker's shutdown (`Closed`), whose own statement removes every entry of the locker. Tried
+/// once, a removal cut off by an outage left the entry queued while its locker went on beating:
+/// the lock was granted to it later and held by nobody for its whole TTL.
+const REMOVAL_RETRIES: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1))
+    .give_up_after(Duration::from_secs(120))
+    .pause_first();

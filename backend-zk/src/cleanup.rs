@@ -8,6 +8,7 @@
 
 use std::sync::{Arc, Weak};
 
+use locksmith_core::driver::armed::{Armed, CleanUp, CleanupTask};
 use locksmith_core::driver::Lease;
 use zookeeper_client as zk;
 
@@ -19,7 +20,10 @@ use crate::layout;
 /// A node of ours in a queue that no caller holds. Dropping it while armed deletes the node (or,
 /// if the create's answer never came, the node the create may have made, found by its protected
 /// prefix `_c_<uuid>-`).
-pub(crate) struct PendingNode {
+pub(crate) struct PendingNode(Armed<Node>);
+
+/// What a [`PendingNode`] deletes.
+struct Node {
     session: Arc<Session>,
     /// The queue's node: the parent of its contenders.
     parent: String,
@@ -27,8 +31,6 @@ pub(crate) struct PendingNode {
     uuid: String,
     /// Our node's path, once its create is confirmed.
     path: Option<String>,
-    /// Whether a node of ours may exist on the server and is not handed over yet.
-    armed: bool,
     /// A watch on our node, kept until the node's delete is answered: its event has fired it
     /// then (ZooKeeper sends it first), where dropping it unfired would send a request to remove
     /// it.
@@ -39,42 +41,38 @@ impl PendingNode {
     /// The guard of an attempt that will create a node under `parent`, protected by `uuid`;
     /// disarmed until [`PendingNode::arm`].
     pub(crate) fn new(session: Arc<Session>, parent: String, uuid: String) -> Self {
-        PendingNode {
+        PendingNode(Armed::disarmed(Node {
             session,
             parent,
             uuid,
             path: None,
-            armed: false,
             watch: None,
-        }
+        }))
     }
 
     /// Keeps `watch`, a watch on our node, until the node's delete is answered (see the field).
     pub(crate) fn keep_until_deleted(&mut self, watch: NodeWatch) {
-        self.watch = Some(watch);
+        self.0.watch = Some(watch);
     }
 
     /// A node of ours may exist from here on (its create is about to be sent).
     pub(crate) fn arm(&mut self) {
-        self.armed = true;
+        self.0.arm();
     }
 
     /// The create is confirmed: the node at `path` is the one to delete.
     pub(crate) fn created(&mut self, path: String) {
-        self.path = Some(path);
+        self.0.path = Some(path);
     }
 
     /// The node is gone or handed over to a lease: dropping the guard no longer deletes it.
     pub(crate) fn disarm(&mut self) {
-        self.armed = false;
+        self.0.disarm();
     }
 }
 
-impl Drop for PendingNode {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
+impl CleanUp for Node {
+    fn task(&mut self) -> Option<CleanupTask> {
         let (client, session) = (self.session.client.clone(), Arc::downgrade(&self.session));
         match &self.path {
             Some(own) => {
@@ -83,22 +81,21 @@ impl Drop for PendingNode {
                 let (path, watch) = (own.clone(), self.watch.take());
                 // Counted by locksmith-core (locksmith_core::driver::cleanup): the call that dropped the contender,
                 // and Locker::shutdown, wait for the answer.
-                locksmith_core::driver::cleanup::spawn(async move {
+                Some(Box::pin(async move {
                     let deleted = delete.await;
                     drop(watch);
                     match deleted {
                         Ok(()) | Err(zk::Error::NoNode) => tracing::debug!(node = %path, "withdrew from the queue"),
                         Err(e) => remove_later(&session, Leftover::Node(path), &e),
                     }
-                });
+                }))
             }
             None => {
                 // The create was sent but its answer not seen: find the node by its protected
                 // prefix. The listing is processed after the create (same session, in order).
                 let (parent, marker) = (self.parent.clone(), layout::protected_marker(&self.uuid));
                 let list = client.get_children(&parent); // sent now, answered after the create
-                let what = parent.clone();
-                let spawned = locksmith_core::driver::cleanup::spawn(async move {
+                Some(Box::pin(async move {
                     let left = match list.await {
                         Ok((children, _)) => delete_protected(&client, &parent, &marker, &children).await,
                         Err(zk::Error::NoNode) => return,
@@ -109,11 +106,14 @@ impl Drop for PendingNode {
                     if let Some((leftover, e)) = left {
                         remove_later(&session, leftover, &e);
                     }
-                });
-                if !spawned {
-                    tracing::warn!(queue = %what, "cancelled outside a runtime; a queued node may stay until the session ends");
-                }
+                }))
             }
+        }
+    }
+
+    fn unspawned(&mut self) {
+        if self.path.is_none() {
+            tracing::warn!(queue = %self.parent, "cancelled outside a runtime; a queued node may stay until the session ends");
         }
     }
 }

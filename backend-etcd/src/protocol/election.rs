@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{EventType, KeyValue, Txn, TxnOp, WatchFilterType, WatchOptions, WatchStream};
+use locksmith_core::driver::retry::Backoff;
 use locksmith_core::{Leader, LeaderWatch, LockError, Result};
 use tokio::sync::watch;
 
@@ -29,8 +30,8 @@ use crate::conn::session::Session;
 use crate::conn::Conn;
 use crate::protocol::requests::{gets, oldest_first, revision, run};
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// The pause before the next round after a failed one: 50 ms, doubling to 1 s.
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
 
 /// The leader of the election whose keys live under `prefix` (the oldest key), and the revision
 /// of the read: one round trip.
@@ -77,15 +78,15 @@ struct Observer {
 impl Observer {
     /// Follows the leadership from `current` on, forever (the caller ends it).
     async fn run(&self, mut current: Option<Leader>, tx: &watch::Sender<Option<Leader>>) {
-        let mut backoff = FIRST_BACKOFF;
+        let mut delays = BACKOFF.delays();
         loop {
             match self.round(&mut current, tx).await {
-                Ok(()) => backoff = FIRST_BACKOFF,
+                Ok(()) => delays.reset(),
                 Err(e) => {
+                    let backoff = delays.next_delay();
                     tracing::debug!(prefix = self.prefix, error = %e, ?backoff, "observing the election failed; retrying");
                     // The next round reads the leader afresh: whatever happened meanwhile is in it.
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
         }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use etcd_client::{
     Client, Event, EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream,
 };
+use locksmith_core::driver::retry::Backoff;
 use locksmith_core::{LockError, Result};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -151,21 +152,23 @@ struct Hub {
     stats: Arc<Stats>,
 }
 
+/// The pause before opening the watch stream again after a failed try: 50 ms, doubling to 1 s.
+const REOPEN_BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+
 async fn run(mut rx: mpsc::UnboundedReceiver<Cmd>, mut hub: Hub) {
     let mut retry_at: Option<Instant> = None;
-    let mut backoff = Duration::from_millis(50);
+    let mut delays = REOPEN_BACKOFF.delays();
     loop {
         if hub.stream.is_none() && !hub.entries.is_empty() && retry_at.is_none_or(|t| Instant::now() >= t) {
             match hub.open().await {
                 Ok(()) => {
                     retry_at = None;
-                    backoff = Duration::from_millis(50);
+                    delays.reset();
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "opening the etcd watch stream failed; retrying");
                     hub.broken(&e.to_string());
-                    retry_at = Some(Instant::now() + backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    retry_at = Some(Instant::now() + delays.next_delay());
                 }
             }
         }

@@ -18,6 +18,8 @@
 //! | [`queue`] | computes waiters' standing in a FIFO queue the same way on every backend |
 //! | [`Outage`], [`sleep_until_deadline`] | tracks a connection outage for the deadlines every backend keeps; sleeps until a deadline, if any |
 //! | [`cleanup`] | spawns background clean-up that `Locker::shutdown` and failed calls wait for |
+//! | [`armed`] | the drop-armed guard of what an acquire left on the server: [`armed::Armed`] over the backend's [`armed::CleanUp`] |
+//! | [`retry`] | tries a clean-up (or a request that never reached the server) again while its error can heal: [`retry::Backoff`], [`retry::retry`] |
 //! | [`GuardedWrite`], [`refuse_if_inside`], [`data_key_under`] | applies a guarded write atomically with its lease check; refuses keys of its own namespace; names a lock's data keys |
 //! | [`observe`] | observes an election by reading it again on each change (backends told *that* it changed) |
 //! | `tls` (feature `tls`) | installs the one crypto provider; builds the rustls client configuration from a URL's `ca=`, `cert=`, `key=` |
@@ -26,10 +28,12 @@
 //! The shared conformance suite a backend must pass is [`crate::conformance`] (feature
 //! `conformance`, for the backend's tests).
 
+pub mod armed;
 pub mod cleanup;
 pub mod observe;
 pub mod permanent;
 pub mod queue;
+pub mod retry;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub mod tls;
