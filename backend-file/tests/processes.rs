@@ -1,29 +1,26 @@
 //! The file backend between real processes: this test binary runs itself as the other process
-//! (the test `child`, which does nothing unless `LOCKSMITH_FILE_CHILD` says what to do).
+//! (the test `child`, which does nothing unless `locksmith_core::conformance::process::child_task` says what to do).
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
+use locksmith_core::conformance::process::{child_task, say, ChildProcess};
 use locksmith_core::conformance::{within, Harness};
 use locksmith_core::driver::{BackendUrl, LockName};
 use locksmith_core::LockError;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::Instant;
 
 use common::FileHarness;
 
-/// What a child does, from `LOCKSMITH_FILE_CHILD`: `hold <url> <name> <ttl ms>` (hold until
-/// killed, saying `lost` if the lock is lost), `count <url> <name> <file> <rounds>` (add one to a
-/// counter file under the lock, `rounds` times).
+/// What a child does ([`child_task`]): `hold <url> <name> <ttl ms>` (hold until killed, saying
+/// `lost` if the lock is lost), `count <url> <name> <file> <rounds>` (add one to a counter file
+/// under the lock, `rounds` times).
 #[test]
 fn child() {
-    let Ok(task) = std::env::var("LOCKSMITH_FILE_CHILD") else {
+    let Some(args) = child_task() else {
         return;
     };
-    let args: Vec<String> = task.split(' ').map(str::to_owned).collect();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async move {
         let locker = locksmith_file::connect(&BackendUrl::parse(&args[1]).unwrap())
@@ -33,9 +30,9 @@ fn child() {
             "hold" => {
                 let ttl = Duration::from_millis(args[3].parse().unwrap());
                 let guard = locker.lock(&args[2]).ttl(ttl).acquire().await.unwrap();
-                println!("CHILD held {}", guard.fencing_token());
+                say(format!("held {}", guard.fencing_token()));
                 guard.lost().await;
-                println!("CHILD lost");
+                say("lost");
             }
             "count" => {
                 for _ in 0..args[4].parse::<u32>().unwrap() {
@@ -52,55 +49,26 @@ fn child() {
     });
 }
 
-/// Starts this binary as a child doing `task`.
-fn spawn_child(task: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env("LOCKSMITH_FILE_CHILD", task)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, lines)
-}
-
-/// The next line the child says (without `CHILD `).
-async fn says(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
-    within(Duration::from_secs(30), "the child's next line", async {
-        loop {
-            let line = lines.next_line().await.unwrap().expect("the child ended");
-            // libtest writes its own words before the child's on the same line.
-            if let Some(at) = line.find("CHILD ") {
-                return line[at + "CHILD ".len()..].to_owned();
-            }
-        }
-    })
-    .await
-}
-
-fn signal(child: &Child, sig: rustix::process::Signal) {
-    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
-    rustix::process::kill_process(pid, sig).unwrap();
-}
+/// How long a child may take to say its next line.
+const SAYS: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holders_lock_passes_on_at_once_not_after_its_ttl() {
     let h = FileHarness::new();
     let name = locksmith_core::conformance::unique_name("killed");
-    let (child, mut lines) = spawn_child(&format!("hold {} {name} 60000", h.url()));
-    let token: u64 = says(&mut lines).await.strip_prefix("held ").unwrap().parse().unwrap();
+    let mut child = ChildProcess::spawn(&format!("hold {} {name} 60000", h.url()));
+    let token: u64 = child.says(SAYS).await.strip_prefix("held ").unwrap().parse().unwrap();
     let info = h.locker().await.inspect(&name).await.unwrap();
     let holder = info.holder.expect("the child holds").holder_id;
     assert!(
-        holder.contains(&format!(":{}:", child.id().unwrap())),
+        holder.contains(&format!(":{}:", child.pid())),
         "inspect shows the holder's pid: {holder}"
     );
     let waiter = h.locker().await;
     let waiting = tokio::spawn(async move { waiter.lock(&name).timeout(Duration::from_secs(20)).acquire().await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let killed_at = Instant::now();
-    signal(&child, rustix::process::Signal::KILL);
+    child.kill().await;
     let guard = waiting
         .await
         .unwrap()
@@ -127,9 +95,9 @@ async fn a_killed_holders_lock_passes_on_at_once_not_after_its_ttl() {
 async fn a_paused_holder_loses_its_lock_after_its_ttl_and_is_told() {
     let h = FileHarness::new();
     let name = locksmith_core::conformance::unique_name("paused");
-    let (child, mut lines) = spawn_child(&format!("hold {} {name} 1000", h.url()));
-    let token: u64 = says(&mut lines).await.strip_prefix("held ").unwrap().parse().unwrap();
-    signal(&child, rustix::process::Signal::STOP);
+    let mut child = ChildProcess::spawn(&format!("hold {} {name} 1000", h.url()));
+    let token: u64 = child.says(SAYS).await.strip_prefix("held ").unwrap().parse().unwrap();
+    child.pause();
     let paused_at = Instant::now();
     let guard = h
         .locker()
@@ -144,9 +112,9 @@ async fn a_paused_holder_loses_its_lock_after_its_ttl_and_is_told() {
         "it passed on before the TTL"
     );
     assert!(guard.fencing_token() > token);
-    signal(&child, rustix::process::Signal::CONT);
+    child.resume();
     assert_eq!(
-        says(&mut lines).await,
+        child.says(SAYS).await,
         "lost",
         "the resumed holder is told it lost the lock"
     );
@@ -159,13 +127,10 @@ async fn processes_exclude_each_other() {
     let name = locksmith_core::conformance::unique_name("count");
     let counter = h.dir.join("counter");
     let children: Vec<_> = (0..4)
-        .map(|_| spawn_child(&format!("count {} {name} {} 25", h.url(), counter.display())))
+        .map(|_| ChildProcess::spawn(&format!("count {} {name} {} 25", h.url(), counter.display())))
         .collect();
-    for (mut child, _output) in children {
-        let status = within(Duration::from_secs(60), "a counting child", child.wait())
-            .await
-            .unwrap();
-        assert!(status.success());
+    for mut child in children {
+        assert!(child.wait(Duration::from_secs(60)).await.success());
     }
     assert_eq!(
         std::fs::read_to_string(&counter).unwrap(),
@@ -381,8 +346,8 @@ async fn list_leaves_out_a_state_file_it_cannot_read() {
 async fn a_holder_whose_liveness_file_cannot_be_opened_counts_as_alive() {
     let h = FileHarness::new();
     let name = locksmith_core::conformance::unique_name("unopenable");
-    let (_holder, mut lines) = spawn_child(&format!("hold {} {name} 60000", h.url()));
-    assert!(says(&mut lines).await.starts_with("held "));
+    let mut holder = ChildProcess::spawn(&format!("hold {} {name} 60000", h.url()));
+    assert!(holder.says(SAYS).await.starts_with("held "));
     let owners = h.dir.join(".owners");
     let mut sockets = Vec::new();
     for file in std::fs::read_dir(&owners).unwrap().flatten() {

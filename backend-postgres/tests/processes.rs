@@ -1,17 +1,15 @@
 //! The PostgreSQL backend between real processes: this test binary runs itself as the other
-//! processes (the test `child`, which does nothing unless `LOCKSMITH_PG_CHILD` says what to do).
+//! processes (the test `child`, which does nothing unless `locksmith_core::conformance::process::child_task` says what to do).
 
 #[allow(dead_code)] // each test file uses a part of the harness
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
+use locksmith_core::conformance::process::{child_task, say, ChildProcess};
 use locksmith_core::conformance::{unique_name, within};
 use locksmith_core::driver::BackendUrl;
 use locksmith_core::Locker;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
 
 use common::PgHarness;
 
@@ -19,7 +17,7 @@ use common::PgHarness;
 /// locksmith connections, which the others' would add to (it once counted 31 for a bound of 30).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// What a child does, from `LOCKSMITH_PG_CHILD`: `hold <url> <name>` (hold until killed; say
+/// What a child does ([`child_task`]): `hold <url> <name>` (hold until killed; say
 /// when it was told the lock was lost), `wait <url> <name>` (wait for the lock, say when held,
 /// then as `hold`), `waiters <url>
 /// <name> <n>` (`n` waiters on one locker, each takes the lock and releases it at once; say how
@@ -27,19 +25,18 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// `name`, say when leading, lead until killed).
 #[test]
 fn child() {
-    let Ok(task) = std::env::var("LOCKSMITH_PG_CHILD") else {
+    let Some(args) = child_task() else {
         return;
     };
-    let args: Vec<String> = task.split(' ').map(str::to_owned).collect();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async move {
         let locker = connect(&args[1]).await;
         match args[0].as_str() {
             "hold" | "wait" => {
                 let guard = locker.lock(&args[2]).acquire().await.unwrap();
-                println!("CHILD held {}", guard.fencing_token());
+                say(format!("held {}", guard.fencing_token()));
                 let reason = guard.lost().await;
-                println!("CHILD lost {reason}");
+                say(format!("lost {reason}"));
                 std::future::pending::<()>().await;
             }
             "waiters" => {
@@ -62,7 +59,7 @@ fn child() {
                     done.unwrap();
                     served += 1;
                 }
-                println!("CHILD served {served}");
+                say(format!("served {served}"));
                 locker.shutdown().await.unwrap();
             }
             "campaign" => {
@@ -74,7 +71,7 @@ fn child() {
                     .acquire()
                     .await
                     .unwrap();
-                println!("CHILD leads {}", lead.term());
+                say(format!("leads {}", lead.term()));
                 std::future::pending::<()>().await;
             }
             other => panic!("unknown child task {other}"),
@@ -88,31 +85,8 @@ async fn connect(url: &str) -> Locker {
         .unwrap()
 }
 
-/// Starts this binary as a child doing `task`.
-fn spawn_child(task: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env("LOCKSMITH_PG_CHILD", task)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, lines)
-}
-
-/// The next line the child says (without `CHILD `).
-async fn says(lines: &mut Lines<BufReader<ChildStdout>>, within_secs: u64) -> String {
-    within(Duration::from_secs(within_secs), "the child's next line", async {
-        loop {
-            let line = lines.next_line().await.unwrap().expect("the child ended");
-            // libtest writes its own words before the child's on the same line.
-            if let Some(at) = line.find("CHILD ") {
-                return line[at + "CHILD ".len()..].to_owned();
-            }
-        }
-    })
-    .await
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
 }
 
 /// Waits until `name` has `n` waiters.
@@ -131,9 +105,9 @@ async fn a_dead_first_waiter_does_not_hold_up_the_queue() {
     let name = unique_name("dead-first");
     let observer = connect(&url).await;
 
-    let (mut holder, mut holder_says) = spawn_child(&format!("hold {url} {name}"));
-    let first: u64 = says(&mut holder_says, 30).await["held ".len()..].parse().unwrap();
-    let (mut waiter, _waiter_says) = spawn_child(&format!("wait {url} {name}"));
+    let mut holder = ChildProcess::spawn(&format!("hold {url} {name}"));
+    let first: u64 = holder.says(secs(30)).await["held ".len()..].parse().unwrap();
+    let mut waiter = ChildProcess::spawn(&format!("wait {url} {name}"));
     until_waiters(&observer, &name, 1, 30).await;
     let me = connect(&url).await;
     let mine = tokio::spawn({
@@ -145,8 +119,8 @@ async fn a_dead_first_waiter_does_not_hold_up_the_queue() {
     until_waiters(&observer, &name, 2, 30).await;
 
     // Both die at once: the holder's lease and the first waiter's heartbeat run out together.
-    holder.kill().await.unwrap();
-    waiter.kill().await.unwrap();
+    holder.kill().await;
+    waiter.kill().await;
     let guard = within(Duration::from_secs(20), "the live waiter behind a dead one", mine)
         .await
         .unwrap()
@@ -166,15 +140,10 @@ async fn advisory_a_paused_holder_keeps_its_session_lock_until_it_is_told() {
     let harness = PgHarness::plain().await;
     let url = format!("{}&ttl=1s&layout=advisory", harness.url);
     let key = (rand::random::<u32>() >> 2).to_string();
-    let (mut holder, mut holder_says) = spawn_child(&format!("hold {url} {key}"));
-    let first: u64 = says(&mut holder_says, 30).await["held ".len()..].parse().unwrap();
-    let pid = holder.id().unwrap().to_string();
-    let signal = |sig: &str| {
-        let status = std::process::Command::new("kill").args([sig, &pid]).status().unwrap();
-        assert!(status.success(), "kill {sig}");
-    };
+    let mut holder = ChildProcess::spawn(&format!("hold {url} {key}"));
+    let first: u64 = holder.says(secs(30)).await["held ".len()..].parse().unwrap();
 
-    signal("-STOP");
+    holder.pause();
     let me = connect(&url).await;
     // Three TTLs: its grant expired long ago; its session still holds the advisory lock.
     let paused = me.lock(&key).timeout(Duration::from_secs(3)).acquire().await;
@@ -189,8 +158,8 @@ async fn advisory_a_paused_holder_keeps_its_session_lock_until_it_is_told() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished());
 
-    signal("-CONT");
-    let told = says(&mut holder_says, 10).await;
+    holder.resume();
+    let told = holder.says(secs(10)).await;
     assert!(told.starts_with("lost"), "{told}");
     let guard = within(
         Duration::from_secs(10),
@@ -202,7 +171,7 @@ async fn advisory_a_paused_holder_keeps_its_session_lock_until_it_is_told() {
     .expect("the waiter got the lock");
     assert!(guard.fencing_token() > first);
     guard.release().await.unwrap();
-    holder.kill().await.unwrap();
+    holder.kill().await;
     me.shutdown().await.unwrap();
 }
 
@@ -237,7 +206,7 @@ async fn a_thousand_waiters_in_ten_processes() {
     let before = connections().await;
 
     let children: Vec<_> = (0..PROCESSES)
-        .map(|_| spawn_child(&format!("waiters {url} {name} {EACH}")))
+        .map(|_| ChildProcess::spawn(&format!("waiters {url} {name} {EACH}")))
         .collect();
     until_waiters(&observer, &name, PROCESSES * EACH, 120).await;
     let used = connections().await - before;
@@ -248,9 +217,9 @@ async fn a_thousand_waiters_in_ten_processes() {
 
     let first = held.fencing_token();
     held.release().await.unwrap();
-    for (mut child, mut lines) in children {
-        assert_eq!(says(&mut lines, 300).await, format!("served {EACH}"));
-        assert!(child.wait().await.unwrap().success());
+    for mut child in children {
+        assert_eq!(child.says(secs(300)).await, format!("served {EACH}"));
+        assert!(child.wait(secs(60)).await.success());
     }
     let last = holder
         .lock(&name)
@@ -283,7 +252,7 @@ async fn an_observer_sees_nobody_once_the_leader_and_the_next_candidate_are_dead
     let lead = leader.election(&name).campaign("leader").acquire().await.unwrap();
     // The candidate's TTL keeps its locker's heartbeat (its owner row) alive past the leader's
     // lease.
-    let (mut candidate, _says) = spawn_child(&format!("campaign {} {name} 6000", harness.url));
+    let mut candidate = ChildProcess::spawn(&format!("campaign {} {name} 6000", harness.url));
     let observer = connect(&harness.url).await;
     within(Duration::from_secs(30), "the candidate to queue", async {
         let key = locksmith_core::driver::LockName::new(&name).unwrap();
@@ -302,7 +271,7 @@ async fn an_observer_sees_nobody_once_the_leader_and_the_next_candidate_are_dead
     let mut watch = observer.election(&name).observe().await.unwrap();
     assert_eq!(watch.leader().map(|l| l.value), Some("leader".to_owned()));
 
-    candidate.kill().await.unwrap();
+    candidate.kill().await;
     let _lease = lead.abandon(); // the leader's lease runs out after 1 s, as if it had died
     within(Duration::from_secs(20), "the observer to see nobody lead", async {
         while watch.leader().is_some() {

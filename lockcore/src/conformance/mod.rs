@@ -27,6 +27,7 @@ pub mod guarded;
 mod harness;
 pub mod lifecycle;
 pub mod mutex;
+pub mod process;
 pub mod proxy;
 pub mod rwlock;
 pub mod semaphore;
