@@ -204,11 +204,10 @@ impl Store {
                     Ok(()) | Err(Errno::EXIST) => {}
                     Err(e) => return Err(errno_error("cannot create the data directory", &path, e)),
                 }
-                rustix::fs::open(&path, flags, Mode::empty())
-                    .map_err(|e| store_error("cannot open the data directory", &path, e))?
+                rustix::fs::open(&path, flags, Mode::empty()).map_err(|e| dir_error(&path, e))?
             }
             Err(Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(store_error("cannot open the data directory", &path, e)),
+            Err(e) => return Err(dir_error(&path, e)),
         };
         Ok(Some(Store {
             fd,
@@ -377,6 +376,29 @@ fn decode(bytes: &[u8]) -> std::result::Result<(&[u8], &[u8]), String> {
 /// [`errno_error`], with a symbolic link named as such.
 fn store_error(what: &str, path: &Path, e: Errno) -> LockError {
     crate::error::open_error(what, path, std::io::Error::from(e))
+}
+
+/// Why the data directory at `path` could not be opened (`O_DIRECTORY | O_NOFOLLOW`): a symbolic
+/// link (`ENOTDIR`, as for anything else that is no directory) is [`LockError::Denied`], saying
+/// that locksmith does not follow it; anything else that is no directory is
+/// [`LockError::Protocol`], saying what to remove.
+fn dir_error(path: &Path, e: Errno) -> LockError {
+    if e == Errno::NOTDIR {
+        let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        if link {
+            return crate::error::open_error(
+                "cannot open the data directory",
+                path,
+                std::io::Error::from(Errno::LOOP),
+            );
+        }
+        return LockError::Protocol(format!(
+            "{} is not a directory: locksmith keeps guarded writes' values there; remove it if no \
+             locksmith process uses it",
+            path.display()
+        ));
+    }
+    store_error("cannot open the data directory", path, e)
 }
 
 /// A file of the store that is not a regular file.
