@@ -20,14 +20,18 @@
 //!   double the file for nothing; and a rename lets [`read`] (a plain read, without any `flock`)
 //!   see the old file or the new one, never a mix. A process killed in the middle of a write
 //!   leaves the value before it and a temporary `.<name>.tmp`, removed by the next write of that
-//!   key. With `sync=grant` (the default) the temporary file is synced before the rename and the
+//!   key (and, for a new key, its lock file). With `sync=grant` (the default) the temporary file is synced before the rename and the
 //!   directory after it (a delete: the directory after the unlink), so a write that answered
 //!   survives a power cut; `sync=off` skips the syncs (a write survives a process crash, not
 //!   always a power cut: a file that lost its bytes fails its checksum, and reads say so).
 //! - **Keys written under several locks**: the same key may be written under two different locks
-//!   (each holder checks only its own lease), so every write also takes `.data/.lock`'s `flock`,
-//!   after its lock file's and never the other way round: a compare-and-set reads and writes its
-//!   key with no other write of the directory in between.
+//!   (each holder checks only its own lease), so every write also takes the `flock` of the key's
+//!   own lock file, `.data/.<name>.lock`, after its lock's lock file and never the other way
+//!   round: a compare-and-set reads and writes its key with no other write of that key in
+//!   between, and writes of other keys go on beside it (a process paused in the middle of a
+//!   write holds up the writes of that key alone, and the steps of the locks of their writers).
+//!   A key left without a value leaves no lock file: it is removed last, its `flock` held, and a
+//!   writer that waited for it finds it gone and locks a new one (as steps do with lock files).
 //! - **The lock namespace**: the store is apart from the lock files, so no key can reach them;
 //!   still, a key naming a path inside the lock directory (`<dir>/…`, the URL's path or its
 //!   canonical one) is refused with [`LockError::InvalidName`], as keys of locksmith's own
@@ -58,8 +62,6 @@ use crate::protocol::state::entry_id;
 
 /// The directory of the store, in the lock directory.
 pub(crate) const DATA_DIR: &str = ".data";
-/// The store's lock file, in [`DATA_DIR`]: every write holds its `flock`.
-const STORE_LOCK: &str = ".lock";
 /// The longest file name kept as it is (file systems take 255 bytes).
 const MAX_NAME: usize = 200;
 /// The magic and format of a value's file.
@@ -155,7 +157,20 @@ fn refuse_lock_paths(key: &str, dirs: &[&Path]) -> Result<()> {
 /// Applies `write` to the store of `dir`, whose caller holds the lease (blocking).
 fn apply(dir: &Dir, write: &GuardedWrite) -> Result<bool> {
     let store = Store::open(dir, true)?.ok_or_else(|| LockError::Protocol("the data directory is missing".into()))?;
-    let _turn = store.lock()?;
+    let key = write.key();
+    let name = file_name(key);
+    let turn = store.lock(&name)?;
+    let applied = apply_locked(&store, write);
+    // A key left without a value leaves no lock file either: removed last, its `flock` held
+    // (a writer waiting for it finds it gone once it has it, and opens a new one).
+    if applied.is_ok() && !store.has_value(&name)? {
+        store.unlock_for_good(&name, turn)?;
+    }
+    applied
+}
+
+/// [`apply`] with the key's lock file locked.
+fn apply_locked(store: &Store, write: &GuardedWrite) -> Result<bool> {
     let key = write.key();
     match write {
         GuardedWrite::Put { value, .. } => {
@@ -186,7 +201,7 @@ struct Store {
     sync: bool,
 }
 
-/// The store's lock file with its `flock` held (unlocked when dropped, as it is closed).
+/// A key's lock file with its `flock` held (unlocked when dropped, as it is closed).
 struct Turn {
     _held: OwnedFd,
 }
@@ -216,26 +231,49 @@ impl Store {
         }))
     }
 
-    /// The store's lock file, its `flock` held: opened (created if missing), locked, then checked
-    /// to be still the file at its name (one removed by hand meanwhile is not locked on).
-    fn lock(&self) -> Result<Turn> {
-        let path = self.path.join(STORE_LOCK);
+    /// The lock file of the key whose value is `name`, its `flock` held: opened (created if
+    /// missing), locked, then checked to be still the file at its name (one removed meanwhile,
+    /// by [`Store::unlock_for_good`] or by hand, is not locked on: the new one is).
+    fn lock(&self, name: &str) -> Result<Turn> {
+        let lock = lock_name(name);
+        let path = self.path.join(&lock);
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         loop {
-            let fd = rustix::fs::openat(&self.fd, STORE_LOCK, flags, Mode::from_raw_mode(0o664))
-                .map_err(|e| store_error("cannot open the data store's lock file", &path, e))?;
+            let fd = rustix::fs::openat(&self.fd, lock.as_str(), flags, Mode::from_raw_mode(0o664))
+                .map_err(|e| store_error("cannot open a guarded key's lock file", &path, e))?;
             let held = rustix::fs::fstat(&fd).map_err(|e| errno_error("cannot look at", &path, e))?;
             if rustix::fs::FileType::from_raw_mode(held.st_mode) != rustix::fs::FileType::RegularFile {
                 return Err(not_regular(&path));
             }
             flock(&fd, FlockOperation::LockExclusive).map_err(|e| errno_error("cannot lock", &path, e))?;
-            match rustix::fs::statat(&self.fd, STORE_LOCK, AtFlags::SYMLINK_NOFOLLOW) {
+            match rustix::fs::statat(&self.fd, lock.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(named) if named.st_dev == held.st_dev && named.st_ino == held.st_ino => {
                     return Ok(Turn { _held: fd })
                 }
                 _ => continue,
             }
         }
+    }
+
+    /// Whether the value's file `name` exists.
+    fn has_value(&self, name: &str) -> Result<bool> {
+        match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(errno_error("cannot look at", &self.path.join(name), e)),
+        }
+    }
+
+    /// Removes the lock file of the key whose value is `name` (it has none now), with `turn`,
+    /// its `flock`, held until it is gone.
+    fn unlock_for_good(&self, name: &str, turn: Turn) -> Result<()> {
+        let lock = lock_name(name);
+        match rustix::fs::unlinkat(&self.fd, lock.as_str(), AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(errno_error("cannot remove", &self.path.join(&lock), e)),
+        }
+        drop(turn);
+        Ok(())
     }
 
     /// The value of `key`, `None` if it has none.
@@ -336,6 +374,11 @@ fn file_name(key: &str) -> String {
     }
     // The encoding is ASCII: any cut is at a character boundary.
     format!("{}~{:016x}", &out[..MAX_NAME - 17], fnv1a(key.as_bytes()))
+}
+
+/// The name of the lock file of the key whose value's file is `name`.
+fn lock_name(name: &str) -> String {
+    format!(".{name}.lock")
 }
 
 /// The bytes of the file of `key` holding `value`.

@@ -7,7 +7,7 @@ use common::FileHarness;
 use locksmith_core::conformance::{unique_name, Harness};
 
 /// Holders of two different locks add one to the same key with compare-and-sets, 200 times
-/// each, at once: each check is its own lease's, so only the store's own `flock` keeps the two
+/// each, at once: each check is its own lease's, so only the key's own `flock` keeps the two
 /// from reading the same value and both writing the next one. No update is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_under_two_locks_loses_no_update() {
@@ -78,5 +78,29 @@ async fn a_write_cut_short_leaves_the_value_before_it() {
         .expect("cas"));
     assert_eq!(guard.guarded().get(key).await.unwrap().as_deref(), Some(&b"second"[..]));
     assert!(!temp.exists(), "the cut write's temporary file is left");
+    guard.release().await.expect("release");
+}
+
+/// Keys written and deleted, and compare-and-sets that found no value, leave nothing in the
+/// store: no value, no key's lock file, no temporary file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_without_values_leave_no_files() {
+    let h = FileHarness::new();
+    let locker = h.locker().await;
+    let guard = locker.lock(unique_name("empty")).acquire().await.expect("acquire");
+    let store = guard.guarded();
+    for i in 0..20 {
+        let key = format!("/guarded/empty/{i}");
+        store.put(&key, "v").await.expect("put");
+        assert!(!store.compare_and_set(&key, None, "w").await.expect("cas"));
+        assert!(store.delete(&key).await.expect("delete"));
+        assert!(!store.delete(&key).await.expect("delete again"));
+        assert!(!store.compare_and_set(&key, Some(b"v"), "w").await.expect("cas"));
+    }
+    let left: Vec<_> = std::fs::read_dir(h.dir.join(".data"))
+        .unwrap()
+        .map(|f| f.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     guard.release().await.expect("release");
 }

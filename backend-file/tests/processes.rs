@@ -491,5 +491,5 @@ async fn a_holder_killed_mid_write_leaves_a_whole_value() {
         .unwrap()
         .map(|f| f.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(data.len(), 2, "the value and the store's lock file, no more: {data:?}");
+    assert_eq!(data.len(), 2, "the value and its lock file, no more: {data:?}");
 }
