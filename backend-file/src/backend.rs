@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use locksmith_core::driver::{async_trait, BackendUrl, Lease, LockBackend, LockName, LockRequest};
+use locksmith_core::driver::{async_trait, BackendUrl, GuardedWrite, Lease, LockBackend, LockName, LockRequest};
 use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockError, LockInfo, PruneReport, Result};
 
 use crate::config::Config;
@@ -15,7 +15,7 @@ use crate::error::{join_error, may_pass};
 use crate::layout::LockFile;
 use crate::protocol::state::entry_id;
 use crate::protocol::{election, queue, wait};
-use crate::{listing, private_dir, renew};
+use crate::{guarded, listing, private_dir, renew};
 
 /// Locks in a directory shared by the processes of one machine (see the [crate docs](crate)).
 /// Clones share one locker's liveness; give each [`locksmith_core::Locker`] its own backend (its own
@@ -142,6 +142,22 @@ impl LockBackend for FileBackend {
         } else {
             Err(LockError::not_held(lease.name.as_str()))
         }
+    }
+
+    /// The lease's entry checked and the write applied in one transaction on its lock, under
+    /// its lock file's `flock` (see `guarded.rs`).
+    ///
+    /// # Cancel safety
+    ///
+    /// The step runs to its end in a blocking thread: dropped, the write may or may not have
+    /// landed, and if it did, it landed while the lease held.
+    async fn write_guarded(&self, lease: &Lease, write: &GuardedWrite) -> Result<bool> {
+        guarded::write(&self.dir, &self.config.dir, lease, write).await
+    }
+
+    /// A plain read of `key` in the directory's data store (`.data/`), without any `flock`.
+    async fn read_key(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        guarded::read(&self.dir, key).await
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {

@@ -116,7 +116,7 @@ fn ends_in_escape(out: &str) -> bool {
 }
 
 /// FNV-1a, 64 bits: a hash that is the same in every build and process.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })

@@ -73,6 +73,17 @@
 //!   paused (then also when the entry is still there: another process may have read the old
 //!   heartbeat and be about to drop it).
 //!
+//! # Guarded writes
+//!
+//! `guard.guarded()` writes a small key-value store in the directory's `.data/` (one file per
+//! key): a put, delete or compare-and-set commits only if the guard's entry is still in its
+//! lock's state file, checked in the same transaction, under the lock file's `flock`, as the
+//! write. A holder whose lease another process found expired, or whose state file was removed,
+//! gets [`locksmith_core::LockError::NotHeld`] and writes nothing. A value is written to a
+//! temporary file and renamed into place (synced unless `sync=off`), so a crash in the middle of
+//! a write leaves the value before it. Keys naming a path inside the lock directory are refused;
+//! `prune` leaves `.data/` alone. See `guarded.rs`.
+//!
 //! # Idle locks
 //!
 //! Nothing piles up in the directory. A lock's files (`<stem>.lock`, `<stem>.state`, a leftover
@@ -131,7 +142,9 @@
 //! - `protocol/`: the state file's contents (`state.rs`), the steps on a queue (`queue.rs`), the
 //!   one wait loop of every kind (`wait.rs`), elections (`election.rs`);
 //! - `wake.rs` (inotify), `look.rs` (the waiters' shared read), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),
-//!   `listing.rs` (`inspect`, `list`), `backend.rs` (`impl LockBackend`).
+//!   `listing.rs` (`inspect`, `list`), `guarded.rs` (guarded writes: the data store in `.data/`,
+//!   written in a transaction on the guard's lock while its entry holds), `backend.rs`
+//!   (`impl LockBackend`).
 
 #![warn(missing_docs)]
 
@@ -140,6 +153,7 @@ mod cleanup;
 mod config;
 mod conn;
 mod error;
+mod guarded;
 mod layout;
 mod listing;
 mod look;

@@ -4,3 +4,4 @@ mod common;
 
 locksmith_core::conformance_tests!(common::FileHarness::new());
 locksmith_core::primitive_tests!(common::FileHarness::new());
+locksmith_core::guarded_tests!(common::FileHarness::new());

@@ -15,7 +15,9 @@ use common::FileHarness;
 
 /// What a child does ([`child_task`]): `hold <url> <name> <ttl ms>` (hold until killed, saying
 /// `lost` if the lock is lost), `count <url> <name> <file> <rounds>` (add one to a counter file
-/// under the lock, `rounds` times).
+/// under the lock, `rounds` times), `write <url> <name> <key>` (hold the lock and put values of
+/// [`WRITTEN_LEN`] bytes at `key` under it, the `i`th one `i` (`u64`, little-endian) over and
+/// over, until killed).
 #[test]
 fn child() {
     let Some(args) = child_task() else {
@@ -44,6 +46,14 @@ fn child() {
                 }
                 locker.shutdown().await.unwrap();
             }
+            "write" => {
+                let guard = locker.lock(&args[2]).acquire().await.unwrap();
+                for i in 0u64.. {
+                    let value = i.to_le_bytes().repeat(WRITTEN_LEN / 8);
+                    guard.guarded().put(&args[3], value).await.unwrap();
+                    say(format!("wrote {i}"));
+                }
+            }
             other => panic!("unknown child task {other}"),
         }
     });
@@ -51,6 +61,9 @@ fn child() {
 
 /// How long a child may take to say its next line.
 const SAYS: Duration = Duration::from_secs(30);
+
+/// The length of the values a `write` child puts.
+const WRITTEN_LEN: usize = 256 * 1024;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holders_lock_passes_on_at_once_not_after_its_ttl() {
@@ -387,4 +400,62 @@ async fn an_entry_with_an_owner_id_locksmith_never_writes_is_dead() {
         matches!(got, Ok(Some(_))),
         "an entry of an owner id locksmith never writes kept the lock (TTL 60 s): {got:?}"
     );
+}
+
+/// A holder killed in the middle of its guarded writes (values of 256 KiB, one after another:
+/// the kill lands inside one) leaves a whole value, the one it last wrote or the one it was
+/// writing, never a mix of two or a cut one; the next holder reads it and writes over it (the
+/// killed write's temporary file in its way is removed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_killed_mid_write_leaves_a_whole_value() {
+    let h = FileHarness::new();
+    let name = locksmith_core::conformance::unique_name("killed_writer");
+    let key = format!("/processes/{name}");
+    let locker = h.locker().await;
+    for round in 0..5 {
+        let mut child = ChildProcess::spawn(&format!("write {} {name} {key}", h.url()));
+        let mut last = 0;
+        for _ in 0..=round {
+            last = child
+                .says(SAYS)
+                .await
+                .strip_prefix("wrote ")
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+        }
+        child.kill().await;
+        let guard = within(
+            Duration::from_secs(10),
+            "the killed writer's lock",
+            locker.lock(&name).acquire(),
+        )
+        .await
+        .unwrap();
+        let value = guard.guarded().get(&key).await.unwrap().expect("a value");
+        assert_eq!(value.len(), WRITTEN_LEN, "round {round}: a cut value");
+        let written = &value[..8];
+        assert!(
+            value.chunks(8).all(|c| c == written),
+            "round {round}: a mix of two values"
+        );
+        // The last one it said it wrote, or one after it (written before it could say so).
+        let written = u64::from_le_bytes(written.try_into().unwrap());
+        assert!(
+            written >= last,
+            "round {round}: write {written}, after the child said it wrote {last}"
+        );
+        guard
+            .guarded()
+            .put(&key, vec![250u8; 10])
+            .await
+            .expect("a put after the kill");
+        assert_eq!(guard.guarded().get(&key).await.unwrap(), Some(vec![250u8; 10]));
+        guard.release().await.unwrap();
+    }
+    let data: Vec<String> = std::fs::read_dir(h.dir.join(".data"))
+        .unwrap()
+        .map(|f| f.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(data.len(), 2, "the value and its lock file, no more: {data:?}");
 }

@@ -21,9 +21,10 @@ use crate::targets::Target;
 /// the value changed between its read and its write).
 const APPEND_ATTEMPTS: u32 = 10;
 
-/// Whether `target` has guarded writes (not `file://`, not a Redis quorum).
+/// Whether `target` has guarded writes (every target but a Redis quorum, which has no single
+/// store to write to; `file://` keeps them in its lock directory's `.data/`).
 pub fn supported(target: &Target) -> bool {
-    target.backend != "file" && target.topology != "quorum"
+    target.topology != "quorum"
 }
 
 /// The key of lock `name`'s log on `target`: in the lock's hash slot on Redis (its lock key's

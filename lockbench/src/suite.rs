@@ -275,9 +275,6 @@ impl BackendRun<'_> {
                     self.push(rows, "scale");
                 }
             }
-            "guarded" if b == "file" => {
-                self.note("file: guarded skipped: lock files have no guarded writes".into());
-            }
             "guarded" => {
                 if ls.is_some() {
                     let plain = self.reference.plain_write.clone();

@@ -99,6 +99,11 @@ impl Dir {
         })
     }
 
+    /// Whether writes that must survive a power cut are synced (the URL's `sync=`).
+    pub fn syncs(&self) -> bool {
+        self.sync
+    }
+
     /// [`LockError::Closed`] once [`Dir::close`] ran.
     pub fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {

@@ -283,7 +283,7 @@ pub fn page(r: &Report) -> String {
              paused past its lease reaches the store: *stale writes rejected* are the store's \
              refusals (or the guard's own, when it already knew), and *stale writes accepted* \
              (**must be 0**) are writes in the store's log after a later holder's. Targets: every \
-             one with guarded writes (not `file://`, not the Redis quorum).\n"
+             one with guarded writes (all but the Redis quorum).\n"
         );
         let rows: Vec<&Row> = r.guarded.iter().collect();
         table(&mut out, FAULT_HEADER, fault_rows(&rows));
