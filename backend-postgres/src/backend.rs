@@ -53,6 +53,7 @@ impl PgBackend {
     /// # Errors
     ///
     /// What the read can fail with.
+    #[doc(hidden)] // a test hook: operators read a lock with `Locker::inspect`
     pub async fn entries(&self, family: Family, name: &LockName) -> Result<Vec<String>> {
         listing::entries(&self.conn, &segment(family, name)).await
     }
@@ -64,6 +65,7 @@ impl PgBackend {
     /// # Errors
     ///
     /// What the read can fail with.
+    #[doc(hidden)] // a test hook: operators read a lock with `Locker::inspect`
     pub async fn queue_read_pages(&self, family: Family, name: &LockName) -> Result<u64> {
         listing::queue_read_pages(&self.conn, &segment(family, name)).await
     }
@@ -74,6 +76,7 @@ impl PgBackend {
     /// # Errors
     ///
     /// What the delete can fail with.
+    #[doc(hidden)] // a test hook: operators read a lock with `Locker::inspect`
     pub async fn delete_holders(&self, family: Family, name: &LockName) -> Result<u64> {
         let seg = segment(family, name);
         let guard = self.conn.client().await?;
