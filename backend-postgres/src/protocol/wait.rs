@@ -63,145 +63,199 @@ pub(crate) async fn try_acquire(conn: &Arc<Conn>, req: &LockRequest) -> Result<O
 pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
     conn.check_open()?;
     let seg = segment(req.kind.family(), &req.name);
-    let mut joining = true;
     // A server that fails is retried until the deadline (or for about as long as the entry lives
     // without beats), then reported as Unavailable, not as a busy lock.
     let mut outage = Outage::new(deadline, req.ttl + conn.config.connect_timeout);
     // Whether an attempt found the lock taken: a later grant is a hand-over (`Lease::waited`).
     let mut waited = false;
-    // Nobody there: held in one round trip (else, or if the server fails, the full join). An
-    // entry of its own, removed if the answer was lost (it may have been added).
     if alone_applies(&req.kind) {
-        let first = new_entry(req);
-        let tried = Pending::new(conn, &seg, &first.id);
-        match conn.grant_in_row(&seg, &first).await {
-            Ok((Some(token), sent)) => {
-                tried.keep();
-                return Ok(req.lease(token, holder_id(&conn.host, conn.pid, &first.id), sent));
-            }
-            Ok((None, _)) => {
-                tried.keep();
-                waited = true;
-            }
-            Err(e) => {
-                drop(tried);
-                outage.failed(e).await?;
-            }
+        match held_alone(conn, req, &seg).await {
+            Ok(Some(lease)) => return Ok(lease),
+            Ok(None) => waited = true,
+            Err(e) => outage.failed(e).await?,
         }
     }
-    let mut place = Place::new(conn, &seg, req);
-    // Whether the last wake-up may be a grant by another's step, and its fencing token if the
-    // notification told it.
-    let mut told_step = false;
-    let mut told_token = None;
-    // When the step that last found the entry waiting was sent.
-    let mut waiting_since = None;
-    loop {
-        conn.check_open()?;
-        let late = conn.late_beats();
-        if let (Some(token), Some(sent)) = (told_token.take(), held_since(waiting_since, req.ttl)) {
-            return Ok(place.held(conn, req, token, sent, waited));
-        }
-        if std::mem::take(&mut told_step) {
-            match conn.confirm_alone(&place.entry.id).await {
-                Ok((Some(token), sent)) => return Ok(place.held(conn, req, token, sent, waited)),
-                Ok((None, _)) => {}
-                Err(e) => {
-                    outage.failed(e).await?;
-                    continue;
+    let line = Line {
+        conn,
+        req,
+        deadline,
+        place: Place::new(conn, &seg, req),
+        seg,
+        outage,
+        waited,
+        joining: true,
+        told_step: false,
+        told_token: None,
+        waiting_since: None,
+    };
+    line.wait().await
+}
+
+/// Nobody there: held in one round trip (`None`: taken; an error: the full join follows). An
+/// entry of its own, removed if the answer was lost (it may have been added).
+async fn held_alone(conn: &Arc<Conn>, req: &LockRequest, seg: &str) -> Result<Option<Lease>> {
+    let first = new_entry(req);
+    let tried = Pending::new(conn, seg, &first.id);
+    let (token, sent) = conn.grant_in_row(seg, &first).await?;
+    tried.keep();
+    Ok(token.map(|token| req.lease(token, holder_id(&conn.host, conn.pid, &first.id), sent)))
+}
+
+/// An `acquire` in line: its entry, what it was told, and when it last stepped.
+struct Line<'a> {
+    conn: &'a Arc<Conn>,
+    req: &'a LockRequest,
+    deadline: Option<Instant>,
+    seg: String,
+    outage: Outage,
+    waited: bool,
+    place: Place,
+    /// The next step joins the queue (the entry is new), rather than taking a turn.
+    joining: bool,
+    /// Whether the last wake-up may be a grant by another's step, and its fencing token if the
+    /// notification told it.
+    told_step: bool,
+    told_token: Option<u64>,
+    /// When the step that last found the entry waiting was sent.
+    waiting_since: Option<Instant>,
+}
+
+impl Line<'_> {
+    /// Steps, then sleeps until told or due, until the entry holds (or the deadline).
+    async fn wait(mut self) -> Result<Lease> {
+        loop {
+            self.conn.check_open()?;
+            let late = self.conn.late_beats();
+            if let (Some(token), Some(sent)) = (self.told_token.take(), held_since(self.waiting_since, self.req.ttl)) {
+                return Ok(self.held(token, sent));
+            }
+            if std::mem::take(&mut self.told_step) {
+                match self.conn.confirm_alone(&self.place.entry.id).await {
+                    Ok((Some(token), sent)) => return Ok(self.held(token, sent)),
+                    Ok((None, _)) => {}
+                    Err(e) => {
+                        self.outage.failed(e).await?;
+                        continue;
+                    }
                 }
             }
+            let step_at = match self.step().await? {
+                Stepped::Granted(token, sent) => return Ok(self.held(token, sent)),
+                Stepped::Again => continue,
+                Stepped::Waits(step_at) => step_at,
+            };
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(self.outage.at_deadline());
+            }
+            self.sleep(step_at, late).await?;
         }
-        let op = match joining {
-            true => Op::Join(place.entry.clone()),
-            false => Op::Turn(place.entry.id.clone()),
+    }
+
+    /// One step on the queue: join it or take a turn.
+    async fn step(&mut self) -> Result<Stepped> {
+        let (conn, req) = (self.conn, self.req);
+        let op = match self.joining {
+            true => Op::Join(self.place.entry.clone()),
+            false => Op::Turn(self.place.entry.id.clone()),
         };
         // A join beats this locker in its own transaction, unless a recent beat keeps the owner
         // row alive long enough (then it does not touch that row, which every join of the locker
         // and its renewals share).
-        let beat = match joining && conn.needs_beat(req.ttl) {
+        let beat = match self.joining && conn.needs_beat(req.ttl) {
             true => req.ttl,
             false => Duration::ZERO,
         };
-        let (stepped, sent) = match conn.step_at(&seg, op, beat).await {
+        let (stepped, sent) = match conn.step_at(&self.seg, op, beat).await {
             Ok(stepped) => {
-                outage.succeeded();
+                self.outage.succeeded();
                 stepped
             }
             Err(e) => {
-                outage.failed(e).await?;
-                continue;
+                self.outage.failed(e).await?;
+                return Ok(Stepped::Again);
             }
         };
-        let mut step_at = match stepped {
-            Outcome::Granted(token) => return Ok(place.held(conn, req, token, sent, waited)),
+        let step_at = match stepped {
+            Outcome::Granted(token) => return Ok(Stepped::Granted(token, sent)),
             Outcome::Gone => {
-                tracing::debug!(lock = %seg, "postgres: a waiter's entry was dropped (its locker did not beat); joining again");
-                let gone = std::mem::replace(&mut place, Place::new(conn, &seg, req));
+                tracing::debug!(lock = %self.seg, "postgres: a waiter's entry was dropped (its locker did not beat); joining again");
+                let gone = std::mem::replace(&mut self.place, Place::new(conn, &self.seg, req));
                 gone.pending.keep(); // nothing left to remove
-                waiting_since = None;
-                joining = true;
-                continue;
+                self.waiting_since = None;
+                self.joining = true;
+                return Ok(Stepped::Again);
             }
             // A millisecond more makes sure the expiry has passed on the server's clock too.
             Outcome::Wait(expiry) => {
-                waiting_since = Some(sent);
-                waited = true;
+                self.waiting_since = Some(sent);
+                self.waited = true;
                 expiry.map(|left| Instant::now() + left + Duration::from_millis(1))
             }
             Outcome::Busy | Outcome::Left(_) => return Err(LockError::Protocol("unexpected step outcome".into())),
         };
-        if joining {
+        if self.joining {
             if !beat.is_zero() {
                 conn.beaten(sent, beat);
             }
-            joining = false;
+            self.joining = false;
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(outage.at_deadline());
-        }
-        // Until told to step (granted, or everyone asked to), or the first waiter's expiry.
+        Ok(Stepped::Waits(step_at))
+    }
+
+    /// Until told to step (granted, or everyone asked to), or `step_at` (the first waiter's
+    /// expiry), or the deadline, while this locker's heartbeat keeps the entry alive; back at
+    /// once if a heartbeat came late (`late` changed: a pause), since the entry may be gone.
+    async fn sleep(&mut self, mut step_at: Option<Instant>, late: u64) -> Result<()> {
+        let (conn, req) = (self.conn, self.req);
         loop {
-            let told = place.mailbox.take();
+            let told = self.place.mailbox.take();
             if told.step {
-                told_step = true;
-                told_token = told.granted;
-                break;
+                self.told_step = true;
+                self.told_token = told.granted;
+                return Ok(());
             }
             step_at = [step_at, told.at].into_iter().flatten().min();
             // At the deadline, one last step: the lock may be free, or the server gone (which
             // the caller is told rather than a busy lock).
             let now = Instant::now();
-            if [step_at, deadline].into_iter().flatten().any(|at| now >= at) {
-                break;
+            if [step_at, self.deadline].into_iter().flatten().any(|at| now >= at) {
+                return Ok(());
             }
-            // This locker's heartbeat keeps the entry alive; if it came late (a pause), the
-            // entry may be gone: look.
             let limit = conn.config.request_timeout;
             match tokio::time::timeout(limit, conn.keep_alive(req.ttl)).await {
-                Ok(Ok(now_late)) if now_late != late => break,
+                Ok(Ok(now_late)) if now_late != late => return Ok(()),
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    outage.failed(e).await?;
-                    break;
-                }
-                Err(_) => {
-                    outage.failed(crate::error::timeout("a heartbeat", limit)).await?;
-                    break;
-                }
+                Ok(Err(e)) => return self.outage.failed(e).await,
+                Err(_) => return self.outage.failed(crate::error::timeout("a heartbeat", limit)).await,
             }
             let beat_at = Instant::now() + (req.ttl / 3).max(Duration::from_millis(10));
-            let wake_at = [step_at, deadline, Some(beat_at)]
+            let wake_at = [step_at, self.deadline, Some(beat_at)]
                 .into_iter()
                 .flatten()
                 .min()
                 .unwrap_or(beat_at);
             tokio::select! {
-                _ = place.mailbox.told() => {}
+                _ = self.place.mailbox.told() => {}
                 _ = tokio::time::sleep_until(wake_at) => {}
             }
         }
     }
+
+    /// The entry holds with `token`, its lease counted from `sent`: the caller's now.
+    fn held(self, token: u64, sent: Instant) -> Lease {
+        self.place.held(self.conn, self.req, token, sent, self.waited)
+    }
+}
+
+/// What one step of a waiting `acquire` came to.
+enum Stepped {
+    /// The entry holds, with this fencing token, its lease counted from this instant.
+    Granted(u64, Instant),
+    /// Step again at once (after an outage's pause, or under a new entry).
+    Again,
+    /// The entry waits; step again at this instant (a holder's or the first waiter's expiry)
+    /// unless told before (`None`: only when told).
+    Waits(Option<Instant>),
 }
 
 /// The entry of a waiting `acquire`, under an id of its own: its mailbox, registered before its
