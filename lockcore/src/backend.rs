@@ -365,8 +365,9 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// # Errors
     ///
     /// [`crate::LockError::NotHeld`] when the lease is gone (nothing written);
-    /// [`crate::LockError::InvalidOption`] from the default, and for a key inside the backend's lock
-    /// namespace; [`crate::LockError::Unavailable`] when the server did not answer (the write may or
+    /// [`crate::LockError::InvalidOption`] from the default; [`crate::LockError::InvalidName`] for
+    /// a key inside the backend's lock namespace ([`crate::driver::refuse_if_inside`]);
+    /// [`crate::LockError::Unavailable`] when the server did not answer (the write may or
     /// may not have been applied); [`crate::LockError::Denied`] when it refused the write.
     ///
     /// # Cancel safety

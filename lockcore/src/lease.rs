@@ -96,6 +96,15 @@ pub enum LockKind {
 
 impl LockKind {
     /// The family (namespace) of this kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{Family, LockKind};
+    /// assert_eq!(LockKind::Read.family(), Family::RwLock);
+    /// assert_eq!(LockKind::Permit { permits: 3 }.family(), Family::Semaphore);
+    /// ```
     pub fn family(&self) -> Family {
         match self {
             LockKind::Mutex => Family::Mutex,
@@ -106,6 +115,15 @@ impl LockKind {
     }
 
     /// How this kind shares the lock with the others of its queue.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{driver::Role, LockKind};
+    /// assert_eq!(LockKind::Read.role(), Role::Shared);
+    /// assert_eq!(LockKind::Permit { permits: 3 }.role(), Role::Permit(3));
+    /// ```
     pub fn role(&self) -> Role {
         match self {
             LockKind::Mutex | LockKind::Write | LockKind::Leader { .. } => Role::Exclusive,
@@ -115,6 +133,15 @@ impl LockKind {
     }
 
     /// The value a candidate campaigns with ([`LockKind::Leader`]); empty for every other kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::LockKind;
+    /// assert_eq!(LockKind::Leader { value: "10.0.0.7".into() }.campaign_value(), "10.0.0.7");
+    /// assert_eq!(LockKind::Mutex.campaign_value(), "");
+    /// ```
     pub fn campaign_value(&self) -> &str {
         match self {
             LockKind::Leader { value } => value,
@@ -156,6 +183,15 @@ impl Family {
 
     /// What backends append to [`LockName::encoded`] for this family's keys: nothing for a
     /// mutex (the layout of earlier versions), `.sem`, `.rw`, `.elect`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::Family;
+    /// assert_eq!(Family::Mutex.suffix(), "");
+    /// assert_eq!(Family::Election.suffix(), ".elect");
+    /// ```
     pub fn suffix(self) -> &'static str {
         match self {
             Family::Mutex => "",
@@ -166,6 +202,13 @@ impl Family {
     }
 
     /// The family's name in messages: `mutex`, `semaphore`, `read-write lock`, `election`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// assert_eq!(locksmith::Family::RwLock.name(), "read-write lock");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Family::Mutex => "mutex",
@@ -176,11 +219,32 @@ impl Family {
     }
 
     /// `name`'s encoded form with this family's suffix: the one key/path segment backends use.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{driver::LockName, Family};
+    /// assert_eq!(Family::Semaphore.segment(&LockName::new("api/quota")?), "api%2Fquota.sem");
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn segment(self, name: &LockName) -> String {
         format!("{}{}", name.encoded(), self.suffix())
     }
 
     /// The name and family of a [`Family::segment`]; `None` for anything else.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{driver::LockName, Family};
+    /// let (name, family) = Family::parse_segment("api%2Fquota.sem").expect("a segment");
+    /// assert_eq!((name.as_str(), family), ("api/quota", Family::Semaphore));
+    /// assert!(Family::parse_segment("api.unknown").is_none());
+    /// assert!(Family::parse_segment("api").is_some_and(|(_, f)| f == Family::Mutex));
+    /// # let _ = LockName::new("x");
+    /// ```
     pub fn parse_segment(segment: &str) -> Option<(LockName, Family)> {
         let (encoded, family) = match segment.find('.') {
             None => (segment, Family::Mutex),
