@@ -61,7 +61,10 @@ impl Outage {
     ///
     /// # Errors
     ///
-    /// As above: the error to end the waiting call with.
+    /// The error to end the waiting call with: `e` itself when it is not
+    /// [`LockError::Unavailable`], or when the outage outlasted the budget (no deadline);
+    /// [`Outage::at_deadline`]'s ([`LockError::Unavailable`]) when the deadline came during the
+    /// pause.
     ///
     /// # Cancel safety
     ///
@@ -102,6 +105,11 @@ impl Outage {
 
 /// Sleeps until `deadline`, or for ever without one: the deadline branch of a waiter's
 /// `select!`.
+///
+///
+/// # Cancel safety
+///
+/// Cancel-safe: a sleep only; dropped (another branch of the `select!` won), nothing changes.
 pub async fn sleep_until_deadline(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,

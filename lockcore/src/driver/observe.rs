@@ -45,6 +45,15 @@ pub const PENDING_RECHECK: Duration = Duration::from_secs(1);
 /// (read again every [`PENDING_RECHECK`] meanwhile).
 /// `read` returns `None` when the backend is gone, which ends the observation (the watch's
 /// `changed()` then fails), and an error to try again at the next change.
+///
+///
+/// # Errors
+///
+/// The error of the first read (later ones are retried at the next change).
+///
+/// # Panics
+///
+/// Outside a tokio runtime: the observation runs in a task it spawns.
 pub fn observe_by_reading<R>(changed: Arc<Notify>, mut read: R) -> Result<LeaderWatch>
 where
     R: FnMut() -> Option<Result<LeaderRead>> + Send + 'static,

@@ -51,6 +51,23 @@ pub struct BackendUrl {
 
 impl BackendUrl {
     /// Parses `url`, rejecting what is malformed with [`LockError::InvalidUrl`].
+    ///
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] (with the password hidden) for a URL without `scheme://`, a bad
+    /// scheme, host or port, a fragment (`#…`), an `@` after the host, a bad percent escape, or
+    /// a query key given twice.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// let url = locksmith::driver::BackendUrl::parse("etcd://u:secret@h1:2379,h2/ns?ttl=10s")?;
+    /// assert_eq!((url.scheme.as_str(), url.hosts.len(), url.path.as_str()), ("etcd", 2, "ns"));
+    /// assert!(!url.redacted().contains("secret"));
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn parse(url: &str) -> Result<Self> {
         let bad = |reason: &str| LockError::InvalidUrl {
             url: redact(url),
@@ -157,6 +174,11 @@ impl BackendUrl {
     /// `password_file` option (one trailing newline dropped), else the `LOCKSMITH_PASSWORD`
     /// environment variable; `None` when none of them is set. A file that cannot be read is
     /// [`LockError::InvalidUrl`] naming the file, never its contents.
+    ///
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] naming the `password_file` when it cannot be read.
     pub fn password(&self) -> Result<Option<String>> {
         if let Some((_, Some(password))) = &self.credentials {
             return Ok(Some(password.clone()));
@@ -181,6 +203,12 @@ impl BackendUrl {
 
     /// The TLS options of the URL ([`TLS_OPTIONS`]), with their files read. `cert` and `key` go
     /// together. A file that cannot be read is [`LockError::InvalidUrl`] naming it.
+    ///
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] when a `ca`, `cert` or `key` file cannot be read, or only one of
+    /// `cert` and `key` is given.
     pub fn tls_files(&self) -> Result<TlsFiles> {
         let read = |key: &str| -> Result<Option<Vec<u8>>> {
             match self.query.get(key) {
@@ -211,6 +239,11 @@ impl BackendUrl {
 
     /// Fails unless every query key is one of `known`: a misspelt option must not be ignored.
     /// The error names every unknown key, then the known ones.
+    ///
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] naming the unknown keys and the known ones.
     pub fn expect_only_options(&self, known: &[&str]) -> Result<()> {
         let unknown: Vec<String> = (self.query.keys())
             .filter(|k| !known.contains(&k.as_str()))
@@ -233,6 +266,11 @@ impl BackendUrl {
     }
 
     /// Fails unless the URL names at least one host.
+    ///
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] for a URL without a host.
     pub fn expect_hosts(&self) -> Result<&[HostPort]> {
         if self.hosts.is_empty() {
             Err(self.error(format!("{}:// needs at least one host", self.scheme)))
@@ -245,6 +283,12 @@ impl BackendUrl {
     /// whose builder sets none (see [`crate::backend::LockBackend::default_ttl`]). `None` if absent;
     /// [`LockError::InvalidUrl`] unless it is a duration within
     /// [`crate::MIN_TTL`]..=[`crate::MAX_TTL`].
+    ///
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] for a `ttl` that is not a duration (see
+    /// [`BackendUrl::duration_option`]) or is outside [`crate::MIN_TTL`]..=[`crate::MAX_TTL`].
     pub fn lock_ttl_option(&self) -> Result<Option<Duration>> {
         let Some(ttl) = self.duration_option("ttl")? else {
             return Ok(None);
@@ -259,6 +303,12 @@ impl BackendUrl {
 
     /// A duration option such as `ttl=10s`, `connect_timeout=500ms` (units `ms`, `s`, `m`, `h`; a
     /// bare number is seconds), at most [`MAX_OPTION_DURATION`]. `None` if absent.
+    ///
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] for a value that is not a duration, or one longer than
+    /// [`MAX_OPTION_DURATION`].
     pub fn duration_option(&self, key: &str) -> Result<Option<Duration>> {
         let Some(v) = self.query.get(key) else {
             return Ok(None);
@@ -277,6 +327,11 @@ impl BackendUrl {
     /// A timeout or interval option that must not be zero (`request_timeout=`,
     /// `connect_timeout=`, ...): `default` if absent, [`LockError::InvalidUrl`] if it is zero (every
     /// request would fail at once) or longer than [`MAX_OPTION_DURATION`].
+    ///
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] as above, and as [`BackendUrl::duration_option`].
     pub fn positive_duration_option(&self, key: &str, default: Duration) -> Result<Duration> {
         match self.duration_option(key)? {
             None => Ok(default),
