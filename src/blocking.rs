@@ -889,7 +889,6 @@ impl Guarded<'_> {
     ///
     /// As [`crate::Guarded::put`]; [`LockError::BlockingInAsync`] in async code.
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -908,7 +907,6 @@ impl Guarded<'_> {
     /// # Errors
     ///
     /// As [`crate::Guarded::delete`]; [`LockError::BlockingInAsync`] in async code.
-    ///
     ///
     /// # Examples
     ///
@@ -931,7 +929,6 @@ impl Guarded<'_> {
     /// # Errors
     ///
     /// As [`crate::Guarded::compare_and_set`]; [`LockError::BlockingInAsync`] in async code.
-    ///
     ///
     /// # Examples
     ///
@@ -956,7 +953,6 @@ impl Guarded<'_> {
     /// # Errors
     ///
     /// As [`crate::Guarded::get`]; [`LockError::BlockingInAsync`] in async code.
-    ///
     ///
     /// # Examples
     ///
@@ -1257,7 +1253,6 @@ impl LeaderGuard {
     ///
     /// [`LockError::BlockingInAsync`] in async code.
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -1292,7 +1287,6 @@ impl LeaderGuard {
     /// # Errors
     ///
     /// As [`LockGuard::release`].
-    ///
     ///
     /// # Examples
     ///
@@ -1409,7 +1403,6 @@ impl LockAll {
     /// # Cancel safety
     ///
     /// Not a future: it blocks until answered.
-    ///
     ///
     /// # Examples
     ///
@@ -1561,7 +1554,6 @@ impl MultiGuard {
     ///
     /// [`LockError::BlockingInAsync`] in async code.
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -1600,7 +1592,6 @@ impl MultiGuard {
     ///
     /// As [`crate::MultiGuard::release`]; [`LockError::BlockingInAsync`] in async code (the
     /// locks are released in the background then).
-    ///
     ///
     /// # Examples
     ///

@@ -252,7 +252,6 @@ pub fn default_file_url() -> String {
 /// [`LockError::InvalidOption`] when `role` is no role name PostgreSQL can have (empty, longer
 /// than 63 bytes, or with a control character).
 ///
-///
 /// # Examples
 ///
 /// ```
@@ -413,7 +412,6 @@ pub async fn connect(url: &str) -> Result<Locker> {
 /// Cancel-safe: dropping the future before it returns drops the half-made connection; no lock
 /// was taken yet.
 ///
-///
 /// # Examples
 ///
 /// ```
@@ -469,7 +467,6 @@ pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Locker>
 ///
 /// Cancel-safe: dropping the future before it returns drops the half-made connection; no lock
 /// was taken yet.
-///
 ///
 /// # Examples
 ///

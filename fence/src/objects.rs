@@ -116,7 +116,6 @@ impl FencedObjects {
     /// A put dropped before it answered may or may not have written; if it did, the object was
     /// not written with a higher token when it did.
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -177,7 +176,6 @@ impl FencedObjects {
     ///
     /// [`FenceError::Store`] if the store failed; [`FenceError::Invalid`] for a token metadata
     /// that is not a number.
-    ///
     ///
     /// # Cancel safety
     ///

@@ -47,7 +47,6 @@ impl Fence {
     ///
     /// [`FenceError::Invalid`] for any other table name (it is put into SQL as it is).
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -100,7 +99,6 @@ impl Fence {
     ///
     /// [`FenceError::Store`] if PostgreSQL refuses (no `CREATE` right on the schema, say).
     ///
-    ///
     /// # Cancel safety
     ///
     /// Dropped, the statement may still run to its end on the server; `CREATE TABLE IF NOT EXISTS`
@@ -138,7 +136,6 @@ impl Fence {
     ///
     /// Dropping the future may leave the statement running; its transaction is the caller's and
     /// ends with it.
-    ///
     ///
     /// # Examples
     ///
@@ -181,7 +178,6 @@ impl Fence {
     ///
     /// [`FenceError::Store`] if the query failed or the column is not a `bigint`;
     /// [`FenceError::Invalid`] for a negative token.
-    ///
     ///
     /// # Cancel safety
     ///

@@ -168,7 +168,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// One attempt: the lease if the lock was free (and nobody was queued for it), `None` if it is
     /// held or another waiter is first in line. Never waits for the lock.
     ///
-    ///
     /// # Errors
     ///
     /// [`crate::LockError::Unavailable`] when the server could not be reached or did not answer;
@@ -191,7 +190,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// if it was retrying a server that failed (see [`crate::outage::Outage`]). It need not cut short a
     /// request in flight at the deadline: the [`crate::Locker`] gives up on it shortly after, as a
     /// server that did not answer. Must be cancellation-safe (see the trait docs).
-    ///
     ///
     /// # Errors
     ///
@@ -236,7 +234,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// renews them in as few requests as it can: etcd and ZooKeeper renew their one session for all
     /// locks, Redis extends every key in one script call.
     ///
-    ///
     /// # Errors
     ///
     /// Per lease, in the returned vector: [`crate::LockError::NotHeld`] for a lease that is gone;
@@ -251,7 +248,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>>;
 
     /// Renews one lease: [`LockBackend::renew_many`] with one lease.
-    ///
     ///
     /// # Errors
     ///
@@ -271,7 +267,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// Who holds `name` right now and how many wait: a read-only look for operators (the CLI's
     /// `inspect`), never used for locking decisions.
     ///
-    ///
     /// # Errors
     ///
     /// [`crate::LockError::Unavailable`] when the server did not answer;
@@ -286,7 +281,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// The locks of this backend's namespace whose names start with `prefix` and that have holders
     /// or waiters now, sorted by name then family: a read-only look for operators (the CLI's
     /// `list`). The default refuses (a backend that cannot enumerate its locks).
-    ///
     ///
     /// # Errors
     ///
@@ -307,7 +301,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Who leads the election `name` now: the holder of its [`crate::LockKind::Leader`] queue, with
     /// its value and term. The default refuses (a backend without elections).
-    ///
     ///
     /// # Errors
     ///
@@ -331,7 +324,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// server (a watch, a notification), never by polling. The observation runs in a task of the
     /// backend's, which rides out outages and ends when the returned watch is dropped. The default
     /// refuses (a backend without elections).
-    ///
     ///
     /// # Errors
     ///
@@ -361,7 +353,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// refused ([`crate::guarded::refuse_if_inside`]). The default refuses (a backend without a
     /// store to write to).
     ///
-    ///
     /// # Errors
     ///
     /// [`crate::LockError::NotHeld`] when the lease is gone (nothing written);
@@ -385,7 +376,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Reads a key of the store [`LockBackend::write_guarded`] writes to (a plain read). The
     /// default refuses (a backend without a store).
-    ///
     ///
     /// # Errors
     ///
@@ -440,7 +430,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// refused the deletes (a PostgreSQL user without the grants of this release),
     /// [`crate::LockError::Unavailable`] when it did not answer.
     ///
-    ///
     /// # Cancel safety
     ///
     /// Must be cancel-safe: dropped at any await point, what it removed stays removed and what it
@@ -457,7 +446,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// outlives it on the server.
     /// The backend takes no more requests afterwards. Bounded by the request timeout. Default:
     /// nothing to end.
-    ///
     ///
     /// # Errors
     ///

@@ -99,7 +99,6 @@ impl LeaderWatch {
     /// Cancel-safe: a change that arrives while no call waits is kept, and the next call returns
     /// at once with the latest leader (use it in `select!` loops).
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -217,7 +216,6 @@ impl Election {
     ///
     /// Cancel-safe: a read only, nothing is left behind.
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -270,7 +268,6 @@ impl Election {
     /// # Cancel safety
     ///
     /// Cancel-safe: dropping the future (or the returned watch) stops the observation.
-    ///
     ///
     /// # Examples
     ///
@@ -399,7 +396,6 @@ impl Campaign {
     ///
     /// Cancel-safe: dropping the future leaves no candidate and no leadership behind.
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -425,7 +421,6 @@ impl Campaign {
     /// # Cancel safety
     ///
     /// Cancel-safe, as [`LockBuilder::try_acquire`].
-    ///
     ///
     /// # Examples
     ///
@@ -544,7 +539,6 @@ impl LeaderGuard {
     /// # Cancel safety
     ///
     /// Cancel-safe: the resignation runs to its end even if the future is dropped.
-    ///
     ///
     /// # Examples
     ///

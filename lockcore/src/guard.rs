@@ -194,7 +194,9 @@ impl LockGuard {
     /// the backend reports the lease gone, or `max_hold` passed. It never resolves while the lock
     /// is held, nor after the guard was released or dropped (nothing was lost then): race it
     /// against the work rather than wait on it alone. The future does not borrow the guard, so it
-    /// can be raced against the guarded work:
+    /// can be raced against the guarded work (the example below).
+    ///
+    /// # Examples
     ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
@@ -255,6 +257,8 @@ impl LockGuard {
     /// holds the lock, checked by the server in the same atomic step. A write after the lock was
     /// lost fails with [`crate::LockError::NotHeld`] and never lands; `docs/fencing.md` of the
     /// repository says what each backend checks.
+    ///
+    /// # Examples
     ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade

@@ -73,7 +73,6 @@ impl GuardedWrite {
     /// [`LockError::InvalidName`] for an empty key, a key longer than [`MAX_GUARDED_KEY_LEN`] or with a
     /// NUL byte; [`LockError::InvalidOption`] for a value larger than [`MAX_GUARDED_VALUE_LEN`].
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -122,7 +121,6 @@ impl fmt::Debug for GuardedWrite {
 ///
 /// [`LockError::InvalidName`] saying which rule the key breaks.
 ///
-///
 /// # Examples
 ///
 /// ```
@@ -156,7 +154,6 @@ pub fn validate_key(key: &str) -> Result<()> {
 ///
 /// [`LockError::InvalidName`] for a suffix that breaks the rules of lock names, or a key too long.
 ///
-///
 /// # Examples
 ///
 /// ```
@@ -180,7 +177,6 @@ pub fn data_key_under(
 
 /// The refusal of a key inside a backend's own namespace (`namespace` is where its lock keys
 /// live), for backends to return from [`crate::driver::LockBackend::write_guarded`].
-///
 ///
 /// # Errors
 ///

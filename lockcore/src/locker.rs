@@ -193,6 +193,8 @@ impl Locker {
     /// waiters gets [`LockError::InvalidOption`]. Waiting is FIFO; each guard has its own fencing
     /// token, greater than every earlier permit's.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
@@ -287,7 +289,6 @@ impl Locker {
     /// [`LockError::InvalidName`] if `name` breaks the rules of lock names (with the register's
     /// lock prefix, [`crate::REGISTER_LOCK_PREFIX`], counted in its length).
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -333,7 +334,6 @@ impl Locker {
     ///
     /// Cancel-safe: a read only, nothing is left behind.
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -367,7 +367,6 @@ impl Locker {
     /// # Cancel safety
     ///
     /// Cancel-safe: a read only, nothing is left behind.
-    ///
     ///
     /// # Examples
     ///
@@ -826,7 +825,6 @@ impl LockBuilder {
     /// removed in the background ([`Locker::shutdown`] waits for that), and a grant that raced
     /// with the cancellation is released.
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -933,7 +931,6 @@ impl LockBuilder {
     /// # Cancel safety
     ///
     /// As [`LockBuilder::acquire`]: a dropped attempt leaves nothing held or queued.
-    ///
     ///
     /// # Examples
     ///

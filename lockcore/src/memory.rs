@@ -140,7 +140,6 @@ impl MemoryBackend {
     /// the locks whose builder sets none, as on Redis. [`LockError::InvalidUrl`] for anything else
     /// in the URL.
     ///
-    ///
     /// # Errors
     ///
     /// [`LockError::InvalidUrl`] for an option other than `ttl=`, a `ttl=` that is not a duration

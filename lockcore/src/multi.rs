@@ -26,6 +26,8 @@ impl Locker {
     /// deadlock), and FIFO queues keep either from starving. One timeout covers the whole set;
     /// a failure or cancellation part-way releases what was taken at once.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
@@ -194,7 +196,6 @@ impl LockAll {
     /// Dropping the future drops the guards taken so far (released in the background at once)
     /// and the wait in progress (which leaves nothing queued, as [`crate::LockBuilder::acquire`]).
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -251,7 +252,6 @@ impl LockAll {
     ///
     /// As [`LockAll::acquire`]: what was taken is released at once.
     ///
-    ///
     /// # Examples
     ///
     /// ```
@@ -290,6 +290,21 @@ impl LockAll {
     /// answers [`LockError::Lost`] naming the lock, when any lock of the set is lost before it
     /// ends.
     ///
+    /// # Errors
+    ///
+    /// As [`LockAll::acquire`] (the work did not run then); [`LockError::Lost`] when a lock of
+    /// the set was lost before the work ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the work and every guard: released in the background at once.
+    ///
+    /// # Panics
+    ///
+    /// If the work panics, once every lock is released, with the work's panic.
+    ///
+    /// # Examples
+    ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
@@ -305,19 +320,6 @@ impl LockAll {
     /// assert_eq!(tokens.len(), 2);
     /// # Ok(()) }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`LockAll::acquire`] (the work did not run then); [`LockError::Lost`] when a lock of
-    /// the set was lost before the work ended.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops the work and every guard: released in the background at once.
-    ///
-    /// # Panics
-    ///
-    /// If the work panics, once every lock is released, with the work's panic.
     pub async fn run<F, Fut, T>(self, work: F) -> Result<T>
     where
         F: FnOnce(HeldAll) -> Fut,
@@ -580,7 +582,6 @@ impl MultiGuard {
     /// # Cancel safety
     ///
     /// As [`LockGuard::release`]: each release runs to its end even if the future is dropped.
-    ///
     ///
     /// # Examples
     ///

@@ -27,7 +27,6 @@ impl LockName {
     /// Validates `name`: rejects the empty name, names longer than [`MAX_NAME_LEN`] bytes, and
     /// names containing a NUL byte, each with [`LockError::InvalidName`].
     ///
-    ///
     /// # Errors
     ///
     /// [`LockError::InvalidName`] for the empty name, a name longer than [`MAX_NAME_LEN`] bytes, or

@@ -106,7 +106,6 @@ impl Outage {
 /// Sleeps until `deadline`, or for ever without one: the deadline branch of a waiter's
 /// `select!`.
 ///
-///
 /// # Cancel safety
 ///
 /// Cancel-safe: a sleep only; dropped (another branch of the `select!` won), nothing changes.

@@ -149,7 +149,6 @@ impl TokenRegister {
     /// quorum, a dual-write migration); [`LockError::Protocol`] if the register's key holds
     /// something other than a token.
     ///
-    ///
     /// # Cancel safety
     ///
     /// A dropped admission may or may not have admitted its token (its compare-and-set may have
@@ -206,7 +205,6 @@ impl TokenRegister {
     /// # Errors
     ///
     /// As [`TokenRegister::admit`]'s, but for the timeout.
-    ///
     ///
     /// # Cancel safety
     ///

@@ -363,7 +363,26 @@ impl LockBuilder {
     ///
     /// Fencing recipe: the lock alone cannot stop a holder paused past its lease (GC, a stopped
     /// VM) from writing late; `run` stops the work when it *notices* the loss, and the token
-    /// makes the storage refuse what slipped through:
+    /// makes the storage refuse what slipped through (the example below).
+    ///
+    /// # Errors
+    ///
+    /// Whatever [`LockBuilder::acquire`] returns (the work did not run then);
+    /// [`LockError::Lost`] when the lock was lost before the work ended. A release that fails
+    /// for another reason after the work ended while the lock was held
+    /// ([`LockError::Unavailable`]: it goes on in the background) is logged, and the work's value
+    /// returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the work and the guard: the lock is released in the background
+    /// at once, and a wait for it leaves nothing queued (as [`LockBuilder::acquire`]).
+    ///
+    /// # Panics
+    ///
+    /// If the work panics, once the lock is released, with the work's panic.
+    ///
+    /// # Examples
     ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
@@ -387,23 +406,6 @@ impl LockBuilder {
     /// assert!(shipped > 0);
     /// # Ok(()) }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// Whatever [`LockBuilder::acquire`] returns (the work did not run then);
-    /// [`LockError::Lost`] when the lock was lost before the work ended. A release that fails
-    /// for another reason after the work ended while the lock was held
-    /// ([`LockError::Unavailable`]: it goes on in the background) is logged, and the work's value
-    /// returned.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops the work and the guard: the lock is released in the background
-    /// at once, and a wait for it leaves nothing queued (as [`LockBuilder::acquire`]).
-    ///
-    /// # Panics
-    ///
-    /// If the work panics, once the lock is released, with the work's panic.
     pub async fn run<F, Fut, T>(self, work: F) -> Result<T>
     where
         F: FnOnce(Held) -> Fut,

@@ -35,7 +35,6 @@ impl<'a> Guarded<'a> {
     /// [`LockError::Unavailable`] if the server did not answer (the write may have landed, while
     /// the lock was held); [`LockError::InvalidOption`] on a backend without guarded writes.
     ///
-    ///
     /// # Cancel safety
     ///
     /// Dropped before it answered, the write may or may not have landed; if it landed, it landed
@@ -67,7 +66,6 @@ impl<'a> Guarded<'a> {
     ///
     /// As [`Guarded::put`].
     ///
-    ///
     /// # Cancel safety
     ///
     /// As [`Guarded::put`].
@@ -95,7 +93,6 @@ impl<'a> Guarded<'a> {
     /// # Errors
     ///
     /// As [`Guarded::put`]; a value that differs is `Ok(false)`, not an error.
-    ///
     ///
     /// # Cancel safety
     ///
@@ -130,7 +127,6 @@ impl<'a> Guarded<'a> {
     /// # Errors
     ///
     /// As [`Guarded::put`], without `NotHeld`.
-    ///
     ///
     /// # Cancel safety
     ///

@@ -46,7 +46,6 @@ pub const PENDING_RECHECK: Duration = Duration::from_secs(1);
 /// `read` returns `None` when the backend is gone, which ends the observation (the watch's
 /// `changed()` then fails), and an error to try again at the next change.
 ///
-///
 /// # Errors
 ///
 /// The error of the first read (later ones are retried at the next change).

@@ -42,7 +42,6 @@ pub enum Standing {
 /// another permit count: the holders of one semaphore must agree on it (the entry should be
 /// removed, and the error returned to its caller; the entries ahead are not affected).
 ///
-///
 /// # Errors
 ///
 /// [`LockError::InvalidOption`] for a semaphore permit count that disagrees with an entry ahead
@@ -93,7 +92,6 @@ pub fn standing(queue: &[Role], me: usize) -> Result<Standing> {
 
 /// Whether a new entry with `role`, joining at the tail of `queue`, would hold at once: what
 /// `try_acquire` answers (the semaphore count is checked as by [`standing`]).
-///
 ///
 /// # Errors
 ///

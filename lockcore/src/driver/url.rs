@@ -52,7 +52,6 @@ pub struct BackendUrl {
 impl BackendUrl {
     /// Parses `url`, rejecting what is malformed with [`LockError::InvalidUrl`].
     ///
-    ///
     /// # Errors
     ///
     /// [`LockError::InvalidUrl`] (with the password hidden) for a URL without `scheme://`, a bad
@@ -175,7 +174,6 @@ impl BackendUrl {
     /// environment variable; `None` when none of them is set. A file that cannot be read is
     /// [`LockError::InvalidUrl`] naming the file, never its contents.
     ///
-    ///
     /// # Errors
     ///
     /// [`LockError::InvalidUrl`] naming the `password_file` when it cannot be read.
@@ -203,7 +201,6 @@ impl BackendUrl {
 
     /// The TLS options of the URL ([`TLS_OPTIONS`]), with their files read. `cert` and `key` go
     /// together. A file that cannot be read is [`LockError::InvalidUrl`] naming it.
-    ///
     ///
     /// # Errors
     ///
@@ -240,7 +237,6 @@ impl BackendUrl {
     /// Fails unless every query key is one of `known`: a misspelt option must not be ignored.
     /// The error names every unknown key, then the known ones.
     ///
-    ///
     /// # Errors
     ///
     /// [`LockError::InvalidUrl`] naming the unknown keys and the known ones.
@@ -267,7 +263,6 @@ impl BackendUrl {
 
     /// Fails unless the URL names at least one host.
     ///
-    ///
     /// # Errors
     ///
     /// [`LockError::InvalidUrl`] for a URL without a host.
@@ -283,7 +278,6 @@ impl BackendUrl {
     /// whose builder sets none (see [`crate::backend::LockBackend::default_ttl`]). `None` if absent;
     /// [`LockError::InvalidUrl`] unless it is a duration within
     /// [`crate::MIN_TTL`]..=[`crate::MAX_TTL`].
-    ///
     ///
     /// # Errors
     ///
@@ -303,7 +297,6 @@ impl BackendUrl {
 
     /// A duration option such as `ttl=10s`, `connect_timeout=500ms` (units `ms`, `s`, `m`, `h`; a
     /// bare number is seconds), at most [`MAX_OPTION_DURATION`]. `None` if absent.
-    ///
     ///
     /// # Errors
     ///
@@ -327,7 +320,6 @@ impl BackendUrl {
     /// A timeout or interval option that must not be zero (`request_timeout=`,
     /// `connect_timeout=`, ...): `default` if absent, [`LockError::InvalidUrl`] if it is zero (every
     /// request would fail at once) or longer than [`MAX_OPTION_DURATION`].
-    ///
     ///
     /// # Errors
     ///
