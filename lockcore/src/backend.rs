@@ -47,6 +47,17 @@ impl ListedLock {
     /// (each a [`crate::Family::segment`], with its number of entries): segments that are not
     /// locksmith's or hold no entries are left out, names are kept when they start with `prefix`,
     /// and the result is sorted by name then family.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use locksmith::{Family, ListedLock};
+    /// let found = [("orders%2F42.sem", 2), ("orders%2F7", 0), ("not.ours", 1), ("users%2F1", 1)];
+    /// let listed = ListedLock::from_segments("orders/", found);
+    /// assert_eq!(listed.len(), 1); // no entries, not locksmith's, another prefix: left out
+    /// assert_eq!((listed[0].name.as_str(), listed[0].family, listed[0].entries), ("orders/42", Family::Semaphore, 2));
+    /// ```
     pub fn from_segments<'a>(prefix: &str, segments: impl IntoIterator<Item = (&'a str, usize)>) -> Vec<ListedLock> {
         let mut out: Vec<ListedLock> = segments
             .into_iter()
@@ -83,11 +94,28 @@ pub struct PruneReport {
 
 impl PruneReport {
     /// A report of `locks` and `owners` removed (or, with `dry_run`, that would be).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use locksmith::PruneReport;
+    /// let total = PruneReport::new(3, 1, false) + PruneReport::new(2, 0, false);
+    /// assert_eq!((total.locks, total.owners), (5, 1));
+    /// ```
     pub fn new(locks: u64, owners: u64, dry_run: bool) -> PruneReport {
         PruneReport { locks, owners, dry_run }
     }
 
     /// A report of nothing removed (`dry_run` as asked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let report = locksmith::PruneReport::empty(true);
+    /// assert_eq!((report.locks, report.owners, report.dry_run), (0, 0, true));
+    /// ```
     pub fn empty(dry_run: bool) -> PruneReport {
         PruneReport {
             dry_run,
@@ -194,8 +222,9 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// # Errors
     ///
     /// [`crate::LockError::Timeout`] at `deadline` while waiting for the lock;
-    /// [`crate::LockError::Unavailable`] at `deadline` while retrying a server that fails, or for a
-    /// failure that no retry mends; [`crate::LockError::Denied`],
+    /// [`crate::LockError::Unavailable`] at `deadline` while retrying a server that fails, or,
+    /// without a deadline, once an outage outlasted the backend's budget (see
+    /// [`crate::driver::Outage`]); [`crate::LockError::Denied`],
     /// [`crate::LockError::InvalidOption`] and [`crate::LockError::Protocol`] as
     /// [`LockBackend::try_acquire`]. Before any error is returned, the waiter entry has been removed
     /// (or its removal spawned with [`crate::driver::cleanup::spawn`]).
@@ -242,9 +271,10 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     ///
     /// # Cancel safety
     ///
-    /// The watchdog cuts a call off at the request timeout: dropped at any await point, a renewal
-    /// may have extended some of the leases and not others, which is harmless (renewing only extends
-    /// what exists, and the next round renews them all again). It must create nothing.
+    /// The watchdog cuts a call off at the request timeout (or when the batch's first lease runs
+    /// out, if sooner): dropped at any await point, a renewal may have extended some of the
+    /// leases and not others, which is harmless (renewing only extends what exists, and the next
+    /// round renews them all again). It must create nothing.
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>>;
 
     /// Renews one lease: [`LockBackend::renew_many`] with one lease.

@@ -38,6 +38,17 @@ pub struct LockRequest {
 
 impl LockRequest {
     /// A request for the mutex `name`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use std::time::Duration;
+    /// use locksmith::{driver::{LockName, LockRequest}, LockKind};
+    /// let req = LockRequest::mutex(LockName::new("job")?, Duration::from_secs(10));
+    /// assert_eq!(req.kind, LockKind::Mutex);
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn mutex(name: LockName, ttl: Duration) -> Self {
         LockRequest {
             name,
@@ -50,6 +61,20 @@ impl LockRequest {
     /// `fencing_token`, the backend's identity of the holder `holder_id`, counted from `sent` (when
     /// the request that obtained it was sent), with a new lost signal. A backend whose server
     /// enforces another TTL (a session's) sets [`Lease::ttl`] to it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// use std::time::Duration;
+    /// use locksmith::driver::{LockName, LockRequest};
+    /// let req = LockRequest::mutex(LockName::new("job")?, Duration::from_secs(10));
+    /// let lease = req.lease(7, "holder-1".into(), tokio::time::Instant::now());
+    /// assert_eq!((lease.fencing_token, lease.ttl, lease.lost.is_lost()), (7, Duration::from_secs(10), false));
+    /// # Ok(()) }
+    /// ```
     pub fn lease(&self, fencing_token: u64, holder_id: String, sent: Instant) -> Lease {
         Lease {
             name: self.name.clone(),
@@ -362,6 +387,18 @@ impl LostSignal {
     }
 
     /// Marks the lease lost. Returns true if this call was the one that fired it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use locksmith::{driver::LostSignal, LostReason};
+    /// let lost = LostSignal::new();
+    /// assert!(lost.fire(LostReason::LeaseGone("the key was deleted".into())));
+    /// assert!(!lost.fire(LostReason::MaxHoldReached)); // the first reason stays
+    /// assert!(lost.is_lost());
+    /// assert!(matches!(lost.reason(), Some(LostReason::LeaseGone(_))));
+    /// ```
     pub fn fire(&self, reason: LostReason) -> bool {
         let fired = self.tx.send_if_modified(|current| {
             if current.is_none() {
@@ -422,6 +459,21 @@ impl LostSignal {
     ///
     /// Cancel-safe: waiting changes nothing; a loss that happens meanwhile is seen by the next
     /// call (and by [`LostSignal::reason`]).
+    ///
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use locksmith::{driver::LostSignal, LostReason};
+    /// let lost = LostSignal::new();
+    /// let waiter = tokio::spawn({ let lost = lost.clone(); async move { lost.wait().await } });
+    /// lost.fire(LostReason::MaxHoldReached);
+    /// assert_eq!(waiter.await.unwrap(), LostReason::MaxHoldReached);
+    /// # }
+    /// ```
     pub async fn wait(&self) -> LostReason {
         let mut rx = self.tx.subscribe();
         // The sender lives in `self`, so the channel cannot close while we wait; the fallback

@@ -204,7 +204,9 @@ impl TokenRegister {
     ///
     /// # Errors
     ///
-    /// As [`TokenRegister::admit`]'s, but for the timeout.
+    /// [`LockError::Unavailable`] if the server did not answer within the request timeout;
+    /// [`LockError::InvalidOption`] on a backend without guarded writes; [`LockError::Protocol`]
+    /// if the register's key holds something other than a token.
     ///
     /// # Cancel safety
     ///

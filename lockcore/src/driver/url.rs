@@ -21,6 +21,16 @@ pub struct HostPort {
 
 impl HostPort {
     /// `host:port` with the given default port, with brackets around IPv6 addresses.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let url = locksmith::driver::BackendUrl::parse("etcd://[::1],h2:2380")?;
+    /// assert_eq!(url.hosts[0].to_addr(2379), "[::1]:2379");
+    /// assert_eq!(url.hosts[1].to_addr(2379), "h2:2380");
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn to_addr(&self, default_port: u16) -> String {
         let port = self.port.unwrap_or(default_port);
         if self.host.contains(':') {
@@ -157,6 +167,16 @@ impl BackendUrl {
     }
 
     /// The URL as given, with its password (if any) replaced by `***`: for messages and logs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let url = locksmith::driver::BackendUrl::parse("postgres://app:secret@db/app")?;
+    /// assert_eq!(url.redacted(), "postgres://app:***@db/app");
+    /// assert!(url.as_str().contains("secret"));
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn redacted(&self) -> String {
         redact(&self.raw)
     }
@@ -177,6 +197,16 @@ impl BackendUrl {
     /// # Errors
     ///
     /// [`LockError::InvalidUrl`] naming the `password_file` when it cannot be read.
+    ///
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let url = locksmith::driver::BackendUrl::parse("redis://app:s%40cret@h")?;
+    /// assert_eq!((url.user(), url.password()?.as_deref()), (Some("app"), Some("s@cret")));
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn password(&self) -> Result<Option<String>> {
         if let Some((_, Some(password))) = &self.credentials {
             return Ok(Some(password.clone()));
@@ -230,6 +260,17 @@ impl BackendUrl {
     /// Sets the query option `key` to `value` unless the URL sets it itself: how a program (the
     /// CLI's `--connect-timeout`, say) gives a default that the URL can still override. What
     /// [`BackendUrl::as_str`] and messages show stays the URL as given.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let mut url = locksmith::driver::BackendUrl::parse("etcd://h?connect_timeout=1s")?;
+    /// url.set_default_option("connect_timeout", "5s"); // the URL's own wins
+    /// url.set_default_option("ttl", "10s");
+    /// assert_eq!((url.query["connect_timeout"].as_str(), url.query["ttl"].as_str()), ("1s", "10s"));
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn set_default_option(&mut self, key: &str, value: impl Into<String>) {
         self.query.entry(key.to_owned()).or_insert_with(|| value.into());
     }
@@ -240,6 +281,16 @@ impl BackendUrl {
     /// # Errors
     ///
     /// [`LockError::InvalidUrl`] naming the unknown keys and the known ones.
+    ///
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let url = locksmith::driver::BackendUrl::parse("mem://?tll=5s")?;
+    /// assert!(matches!(url.expect_only_options(&["ttl"]), Err(locksmith::LockError::InvalidUrl { .. })));
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn expect_only_options(&self, known: &[&str]) -> Result<()> {
         let unknown: Vec<String> = (self.query.keys())
             .filter(|k| !known.contains(&k.as_str()))
@@ -302,6 +353,19 @@ impl BackendUrl {
     ///
     /// [`LockError::InvalidUrl`] for a value that is not a duration, or one longer than
     /// [`MAX_OPTION_DURATION`].
+    ///
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use std::time::Duration;
+    /// let url = locksmith::driver::BackendUrl::parse("redis://h?request_timeout=500ms&ttl=soon")?;
+    /// assert_eq!(url.duration_option("request_timeout")?, Some(Duration::from_millis(500)));
+    /// assert!(url.duration_option("ttl").is_err());
+    /// assert_eq!(url.duration_option("connect_timeout")?, None);
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn duration_option(&self, key: &str) -> Result<Option<Duration>> {
         let Some(v) = self.query.get(key) else {
             return Ok(None);
@@ -386,6 +450,15 @@ impl std::fmt::Debug for BackendUrl {
 /// or a query (a `postgres://…?ca=/a@b`), but never less. Text that is no URL (no `://`: a
 /// mistyped scheme, a libpq connection string) shows only what comes before its first `:` when
 /// it has an `@`, a `=` or a space, where a password may be.
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith;
+/// use locksmith::driver::url::redact;
+/// assert_eq!(redact("redis://app:secret@h:6379/0"), "redis://app:***@h:6379/0");
+/// assert_eq!(redact("mem://"), "mem://");
+/// ```
 pub fn redact(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
         if !url.contains(['@', '=', ' ']) {
@@ -428,6 +501,17 @@ fn redact_query(url: &str) -> String {
 }
 
 /// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds.
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith;
+/// use std::time::Duration;
+/// use locksmith::driver::url::parse_duration;
+/// assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+/// assert_eq!(parse_duration("10"), Some(Duration::from_secs(10)));
+/// assert_eq!(parse_duration("10 s"), None);
+/// ```
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
