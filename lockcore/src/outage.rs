@@ -69,6 +69,29 @@ impl Outage {
     /// # Cancel safety
     ///
     /// Cancel-safe: dropping it only cuts the pause short (the backoff then stays where it was).
+    ///
+    ///
+    /// # Examples
+    ///
+    /// A waiter's retry loop against a server that stays down:
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use locksmith::{driver::Outage, LockError};
+    /// let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+    /// let mut outage = Outage::new(Some(deadline), Duration::from_secs(30));
+    /// let ended = loop {
+    ///     let down = LockError::Unavailable { message: "connection refused".into(), source: None };
+    ///     if let Err(e) = outage.failed(down).await {
+    ///         break e; // the deadline came while the server was down
+    ///     }
+    /// };
+    /// assert!(matches!(ended, LockError::Unavailable { .. }) && outage.is_failing());
+    /// # }
+    /// ```
     pub async fn failed(&mut self, e: LockError) -> Result<()> {
         if !matches!(e, LockError::Unavailable { .. }) {
             return Err(e);
