@@ -238,17 +238,50 @@ impl Locker {
     }
 
     /// Starts a request for the mutex `name` (see [`crate::Locker::lock`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("orders/42").acquire()?;
+    /// assert!(locker.lock("orders/42").try_acquire()?.is_none());
+    /// guard.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
         self.builder(self.shared.locker.lock(name))
     }
 
     /// Starts a request for one permit of the semaphore `name` with `permits` permits (see
     /// [`crate::Locker::semaphore`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let a = locker.semaphore("api-quota", 2).acquire()?;
+    /// let b = locker.semaphore("api-quota", 2).acquire()?;
+    /// assert!(locker.semaphore("api-quota", 2).try_acquire()?.is_none());
+    /// # drop((a, b)); Ok(()) }
+    /// ```
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockBuilder {
         self.builder(self.shared.locker.semaphore(name, permits))
     }
 
     /// The read-write lock `name` (see [`crate::RwLock`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let config = locker.rwlock("config");
+    /// let (r1, r2) = (config.read().acquire()?, config.read().acquire()?); // readers share
+    /// assert!(config.write().try_acquire()?.is_none());
+    /// # drop((r1, r2)); Ok(()) }
+    /// ```
     pub fn rwlock(&self, name: impl Into<String>) -> RwLock {
         RwLock {
             locker: self.clone(),
@@ -257,6 +290,17 @@ impl Locker {
     }
 
     /// The election `name` (see [`crate::Election`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let election = locker.election("scheduler");
+    /// let leading = election.campaign("node-1").acquire()?;
+    /// assert_eq!(election.leader()?.map(|l| l.term), Some(leading.term()));
+    /// # Ok(()) }
+    /// ```
     pub fn election(&self, name: impl Into<String>) -> Election {
         Election {
             locker: self.clone(),
@@ -266,6 +310,17 @@ impl Locker {
 
     /// Starts a request for the mutexes `names`, all or none, taken in one global order (see
     /// [`crate::Locker::lock_all`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let both = locker.lock_all(["accounts/bob", "accounts/alice"]).acquire()?;
+    /// assert_eq!(both.names(), ["accounts/alice", "accounts/bob"]);
+    /// both.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn lock_all<I, S>(&self, names: I) -> LockAll
     where
         I: IntoIterator<Item = S>,
@@ -350,12 +405,33 @@ impl Locker {
     }
 
     /// How many guards of this locker are held (renewed by its watchdog).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("job").acquire()?;
+    /// assert_eq!(locker.held_count(), 1);
+    /// guard.release()?;
+    /// assert_eq!(locker.held_count(), 0);
+    /// # Ok(()) }
+    /// ```
     pub fn held_count(&self) -> usize {
         self.shared.locker.held_count()
     }
 
     /// The async locker underneath, for what the blocking API does not wrap (its calls must run
     /// on a runtime, not in this thread).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// assert_eq!(locker.as_async().backend().kind(), "mem");
+    /// # Ok(()) }
+    /// ```
     pub fn as_async(&self) -> &crate::Locker {
         &self.shared.locker
     }
@@ -370,18 +446,54 @@ pub struct LockBuilder {
 
 impl LockBuilder {
     /// The lease time (see [`crate::LockBuilder::ttl`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let guard = locker.lock("job").ttl(Duration::from_secs(30)).acquire()?;
+    /// assert_eq!(guard.ttl(), Duration::from_secs(30));
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.inner = self.inner.ttl(ttl);
         self
     }
 
     /// How long [`LockBuilder::acquire`] waits at most (see [`crate::LockBuilder::timeout`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let other = locksmith::blocking::connect("mem://")?; // the same store: another "process"
+    /// let _held = other.lock("job").acquire()?;
+    /// let waited = locker.lock("job").timeout(Duration::from_millis(50)).acquire();
+    /// assert!(matches!(waited, Err(locksmith::LockError::Timeout(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.inner = self.inner.timeout(timeout);
         self
     }
 
     /// A hard cap on how long the lock is held (see [`crate::LockBuilder::max_hold`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let guard = locker.lock("job").max_hold(Duration::from_millis(50)).acquire()?;
+    /// let reason = guard.wait_lost(Duration::from_secs(5))?;
+    /// assert_eq!(reason, Some(locksmith::LostReason::MaxHoldReached));
+    /// # Ok(()) }
+    /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.inner = self.inner.max_hold(max_hold);
         self
@@ -529,31 +641,98 @@ impl LockGuard {
     }
 
     /// The lock name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("orders/42").acquire()?;
+    /// assert_eq!(guard.name(), "orders/42");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         self.inner().name()
     }
 
     /// What this guard holds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.rwlock("config").read().acquire()?;
+    /// assert_eq!(guard.kind(), &locksmith::LockKind::Read);
+    /// # Ok(()) }
+    /// ```
     pub fn kind(&self) -> &LockKind {
         self.inner().kind()
     }
 
     /// The fencing token (see [`crate::LockGuard::fencing_token`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let first = locker.lock("job").acquire()?;
+    /// let token = first.fencing_token();
+    /// first.release()?;
+    /// assert!(locker.lock("job").acquire()?.fencing_token() > token);
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> u64 {
         self.inner().fencing_token()
     }
 
     /// The lease time the server enforces.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let guard = locker.lock("job").ttl(Duration::from_secs(5)).acquire()?;
+    /// assert_eq!(guard.ttl(), Duration::from_secs(5)); // mem:// enforces the TTL as given
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(&self) -> Duration {
         self.inner().ttl()
     }
 
     /// True until the lock is lost (see [`crate::LockGuard::is_held`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("job").acquire()?;
+    /// assert!(guard.is_held());
+    /// locker.shutdown()?;
+    /// assert!(!guard.is_held());
+    /// # Ok(()) }
+    /// ```
     pub fn is_held(&self) -> bool {
         self.inner().is_held()
     }
 
     /// Why the lock was lost, once it is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("job").acquire()?;
+    /// assert_eq!(guard.lost_reason(), None);
+    /// locker.shutdown()?;
+    /// assert_eq!(guard.lost_reason(), Some(locksmith::LostReason::Shutdown));
+    /// # Ok(()) }
+    /// ```
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.inner().lost_reason()
     }
@@ -587,6 +766,17 @@ impl LockGuard {
     }
 
     /// Guarded writes under this lock (see [`crate::LockGuard::guarded`]), blocking.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("billing").acquire()?;
+    /// guard.guarded().put("/billing/last-run", "2026-11-24")?;
+    /// assert_eq!(guard.guarded().get("/billing/last-run")?, Some(b"2026-11-24".to_vec()));
+    /// # Ok(()) }
+    /// ```
     pub fn guarded(&self) -> Guarded<'_> {
         Guarded { guard: self }
     }
@@ -594,11 +784,34 @@ impl LockGuard {
     /// Says that this thread no longer holds the guard, for re-entry detection (see
     /// [`crate::LockGuard::detach_from_task`]): before handing it to another thread, when this
     /// one may ask for the same lock again before the other uses it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("jobs").acquire()?;
+    /// guard.detach_from_thread();
+    /// let worker = std::thread::spawn(move || guard.release());
+    /// let next = locker.lock("jobs").acquire()?; // waits for the worker's release
+    /// worker.join().expect("the worker")?;
+    /// # drop(next); Ok(()) }
+    /// ```
     pub fn detach_from_thread(&self) {
         self.inner().detach_from_task();
     }
 
     /// The async guard underneath (its lease, holder id, `lost()` future).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("job").acquire()?;
+    /// assert_eq!(guard.as_async().lease().fencing_token, guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
     pub fn as_async(&self) -> &crate::LockGuard {
         self.inner()
     }
@@ -675,6 +888,16 @@ impl Guarded<'_> {
     /// # Errors
     ///
     /// As [`crate::Guarded::put`]; [`LockError::BlockingInAsync`] in async code.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("billing").acquire()?;
+    /// guard.guarded().put("/billing/last-run", "2026-11-24")?;
+    /// # Ok(()) }
+    /// ```
     pub fn put(&self, key: &str, value: impl Into<Vec<u8>>) -> Result<()> {
         self.block_on("Guarded::put", self.guard.inner().guarded().put(key, value))?
     }
@@ -684,6 +907,18 @@ impl Guarded<'_> {
     /// # Errors
     ///
     /// As [`crate::Guarded::delete`]; [`LockError::BlockingInAsync`] in async code.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("billing").acquire()?;
+    /// guard.guarded().put("/billing/tmp", "x")?;
+    /// assert!(guard.guarded().delete("/billing/tmp")?);
+    /// assert!(!guard.guarded().delete("/billing/tmp")?);
+    /// # Ok(()) }
+    /// ```
     pub fn delete(&self, key: &str) -> Result<bool> {
         self.block_on("Guarded::delete", self.guard.inner().guarded().delete(key))?
     }
@@ -694,6 +929,17 @@ impl Guarded<'_> {
     /// # Errors
     ///
     /// As [`crate::Guarded::compare_and_set`]; [`LockError::BlockingInAsync`] in async code.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("billing").acquire()?;
+    /// assert!(guard.guarded().compare_and_set("/billing/cursor", None, "1")?);
+    /// assert!(!guard.guarded().compare_and_set("/billing/cursor", None, "1")?); // exists now
+    /// # Ok(()) }
+    /// ```
     pub fn compare_and_set(&self, key: &str, expected: Option<&[u8]>, value: impl Into<Vec<u8>>) -> Result<bool> {
         let guarded = self.guard.inner().guarded();
         self.block_on(
@@ -707,6 +953,16 @@ impl Guarded<'_> {
     /// # Errors
     ///
     /// As [`crate::Guarded::get`]; [`LockError::BlockingInAsync`] in async code.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let guard = locker.lock("billing").acquire()?;
+    /// assert_eq!(guard.guarded().get("/billing/cursor")?, None);
+    /// # Ok(()) }
+    /// ```
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         self.block_on("Guarded::get", self.guard.inner().guarded().get(key))?
     }
@@ -721,18 +977,50 @@ pub struct RwLock {
 
 impl RwLock {
     /// A request for the read side.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let config = locker.rwlock("config");
+    /// let r = config.read().acquire()?;
+    /// assert!(config.read().try_acquire()?.is_some()); // readers share
+    /// # drop(r); Ok(()) }
+    /// ```
     pub fn read(&self) -> LockBuilder {
         self.locker
             .builder(self.locker.shared.locker.rwlock(self.name.clone()).read())
     }
 
     /// A request for the write side.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let config = locker.rwlock("config");
+    /// let w = config.write().acquire()?;
+    /// assert!(config.read().try_acquire()?.is_none());
+    /// w.release()?;
+    /// # Ok(()) }
+    /// ```
     pub fn write(&self) -> LockBuilder {
         self.locker
             .builder(self.locker.shared.locker.rwlock(self.name.clone()).write())
     }
 
     /// The lock's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// assert_eq!(locker.rwlock("config").name(), "config");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -747,6 +1035,18 @@ pub struct Election {
 
 impl Election {
     /// Starts a campaign with `value` (see [`crate::Election::campaign`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let election = locker.election("scheduler");
+    /// let leading = election.campaign("10.0.0.7:8080").acquire()?;
+    /// assert!(election.campaign("10.0.0.8:8080").try_acquire()?.is_none());
+    /// leading.resign()?;
+    /// # Ok(()) }
+    /// ```
     pub fn campaign(&self, value: impl Into<String>) -> Campaign {
         let request = self
             .locker
@@ -787,6 +1087,15 @@ impl Election {
     }
 
     /// The election's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// assert_eq!(locker.election("scheduler").name(), "scheduler");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -800,18 +1109,53 @@ pub struct Campaign {
 
 impl Campaign {
     /// The lease time of the leadership.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let leading = locker.election("scheduler").campaign("node-1").ttl(Duration::from_secs(5)).acquire()?;
+    /// assert_eq!(leading.guard().ttl(), Duration::from_secs(5));
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.builder = self.builder.ttl(ttl);
         self
     }
 
     /// How long [`Campaign::acquire`] waits to lead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let other = locksmith::blocking::connect("mem://")?; // the same store: another "process"
+    /// let _leading = other.election("scheduler").campaign("node-1").acquire()?;
+    /// let second = locker.election("scheduler").campaign("node-2").timeout(Duration::from_millis(50)).acquire();
+    /// assert!(matches!(second, Err(locksmith::LockError::Timeout(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.builder = self.builder.timeout(timeout);
         self
     }
 
     /// Resign after this long, whatever the leader is doing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let leading = locker.election("scheduler").campaign("node-1").max_hold(Duration::from_millis(50)).acquire()?;
+    /// assert_eq!(leading.wait_lost(Duration::from_secs(5))?, Some(locksmith::LostReason::MaxHoldReached));
+    /// # Ok(()) }
+    /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.builder = self.builder.max_hold(max_hold);
         self
@@ -871,11 +1215,34 @@ pub struct LeaderGuard {
 
 impl LeaderGuard {
     /// The term: this leader's fencing token.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let election = locker.election("scheduler");
+    /// let first = election.campaign("node-1").acquire()?;
+    /// let term = first.term();
+    /// first.resign()?;
+    /// assert!(election.campaign("node-2").acquire()?.term() > term);
+    /// # Ok(()) }
+    /// ```
     pub fn term(&self) -> u64 {
         self.guard.fencing_token()
     }
 
     /// True until the leadership is lost.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let leading = locker.election("scheduler").campaign("node-1").acquire()?;
+    /// assert!(leading.is_leader());
+    /// # Ok(()) }
+    /// ```
     pub fn is_leader(&self) -> bool {
         self.guard.is_held()
     }
@@ -885,11 +1252,32 @@ impl LeaderGuard {
     /// # Errors
     ///
     /// [`LockError::BlockingInAsync`] in async code.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let leading = locker.election("scheduler").campaign("node-1").acquire()?;
+    /// assert_eq!(leading.wait_lost(Duration::from_millis(10))?, None); // still leading
+    /// # Ok(()) }
+    /// ```
     pub fn wait_lost(&self, timeout: Duration) -> Result<Option<LostReason>> {
         self.guard.wait_lost(timeout)
     }
 
     /// The underlying guard.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let leading = locker.election("scheduler").campaign("node-1").acquire()?;
+    /// assert_eq!(leading.guard().fencing_token(), leading.term());
+    /// # Ok(()) }
+    /// ```
     pub fn guard(&self) -> &LockGuard {
         &self.guard
     }
@@ -899,6 +1287,17 @@ impl LeaderGuard {
     /// # Errors
     ///
     /// As [`LockGuard::release`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let election = locker.election("scheduler");
+    /// election.campaign("node-1").acquire()?.resign()?;
+    /// assert_eq!(election.leader()?, None);
+    /// # Ok(()) }
+    /// ```
     pub fn resign(self) -> Result<()> {
         self.guard.release()
     }
@@ -913,18 +1312,54 @@ pub struct LockAll {
 
 impl LockAll {
     /// The lease time of every lock of the set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let both = locker.lock_all(["a", "b"]).ttl(Duration::from_secs(30)).acquire()?;
+    /// assert!(both.as_async().guards().iter().all(|g| g.ttl() == Duration::from_secs(30)));
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.inner = self.inner.ttl(ttl);
         self
     }
 
     /// How long [`LockAll::acquire`] waits at most for the whole set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let other = locksmith::blocking::connect("mem://")?; // the same store: another "process"
+    /// let _b = other.lock("b").acquire()?;
+    /// let both = locker.lock_all(["a", "b"]).timeout(Duration::from_millis(50)).acquire();
+    /// assert!(matches!(both, Err(locksmith::LockError::Timeout(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.inner = self.inner.timeout(timeout);
         self
     }
 
     /// A cap on how long each lock of the set is held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let both = locker.lock_all(["a", "b"]).max_hold(Duration::from_millis(50)).acquire()?;
+    /// let (_name, reason) = both.wait_lost(Duration::from_secs(5))?.expect("lost");
+    /// assert_eq!(reason, locksmith::LostReason::MaxHoldReached);
+    /// # Ok(()) }
+    /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.inner = self.inner.max_hold(max_hold);
         self
@@ -968,6 +1403,17 @@ impl LockAll {
     /// # Cancel safety
     ///
     /// Not a future: it blocks until answered.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let b = locker.lock("b").acquire()?;
+    /// assert!(locker.lock_all(["a", "b"]).try_acquire()?.is_none());
+    /// assert!(locker.lock("a").try_acquire()?.is_some()); // "a" was released
+    /// # drop(b); Ok(()) }
+    /// ```
     pub fn try_acquire(self) -> Result<Option<MultiGuard>> {
         let set = self
             .shared
@@ -1041,21 +1487,63 @@ impl MultiGuard {
     }
 
     /// The names of the set, sorted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let both = locker.lock_all(["b", "a"]).acquire()?;
+    /// assert_eq!(both.names(), ["a", "b"]);
+    /// # Ok(()) }
+    /// ```
     pub fn names(&self) -> Vec<String> {
         self.inner().names().map(str::to_owned).collect()
     }
 
     /// The fencing token of the lock `name` of the set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let both = locker.lock_all(["a", "b"]).acquire()?;
+    /// assert!(both.fencing_token("a").is_some());
+    /// assert_eq!(both.fencing_token("c"), None);
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self, name: &str) -> Option<u64> {
         self.inner().get(name).map(crate::LockGuard::fencing_token)
     }
 
     /// True while every lock of the set is held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let both = locker.lock_all(["a", "b"]).acquire()?;
+    /// assert!(both.is_held());
+    /// # Ok(()) }
+    /// ```
     pub fn is_held(&self) -> bool {
         self.inner().is_held()
     }
 
     /// The first lock of the set found lost, with why.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let both = locker.lock_all(["a", "b"]).acquire()?;
+    /// locker.shutdown()?;
+    /// assert_eq!(both.lost_reason(), Some(("a".to_owned(), locksmith::LostReason::Shutdown)));
+    /// # Ok(()) }
+    /// ```
     pub fn lost_reason(&self) -> Option<(String, LostReason)> {
         self.inner().lost_reason()
     }
@@ -1065,6 +1553,17 @@ impl MultiGuard {
     /// # Errors
     ///
     /// [`LockError::BlockingInAsync`] in async code.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// use std::time::Duration;
+    /// let both = locker.lock_all(["a", "b"]).acquire()?;
+    /// assert_eq!(both.wait_lost(Duration::from_millis(10))?, None); // both still held
+    /// # Ok(()) }
+    /// ```
     pub fn wait_lost(&self, timeout: Duration) -> Result<Option<(String, LostReason)>> {
         let lost = self.inner().lost();
         self.shared.block_on("MultiGuard::wait_lost", async move {
@@ -1073,6 +1572,16 @@ impl MultiGuard {
     }
 
     /// The async set underneath.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let both = locker.lock_all(["a", "b"]).acquire()?;
+    /// assert_eq!(both.as_async().guards().len(), 2);
+    /// # Ok(()) }
+    /// ```
     pub fn as_async(&self) -> &crate::MultiGuard {
         self.inner()
     }
@@ -1083,6 +1592,17 @@ impl MultiGuard {
     ///
     /// As [`crate::MultiGuard::release`]; [`LockError::BlockingInAsync`] in async code (the
     /// locks are released in the background then).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::blocking::connect("mem://")?;
+    /// let both = locker.lock_all(["a", "b"]).acquire()?;
+    /// both.release()?;
+    /// assert!(locker.lock_all(["a", "b"]).try_acquire()?.is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn release(mut self) -> Result<()> {
         let set = self.inner.take().expect("a guard is only emptied when it ends");
         if let Err(e) = refuse_in_async("MultiGuard::release") {

@@ -203,6 +203,13 @@ macro_rules! registry {
         ];
 
         /// The backends compiled into this build (their [`Descriptor`]s), `mem://` first.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// let names: Vec<&str> = locksmith::backends().iter().map(|d| d.name).collect();
+        /// assert_eq!(names[0], "mem"); // always compiled in
+        /// ```
         pub fn backends() -> &'static [&'static Descriptor] {
             BACKENDS
         }
@@ -223,6 +230,12 @@ registry! {
 /// The `file://` URL of the directory that the processes of one user share when given no other:
 /// `/tmp/locksmith-<uid>`, the same in every session of the user (what the `locksmith` command
 /// uses without `--url`).
+///
+/// # Examples
+///
+/// ```
+/// assert!(locksmith::default_file_url().starts_with("file:///"));
+/// ```
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub fn default_file_url() -> String {
@@ -235,7 +248,17 @@ pub fn default_file_url() -> String {
 ///
 /// # Errors
 ///
-/// [`LockError::InvalidUrl`] when `url` is not a valid `postgres://` URL.
+/// [`LockError::InvalidUrl`] when `url` is not a valid `postgres://` URL;
+/// [`LockError::InvalidOption`] when `role` is no role name PostgreSQL can have (empty, longer
+/// than 63 bytes, or with a control character).
+///
+/// # Examples
+///
+/// ```
+/// let sql = locksmith::postgres_setup_sql("postgres://admin@db/app?schema=locks", Some("app_user"))?;
+/// assert!(sql.contains("TO \"app_user\""));
+/// # Ok::<(), locksmith::LockError>(())
+/// ```
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub fn postgres_setup_sql(url: &str, role: Option<&str>) -> Result<String> {
@@ -243,6 +266,13 @@ pub fn postgres_setup_sql(url: &str, role: Option<&str>) -> Result<String> {
 }
 
 /// The backend serving `scheme` in this build, if any.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(locksmith::backend_for("mem").map(|d| d.name), Some("mem"));
+/// assert!(locksmith::backend_for("nosuch").is_none());
+/// ```
 pub fn backend_for(scheme: &str) -> Option<&'static Descriptor> {
     backends().iter().copied().find(|d| d.schemes.contains(&scheme))
 }
@@ -269,29 +299,66 @@ pub struct ConnectOptions {
 
 impl ConnectOptions {
     /// No settings: the URL's own options and the backend's defaults.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = locksmith::ConnectOptions::new();
+    /// assert!(options.connect_timeout.is_none() && options.ca.is_none());
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Sets [`ConnectOptions::connect_timeout`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let options = locksmith::ConnectOptions::new().connect_timeout(Duration::from_secs(2));
+    /// assert_eq!(options.connect_timeout, Some(Duration::from_secs(2)));
+    /// ```
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
     }
 
     /// Sets [`ConnectOptions::session_ttl`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let options = locksmith::ConnectOptions::new().session_ttl(Duration::from_secs(10));
+    /// assert_eq!(options.session_ttl, Some(Duration::from_secs(10)));
+    /// ```
     pub fn session_ttl(mut self, ttl: Duration) -> Self {
         self.session_ttl = Some(ttl);
         self
     }
 
     /// Sets the TLS files ([`ConnectOptions::ca`], `cert`, `key`); `None` leaves one unset.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = locksmith::ConnectOptions::new().tls_files(Some("/etc/ssl/ca.pem".into()), None, None);
+    /// assert_eq!(options.ca.as_deref(), Some("/etc/ssl/ca.pem"));
+    /// ```
     pub fn tls_files(mut self, ca: Option<String>, cert: Option<String>, key: Option<String>) -> Self {
         (self.ca, self.cert, self.key) = (ca, cert, key);
         self
     }
 
     /// Sets [`ConnectOptions::password_file`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = locksmith::ConnectOptions::new().password_file("/run/secrets/locksmith");
+    /// assert_eq!(options.password_file.as_deref(), Some("/run/secrets/locksmith"));
+    /// ```
     pub fn password_file(mut self, path: impl Into<String>) -> Self {
         self.password_file = Some(path.into());
         self
@@ -344,6 +411,21 @@ pub async fn connect(url: &str) -> Result<Locker> {
 ///
 /// Cancel-safe: dropping the future before it returns drops the half-made connection; no lock
 /// was taken yet.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), locksmith::LockError> {
+/// use std::time::Duration;
+/// use locksmith::{ConnectOptions, LockError};
+/// let options = ConnectOptions::new().connect_timeout(Duration::from_secs(2));
+/// let locker = locksmith::connect_with("mem://", &options).await?;
+/// assert_eq!(locker.backend().kind(), "mem");
+/// let with_ca = ConnectOptions::new().tls_files(Some("ca.pem".into()), None, None);
+/// assert!(matches!(locksmith::connect_with("mem://", &with_ca).await, Err(LockError::InvalidUrl { .. })));
+/// # Ok(()) }
+/// ```
 pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Locker> {
     let mut parsed = BackendUrl::parse(url)?;
     let backend = find(&parsed)?;
@@ -385,6 +467,18 @@ pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Locker>
 ///
 /// Cancel-safe: dropping the future before it returns drops the half-made connection; no lock
 /// was taken yet.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), locksmith::LockError> {
+/// let url = locksmith::driver::BackendUrl::parse("mem://?ttl=5s")?;
+/// let locker = locksmith::connect_url(url).await?;
+/// let guard = locker.lock("job").acquire().await?;
+/// assert_eq!(guard.ttl(), std::time::Duration::from_secs(5)); // the URL's ttl=
+/// # Ok(()) }
+/// ```
 pub async fn connect_url(parsed: BackendUrl) -> Result<Locker> {
     let backend = find(&parsed)?;
     tracing::debug!(backend = backend.name, hosts = parsed.hosts.len(), "connecting");

@@ -63,6 +63,17 @@ struct Current {
 
 impl FencedObjects {
     /// Fenced writes to `store`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use locksmith_fence::objects::FencedObjects;
+    /// use object_store::memory::InMemory;
+    ///
+    /// let objects = FencedObjects::new(Arc::new(InMemory::new()));
+    /// # let _ = objects;
+    /// ```
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
         FencedObjects {
             store,
@@ -71,6 +82,16 @@ impl FencedObjects {
     }
 
     /// Gives up after `attempts` conditional puts lost to other writers (at least 1).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// use locksmith_fence::objects::FencedObjects;
+    /// # let store = Arc::new(object_store::memory::InMemory::new());
+    /// let objects = FencedObjects::new(store).with_max_attempts(4); // Contended(4) after 4 lost races
+    /// # let _ = objects;
+    /// ```
     pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
         self
@@ -83,14 +104,34 @@ impl FencedObjects {
     ///
     /// - [`FenceError::Stale`] if the object was written with a higher token: nothing written.
     /// - [`FenceError::Contended`] if other writers changed the object between each read and
-    ///   conditional put, [`DEFAULT_MAX_ATTEMPTS`] times in a row: nothing written.
-    /// - [`FenceError::Invalid`] if the object's token metadata is not a number.
+    ///   conditional put, as many times in a row as the attempts allowed
+    ///   ([`FencedObjects::with_max_attempts`], by default [`DEFAULT_MAX_ATTEMPTS`]): nothing
+    ///   written.
+    /// - [`FenceError::Invalid`] if the object's token metadata is not a number, or the store
+    ///   gave no ETag or version to condition the write on.
     /// - [`FenceError::Store`] for any other failure of the store.
     ///
     /// # Cancel safety
     ///
     /// A put dropped before it answered may or may not have written; if it did, the object was
     /// not written with a higher token when it did.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn run() -> Result<(), locksmith_fence::FenceError> {
+    /// # use std::sync::Arc;
+    /// use locksmith_fence::{objects::FencedObjects, FenceError};
+    /// use object_store::path::Path;
+    /// # let objects = FencedObjects::new(Arc::new(object_store::memory::InMemory::new()));
+    /// let path = Path::from("reports/daily.json");
+    /// objects.put(&path, 8, "by the holder with token 8").await?;
+    /// objects.put(&path, 8, "the same holder again").await?; // an equal token is admitted
+    /// let stale = objects.put(&path, 7, "a paused holder wakes up").await;
+    /// assert!(matches!(stale, Err(FenceError::Stale { token: 7, highest: 8 })));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn put(&self, path: &Path, token: u64, payload: impl Into<PutPayload>) -> Result<PutResult, FenceError> {
         let payload = payload.into();
         for _ in 0..self.max_attempts {
@@ -135,6 +176,27 @@ impl FencedObjects {
     ///
     /// [`FenceError::Store`] if the store failed; [`FenceError::Invalid`] for a token metadata
     /// that is not a number.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a read only, nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn run() -> Result<(), locksmith_fence::FenceError> {
+    /// # use std::sync::Arc;
+    /// use locksmith_fence::objects::FencedObjects;
+    /// use object_store::path::Path;
+    /// # let objects = FencedObjects::new(Arc::new(object_store::memory::InMemory::new()));
+    /// let path = Path::from("reports/daily.json");
+    /// assert!(objects.get(&path).await?.is_none());
+    /// objects.put(&path, 8, "report").await?;
+    /// let (bytes, token) = objects.get(&path).await?.expect("written");
+    /// assert_eq!((&bytes[..], token), (&b"report"[..], Some(8)));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn get(&self, path: &Path) -> Result<Option<(Bytes, Option<u64>)>, FenceError> {
         let result = match self.store.get_opts(path, GetOptions::default()).await {
             Ok(result) => result,

@@ -46,6 +46,16 @@ impl Fence {
     /// # Errors
     ///
     /// [`FenceError::Invalid`] for any other table name (it is put into SQL as it is).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use locksmith_fence::{postgres::Fence, FenceError};
+    ///
+    /// let fence = Fence::new("app.fences")?;
+    /// assert!(matches!(Fence::new("fences; DROP TABLE x"), Err(FenceError::Invalid(_))));
+    /// # let _ = fence; Ok::<(), FenceError>(())
+    /// ```
     pub fn new(table: &str) -> Result<Self, FenceError> {
         let parts: Vec<&str> = table.split('.').collect();
         if parts.len() > 2 || !parts.iter().all(|part| is_plain_identifier(part)) {
@@ -65,6 +75,17 @@ impl Fence {
     }
 
     /// The statement that creates the table (for a migration tool of your own).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let fence = locksmith_fence::postgres::Fence::new("app.fences")?;
+    /// assert_eq!(
+    ///     fence.create_table_sql(),
+    ///     "CREATE TABLE IF NOT EXISTS app.fences (lock text PRIMARY KEY, token bigint NOT NULL)"
+    /// );
+    /// # Ok::<(), locksmith_fence::FenceError>(())
+    /// ```
     pub fn create_table_sql(&self) -> String {
         format!(
             "CREATE TABLE IF NOT EXISTS {} (lock text PRIMARY KEY, token bigint NOT NULL)",
@@ -77,6 +98,22 @@ impl Fence {
     /// # Errors
     ///
     /// [`FenceError::Store`] if PostgreSQL refuses (no `CREATE` right on the schema, say).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped, the statement may still run to its end on the server; `CREATE TABLE IF NOT EXISTS`
+    /// can be sent again.
+    ///
+    /// # Examples
+    ///
+    /// Needs a PostgreSQL server:
+    ///
+    /// ```no_run
+    /// # async fn run(client: &tokio_postgres::Client) -> Result<(), locksmith_fence::FenceError> {
+    /// let fence = locksmith_fence::postgres::Fence::new("app.fences")?;
+    /// fence.create_table(client).await?; // once, by a user allowed to create it
+    /// # Ok(()) }
+    /// ```
     pub async fn create_table(&self, client: &impl GenericClient) -> Result<(), FenceError> {
         client
             .batch_execute(&self.create_table_sql())
@@ -99,6 +136,24 @@ impl Fence {
     ///
     /// Dropping the future may leave the statement running; its transaction is the caller's and
     /// ends with it.
+    ///
+    /// # Examples
+    ///
+    /// Needs a PostgreSQL server:
+    ///
+    /// ```no_run
+    /// # async fn run(client: &mut tokio_postgres::Client, token: u64) -> Result<(), Box<dyn std::error::Error>> {
+    /// use locksmith_fence::{postgres::Fence, FenceError};
+    /// let fence = Fence::new("app.fences")?;
+    /// let txn = client.transaction().await?;
+    /// match fence.admit(&txn, "billing", token).await {
+    ///     Err(FenceError::Stale { highest, .. }) => return Err(format!("a later holder ({highest}) wrote").into()),
+    ///     other => other?,
+    /// }
+    /// txn.execute("UPDATE accounts SET balance = balance - 10 WHERE id = 1", &[]).await?;
+    /// txn.commit().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn admit(&self, client: &impl GenericClient, lock: &str, token: u64) -> Result<(), FenceError> {
         if lock.is_empty() {
             return Err(FenceError::Invalid("an empty lock name".into()));
@@ -123,6 +178,23 @@ impl Fence {
     ///
     /// [`FenceError::Store`] if the query failed or the column is not a `bigint`;
     /// [`FenceError::Invalid`] for a negative token.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a read only, nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// Needs a PostgreSQL server:
+    ///
+    /// ```no_run
+    /// # async fn run(client: &tokio_postgres::Client) -> Result<(), locksmith_fence::FenceError> {
+    /// let fence = locksmith_fence::postgres::Fence::new("app.fences")?;
+    /// if let Some(token) = fence.highest(client, "billing").await? {
+    ///     println!("billing was last written under token {token}");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn highest(&self, client: &impl GenericClient, lock: &str) -> Result<Option<u64>, FenceError> {
         let row = client.query_opt(&self.highest, &[&lock]).await.map_err(store_error)?;
         let Some(row) = row else { return Ok(None) };

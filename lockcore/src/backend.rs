@@ -47,6 +47,17 @@ impl ListedLock {
     /// (each a [`crate::Family::segment`], with its number of entries): segments that are not
     /// locksmith's or hold no entries are left out, names are kept when they start with `prefix`,
     /// and the result is sorted by name then family.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use locksmith::{Family, ListedLock};
+    /// let found = [("orders%2F42.sem", 2), ("orders%2F7", 0), ("not.ours", 1), ("users%2F1", 1)];
+    /// let listed = ListedLock::from_segments("orders/", found);
+    /// assert_eq!(listed.len(), 1); // no entries, not locksmith's, another prefix: left out
+    /// assert_eq!((listed[0].name.as_str(), listed[0].family, listed[0].entries), ("orders/42", Family::Semaphore, 2));
+    /// ```
     pub fn from_segments<'a>(prefix: &str, segments: impl IntoIterator<Item = (&'a str, usize)>) -> Vec<ListedLock> {
         let mut out: Vec<ListedLock> = segments
             .into_iter()
@@ -83,11 +94,28 @@ pub struct PruneReport {
 
 impl PruneReport {
     /// A report of `locks` and `owners` removed (or, with `dry_run`, that would be).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use locksmith::PruneReport;
+    /// let total = PruneReport::new(3, 1, false) + PruneReport::new(2, 0, false);
+    /// assert_eq!((total.locks, total.owners), (5, 1));
+    /// ```
     pub fn new(locks: u64, owners: u64, dry_run: bool) -> PruneReport {
         PruneReport { locks, owners, dry_run }
     }
 
     /// A report of nothing removed (`dry_run` as asked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let report = locksmith::PruneReport::empty(true);
+    /// assert_eq!((report.locks, report.owners, report.dry_run), (0, 0, true));
+    /// ```
     pub fn empty(dry_run: bool) -> PruneReport {
         PruneReport {
             dry_run,
@@ -137,6 +165,29 @@ impl std::ops::Add for PruneReport {
 ///   stays alive for other leases of the same connection.
 ///
 /// The trait is dyn-compatible; [`crate::Locker`] holds an `Arc<dyn LockBackend>`.
+///
+/// Users do not call these methods: they hand a backend to [`crate::Locker`] (or a URL to
+/// `locksmith::connect`), which calls it. [`crate::MemoryBackend`] is the implementation to read
+/// first (one process, no server); every method's `# Errors` and `# Cancel safety` say what an
+/// implementation must guarantee, which the conformance suite (feature `conformance`) checks.
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), locksmith::LockError> {
+/// use std::sync::Arc;
+/// use locksmith::{driver::LockBackend, Locker, MemoryBackend};
+///
+/// let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+/// assert_eq!(backend.kind(), "mem");
+/// let locker = Locker::from_arc(backend);
+/// let guard = locker.lock("job").acquire().await?;
+/// assert_eq!(locker.inspect("job").await?.waiters, 0);
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// A short name for logs and errors: `"mem"`, `"etcd"`, `"zk"`, `"redis"`.
@@ -144,6 +195,21 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// One attempt: the lease if the lock was free (and nobody was queued for it), `None` if it is
     /// held or another waiter is first in line. Never waits for the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::LockError::Unavailable`] when the server could not be reached or did not answer;
+    /// [`crate::LockError::Denied`] when it refused the request (credentials, permissions);
+    /// [`crate::LockError::InvalidOption`] for a kind this backend cannot serve, or a semaphore
+    /// whose permit count disagrees with its holders and waiters; [`crate::LockError::Protocol`]
+    /// for an answer the lock protocol does not expect. Whatever the error, nothing of this attempt
+    /// may stay on the server (or its removal has been spawned, see below).
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel-safe (see the trait docs): dropped at any await point, it leaves no entry and
+    /// no lease behind; what it may have created on the server is deleted by a clean-up guard
+    /// spawned with [`crate::driver::cleanup::spawn`], which [`crate::Locker::shutdown`] waits for.
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>>;
 
     /// Waits until the lock is held, in FIFO order with other waiters, or without limit when
@@ -152,10 +218,32 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// if it was retrying a server that failed (see [`crate::outage::Outage`]). It need not cut short a
     /// request in flight at the deadline: the [`crate::Locker`] gives up on it shortly after, as a
     /// server that did not answer. Must be cancellation-safe (see the trait docs).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::LockError::Timeout`] at `deadline` while waiting for the lock;
+    /// [`crate::LockError::Unavailable`] at `deadline` while retrying a server that fails, or,
+    /// without a deadline, once an outage outlasted the backend's budget (see
+    /// [`crate::driver::Outage`]); [`crate::LockError::Denied`],
+    /// [`crate::LockError::InvalidOption`] and [`crate::LockError::Protocol`] as
+    /// [`LockBackend::try_acquire`]. Before any error is returned, the waiter entry has been removed
+    /// (or its removal spawned with [`crate::driver::cleanup::spawn`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel-safe (see the trait docs): dropped while waiting, its waiter entry is removed
+    /// in the background, and a lease granted but not yet returned is released; the clean-up is
+    /// spawned with [`crate::driver::cleanup::spawn`], so [`crate::Locker::shutdown`] waits for it.
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease>;
 
     /// Releases the lease. [`crate::LockError::NotHeld`] if it was no longer ours (expired, taken
     /// away, already released).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::LockError::NotHeld`] as above; [`crate::LockError::Unavailable`] when the server
+    /// did not answer (the locker retries the release in the background until the lease has
+    /// surely expired); [`crate::LockError::Denied`] when it refused the delete.
     ///
     /// # Cancel safety
     ///
@@ -174,9 +262,31 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// The watchdog calls only this, with every lease of the Locker that is due, so a backend
     /// renews them in as few requests as it can: etcd and ZooKeeper renew their one session for all
     /// locks, Redis extends every key in one script call.
+    ///
+    /// # Errors
+    ///
+    /// Per lease, in the returned vector: [`crate::LockError::NotHeld`] for a lease that is gone;
+    /// [`crate::LockError::Unavailable`] (or any other error) when the renewal could not be done,
+    /// which the watchdog retries.
+    ///
+    /// # Cancel safety
+    ///
+    /// The watchdog cuts a call off at the request timeout (or when the batch's first lease runs
+    /// out, if sooner): dropped at any await point, a renewal may have extended some of the
+    /// leases and not others, which is harmless (renewing only extends what exists, and the next
+    /// round renews them all again). It must create nothing.
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>>;
 
     /// Renews one lease: [`LockBackend::renew_many`] with one lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockBackend::renew_many`] for its one lease; [`crate::LockError::Protocol`] if
+    /// `renew_many` returned no result.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockBackend::renew_many`].
     async fn renew(&self, lease: &Lease) -> Result<()> {
         let mut results = self.renew_many(std::slice::from_ref(lease)).await;
         results
@@ -186,11 +296,31 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Who holds `name` right now and how many wait: a read-only look for operators (the CLI's
     /// `inspect`), never used for locking decisions.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::LockError::Unavailable`] when the server did not answer;
+    /// [`crate::LockError::Denied`] when it refused the read; [`crate::LockError::Protocol`] for
+    /// state the backend cannot read as a lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel-safe: a read only, it leaves nothing behind.
     async fn inspect(&self, name: &LockName) -> Result<LockInfo>;
 
     /// The locks of this backend's namespace whose names start with `prefix` and that have holders
     /// or waiters now, sorted by name then family: a read-only look for operators (the CLI's
     /// `list`). The default refuses (a backend that cannot enumerate its locks).
+    ///
+    /// # Errors
+    ///
+    /// The default: [`crate::LockError::InvalidOption`]. An implementation:
+    /// [`crate::LockError::Unavailable`] when the server did not answer,
+    /// [`crate::LockError::Denied`] when it refused the read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel-safe: a read only, it leaves nothing behind.
     async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
         let _ = prefix;
         Err(crate::LockError::InvalidOption(format!(
@@ -201,6 +331,17 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Who leads the election `name` now: the holder of its [`crate::LockKind::Leader`] queue, with
     /// its value and term. The default refuses (a backend without elections).
+    ///
+    /// # Errors
+    ///
+    /// The default: [`crate::LockError::InvalidOption`]. An implementation:
+    /// [`crate::LockError::Unavailable`] when the server did not answer,
+    /// [`crate::LockError::Denied`] when it refused the read, [`crate::LockError::Protocol`] for a
+    /// leader entry it cannot read (a value that is not UTF-8).
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel-safe: a read only, it leaves nothing behind.
     async fn leader(&self, name: &LockName) -> Result<Option<crate::Leader>> {
         let _ = name;
         Err(crate::LockError::InvalidOption(format!(
@@ -213,6 +354,18 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// server (a watch, a notification), never by polling. The observation runs in a task of the
     /// backend's, which rides out outages and ends when the returned watch is dropped. The default
     /// refuses (a backend without elections).
+    ///
+    /// # Errors
+    ///
+    /// The default: [`crate::LockError::InvalidOption`]. An implementation:
+    /// [`crate::LockError::Unavailable`] when the first read of the leader failed,
+    /// [`crate::LockError::Denied`] when the server refused it. Later failures are not errors: the
+    /// observation's task rides them out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel-safe: dropped before it returned, it leaves no observation task running (the
+    /// task belongs to the [`crate::LeaderWatch`] it returns, which aborts it when dropped).
     async fn observe(&self, name: &LockName) -> Result<crate::LeaderWatch> {
         let _ = name;
         Err(crate::LockError::InvalidOption(format!(
@@ -229,6 +382,20 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// validated ([`crate::GuardedWrite::validate`]); keys inside the backend's lock namespace are
     /// refused ([`crate::guarded::refuse_if_inside`]). The default refuses (a backend without a
     /// store to write to).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::LockError::NotHeld`] when the lease is gone (nothing written);
+    /// [`crate::LockError::InvalidOption`] from the default; [`crate::LockError::InvalidName`] for
+    /// a key inside the backend's lock namespace ([`crate::driver::refuse_if_inside`]);
+    /// [`crate::LockError::Unavailable`] when the server did not answer (the write may or
+    /// may not have been applied); [`crate::LockError::Denied`] when it refused the write.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped after its request was sent, the write may or may not have been applied, as any write
+    /// to a server; if applied, it was applied while the lease was held (the check and the write are
+    /// one atomic step). It must leave nothing else behind.
     async fn write_guarded(&self, lease: &Lease, write: &crate::guarded::GuardedWrite) -> Result<bool> {
         let _ = (lease, write);
         Err(crate::LockError::InvalidOption(format!(
@@ -239,6 +406,16 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Reads a key of the store [`LockBackend::write_guarded`] writes to (a plain read). The
     /// default refuses (a backend without a store).
+    ///
+    /// # Errors
+    ///
+    /// The default: [`crate::LockError::InvalidOption`]. An implementation:
+    /// [`crate::LockError::Unavailable`] when the server did not answer,
+    /// [`crate::LockError::Denied`] when it refused the read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel-safe: a read only, it leaves nothing behind.
     async fn read_key(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let _ = key;
         Err(crate::LockError::InvalidOption(format!(
@@ -282,6 +459,12 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// What the backend's requests can fail with: [`crate::LockError::Denied`] when the server
     /// refused the deletes (a PostgreSQL user without the grants of this release),
     /// [`crate::LockError::Unavailable`] when it did not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel-safe: dropped at any await point, what it removed stays removed and what it
+    /// had not reached stays for the next prune; a lock is removed whole or not at all (PostgreSQL:
+    /// one transaction per pass; `file://`: one lock at a time under that lock's own file lock).
     async fn prune(&self, idle: Duration, dry_run: bool) -> Result<PruneReport> {
         let _ = idle;
         Ok(PruneReport::empty(dry_run))
@@ -293,6 +476,16 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// outlives it on the server.
     /// The backend takes no more requests afterwards. Bounded by the request timeout. Default:
     /// nothing to end.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::LockError::Unavailable`] when the server did not answer (what the session held then
+    /// expires with its TTL); [`crate::LockError::Denied`] when it refused the end of the session.
+    ///
+    /// # Cancel safety
+    ///
+    /// [`crate::Locker::shutdown`] cuts it off at the request timeout: dropped, the session is not
+    /// ended at once and what it still held expires with its TTL, as after a crash.
     async fn shutdown(&self) -> Result<()> {
         Ok(())
     }

@@ -79,6 +79,23 @@ struct Pair {
 
 impl Dual {
     /// A dual backend over the backends of two lockers: `old` is locked first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use locksmith::{Dual, Locker, MemoryBackend};
+    /// let (old, new) = (Locker::new(MemoryBackend::new()), Locker::new(MemoryBackend::new()));
+    /// let dual = Locker::new(Dual::new(&old, &new));
+    /// let guard = dual.lock("job").acquire().await?;
+    /// assert!(old.lock("job").try_acquire().await?.is_none()); // held in both
+    /// assert!(new.lock("job").try_acquire().await?.is_none());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn new(old: &Locker, new: &Locker) -> Self {
         Dual {
             old: old.backend().clone(),
@@ -88,6 +105,21 @@ impl Dual {
     }
 
     /// Shorthand for `Locker::new(Dual::new(old, new))`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use locksmith::{Dual, Locker, MemoryBackend};
+    /// let (old, new) = (Locker::new(MemoryBackend::new()), Locker::new(MemoryBackend::new()));
+    /// let _held = old.lock("job").acquire().await?; // an old process holds it
+    /// let dual = Dual::locker(&old, &new);
+    /// assert!(dual.lock("job").try_acquire().await?.is_none());
+    /// # Ok(()) }
+    /// ```
     pub fn locker(old: &Locker, new: &Locker) -> Locker {
         Locker::new(Dual::new(old, new))
     }

@@ -68,6 +68,19 @@ impl LeaderWatch {
     }
 
     /// The leader as last seen (`None`: nobody leads).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let election = locker.election("scheduler");
+    /// let watch = election.observe().await?;
+    /// assert_eq!(watch.leader(), None); // nobody leads yet
+    /// # Ok(()) }
+    /// ```
     pub fn leader(&self) -> Option<Leader> {
         self.rx.borrow().clone()
     }
@@ -85,6 +98,21 @@ impl LeaderWatch {
     ///
     /// Cancel-safe: a change that arrives while no call waits is kept, and the next call returns
     /// at once with the latest leader (use it in `select!` loops).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let election = locker.election("scheduler");
+    /// let mut watch = election.observe().await?;
+    /// let leader = election.campaign("node-1").acquire().await?;
+    /// let seen = watch.changed().await?.expect("a leader");
+    /// assert_eq!((seen.value.as_str(), seen.term), ("node-1", leader.term()));
+    /// # Ok(()) }
+    /// ```
     pub async fn changed(&mut self) -> Result<Option<Leader>> {
         let shut_down = async {
             // Err: every handle of the locker is gone without a shutdown; the backend may live
@@ -153,6 +181,20 @@ impl Election {
     /// at most [`MAX_VALUE_LEN`] bytes, without a NUL character, on every backend (the campaign
     /// ends with [`LockError::InvalidOption`] otherwise); set options on it, then
     /// [`Campaign::acquire`] to wait until this candidate leads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let election = locker.election("scheduler");
+    /// let leader = election.campaign("10.0.0.7:8080").acquire().await?;
+    /// assert!(election.campaign("10.0.0.8:8080").try_acquire().await?.is_none());
+    /// leader.resign().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn campaign(&self, value: impl Into<String>) -> Campaign {
         Campaign {
             builder: self
@@ -173,6 +215,20 @@ impl Election {
     /// # Cancel safety
     ///
     /// Cancel-safe: a read only, nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let election = locker.election("scheduler");
+    /// assert_eq!(election.leader().await?, None);
+    /// let leader = election.campaign("node-1").acquire().await?;
+    /// assert_eq!(election.leader().await?.map(|l| l.term), Some(leader.term()));
+    /// # Ok(()) }
+    /// ```
     pub async fn leader(&self) -> Result<Option<Leader>> {
         let name = LockName::new(&self.name)?;
         self.locker.check_open()?;
@@ -212,6 +268,22 @@ impl Election {
     /// # Cancel safety
     ///
     /// Cancel-safe: dropping the future (or the returned watch) stops the observation.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let election = locker.election("scheduler");
+    /// let mut watch = election.observe().await?;
+    /// let leader = election.campaign("node-1").acquire().await?;
+    /// assert_eq!(watch.changed().await?.map(|l| l.value), Some("node-1".to_owned()));
+    /// leader.resign().await?;
+    /// assert_eq!(watch.changed().await?, None); // nobody leads now
+    /// # Ok(()) }
+    /// ```
     pub async fn observe(&self) -> Result<LeaderWatch> {
         let name = LockName::new(&self.name)?;
         self.locker.check_open()?;
@@ -226,6 +298,17 @@ impl Election {
     }
 
     /// The election's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// assert_eq!(locker.election("scheduler").name(), "scheduler");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -240,6 +323,19 @@ pub struct Campaign {
 impl Campaign {
     /// The lease time of the leadership (see [`LockBuilder::ttl`]): how long a leader that crashed
     /// or was cut off keeps leading before the next candidate takes over.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// let leader = locker.election("scheduler").campaign("node-1").ttl(Duration::from_secs(5)).acquire().await?;
+    /// assert_eq!(leader.guard().ttl(), Duration::from_secs(5));
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.builder = self.builder.ttl(ttl);
         self
@@ -247,12 +343,42 @@ impl Campaign {
 
     /// How long [`Campaign::acquire`] waits to lead (default: no limit); see
     /// [`LockBuilder::timeout`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// # let other = locksmith::Locker::from_arc(locker.backend().clone());
+    /// let _leader = other.election("scheduler").campaign("node-1").acquire().await?; // another process's
+    /// let election = locker.election("scheduler");
+    /// let second = election.campaign("node-2").timeout(Duration::from_millis(50)).acquire().await;
+    /// assert!(matches!(second, Err(locksmith::LockError::Timeout(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.builder = self.builder.timeout(timeout);
         self
     }
 
     /// Resign after this long, whatever the leader is doing (see [`LockBuilder::max_hold`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// use locksmith::LostReason;
+    /// let leader = locker.election("scheduler").campaign("node-1").max_hold(Duration::from_millis(50)).acquire().await?;
+    /// assert_eq!(leader.lost().await, LostReason::MaxHoldReached);
+    /// # Ok(()) }
+    /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.builder = self.builder.max_hold(max_hold);
         self
@@ -269,6 +395,19 @@ impl Campaign {
     /// # Cancel safety
     ///
     /// Cancel-safe: dropping the future leaves no candidate and no leadership behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let leader = locker.election("scheduler").campaign("node-1").acquire().await?;
+    /// assert!(leader.is_leader());
+    /// leader.resign().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(self) -> Result<LeaderGuard> {
         self.builder.acquire().await.map(LeaderGuard::new)
     }
@@ -282,6 +421,20 @@ impl Campaign {
     /// # Cancel safety
     ///
     /// Cancel-safe, as [`LockBuilder::try_acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let election = locker.election("scheduler");
+    /// let first = election.campaign("node-1").try_acquire().await?;
+    /// assert!(first.is_some());
+    /// assert!(election.campaign("node-2").try_acquire().await?.is_none());
+    /// # Ok(()) }
+    /// ```
     pub async fn try_acquire(self) -> Result<Option<LeaderGuard>> {
         Ok(self.builder.try_acquire().await?.map(LeaderGuard::new))
     }
@@ -302,22 +455,77 @@ impl LeaderGuard {
     }
 
     /// The term: this leader's fencing token, greater than every earlier leader's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let election = locker.election("scheduler");
+    /// let first = election.campaign("node-1").acquire().await?;
+    /// let term = first.term();
+    /// first.resign().await?;
+    /// assert!(election.campaign("node-2").acquire().await?.term() > term);
+    /// # Ok(()) }
+    /// ```
     pub fn term(&self) -> u64 {
         self.guard.fencing_token()
     }
 
     /// The election's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let leader = locker.election("scheduler").campaign("node-1").acquire().await?;
+    /// assert_eq!(leader.name(), "scheduler");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         self.guard.name()
     }
 
     /// True until the leadership is lost (see [`LeaderGuard::lost`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let leader = locker.election("scheduler").campaign("node-1").acquire().await?;
+    /// assert!(leader.is_leader());
+    /// # Ok(()) }
+    /// ```
     pub fn is_leader(&self) -> bool {
         self.guard.is_held()
     }
 
     /// Resolves when the leadership is lost, before the next candidate can lead (see
     /// [`LockGuard::lost`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let leader = locker.election("scheduler").campaign("node-1").acquire().await?;
+    /// tokio::select! {
+    ///     reason = leader.lost() => eprintln!("no longer leading: {reason}"),
+    ///     _ = async { /* the leader's work */ } => {}
+    /// }
+    /// leader.resign().await.ok();
+    /// # Ok(()) }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         self.guard.lost()
     }
@@ -331,17 +539,58 @@ impl LeaderGuard {
     /// # Cancel safety
     ///
     /// Cancel-safe: the resignation runs to its end even if the future is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let election = locker.election("scheduler");
+    /// let first = election.campaign("node-1").acquire().await?;
+    /// first.resign().await?;
+    /// assert_eq!(election.leader().await?, None);
+    /// # Ok(()) }
+    /// ```
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await
     }
 
     /// The underlying guard (its lease, TTL, holder id).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let leader = locker.election("scheduler").campaign("node-1").acquire().await?;
+    /// assert_eq!(leader.guard().fencing_token(), leader.term());
+    /// # Ok(()) }
+    /// ```
     pub fn guard(&self) -> &LockGuard {
         &self.guard
     }
 
     /// Stops renewing without resigning, as if this process had crashed: the next candidate leads
     /// once the lease runs out (see [`LockGuard::abandon`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// let election = locker.election("scheduler");
+    /// let leader = election.campaign("node-1").ttl(Duration::from_millis(100)).acquire().await?;
+    /// let _lease = leader.abandon(); // as if this process had crashed
+    /// assert!(election.leader().await?.is_some()); // leads until the TTL runs out
+    /// # Ok(()) }
+    /// ```
     pub fn abandon(self) -> crate::lease::Lease {
         self.guard.abandon()
     }

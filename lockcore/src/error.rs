@@ -115,6 +115,16 @@ pub enum LockError {
 
 impl LockError {
     /// Builds [`LockError::Unavailable`] from a message and the client library's error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use std::error::Error;
+    /// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+    /// let e = locksmith::LockError::unavailable("connecting to etcd at 127.0.0.1:2379", refused);
+    /// assert!(e.source().is_some());
+    /// ```
     pub fn unavailable(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
         LockError::Unavailable {
             message: message.into(),
@@ -123,11 +133,32 @@ impl LockError {
     }
 
     /// Builds [`LockError::NotHeld`] for the named lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// let e = locksmith::LockError::not_held("orders/42");
+    /// assert!(e.is_not_held());
+    /// ```
     pub fn not_held(name: impl Into<String>) -> Self {
         LockError::NotHeld { name: name.into() }
     }
 
     /// True when the error says the lock is no longer ours (as opposed to a transient failure).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("job").acquire().await?;
+    /// locker.shutdown().await?; // releases every guard
+    /// assert!(guard.release().await.unwrap_err().is_not_held());
+    /// # Ok(()) }
+    /// ```
     pub fn is_not_held(&self) -> bool {
         matches!(self, LockError::NotHeld { .. })
     }

@@ -74,22 +74,75 @@ impl LockGuard {
     }
 
     /// The lock name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("orders/42").acquire().await?;
+    /// assert_eq!(guard.name(), "orders/42");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         self.lease.name.as_str()
     }
 
     /// What this guard holds: the mutex, a semaphore permit, a read-write lock's side, leadership.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use locksmith::LockKind;
+    /// let guard = locker.semaphore("api-quota", 3).acquire().await?;
+    /// assert_eq!(guard.kind(), &LockKind::Permit { permits: 3 });
+    /// # Ok(()) }
+    /// ```
     pub fn kind(&self) -> &crate::LockKind {
         &self.lease.kind
     }
 
     /// The fencing token: strictly greater than every earlier holder's token for this lock name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let first = locker.lock("job").acquire().await?;
+    /// let token = first.fencing_token();
+    /// first.release().await?;
+    /// let second = locker.lock("job").acquire().await?;
+    /// assert!(second.fencing_token() > token);
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> u64 {
         self.ticket.touch();
         self.lease.fencing_token
     }
 
     /// The lease time the server enforces (the requested TTL, possibly rounded up by the backend).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// let guard = locker.lock("job").ttl(Duration::from_secs(5)).acquire().await?;
+    /// assert_eq!(guard.ttl(), Duration::from_secs(5)); // mem:// enforces the TTL as given
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(&self) -> Duration {
         self.lease.ttl
     }
@@ -98,12 +151,40 @@ impl LockGuard {
     /// out with no renewal answered, or its `max_hold` passed, even before the watchdog could run
     /// to declare it lost (a process that was paused, a runtime whose threads were blocked):
     /// check it after such a pause, before acting as the holder.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("job").acquire().await?;
+    /// assert!(guard.is_held());
+    /// assert_eq!(guard.lost_reason(), None);
+    /// # Ok(()) }
+    /// ```
     pub fn is_held(&self) -> bool {
         self.ticket.touch();
         !self.lease.lost.is_lost() && !self.lease.lost.ran_out()
     }
 
     /// Why the lock was lost, once it is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use locksmith::LostReason;
+    /// let guard = locker.lock("job").acquire().await?;
+    /// locker.shutdown().await?;
+    /// assert_eq!(guard.lost_reason(), Some(LostReason::Shutdown));
+    /// assert!(!guard.is_held());
+    /// # Ok(()) }
+    /// ```
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.lease.lost.reason()
     }
@@ -113,7 +194,9 @@ impl LockGuard {
     /// the backend reports the lease gone, or `max_hold` passed. It never resolves while the lock
     /// is held, nor after the guard was released or dropped (nothing was lost then): race it
     /// against the work rather than wait on it alone. The future does not borrow the guard, so it
-    /// can be raced against the guarded work:
+    /// can be raced against the guarded work (the example below).
+    ///
+    /// # Examples
     ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
@@ -175,6 +258,8 @@ impl LockGuard {
     /// lost fails with [`crate::LockError::NotHeld`] and never lands; `docs/fencing.md` of the
     /// repository says what each backend checks.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
@@ -221,6 +306,18 @@ impl LockGuard {
     }
 
     /// The backend's record of this lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("job").acquire().await?;
+    /// assert_eq!(guard.lease().fencing_token, guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
     pub fn lease(&self) -> &Lease {
         self.ticket.touch();
         &self.lease
@@ -235,7 +332,8 @@ impl LockGuard {
     /// [`LockGuard::lost`] has fired (what may be left of the lock is released all the same);
     /// [`crate::LockError::Unavailable`] if the backend did not confirm within its request
     /// timeout (the release is retried in the background; the lock expires after its TTL at
-    /// the latest).
+    /// the latest); [`crate::LockError::Protocol`] when awaited where no tokio runtime runs and
+    /// the lock was taken on a current-thread runtime (the release is handed to it, see below).
     ///
     /// # Cancel safety
     ///
@@ -245,6 +343,19 @@ impl LockGuard {
     /// the caller's task and spawns nothing; awaited where no tokio runtime runs, it runs on the
     /// multi-thread runtime the lock was taken on (a current-thread one is handed the release,
     /// which runs when that runtime is next driven, and this call answers `Protocol`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("job").acquire().await?;
+    /// guard.release().await?;
+    /// assert!(locker.lock("job").try_acquire().await?.is_some());
+    /// # Ok(()) }
+    /// ```
     pub async fn release(mut self) -> Result<()> {
         self.finish();
         let backend = self.locker.backend().clone();
@@ -304,6 +415,22 @@ impl LockGuard {
     /// Stops renewing and forgets the lock *without releasing it*, as if this process had crashed:
     /// the lock stays held on the server until its TTL runs out. Meant for tests of crash recovery
     /// and for handing a lease over to code that renews it itself.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// let guard = locker.lock("job").ttl(Duration::from_millis(100)).acquire().await?;
+    /// let _lease = guard.abandon(); // as if this process had crashed
+    /// assert!(locker.lock("job").try_acquire().await?.is_none());
+    /// tokio::time::sleep(Duration::from_millis(300)).await; // the TTL runs out
+    /// assert!(locker.lock("job").try_acquire().await?.is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn abandon(mut self) -> Lease {
         self.finish();
         tracing::info!(lock = %self.lease.name, "lock abandoned without release");

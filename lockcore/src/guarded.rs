@@ -49,6 +49,15 @@ pub enum GuardedWrite {
 
 impl GuardedWrite {
     /// The key written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::GuardedWrite;
+    /// let write = GuardedWrite::Delete { key: "/billing/tmp".into() };
+    /// assert_eq!(write.key(), "/billing/tmp");
+    /// ```
     pub fn key(&self) -> &str {
         match self {
             GuardedWrite::Put { key, .. } | GuardedWrite::Delete { key } | GuardedWrite::CompareAndSet { key, .. } => {
@@ -63,6 +72,16 @@ impl GuardedWrite {
     ///
     /// [`LockError::InvalidName`] for an empty key, a key longer than [`MAX_GUARDED_KEY_LEN`] or with a
     /// NUL byte; [`LockError::InvalidOption`] for a value larger than [`MAX_GUARDED_VALUE_LEN`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{GuardedWrite, LockError, MAX_GUARDED_VALUE_LEN};
+    /// let big = GuardedWrite::Put { key: "/k".into(), value: vec![0; MAX_GUARDED_VALUE_LEN + 1] };
+    /// assert!(matches!(big.validate(), Err(LockError::InvalidOption(_))));
+    /// assert!(GuardedWrite::Delete { key: "/k".into() }.validate().is_ok());
+    /// ```
     pub fn validate(&self) -> Result<()> {
         validate_key(self.key())?;
         let values: [Option<&Vec<u8>>; 2] = match self {
@@ -101,6 +120,15 @@ impl fmt::Debug for GuardedWrite {
 /// # Errors
 ///
 /// [`LockError::InvalidName`] saying which rule the key breaks.
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+/// use locksmith::driver::validate_key;
+/// assert!(validate_key("/billing/cursor").is_ok());
+/// assert!(validate_key("").is_err());
+/// ```
 pub fn validate_key(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(LockError::InvalidName("a guarded key must not be empty".into()));
@@ -125,6 +153,16 @@ pub fn validate_key(key: &str) -> Result<()> {
 /// # Errors
 ///
 /// [`LockError::InvalidName`] for a suffix that breaks the rules of lock names, or a key too long.
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+/// use locksmith::{driver::{data_key_under, LockName}, Family};
+/// let key = data_key_under("/locksmith-data", Family::Mutex, &LockName::new("billing")?, "cursor")?;
+/// assert_eq!(key, "/locksmith-data/billing/cursor");
+/// # Ok::<(), locksmith::LockError>(())
+/// ```
 pub fn data_key_under(
     base: &str,
     family: crate::lease::Family,
@@ -139,6 +177,19 @@ pub fn data_key_under(
 
 /// The refusal of a key inside a backend's own namespace (`namespace` is where its lock keys
 /// live), for backends to return from [`crate::driver::LockBackend::write_guarded`].
+///
+/// # Errors
+///
+/// [`LockError::InvalidName`] when `key` starts with `namespace` (a non-empty one).
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+/// use locksmith::driver::refuse_if_inside;
+/// assert!(refuse_if_inside("/locksmith/orders", "/locksmith/").is_err());
+/// assert!(refuse_if_inside("/app/orders", "/locksmith/").is_ok());
+/// ```
 pub fn refuse_if_inside(key: &str, namespace: &str) -> Result<()> {
     if !namespace.is_empty() && key.starts_with(namespace) {
         return Err(LockError::InvalidName(format!(

@@ -38,6 +38,17 @@ pub struct LockRequest {
 
 impl LockRequest {
     /// A request for the mutex `name`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use std::time::Duration;
+    /// use locksmith::{driver::{LockName, LockRequest}, LockKind};
+    /// let req = LockRequest::mutex(LockName::new("job")?, Duration::from_secs(10));
+    /// assert_eq!(req.kind, LockKind::Mutex);
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn mutex(name: LockName, ttl: Duration) -> Self {
         LockRequest {
             name,
@@ -50,6 +61,20 @@ impl LockRequest {
     /// `fencing_token`, the backend's identity of the holder `holder_id`, counted from `sent` (when
     /// the request that obtained it was sent), with a new lost signal. A backend whose server
     /// enforces another TTL (a session's) sets [`Lease::ttl`] to it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// use std::time::Duration;
+    /// use locksmith::driver::{LockName, LockRequest};
+    /// let req = LockRequest::mutex(LockName::new("job")?, Duration::from_secs(10));
+    /// let lease = req.lease(7, "holder-1".into(), tokio::time::Instant::now());
+    /// assert_eq!((lease.fencing_token, lease.ttl, lease.lost.is_lost()), (7, Duration::from_secs(10), false));
+    /// # Ok(()) }
+    /// ```
     pub fn lease(&self, fencing_token: u64, holder_id: String, sent: Instant) -> Lease {
         Lease {
             name: self.name.clone(),
@@ -96,6 +121,15 @@ pub enum LockKind {
 
 impl LockKind {
     /// The family (namespace) of this kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{Family, LockKind};
+    /// assert_eq!(LockKind::Read.family(), Family::RwLock);
+    /// assert_eq!(LockKind::Permit { permits: 3 }.family(), Family::Semaphore);
+    /// ```
     pub fn family(&self) -> Family {
         match self {
             LockKind::Mutex => Family::Mutex,
@@ -106,6 +140,15 @@ impl LockKind {
     }
 
     /// How this kind shares the lock with the others of its queue.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{driver::Role, LockKind};
+    /// assert_eq!(LockKind::Read.role(), Role::Shared);
+    /// assert_eq!(LockKind::Permit { permits: 3 }.role(), Role::Permit(3));
+    /// ```
     pub fn role(&self) -> Role {
         match self {
             LockKind::Mutex | LockKind::Write | LockKind::Leader { .. } => Role::Exclusive,
@@ -115,6 +158,15 @@ impl LockKind {
     }
 
     /// The value a candidate campaigns with ([`LockKind::Leader`]); empty for every other kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::LockKind;
+    /// assert_eq!(LockKind::Leader { value: "10.0.0.7".into() }.campaign_value(), "10.0.0.7");
+    /// assert_eq!(LockKind::Mutex.campaign_value(), "");
+    /// ```
     pub fn campaign_value(&self) -> &str {
         match self {
             LockKind::Leader { value } => value,
@@ -156,6 +208,15 @@ impl Family {
 
     /// What backends append to [`LockName::encoded`] for this family's keys: nothing for a
     /// mutex (the layout of earlier versions), `.sem`, `.rw`, `.elect`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::Family;
+    /// assert_eq!(Family::Mutex.suffix(), "");
+    /// assert_eq!(Family::Election.suffix(), ".elect");
+    /// ```
     pub fn suffix(self) -> &'static str {
         match self {
             Family::Mutex => "",
@@ -166,6 +227,13 @@ impl Family {
     }
 
     /// The family's name in messages: `mutex`, `semaphore`, `read-write lock`, `election`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// assert_eq!(locksmith::Family::RwLock.name(), "read-write lock");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Family::Mutex => "mutex",
@@ -176,11 +244,32 @@ impl Family {
     }
 
     /// `name`'s encoded form with this family's suffix: the one key/path segment backends use.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{driver::LockName, Family};
+    /// assert_eq!(Family::Semaphore.segment(&LockName::new("api/quota")?), "api%2Fquota.sem");
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn segment(self, name: &LockName) -> String {
         format!("{}{}", name.encoded(), self.suffix())
     }
 
     /// The name and family of a [`Family::segment`]; `None` for anything else.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{driver::LockName, Family};
+    /// let (name, family) = Family::parse_segment("api%2Fquota.sem").expect("a segment");
+    /// assert_eq!((name.as_str(), family), ("api/quota", Family::Semaphore));
+    /// assert!(Family::parse_segment("api.unknown").is_none());
+    /// assert!(Family::parse_segment("api").is_some_and(|(_, f)| f == Family::Mutex));
+    /// # let _ = LockName::new("x");
+    /// ```
     pub fn parse_segment(segment: &str) -> Option<(LockName, Family)> {
         let (encoded, family) = match segment.find('.') {
             None => (segment, Family::Mutex),
@@ -298,6 +387,18 @@ impl LostSignal {
     }
 
     /// Marks the lease lost. Returns true if this call was the one that fired it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use locksmith::{driver::LostSignal, LostReason};
+    /// let lost = LostSignal::new();
+    /// assert!(lost.fire(LostReason::LeaseGone("the key was deleted".into())));
+    /// assert!(!lost.fire(LostReason::MaxHoldReached)); // the first reason stays
+    /// assert!(lost.is_lost());
+    /// assert!(matches!(lost.reason(), Some(LostReason::LeaseGone(_))));
+    /// ```
     pub fn fire(&self, reason: LostReason) -> bool {
         let fired = self.tx.send_if_modified(|current| {
             if current.is_none() {
@@ -358,6 +459,21 @@ impl LostSignal {
     ///
     /// Cancel-safe: waiting changes nothing; a loss that happens meanwhile is seen by the next
     /// call (and by [`LostSignal::reason`]).
+    ///
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use locksmith::{driver::LostSignal, LostReason};
+    /// let lost = LostSignal::new();
+    /// let waiter = tokio::spawn({ let lost = lost.clone(); async move { lost.wait().await } });
+    /// lost.fire(LostReason::MaxHoldReached);
+    /// assert_eq!(waiter.await.unwrap(), LostReason::MaxHoldReached);
+    /// # }
+    /// ```
     pub async fn wait(&self) -> LostReason {
         let mut rx = self.tx.subscribe();
         // The sender lives in `self`, so the channel cannot close while we wait; the fallback

@@ -83,11 +83,33 @@ pub(crate) struct Inner {
 
 impl Locker {
     /// A locker over `backend`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// assert_eq!(locker.backend().kind(), "mem");
+    /// ```
     pub fn new(backend: impl LockBackend) -> Self {
         Self::from_arc(Arc::new(backend))
     }
 
     /// A locker over a shared backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use std::sync::Arc;
+    /// use locksmith::{driver::LockBackend, Locker, MemoryBackend};
+    ///
+    /// let backend: Arc<dyn LockBackend> = Arc::new(MemoryBackend::new());
+    /// let (a, b) = (Locker::from_arc(backend.clone()), Locker::from_arc(backend));
+    /// assert!(Arc::ptr_eq(a.backend(), b.backend()));
+    /// ```
     pub fn from_arc(backend: Arc<dyn LockBackend>) -> Self {
         let life = Arc::new(Life::default());
         let watchdog = Arc::new(Watchdog::new(
@@ -111,6 +133,19 @@ impl Locker {
     /// label value is a time series, so map them onto a few: e.g. the part before the first `/`
     /// (`|name| name.split('/').next().map(str::to_owned)`). The returned locker shares this one's
     /// connection, watchdog and [`Locker::shutdown`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let locker = locker.with_name_label(|name| name.split('/').next().map(str::to_owned));
+    /// let guard = locker.lock("orders/42").acquire().await?; // counted under name="orders"
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn with_name_label(self, label: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Locker {
         Locker {
             inner: Arc::new(Inner {
@@ -135,6 +170,19 @@ impl Locker {
 
     /// Starts a request for the mutex `name`; set options on the builder, then call
     /// [`LockBuilder::acquire`] or [`LockBuilder::try_acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("orders/42").acquire().await?;
+    /// assert!(locker.lock("orders/42").try_acquire().await?.is_none());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
         self.build(name.into(), LockKind::Mutex)
     }
@@ -144,6 +192,8 @@ impl Locker {
     /// Every client must give the same count; one that disagrees with the semaphore's holders and
     /// waiters gets [`LockError::InvalidOption`]. Waiting is FIFO; each guard has its own fencing
     /// token, greater than every earlier permit's.
+    ///
+    /// # Examples
     ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
@@ -160,11 +210,38 @@ impl Locker {
     }
 
     /// The read-write lock `name` (see [`RwLock`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let config = locker.rwlock("config");
+    /// let (r1, r2) = (config.read().acquire().await?, config.read().acquire().await?);
+    /// assert!(config.write().try_acquire().await?.is_none()); // readers hold it
+    /// # drop((r1, r2));
+    /// # Ok(()) }
+    /// ```
     pub fn rwlock(&self, name: impl Into<String>) -> RwLock {
         RwLock::new(self.clone(), name.into())
     }
 
     /// The election `name` (see [`Election`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let leader = locker.election("scheduler").campaign("node-1").acquire().await?;
+    /// assert_eq!(locker.election("scheduler").leader().await?.map(|l| l.value), Some("node-1".to_owned()));
+    /// # drop(leader);
+    /// # Ok(()) }
+    /// ```
     pub fn election(&self, name: impl Into<String>) -> Election {
         Election::new(self.clone(), name.into())
     }
@@ -172,6 +249,20 @@ impl Locker {
     /// A request for `kind` of the lock `name`: what [`Locker::lock`], [`Locker::semaphore`],
     /// [`RwLock::read`]/[`RwLock::write`] and [`crate::Election::campaign`] build, for code that
     /// chooses the kind at run time (a command-line tool).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use locksmith::LockKind;
+    /// let kind = LockKind::Permit { permits: 2 }; // chosen at run time
+    /// let guard = locker.request("api-quota", kind.clone()).acquire().await?;
+    /// assert_eq!(guard.kind(), &kind);
+    /// # Ok(()) }
+    /// ```
     pub fn request(&self, name: impl Into<String>, kind: LockKind) -> LockBuilder {
         self.build(name.into(), kind)
     }
@@ -197,11 +288,35 @@ impl Locker {
     ///
     /// [`LockError::InvalidName`] if `name` breaks the rules of lock names (with the register's
     /// lock prefix, [`crate::REGISTER_LOCK_PREFIX`], counted in its length).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let register = locker.token_register("payments-db")?;
+    /// let guard = locker.lock("payments").acquire().await?;
+    /// assert!(register.admit(guard.fencing_token()).await?.is_admitted());
+    /// # Ok(()) }
+    /// ```
     pub fn token_register(&self, name: &str) -> Result<crate::TokenRegister> {
         crate::TokenRegister::new(self.clone(), name)
     }
 
     /// The backend behind this locker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// assert_eq!(locker.backend().kind(), "mem");
+    /// # Ok(()) }
+    /// ```
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.inner.backend
     }
@@ -218,6 +333,20 @@ impl Locker {
     /// # Cancel safety
     ///
     /// Cancel-safe: a read only, nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("orders/42").acquire().await?;
+    /// let info = locker.inspect("orders/42").await?;
+    /// assert_eq!(info.holder.map(|h| h.fencing_token), Some(Some(guard.fencing_token())));
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
         let name = LockName::new(name)?;
         self.check_open()?;
@@ -238,6 +367,21 @@ impl Locker {
     /// # Cancel safety
     ///
     /// Cancel-safe: a read only, nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("orders/42").acquire().await?;
+    /// let listed = locker.list("orders/").await?;
+    /// assert_eq!(listed.len(), 1);
+    /// assert_eq!(listed[0].name, "orders/42");
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
     pub async fn list(&self, prefix: &str) -> Result<Vec<crate::ListedLock>> {
         self.check_open()?;
         let backend = self.backend();
@@ -284,6 +428,20 @@ impl Locker {
     }
 
     /// How many guards of this locker the watchdog is renewing right now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("job").acquire().await?;
+    /// assert_eq!(locker.held_count(), 1);
+    /// guard.release().await?;
+    /// assert_eq!(locker.held_count(), 0);
+    /// # Ok(()) }
+    /// ```
     pub fn held_count(&self) -> usize {
         self.inner.watchdog.len()
     }
@@ -377,6 +535,20 @@ impl Locker {
     }
 
     /// Whether [`Locker::shutdown`] was called.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// assert!(!locker.is_shut_down());
+    /// locker.shutdown().await?;
+    /// assert!(locker.is_shut_down());
+    /// assert!(matches!(locker.lock("job").acquire().await, Err(locksmith::LockError::Closed)));
+    /// # Ok(()) }
+    /// ```
     pub fn is_shut_down(&self) -> bool {
         *self.inner.life.closed.borrow()
     }
@@ -496,6 +668,19 @@ impl LockBuilder {
     /// every lock of a connection lives on the connection's session, whose TTL is set in the URL
     /// (`?ttl=` / `?session_timeout=`) and rounded by the server; the per-lock TTL does not change
     /// it. On Redis and `mem://` the per-lock TTL is used as given.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// let guard = locker.lock("job").ttl(Duration::from_secs(30)).acquire().await?;
+    /// assert_eq!(guard.ttl(), Duration::from_secs(30));
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -504,6 +689,22 @@ impl LockBuilder {
     /// How long [`LockBuilder::acquire`] waits at most (default: no limit). On timeout it returns
     /// [`LockError::Timeout`] and leaves nothing behind. Zero makes exactly one attempt, like
     /// [`LockBuilder::try_acquire`] but answering `Timeout` when the lock is taken.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// use locksmith::LockError;
+    /// # let other = locksmith::Locker::from_arc(locker.backend().clone());
+    /// let _held = other.lock("job").acquire().await?; // another process's, say
+    /// let waited = locker.lock("job").timeout(Duration::from_millis(50)).acquire().await;
+    /// assert!(matches!(waited, Err(LockError::Timeout(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -513,6 +714,21 @@ impl LockBuilder {
     /// watchdog stops renewing, fires [`LockGuard::lost`] with
     /// [`crate::LostReason::MaxHoldReached`] and releases the lock, whatever the holder is doing.
     /// A cap too far away to reach (`Duration::MAX`) is no cap.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// use locksmith::LostReason;
+    /// let guard = locker.lock("job").max_hold(Duration::from_millis(50)).acquire().await?;
+    /// assert_eq!(guard.lost().await, LostReason::MaxHoldReached);
+    /// assert!(locker.lock("job").acquire().await.is_ok()); // released by the watchdog
+    /// # Ok(()) }
+    /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
@@ -608,6 +824,20 @@ impl LockBuilder {
     /// Dropping the returned future leaves no waiter behind on the backend: the queue entry is
     /// removed in the background ([`Locker::shutdown`] waits for that), and a grant that raced
     /// with the cancellation is released.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// let guard = locker.lock("orders/42").timeout(Duration::from_secs(5)).acquire().await?;
+    /// assert!(guard.is_held());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(self) -> Result<LockGuard> {
         let (req, backend, labels, _in_flight) = self.begin()?;
         // Re-entry: refused before anything is queued (see `crate::reentry`).
@@ -701,6 +931,19 @@ impl LockBuilder {
     /// # Cancel safety
     ///
     /// As [`LockBuilder::acquire`]: a dropped attempt leaves nothing held or queued.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let first = locker.lock("job").try_acquire().await?.expect("the lock is free");
+    /// assert!(locker.lock("job").try_acquire().await?.is_none());
+    /// first.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
         let (req, backend, labels, _in_flight) = self.begin()?;
         let me = crate::reentry::Holder::current().await;

@@ -95,6 +95,20 @@ impl MemoryBackend {
     };
 
     /// A new, empty store.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let backend = locksmith::MemoryBackend::new();
+    /// let (a, b) = (locksmith::Locker::new(backend.clone()), locksmith::Locker::new(backend));
+    /// let _held = a.lock("job").acquire().await?; // two "processes" over one store
+    /// assert!(b.lock("job").try_acquire().await?.is_none());
+    /// # Ok(()) }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
@@ -103,6 +117,20 @@ impl MemoryBackend {
     /// look, and each time it was woken or its timer ran out): what a release costs the
     /// waiters, which tests and benchmarks read (a release wakes the waiters it lets in, and
     /// the first one still waiting, not the whole queue).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let backend = locksmith::MemoryBackend::new();
+    /// let locker = locksmith::Locker::new(backend.clone());
+    /// locker.lock("job").acquire().await?.release().await?;
+    /// assert_eq!(backend.turns_taken(), 1); // one look: the lock was free
+    /// # Ok(()) }
+    /// ```
     pub fn turns_taken(&self) -> u64 {
         self.store.turns.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -111,6 +139,24 @@ impl MemoryBackend {
     /// [`MemoryBackend::shared`]). Its one option, `ttl=` (e.g. `mem://?ttl=5s`), is the TTL of
     /// the locks whose builder sets none, as on Redis. [`LockError::InvalidUrl`] for anything else
     /// in the URL.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] for an option other than `ttl=`, a `ttl=` that is not a duration
+    /// within [`crate::MIN_TTL`]..=[`crate::MAX_TTL`], or a port, several hosts, credentials or a
+    /// path in the URL.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{driver::BackendUrl, MemoryBackend};
+    ///
+    /// let locker = MemoryBackend::connect(&BackendUrl::parse("mem://tests?ttl=5s")?)?;
+    /// assert_eq!(locker.backend().default_ttl(), Some(std::time::Duration::from_secs(5)));
+    /// assert!(MemoryBackend::connect(&BackendUrl::parse("mem://tests:80")?).is_err());
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn connect(url: &BackendUrl) -> Result<Locker> {
         url.expect_only_options(Self::DESCRIPTOR.options)?;
         let plain = url.hosts.len() <= 1 && url.hosts.iter().all(|h| h.port.is_none());
@@ -128,6 +174,21 @@ impl MemoryBackend {
     /// the store named by their host part, the empty name for plain `mem://`, so that separate
     /// `connect("mem://")` calls in one process see the same locks. Named stores live as long as
     /// the process.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use locksmith::{Locker, MemoryBackend};
+    /// let a = Locker::new(MemoryBackend::shared("doc-shared"));
+    /// let b = Locker::new(MemoryBackend::shared("doc-shared")); // the same store
+    /// let _held = a.lock("job").acquire().await?;
+    /// assert!(b.lock("job").try_acquire().await?.is_none());
+    /// # Ok(()) }
+    /// ```
     pub fn shared(name: &str) -> Self {
         static STORES: OnceLock<Mutex<HashMap<String, MemoryBackend>>> = OnceLock::new();
         let stores = STORES.get_or_init(Default::default);
@@ -138,6 +199,22 @@ impl MemoryBackend {
     /// Removes the holders of `name` in `family` behind their back, as an operator deleting their
     /// keys would, and fires their lost signals. Returns whether there was a holder. For tests of
     /// lost-lock handling.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use locksmith::{driver::LockName, Family, LostReason, MemoryBackend};
+    /// let backend = MemoryBackend::new();
+    /// let locker = locksmith::Locker::new(backend.clone());
+    /// let permit = locker.semaphore("quota", 2).acquire().await?;
+    /// assert!(backend.force_remove_in(Family::Semaphore, &LockName::new("quota")?));
+    /// assert!(matches!(permit.lost().await, LostReason::LeaseGone(_)));
+    /// # Ok(()) }
+    /// ```
     pub fn force_remove_in(&self, family: Family, name: &LockName) -> bool {
         let key = family.segment(name);
         let mut state = self.store.lock();
@@ -159,12 +236,46 @@ impl MemoryBackend {
     }
 
     /// [`MemoryBackend::force_remove_in`] for the mutex `name`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use locksmith::{driver::LockName, MemoryBackend};
+    /// let backend = MemoryBackend::new();
+    /// let locker = locksmith::Locker::new(backend.clone());
+    /// let guard = locker.lock("job").acquire().await?;
+    /// assert!(backend.force_remove(&LockName::new("job")?));
+    /// assert!(matches!(guard.lost().await, locksmith::LostReason::LeaseGone(_)));
+    /// assert!(guard.release().await.is_err()); // nothing of ours left to release
+    /// # Ok(()) }
+    /// ```
     pub fn force_remove(&self, name: &LockName) -> bool {
         self.force_remove_in(Family::Mutex, name)
     }
 
     /// The entries of every lock of `family` named `name`, as `holder:<id>` / `waiter:<n>`: what
     /// the conformance suite's residue check reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use locksmith::{driver::LockName, Family, MemoryBackend};
+    /// let backend = MemoryBackend::new();
+    /// let locker = locksmith::Locker::new(backend.clone());
+    /// let guard = locker.lock("job").acquire().await?;
+    /// assert_eq!(backend.entries(Family::Mutex, &LockName::new("job")?).len(), 1);
+    /// guard.release().await?;
+    /// assert!(backend.entries(Family::Mutex, &LockName::new("job")?).is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn entries(&self, family: Family, name: &LockName) -> Vec<String> {
         let now = Instant::now();
         let key = family.segment(name);

@@ -179,6 +179,15 @@ pub(crate) fn renewal_batch(backend: &'static str, took: Duration, renewed: u64,
 }
 
 /// The `kind` label of a lock kind.
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+/// use locksmith::{metrics::kind_label, LockKind};
+/// assert_eq!(kind_label(&LockKind::Permit { permits: 2 }), "semaphore");
+/// assert_eq!(kind_label(&LockKind::Write), "write");
+/// ```
 pub fn kind_label(kind: &LockKind) -> &'static str {
     match kind {
         LockKind::Mutex => "mutex",

@@ -26,6 +26,8 @@ impl Locker {
     /// deadlock), and FIFO queues keep either from starving. One timeout covers the whole set;
     /// a failure or cancellation part-way releases what was taken at once.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
@@ -77,6 +79,19 @@ pub struct LockAll {
 
 impl LockAll {
     /// The lease time of every lock of the set (see [`crate::LockBuilder::ttl`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// let both = locker.lock_all(["a", "b"]).ttl(Duration::from_secs(30)).acquire().await?;
+    /// assert!(both.guards().iter().all(|g| g.ttl() == Duration::from_secs(30)));
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -84,18 +99,60 @@ impl LockAll {
 
     /// How long [`LockAll::acquire`] waits at most for the whole set (default: no limit), from
     /// the call to the last lock taken. Zero makes exactly one attempt at each lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// # let other = locksmith::Locker::from_arc(locker.backend().clone());
+    /// let _b = other.lock("b").acquire().await?; // another process's, say
+    /// let both = locker.lock_all(["a", "b"]).timeout(Duration::from_millis(50)).acquire().await;
+    /// assert!(matches!(both, Err(locksmith::LockError::Timeout(_))));
+    /// assert!(locker.lock("a").try_acquire().await?.is_some()); // "a" was released
+    /// # Ok(()) }
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
     }
 
     /// A cap on how long each lock of the set is held (see [`crate::LockBuilder::max_hold`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// let both = locker.lock_all(["a", "b"]).max_hold(Duration::from_millis(50)).acquire().await?;
+    /// let (_name, reason) = both.lost().await;
+    /// assert_eq!(reason, locksmith::LostReason::MaxHoldReached);
+    /// # Ok(()) }
+    /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
         self
     }
 
     /// The names, in the order they are taken: sorted, without duplicates.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let set = locker.lock_all(["b", "a", "b"]);
+    /// assert_eq!(set.names(), ["a", "b"]);
+    /// # Ok(()) }
+    /// ```
     pub fn names(&self) -> &[String] {
         &self.names
     }
@@ -138,6 +195,20 @@ impl LockAll {
     ///
     /// Dropping the future drops the guards taken so far (released in the background at once)
     /// and the wait in progress (which leaves nothing queued, as [`crate::LockBuilder::acquire`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let both = locker.lock_all(["accounts/bob", "accounts/alice"]).acquire().await?;
+    /// assert!(both.is_held());
+    /// assert!(locker.lock("accounts/alice").try_acquire().await?.is_none());
+    /// both.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(self) -> Result<MultiGuard> {
         self.check()?;
         let start = Instant::now();
@@ -180,6 +251,20 @@ impl LockAll {
     /// # Cancel safety
     ///
     /// As [`LockAll::acquire`]: what was taken is released at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let b = locker.lock("b").acquire().await?;
+    /// assert!(locker.lock_all(["a", "b"]).try_acquire().await?.is_none());
+    /// assert!(locker.lock("a").try_acquire().await?.is_some()); // "a" was released
+    /// # drop(b);
+    /// # Ok(()) }
+    /// ```
     pub async fn try_acquire(self) -> Result<Option<MultiGuard>> {
         self.check()?;
         let mut taken = Vec::with_capacity(self.names.len());
@@ -205,6 +290,21 @@ impl LockAll {
     /// answers [`LockError::Lost`] naming the lock, when any lock of the set is lost before it
     /// ends.
     ///
+    /// # Errors
+    ///
+    /// As [`LockAll::acquire`] (the work did not run then); [`LockError::Lost`] when a lock of
+    /// the set was lost before the work ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the work and every guard: released in the background at once.
+    ///
+    /// # Panics
+    ///
+    /// If the work panics, once every lock is released, with the work's panic.
+    ///
+    /// # Examples
+    ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
     /// # #[tokio::main(flavor = "current_thread")]
@@ -220,19 +320,6 @@ impl LockAll {
     /// assert_eq!(tokens.len(), 2);
     /// # Ok(()) }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`LockAll::acquire`] (the work did not run then); [`LockError::Lost`] when a lock of
-    /// the set was lost before the work ended.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops the work and every guard: released in the background at once.
-    ///
-    /// # Panics
-    ///
-    /// If the work panics, once every lock is released, with the work's panic.
     pub async fn run<F, Fut, T>(self, work: F) -> Result<T>
     where
         F: FnOnce(HeldAll) -> Fut,
@@ -327,27 +414,93 @@ pub struct MultiGuard {
 
 impl MultiGuard {
     /// The names of the set, sorted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let both = locker.lock_all(["b", "a"]).acquire().await?;
+    /// assert_eq!(both.names().collect::<Vec<_>>(), ["a", "b"]);
+    /// # Ok(()) }
+    /// ```
     pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
         self.guards.iter().map(LockGuard::name)
     }
 
     /// The guard of `name`, if it is in the set (its fencing token, guarded writes).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let both = locker.lock_all(["a", "b"]).acquire().await?;
+    /// assert!(both.get("a").is_some_and(|g| g.fencing_token() > 0));
+    /// assert!(both.get("c").is_none());
+    /// # Ok(()) }
+    /// ```
     pub fn get(&self, name: &str) -> Option<&LockGuard> {
         self.guards.iter().find(|g| g.name() == name)
     }
 
     /// Every guard of the set, sorted by name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let both = locker.lock_all(["a", "b"]).acquire().await?;
+    /// let tokens: Vec<u64> = both.guards().iter().map(|g| g.fencing_token()).collect();
+    /// assert_eq!(tokens.len(), 2);
+    /// # Ok(()) }
+    /// ```
     pub fn guards(&self) -> &[LockGuard] {
         &self.guards
     }
 
     /// True while every lock of the set is held (see [`LockGuard::is_held`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let both = locker.lock_all(["a", "b"]).acquire().await?;
+    /// assert!(both.is_held());
+    /// # Ok(()) }
+    /// ```
     pub fn is_held(&self) -> bool {
         self.guards.iter().all(LockGuard::is_held)
     }
 
     /// Resolves when any lock of the set is lost, with its name and why (see
     /// [`LockGuard::lost`]); never while all are held, nor after the set was released.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let both = locker.lock_all(["a", "b"]).acquire().await?;
+    /// tokio::select! {
+    ///     (name, reason) = both.lost() => eprintln!("{name} lost: {reason}"),
+    ///     _ = async { /* the work under both locks */ } => {}
+    /// }
+    /// both.release().await.ok();
+    /// # Ok(()) }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = (String, LostReason)> + Send + 'static {
         first_lost(
             self.guards
@@ -358,6 +511,20 @@ impl MultiGuard {
     }
 
     /// The first lock of the set found lost, with why, once one is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let both = locker.lock_all(["a", "b"]).acquire().await?;
+    /// assert_eq!(both.lost_reason(), None);
+    /// locker.shutdown().await?;
+    /// assert_eq!(both.lost_reason(), Some(("a".to_owned(), locksmith::LostReason::Shutdown)));
+    /// # Ok(()) }
+    /// ```
     pub fn lost_reason(&self) -> Option<(String, LostReason)> {
         self.guards
             .iter()
@@ -365,11 +532,42 @@ impl MultiGuard {
     }
 
     /// See [`LockGuard::detach_from_task`]: for every guard of the set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let both = locker.lock_all(["a", "b"]).acquire().await?;
+    /// both.detach_from_task();
+    /// let worker = tokio::spawn(async move { both.release().await });
+    /// let a = locker.lock("a").acquire().await?; // waits for the worker's release
+    /// worker.await.expect("the worker")?;
+    /// # drop(a);
+    /// # Ok(()) }
+    /// ```
     pub fn detach_from_task(&self) {
         self.guards.iter().for_each(LockGuard::detach_from_task);
     }
 
     /// The guards, each to be released on its own.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let both = locker.lock_all(["a", "b"]).acquire().await?;
+    /// let mut guards = both.into_guards();
+    /// let b = guards.pop().expect("b");
+    /// guards.pop().expect("a").release().await?; // "a" freed, "b" still held
+    /// assert_eq!(b.name(), "b");
+    /// # Ok(()) }
+    /// ```
     pub fn into_guards(self) -> Vec<LockGuard> {
         self.guards
     }
@@ -384,6 +582,19 @@ impl MultiGuard {
     /// # Cancel safety
     ///
     /// As [`LockGuard::release`]: each release runs to its end even if the future is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let both = locker.lock_all(["a", "b"]).acquire().await?;
+    /// both.release().await?;
+    /// assert!(locker.lock_all(["a", "b"]).try_acquire().await?.is_some());
+    /// # Ok(()) }
+    /// ```
     pub async fn release(self) -> Result<()> {
         release_all(self.guards).await
     }

@@ -26,6 +26,23 @@ pub struct LockName {
 impl LockName {
     /// Validates `name`: rejects the empty name, names longer than [`MAX_NAME_LEN`] bytes, and
     /// names containing a NUL byte, each with [`LockError::InvalidName`].
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`] for the empty name, a name longer than [`MAX_NAME_LEN`] bytes, or
+    /// one containing a NUL byte.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::{driver::LockName, LockError};
+    ///
+    /// assert_eq!(LockName::new("orders/42")?.as_str(), "orders/42");
+    /// assert!(matches!(LockName::new(""), Err(LockError::InvalidName(_))));
+    /// assert!(matches!(LockName::new("a\0b"), Err(LockError::InvalidName(_))));
+    /// # Ok::<(), LockError>(())
+    /// ```
     pub fn new(name: &str) -> Result<Self> {
         if name.is_empty() {
             return Err(LockError::InvalidName("the name is empty".into()));
@@ -46,17 +63,47 @@ impl LockName {
     }
 
     /// The name as the user gave it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// let name = locksmith::driver::LockName::new("orders/42")?;
+    /// assert_eq!(name.as_str(), "orders/42");
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn as_str(&self) -> &str {
         &self.raw
     }
 
     /// The name as one key/path segment: `[A-Za-z0-9_-]` kept, every other byte as `%XX`
     /// (upper-case hex). Injective, never empty, never contains `/` or `.`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// let name = locksmith::driver::LockName::new("orders/42.a")?;
+    /// assert_eq!(name.encoded(), "orders%2F42%2Ea");
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn encoded(&self) -> &str {
         &self.encoded
     }
 
     /// Reverses [`LockName::encoded`]; `None` if `encoded` is not the output of the encoding.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// use locksmith::driver::LockName;
+    ///
+    /// let name = LockName::new("orders/42")?;
+    /// assert_eq!(LockName::decode(name.encoded()), Some(name));
+    /// assert_eq!(LockName::decode("orders/42"), None); // `/` is never in an encoded name
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn decode(encoded: &str) -> Option<LockName> {
         let bytes = encoded.as_bytes();
         let mut out = Vec::with_capacity(bytes.len());

@@ -61,11 +61,37 @@ impl Outage {
     ///
     /// # Errors
     ///
-    /// As above: the error to end the waiting call with.
+    /// The error to end the waiting call with: `e` itself when it is not
+    /// [`LockError::Unavailable`], or when the outage outlasted the budget (no deadline);
+    /// [`Outage::at_deadline`]'s ([`LockError::Unavailable`]) when the deadline came during the
+    /// pause.
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: dropping it only cuts the pause short (the backoff then stays where it was).
+    ///
+    ///
+    /// # Examples
+    ///
+    /// A waiter's retry loop against a server that stays down:
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use locksmith::{driver::Outage, LockError};
+    /// let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+    /// let mut outage = Outage::new(Some(deadline), Duration::from_secs(30));
+    /// let ended = loop {
+    ///     let down = LockError::Unavailable { message: "connection refused".into(), source: None };
+    ///     if let Err(e) = outage.failed(down).await {
+    ///         break e; // the deadline came while the server was down
+    ///     }
+    /// };
+    /// assert!(matches!(ended, LockError::Unavailable { .. }) && outage.is_failing());
+    /// # }
+    /// ```
     pub async fn failed(&mut self, e: LockError) -> Result<()> {
         if !matches!(e, LockError::Unavailable { .. }) {
             return Err(e);
@@ -102,6 +128,10 @@ impl Outage {
 
 /// Sleeps until `deadline`, or for ever without one: the deadline branch of a waiter's
 /// `select!`.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: a sleep only; dropped (another branch of the `select!` won), nothing changes.
 pub async fn sleep_until_deadline(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,

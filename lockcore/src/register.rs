@@ -48,6 +48,19 @@ pub enum Admission {
 
 impl Admission {
     /// Whether the token was admitted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let register = locker.token_register("payments-api")?;
+    /// assert!(register.admit(7).await?.is_admitted());
+    /// assert!(!register.admit(6).await?.is_admitted());
+    /// # Ok(()) }
+    /// ```
     pub fn is_admitted(&self) -> bool {
         matches!(self, Admission::Admitted { .. })
     }
@@ -105,6 +118,19 @@ impl TokenRegister {
     }
 
     /// How long [`TokenRegister::admit`] waits for the register's lock (default 30 s).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use std::time::Duration;
+    /// let register = locker.token_register("payments-api")?.timeout(Duration::from_secs(2));
+    /// assert!(register.admit(1).await?.is_admitted());
+    /// # Ok(()) }
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -117,10 +143,32 @@ impl TokenRegister {
     /// # Errors
     ///
     /// [`LockError::Timeout`] if the register's lock was not had within the timeout;
-    /// [`LockError::Unavailable`] if the server did not answer (the token may have been admitted);
-    /// [`LockError::InvalidOption`] on a backend without guarded writes (`file://`, a Redis
+    /// [`LockError::Unavailable`] if the server did not answer (the token may have been admitted),
+    /// or if the register's lock was lost five times in a row before its write landed;
+    /// [`LockError::Closed`] after [`Locker::shutdown`]; [`LockError::InvalidOption`] on a backend without guarded writes (`file://`, a Redis
     /// quorum, a dual-write migration); [`LockError::Protocol`] if the register's key holds
     /// something other than a token.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped admission may or may not have admitted its token (its compare-and-set may have
+    /// reached the server); the register's lock it held or waited for is released, or its queue
+    /// entry removed, in the background, as for any dropped acquire or guard.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// use locksmith::Admission;
+    /// let register = locker.token_register("payments-api")?;
+    /// assert_eq!(register.admit(41).await?, Admission::Admitted { previous: None });
+    /// assert_eq!(register.admit(41).await?, Admission::Admitted { previous: Some(41) });
+    /// assert_eq!(register.admit(40).await?, Admission::Stale { highest: 41 });
+    /// # Ok(()) }
+    /// ```
     pub async fn admit(&self, token: u64) -> Result<Admission> {
         for _ in 0..ATTEMPTS {
             let guard = self
@@ -156,7 +204,27 @@ impl TokenRegister {
     ///
     /// # Errors
     ///
-    /// As [`TokenRegister::admit`]'s, but for the timeout.
+    /// [`LockError::Unavailable`] if the server did not answer within the request timeout;
+    /// [`LockError::InvalidOption`] on a backend without guarded writes; [`LockError::Protocol`]
+    /// if the register's key holds something other than a token.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a read only, nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let register = locker.token_register("payments-api")?;
+    /// assert_eq!(register.highest().await?, None);
+    /// register.admit(41).await?;
+    /// assert_eq!(register.highest().await?, Some(41));
+    /// # Ok(()) }
+    /// ```
     pub async fn highest(&self) -> Result<Option<u64>> {
         let backend = self.locker.backend();
         let key = backend.data_key(Family::Mutex, &self.lock, VALUE_SUFFIX)?;

@@ -42,29 +42,101 @@ impl Held {
     }
 
     /// The lock name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let name = locker.lock("orders/42").run(|held| async move { held.name().to_owned() }).await?;
+    /// assert_eq!(name, "orders/42");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         self.lease.name.as_str()
     }
 
     /// The fencing token (see [`LockGuard::fencing_token`]): pass it to the storage you write to.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let token = locker.lock("job").run(|held| async move { held.fencing_token() }).await?;
+    /// assert!(token > 0);
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> u64 {
         self.lease.fencing_token
     }
 
     /// True while the lock is held (see [`LockGuard::is_held`]); false once it was lost or the
     /// work's `run` released it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let held = locker.lock("job").run(|held| async move {
+    ///     assert!(held.is_held());
+    ///     held // kept past the end of `run`
+    /// }).await?;
+    /// assert!(!held.is_held()); // `run` released the lock
+    /// # Ok(()) }
+    /// ```
     pub fn is_held(&self) -> bool {
         !self.ended.load(Ordering::SeqCst) && !self.lease.lost.is_lost() && !self.lease.lost.ran_out()
     }
 
     /// Resolves when the lock is lost (see [`LockGuard::lost`]). `run` already stops the work
     /// then; this is for work that hands it on (a task of its own, a child process).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// locker.lock("job").run(|held| async move {
+    ///     let lost = held.lost(); // 'static: hand it to a task of its own
+    ///     let helper = tokio::spawn(async move {
+    ///         tokio::select! {
+    ///             reason = lost => eprintln!("stopping: {reason}"),
+    ///             _ = async { /* the helper's share of the work */ } => {}
+    ///         }
+    ///     });
+    ///     helper.await.expect("the helper");
+    /// }).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         let signal = self.lease.lost.clone();
         async move { signal.wait().await }
     }
 
     /// Guarded writes under this lock (see [`LockGuard::guarded`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// locker.lock("billing").run(|held| async move {
+    ///     held.guarded().put("/billing/last-run", "2026-11-24").await
+    /// }).await??;
+    /// # Ok(()) }
+    /// ```
     pub fn guarded(&self) -> crate::Guarded<'_> {
         crate::Guarded::new(self.locker.backend().as_ref(), &self.lease)
     }
@@ -74,6 +146,20 @@ impl Held {
     /// # Errors
     ///
     /// As [`LockGuard::data_key`]: [`LockError::InvalidName`] for a bad suffix.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// locker.lock("billing").run(|held| async move {
+    ///     let cursor = held.data_key("cursor")?;
+    ///     held.guarded().put(&cursor, "17").await
+    /// }).await??;
+    /// # Ok(()) }
+    /// ```
     pub fn data_key(&self, suffix: &str) -> Result<String> {
         let family = self.lease.kind.family();
         self.locker.backend().data_key(family, &self.lease.name, suffix)
@@ -99,21 +185,80 @@ pub struct HeldAll {
 
 impl HeldAll {
     /// The lock `name` of the set, if it is one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let token = locker.lock_all(["a", "b"]).run(|all| async move {
+    ///     all.get("b").map(|held| held.fencing_token())
+    /// }).await?;
+    /// assert!(token.is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn get(&self, name: &str) -> Option<&Held> {
         self.held.iter().find(|h| h.name() == name)
     }
 
     /// Every lock of the set, sorted by name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let names = locker.lock_all(["b", "a"]).run(|all| async move {
+    ///     all.iter().map(|held| held.name().to_owned()).collect::<Vec<_>>()
+    /// }).await?;
+    /// assert_eq!(names, ["a", "b"]); // sorted by name
+    /// # Ok(()) }
+    /// ```
     pub fn iter(&self) -> std::slice::Iter<'_, Held> {
         self.held.iter()
     }
 
     /// True while every lock of the set is held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let held = locker.lock_all(["a", "b"]).run(|all| async move { all.is_held() }).await?;
+    /// assert!(held);
+    /// # Ok(()) }
+    /// ```
     pub fn is_held(&self) -> bool {
         self.held.iter().all(Held::is_held)
     }
 
     /// Resolves when any lock of the set is lost, with its name and why.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// locker.lock_all(["a", "b"]).run(|all| async move {
+    ///     let lost = all.lost(); // 'static: hand it to a task of its own
+    ///     tokio::spawn(async move {
+    ///         tokio::select! {
+    ///             (name, reason) = lost => eprintln!("{name} lost: {reason}"),
+    ///             _ = async { /* the helper's share of the work */ } => {}
+    ///         }
+    ///     }).await.expect("the helper");
+    /// }).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = (String, LostReason)> + Send + 'static {
         first_lost(
             self.held
@@ -218,7 +363,26 @@ impl LockBuilder {
     ///
     /// Fencing recipe: the lock alone cannot stop a holder paused past its lease (GC, a stopped
     /// VM) from writing late; `run` stops the work when it *notices* the loss, and the token
-    /// makes the storage refuse what slipped through:
+    /// makes the storage refuse what slipped through (the example below).
+    ///
+    /// # Errors
+    ///
+    /// Whatever [`LockBuilder::acquire`] returns (the work did not run then);
+    /// [`LockError::Lost`] when the lock was lost before the work ended. A release that fails
+    /// for another reason after the work ended while the lock was held
+    /// ([`LockError::Unavailable`]: it goes on in the background) is logged, and the work's value
+    /// returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the work and the guard: the lock is released in the background
+    /// at once, and a wait for it leaves nothing queued (as [`LockBuilder::acquire`]).
+    ///
+    /// # Panics
+    ///
+    /// If the work panics, once the lock is released, with the work's panic.
+    ///
+    /// # Examples
     ///
     /// ```
     /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
@@ -242,23 +406,6 @@ impl LockBuilder {
     /// assert!(shipped > 0);
     /// # Ok(()) }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// Whatever [`LockBuilder::acquire`] returns (the work did not run then);
-    /// [`LockError::Lost`] when the lock was lost before the work ended. A release that fails
-    /// for another reason after the work ended while the lock was held
-    /// ([`LockError::Unavailable`]: it goes on in the background) is logged, and the work's value
-    /// returned.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops the work and the guard: the lock is released in the background
-    /// at once, and a wait for it leaves nothing queued (as [`LockBuilder::acquire`]).
-    ///
-    /// # Panics
-    ///
-    /// If the work panics, once the lock is released, with the work's panic.
     pub async fn run<F, Fut, T>(self, work: F) -> Result<T>
     where
         F: FnOnce(Held) -> Fut,

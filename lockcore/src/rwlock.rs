@@ -34,16 +34,56 @@ impl RwLock {
     }
 
     /// A request for the read side; set options on the builder, then acquire.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let config = locker.rwlock("config");
+    /// let r1 = config.read().acquire().await?;
+    /// let r2 = config.read().try_acquire().await?; // readers share
+    /// assert!(r2.is_some());
+    /// # drop(r1);
+    /// # Ok(()) }
+    /// ```
     pub fn read(&self) -> LockBuilder {
         self.locker.build(self.name.clone(), LockKind::Read)
     }
 
     /// A request for the write side; set options on the builder, then acquire.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let config = locker.rwlock("config");
+    /// let w = config.write().acquire().await?;
+    /// assert!(config.read().try_acquire().await?.is_none()); // the writer excludes readers
+    /// w.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn write(&self) -> LockBuilder {
         self.locker.build(self.name.clone(), LockKind::Write)
     }
 
     /// The lock's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// assert_eq!(locker.rwlock("config").name(), "config");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -34,6 +34,24 @@ impl<'a> Guarded<'a> {
     /// [`LockError::InvalidName`] / [`LockError::InvalidOption`] for a bad key or value;
     /// [`LockError::Unavailable`] if the server did not answer (the write may have landed, while
     /// the lock was held); [`LockError::InvalidOption`] on a backend without guarded writes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped before it answered, the write may or may not have landed; if it landed, it landed
+    /// while the lock was held (see [`Guarded`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("billing").acquire().await?;
+    /// guard.guarded().put("/billing/last-run", "2026-11-24").await?;
+    /// assert_eq!(guard.guarded().get("/billing/last-run").await?.as_deref(), Some(&b"2026-11-24"[..]));
+    /// # Ok(()) }
+    /// ```
     pub async fn put(&self, key: &str, value: impl Into<Vec<u8>>) -> Result<()> {
         let write = GuardedWrite::Put {
             key: key.to_owned(),
@@ -47,6 +65,24 @@ impl<'a> Guarded<'a> {
     /// # Errors
     ///
     /// As [`Guarded::put`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Guarded::put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("billing").acquire().await?;
+    /// guard.guarded().put("/billing/tmp", "x").await?;
+    /// assert!(guard.guarded().delete("/billing/tmp").await?);
+    /// assert!(!guard.guarded().delete("/billing/tmp").await?); // nothing left to delete
+    /// # Ok(()) }
+    /// ```
     pub async fn delete(&self, key: &str) -> Result<bool> {
         self.write(&GuardedWrite::Delete { key: key.to_owned() }).await
     }
@@ -57,6 +93,25 @@ impl<'a> Guarded<'a> {
     /// # Errors
     ///
     /// As [`Guarded::put`]; a value that differs is `Ok(false)`, not an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Guarded::put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("billing").acquire().await?;
+    /// let store = guard.guarded();
+    /// assert!(store.compare_and_set("/billing/cursor", None, "1").await?); // created
+    /// assert!(!store.compare_and_set("/billing/cursor", Some(b"7"), "8").await?); // value differs
+    /// assert!(store.compare_and_set("/billing/cursor", Some(b"1"), "2").await?);
+    /// # Ok(()) }
+    /// ```
     pub async fn compare_and_set(&self, key: &str, expected: Option<&[u8]>, value: impl Into<Vec<u8>>) -> Result<bool> {
         let write = GuardedWrite::CompareAndSet {
             key: key.to_owned(),
@@ -72,6 +127,24 @@ impl<'a> Guarded<'a> {
     /// # Errors
     ///
     /// As [`Guarded::put`], without `NotHeld`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a read only, nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), locksmith::LockError> {
+    /// # let locker = locksmith::Locker::new(locksmith::MemoryBackend::new());
+    /// let guard = locker.lock("billing").acquire().await?;
+    /// assert_eq!(guard.guarded().get("/billing/cursor").await?, None);
+    /// guard.guarded().put("/billing/cursor", "17").await?;
+    /// assert_eq!(guard.guarded().get("/billing/cursor").await?, Some(b"17".to_vec()));
+    /// # Ok(()) }
+    /// ```
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         validate_key(key)?;
         within_request_timeout(self.backend, "reading a guarded key", self.backend.read_key(key)).await

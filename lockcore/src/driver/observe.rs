@@ -78,7 +78,11 @@ impl From<LeaderRead> for Reading {
 ///
 /// # Errors
 ///
-/// The first read's error.
+/// The error of the first read (later ones are retried).
+///
+/// # Panics
+///
+/// Outside a tokio runtime: the observation runs in a task it spawns.
 ///
 /// # Examples
 ///

@@ -103,6 +103,15 @@ const PATTERNS: &[(&str, TlsFailure)] = &[
 ];
 
 /// The TLS failure `text` describes, if it describes one that cannot heal.
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith;
+/// use locksmith::driver::permanent::{tls_failure_in, TlsFailure};
+/// assert_eq!(tls_failure_in("invalid peer certificate: UnknownIssuer"), Some(TlsFailure::Untrusted));
+/// assert_eq!(tls_failure_in("connection refused"), None);
+/// ```
 pub fn tls_failure_in(text: &str) -> Option<TlsFailure> {
     let text = text.to_ascii_lowercase();
     PATTERNS
@@ -158,6 +167,15 @@ impl TlsFailure {
 
     /// The permanent error: `what` was being done, the explanation, and the client's own words
     /// (`detail`, its first line).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use locksmith::{driver::permanent::TlsFailure, LockError};
+    /// let e = TlsFailure::Expired.denied("connecting to etcd", Some("h:2379"), "certificate expired\nmore");
+    /// assert!(matches!(&e, LockError::Denied(text) if text.contains("has expired") && !text.contains("more")));
+    /// ```
     pub fn denied(self, what: &str, server: Option<&str>, detail: &str) -> LockError {
         let detail = detail.lines().next().unwrap_or_default();
         LockError::Denied(format!("{what}: TLS failed: {} ({detail})", self.explain(server)))

@@ -41,6 +41,22 @@ pub enum Standing {
 /// [`LockError::InvalidOption`] when `me` is a semaphore permit and an entry ahead of it asked for
 /// another permit count: the holders of one semaphore must agree on it (the entry should be
 /// removed, and the error returned to its caller; the entries ahead are not affected).
+///
+/// # Errors
+///
+/// [`LockError::InvalidOption`] for a semaphore permit count that disagrees with an entry ahead
+/// (as above); [`LockError::Protocol`] when `me` is not an index of `queue`.
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith;
+/// use locksmith::driver::{queue::{standing, Standing}, Role};
+/// let queue = [Role::Shared, Role::Shared, Role::Exclusive, Role::Shared];
+/// assert_eq!(standing(&queue, 1)?, Standing::Holds); // readers share
+/// assert_eq!(standing(&queue, 3)?, Standing::After(2)); // behind the waiting writer
+/// # Ok::<(), locksmith::LockError>(())
+/// ```
 pub fn standing(queue: &[Role], me: usize) -> Result<Standing> {
     let ahead = &queue[..me.min(queue.len())];
     match queue.get(me).copied() {
@@ -76,6 +92,11 @@ pub fn standing(queue: &[Role], me: usize) -> Result<Standing> {
 
 /// Whether a new entry with `role`, joining at the tail of `queue`, would hold at once: what
 /// `try_acquire` answers (the semaphore count is checked as by [`standing`]).
+///
+/// # Errors
+///
+/// [`LockError::InvalidOption`] for a semaphore permit count that disagrees with an entry of
+/// `queue`, as [`standing`].
 pub fn holds_at_tail(queue: &[Role], role: Role) -> Result<bool> {
     let mut all = queue.to_vec();
     all.push(role);

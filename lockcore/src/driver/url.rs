@@ -21,6 +21,16 @@ pub struct HostPort {
 
 impl HostPort {
     /// `host:port` with the given default port, with brackets around IPv6 addresses.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let url = locksmith::driver::BackendUrl::parse("etcd://[::1],h2:2380")?;
+    /// assert_eq!(url.hosts[0].to_addr(2379), "[::1]:2379");
+    /// assert_eq!(url.hosts[1].to_addr(2379), "h2:2380");
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn to_addr(&self, default_port: u16) -> String {
         let port = self.port.unwrap_or(default_port);
         if self.host.contains(':') {
@@ -51,6 +61,22 @@ pub struct BackendUrl {
 
 impl BackendUrl {
     /// Parses `url`, rejecting what is malformed with [`LockError::InvalidUrl`].
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] (with the password hidden) for a URL without `scheme://`, a bad
+    /// scheme, host or port, a fragment (`#…`), an `@` after the host, a bad percent escape, or
+    /// a query key given twice.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// let url = locksmith::driver::BackendUrl::parse("etcd://u:secret@h1:2379,h2/ns?ttl=10s")?;
+    /// assert_eq!((url.scheme.as_str(), url.hosts.len(), url.path.as_str()), ("etcd", 2, "ns"));
+    /// assert!(!url.redacted().contains("secret"));
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn parse(url: &str) -> Result<Self> {
         let bad = |reason: &str| LockError::InvalidUrl {
             url: redact(url),
@@ -141,6 +167,16 @@ impl BackendUrl {
     }
 
     /// The URL as given, with its password (if any) replaced by `***`: for messages and logs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let url = locksmith::driver::BackendUrl::parse("postgres://app:secret@db/app")?;
+    /// assert_eq!(url.redacted(), "postgres://app:***@db/app");
+    /// assert!(url.as_str().contains("secret"));
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn redacted(&self) -> String {
         redact(&self.raw)
     }
@@ -157,6 +193,20 @@ impl BackendUrl {
     /// `password_file` option (one trailing newline dropped), else the `LOCKSMITH_PASSWORD`
     /// environment variable; `None` when none of them is set. A file that cannot be read is
     /// [`LockError::InvalidUrl`] naming the file, never its contents.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] naming the `password_file` when it cannot be read.
+    ///
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let url = locksmith::driver::BackendUrl::parse("redis://app:s%40cret@h")?;
+    /// assert_eq!((url.user(), url.password()?.as_deref()), (Some("app"), Some("s@cret")));
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn password(&self) -> Result<Option<String>> {
         if let Some((_, Some(password))) = &self.credentials {
             return Ok(Some(password.clone()));
@@ -181,6 +231,11 @@ impl BackendUrl {
 
     /// The TLS options of the URL ([`TLS_OPTIONS`]), with their files read. `cert` and `key` go
     /// together. A file that cannot be read is [`LockError::InvalidUrl`] naming it.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] when a `ca`, `cert` or `key` file cannot be read, or only one of
+    /// `cert` and `key` is given.
     pub fn tls_files(&self) -> Result<TlsFiles> {
         let read = |key: &str| -> Result<Option<Vec<u8>>> {
             match self.query.get(key) {
@@ -205,12 +260,37 @@ impl BackendUrl {
     /// Sets the query option `key` to `value` unless the URL sets it itself: how a program (the
     /// CLI's `--connect-timeout`, say) gives a default that the URL can still override. What
     /// [`BackendUrl::as_str`] and messages show stays the URL as given.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let mut url = locksmith::driver::BackendUrl::parse("etcd://h?connect_timeout=1s")?;
+    /// url.set_default_option("connect_timeout", "5s"); // the URL's own wins
+    /// url.set_default_option("ttl", "10s");
+    /// assert_eq!((url.query["connect_timeout"].as_str(), url.query["ttl"].as_str()), ("1s", "10s"));
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn set_default_option(&mut self, key: &str, value: impl Into<String>) {
         self.query.entry(key.to_owned()).or_insert_with(|| value.into());
     }
 
     /// Fails unless every query key is one of `known`: a misspelt option must not be ignored.
     /// The error names every unknown key, then the known ones.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] naming the unknown keys and the known ones.
+    ///
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// let url = locksmith::driver::BackendUrl::parse("mem://?tll=5s")?;
+    /// assert!(matches!(url.expect_only_options(&["ttl"]), Err(locksmith::LockError::InvalidUrl { .. })));
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn expect_only_options(&self, known: &[&str]) -> Result<()> {
         let unknown: Vec<String> = (self.query.keys())
             .filter(|k| !known.contains(&k.as_str()))
@@ -233,6 +313,10 @@ impl BackendUrl {
     }
 
     /// Fails unless the URL names at least one host.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] for a URL without a host.
     pub fn expect_hosts(&self) -> Result<&[HostPort]> {
         if self.hosts.is_empty() {
             Err(self.error(format!("{}:// needs at least one host", self.scheme)))
@@ -245,6 +329,11 @@ impl BackendUrl {
     /// whose builder sets none (see [`crate::backend::LockBackend::default_ttl`]). `None` if absent;
     /// [`LockError::InvalidUrl`] unless it is a duration within
     /// [`crate::MIN_TTL`]..=[`crate::MAX_TTL`].
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] for a `ttl` that is not a duration (see
+    /// [`BackendUrl::duration_option`]) or is outside [`crate::MIN_TTL`]..=[`crate::MAX_TTL`].
     pub fn lock_ttl_option(&self) -> Result<Option<Duration>> {
         let Some(ttl) = self.duration_option("ttl")? else {
             return Ok(None);
@@ -259,6 +348,24 @@ impl BackendUrl {
 
     /// A duration option such as `ttl=10s`, `connect_timeout=500ms` (units `ms`, `s`, `m`, `h`; a
     /// bare number is seconds), at most [`MAX_OPTION_DURATION`]. `None` if absent.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] for a value that is not a duration, or one longer than
+    /// [`MAX_OPTION_DURATION`].
+    ///
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith;
+    /// use std::time::Duration;
+    /// let url = locksmith::driver::BackendUrl::parse("redis://h?request_timeout=500ms&ttl=soon")?;
+    /// assert_eq!(url.duration_option("request_timeout")?, Some(Duration::from_millis(500)));
+    /// assert!(url.duration_option("ttl").is_err());
+    /// assert_eq!(url.duration_option("connect_timeout")?, None);
+    /// # Ok::<(), locksmith::LockError>(())
+    /// ```
     pub fn duration_option(&self, key: &str) -> Result<Option<Duration>> {
         let Some(v) = self.query.get(key) else {
             return Ok(None);
@@ -277,6 +384,10 @@ impl BackendUrl {
     /// A timeout or interval option that must not be zero (`request_timeout=`,
     /// `connect_timeout=`, ...): `default` if absent, [`LockError::InvalidUrl`] if it is zero (every
     /// request would fail at once) or longer than [`MAX_OPTION_DURATION`].
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] as above, and as [`BackendUrl::duration_option`].
     pub fn positive_duration_option(&self, key: &str, default: Duration) -> Result<Duration> {
         match self.duration_option(key)? {
             None => Ok(default),
@@ -339,6 +450,15 @@ impl std::fmt::Debug for BackendUrl {
 /// or a query (a `postgres://…?ca=/a@b`), but never less. Text that is no URL (no `://`: a
 /// mistyped scheme, a libpq connection string) shows only what comes before its first `:` when
 /// it has an `@`, a `=` or a space, where a password may be.
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith;
+/// use locksmith::driver::url::redact;
+/// assert_eq!(redact("redis://app:secret@h:6379/0"), "redis://app:***@h:6379/0");
+/// assert_eq!(redact("mem://"), "mem://");
+/// ```
 pub fn redact(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
         if !url.contains(['@', '=', ' ']) {
@@ -381,6 +501,17 @@ fn redact_query(url: &str) -> String {
 }
 
 /// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds.
+///
+/// # Examples
+///
+/// ```
+/// # extern crate locksmith_core as locksmith;
+/// use std::time::Duration;
+/// use locksmith::driver::url::parse_duration;
+/// assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+/// assert_eq!(parse_duration("10"), Some(Duration::from_secs(10)));
+/// assert_eq!(parse_duration("10 s"), None);
+/// ```
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
