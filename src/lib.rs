@@ -142,7 +142,7 @@ pub use locksmith_core::{
     MultiGuard, PruneReport, Result, RwLock, DEFAULT_TTL, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_VALUE_LEN, MIN_TTL,
 };
 pub use locksmith_core::{Admission, TokenRegister, REGISTER_LOCK_PREFIX};
-pub use locksmith_core::{Guarded, GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
+pub use locksmith_core::{Guarded, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
 
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]

@@ -164,7 +164,7 @@ impl LockBackend for EtcdBackend {
 
     /// One transaction: the write, if the holder's key still has its create revision (see
     /// `guarded.rs`).
-    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::GuardedWrite) -> Result<bool> {
+    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::driver::GuardedWrite) -> Result<bool> {
         crate::guarded::write(&self.session.conn, self.layout(), lease, write).await
     }
 

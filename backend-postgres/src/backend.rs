@@ -123,7 +123,7 @@ impl LockBackend for PgBackend {
     }
 
     /// One statement: the holder's entry checked and locked, then the write (see `guarded.rs`).
-    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::GuardedWrite) -> Result<bool> {
+    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::driver::GuardedWrite) -> Result<bool> {
         crate::guarded::write(&self.conn, lease, write).await
     }
 

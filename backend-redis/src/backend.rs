@@ -214,7 +214,7 @@ impl LockBackend for RedisBackend {
     }
 
     /// One script: the lease's check and the write (see `guarded.rs`).
-    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::GuardedWrite) -> Result<bool> {
+    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::driver::GuardedWrite) -> Result<bool> {
         crate::guarded::write(&self.inner, lease, write).await
     }
 

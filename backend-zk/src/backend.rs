@@ -219,7 +219,7 @@ impl LockBackend for ZkBackend {
     }
 
     /// One `multi`: the check that the holder's node exists, then the write (see `guarded.rs`).
-    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::GuardedWrite) -> Result<bool> {
+    async fn write_guarded(&self, lease: &Lease, write: &locksmith_core::driver::GuardedWrite) -> Result<bool> {
         crate::guarded::write(&self.sessions, lease, write).await
     }
 

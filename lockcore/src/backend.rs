@@ -379,7 +379,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// applied (a put; a delete of a key that existed; a compare-and-set whose value matched),
     /// `Ok(false)` when it did not (nothing to delete, a value that differs),
     /// [`crate::LockError::NotHeld`] when the lease is gone (nothing written). The write was
-    /// validated ([`crate::GuardedWrite::validate`]); keys inside the backend's lock namespace are
+    /// validated ([`crate::driver::GuardedWrite::validate`]); keys inside the backend's lock namespace are
     /// refused ([`crate::guarded::refuse_if_inside`]). The default refuses (a backend without a
     /// store to write to).
     ///

@@ -53,8 +53,7 @@ impl GuardedWrite {
     /// # Examples
     ///
     /// ```
-    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
-    /// use locksmith::GuardedWrite;
+    /// use locksmith_core::driver::GuardedWrite;
     /// let write = GuardedWrite::Delete { key: "/billing/tmp".into() };
     /// assert_eq!(write.key(), "/billing/tmp");
     /// ```
@@ -76,8 +75,8 @@ impl GuardedWrite {
     /// # Examples
     ///
     /// ```
-    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
-    /// use locksmith::{GuardedWrite, LockError, MAX_GUARDED_VALUE_LEN};
+    /// use locksmith_core::driver::GuardedWrite;
+    /// use locksmith_core::{LockError, MAX_GUARDED_VALUE_LEN};
     /// let big = GuardedWrite::Put { key: "/k".into(), value: vec![0; MAX_GUARDED_VALUE_LEN + 1] };
     /// assert!(matches!(big.validate(), Err(LockError::InvalidOption(_))));
     /// assert!(GuardedWrite::Delete { key: "/k".into() }.validate().is_ok());

@@ -166,7 +166,7 @@ pub use dual::Dual;
 pub use election::{Campaign, Election, Leader, LeaderGuard, LeaderWatch, MAX_VALUE_LEN};
 pub use error::{BoxError, LockError, Result};
 pub use guard::LockGuard;
-pub use guarded::{GuardedWrite, MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
+pub use guarded::{MAX_GUARDED_KEY_LEN, MAX_GUARDED_VALUE_LEN};
 pub use lease::{Family, LockKind, LostReason, DEFAULT_TTL, MAX_PERMITS, MAX_TTL, MIN_TTL};
 pub use locker::{LockBuilder, Locker};
 pub use memory::MemoryBackend;

@@ -597,7 +597,7 @@ impl LockBackend for MemoryBackend {
         leases.iter().map(|lease| self.renew_one(lease)).collect()
     }
 
-    async fn write_guarded(&self, lease: &Lease, write: &crate::GuardedWrite) -> Result<bool> {
+    async fn write_guarded(&self, lease: &Lease, write: &crate::driver::GuardedWrite) -> Result<bool> {
         let now = Instant::now();
         let mut state = self.store.lock();
         let key = self.store.key_of(&state, lease);

@@ -74,7 +74,7 @@ impl From<LeaderRead> for Reading {
 /// (read again every [`PENDING_RECHECK`] meanwhile).
 /// `read` returns `None` when the backend is gone, which ends the observation (the watch's
 /// `changed()` then fails), and an error to try again at the next change or after
-/// [`RETRY_AFTER_ERROR`] ([`LockError::Closed`](crate::LockError::Closed) ends it too).
+/// [`RETRY_AFTER_ERROR`] ([`LockError::Closed`] ends it too).
 ///
 /// # Errors
 ///
@@ -117,6 +117,10 @@ where
 /// # Errors
 ///
 /// The first read's error.
+///
+/// # Panics
+///
+/// Outside a tokio runtime: the observation runs in a task it spawns.
 ///
 /// # Cancel safety
 ///
