@@ -17,24 +17,9 @@ etcd_quota_ports() { # client 23795, peer 23805
 }
 
 etcd_quota_start() {
-    local id=$1 dir="$STATE/$1" host cport pport
-    host=$(host_of "$id")
-    cport=$(port 23795)
-    pport=$(port 23805)
-    launch "$id" etcd \
-        --name etcd-quota \
-        --data-dir "$dir/data" \
-        --listen-client-urls "http://$host:$cport" \
-        --advertise-client-urls "http://$host:$cport" \
-        --listen-peer-urls "http://$host:$pport" \
-        --initial-advertise-peer-urls "http://$host:$pport" \
-        --initial-cluster "etcd-quota=http://$host:$pport" \
-        --initial-cluster-token locksmith-quota \
-        --initial-cluster-state new \
-        --heartbeat-interval "$ETCD_HEARTBEAT_MS" \
-        --election-timeout "$ETCD_ELECTION_MS" \
-        --quota-backend-bytes "$ETCD_QUOTA_BYTES" \
-        --logger zap --log-outputs stderr
+    local id=$1
+    etcd_launch_alone "$id" etcd-quota http "$(host_of "$id")" "$(port 23795)" "$(port 23805)" locksmith-quota \
+        --quota-backend-bytes "$ETCD_QUOTA_BYTES"
 }
 
 etcd_quota_ready() { etcd_ready "$1"; }

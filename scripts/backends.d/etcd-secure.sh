@@ -27,28 +27,14 @@ etcd_secure_ports() { # client 23794, peer 23804
 }
 
 etcd_secure_start() {
-    local id=$1 dir="$STATE/$1" cport pport
-    cport=$(port 23794)
-    pport=$(port 23804)
+    local id=$1
     tls_ensure
     # The peer URL stays plain http: there are no peers (a single member on loopback).
-    launch "$id" etcd \
-        --name etcd-secure \
-        --data-dir "$dir/data" \
-        --listen-client-urls "https://$HOST:$cport" \
-        --advertise-client-urls "https://$HOST:$cport" \
+    etcd_launch_alone "$id" etcd-secure https "$HOST" "$(port 23794)" "$(port 23804)" locksmith-secure \
         --cert-file "$TLS_DIR/server.pem" \
         --key-file "$TLS_DIR/server.key" \
         --client-cert-auth \
-        --trusted-ca-file "$TLS_DIR/ca.pem" \
-        --listen-peer-urls "http://$HOST:$pport" \
-        --initial-advertise-peer-urls "http://$HOST:$pport" \
-        --initial-cluster "etcd-secure=http://$HOST:$pport" \
-        --initial-cluster-token locksmith-secure \
-        --initial-cluster-state new \
-        --heartbeat-interval "$ETCD_HEARTBEAT_MS" \
-        --election-timeout "$ETCD_ELECTION_MS" \
-        --logger zap --log-outputs stderr
+        --trusted-ca-file "$TLS_DIR/ca.pem"
 }
 
 etcd_secure_ctl() { # etcdctl over TLS with our client certificate, short timeouts

@@ -27,6 +27,28 @@ etcd_ports() { # client 23790 (+member), peer 23800 (+member)
     port $((23800 + ${n:-0}))
 }
 
+# Launches `id` as the one member of a new cluster of its own (the secured and quota kinds):
+# member `name`, clients on `scheme://host:cport`, peers on plain http `pport` (no other
+# member), cluster `token`; further arguments go to etcd (TLS files, a quota).
+etcd_launch_alone() {
+    local id=$1 name=$2 scheme=$3 host=$4 cport=$5 pport=$6 token=$7
+    shift 7
+    launch "$id" etcd \
+        --name "$name" \
+        --data-dir "$STATE/$id/data" \
+        --listen-client-urls "$scheme://$host:$cport" \
+        --advertise-client-urls "$scheme://$host:$cport" \
+        --listen-peer-urls "http://$host:$pport" \
+        --initial-advertise-peer-urls "http://$host:$pport" \
+        --initial-cluster "$name=http://$host:$pport" \
+        --initial-cluster-token "$token" \
+        --initial-cluster-state new \
+        --heartbeat-interval "$ETCD_HEARTBEAT_MS" \
+        --election-timeout "$ETCD_ELECTION_MS" \
+        --logger zap --log-outputs stderr \
+        "$@"
+}
+
 etcd_start() {
     local id=$1 n dir="$STATE/$1" cport pport name cluster token hb el host
     n=$(member_of "$id")
