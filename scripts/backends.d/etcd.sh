@@ -27,12 +27,13 @@ etcd_ports() { # client 23790 (+member), peer 23800 (+member)
     port $((23800 + ${n:-0}))
 }
 
-# Launches `id` as the one member of a new cluster of its own (the secured and quota kinds):
-# member `name`, clients on `scheme://host:cport`, peers on plain http `pport` (no other
-# member), cluster `token`; further arguments go to etcd (TLS files, a quota).
-etcd_launch_alone() {
-    local id=$1 name=$2 scheme=$3 host=$4 cport=$5 pport=$6 token=$7
-    shift 7
+# Launches etcd `id`: member `name`, clients on `scheme://host:cport`, peers on plain http
+# `pport`, the first start joining `cluster` (`token`), heartbeat `hb` and election timeout `el`
+# in ms; further arguments go to etcd (TLS files, a quota). `--initial-cluster*` only matter on
+# the first start: a restart (same --data-dir) rejoins with the membership stored there.
+etcd_launch() {
+    local id=$1 name=$2 scheme=$3 host=$4 cport=$5 pport=$6 cluster=$7 token=$8 hb=$9 el=${10}
+    shift 10
     launch "$id" etcd \
         --name "$name" \
         --data-dir "$STATE/$id/data" \
@@ -40,44 +41,38 @@ etcd_launch_alone() {
         --advertise-client-urls "$scheme://$host:$cport" \
         --listen-peer-urls "http://$host:$pport" \
         --initial-advertise-peer-urls "http://$host:$pport" \
-        --initial-cluster "$name=http://$host:$pport" \
-        --initial-cluster-token "$token" \
-        --initial-cluster-state new \
-        --heartbeat-interval "$ETCD_HEARTBEAT_MS" \
-        --election-timeout "$ETCD_ELECTION_MS" \
-        --logger zap --log-outputs stderr \
-        "$@"
-}
-
-etcd_start() {
-    local id=$1 n dir="$STATE/$1" cport pport name cluster token hb el host
-    n=$(member_of "$id")
-    host=$(host_of "$id")
-    cport=$(port $((23790 + ${n:-0})))
-    pport=$(port $((23800 + ${n:-0})))
-    if [[ -z $n ]]; then
-        name=etcd cluster="etcd=http://$host:$pport" token=locksmith-single
-        hb=$ETCD_HEARTBEAT_MS el=$ETCD_ELECTION_MS
-    else
-        name=e$n token=locksmith-cluster
-        cluster="e1=http://$(host_of etcd-1):$(port 23801),e2=http://$(host_of etcd-2):$(port 23802),e3=http://$(host_of etcd-3):$(port 23803)"
-        hb=$ETCD_CLUSTER_HEARTBEAT_MS el=$ETCD_CLUSTER_ELECTION_MS
-    fi
-    # `--initial-cluster*` only matter on the first start: a restart (same --data-dir)
-    # rejoins with the membership stored in the data dir.
-    launch "$id" etcd \
-        --name "$name" \
-        --data-dir "$dir/data" \
-        --listen-client-urls "http://$host:$cport" \
-        --advertise-client-urls "http://$host:$cport" \
-        --listen-peer-urls "http://$host:$pport" \
-        --initial-advertise-peer-urls "http://$host:$pport" \
         --initial-cluster "$cluster" \
         --initial-cluster-token "$token" \
         --initial-cluster-state new \
         --heartbeat-interval "$hb" \
         --election-timeout "$el" \
-        --logger zap --log-outputs stderr
+        --logger zap --log-outputs stderr \
+        "$@"
+}
+
+# Launches `id` as the one member of a cluster of its own (the single, secured and quota kinds):
+# member `name`, clients on `scheme://host:cport`, peers on `pport`, cluster `token`; further
+# arguments go to etcd.
+etcd_launch_alone() {
+    local id=$1 name=$2 scheme=$3 host=$4 cport=$5 pport=$6 token=$7
+    shift 7
+    etcd_launch "$id" "$name" "$scheme" "$host" "$cport" "$pport" "$name=http://$host:$pport" "$token" \
+        "$ETCD_HEARTBEAT_MS" "$ETCD_ELECTION_MS" "$@"
+}
+
+etcd_start() {
+    local id=$1 n cport pport host cluster
+    n=$(member_of "$id")
+    host=$(host_of "$id")
+    cport=$(port $((23790 + ${n:-0})))
+    pport=$(port $((23800 + ${n:-0})))
+    if [[ -z $n ]]; then
+        etcd_launch_alone "$id" etcd http "$host" "$cport" "$pport" locksmith-single
+        return
+    fi
+    cluster="e1=http://$(host_of etcd-1):$(port 23801),e2=http://$(host_of etcd-2):$(port 23802),e3=http://$(host_of etcd-3):$(port 23803)"
+    etcd_launch "$id" "e$n" http "$host" "$cport" "$pport" "$cluster" locksmith-cluster \
+        "$ETCD_CLUSTER_HEARTBEAT_MS" "$ETCD_CLUSTER_ELECTION_MS"
 }
 
 etcdctl_() { # ID ARGS...: etcdctl against ID, with short timeouts
