@@ -222,14 +222,28 @@ async fn killed_master_keeps_a_confirmed_lock() {
     .await;
 }
 
-/// The masters, once every node of the test cluster (`scripts/backends`: ports 17001-17006)
-/// that answers shows the same ones: after a failover, nodes agree only a while later.
+/// The `scripts/backends` ids of the test cluster's nodes: three masters, each with a replica.
+const NODES: [&str; 6] = [
+    "cluster-1",
+    "cluster-2",
+    "cluster-3",
+    "cluster-r1",
+    "cluster-r2",
+    "cluster-r3",
+];
+
+/// The masters, once every node of the test cluster that answers shows the same ones: after a
+/// failover, nodes agree only a while later.
 async fn settled_masters() -> Vec<(i64, i64, String)> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut addrs = Vec::new();
+    for id in NODES {
+        addrs.push(backends(&["address", id]).await);
+    }
     loop {
         let mut views = Vec::new();
-        for port in 17001..=17006 {
-            let mut conn = common::admin(&format!("redis://127.0.0.1:{port}")).await;
+        for addr in &addrs {
+            let mut conn = common::admin(&format!("redis://{addr}")).await;
             let info: String = redis::cmd("CLUSTER")
                 .arg("INFO")
                 .query_async(&mut conn)
@@ -263,12 +277,13 @@ async fn settled_masters() -> Vec<(i64, i64, String)> {
 }
 
 /// The `scripts/backends` id of the test cluster's node at `addr`.
-fn node_id(addr: &str) -> String {
-    let port: u16 = addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
-    match port {
-        17001..=17003 => format!("cluster-{}", port - 17000),
-        _ => format!("cluster-r{}", port - 17003),
+async fn node_id(addr: &str) -> String {
+    for id in NODES {
+        if backends(&["address", id]).await == addr {
+            return id.to_owned();
+        }
     }
+    panic!("no node of the test cluster is at {addr}");
 }
 
 /// Bug: the cluster renewal failed as a whole when one master failed or hung: a master paused
@@ -311,7 +326,7 @@ async fn a_paused_master_costs_only_its_own_leases() {
     let kept = a.lock(&healthy).ttl(ttl).acquire().await.expect("acquire");
     let frozen = a.lock(&paused).ttl(ttl * 2).acquire().await.expect("acquire");
     {
-        let id = node_id(&paused_owner);
+        let id = node_id(&paused_owner).await;
         let _resume = OnDrop::resume(&id);
         backends(&["pause", &id]).await;
         tokio::time::sleep(Duration::from_millis(1800)).await;
@@ -397,7 +412,7 @@ async fn paused_until_promoted(options: &str) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     warm.release().await.expect("release after a renewal");
     {
-        let id = node_id(owner);
+        let id = node_id(owner).await;
         let _resume = OnDrop::resume(&id);
         backends(&["pause", &id]).await;
         tokio::time::sleep(Duration::from_millis(14_500)).await;
@@ -451,7 +466,7 @@ async fn a_renewal_on_a_hung_master_ends_by_its_deadline() {
     let first = backend.renew_many(std::slice::from_ref(&lease)).await;
     assert!(first[0].is_ok(), "renewal before the pause: {first:?}");
     let took = {
-        let ids = [node_id(&master), node_id(&replica)];
+        let ids = [node_id(&master).await, node_id(&replica).await];
         let _resume = ids.iter().map(|id| OnDrop::resume(id)).collect::<Vec<_>>();
         for id in &ids {
             backends(&["pause", id]).await;
@@ -602,7 +617,7 @@ async fn a_waiter_follows_the_promotion_of_a_cut_off_masters_replica_within_a_re
         }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let id = node_id(&owner);
+    let id = node_id(&owner).await;
     {
         let _resume = OnDrop::resume(&id);
         backends(&["pause", &id]).await;

@@ -334,13 +334,13 @@ async fn sentinels_that_do_not_answer_hold_up_no_request_to_the_master() {
         .await
         .expect("acquire");
     let master = backends(&["leader", "redis-sentinel"]).await;
-    let port = if master == "sentinel-m" { 16392 } else { 16393 };
+    let master_addr = backends(&["address", &master]).await;
     let sentinels = ["sentinel-s1", "sentinel-s2", "sentinel-s3"];
     let _resume: Vec<OnDrop> = sentinels.iter().map(|s| OnDrop::resume(s)).collect();
     for s in sentinels {
         backends(&["pause", s]).await;
     }
-    let mut admin = common::admin(&format!("redis://127.0.0.1:{port}")).await;
+    let mut admin = common::admin(&format!("redis://{master_addr}")).await;
     let _: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")

@@ -26,6 +26,7 @@ usage: scripts/backends COMMAND [ARGS]
   pause ID          SIGSTOP the server
   resume ID         SIGCONT the server
   pid ID            print the server's pid
+  address ID        print the server's client address, host:port (the set's port offset added)
   isolate ID        netns mode only (LOCKSMITH_BACKENDS_NETNS=1 at \`up\`; ids: ${NETNS_IDS[*]}):
                     cut the server off from every other one (blackhole routes both ways)
                     while the clients still reach it: a real partition
@@ -227,6 +228,8 @@ cmd_resume() {
 }
 
 cmd_pid() { running_pid "$1"; }
+
+cmd_address() { address "$1"; }
 
 cmd_isolate() {
     netns_need "$1" isolate
