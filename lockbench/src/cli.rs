@@ -34,6 +34,11 @@ pub struct Args {
     /// Default: every system.
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
+    /// Install a tracing subscriber (fmt at INFO, written to nowhere) and a metrics recorder
+    /// (metrics-util's debugging recorder) first: the cost of locksmith's spans and metrics when
+    /// an application collects them (scripts/instructions --observed).
+    #[arg(long)]
+    pub observed: bool,
     /// URL of the in-process backend.
     #[arg(long, default_value = "mem://lockbench")]
     pub mem: String,

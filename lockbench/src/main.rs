@@ -26,6 +26,15 @@ use cli::{Args, Child};
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.observed {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::sink)
+            .with_max_level(tracing::Level::INFO)
+            .init();
+        if metrics::set_global_recorder(metrics_util::debugging::DebuggingRecorder::new()).is_err() {
+            eprintln!("lockbench: a metrics recorder was already installed");
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

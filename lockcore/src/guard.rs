@@ -379,7 +379,9 @@ impl LockGuard {
         let closed = self.locker.inner().life.closed.subscribe();
         let retries = tally.clone();
         let runtime = self.runtime.clone();
-        let release = async move {
+        // Boxed once here: the layers around it (its span, the round-trip count, the clean-up
+        // tally) then move a pointer, not the whole release's future (docs/overhead.md).
+        let release = Box::pin(async move {
             let (result, retry) = release_once(&backend, &lease, "releasing the lock", closed).await;
             labels.released(&result);
             match &result {
@@ -391,7 +393,7 @@ impl LockGuard {
                 crate::driver::cleanup::spawn_in(&retries, retry.run());
             }
             result
-        };
+        });
         let in_span = span.clone();
         let (result, round_trips) = crate::metrics::counted(async move {
             // Created inside `counted`, so that the task's round trips count for this call.

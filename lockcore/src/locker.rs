@@ -878,7 +878,9 @@ impl LockBuilder {
                         })
                 }
             } };
-            let (result, round_trips) = counted(self.locker.request_call(call, None)).await;
+            // Boxed once here: the layers around it (the round-trip count, the span) then move a
+            // pointer, not the whole request's future (docs/overhead.md, fifteenth pass).
+            let (result, round_trips) = counted(Box::pin(self.locker.request_call(call, None))).await;
             let span = tracing::Span::current();
             span.record("round_trips", round_trips);
             match result {
@@ -960,7 +962,7 @@ impl LockBuilder {
             backend.try_acquire(&req),
         );
         let start = Instant::now();
-        let (result, round_trips) = counted(self.locker.request_call(attempt, cut_wait))
+        let (result, round_trips) = counted(Box::pin(self.locker.request_call(attempt, cut_wait)))
             .instrument(span.clone())
             .await;
         span.record("round_trips", round_trips);

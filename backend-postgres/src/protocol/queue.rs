@@ -106,7 +106,30 @@ pub(crate) fn alone_applies(kind: &LockKind) -> bool {
 
 /// The holder id of entry `id`: `host:pid:id`.
 pub(crate) fn holder_id(host: &str, pid: i32, id: &str) -> String {
-    format!("{host}:{pid}:{id}")
+    // Made on every grant: one allocation of the right size and the pid's digits by hand, not
+    // `format!` (~1.5 k instructions a cycle under callgrind, docs/overhead.md).
+    let mut digits = [0u8; 10];
+    let mut n = pid.unsigned_abs();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let digits = std::str::from_utf8(&digits[at..]).expect("ASCII digits");
+    let mut out = String::with_capacity(host.len() + digits.len() + id.len() + 3);
+    out.push_str(host);
+    out.push(':');
+    if pid < 0 {
+        out.push('-');
+    }
+    out.push_str(digits);
+    out.push(':');
+    out.push_str(id);
+    out
 }
 
 /// The entry id in a holder id made by [`holder_id`].
@@ -341,5 +364,8 @@ mod tests {
             assert_eq!(parse_role(&role_text(role)), Some(role));
         }
         assert_eq!(entry_id(&holder_id("h", 1, "abc")), "abc");
+        for pid in [0, 7, 42, 4_194_304, i32::MAX, -1, i32::MIN] {
+            assert_eq!(holder_id("host", pid, "id"), format!("host:{pid}:id"));
+        }
     }
 }
