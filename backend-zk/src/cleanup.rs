@@ -130,30 +130,33 @@ fn remove_later(session: &Weak<Session>, leftover: Leftover, e: &zk::Error) {
 }
 
 /// A release whose delete is not answered yet: dropped armed (the release was cancelled), it has
-/// the session's monitor delete the node as soon as it can.
-pub(crate) struct Unanswered<'a> {
+/// the session's monitor delete the node as soon as it can (a shared [`Armed`] guard whose
+/// clean-up registers the node with the monitor there and then, and spawns nothing).
+pub(crate) struct Unanswered<'a>(Armed<Unreleased<'a>>);
+
+/// The node of a release in flight, and the session whose monitor deletes it.
+struct Unreleased<'a> {
     session: &'a Arc<Session>,
     lease: &'a Lease,
-    armed: bool,
+}
+
+impl CleanUp for Unreleased<'_> {
+    fn task(&mut self) -> Option<CleanupTask> {
+        tracing::debug!(node = %self.lease.holder_id, "release cancelled before ZooKeeper answered; the session monitor deletes the node");
+        self.session.register_for_removal(self.lease);
+        None
+    }
 }
 
 impl<'a> Unanswered<'a> {
     /// The guard of `lease`'s release on `session`; it does nothing unless `armed`.
     pub(crate) fn new(session: &'a Arc<Session>, lease: &'a Lease, armed: bool) -> Self {
-        Unanswered { session, lease, armed }
+        let node = Unreleased { session, lease };
+        Unanswered(if armed { Armed::new(node) } else { Armed::disarmed(node) })
     }
 
     /// The delete was answered: dropping the guard does nothing.
     pub(crate) fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Unanswered<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            tracing::debug!(node = %self.lease.holder_id, "release cancelled before ZooKeeper answered; the session monitor deletes the node");
-            self.session.register_for_removal(self.lease);
-        }
+        self.0.disarm();
     }
 }
