@@ -159,4 +159,7 @@ postgres_exports() {
         "postgres://$POSTGRES_APP_USER:$POSTGRES_APP_PW@$(address postgres)/$POSTGRES_TEST_DB"
     emit LOCKSMITH_TEST_POSTGRES_FEW \
         "postgres://$POSTGRES_FEW_USER:$POSTGRES_FEW_PW@$(address postgres)/$POSTGRES_TEST_DB"
+    # The superuser, for what only it may do (tests/full_disk.rs creates a tablespace).
+    emit LOCKSMITH_TEST_POSTGRES_ADMIN \
+        "postgres://postgres:$POSTGRES_ADMIN_PW@$(address postgres)/$POSTGRES_TEST_DB"
 }

@@ -5,7 +5,8 @@
 //!   `maxmemory-policy` may evict lock keys. Expected: [`LockError::Denied`] within 10 s.
 //! - **Out of space, out of connections, out of memory**: etcd at its space quota (the NOSPACE
 //!   alarm; `etcd-quota`), PostgreSQL at its connection limit (the role `locksmith_few`), Redis
-//!   over its `maxmemory` with `noeviction`, `file://` on a full tmpfs (root only). Expected: an
+//!   over its `maxmemory` with `noeviction`, PostgreSQL with a full disk (a tablespace on a small
+//!   tmpfs; root only), `file://` on a full tmpfs (root only). Expected: an
 //!   acquire ends with a clear error within its timeout, and a lock held before the fault is kept
 //!   (or its holder told) and nobody else gets it; afterwards the server is freed again.
 //!
@@ -136,6 +137,14 @@ pub async fn operator_faults() -> Vec<OperatorFault> {
     if let Ok(url) = env_url("LOCKSMITH_TEST_REDIS") {
         out.push(resources::redis_oom(&url).await);
     }
+    if let (Ok(url), Ok(admin)) = (
+        env_url("LOCKSMITH_TEST_POSTGRES"),
+        env_url("LOCKSMITH_TEST_POSTGRES_ADMIN"),
+    ) {
+        if let Some(row) = postgres_disk::postgres_full_disk(&url, &admin).await {
+            out.push(row);
+        }
+    }
     if let Some(row) = resources::file_full_disk().await {
         out.push(row);
     }
@@ -193,6 +202,7 @@ async fn misconfigurations() -> Vec<OperatorFault> {
     out
 }
 
+mod postgres_disk;
 mod resources;
 
 /// A lock held through a fault: what became of it after `wait`, as the row's `held` column.

@@ -10,12 +10,12 @@ use tokio::io::AsyncWriteExt;
 
 use super::{attempt, clear, held_through, OperatorFault};
 
-fn name(what: &str) -> String {
+pub(super) fn name(what: &str) -> String {
     format!("chaos/operator/{what}/{:08x}", rand::random::<u32>())
 }
 
 /// A row for a resource case, from the acquire's attempt and the held lock's fate.
-fn row(
+pub(super) fn row(
     backend: &str,
     case: &str,
     expected: &str,
@@ -36,7 +36,7 @@ fn row(
 }
 
 /// A row for a case that could not be set up.
-fn not_run(backend: &str, case: &str, why: String) -> OperatorFault {
+pub(super) fn not_run(backend: &str, case: &str, why: String) -> OperatorFault {
     OperatorFault {
         backend: backend.into(),
         case: case.into(),
@@ -49,7 +49,7 @@ fn not_run(backend: &str, case: &str, why: String) -> OperatorFault {
     }
 }
 
-async fn connect(url: &str) -> Result<Locker, String> {
+pub(super) async fn connect(url: &str) -> Result<Locker, String> {
     locksmith::connect(url).await.map_err(|e| format!("connect: {e}"))
 }
 
