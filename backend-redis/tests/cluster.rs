@@ -575,14 +575,16 @@ fn rand_suffix() -> u64 {
 }
 
 /// A master cut off (paused: it answers nothing) until the cluster promotes its replica: a waiter
-/// queued on it before must follow the promotion within two response timeouts (3 s each: the
-/// step in flight at the promotion waits one out, and a new cluster connection may meet the hung
-/// master while it reads its slot map; 2.5-6.1 s here), not wait on the silent old master. Bug:
-/// it waited until the old master came back (the whole 60 s timeout here), as the cluster
-/// connection's own slot map is read again only on a `MOVED` or a broken connection. Now an
-/// unanswered request makes the master of its slot a suspect, this client's map is read again
-/// until it names another, and the cluster connection is then made afresh (`Slots::moves`). `min_replicas=0`: with confirmation, the promoted replica (whose only
-/// replica is the paused master) confirms nothing until the old master is back (see
+/// queued on it before must follow the promotion within a response timeout (3 s), not wait on the
+/// silent old master. Bugs, in turn: it waited until the old master came back (the whole 60 s
+/// timeout here), as the cluster connection's own slot map is read again only on a `MOVED` or a
+/// broken connection; then, with the map read again after an unanswered request (`Slots::moves`),
+/// it still took 2.5-6.1 s: the step in flight at the promotion waited out its response timeout,
+/// and the cluster connection made afresh waited out its connect timeout on the hung master,
+/// one of its seeds. Now a request in flight is given up once the map names another master for
+/// its slot (`Link::slot_moved`), and a connection made after a move starts from the map's
+/// masters, not the seeds: 0.14-0.20 s. `min_replicas=0`: with confirmation, the promoted replica
+/// (whose only replica is the paused master) confirms nothing until the old master is back (see
 /// `sentinel.rs`); what is measured is the following alone. The holder's lease (1 s) has run out
 /// by the promotion (node timeout 2 s, then an election).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -638,7 +640,7 @@ async fn a_waiter_follows_the_promotion_of_a_cut_off_masters_replica_within_a_re
         let after = granted_at.saturating_duration_since(promoted_at);
         eprintln!("granted {after:?} after the promotion");
         assert!(
-            after <= 2 * response_timeout + Duration::from_secs(1),
+            after <= response_timeout,
             "the waiter got the lock {after:?} after the promotion (response timeout {response_timeout:?})"
         );
         drop(held);

@@ -287,28 +287,13 @@ impl Link {
                 }))
             }
             Topology::Cluster { seeds } => {
-                let scheme = if config.tls.is_some() { "rediss" } else { "redis" };
-                let urls: Vec<String> = seeds
-                    .iter()
-                    .map(|(h, p)| format!("{scheme}://{}", host_port(h, *p)))
-                    .collect();
-                let mut builder = ClusterClientBuilder::new(urls.clone())
-                    .tcp_settings(tcp_settings(TcpSettings::default()))
-                    .connection_timeout(config.connect_timeout)
-                    .response_timeout(config.response_timeout);
-                if let Some(user) = &config.user {
-                    builder = builder.username(user.clone());
-                }
-                if let Some(password) = &config.password {
-                    builder = builder.password(password.clone());
-                }
-                builder = with_cluster_tls(builder, config);
+                let urls = cluster_urls(config, seeds);
                 let seeds = urls
                     .iter()
                     .map(|u| client_for(config, &with_auth(config, u)))
                     .collect::<RedisResult<Vec<_>>>()?;
                 Way::Cluster(ClusterLink {
-                    client: builder.build()?,
+                    client: cluster_client(config, urls)?,
                     conn: FreshConn::default(),
                     confirm: FreshConn::default(),
                     seeds,
@@ -461,6 +446,20 @@ impl Link {
             c.slots.suspect(node);
             c.refresh_slots();
         }
+    }
+
+    /// On a cluster, a future that ends once the slot map names another master for `key`'s slot
+    /// than it does now (a failover promoted the replica of a master that hangs): a request sent
+    /// now and still waiting then is given up, and sent again to the promoted master, instead
+    /// of waiting out its response timeout on the old one. `None` elsewhere, or while the map is
+    /// not known.
+    pub(crate) fn slot_moved(&self, key: &str) -> Option<impl std::future::Future<Output = ()> + '_> {
+        let Way::Cluster(c) = &self.way else {
+            return None;
+        };
+        let slot = slot_of(key);
+        let owner = c.slots.owner_of(slot)?;
+        Some(async move { c.slots.until_moved_away(slot, &owner).await })
     }
 
     /// On a cluster, a request on `key` went unanswered: the master the slot map names for it is
@@ -638,11 +637,27 @@ impl ClusterLink {
     }
 
     /// The cluster connection of `fresh`, made (again) if none was made since the slot map last
-    /// named other masters ([`Slots::moves`]).
+    /// named other masters ([`Slots::moves`]). One made after a move starts from the masters of
+    /// the map that are not suspected, not from the seeds: the cluster client connects to every
+    /// node it starts from, and one that hangs (the master a failover replaced, paused or cut
+    /// off, which may be a seed) would hold the new connection up for the whole connect timeout.
     async fn connection(&self, fresh: &FreshConn) -> RedisResult<ClusterConnection> {
-        let cell = fresh.since(self.slots.moves());
+        let moves = self.slots.moves();
+        let cell = fresh.since(moves);
         Ok(cell
-            .get_or_try_init(|| self.client.get_async_connection())
+            .get_or_try_init(|| async {
+                if moves == 0 {
+                    return self.client.get_async_connection().await;
+                }
+                let nodes = self.slots.unsuspected_masters();
+                if nodes.is_empty() {
+                    return self.client.get_async_connection().await;
+                }
+                let config = &self.nodes.config;
+                cluster_client(config, cluster_urls(config, &nodes))?
+                    .get_async_connection()
+                    .await
+            })
             .await?
             .clone())
     }
@@ -668,6 +683,31 @@ impl FreshConn {
     fn made(&self) -> Option<ClusterConnection> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).1.get().cloned()
     }
+}
+
+/// The `redis://` (or `rediss://`) URLs of cluster `nodes`.
+fn cluster_urls(config: &Config, nodes: &[NodeAddr]) -> Vec<String> {
+    let scheme = if config.tls.is_some() { "rediss" } else { "redis" };
+    nodes
+        .iter()
+        .map(|(h, p)| format!("{scheme}://{}", host_port(h, *p)))
+        .collect()
+}
+
+/// A cluster client that starts from the nodes of `urls` (it reads the slot map there, then
+/// connects to the masters the map names).
+fn cluster_client(config: &Config, urls: Vec<String>) -> RedisResult<ClusterClient> {
+    let mut builder = ClusterClientBuilder::new(urls)
+        .tcp_settings(tcp_settings(TcpSettings::default()))
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.response_timeout);
+    if let Some(user) = &config.user {
+        builder = builder.username(user.clone());
+    }
+    if let Some(password) = &config.password {
+        builder = builder.password(password.clone());
+    }
+    with_cluster_tls(builder, config).build()
 }
 
 /// `settings` with what every connection to a Redis server needs: `SO_LINGER` 0, so that closing

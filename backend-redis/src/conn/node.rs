@@ -351,7 +351,15 @@ impl Node {
         loop {
             locksmith_core::metrics::round_trip();
             let sent = Instant::now();
-            match tokio::time::timeout_at(deadline, call()).await {
+            let answer = match key.and_then(|key| self.link.slot_moved(key)) {
+                None => tokio::time::timeout_at(deadline, call()).await,
+                Some(moved) => tokio::select! {
+                    biased;
+                    answer = tokio::time::timeout_at(deadline, call()) => answer,
+                    () = moved => return Err(self.slot_moved_error(what)),
+                },
+            };
+            match answer {
                 Ok(Ok(v)) => return Ok((v, resent)),
                 Ok(Err(e)) if !resent && e.is_connection_dropped() => {
                     self.link.failed(Some(&e));
@@ -378,6 +386,18 @@ impl Node {
                     });
                 }
             }
+        }
+    }
+
+    /// A request given up as the cluster promoted another master for its slot while it waited
+    /// (see [`crate::conn::link::Link::slot_moved`]): the caller sends it again, to the new one.
+    fn slot_moved_error(&self, what: &str) -> LockError {
+        LockError::Unavailable {
+            message: format!(
+                "{what} on redis at {}: the cluster promoted another master for its slot while it waited",
+                self.link.describe(&self.addr)
+            ),
+            source: None,
         }
     }
 }

@@ -59,6 +59,8 @@ pub(crate) struct Slots {
     /// How many answers named other masters than the map before them (a failover, a
     /// resharding): the cluster connection is made afresh after each (see [`Slots::moves`]).
     moves: AtomicU64,
+    /// Told of every move, for the requests that wait on a master ([`Slots::until_moved_away`]).
+    moved: tokio::sync::Notify,
 }
 
 impl Slots {
@@ -83,6 +85,38 @@ impl Slots {
     /// and sends to the replica promoted in the hung master's place (see `Link::conn`).
     pub(crate) fn moves(&self) -> u64 {
         self.moves.load(Ordering::SeqCst)
+    }
+
+    /// Ends once the map names another master than `owner` for `slot` (a failover promoted its
+    /// replica): a request still waiting on `owner` then waits on a master that is not the
+    /// slot's any more.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only waits.
+    pub(crate) async fn until_moved_away(&self, slot: u16, owner: &NodeAddr) {
+        loop {
+            // Made before the check: a move told after it wakes this one.
+            let moved = self.moved.notified();
+            if self.owner_of(slot).is_some_and(|now| &now != owner) {
+                return;
+            }
+            moved.await;
+        }
+    }
+
+    /// The masters of the map known that are not suspected: where a new cluster connection
+    /// should read its slot map (a suspect may hang, and a connection made afresh would wait out
+    /// its timeout there).
+    pub(crate) fn unsuspected_masters(&self) -> Vec<NodeAddr> {
+        let Some(owners) = self.known() else {
+            return Vec::new();
+        };
+        let suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
+        masters_of(&owners)
+            .into_iter()
+            .filter(|node| !suspects.contains_key(node))
+            .collect()
     }
 
     /// Whether the map should be read again.
@@ -133,6 +167,7 @@ impl Slots {
             .replace(owners.clone());
         if previous.is_some_and(|p| p != owners) {
             self.moves.fetch_add(1, Ordering::SeqCst);
+            self.moved.notify_waiters();
         }
         self.stale.store(suspect, Ordering::SeqCst);
         // After the store: a mark that came before this check is seen here, one after it stores
