@@ -133,8 +133,8 @@ fn a_server_certificate_the_ca_does_not_vouch_for_is_named() {
 }
 
 /// A TLS URL at a server without TLS (`rediss://` at a plain Redis, `etcds://` at a plain etcd,
-/// `zks://` at a plain ZooKeeper, `sslmode=require` at a plain PostgreSQL): `run --timeout 30s`
-/// exits 5 within 10 s, with one line that names the cause and the fix. It was exit 3 after the
+/// `zks://` at a plain ZooKeeper, `sslmode=require` at a plain PostgreSQL), also with several
+/// servers in the URL: `run --timeout 30s` exits 5 within 10 s, with one line that names the cause and the fix. It was exit 3 after the
 /// whole timeout: `run` took it for an outage and retried ("retrying without time limit" without
 /// `--timeout`: a cron job hung for ever).
 #[test]
@@ -162,6 +162,27 @@ fn a_tls_url_at_a_plain_server_exits_5_at_once() {
     }
     if cfg!(feature = "postgres") {
         urls.push(format!("{}?sslmode=require", env_url("LOCKSMITH_TEST_POSTGRES")));
+    }
+    // The same with several servers in the URL (each refuses TLS alike: none is tried for ever),
+    // where `scripts/backends up all` started them.
+    let several = |var: &str| std::env::var(var).ok().filter(|u| u.contains(','));
+    let tls_of_several = [
+        ("etcd", "LOCKSMITH_TEST_ETCD_CLUSTER", "etcd://", "etcds://"),
+        ("zk", "LOCKSMITH_TEST_ZK_ENSEMBLE", "zk://", "zks://"),
+        ("redis", "LOCKSMITH_TEST_REDIS_QUORUM", "redis://", "rediss://"),
+    ];
+    for (feature, var, plain, tls) in tls_of_several {
+        let compiled = match feature {
+            "etcd" => cfg!(feature = "etcd"),
+            "zk" => cfg!(feature = "zk"),
+            _ => cfg!(feature = "redis"),
+        };
+        if let Some(url) = several(var).filter(|_| compiled) {
+            urls.push(format!("{}?{ca}", url.replacen(plain, tls, 1)));
+        }
+    }
+    if let Some(url) = several("LOCKSMITH_TEST_POSTGRES_HA").filter(|_| cfg!(feature = "postgres")) {
+        urls.push(format!("{url}?sslmode=require"));
     }
     for url in urls {
         let start = std::time::Instant::now();
