@@ -359,24 +359,27 @@ impl fmt::Display for LostReason {
 ///
 /// The first [`LostSignal::fire`] wins; later calls keep the first reason.
 #[derive(Clone)]
-pub struct LostSignal {
-    tx: Arc<watch::Sender<Option<LostReason>>>,
+pub struct LostSignal(Arc<LostState>);
+
+/// What the clones of one [`LostSignal`] share, in one allocation (one is made on every grant).
+struct LostState {
+    tx: watch::Sender<Option<LostReason>>,
     /// Called once with the reason when the signal fires (locksmith-core's metrics).
-    hook: Arc<std::sync::Mutex<Option<LostHook>>>,
+    hook: std::sync::Mutex<Option<LostHook>>,
     /// Until when the lease is surely valid, as the watchdog last counted it (`None`: not
     /// counted): [`crate::LockGuard::is_held`] is false past it even before the watchdog runs.
-    valid_until: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
+    valid_until: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 type LostHook = Box<dyn FnOnce(&LostReason) + Send>;
 
 impl Default for LostSignal {
     fn default() -> Self {
-        LostSignal {
-            tx: Arc::new(watch::channel(None).0),
-            hook: Arc::default(),
-            valid_until: Arc::default(),
-        }
+        LostSignal(Arc::new(LostState {
+            tx: watch::channel(None).0,
+            hook: std::sync::Mutex::new(None),
+            valid_until: std::sync::Mutex::new(None),
+        }))
     }
 }
 
@@ -400,7 +403,7 @@ impl LostSignal {
     /// assert!(matches!(lost.reason(), Some(LostReason::LeaseGone(_))));
     /// ```
     pub fn fire(&self, reason: LostReason) -> bool {
-        let fired = self.tx.send_if_modified(|current| {
+        let fired = self.0.tx.send_if_modified(|current| {
             if current.is_none() {
                 *current = Some(reason.clone());
                 true
@@ -409,7 +412,7 @@ impl LostSignal {
             }
         });
         if fired {
-            let hook = self.hook.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let hook = self.0.hook.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(hook) = hook {
                 hook(&reason);
             }
@@ -419,7 +422,7 @@ impl LostSignal {
 
     /// Calls `hook` once with the reason when the signal fires (at once if it has fired).
     pub(crate) fn on_lost(&self, hook: impl FnOnce(&LostReason) + Send + 'static) {
-        let mut slot = self.hook.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.0.hook.lock().unwrap_or_else(|e| e.into_inner());
         match self.reason() {
             Some(reason) => {
                 drop(slot);
@@ -431,12 +434,12 @@ impl LostSignal {
 
     /// Whether the lease has been declared lost.
     pub fn is_lost(&self) -> bool {
-        self.tx.borrow().is_some()
+        self.0.tx.borrow().is_some()
     }
 
     /// Records until when the lease is surely valid (the watchdog, at each grant and renewal).
     pub(crate) fn set_valid_until(&self, until: tokio::time::Instant) {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+        *self.0.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
     }
 
     /// Whether the lease ran out by the watchdog's last count (from its grant or its last
@@ -444,13 +447,13 @@ impl LostSignal {
     /// not the watchdog has run since to declare it lost. A backend asks it (with [`LostSignal::is_lost`]) to tell a lease
     /// that may have been taken from it from one that surely was not.
     pub fn ran_out(&self) -> bool {
-        let until = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        let until = *self.0.valid_until.lock().unwrap_or_else(|e| e.into_inner());
         until.is_some_and(|t| t <= tokio::time::Instant::now())
     }
 
     /// The reason, once lost.
     pub fn reason(&self) -> Option<LostReason> {
-        self.tx.borrow().clone()
+        self.0.tx.borrow().clone()
     }
 
     /// Resolves with the reason when the lease is lost (at once if it already is).
@@ -475,7 +478,7 @@ impl LostSignal {
     /// # }
     /// ```
     pub async fn wait(&self) -> LostReason {
-        let mut rx = self.tx.subscribe();
+        let mut rx = self.0.tx.subscribe();
         // The sender lives in `self`, so the channel cannot close while we wait; the fallback
         // only keeps this free of panics.
         let reason = rx.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());

@@ -6,7 +6,10 @@
 //! `/` and the encoding is injective, a key layout of the form `prefix/<encoded>/...` can never
 //! make one lock's keys a prefix of another's: `a`, `a/b`, `ab` and `a/` are four independent locks.
 
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use crate::error::{LockError, Result};
 
@@ -17,10 +20,42 @@ use crate::error::{LockError, Result};
 pub const MAX_NAME_LEN: usize = 1024;
 
 /// A validated lock name.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Cheap to clone: the name and its encoding share one reference-counted allocation, as a lock's
+/// name is copied into its request, lease, guard, watchdog entry and re-entry key on every
+/// acquire. Compared, ordered and hashed by the name as given.
+#[derive(Clone)]
 pub struct LockName {
-    raw: String,
-    encoded: String,
+    /// The name as given, then its encoding.
+    text: Arc<str>,
+    /// Where the encoding starts in `text`.
+    split: usize,
+}
+
+impl PartialEq for LockName {
+    fn eq(&self, other: &LockName) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for LockName {}
+
+impl Hash for LockName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialOrd for LockName {
+    fn partial_cmp(&self, other: &LockName) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for LockName {
+    fn cmp(&self, other: &LockName) -> Ordering {
+        self.as_str().cmp(other.as_str())
+    }
 }
 
 impl LockName {
@@ -56,9 +91,12 @@ impl LockName {
         if name.contains('\0') {
             return Err(LockError::InvalidName("the name contains a NUL byte".into()));
         }
+        let mut text = String::with_capacity(name.len() * 2 + 8);
+        text.push_str(name);
+        encode_into(name, &mut text);
         Ok(LockName {
-            raw: name.to_owned(),
-            encoded: encode(name),
+            text: Arc::from(text),
+            split: name.len(),
         })
     }
 
@@ -73,7 +111,7 @@ impl LockName {
     /// # Ok::<(), locksmith::LockError>(())
     /// ```
     pub fn as_str(&self) -> &str {
-        &self.raw
+        &self.text[..self.split]
     }
 
     /// The name as one key/path segment: `[A-Za-z0-9_-]` kept, every other byte as `%XX`
@@ -88,7 +126,7 @@ impl LockName {
     /// # Ok::<(), locksmith::LockError>(())
     /// ```
     pub fn encoded(&self) -> &str {
-        &self.encoded
+        &self.text[self.split..]
     }
 
     /// Reverses [`LockName::encoded`]; `None` if `encoded` is not the output of the encoding.
@@ -123,7 +161,7 @@ impl LockName {
             }
         }
         let name = LockName::new(std::str::from_utf8(&out).ok()?).ok()?;
-        (name.encoded == encoded).then_some(name)
+        (name.encoded() == encoded).then_some(name)
     }
 }
 
@@ -131,30 +169,38 @@ fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
 
-fn encode(name: &str) -> String {
+/// Appends the encoding of `name` to `out` (see [`LockName::encoded`]): a run of unreserved
+/// bytes at a time.
+fn encode_into(name: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(name.len() + 8);
-    for &b in name.as_bytes() {
+    let bytes = name.as_bytes();
+    let mut kept = 0;
+    for (i, &b) in bytes.iter().enumerate() {
         if is_unreserved(b) {
-            out.push(b as char);
-        } else {
-            out.push('%');
-            out.push(HEX[usize::from(b >> 4)] as char);
-            out.push(HEX[usize::from(b & 0xF)] as char);
+            continue;
         }
+        // `kept..i` is a run of ASCII, so both ends are character boundaries (`i` may be in the
+        // middle of a character only when the run is empty).
+        if kept < i {
+            out.push_str(&name[kept..i]);
+        }
+        out.push('%');
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xF)] as char);
+        kept = i + 1;
     }
-    out
+    out.push_str(&name[kept..]);
 }
 
 impl fmt::Debug for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.raw, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.raw)
+        f.write_str(self.as_str())
     }
 }
 
@@ -184,6 +230,24 @@ mod tests {
             assert_eq!(LockName::decode(enc).unwrap(), name);
         }
         assert_eq!(LockName::new("orders/42").unwrap().encoded(), "orders%2F42");
+        // Runs of several bytes to escape, at either end and in the middle of a name.
+        assert_eq!(LockName::new("aäb").unwrap().encoded(), "a%C3%A4b");
+        assert_eq!(LockName::new("ää").unwrap().encoded(), "%C3%A4%C3%A4");
+        assert_eq!(LockName::new("日本/x").unwrap().encoded(), "%E6%97%A5%E6%9C%AC%2Fx");
+    }
+
+    #[test]
+    fn clones_share_the_name_and_compare_by_it() {
+        let a = LockName::new("orders/42").unwrap();
+        let b = a.clone();
+        assert_eq!((a.as_str(), a.encoded()), ("orders/42", "orders%2F42"));
+        assert_eq!(a, b);
+        assert_eq!(a, LockName::new("orders/42").unwrap());
+        assert_ne!(a, LockName::new("orders/43").unwrap());
+        assert!(LockName::new("a").unwrap() < LockName::new("b").unwrap());
+        let set: std::collections::HashSet<LockName> = [a.clone(), b, LockName::new("x").unwrap()].into();
+        assert_eq!(set.len(), 2);
+        assert_eq!(format!("{a} {a:?}"), "orders/42 \"orders/42\"");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 
+use crate::driver::fast_hash::FastBuildHasher;
 use crate::error::{LockError, Result};
 use crate::lease::{Family, Lease, LockKind, LostSignal};
 use crate::name::LockName;
@@ -86,7 +87,7 @@ struct Entry {
 /// The guards of one locker, by family and lock name.
 #[derive(Default)]
 pub(crate) struct Holders {
-    map: Mutex<HashMap<(Family, LockName), Vec<Entry>>>,
+    map: Mutex<HashMap<(Family, LockName), Vec<Entry>, FastBuildHasher>>,
     next: std::sync::atomic::AtomicU64,
 }
 
@@ -194,7 +195,7 @@ impl Holders {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Family, LockName), Vec<Entry>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Family, LockName), Vec<Entry>, FastBuildHasher>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

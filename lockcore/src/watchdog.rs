@@ -20,6 +20,8 @@
 //! and a busy one does not start a task for every lock it takes.
 
 use std::collections::HashMap;
+
+use crate::driver::fast_hash::FastBuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -57,7 +59,7 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    entries: HashMap<u64, Entry>,
+    entries: HashMap<u64, Entry, FastBuildHasher>,
     next_id: u64,
     /// The running task's number, if one runs ([`TaskSlot`]); `next_task` numbers the next.
     task: Option<u64>,

@@ -19,33 +19,52 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 /// A count of clean-up tasks in flight that one can wait on to reach zero.
+///
+/// Counted in and out on every acquire and release: an atomic count, and a wake-up only when it
+/// falls to zero (a `watch` channel told every change, ~1.8 k instructions a cycle;
+/// `docs/overhead.md`).
 #[derive(Clone, Default)]
-pub(crate) struct Tally(Arc<watch::Sender<usize>>);
+pub(crate) struct Tally(Arc<TallyState>);
+
+#[derive(Default)]
+struct TallyState {
+    count: AtomicUsize,
+    /// Told when `count` falls to zero.
+    idle: Notify,
+}
 
 impl Tally {
     /// Counts one task (or a request in flight) in until the returned token is dropped.
     pub(crate) fn enter(&self) -> Entered {
-        self.0.send_modify(|n| *n += 1);
+        self.0.count.fetch_add(1, Ordering::SeqCst);
         Entered(self.clone())
     }
 
     /// How many tasks are in flight now.
     pub(crate) fn in_flight(&self) -> usize {
-        *self.0.borrow()
+        self.0.count.load(Ordering::SeqCst)
     }
 
     /// Waits until no task is in flight.
     pub(crate) async fn idle(&self) {
-        let mut rx = self.0.subscribe();
-        // The sender lives in `self`, so `wait_for` can only end by its condition.
-        let _ = rx.wait_for(|n| *n == 0).await;
+        loop {
+            // Registered before the check: a fall to zero after it wakes this one.
+            let idle = self.0.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.in_flight() == 0 {
+                return;
+            }
+            idle.await;
+        }
     }
 
     /// Waits until no task is in flight, for at most `limit`; `true` if none is left.
@@ -59,7 +78,10 @@ pub(crate) struct Entered(Tally);
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        self.0 .0.send_modify(|n| *n = n.saturating_sub(1));
+        let state = &self.0 .0;
+        if state.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            state.idle.notify_waiters();
+        }
     }
 }
 

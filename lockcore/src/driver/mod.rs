@@ -30,6 +30,7 @@
 
 pub mod armed;
 pub mod cleanup;
+pub mod fast_hash;
 pub mod observe;
 pub mod permanent;
 pub mod queue;
