@@ -231,7 +231,9 @@ impl Hub {
         }
     }
 
-    fn wake(&self, stem: Option<&str>) {
+    /// Wakes the tasks of this process that wait on lock `stem` (`None`: on any lock); each
+    /// looks at the state again.
+    pub fn wake(&self, stem: Option<&str>) {
         let locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         let wake = |n: &Weak<Notify>| {
             if let Some(n) = n.upgrade() {

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use locksmith_core::driver::{Lease, LockRequest};
 use locksmith_core::{LockError, LockKind, Result};
 
-use super::queue::{self, Turn};
+use super::queue::{self, Place, Turn};
 use super::state::{Entry, Now};
 use crate::cleanup::{reap, Pending};
 use crate::conn::Dir;
@@ -83,6 +83,11 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
                     joining = true;
                     continue;
                 }
+                // Granted by the step that freed the lock (`queue::hand_over`): nothing to write.
+                Some(Place {
+                    granted: Some((token, since_ns)),
+                    ..
+                }) => Turn::Granted(token, since_ns),
                 Some(place) if place.would_hold => {
                     let id = id.clone();
                     pending.run(move |state, now| queue::turn(state, &id, now)).await?
@@ -93,6 +98,9 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
         let expiry = match turn {
             Turn::Granted(token, since_ns) => {
                 pending.keep();
+                // Granted by another's step maybe, before this task learnt it: the lease counts
+                // from the grant.
+                let sent = granted_at(sent, since_ns);
                 dir.hold(&id, &file, req.ttl, since_ns, sent);
                 return Ok(Lease {
                     waited,
@@ -134,6 +142,17 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
             _ = tokio::time::sleep_until(wake_at) => {}
         }
     }
+}
+
+/// When a lease granted at `since_ns` (`CLOCK_BOOTTIME`) started on tokio's clock, if before
+/// `sent` (the request that found it): a lease handed over by a release (`queue::hand_over`) runs
+/// from its grant, and a holder must never count on it for longer than the other processes do,
+/// however late it woke (a process paused between the grant and its look).
+fn granted_at(sent: Instant, since_ns: u64) -> Instant {
+    let ago = Duration::from_nanos(Now::read().boot_ns.saturating_sub(since_ns));
+    let now = Instant::now();
+    // `None` only past the range of the clock's seconds: never, in practice.
+    sent.min(now.checked_sub(ago).unwrap_or(now))
 }
 
 /// A new entry of this locker for a request of `kind` with a lease of `ttl`.
