@@ -4,8 +4,10 @@
 //! file changed (or a locker of the directory ended), or until the earliest expiry of an entry
 //! ahead of it.
 //! Woken, it looks at the state without the lock (one read per change for all the waiters of this
-//! process, see `look.rs`) and takes the lock only when its turn has come, so a change costs each
-//! process with waiters one read, and only the next holder writes. While it waits it
+//! process, see `look.rs`). The step that freed the lock has granted it to the next in line
+//! already (`queue::hand_over`), so a waiter that finds its grant returns without a step of its
+//! own; one whose turn has come without a grant (no step ran since a holder died or expired)
+//! takes its turn in a transaction. A change costs each process with waiters one read. While it waits it
 //! writes its locker's heartbeat every third of its TTL, so that its entry lives while it waits
 //! (and dies with a paused or stuck process). An entry dropped meanwhile (the process was paused
 //! past its TTL), whether a look finds it gone or its turn does, joins again at the tail.
@@ -168,5 +170,27 @@ pub(crate) fn new_entry(dir: &Dir, kind: &LockKind, ttl: Duration) -> Entry {
         ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
         grant: None,
         expires_ns: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lease handed over by a release counts from its grant, not from when its waiter woke
+    /// and found it (a process paused in between would otherwise count on the lease for longer
+    /// than every other process does).
+    #[test]
+    fn a_lease_handed_over_counts_from_its_grant() {
+        let sent = Instant::now();
+        let granted_ns = Now::read().boot_ns.saturating_sub(5_000_000_000);
+        let at = granted_at(sent, granted_ns);
+        let ago = sent - at;
+        assert!(
+            ago >= Duration::from_millis(4_900) && ago <= Duration::from_millis(5_100),
+            "{ago:?}"
+        );
+        // A grant after the request (this task's own turn) leaves the request's instant.
+        assert_eq!(granted_at(sent, Now::read().boot_ns + 1_000_000_000), sent);
     }
 }
