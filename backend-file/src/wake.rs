@@ -11,6 +11,10 @@
 //!   ended, maybe by SIGKILL) wakes every waiting task of this process, since the dead locker's
 //!   entries may have been ahead of any of them.
 //!
+//! - A step of this process that handed a lock over (`queue::hand_over`) wakes that lock's
+//!   waiters in this process itself, right after its unlock (`conn/txn.rs`): the new holder
+//!   needs no hop through the thread. The kernel's event still comes, and wakes them again.
+//!
 //! The instance is made when something first needs it ([`Hub::start`]): a waiter that found the
 //! lock taken, a renewal, an election observed. An uncontended acquire and release, the whole of
 //! a short `locksmith run`, never make one: besides the thread, closing an inotify instance
@@ -231,7 +235,9 @@ impl Hub {
         }
     }
 
-    fn wake(&self, stem: Option<&str>) {
+    /// Wakes the tasks of this process that wait on lock `stem` (`None`: on any lock); each
+    /// looks at the state again.
+    pub fn wake(&self, stem: Option<&str>) {
         let locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         let wake = |n: &Weak<Notify>| {
             if let Some(n) = n.upgrade() {

@@ -27,6 +27,7 @@ use super::{record, Dir};
 pub(crate) const TRY_FLOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 use crate::error::{corrupt, errno_error, io_error, open_error};
 use crate::layout::{LockFile, STATE_SUFFIX};
+use crate::protocol::queue;
 use crate::protocol::state::{Now, State, FORMAT, MAX_TOKEN};
 use crate::safe_open;
 
@@ -107,6 +108,8 @@ impl Dir {
         };
         state.prune(&self.boot, now, |owner, fresh| self.liveness(owner, true, fresh));
         let out = step(&mut state, now);
+        // The lock handed over in the step that freed it (see `queue::hand_over`).
+        let handed_over = queue::hand_over(&mut state, now);
         let bytes = serde_json::to_vec(&state).map_err(|e| LockError::Protocol(e.to_string()))?;
         let changed = match &original {
             Some(loaded) => loaded.payload != bytes,
@@ -122,6 +125,11 @@ impl Dir {
         };
         self.end_step(file, locked, original.and_then(|o| o.in_place).map(|(f, _)| f));
         stored?;
+        // The new holders of this process learn it now, with the lock file unlocked, rather
+        // than when the kernel's event reaches the wake-up thread (the others from that event).
+        if handed_over {
+            self.hub.wake(Some(&file.stem));
+        }
         out
     }
 
@@ -666,6 +674,50 @@ mod tests {
         let started = dir.hub.started();
         let _ = std::fs::remove_dir_all(&path);
         assert!(!started, "an uncontended step started the wake-ups");
+    }
+
+    /// The step that frees a lock hands it over in the same write (`queue::hand_over`): the
+    /// next waiter in line holds, with a higher token, before it takes any step of its own, and
+    /// the waiter behind it still waits. A holder that leaves a queue of readers grants them all.
+    #[test]
+    fn a_release_grants_the_next_in_line_in_its_own_step() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let dir = Dir::open(&path, false).unwrap();
+        let file = LockFile::of(Family::Mutex, &LockName::new("handed").unwrap());
+        let first = dir
+            .transact(&file, |state, now| queue::try_take(state, entry(&dir, "1"), now))
+            .unwrap()
+            .expect("free");
+        for id in ["2", "3"] {
+            let turn = dir.transact(&file, |state, now| queue::join(state, entry(&dir, id), now));
+            assert!(matches!(turn, Ok(queue::Turn::Wait(_))), "{turn:?}");
+        }
+        assert!(dir.transact(&file, |state, _| Ok(queue::leave(state, "1"))).unwrap());
+        let after = dir.read_raw(&file).unwrap();
+        let readers = LockFile::of(Family::RwLock, &LockName::new("handed").unwrap());
+        let shared = |id: &str| Entry {
+            role: Entry::role_text(Role::Shared),
+            ..entry(&dir, id)
+        };
+        dir.transact(&readers, |state, now| queue::try_take(state, entry(&dir, "w"), now))
+            .unwrap()
+            .expect("free");
+        for id in ["r1", "r2"] {
+            dir.transact(&readers, |state, now| queue::join(state, shared(id), now))
+                .unwrap();
+        }
+        dir.transact(&readers, |state, _| Ok(queue::leave(state, "w"))).unwrap();
+        let readers_after = dir.read_raw(&readers).unwrap();
+        let _ = std::fs::remove_dir_all(&path);
+        let grants: Vec<_> = after.entries.iter().map(|e| (e.id.as_str(), e.grant)).collect();
+        assert!(
+            matches!(grants[..], [("2", Some(g)), ("3", None)] if g.token > first),
+            "{grants:?}"
+        );
+        assert!(
+            readers_after.entries.iter().all(|e| e.grant.is_some()),
+            "{readers_after:?}"
+        );
     }
 
     /// Files kept open between steps (`kept.rs`) never let two steps of one process run at once

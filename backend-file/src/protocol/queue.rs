@@ -59,6 +59,37 @@ pub(crate) fn turn(state: &mut State, id: &str, now: Now) -> Result<Turn> {
     }
 }
 
+/// Grants every entry that the queue rule says holds and that has no grant yet: run at the end of
+/// every transaction (`conn/txn.rs`), so that the step which frees the lock (a release, a waiter
+/// leaving, a dead or expired holder dropped) also hands it over, in the same write. The next
+/// holder then finds its grant at its next look at the state, with no step of its own: it never
+/// waits behind the releaser's `flock` nor takes a transaction of its own on the hand-over path.
+/// Whether anything was granted.
+///
+/// Entries hold in a prefix of the queue (behind one that waits, every entry waits), so the pass
+/// stops at the first that waits. An entry whose request the rule refuses (a semaphore's permit
+/// count that disagrees) is left to its own turn, which removes it and tells its caller; a token
+/// that cannot be handed out (see [`next_token`]) is left to the waiter's turn too, which fails
+/// with the reason.
+pub(crate) fn hand_over(state: &mut State, now: Now) -> bool {
+    let Ok(roles) = state.roles() else { return false };
+    let mut granted = false;
+    for me in 0..state.entries.len() {
+        if state.entries[me].grant.is_some() {
+            continue;
+        }
+        if !matches!(standing(&roles, me), Ok(Standing::Holds)) {
+            break;
+        }
+        let Ok(token) = next_token(state.last_token, now) else {
+            break;
+        };
+        grant(state, me, token, now);
+        granted = true;
+    }
+    granted
+}
+
 /// Where a waiter stands in a queue read without the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Place {
@@ -68,6 +99,9 @@ pub(crate) struct Place {
     /// The earliest expiry of an entry ahead of it (`CLOCK_BOOTTIME` ns): until then, only a
     /// change of the file can bring its turn (an entry behind it expiring never does).
     pub expiry_ahead: Option<u64>,
+    /// Its grant, if it holds already (a release handed the lock over, see [`hand_over`]): its
+    /// fencing token and when its lease started (`CLOCK_BOOTTIME` ns).
+    pub granted: Option<(u64, u64)>,
 }
 
 /// The place of every entry (by id): what waiters check before they take the lock. One pass for
@@ -81,6 +115,7 @@ pub(crate) fn places(state: &State) -> Result<HashMap<String, Place>> {
         let place = Place {
             would_hold: !waits,
             expiry_ahead,
+            granted: e.grant.map(|g| (g.token, e.since_ns)),
         };
         places.insert(e.id.clone(), place);
         expiry_ahead = Some(expiry_ahead.map_or(e.expires_ns, |x| x.min(e.expires_ns)));

@@ -4,8 +4,10 @@
 //! file changed (or a locker of the directory ended), or until the earliest expiry of an entry
 //! ahead of it.
 //! Woken, it looks at the state without the lock (one read per change for all the waiters of this
-//! process, see `look.rs`) and takes the lock only when its turn has come, so a change costs each
-//! process with waiters one read, and only the next holder writes. While it waits it
+//! process, see `look.rs`). The step that freed the lock has granted it to the next in line
+//! already (`queue::hand_over`), so a waiter that finds its grant returns without a step of its
+//! own; one whose turn has come without a grant (no step ran since a holder died or expired)
+//! takes its turn in a transaction. A change costs each process with waiters one read. While it waits it
 //! writes its locker's heartbeat every third of its TTL, so that its entry lives while it waits
 //! (and dies with a paused or stuck process). An entry dropped meanwhile (the process was paused
 //! past its TTL), whether a look finds it gone or its turn does, joins again at the tail.
@@ -18,7 +20,7 @@ use tokio::time::Instant;
 use locksmith_core::driver::{Lease, LockRequest};
 use locksmith_core::{LockError, LockKind, Result};
 
-use super::queue::{self, Turn};
+use super::queue::{self, Place, Turn};
 use super::state::{Entry, Now};
 use crate::cleanup::{reap, Pending};
 use crate::conn::Dir;
@@ -83,6 +85,11 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
                     joining = true;
                     continue;
                 }
+                // Granted by the step that freed the lock (`queue::hand_over`): nothing to write.
+                Some(Place {
+                    granted: Some((token, since_ns)),
+                    ..
+                }) => Turn::Granted(token, since_ns),
                 Some(place) if place.would_hold => {
                     let id = id.clone();
                     pending.run(move |state, now| queue::turn(state, &id, now)).await?
@@ -93,6 +100,9 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
         let expiry = match turn {
             Turn::Granted(token, since_ns) => {
                 pending.keep();
+                // Granted by another's step maybe, before this task learnt it: the lease counts
+                // from the grant.
+                let sent = granted_at(sent, since_ns);
                 dir.hold(&id, &file, req.ttl, since_ns, sent);
                 return Ok(Lease {
                     waited,
@@ -136,6 +146,17 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
     }
 }
 
+/// When a lease granted at `since_ns` (`CLOCK_BOOTTIME`) started on tokio's clock, if before
+/// `sent` (the request that found it): a lease handed over by a release (`queue::hand_over`) runs
+/// from its grant, and a holder must never count on it for longer than the other processes do,
+/// however late it woke (a process paused between the grant and its look).
+fn granted_at(sent: Instant, since_ns: u64) -> Instant {
+    let ago = Duration::from_nanos(Now::read().boot_ns.saturating_sub(since_ns));
+    let now = Instant::now();
+    // `None` only past the range of the clock's seconds: never, in practice.
+    sent.min(now.checked_sub(ago).unwrap_or(now))
+}
+
 /// A new entry of this locker for a request of `kind` with a lease of `ttl`.
 pub(crate) fn new_entry(dir: &Dir, kind: &LockKind, ttl: Duration) -> Entry {
     Entry {
@@ -149,5 +170,27 @@ pub(crate) fn new_entry(dir: &Dir, kind: &LockKind, ttl: Duration) -> Entry {
         ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
         grant: None,
         expires_ns: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lease handed over by a release counts from its grant, not from when its waiter woke
+    /// and found it (a process paused in between would otherwise count on the lease for longer
+    /// than every other process does).
+    #[test]
+    fn a_lease_handed_over_counts_from_its_grant() {
+        let sent = Instant::now();
+        let granted_ns = Now::read().boot_ns.saturating_sub(5_000_000_000);
+        let at = granted_at(sent, granted_ns);
+        let ago = sent - at;
+        assert!(
+            ago >= Duration::from_millis(4_900) && ago <= Duration::from_millis(5_100),
+            "{ago:?}"
+        );
+        // A grant after the request (this task's own turn) leaves the request's instant.
+        assert_eq!(granted_at(sent, Now::read().boot_ns + 1_000_000_000), sent);
     }
 }
