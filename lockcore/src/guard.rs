@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -24,7 +25,8 @@ use crate::release_again::release_once;
 #[must_use = "dropping a LockGuard releases the lock at once"]
 pub struct LockGuard {
     locker: Locker,
-    lease: Lease,
+    /// Shared with the watchdog's entry and the release (no copy of the lease per grant).
+    lease: Arc<Lease>,
     watch_id: u64,
     finished: bool,
     labels: Labels,
@@ -38,6 +40,7 @@ pub struct LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(locker: Locker, lease: Lease, max_hold: Option<std::time::Duration>, labels: Labels) -> Self {
+        let lease = Arc::new(lease);
         let watch_id = locker.inner().watchdog.register(lease.clone(), max_hold);
         let on_lost = labels.clone();
         lease.lost.on_lost(move |reason| on_lost.lost(reason));
@@ -436,7 +439,7 @@ impl LockGuard {
     pub fn abandon(mut self) -> Lease {
         self.finish();
         tracing::info!(lock = %self.lease.name, "lock abandoned without release");
-        self.lease.clone()
+        Lease::clone(&self.lease)
     }
 }
 

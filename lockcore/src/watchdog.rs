@@ -71,7 +71,8 @@ struct State {
 }
 
 struct Entry {
-    lease: Lease,
+    /// Shared with the guard (no copy of the lease per grant).
+    lease: Arc<Lease>,
     renew_at: Instant,
     valid_until: Instant,
     max_hold_until: Option<Instant>,
@@ -118,7 +119,7 @@ impl Watchdog {
 
     /// Starts renewing `lease`; returns the id to [`Watchdog::unregister`] it with.
     /// Must be called from within a tokio runtime.
-    pub(crate) fn register(&self, lease: Lease, max_hold: Option<Duration>) -> u64 {
+    pub(crate) fn register(&self, lease: Arc<Lease>, max_hold: Option<Duration>) -> u64 {
         let interval = self.shared.backend.renew_interval(lease.ttl);
         let own_due = lease.acquired_at + interval;
         let mut state = self.shared.lock();
@@ -180,7 +181,7 @@ impl Watchdog {
 
     /// Ends every lease for `reason` (see [`end_lease`]): for [`crate::Locker::shutdown`].
     pub(crate) fn end_all(&self, reason: LostReason) {
-        let leases: Vec<Lease> = self.shared.lock().entries.drain().map(|(_, e)| e.lease).collect();
+        let leases: Vec<Arc<Lease>> = self.shared.lock().entries.drain().map(|(_, e)| e.lease).collect();
         for lease in leases {
             end_lease(&self.shared, lease, reason.clone());
         }
@@ -275,7 +276,7 @@ async fn run(shared: Arc<Shared>, _slot: TaskSlot) {
                         let slack = shared.backend.renew_interval(e.lease.ttl) / 2;
                         if e.due(now, slack) {
                             e.renewing = true;
-                            due.push((*id, e.lease.clone(), e.valid_until));
+                            due.push((*id, Lease::clone(&e.lease), e.valid_until));
                         }
                     }
                 }
@@ -415,7 +416,7 @@ fn fire_lost(lease: &Lease, reason: LostReason) {
 /// [`crate::Locker::shutdown`] waits for) whatever may still be ours on the server: after
 /// `max_hold` the whole lease, after a failed renewal what is left of it. A release that got no
 /// answer is tried again (see [`crate::release_again`]).
-fn end_lease(shared: &Shared, lease: Lease, reason: LostReason) {
+fn end_lease(shared: &Shared, lease: Arc<Lease>, reason: LostReason) {
     let backend = shared.backend.clone();
     let closed = shared.closed.clone();
     // Fire first: the holder must stop acting as one before the lock can pass to someone else.
