@@ -1,0 +1,219 @@
+//! A locker's connections, whatever its number of locks and waiters: the steps' connection
+//! (every transaction of every lock, the renewals, one at a time) and the wait connection of
+//! `wake.rs` (heartbeat, sweep, and the `SLEEP` its wakers interrupt). Two connections per
+//! locker, never one per waiter.
+//!
+//! A step runs in a task of its own (spawned with `locksmith_core::driver::cleanup::spawn`, so
+//! `Locker::shutdown` waits for it) that owns the connection while it runs: a caller dropped
+//! half-way never leaves a transaction half-sent, and the next step finds the connection idle.
+//! A step that fails on the connection itself, or outlasts the request timeout, drops it (the
+//! server rolls back what it had begun); the next step opens a new one.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
+use sqlx::{ConnectOptions, Connection, MySqlConnection};
+use tokio::sync::Mutex;
+
+use locksmith_core::driver::cleanup;
+use locksmith_core::{LockError, Result};
+
+use crate::config::{Config, SslMode};
+use crate::error::{connection_lost, mysql_error, timeout};
+use crate::layout::sql;
+use crate::wake::Hub;
+
+/// What a step got wrong: its error, and whether the connection is still fit for use.
+pub(crate) struct StepError {
+    pub error: LockError,
+    pub keep: bool,
+}
+
+impl StepError {
+    /// A statement's error: the connection stays unless the error came from the connection.
+    pub fn sql(what: &str, err: sqlx::Error) -> StepError {
+        StepError {
+            keep: !connection_lost(&err),
+            error: mysql_error(what, err),
+        }
+    }
+}
+
+impl From<LockError> for StepError {
+    fn from(error: LockError) -> StepError {
+        StepError { error, keep: true }
+    }
+}
+
+/// The future of one step's body.
+pub(crate) type Body<'c, T> = Pin<Box<dyn Future<Output = std::result::Result<T, StepError>> + Send + 'c>>;
+
+/// A locker's connections and identity.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub config: Config,
+    /// This locker's id: the `owner` of its entries, its row in `locksmith_owners`.
+    pub owner: u64,
+    steps: Arc<Mutex<Option<MySqlConnection>>>,
+    /// Where the wait connection's wake-ups are delivered.
+    pub hub: Hub,
+    closed: AtomicBool,
+}
+
+/// Opens a connection of `config` within its connect timeout, with the session settings every
+/// statement expects.
+///
+/// # Errors
+///
+/// `Denied` for a wrong password, a missing database or TLS that cannot be established;
+/// `Unavailable` when the server does not answer in time.
+pub(crate) async fn open(config: &Config) -> Result<MySqlConnection> {
+    let mut options = MySqlConnectOptions::new()
+        .host(&config.host)
+        .port(config.port)
+        .username(&config.user)
+        .database(&config.database)
+        .ssl_mode(match config.ssl_mode {
+            SslMode::Disabled => MySqlSslMode::Disabled,
+            SslMode::VerifyCa => MySqlSslMode::VerifyCa,
+            SslMode::VerifyIdentity => MySqlSslMode::VerifyIdentity,
+        })
+        .disable_statement_logging();
+    if let Some(password) = &config.password {
+        options = options.password(password);
+    }
+    if let Some(ca) = &config.ca {
+        options = options.ssl_ca(ca);
+    }
+    #[cfg(feature = "tls")]
+    locksmith_core::driver::tls::install_provider();
+    let connecting = async {
+        let mut c = MySqlConnection::connect_with(&options)
+            .await
+            .map_err(|e| mysql_error(&format!("connecting to {}", config.url), e))?;
+        let lock_wait = config.request_timeout.as_secs().max(1);
+        sqlx::query(sql::SESSION_SETTINGS)
+            .bind(lock_wait)
+            .execute(&mut c)
+            .await
+            .map_err(|e| mysql_error("setting up the session", e))?;
+        Ok(c)
+    };
+    tokio::time::timeout(config.connect_timeout, connecting)
+        .await
+        .map_err(|_| timeout(&format!("connecting to {}", config.url), config.connect_timeout))?
+}
+
+impl Conn {
+    /// Connects the steps' connection and makes the tables where they are missing.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`]; `Denied` when the user may not create the tables.
+    pub async fn connect(config: Config) -> Result<Conn> {
+        let mut c = open(&config).await?;
+        for table in sql::TABLES {
+            tokio::time::timeout(config.request_timeout, sqlx::Executor::execute(&mut c, table))
+                .await
+                .map_err(|_| timeout("creating the tables", config.request_timeout))?
+                .map_err(|e| mysql_error("creating the tables", e))?;
+        }
+        Ok(Conn {
+            config,
+            owner: rand::random::<u64>() >> 1,
+            steps: Arc::new(Mutex::new(Some(c))),
+            hub: Hub::default(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether [`Conn::close`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Runs `body` on the steps' connection, in a task of its own (see the module docs), within
+    /// the request timeout. `what` names it in errors.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Closed`] after [`Conn::close`] unless `after_close`; the body's error;
+    /// `Unavailable` when the connection cannot be opened or the step outlasts the request timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped, the step still runs to its end in its task (its result is dropped).
+    pub async fn step<T, F>(&self, what: &'static str, after_close: bool, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut MySqlConnection) -> Body<'c, T> + Send + 'static,
+    {
+        if self.is_closed() && !after_close {
+            return Err(LockError::Closed);
+        }
+        let (steps, config) = (self.steps.clone(), self.config.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = async move {
+            let limit = config.request_timeout;
+            let run = async {
+                let mut slot = steps.lock().await;
+                let mut c = match slot.take() {
+                    Some(c) => c,
+                    None => open(&config).await?,
+                };
+                match body(&mut c).await {
+                    Ok(v) => {
+                        *slot = Some(c);
+                        Ok(v)
+                    }
+                    Err(StepError { error, keep }) => {
+                        if keep {
+                            *slot = Some(c);
+                        }
+                        Err(error)
+                    }
+                }
+            };
+            let result = tokio::time::timeout(limit, run)
+                .await
+                .unwrap_or_else(|_| Err(timeout(what, limit)));
+            let _ = tx.send(result);
+        };
+        if !cleanup::spawn(task) {
+            return Err(LockError::Closed);
+        }
+        rx.await.unwrap_or(Err(LockError::Closed))
+    }
+
+    /// Ends the locker: no new grants, its rows deleted, its connection closed.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` when the server did not answer (the rows then expire).
+    pub async fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::Release);
+        self.hub.stop();
+        let owner = self.owner;
+        let result = self
+            .step("closing the locker", true, move |c| {
+                Box::pin(async move {
+                    for statement in sql::CLOSE {
+                        sqlx::query(statement)
+                            .bind(owner)
+                            .execute(&mut *c)
+                            .await
+                            .map_err(|e| StepError::sql("closing the locker", e))?;
+                    }
+                    Ok(())
+                })
+            })
+            .await;
+        if let Some(c) = self.steps.lock().await.take() {
+            let _ = tokio::time::timeout(self.config.request_timeout, c.close()).await;
+        }
+        result
+    }
+}

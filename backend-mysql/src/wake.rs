@@ -1,0 +1,215 @@
+//! Wake-ups from the server, never a poll. MySQL has no LISTEN; a locker keeps one **wait
+//! connection** that runs `SELECT IF(EXISTS(<a mailbox row for me>), 0, SLEEP(beat))`
+//! (`sql/wait.sql`). A step that makes a waiter's turn come (a release, a leave, a prune of
+//! expired entries) writes a row into `locksmith_wakes` for that waiter's locker and entry in its
+//! own transaction, and after its commit sends `KILL QUERY <wait connection id>` (a user may
+//! kill its own threads' queries without any privilege), which ends the `SLEEP` at once. The
+//! mailbox read and the `SLEEP` are one statement: a wake committed before it started is seen by
+//! its read, one committed later finds it running and interrupts it, so none is lost.
+//!
+//! The wait task then reads the mailbox (`sql/wakes_read.sql`), deletes what it read, and
+//! notifies each named waiter of this locker (or, for rows without an entry, the observers of
+//! the lock): one waiter per wake, not every waiter of the locker.
+//!
+//! The same connection carries the locker's heartbeat at each beat (`heartbeat=`, 1 s): it
+//! extends its waiting entries (`sql/beat.sql`: a waiter whose locker died is gone after five
+//! beats) and sweeps entries whose lease or heartbeat ran out (`sql/expired.sql`): each such
+//! lock gets a step of its own that prunes them and wakes whoever holds now. A holder stopped
+//! with SIGSTOP thus loses its lock about one beat after its TTL, whoever else is waiting.
+//!
+//! Cost: two connections per locker (this one and the steps'), whatever its number of waiters;
+//! per beat, one `UPDATE` of its waiting entries and one indexed `SELECT` of expired entries;
+//! per hand-over, one mailbox row and one `KILL QUERY` per locker woken.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use sqlx::{MySqlConnection, Row};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use locksmith_core::Result;
+
+use crate::conn::{open, Conn};
+use crate::error::{decode, interrupted, mysql_error, no_such_thread, timeout};
+use crate::layout::sql;
+
+/// Where the wait connection's wake-ups go: the waiters of this locker by entry id, the
+/// observers by lock segment.
+#[derive(Debug, Default)]
+pub(crate) struct Hub {
+    entries: Mutex<HashMap<u64, Arc<Notify>>>,
+    segments: Mutex<HashMap<String, Arc<Notify>>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A waiter's registration in the hub: removed when dropped.
+pub(crate) struct Waiting<'a> {
+    hub: &'a Hub,
+    id: u64,
+    /// Notified when the waiter's turn may have come.
+    pub woken: Arc<Notify>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.hub.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
+    }
+}
+
+impl Hub {
+    /// Registers the waiter of entry `id`.
+    pub fn entry(&self, id: u64) -> Waiting<'_> {
+        let woken = Arc::new(Notify::new());
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, woken.clone());
+        Waiting { hub: self, id, woken }
+    }
+
+    /// The notification of the observers of `segment`.
+    pub fn segment(&self, segment: &str) -> Arc<Notify> {
+        let mut segments = self.segments.lock().unwrap_or_else(|e| e.into_inner());
+        segments.entry(segment.to_owned()).or_default().clone()
+    }
+
+    fn deliver(&self, entry: Option<u64>, segment: &str) {
+        if let Some(id) = entry {
+            if let Some(n) = self.entries.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+                n.notify_one();
+            }
+        }
+        if let Some(n) = self.segments.lock().unwrap_or_else(|e| e.into_inner()).get(segment) {
+            n.notify_waiters();
+            n.notify_one();
+        }
+    }
+
+    /// Every waiter and observer: after the wait connection was lost, when wakes may have been
+    /// missed.
+    fn everyone(&self) {
+        for n in self.entries.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            n.notify_one();
+        }
+        for n in self.segments.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            n.notify_waiters();
+            n.notify_one();
+        }
+    }
+
+    /// Starts the wait task of `conn`.
+    pub fn start(conn: &Arc<Conn>) {
+        let task = tokio::spawn(run(Arc::downgrade(conn)));
+        *conn.hub.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    /// Ends the wait task.
+    pub fn stop(&self) {
+        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
+    }
+}
+
+/// The pause before opening the wait connection again after a failure.
+const REOPEN_PAUSE: Duration = Duration::from_millis(200);
+
+/// The wait task: until the locker is gone, (re)open the wait connection and serve it.
+async fn run(conn: Weak<Conn>) {
+    loop {
+        let Some(c) = conn.upgrade() else { return };
+        let config = c.config.clone();
+        drop(c);
+        match open(&config).await {
+            Ok(mut wait) => {
+                if let Err(e) = serve(&conn, &mut wait).await {
+                    tracing::debug!(error = %e, "mysql: the wait connection failed; opening it again");
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "mysql: opening the wait connection failed"),
+        }
+        tokio::time::sleep(REOPEN_PAUSE).await;
+    }
+}
+
+/// One wait connection's life: register it, then beat, sweep, read the mailbox and wait.
+fn serve<'a>(conn: &'a Weak<Conn>, wait: &'a mut MySqlConnection) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
+    Box::pin(async move {
+    let Some(c) = conn.upgrade() else { return Ok(()) };
+    let (owner, limit, beat) = (c.owner, c.config.request_timeout, c.config.heartbeat);
+    let life = u64::try_from(c.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
+    bounded(limit, "registering the wait connection", sqlx::query(sql::REGISTER).bind(owner).execute(&mut *wait)).await?;
+    // Wakes may have been missed while the connection was down: everyone checks again.
+    c.hub.everyone();
+    drop(c);
+    let mut next_beat = Instant::now();
+    loop {
+        if Instant::now() >= next_beat {
+            next_beat = Instant::now() + beat;
+            bounded(limit, "the heartbeat", sqlx::query(sql::BEAT).bind(life).bind(owner).execute(&mut *wait)).await?;
+            let expired = bounded(limit, "the sweep", sqlx::query(sql::EXPIRED).fetch_all(&mut *wait)).await?;
+            let Some(c) = conn.upgrade() else { return Ok(()) };
+            for row in expired {
+                let seg: Vec<u8> = row.try_get(0).map_err(|e| decode("the sweep", e))?;
+                let seg = String::from_utf8_lossy(&seg).into_owned();
+                if let Err(e) = crate::protocol::queue::settle(&c, seg).await {
+                    tracing::debug!(error = %e, "mysql: sweeping a lock failed");
+                }
+            }
+        }
+        let rows = bounded(limit, "reading the wake-ups", sqlx::query(sql::WAKES_READ).bind(owner).fetch_all(&mut *wait)).await?;
+        if let Some(last) = rows.last() {
+            let last: u64 = last.try_get(0).map_err(|e| decode("reading the wake-ups", e))?;
+            bounded(limit, "deleting the wake-ups", sqlx::query(sql::WAKES_DELETE).bind(owner).bind(last).execute(&mut *wait)).await?;
+            let Some(c) = conn.upgrade() else { return Ok(()) };
+            for row in rows {
+                let entry: Option<u64> = row.try_get(1).map_err(|e| decode("reading the wake-ups", e))?;
+                let seg: Vec<u8> = row.try_get(2).map_err(|e| decode("reading the wake-ups", e))?;
+                c.hub.deliver(entry, &String::from_utf8_lossy(&seg));
+            }
+            continue;
+        }
+        let secs = next_beat.saturating_duration_since(Instant::now()).as_secs_f64().max(0.001);
+        let waiting = sqlx::query(sql::WAIT).bind(owner).bind(secs).execute(&mut *wait);
+        match tokio::time::timeout(limit + beat, waiting).await {
+            Err(_) => return Err(timeout("the wait connection's SLEEP", limit + beat)),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if interrupted(&e) => {}
+            Ok(Err(e)) => return Err(mysql_error("waiting", e)),
+        }
+    }
+    })
+}
+
+/// `fut`, a statement, within `limit`.
+async fn bounded<T>(
+    limit: Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+) -> Result<T> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| timeout(what, limit))?
+        .map_err(|e| mysql_error(what, e))
+}
+
+/// Interrupts the waits of the wait connections `conn_ids` (after the commit of the step that
+/// wrote their mailbox rows). A connection that is gone, or whose user may not be killed by
+/// ours, is skipped: its locker finds the row at its next beat.
+pub(crate) fn kill_waits(c: &mut MySqlConnection, conn_ids: Vec<u64>) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+    Box::pin(async move {
+    for id in conn_ids {
+        let statement = sql::KILL_QUERY.replace("{conn}", &id.to_string());
+        match sqlx::Executor::execute(&mut *c, statement.as_str()).await {
+            Ok(_) => {}
+            Err(e) if no_such_thread(&e) => {}
+            Err(e) => tracing::warn!(error = %e, conn = id, "mysql: could not wake a waiting locker (it checks again at its next beat)"),
+        }
+    }
+    })
+}
