@@ -35,6 +35,7 @@ pub(crate) mod sql {
         include_str!("sql/table_data.sql"),
     ];
     pub const SESSION_SETTINGS: &str = include_str!("sql/session_settings.sql");
+    pub const ISOLATION: &str = include_str!("sql/isolation.sql");
     pub const LOCK_ROW: &str = include_str!("sql/lock_row.sql");
     pub const LOCK_ID: &str = include_str!("sql/lock_id.sql");
     pub const PRUNE: &str = include_str!("sql/prune.sql");

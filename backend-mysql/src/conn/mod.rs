@@ -100,6 +100,9 @@ pub(crate) async fn open(config: &Config) -> Result<MySqlConnection> {
             .execute(&mut c)
             .await
             .map_err(|e| mysql_error("setting up the session", e))?;
+        sqlx::Executor::execute(&mut c, sql::ISOLATION)
+            .await
+            .map_err(|e| mysql_error("setting up the session", e))?;
         Ok(c)
     };
     tokio::time::timeout(config.connect_timeout, connecting)
