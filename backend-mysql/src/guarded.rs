@@ -39,8 +39,8 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
                     true
                 }
                 GuardedWrite::Delete { key } => {
-                    sqlx::query(sql::GUARDED_DELETE).bind(key).execute(&mut *tx).await.map_err(e)?;
-                    true
+                    let gone = sqlx::query(sql::GUARDED_DELETE).bind(key).execute(&mut *tx).await.map_err(e)?;
+                    gone.rows_affected() > 0
                 }
                 GuardedWrite::CompareAndSet { key, expected, value } => {
                     let current = sqlx::query(sql::GUARDED_CURRENT)
