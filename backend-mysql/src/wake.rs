@@ -45,7 +45,14 @@ pub(crate) struct Hub {
     entries: Mutex<HashMap<u64, Arc<Notify>>>,
     segments: Mutex<HashMap<String, Arc<Notify>>>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// When the wait connection's statement in flight should have been answered by (`None`:
+    /// the connection is down): what tells a waiter at its deadline that the server went away
+    /// rather than that the lock stayed busy.
+    answer_due: Mutex<Option<Instant>>,
 }
+
+/// How late an answer on the wait connection may come before the server counts as silent.
+const ANSWER_SLACK: Duration = Duration::from_millis(500);
 
 /// A waiter's registration in the hub: removed when dropped.
 pub(crate) struct Waiting<'a> {
@@ -102,6 +109,22 @@ impl Hub {
         }
     }
 
+    /// Whether the wait connection is up and its server answers in time.
+    pub fn healthy(&self) -> bool {
+        let due = *self.answer_due.lock().unwrap_or_else(|e| e.into_inner());
+        due.is_some_and(|due| Instant::now() <= due)
+    }
+
+    fn expect_answer(&self, within: Duration) {
+        *self.answer_due.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + within + ANSWER_SLACK);
+    }
+
+    fn down(&self) {
+        *self.answer_due.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        // Waiters check again: their steps fail while the server is away, which they report.
+        self.everyone();
+    }
+
     /// Starts the wait task of `conn`.
     pub fn start(conn: &Arc<Conn>) {
         let task = tokio::spawn(run(Arc::downgrade(conn)));
@@ -133,6 +156,9 @@ async fn run(conn: Weak<Conn>) {
             }
             Err(e) => tracing::debug!(error = %e, "mysql: opening the wait connection failed"),
         }
+        let Some(c) = conn.upgrade() else { return };
+        c.hub.down();
+        drop(c);
         tokio::time::sleep(REOPEN_PAUSE).await;
     }
 }
@@ -145,10 +171,14 @@ fn serve<'a>(conn: &'a Weak<Conn>, wait: &'a mut MySqlConnection) -> Pin<Box<dyn
     let life = u64::try_from(c.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
     bounded(limit, "registering the wait connection", sqlx::query(sql::REGISTER).bind(owner).execute(&mut *wait)).await?;
     // Wakes may have been missed while the connection was down: everyone checks again.
+    c.hub.expect_answer(limit);
     c.hub.everyone();
     drop(c);
     let mut next_beat = Instant::now();
     loop {
+        if let Some(c) = conn.upgrade() {
+            c.hub.expect_answer(limit);
+        }
         if Instant::now() >= next_beat {
             next_beat = Instant::now() + beat;
             bounded(limit, "the heartbeat", sqlx::query(sql::BEAT).bind(life).bind(owner).execute(&mut *wait)).await?;
@@ -174,7 +204,11 @@ fn serve<'a>(conn: &'a Weak<Conn>, wait: &'a mut MySqlConnection) -> Pin<Box<dyn
             }
             continue;
         }
-        let secs = next_beat.saturating_duration_since(Instant::now()).as_secs_f64().max(0.001);
+        let sleep = next_beat.saturating_duration_since(Instant::now());
+        let secs = sleep.as_secs_f64().max(0.001);
+        if let Some(c) = conn.upgrade() {
+            c.hub.expect_answer(sleep);
+        }
         let waiting = sqlx::query(sql::WAIT).bind(owner).bind(secs).execute(&mut *wait);
         match tokio::time::timeout(limit + beat, waiting).await {
             Err(_) => return Err(timeout("the wait connection's SLEEP", limit + beat)),

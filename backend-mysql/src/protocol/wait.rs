@@ -66,8 +66,17 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
                     _ = registration.woken.notified() => {}
                     _ = expiry => {}
                     _ = sleep_until_deadline(deadline) => {
-                        if leave(conn, seg.clone(), id).await.is_ok() {
+                        // A server that went away while we waited is reported as such, not as a
+                        // lock that stayed busy (the wait connection says whether it answers).
+                        let silent = !conn.hub.healthy();
+                        if !silent && leave(conn, seg.clone(), id).await.is_ok() {
                             pending.disarm();
+                        }
+                        if silent && !outage.is_failing() {
+                            return Err(LockError::Unavailable {
+                                message: "mysql: the server stopped answering while the lock was awaited".into(),
+                                source: None,
+                            });
                         }
                         return Err(outage.at_deadline());
                     }
