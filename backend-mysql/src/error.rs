@@ -26,6 +26,10 @@ mod number {
     pub const DATA_TOO_LONG: u16 = 1406;
     /// `ER_QUERY_INTERRUPTED`: a `KILL QUERY` (the wake-up of a waiting `SLEEP`).
     pub const QUERY_INTERRUPTED: u16 = 1317;
+    /// `ER_LOCK_DEADLOCK`: InnoDB rolled the transaction back to break a deadlock.
+    pub const DEADLOCK: u16 = 1213;
+    /// `ER_LOCK_WAIT_TIMEOUT`: a row lock not granted within `innodb_lock_wait_timeout`.
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
     /// `ER_NO_SUCH_THREAD`: a `KILL QUERY` of a connection that is gone.
     pub const NO_SUCH_THREAD: u16 = 1094;
 }
@@ -43,6 +47,18 @@ pub(crate) fn server_number(err: &sqlx::Error) -> Option<u16> {
 /// Whether `err` is the interruption of a statement by `KILL QUERY`.
 pub(crate) fn interrupted(err: &sqlx::Error) -> bool {
     server_number(err) == Some(number::QUERY_INTERRUPTED)
+}
+
+/// Whether `err` is a transaction InnoDB rolled back to break a deadlock, or a lock wait that
+/// timed out: worth running again from its start.
+pub(crate) fn is_deadlock(err: &LockError) -> bool {
+    let LockError::Unavailable { source: Some(source), .. } = err else {
+        return false;
+    };
+    source
+        .downcast_ref::<sqlx::Error>()
+        .and_then(server_number)
+        .is_some_and(|n| n == number::DEADLOCK || n == number::LOCK_WAIT_TIMEOUT)
 }
 
 /// Whether `err` is a `KILL QUERY` of a connection that no longer exists.

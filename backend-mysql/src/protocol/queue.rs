@@ -197,19 +197,35 @@ async fn next_token(c: &mut MySqlConnection, lock_id: u64) -> std::result::Resul
         .map_err(|err| crate::error::decode("the fencing token", err).into())
 }
 
-/// Runs a transaction of `body` on the steps' connection, then interrupts the waits it asks for.
+/// How often a transaction that InnoDB chose as a deadlock's victim (or whose lock wait timed
+/// out) is run again before its error is returned.
+const DEADLOCK_TRIES: u32 = 5;
+
+/// Runs a transaction of `body` on the steps' connection (again, from its start, when InnoDB
+/// broke a deadlock by rolling it back), then interrupts the waits it asks for.
 async fn transaction<T, F>(conn: &Conn, what: &'static str, body: F) -> Result<T>
 where
     T: Send + 'static,
-    F: for<'c> FnOnce(&'c mut MySqlConnection) -> Body<'c, (T, Vec<u64>)> + Send + 'static,
+    F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, (T, Vec<u64>)> + Send + Sync + 'static,
 {
     conn.step(what, what == "sweeping", move |c| {
         Box::pin(async move {
-            let mut tx = c.begin().await.map_err(|err| StepError::sql("beginning a transaction", err))?;
-            let (value, conns) = body(&mut tx).await?;
-            tx.commit().await.map_err(|err| StepError::sql("committing", err))?;
-            kill_waits(c, conns).await;
-            Ok(value)
+            let mut tries = 1;
+            loop {
+                let mut tx = c.begin().await.map_err(|err| StepError::sql("beginning a transaction", err))?;
+                match body(&mut tx).await {
+                    Ok((value, conns)) => {
+                        tx.commit().await.map_err(|err| StepError::sql("committing", err))?;
+                        kill_waits(c, conns).await;
+                        return Ok(value);
+                    }
+                    Err(e) if e.keep && tries < DEADLOCK_TRIES && crate::error::is_deadlock(&e.error) => {
+                        tx.rollback().await.map_err(|err| StepError::sql("rolling back", err))?;
+                        tries += 1;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         })
     })
     .await
@@ -227,6 +243,7 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
     let ttl_us = u64::try_from(req.ttl.as_micros()).unwrap_or(u64::MAX);
     let life_us = u64::try_from(conn.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
     transaction(conn, "a waiting step", move |c| {
+        let (seg, value) = (seg.clone(), value.clone());
         Box::pin(async move {
             let e = |what: &'static str| move |err| StepError::sql(what, err);
             let Opened { lock_id, pruned, mut queue } = open_row(c, &seg).await?;
@@ -301,6 +318,7 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
     let (owner, role, value) = (conn.owner, req.kind.role(), req.kind.campaign_value().as_bytes().to_vec());
     let ttl_us = u64::try_from(req.ttl.as_micros()).unwrap_or(u64::MAX);
     transaction(conn, "a try", move |c| {
+        let (seg, value) = (seg.clone(), value.clone());
         Box::pin(async move {
             let Opened { lock_id, pruned, queue } = open_row(c, &seg).await?;
             let roles: Vec<Role> = queue.iter().map(|x| x.role).collect();
@@ -344,6 +362,7 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
 /// The connection's errors.
 pub(crate) async fn leave(conn: &Conn, seg: String, id: u64) -> Result<()> {
     transaction(conn, "leaving the queue", move |c| {
+        let seg = seg.clone();
         Box::pin(async move {
             let Opened { lock_id, pruned, mut queue } = open_row(c, &seg).await?;
             let n = sqlx::query(sql::LEAVE)
@@ -372,6 +391,7 @@ pub(crate) async fn leave(conn: &Conn, seg: String, id: u64) -> Result<()> {
 /// `NotHeld` as above; the connection's errors.
 pub(crate) async fn release(conn: &Conn, seg: String, id: u64, token: u64, name: String) -> Result<()> {
     transaction(conn, "releasing", move |c| {
+        let seg = seg.clone();
         Box::pin(async move {
             let Opened { lock_id, pruned, mut queue } = open_row(c, &seg).await?;
             let n = sqlx::query(sql::RELEASE)
@@ -401,6 +421,7 @@ pub(crate) async fn release(conn: &Conn, seg: String, id: u64, token: u64, name:
 /// The connection's errors.
 pub(crate) async fn settle(conn: &Conn, seg: String) -> Result<()> {
     transaction(conn, "sweeping", move |c| {
+        let seg = seg.clone();
         Box::pin(async move {
             let Opened { lock_id, pruned, queue } = open_row(c, &seg).await?;
             let conns = if pruned > 0 {
