@@ -169,10 +169,12 @@ fn serve<'a>(conn: &'a Weak<Conn>, wait: &'a mut MySqlConnection) -> Pin<Box<dyn
     let Some(c) = conn.upgrade() else { return Ok(()) };
     let (owner, limit, beat) = (c.owner, c.config.request_timeout, c.config.heartbeat);
     let life = u64::try_from(c.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
-    bounded(limit, "registering the wait connection", sqlx::query(sql::REGISTER).bind(owner).execute(&mut *wait)).await?;
-    // Wakes may have been missed while the connection was down: everyone checks again.
+    // (No wake-up is lost while the connection was down: they wait in the mailbox.)
+    while bounded(limit, "registering the wait connection", sqlx::query(sql::REGISTER).bind(owner).execute(&mut *wait))
+        .await?
+        .is_none()
+    {}
     c.hub.expect_answer(limit);
-    c.hub.everyone();
     drop(c);
     let mut next_beat = Instant::now();
     loop {
@@ -181,8 +183,14 @@ fn serve<'a>(conn: &'a Weak<Conn>, wait: &'a mut MySqlConnection) -> Pin<Box<dyn
         }
         if Instant::now() >= next_beat {
             next_beat = Instant::now() + beat;
-            bounded(limit, "the heartbeat", sqlx::query(sql::BEAT).bind(life).bind(owner).execute(&mut *wait)).await?;
-            let expired = bounded(limit, "the sweep", sqlx::query(sql::EXPIRED).fetch_all(&mut *wait)).await?;
+            let beaten = bounded(limit, "the heartbeat", sqlx::query(sql::BEAT).bind(life).bind(owner).execute(&mut *wait)).await?;
+            if beaten.is_none() {
+                next_beat = Instant::now();
+                continue;
+            }
+            let Some(expired) = bounded(limit, "the sweep", sqlx::query(sql::EXPIRED).fetch_all(&mut *wait)).await? else {
+                continue;
+            };
             let Some(c) = conn.upgrade() else { return Ok(()) };
             for row in expired {
                 let seg: Vec<u8> = row.try_get(0).map_err(|e| decode("the sweep", e))?;
@@ -192,9 +200,12 @@ fn serve<'a>(conn: &'a Weak<Conn>, wait: &'a mut MySqlConnection) -> Pin<Box<dyn
                 }
             }
         }
-        let rows = bounded(limit, "reading the wake-ups", sqlx::query(sql::WAKES_READ).bind(owner).fetch_all(&mut *wait)).await?;
+        let Some(rows) = bounded(limit, "reading the wake-ups", sqlx::query(sql::WAKES_READ).bind(owner).fetch_all(&mut *wait)).await? else {
+            continue;
+        };
         if let Some(last) = rows.last() {
             let last: u64 = last.try_get(0).map_err(|e| decode("reading the wake-ups", e))?;
+            // Interrupted, the rows stay and are delivered again: a spurious wake-up is harmless.
             bounded(limit, "deleting the wake-ups", sqlx::query(sql::WAKES_DELETE).bind(owner).bind(last).execute(&mut *wait)).await?;
             let Some(c) = conn.upgrade() else { return Ok(()) };
             for row in rows {
@@ -220,16 +231,18 @@ fn serve<'a>(conn: &'a Weak<Conn>, wait: &'a mut MySqlConnection) -> Pin<Box<dyn
     })
 }
 
-/// `fut`, a statement, within `limit`.
+/// `fut`, a statement, within `limit`; `None` when a `KILL QUERY` meant for the `SLEEP`
+/// interrupted it instead (the loop then goes round again: the mailbox row is there).
 async fn bounded<T>(
     limit: Duration,
     what: &str,
     fut: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
-) -> Result<T> {
-    tokio::time::timeout(limit, fut)
-        .await
-        .map_err(|_| timeout(what, limit))?
-        .map_err(|e| mysql_error(what, e))
+) -> Result<Option<T>> {
+    match tokio::time::timeout(limit, fut).await.map_err(|_| timeout(what, limit))? {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if interrupted(&e) => Ok(None),
+        Err(e) => Err(mysql_error(what, e)),
+    }
 }
 
 /// Interrupts the waits of the wait connections `conn_ids` (after the commit of the step that
