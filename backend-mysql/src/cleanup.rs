@@ -45,8 +45,6 @@ impl CleanUp for Pending {
     }
 
     fn unspawned(&mut self) {
-        tracing::warn!(
-            "mysql: an entry given up where no runtime runs is left to expire with its locker's heartbeat"
-        );
+        tracing::warn!("mysql: an entry given up where no runtime runs is left to expire with its locker's heartbeat");
     }
 }

@@ -52,7 +52,10 @@ pub(crate) fn interrupted(err: &sqlx::Error) -> bool {
 /// Whether `err` is a transaction InnoDB rolled back to break a deadlock, or a lock wait that
 /// timed out: worth running again from its start.
 pub(crate) fn is_deadlock(err: &LockError) -> bool {
-    let LockError::Unavailable { source: Some(source), .. } = err else {
+    let LockError::Unavailable {
+        source: Some(source), ..
+    } = err
+    else {
         return false;
     };
     source
@@ -68,7 +71,10 @@ pub(crate) fn no_such_thread(err: &sqlx::Error) -> bool {
 
 /// Whether `err` says the connection itself is unusable (as opposed to one statement's error).
 pub(crate) fn connection_lost(err: &sqlx::Error) -> bool {
-    !matches!(err, sqlx::Error::Database(_) | sqlx::Error::RowNotFound | sqlx::Error::ColumnDecode { .. })
+    !matches!(
+        err,
+        sqlx::Error::Database(_) | sqlx::Error::RowNotFound | sqlx::Error::ColumnDecode { .. }
+    )
 }
 
 /// `err`, met while doing `what`, as a [`LockError`].

@@ -35,11 +35,20 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
             }
             let applied = match &write {
                 GuardedWrite::Put { key, value } => {
-                    sqlx::query(sql::GUARDED_PUT).bind(key).bind(value).execute(&mut *tx).await.map_err(e)?;
+                    sqlx::query(sql::GUARDED_PUT)
+                        .bind(key)
+                        .bind(value)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(e)?;
                     true
                 }
                 GuardedWrite::Delete { key } => {
-                    let gone = sqlx::query(sql::GUARDED_DELETE).bind(key).execute(&mut *tx).await.map_err(e)?;
+                    let gone = sqlx::query(sql::GUARDED_DELETE)
+                        .bind(key)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(e)?;
                     gone.rows_affected() > 0
                 }
                 GuardedWrite::CompareAndSet { key, expected, value } => {
@@ -52,7 +61,12 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
                         .transpose()
                         .map_err(|err| StepError::from(crate::error::decode("a guarded write", err)))?;
                     if current.as_deref() == expected.as_deref() {
-                        sqlx::query(sql::GUARDED_PUT).bind(key).bind(value).execute(&mut *tx).await.map_err(e)?;
+                        sqlx::query(sql::GUARDED_PUT)
+                            .bind(key)
+                            .bind(value)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(e)?;
                         true
                     } else {
                         false

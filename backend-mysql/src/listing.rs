@@ -63,7 +63,10 @@ pub(crate) async fn list(conn: &Conn, prefix: &str) -> Result<Vec<ListedLock>> {
                     .map(|r| {
                         let seg: Vec<u8> = r.try_get(0)?;
                         let n: i64 = r.try_get(1)?;
-                        Ok((String::from_utf8_lossy(&seg).into_owned(), usize::try_from(n).unwrap_or(0)))
+                        Ok((
+                            String::from_utf8_lossy(&seg).into_owned(),
+                            usize::try_from(n).unwrap_or(0),
+                        ))
                     })
                     .collect::<std::result::Result<Vec<(String, usize)>, sqlx::Error>>()
                     .map_err(|e| crate::error::decode("listing", e).into())

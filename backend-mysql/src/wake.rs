@@ -64,7 +64,11 @@ pub(crate) struct Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.hub.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
+        self.hub
+            .entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
     }
 }
 
@@ -164,70 +168,98 @@ async fn run(conn: Weak<Conn>) {
 }
 
 /// One wait connection's life: register it, then beat, sweep, read the mailbox and wait.
-fn serve<'a>(conn: &'a Weak<Conn>, wait: &'a mut MySqlConnection) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
+fn serve<'a>(
+    conn: &'a Weak<Conn>,
+    wait: &'a mut MySqlConnection,
+) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
     Box::pin(async move {
-    let Some(c) = conn.upgrade() else { return Ok(()) };
-    let (owner, limit, beat) = (c.owner, c.config.request_timeout, c.config.heartbeat);
-    let life = u64::try_from(c.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
-    // (No wake-up is lost while the connection was down: they wait in the mailbox.)
-    while bounded(limit, "registering the wait connection", sqlx::query(sql::REGISTER).bind(owner).execute(&mut *wait))
+        let Some(c) = conn.upgrade() else { return Ok(()) };
+        let (owner, limit, beat) = (c.owner, c.config.request_timeout, c.config.heartbeat);
+        let life = u64::try_from(c.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
+        // (No wake-up is lost while the connection was down: they wait in the mailbox.)
+        while bounded(
+            limit,
+            "registering the wait connection",
+            sqlx::query(sql::REGISTER).bind(owner).execute(&mut *wait),
+        )
         .await?
         .is_none()
-    {}
-    c.hub.expect_answer(limit);
-    drop(c);
-    let mut next_beat = Instant::now();
-    loop {
-        if let Some(c) = conn.upgrade() {
-            c.hub.expect_answer(limit);
-        }
-        if Instant::now() >= next_beat {
-            next_beat = Instant::now() + beat;
-            let beaten = bounded(limit, "the heartbeat", sqlx::query(sql::BEAT).bind(life).bind(owner).execute(&mut *wait)).await?;
-            if beaten.is_none() {
-                next_beat = Instant::now();
-                continue;
+        {}
+        c.hub.expect_answer(limit);
+        drop(c);
+        let mut next_beat = Instant::now();
+        loop {
+            if let Some(c) = conn.upgrade() {
+                c.hub.expect_answer(limit);
             }
-            let Some(expired) = bounded(limit, "the sweep", sqlx::query(sql::EXPIRED).fetch_all(&mut *wait)).await? else {
-                continue;
-            };
-            let Some(c) = conn.upgrade() else { return Ok(()) };
-            for row in expired {
-                let seg: Vec<u8> = row.try_get(0).map_err(|e| decode("the sweep", e))?;
-                let seg = String::from_utf8_lossy(&seg).into_owned();
-                if let Err(e) = crate::protocol::queue::settle(&c, seg).await {
-                    tracing::debug!(error = %e, "mysql: sweeping a lock failed");
+            if Instant::now() >= next_beat {
+                next_beat = Instant::now() + beat;
+                let beaten = bounded(
+                    limit,
+                    "the heartbeat",
+                    sqlx::query(sql::BEAT).bind(life).bind(owner).execute(&mut *wait),
+                )
+                .await?;
+                if beaten.is_none() {
+                    next_beat = Instant::now();
+                    continue;
+                }
+                let Some(expired) =
+                    bounded(limit, "the sweep", sqlx::query(sql::EXPIRED).fetch_all(&mut *wait)).await?
+                else {
+                    continue;
+                };
+                let Some(c) = conn.upgrade() else { return Ok(()) };
+                for row in expired {
+                    let seg: Vec<u8> = row.try_get(0).map_err(|e| decode("the sweep", e))?;
+                    let seg = String::from_utf8_lossy(&seg).into_owned();
+                    if let Err(e) = crate::protocol::queue::settle(&c, seg).await {
+                        tracing::debug!(error = %e, "mysql: sweeping a lock failed");
+                    }
                 }
             }
-        }
-        let Some(rows) = bounded(limit, "reading the wake-ups", sqlx::query(sql::WAKES_READ).bind(owner).fetch_all(&mut *wait)).await? else {
-            continue;
-        };
-        if let Some(last) = rows.last() {
-            let last: u64 = last.try_get(0).map_err(|e| decode("reading the wake-ups", e))?;
-            // Interrupted, the rows stay and are delivered again: a spurious wake-up is harmless.
-            bounded(limit, "deleting the wake-ups", sqlx::query(sql::WAKES_DELETE).bind(owner).bind(last).execute(&mut *wait)).await?;
-            let Some(c) = conn.upgrade() else { return Ok(()) };
-            for row in rows {
-                let entry: Option<u64> = row.try_get(1).map_err(|e| decode("reading the wake-ups", e))?;
-                let seg: Vec<u8> = row.try_get(2).map_err(|e| decode("reading the wake-ups", e))?;
-                c.hub.deliver(entry, &String::from_utf8_lossy(&seg));
+            let Some(rows) = bounded(
+                limit,
+                "reading the wake-ups",
+                sqlx::query(sql::WAKES_READ).bind(owner).fetch_all(&mut *wait),
+            )
+            .await?
+            else {
+                continue;
+            };
+            if let Some(last) = rows.last() {
+                let last: u64 = last.try_get(0).map_err(|e| decode("reading the wake-ups", e))?;
+                // Interrupted, the rows stay and are delivered again: a spurious wake-up is harmless.
+                bounded(
+                    limit,
+                    "deleting the wake-ups",
+                    sqlx::query(sql::WAKES_DELETE)
+                        .bind(owner)
+                        .bind(last)
+                        .execute(&mut *wait),
+                )
+                .await?;
+                let Some(c) = conn.upgrade() else { return Ok(()) };
+                for row in rows {
+                    let entry: Option<u64> = row.try_get(1).map_err(|e| decode("reading the wake-ups", e))?;
+                    let seg: Vec<u8> = row.try_get(2).map_err(|e| decode("reading the wake-ups", e))?;
+                    c.hub.deliver(entry, &String::from_utf8_lossy(&seg));
+                }
+                continue;
             }
-            continue;
+            let sleep = next_beat.saturating_duration_since(Instant::now());
+            let secs = sleep.as_secs_f64().max(0.001);
+            if let Some(c) = conn.upgrade() {
+                c.hub.expect_answer(sleep);
+            }
+            let waiting = sqlx::query(sql::WAIT).bind(owner).bind(secs).execute(&mut *wait);
+            match tokio::time::timeout(limit + beat, waiting).await {
+                Err(_) => return Err(timeout("the wait connection's SLEEP", limit + beat)),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) if interrupted(&e) => {}
+                Ok(Err(e)) => return Err(mysql_error("waiting", e)),
+            }
         }
-        let sleep = next_beat.saturating_duration_since(Instant::now());
-        let secs = sleep.as_secs_f64().max(0.001);
-        if let Some(c) = conn.upgrade() {
-            c.hub.expect_answer(sleep);
-        }
-        let waiting = sqlx::query(sql::WAIT).bind(owner).bind(secs).execute(&mut *wait);
-        match tokio::time::timeout(limit + beat, waiting).await {
-            Err(_) => return Err(timeout("the wait connection's SLEEP", limit + beat)),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) if interrupted(&e) => {}
-            Ok(Err(e)) => return Err(mysql_error("waiting", e)),
-        }
-    }
     })
 }
 
@@ -238,7 +270,10 @@ async fn bounded<T>(
     what: &str,
     fut: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
 ) -> Result<Option<T>> {
-    match tokio::time::timeout(limit, fut).await.map_err(|_| timeout(what, limit))? {
+    match tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| timeout(what, limit))?
+    {
         Ok(v) => Ok(Some(v)),
         Err(e) if interrupted(&e) => Ok(None),
         Err(e) => Err(mysql_error(what, e)),
@@ -250,13 +285,15 @@ async fn bounded<T>(
 /// ours, is skipped: its locker finds the row at its next beat.
 pub(crate) fn kill_waits(c: &mut MySqlConnection, conn_ids: Vec<u64>) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
     Box::pin(async move {
-    for id in conn_ids {
-        let statement = sql::KILL_QUERY.replace("{conn}", &id.to_string());
-        match sqlx::Executor::execute(&mut *c, statement.as_str()).await {
-            Ok(_) => {}
-            Err(e) if no_such_thread(&e) => {}
-            Err(e) => tracing::warn!(error = %e, conn = id, "mysql: could not wake a waiting locker (it checks again at its next beat)"),
+        for id in conn_ids {
+            let statement = sql::KILL_QUERY.replace("{conn}", &id.to_string());
+            match sqlx::Executor::execute(&mut *c, statement.as_str()).await {
+                Ok(_) => {}
+                Err(e) if no_such_thread(&e) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, conn = id, "mysql: could not wake a waiting locker (it checks again at its next beat)")
+                }
+            }
         }
-    }
     })
 }

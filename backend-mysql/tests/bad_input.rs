@@ -48,7 +48,11 @@ async fn a_server_that_is_down_is_unavailable_within_the_timeout() {
             Err(LockError::Unavailable { .. }) => {}
             other => panic!("{url}: expected Unavailable, got {other:?}"),
         }
-        assert!(started.elapsed() < Duration::from_secs(3), "{url}: took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{url}: took {:?}",
+            started.elapsed()
+        );
     }
 }
 

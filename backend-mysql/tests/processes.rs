@@ -73,7 +73,10 @@ async fn a_paused_holder_loses_the_lock_after_its_ttl() {
         .expect("the waiter got the lock of the paused holder");
     assert!(guard.fencing_token() > first);
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(200), "granted at once ({took:?}): the holder was not holding");
+    assert!(
+        took >= Duration::from_millis(200),
+        "granted at once ({took:?}): the holder was not holding"
+    );
 
     holder.resume();
     let told = holder.says(secs(10)).await;

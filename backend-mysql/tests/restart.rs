@@ -49,7 +49,7 @@ async fn a_restart_keeps_the_lock_its_queue_and_its_tokens() {
         backends(&["stop", "mysql"]);
         tokio::time::sleep(Duration::from_millis(500)).await;
     } // started again here
-    // Past the outage, the holder still holds: its renewals went through again within its TTL.
+      // Past the outage, the holder still holds: its renewals went through again within its TTL.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(held.lost_reason(), None, "the holder lost its lock to a short restart");
     assert!(!waiter.is_finished(), "the waiter was granted while the holder held");
@@ -60,7 +60,10 @@ async fn a_restart_keeps_the_lock_its_queue_and_its_tokens() {
         .await
         .unwrap();
     assert!(after_release, "the waiter was granted before the holder released");
-    assert!(token > first, "token {token} after {first}: tokens must survive the restart");
+    assert!(
+        token > first,
+        "token {token} after {first}: tokens must survive the restart"
+    );
 
     // And a grant after the restart, on a new locker, goes on above both.
     let c = connect().await;

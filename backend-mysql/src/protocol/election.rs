@@ -55,8 +55,17 @@ pub(crate) async fn observe(conn: &Arc<Conn>, name: &LockName) -> Result<LeaderW
     conn.step("watching an election", false, move |c| {
         Box::pin(async move {
             let e = |err| StepError::sql("watching an election", err);
-            sqlx::query(sql::ENSURE_LOCK).bind(&watched).execute(&mut *c).await.map_err(e)?;
-            sqlx::query(sql::WATCH).bind(owner).bind(&watched).execute(&mut *c).await.map_err(e)?;
+            sqlx::query(sql::ENSURE_LOCK)
+                .bind(&watched)
+                .execute(&mut *c)
+                .await
+                .map_err(e)?;
+            sqlx::query(sql::WATCH)
+                .bind(owner)
+                .bind(&watched)
+                .execute(&mut *c)
+                .await
+                .map_err(e)?;
             Ok(())
         })
     })

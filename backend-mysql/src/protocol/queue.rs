@@ -125,16 +125,30 @@ struct Opened {
 
 async fn open_row(c: &mut MySqlConnection, seg: &str) -> std::result::Result<Opened, StepError> {
     let e = |what: &'static str| move |err| StepError::sql(what, err);
-    sqlx::query(sql::LOCK_ROW).bind(seg).execute(&mut *c).await.map_err(e("locking the lock's row"))?;
-    let row = sqlx::query(sql::LOCK_ID).bind(seg).fetch_one(&mut *c).await.map_err(e("reading the lock's row"))?;
-    let lock_id: u64 = row.try_get(0).map_err(|err| StepError::from(crate::error::decode("the lock's row", err)))?;
+    sqlx::query(sql::LOCK_ROW)
+        .bind(seg)
+        .execute(&mut *c)
+        .await
+        .map_err(e("locking the lock's row"))?;
+    let row = sqlx::query(sql::LOCK_ID)
+        .bind(seg)
+        .fetch_one(&mut *c)
+        .await
+        .map_err(e("reading the lock's row"))?;
+    let lock_id: u64 = row
+        .try_get(0)
+        .map_err(|err| StepError::from(crate::error::decode("the lock's row", err)))?;
     let pruned = sqlx::query(sql::PRUNE)
         .bind(lock_id)
         .execute(&mut *c)
         .await
         .map_err(e("pruning expired entries"))?
         .rows_affected();
-    let rows = sqlx::query(sql::QUEUE).bind(lock_id).fetch_all(&mut *c).await.map_err(e("reading the queue"))?;
+    let rows = sqlx::query(sql::QUEUE)
+        .bind(lock_id)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(e("reading the queue"))?;
     Ok(Opened {
         lock_id,
         pruned,
@@ -172,14 +186,33 @@ async fn wake(
     }
     let mut conns = Vec::new();
     for owner in owners {
-        if let Some(row) = sqlx::query(sql::OWNER_CONN).bind(owner).fetch_optional(&mut *c).await.map_err(e("waking a waiter"))? {
-            conns.push(row.try_get::<u64, _>(0).map_err(|err| StepError::from(crate::error::decode("an owner", err)))?);
+        if let Some(row) = sqlx::query(sql::OWNER_CONN)
+            .bind(owner)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(e("waking a waiter"))?
+        {
+            conns.push(
+                row.try_get::<u64, _>(0)
+                    .map_err(|err| StepError::from(crate::error::decode("an owner", err)))?,
+            );
         }
     }
     if observers {
-        sqlx::query(sql::WAKE_WATCHERS).bind(lock_id).execute(&mut *c).await.map_err(e("waking the observers"))?;
-        for row in sqlx::query(sql::WATCHER_CONNS).bind(lock_id).fetch_all(&mut *c).await.map_err(e("waking the observers"))? {
-            let id: u64 = row.try_get(0).map_err(|err| StepError::from(crate::error::decode("an observer", err)))?;
+        sqlx::query(sql::WAKE_WATCHERS)
+            .bind(lock_id)
+            .execute(&mut *c)
+            .await
+            .map_err(e("waking the observers"))?;
+        for row in sqlx::query(sql::WATCHER_CONNS)
+            .bind(lock_id)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(e("waking the observers"))?
+        {
+            let id: u64 = row
+                .try_get(0)
+                .map_err(|err| StepError::from(crate::error::decode("an observer", err)))?;
             if !conns.contains(&id) {
                 conns.push(id);
             }
@@ -191,8 +224,16 @@ async fn wake(
 /// A new token from the lock's row (counter and clock floor).
 async fn next_token(c: &mut MySqlConnection, lock_id: u64) -> std::result::Result<u64, StepError> {
     let e = |err| StepError::sql("taking a fencing token", err);
-    sqlx::query(sql::NEXT_TOKEN).bind(lock_id).execute(&mut *c).await.map_err(e)?;
-    let row = sqlx::query(sql::READ_TOKEN).bind(lock_id).fetch_one(&mut *c).await.map_err(e)?;
+    sqlx::query(sql::NEXT_TOKEN)
+        .bind(lock_id)
+        .execute(&mut *c)
+        .await
+        .map_err(e)?;
+    let row = sqlx::query(sql::READ_TOKEN)
+        .bind(lock_id)
+        .fetch_one(&mut *c)
+        .await
+        .map_err(e)?;
     row.try_get(0)
         .map_err(|err| crate::error::decode("the fencing token", err).into())
 }
@@ -212,7 +253,10 @@ where
         Box::pin(async move {
             let mut tries = 1;
             loop {
-                let mut tx = c.begin().await.map_err(|err| StepError::sql("beginning a transaction", err))?;
+                let mut tx = c
+                    .begin()
+                    .await
+                    .map_err(|err| StepError::sql("beginning a transaction", err))?;
                 match body(&mut tx).await {
                     Ok((value, conns)) => {
                         tx.commit().await.map_err(|err| StepError::sql("committing", err))?;
@@ -239,14 +283,22 @@ where
 /// `InvalidOption` for a semaphore whose permit count disagrees with the queue's; the
 /// connection's errors.
 pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) -> Result<Entered> {
-    let (owner, role, value) = (conn.owner, req.kind.role(), req.kind.campaign_value().as_bytes().to_vec());
+    let (owner, role, value) = (
+        conn.owner,
+        req.kind.role(),
+        req.kind.campaign_value().as_bytes().to_vec(),
+    );
     let ttl_us = u64::try_from(req.ttl.as_micros()).unwrap_or(u64::MAX);
     let life_us = u64::try_from(conn.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
     transaction(conn, "a waiting step", move |c| {
         let (seg, value) = (seg.clone(), value.clone());
         Box::pin(async move {
             let e = |what: &'static str| move |err| StepError::sql(what, err);
-            let Opened { lock_id, pruned, mut queue } = open_row(c, &seg).await?;
+            let Opened {
+                lock_id,
+                pruned,
+                mut queue,
+            } = open_row(c, &seg).await?;
             let mut changed = pruned > 0;
             let me = match queue.iter().position(|x| x.id == id) {
                 Some(i) => i,
@@ -315,7 +367,11 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
 ///
 /// As [`enter`].
 pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u64) -> Result<Option<u64>> {
-    let (owner, role, value) = (conn.owner, req.kind.role(), req.kind.campaign_value().as_bytes().to_vec());
+    let (owner, role, value) = (
+        conn.owner,
+        req.kind.role(),
+        req.kind.campaign_value().as_bytes().to_vec(),
+    );
     let ttl_us = u64::try_from(req.ttl.as_micros()).unwrap_or(u64::MAX);
     transaction(conn, "a try", move |c| {
         let (seg, value) = (seg.clone(), value.clone());
@@ -364,7 +420,11 @@ pub(crate) async fn leave(conn: &Conn, seg: String, id: u64) -> Result<()> {
     transaction(conn, "leaving the queue", move |c| {
         let seg = seg.clone();
         Box::pin(async move {
-            let Opened { lock_id, pruned, mut queue } = open_row(c, &seg).await?;
+            let Opened {
+                lock_id,
+                pruned,
+                mut queue,
+            } = open_row(c, &seg).await?;
             let n = sqlx::query(sql::LEAVE)
                 .bind(id)
                 .execute(&mut *c)
@@ -393,7 +453,11 @@ pub(crate) async fn release(conn: &Conn, seg: String, id: u64, token: u64, name:
     transaction(conn, "releasing", move |c| {
         let seg = seg.clone();
         Box::pin(async move {
-            let Opened { lock_id, pruned, mut queue } = open_row(c, &seg).await?;
+            let Opened {
+                lock_id,
+                pruned,
+                mut queue,
+            } = open_row(c, &seg).await?;
             let n = sqlx::query(sql::RELEASE)
                 .bind(id)
                 .bind(token)

@@ -49,8 +49,12 @@ impl MyHarness {
 /// Runs `sql` as the test user of `LOCKSMITH_TEST_MYSQL`, in its database.
 pub async fn run_as_test_user(sql: &str) {
     let url = server_url();
-    let mut c = sqlx::MySqlConnection::connect(&url).await.expect("connecting as the test user");
-    sqlx::Executor::execute(&mut c, sql).await.expect("running SQL as the test user");
+    let mut c = sqlx::MySqlConnection::connect(&url)
+        .await
+        .expect("connecting as the test user");
+    sqlx::Executor::execute(&mut c, sql)
+        .await
+        .expect("running SQL as the test user");
     let _ = c.close().await;
 }
 
