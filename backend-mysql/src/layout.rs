@@ -52,6 +52,7 @@ pub(crate) mod sql {
     pub const OWNER_CONN: &str = include_str!("sql/owner_conn.sql");
     pub const WATCHER_CONNS: &str = include_str!("sql/watcher_conns.sql");
     pub const KILL_QUERY: &str = include_str!("sql/kill_query.sql");
+    pub const WAITING_CONNS: &str = include_str!("sql/waiting_conns.sql");
     pub const REGISTER: &str = include_str!("sql/register.sql");
     pub const BEAT: &str = include_str!("sql/beat.sql");
     pub const EXPIRED: &str = include_str!("sql/expired.sql");
