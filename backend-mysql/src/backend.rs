@@ -11,7 +11,7 @@ use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockInfo, Result};
 use crate::config::Config;
 use crate::conn::Conn;
 use crate::layout::segment;
-use crate::protocol::queue::{entry_id, release, settle};
+use crate::protocol::queue::{entry_id, leave_at_close, release, settle};
 use crate::protocol::{election, wait};
 use crate::wake::Hub;
 use crate::{guarded, listing, renew};
@@ -115,6 +115,15 @@ impl LockBackend for MysqlBackend {
     }
 
     async fn shutdown(&self) -> Result<()> {
+        self.conn.refuse_new_steps();
+        // What is still queued (a release that got no answer) leaves with its waiters woken.
+        if let Ok(own) = listing::own_entries(&self.conn).await {
+            for (seg, id) in own {
+                if let Err(e) = leave_at_close(&self.conn, seg, id).await {
+                    tracing::debug!(error = %e, "mysql: an entry left at shutdown expires instead");
+                }
+            }
+        }
         self.conn.close().await
     }
 

@@ -71,6 +71,7 @@ pub(crate) mod sql {
         include_str!("sql/close_owner.sql"),
     ];
     pub const DELETE_HOLDERS: &str = include_str!("sql/delete_holders.sql");
+    pub const OWN_ENTRIES: &str = include_str!("sql/own_entries.sql");
     pub const ENTRIES: &str = include_str!("sql/entries.sql");
     pub const GUARDED_CHECK: &str = include_str!("sql/guarded_check.sql");
     pub const GUARDED_CURRENT: &str = include_str!("sql/guarded_current.sql");

@@ -121,3 +121,31 @@ pub(crate) async fn entry_ids(conn: &Conn, family: Family, name: &LockName) -> R
     })
     .await
 }
+
+/// The entries this locker still has (segment and id), at shutdown, once new steps are refused.
+///
+/// # Errors
+///
+/// The connection's errors.
+pub(crate) async fn own_entries(conn: &Conn) -> Result<Vec<(String, u64)>> {
+    let owner = conn.owner;
+    conn.step("reading the locker's entries", true, move |c| {
+        Box::pin(async move {
+            let rows = sqlx::query(sql::OWN_ENTRIES)
+                .bind(owner)
+                .fetch_all(&mut *c)
+                .await
+                .map_err(|e| StepError::sql("reading the locker's entries", e))?;
+            rows.iter()
+                .map(|r| {
+                    Ok((
+                        String::from_utf8_lossy(&r.try_get::<Vec<u8>, _>(0)?).into_owned(),
+                        r.try_get(1)?,
+                    ))
+                })
+                .collect::<std::result::Result<Vec<(String, u64)>, sqlx::Error>>()
+                .map_err(|e| crate::error::decode("reading the locker's entries", e).into())
+        })
+    })
+    .await
+}

@@ -309,7 +309,9 @@ pub(crate) fn kill_waits(c: &mut MySqlConnection, conn_ids: Vec<u64>) -> Pin<Box
             match sqlx::Executor::execute(&mut *c, statement.as_str()).await {
                 Ok(_) => {}
                 Err(e) if no_such_thread(&e) => {}
-                Err(e) => tracing::warn!(error = %e, conn = id, "mysql: could not wake a waiting locker (it checks again at its next beat)"),
+                Err(e) => {
+                    tracing::warn!(error = %e, conn = id, "mysql: could not wake a waiting locker (it checks again at its next beat)")
+                }
             }
         }
     })

@@ -191,6 +191,11 @@ impl Conn {
         rx.await.unwrap_or(Err(LockError::Closed))
     }
 
+    /// Refuses new steps (but those of the shutdown itself).
+    pub fn refuse_new_steps(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
     /// Ends the locker: no new grants, its rows deleted, its connection closed.
     ///
     /// # Errors

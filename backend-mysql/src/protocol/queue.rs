@@ -249,7 +249,8 @@ where
     T: Send + 'static,
     F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, (T, Vec<u64>)> + Send + Sync + 'static,
 {
-    conn.step(what, what == "sweeping", move |c| {
+    let after_close = matches!(what, "sweeping" | "leaving at shutdown");
+    conn.step(what, after_close, move |c| {
         Box::pin(async move {
             let mut tries = 1;
             loop {
@@ -417,7 +418,21 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
 ///
 /// The connection's errors.
 pub(crate) async fn leave(conn: &Conn, seg: String, id: u64) -> Result<()> {
-    transaction(conn, "leaving the queue", move |c| {
+    leave_as(conn, "leaving the queue", seg, id).await
+}
+
+/// [`leave`] at shutdown, once new steps are refused: what the locker still had in a queue (a
+/// release that got no answer) goes, and the waiters behind it are woken.
+///
+/// # Errors
+///
+/// The connection's errors.
+pub(crate) async fn leave_at_close(conn: &Conn, seg: String, id: u64) -> Result<()> {
+    leave_as(conn, "leaving at shutdown", seg, id).await
+}
+
+async fn leave_as(conn: &Conn, what: &'static str, seg: String, id: u64) -> Result<()> {
+    transaction(conn, what, move |c| {
         let seg = seg.clone();
         Box::pin(async move {
             let Opened {
