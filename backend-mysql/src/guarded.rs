@@ -21,9 +21,13 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
     let id = entry_id(&lease.holder_id)?;
     let (token, name, write) = (lease.fencing_token, lease.name.as_str().to_owned(), write.clone());
     conn.step("a guarded write", false, move |c| {
+        let (name, write) = (name.clone(), write.clone());
         Box::pin(async move {
             let e = |err| StepError::sql("a guarded write", err);
-            let mut tx = c.begin().await.map_err(e)?;
+            let mut tx = c
+                .begin()
+                .await
+                .map_err(|err| StepError::unsent("a guarded write", err))?;
             let held = sqlx::query(sql::GUARDED_CHECK)
                 .bind(id)
                 .bind(token)
@@ -91,6 +95,7 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
 pub(crate) async fn read(conn: &Conn, key: &str) -> Result<Option<Vec<u8>>> {
     let key = key.to_owned();
     conn.step("reading a guarded key", false, move |c| {
+        let key = key.clone();
         Box::pin(async move {
             let row = sqlx::query(sql::GUARDED_READ)
                 .bind(key)

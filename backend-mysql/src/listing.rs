@@ -16,12 +16,13 @@ use crate::protocol::queue::{entries, holder_id, Entry};
 /// The connection's errors.
 pub(crate) async fn read_queue(conn: &Conn, seg: String) -> Result<Vec<Entry>> {
     conn.step("reading a queue", false, move |c| {
+        let seg = seg.clone();
         Box::pin(async move {
             let rows = sqlx::query(sql::QUEUE_LIVE)
                 .bind(seg)
                 .fetch_all(&mut *c)
                 .await
-                .map_err(|e| StepError::sql("reading a queue", e))?;
+                .map_err(|e| StepError::unsent("reading a queue", e))?;
             entries(rows)
         })
     })
@@ -87,6 +88,7 @@ pub(crate) async fn list(conn: &Conn, prefix: &str) -> Result<Vec<ListedLock>> {
 pub(crate) async fn delete_holders(conn: &Conn, family: Family, name: &LockName) -> Result<u64> {
     let seg = segment(family, name)?;
     conn.step("deleting holders", false, move |c| {
+        let seg = seg.clone();
         Box::pin(async move {
             Ok(sqlx::query(sql::DELETE_HOLDERS)
                 .bind(seg)
@@ -107,6 +109,7 @@ pub(crate) async fn delete_holders(conn: &Conn, family: Family, name: &LockName)
 pub(crate) async fn entry_ids(conn: &Conn, family: Family, name: &LockName) -> Result<Vec<String>> {
     let seg = segment(family, name)?;
     conn.step("reading entries", false, move |c| {
+        let seg = seg.clone();
         Box::pin(async move {
             let rows = sqlx::query(sql::ENTRIES)
                 .bind(seg)

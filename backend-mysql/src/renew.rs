@@ -21,13 +21,15 @@ pub(crate) async fn renew_many(conn: &Arc<Conn>, leases: &[Lease]) -> Vec<Result
     } else {
         let asked = known.clone();
         conn.step("renewing", false, move |c| {
+            let asked = asked.clone();
             Box::pin(async move {
                 let update = sql::with_ids(sql::RENEW, asked.len());
                 let mut q = sqlx::query(&update);
                 for id in &asked {
                     q = q.bind(*id);
                 }
-                q.execute(&mut *c).await.map_err(|e| StepError::sql("renewing", e))?;
+                // Renewing twice is harmless: sent again on a new connection if this one was lost.
+                q.execute(&mut *c).await.map_err(|e| StepError::unsent("renewing", e))?;
                 let select = sql::with_ids(sql::RENEWED, asked.len());
                 let mut q = sqlx::query(&select);
                 for id in &asked {

@@ -74,3 +74,61 @@ async fn a_restart_keeps_the_lock_its_queue_and_its_tokens() {
     b.shutdown().await.unwrap();
     c.shutdown().await.unwrap();
 }
+
+/// Kills every connection to `database` but the caller's own (as an operator's `KILL`, or
+/// `wait_timeout`, would end them).
+async fn kill_connections_to(database: &str) -> usize {
+    use sqlx::{Connection, Row};
+    let mut admin = sqlx::MySqlConnection::connect(&common::server_url()).await.unwrap();
+    let rows = sqlx::query(
+        "SELECT CAST(ID AS UNSIGNED) FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()",
+    )
+    .bind(database)
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    for row in &rows {
+        let id: u64 = row.get(0);
+        let _ = sqlx::Executor::execute(&mut admin, format!("KILL CONNECTION {id}").as_str()).await;
+    }
+    rows.len()
+}
+
+/// The server closes a holder's connections while it holds (an operator's `KILL`): its renewal,
+/// its release and the waiter behind it carry on over new connections; the release is not lost
+/// and says nothing false ("not held").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_the_server_closed_the_connections_releases() {
+    let _serial = SERIAL.lock().await;
+    let harness = common::MyHarness::plain().await;
+    let url = harness.url_with("ttl=10s");
+    let connect = || async {
+        locksmith_mysql::connect(&BackendUrl::parse(&url).unwrap())
+            .await
+            .unwrap()
+    };
+    let (a, b) = (connect().await, connect().await);
+    let name = unique_name("closed");
+    let held = a.lock(&name).acquire().await.unwrap();
+    let first = held.fencing_token();
+    let waiter = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move { b.lock(&name).timeout(Duration::from_secs(30)).acquire().await.unwrap() }
+    });
+    locksmith_core::conformance::until_waiters(&a, &name, 1, Duration::from_secs(10)).await;
+
+    assert!(
+        kill_connections_to(&harness.database).await >= 4,
+        "the lockers' connections"
+    );
+    held.release()
+        .await
+        .expect("the release after the server closed the connection");
+    let next = within(Duration::from_secs(10), "the waiter's grant", waiter)
+        .await
+        .unwrap();
+    assert!(next.fencing_token() > first);
+    next.release().await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}

@@ -30,6 +30,9 @@ use crate::wake::Hub;
 pub(crate) struct StepError {
     pub error: LockError,
     pub keep: bool,
+    /// Nothing of the step took effect on the server (a `BEGIN` or a read that met a closed
+    /// connection): it may be run again from its start on a new connection.
+    pub unsent: bool,
 }
 
 impl StepError {
@@ -38,13 +41,27 @@ impl StepError {
         StepError {
             keep: !connection_lost(&err),
             error: mysql_error(what, err),
+            unsent: false,
+        }
+    }
+
+    /// The error of a statement that changed nothing on the server (a `BEGIN`, a read, a renewal):
+    /// when it met a closed connection, the step is run again on a new one.
+    pub fn unsent(what: &str, err: sqlx::Error) -> StepError {
+        StepError {
+            unsent: connection_lost(&err),
+            ..StepError::sql(what, err)
         }
     }
 }
 
 impl From<LockError> for StepError {
     fn from(error: LockError) -> StepError {
-        StepError { error, keep: true }
+        StepError {
+            error,
+            keep: true,
+            unsent: false,
+        }
     }
 }
 
@@ -152,7 +169,7 @@ impl Conn {
     pub async fn step<T, F>(&self, what: &'static str, after_close: bool, body: F) -> Result<T>
     where
         T: Send + 'static,
-        F: for<'c> FnOnce(&'c mut MySqlConnection) -> Body<'c, T> + Send + 'static,
+        F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
     {
         if self.is_closed() && !after_close {
             return Err(LockError::Closed);
@@ -163,20 +180,29 @@ impl Conn {
             let limit = config.request_timeout;
             let run = async {
                 let mut slot = steps.lock().await;
-                let mut c = match slot.take() {
-                    Some(c) => c,
-                    None => open(&config).await?,
+                let (mut c, mut reused) = match slot.take() {
+                    Some(c) => (c, true),
+                    None => (open(&config).await?, false),
                 };
-                match body(&mut c).await {
-                    Ok(v) => {
-                        *slot = Some(c);
-                        Ok(v)
-                    }
-                    Err(StepError { error, keep }) => {
-                        if keep {
+                loop {
+                    match body(&mut c).await {
+                        Ok(v) => {
                             *slot = Some(c);
+                            return Ok(v);
                         }
-                        Err(error)
+                        Err(StepError { error, keep: true, .. }) => {
+                            *slot = Some(c);
+                            return Err(error);
+                        }
+                        // The server closed the connection while it sat idle (a restart, a
+                        // `KILL`, `wait_timeout`): the step, which changed nothing, goes again on
+                        // a new connection, once.
+                        Err(StepError { unsent: true, .. }) if reused => {
+                            tracing::debug!(step = what, "mysql: the steps' connection was closed; opening it again");
+                            c = open(&config).await?;
+                            reused = false;
+                        }
+                        Err(StepError { error, .. }) => return Err(error),
                     }
                 }
             };

@@ -53,6 +53,7 @@ pub(crate) async fn observe(conn: &Arc<Conn>, name: &LockName) -> Result<LeaderW
     let seg = segment(Family::Election, name)?;
     let (owner, watched) = (conn.owner, seg.clone());
     conn.step("watching an election", false, move |c| {
+        let watched = watched.clone();
         Box::pin(async move {
             let e = |err| StepError::sql("watching an election", err);
             sqlx::query(sql::ENSURE_LOCK)

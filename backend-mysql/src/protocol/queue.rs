@@ -250,14 +250,16 @@ where
     F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, (T, Vec<u64>)> + Send + Sync + 'static,
 {
     let after_close = matches!(what, "sweeping" | "leaving at shutdown");
+    let body = std::sync::Arc::new(body);
     conn.step(what, after_close, move |c| {
+        let body = body.clone();
         Box::pin(async move {
             let mut tries = 1;
             loop {
                 let mut tx = c
                     .begin()
                     .await
-                    .map_err(|err| StepError::sql("beginning a transaction", err))?;
+                    .map_err(|err| StepError::unsent("beginning a transaction", err))?;
                 match body(&mut tx).await {
                     Ok((value, conns)) => {
                         tx.commit().await.map_err(|err| StepError::sql("committing", err))?;
