@@ -17,6 +17,8 @@ pub const OPTIONS: &[&str] = &[
     "password_file",
     "ssl_mode",
     "ca",
+    "cert",
+    "key",
 ];
 
 const DEFAULT_PORT: u16 = 3306;
@@ -49,6 +51,8 @@ pub(crate) struct Config {
     pub heartbeat: Duration,
     pub ssl_mode: SslMode,
     pub ca: Option<String>,
+    /// The client certificate and its key (`cert=`, `key=`), for servers that ask for one.
+    pub client: Option<(String, String)>,
     pub url: String,
 }
 
@@ -109,6 +113,23 @@ impl Config {
                 "ssl_mode= needs locksmith's `tls` feature (locksmith-mysql/tls)".into(),
             ));
         }
+        let client = match (url.query.get("cert"), url.query.get("key")) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            _ => return Err(url.error("cert= and key= go together")),
+        };
+        if ssl_mode == SslMode::Disabled && (client.is_some() || url.query.contains_key("ca")) {
+            return Err(url.error("ca=, cert= and key= need ssl_mode=verify_ca or verify_identity"));
+        }
+        for (option, path) in url
+            .query
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "ca" | "cert" | "key"))
+        {
+            if let Err(e) = std::fs::metadata(path) {
+                return Err(url.error(format!("{option}={path:?} cannot be read: {e}")));
+            }
+        }
         let heartbeat = url.positive_duration_option("heartbeat", DEFAULT_HEARTBEAT)?;
         if heartbeat < Duration::from_millis(100) || heartbeat > Duration::from_secs(60) {
             return Err(url.error(format!("heartbeat={heartbeat:?}: expected 100ms to 60s")));
@@ -125,6 +146,7 @@ impl Config {
             heartbeat,
             ssl_mode,
             ca: url.query.get("ca").cloned(),
+            client,
             url: url.redacted(),
         })
     }

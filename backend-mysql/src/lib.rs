@@ -9,7 +9,9 @@
 //!
 //! Options: `ttl` (a lock's default TTL), `request_timeout`, `connect_timeout`, `heartbeat` (how
 //! often a locker renews its waiting entries and sweeps expired ones; 1 s), `password_file`,
-//! `ssl_mode` (`disabled`, `required`/`verify_ca`, `verify_identity`; feature `tls`) and `ca`.
+//! `ssl_mode` (`disabled`, `required`/`verify_ca`, `verify_identity`; feature `tls`: rustls on
+//! aws-lc-rs), `ca` (the roots; else the bundled Mozilla roots of sqlx), `cert` and `key` (a client
+//! certificate).
 //!
 //! # Design
 //!

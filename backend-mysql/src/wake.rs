@@ -13,12 +13,16 @@
 //!
 //! The same connection carries the locker's heartbeat at each beat (`heartbeat=`, 1 s): it
 //! extends its waiting entries (`sql/beat.sql`: a waiter whose locker died is gone after five
-//! beats) and sweeps entries whose lease or heartbeat ran out (`sql/expired.sql`): each such
-//! lock gets a step of its own that prunes them and wakes whoever holds now. A holder stopped
-//! with SIGSTOP thus loses its lock about one beat after its TTL, whoever else is waiting.
+//! beats) and sweeps the locks it waits for whose entries' lease or heartbeat ran out
+//! (`sql/expired.sql`: only the locks of its own waiters, so that lockers do not all sweep
+//! every lock): each such lock gets a step of its own that prunes them and wakes whoever holds
+//! now (skipped while another step holds the lock's row, which does it itself). A waiter also
+//! checks again when the lease of the holder it waits behind runs out; a holder stopped with
+//! SIGSTOP thus loses its lock at its TTL, or a beat later behind a dead waiter.
 //!
 //! Cost: two connections per locker (this one and the steps'), whatever its number of waiters;
-//! per beat, one `UPDATE` of its waiting entries and one indexed `SELECT` of expired entries;
+//! per beat, one `UPDATE` of its waiting entries and one indexed `SELECT` of the expired entries
+//! of the locks it waits for (nothing to read when it waits for none);
 //! per hand-over, one mailbox row and one `KILL QUERY` per locker woken.
 
 use std::collections::HashMap;
@@ -99,6 +103,17 @@ impl Hub {
             n.notify_waiters();
             n.notify_one();
         }
+    }
+
+    /// The entries of the waiters waiting now: the only ones the heartbeat extends, so that an
+    /// entry nobody waits for any more (a clean-up that could not remove it) expires.
+    fn waiting_ids(&self) -> Vec<u64> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .copied()
+            .collect()
     }
 
     /// Every waiter and observer: after the wait connection was lost, when wakes may have been
@@ -194,18 +209,17 @@ fn serve<'a>(
             }
             if Instant::now() >= next_beat {
                 next_beat = Instant::now() + beat;
-                let beaten = bounded(
-                    limit,
-                    "the heartbeat",
-                    sqlx::query(sql::BEAT).bind(life).bind(owner).execute(&mut *wait),
-                )
-                .await?;
+                let beaten = heartbeat(limit, wait, life, owner, conn).await?;
                 if beaten.is_none() {
                     next_beat = Instant::now();
                     continue;
                 }
-                let Some(expired) =
-                    bounded(limit, "the sweep", sqlx::query(sql::EXPIRED).fetch_all(&mut *wait)).await?
+                let Some(expired) = bounded(
+                    limit,
+                    "the sweep",
+                    sqlx::query(sql::EXPIRED).bind(owner).fetch_all(&mut *wait),
+                )
+                .await?
                 else {
                     continue;
                 };
@@ -213,7 +227,7 @@ fn serve<'a>(
                 for row in expired {
                     let seg: Vec<u8> = row.try_get(0).map_err(|e| decode("the sweep", e))?;
                     let seg = String::from_utf8_lossy(&seg).into_owned();
-                    if let Err(e) = crate::protocol::queue::settle(&c, seg).await {
+                    if let Err(e) = crate::protocol::queue::settle(&c, seg, true).await {
                         tracing::debug!(error = %e, "mysql: sweeping a lock failed");
                     }
                 }
@@ -261,6 +275,34 @@ fn serve<'a>(
             }
         }
     })
+}
+
+/// How many entries one heartbeat statement extends at most.
+const BEAT_CHUNK: usize = 500;
+
+/// The heartbeat: extends the entries of this locker's waiters by `life` µs; `None` when a
+/// `KILL QUERY` interrupted it.
+async fn heartbeat(
+    limit: Duration,
+    wait: &mut MySqlConnection,
+    life: u64,
+    owner: u64,
+    conn: &Weak<Conn>,
+) -> Result<Option<()>> {
+    let Some(ids) = conn.upgrade().map(|c| c.hub.waiting_ids()) else {
+        return Ok(Some(()));
+    };
+    for chunk in ids.chunks(BEAT_CHUNK) {
+        let statement = sql::with_ids(sql::BEAT, chunk.len());
+        let mut q = sqlx::query(&statement).bind(life).bind(owner);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        if bounded(limit, "the heartbeat", q.execute(&mut *wait)).await?.is_none() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(()))
 }
 
 /// `fut`, a statement, within `limit`; `None` when a `KILL QUERY` meant for the `SLEEP`

@@ -105,6 +105,9 @@ pub(crate) async fn open(config: &Config) -> Result<MySqlConnection> {
     if let Some(ca) = &config.ca {
         options = options.ssl_ca(ca);
     }
+    if let Some((cert, key)) = &config.client {
+        options = options.ssl_client_cert(cert).ssl_client_key(key);
+    }
     #[cfg(feature = "tls")]
     locksmith_core::driver::tls::install_provider();
     let connecting = async {
@@ -174,12 +177,17 @@ impl Conn {
         if self.is_closed() && !after_close {
             return Err(LockError::Closed);
         }
-        let (steps, config) = (self.steps.clone(), self.config.clone());
+        let config = self.config.clone();
+        let limit = config.request_timeout;
+        // The connection is taken here, in the caller, in the order of the calls (tokio's mutex
+        // is fair), and handed to the task with no await between: a clean-up step that a
+        // dropped call spawns after this one runs after it, and finds what it created.
+        let mut slot = tokio::time::timeout(limit, self.steps.clone().lock_owned())
+            .await
+            .map_err(|_| timeout(&format!("{what} (waiting for the locker's earlier steps)"), limit))?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let task = async move {
-            let limit = config.request_timeout;
             let run = async {
-                let mut slot = steps.lock().await;
                 let (mut c, mut reused) = match slot.take() {
                     Some(c) => (c, true),
                     None => (open(&config).await?, false),

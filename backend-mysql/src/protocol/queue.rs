@@ -124,6 +124,12 @@ struct Opened {
 }
 
 async fn open_row(c: &mut MySqlConnection, seg: &str) -> std::result::Result<Opened, StepError> {
+    let lock_id = lock_row(c, seg).await?;
+    read_pruned(c, lock_id).await
+}
+
+/// Locks the lock's row (made at its first use) and returns its id.
+async fn lock_row(c: &mut MySqlConnection, seg: &str) -> std::result::Result<u64, StepError> {
     let e = |what: &'static str| move |err| StepError::sql(what, err);
     sqlx::query(sql::LOCK_ROW)
         .bind(seg)
@@ -135,9 +141,13 @@ async fn open_row(c: &mut MySqlConnection, seg: &str) -> std::result::Result<Ope
         .fetch_one(&mut *c)
         .await
         .map_err(e("reading the lock's row"))?;
-    let lock_id: u64 = row
-        .try_get(0)
-        .map_err(|err| StepError::from(crate::error::decode("the lock's row", err)))?;
+    row.try_get(0)
+        .map_err(|err| StepError::from(crate::error::decode("the lock's row", err)))
+}
+
+/// With the lock's row locked: its expired entries pruned, its queue read.
+async fn read_pruned(c: &mut MySqlConnection, lock_id: u64) -> std::result::Result<Opened, StepError> {
+    let e = |what: &'static str| move |err| StepError::sql(what, err);
     let pruned = sqlx::query(sql::PRUNE)
         .bind(lock_id)
         .execute(&mut *c)
@@ -495,16 +505,34 @@ pub(crate) async fn release(conn: &Conn, seg: String, id: u64, token: u64, name:
     .and_then(|n| if n > 0 { Ok(()) } else { Err(LockError::not_held(name)) })
 }
 
-/// The sweep's step on a lock with expired entries: prune them and wake whoever holds now.
+/// The sweep's step on a lock with expired entries: prune them and wake whoever holds now. With
+/// `unless_busy` (the heartbeats' sweeps, which every locker runs), a lock whose row another
+/// transaction holds is skipped (`SKIP LOCKED`): that step prunes and wakes itself, and the
+/// lockers' sweeps neither wait for it nor for each other.
 ///
 /// # Errors
 ///
 /// The connection's errors.
-pub(crate) async fn settle(conn: &Conn, seg: String) -> Result<()> {
+pub(crate) async fn settle(conn: &Conn, seg: String, unless_busy: bool) -> Result<()> {
     transaction(conn, "sweeping", move |c| {
         let seg = seg.clone();
         Box::pin(async move {
-            let Opened { lock_id, pruned, queue } = open_row(c, &seg).await?;
+            let lock_id = if unless_busy {
+                let row = sqlx::query(sql::LOCK_ROW_UNLESS_BUSY)
+                    .bind(&seg)
+                    .fetch_optional(&mut *c)
+                    .await
+                    .map_err(|err| StepError::sql("locking the lock's row", err))?;
+                match row {
+                    Some(row) => row
+                        .try_get(0)
+                        .map_err(|err| StepError::from(crate::error::decode("the lock's row", err)))?,
+                    None => return Ok(((), Vec::new())),
+                }
+            } else {
+                lock_row(c, &seg).await?
+            };
+            let Opened { lock_id, pruned, queue } = read_pruned(c, lock_id).await?;
             let conns = if pruned > 0 {
                 wake(c, lock_id, &queue, None, true).await?
             } else {

@@ -13,5 +13,5 @@ CREATE TABLE IF NOT EXISTS locksmith_entries (
     UNIQUE KEY id (id),
     KEY queue (lock_id, seq),
     KEY owner (owner, held),
-    KEY expiry (expires_at)
+    KEY expiry (lock_id, expires_at)
 ) ENGINE = InnoDB

@@ -39,6 +39,14 @@ impl MyHarness {
         MyHarness { url, database, look }
     }
 
+    /// A harness over `url` as it is (its database shared with other harnesses: the tests'
+    /// lock names are their own).
+    pub async fn shared(url: String) -> MyHarness {
+        let look = MysqlBackend::connect(&BackendUrl::parse(&url).unwrap()).await.unwrap();
+        let database = BackendUrl::parse(&url).unwrap().path.trim_matches('/').to_owned();
+        MyHarness { url, database, look }
+    }
+
     /// The harness's URL with more options (`a=b&c=d`).
     pub fn url_with(&self, options: &str) -> String {
         let sep = if self.url.contains('?') { '&' } else { '?' };
