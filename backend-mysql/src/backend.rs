@@ -8,6 +8,9 @@ use tokio::time::Instant;
 use locksmith_core::driver::{async_trait, BackendUrl, GuardedWrite, Lease, LockBackend, LockName, LockRequest};
 use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockInfo, Result};
 
+use locksmith_core::driver::armed::Armed;
+
+use crate::cleanup::Releasing;
 use crate::config::Config;
 use crate::conn::Conn;
 use crate::layout::segment;
@@ -90,7 +93,17 @@ impl LockBackend for MysqlBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let seg = segment(lease.kind.family(), &lease.name)?;
         let id = entry_id(&lease.holder_id)?;
-        release(&self.conn, seg, id, lease.fencing_token, lease.name.as_str().to_owned()).await
+        let name = lease.name.as_str().to_owned();
+        let mut releasing = Armed::new(Releasing {
+            conn: self.conn.clone(),
+            seg: seg.clone(),
+            id,
+            token: lease.fencing_token,
+            name: name.clone(),
+        });
+        let released = release(&self.conn, seg, id, lease.fencing_token, name).await;
+        releasing.disarm();
+        released
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {

@@ -20,7 +20,7 @@ pub(crate) async fn renew_many(conn: &Arc<Conn>, leases: &[Lease]) -> Vec<Result
         Ok(Vec::new())
     } else {
         let asked = known.clone();
-        conn.step("renewing", false, move |c| {
+        conn.step_first("renewing", move |c| {
             let asked = asked.clone();
             Box::pin(async move {
                 let update = sql::with_ids(sql::RENEW, asked.len());

@@ -75,6 +75,9 @@ pub(crate) struct Conn {
     /// This locker's id: the `owner` of its entries, its row in `locksmith_owners`.
     pub owner: u64,
     steps: Arc<Mutex<Option<MySqlConnection>>>,
+    /// Taken before the connection by every step but the renewals: a renewal waits for the one
+    /// step running, never for a backlog of steps (1,000 waiters joining at once).
+    gate: Arc<Mutex<()>>,
     /// Where the wait connection's wake-ups are delivered.
     pub hub: Hub,
     closed: AtomicBool,
@@ -148,6 +151,7 @@ impl Conn {
             config,
             owner: rand::random::<u64>() >> 1,
             steps: Arc::new(Mutex::new(Some(c))),
+            gate: Arc::new(Mutex::new(())),
             hub: Hub::default(),
             closed: AtomicBool::new(false),
         })
@@ -174,6 +178,32 @@ impl Conn {
         T: Send + 'static,
         F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
     {
+        self.run_step(what, after_close, false, body).await
+    }
+
+    /// [`Conn::step`] first in line: it waits for the step running, not for those queued
+    /// (the renewals, whose lateness would lose leases).
+    ///
+    /// # Errors
+    ///
+    /// As [`Conn::step`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Conn::step`].
+    pub async fn step_first<T, F>(&self, what: &'static str, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
+    {
+        self.run_step(what, false, true, body).await
+    }
+
+    async fn run_step<T, F>(&self, what: &'static str, after_close: bool, first: bool, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
+    {
         if self.is_closed() && !after_close {
             return Err(LockError::Closed);
         }
@@ -182,7 +212,14 @@ impl Conn {
         // The connection is taken here, in the caller, in the order of the calls (tokio's mutex
         // is fair), and handed to the task with no await between: a clean-up step that a
         // dropped call spawns after this one runs after it, and finds what it created.
-        let mut slot = tokio::time::timeout(limit, self.steps.clone().lock_owned())
+        let waited = async {
+            let gate = match first {
+                true => None,
+                false => Some(self.gate.clone().lock_owned().await),
+            };
+            (gate, self.steps.clone().lock_owned().await)
+        };
+        let (gate, mut slot) = tokio::time::timeout(limit, waited)
             .await
             .map_err(|_| timeout(&format!("{what} (waiting for the locker's earlier steps)"), limit))?;
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -217,6 +254,7 @@ impl Conn {
             let result = tokio::time::timeout(limit, run)
                 .await
                 .unwrap_or_else(|_| Err(timeout(what, limit)));
+            drop(gate);
             let _ = tx.send(result);
         };
         if !cleanup::spawn(task) {
