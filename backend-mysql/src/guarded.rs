@@ -28,6 +28,7 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
                 .begin()
                 .await
                 .map_err(|err| StepError::unsent("a guarded write", err))?;
+            locksmith_core::metrics::round_trip();
             let held = sqlx::query(sql::GUARDED_CHECK)
                 .bind(id)
                 .bind(token)
@@ -39,6 +40,7 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
             }
             let applied = match &write {
                 GuardedWrite::Put { key, value } => {
+                    locksmith_core::metrics::round_trip();
                     sqlx::query(sql::GUARDED_PUT)
                         .bind(key)
                         .bind(value)
@@ -48,6 +50,7 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
                     true
                 }
                 GuardedWrite::Delete { key } => {
+                    locksmith_core::metrics::round_trip();
                     let gone = sqlx::query(sql::GUARDED_DELETE)
                         .bind(key)
                         .execute(&mut *tx)
@@ -56,6 +59,7 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
                     gone.rows_affected() > 0
                 }
                 GuardedWrite::CompareAndSet { key, expected, value } => {
+                    locksmith_core::metrics::round_trip();
                     let current = sqlx::query(sql::GUARDED_CURRENT)
                         .bind(key)
                         .fetch_optional(&mut *tx)
@@ -65,6 +69,7 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
                         .transpose()
                         .map_err(|err| StepError::from(crate::error::decode("a guarded write", err)))?;
                     if current.as_deref() == expected.as_deref() {
+                        locksmith_core::metrics::round_trip();
                         sqlx::query(sql::GUARDED_PUT)
                             .bind(key)
                             .bind(value)
@@ -97,6 +102,7 @@ pub(crate) async fn read(conn: &Conn, key: &str) -> Result<Option<Vec<u8>>> {
     conn.step("reading a guarded key", false, move |c| {
         let key = key.clone();
         Box::pin(async move {
+            locksmith_core::metrics::round_trip();
             let row = sqlx::query(sql::GUARDED_READ)
                 .bind(key)
                 .fetch_optional(&mut *c)

@@ -18,6 +18,7 @@ pub(crate) async fn read_queue(conn: &Conn, seg: String) -> Result<Vec<Entry>> {
     conn.step("reading a queue", false, move |c| {
         let seg = seg.clone();
         Box::pin(async move {
+            locksmith_core::metrics::round_trip();
             let rows = sqlx::query(sql::QUEUE_LIVE)
                 .bind(seg)
                 .fetch_all(&mut *c)
@@ -56,6 +57,7 @@ pub(crate) async fn list(conn: &Conn, prefix: &str) -> Result<Vec<ListedLock>> {
     let rows = conn
         .step("listing", false, move |c| {
             Box::pin(async move {
+                locksmith_core::metrics::round_trip();
                 let rows = sqlx::query(sql::LIST)
                     .fetch_all(&mut *c)
                     .await
@@ -111,6 +113,7 @@ pub(crate) async fn entry_ids(conn: &Conn, family: Family, name: &LockName) -> R
     conn.step("reading entries", false, move |c| {
         let seg = seg.clone();
         Box::pin(async move {
+            locksmith_core::metrics::round_trip();
             let rows = sqlx::query(sql::ENTRIES)
                 .bind(seg)
                 .fetch_all(&mut *c)
@@ -134,6 +137,7 @@ pub(crate) async fn own_entries(conn: &Conn) -> Result<Vec<(String, u64)>> {
     let owner = conn.owner;
     conn.step("reading the locker's entries", true, move |c| {
         Box::pin(async move {
+            locksmith_core::metrics::round_trip();
             let rows = sqlx::query(sql::OWN_ENTRIES)
                 .bind(owner)
                 .fetch_all(&mut *c)

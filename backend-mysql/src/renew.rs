@@ -29,12 +29,14 @@ pub(crate) async fn renew_many(conn: &Arc<Conn>, leases: &[Lease]) -> Vec<Result
                     q = q.bind(*id);
                 }
                 // Renewing twice is harmless: sent again on a new connection if this one was lost.
+                locksmith_core::metrics::round_trip();
                 q.execute(&mut *c).await.map_err(|e| StepError::unsent("renewing", e))?;
                 let select = sql::with_ids(sql::RENEWED, asked.len());
                 let mut q = sqlx::query(&select);
                 for id in &asked {
                     q = q.bind(*id);
                 }
+                locksmith_core::metrics::round_trip();
                 let rows = q.fetch_all(&mut *c).await.map_err(|e| StepError::sql("renewing", e))?;
                 rows.iter()
                     .map(|r| r.try_get::<u64, _>(0))

@@ -339,6 +339,7 @@ pub(crate) fn kill_waits(c: &mut MySqlConnection, conn_ids: Vec<u64>) -> Pin<Box
         for id in &conn_ids {
             q = q.bind(*id);
         }
+        locksmith_core::metrics::round_trip();
         let waiting: Vec<u64> = match q.fetch_all(&mut *c).await {
             Ok(rows) => rows.iter().filter_map(|r| r.try_get::<u64, _>(0).ok()).collect(),
             Err(e) => {
@@ -348,6 +349,7 @@ pub(crate) fn kill_waits(c: &mut MySqlConnection, conn_ids: Vec<u64>) -> Pin<Box
         };
         for id in waiting {
             let statement = sql::KILL_QUERY.replace("{conn}", &id.to_string());
+            locksmith_core::metrics::round_trip();
             match sqlx::Executor::execute(&mut *c, statement.as_str()).await {
                 Ok(_) => {}
                 Err(e) if no_such_thread(&e) => {}

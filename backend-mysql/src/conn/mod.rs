@@ -257,7 +257,8 @@ impl Conn {
             drop(gate);
             let _ = tx.send(result);
         };
-        if !cleanup::spawn(task) {
+        // The task's statements count as the call's round trips (the `round_trips` of its span).
+        if !cleanup::spawn(locksmith_core::metrics::counting_for_caller(task)) {
             return Err(LockError::Closed);
         }
         rx.await.unwrap_or(Err(LockError::Closed))

@@ -56,11 +56,13 @@ pub(crate) async fn observe(conn: &Arc<Conn>, name: &LockName) -> Result<LeaderW
         let watched = watched.clone();
         Box::pin(async move {
             let e = |err| StepError::sql("watching an election", err);
+            locksmith_core::metrics::round_trip();
             sqlx::query(sql::ENSURE_LOCK)
                 .bind(&watched)
                 .execute(&mut *c)
                 .await
                 .map_err(e)?;
+            locksmith_core::metrics::round_trip();
             sqlx::query(sql::WATCH)
                 .bind(owner)
                 .bind(&watched)

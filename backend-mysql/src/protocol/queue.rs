@@ -131,11 +131,13 @@ async fn open_row(c: &mut MySqlConnection, seg: &str) -> std::result::Result<Ope
 /// Locks the lock's row (made at its first use) and returns its id.
 async fn lock_row(c: &mut MySqlConnection, seg: &str) -> std::result::Result<u64, StepError> {
     let e = |what: &'static str| move |err| StepError::sql(what, err);
+    locksmith_core::metrics::round_trip();
     sqlx::query(sql::LOCK_ROW)
         .bind(seg)
         .execute(&mut *c)
         .await
         .map_err(e("locking the lock's row"))?;
+    locksmith_core::metrics::round_trip();
     let row = sqlx::query(sql::LOCK_ID)
         .bind(seg)
         .fetch_one(&mut *c)
@@ -148,12 +150,14 @@ async fn lock_row(c: &mut MySqlConnection, seg: &str) -> std::result::Result<u64
 /// With the lock's row locked: its expired entries pruned, its queue read.
 async fn read_pruned(c: &mut MySqlConnection, lock_id: u64) -> std::result::Result<Opened, StepError> {
     let e = |what: &'static str| move |err| StepError::sql(what, err);
+    locksmith_core::metrics::round_trip();
     let pruned = sqlx::query(sql::PRUNE)
         .bind(lock_id)
         .execute(&mut *c)
         .await
         .map_err(e("pruning expired entries"))?
         .rows_affected();
+    locksmith_core::metrics::round_trip();
     let rows = sqlx::query(sql::QUEUE)
         .bind(lock_id)
         .fetch_all(&mut *c)
@@ -183,6 +187,7 @@ async fn wake(
         if entry.held || Some(entry.id) == me || !matches!(standing(&roles, i), Ok(Standing::Holds)) {
             continue;
         }
+        locksmith_core::metrics::round_trip();
         sqlx::query(sql::WAKE)
             .bind(entry.owner)
             .bind(entry.id)
@@ -209,6 +214,7 @@ async fn wake(
         }
     }
     if observers {
+        locksmith_core::metrics::round_trip();
         sqlx::query(sql::WAKE_WATCHERS)
             .bind(lock_id)
             .execute(&mut *c)
@@ -234,11 +240,13 @@ async fn wake(
 /// A new token from the lock's row (counter and clock floor).
 async fn next_token(c: &mut MySqlConnection, lock_id: u64) -> std::result::Result<u64, StepError> {
     let e = |err| StepError::sql("taking a fencing token", err);
+    locksmith_core::metrics::round_trip();
     sqlx::query(sql::NEXT_TOKEN)
         .bind(lock_id)
         .execute(&mut *c)
         .await
         .map_err(e)?;
+    locksmith_core::metrics::round_trip();
     let row = sqlx::query(sql::READ_TOKEN)
         .bind(lock_id)
         .fetch_one(&mut *c)
@@ -266,12 +274,14 @@ where
         Box::pin(async move {
             let mut tries = 1;
             loop {
+                locksmith_core::metrics::round_trip(); // BEGIN
                 let mut tx = c
                     .begin()
                     .await
                     .map_err(|err| StepError::unsent("beginning a transaction", err))?;
                 match body(&mut tx).await {
                     Ok((value, conns)) => {
+                        locksmith_core::metrics::round_trip(); // COMMIT
                         tx.commit().await.map_err(|err| StepError::sql("committing", err))?;
                         kill_waits(c, conns).await;
                         return Ok(value);
@@ -319,6 +329,7 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
                     let roles: Vec<Role> = queue.iter().map(|x| x.role).collect();
                     holds_at_tail(&roles, role)?;
                     let (code, permits) = role_columns(role);
+                    locksmith_core::metrics::round_trip();
                     sqlx::query(sql::INSERT)
                         .bind(id)
                         .bind(lock_id)
@@ -350,6 +361,7 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
                 Standing::Holds if queue[me].held => Entered::Granted(queue[me].token),
                 Standing::Holds => {
                     let token = next_token(c, lock_id).await?;
+                    locksmith_core::metrics::round_trip();
                     sqlx::query(sql::GRANT)
                         .bind(token)
                         .bind(id)
@@ -394,6 +406,7 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
             let granted = if holds_at_tail(&roles, role)? {
                 let token = next_token(c, lock_id).await?;
                 let (code, permits) = role_columns(role);
+                locksmith_core::metrics::round_trip();
                 sqlx::query(sql::INSERT)
                     .bind(id)
                     .bind(lock_id)
@@ -452,6 +465,7 @@ async fn leave_as(conn: &Conn, what: &'static str, seg: String, id: u64) -> Resu
                 pruned,
                 mut queue,
             } = open_row(c, &seg).await?;
+            locksmith_core::metrics::round_trip();
             let n = sqlx::query(sql::LEAVE)
                 .bind(id)
                 .execute(&mut *c)
@@ -485,6 +499,7 @@ pub(crate) async fn release(conn: &Conn, seg: String, id: u64, token: u64, name:
                 pruned,
                 mut queue,
             } = open_row(c, &seg).await?;
+            locksmith_core::metrics::round_trip();
             let n = sqlx::query(sql::RELEASE)
                 .bind(id)
                 .bind(token)
@@ -518,6 +533,7 @@ pub(crate) async fn settle(conn: &Conn, seg: String, unless_busy: bool) -> Resul
         let seg = seg.clone();
         Box::pin(async move {
             let lock_id = if unless_busy {
+                locksmith_core::metrics::round_trip();
                 let row = sqlx::query(sql::LOCK_ROW_UNLESS_BUSY)
                     .bind(&seg)
                     .fetch_optional(&mut *c)
