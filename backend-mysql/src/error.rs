@@ -34,6 +34,9 @@ mod number {
     pub const NO_SUCH_THREAD: u16 = 1094;
 }
 
+/// `ER_UNKNOWN_SYSTEM_VARIABLE`: a setting this server does not have.
+pub(crate) const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
+
 /// The server's error number of `err`, if the server answered with an error.
 pub(crate) fn server_number(err: &sqlx::Error) -> Option<u16> {
     match err {

@@ -36,6 +36,8 @@ pub(crate) mod sql {
     ];
     pub const SESSION_SETTINGS: &str = include_str!("sql/session_settings.sql");
     pub const ISOLATION: &str = include_str!("sql/isolation.sql");
+    pub const IDLE_TRANSACTION_TIMEOUT: &str = include_str!("sql/idle_transaction_timeout.sql");
+    pub const WAIT_TIMEOUT: &str = include_str!("sql/wait_timeout.sql");
     pub const LOCK_ROW: &str = include_str!("sql/lock_row.sql");
     pub const LOCK_ROW_UNLESS_BUSY: &str = include_str!("sql/lock_row_unless_busy.sql");
     pub const LOCK_ID: &str = include_str!("sql/lock_id.sql");

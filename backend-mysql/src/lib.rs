@@ -37,6 +37,25 @@
 //!   connection stays open (a stopped process); waiters of that lock re-check at that time, and
 //!   every locker's heartbeat sweeps expired entries.
 //!
+//! - **Half-open connections**: every statement is bounded by the request timeout (the wait
+//!   connection's `SLEEP` by its length and the request timeout); a connection that misses it is
+//!   dropped and opened again. A connection gone silent in the middle of a transaction keeps its
+//!   row locks on the server until the session ends: the sessions set MariaDB's
+//!   `idle_transaction_timeout` (three request timeouts, at least 10 s), or on MySQL, which has no
+//!   such setting, `wait_timeout`.
+//! - **Rights**: the user needs `CREATE`, `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the database
+//!   (the tables are made at the first connect) and nothing global: a user may `KILL QUERY` its
+//!   own connections.
+//!
+//! # Not yet (issue 63, phase 1)
+//!
+//! - `layout=get_lock` (a lock that is the server's named lock, for programs calling `GET_LOCK`).
+//! - `prune`: lock rows of idle locks, and the owner and mailbox rows of lockers that died, stay.
+//! - `SO_LINGER` 0 on the sockets (sqlx opens them; a step sent before a partition may still
+//!   arrive after it heals, where its transaction's lock wait and timeout bound its effect).
+//! - A step is a transaction of several statements, about ten round trips (PostgreSQL: one).
+//! - Table versions and migrations: the tables are made with `CREATE TABLE IF NOT EXISTS`.
+//!
 //! # Modules
 //!
 //! | file | role |

@@ -126,6 +126,26 @@ pub(crate) async fn open(config: &Config) -> Result<MySqlConnection> {
         sqlx::Executor::execute(&mut c, sql::ISOLATION)
             .await
             .map_err(|e| mysql_error("setting up the session", e))?;
+        // A connection that went silent mid-transaction (a flow a firewall dropped) would keep
+        // its row locks on the server until the session ends: MariaDB ends a session idle in a
+        // transaction after `idle_transaction_timeout`; MySQL, which has no such setting, ends
+        // the session after `wait_timeout` idle (the steps' connection is then opened again
+        // at its next use).
+        let idle = (lock_wait * 3).max(10);
+        if let Err(e) = sqlx::query(sql::IDLE_TRANSACTION_TIMEOUT)
+            .bind(idle)
+            .execute(&mut c)
+            .await
+        {
+            if crate::error::server_number(&e) != Some(crate::error::UNKNOWN_SYSTEM_VARIABLE) {
+                return Err(mysql_error("setting up the session", e));
+            }
+            sqlx::query(sql::WAIT_TIMEOUT)
+                .bind(idle.max(30))
+                .execute(&mut c)
+                .await
+                .map_err(|e| mysql_error("setting up the session", e))?;
+        }
         Ok(c)
     };
     tokio::time::timeout(config.connect_timeout, connecting)
