@@ -50,7 +50,9 @@
 //! # Not yet (issue 63, phase 1)
 //!
 //! - `layout=get_lock` (a lock that is the server's named lock, for programs calling `GET_LOCK`).
-//! - `prune`: lock rows of idle locks, and the owner and mailbox rows of lockers that died, stay.
+//! - `prune`: the rows of idle locks stay (one small row per lock name ever used). What a dead
+//!   locker left (its owner row, mailbox rows and watches) is removed an hour after it was last
+//!   seen, by the next locker that connects.
 //! - `SO_LINGER` 0 on the sockets (sqlx opens them; a step sent before a partition may still
 //!   arrive after it heals, where its transaction's lock wait and timeout bound its effect).
 //! - A step is a transaction of several statements, about ten round trips (PostgreSQL: one).

@@ -202,6 +202,20 @@ fn serve<'a>(
         {}
         c.hub.expect_answer(limit);
         drop(c);
+        // What dead lockers left (an hour unseen: their owner row is touched every minute).
+        for statement in sql::FORGET {
+            if bounded(
+                limit,
+                "forgetting dead lockers",
+                sqlx::query(statement).execute(&mut *wait),
+            )
+            .await?
+            .is_none()
+            {
+                break;
+            }
+        }
+        let mut beats: u64 = 0;
         let mut next_beat = Instant::now();
         loop {
             if let Some(c) = conn.upgrade() {
@@ -209,6 +223,13 @@ fn serve<'a>(
             }
             if Instant::now() >= next_beat {
                 next_beat = Instant::now() + beat;
+                beats += 1;
+                if beats.is_multiple_of(TOUCH_EVERY) {
+                    let touch = sqlx::query(sql::TOUCH_OWNER).bind(owner).execute(&mut *wait);
+                    if bounded(limit, "the owner's heartbeat", touch).await?.is_none() {
+                        continue;
+                    }
+                }
                 let beaten = heartbeat(limit, wait, life, owner, conn).await?;
                 if beaten.is_none() {
                     next_beat = Instant::now();
@@ -276,6 +297,10 @@ fn serve<'a>(
         }
     })
 }
+
+/// Every how many beats the locker's owner row is touched (a minute at the default beat): a
+/// locker unseen for an hour is dead, and what it left is removed.
+const TOUCH_EVERY: u64 = 60;
 
 /// How many entries one heartbeat statement extends at most.
 const BEAT_CHUNK: usize = 500;
