@@ -176,6 +176,12 @@ pub use locksmith_redis as redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use locksmith_postgres as postgres;
 
+/// The MySQL and MariaDB backend (feature `mysql`): [`mysql::MysqlBackend`] is the backend
+/// itself (see the crate docs for its URL options, tables and wake-ups).
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use locksmith_mysql as mysql;
+
 /// The `file://` backend (feature `file`): [`file::FileBackend`], the backend itself (see the
 /// crate docs for the lock directory's layout and what it needs of the file system).
 #[cfg(feature = "file")]
@@ -225,6 +231,7 @@ registry! {
     "redis" => locksmith_redis: ["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis-cluster", "rediss-cluster"],
     "file" => locksmith_file: ["file"],
     "postgres" => locksmith_postgres: ["postgres", "postgresql"],
+    "mysql" => locksmith_mysql: ["mysql", "mariadb"],
 }
 
 /// The `file://` URL of the directory that the processes of one user share when given no other:

@@ -131,3 +131,21 @@ fn postgres_setup_sql_refuses_other_schemes() {
         assert!(locksmith::postgres_setup_sql(url, None).is_ok(), "{url}");
     }
 }
+
+/// `mysql://` and `mariadb://` both reach the MySQL backend (the test server of
+/// `LOCKSMITH_TEST_MYSQL`, a MariaDB), which holds a lock and gives it back.
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn mysql_and_mariadb_urls_reach_the_mysql_backend() {
+    let url = std::env::var("LOCKSMITH_TEST_MYSQL")
+        .expect("LOCKSMITH_TEST_MYSQL is not set: run `eval \"$(scripts/backends up single)\"` first");
+    let mariadb = url.replacen("mysql://", "mariadb://", 1);
+    for url in [url, mariadb] {
+        let locker = connect(&url).await.unwrap();
+        assert_eq!(locker.backend().kind(), "mysql");
+        let guard = locker.lock("facade/mysql").acquire().await.unwrap();
+        assert!(guard.fencing_token() > 0);
+        guard.release().await.unwrap();
+        locker.shutdown().await.unwrap();
+    }
+}

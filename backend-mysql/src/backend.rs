@@ -1,0 +1,157 @@
+//! `impl LockBackend` for MySQL and MariaDB: each method calls its step.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use locksmith_core::driver::{async_trait, BackendUrl, GuardedWrite, Lease, LockBackend, LockName, LockRequest};
+use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockInfo, Result};
+
+use locksmith_core::driver::armed::Armed;
+
+use crate::cleanup::Releasing;
+use crate::config::Config;
+use crate::conn::Conn;
+use crate::layout::segment;
+use crate::protocol::queue::{entry_id, leave_at_close, release, settle};
+use crate::protocol::{election, wait};
+use crate::wake::Hub;
+use crate::{guarded, listing, renew};
+
+/// A locker's backend on a MySQL or MariaDB server: two connections (steps, and the wait
+/// connection), whatever its number of locks and waiters.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> locksmith_core::Result<()> {
+/// use locksmith_core::driver::BackendUrl;
+/// let url = BackendUrl::parse("mysql://app:secret@db:3306/locks")?;
+/// let backend = locksmith_mysql::MysqlBackend::connect(&url).await?;
+/// let locker = locksmith_core::Locker::new(backend);
+/// locker.lock("job").acquire().await?.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MysqlBackend {
+    conn: Arc<Conn>,
+}
+
+impl MysqlBackend {
+    /// Connects to the server of `url` and makes the tables where they are missing.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidUrl` for a bad URL; `Denied` for a wrong password, a missing database or right,
+    /// or TLS that cannot be established; `Unavailable` when the server cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped, nothing is left but a connection that closes.
+    pub async fn connect(url: &BackendUrl) -> Result<MysqlBackend> {
+        let config = Config::parse(url)?;
+        let conn = Arc::new(Conn::connect(config).await?);
+        Hub::start(&conn);
+        Ok(MysqlBackend { conn })
+    }
+
+    #[doc(hidden)] // a test hook: removes a lock's holders as another client would
+    pub async fn delete_holders(&self, family: Family, name: &LockName) -> Result<u64> {
+        // Another client's delete: InnoDB may pick it as a deadlock's victim; it goes again.
+        let mut tries = 0;
+        let n = loop {
+            match listing::delete_holders(&self.conn, family, name).await {
+                Err(e) if tries < 5 && crate::error::is_deadlock(&e) => tries += 1,
+                other => break other?,
+            }
+        };
+        settle(&self.conn, segment(family, name)?, false).await?;
+        Ok(n)
+    }
+
+    #[doc(hidden)] // a test hook: every entry of a lock, live or not
+    pub async fn entries(&self, family: Family, name: &LockName) -> Result<Vec<String>> {
+        listing::entry_ids(&self.conn, family, name).await
+    }
+}
+
+#[async_trait]
+impl LockBackend for MysqlBackend {
+    fn kind(&self) -> &'static str {
+        "mysql"
+    }
+
+    async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
+        wait::try_acquire(&self.conn, req).await
+    }
+
+    async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
+        wait::acquire(&self.conn, req, deadline).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let seg = segment(lease.kind.family(), &lease.name)?;
+        let id = entry_id(&lease.holder_id)?;
+        let name = lease.name.as_str().to_owned();
+        let mut releasing = Armed::new(Releasing {
+            conn: self.conn.clone(),
+            seg: seg.clone(),
+            id,
+            token: lease.fencing_token,
+            name: name.clone(),
+        });
+        let released = release(&self.conn, seg, id, lease.fencing_token, name).await;
+        releasing.disarm();
+        released
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
+        renew::renew_many(&self.conn, leases).await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        listing::inspect(&self.conn, name).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListedLock>> {
+        listing::list(&self.conn, prefix).await
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        election::leader(&self.conn, name).await
+    }
+
+    async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
+        election::observe(&self.conn, name).await
+    }
+
+    async fn write_guarded(&self, lease: &Lease, write: &GuardedWrite) -> Result<bool> {
+        guarded::write(&self.conn, lease, write).await
+    }
+
+    async fn read_key(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        guarded::read(&self.conn, key).await
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        self.conn.refuse_new_steps();
+        // What is still queued (a release that got no answer) leaves with its waiters woken.
+        if let Ok(own) = listing::own_entries(&self.conn).await {
+            for (seg, id) in own {
+                if let Err(e) = leave_at_close(&self.conn, seg, id).await {
+                    tracing::debug!(error = %e, "mysql: an entry left at shutdown expires instead");
+                }
+            }
+        }
+        self.conn.close().await
+    }
+
+    fn default_ttl(&self) -> Option<Duration> {
+        self.conn.config.ttl
+    }
+
+    fn request_timeout(&self) -> Duration {
+        self.conn.config.request_timeout
+    }
+}

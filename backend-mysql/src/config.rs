@@ -1,0 +1,191 @@
+//! The `mysql://` (or `mariadb://`) URL, parsed once with `locksmith_core::driver::url`: the
+//! server, the user and password, the database (the URL's path), and the options this backend
+//! knows ([`OPTIONS`]).
+
+use std::fmt;
+use std::time::Duration;
+
+use locksmith_core::driver::{BackendUrl, DEFAULT_REQUEST_TIMEOUT};
+use locksmith_core::{LockError, Result};
+
+/// The URL options of `mysql://` and `mariadb://`.
+pub const OPTIONS: &[&str] = &[
+    "ttl",
+    "request_timeout",
+    "connect_timeout",
+    "heartbeat",
+    "password_file",
+    "ssl_mode",
+    "ca",
+    "cert",
+    "key",
+];
+
+const DEFAULT_PORT: u16 = 3306;
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a locker renews its waiters' entries and sweeps expired entries.
+const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// Whether (and how) the connection is encrypted: `ssl_mode=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SslMode {
+    /// No TLS (the default).
+    Disabled,
+    /// TLS, the server's certificate checked against `ca=` or the system's roots.
+    VerifyCa,
+    /// TLS, the certificate checked and its name matched with the host.
+    VerifyIdentity,
+}
+
+/// A parsed URL.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<String>,
+    pub database: String,
+    pub ttl: Option<Duration>,
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub heartbeat: Duration,
+    pub ssl_mode: SslMode,
+    pub ca: Option<String>,
+    /// The client certificate and its key (`cert=`, `key=`), for servers that ask for one.
+    pub client: Option<(String, String)>,
+    pub url: String,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("database", &self.database)
+            .field("ssl_mode", &self.ssl_mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// Parses `url`.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidUrl`] for a URL without one host, user or database, an unknown
+    /// option or a bad value.
+    pub fn parse(url: &BackendUrl) -> Result<Config> {
+        if !matches!(url.scheme.as_str(), "mysql" | "mariadb") {
+            return Err(url.error(format!("not a mysql:// URL (scheme {:?})", url.scheme)));
+        }
+        url.expect_only_options(OPTIONS)?;
+        let hosts = url.expect_hosts()?;
+        if hosts.len() != 1 {
+            return Err(url.error("mysql:// takes one host (a server, or a proxy in front of several)"));
+        }
+        let user = url
+            .user()
+            .ok_or_else(|| url.error("mysql:// needs a user: mysql://user:password@host/database"))?
+            .to_owned();
+        let database = url.path.trim_matches('/').to_owned();
+        if database.is_empty() {
+            return Err(url.error("mysql:// needs a database: mysql://user:password@host/database"));
+        }
+        if database.len() > 64 || database.contains(['/', '\\', '.', '\0', '`']) {
+            return Err(url.error(format!(
+                "{database:?} is no database name MySQL accepts (at most 64 characters, no / \\ . ` or NUL)"
+            )));
+        }
+        let ssl_mode = match url.query.get("ssl_mode").map(String::as_str) {
+            None | Some("disabled") => SslMode::Disabled,
+            Some("verify_ca") | Some("required") => SslMode::VerifyCa,
+            Some("verify_identity") => SslMode::VerifyIdentity,
+            Some(other) => {
+                return Err(url.error(format!(
+                    "ssl_mode={other:?}: expected disabled, required, verify_ca or verify_identity"
+                )))
+            }
+        };
+        if ssl_mode != SslMode::Disabled && !cfg!(feature = "tls") {
+            return Err(LockError::InvalidOption(
+                "ssl_mode= needs locksmith's `tls` feature (locksmith-mysql/tls)".into(),
+            ));
+        }
+        let client = match (url.query.get("cert"), url.query.get("key")) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            _ => return Err(url.error("cert= and key= go together")),
+        };
+        if ssl_mode == SslMode::Disabled && (client.is_some() || url.query.contains_key("ca")) {
+            return Err(url.error("ca=, cert= and key= need ssl_mode=verify_ca or verify_identity"));
+        }
+        for (option, path) in url
+            .query
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "ca" | "cert" | "key"))
+        {
+            if let Err(e) = std::fs::metadata(path) {
+                return Err(url.error(format!("{option}={path:?} cannot be read: {e}")));
+            }
+        }
+        let heartbeat = url.positive_duration_option("heartbeat", DEFAULT_HEARTBEAT)?;
+        if heartbeat < Duration::from_millis(100) || heartbeat > Duration::from_secs(60) {
+            return Err(url.error(format!("heartbeat={heartbeat:?}: expected 100ms to 60s")));
+        }
+        Ok(Config {
+            host: hosts[0].host.clone(),
+            port: hosts[0].port.unwrap_or(DEFAULT_PORT),
+            user,
+            password: url.password()?,
+            database,
+            ttl: url.lock_ttl_option()?,
+            request_timeout: url.positive_duration_option("request_timeout", DEFAULT_REQUEST_TIMEOUT)?,
+            connect_timeout: url.positive_duration_option("connect_timeout", DEFAULT_CONNECT_TIMEOUT)?,
+            heartbeat,
+            ssl_mode,
+            ca: url.query.get("ca").cloned(),
+            client,
+            url: url.redacted(),
+        })
+    }
+
+    /// How long a waiter's entry lives without its locker's heartbeat: five beats.
+    pub fn waiter_life(&self) -> Duration {
+        self.heartbeat * 5
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str) -> Result<Config> {
+        Config::parse(&BackendUrl::parse(url)?)
+    }
+
+    #[test]
+    fn reads_the_server_user_and_database() {
+        let c = parse("mysql://app:pw@db:3307/locks?ttl=5s").unwrap();
+        assert_eq!((c.host.as_str(), c.port, c.user.as_str()), ("db", 3307, "app"));
+        assert_eq!((c.password.as_deref(), c.database.as_str()), (Some("pw"), "locks"));
+        assert_eq!(c.ttl, Some(Duration::from_secs(5)));
+        assert_eq!(parse("mariadb://app@db/locks").unwrap().port, 3306);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_use() {
+        for bad in [
+            "mysql://app@db",
+            "mysql://db/locks",
+            "mysql://app@a,b/locks",
+            "mysql://app@db/locks?nope=1",
+            "mysql://app@db/a.b",
+            "mysql://app@db/locks?heartbeat=1ms",
+            "mysql://app@db/locks?ssl_mode=maybe",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! A locker's connections, whatever its number of locks and waiters: the steps' connection
+//! (every transaction of every lock, the renewals, one at a time) and the wait connection of
+//! `wake.rs` (heartbeat, sweep, and the `SLEEP` its wakers interrupt). Two connections per
+//! locker, never one per waiter.
+//!
+//! A step runs in a task of its own (spawned with `locksmith_core::driver::cleanup::spawn`, so
+//! `Locker::shutdown` waits for it) that owns the connection while it runs: a caller dropped
+//! half-way never leaves a transaction half-sent, and the next step finds the connection idle.
+//! A step that fails on the connection itself, or outlasts the request timeout, drops it (the
+//! server rolls back what it had begun); the next step opens a new one.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
+use sqlx::{ConnectOptions, Connection, MySqlConnection};
+use tokio::sync::Mutex;
+
+use locksmith_core::driver::cleanup;
+use locksmith_core::{LockError, Result};
+
+use crate::config::{Config, SslMode};
+use crate::error::{connection_lost, mysql_error, timeout};
+use crate::layout::sql;
+use crate::wake::Hub;
+
+/// What a step got wrong: its error, and whether the connection is still fit for use.
+pub(crate) struct StepError {
+    pub error: LockError,
+    pub keep: bool,
+    /// Nothing of the step took effect on the server (a `BEGIN` or a read that met a closed
+    /// connection): it may be run again from its start on a new connection.
+    pub unsent: bool,
+}
+
+impl StepError {
+    /// A statement's error: the connection stays unless the error came from the connection.
+    pub fn sql(what: &str, err: sqlx::Error) -> StepError {
+        StepError {
+            keep: !connection_lost(&err),
+            error: mysql_error(what, err),
+            unsent: false,
+        }
+    }
+
+    /// The error of a statement that changed nothing on the server (a `BEGIN`, a read, a renewal):
+    /// when it met a closed connection, the step is run again on a new one.
+    pub fn unsent(what: &str, err: sqlx::Error) -> StepError {
+        StepError {
+            unsent: connection_lost(&err),
+            ..StepError::sql(what, err)
+        }
+    }
+}
+
+impl From<LockError> for StepError {
+    fn from(error: LockError) -> StepError {
+        StepError {
+            error,
+            keep: true,
+            unsent: false,
+        }
+    }
+}
+
+/// The future of one step's body.
+pub(crate) type Body<'c, T> = Pin<Box<dyn Future<Output = std::result::Result<T, StepError>> + Send + 'c>>;
+
+/// A locker's connections and identity.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub config: Config,
+    /// This locker's id: the `owner` of its entries, its row in `locksmith_owners`.
+    pub owner: u64,
+    steps: Arc<Mutex<Option<MySqlConnection>>>,
+    /// Taken before the connection by every step but the renewals: a renewal waits for the one
+    /// step running, never for a backlog of steps (1,000 waiters joining at once).
+    gate: Arc<Mutex<()>>,
+    /// Where the wait connection's wake-ups are delivered.
+    pub hub: Hub,
+    closed: AtomicBool,
+}
+
+/// Opens a connection of `config` within its connect timeout, with the session settings every
+/// statement expects.
+///
+/// # Errors
+///
+/// `Denied` for a wrong password, a missing database or TLS that cannot be established;
+/// `Unavailable` when the server does not answer in time.
+pub(crate) async fn open(config: &Config) -> Result<MySqlConnection> {
+    let mut options = MySqlConnectOptions::new()
+        .host(&config.host)
+        .port(config.port)
+        .username(&config.user)
+        .database(&config.database)
+        .ssl_mode(match config.ssl_mode {
+            SslMode::Disabled => MySqlSslMode::Disabled,
+            SslMode::VerifyCa => MySqlSslMode::VerifyCa,
+            SslMode::VerifyIdentity => MySqlSslMode::VerifyIdentity,
+        })
+        .disable_statement_logging();
+    if let Some(password) = &config.password {
+        options = options.password(password);
+    }
+    if let Some(ca) = &config.ca {
+        options = options.ssl_ca(ca);
+    }
+    if let Some((cert, key)) = &config.client {
+        options = options.ssl_client_cert(cert).ssl_client_key(key);
+    }
+    #[cfg(feature = "tls")]
+    locksmith_core::driver::tls::install_provider();
+    let connecting = async {
+        let mut c = MySqlConnection::connect_with(&options)
+            .await
+            .map_err(|e| mysql_error(&format!("connecting to {}", config.url), e))?;
+        let lock_wait = config.request_timeout.as_secs().max(1);
+        sqlx::query(sql::SESSION_SETTINGS)
+            .bind(lock_wait)
+            .execute(&mut c)
+            .await
+            .map_err(|e| mysql_error("setting up the session", e))?;
+        sqlx::Executor::execute(&mut c, sql::ISOLATION)
+            .await
+            .map_err(|e| mysql_error("setting up the session", e))?;
+        // A connection that went silent mid-transaction (a flow a firewall dropped) would keep
+        // its row locks on the server until the session ends: MariaDB ends a session idle in a
+        // transaction after `idle_transaction_timeout`; MySQL, which has no such setting, ends
+        // the session after `wait_timeout` idle (the steps' connection is then opened again
+        // at its next use).
+        let idle = (lock_wait * 3).max(10);
+        if let Err(e) = sqlx::query(sql::IDLE_TRANSACTION_TIMEOUT)
+            .bind(idle)
+            .execute(&mut c)
+            .await
+        {
+            if crate::error::server_number(&e) != Some(crate::error::UNKNOWN_SYSTEM_VARIABLE) {
+                return Err(mysql_error("setting up the session", e));
+            }
+            sqlx::query(sql::WAIT_TIMEOUT)
+                .bind(idle.max(30))
+                .execute(&mut c)
+                .await
+                .map_err(|e| mysql_error("setting up the session", e))?;
+        }
+        Ok(c)
+    };
+    tokio::time::timeout(config.connect_timeout, connecting)
+        .await
+        .map_err(|_| timeout(&format!("connecting to {}", config.url), config.connect_timeout))?
+}
+
+impl Conn {
+    /// Connects the steps' connection and makes the tables where they are missing.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`]; `Denied` when the user may not create the tables.
+    pub async fn connect(config: Config) -> Result<Conn> {
+        let mut c = open(&config).await?;
+        for table in sql::TABLES {
+            tokio::time::timeout(config.request_timeout, sqlx::Executor::execute(&mut c, table))
+                .await
+                .map_err(|_| timeout("creating the tables", config.request_timeout))?
+                .map_err(|e| mysql_error("creating the tables", e))?;
+        }
+        Ok(Conn {
+            config,
+            owner: rand::random::<u64>() >> 1,
+            steps: Arc::new(Mutex::new(Some(c))),
+            gate: Arc::new(Mutex::new(())),
+            hub: Hub::default(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether [`Conn::close`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Runs `body` on the steps' connection, in a task of its own (see the module docs), within
+    /// the request timeout. `what` names it in errors.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Closed`] after [`Conn::close`] unless `after_close`; the body's error;
+    /// `Unavailable` when the connection cannot be opened or the step outlasts the request timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped, the step still runs to its end in its task (its result is dropped).
+    pub async fn step<T, F>(&self, what: &'static str, after_close: bool, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
+    {
+        self.run_step(what, after_close, false, body).await
+    }
+
+    /// [`Conn::step`] first in line: it waits for the step running, not for those queued
+    /// (the renewals, whose lateness would lose leases).
+    ///
+    /// # Errors
+    ///
+    /// As [`Conn::step`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Conn::step`].
+    pub async fn step_first<T, F>(&self, what: &'static str, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
+    {
+        self.run_step(what, false, true, body).await
+    }
+
+    async fn run_step<T, F>(&self, what: &'static str, after_close: bool, first: bool, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
+    {
+        if self.is_closed() && !after_close {
+            return Err(LockError::Closed);
+        }
+        let config = self.config.clone();
+        let limit = config.request_timeout;
+        // The connection is taken here, in the caller, in the order of the calls (tokio's mutex
+        // is fair), and handed to the task with no await between: a clean-up step that a
+        // dropped call spawns after this one runs after it, and finds what it created.
+        let waited = async {
+            let gate = match first {
+                true => None,
+                false => Some(self.gate.clone().lock_owned().await),
+            };
+            (gate, self.steps.clone().lock_owned().await)
+        };
+        let (gate, mut slot) = tokio::time::timeout(limit, waited)
+            .await
+            .map_err(|_| timeout(&format!("{what} (waiting for the locker's earlier steps)"), limit))?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = async move {
+            let run = async {
+                let (mut c, mut reused) = match slot.take() {
+                    Some(c) => (c, true),
+                    None => (open(&config).await?, false),
+                };
+                loop {
+                    match body(&mut c).await {
+                        Ok(v) => {
+                            *slot = Some(c);
+                            return Ok(v);
+                        }
+                        Err(StepError { error, keep: true, .. }) => {
+                            *slot = Some(c);
+                            return Err(error);
+                        }
+                        // The server closed the connection while it sat idle (a restart, a
+                        // `KILL`, `wait_timeout`): the step, which changed nothing, goes again on
+                        // a new connection, once.
+                        Err(StepError { unsent: true, .. }) if reused => {
+                            tracing::debug!(step = what, "mysql: the steps' connection was closed; opening it again");
+                            c = open(&config).await?;
+                            reused = false;
+                        }
+                        Err(StepError { error, .. }) => return Err(error),
+                    }
+                }
+            };
+            let result = tokio::time::timeout(limit, run)
+                .await
+                .unwrap_or_else(|_| Err(timeout(what, limit)));
+            drop(gate);
+            let _ = tx.send(result);
+        };
+        // The task's statements count as the call's round trips (the `round_trips` of its span).
+        if !cleanup::spawn(locksmith_core::metrics::counting_for_caller(task)) {
+            return Err(LockError::Closed);
+        }
+        rx.await.unwrap_or(Err(LockError::Closed))
+    }
+
+    /// Refuses new steps (but those of the shutdown itself).
+    pub fn refuse_new_steps(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Ends the locker: no new grants, its rows deleted, its connection closed.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` when the server did not answer (the rows then expire).
+    pub async fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::Release);
+        self.hub.stop();
+        let owner = self.owner;
+        let result = self
+            .step("closing the locker", true, move |c| {
+                Box::pin(async move {
+                    for statement in sql::CLOSE {
+                        sqlx::query(statement)
+                            .bind(owner)
+                            .execute(&mut *c)
+                            .await
+                            .map_err(|e| StepError::sql("closing the locker", e))?;
+                    }
+                    Ok(())
+                })
+            })
+            .await;
+        if let Some(c) = self.steps.lock().await.take() {
+            let _ = tokio::time::timeout(self.config.request_timeout, c.close()).await;
+        }
+        result
+    }
+}

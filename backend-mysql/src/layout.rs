@@ -1,0 +1,97 @@
+//! Where a lock lives: its segment (`Family::segment` of its encoded name) is the key of its row
+//! in `locksmith_locks`, whose `lock_id` its entries carry; and the statements, read from the
+//! `.sql` files of `src/sql/` with `include_str!`.
+
+use locksmith_core::driver::LockName;
+use locksmith_core::{Family, LockError, Result};
+
+/// The longest segment a lock row keeps (the column, and InnoDB's longest key).
+const MAX_SEGMENT: usize = 3072;
+
+/// The segment of `name` in `family`, refused when longer than the lock table's key.
+///
+/// # Errors
+///
+/// [`LockError::InvalidName`] when the encoded name is longer than 3,072 bytes.
+pub(crate) fn segment(family: Family, name: &LockName) -> Result<String> {
+    let seg = family.segment(name);
+    if seg.len() > MAX_SEGMENT {
+        return Err(LockError::InvalidName(format!(
+            "the name's encoded form is {} bytes long; MySQL keeps at most {MAX_SEGMENT}",
+            seg.len()
+        )));
+    }
+    Ok(seg)
+}
+
+/// The statements, one `.sql` file each.
+pub(crate) mod sql {
+    pub const TABLES: [&str; 6] = [
+        include_str!("sql/table_locks.sql"),
+        include_str!("sql/table_entries.sql"),
+        include_str!("sql/table_owners.sql"),
+        include_str!("sql/table_wakes.sql"),
+        include_str!("sql/table_watches.sql"),
+        include_str!("sql/table_data.sql"),
+    ];
+    pub const SESSION_SETTINGS: &str = include_str!("sql/session_settings.sql");
+    pub const ISOLATION: &str = include_str!("sql/isolation.sql");
+    pub const IDLE_TRANSACTION_TIMEOUT: &str = include_str!("sql/idle_transaction_timeout.sql");
+    pub const WAIT_TIMEOUT: &str = include_str!("sql/wait_timeout.sql");
+    pub const LOCK_ROW: &str = include_str!("sql/lock_row.sql");
+    pub const LOCK_ROW_UNLESS_BUSY: &str = include_str!("sql/lock_row_unless_busy.sql");
+    pub const LOCK_ID: &str = include_str!("sql/lock_id.sql");
+    pub const PRUNE: &str = include_str!("sql/prune.sql");
+    pub const QUEUE: &str = include_str!("sql/queue.sql");
+    pub const QUEUE_LIVE: &str = include_str!("sql/queue_live.sql");
+    pub const INSERT: &str = include_str!("sql/insert.sql");
+    pub const NEXT_TOKEN: &str = include_str!("sql/next_token.sql");
+    pub const READ_TOKEN: &str = include_str!("sql/read_token.sql");
+    pub const GRANT: &str = include_str!("sql/grant.sql");
+    pub const LEAVE: &str = include_str!("sql/leave.sql");
+    pub const RELEASE: &str = include_str!("sql/release.sql");
+    pub const WAKE: &str = include_str!("sql/wake.sql");
+    pub const WAKE_WATCHERS: &str = include_str!("sql/wake_watchers.sql");
+    pub const OWNER_CONN: &str = include_str!("sql/owner_conn.sql");
+    pub const WATCHER_CONNS: &str = include_str!("sql/watcher_conns.sql");
+    pub const KILL_QUERY: &str = include_str!("sql/kill_query.sql");
+    pub const WAITING_CONNS: &str = include_str!("sql/waiting_conns.sql");
+    pub const REGISTER: &str = include_str!("sql/register.sql");
+    pub const TOUCH_OWNER: &str = include_str!("sql/touch_owner.sql");
+    /// What lockers unseen for an hour left (their mailbox rows, watches, owner rows), removed
+    /// by each locker when its wait connection registers.
+    pub const FORGET: [&str; 3] = [
+        include_str!("sql/forget_wakes.sql"),
+        include_str!("sql/forget_watches.sql"),
+        include_str!("sql/forget_owners.sql"),
+    ];
+    pub const BEAT: &str = include_str!("sql/beat.sql");
+    pub const EXPIRED: &str = include_str!("sql/expired.sql");
+    pub const WAKES_READ: &str = include_str!("sql/wakes_read.sql");
+    pub const WAKES_DELETE: &str = include_str!("sql/wakes_delete.sql");
+    pub const WAIT: &str = include_str!("sql/wait.sql");
+    pub const RENEW: &str = include_str!("sql/renew.sql");
+    pub const RENEWED: &str = include_str!("sql/renewed.sql");
+    pub const WATCH: &str = include_str!("sql/watch.sql");
+    pub const ENSURE_LOCK: &str = include_str!("sql/ensure_lock.sql");
+    pub const LIST: &str = include_str!("sql/list.sql");
+    pub const CLOSE: [&str; 4] = [
+        include_str!("sql/close_entries.sql"),
+        include_str!("sql/close_watches.sql"),
+        include_str!("sql/close_wakes.sql"),
+        include_str!("sql/close_owner.sql"),
+    ];
+    pub const DELETE_HOLDERS: &str = include_str!("sql/delete_holders.sql");
+    pub const OWN_ENTRIES: &str = include_str!("sql/own_entries.sql");
+    pub const ENTRIES: &str = include_str!("sql/entries.sql");
+    pub const GUARDED_CHECK: &str = include_str!("sql/guarded_check.sql");
+    pub const GUARDED_CURRENT: &str = include_str!("sql/guarded_current.sql");
+    pub const GUARDED_PUT: &str = include_str!("sql/guarded_put.sql");
+    pub const GUARDED_DELETE: &str = include_str!("sql/guarded_delete.sql");
+    pub const GUARDED_READ: &str = include_str!("sql/guarded_read.sql");
+
+    /// `sql` with its `{ids}` filled with `n` placeholders (`?, ?, …`).
+    pub fn with_ids(sql: &str, n: usize) -> String {
+        sql.replace("{ids}", &vec!["?"; n.max(1)].join(", "))
+    }
+}

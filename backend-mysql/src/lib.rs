@@ -1,0 +1,146 @@
+//! locksmith's backend on **MySQL** and **MariaDB** (`mysql://` and `mariadb://` URLs): every
+//! kind of lock (mutex, semaphore, read-write lock, election with observers) as a queue of rows
+//! in InnoDB tables, leases on the server's clock, fencing tokens kept in a table, guarded writes,
+//! and wake-ups sent by the server.
+//!
+//! ```text
+//! mysql://user:password@host:3306/database?ttl=15s&request_timeout=5s&heartbeat=1s
+//! ```
+//!
+//! Options: `ttl` (a lock's default TTL), `request_timeout`, `connect_timeout`, `heartbeat` (how
+//! often a locker renews its waiting entries and sweeps expired ones; 1 s), `password_file`,
+//! `ssl_mode` (`disabled`, `required`/`verify_ca`, `verify_identity`; feature `tls`: rustls on
+//! aws-lc-rs), `ca` (the roots; else the bundled Mozilla roots of sqlx), `cert` and `key` (a client
+//! certificate).
+//!
+//! # Design
+//!
+//! - **Tables** (made at first connect in the URL's database): `locksmith_locks` (a row per lock:
+//!   its segment, its `lock_id`, its token counter), `locksmith_entries` (the queue: one row per
+//!   holder or waiter, ordered by an auto-increment `seq`, with its role, lease TTL, `held`,
+//!   token and `expires_at` on the server's clock), `locksmith_owners` (each locker's wait
+//!   connection id), `locksmith_wakes` (the lockers' mailboxes), `locksmith_watches` (who
+//!   observes an election), `locksmith_data` (guarded writes). Every statement is a file of
+//!   `src/sql/`.
+//! - **Queue rule**: as on PostgreSQL, `locksmith_core::driver::queue::standing` over the live
+//!   entries in arrival order. Each step is one transaction under the lock's row (`FOR UPDATE`):
+//!   prune what expired, read, step, wake, commit.
+//! - **Fencing tokens**: `GREATEST(counter + 1, server clock in µs)` from the lock's row, so they
+//!   grow across restarts (InnoDB keeps the row) and across a failover to a replica that missed
+//!   commits (the clock floor).
+//! - **Wake-ups**: see `wake.rs`: a locker's one wait connection runs a `SLEEP` guarded by a
+//!   mailbox read; the step that makes a waiter's turn come writes its mailbox row and sends
+//!   `KILL QUERY` to that connection. Two connections per locker, whatever its number of waiters.
+//!   Lockers of different users need `CONNECTION ADMIN` (or `SUPER`) to wake each other; without
+//!   it a waiter finds its wake-up at its next heartbeat.
+//! - **Expiry**: a lease ends at `expires_at` by the server's clock even while its holder's
+//!   connection stays open (a stopped process); waiters of that lock re-check at that time, and
+//!   every locker's heartbeat sweeps expired entries.
+//!
+//! - **Half-open connections**: every statement is bounded by the request timeout (the wait
+//!   connection's `SLEEP` by its length and the request timeout); a connection that misses it is
+//!   dropped and opened again. A connection gone silent in the middle of a transaction keeps its
+//!   row locks on the server until the session ends: the sessions set MariaDB's
+//!   `idle_transaction_timeout` (three request timeouts, at least 10 s), or on MySQL, which has no
+//!   such setting, `wait_timeout`.
+//! - **Rights**: the user needs `CREATE`, `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the database
+//!   (the tables are made at the first connect) and nothing global: a user may `KILL QUERY` its
+//!   own connections.
+//!
+//! # Not yet (issue 63, phase 1)
+//!
+//! - `layout=get_lock` (a lock that is the server's named lock, for programs calling `GET_LOCK`).
+//! - `prune`: the rows of idle locks stay (one small row per lock name ever used). What a dead
+//!   locker left (its owner row, mailbox rows and watches) is removed an hour after it was last
+//!   seen, by the next locker that connects.
+//! - `SO_LINGER` 0 on the sockets (sqlx opens them; a step sent before a partition may still
+//!   arrive after it heals, where its transaction's lock wait and timeout bound its effect).
+//! - A step is a transaction of several statements, about ten round trips (PostgreSQL: one).
+//! - Table versions and migrations: the tables are made with `CREATE TABLE IF NOT EXISTS`.
+//!
+//! # Modules
+//!
+//! | file | role |
+//! |---|---|
+//! | `config.rs` | the URL |
+//! | `error.rs` | sqlx's errors → `LockError` |
+//! | `layout.rs` | segments, the statements of `sql/` |
+//! | `backend.rs` | `impl LockBackend` |
+//! | `conn/` | the steps' connection, steps run in tasks of their own |
+//! | `protocol/` | `queue.rs` the steps, `wait.rs` the wait loop, `election.rs` |
+//! | `wake.rs` | the wait connection: heartbeat, sweep, mailbox, `SLEEP` and `KILL QUERY` |
+//! | `renew.rs` | `renew_many`: two statements for every lease due |
+//! | `cleanup.rs` | the clean-up guard of an entry nobody holds yet |
+//! | `listing.rs` | `list` and `inspect` |
+//! | `guarded.rs` | guarded writes |
+//!
+//! No `dial.rs` (sqlx opens its sockets itself, so `SO_LINGER` 0 is not set: a phase-1 gap) and no
+//! `tls.rs` (sqlx does its TLS handshakes itself, on rustls with aws-lc-rs).
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn run() -> locksmith_core::Result<()> {
+//! let url = locksmith_core::driver::BackendUrl::parse("mysql://app:secret@db/locks")?;
+//! let locker = locksmith_mysql::connect(&url).await?;
+//! let guard = locker.lock("orders/42").acquire().await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod backend;
+mod cleanup;
+mod config;
+mod conn;
+mod error;
+mod guarded;
+mod layout;
+mod listing;
+mod protocol;
+mod renew;
+mod wake;
+
+pub use backend::MysqlBackend;
+pub use config::OPTIONS;
+
+use locksmith_core::driver::{BackendUrl, Connecting, Descriptor, TtlScope};
+use locksmith_core::{Locker, Result};
+
+/// This backend in the registry of `locksmith::connect`.
+pub static DESCRIPTOR: Descriptor = Descriptor {
+    name: "mysql",
+    schemes: &["mysql", "mariadb"],
+    feature: Some("mysql"),
+    options: OPTIONS,
+    ttl: TtlScope::PerLock,
+    connect: connect_boxed,
+};
+
+fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
+    Box::pin(connect(url))
+}
+
+/// Connects to the server of `url` (see the [crate docs](crate)) and returns a [`Locker`] over
+/// it.
+///
+/// # Errors
+///
+/// [`locksmith_core::LockError::InvalidUrl`] for a bad URL, [`locksmith_core::LockError::Denied`]
+/// for a wrong password, a missing database or TLS that cannot be established,
+/// [`locksmith_core::LockError::Unavailable`] when the server cannot be reached.
+///
+/// # Cancel safety
+///
+/// Dropped, nothing is left on the server.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> locksmith_core::Result<()> {
+/// let url = locksmith_core::driver::BackendUrl::parse("mariadb://app:secret@db/locks?ttl=10s")?;
+/// let locker = locksmith_mysql::connect(&url).await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect(url: &BackendUrl) -> Result<Locker> {
+    Ok(Locker::new(MysqlBackend::connect(url).await?))
+}

@@ -1,0 +1,1 @@
+DELETE FROM locksmith_watches WHERE owner = ?

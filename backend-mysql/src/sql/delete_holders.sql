@@ -1,0 +1,1 @@
+DELETE e FROM locksmith_entries e JOIN locksmith_locks l ON l.lock_id = e.lock_id WHERE l.segment = ? AND e.held = 1

@@ -1,0 +1,1 @@
+INSERT IGNORE INTO locksmith_locks (segment) VALUES (?)

@@ -1,0 +1,1 @@
+SELECT v FROM locksmith_data WHERE k = ? FOR UPDATE

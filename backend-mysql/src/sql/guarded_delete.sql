@@ -1,0 +1,1 @@
+DELETE FROM locksmith_data WHERE k = ?

@@ -1,0 +1,1 @@
+INSERT INTO locksmith_data (k, v) VALUES (?, ?) ON DUPLICATE KEY UPDATE v = VALUES(v)

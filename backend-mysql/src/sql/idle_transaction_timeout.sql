@@ -1,0 +1,1 @@
+SET SESSION idle_transaction_timeout = ?

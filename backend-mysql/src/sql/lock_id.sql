@@ -1,0 +1,1 @@
+SELECT lock_id, token FROM locksmith_locks WHERE segment = ? FOR UPDATE

@@ -1,0 +1,1 @@
+SELECT lock_id FROM locksmith_locks WHERE segment = ? FOR UPDATE SKIP LOCKED

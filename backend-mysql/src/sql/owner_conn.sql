@@ -1,0 +1,1 @@
+SELECT conn_id FROM locksmith_owners WHERE id = ?

@@ -1,0 +1,1 @@
+SELECT token FROM locksmith_locks WHERE lock_id = ?

@@ -1,0 +1,1 @@
+DELETE FROM locksmith_entries WHERE id = ? AND held = 1 AND token = ?

@@ -1,0 +1,1 @@
+SET SESSION wait_timeout = ?

@@ -1,0 +1,1 @@
+INSERT INTO locksmith_wakes (owner, entry, lock_id) VALUES (?, ?, ?)

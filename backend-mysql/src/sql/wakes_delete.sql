@@ -1,0 +1,1 @@
+DELETE FROM locksmith_wakes WHERE owner = ? AND seq <= ?

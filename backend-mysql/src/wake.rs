@@ -1,0 +1,387 @@
+//! Wake-ups from the server, never a poll. MySQL has no LISTEN; a locker keeps one **wait
+//! connection** that runs `SELECT IF(EXISTS(<a mailbox row for me>), 0, SLEEP(beat))`
+//! (`sql/wait.sql`). A step that makes a waiter's turn come (a release, a leave, a prune of
+//! expired entries) writes a row into `locksmith_wakes` for that waiter's locker and entry in its
+//! own transaction, and after its commit sends `KILL QUERY <wait connection id>` (a user may
+//! kill its own threads' queries without any privilege), which ends the `SLEEP` at once. The
+//! mailbox read and the `SLEEP` are one statement: a wake committed before it started is seen by
+//! its read, one committed later finds it running and interrupts it, so none is lost.
+//!
+//! The wait task then reads the mailbox (`sql/wakes_read.sql`), deletes what it read, and
+//! notifies each named waiter of this locker (or, for rows without an entry, the observers of
+//! the lock): one waiter per wake, not every waiter of the locker.
+//!
+//! The same connection carries the locker's heartbeat at each beat (`heartbeat=`, 1 s): it
+//! extends its waiting entries (`sql/beat.sql`: a waiter whose locker died is gone after five
+//! beats) and sweeps the locks it waits for whose entries' lease or heartbeat ran out
+//! (`sql/expired.sql`: only the locks of its own waiters, so that lockers do not all sweep
+//! every lock): each such lock gets a step of its own that prunes them and wakes whoever holds
+//! now (skipped while another step holds the lock's row, which does it itself). A waiter also
+//! checks again when the lease of the holder it waits behind runs out; a holder stopped with
+//! SIGSTOP thus loses its lock at its TTL, or a beat later behind a dead waiter.
+//!
+//! Cost: two connections per locker (this one and the steps'), whatever its number of waiters;
+//! per beat, one `UPDATE` of its waiting entries and one indexed `SELECT` of the expired entries
+//! of the locks it waits for (nothing to read when it waits for none);
+//! per hand-over, one mailbox row and one `KILL QUERY` per locker woken.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use sqlx::{MySqlConnection, Row};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use locksmith_core::Result;
+
+use crate::conn::{open, Conn};
+use crate::error::{decode, interrupted, mysql_error, no_such_thread, timeout};
+use crate::layout::sql;
+
+/// Where the wait connection's wake-ups go: the waiters of this locker by entry id, the
+/// observers by lock segment.
+#[derive(Debug, Default)]
+pub(crate) struct Hub {
+    entries: Mutex<HashMap<u64, Arc<Notify>>>,
+    segments: Mutex<HashMap<String, Arc<Notify>>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+    /// When the wait connection's statement in flight should have been answered by (`None`:
+    /// the connection is down): what tells a waiter at its deadline that the server went away
+    /// rather than that the lock stayed busy.
+    answer_due: Mutex<Option<Instant>>,
+}
+
+/// How late an answer on the wait connection may come before the server counts as silent.
+const ANSWER_SLACK: Duration = Duration::from_millis(500);
+
+/// A waiter's registration in the hub: removed when dropped.
+pub(crate) struct Waiting<'a> {
+    hub: &'a Hub,
+    id: u64,
+    /// Notified when the waiter's turn may have come.
+    pub woken: Arc<Notify>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.hub
+            .entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+impl Hub {
+    /// Registers the waiter of entry `id`.
+    pub fn entry(&self, id: u64) -> Waiting<'_> {
+        let woken = Arc::new(Notify::new());
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, woken.clone());
+        Waiting { hub: self, id, woken }
+    }
+
+    /// The notification of the observers of `segment`.
+    pub fn segment(&self, segment: &str) -> Arc<Notify> {
+        let mut segments = self.segments.lock().unwrap_or_else(|e| e.into_inner());
+        segments.entry(segment.to_owned()).or_default().clone()
+    }
+
+    fn deliver(&self, entry: Option<u64>, segment: &str) {
+        if let Some(id) = entry {
+            if let Some(n) = self.entries.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+                n.notify_one();
+            }
+        }
+        if let Some(n) = self.segments.lock().unwrap_or_else(|e| e.into_inner()).get(segment) {
+            n.notify_waiters();
+            n.notify_one();
+        }
+    }
+
+    /// The entries of the waiters waiting now: the only ones the heartbeat extends, so that an
+    /// entry nobody waits for any more (a clean-up that could not remove it) expires.
+    fn waiting_ids(&self) -> Vec<u64> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Every waiter and observer: after the wait connection was lost, when wakes may have been
+    /// missed.
+    fn everyone(&self) {
+        for n in self.entries.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            n.notify_one();
+        }
+        for n in self.segments.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            n.notify_waiters();
+            n.notify_one();
+        }
+    }
+
+    /// Whether the wait connection is up and its server answers in time.
+    pub fn healthy(&self) -> bool {
+        let due = *self.answer_due.lock().unwrap_or_else(|e| e.into_inner());
+        due.is_some_and(|due| Instant::now() <= due)
+    }
+
+    fn expect_answer(&self, within: Duration) {
+        *self.answer_due.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + within + ANSWER_SLACK);
+    }
+
+    fn down(&self) {
+        *self.answer_due.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        // Waiters check again: their steps fail while the server is away, which they report.
+        self.everyone();
+    }
+
+    /// Starts the wait task of `conn`.
+    pub fn start(conn: &Arc<Conn>) {
+        let task = tokio::spawn(run(Arc::downgrade(conn)));
+        *conn.hub.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    /// Ends the wait task.
+    pub fn stop(&self) {
+        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
+    }
+}
+
+/// The pause before opening the wait connection again after a failure.
+const REOPEN_PAUSE: Duration = Duration::from_millis(200);
+
+/// The wait task: until the locker is gone, (re)open the wait connection and serve it.
+async fn run(conn: Weak<Conn>) {
+    loop {
+        let Some(c) = conn.upgrade() else { return };
+        let config = c.config.clone();
+        drop(c);
+        match open(&config).await {
+            Ok(mut wait) => {
+                if let Err(e) = serve(&conn, &mut wait).await {
+                    tracing::debug!(error = %e, "mysql: the wait connection failed; opening it again");
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "mysql: opening the wait connection failed"),
+        }
+        let Some(c) = conn.upgrade() else { return };
+        c.hub.down();
+        drop(c);
+        tokio::time::sleep(REOPEN_PAUSE).await;
+    }
+}
+
+/// One wait connection's life: register it, then beat, sweep, read the mailbox and wait.
+fn serve<'a>(
+    conn: &'a Weak<Conn>,
+    wait: &'a mut MySqlConnection,
+) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
+    Box::pin(async move {
+        let Some(c) = conn.upgrade() else { return Ok(()) };
+        let (owner, limit, beat) = (c.owner, c.config.request_timeout, c.config.heartbeat);
+        let life = u64::try_from(c.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
+        // (No wake-up is lost while the connection was down: they wait in the mailbox.)
+        while bounded(
+            limit,
+            "registering the wait connection",
+            sqlx::query(sql::REGISTER).bind(owner).execute(&mut *wait),
+        )
+        .await?
+        .is_none()
+        {}
+        c.hub.expect_answer(limit);
+        drop(c);
+        // What dead lockers left (an hour unseen: their owner row is touched every minute).
+        for statement in sql::FORGET {
+            if bounded(
+                limit,
+                "forgetting dead lockers",
+                sqlx::query(statement).execute(&mut *wait),
+            )
+            .await?
+            .is_none()
+            {
+                break;
+            }
+        }
+        let mut beats: u64 = 0;
+        let mut next_beat = Instant::now();
+        loop {
+            if let Some(c) = conn.upgrade() {
+                c.hub.expect_answer(limit);
+            }
+            if Instant::now() >= next_beat {
+                next_beat = Instant::now() + beat;
+                beats += 1;
+                if beats.is_multiple_of(TOUCH_EVERY) {
+                    let touch = sqlx::query(sql::TOUCH_OWNER).bind(owner).execute(&mut *wait);
+                    if bounded(limit, "the owner's heartbeat", touch).await?.is_none() {
+                        continue;
+                    }
+                }
+                let beaten = heartbeat(limit, wait, life, owner, conn).await?;
+                if beaten.is_none() {
+                    next_beat = Instant::now();
+                    continue;
+                }
+                let Some(expired) = bounded(
+                    limit,
+                    "the sweep",
+                    sqlx::query(sql::EXPIRED).bind(owner).fetch_all(&mut *wait),
+                )
+                .await?
+                else {
+                    continue;
+                };
+                let Some(c) = conn.upgrade() else { return Ok(()) };
+                for row in expired {
+                    let seg: Vec<u8> = row.try_get(0).map_err(|e| decode("the sweep", e))?;
+                    let seg = String::from_utf8_lossy(&seg).into_owned();
+                    if let Err(e) = crate::protocol::queue::settle(&c, seg, true).await {
+                        tracing::debug!(error = %e, "mysql: sweeping a lock failed");
+                    }
+                }
+            }
+            let Some(rows) = bounded(
+                limit,
+                "reading the wake-ups",
+                sqlx::query(sql::WAKES_READ).bind(owner).fetch_all(&mut *wait),
+            )
+            .await?
+            else {
+                continue;
+            };
+            if let Some(last) = rows.last() {
+                let last: u64 = last.try_get(0).map_err(|e| decode("reading the wake-ups", e))?;
+                // Interrupted, the rows stay and are delivered again: a spurious wake-up is harmless.
+                bounded(
+                    limit,
+                    "deleting the wake-ups",
+                    sqlx::query(sql::WAKES_DELETE)
+                        .bind(owner)
+                        .bind(last)
+                        .execute(&mut *wait),
+                )
+                .await?;
+                let Some(c) = conn.upgrade() else { return Ok(()) };
+                for row in rows {
+                    let entry: Option<u64> = row.try_get(1).map_err(|e| decode("reading the wake-ups", e))?;
+                    let seg: Vec<u8> = row.try_get(2).map_err(|e| decode("reading the wake-ups", e))?;
+                    c.hub.deliver(entry, &String::from_utf8_lossy(&seg));
+                }
+                continue;
+            }
+            let sleep = next_beat.saturating_duration_since(Instant::now());
+            let secs = sleep.as_secs_f64().max(0.001);
+            if let Some(c) = conn.upgrade() {
+                c.hub.expect_answer(sleep);
+            }
+            let waiting = sqlx::query(sql::WAIT).bind(owner).bind(secs).execute(&mut *wait);
+            match tokio::time::timeout(limit + beat, waiting).await {
+                Err(_) => return Err(timeout("the wait connection's SLEEP", limit + beat)),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) if interrupted(&e) => {}
+                Ok(Err(e)) => return Err(mysql_error("waiting", e)),
+            }
+        }
+    })
+}
+
+/// Every how many beats the locker's owner row is touched (a minute at the default beat): a
+/// locker unseen for an hour is dead, and what it left is removed.
+const TOUCH_EVERY: u64 = 60;
+
+/// How many entries one heartbeat statement extends at most.
+const BEAT_CHUNK: usize = 500;
+
+/// The heartbeat: extends the entries of this locker's waiters by `life` µs; `None` when a
+/// `KILL QUERY` interrupted it.
+async fn heartbeat(
+    limit: Duration,
+    wait: &mut MySqlConnection,
+    life: u64,
+    owner: u64,
+    conn: &Weak<Conn>,
+) -> Result<Option<()>> {
+    let Some(ids) = conn.upgrade().map(|c| c.hub.waiting_ids()) else {
+        return Ok(Some(()));
+    };
+    for chunk in ids.chunks(BEAT_CHUNK) {
+        let statement = sql::with_ids(sql::BEAT, chunk.len());
+        let mut q = sqlx::query(&statement).bind(life).bind(owner);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        if bounded(limit, "the heartbeat", q.execute(&mut *wait)).await?.is_none() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(()))
+}
+
+/// `fut`, a statement, within `limit`; `None` when a `KILL QUERY` meant for the `SLEEP`
+/// interrupted it instead (the loop then goes round again: the mailbox row is there).
+async fn bounded<T>(
+    limit: Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+) -> Result<Option<T>> {
+    match tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| timeout(what, limit))?
+    {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if interrupted(&e) => Ok(None),
+        Err(e) => Err(mysql_error(what, e)),
+    }
+}
+
+/// Interrupts the waits of the wait connections `conn_ids` (after the commit of the step that
+/// wrote their mailbox rows). Only a connection running a wait statement right now is sent the
+/// `KILL QUERY` (`sql/waiting_conns.sql`): after a server restart, connection ids start again,
+/// and an id a locker registered before it may belong to another client's connection until that
+/// locker registers its new one. A wait connection found between statements needs no kill: its
+/// next wait statement reads the mailbox first. A connection that is gone, or whose user may
+/// not be killed by ours, is skipped: its locker finds the row at its next beat.
+pub(crate) fn kill_waits(c: &mut MySqlConnection, conn_ids: Vec<u64>) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+    Box::pin(async move {
+        if conn_ids.is_empty() {
+            return;
+        }
+        let check = sql::with_ids(sql::WAITING_CONNS, conn_ids.len());
+        let mut q = sqlx::query(&check);
+        for id in &conn_ids {
+            q = q.bind(*id);
+        }
+        locksmith_core::metrics::round_trip();
+        let waiting: Vec<u64> = match q.fetch_all(&mut *c).await {
+            Ok(rows) => rows.iter().filter_map(|r| r.try_get::<u64, _>(0).ok()).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "mysql: could not find the waiting lockers' connections (they check again at their next beat)");
+                return;
+            }
+        };
+        for id in waiting {
+            let statement = sql::KILL_QUERY.replace("{conn}", &id.to_string());
+            locksmith_core::metrics::round_trip();
+            match sqlx::Executor::execute(&mut *c, statement.as_str()).await {
+                Ok(_) => {}
+                Err(e) if no_such_thread(&e) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, conn = id, "mysql: could not wake a waiting locker (it checks again at its next beat)")
+                }
+            }
+        }
+    })
+}
