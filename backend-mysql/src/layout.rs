@@ -59,12 +59,8 @@ pub(crate) mod sql {
     pub const REGISTER: &str = include_str!("sql/register.sql");
     pub const TOUCH_OWNER: &str = include_str!("sql/touch_owner.sql");
     /// What lockers unseen for an hour left (their mailbox rows, watches, owner rows), removed
-    /// by each locker when its wait connection registers.
-    pub const FORGET: [&str; 3] = [
-        include_str!("sql/forget_wakes.sql"),
-        include_str!("sql/forget_watches.sql"),
-        include_str!("sql/forget_owners.sql"),
-    ];
+    /// in one statement by each locker when its wait connection registers.
+    pub const FORGET: &str = include_str!("sql/forget.sql");
     pub const BEAT: &str = include_str!("sql/beat.sql");
     pub const EXPIRED: &str = include_str!("sql/expired.sql");
     pub const WAKES_READ: &str = include_str!("sql/wakes_read.sql");

@@ -203,18 +203,12 @@ fn serve<'a>(
         c.hub.expect_answer(limit);
         drop(c);
         // What dead lockers left (an hour unseen: their owner row is touched every minute).
-        for statement in sql::FORGET {
-            if bounded(
-                limit,
-                "forgetting dead lockers",
-                sqlx::query(statement).execute(&mut *wait),
-            )
-            .await?
-            .is_none()
-            {
-                break;
-            }
-        }
+        bounded(
+            limit,
+            "forgetting dead lockers",
+            sqlx::query(sql::FORGET).execute(&mut *wait),
+        )
+        .await?;
         let mut beats: u64 = 0;
         let mut next_beat = Instant::now();
         loop {

@@ -1,1 +1,0 @@
-DELETE FROM locksmith_owners WHERE seen_at < NOW(6) - INTERVAL 1 HOUR
