@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use locksmith_core::driver::url::TlsFiles;
 use locksmith_core::driver::{BackendUrl, DEFAULT_REQUEST_TIMEOUT};
 use locksmith_core::{LockError, Result};
 
@@ -53,6 +54,9 @@ pub(crate) struct Config {
     pub ca: Option<String>,
     /// The client certificate and its key (`cert=`, `key=`), for servers that ask for one.
     pub client: Option<(String, String)>,
+    /// `ca=`, `cert=` and `key=` read, for the probe of a refused client certificate
+    /// (`cert_check.rs`); `None` without TLS.
+    pub tls_files: Option<TlsFiles>,
     pub url: String,
 }
 
@@ -147,6 +151,7 @@ impl Config {
             ssl_mode,
             ca: url.query.get("ca").cloned(),
             client,
+            tls_files: (ssl_mode != SslMode::Disabled).then(|| url.tls_files()).transpose()?,
             url: url.redacted(),
         })
     }

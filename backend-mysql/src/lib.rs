@@ -13,6 +13,12 @@
 //! aws-lc-rs), `ca` (the roots; else the bundled Mozilla roots of sqlx), `cert` and `key` (a client
 //! certificate).
 //!
+//! TLS is sqlx's: rustls on aws-lc-rs with feature `tls`, unless another crate of the program
+//! turns on sqlx's `native-tls`, which sqlx then prefers (OpenSSL: so it is in this workspace's
+//! all-features build, through lockbench's PostgreSQL peer). Either way a server that refuses the
+//! client certificate is `Denied`: where the connection's reset hides the server's alert,
+//! `cert_check.rs` asks the server once more with rustls.
+//!
 //! # Design
 //!
 //! - **Tables** (made at first connect in the URL's database): `locksmith_locks` (a row per lock:
@@ -73,6 +79,7 @@
 //! | `cleanup.rs` | the clean-up guard of an entry nobody holds yet |
 //! | `listing.rs` | `list` and `inspect` |
 //! | `guarded.rs` | guarded writes |
+//! | `cert_check.rs` | (feature `tls`) whether the server refuses our client certificate, when the connection's reset hid its alert |
 //!
 //! No `dial.rs` (sqlx opens its sockets itself, so `SO_LINGER` 0 is not set: a phase-1 gap) and no
 //! `tls.rs` (sqlx does its TLS handshakes itself, on rustls with aws-lc-rs).
@@ -89,6 +96,8 @@
 //! ```
 
 mod backend;
+#[cfg(feature = "tls")]
+mod cert_check;
 mod cleanup;
 mod config;
 mod conn;

@@ -114,9 +114,10 @@ pub(crate) async fn open(config: &Config) -> Result<MySqlConnection> {
     #[cfg(feature = "tls")]
     locksmith_core::driver::tls::install_provider();
     let connecting = async {
-        let mut c = MySqlConnection::connect_with(&options)
-            .await
-            .map_err(|e| mysql_error(&format!("connecting to {}", config.url), e))?;
+        let mut c = match MySqlConnection::connect_with(&options).await {
+            Ok(c) => c,
+            Err(e) => return Err(connect_error(config, e).await),
+        };
         let lock_wait = config.request_timeout.as_secs().max(1);
         sqlx::query(sql::SESSION_SETTINGS)
             .bind(lock_wait)
@@ -151,6 +152,21 @@ pub(crate) async fn open(config: &Config) -> Result<MySqlConnection> {
     tokio::time::timeout(config.connect_timeout, connecting)
         .await
         .map_err(|_| timeout(&format!("connecting to {}", config.url), config.connect_timeout))?
+}
+
+/// `err`, met opening a connection, as a [`LockError`]. With TLS and a client certificate, a
+/// failure that looks like an outage may be the server refusing the certificate with an alert
+/// the connection's reset hid: `cert_check.rs` asks the server again, and a refusal is `Denied`.
+async fn connect_error(config: &Config, err: sqlx::Error) -> LockError {
+    let what = format!("connecting to {}", config.url);
+    let e = mysql_error(&what, err);
+    #[cfg(feature = "tls")]
+    if let (LockError::Unavailable { .. }, Some(_), Some(files)) = (&e, &config.client, &config.tls_files) {
+        if let Some(failure) = crate::cert_check::refused(&config.host, config.port, files).await {
+            return failure.denied(&format!("mysql: {what}"), None, &e.to_string());
+        }
+    }
+    e
 }
 
 impl Conn {
