@@ -3,9 +3,9 @@
 //!
 //! `contend` below is written once against the locksmith API. `main` runs it on `mem://`, on
 //! `file://` (a temporary directory: no server) with the feature `file`, and on every server
-//! backend compiled in (features `etcd`, `zk`, `redis`, `postgres`), at the URLs of the test
-//! servers (`LOCKSMITH_TEST_ETCD`, `LOCKSMITH_TEST_ZK`, `LOCKSMITH_TEST_REDIS`,
-//! `LOCKSMITH_TEST_POSTGRES`, as printed by
+//! backend compiled in (features `etcd`, `zk`, `redis`, `postgres`, `mysql`), at the URLs of the
+//! test servers (`LOCKSMITH_TEST_ETCD`, `LOCKSMITH_TEST_ZK`, `LOCKSMITH_TEST_REDIS`,
+//! `LOCKSMITH_TEST_POSTGRES`, `LOCKSMITH_TEST_MYSQL`, as printed by
 //! `scripts/backends up`), or only on `LOCKSMITH_URL` when that is set.
 //!
 //! ```text
@@ -124,6 +124,9 @@ pub fn backends() -> Vec<(&'static str, Option<String>)> {
     }
     if cfg!(feature = "postgres") {
         list.push(("postgres", var("LOCKSMITH_TEST_POSTGRES")));
+    }
+    if cfg!(feature = "mysql") {
+        list.push(("mysql", var("LOCKSMITH_TEST_MYSQL")));
     }
     list
 }

@@ -218,7 +218,7 @@ fn blocking_api_on_redis() {
     );
 }
 
-/// The blocking API on etcd, ZooKeeper and PostgreSQL (without removals behind a holder's back:
+/// The blocking API on etcd, ZooKeeper, PostgreSQL and MySQL (without removals behind a holder's back:
 /// their backends' own harnesses know how; the loss path is the same code as on Redis).
 #[cfg(feature = "etcd")]
 #[test]
@@ -236,6 +236,12 @@ fn blocking_api_on_zk() {
 #[test]
 fn blocking_api_on_postgres() {
     blocking_api_on(&locksmith_core::conformance::env_url("LOCKSMITH_TEST_POSTGRES"), None);
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn blocking_api_on_mysql() {
+    blocking_api_on(&locksmith_core::conformance::env_url("LOCKSMITH_TEST_MYSQL"), None);
 }
 
 /// A `Dual` locker built by `from_async`: a lock taken through the blocking API is held in both

@@ -1,6 +1,7 @@
 //! `run`, re-entry detection and `lock_all` (the composite conformance suite) on the real
 //! backends: Redis (`LOCKSMITH_TEST_REDIS`) and `file://` (a directory of its own per test), all
-//! of it; etcd, ZooKeeper and PostgreSQL (`LOCKSMITH_TEST_ETCD`, `_ZK`, `_POSTGRES`) without the
+//! of it; etcd, ZooKeeper, PostgreSQL and MySQL (`LOCKSMITH_TEST_ETCD`, `_ZK`, `_POSTGRES`,
+//! `_MYSQL`) without the
 //! two tests that remove a holder behind its back (their backends' own test harnesses know how).
 //! Run with `cargo test -p locksmith --all-features --test composite`.
 
@@ -119,7 +120,7 @@ mod file_backend {
 
 /// A backend reached by the URL in an environment variable, without removal behind a holder's
 /// back: for `composite_tests!(no_removal: ...)`.
-#[cfg(any(feature = "etcd", feature = "zk", feature = "postgres"))]
+#[cfg(any(feature = "etcd", feature = "zk", feature = "postgres", feature = "mysql"))]
 mod by_url {
     use std::time::Duration;
 
@@ -170,4 +171,9 @@ mod zk_backend {
 #[cfg(feature = "postgres")]
 mod postgres_backend {
     locksmith_core::composite_tests!(no_removal: super::by_url::UrlHarness::new("LOCKSMITH_TEST_POSTGRES"), rounds = 100);
+}
+
+#[cfg(feature = "mysql")]
+mod mysql_backend {
+    locksmith_core::composite_tests!(no_removal: super::by_url::UrlHarness::new("LOCKSMITH_TEST_MYSQL"), rounds = 100);
 }

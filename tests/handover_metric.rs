@@ -1,7 +1,7 @@
 //! `locksmith_handovers_total` counts the grants that waited for another holder, on every backend,
 //! whichever way the backend hands a lock over: a wake-up and the waiter's own request (the
 //! in-process backend), or a notification that is itself the grant, with no request of the
-//! waiter's (etcd, ZooKeeper on a server that runs alone, Redis, PostgreSQL). The counter used to
+//! waiter's (etcd, ZooKeeper on a server that runs alone, Redis, PostgreSQL, MySQL). The counter used to
 //! be decided by when the grant's lease started, which a direct hand-over counts from the waiter's
 //! last request, before it waited: those hand-overs were not counted.
 
@@ -88,6 +88,13 @@ async fn postgres_counts_its_handovers() {
         "{}?schema=handover_metric",
         locksmith_core::conformance::env_url("LOCKSMITH_TEST_POSTGRES")
     );
+    assert_eq!(handovers(&url).await, 2, "{url}");
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn mysql_counts_its_handovers() {
+    let url = locksmith_core::conformance::env_url("LOCKSMITH_TEST_MYSQL");
     assert_eq!(handovers(&url).await, 2, "{url}");
 }
 

@@ -24,13 +24,14 @@ fn default_url() -> String {
 #[command(
     name = "locksmith",
     version,
-    about = "flock(1) for etcd, ZooKeeper, Redis, PostgreSQL, lock files on this machine and an in-process store: run a command under a distributed lock, a semaphore permit, a read-write lock, or while leading an election",
+    about = "flock(1) for etcd, ZooKeeper, Redis, PostgreSQL, MySQL/MariaDB, lock files on this machine and an in-process store: run a command under a distributed lock, a semaphore permit, a read-write lock, or while leading an election",
     after_help = EXIT_CODES_HELP
 )]
 pub struct Cli {
     /// Backend URL: etcd://h:2379, zk://h:2181, redis://h:6379 (or redis://h:6379?layout=plain),
     /// redis+sentinel://s1:26379,s2:26379/mymaster, redis-cluster://h1:7000,h2:7001,
-    /// postgres://user@h:5432/db, file:///dir (the processes of this machine, no server), mem://. The default is a
+    /// postgres://user@h:5432/db, mysql://user@h:3306/db (or mariadb://; built with the mysql
+    /// feature), file:///dir (the processes of this machine, no server), mem://. The default is a
     /// directory that every locksmith process of this user shares, so two `locksmith run`
     /// commands on one machine exclude each other with no server. mem:// is in-process only:
     /// only good for trying the command out. An empty LOCKSMITH_URL means the default.
@@ -63,7 +64,8 @@ pub struct Cli {
 
     /// TLS: a PEM bundle of the CA certificates to trust instead of the system's (the URL's
     /// `ca=` wins). For etcds://, zks://, rediss:// (and rediss+sentinel://, rediss-cluster://) URLs,
-    /// and postgres:// ones with sslmode=require or verify-full. LOCKSMITH_CA, LOCKSMITH_CERT and
+    /// postgres:// ones with sslmode=require or verify-full, and mysql:// ones with ssl_mode=required,
+    /// verify_ca or verify_identity. LOCKSMITH_CA, LOCKSMITH_CERT and
     /// LOCKSMITH_KEY apply to those URLs only (the others ignore them).
     #[arg(long, env = "LOCKSMITH_CA", global = true, value_name = "FILE")]
     pub ca: Option<String>,
@@ -165,8 +167,9 @@ impl Cli {
 }
 
 /// Whether `url` connects with TLS, so that it takes the TLS files (`ca`, `cert`, `key`): the
-/// TLS schemes (etcds://, zks://, rediss:// and its sentinel and cluster forms), and postgres://
-/// with `sslmode=require` or `verify-full`.
+/// TLS schemes (etcds://, zks://, rediss:// and its sentinel and cluster forms), postgres://
+/// with `sslmode=require` or `verify-full`, and mysql:// (mariadb://) with an `ssl_mode=` other
+/// than `disabled`.
 fn uses_tls(url: &locksmith::driver::BackendUrl) -> bool {
     match url.scheme.as_str() {
         "etcds" | "zks" | "rediss" | "rediss+sentinel" | "rediss-cluster" => true,
@@ -174,6 +177,12 @@ fn uses_tls(url: &locksmith::driver::BackendUrl) -> bool {
             matches!(
                 url.query.get("sslmode").map(String::as_str),
                 Some("require" | "verify-full")
+            )
+        }
+        "mysql" | "mariadb" => {
+            matches!(
+                url.query.get("ssl_mode").map(String::as_str),
+                Some("required" | "verify_ca" | "verify_identity")
             )
         }
         _ => false,
@@ -522,6 +531,20 @@ mod tests {
             e.contains("invalid lock name: the name is empty (the name: \"\")"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn which_urls_take_the_tls_files() {
+        let tls = |url: &str| uses_tls(&locksmith::driver::BackendUrl::parse(url).unwrap());
+        assert!(tls("postgres://u@h/db?sslmode=verify-full"));
+        assert!(!tls("postgres://u@h/db"));
+        for mode in ["required", "verify_ca", "verify_identity"] {
+            assert!(tls(&format!("mysql://u@h/db?ssl_mode={mode}")), "{mode}");
+            assert!(tls(&format!("mariadb://u@h/db?ssl_mode={mode}")), "{mode}");
+        }
+        assert!(!tls("mysql://u@h/db"));
+        assert!(!tls("mysql://u@h/db?ssl_mode=disabled"));
+        assert!(tls("rediss://h") && !tls("redis://h") && !tls("file:///tmp/x"));
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub fn backend_urls() -> Vec<(&'static str, String)> {
     urls.push(("redis", env_url("LOCKSMITH_TEST_REDIS")));
     #[cfg(feature = "postgres")]
     urls.push(("postgres", env_url("LOCKSMITH_TEST_POSTGRES")));
+    #[cfg(feature = "mysql")]
+    urls.push(("mysql", env_url("LOCKSMITH_TEST_MYSQL")));
     urls
 }
 
