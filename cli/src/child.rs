@@ -51,6 +51,9 @@ pub struct Cmd {
 struct Sentinel {
     /// The write end of the pipe the sentinel reads.
     pipe: Option<std::os::fd::OwnedFd>,
+    /// The sentinel's pid, which is also its process group.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pid: libc::pid_t,
 }
 
 /// The write end of the pipe through which CMD's process, between fork and exec, tells the
@@ -75,12 +78,23 @@ impl Sentinel {
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => unsafe { watch(ended_read.as_raw_fd(), group_read.as_raw_fd(), grace) },
-            _ => Ok((
-                Sentinel {
-                    pipe: Some(ended_write),
-                },
-                GroupTeller(group_write),
-            )),
+            pid => {
+                // The sentinel leaves our process group itself, but only once it runs: until
+                // then `Terminal::foreground`, called next, would find it in our group, take it
+                // for another reader of the terminal (a pipeline's), and not lend the terminal
+                // to CMD, whose first read then stopped it for good (SIGTTIN; seen under load,
+                // `cmd_reads_from_the_terminal`). Shells do both calls for the same reason;
+                // whichever comes first wins.
+                // SAFETY: setpgid(2) on our own child, which has not exec'd (it never does).
+                unsafe { libc::setpgid(pid, pid) };
+                Ok((
+                    Sentinel {
+                        pipe: Some(ended_write),
+                        pid,
+                    },
+                    GroupTeller(group_write),
+                ))
+            }
         }
     }
 }
@@ -395,6 +409,27 @@ fn running_members(group: i32) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bug: the sentinel left locksmith's process group only once it ran, and locksmith looked
+    /// for other members of its group (readers of the terminal) right after the fork: under load
+    /// it found the sentinel there, lent CMD no terminal, and CMD's read of it stopped CMD for
+    /// good. The sentinel is in a group of its own as soon as `start` returns.
+    #[test]
+    fn the_sentinel_has_left_our_group_when_start_returns() {
+        for _ in 0..20 {
+            let (sentinel, teller) = Sentinel::start(Duration::from_millis(100)).unwrap();
+            let pid = sentinel.pid;
+            // SAFETY: getpgid(2) of our own child, not reaped yet.
+            let group = unsafe { libc::getpgid(pid) };
+            // An end in order, then the sentinel reaped.
+            drop(teller);
+            drop(sentinel);
+            let mut status = 0;
+            // SAFETY: waitpid(2) on our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            assert_eq!(group, pid, "the sentinel was still in our process group");
+        }
+    }
 
     /// A bug that panics while CMD runs unwinds through `run` and drops the sentinel with
     /// everything else: the sentinel must take that for a death, not for an end in order.
