@@ -102,6 +102,7 @@ mod cleanup;
 mod config;
 mod conn;
 mod error;
+mod getlock;
 mod guarded;
 mod layout;
 mod listing;
