@@ -104,7 +104,6 @@ impl LockBackend for MysqlBackend {
     ///
     /// Dropped part-way, the release of the entry runs in a clean-up task of its own (with
     /// `layout=get_lock`, a `GET_LOCK` session dropped half-way is closed, which frees its name).
-
     async fn release(&self, lease: &Lease) -> Result<()> {
         let seg = segment(lease.kind.family(), &lease.name)?;
         let id = entry_id(&lease.holder_id)?;
