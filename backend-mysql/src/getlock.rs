@@ -455,6 +455,8 @@ impl Sessions {
         name: &str,
         deadline: Option<Instant>,
     ) -> std::result::Result<(), Gave> {
+        // Fractions of a second: MariaDB (10.1.2 and later) honours them; a server that rounds
+        // the timeout to whole seconds answers 0 up to half a second off the deadline.
         let secs = deadline.map_or(FOREVER_SECS, |d| {
             d.saturating_duration_since(Instant::now()).as_secs_f64()
         });

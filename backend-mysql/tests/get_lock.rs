@@ -51,7 +51,7 @@ impl Client {
     async fn start() -> Client {
         let url = BackendUrl::parse(&common::server_url()).unwrap();
         let host = &url.hosts[0];
-        let mut child = Command::new("mysql")
+        let mut child = Command::new(client_binary())
             .args([
                 "--no-defaults",
                 "--batch",
@@ -114,6 +114,17 @@ impl Client {
 
     async fn get_lock(&mut self, name: &str, secs: u32) -> String {
         self.ask(&format!("SELECT GET_LOCK('{name}', {secs})")).await
+    }
+}
+
+/// The command-line client: `mariadb` (what scripts/backends installs: Debian's mariadb-client),
+/// else `mysql` (MySQL's own, or an older MariaDB's).
+fn client_binary() -> &'static str {
+    let runs = |b: &str| std::process::Command::new(b).arg("--version").output().is_ok();
+    if runs("mariadb") {
+        "mariadb"
+    } else {
+        "mysql"
     }
 }
 

@@ -56,11 +56,22 @@ mod get_lock {
     crate::cli_suite!(@tests MysqlGetLock; a_stopped_run_loses_the_lock_after_its_ttl_and_exits_4);
 }
 
+/// The command-line client: `mariadb` (what scripts/backends installs: Debian's mariadb-client),
+/// else `mysql` (MySQL's own, or an older MariaDB's).
+fn client_binary() -> &'static str {
+    let runs = |b: &str| Command::new(b).arg("--version").output().is_ok();
+    if runs("mariadb") {
+        "mariadb"
+    } else {
+        "mysql"
+    }
+}
+
 /// The `mysql` client's arguments for the server of `LOCKSMITH_TEST_MYSQL`, then `-e sql`.
 fn mysql_client(sql: &str) -> Command {
     let url = BackendUrl::parse(&env_url("LOCKSMITH_TEST_MYSQL")).unwrap();
     let host = &url.hosts[0];
-    let mut cmd = Command::new("mysql");
+    let mut cmd = Command::new(client_binary());
     cmd.args([
         "--no-defaults",
         "--batch",
@@ -127,8 +138,9 @@ fn shell_line(sql: &str) -> String {
     let url = BackendUrl::parse(&env_url("LOCKSMITH_TEST_MYSQL")).unwrap();
     let host = &url.hosts[0];
     format!(
-        "MYSQL_PWD='{}' mysql --no-defaults --batch --skip-column-names --protocol=tcp --host={} --port={} --user={} {} -e \"{sql}\"",
+        "MYSQL_PWD='{}' {} --no-defaults --batch --skip-column-names --protocol=tcp --host={} --port={} --user={} {} -e \"{sql}\"",
         url.password().unwrap().unwrap_or_default(),
+        client_binary(),
         host.host,
         host.port.unwrap_or(3306),
         url.user().unwrap(),
