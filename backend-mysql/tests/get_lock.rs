@@ -408,3 +408,73 @@ async fn names_must_fit_get_lock_and_kinds_must_be_mutexes() {
     assert!(matches!(leader, Err(LockError::InvalidOption(_))), "{leader:?}");
     locker.shutdown().await.unwrap();
 }
+
+/// A harness of its own database whose lockers use `layout=get_lock`, and whose residue also
+/// counts a named lock that outlives every entry of its lock in the tables (a session left
+/// holding it, or granted it, after its lease ended: a leak the tables alone would not show).
+struct GetLockHarness(common::MyHarness);
+
+async fn get_lock_harness() -> GetLockHarness {
+    let mut harness = common::MyHarness::plain().await;
+    harness.url = harness.url_with("layout=get_lock");
+    GetLockHarness(harness)
+}
+
+#[locksmith_core::driver::async_trait]
+impl locksmith_core::conformance::Harness for GetLockHarness {
+    async fn locker(&self) -> Locker {
+        self.0.locker().await
+    }
+
+    async fn delete_behind_back(&self, name: &LockName) {
+        self.0.delete_behind_back(name).await
+    }
+
+    async fn residue(&self, name: &LockName) -> Vec<String> {
+        let mut entries = self.0.residue(name).await;
+        if entries.is_empty() {
+            use sqlx::{Connection, Row};
+            let mut c = sqlx::MySqlConnection::connect(&common::server_url()).await.unwrap();
+            let row = sqlx::query("SELECT IS_USED_LOCK(?)")
+                .bind(name.as_str())
+                .fetch_one(&mut c)
+                .await
+                .unwrap();
+            if let Some(session) = row.try_get::<Option<u64>, _>(0).unwrap() {
+                entries.push(format!(
+                    "GET_LOCK name held by session {session} with no entry in the tables"
+                ));
+            }
+            let _ = c.close().await;
+        }
+        entries
+    }
+
+    fn short_ttl(&self) -> Duration {
+        self.0.short_ttl()
+    }
+}
+
+/// The shared mutex suite under `layout=get_lock`: every edge of the contract, with the named
+/// lock held beside each grant. All of `conformance_tests!` but `names_are_independent`, whose
+/// longest name (`MAX_NAME_LEN`) is beyond `GET_LOCK`'s 64 characters: refused here, as
+/// [`names_must_fit_get_lock_and_kinds_must_be_mutexes`](super) checks.
+mod conformance {
+    use super::get_lock_harness;
+
+    locksmith_core::conformance_tests!(@tests get_lock_harness().await;
+        mutex::mutual_exclusion, mutex::try_acquire_while_held, mutex::acquire_times_out,
+        mutex::cancelled_acquire_leaves_nothing, mutex::crashed_holder_expires,
+        mutex::abandoned_lock_expires_beside_held_ones, mutex::renewal_keeps_lock_past_ttl,
+        mutex::fencing_tokens_increase, mutex::lost_fires_when_removed_behind_back,
+        mutex::waiters_are_fifo, mutex::max_hold_releases,
+        mutex::release_not_held_is_an_error, mutex::drop_releases, mutex::invalid_input_is_rejected,
+        mutex::cancellation_after_grant_leaves_nothing, mutex::cancellation_storm_leaves_nothing,
+        mutex::inspect_reports_holder_and_waiters, mutex::grants_say_whether_they_waited,
+        lifecycle::release_cancelled_mid_flight_releases,
+        lifecycle::backend_release_cancelled_releases, lifecycle::timed_out_waiter_that_exits_leaves_nothing,
+        lifecycle::try_cut_by_its_timeout_that_exits_leaves_nothing,
+        lifecycle::acquire_dropped_where_no_runtime_runs_leaves_nothing,
+        lifecycle::shutdown_releases_everything, lifecycle::shutdown_with_a_waiter_queued_leaves_nothing,
+        lifecycle::reads_after_shutdown_end_with_closed);
+}
