@@ -60,7 +60,7 @@
 //! `SELECT GET_LOCK('orders/42', 10)` takes it: PHP, Rails (`with_advisory_lock` on MySQL),
 //! Laravel, Python programs or the `mysql` client that call `GET_LOCK`/`RELEASE_LOCK` themselves
 //! exclude locksmith clients and are excluded by them (`tests/get_lock.rs`, against the `mysql`
-//! command-line client both ways).
+//! command-line client both ways, and the shared mutex conformance suite under this layout).
 //!
 //! - **The name** is the `GET_LOCK` name byte for byte (no prefix, no encoding, not truncated):
 //!   at most 64 characters (MySQL's limit) and 192 bytes of UTF-8 (MariaDB's), else
