@@ -69,7 +69,8 @@
 //!   spelling.
 //! - **Kinds**: mutexes only. `GET_LOCK` has no shared mode, no count and no election:
 //!   `rwlock`, `semaphore` and `election` (campaign, `leader`, `observe`) are refused with
-//!   `InvalidOption`.
+//!   `InvalidOption`. Guarded writes work; a `TokenRegister`'s lock (`locksmith-register/<name>`)
+//!   must fit in 64 characters too.
 //! - **Who holds it**: a holder holds its grant in the tables (the default layout's queue,
 //!   unchanged: FIFO and fencing tokens among locksmith clients, a lease on the server's clock)
 //!   and the named lock, taken once the grant is there, on a connection of its own (`GET_LOCK`

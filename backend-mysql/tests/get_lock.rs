@@ -477,4 +477,14 @@ mod conformance {
         lifecycle::acquire_dropped_where_no_runtime_runs_leaves_nothing,
         lifecycle::shutdown_releases_everything, lifecycle::shutdown_with_a_waiter_queued_leaves_nothing,
         lifecycle::reads_after_shutdown_end_with_closed);
+
+    // Guarded writes: the holder's entry in the tables guards them, as in the default layout.
+    // All of `guarded_tests!(mutex_only: …)` but `token_register_admits_in_order`, which admits
+    // through registers of 900 characters and more: their lock names (`locksmith-register/…`)
+    // are beyond GET_LOCK's 64 characters, refused (`InvalidName`) at the admission.
+    locksmith_core::conformance_tests!(@tests get_lock_harness().await;
+        guarded::guarded_writes_apply_while_held, guarded::guarded_write_of_a_lost_lock_never_lands,
+        guarded::guarded_write_of_an_expired_lease_never_lands, guarded::guarded_bad_input_is_rejected,
+        guarded::data_keys_take_guarded_writes,
+        guarded::token_register_concurrent_admits_end_on_the_maximum);
 }
