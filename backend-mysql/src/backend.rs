@@ -11,8 +11,9 @@ use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockInfo, Result};
 use locksmith_core::driver::armed::Armed;
 
 use crate::cleanup::Releasing;
-use crate::config::Config;
+use crate::config::{Config, Layout};
 use crate::conn::Conn;
+use crate::getlock::Sessions;
 use crate::layout::segment;
 use crate::protocol::queue::{entry_id, leave_at_close, release, settle};
 use crate::protocol::{election, wait};
@@ -36,6 +37,8 @@ use crate::{guarded, listing, renew};
 #[derive(Clone, Debug)]
 pub struct MysqlBackend {
     conn: Arc<Conn>,
+    /// With `layout=get_lock`: the sessions of its `GET_LOCK` locks.
+    get_lock: Option<Arc<Sessions>>,
 }
 
 impl MysqlBackend {
@@ -51,9 +54,10 @@ impl MysqlBackend {
     /// Dropped, nothing is left but a connection that closes.
     pub async fn connect(url: &BackendUrl) -> Result<MysqlBackend> {
         let config = Config::parse(url)?;
+        let get_lock = (config.layout == Layout::GetLock).then(|| Arc::new(Sessions::new(config.clone())));
         let conn = Arc::new(Conn::connect(config).await?);
         Hub::start(&conn);
-        Ok(MysqlBackend { conn })
+        Ok(MysqlBackend { conn, get_lock })
     }
 
     #[doc(hidden)] // a test hook: removes a lock's holders as another client would
@@ -83,13 +87,23 @@ impl LockBackend for MysqlBackend {
     }
 
     async fn try_acquire(&self, req: &LockRequest) -> Result<Option<Lease>> {
-        wait::try_acquire(&self.conn, req).await
+        match &self.get_lock {
+            Some(sessions) => sessions.try_acquire(&self.conn, req).await,
+            None => wait::try_acquire(&self.conn, req).await,
+        }
     }
 
     async fn acquire(&self, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
-        wait::acquire(&self.conn, req, deadline).await
+        match &self.get_lock {
+            Some(sessions) => sessions.acquire(&self.conn, req, deadline).await,
+            None => wait::acquire(&self.conn, req, deadline).await,
+        }
     }
 
+    /// # Cancel safety
+    ///
+    /// Dropped part-way, the release of the entry runs in a clean-up task of its own (with
+    /// `layout=get_lock`, a `GET_LOCK` session dropped half-way is closed, which frees its name).
     async fn release(&self, lease: &Lease) -> Result<()> {
         let seg = segment(lease.kind.family(), &lease.name)?;
         let id = entry_id(&lease.holder_id)?;
@@ -101,13 +115,21 @@ impl LockBackend for MysqlBackend {
             token: lease.fencing_token,
             name: name.clone(),
         });
+        // `layout=get_lock`: the named lock first, then the grant (a locksmith waiter granted
+        // next finds the name free, or waits for it in GET_LOCK).
+        if let Some(sessions) = &self.get_lock {
+            sessions.release(id).await;
+        }
         let released = release(&self.conn, seg, id, lease.fencing_token, name).await;
         releasing.disarm();
         released
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {
-        renew::renew_many(&self.conn, leases).await
+        match &self.get_lock {
+            Some(sessions) => sessions.renew_many(&self.conn, leases).await,
+            None => renew::renew_many(&self.conn, leases).await,
+        }
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
@@ -118,11 +140,20 @@ impl LockBackend for MysqlBackend {
         listing::list(&self.conn, prefix).await
     }
 
+    /// `layout=get_lock` has no elections: [`locksmith_core::LockError::InvalidOption`], as a
+    /// campaign gets (not "nobody leads").
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        if self.get_lock.is_some() {
+            return Err(crate::getlock::no_such_kind(Family::Election));
+        }
         election::leader(&self.conn, name).await
     }
 
+    /// As [`MysqlBackend::leader`], refused under `layout=get_lock`.
     async fn observe(&self, name: &LockName) -> Result<LeaderWatch> {
+        if self.get_lock.is_some() {
+            return Err(crate::getlock::no_such_kind(Family::Election));
+        }
         election::observe(&self.conn, name).await
     }
 
@@ -136,6 +167,10 @@ impl LockBackend for MysqlBackend {
 
     async fn shutdown(&self) -> Result<()> {
         self.conn.refuse_new_steps();
+        // `layout=get_lock`: every session closed, which frees its names.
+        if let Some(sessions) = &self.get_lock {
+            sessions.close();
+        }
         // What is still queued (a release that got no answer) leaves with its waiters woken.
         if let Ok(own) = listing::own_entries(&self.conn).await {
             for (seg, id) in own {

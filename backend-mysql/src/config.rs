@@ -20,6 +20,7 @@ pub const OPTIONS: &[&str] = &[
     "ca",
     "cert",
     "key",
+    "layout",
 ];
 
 const DEFAULT_PORT: u16 = 3306;
@@ -36,6 +37,17 @@ pub(crate) enum SslMode {
     VerifyCa,
     /// TLS, the certificate checked and its name matched with the host.
     VerifyIdentity,
+}
+
+/// Where a lock lives: `layout=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// The tables alone (the default).
+    Default,
+    /// `layout=get_lock`: the tables, and a holder also holds the server's named lock of its
+    /// name (`GET_LOCK`), so that programs calling `GET_LOCK('name', t)` share the lock
+    /// (`crate::getlock`). Mutexes only.
+    GetLock,
 }
 
 /// A parsed URL.
@@ -57,6 +69,7 @@ pub(crate) struct Config {
     /// `ca=`, `cert=` and `key=` read, for the probe of a refused client certificate
     /// (`cert_check.rs`); `None` without TLS.
     pub tls_files: Option<TlsFiles>,
+    pub layout: Layout,
     pub url: String,
 }
 
@@ -134,6 +147,15 @@ impl Config {
                 return Err(url.error(format!("{option}={path:?} cannot be read: {e}")));
             }
         }
+        let layout = match url.query.get("layout").map(String::as_str) {
+            None | Some("default") => Layout::Default,
+            Some("get_lock") => Layout::GetLock,
+            Some(other) => {
+                return Err(url.error(format!(
+                    "layout={other:?}: expected default or get_lock (locks shared with GET_LOCK)"
+                )))
+            }
+        };
         let heartbeat = url.positive_duration_option("heartbeat", DEFAULT_HEARTBEAT)?;
         if heartbeat < Duration::from_millis(100) || heartbeat > Duration::from_secs(60) {
             return Err(url.error(format!("heartbeat={heartbeat:?}: expected 100ms to 60s")));
@@ -152,6 +174,7 @@ impl Config {
             ca: url.query.get("ca").cloned(),
             client,
             tls_files: (ssl_mode != SslMode::Disabled).then(|| url.tls_files()).transpose()?,
+            layout,
             url: url.redacted(),
         })
     }
@@ -177,6 +200,11 @@ mod tests {
         assert_eq!((c.password.as_deref(), c.database.as_str()), (Some("pw"), "locks"));
         assert_eq!(c.ttl, Some(Duration::from_secs(5)));
         assert_eq!(parse("mariadb://app@db/locks").unwrap().port, 3306);
+        assert_eq!(parse("mysql://app@db/locks").unwrap().layout, Layout::Default);
+        assert_eq!(
+            parse("mysql://app@db/locks?layout=get_lock").unwrap().layout,
+            Layout::GetLock
+        );
     }
 
     #[test]
@@ -189,6 +217,7 @@ mod tests {
             "mysql://app@db/a.b",
             "mysql://app@db/locks?heartbeat=1ms",
             "mysql://app@db/locks?ssl_mode=maybe",
+            "mysql://app@db/locks?layout=advisory",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -11,7 +11,8 @@
 //! often a locker renews its waiting entries and sweeps expired ones; 1 s), `password_file`,
 //! `ssl_mode` (`disabled`, `required`/`verify_ca`, `verify_identity`; feature `tls`: rustls on
 //! aws-lc-rs), `ca` (the roots; else the bundled Mozilla roots of sqlx), `cert` and `key` (a client
-//! certificate).
+//! certificate), `layout` (`default`, or `get_lock`: locks shared with programs that call
+//! `GET_LOCK`, below).
 //!
 //! TLS is sqlx's: rustls on aws-lc-rs with feature `tls`, unless another crate of the program
 //! turns on sqlx's `native-tls`, which sqlx then prefers (OpenSSL: so it is in this workspace's
@@ -53,9 +54,55 @@
 //!   (the tables are made at the first connect) and nothing global: a user may `KILL QUERY` its
 //!   own connections.
 //!
+//! # Sharing locks with `GET_LOCK` (`layout=get_lock`)
+//!
+//! With `?layout=get_lock` a lock is also the server's named lock of its name, exactly as
+//! `SELECT GET_LOCK('orders/42', 10)` takes it: PHP, Rails (`with_advisory_lock` on MySQL),
+//! Laravel, Python programs or the `mysql` client that call `GET_LOCK`/`RELEASE_LOCK` themselves
+//! exclude locksmith clients and are excluded by them (`tests/get_lock.rs`, against the `mysql`
+//! command-line client both ways, and the shared mutex conformance suite under this layout).
+//!
+//! - **The name** is the `GET_LOCK` name byte for byte (no prefix, no encoding, not truncated):
+//!   at most 64 characters (MySQL's limit) and 192 bytes of UTF-8 (MariaDB's), else
+//!   `InvalidName`. MariaDB 10.11 compares names byte for byte (measured: `Abc` and `abc` are two
+//!   locks, although its documentation calls them case-insensitive); give both sides the same
+//!   spelling.
+//! - **Kinds**: mutexes only. `GET_LOCK` has no shared mode, no count and no election:
+//!   `rwlock`, `semaphore` and `election` (campaign, `leader`, `observe`) are refused with
+//!   `InvalidOption`. Guarded writes work; a `TokenRegister`'s lock (`locksmith-register/<name>`)
+//!   must fit in 64 characters too.
+//! - **Who holds it**: a holder holds its grant in the tables (the default layout's queue,
+//!   unchanged: FIFO and fencing tokens among locksmith clients, a lease on the server's clock)
+//!   and the named lock, taken once the grant is there, on a connection of its own (`GET_LOCK`
+//!   is per session) that stays with the lease until it ends. Only the head of a lock's queue
+//!   waits in `GET_LOCK(name, time left)`, woken by the server when the name is freed, renewing
+//!   its grant meanwhile; the other locksmith waiters wait in the tables.
+//! - **Connections**: one per held lock and per queue head waiting in `GET_LOCK`, on top of the
+//!   locker's two; up to four are kept for later locks. Count them in `max_connections`. A named
+//!   lock belongs to a server session: a proxy in between must keep each client connection on one
+//!   server session.
+//! - **Leases**: a held lock's session has `wait_timeout` set to the lease's TTL (whole seconds,
+//!   rounded up) and is pinged at every renewal (`IS_USED_LOCK(name) = CONNECTION_ID()`, which
+//!   also checks that it still holds the name). A holder stopped with SIGSTOP, its TCP connection
+//!   still open, stops pinging: the server ends the session after the TTL and frees the name
+//!   (measured: a `mysql` client waiting in `GET_LOCK` gets it, and the holder is told `lost()`
+//!   when it runs again). The other programs have no lease: their lock lives with their session.
+//! - **A session that ends** (`KILL`, `wait_timeout`, a server restart, a broken connection) frees
+//!   the name at once; the holder is told (`lost()`) at its next renewal (a third of the TTL), whose
+//!   ping fails, and its grant leaves the tables.
+//! - **Fencing tokens** are the grants' (the lock's row): only locksmith holders have them.
+//! - **FIFO** holds among locksmith clients; between them and the other programs, the order is the
+//!   server's, which MySQL's documentation calls undefined.
+//! - **Cancel safety**: a wait given up (timeout, dropped future, error) closes its session and
+//!   `KILL`s it from the locker's steps connection, so the server never grants the name to a
+//!   session nobody listens to; a timeout that `GET_LOCK` itself answered keeps its clean session.
+//! - `list`/`inspect` show locksmith's holders and waiters only; `IS_USED_LOCK('name')` shows the
+//!   session holding a name, whoever it is.
+//!
+//! See `docs/interop.md`, "MySQL and MariaDB".
+//!
 //! # Not yet (issue 63, phase 1)
 //!
-//! - `layout=get_lock` (a lock that is the server's named lock, for programs calling `GET_LOCK`).
 //! - `prune`: the rows of idle locks stay (one small row per lock name ever used). What a dead
 //!   locker left (its owner row, mailbox rows and watches) is removed an hour after it was last
 //!   seen, by the next locker that connects.
@@ -79,6 +126,7 @@
 //! | `cleanup.rs` | the clean-up guard of an entry nobody holds yet |
 //! | `listing.rs` | `list` and `inspect` |
 //! | `guarded.rs` | guarded writes |
+//! | `getlock.rs` | `layout=get_lock`: the sessions holding and awaiting `GET_LOCK` names |
 //! | `cert_check.rs` | (feature `tls`) whether the server refuses our client certificate, when the connection's reset hid its alert |
 //!
 //! No `dial.rs` (sqlx opens its sockets itself, so `SO_LINGER` 0 is not set: a phase-1 gap) and no
@@ -102,6 +150,7 @@ mod cleanup;
 mod config;
 mod conn;
 mod error;
+mod getlock;
 mod guarded;
 mod layout;
 mod listing;
