@@ -20,6 +20,7 @@ pub const OPTIONS: &[&str] = &[
     "ca",
     "cert",
     "key",
+    "procedures",
 ];
 
 const DEFAULT_PORT: u16 = 3306;
@@ -57,6 +58,9 @@ pub(crate) struct Config {
     /// `ca=`, `cert=` and `key=` read, for the probe of a refused client certificate
     /// (`cert_check.rs`); `None` without TLS.
     pub tls_files: Option<TlsFiles>,
+    /// `procedures=off`: no stored procedures, every step a transaction of several statements
+    /// (`conn/routines.rs`).
+    pub procedures: bool,
     pub url: String,
 }
 
@@ -138,6 +142,11 @@ impl Config {
         if heartbeat < Duration::from_millis(100) || heartbeat > Duration::from_secs(60) {
             return Err(url.error(format!("heartbeat={heartbeat:?}: expected 100ms to 60s")));
         }
+        let procedures = match url.query.get("procedures").map(String::as_str) {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(other) => return Err(url.error(format!("procedures={other:?}: expected on or off"))),
+        };
         Ok(Config {
             host: hosts[0].host.clone(),
             port: hosts[0].port.unwrap_or(DEFAULT_PORT),
@@ -152,6 +161,7 @@ impl Config {
             ca: url.query.get("ca").cloned(),
             client,
             tls_files: (ssl_mode != SslMode::Disabled).then(|| url.tls_files()).transpose()?,
+            procedures,
             url: url.redacted(),
         })
     }
@@ -189,6 +199,7 @@ mod tests {
             "mysql://app@db/a.b",
             "mysql://app@db/locks?heartbeat=1ms",
             "mysql://app@db/locks?ssl_mode=maybe",
+            "mysql://app@db/locks?procedures=maybe",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
