@@ -61,7 +61,7 @@ fn variants(backend: &str, url: &str) -> Vec<(&'static str, String)> {
         let sep = if url.contains('?') { '&' } else { '?' };
         out.push(("locksmith+nosync", format!("{url}{sep}sync=off")));
     }
-    if backend == "mysql" {
+    if backend == "mysql" && !url.contains("procedures=") {
         // Every step a transaction of several statements, as without the stored procedures
         // (a user without CREATE ROUTINE): what the one-call steps save.
         let sep = if url.contains('?') { '&' } else { '?' };
