@@ -76,7 +76,7 @@
 //! | `error.rs` | sqlx's errors → `LockError` |
 //! | `layout.rs` | segments, the statements of `sql/` |
 //! | `backend.rs` | `impl LockBackend` |
-//! | `conn/` | the steps' connection, steps run in tasks of their own |
+//! | `conn/` | the steps' connection, steps run in tasks of their own; `routines.rs` the stored procedures |
 //! | `protocol/` | `queue.rs` the steps, `call.rs` their one-call cases, `wait.rs` the wait loop, `election.rs` |
 //! | `wake.rs` | the wait connection: heartbeat, sweep, mailbox, `SLEEP` and `KILL QUERY` |
 //! | `renew.rs` | `renew_many`: two statements for every lease due |

@@ -2,7 +2,9 @@
 //! used by `protocol/call.rs`), created beside the tables when a locker connects and missing.
 //!
 //! Their version is in their names (`locksmith_enter_v2`): a changed definition takes a new name,
-//! so lockers of two releases never call each other's. Creating them needs the `CREATE ROUTINE`
+//! so lockers of two releases never call each other's; an older version is left in place for the
+//! lockers still running it (`DROP PROCEDURE` it by hand once they are gone). A `CALL` is prepared
+//! once per connection and kept in sqlx's statement cache, like every statement. Creating them needs the `CREATE ROUTINE`
 //! privilege on the database (calling them, `EXECUTE`, which their creator gets); a user without
 //! it still works, each step then a transaction of several statements (`protocol/queue.rs`), and
 //! a warning says so once per locker.
