@@ -21,6 +21,7 @@ pub const OPTIONS: &[&str] = &[
     "cert",
     "key",
     "layout",
+    "procedures",
 ];
 
 const DEFAULT_PORT: u16 = 3306;
@@ -70,6 +71,9 @@ pub(crate) struct Config {
     /// (`cert_check.rs`); `None` without TLS.
     pub tls_files: Option<TlsFiles>,
     pub layout: Layout,
+    /// `procedures=off`: no stored procedures, every step a transaction of several statements
+    /// (`conn/routines.rs`).
+    pub procedures: bool,
     pub url: String,
 }
 
@@ -160,6 +164,11 @@ impl Config {
         if heartbeat < Duration::from_millis(100) || heartbeat > Duration::from_secs(60) {
             return Err(url.error(format!("heartbeat={heartbeat:?}: expected 100ms to 60s")));
         }
+        let procedures = match url.query.get("procedures").map(String::as_str) {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(other) => return Err(url.error(format!("procedures={other:?}: expected on or off"))),
+        };
         Ok(Config {
             host: hosts[0].host.clone(),
             port: hosts[0].port.unwrap_or(DEFAULT_PORT),
@@ -175,6 +184,7 @@ impl Config {
             client,
             tls_files: (ssl_mode != SslMode::Disabled).then(|| url.tls_files()).transpose()?,
             layout,
+            procedures,
             url: url.redacted(),
         })
     }
@@ -218,6 +228,7 @@ mod tests {
             "mysql://app@db/locks?heartbeat=1ms",
             "mysql://app@db/locks?ssl_mode=maybe",
             "mysql://app@db/locks?layout=advisory",
+            "mysql://app@db/locks?procedures=maybe",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

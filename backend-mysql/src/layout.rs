@@ -34,6 +34,14 @@ pub(crate) mod sql {
         include_str!("sql/table_watches.sql"),
         include_str!("sql/table_data.sql"),
     ];
+    /// The one-call steps' stored procedures (name, definition): `conn/routines.rs`.
+    pub const PROCEDURES: [(&str, &str); 2] = [
+        ("locksmith_enter_v2", include_str!("sql/proc_enter.sql")),
+        ("locksmith_release_v2", include_str!("sql/proc_release.sql")),
+    ];
+    pub const ROUTINES: &str = include_str!("sql/routines.sql");
+    pub const CALL_ENTER: &str = include_str!("sql/call_enter.sql");
+    pub const CALL_RELEASE: &str = include_str!("sql/call_release.sql");
     pub const SESSION_SETTINGS: &str = include_str!("sql/session_settings.sql");
     pub const ISOLATION: &str = include_str!("sql/isolation.sql");
     pub const IDLE_TRANSACTION_TIMEOUT: &str = include_str!("sql/idle_transaction_timeout.sql");

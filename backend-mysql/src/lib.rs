@@ -12,7 +12,7 @@
 //! `ssl_mode` (`disabled`, `required`/`verify_ca`, `verify_identity`; feature `tls`: rustls on
 //! aws-lc-rs), `ca` (the roots; else the bundled Mozilla roots of sqlx), `cert` and `key` (a client
 //! certificate), `layout` (`default`, or `get_lock`: locks shared with programs that call
-//! `GET_LOCK`, below).
+//! `GET_LOCK`, below), `procedures` (`on`; `off`: no stored procedures, see Rights).
 //!
 //! TLS is sqlx's: rustls on aws-lc-rs with feature `tls`, unless another crate of the program
 //! turns on sqlx's `native-tls`, which sqlx then prefers (OpenSSL: so it is in this workspace's
@@ -52,7 +52,10 @@
 //!   such setting, `wait_timeout`.
 //! - **Rights**: the user needs `CREATE`, `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the database
 //!   (the tables are made at the first connect) and nothing global: a user may `KILL QUERY` its
-//!   own connections.
+//!   own connections. With `CREATE ROUTINE` too (or `EXECUTE` on procedures an administrator
+//!   made), the common steps are one `CALL` each (`protocol/call.rs`, `conn/routines.rs`);
+//!   without it, or with `procedures=off`, every step is a transaction of about ten statements
+//!   (a warning says so at connect).
 //!
 //! # Sharing locks with `GET_LOCK` (`layout=get_lock`)
 //!
@@ -108,7 +111,8 @@
 //!   seen, by the next locker that connects.
 //! - `SO_LINGER` 0 on the sockets (sqlx opens them; a step sent before a partition may still
 //!   arrive after it heals, where its transaction's lock wait and timeout bound its effect).
-//! - A step is a transaction of several statements, about ten round trips (PostgreSQL: one).
+//! - A step that the stored procedures do not decide (a queue with readers, permits, observers
+//!   or expired entries) is a transaction of several statements, about ten round trips.
 //! - Table versions and migrations: the tables are made with `CREATE TABLE IF NOT EXISTS`.
 //!
 //! # Modules
@@ -119,8 +123,8 @@
 //! | `error.rs` | sqlx's errors → `LockError` |
 //! | `layout.rs` | segments, the statements of `sql/` |
 //! | `backend.rs` | `impl LockBackend` |
-//! | `conn/` | the steps' connection, steps run in tasks of their own |
-//! | `protocol/` | `queue.rs` the steps, `wait.rs` the wait loop, `election.rs` |
+//! | `conn/` | the steps' connection, steps run in tasks of their own; `routines.rs` the stored procedures |
+//! | `protocol/` | `queue.rs` the steps, `call.rs` their one-call cases, `wait.rs` the wait loop, `election.rs` |
 //! | `wake.rs` | the wait connection: heartbeat, sweep, mailbox, `SLEEP` and `KILL QUERY` |
 //! | `renew.rs` | `renew_many`: two statements for every lease due |
 //! | `cleanup.rs` | the clean-up guard of an entry nobody holds yet |

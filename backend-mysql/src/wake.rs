@@ -7,9 +7,10 @@
 //! mailbox read and the `SLEEP` are one statement: a wake committed before it started is seen by
 //! its read, one committed later finds it running and interrupts it, so none is lost.
 //!
-//! The wait task then reads the mailbox (`sql/wakes_read.sql`), deletes what it read, and
-//! notifies each named waiter of this locker (or, for rows without an entry, the observers of
-//! the lock): one waiter per wake, not every waiter of the locker.
+//! The wait task then reads the mailbox (`sql/wakes_read.sql`), notifies each named waiter of
+//! this locker (or, for rows without an entry, the observers of the lock), and deletes what it
+//! read: one waiter per wake, not every waiter of the locker. A locker with one waiter and no
+//! observer notifies it as soon as its wait is interrupted, before reading the mailbox.
 //!
 //! The same connection carries the locker's heartbeat at each beat (`heartbeat=`, 1 s): it
 //! extends its waiting entries (`sql/beat.sql`: a waiter whose locker died is gone after five
@@ -102,6 +103,20 @@ impl Hub {
         if let Some(n) = self.segments.lock().unwrap_or_else(|e| e.into_inner()).get(segment) {
             n.notify_waiters();
             n.notify_one();
+        }
+    }
+
+    /// Notifies the waiter when it is the locker's only one and nothing is observed: a wake-up
+    /// of this locker can then only be for it (any other is spurious, which is harmless).
+    fn wake_the_only_waiter(&self) {
+        if !self.segments.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            return;
+        }
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() == 1 {
+            if let Some(n) = entries.values().next() {
+                n.notify_one();
+            }
         }
     }
 
@@ -258,7 +273,16 @@ fn serve<'a>(
             };
             if let Some(last) = rows.last() {
                 let last: u64 = last.try_get(0).map_err(|e| decode("reading the wake-ups", e))?;
-                // Interrupted, the rows stay and are delivered again: a spurious wake-up is harmless.
+                // Delivered before they are deleted, so that the waiters' steps overlap the
+                // delete. Interrupted, the rows stay and are delivered again: a spurious wake-up
+                // is harmless.
+                let Some(c) = conn.upgrade() else { return Ok(()) };
+                for row in rows {
+                    let entry: Option<u64> = row.try_get(1).map_err(|e| decode("reading the wake-ups", e))?;
+                    let seg: Vec<u8> = row.try_get(2).map_err(|e| decode("reading the wake-ups", e))?;
+                    c.hub.deliver(entry, &String::from_utf8_lossy(&seg));
+                }
+                drop(c);
                 bounded(
                     limit,
                     "deleting the wake-ups",
@@ -268,12 +292,6 @@ fn serve<'a>(
                         .execute(&mut *wait),
                 )
                 .await?;
-                let Some(c) = conn.upgrade() else { return Ok(()) };
-                for row in rows {
-                    let entry: Option<u64> = row.try_get(1).map_err(|e| decode("reading the wake-ups", e))?;
-                    let seg: Vec<u8> = row.try_get(2).map_err(|e| decode("reading the wake-ups", e))?;
-                    c.hub.deliver(entry, &String::from_utf8_lossy(&seg));
-                }
                 continue;
             }
             let sleep = next_beat.saturating_duration_since(Instant::now());
@@ -285,7 +303,13 @@ fn serve<'a>(
             match tokio::time::timeout(limit + beat, waiting).await {
                 Err(_) => return Err(timeout("the wait connection's SLEEP", limit + beat)),
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) if interrupted(&e) => {}
+                Ok(Err(e)) if interrupted(&e) => {
+                    // A wake-up: a locker with one waiter and no observer knows whom it is for
+                    // before reading the mailbox (a round trip less on a hand-over).
+                    if let Some(c) = conn.upgrade() {
+                        c.hub.wake_the_only_waiter();
+                    }
+                }
                 Ok(Err(e)) => return Err(mysql_error("waiting", e)),
             }
         }

@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Backends to measure, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "mem,file,etcd,zk,redis,postgres")]
+    #[arg(long, value_delimiter = ',', default_value = "mem,file,etcd,zk,redis,postgres,mysql")]
     pub backends: Vec<String>,
     /// Workloads to run, comma-separated.
     #[arg(
@@ -57,6 +57,9 @@ pub struct Args {
     /// PostgreSQL URL.
     #[arg(long, env = "LOCKSMITH_TEST_POSTGRES")]
     pub postgres: Option<String>,
+    /// MySQL or MariaDB URL.
+    #[arg(long, env = "LOCKSMITH_TEST_MYSQL")]
+    pub mysql: Option<String>,
     /// Write the results as JSON (schema `lockbench/1`).
     #[arg(long)]
     pub json: Option<PathBuf>,

@@ -26,6 +26,8 @@ use crate::error::{connection_lost, mysql_error, timeout};
 use crate::layout::sql;
 use crate::wake::Hub;
 
+mod routines;
+
 /// What a step got wrong: its error, and whether the connection is still fit for use.
 pub(crate) struct StepError {
     pub error: LockError,
@@ -74,6 +76,8 @@ pub(crate) struct Conn {
     pub config: Config,
     /// This locker's id: the `owner` of its entries, its row in `locksmith_owners`.
     pub owner: u64,
+    /// Whether the one-call steps' stored procedures are there (`routines.rs`).
+    pub procedures: bool,
     steps: Arc<Mutex<Option<MySqlConnection>>>,
     /// Taken before the connection by every step but the renewals: a renewal waits for the one
     /// step running, never for a backlog of steps (1,000 waiters joining at once).
@@ -183,9 +187,14 @@ impl Conn {
                 .map_err(|_| timeout("creating the tables", config.request_timeout))?
                 .map_err(|e| mysql_error("creating the tables", e))?;
         }
+        let procedures = config.procedures
+            && tokio::time::timeout(config.request_timeout, routines::install(&mut c))
+                .await
+                .map_err(|_| timeout("creating the stored procedures", config.request_timeout))??;
         Ok(Conn {
             config,
             owner: rand::random::<u64>() >> 1,
+            procedures,
             steps: Arc::new(Mutex::new(Some(c))),
             gate: Arc::new(Mutex::new(())),
             hub: Hub::default(),

@@ -1,8 +1,9 @@
-//! The steps on a lock's queue. Each is one transaction: lock the lock's row (`sql/lock_row.sql`,
-//! creating it at first use), prune the entries whose lease or heartbeat ran out by the server's
-//! clock, read the queue in arrival order, step, write the wake-ups of the waiters whose turn
-//! came and of the lock's observers, commit, then interrupt the woken lockers' waits
-//! (`wake.rs`).
+//! The steps on a lock's queue. Their common cases are one call of a stored procedure each
+//! (`call.rs`), tried first; otherwise, and without the procedures, each is one transaction:
+//! lock the lock's row (`sql/lock_row.sql`, creating it at first use), prune the entries whose
+//! lease or heartbeat ran out by the server's clock, read the queue in arrival order, step,
+//! write the wake-ups of the waiters whose turn came and of the lock's observers, commit, then
+//! interrupt the woken lockers' waits (`wake.rs`).
 //!
 //! Fencing tokens come from the lock's row: `GREATEST(token + 1, <server's clock in µs>)`
 //! (`sql/next_token.sql`). The counter makes them grow with every grant and survive a restart
@@ -20,6 +21,7 @@ use locksmith_core::{LockError, Result};
 
 use crate::conn::{Body, Conn, StepError};
 use crate::layout::sql;
+use crate::protocol::call::{self, Called};
 use crate::wake::kill_waits;
 
 /// One entry of a queue, as read in a step.
@@ -306,6 +308,13 @@ where
 /// `InvalidOption` for a semaphore whose permit count disagrees with the queue's; the
 /// connection's errors.
 pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) -> Result<Entered> {
+    if call::applies(conn, req) {
+        match call::enter(conn, req, &seg, id, false).await? {
+            Some(Called::Granted(token)) => return Ok(Entered::Granted(token)),
+            Some(Called::Waiting(left)) => return Ok(Entered::Waiting(left)),
+            _ => {}
+        }
+    }
     let (owner, role, value) = (
         conn.owner,
         req.kind.role(),
@@ -392,6 +401,13 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
 ///
 /// As [`enter`].
 pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u64) -> Result<Option<u64>> {
+    if call::applies(conn, req) {
+        match call::enter(conn, req, &seg, id, true).await? {
+            Some(Called::Granted(token)) => return Ok(Some(token)),
+            Some(Called::Busy) => return Ok(None),
+            _ => {}
+        }
+    }
     let (owner, role, value) = (
         conn.owner,
         req.kind.role(),
@@ -491,6 +507,13 @@ async fn leave_as(conn: &Conn, what: &'static str, seg: String, id: u64) -> Resu
 ///
 /// `NotHeld` as above; the connection's errors.
 pub(crate) async fn release(conn: &Conn, seg: String, id: u64, token: u64, name: String) -> Result<()> {
+    if conn.procedures {
+        match call::release(conn, &seg, id, token).await? {
+            Some(Called::Released(true)) => return Ok(()),
+            Some(Called::Released(false)) => return Err(LockError::not_held(name)),
+            _ => {}
+        }
+    }
     transaction(conn, "releasing", move |c| {
         let seg = seg.clone();
         Box::pin(async move {

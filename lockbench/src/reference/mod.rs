@@ -9,12 +9,13 @@
 //! | zk | create ephemeral-sequential + get-children + delete | delete → exists-watch event → create | `zookeeper-client`'s lock recipe |
 //! | file | open + `flock(LOCK_EX\|LOCK_NB)`, `flock(LOCK_UN)` + close | inotify event of a rename | `distributed-lock-file`, `fd-lock` |
 //! | postgres | one prepared `INSERT … ON CONFLICT DO UPDATE … RETURNING token`, one `UPDATE` | LISTEN/NOTIFY | a session `pg_advisory_lock` |
+//! | mysql | `SELECT GET_LOCK(?, 0)`, `SELECT RELEASE_LOCK(?)` | `RELEASE_LOCK` → the waiting `GET_LOCK` returns (the take) | `distributed-lock-mysql` |
 //!
 //! The handover floor on Redis, etcd and ZooKeeper is the `floor` row: the release, the
 //! notification and the one request that takes the freed lock (what any queue-less waiter must do
 //! after being told; locksmith's waiter makes the same request); the `floor-notify` row beside it is
 //! the notification alone, from the same measurements. On file and PostgreSQL the `floor` row is
-//! the notification alone.
+//! the notification alone; on MySQL the notification is the take (the waiting `GET_LOCK`).
 //!
 //! The `guarded` workload's floor is a plain write of the bare client ([`PlainWrite`]): Redis
 //! `SET`, etcd `Put`, ZooKeeper `setData`, a PostgreSQL upsert.
@@ -23,6 +24,8 @@
 mod etcd;
 #[cfg(feature = "file-ref")]
 mod file;
+#[cfg(feature = "mysql-ref")]
+mod mysql;
 #[cfg(feature = "postgres-ref")]
 mod postgres;
 #[cfg(feature = "postgres-ref")]
@@ -106,6 +109,8 @@ pub async fn for_backend(backend: &str, url: &str) -> Result<Reference, String> 
             "file" => file::reference(url).await.map_err(|e| format!("{e:#}")),
             #[cfg(feature = "postgres-ref")]
             "postgres" => postgres::reference(url).await.map_err(|e| format!("{e:#}")),
+            #[cfg(feature = "mysql-ref")]
+            "mysql" => mysql::reference(url).await.map_err(|e| format!("{e:#}")),
             "mem" => Err("the in-process backend has no server: no floor or peer rows".to_string()),
             other => {
                 let _ = url;

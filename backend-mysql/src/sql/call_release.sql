@@ -1,0 +1,1 @@
+CALL locksmith_release_v2(?, ?, ?)
