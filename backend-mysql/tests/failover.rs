@@ -62,8 +62,12 @@ async fn primary() -> (String, String) {
 /// Runs `sql` on the server at `address` as the pair's admin user.
 async fn as_admin(address: &str, sql: &str) {
     let url = with_host(&ha_url("LOCKSMITH_TEST_MYSQL_HA_ADMIN"), address);
-    let mut c = sqlx::MySqlConnection::connect(&url).await.expect("connecting as the admin user");
-    sqlx::Executor::execute(&mut c, sql).await.expect("running SQL as the admin user");
+    let mut c = sqlx::MySqlConnection::connect(&url)
+        .await
+        .expect("connecting as the admin user");
+    sqlx::Executor::execute(&mut c, sql)
+        .await
+        .expect("running SQL as the admin user");
     let _ = c.close().await;
 }
 
@@ -175,7 +179,10 @@ async fn a_promoted_replica_keeps_the_holder_and_refuses_a_stale_token() {
     assert!(tried.unwrap().is_none(), "the lock was free on the promoted replica");
     tokio::time::sleep_until(acquired + Duration::from_secs(13)).await;
     assert_eq!(held.lost_reason(), None, "the holder lost its lock to the failover");
-    held.guarded().put("k", "after").await.expect("a guarded write on the new primary");
+    held.guarded()
+        .put("k", "after")
+        .await
+        .expect("a guarded write on the new primary");
 
     // Its lease taken away behind its back (as an expiry would), the lock goes to b with a
     // greater token, and the old holder's writes are refused.

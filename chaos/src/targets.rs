@@ -248,9 +248,7 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
         )
     };
     // MariaDB: the test database; the suite's lock names are its own.
-    let mysql = |base: String, ttl: Duration| {
-        format!("{base}?ttl={}&request_timeout=2s&connect_timeout=3s", secs(ttl))
-    };
+    let mysql = |base: String, ttl: Duration| format!("{base}?ttl={}&request_timeout=2s&connect_timeout=3s", secs(ttl));
     let redis = |base: String, ttl: Duration| {
         format!(
             "{base}/0?prefix=chaos:&restart_delay={}&waiter_ttl=2s&connect_timeout=1s&response_timeout=1s",

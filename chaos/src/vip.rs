@@ -102,7 +102,9 @@ pub fn primary_address() -> Result<String> {
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
             locksmith_core::conformance::servers::backends(&refs)
         })
-        .map_err(|_| anyhow::anyhow!("scripts/backends {args:?} failed (is the mysql-ha pair up? scripts/backends up all)"))
+        .map_err(|_| {
+            anyhow::anyhow!("scripts/backends {args:?} failed (is the mysql-ha pair up? scripts/backends up all)")
+        })
     };
     let id = ask(&["leader", "mysql-ha"])?;
     ask(&["address", &id])

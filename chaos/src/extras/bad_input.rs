@@ -180,7 +180,10 @@ async fn one(target: &Target) -> Vec<BadInput> {
         }
         if let Ok(url) = crate::targets::env_url(var) {
             let host = url.split_once("://").map_or("", |(_, h)| h).to_owned();
-            urls.push(("wrong protocol", format!("{scheme}://{user}{host}{db}?connect_timeout=2s")));
+            urls.push((
+                "wrong protocol",
+                format!("{scheme}://{user}{host}{db}?connect_timeout=2s"),
+            ));
         }
     }
     for (case, url) in urls {
