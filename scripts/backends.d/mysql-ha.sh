@@ -110,6 +110,12 @@ mysql_ha_query() { # ID SQL
         -p"$MYSQL_ADMIN_PW" -N -B -e "$2" 2>/dev/null
 }
 
+# One field of member ID's `SHOW SLAVE STATUS` (empty when it replicates nothing).
+mysql_ha_slave_field() { # ID FIELD
+    timeout 5 mariadb --no-defaults -h "$HOST" -P "$(client_port "$1")" -u "$MYSQL_ADMIN_USER" \
+        -p"$MYSQL_ADMIN_PW" -e 'show slave status\G' 2>/dev/null | sed -n "s/^ *$2: *//p"
+}
+
 mysql_ha_is_leader() { [[ $(mysql_ha_query "$1" 'select @@global.read_only') == 0 ]]; }
 
 # Whether primary ID has a replica that acknowledges its commits now.
@@ -166,10 +172,13 @@ mysql_ha_failover() {
     # before it takes writes.
     mysql_ha_query "$new" 'STOP SLAVE IO_THREAD' >/dev/null ||
         die "failover: $new does not answer (see $STATE/$new/server.log)"
-    pos=$(mysql_ha_query "$new" 'show slave status\G' | sed -n 's/^ *Gtid_IO_Pos: *//p')
+    # (Promoting it before would lose what the relay log holds: RESET SLAVE ALL deletes it.)
+    # An empty position: it received nothing, there is nothing to apply.
+    pos=$(mysql_ha_slave_field "$new" Gtid_IO_Pos)
     if [[ -n $pos ]] && [[ $(mysql_ha_query "$new" "select master_gtid_wait('$pos', 30)") != 0 ]]; then
         die "failover: $new did not apply its relay log (up to $pos) within 30s"
     fi
+    log "failover: $new applied what it received (up to ${pos:-nothing})"
     mysql_ha_query "$new" 'STOP SLAVE; RESET SLAVE ALL; SET GLOBAL rpl_semi_sync_master_enabled = ON; SET GLOBAL read_only = OFF' >/dev/null ||
         die "failover: promoting $new failed (see $STATE/$new/server.log)"
     echo primary >"$STATE/$new/role"
