@@ -138,24 +138,46 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
                 "postgres-ha" => format!(
                     "the primary killed, {new} promoted, the old primary its synchronous standby again ({ms} ms)"
                 ),
+                "mysql-ha" => {
+                    crate::vip::mysql_ha()?.point_at(&servers(&["address", &new]).await?);
+                    format!(
+                        "the primary killed, {new} promoted and the virtual IP moved to it, the old primary its \
+                         semi-synchronous replica again ({ms} ms)"
+                    )
+                }
                 _ => format!("SENTINEL FAILOVER to {new} ({ms} ms)"),
             }
         }
-        Fault::LagFailover if target.group == Some("postgres-ha") => {
-            // The standby stopped while the holders renew: a synchronous standby holds their
-            // commits up (unanswered renewals, not unconfirmed ones). The failover kills the
-            // primary, then resumes and promotes the standby.
-            let primary = servers(&["leader", "postgres-ha"]).await?;
-            let standby = if primary == "pg-ha1" { "pg-ha2" } else { "pg-ha1" };
+        Fault::LagFailover if matches!(target.group, Some("postgres-ha" | "mysql-ha")) => {
+            // The standby stopped while the holders renew: a synchronous standby (a
+            // semi-synchronous replica) holds their commits up (unanswered renewals, not
+            // unconfirmed ones). The failover kills the primary, then resumes and promotes the
+            // standby.
+            let group = target.group.context("no failover group")?;
+            let primary = servers(&["leader", group]).await?;
+            let standby = match primary.as_str() {
+                "pg-ha1" => "pg-ha2",
+                "pg-ha2" => "pg-ha1",
+                "mysql-ha1" => "mysql-ha2",
+                _ => "mysql-ha1",
+            };
             servers(&["pause", standby]).await?;
             tokio::time::sleep(ttl * 5 / 8).await;
             let killed = std::time::Instant::now();
-            let new = servers(&["failover", "postgres-ha"]).await?;
+            let new = servers(&["failover", group]).await?;
+            if group == "mysql-ha" {
+                crate::vip::mysql_ha()?.point_at(&servers(&["address", &new]).await?);
+            }
             format!(
                 "{standby} (the standby) stopped for {} ms, then {primary} (the primary) killed and {new} \
-                 resumed and promoted ({} ms); {primary} its synchronous standby again",
+                 resumed and promoted ({} ms); {primary} its {} again",
                 (ttl * 5 / 8).as_millis(),
-                killed.elapsed().as_millis()
+                killed.elapsed().as_millis(),
+                if group == "mysql-ha" {
+                    "semi-synchronous replica"
+                } else {
+                    "synchronous standby"
+                }
             )
         }
         Fault::LagFailover => {

@@ -31,6 +31,7 @@ mod register;
 mod report;
 mod run;
 mod targets;
+mod vip;
 mod worker;
 
 use std::path::{Path, PathBuf};

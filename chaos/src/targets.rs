@@ -103,7 +103,7 @@ impl fmt::Display for Fault {
 /// One backend in one topology.
 #[derive(Clone, Debug)]
 pub struct Target {
-    /// `mem`, `file`, `etcd`, `zk`, `redis` or `postgres`.
+    /// `mem`, `file`, `etcd`, `zk`, `redis`, `postgres` or `mysql`.
     pub backend: &'static str,
     /// `single`, `cluster`, `ensemble` or `quorum`.
     pub topology: &'static str,
@@ -138,7 +138,7 @@ impl Target {
 
     /// Whether `fault` applies here.
     pub fn has(&self, fault: Fault) -> bool {
-        if self.group == Some("postgres-ha") {
+        if matches!(self.group, Some("postgres-ha" | "mysql-ha")) {
             // What the pair adds to the single server is the failover (the other faults are the
             // single server's, measured there; a leader "kill and start again" would make two
             // primaries).
@@ -163,7 +163,7 @@ impl Target {
     /// Whether a failover here moves the locks to another server (Redis Sentinel and Cluster,
     /// PostgreSQL's primary and standby): holds then last 3 TTLs, and the failovers' count applies.
     pub fn replicated(&self) -> bool {
-        self.fails_over || self.group == Some("postgres-ha")
+        self.fails_over || matches!(self.group, Some("postgres-ha" | "mysql-ha"))
     }
 
     /// Whether a grant here may be lost in a failover by design (Redis Sentinel and Cluster
@@ -183,9 +183,14 @@ impl Target {
     /// - PostgreSQL's pair without replica confirmation (`+async`), only the failover after a
     ///   lag: the one that loses grants, which the fencing tokens' clock floor must survive (the
     ///   baseline and the plain failover are the confirmed pair's).
+    /// - MariaDB's pair, only the failover (its primary killed, its replica promoted): the rest is
+    ///   the single server's, or PostgreSQL's mechanism measured there.
     pub fn has_quick(&self, fault: Fault) -> bool {
         if !self.has(fault) {
             return false;
+        }
+        if self.group == Some("mysql-ha") {
+            return fault == Fault::Failover;
         }
         if self.fails_over {
             return fault.fails_over() && !(fault == Fault::Failover && self.group == Some("redis-sentinel"));
@@ -242,6 +247,8 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             secs(ttl)
         )
     };
+    // MariaDB: the test database; the suite's lock names are its own.
+    let mysql = |base: String, ttl: Duration| format!("{base}?ttl={}&request_timeout=2s&connect_timeout=3s", secs(ttl));
     let redis = |base: String, ttl: Duration| {
         format!(
             "{base}/0?prefix=chaos:&restart_delay={}&waiter_ttl=2s&connect_timeout=1s&response_timeout=1s",
@@ -288,6 +295,30 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
         ttl: failover_ttl,
         restart: None,
         group: Some("postgres-ha"),
+        members: &[],
+        fails_over: false,
+        netns: false,
+        clock: None,
+    };
+    // A MariaDB primary and its semi-synchronous replica, behind the driver's virtual IP
+    // (`vip.rs`: `mysql://` takes one host), which the failover moves to the promoted replica.
+    let mysql_ha_url = env_url("LOCKSMITH_TEST_MYSQL_HA")?;
+    let pair = BackendUrl::parse(&mysql_ha_url)?
+        .hosts
+        .iter()
+        .map(|h| h.to_addr(3306))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mysql_ha = Target {
+        backend: "mysql",
+        topology: "ha",
+        url: mysql(
+            mysql_ha_url.replacen(&pair, crate::vip::mysql_ha()?.addr(), 1),
+            failover_ttl,
+        ),
+        ttl: failover_ttl,
+        restart: None,
+        group: Some("mysql-ha"),
         members: &[],
         fails_over: false,
         netns: false,
@@ -390,6 +421,20 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
             url: format!("{}&replication=async", postgres_ha.url),
             ..postgres_ha
         },
+        // One MariaDB server; a restart keeps its data (the fencing counters are in a table).
+        Target {
+            backend: "mysql",
+            topology: "single",
+            url: mysql(env_url("LOCKSMITH_TEST_MYSQL")?, ttl),
+            ttl,
+            restart: Some("mysql"),
+            group: None,
+            members: &[],
+            fails_over: false,
+            netns: false,
+            clock: None,
+        },
+        mysql_ha,
         Target {
             backend: "redis",
             topology: "single",

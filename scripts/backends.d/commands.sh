@@ -40,6 +40,9 @@ $(leader_usage)
                     it; prints the new master's id
   failover postgres-ha  kill the primary (every process at once), promote its standby, make the
                     old primary its synchronous standby again; prints the new primary's id
+  failover mysql-ha  kill the primary, let the replica apply what it received and promote it,
+                    make the old primary its semi-synchronous replica again (from nothing);
+                    prints the new primary's id
   reshard redis-cluster SLOT [ID]   move the slot (0-16383) and its keys to master ID (default:
                     the next master after its owner); waits until every node agrees; prints ID
   slot-owner redis-cluster SLOT     print the id of the master serving the slot

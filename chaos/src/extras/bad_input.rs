@@ -155,6 +155,9 @@ async fn one(target: &Target) -> Vec<BadInput> {
     }
     let scheme = backend;
     let closed = closed_port();
+    // mysql:// needs a user and a database before it dials (without them the server cases
+    // would stop at the URL).
+    let (user, db) = if scheme == "mysql" { ("u@", "/db") } else { ("", "") };
     let mut urls = vec![
         ("bad port", format!("{scheme}://127.0.0.1:99999")),
         ("unknown option", format!("{scheme}://127.0.0.1:1?no_such_option=1")),
@@ -162,7 +165,7 @@ async fn one(target: &Target) -> Vec<BadInput> {
         ("unknown scheme", "consul://127.0.0.1:8500".to_owned()),
         (
             "unreachable server",
-            format!("{scheme}://127.0.0.1:{closed}?connect_timeout=2s"),
+            format!("{scheme}://{user}127.0.0.1:{closed}{db}?connect_timeout=2s"),
         ),
     ];
     // Another backend's server on the URL: the wrong protocol.
@@ -177,7 +180,10 @@ async fn one(target: &Target) -> Vec<BadInput> {
         }
         if let Ok(url) = crate::targets::env_url(var) {
             let host = url.split_once("://").map_or("", |(_, h)| h).to_owned();
-            urls.push(("wrong protocol", format!("{scheme}://{host}?connect_timeout=2s")));
+            urls.push((
+                "wrong protocol",
+                format!("{scheme}://{user}{host}{db}?connect_timeout=2s"),
+            ));
         }
     }
     for (case, url) in urls {
