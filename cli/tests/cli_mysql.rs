@@ -147,3 +147,16 @@ fn shell_line(sql: &str) -> String {
         url.path.trim_matches('/'),
     )
 }
+
+/// `init` connects, which creates the tables and procedures; `init --sql` is PostgreSQL's and
+/// says what to do instead on MySQL.
+#[test]
+fn init_creates_the_tables_and_init_sql_says_how() {
+    let url = env_url("LOCKSMITH_TEST_MYSQL");
+    let out = run(&["--url", &url, "init"]);
+    assert_code(&out, 0);
+    assert!(out.stdout.starts_with("ready\t"), "{out:?}");
+    let out = run(&["--url", &url, "init", "--sql"]);
+    assert_clean_error(&out, 2);
+    assert!(out.stderr.contains("CREATE ROUTINE"), "{}", out.stderr);
+}

@@ -37,6 +37,14 @@ pub async fn init(session: &Session, args: &InitArgs) -> Result<u8, Failure> {
 
 /// The SQL of `init --sql`, on stdout.
 fn print_sql(session: &Session, scheme: &str, grant: Option<&str>) -> Result<u8, Failure> {
+    if matches!(scheme, "mysql" | "mariadb") {
+        return Err(Failure::new(
+            USAGE,
+            format!(
+                "init --sql is for postgres:// URLs; on {scheme}:// `locksmith init` (without --sql) creates the tables and stored procedures, as a user with CREATE and CREATE ROUTINE"
+            ),
+        ));
+    }
     if !matches!(scheme, "postgres" | "postgresql") {
         return Err(Failure::new(
             USAGE,
