@@ -59,10 +59,20 @@ pub(crate) struct Layout {
     pub frame_seq: u64,
     pub frame_at: u64,
     pub cap: u64,
+    /// The newest frame's checksum and payload length (what its header says: see [`newest`]).
+    pub frame_crc: u32,
+    pub frame_len: u32,
     /// The newest reservation's sequence number, slot, and mark.
     pub reserve_seq: u64,
     pub reserve_slot: usize,
     pub mark: u64,
+}
+
+impl Layout {
+    /// Where the newest frame ends (what the file's size is at least).
+    pub fn frame_end(&self) -> u64 {
+        self.frame_at + HEADER as u64 + u64::from(self.frame_len)
+    }
 }
 
 /// Whether `bytes` are a format-2 state file rather than a JSON one (format 1, written by earlier
@@ -79,11 +89,11 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(&[u8], Layout), String> {
         .filter_map(|(slot, &at)| reservation(bytes, at).map(|(seq, mark)| (seq, slot, mark)))
         .max()
         .ok_or("no whole token reservation")?;
-    let mut best: Option<(u64, u64, u64, &[u8])> = None;
+    let mut best: Option<(u64, u64, u64, u32, &[u8])> = None;
     let mut consider = |at: u64, slot1_cap: Option<u64>| {
-        if let Some((seq, cap, payload)) = frame(bytes, at) {
+        if let Some((seq, cap, crc, payload)) = frame(bytes, at) {
             if slot1_cap.is_none_or(|c| c == cap) && best.is_none_or(|(s, ..)| seq > s) {
-                best = Some((seq, at, cap, payload));
+                best = Some((seq, at, cap, crc, payload));
             }
         }
     };
@@ -96,13 +106,15 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(&[u8], Layout), String> {
             None => break,
         };
     }
-    let (frame_seq, frame_at, cap, payload) = best.ok_or("no whole state")?;
+    let (frame_seq, frame_at, cap, frame_crc, payload) = best.ok_or("no whole state")?;
     Ok((
         payload,
         Layout {
             frame_seq,
             frame_at,
             cap,
+            frame_crc,
+            frame_len: payload.len() as u32,
             reserve_seq,
             reserve_slot,
             mark,
@@ -119,8 +131,8 @@ fn reservation(bytes: &[u8], at: u64) -> Option<(u64, u64)> {
     Some((u64_at(r, 8), u64_at(r, 16)))
 }
 
-/// The frame at `at`: its seq, cap and payload, if it is whole.
-fn frame(bytes: &[u8], at: u64) -> Option<(u64, u64, &[u8])> {
+/// The frame at `at`: its seq, cap, checksum and payload, if it is whole.
+fn frame(bytes: &[u8], at: u64) -> Option<(u64, u64, u32, &[u8])> {
     let f = bytes.get(usize::try_from(at).ok()?..)?;
     let h = f.get(..HEADER)?;
     if &h[..4] != FRAME_MAGIC {
@@ -134,17 +146,42 @@ fn frame(bytes: &[u8], at: u64) -> Option<(u64, u64, &[u8])> {
     let body = f.get(..HEADER + len)?;
     let mut digest = CRC.digest();
     digest.update(&body[8..]);
-    if u32::from_le_bytes(h[4..8].try_into().ok()?) != digest.finalize() {
+    let crc = u32::from_le_bytes(h[4..8].try_into().ok()?);
+    if crc != digest.finalize() {
         return None;
     }
-    Some((seq, cap, &body[HEADER..]))
+    Some((seq, cap, crc, &body[HEADER..]))
+}
+
+/// What the headers of the two frame slots of `layout`'s capacity say the newest frame is (its
+/// seq, offset, checksum and length, as in a [`Layout`]), read without the payloads and without
+/// checking a checksum: two reads of 32 bytes, where [`decode`] needs the whole file. `None` if
+/// neither header is a frame's.
+///
+/// Only a comparison with a frame this process read whole or wrote itself may rest on it (see
+/// `cache.rs`): a header says nothing of whether its frame is whole.
+pub(crate) fn newest(file: &File, layout: &Layout) -> std::io::Result<Option<(u64, u64, u32, u32)>> {
+    let mut best: Option<(u64, u64, u32, u32)> = None;
+    for (at, slot1) in [(FRAMES_AT, false), (FRAMES_AT + layout.cap, true)] {
+        let mut h = [0u8; HEADER];
+        if file.read_at(&mut h, at)? < HEADER || &h[..4] != FRAME_MAGIC {
+            continue;
+        }
+        let (seq, cap) = (u64_at(&h, 8), u64_at(&h, 16));
+        let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+        let len = u32::from_le_bytes([h[24], h[25], h[26], h[27]]);
+        if (!slot1 || cap == layout.cap) && best.is_none_or(|(s, ..)| seq > s) {
+            best = Some((seq, at, crc, len));
+        }
+    }
+    Ok(best)
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// The bytes of a frame `seq` of capacity `cap` holding `payload`.
+/// The bytes of a frame `seq` of capacity `cap` holding `payload` (its checksum at 4..8).
 fn encode_frame(seq: u64, cap: u64, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(HEADER + payload.len());
     f.extend_from_slice(FRAME_MAGIC);
@@ -199,11 +236,14 @@ pub(crate) fn write(file: &File, layout: &Layout, payload: &[u8], mark: Option<u
         FRAMES_AT
     };
     let frame_seq = layout.frame_seq + 1;
-    file.write_all_at(&encode_frame(frame_seq, cap, payload), at)?;
+    let frame = encode_frame(frame_seq, cap, payload);
+    file.write_all_at(&frame, at)?;
     let mut next = Layout {
         frame_seq,
         frame_at: at,
         cap,
+        frame_crc: u32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]),
+        frame_len: payload.len() as u32,
         ..*layout
     };
     if let Some(mark) = mark {
@@ -252,6 +292,8 @@ mod tests {
             let bytes = read(&f);
             let (got, read_layout) = decode(&bytes).unwrap();
             assert_eq!((got, read_layout), (payload.as_slice(), layout), "write {i}");
+            let header = (layout.frame_seq, layout.frame_at, layout.frame_crc, layout.frame_len);
+            assert_eq!(newest(&f, &layout).unwrap(), Some(header), "write {i}");
         }
         assert_eq!(layout.mark, 104);
         assert!(is_format_2(&read(&f)) && !is_format_2(b" {\"format\":1}"));

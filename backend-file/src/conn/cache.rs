@@ -1,0 +1,118 @@
+//! The newest state of each lock this process stepped on, kept in memory (one per lock and
+//! directory, shared by the process's lockers): a step, or a waiter's look, that finds the state
+//! file's newest frame still the one kept takes that state without reading the whole file,
+//! checking its checksums or parsing its JSON (the hand-over's cold read of both frames, see
+//! docs/overhead.md's eighteenth pass).
+//!
+//! A state is kept only from a frame this process read whole and found whole under the lock
+//! file's `flock` (a step's read), or wrote itself in a step that succeeded (its write, and its
+//! reservation's sync if it had one, done). It is taken again only if the file is the same file
+//! (device and inode), of the same size, read in the same boot, and the headers of its two frame
+//! slots say the newest frame is the kept one: the same slot, sequence number, checksum and
+//! length. A frame is written in a slot only with a sequence number above every whole frame's,
+//! under the `flock`, so a newer state (written by any process) has a newer header; a state
+//! that outgrew its slots is written past the end of the file, which changes its size; a file
+//! replaced by a new one is another inode, or (an inode number reused) a file whose frames'
+//! numbers restart at 1, told apart by the checksum and length of the frame too. A write cut short
+//! leaves a header that may not be whole: it is a header this process did not keep, and the file
+//! is read whole. The reservation of tokens is only ever written with a frame (and withdrawn by
+//! the step that wrote it, which then fails and keeps nothing), so the kept layout's reservation
+//! is the file's.
+
+use std::collections::HashMap;
+use std::fs::{File, Metadata};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use super::record::{self, Layout};
+use crate::protocol::state::State;
+use crate::wake::live_or_new;
+
+/// How many locks' states a directory's cache keeps: past it, it starts again empty (a process
+/// stepping on more locks than this reads their files as before).
+const KEEP: usize = 256;
+
+/// The kept states of one lock directory in this process.
+#[derive(Debug, Default)]
+pub(crate) struct StateCache {
+    by_stem: Mutex<HashMap<String, Arc<Kept>>>,
+}
+
+/// One lock's kept state, and what tells whether its file still holds it.
+#[derive(Debug)]
+pub(crate) struct Kept {
+    /// The state file's device, inode and size.
+    dev: u64,
+    ino: u64,
+    size: u64,
+    /// The boot id of the process that kept it (a state read in another boot has its last token
+    /// raised to the reservation, see `txn.rs`).
+    boot: String,
+    /// The state (its last token as `open_state` gives it), and its JSON.
+    pub state: State,
+    pub payload: Vec<u8>,
+    /// Where its frame and the reservation are; `layout.mark` is the reservation's mark.
+    pub layout: Layout,
+}
+
+impl StateCache {
+    /// The cache of directory `dir` (canonical) in this process.
+    pub fn for_dir(dir: &Path) -> Arc<StateCache> {
+        static CACHES: OnceLock<Mutex<HashMap<PathBuf, Weak<StateCache>>>> = OnceLock::new();
+        live_or_new(CACHES.get_or_init(Default::default), dir, StateCache::default)
+    }
+
+    /// The kept state of lock `stem` if `file` (whose metadata is `meta`) still holds it as its
+    /// newest frame, in boot `boot`. A read that fails is a miss (the caller reads the file whole,
+    /// and meets the error there).
+    pub fn get(&self, stem: &str, file: &File, meta: &Metadata, boot: &str) -> Option<Arc<Kept>> {
+        let kept = self
+            .by_stem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(stem)
+            .cloned()?;
+        if (kept.dev, kept.ino, kept.size) != (meta.dev(), meta.ino(), meta.len()) || kept.boot != boot {
+            return None;
+        }
+        let l = &kept.layout;
+        let newest = record::newest(file, l).ok()??;
+        (newest == (l.frame_seq, l.frame_at, l.frame_crc, l.frame_len)).then_some(kept)
+    }
+
+    /// Keeps `state` (with its JSON `payload`) of lock `stem`, the newest frame of the file
+    /// `meta` describes (its size once the frame was written: `size`) at `layout`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put(
+        &self,
+        stem: &str,
+        meta: &Metadata,
+        size: u64,
+        boot: &str,
+        state: State,
+        payload: Vec<u8>,
+        layout: Layout,
+    ) {
+        let kept = Arc::new(Kept {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size,
+            boot: boot.to_owned(),
+            state,
+            payload,
+            layout,
+        });
+        let mut by_stem = self.by_stem.lock().unwrap_or_else(|e| e.into_inner());
+        if by_stem.len() >= KEEP && !by_stem.contains_key(stem) {
+            by_stem.clear();
+        }
+        by_stem.insert(stem.to_owned(), kept);
+    }
+
+    /// Forgets the kept state of lock `stem` (a step that failed to write it: what is on disk is
+    /// not known).
+    pub fn forget(&self, stem: &str) {
+        self.by_stem.lock().unwrap_or_else(|e| e.into_inner()).remove(stem);
+    }
+}
