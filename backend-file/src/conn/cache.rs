@@ -18,11 +18,21 @@
 //! is read whole. The reservation of tokens is only ever written with a frame (and withdrawn by
 //! the step that wrote it, which then fails and keeps nothing), so the kept layout's reservation
 //! is the file's.
+//!
+//! A step keeps the state it writes just before its write, as pending (a waiter of this process
+//! woken by the write, while the writing thread has not run again yet, finds it). A pending state
+//! is taken only by a look (no step runs meanwhile: the writer holds the `flock`), and only once
+//! its whole frame is in the file with its checksum right (read and checked as a read of the
+//! whole file would check it: what every process then reads); the step marks it written once its
+//! write is done, or forgets it if the write failed, before it unlocks. A step that reserves
+//! tokens and syncs the reservation keeps its state only once synced: no look of this process
+//! may hand out a token whose reservation is not on disk yet.
 
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::record::{self, Layout};
@@ -54,6 +64,15 @@ pub(crate) struct Kept {
     pub payload: Vec<u8>,
     /// Where its frame and the reservation are; `layout.mark` is the reservation's mark.
     pub layout: Layout,
+    /// Kept by a step before its write, which has not said yet that it is done.
+    pending: AtomicBool,
+}
+
+impl Kept {
+    /// The step that kept it pending wrote it.
+    pub fn written(&self) {
+        self.pending.store(false, Ordering::Release);
+    }
 }
 
 impl StateCache {
@@ -64,9 +83,10 @@ impl StateCache {
     }
 
     /// The kept state of lock `stem` if `file` (whose metadata is `meta`) still holds it as its
-    /// newest frame, in boot `boot`. A read that fails is a miss (the caller reads the file whole,
-    /// and meets the error there).
-    pub fn get(&self, stem: &str, file: &File, meta: &Metadata, boot: &str) -> Option<Arc<Kept>> {
+    /// newest frame, in boot `boot`; a pending one only for a look (not a `step`), once whole in
+    /// the file. A read that fails is a miss (the caller reads the file whole, and meets the error
+    /// there).
+    pub fn get(&self, stem: &str, file: &File, meta: &Metadata, boot: &str, step: bool) -> Option<Arc<Kept>> {
         let kept = self
             .by_stem
             .lock()
@@ -76,13 +96,24 @@ impl StateCache {
         if (kept.dev, kept.ino, kept.size) != (meta.dev(), meta.ino(), meta.len()) || kept.boot != boot {
             return None;
         }
+        let pending = kept.pending.load(Ordering::Acquire);
+        if pending && step {
+            return None;
+        }
         let l = &kept.layout;
         let newest = record::newest(file, l).ok()??;
-        (newest == (l.frame_seq, l.frame_at, l.frame_crc, l.frame_len)).then_some(kept)
+        if newest != (l.frame_seq, l.frame_at, l.frame_crc, l.frame_len) {
+            return None;
+        }
+        if pending && !record::is_whole(file, l).unwrap_or(false) {
+            return None;
+        }
+        Some(kept)
     }
 
     /// Keeps `state` (with its JSON `payload`) of lock `stem`, the newest frame of the file
-    /// `meta` describes (its size once the frame was written: `size`) at `layout`.
+    /// `meta` describes (its size once the frame was written: `size`) at `layout`; `pending` if
+    /// its step has not written it yet (see [`Kept::written`]).
     #[allow(clippy::too_many_arguments)]
     pub fn put(
         &self,
@@ -93,8 +124,10 @@ impl StateCache {
         state: State,
         payload: Vec<u8>,
         layout: Layout,
-    ) {
+        pending: bool,
+    ) -> Arc<Kept> {
         let kept = Arc::new(Kept {
+            pending: AtomicBool::new(pending),
             dev: meta.dev(),
             ino: meta.ino(),
             size,
@@ -107,7 +140,8 @@ impl StateCache {
         if by_stem.len() >= KEEP && !by_stem.contains_key(stem) {
             by_stem.clear();
         }
-        by_stem.insert(stem.to_owned(), kept);
+        by_stem.insert(stem.to_owned(), kept.clone());
+        kept
     }
 
     /// Forgets the kept state of lock `stem` (a step that failed to write it: what is on disk is

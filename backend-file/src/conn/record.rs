@@ -153,6 +153,17 @@ fn frame(bytes: &[u8], at: u64) -> Option<(u64, u64, u32, &[u8])> {
     Some((seq, cap, crc, &body[HEADER..]))
 }
 
+/// Whether the frame at `layout` (its slot, seq, checksum and length) is in `file` whole: read
+/// (its header and payload, one read) and its checksum checked, as [`decode`] checks it.
+pub(crate) fn is_whole(file: &File, layout: &Layout) -> std::io::Result<bool> {
+    let mut f = vec![0u8; HEADER + layout.frame_len as usize];
+    if file.read_at(&mut f, layout.frame_at)? < f.len() {
+        return Ok(false);
+    }
+    Ok(frame(&f, 0)
+        .is_some_and(|(seq, cap, crc, _)| (seq, cap, crc) == (layout.frame_seq, layout.cap, layout.frame_crc)))
+}
+
 /// What the headers of the two frame slots of `layout`'s capacity say the newest frame is (its
 /// seq, offset, checksum and length, as in a [`Layout`]), read without the payloads and without
 /// checking a checksum: two reads of 32 bytes, where [`decode`] needs the whole file. `None` if
@@ -227,7 +238,36 @@ pub(crate) fn encode_new(payload: &[u8], mark: u64) -> Vec<u8> {
 /// Writes `payload` as the newest state of `file`, whose newest frame and reservation are at
 /// `layout`, and a new reservation `mark` if given (not synced: the caller syncs). Returns the
 /// new layout. A write cut short leaves `layout`'s frame and reservation whole.
+#[cfg(test)]
 pub(crate) fn write(file: &File, layout: &Layout, payload: &[u8], mark: Option<u64>) -> std::io::Result<Layout> {
+    let next = prepare(layout, payload, mark);
+    write_prepared(file, &next)?;
+    Ok(next.layout)
+}
+
+/// A write prepared by [`prepare`]: the layout it leaves, and its frame's bytes.
+pub(crate) struct Prepared {
+    pub layout: Layout,
+    frame: Vec<u8>,
+    reserve: bool,
+}
+
+/// Writes what [`prepare`] made (as [`write`] does).
+pub(crate) fn write_prepared(file: &File, next: &Prepared) -> std::io::Result<()> {
+    let layout = &next.layout;
+    file.write_all_at(&next.frame, layout.frame_at)?;
+    if next.reserve {
+        file.write_all_at(
+            &encode_reservation(layout.reserve_seq, layout.mark),
+            RESERVE_AT[layout.reserve_slot],
+        )?;
+    }
+    Ok(())
+}
+
+/// The write of `payload` (and reservation `mark`) over `layout`, made ready: what [`write`]
+/// writes, and the layout it returns, known before the write.
+pub(crate) fn prepare(layout: &Layout, payload: &[u8], mark: Option<u64>) -> Prepared {
     let cap = cap_for(payload.len(), layout.cap);
     // The slot the newest frame is not in; past everything when the capacity grows.
     let at = if cap != layout.cap || layout.frame_at == FRAMES_AT {
@@ -237,7 +277,6 @@ pub(crate) fn write(file: &File, layout: &Layout, payload: &[u8], mark: Option<u
     };
     let frame_seq = layout.frame_seq + 1;
     let frame = encode_frame(frame_seq, cap, payload);
-    file.write_all_at(&frame, at)?;
     let mut next = Layout {
         frame_seq,
         frame_at: at,
@@ -247,11 +286,13 @@ pub(crate) fn write(file: &File, layout: &Layout, payload: &[u8], mark: Option<u
         ..*layout
     };
     if let Some(mark) = mark {
-        let (seq, slot) = (layout.reserve_seq + 1, 1 - layout.reserve_slot);
-        file.write_all_at(&encode_reservation(seq, mark), RESERVE_AT[slot])?;
-        (next.reserve_seq, next.reserve_slot, next.mark) = (seq, slot, mark);
+        (next.reserve_seq, next.reserve_slot, next.mark) = (layout.reserve_seq + 1, 1 - layout.reserve_slot, mark);
     }
-    Ok(next)
+    Prepared {
+        layout: next,
+        frame,
+        reserve: mark.is_some(),
+    }
 }
 
 /// Withdraws the reservation that `layout` (what [`write`] returned) says is the newest, whose

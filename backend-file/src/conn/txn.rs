@@ -124,17 +124,18 @@ impl Dir {
             true => {
                 let stored = self.store(file, original.as_ref(), &bytes, &state, &locked);
                 self.hub.changed(Some(&file.stem));
+                // The new holders of this process learn it now, rather than when the kernel's
+                // event reaches the wake-up thread (the others from that event): their look
+                // takes the state just written (`cache.rs`), and needs no `flock`.
+                if handed_over && stored.is_ok() {
+                    self.hub.wake(Some(&file.stem));
+                }
                 stored
             }
             false => Ok(()),
         };
         self.end_step(file, locked, original.and_then(|o| o.in_place).map(|(f, ..)| f));
         stored?;
-        // The new holders of this process learn it now, with the lock file unlocked, rather
-        // than when the kernel's event reaches the wake-up thread (the others from that event).
-        if handed_over {
-            self.hub.wake(Some(&file.stem));
-        }
         out
     }
 
@@ -338,7 +339,7 @@ impl Dir {
                 (f, writable, meta)
             }
         };
-        let cached = stem.and_then(|stem| self.cache.get(stem, &f, &meta, &self.boot));
+        let cached = stem.and_then(|stem| self.cache.get(stem, &f, &meta, &self.boot, step));
         let (state, payload, layout, mark) = match cached {
             Some(kept) => (
                 kept.state.clone(),
@@ -350,8 +351,9 @@ impl Dir {
                 let (state, payload, layout, mark) = self.read_state(&f, &meta, path)?;
                 if let (Some(stem), true, Some(layout)) = (stem, step, layout) {
                     let boot = &self.boot;
+                    let (state, payload) = (state.clone(), payload.clone());
                     self.cache
-                        .put(stem, &meta, meta.len(), boot, state.clone(), payload.clone(), layout);
+                        .put(stem, &meta, meta.len(), boot, state, payload, layout, false);
                 }
                 (state, payload, layout, mark)
             }
@@ -451,31 +453,40 @@ impl Dir {
         check_still_named(locked, &file.lock_path(&self.path))?;
         match original.and_then(|o| o.in_place.as_ref()) {
             Some((f, layout, meta)) => {
-                // What a read of the file would give once written (made before the write, so
-                // that it is kept right after it: a waiter of this process woken by the write
-                // then finds it).
+                // What a read of the file gives once written, kept before the write (pending, see
+                // `cache.rs`): a waiter of this process woken by the write finds it, even while
+                // this thread has not run again yet. Once synced, if the write reserves tokens.
+                let next = record::prepare(layout, bytes, mark);
                 let mut kept = state.clone();
                 kept.entries.iter_mut().for_each(|e| e.expires_ns = 0);
-                let write = || -> std::io::Result<record::Layout> {
-                    let written = record::write(f, layout, bytes, mark)?;
-                    if mark.is_some() && self.sync {
+                self.settle(&mut kept, next.layout.mark);
+                let size = meta.len().max(next.layout.frame_end());
+                let (boot, payload) = (&self.boot, bytes.to_vec());
+                let syncs = mark.is_some() && self.sync;
+                let keep = |kept, payload, pending| {
+                    self.cache
+                        .put(&file.stem, meta, size, boot, kept, payload, next.layout, pending)
+                };
+                let pending = (!syncs).then(|| keep(kept.clone(), payload.clone(), true));
+                let write = || -> std::io::Result<()> {
+                    record::write_prepared(f, &next)?;
+                    if syncs {
                         if let Err(e) = f.sync_data() {
                             // Not on disk for sure: no token may be handed out under it.
-                            let _ = record::withdraw(f, &written);
+                            let _ = record::withdraw(f, &next.layout);
                             return Err(e);
                         }
                         #[cfg(test)]
                         tests::synced(&path);
                     }
-                    Ok(written)
+                    Ok(())
                 };
                 match write() {
-                    Ok(written) => {
-                        self.settle(&mut kept, written.mark);
-                        let size = meta.len().max(written.frame_end());
-                        let boot = &self.boot;
-                        self.cache
-                            .put(&file.stem, meta, size, boot, kept, bytes.to_vec(), written);
+                    Ok(()) => {
+                        match pending {
+                            Some(pending) => pending.written(),
+                            None => drop(keep(kept, payload, false)),
+                        }
                         Ok(())
                     }
                     Err(e) => {
