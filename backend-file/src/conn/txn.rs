@@ -293,7 +293,8 @@ impl Dir {
     /// The state file at `path` (`None` if there is none yet); it must be the state of `segment`
     /// if given. `step` (for a step holding the lock file of `stem`): opened for writing in
     /// place, if this process may (else it is replaced whole, see [`Dir::store`]), or the file
-    /// kept open from an earlier step if it still has a name (`kept.rs`). A symbolic link in its
+    /// kept open from an earlier step if it still has a name (`kept.rs`); a read borrows that
+    /// file too, if it is there, and puts it back (a waiter's look opens nothing). A symbolic link in its
     /// place is refused, never followed (it may name `/dev/zero`), and so is anything but a
     /// regular file, never waited on (a FIFO would block the read for good).
     ///
@@ -311,16 +312,15 @@ impl Dir {
         stem: Option<&str>,
         step: bool,
     ) -> Result<Option<Loaded>> {
-        let kept = match (stem, step) {
-            (Some(stem), true) => self.kept.lock().unwrap_or_else(|e| e.into_inner()).take_state(stem),
-            _ => None,
-        };
+        // Reads (a waiter's look) borrow it too, and put it back.
+        let kept = stem.and_then(|stem| self.kept.lock().unwrap_or_else(|e| e.into_inner()).take_state(stem));
         let kept = kept.and_then(|f| {
             let meta = f.metadata().ok().filter(|m| m.is_file() && m.nlink() > 0)?;
             Some((f, meta))
         });
+        let borrowed = kept.is_some() && !step;
         let (f, writable, meta) = match kept {
-            Some((f, meta)) => (f, true, meta),
+            Some((f, meta)) => (f, step, meta),
             None => {
                 let open = |write: bool| safe_open::options().read(true).write(write).open(path);
                 let opened = match step {
@@ -374,8 +374,12 @@ impl Dir {
         }
         // Written in place only if it is ours to write and has no other name (a hard link
         // planted at its path is replaced, never written through).
-        let in_place = match (writable, layout) {
-            (true, Some(layout)) if meta.nlink() == 1 => Some((f, layout, meta)),
+        let in_place = match (writable, layout, stem) {
+            (true, Some(layout), _) if meta.nlink() == 1 => Some((f, layout, meta)),
+            (_, _, Some(stem)) if borrowed => {
+                self.kept.lock().unwrap_or_else(|e| e.into_inner()).put_state(stem, f);
+                None
+            }
             _ => None,
         };
         Ok(Some(Loaded {
