@@ -100,15 +100,9 @@ impl StateCache {
         if pending && step {
             return None;
         }
-        let l = &kept.layout;
-        let newest = record::newest(file, l).ok()??;
-        if newest != (l.frame_seq, l.frame_at, l.frame_crc, l.frame_len) {
-            return None;
-        }
-        if pending && !record::is_whole(file, l).unwrap_or(false) {
-            return None;
-        }
-        Some(kept)
+        record::holds(file, &kept.layout, pending)
+            .unwrap_or(false)
+            .then_some(kept)
     }
 
     /// Keeps `state` (with its JSON `payload`) of lock `stem`, the newest frame of the file
@@ -148,5 +142,94 @@ impl StateCache {
     /// not known).
     pub fn forget(&self, stem: &str) {
         self.by_stem.lock().unwrap_or_else(|e| e.into_inner()).remove(stem);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use super::*;
+
+    fn temp_file(bytes: &[u8]) -> File {
+        let path = std::env::temp_dir().join(format!("locksmith-cache-{:016x}", rand::random::<u64>()));
+        std::fs::write(&path, bytes).unwrap();
+        let f = File::options().read(true).write(true).open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
+    }
+
+    fn layout_of(f: &File) -> Layout {
+        let mut bytes = vec![0; f.metadata().unwrap().len() as usize];
+        f.read_exact_at(&mut bytes, 0).unwrap();
+        record::decode(&bytes).unwrap().1
+    }
+
+    /// A kept state is taken while its frame is the newest, and never once another frame was
+    /// written (by anyone: here straight to the file, as another process would), nor in another
+    /// boot; a pending one only by a look, and only once its frame is whole in the file.
+    #[test]
+    fn a_kept_state_is_taken_only_while_its_frame_is_the_newest() {
+        let cache = StateCache::default();
+        let f = temp_file(&record::encode_new(b"{}", 10));
+        let first = layout_of(&f);
+        let ours = record::write(&f, &first, b"ours", None).unwrap();
+        let meta = f.metadata().unwrap();
+        cache.put(
+            "s",
+            &meta,
+            meta.len(),
+            "b",
+            State::default(),
+            b"ours".to_vec(),
+            ours,
+            false,
+        );
+        assert!(cache.get("s", &f, &meta, "b", true).is_some());
+        assert!(cache.get("s", &f, &meta, "another boot", true).is_none());
+        // Another process's write, of the same length, in the other slot.
+        record::write(&f, &ours, b"them", None).unwrap();
+        let meta = f.metadata().unwrap();
+        assert!(cache.get("s", &f, &meta, "b", false).is_none());
+        // Kept pending before a write that has not landed: a look does not take it yet, a step
+        // never does; once the frame is whole, a look does.
+        let now = layout_of(&f);
+        let next = record::prepare(&now, b"next", None);
+        let size = meta.len().max(next.layout.frame_end());
+        let kept = cache.put(
+            "s",
+            &meta,
+            size,
+            "b",
+            State::default(),
+            b"next".to_vec(),
+            next.layout,
+            true,
+        );
+        assert!(cache.get("s", &f, &meta, "b", false).is_none());
+        // The header alone landed (a write cut short): not whole.
+        let mut header = vec![0u8; 32];
+        record::write_prepared(&temp_file(&[0; 20_000]), &next).unwrap();
+        let whole = {
+            let g = temp_file(&[0; 20_000]);
+            record::write_prepared(&g, &next).unwrap();
+            g.read_exact_at(&mut header, next.layout.frame_at).unwrap();
+            header.clone()
+        };
+        f.write_all_at(&whole, next.layout.frame_at).unwrap();
+        assert!(
+            cache.get("s", &f, &meta, "b", false).is_none(),
+            "a torn frame was taken"
+        );
+        record::write_prepared(&f, &next).unwrap();
+        assert!(
+            cache.get("s", &f, &meta, "b", true).is_none(),
+            "a step took a pending state"
+        );
+        assert!(cache.get("s", &f, &meta, "b", false).is_some());
+        kept.written();
+        assert!(cache.get("s", &f, &meta, "b", true).is_some());
+        cache.forget("s");
+        assert!(cache.get("s", &f, &meta, "b", false).is_none());
     }
 }
