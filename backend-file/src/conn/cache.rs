@@ -207,16 +207,12 @@ mod tests {
             true,
         );
         assert!(cache.get("s", &f, &meta, "b", false).is_none());
-        // The header alone landed (a write cut short): not whole.
+        // Only the frame's header landed (a write cut short): not whole.
+        let elsewhere = temp_file(&[0; 20_000]);
+        record::write_prepared(&elsewhere, &next).unwrap();
         let mut header = vec![0u8; 32];
-        record::write_prepared(&temp_file(&[0; 20_000]), &next).unwrap();
-        let whole = {
-            let g = temp_file(&[0; 20_000]);
-            record::write_prepared(&g, &next).unwrap();
-            g.read_exact_at(&mut header, next.layout.frame_at).unwrap();
-            header.clone()
-        };
-        f.write_all_at(&whole, next.layout.frame_at).unwrap();
+        elsewhere.read_exact_at(&mut header, next.layout.frame_at).unwrap();
+        f.write_all_at(&header, next.layout.frame_at).unwrap();
         assert!(
             cache.get("s", &f, &meta, "b", false).is_none(),
             "a torn frame was taken"
