@@ -471,7 +471,11 @@ impl Dir {
                     self.cache
                         .put(&file.stem, meta, size, boot, kept, payload, next.layout, pending)
                 };
-                let pending = (!syncs).then(|| keep(kept.clone(), payload.clone(), true));
+                // Kept now (pending), or once synced.
+                let (pending, after_sync) = match syncs {
+                    false => (Some(keep(kept, payload, true)), None),
+                    true => (None, Some((kept, payload))),
+                };
                 let write = || -> std::io::Result<()> {
                     record::write_prepared(f, &next)?;
                     if syncs {
@@ -487,9 +491,10 @@ impl Dir {
                 };
                 match write() {
                     Ok(()) => {
-                        match pending {
-                            Some(pending) => pending.written(),
-                            None => drop(keep(kept, payload, false)),
+                        match (pending, after_sync) {
+                            (Some(pending), _) => pending.written(),
+                            (None, Some((kept, payload))) => drop(keep(kept, payload, false)),
+                            (None, None) => {}
                         }
                         Ok(())
                     }
