@@ -12,7 +12,7 @@
 //!   entries may have been ahead of any of them.
 //!
 //! - A step of this process that handed a lock over (`queue::hand_over`) wakes that lock's
-//!   waiters in this process itself, right after its unlock (`conn/txn.rs`): the new holder
+//!   waiters in this process itself, right after its write (`conn/txn.rs`): the new holder
 //!   needs no hop through the thread. The kernel's event still comes, and wakes them again.
 //!
 //! The instance is made when something first needs it ([`Hub::start`]): a waiter that found the

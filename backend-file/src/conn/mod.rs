@@ -2,6 +2,7 @@
 //! heartbeat (`owner.rs`), the leases it holds, transactions on a lock's state file (`txn.rs`),
 //! and the removal of idle locks' files (`prune.rs`).
 
+mod cache;
 mod kept;
 mod owner;
 mod prune;
@@ -55,6 +56,8 @@ pub(crate) struct Dir {
     sync: bool,
     /// The lock and state files kept open between steps.
     kept: Mutex<kept::Kept>,
+    /// The states of locks this process stepped on, shared by its lockers of the directory.
+    cache: Arc<cache::StateCache>,
 }
 
 impl Dir {
@@ -82,6 +85,7 @@ impl Dir {
         reap_dead_owners(&owners, &hub);
         let beat = Now::read().boot_ns;
         let owner = Owner::create(&owners, beat)?;
+        let cache = cache::StateCache::for_dir(&path);
         Ok(Dir {
             beat_ns: AtomicU64::new(beat),
             held: Mutex::default(),
@@ -96,6 +100,7 @@ impl Dir {
             closed: AtomicBool::new(false),
             sync,
             kept: Mutex::default(),
+            cache,
         })
     }
 

@@ -114,7 +114,7 @@ impl Dir {
             if !idle_for(look_at, SystemTime::now(), idle) {
                 continue;
             }
-            let token = match self.open_state(&state_path, None, None) {
+            let token = match self.open_state(&state_path, None, None, false) {
                 Ok(None) => 0,
                 Ok(Some(Loaded { mut state, .. })) => {
                     state.prune(&self.boot, Now::read(), |owner, fresh| {

@@ -59,10 +59,20 @@ pub(crate) struct Layout {
     pub frame_seq: u64,
     pub frame_at: u64,
     pub cap: u64,
+    /// The newest frame's checksum and payload length (what its header says: see [`newest`]).
+    pub frame_crc: u32,
+    pub frame_len: u32,
     /// The newest reservation's sequence number, slot, and mark.
     pub reserve_seq: u64,
     pub reserve_slot: usize,
     pub mark: u64,
+}
+
+impl Layout {
+    /// Where the newest frame ends (what the file's size is at least).
+    pub fn frame_end(&self) -> u64 {
+        self.frame_at + HEADER as u64 + u64::from(self.frame_len)
+    }
 }
 
 /// Whether `bytes` are a format-2 state file rather than a JSON one (format 1, written by earlier
@@ -79,11 +89,11 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(&[u8], Layout), String> {
         .filter_map(|(slot, &at)| reservation(bytes, at).map(|(seq, mark)| (seq, slot, mark)))
         .max()
         .ok_or("no whole token reservation")?;
-    let mut best: Option<(u64, u64, u64, &[u8])> = None;
+    let mut best: Option<(u64, u64, u64, u32, &[u8])> = None;
     let mut consider = |at: u64, slot1_cap: Option<u64>| {
-        if let Some((seq, cap, payload)) = frame(bytes, at) {
+        if let Some((seq, cap, crc, payload)) = frame(bytes, at) {
             if slot1_cap.is_none_or(|c| c == cap) && best.is_none_or(|(s, ..)| seq > s) {
-                best = Some((seq, at, cap, payload));
+                best = Some((seq, at, cap, crc, payload));
             }
         }
     };
@@ -96,13 +106,15 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(&[u8], Layout), String> {
             None => break,
         };
     }
-    let (frame_seq, frame_at, cap, payload) = best.ok_or("no whole state")?;
+    let (frame_seq, frame_at, cap, frame_crc, payload) = best.ok_or("no whole state")?;
     Ok((
         payload,
         Layout {
             frame_seq,
             frame_at,
             cap,
+            frame_crc,
+            frame_len: payload.len() as u32,
             reserve_seq,
             reserve_slot,
             mark,
@@ -119,8 +131,8 @@ fn reservation(bytes: &[u8], at: u64) -> Option<(u64, u64)> {
     Some((u64_at(r, 8), u64_at(r, 16)))
 }
 
-/// The frame at `at`: its seq, cap and payload, if it is whole.
-fn frame(bytes: &[u8], at: u64) -> Option<(u64, u64, &[u8])> {
+/// The frame at `at`: its seq, cap, checksum and payload, if it is whole.
+fn frame(bytes: &[u8], at: u64) -> Option<(u64, u64, u32, &[u8])> {
     let f = bytes.get(usize::try_from(at).ok()?..)?;
     let h = f.get(..HEADER)?;
     if &h[..4] != FRAME_MAGIC {
@@ -134,17 +146,83 @@ fn frame(bytes: &[u8], at: u64) -> Option<(u64, u64, &[u8])> {
     let body = f.get(..HEADER + len)?;
     let mut digest = CRC.digest();
     digest.update(&body[8..]);
-    if u32::from_le_bytes(h[4..8].try_into().ok()?) != digest.finalize() {
+    let crc = u32::from_le_bytes(h[4..8].try_into().ok()?);
+    if crc != digest.finalize() {
         return None;
     }
-    Some((seq, cap, &body[HEADER..]))
+    Some((seq, cap, crc, &body[HEADER..]))
+}
+
+/// Up to this capacity, one read covers both frame slots (a page or a few), where reading each
+/// header apart would cost a system call more.
+const ONE_READ: u64 = 16 * 1024;
+
+/// Whether the newest frame of `file`, as the headers of its two frame slots (of `layout`'s
+/// capacity) say, is `layout`'s: the same slot, seq, checksum and length. Read without the
+/// payloads and without checking a checksum, unless `whole`: then the frame's payload is read and
+/// its checksum checked too, as [`decode`] checks it. One read where the slots are close (a
+/// capacity up to [`ONE_READ`]), else one per header and one for the frame; never the whole file.
+///
+/// Without `whole`, only a frame this process read whole or wrote itself may be compared this way
+/// (see `cache.rs`): a header says nothing of whether its frame is whole. A newer frame written
+/// past the slots (the state outgrew them) is not looked at: the file's size tells it.
+pub(crate) fn holds(file: &File, layout: &Layout, whole: bool) -> std::io::Result<bool> {
+    let region = match layout.cap <= ONE_READ {
+        true => read_at_most(file, FRAMES_AT, 2 * layout.cap)?,
+        false => Vec::new(),
+    };
+    let bytes_at = |at: u64, len: usize| -> std::io::Result<std::borrow::Cow<'_, [u8]>> {
+        let off = usize::try_from(at - FRAMES_AT).unwrap_or(usize::MAX);
+        match region.get(off..).and_then(|r| r.get(..len)) {
+            Some(b) => Ok(std::borrow::Cow::Borrowed(b)),
+            None => read_at_most(file, at, len as u64).map(std::borrow::Cow::Owned),
+        }
+    };
+    let mut best: Option<(u64, u64, u32, u32)> = None;
+    for (at, slot1) in [(FRAMES_AT, false), (FRAMES_AT + layout.cap, true)] {
+        let h = bytes_at(at, HEADER)?;
+        if h.len() < HEADER || &h[..4] != FRAME_MAGIC {
+            continue;
+        }
+        let (seq, cap) = (u64_at(&h, 8), u64_at(&h, 16));
+        let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+        let len = u32::from_le_bytes([h[24], h[25], h[26], h[27]]);
+        if (!slot1 || cap == layout.cap) && best.is_none_or(|(s, ..)| seq > s) {
+            best = Some((seq, at, crc, len));
+        }
+    }
+    if best != Some((layout.frame_seq, layout.frame_at, layout.frame_crc, layout.frame_len)) {
+        return Ok(false);
+    }
+    if !whole {
+        return Ok(true);
+    }
+    let f = bytes_at(layout.frame_at, HEADER + layout.frame_len as usize)?;
+    Ok(frame(&f, 0)
+        .is_some_and(|(seq, cap, crc, _)| (seq, cap, crc) == (layout.frame_seq, layout.cap, layout.frame_crc)))
+}
+
+/// Up to `len` bytes of `file` from `at` (fewer at its end).
+fn read_at_most(file: &File, at: u64, len: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
+    let mut read = 0;
+    while read < bytes.len() {
+        match file.read_at(&mut bytes[read..], at + read as u64) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    bytes.truncate(read);
+    Ok(bytes)
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// The bytes of a frame `seq` of capacity `cap` holding `payload`.
+/// The bytes of a frame `seq` of capacity `cap` holding `payload` (its checksum at 4..8).
 fn encode_frame(seq: u64, cap: u64, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(HEADER + payload.len());
     f.extend_from_slice(FRAME_MAGIC);
@@ -190,7 +268,36 @@ pub(crate) fn encode_new(payload: &[u8], mark: u64) -> Vec<u8> {
 /// Writes `payload` as the newest state of `file`, whose newest frame and reservation are at
 /// `layout`, and a new reservation `mark` if given (not synced: the caller syncs). Returns the
 /// new layout. A write cut short leaves `layout`'s frame and reservation whole.
+#[cfg(test)]
 pub(crate) fn write(file: &File, layout: &Layout, payload: &[u8], mark: Option<u64>) -> std::io::Result<Layout> {
+    let next = prepare(layout, payload, mark);
+    write_prepared(file, &next)?;
+    Ok(next.layout)
+}
+
+/// A write prepared by [`prepare`]: the layout it leaves, and its frame's bytes.
+pub(crate) struct Prepared {
+    pub layout: Layout,
+    frame: Vec<u8>,
+    reserve: bool,
+}
+
+/// Writes what [`prepare`] made (as [`write`] does).
+pub(crate) fn write_prepared(file: &File, next: &Prepared) -> std::io::Result<()> {
+    let layout = &next.layout;
+    file.write_all_at(&next.frame, layout.frame_at)?;
+    if next.reserve {
+        file.write_all_at(
+            &encode_reservation(layout.reserve_seq, layout.mark),
+            RESERVE_AT[layout.reserve_slot],
+        )?;
+    }
+    Ok(())
+}
+
+/// The write of `payload` (and reservation `mark`) over `layout`, made ready: what [`write`]
+/// writes, and the layout it returns, known before the write.
+pub(crate) fn prepare(layout: &Layout, payload: &[u8], mark: Option<u64>) -> Prepared {
     let cap = cap_for(payload.len(), layout.cap);
     // The slot the newest frame is not in; past everything when the capacity grows.
     let at = if cap != layout.cap || layout.frame_at == FRAMES_AT {
@@ -199,19 +306,23 @@ pub(crate) fn write(file: &File, layout: &Layout, payload: &[u8], mark: Option<u
         FRAMES_AT
     };
     let frame_seq = layout.frame_seq + 1;
-    file.write_all_at(&encode_frame(frame_seq, cap, payload), at)?;
+    let frame = encode_frame(frame_seq, cap, payload);
     let mut next = Layout {
         frame_seq,
         frame_at: at,
         cap,
+        frame_crc: u32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]),
+        frame_len: payload.len() as u32,
         ..*layout
     };
     if let Some(mark) = mark {
-        let (seq, slot) = (layout.reserve_seq + 1, 1 - layout.reserve_slot);
-        file.write_all_at(&encode_reservation(seq, mark), RESERVE_AT[slot])?;
-        (next.reserve_seq, next.reserve_slot, next.mark) = (seq, slot, mark);
+        (next.reserve_seq, next.reserve_slot, next.mark) = (layout.reserve_seq + 1, 1 - layout.reserve_slot, mark);
     }
-    Ok(next)
+    Prepared {
+        layout: next,
+        frame,
+        reserve: mark.is_some(),
+    }
 }
 
 /// Withdraws the reservation that `layout` (what [`write`] returned) says is the newest, whose
@@ -248,10 +359,20 @@ mod tests {
         for (i, len) in [10, 5000, 20, 70_000, 3, 3].into_iter().enumerate() {
             let payload = vec![b'x' + (i as u8); len];
             let mark = (i % 2 == 0).then_some(100 + i as u64);
+            let before = layout;
             layout = write(&f, &layout, &payload, mark).unwrap();
             let bytes = read(&f);
             let (got, read_layout) = decode(&bytes).unwrap();
             assert_eq!((got, read_layout), (payload.as_slice(), layout), "write {i}");
+            assert!(
+                holds(&f, &layout, true).unwrap() && holds(&f, &layout, false).unwrap(),
+                "write {i}"
+            );
+            // (A frame written past the slots, the state having outgrown them, is told by the
+            // file's size, not by the headers: see `cache.rs`.)
+            if layout.cap == before.cap {
+                assert!(!holds(&f, &before, false).unwrap(), "write {i}: the frame before");
+            }
         }
         assert_eq!(layout.mark, 104);
         assert!(is_format_2(&read(&f)) && !is_format_2(b" {\"format\":1}"));

@@ -94,7 +94,12 @@ impl Dir {
         step: impl FnOnce(&mut State, Now) -> Result<R>,
     ) -> Result<R> {
         let now = Now::read();
-        let original = self.open_state(&file.state_path(&self.path), Some(&file.segment), Some(&file.stem))?;
+        let original = self.open_state(
+            &file.state_path(&self.path),
+            Some(&file.segment),
+            Some(&file.stem),
+            true,
+        )?;
         let mut state = match &original {
             Some(loaded) => loaded.state.clone(),
             // A lock without a state file (never used, or pruned: `prune.rs`) goes on above
@@ -117,19 +122,20 @@ impl Dir {
         };
         let stored = match changed {
             true => {
-                let stored = self.store(file, original.as_ref(), &bytes, state.last_token, &locked);
+                let stored = self.store(file, original.as_ref(), &bytes, &state, &locked);
                 self.hub.changed(Some(&file.stem));
+                // The new holders of this process learn it now, rather than when the kernel's
+                // event reaches the wake-up thread (the others from that event): their look
+                // takes the state just written (`cache.rs`), and needs no `flock`.
+                if handed_over && stored.is_ok() {
+                    self.hub.wake(Some(&file.stem));
+                }
                 stored
             }
             false => Ok(()),
         };
-        self.end_step(file, locked, original.and_then(|o| o.in_place).map(|(f, _)| f));
+        self.end_step(file, locked, original.and_then(|o| o.in_place).map(|(f, ..)| f));
         stored?;
-        // The new holders of this process learn it now, with the lock file unlocked, rather
-        // than when the kernel's event reaches the wake-up thread (the others from that event).
-        if handed_over {
-            self.hub.wake(Some(&file.stem));
-        }
         out
     }
 
@@ -146,7 +152,12 @@ impl Dir {
     /// The state of `file` as it is on disk, dead entries included.
     pub fn read_raw(&self, file: &LockFile) -> Result<State> {
         Ok(
-            match self.open_state(&file.state_path(&self.path), Some(&file.segment), None)? {
+            match self.open_state(
+                &file.state_path(&self.path),
+                Some(&file.segment),
+                Some(&file.stem),
+                false,
+            )? {
                 Some(loaded) => loaded.state,
                 None => State::new(&file.segment, &self.boot),
             },
@@ -155,7 +166,12 @@ impl Dir {
 
     /// The JSON of the state of `file` as on disk, `None` if it has no state file.
     pub fn state_json(&self, file: &LockFile) -> Result<Option<String>> {
-        let loaded = self.open_state(&file.state_path(&self.path), Some(&file.segment), None)?;
+        let loaded = self.open_state(
+            &file.state_path(&self.path),
+            Some(&file.segment),
+            Some(&file.stem),
+            false,
+        )?;
         Ok(loaded.map(|l| String::from_utf8_lossy(&l.payload).into_owned()))
     }
 
@@ -163,7 +179,7 @@ impl Dir {
     /// reads. `None` if it went meanwhile.
     pub fn read_stem(&self, stem: &str) -> Result<Option<State>> {
         let path = self.path.join(format!("{stem}{STATE_SUFFIX}"));
-        let Some(Loaded { mut state, .. }) = self.open_state(&path, None, None)? else {
+        let Some(Loaded { mut state, .. }) = self.open_state(&path, None, Some(stem), false)? else {
             return Ok(None);
         };
         state.prune(&self.boot, Now::read(), |owner, fresh| {
@@ -275,27 +291,39 @@ impl Dir {
     }
 
     /// The state file at `path` (`None` if there is none yet); it must be the state of `segment`
-    /// if given. `step` (the lock's stem, for a step holding its lock file): opened for writing
-    /// in place, if this process may (else it is replaced whole, see [`Dir::store`]), or the
-    /// file kept open from an earlier step if it still has a name (`kept.rs`). A symbolic link in its place is refused, never
-    /// followed (it may name `/dev/zero`), and so is anything but a regular file, never waited on
-    /// (a FIFO would block the read for good).
+    /// if given. `step` (for a step holding the lock file of `stem`): opened for writing in
+    /// place, if this process may (else it is replaced whole, see [`Dir::store`]), or the file
+    /// kept open from an earlier step if it still has a name (`kept.rs`); a read borrows that
+    /// file too, if it is there, and puts it back (a waiter's look opens nothing). A symbolic link in its
+    /// place is refused, never followed (it may name `/dev/zero`), and so is anything but a
+    /// regular file, never waited on (a FIFO would block the read for good).
+    ///
+    /// The state of lock `stem` kept in memory (`cache.rs`) is taken if the file's newest frame
+    /// is still the one kept; else the file is read whole, and kept if read by a step.
     ///
     /// Its last token is the exact one within the boot that wrote the state; a state of another
     /// boot (or of an unknown one) has its last token raised to the reservation's mark: a power
     /// cut may have lost the frames written since the reservation was synced, never the
     /// reservation (see `record.rs`).
-    pub(super) fn open_state(&self, path: &Path, segment: Option<&str>, step: Option<&str>) -> Result<Option<Loaded>> {
-        let kept = step.and_then(|stem| self.kept.lock().unwrap_or_else(|e| e.into_inner()).take_state(stem));
+    pub(super) fn open_state(
+        &self,
+        path: &Path,
+        segment: Option<&str>,
+        stem: Option<&str>,
+        step: bool,
+    ) -> Result<Option<Loaded>> {
+        // Reads (a waiter's look) borrow it too, and put it back.
+        let kept = stem.and_then(|stem| self.kept.lock().unwrap_or_else(|e| e.into_inner()).take_state(stem));
         let kept = kept.and_then(|f| {
             let meta = f.metadata().ok().filter(|m| m.is_file() && m.nlink() > 0)?;
             Some((f, meta))
         });
+        let borrowed = kept.is_some() && !step;
         let (f, writable, meta) = match kept {
-            Some((f, meta)) => (f, true, meta),
+            Some((f, meta)) => (f, step, meta),
             None => {
                 let open = |write: bool| safe_open::options().read(true).write(write).open(path);
-                let opened = match step.is_some() {
+                let opened = match step {
                     true => match open(true) {
                         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => open(false).map(|f| (f, false)),
                         other => other.map(|f| (f, true)),
@@ -311,25 +339,25 @@ impl Dir {
                 (f, writable, meta)
             }
         };
-        let bytes = read_all(&f, meta.len()).map_err(|e| io_error("cannot read the state file", path, e))?;
-        let (payload, layout) = match record::is_format_2(&bytes) {
-            true => {
-                let (payload, layout) = record::decode(&bytes).map_err(|e| corrupt(path, e))?;
-                (payload.to_vec(), Some(layout))
+        let cached = stem.and_then(|stem| self.cache.get(stem, &f, &meta, &self.boot, step));
+        let (state, payload, layout, mark) = match cached {
+            Some(kept) => (
+                kept.state.clone(),
+                kept.payload.clone(),
+                Some(kept.layout),
+                kept.layout.mark,
+            ),
+            None => {
+                let (state, payload, layout, mark) = self.read_state(&f, &meta, path)?;
+                if let (Some(stem), true, Some(layout)) = (stem, step, layout) {
+                    let boot = &self.boot;
+                    let (state, payload) = (state.clone(), payload.clone());
+                    self.cache
+                        .put(stem, &meta, meta.len(), boot, state, payload, layout, false);
+                }
+                (state, payload, layout, mark)
             }
-            false => (bytes, None),
         };
-        let mut state: State = serde_json::from_slice(&payload).map_err(|e| corrupt(path, e))?;
-        if state.format != FORMAT {
-            return Err(corrupt(
-                path,
-                format!("format {} (this version reads {FORMAT})", state.format),
-            ));
-        }
-        let mark = layout.map_or(state.last_token, |l| l.mark);
-        if self.boot.is_empty() || state.boot != self.boot {
-            state.last_token = state.last_token.max(mark);
-        }
         // The next token must fit, and stay a signed 64-bit number (what fenced stores keep): a
         // counter this high was not written by locksmith, and would wrap below earlier tokens.
         if state.last_token >= i64::MAX.unsigned_abs() {
@@ -346,8 +374,12 @@ impl Dir {
         }
         // Written in place only if it is ours to write and has no other name (a hard link
         // planted at its path is replaced, never written through).
-        let in_place = match (writable, layout) {
-            (true, Some(layout)) if meta.nlink() == 1 => Some((f, layout)),
+        let in_place = match (writable, layout, stem) {
+            (true, Some(layout), _) if meta.nlink() == 1 => Some((f, layout, meta)),
+            (_, _, Some(stem)) if borrowed => {
+                self.kept.lock().unwrap_or_else(|e| e.into_inner()).put_state(stem, f);
+                None
+            }
             _ => None,
         };
         Ok(Some(Loaded {
@@ -358,7 +390,44 @@ impl Dir {
         }))
     }
 
-    /// Writes the state `bytes` of `file` (whose last token is `last_token`), read as `original`:
+    /// The state in the state file `f` (at `path`, `meta` its metadata), read whole: its JSON,
+    /// where its frame and reservation are (format 2) and the reservation's mark.
+    fn read_state(
+        &self,
+        f: &File,
+        meta: &std::fs::Metadata,
+        path: &Path,
+    ) -> Result<(State, Vec<u8>, Option<record::Layout>, u64)> {
+        let bytes = read_all(f, meta.len()).map_err(|e| io_error("cannot read the state file", path, e))?;
+        let (payload, layout) = match record::is_format_2(&bytes) {
+            true => {
+                let (payload, layout) = record::decode(&bytes).map_err(|e| corrupt(path, e))?;
+                (payload.to_vec(), Some(layout))
+            }
+            false => (bytes, None),
+        };
+        let mut state: State = serde_json::from_slice(&payload).map_err(|e| corrupt(path, e))?;
+        if state.format != FORMAT {
+            return Err(corrupt(
+                path,
+                format!("format {} (this version reads {FORMAT})", state.format),
+            ));
+        }
+        let mark = layout.map_or(state.last_token, |l| l.mark);
+        self.settle(&mut state, mark);
+        Ok((state, payload, layout, mark))
+    }
+
+    /// A state read in another boot (or with no boot id to tell) has its last token raised to the
+    /// reservation's `mark`: a power cut may have lost the frames written since the reservation
+    /// was synced, never the reservation (see `record.rs`).
+    fn settle(&self, state: &mut State, mark: u64) {
+        if self.boot.is_empty() || state.boot != self.boot {
+            state.last_token = state.last_token.max(mark);
+        }
+    }
+
+    /// Writes the state `bytes` of `file` (`state`'s JSON), read as `original`:
     /// in place when it can be (see `record.rs`), else a whole new file renamed over the old one.
     ///
     /// A token above the reservation's mark gets a new reservation [`record::BLOCK`] ahead,
@@ -367,14 +436,18 @@ impl Dir {
     ///
     /// The lock file must still be the one `locked` (see [`check_still_named`]), checked just
     /// before the write: otherwise nothing is written, and the step fails.
+    ///
+    /// A state written in place is kept in memory (`cache.rs`) once its write (and sync) is
+    /// done; a write that fails forgets the lock's kept state.
     fn store(
         &self,
         file: &LockFile,
         original: Option<&Loaded>,
         bytes: &[u8],
-        last_token: u64,
+        state: &State,
         locked: &Locked,
     ) -> Result<()> {
+        let last_token = state.last_token;
         let path = file.state_path(&self.path);
         let old_mark = original.map_or(0, |o| o.mark);
         let mark = (last_token > old_mark).then(|| match self.boot.is_empty() {
@@ -383,13 +456,32 @@ impl Dir {
         });
         check_still_named(locked, &file.lock_path(&self.path))?;
         match original.and_then(|o| o.in_place.as_ref()) {
-            Some((f, layout)) => {
+            Some((f, layout, meta)) => {
+                // What a read of the file gives once written, kept before the write (pending, see
+                // `cache.rs`): a waiter of this process woken by the write finds it, even while
+                // this thread has not run again yet. Once synced, if the write reserves tokens.
+                let next = record::prepare(layout, bytes, mark);
+                let mut kept = state.clone();
+                kept.entries.iter_mut().for_each(|e| e.expires_ns = 0);
+                self.settle(&mut kept, next.layout.mark);
+                let size = meta.len().max(next.layout.frame_end());
+                let (boot, payload) = (&self.boot, bytes.to_vec());
+                let syncs = mark.is_some() && self.sync;
+                let keep = |kept, payload, pending| {
+                    self.cache
+                        .put(&file.stem, meta, size, boot, kept, payload, next.layout, pending)
+                };
+                // Kept now (pending), or once synced.
+                let (pending, after_sync) = match syncs {
+                    false => (Some(keep(kept, payload, true)), None),
+                    true => (None, Some((kept, payload))),
+                };
                 let write = || -> std::io::Result<()> {
-                    let written = record::write(f, layout, bytes, mark)?;
-                    if mark.is_some() && self.sync {
+                    record::write_prepared(f, &next)?;
+                    if syncs {
                         if let Err(e) = f.sync_data() {
                             // Not on disk for sure: no token may be handed out under it.
-                            let _ = record::withdraw(f, &written);
+                            let _ = record::withdraw(f, &next.layout);
                             return Err(e);
                         }
                         #[cfg(test)]
@@ -397,7 +489,20 @@ impl Dir {
                     }
                     Ok(())
                 };
-                write().map_err(|e| io_error("cannot write the state file", &path, e))
+                match write() {
+                    Ok(()) => {
+                        match (pending, after_sync) {
+                            (Some(pending), _) => pending.written(),
+                            (None, Some((kept, payload))) => drop(keep(kept, payload, false)),
+                            (None, None) => {}
+                        }
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.cache.forget(&file.stem);
+                        Err(io_error("cannot write the state file", &path, e))
+                    }
+                }
             }
             None => self.replace(file, &record::encode_new(bytes, mark.unwrap_or(old_mark)), locked),
         }
@@ -458,8 +563,8 @@ pub(crate) struct Loaded {
     pub payload: Vec<u8>,
     /// The reservation's mark (a format-1 file: its last token).
     mark: u64,
-    /// The open file and where its newest frame is, if a step may write it in place.
-    in_place: Option<(File, record::Layout)>,
+    /// The open file, where its newest frame is and its metadata, if a step may write it in place.
+    in_place: Option<(File, record::Layout, std::fs::Metadata)>,
 }
 
 /// The whole of `f`, `len` bytes long when it was looked at (and longer if it grew since): with
