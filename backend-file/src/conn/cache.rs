@@ -209,7 +209,7 @@ mod tests {
         assert!(cache.get("s", &f, &meta, "b", false).is_none());
         // Only the frame's header landed (a write cut short): not whole.
         let elsewhere = temp_file(&[0; 20_000]);
-        record::write_prepared(&elsewhere, &next).unwrap();
+        record::write_prepared(&elsewhere, &next, || Ok(())).unwrap();
         let mut header = vec![0u8; 32];
         elsewhere.read_exact_at(&mut header, next.layout.frame_at).unwrap();
         f.write_all_at(&header, next.layout.frame_at).unwrap();
@@ -217,7 +217,7 @@ mod tests {
             cache.get("s", &f, &meta, "b", false).is_none(),
             "a torn frame was taken"
         );
-        record::write_prepared(&f, &next).unwrap();
+        record::write_prepared(&f, &next, || Ok(())).unwrap();
         assert!(
             cache.get("s", &f, &meta, "b", true).is_none(),
             "a step took a pending state"

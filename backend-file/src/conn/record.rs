@@ -21,7 +21,8 @@
 //! - **The reservation** (`mark`) is the highest fencing token that may have been handed out:
 //!   every token handed out is at most the mark of a reservation that was on disk (synced) before
 //!   the token was returned. A step that hands out a token above the mark writes a new
-//!   reservation [`BLOCK`] ahead of it, with one `fdatasync` for the block. Within one boot the
+//!   reservation [`BLOCK`] ahead of it, with one `fdatasync` for the block, before it writes the
+//!   frame that carries the token (another process reads a frame once written). Within one boot the
 //!   frames say the exact last token (they are in the page cache for every process); after a
 //!   reboot (a power cut may have lost any frame written since the last sync) the last token is
 //!   taken as at least the mark (see `txn.rs`). The two slots are written in turn, each write
@@ -271,7 +272,7 @@ pub(crate) fn encode_new(payload: &[u8], mark: u64) -> Vec<u8> {
 #[cfg(test)]
 pub(crate) fn write(file: &File, layout: &Layout, payload: &[u8], mark: Option<u64>) -> std::io::Result<Layout> {
     let next = prepare(layout, payload, mark);
-    write_prepared(file, &next)?;
+    write_prepared(file, &next, || Ok(()))?;
     Ok(next.layout)
 }
 
@@ -282,17 +283,25 @@ pub(crate) struct Prepared {
     reserve: bool,
 }
 
-/// Writes what [`prepare`] made (as [`write`] does).
-pub(crate) fn write_prepared(file: &File, next: &Prepared) -> std::io::Result<()> {
+/// Writes what [`prepare`] made (as [`write`] does): its reservation first, if it has one, then
+/// `synced` (the caller's sync of that reservation), then the frame. The frame can hand out a
+/// token above the old reservation, and another process reads it as soon as it is written (a
+/// waiter woken by its write): so it is written only once the reservation that covers its token
+/// is on disk. A `synced` that fails writes no frame.
+pub(crate) fn write_prepared(
+    file: &File,
+    next: &Prepared,
+    synced: impl FnOnce() -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let layout = &next.layout;
-    file.write_all_at(&next.frame, layout.frame_at)?;
     if next.reserve {
         file.write_all_at(
             &encode_reservation(layout.reserve_seq, layout.mark),
             RESERVE_AT[layout.reserve_slot],
         )?;
+        synced()?;
     }
-    Ok(())
+    file.write_all_at(&next.frame, layout.frame_at)
 }
 
 /// The write of `payload` (and reservation `mark`) over `layout`, made ready: what [`write`]

@@ -476,18 +476,21 @@ impl Dir {
                     false => (Some(keep(kept, payload, true)), None),
                     true => (None, Some((kept, payload))),
                 };
+                // The reservation synced before the frame that may hand out a token under it
+                // is written (`record::write_prepared`).
                 let write = || -> std::io::Result<()> {
-                    record::write_prepared(f, &next)?;
-                    if syncs {
-                        if let Err(e) = f.sync_data() {
-                            // Not on disk for sure: no token may be handed out under it.
-                            let _ = record::withdraw(f, &next.layout);
-                            return Err(e);
+                    record::write_prepared(f, &next, || {
+                        if syncs {
+                            if let Err(e) = f.sync_data() {
+                                // Not on disk for sure: no token may be handed out under it.
+                                let _ = record::withdraw(f, &next.layout);
+                                return Err(e);
+                            }
+                            #[cfg(test)]
+                            tests::synced(&path);
                         }
-                        #[cfg(test)]
-                        tests::synced(&path);
-                    }
-                    Ok(())
+                        Ok(())
+                    })
                 };
                 match write() {
                     Ok(()) => {
@@ -972,6 +975,42 @@ mod tests {
                 "boot {boot:?}: {next} after the power cut, {highest} before it"
             );
         }
+    }
+
+    /// Bug: a step that handed out a token above the reservation wrote the frame carrying it
+    /// before the new reservation, and synced both after: a waiter of another process, woken by
+    /// the frame's write, could return that token while its reservation was not on disk yet, and
+    /// after a power cut then tokens could start again below it. The frame is written only once
+    /// the reservation is synced.
+    #[test]
+    fn a_token_is_in_no_frame_before_its_reservation_is_synced() {
+        let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
+        let mut dir = Dir::open(&path, true).unwrap();
+        dir.boot = "boot-1".into();
+        let file = LockFile::of(Family::Mutex, &LockName::new("order").unwrap());
+        let state_path = file.state_path(&dir.path);
+        // The first step creates the file (a rename); the next ones write in place. Each token is
+        // far above the last reservation, so each step reserves anew.
+        for i in 0..4u64 {
+            let mine = entry(&dir, &i.to_string());
+            let token = dir
+                .transact(&file, |state, now| {
+                    state.last_token = state.last_token.max((1 << 60) + (i << 40));
+                    state.entries.clear();
+                    queue::try_take(state, mine, now)
+                })
+                .unwrap()
+                .expect("free");
+            let on_disk = last_synced(&state_path).expect("a sync");
+            if i > 0 {
+                let text = String::from_utf8_lossy(&on_disk);
+                assert!(
+                    !text.contains(&format!("\"last_token\":{token}")),
+                    "step {i}: token {token} was in a frame before its reservation was synced"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&path);
     }
 
     /// An uncontended lock taken and released over and over syncs once per block of tokens, not
