@@ -50,9 +50,15 @@ async fn rwlock_readers_share_and_the_writer_is_alone() {
     }
 }
 
+/// Not on MySQL: the example's replicas lead 100 ms each, and the observer asserts it saw all
+/// three; a MySQL observer, woken by `KILL QUERY`, reads the election in a step of several round
+/// trips, and under load a leader's 100 ms can pass inside it, so two changes are seen as one
+/// (as `LeaderWatch::changed` allows) and the example waits for a third for good (seen: 2 runs
+/// in 30 beside four busy loops). `backend-mysql/tests/conformance.rs` runs the election suite.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn election_has_one_leader_at_a_time_with_growing_terms() {
-    for (backend, url) in examples_support::backend_urls() {
+    let urls = examples_support::backend_urls().into_iter();
+    for (backend, url) in urls.filter(|(backend, _)| *backend != "mysql") {
         let name = examples_support::unique("election");
         let leaders = election::run_replicas(&url, &name, 3)
             .await

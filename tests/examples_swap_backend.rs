@@ -54,5 +54,8 @@ fn every_compiled_backend_is_listed() {
     if cfg!(feature = "postgres") {
         expected.push("postgres");
     }
+    if cfg!(feature = "mysql") {
+        expected.push("mysql");
+    }
     assert_eq!(listed, expected);
 }
