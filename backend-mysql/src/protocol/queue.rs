@@ -209,10 +209,11 @@ async fn wake(
             .await
             .map_err(e("waking a waiter"))?
         {
-            conns.push(
-                row.try_get::<u64, _>(0)
-                    .map_err(|err| StepError::from(crate::error::decode("an owner", err)))?,
-            );
+            // The connection holding the locker's wait mark (none: it is not waiting now).
+            let waiting: Option<u64> = row
+                .try_get(0)
+                .map_err(|err| StepError::from(crate::error::decode("an owner", err)))?;
+            conns.extend(waiting);
         }
     }
     if observers {
@@ -228,10 +229,10 @@ async fn wake(
             .await
             .map_err(e("waking the observers"))?
         {
-            let id: u64 = row
+            let id: Option<u64> = row
                 .try_get(0)
                 .map_err(|err| StepError::from(crate::error::decode("an observer", err)))?;
-            if !conns.contains(&id) {
+            if let Some(id) = id.filter(|id| !conns.contains(id)) {
                 conns.push(id);
             }
         }
