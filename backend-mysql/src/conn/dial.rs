@@ -102,7 +102,7 @@ fn none_writable(config: &Config, skipped: Vec<LockError>) -> LockError {
         })
         .collect();
     let message = format!(
-        "mysql: connecting to {}: no host takes writes now (a failover under way?): {}",
+        "mysql: connecting to {}: no host answers and takes writes now (a failover under way?): {}",
         config.url,
         why.join("; ")
     );
