@@ -47,7 +47,9 @@ impl MysqlBackend {
     /// # Errors
     ///
     /// `InvalidUrl` for a bad URL; `Denied` for a wrong password, a missing database or right,
-    /// or TLS that cannot be established; `Unavailable` when the server cannot be reached.
+    /// or TLS that cannot be established; `Unavailable` when the server cannot be reached (with
+    /// several hosts: none takes writes now); `Protocol` with `replication=sync` (the default
+    /// with several hosts) for a primary without semi-synchronous replication.
     ///
     /// # Cancel safety
     ///

@@ -1,6 +1,12 @@
 //! The `mysql://` (or `mariadb://`) URL, parsed once with `locksmith_core::driver::url`: the
-//! server, the user and password, the database (the URL's path), and the options this backend
+//! servers, the user and password, the database (the URL's path), and the options this backend
 //! knows ([`OPTIONS`]).
+//!
+//! One host (`mysql://user:pw@db:3306/locks`: a server, or a proxy or virtual IP in front of
+//! several), or several (`mysql://user:pw@db1:3306,db2:3306/locks`: a primary and its replicas,
+//! tried in that order; each connection goes to the first that answers and takes writes,
+//! `conn/dial.rs`). `replication=sync|async` says whether the primary must have
+//! semi-synchronous replication on ([`Replication`]): `sync` is the default with several hosts.
 
 use std::fmt;
 use std::time::Duration;
@@ -22,6 +28,7 @@ pub const OPTIONS: &[&str] = &[
     "key",
     "layout",
     "procedures",
+    "replication",
 ];
 
 const DEFAULT_PORT: u16 = 3306;
@@ -51,11 +58,30 @@ pub(crate) enum Layout {
     GetLock,
 }
 
+/// What the primary must promise about its commits before a connection to it is used
+/// (`replication=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Replication {
+    /// `replication=sync` (the default when the URL names several hosts): the primary must have
+    /// semi-synchronous replication on and working (`rpl_semi_sync_master_enabled`, or MySQL's
+    /// `rpl_semi_sync_source_enabled`, and its status `ON`), so that every commit is on a replica
+    /// before it is answered and a failover to that replica keeps every grant.
+    Sync,
+    /// `replication=async` (the default with one host): no such check; the commits wait for what
+    /// the server's own settings say. With a primary that does not wait for its replicas, a
+    /// failover may lose grants and renewals, and hand a lock out twice (with a larger token, so
+    /// fenced stores stay safe).
+    Async,
+}
+
 /// A parsed URL.
 #[derive(Clone)]
 pub(crate) struct Config {
-    pub host: String,
-    pub port: u16,
+    /// The servers' hosts and ports, in the order they are tried: one server, or a primary and
+    /// its replicas (the one that takes writes is used).
+    pub hosts: Vec<(String, u16)>,
+    /// `replication=`: [`Replication::Sync`] by default with several hosts.
+    pub replication: Replication,
     pub user: String,
     pub password: Option<String>,
     pub database: String,
@@ -80,8 +106,8 @@ pub(crate) struct Config {
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
-            .field("host", &self.host)
-            .field("port", &self.port)
+            .field("hosts", &self.hosts)
+            .field("replication", &self.replication)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("database", &self.database)
@@ -95,17 +121,30 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// [`LockError::InvalidUrl`] for a URL without one host, user or database, an unknown
-    /// option or a bad value.
+    /// [`LockError::InvalidUrl`] for a URL without a host, user or database, an unknown option or
+    /// a bad value.
     pub fn parse(url: &BackendUrl) -> Result<Config> {
         if !matches!(url.scheme.as_str(), "mysql" | "mariadb") {
             return Err(url.error(format!("not a mysql:// URL (scheme {:?})", url.scheme)));
         }
         url.expect_only_options(OPTIONS)?;
-        let hosts = url.expect_hosts()?;
-        if hosts.len() != 1 {
-            return Err(url.error("mysql:// takes one host (a server, or a proxy in front of several)"));
-        }
+        let hosts: Vec<(String, u16)> = url
+            .expect_hosts()?
+            .iter()
+            .map(|h| (h.host.clone(), h.port.unwrap_or(DEFAULT_PORT)))
+            .collect();
+        let replication = match url.query.get("replication").map(String::as_str) {
+            None if hosts.len() > 1 => Replication::Sync,
+            None => Replication::Async,
+            Some("sync") => Replication::Sync,
+            Some("async") => Replication::Async,
+            Some(other) => {
+                return Err(url.error(format!(
+                    "replication={other}: expected sync (a failover keeps every grant: the primary must have \
+                     semi-synchronous replication on) or async (a failover may hand a lock out twice)"
+                )))
+            }
+        };
         let user = url
             .user()
             .ok_or_else(|| url.error("mysql:// needs a user: mysql://user:password@host/database"))?
@@ -170,8 +209,8 @@ impl Config {
             Some(other) => return Err(url.error(format!("procedures={other:?}: expected on or off"))),
         };
         Ok(Config {
-            host: hosts[0].host.clone(),
-            port: hosts[0].port.unwrap_or(DEFAULT_PORT),
+            hosts,
+            replication,
             user,
             password: url.password()?,
             database,
@@ -206,10 +245,12 @@ mod tests {
     #[test]
     fn reads_the_server_user_and_database() {
         let c = parse("mysql://app:pw@db:3307/locks?ttl=5s").unwrap();
-        assert_eq!((c.host.as_str(), c.port, c.user.as_str()), ("db", 3307, "app"));
+        assert_eq!(c.hosts, [("db".to_owned(), 3307)]);
+        assert_eq!(c.user, "app");
         assert_eq!((c.password.as_deref(), c.database.as_str()), (Some("pw"), "locks"));
         assert_eq!(c.ttl, Some(Duration::from_secs(5)));
-        assert_eq!(parse("mariadb://app@db/locks").unwrap().port, 3306);
+        assert_eq!(parse("mariadb://app@db/locks").unwrap().hosts[0].1, 3306);
+        assert_eq!(c.replication, Replication::Async, "one server: no replica asked for");
         assert_eq!(parse("mysql://app@db/locks").unwrap().layout, Layout::Default);
         assert_eq!(
             parse("mysql://app@db/locks?layout=get_lock").unwrap().layout,
@@ -222,7 +263,9 @@ mod tests {
         for bad in [
             "mysql://app@db",
             "mysql://db/locks",
-            "mysql://app@a,b/locks",
+            "mysql://app@a,b/locks?replication=maybe",
+            "mysql://app@db/locks?replication=",
+            "mysql://app@db/locks?replication=SYNC",
             "mysql://app@db/locks?nope=1",
             "mysql://app@db/a.b",
             "mysql://app@db/locks?heartbeat=1ms",
@@ -232,5 +275,35 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn several_hosts_are_a_primary_and_its_semi_synchronous_replicas() {
+        let c = parse("mysql://app:pw@db1:3307,db2,[::1]:3308/locks").unwrap();
+        assert_eq!(
+            c.hosts,
+            [
+                ("db1".to_owned(), 3307),
+                ("db2".to_owned(), 3306),
+                ("::1".to_owned(), 3308)
+            ]
+        );
+        // A failover must keep every grant, unless the URL says otherwise.
+        assert_eq!(c.replication, Replication::Sync);
+        assert_eq!(
+            parse("mysql://app@db1,db2/locks?replication=async")
+                .unwrap()
+                .replication,
+            Replication::Async
+        );
+        assert_eq!(
+            parse("mariadb://app@vip/locks?replication=sync").unwrap().replication,
+            Replication::Sync
+        );
+        assert_eq!(
+            parse("mysql://app@vip/locks?replication=async").unwrap().replication,
+            Replication::Async
+        );
+        assert!(!format!("{c:?}").contains("pw"));
     }
 }

@@ -1,7 +1,8 @@
 //! sqlx's errors → [`LockError`]: what the caller can do about them. `Denied` for what no retry
 //! changes (a wrong password, a missing database or right, TLS that cannot be established),
 //! `Unavailable` for what can heal (the server down, a lock wait that timed out, a deadlock
-//! InnoDB broke).
+//! InnoDB broke, a primary demoted under its clients: its writes refused until they reconnect to
+//! the promoted replica).
 
 use std::time::Duration;
 
@@ -32,6 +33,9 @@ mod number {
     pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
     /// `ER_NO_SUCH_THREAD`: a `KILL QUERY` of a connection that is gone.
     pub const NO_SUCH_THREAD: u16 = 1094;
+    /// `ER_OPTION_PREVENTS_STATEMENT`: a write refused by `read_only` (or MySQL's
+    /// `super_read_only`): the server was demoted, a replica promoted in its place.
+    pub const OPTION_PREVENTS_STATEMENT: u16 = 1290;
 }
 
 /// `ER_UNKNOWN_SYSTEM_VARIABLE`: a setting this server does not have.
@@ -72,8 +76,14 @@ pub(crate) fn no_such_thread(err: &sqlx::Error) -> bool {
     server_number(err) == Some(number::NO_SUCH_THREAD)
 }
 
-/// Whether `err` says the connection itself is unusable (as opposed to one statement's error).
+/// Whether `err` says the connection itself is unusable (as opposed to one statement's error):
+/// the connection is closed, or its server takes no more writes (a demoted primary: the
+/// connection opened again goes to the promoted replica, `conn/dial.rs`). A statement that met
+/// it changed nothing.
 pub(crate) fn connection_lost(err: &sqlx::Error) -> bool {
+    if server_number(err) == Some(number::OPTION_PREVENTS_STATEMENT) {
+        return true;
+    }
     !matches!(
         err,
         sqlx::Error::Database(_) | sqlx::Error::RowNotFound | sqlx::Error::ColumnDecode { .. }
@@ -96,6 +106,10 @@ pub(crate) fn mysql_error(what: &str, err: sqlx::Error) -> LockError {
                 err,
             ),
             number::DATA_TOO_LONG => LockError::InvalidName(message),
+            number::OPTION_PREVENTS_STATEMENT => LockError::unavailable(
+                format!("{message}: the server takes no writes (a demoted primary, or a replica)"),
+                err,
+            ),
             _ => LockError::unavailable(message, err),
         };
     }

@@ -46,6 +46,11 @@ pub(crate) mod sql {
     pub const ISOLATION: &str = include_str!("sql/isolation.sql");
     pub const IDLE_TRANSACTION_TIMEOUT: &str = include_str!("sql/idle_transaction_timeout.sql");
     pub const WAIT_TIMEOUT: &str = include_str!("sql/wait_timeout.sql");
+    /// Whether the server takes writes: `conn/dial.rs`.
+    pub const READ_ONLY: &str = include_str!("sql/read_only.sql");
+    /// Whether the primary waits for a replica's acknowledgement (`replication=sync`): `conn/dial.rs`.
+    pub const SEMI_SYNC_ENABLED: &str = include_str!("sql/semi_sync_enabled.sql");
+    pub const SEMI_SYNC_STATUS: &str = include_str!("sql/semi_sync_status.sql");
     pub const LOCK_ROW: &str = include_str!("sql/lock_row.sql");
     pub const LOCK_ROW_UNLESS_BUSY: &str = include_str!("sql/lock_row_unless_busy.sql");
     pub const LOCK_ID: &str = include_str!("sql/lock_id.sql");

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! mysql://user:password@host:3306/database?ttl=15s&request_timeout=5s&heartbeat=1s
+//! mysql://user:password@db1:3306,db2:3306/database
 //! ```
 //!
 //! Options: `ttl` (a lock's default TTL), `request_timeout`, `connect_timeout`, `heartbeat` (how
@@ -12,7 +13,34 @@
 //! `ssl_mode` (`disabled`, `required`/`verify_ca`, `verify_identity`; feature `tls`: rustls on
 //! aws-lc-rs), `ca` (the roots; else the bundled Mozilla roots of sqlx), `cert` and `key` (a client
 //! certificate), `layout` (`default`, or `get_lock`: locks shared with programs that call
-//! `GET_LOCK`, below), `procedures` (`on`; `off`: no stored procedures, see Rights).
+//! `GET_LOCK`, below), `procedures` (`on`; `off`: no stored procedures, see Rights),
+//! `replication` (`sync` or `async`, below).
+//!
+//! **A primary and its replicas**: `mysql://user@db1:3306,db2:3306/database` names every server;
+//! each connection goes to the one that takes writes (`@@read_only` off, and `@@super_read_only`
+//! where the server has it, as MySQL does; a replica, or a closed port, is skipped and the next
+//! host asked, each host given its share of `connect_timeout` to answer, so that a primary cut
+//! off in silence leaves time for the rest), so after a replica is promoted, locksmith's
+//! reconnections find it; with none writable (a failover under way) connecting fails with
+//! `Unavailable`, naming each host and why it was skipped. A connection still open to a primary
+//! demoted under it (made read only) is dropped at the first write it refuses (error 1290) and
+//! opened again, to the promoted replica. With several hosts the primary must have
+//! **semi-synchronous replication** on and working (`rpl_semi_sync_master_enabled`, or MySQL's
+//! `rpl_semi_sync_source_enabled`; its status `ON`): a grant is then on a replica before anyone
+//! is told of it, and a promotion keeps every lock and fencing token (tested by killing the
+//! primary and promoting its replica, `tests/failover.rs`). A primary with it off is refused
+//! (`Protocol`: a setting, no retry mends it; the error names the fix); a primary whose replica
+//! stopped acknowledging, and which went on alone after `rpl_semi_sync_master_timeout`, is
+//! skipped as `Unavailable` until a replica catches up. The check is made when a connection
+//! opens (a primary that goes on alone later is not seen by the connections already open).
+//! `replication=async` drops the check: commits then wait for whatever the server's settings
+//! say (locksmith cannot change that from a session, unlike PostgreSQL's `synchronous_commit`),
+//! and a failover may hand a lock out twice, though with a larger token (the clock floor, below),
+//! so a fenced store rejects the holder it overtook (tested with the replica cut off,
+//! `tests/failover.rs`). `replication=sync` asks for the check with one host too (a virtual IP
+//! or a proxy in front of a primary, which also works: `tests/failover.rs`). A user with `SUPER`
+//! (or MariaDB's `READ ONLY ADMIN`) may write to a server made `read_only`: give locksmith a user
+//! without it, or use MySQL's `super_read_only`, so that a demoted primary refuses its writes.
 //!
 //! TLS is sqlx's: rustls on aws-lc-rs with feature `tls`, unless another crate of the program
 //! turns on sqlx's `native-tls`, which sqlx then prefers (OpenSSL: so it is in this workspace's
@@ -123,7 +151,7 @@
 //! | `error.rs` | sqlx's errors → `LockError` |
 //! | `layout.rs` | segments, the statements of `sql/` |
 //! | `backend.rs` | `impl LockBackend` |
-//! | `conn/` | the steps' connection, steps run in tasks of their own; `routines.rs` the stored procedures |
+//! | `conn/` | the steps' connection, steps run in tasks of their own; `dial.rs` which host a connection goes to, and its session; `routines.rs` the stored procedures |
 //! | `protocol/` | `queue.rs` the steps, `call.rs` their one-call cases, `wait.rs` the wait loop, `election.rs` |
 //! | `wake.rs` | the wait connection: heartbeat, sweep, mailbox, `SLEEP` and `KILL QUERY` |
 //! | `renew.rs` | `renew_many`: two statements for every lease due |
@@ -133,8 +161,9 @@
 //! | `getlock.rs` | `layout=get_lock`: the sessions holding and awaiting `GET_LOCK` names |
 //! | `cert_check.rs` | (feature `tls`) whether the server refuses our client certificate, when the connection's reset hid its alert |
 //!
-//! No `dial.rs` (sqlx opens its sockets itself, so `SO_LINGER` 0 is not set: a phase-1 gap) and no
-//! `tls.rs` (sqlx does its TLS handshakes itself, on rustls with aws-lc-rs).
+//! `conn/dial.rs` chooses the host, but sqlx opens the sockets itself (so `SO_LINGER` 0 is not
+//! set: a phase-1 gap); no `tls.rs` (sqlx does its TLS handshakes itself, on rustls with
+//! aws-lc-rs).
 //!
 //! # Examples
 //!
@@ -189,7 +218,10 @@ fn connect_boxed(url: &BackendUrl) -> Connecting<'_> {
 ///
 /// [`locksmith_core::LockError::InvalidUrl`] for a bad URL, [`locksmith_core::LockError::Denied`]
 /// for a wrong password, a missing database or TLS that cannot be established,
-/// [`locksmith_core::LockError::Unavailable`] when the server cannot be reached.
+/// [`locksmith_core::LockError::Unavailable`] when the server cannot be reached (with several
+/// hosts: none takes writes now), [`locksmith_core::LockError::Protocol`] with
+/// `replication=sync` (the default with several hosts) for a primary without semi-synchronous
+/// replication.
 ///
 /// # Cancel safety
 ///

@@ -21,7 +21,7 @@ async fn bad_urls_are_invalid_url() {
         "mysql://127.0.0.1/db",
         "mysql://u@127.0.0.1/db?nope=1",
         "mysql://u@127.0.0.1/a.b",
-        "mysql://u@h1,h2/db",
+        "mysql://u@h1,h2/db?replication=maybe",
         "mysql://u@127.0.0.1/db?ttl=0s",
         "mysql://u@127.0.0.1/db?request_timeout=0",
         "mysql://u@127.0.0.1/db?heartbeat=1ms",
@@ -98,6 +98,61 @@ async fn a_silent_server_is_reported_with_its_connect_timeout() {
         Err(LockError::Unavailable { message, .. }) => assert!(message.contains("700ms"), "{message}"),
         other => panic!("expected Unavailable, got {other:?}"),
     }
+    accepting.abort();
+}
+
+/// Several hosts share the connect timeout: a first host that accepts and never answers is given
+/// its share of it, and the next host, a server that answers, still has time to connect. With
+/// none answering, the whole takes the connect timeout, and the error names every host.
+#[tokio::test]
+async fn a_silent_first_host_leaves_time_for_the_next() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent = listener.local_addr().unwrap().to_string();
+    let accepting = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket); // kept open, never answered
+        }
+    });
+    let harness = common::MyHarness::plain().await;
+    let real = BackendUrl::parse(&harness.url).unwrap().hosts[0].to_addr(3306);
+    // The single test server has no replica: replication=async.
+    let url = harness
+        .url_with("connect_timeout=2s&replication=async")
+        .replacen(&real, &format!("{silent},{real}"), 1);
+    let started = tokio::time::Instant::now();
+    let locker = connect(&url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    locker
+        .lock("silent-first")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    locker.shutdown().await.unwrap();
+
+    let url = format!("mysql://u:p@{silent},127.0.0.1:1/db?connect_timeout=1s");
+    let started = tokio::time::Instant::now();
+    match connect(&url).await {
+        Err(LockError::Unavailable { message, .. }) => {
+            assert!(
+                message.contains(&silent) && message.contains("127.0.0.1:1"),
+                "{message}"
+            )
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
     accepting.abort();
 }
 

@@ -26,9 +26,10 @@
 # asynchronous replica turns it off on the primary (`SET GLOBAL rpl_semi_sync_master_enabled =
 # OFF`, as the admin user); a failover starts both members with it on again.
 #
-# locksmith-mysql's URL takes one host (a proxy or virtual IP in front of several servers, as
-# MySQL's failover setups have): the exported URL lists both members, and the tests and the fault
-# suite put a forwarder of their own in front of the current primary.
+# The exported URL lists both members: locksmith-mysql connects to the one that takes writes
+# (backend-mysql/src/conn/dial.rs), and its failover tests use it as it is. The fault suite
+# (chaos/src/vip.rs), written when the URL took one host, and one of those tests put a forwarder
+# of their own in front of the current primary instead (a virtual IP, or a proxy such as ProxySQL).
 #
 # Throw-away test secrets (the servers listen on loopback only), besides mysql.sh's test user:
 #   admin user        locksmith_admin / locksmith-admin-pw: every right (replication status,

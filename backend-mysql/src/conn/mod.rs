@@ -7,26 +7,29 @@
 //! `Locker::shutdown` waits for it) that owns the connection while it runs: a caller dropped
 //! half-way never leaves a transaction half-sent, and the next step finds the connection idle.
 //! A step that fails on the connection itself, or outlasts the request timeout, drops it (the
-//! server rolls back what it had begun); the next step opens a new one.
+//! server rolls back what it had begun); the next step opens a new one. `dial.rs` opens them
+//! all: to which of the URL's hosts, with which session settings.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
-use sqlx::{ConnectOptions, Connection, MySqlConnection};
+use sqlx::{Connection, MySqlConnection};
 use tokio::sync::Mutex;
 
 use locksmith_core::driver::cleanup;
 use locksmith_core::{LockError, Result};
 
-use crate::config::{Config, SslMode};
+use crate::config::Config;
 use crate::error::{connection_lost, mysql_error, timeout};
 use crate::layout::sql;
 use crate::wake::Hub;
 
+mod dial;
 mod routines;
+
+pub(crate) use dial::open;
 
 /// What a step got wrong: its error, and whether the connection is still fit for use.
 pub(crate) struct StepError {
@@ -85,92 +88,6 @@ pub(crate) struct Conn {
     /// Where the wait connection's wake-ups are delivered.
     pub hub: Hub,
     closed: AtomicBool,
-}
-
-/// Opens a connection of `config` within its connect timeout, with the session settings every
-/// statement expects.
-///
-/// # Errors
-///
-/// `Denied` for a wrong password, a missing database or TLS that cannot be established;
-/// `Unavailable` when the server does not answer in time.
-pub(crate) async fn open(config: &Config) -> Result<MySqlConnection> {
-    let mut options = MySqlConnectOptions::new()
-        .host(&config.host)
-        .port(config.port)
-        .username(&config.user)
-        .database(&config.database)
-        .ssl_mode(match config.ssl_mode {
-            SslMode::Disabled => MySqlSslMode::Disabled,
-            SslMode::VerifyCa => MySqlSslMode::VerifyCa,
-            SslMode::VerifyIdentity => MySqlSslMode::VerifyIdentity,
-        })
-        .disable_statement_logging();
-    if let Some(password) = &config.password {
-        options = options.password(password);
-    }
-    if let Some(ca) = &config.ca {
-        options = options.ssl_ca(ca);
-    }
-    if let Some((cert, key)) = &config.client {
-        options = options.ssl_client_cert(cert).ssl_client_key(key);
-    }
-    #[cfg(feature = "tls")]
-    locksmith_core::driver::tls::install_provider();
-    let connecting = async {
-        let mut c = match MySqlConnection::connect_with(&options).await {
-            Ok(c) => c,
-            Err(e) => return Err(connect_error(config, e).await),
-        };
-        let lock_wait = config.request_timeout.as_secs().max(1);
-        sqlx::query(sql::SESSION_SETTINGS)
-            .bind(lock_wait)
-            .execute(&mut c)
-            .await
-            .map_err(|e| mysql_error("setting up the session", e))?;
-        sqlx::Executor::execute(&mut c, sql::ISOLATION)
-            .await
-            .map_err(|e| mysql_error("setting up the session", e))?;
-        // A connection that went silent mid-transaction (a flow a firewall dropped) would keep
-        // its row locks on the server until the session ends: MariaDB ends a session idle in a
-        // transaction after `idle_transaction_timeout`; MySQL, which has no such setting, ends
-        // the session after `wait_timeout` idle (the steps' connection is then opened again
-        // at its next use).
-        let idle = (lock_wait * 3).max(10);
-        if let Err(e) = sqlx::query(sql::IDLE_TRANSACTION_TIMEOUT)
-            .bind(idle)
-            .execute(&mut c)
-            .await
-        {
-            if crate::error::server_number(&e) != Some(crate::error::UNKNOWN_SYSTEM_VARIABLE) {
-                return Err(mysql_error("setting up the session", e));
-            }
-            sqlx::query(sql::WAIT_TIMEOUT)
-                .bind(idle.max(30))
-                .execute(&mut c)
-                .await
-                .map_err(|e| mysql_error("setting up the session", e))?;
-        }
-        Ok(c)
-    };
-    tokio::time::timeout(config.connect_timeout, connecting)
-        .await
-        .map_err(|_| timeout(&format!("connecting to {}", config.url), config.connect_timeout))?
-}
-
-/// `err`, met opening a connection, as a [`LockError`]. With TLS and a client certificate, a
-/// failure that looks like an outage may be the server refusing the certificate with an alert
-/// the connection's reset hid: `cert_check.rs` asks the server again, and a refusal is `Denied`.
-async fn connect_error(config: &Config, err: sqlx::Error) -> LockError {
-    let what = format!("connecting to {}", config.url);
-    let e = mysql_error(&what, err);
-    #[cfg(feature = "tls")]
-    if let (LockError::Unavailable { .. }, Some(_), Some(files)) = (&e, &config.client, &config.tls_files) {
-        if let Some(failure) = crate::cert_check::refused(&config.host, config.port, files).await {
-            return failure.denied(&format!("mysql: {what}"), None, &e.to_string());
-        }
-    }
-    e
 }
 
 impl Conn {
