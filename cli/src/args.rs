@@ -30,8 +30,8 @@ fn default_url() -> String {
 pub struct Cli {
     /// Backend URL: etcd://h:2379, zk://h:2181, redis://h:6379 (or redis://h:6379?layout=plain),
     /// redis+sentinel://s1:26379,s2:26379/mymaster, redis-cluster://h1:7000,h2:7001,
-    /// postgres://user@h:5432/db, mysql://user@h:3306/db (or mariadb://; built with the mysql
-    /// feature), file:///dir (the processes of this machine, no server), mem://. The default is a
+    /// postgres://user@h:5432/db, mysql://user@h:3306/db (or mariadb://; a primary and its
+    /// replicas: mysql://user@h1:3306,h2:3306/db), file:///dir (the processes of this machine, no server), mem://. The default is a
     /// directory that every locksmith process of this user shares, so two `locksmith run`
     /// commands on one machine exclude each other with no server. mem:// is in-process only:
     /// only good for trying the command out. An empty LOCKSMITH_URL means the default.

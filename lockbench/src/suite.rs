@@ -215,12 +215,14 @@ impl BackendRun<'_> {
         let ls = self.locksmith.clone();
         let floor = self.reference.floor.clone();
         let peers = self.reference.peers.clone();
+        let single_attempt = self.reference.single_attempt.clone();
         let variants = self.variants.clone();
         let lock_systems: Vec<Arc<dyn LockSystem>> = ls
             .iter()
             .chain(variants.iter())
             .chain(floor.iter())
             .chain(peers.iter())
+            .chain(single_attempt.iter().filter(|_| workload == "uncontended"))
             .filter(|s| self.systems.is_empty() || self.systems.iter().any(|only| only == s.system()))
             .cloned()
             .collect();

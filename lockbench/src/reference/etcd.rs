@@ -38,6 +38,7 @@ pub async fn reference(url: &str) -> Result<Reference> {
         notify: Some(Arc::new(WatchFloor { client })),
         peers: vec![system(Mode::LockRpc), single_key.clone()],
         herd: vec![single_key],
+        single_attempt: Vec::new(),
         plain_write: Some(Arc::new(plain_write)),
     })
 }

@@ -32,6 +32,7 @@ pub async fn reference(url: &str) -> Result<Reference> {
             Arc::new(FdLock { dir }),
         ],
         herd: Vec::new(),
+        single_attempt: Vec::new(),
         plain_write: None,
     })
 }

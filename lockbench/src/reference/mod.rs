@@ -90,6 +90,9 @@ pub struct Reference {
     pub peers: Vec<Arc<dyn LockSystem>>,
     /// Peers whose herd effect the `herd` workload measures beside locksmith's.
     pub herd: Vec<Arc<dyn LockSystem>>,
+    /// Other floors that take a lock in one attempt and never wait (MySQL's `row-lease`): rows
+    /// of the `uncontended` workload only.
+    pub single_attempt: Vec<Arc<dyn LockSystem>>,
     /// The floor of the `guarded` workload: a plain write, no check.
     pub plain_write: Option<Arc<dyn PlainWrite>>,
 }

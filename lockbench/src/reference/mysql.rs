@@ -6,6 +6,12 @@
 //! in one). The peer is the `distributed-lock-mysql` crate, its own API unmodified (0.2.0: a
 //! `GET_LOCK` on a connection of its sqlx pool held for as long as the lock). `GET_LOCK` gives no
 //! lease that expires while the holder's connection stays open, no FIFO and no fencing token.
+//!
+//! `row-lease` is PostgreSQL's floor made on MySQL: a lease row with a fencing token, taken with
+//! one `INSERT … ON DUPLICATE KEY UPDATE` (free, or its lease expired by the server's clock) and
+//! given back with one `UPDATE`, each an InnoDB transaction of its own, as every locksmith step
+//! is. It is the least a lock with leases and tokens writes (no queue, no FIFO, no wake-up); a
+//! named lock writes nothing, which is the gap between `floor` and locksmith's uncontended row.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -29,8 +35,9 @@ pub async fn reference(url: &str) -> Result<Reference> {
         plain_write: None,
         floor: Some(Arc::new(Floor { url: plain.clone() })),
         notify: Some(Arc::new(GetLockFloor { url: plain.clone() })),
-        peers: vec![Arc::new(DistributedLockMysql { url: plain })],
+        peers: vec![Arc::new(DistributedLockMysql { url: plain.clone() })],
         herd: Vec::new(),
+        single_attempt: vec![Arc::new(RowLease { url: plain })],
     })
 }
 
@@ -204,4 +211,102 @@ impl Held for DlmHeld {
         use distributed_lock_core::LockHandle;
         self.0.release().await.map_err(|e| anyhow!("{e}"))
     }
+}
+
+/// A lease row with a fencing token, one statement to take and one to give back (see the module
+/// docs).
+struct RowLease {
+    url: String,
+}
+
+struct RowLeaseClient(Arc<Mutex<MySqlConnection>>);
+
+struct RowLeaseHeld {
+    conn: Arc<Mutex<MySqlConnection>>,
+    name: String,
+    holder: u64,
+}
+
+/// Its table, in the URL's database.
+const ROW_LEASE_TABLE: &str = "CREATE TABLE IF NOT EXISTS lockbench_row_lease (\
+     name VARBINARY(255) NOT NULL PRIMARY KEY, holder BIGINT UNSIGNED NULL, \
+     token BIGINT UNSIGNED NOT NULL, expires_at DATETIME(6) NULL) ENGINE = InnoDB";
+
+/// Takes the row when it is free or its lease expired: the holder is set first, so the later
+/// assignments (MySQL runs them in order, each seeing the ones before) know whether it was taken;
+/// the new token comes back in the answer's `LAST_INSERT_ID` (1 when the row is new).
+const ROW_LEASE_TAKE: &str = "INSERT INTO lockbench_row_lease (name, holder, token, expires_at) \
+     VALUES (?, ?, 1, NOW(6) + INTERVAL ? MICROSECOND) ON DUPLICATE KEY UPDATE \
+     holder = IF(holder IS NULL OR expires_at < NOW(6), VALUES(holder), holder), \
+     token = IF(holder = VALUES(holder), LAST_INSERT_ID(token + 1), token), \
+     expires_at = IF(holder = VALUES(holder), VALUES(expires_at), expires_at)";
+
+const ROW_LEASE_GIVE: &str = "UPDATE lockbench_row_lease SET holder = NULL WHERE name = ? AND holder = ?";
+
+#[async_trait]
+impl LockSystem for RowLease {
+    fn system(&self) -> &'static str {
+        "row-lease"
+    }
+    fn backend(&self) -> &'static str {
+        "mysql"
+    }
+    async fn client(&self) -> Result<Arc<dyn LockClient>> {
+        let mut c = connect(&self.url).await?;
+        sqlx::Executor::execute(&mut c, ROW_LEASE_TABLE)
+            .await
+            .context("creating the row-lease table")?;
+        Ok(Arc::new(RowLeaseClient(Arc::new(Mutex::new(c)))))
+    }
+}
+
+#[async_trait]
+impl LockClient for RowLeaseClient {
+    async fn acquire(&self, name: &str, ttl: Duration) -> Result<Box<dyn Held>> {
+        let holder = holder_id();
+        let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
+        let done = sqlx::query(ROW_LEASE_TAKE)
+            .bind(name)
+            .bind(holder)
+            .bind(ttl_us)
+            .execute(&mut *self.0.lock().await)
+            .await?;
+        // 1: a new row; 2: a row taken; 0: held by another.
+        if done.rows_affected() == 0 {
+            bail!("held");
+        }
+        let token = if done.rows_affected() == 1 {
+            1
+        } else {
+            done.last_insert_id()
+        };
+        if token == 0 {
+            bail!("the row-lease take answered no token");
+        }
+        Ok(Box::new(RowLeaseHeld {
+            conn: self.0.clone(),
+            name: name.to_owned(),
+            holder,
+        }))
+    }
+}
+
+#[async_trait]
+impl Held for RowLeaseHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        sqlx::query(ROW_LEASE_GIVE)
+            .bind(&self.name)
+            .bind(self.holder)
+            .execute(&mut *self.conn.lock().await)
+            .await?;
+        Ok(())
+    }
+}
+
+/// A holder id unique within this process run (and, with the process id, among the clients of
+/// one run).
+fn holder_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    (u64::from(std::process::id()) << 32) | N.fetch_add(1, Ordering::Relaxed)
 }

@@ -49,6 +49,7 @@ pub async fn reference(url: &str) -> Result<Reference> {
             Arc::new(Advisory { url: plain }),
         ],
         herd: Vec::new(),
+        single_attempt: Vec::new(),
     })
 }
 

@@ -36,6 +36,7 @@ pub async fn reference(url: &str) -> Result<Reference> {
         notify: Some(Arc::new(notify)),
         peers: vec![Arc::new(RsLock { url: plain })],
         herd: Vec::new(),
+        single_attempt: Vec::new(),
         plain_write: Some(Arc::new(plain_write)),
     })
 }

@@ -28,6 +28,7 @@ pub async fn reference(url: &str) -> Result<Reference> {
         notify: Some(Arc::new(WatchFloor { client })),
         peers: vec![Arc::new(Zk { cluster, recipe: true })],
         herd: Vec::new(),
+        single_attempt: Vec::new(),
         plain_write: Some(Arc::new(plain_write)),
     })
 }
