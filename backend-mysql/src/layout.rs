@@ -37,7 +37,7 @@ pub(crate) mod sql {
     /// The one-call steps' stored procedures (name, definition): `conn/routines.rs`.
     pub const PROCEDURES: [(&str, &str); 2] = [
         ("locksmith_enter_v2", include_str!("sql/proc_enter.sql")),
-        ("locksmith_release_v3", include_str!("sql/proc_release.sql")),
+        ("locksmith_release_v2", include_str!("sql/proc_release.sql")),
     ];
     pub const ROUTINES: &str = include_str!("sql/routines.sql");
     pub const CALL_ENTER: &str = include_str!("sql/call_enter.sql");
@@ -68,6 +68,7 @@ pub(crate) mod sql {
     pub const OWNER_CONN: &str = include_str!("sql/owner_conn.sql");
     pub const WATCHER_CONNS: &str = include_str!("sql/watcher_conns.sql");
     pub const KILL_QUERY: &str = include_str!("sql/kill_query.sql");
+    pub const WAITING_CONNS: &str = include_str!("sql/waiting_conns.sql");
     pub const REGISTER: &str = include_str!("sql/register.sql");
     pub const TOUCH_OWNER: &str = include_str!("sql/touch_owner.sql");
     /// What lockers unseen for an hour left (their mailbox rows, watches, owner rows), removed
@@ -78,7 +79,6 @@ pub(crate) mod sql {
     pub const WAKES_READ: &str = include_str!("sql/wakes_read.sql");
     pub const WAKES_DELETE: &str = include_str!("sql/wakes_delete.sql");
     pub const WAIT: &str = include_str!("sql/wait.sql");
-    pub const WAIT_UNMARK: &str = include_str!("sql/wait_unmark.sql");
     pub const RENEW: &str = include_str!("sql/renew.sql");
     pub const RENEWED: &str = include_str!("sql/renewed.sql");
     pub const WATCH: &str = include_str!("sql/watch.sql");

@@ -1,10 +1,8 @@
 //! Wake-ups from the server, never a poll. MySQL has no LISTEN; a locker keeps one **wait
 //! connection** that runs `SELECT IF(EXISTS(<a mailbox row for me>), 0, SLEEP(beat))`
-//! (`sql/wait.sql`), holding its mark, the named lock `locksmith_wait_<owner>`, for the
-//! statement's length. A step that makes a waiter's turn come (a release, a leave, a prune of
+//! (`sql/wait.sql`). A step that makes a waiter's turn come (a release, a leave, a prune of
 //! expired entries) writes a row into `locksmith_wakes` for that waiter's locker and entry in its
-//! own transaction, and after its commit sends `KILL QUERY` to the connection holding that
-//! locker's mark (`IS_USED_LOCK`, if any: only a connection in its wait is killed; a user may
+//! own transaction, and after its commit sends `KILL QUERY <wait connection id>` (a user may
 //! kill its own threads' queries without any privilege), which ends the `SLEEP` at once. The
 //! mailbox read and the `SLEEP` are one statement: a wake committed before it started is seen by
 //! its read, one committed later finds it running and interrupts it, so none is lost.
@@ -208,7 +206,6 @@ fn serve<'a>(
         let Some(c) = conn.upgrade() else { return Ok(()) };
         let (owner, limit, beat) = (c.owner, c.config.request_timeout, c.config.heartbeat);
         let life = u64::try_from(c.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
-        let mark = wait_mark(owner);
         // (No wake-up is lost while the connection was down: they wait in the mailbox.)
         while bounded(
             limit,
@@ -302,12 +299,7 @@ fn serve<'a>(
             if let Some(c) = conn.upgrade() {
                 c.hub.expect_answer(sleep);
             }
-            let waiting = sqlx::query(sql::WAIT)
-                .bind(owner)
-                .bind(&mark)
-                .bind(secs)
-                .bind(&mark)
-                .execute(&mut *wait);
+            let waiting = sqlx::query(sql::WAIT).bind(owner).bind(secs).execute(&mut *wait);
             match tokio::time::timeout(limit + beat, waiting).await {
                 Err(_) => return Err(timeout("the wait connection's SLEEP", limit + beat)),
                 Ok(Ok(_)) => {}
@@ -316,14 +308,6 @@ fn serve<'a>(
                     // before reading the mailbox (a round trip less on a hand-over).
                     if let Some(c) = conn.upgrade() {
                         c.hub.wake_the_only_waiter();
-                    }
-                    // The statement ended before its `RELEASE_LOCK`: the mark goes now, so that
-                    // no waker takes the statements that follow for a wait.
-                    loop {
-                        let unmark = sqlx::query(sql::WAIT_UNMARK).bind(&mark).execute(&mut *wait);
-                        if bounded(limit, "ending the wait", unmark).await?.is_some() {
-                            break;
-                        }
                     }
                 }
                 Ok(Err(e)) => return Err(mysql_error("waiting", e)),
@@ -382,19 +366,31 @@ async fn bounded<T>(
 }
 
 /// Interrupts the waits of the wait connections `conn_ids` (after the commit of the step that
-/// wrote their mailbox rows). Each id is that of the connection holding a locker's mark
-/// ([`wait_mark`], `IS_USED_LOCK`), which a wait connection holds only while it runs its wait
-/// statement: so the kill reaches a `SLEEP`, never a statement in between (a kill of those
-/// stalled concurrent kills for seconds on MariaDB 10.11), and never another client's connection
-/// (a named lock of this run of the server names its holder, where a connection id registered
-/// before a restart may be anyone's). A connection that is gone, or whose user may not be killed
-/// by ours, is skipped: its locker finds the row at its next beat.
+/// wrote their mailbox rows). Only a connection running a wait statement right now is sent the
+/// `KILL QUERY` (`sql/waiting_conns.sql`): after a server restart, connection ids start again,
+/// and an id a locker registered before it may belong to another client's connection until that
+/// locker registers its new one. A wait connection found between statements needs no kill: its
+/// next wait statement reads the mailbox first. A connection that is gone, or whose user may
+/// not be killed by ours, is skipped: its locker finds the row at its next beat.
 pub(crate) fn kill_waits(c: &mut MySqlConnection, conn_ids: Vec<u64>) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
     Box::pin(async move {
         if conn_ids.is_empty() {
             return;
         }
-        for id in conn_ids {
+        let check = sql::with_ids(sql::WAITING_CONNS, conn_ids.len());
+        let mut q = sqlx::query(&check);
+        for id in &conn_ids {
+            q = q.bind(*id);
+        }
+        locksmith_core::metrics::round_trip();
+        let waiting: Vec<u64> = match q.fetch_all(&mut *c).await {
+            Ok(rows) => rows.iter().filter_map(|r| r.try_get::<u64, _>(0).ok()).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "mysql: could not find the waiting lockers' connections (they check again at their next beat)");
+                return;
+            }
+        };
+        for id in waiting {
             let statement = sql::KILL_QUERY.replace("{conn}", &id.to_string());
             locksmith_core::metrics::round_trip();
             match sqlx::Executor::execute(&mut *c, statement.as_str()).await {
@@ -406,11 +402,4 @@ pub(crate) fn kill_waits(c: &mut MySqlConnection, conn_ids: Vec<u64>) -> Pin<Box
             }
         }
     })
-}
-
-/// The named lock a locker's wait connection holds while it waits (`sql/wait.sql`), found by the
-/// wakers with `IS_USED_LOCK` (`sql/owner_conn.sql`, `sql/watcher_conns.sql`, the release
-/// procedure); the same text in each.
-pub(crate) fn wait_mark(owner: u64) -> String {
-    format!("locksmith_wait_{owner}")
 }

@@ -209,11 +209,10 @@ async fn wake(
             .await
             .map_err(e("waking a waiter"))?
         {
-            // The connection holding the locker's wait mark (none: it is not waiting now).
-            let waiting: Option<u64> = row
-                .try_get(0)
-                .map_err(|err| StepError::from(crate::error::decode("an owner", err)))?;
-            conns.extend(waiting);
+            conns.push(
+                row.try_get::<u64, _>(0)
+                    .map_err(|err| StepError::from(crate::error::decode("an owner", err)))?,
+            );
         }
     }
     if observers {
@@ -229,10 +228,10 @@ async fn wake(
             .await
             .map_err(e("waking the observers"))?
         {
-            let id: Option<u64> = row
+            let id: u64 = row
                 .try_get(0)
                 .map_err(|err| StepError::from(crate::error::decode("an observer", err)))?;
-            if let Some(id) = id.filter(|id| !conns.contains(id)) {
+            if !conns.contains(&id) {
                 conns.push(id);
             }
         }

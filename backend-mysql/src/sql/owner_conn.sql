@@ -1,1 +1,1 @@
-SELECT CAST(IS_USED_LOCK(CONCAT('locksmith_wait_', ?)) AS UNSIGNED)
+SELECT conn_id FROM locksmith_owners WHERE id = ?

@@ -1,15 +1,15 @@
--- locksmith_release_v3: releases held entry p_id of lock p_segment (with fencing token p_token)
+-- locksmith_release_v2: releases held entry p_id of lock p_segment (with fencing token p_token)
 -- in one call, in a transaction of its own, when the queue is one it can decide alone: no
 -- expired entry, no observer, and every other entry an exclusive waiter. The first of those then
 -- holds by the queue rule: it gets a mailbox row, and after the commit its locker's wait
--- connection, if it is waiting now (it holds its mark `locksmith_wait_<owner>` only while it runs
--- its wait statement: sql/wait.sql), is sent `KILL QUERY` (wake.rs; an error there is ignored:
--- the locker finds the row at its next beat).
+-- connection, if it is running its wait statement (sql/waiting_conns.sql's test: after a server
+-- restart an id registered before it may be another client's connection), is sent `KILL QUERY`
+-- (wake.rs; an error there is ignored: the locker finds the row at its next beat).
 -- Answers one row (outcome, released): outcome 1 done, `released` 1 if the entry was released,
 -- 0 if it was not held (gone, expired, or another token); outcome 0 when the queue is another
 -- case and nothing was changed: the caller runs the full step (protocol/queue.rs).
 -- The version is in the name: a new definition takes a new name (conn/routines.rs).
-CREATE PROCEDURE locksmith_release_v3(
+CREATE PROCEDURE locksmith_release_v2(
     IN p_segment VARBINARY(3072), IN p_id BIGINT UNSIGNED, IN p_token BIGINT UNSIGNED)
 MODIFIES SQL DATA
 BEGIN
@@ -33,15 +33,14 @@ BEGIN
         SET v_released = ROW_COUNT();
         IF v_released > 0 AND v_n > 0 THEN
             -- The first waiter holds now: its mailbox row, and its locker's wait connection.
-            SELECT e.id, e.owner INTO v_next, v_owner
-                FROM locksmith_entries e WHERE e.lock_id = v_lock ORDER BY e.seq LIMIT 1;
+            SELECT e.id, e.owner, o.conn_id INTO v_next, v_owner, v_conn
+                FROM locksmith_entries e LEFT JOIN locksmith_owners o ON o.id = e.owner
+                WHERE e.lock_id = v_lock ORDER BY e.seq LIMIT 1;
             INSERT INTO locksmith_wakes (owner, entry, lock_id) VALUES (v_owner, v_next, v_lock);
         END IF;
         COMMIT;
-        IF v_owner IS NOT NULL THEN
-            SET v_conn = IS_USED_LOCK(CONCAT('locksmith_wait_', v_owner));
-        END IF;
-        IF v_conn IS NOT NULL THEN
+        IF v_conn IS NOT NULL AND EXISTS(SELECT 1 FROM information_schema.PROCESSLIST
+                                         WHERE ID = v_conn AND INFO LIKE '%locksmith wait%') THEN
             BEGIN
                 DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
                 KILL QUERY v_conn;

@@ -1,1 +1,1 @@
-SELECT CAST(IS_USED_LOCK(CONCAT('locksmith_wait_', owner)) AS UNSIGNED) FROM locksmith_watches WHERE lock_id = ?
+SELECT o.conn_id FROM locksmith_watches w JOIN locksmith_owners o ON o.id = w.owner WHERE w.lock_id = ?

@@ -1,1 +1,0 @@
-DO RELEASE_LOCK(?)
