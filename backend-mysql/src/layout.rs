@@ -36,7 +36,7 @@ pub(crate) mod sql {
     ];
     /// The one-call steps' stored procedures (name, definition): `conn/routines.rs`.
     pub const PROCEDURES: [(&str, &str); 2] = [
-        ("locksmith_enter_v2", include_str!("sql/proc_enter.sql")),
+        ("locksmith_enter_v3", include_str!("sql/proc_enter.sql")),
         ("locksmith_release_v2", include_str!("sql/proc_release.sql")),
     ];
     pub const ROUTINES: &str = include_str!("sql/routines.sql");
@@ -61,6 +61,7 @@ pub(crate) mod sql {
     pub const NEXT_TOKEN: &str = include_str!("sql/next_token.sql");
     pub const READ_TOKEN: &str = include_str!("sql/read_token.sql");
     pub const GRANT: &str = include_str!("sql/grant.sql");
+    pub const RESTART_LEASE: &str = include_str!("sql/restart_lease.sql");
     pub const LEAVE: &str = include_str!("sql/leave.sql");
     pub const RELEASE: &str = include_str!("sql/release.sql");
     pub const WAKE: &str = include_str!("sql/wake.sql");

@@ -84,7 +84,7 @@ async fn the_procedures_are_created_where_missing() {
     let harness = common::MyHarness::plain().await;
     let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
     let count = "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() \
-                 AND ROUTINE_NAME IN ('locksmith_enter_v2', 'locksmith_release_v2')";
+                 AND ROUTINE_NAME IN ('locksmith_enter_v3', 'locksmith_release_v2')";
     let n = |row: sqlx::mysql::MySqlRow| row.get::<i64, _>(0);
     assert_eq!(n(sqlx::query(count).fetch_one(&mut admin).await.unwrap()), 2);
     sqlx::Executor::execute(&mut admin, "DROP PROCEDURE locksmith_release_v2")
@@ -94,5 +94,49 @@ async fn the_procedures_are_created_where_missing() {
     assert_eq!(n(sqlx::query(count).fetch_one(&mut admin).await.unwrap()), 2);
     let guard = locker.lock("procedures/made").acquire().await.unwrap();
     guard.release().await.unwrap();
+    locker.shutdown().await.unwrap();
+}
+
+/// A waiting step run again after its answer was lost with its connection (`Conn::step` runs it
+/// again on a new one) finds its entry granted by the first run: the lease then starts again at
+/// this call, since the caller counts it from when it sent this call. The procedure used to
+/// answer the grant and leave the lease as the first run had set it, so the caller counted on a
+/// lease that ran out on the server earlier, by as long as the reconnection took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_run_again_restarts_the_lease_it_finds_granted() {
+    let harness = common::MyHarness::plain().await;
+    let locker = connect(&harness.url).await; // the tables and procedures
+    let mut c = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
+    let (seg, id, owner, ttl_us) = ("procedures/again", 4242u64, 77u64, 30_000_000u64);
+    let call = || {
+        sqlx::query("CALL locksmith_enter_v3(?, ?, ?, 'x', 0, '', ?, ?, 0)")
+            .bind(seg)
+            .bind(id)
+            .bind(owner)
+            .bind(ttl_us)
+            .bind(ttl_us)
+    };
+    let answer = |rows: Vec<sqlx::mysql::MySqlRow>| (rows[0].get::<i64, _>(0), rows[0].get::<u64, _>(1));
+    let (outcome, token) = answer(call().fetch_all(&mut c).await.unwrap());
+    assert_eq!(outcome, 1, "the first run holds");
+    // As if the reconnection took 25 s of the lease's 30.
+    sqlx::query("UPDATE locksmith_entries SET expires_at = NOW(6) + INTERVAL 5 SECOND WHERE id = ?")
+        .bind(id)
+        .execute(&mut c)
+        .await
+        .unwrap();
+    let again = answer(call().fetch_all(&mut c).await.unwrap());
+    assert_eq!(again, (1, token), "the second run finds the same grant");
+    let left: i64 =
+        sqlx::query_scalar("SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) FROM locksmith_entries WHERE id = ?")
+            .bind(id)
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+    assert!(
+        left > 25_000_000,
+        "the lease was not started again: {left} µs left of {ttl_us}, counted by the caller from its second call"
+    );
+    c.close().await.unwrap();
     locker.shutdown().await.unwrap();
 }

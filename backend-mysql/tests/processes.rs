@@ -140,8 +140,14 @@ async fn a_thousand_waiters_on_one_locker_use_two_connections() {
     let name = unique_name("crowd");
     let locker = connect(&url).await;
     let mut admin = sqlx::MySqlConnection::connect(&common::server_url()).await.unwrap();
-    // The harness's own backend keeps two; the locker's two are open already.
-    let before = connections(&mut admin, &harness.database).await;
+    // The harness's own backend keeps two, and the locker two: its wait connection is opened by
+    // a task of its own, which may not have run yet (under load it had not, one run in many).
+    let deadline = tokio::time::Instant::now() + secs(10);
+    let mut before = connections(&mut admin, &harness.database).await;
+    while before < 4 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        before = connections(&mut admin, &harness.database).await;
+    }
 
     let held = locker.lock(&name).acquire().await.unwrap();
     let mut tasks = tokio::task::JoinSet::new();

@@ -367,7 +367,18 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
             };
             let roles: Vec<Role> = queue.iter().map(|x| x.role).collect();
             let outcome = match standing(&roles, me)? {
-                Standing::Holds if queue[me].held => Entered::Granted(queue[me].token),
+                Standing::Holds if queue[me].held => {
+                    // This step run again after its answer was lost with its connection: the
+                    // lease starts again now, as the caller counts it from this step's sending,
+                    // later than the first run's grant.
+                    locksmith_core::metrics::round_trip();
+                    sqlx::query(sql::RESTART_LEASE)
+                        .bind(id)
+                        .execute(&mut *c)
+                        .await
+                        .map_err(e("taking the grant"))?;
+                    Entered::Granted(queue[me].token)
+                }
                 Standing::Holds => {
                     let token = next_token(c, lock_id).await?;
                     locksmith_core::metrics::round_trip();

@@ -1,4 +1,4 @@
--- locksmith_enter_v2: a waiting step or a try (p_try = 1) of entry p_id on lock p_segment in one
+-- locksmith_enter_v3: a waiting step or a try (p_try = 1) of entry p_id on lock p_segment in one
 -- call, in a transaction of its own, for the queues it can decide alone: those with no expired
 -- entry, no observer and only exclusive entries (mutexes, writers, candidates), or empty (any
 -- kind). Answers one row (outcome, token, left_us): outcome 1 granted with `token`; 2 waiting,
@@ -8,7 +8,7 @@
 -- locksmith-core's queue rule. In the cases decided here that rule says: the first exclusive
 -- entry holds, each one after it waits for the one ahead; a new entry holds on an empty queue.
 -- The version is in the name: a new definition takes a new name (conn/routines.rs).
-CREATE PROCEDURE locksmith_enter_v2(
+CREATE PROCEDURE locksmith_enter_v3(
     IN p_segment VARBINARY(3072), IN p_id BIGINT UNSIGNED, IN p_owner BIGINT UNSIGNED,
     IN p_role CHAR(1), IN p_permits INT UNSIGNED, IN p_value MEDIUMBLOB,
     IN p_ttl_us BIGINT UNSIGNED, IN p_life_us BIGINT UNSIGNED, IN p_try TINYINT)
@@ -63,13 +63,18 @@ BEGIN
         COMMIT;
         SELECT CAST(2 AS SIGNED) AS outcome, CAST(0 AS UNSIGNED) AS token, CAST(v_left AS SIGNED) AS left_us;
     ELSEIF v_seq = v_first THEN
-        -- Its entry is first: it holds (its lease counts from its grant, now).
+        -- Its entry is first: it holds, its lease counting from now. Already held, this is the
+        -- call run again after its answer was lost with its connection: the lease then starts
+        -- again now too, since the caller counts it from when it sent this call, later than the
+        -- first call's grant.
         IF v_held = 0 THEN
             SET v_token = GREATEST(v_last + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED));
             UPDATE locksmith_locks SET token = v_token WHERE lock_id = v_lock;
             UPDATE locksmith_entries
                 SET held = 1, token = v_token, expires_at = NOW(6) + INTERVAL ttl_us MICROSECOND
                 WHERE id = p_id;
+        ELSE
+            UPDATE locksmith_entries SET expires_at = NOW(6) + INTERVAL ttl_us MICROSECOND WHERE id = p_id;
         END IF;
         COMMIT;
         SELECT CAST(1 AS SIGNED) AS outcome, CAST(v_token AS UNSIGNED) AS token, CAST(NULL AS SIGNED) AS left_us;
