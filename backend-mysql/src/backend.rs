@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use locksmith_core::driver::{async_trait, BackendUrl, GuardedWrite, Lease, LockBackend, LockName, LockRequest};
-use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockInfo, Result};
+use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockInfo, PruneReport, Result};
 
 use locksmith_core::driver::armed::Armed;
 
@@ -125,6 +125,15 @@ impl LockBackend for MysqlBackend {
         let released = release(&self.conn, seg, id, lease.fencing_token, name).await;
         releasing.disarm();
         released
+    }
+
+    /// Removes the rows of locks idle for `idle` (`prune.rs`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Each pass (one transaction) runs to its end; dropped between them, the rest waits.
+    async fn prune(&self, idle: Duration, dry_run: bool) -> Result<PruneReport> {
+        crate::prune::prune(&self.conn, idle, dry_run).await
     }
 
     async fn renew_many(&self, leases: &[Lease]) -> Vec<Result<()>> {

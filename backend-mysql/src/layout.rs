@@ -55,6 +55,12 @@ pub(crate) mod sql {
     pub const LOCK_ROW_UNLESS_BUSY: &str = include_str!("sql/lock_row_unless_busy.sql");
     pub const LOCK_ID: &str = include_str!("sql/lock_id.sql");
     pub const PRUNE: &str = include_str!("sql/prune.sql");
+    pub const PRUNE_MARK: &str = include_str!("sql/prune_mark.sql");
+    pub const PRUNE_CANDIDATES: &str = include_str!("sql/prune_candidates.sql");
+    pub const PRUNE_COUNT: &str = include_str!("sql/prune_count.sql");
+    pub const PRUNE_DELETE: &str = include_str!("sql/prune_delete.sql");
+    pub const PRUNE_RAISE_MARK: &str = include_str!("sql/prune_raise_mark.sql");
+    pub const FORGET_COUNT: &str = include_str!("sql/forget_count.sql");
     pub const QUEUE: &str = include_str!("sql/queue.sql");
     pub const QUEUE_LIVE: &str = include_str!("sql/queue_live.sql");
     pub const INSERT: &str = include_str!("sql/insert.sql");

@@ -134,9 +134,6 @@
 //!
 //! # Not yet (issue 63, phase 1)
 //!
-//! - `prune`: the rows of idle locks stay (one small row per lock name ever used). What a dead
-//!   locker left (its owner row, mailbox rows and watches) is removed an hour after it was last
-//!   seen, by the next locker that connects.
 //! - `SO_LINGER` 0 on the sockets (sqlx opens them; a step sent before a partition may still
 //!   arrive after it heals, where its transaction's lock wait and timeout bound its effect).
 //! - A step that the stored procedures do not decide (a queue with readers, permits, observers
@@ -158,6 +155,7 @@
 //! | `cleanup.rs` | the clean-up guard of an entry nobody holds yet |
 //! | `listing.rs` | `list` and `inspect` |
 //! | `guarded.rs` | guarded writes |
+//! | `prune.rs` | `prune`: the rows of idle locks, the high-water mark of their tokens |
 //! | `getlock.rs` | `layout=get_lock`: the sessions holding and awaiting `GET_LOCK` names |
 //! | `cert_check.rs` | (feature `tls`) whether the server refuses our client certificate, when the connection's reset hid its alert |
 //!
@@ -188,6 +186,7 @@ mod guarded;
 mod layout;
 mod listing;
 mod protocol;
+mod prune;
 mod renew;
 mod wake;
 

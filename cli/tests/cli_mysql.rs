@@ -33,7 +33,7 @@ impl Backend for Mysql {
 }
 
 crate::cli_suite!(Mysql);
-crate::cli_suite!(@tests Mysql; a_stopped_run_loses_the_lock_after_its_ttl_and_exits_4);
+crate::cli_suite!(@tests Mysql; a_stopped_run_loses_the_lock_after_its_ttl_and_exits_4, prune_removes_idle_locks_and_tokens_go_on);
 
 /// The mutex tests again under `layout=get_lock` (a lock is also the server's named lock; the
 /// suite's names are shorter than GET_LOCK's 64 characters).

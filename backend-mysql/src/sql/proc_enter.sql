@@ -28,7 +28,11 @@ BEGIN
     -- with its token under its row lock, and the queue summed up in one pass.
     SELECT lock_id, token INTO v_lock, v_last FROM locksmith_locks WHERE segment = p_segment FOR UPDATE;
     IF v_lock IS NULL THEN
-        INSERT INTO locksmith_locks (segment) VALUES (p_segment) ON DUPLICATE KEY UPDATE token = token;
+        -- Its first use (or its first since a prune): the counter starts at the high-water mark
+        -- of pruned tokens (sql/lock_row.sql).
+        INSERT INTO locksmith_locks (segment, token)
+            SELECT p_segment, COALESCE(MAX(m.token), 0) FROM locksmith_locks m WHERE m.segment = '~pruned'
+            ON DUPLICATE KEY UPDATE locksmith_locks.token = locksmith_locks.token;
         SELECT lock_id, token INTO v_lock, v_last FROM locksmith_locks WHERE segment = p_segment FOR UPDATE;
     END IF;
     SELECT COUNT(*), COALESCE(SUM(role <> 'x'), 0), COALESCE(SUM(expires_at < NOW(6)), 0),

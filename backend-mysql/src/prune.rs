@@ -1,0 +1,148 @@
+//! `Locker::prune` (`locksmith prune`): the rows of locks nobody holds, waits for or observes,
+//! idle for the given time, removed so that they do not pile up (one row per name ever used),
+//! and the owner rows of lockers dead for an hour (which every locker's wait connection also
+//! removes when it registers, `sql/forget.sql`).
+//!
+//! A pass is one transaction: the high-water mark of pruned tokens locked first
+//! (`sql/prune_mark.sql`), then up to [`BATCH`] idle rows, skipping those a step holds now
+//! (`sql/prune_candidates.sql`), deleted if still idle once locked (`sql/prune_delete.sql`), and
+//! the mark raised to their largest token. A lock used again starts its counter at the mark
+//! (`sql/lock_row.sql`, `sql/ensure_lock.sql`, the enter procedure), and its tokens are at least
+//! the server's clock in µs, which had passed every pruned one by `idle`: tokens never go back.
+//! Passes run until one removes fewer than [`BATCH`] rows.
+
+use std::time::Duration;
+
+use sqlx::{Connection, Row};
+
+use locksmith_core::{PruneReport, Result};
+
+use crate::conn::{Conn, StepError};
+use crate::layout::sql;
+
+/// The rows one pass removes at most (one transaction's locks).
+const BATCH: i64 = 500;
+
+/// How many passes one prune runs at most (a million rows); the next prune goes on.
+const MAX_PASSES: u32 = 2000;
+
+/// Removes (or, with `dry_run`, counts) the rows of locks idle for `idle`, and the owner rows of
+/// lockers dead for an hour.
+///
+/// # Errors
+///
+/// The connection's errors; `Denied` when the user may not delete the rows.
+///
+/// # Cancel safety
+///
+/// Each pass runs to its end in a task of its own (`Conn::step`); dropped between passes, what
+/// was removed stays removed and the rest waits for the next prune.
+pub(crate) async fn prune(conn: &Conn, idle: Duration, dry_run: bool) -> Result<PruneReport> {
+    let idle_us = i64::try_from(idle.as_micros()).unwrap_or(i64::MAX);
+    if dry_run {
+        let (locks, owners) = conn
+            .step("counting idle locks", false, move |c| {
+                Box::pin(async move {
+                    let e = |err| StepError::sql("counting idle locks", err);
+                    locksmith_core::metrics::round_trip();
+                    let locks: i64 = sqlx::query_scalar(sql::PRUNE_COUNT)
+                        .bind(idle_us)
+                        .fetch_one(&mut *c)
+                        .await
+                        .map_err(e)?;
+                    locksmith_core::metrics::round_trip();
+                    let owners: i64 = sqlx::query_scalar(sql::FORGET_COUNT)
+                        .fetch_one(&mut *c)
+                        .await
+                        .map_err(e)?;
+                    Ok((locks, owners))
+                })
+            })
+            .await?;
+        return Ok(PruneReport::new(to_u64(locks), to_u64(owners), true));
+    }
+    let mut locks = 0;
+    for _ in 0..MAX_PASSES {
+        let (removed, full) = conn
+            .step("pruning idle locks", false, move |c| Box::pin(pass(c, idle_us)))
+            .await?;
+        locks += removed;
+        if !full {
+            break;
+        }
+    }
+    let owners = conn
+        .step("forgetting dead lockers", false, move |c| {
+            Box::pin(async move {
+                locksmith_core::metrics::round_trip();
+                let done = sqlx::query(sql::FORGET)
+                    .execute(&mut *c)
+                    .await
+                    .map_err(|err| StepError::sql("forgetting dead lockers", err))?;
+                Ok(done.rows_affected())
+            })
+        })
+        .await?;
+    Ok(PruneReport::new(locks, owners, false))
+}
+
+/// One pass: the rows it removed, and whether it found a full batch (more may be left).
+async fn pass(c: &mut sqlx::MySqlConnection, idle_us: i64) -> std::result::Result<(u64, bool), StepError> {
+    let e = |what: &'static str| move |err| StepError::sql(what, err);
+    locksmith_core::metrics::round_trip(); // BEGIN
+    let mut tx = c
+        .begin()
+        .await
+        .map_err(|err| StepError::unsent("beginning a transaction", err))?;
+    locksmith_core::metrics::round_trip();
+    sqlx::query(sql::PRUNE_MARK)
+        .execute(&mut *tx)
+        .await
+        .map_err(e("locking the pruned tokens' mark"))?;
+    locksmith_core::metrics::round_trip();
+    let rows = sqlx::query(sql::PRUNE_CANDIDATES)
+        .bind(idle_us)
+        .bind(BATCH)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(e("finding idle locks"))?;
+    let full = i64::try_from(rows.len()).unwrap_or(i64::MAX) >= BATCH;
+    if rows.is_empty() {
+        tx.rollback().await.map_err(e("rolling back"))?;
+        return Ok((0, false));
+    }
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut highest = 0u64;
+    for row in &rows {
+        let col = |err| StepError::from(crate::error::decode("an idle lock", err));
+        ids.push(row.try_get::<u64, _>(0).map_err(col)?);
+        highest = highest.max(row.try_get::<u64, _>(1).map_err(col)?);
+    }
+    let statement = sql::with_ids(sql::PRUNE_DELETE, ids.len());
+    let mut delete = sqlx::query(&statement);
+    for id in &ids {
+        delete = delete.bind(*id);
+    }
+    locksmith_core::metrics::round_trip();
+    let removed = delete
+        .bind(idle_us)
+        .execute(&mut *tx)
+        .await
+        .map_err(e("removing idle locks"))?
+        .rows_affected();
+    // The largest token of the rows locked, removed or not: a mark above a kept row's token is
+    // harmless (a lock's next row starts above it), one below a removed row's would not be.
+    locksmith_core::metrics::round_trip();
+    sqlx::query(sql::PRUNE_RAISE_MARK)
+        .bind(highest)
+        .execute(&mut *tx)
+        .await
+        .map_err(e("raising the pruned tokens' mark"))?;
+    locksmith_core::metrics::round_trip(); // COMMIT
+    tx.commit().await.map_err(e("committing"))?;
+    Ok((removed, full))
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}

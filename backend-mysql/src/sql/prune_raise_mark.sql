@@ -1,0 +1,1 @@
+UPDATE locksmith_locks SET token = GREATEST(token, ?) WHERE segment = '~pruned'
