@@ -41,12 +41,37 @@ pub async fn reference(url: &str) -> Result<Reference> {
     })
 }
 
-/// The URL without locksmith's options, with the `mysql` scheme (`mariadb://` too).
+/// The URL without locksmith's options, with the `mysql` scheme (`mariadb://` too), and of
+/// several hosts (a primary and its replicas) the first only: the bare client takes one.
 fn plain_url(url: &str) -> String {
     let base = url.split('?').next().unwrap_or(url);
-    match base.strip_prefix("mariadb://") {
-        Some(rest) => format!("mysql://{rest}"),
-        None => base.to_owned(),
+    let rest = base
+        .strip_prefix("mariadb://")
+        .or_else(|| base.strip_prefix("mysql://"))
+        .unwrap_or(base);
+    let (auth, hosts_path) = match rest.rsplit_once('@') {
+        Some((auth, tail)) => (format!("{auth}@"), tail),
+        None => (String::new(), rest),
+    };
+    let (hosts, path) = hosts_path.split_once('/').map_or((hosts_path, ""), |(h, p)| (h, p));
+    let first = hosts.split(',').next().unwrap_or(hosts);
+    format!("mysql://{auth}{first}/{path}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_bare_url_has_one_host_and_no_options() {
+        for (url, plain) in [
+            ("mysql://u:p@h:3306/db?procedures=off", "mysql://u:p@h:3306/db"),
+            (
+                "mariadb://u:p@h1:13308,h2:13309/db?replication=sync",
+                "mysql://u:p@h1:13308/db",
+            ),
+            ("mysql://h/db", "mysql://h/db"),
+        ] {
+            assert_eq!(super::plain_url(url), plain);
+        }
     }
 }
 
