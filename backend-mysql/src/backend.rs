@@ -59,7 +59,16 @@ impl MysqlBackend {
         let get_lock = (config.layout == Layout::GetLock).then(|| Arc::new(Sessions::new(config.clone())));
         let conn = Arc::new(Conn::connect(config).await?);
         Hub::start(&conn);
+        crate::prune::keep_pruning(&conn, crate::prune::EVERY, crate::prune::IDLE);
         Ok(MysqlBackend { conn, get_lock })
+    }
+
+    /// Starts more passes of pruning for this locker than the one about every 10 minutes that
+    /// every locker runs: about every `every`, removing the rows idle for `idle` (tests of the
+    /// automatic passes). They stop when the locker is shut down or dropped.
+    #[doc(hidden)]
+    pub fn keep_pruning(&self, every: Duration, idle: Duration) {
+        crate::prune::keep_pruning(&self.conn, every, idle);
     }
 
     #[doc(hidden)] // a test hook: removes a lock's holders as another client would

@@ -1,7 +1,8 @@
-//! `Locker::prune` (`locksmith prune`): the rows of locks nobody holds, waits for or observes,
-//! idle for the given time, removed so that they do not pile up (one row per name ever used),
-//! and the owner rows of lockers dead for an hour (which every locker's wait connection also
-//! removes when it registers, `sql/forget.sql`).
+//! Pruning: the rows of locks nobody holds, waits for or observes, idle for a while, removed so
+//! that they do not pile up (one row per name ever used), by every locker now and then
+//! ([`keep_pruning`]: an hour's idleness, about every ten minutes) and on demand ([`prune`],
+//! `Locker::prune`, `locksmith prune`); and the owner rows of lockers dead for an hour (which
+//! every locker's wait connection also removes when it registers, `sql/forget.sql`).
 //!
 //! A pass is one transaction: the high-water mark of pruned tokens locked first
 //! (`sql/prune_mark.sql`), then up to [`BATCH`] idle rows, skipping those a step holds now
@@ -11,14 +12,23 @@
 //! the server's clock in µs, which had passed every pruned one by `idle`: tokens never go back.
 //! Passes run until one removes fewer than [`BATCH`] rows.
 
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use sqlx::{Connection, Row};
 
-use locksmith_core::{PruneReport, Result};
+use locksmith_core::{LockError, PruneReport, Result};
 
 use crate::conn::{Conn, StepError};
 use crate::layout::sql;
+
+/// How long a lock must have been idle (no token handed out for it) before a locker's own passes
+/// remove its row.
+pub(crate) const IDLE: Duration = Duration::from_secs(3600);
+
+/// About how often a locker runs a pass of its own (each time within a half and one and a half
+/// of it, at random, so that lockers started together do not prune together).
+pub(crate) const EVERY: Duration = Duration::from_secs(600);
 
 /// The rows one pass removes at most (one transaction's locks).
 const BATCH: i64 = 500;
@@ -84,6 +94,42 @@ pub(crate) async fn prune(conn: &Conn, idle: Duration, dry_run: bool) -> Result<
         })
         .await?;
     Ok(PruneReport::new(locks, owners, false))
+}
+
+/// Starts this locker's own passes, one about every `every`, removing the rows idle for `idle`,
+/// until the locker is shut down or dropped. A pass that fails is logged and tried again at the
+/// next; one refused for want of rights (no `DELETE` on the tables) is logged once, and the
+/// passes stop.
+pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
+    let conn: Weak<Conn> = Arc::downgrade(conn);
+    let idle_us = i64::try_from(idle.as_micros()).unwrap_or(i64::MAX);
+    tokio::spawn(async move {
+        let mut wait = every / 2 + every.mul_f64(rand::random::<f64>() / 2.0);
+        loop {
+            tokio::time::sleep(wait).await;
+            let Some(conn) = conn.upgrade() else { return };
+            wait = every / 2 + every.mul_f64(rand::random::<f64>());
+            let pass = conn
+                .step("pruning idle locks", false, move |c| Box::pin(pass(c, idle_us)))
+                .await;
+            match pass {
+                Ok((removed, full)) => {
+                    if removed > 0 {
+                        tracing::debug!(locks = removed, "mysql: pruned idle lock rows");
+                    }
+                    if full {
+                        wait = Duration::from_secs(1); // more left: the next batch soon
+                    }
+                }
+                Err(LockError::Closed) => return,
+                Err(e @ LockError::Denied(_)) => {
+                    tracing::warn!(error = %e, "mysql: this locker cannot prune idle lock rows; its passes stop");
+                    return;
+                }
+                Err(e) => tracing::debug!(error = %e, "mysql: a pass of pruning failed; trying again later"),
+            }
+        }
+    });
 }
 
 /// One pass: the rows it removed, and whether it found a full batch (more may be left).

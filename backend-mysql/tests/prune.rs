@@ -216,3 +216,26 @@ async fn prunes_in_a_loop_beside_lockers_lose_nothing() {
         l.shutdown().await.unwrap();
     }
 }
+
+/// Every locker prunes by itself now and then (here every 200 ms, no idleness): rows of names
+/// used once are gone within seconds, with no prune called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locker_prunes_by_itself() {
+    let harness = common::MyHarness::plain().await;
+    let backend = locksmith_mysql::MysqlBackend::connect(&BackendUrl::parse(&harness.url).unwrap())
+        .await
+        .unwrap();
+    backend.keep_pruning(Duration::from_millis(200), Duration::ZERO);
+    let locker = Locker::new(backend);
+    let prefix = unique_name("auto");
+    for i in 0..20 {
+        let guard = locker.lock(format!("{prefix}-{i}")).acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while lock_rows(&harness.url, &prefix).await > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "rows left after 10 s of passes");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    locker.shutdown().await.unwrap();
+}
