@@ -17,7 +17,6 @@ use crate::getlock::Sessions;
 use crate::layout::segment;
 use crate::protocol::queue::{entry_id, leave_at_close, release, settle};
 use crate::protocol::{election, wait};
-use crate::wake::Hub;
 use crate::{guarded, listing, renew};
 
 /// A locker's backend on a MySQL or MariaDB server: two connections (steps, and the wait
@@ -58,7 +57,7 @@ impl MysqlBackend {
         let config = Config::parse(url)?;
         let get_lock = (config.layout == Layout::GetLock).then(|| Arc::new(Sessions::new(config.clone())));
         let conn = Arc::new(Conn::connect(config).await?);
-        Hub::start(&conn);
+        crate::wake::start(&conn);
         crate::prune::keep_pruning(&conn, crate::prune::EVERY, crate::prune::IDLE);
         Ok(MysqlBackend { conn, get_lock })
     }

@@ -150,7 +150,9 @@
 //! | `backend.rs` | `impl LockBackend` |
 //! | `conn/` | the steps' connection, steps run in tasks of their own; `dial.rs` which host a connection goes to, and its session; `routines.rs` the stored procedures |
 //! | `protocol/` | `queue.rs` the steps, `call.rs` their one-call cases, `wait.rs` the wait loop, `election.rs` |
-//! | `wake.rs` | the wait connection: heartbeat, sweep, mailbox, `SLEEP` and `KILL QUERY` |
+//! | `wake.rs` | the wait connection: heartbeat, sweep, mailbox, `SLEEP` |
+//! | `hub.rs` | where the wake-ups go: the locker's waiters and observers |
+//! | `kill.rs` | the `KILL QUERY` a step sends to the waiting lockers' wait connections |
 //! | `renew.rs` | `renew_many`: two statements for every lease due |
 //! | `cleanup.rs` | the clean-up guard of an entry nobody holds yet |
 //! | `listing.rs` | `list` and `inspect` |
@@ -183,6 +185,8 @@ mod conn;
 mod error;
 mod getlock;
 mod guarded;
+mod hub;
+mod kill;
 mod layout;
 mod listing;
 mod protocol;

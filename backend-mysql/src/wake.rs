@@ -21,156 +21,32 @@
 //! checks again when the lease of the holder it waits behind runs out; a holder stopped with
 //! SIGSTOP thus loses its lock at its TTL, or a beat later behind a dead waiter.
 //!
+//! The waiters and observers it notifies are in the locker's hub (`hub.rs`); the `KILL QUERY`
+//! the steps send is `kill.rs`'s.
+//!
 //! Cost: two connections per locker (this one and the steps'), whatever its number of waiters;
 //! per beat, one `UPDATE` of its waiting entries and one indexed `SELECT` of the expired entries
 //! of the locks it waits for (nothing to read when it waits for none);
 //! per hand-over, one mailbox row and one `KILL QUERY` per locker woken.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use sqlx::{MySqlConnection, Row};
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use locksmith_core::Result;
 
 use crate::conn::{open, Conn};
-use crate::error::{decode, interrupted, mysql_error, no_such_thread, timeout};
+use crate::error::{decode, interrupted, mysql_error, timeout};
 use crate::layout::sql;
 
-/// Where the wait connection's wake-ups go: the waiters of this locker by entry id, the
-/// observers by lock segment.
-#[derive(Debug, Default)]
-pub(crate) struct Hub {
-    entries: Mutex<HashMap<u64, Arc<Notify>>>,
-    segments: Mutex<HashMap<String, Arc<Notify>>>,
-    task: Mutex<Option<JoinHandle<()>>>,
-    /// When the wait connection's statement in flight should have been answered by (`None`:
-    /// the connection is down): what tells a waiter at its deadline that the server went away
-    /// rather than that the lock stayed busy.
-    answer_due: Mutex<Option<Instant>>,
-}
-
-/// How late an answer on the wait connection may come before the server counts as silent.
-const ANSWER_SLACK: Duration = Duration::from_millis(500);
-
-/// A waiter's registration in the hub: removed when dropped.
-pub(crate) struct Waiting<'a> {
-    hub: &'a Hub,
-    id: u64,
-    /// Notified when the waiter's turn may have come.
-    pub woken: Arc<Notify>,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.hub
-            .entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.id);
-    }
-}
-
-impl Hub {
-    /// Registers the waiter of entry `id`.
-    pub fn entry(&self, id: u64) -> Waiting<'_> {
-        let woken = Arc::new(Notify::new());
-        self.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, woken.clone());
-        Waiting { hub: self, id, woken }
-    }
-
-    /// The notification of the observers of `segment`.
-    pub fn segment(&self, segment: &str) -> Arc<Notify> {
-        let mut segments = self.segments.lock().unwrap_or_else(|e| e.into_inner());
-        segments.entry(segment.to_owned()).or_default().clone()
-    }
-
-    fn deliver(&self, entry: Option<u64>, segment: &str) {
-        if let Some(id) = entry {
-            if let Some(n) = self.entries.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
-                n.notify_one();
-            }
-        }
-        if let Some(n) = self.segments.lock().unwrap_or_else(|e| e.into_inner()).get(segment) {
-            n.notify_waiters();
-            n.notify_one();
-        }
-    }
-
-    /// Notifies the waiter when it is the locker's only one and nothing is observed: a wake-up
-    /// of this locker can then only be for it (any other is spurious, which is harmless).
-    fn wake_the_only_waiter(&self) {
-        if !self.segments.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-            return;
-        }
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() == 1 {
-            if let Some(n) = entries.values().next() {
-                n.notify_one();
-            }
-        }
-    }
-
-    /// The entries of the waiters waiting now: the only ones the heartbeat extends, so that an
-    /// entry nobody waits for any more (a clean-up that could not remove it) expires.
-    fn waiting_ids(&self) -> Vec<u64> {
-        self.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .copied()
-            .collect()
-    }
-
-    /// Every waiter and observer: after the wait connection was lost, when wakes may have been
-    /// missed.
-    fn everyone(&self) {
-        for n in self.entries.lock().unwrap_or_else(|e| e.into_inner()).values() {
-            n.notify_one();
-        }
-        for n in self.segments.lock().unwrap_or_else(|e| e.into_inner()).values() {
-            n.notify_waiters();
-            n.notify_one();
-        }
-    }
-
-    /// Whether the wait connection is up and its server answers in time.
-    pub fn healthy(&self) -> bool {
-        let due = *self.answer_due.lock().unwrap_or_else(|e| e.into_inner());
-        due.is_some_and(|due| Instant::now() <= due)
-    }
-
-    fn expect_answer(&self, within: Duration) {
-        *self.answer_due.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + within + ANSWER_SLACK);
-    }
-
-    fn down(&self) {
-        *self.answer_due.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        // Waiters check again: their steps fail while the server is away, which they report.
-        self.everyone();
-    }
-
-    /// Starts the wait task of `conn`.
-    pub fn start(conn: &Arc<Conn>) {
-        let task = tokio::spawn(run(Arc::downgrade(conn)));
-        *conn.hub.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-    }
-
-    /// Ends the wait task.
-    pub fn stop(&self) {
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
-    }
+/// Starts the wait task of `conn`.
+pub(crate) fn start(conn: &Arc<Conn>) {
+    let task = tokio::spawn(run(Arc::downgrade(conn)));
+    conn.hub.set_task(task);
 }
 
 /// The pause before opening the wait connection again after a failure.
@@ -363,43 +239,4 @@ async fn bounded<T>(
         Err(e) if interrupted(&e) => Ok(None),
         Err(e) => Err(mysql_error(what, e)),
     }
-}
-
-/// Interrupts the waits of the wait connections `conn_ids` (after the commit of the step that
-/// wrote their mailbox rows). Only a connection running a wait statement right now is sent the
-/// `KILL QUERY` (`sql/waiting_conns.sql`): after a server restart, connection ids start again,
-/// and an id a locker registered before it may belong to another client's connection until that
-/// locker registers its new one. A wait connection found between statements needs no kill: its
-/// next wait statement reads the mailbox first. A connection that is gone, or whose user may
-/// not be killed by ours, is skipped: its locker finds the row at its next beat.
-pub(crate) fn kill_waits(c: &mut MySqlConnection, conn_ids: Vec<u64>) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-    Box::pin(async move {
-        if conn_ids.is_empty() {
-            return;
-        }
-        let check = sql::with_ids(sql::WAITING_CONNS, conn_ids.len());
-        let mut q = sqlx::query(&check);
-        for id in &conn_ids {
-            q = q.bind(*id);
-        }
-        locksmith_core::metrics::round_trip();
-        let waiting: Vec<u64> = match q.fetch_all(&mut *c).await {
-            Ok(rows) => rows.iter().filter_map(|r| r.try_get::<u64, _>(0).ok()).collect(),
-            Err(e) => {
-                tracing::warn!(error = %e, "mysql: could not find the waiting lockers' connections (they check again at their next beat)");
-                return;
-            }
-        };
-        for id in waiting {
-            let statement = sql::KILL_QUERY.replace("{conn}", &id.to_string());
-            locksmith_core::metrics::round_trip();
-            match sqlx::Executor::execute(&mut *c, statement.as_str()).await {
-                Ok(_) => {}
-                Err(e) if no_such_thread(&e) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, conn = id, "mysql: could not wake a waiting locker (it checks again at its next beat)")
-                }
-            }
-        }
-    })
 }

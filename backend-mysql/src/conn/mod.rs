@@ -23,8 +23,8 @@ use locksmith_core::{LockError, Result};
 
 use crate::config::Config;
 use crate::error::{connection_lost, mysql_error, timeout};
+use crate::hub::Hub;
 use crate::layout::sql;
-use crate::wake::Hub;
 
 mod dial;
 mod routines;

@@ -20,9 +20,9 @@ use locksmith_core::driver::{LockRequest, Role};
 use locksmith_core::{LockError, Result};
 
 use crate::conn::{Body, Conn, StepError};
+use crate::kill::kill_waits;
 use crate::layout::sql;
 use crate::protocol::call::{self, Called};
-use crate::wake::kill_waits;
 
 /// One entry of a queue, as read in a step.
 #[derive(Clone, Debug)]
