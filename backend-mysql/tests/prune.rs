@@ -43,6 +43,19 @@ async fn execute(url: &str, statement: &str) {
     c.close().await.unwrap();
 }
 
+/// Takes and releases `name`, a mutex for an even `i`, a semaphore for an odd one (the full
+/// step's queue, not the procedures'); its token.
+async fn use_once(locker: &Locker, name: &str, i: usize) -> u64 {
+    let guard = if i % 2 == 0 {
+        locker.lock(name).acquire().await.unwrap()
+    } else {
+        locker.semaphore(name, 2).acquire().await.unwrap()
+    };
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    token
+}
+
 /// 40 names used once (mutexes and semaphores): a dry run counts their rows and removes none, a
 /// prune of an hour's idleness leaves them, one of none removes them all; each name used again
 /// hands out a token above its earlier one.
@@ -54,13 +67,8 @@ async fn a_prune_removes_the_rows_of_names_used_once_and_tokens_go_on() {
     let mut tokens = HashMap::new();
     for i in 0..40 {
         let name = format!("{prefix}-{i}");
-        let guard = if i % 2 == 0 {
-            locker.lock(&name).acquire().await.unwrap()
-        } else {
-            locker.semaphore(&name, 2).acquire().await.unwrap()
-        };
-        tokens.insert(name, guard.fencing_token());
-        guard.release().await.unwrap();
+        let token = use_once(&locker, &name, i).await;
+        tokens.insert(name, token);
     }
     assert_eq!(lock_rows(&harness.url, &prefix).await, 40);
     let dry = locker.prune(Duration::ZERO, true).await.unwrap();
@@ -76,13 +84,10 @@ async fn a_prune_removes_the_rows_of_names_used_once_and_tokens_go_on() {
     assert_eq!(lock_rows(&harness.url, &prefix).await, 0, "rows left after the prune");
     for i in 0..40 {
         let name = format!("{prefix}-{i}");
-        let guard = if i % 2 == 0 {
-            locker.lock(&name).acquire().await.unwrap()
-        } else {
-            locker.semaphore(&name, 2).acquire().await.unwrap()
-        };
-        assert!(guard.fencing_token() > tokens[&name], "{name}: the token went back");
-        guard.release().await.unwrap();
+        assert!(
+            use_once(&locker, &name, i).await > tokens[&name],
+            "{name}: the token went back"
+        );
     }
     locker.shutdown().await.unwrap();
 }
