@@ -138,13 +138,9 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
                 "postgres-ha" => format!(
                     "the primary killed, {new} promoted, the old primary its synchronous standby again ({ms} ms)"
                 ),
-                "mysql-ha" => {
-                    crate::vip::mysql_ha()?.point_at(&servers(&["address", &new]).await?);
-                    format!(
-                        "the primary killed, {new} promoted and the virtual IP moved to it, the old primary its \
-                         semi-synchronous replica again ({ms} ms)"
-                    )
-                }
+                "mysql-ha" => format!(
+                    "the primary killed, {new} promoted, the old primary its semi-synchronous replica again ({ms} ms)"
+                ),
                 _ => format!("SENTINEL FAILOVER to {new} ({ms} ms)"),
             }
         }
@@ -165,9 +161,6 @@ pub async fn inject(fleet: &mut Fleet, target: &Target, fault: Fault, holder: us
             tokio::time::sleep(ttl * 5 / 8).await;
             let killed = std::time::Instant::now();
             let new = servers(&["failover", group]).await?;
-            if group == "mysql-ha" {
-                crate::vip::mysql_ha()?.point_at(&servers(&["address", &new]).await?);
-            }
             format!(
                 "{standby} (the standby) stopped for {} ms, then {primary} (the primary) killed and {new} \
                  resumed and promoted ({} ms); {primary} its {} again",

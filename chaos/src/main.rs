@@ -31,7 +31,6 @@ mod register;
 mod report;
 mod run;
 mod targets;
-mod vip;
 mod worker;
 
 use std::path::{Path, PathBuf};

@@ -300,22 +300,15 @@ pub fn all(ttl: Duration) -> Result<Vec<Target>> {
         netns: false,
         clock: None,
     };
-    // A MariaDB primary and its semi-synchronous replica, behind the driver's virtual IP
-    // (`vip.rs`: `mysql://` takes one host), which the failover moves to the promoted replica.
-    let mysql_ha_url = env_url("LOCKSMITH_TEST_MYSQL_HA")?;
-    let pair = BackendUrl::parse(&mysql_ha_url)?
-        .hosts
-        .iter()
-        .map(|h| h.to_addr(3306))
-        .collect::<Vec<_>>()
-        .join(",");
+    // A MariaDB primary and its semi-synchronous replica, as a user without a proxy deploys it:
+    // the URL names both (`mysql://…@ha1,ha2/…`), the client connects to the one that takes
+    // writes, and `replication=sync` (the default with several hosts) refuses a primary without
+    // semi-synchronous replication. The failover kills the primary, whose connections end; the
+    // workers' next connections skip the read-only replica until it is promoted.
     let mysql_ha = Target {
         backend: "mysql",
         topology: "ha",
-        url: mysql(
-            mysql_ha_url.replacen(&pair, crate::vip::mysql_ha()?.addr(), 1),
-            failover_ttl,
-        ),
+        url: mysql(env_url("LOCKSMITH_TEST_MYSQL_HA")?, failover_ttl),
         ttl: failover_ttl,
         restart: None,
         group: Some("mysql-ha"),

@@ -27,9 +27,9 @@
 # OFF`, as the admin user); a failover starts both members with it on again.
 #
 # The exported URL lists both members: locksmith-mysql connects to the one that takes writes
-# (backend-mysql/src/conn/dial.rs), and its failover tests use it as it is. The fault suite
-# (chaos/src/vip.rs), written when the URL took one host, and one of those tests put a forwarder
-# of their own in front of the current primary instead (a virtual IP, or a proxy such as ProxySQL).
+# (backend-mysql/src/conn/dial.rs), and its failover tests and the fault suite's `mysql/ha`
+# (chaos/src/targets.rs) use it as it is; one of those tests puts a forwarder of its own in front
+# of the current primary instead (a virtual IP, or a proxy such as ProxySQL).
 #
 # Throw-away test secrets (the servers listen on loopback only), besides mysql.sh's test user:
 #   admin user        locksmith_admin / locksmith-admin-pw: every right (replication status,

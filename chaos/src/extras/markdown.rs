@@ -247,12 +247,14 @@ pub fn page(r: &Report) -> String {
          primary its standby again (the promoted primary's commits wait until it streams); \
          **lag-failover** stops the standby for 5/8 of a TTL first (the primary's commits, \
          renewals included, wait for it meanwhile), then fails over; the other faults are the \
-         single server's.\n- On MariaDB's primary and semi-synchronous replica (`mysql/ha`, behind \
-         the suite's own virtual IP: `mysql://` takes one host), **failover** kills the primary, \
-         promotes the replica once it applied what it received, moves the virtual IP to it, and \
-         makes the old primary its replica again from nothing (the promoted primary's commits wait \
-         until it acknowledges); **lag-failover** stops the replica for 5/8 of a TTL first; the \
-         other faults are the single server's (`mysql/single`).\n- **clock-jump** (servers started with `LOCKSMITH_BACKENDS_CLOCKS=1`: \
+         single server's.\n- On MariaDB's primary and semi-synchronous replica (`mysql/ha`, a URL \
+         that names both, `mysql://…@ha1,ha2/…`, with no proxy: the client connects to the one \
+         that takes writes, and `replication=sync`, the default with several hosts, refuses a \
+         primary without semi-synchronous replication), **failover** kills the primary (its \
+         connections end), promotes the replica once it applied what it received, and makes the \
+         old primary its replica again from nothing (the promoted primary's commits wait until it \
+         acknowledges); **lag-failover** stops the replica for 5/8 of a TTL first; the other \
+         faults are the single server's (`mysql/single`).\n- **clock-jump** (servers started with `LOCKSMITH_BACKENDS_CLOCKS=1`: \
          the single Redis, the Redis quorum's masters and the standalone ZooKeeper under an \
          `LD_PRELOAD` clock shim, `scripts/backends.d/clockshift.c`): the server's wall clock \
          steps +10 s, −10 s, +1 h or −1 h (in turn) while the lock is held, stays there for 2 TTLs \
