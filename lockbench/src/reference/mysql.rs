@@ -58,23 +58,6 @@ fn plain_url(url: &str) -> String {
     format!("mysql://{auth}{first}/{path}")
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_bare_url_has_one_host_and_no_options() {
-        for (url, plain) in [
-            ("mysql://u:p@h:3306/db?procedures=off", "mysql://u:p@h:3306/db"),
-            (
-                "mariadb://u:p@h1:13308,h2:13309/db?replication=sync",
-                "mysql://u:p@h1:13308/db",
-            ),
-            ("mysql://h/db", "mysql://h/db"),
-        ] {
-            assert_eq!(super::plain_url(url), plain);
-        }
-    }
-}
-
 /// One connection of the bare client, with no statement logging (as locksmith's).
 async fn connect(url: &str) -> Result<MySqlConnection> {
     let options = MySqlConnectOptions::from_str(url)
@@ -334,4 +317,21 @@ fn holder_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(1);
     (u64::from(std::process::id()) << 32) | N.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_bare_url_has_one_host_and_no_options() {
+        for (url, plain) in [
+            ("mysql://u:p@h:3306/db?procedures=off", "mysql://u:p@h:3306/db"),
+            (
+                "mariadb://u:p@h1:13308,h2:13309/db?replication=sync",
+                "mysql://u:p@h1:13308/db",
+            ),
+            ("mysql://h/db", "mysql://h/db"),
+        ] {
+            assert_eq!(super::plain_url(url), plain);
+        }
+    }
 }
