@@ -46,7 +46,7 @@ async fn execute(url: &str, statement: &str) {
 /// Takes and releases `name`, a mutex for an even `i`, a semaphore for an odd one (the full
 /// step's queue, not the procedures'); its token.
 async fn use_once(locker: &Locker, name: &str, i: usize) -> u64 {
-    let guard = if i % 2 == 0 {
+    let guard = if i.is_multiple_of(2) {
         locker.lock(name).acquire().await.unwrap()
     } else {
         locker.semaphore(name, 2).acquire().await.unwrap()
