@@ -89,7 +89,6 @@ pub(crate) mod sql {
     pub const RENEW: &str = include_str!("sql/renew.sql");
     pub const RENEWED: &str = include_str!("sql/renewed.sql");
     pub const WATCH: &str = include_str!("sql/watch.sql");
-    pub const ENSURE_LOCK: &str = include_str!("sql/ensure_lock.sql");
     pub const LIST: &str = include_str!("sql/list.sql");
     pub const CLOSE: [&str; 4] = [
         include_str!("sql/close_entries.sql"),

@@ -56,14 +56,15 @@ pub(crate) async fn observe(conn: &Arc<Conn>, name: &LockName) -> Result<LeaderW
         let watched = watched.clone();
         Box::pin(async move {
             let e = |err| StepError::sql("watching an election", err);
-            // One transaction: the lock's row, made if missing, stays locked until the watch
-            // is in, so that a prune never removes the row between the two (`prune.rs`).
+            // One transaction: the lock's row, made if missing and locked as a step locks it,
+            // stays locked until the watch is in, so that a prune never removes the row
+            // between the two (`prune.rs`).
             locksmith_core::metrics::round_trip(); // BEGIN
             let mut tx = sqlx::Connection::begin(&mut *c)
                 .await
                 .map_err(|err| StepError::unsent("beginning a transaction", err))?;
             locksmith_core::metrics::round_trip();
-            sqlx::query(sql::ENSURE_LOCK)
+            sqlx::query(sql::LOCK_ROW)
                 .bind(&watched)
                 .execute(&mut *tx)
                 .await
