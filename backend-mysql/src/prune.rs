@@ -8,7 +8,7 @@
 //! (`sql/prune_mark.sql`), then up to [`BATCH`] idle rows, skipping those a step holds now
 //! (`sql/prune_candidates.sql`), deleted if still idle once locked (`sql/prune_delete.sql`), and
 //! the mark raised to their largest token. A lock used again starts its counter at the mark
-//! (`sql/lock_row.sql`, `sql/ensure_lock.sql`, the enter procedure), and its tokens are at least
+//! (`sql/lock_row.sql`, the enter procedure), and its tokens are at least
 //! the server's clock in µs, which had passed every pruned one by `idle`: tokens never go back.
 //! Passes run until one removes fewer than [`BATCH`] rows.
 
@@ -21,6 +21,7 @@ use locksmith_core::{LockError, PruneReport, Result};
 
 use crate::conn::{Conn, StepError};
 use crate::layout::sql;
+use crate::protocol::queue::DEADLOCK_TRIES;
 
 /// How long a lock must have been idle (no token handed out for it) before a locker's own passes
 /// remove its row.
@@ -74,7 +75,7 @@ pub(crate) async fn prune(conn: &Conn, idle: Duration, dry_run: bool) -> Result<
     let mut locks = 0;
     for _ in 0..MAX_PASSES {
         let (removed, full) = conn
-            .step("pruning idle locks", false, move |c| Box::pin(pass(c, idle_us)))
+            .step("pruning idle locks", false, move |c| Box::pin(pass_retried(c, idle_us)))
             .await?;
         locks += removed;
         if !full {
@@ -110,7 +111,7 @@ pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
             let Some(conn) = conn.upgrade() else { return };
             wait = every / 2 + every.mul_f64(rand::random::<f64>());
             let pass = conn
-                .step("pruning idle locks", false, move |c| Box::pin(pass(c, idle_us)))
+                .step("pruning idle locks", false, move |c| Box::pin(pass_retried(c, idle_us)))
                 .await;
             match pass {
                 Ok((removed, full)) => {
@@ -130,6 +131,19 @@ pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
             }
         }
     });
+}
+
+/// [`pass`], run again (from its start) when InnoDB picked it as a deadlock's victim: a step
+/// making a pruned name's row again reads the mark and waits for the row's slot, while the pass
+/// holds that slot and waits to raise the mark.
+async fn pass_retried(c: &mut sqlx::MySqlConnection, idle_us: i64) -> std::result::Result<(u64, bool), StepError> {
+    let mut tries = 1;
+    loop {
+        match pass(c, idle_us).await {
+            Err(e) if e.keep && tries < DEADLOCK_TRIES && crate::error::is_deadlock(&e.error) => tries += 1,
+            done => return done,
+        }
+    }
 }
 
 /// One pass: the rows it removed, and whether it found a full batch (more may be left).

@@ -260,7 +260,7 @@ async fn next_token(c: &mut MySqlConnection, lock_id: u64) -> std::result::Resul
 
 /// How often a transaction that InnoDB chose as a deadlock's victim (or whose lock wait timed
 /// out) is run again before its error is returned.
-const DEADLOCK_TRIES: u32 = 5;
+pub(crate) const DEADLOCK_TRIES: u32 = 5;
 
 /// Runs a transaction of `body` on the steps' connection (again, from its start, when InnoDB
 /// broke a deadlock by rolling it back), then interrupts the waits it asks for.
