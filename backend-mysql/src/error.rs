@@ -25,7 +25,8 @@ mod number {
     pub const TOO_MANY_CONNECTIONS: u16 = 1040;
     /// `ER_DATA_TOO_LONG`: a value longer than its column.
     pub const DATA_TOO_LONG: u16 = 1406;
-    /// `ER_QUERY_INTERRUPTED`: a `KILL QUERY` (the wake-up of a waiting `SLEEP`).
+    /// `ER_QUERY_INTERRUPTED`: a `KILL QUERY` (the wake-up of a wait connection between waits, or in
+    /// its fallback `SLEEP`).
     pub const QUERY_INTERRUPTED: u16 = 1317;
     /// `ER_LOCK_DEADLOCK`: InnoDB rolled the transaction back to break a deadlock.
     pub const DEADLOCK: u16 = 1213;

@@ -85,7 +85,11 @@ pub(crate) mod sql {
     pub const EXPIRED: &str = include_str!("sql/expired.sql");
     pub const WAKES_READ: &str = include_str!("sql/wakes_read.sql");
     pub const WAKES_DELETE: &str = include_str!("sql/wakes_delete.sql");
+    /// The wait statement: the mailbox read, then a wait in `GET_LOCK` on the name the locker's
+    /// steps' connection holds (see `wake.rs`).
     pub const WAIT: &str = include_str!("sql/wait.sql");
+    /// Taken by the steps' connection as it opens: the name its wait connection waits on.
+    pub const HOLD_WAIT_NAME: &str = include_str!("sql/hold_wait_name.sql");
     pub const RENEW: &str = include_str!("sql/renew.sql");
     pub const RENEWED: &str = include_str!("sql/renewed.sql");
     pub const WATCH: &str = include_str!("sql/watch.sql");

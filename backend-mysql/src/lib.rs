@@ -63,8 +63,8 @@
 //! - **Fencing tokens**: `GREATEST(counter + 1, server clock in µs)` from the lock's row, so they
 //!   grow across restarts (InnoDB keeps the row) and across a failover to a replica that missed
 //!   commits (the clock floor).
-//! - **Wake-ups**: see `wake.rs`: a locker's one wait connection runs a `SLEEP` guarded by a
-//!   mailbox read; the step that makes a waiter's turn come writes its mailbox row and sends
+//! - **Wake-ups**: see `wake.rs`: a locker's one wait connection waits in `GET_LOCK` on a name its
+//!   steps' connection holds, guarded by a mailbox read; the step that makes a waiter's turn come writes its mailbox row and sends
 //!   `KILL QUERY` to that connection. Two connections per locker, whatever its number of waiters.
 //!   Lockers of different users need `CONNECTION ADMIN` (or `SUPER`) to wake each other; without
 //!   it a waiter finds its wake-up at its next heartbeat.
@@ -73,7 +73,7 @@
 //!   every locker's heartbeat sweeps expired entries.
 //!
 //! - **Half-open connections**: every statement is bounded by the request timeout (the wait
-//!   connection's `SLEEP` by its length and the request timeout); a connection that misses it is
+//!   connection's wait by its length and the request timeout); a connection that misses it is
 //!   dropped and opened again. A connection gone silent in the middle of a transaction keeps its
 //!   row locks on the server until the session ends: the sessions set MariaDB's
 //!   `idle_transaction_timeout` (three request timeouts, at least 10 s), or on MySQL, which has no
@@ -150,7 +150,7 @@
 //! | `backend.rs` | `impl LockBackend` |
 //! | `conn/` | the steps' connection, steps run in tasks of their own; `dial.rs` which host a connection goes to, and its session; `routines.rs` the stored procedures |
 //! | `protocol/` | `queue.rs` the steps, `call.rs` their one-call cases, `wait.rs` the wait loop, `election.rs` |
-//! | `wake.rs` | the wait connection: heartbeat, sweep, mailbox, `SLEEP` |
+//! | `wake.rs` | the wait connection: heartbeat, sweep, mailbox, the wait |
 //! | `hub.rs` | where the wake-ups go: the locker's waiters and observers |
 //! | `kill.rs` | the `KILL QUERY` a step sends to the waiting lockers' wait connections |
 //! | `renew.rs` | `renew_many`: two statements for every lease due |

@@ -1,11 +1,22 @@
 //! Wake-ups from the server, never a poll. MySQL has no LISTEN; a locker keeps one **wait
-//! connection** that runs `SELECT IF(EXISTS(<a mailbox row for me>), 0, SLEEP(beat))`
-//! (`sql/wait.sql`). A step that makes a waiter's turn come (a release, a leave, a prune of
-//! expired entries) writes a row into `locksmith_wakes` for that waiter's locker and entry in its
-//! own transaction, and after its commit sends `KILL QUERY <wait connection id>` (a user may
-//! kill its own threads' queries without any privilege), which ends the `SLEEP` at once. The
-//! mailbox read and the `SLEEP` are one statement: a wake committed before it started is seen by
-//! its read, one committed later finds it running and interrupts it, so none is lost.
+//! connection** that runs `SELECT IF(EXISTS(<a mailbox row for me>), 0, GET_LOCK(<name>, beat))`
+//! (`sql/wait.sql`), where the name ([`wait_name`]) is one the locker's own steps' connection holds
+//! for as long as it is open (`conn/mod.rs`), so the `GET_LOCK` waits until the next beat. A step
+//! that makes a waiter's turn come (a release, a leave, a prune of expired entries) writes a row
+//! into `locksmith_wakes` for that waiter's locker and entry in its own transaction, and after its
+//! commit sends `KILL QUERY <wait connection id>` (a user may kill its own threads' queries
+//! without any privilege), which ends the wait at once (the `GET_LOCK` answers `NULL`). The
+//! mailbox read and the wait are one statement: a wake committed before it started is seen by its
+//! read, one committed later finds it running and interrupts it, so none is lost.
+//!
+//! Why `GET_LOCK` and not `SLEEP`: MariaDB's `SLEEP` waits under one mutex shared by every
+//! `SLEEP` of the server, and a `KILL QUERY` of one loops on a `trylock` of that mutex, 50 ms per
+//! failed try, for up to 2 s, holding the victim's own mutexes meanwhile; with a few lockers
+//! waking each other at once, the killers and their victims stalled each other for 2 s (a
+//! semaphore or read-write lock churned by 8 clients: 8 grants per second, releases past their
+//! 5 s deadline). A `GET_LOCK` waits under a mutex of its own connection's. When the steps'
+//! connection does not hold the name (it is being opened again), the wait statement takes it,
+//! gives it back at once and `SLEEP`s instead: wake-ups still come, as before.
 //!
 //! The wait task then reads the mailbox (`sql/wakes_read.sql`), notifies each named waiter of
 //! this locker (or, for rows without an entry, the observers of the lock), and deletes what it
@@ -81,6 +92,7 @@ fn serve<'a>(
     Box::pin(async move {
         let Some(c) = conn.upgrade() else { return Ok(()) };
         let (owner, limit, beat) = (c.owner, c.config.request_timeout, c.config.heartbeat);
+        let name = wait_name(owner);
         let life = u64::try_from(c.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
         // (No wake-up is lost while the connection was down: they wait in the mailbox.)
         while bounded(
@@ -175,10 +187,24 @@ fn serve<'a>(
             if let Some(c) = conn.upgrade() {
                 c.hub.expect_answer(sleep);
             }
-            let waiting = sqlx::query(sql::WAIT).bind(owner).bind(secs).execute(&mut *wait);
+            let waiting = sqlx::query_scalar::<_, Option<i64>>(sql::WAIT)
+                .bind(owner)
+                .bind(&name)
+                .bind(secs)
+                .bind(secs)
+                .bind(&name)
+                .bind(secs)
+                .fetch_one(&mut *wait);
             match tokio::time::timeout(limit + beat, waiting).await {
-                Err(_) => return Err(timeout("the wait connection's SLEEP", limit + beat)),
-                Ok(Ok(_)) => {}
+                Err(_) => return Err(timeout("the wait connection's wait", limit + beat)),
+                Ok(Ok(Some(_))) => {}
+                // `NULL`: a `KILL QUERY` ended the `GET_LOCK` (an interrupted `SLEEP`, the
+                // fallback, is an error instead).
+                Ok(Ok(None)) => {
+                    if let Some(c) = conn.upgrade() {
+                        c.hub.wake_the_only_waiter();
+                    }
+                }
                 Ok(Err(e)) if interrupted(&e) => {
                     // A wake-up: a locker with one waiter and no observer knows whom it is for
                     // before reading the mailbox (a round trip less on a hand-over).
@@ -190,6 +216,12 @@ fn serve<'a>(
             }
         }
     })
+}
+
+/// The named lock that locker `owner`'s steps' connection holds and its wait connection waits
+/// on (`GET_LOCK` with a timeout of the time to the next beat).
+pub(crate) fn wait_name(owner: u64) -> String {
+    format!("locksmith-wait-{owner:016x}")
 }
 
 /// Every how many beats the locker's owner row is touched (a minute at the default beat): a
@@ -224,7 +256,7 @@ async fn heartbeat(
     Ok(Some(()))
 }
 
-/// `fut`, a statement, within `limit`; `None` when a `KILL QUERY` meant for the `SLEEP`
+/// `fut`, a statement, within `limit`; `None` when a `KILL QUERY` meant for the wait
 /// interrupted it instead (the loop then goes round again: the mailbox row is there).
 async fn bounded<T>(
     limit: Duration,

@@ -81,3 +81,128 @@ async fn observers_are_woken_by_a_resignation() {
         locker.shutdown().await.unwrap();
     }
 }
+
+/// Eight lockers churn a 4-permit semaphore (lockbench's `semaphore` workload): releases wake
+/// waiters of other lockers all the time, several at once. No `KILL QUERY` of a wait may stall:
+/// the server is watched for one that runs over half a second. With the wait connections in
+/// `SLEEP`, MariaDB's `KILL QUERY`s stalled each other and their victims for 2 s (a `trylock` loop
+/// on the mutex every `SLEEP` shares): 8 grants per second, and releases past their 5 s deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_ups_of_many_lockers_at_once_never_stall() {
+    use sqlx::{Connection, Row};
+    let harness = common::MyHarness::plain().await;
+    let mut lockers = Vec::new();
+    for _ in 0..8 {
+        lockers.push(connect(&harness.url).await);
+    }
+    let name = unique_name("many_wakes");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut watcher = sqlx::MySqlConnection::connect(&common::server_url()).await.unwrap();
+    let watch = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let (mut slowest, mut kills_seen) = (0u64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let rows = sqlx::query(
+                    "SELECT CAST(TIME_MS AS UNSIGNED) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'KILL QUERY %'",
+                )
+                .fetch_all(&mut watcher)
+                .await
+                .unwrap();
+                kills_seen += rows.len() as u64;
+                for row in rows {
+                    slowest = slowest.max(row.get::<u64, _>(0));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (slowest, kills_seen)
+        }
+    });
+    let churn_until = tokio::time::Instant::now() + Duration::from_secs(3);
+    let tasks: Vec<_> = lockers
+        .iter()
+        .map(|locker| {
+            let (locker, name) = (locker.clone(), name.clone());
+            tokio::spawn(async move {
+                let mut rounds = 0u64;
+                while tokio::time::Instant::now() < churn_until {
+                    let permit = locker.semaphore(&name, 4).acquire().await.expect("acquire a permit");
+                    tokio::task::yield_now().await;
+                    permit.release().await.expect("release a permit");
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    let rounds = within(Duration::from_secs(60), "the churning lockers", async {
+        let mut rounds = 0;
+        for t in tasks {
+            rounds += t.await.unwrap();
+        }
+        rounds
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (slowest_kill_ms, kills_seen) = watch.await.unwrap();
+    eprintln!("{rounds} rounds; {kills_seen} KILL QUERYs seen running, the slowest for {slowest_kill_ms} ms");
+    assert!(
+        slowest_kill_ms < 500,
+        "a KILL QUERY ran for {slowest_kill_ms} ms: wake-ups stalled ({rounds} rounds in 3 s)"
+    );
+    for locker in lockers {
+        locker.shutdown().await.unwrap();
+    }
+}
+
+/// The wait connection waits on a name its locker's steps' connection holds. With that connection
+/// gone (killed here), the wait takes the name, gives it back and sleeps instead: a release still
+/// wakes it well within the heartbeat (30 s), and the next steps' connection holds the name again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_steps_connection_died_is_still_woken() {
+    use sqlx::{Connection, Row};
+    let harness = common::MyHarness::plain().await;
+    let url = harness.url_with("heartbeat=30s&ttl=30s");
+    let (a, b) = (connect(&url).await, connect(&url).await);
+    let name = unique_name("steps_gone");
+    let held = a.lock(&name).acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move { b.lock(&name).acquire().await.unwrap() }
+    });
+    until_waiters(&a, &name, 1, Duration::from_secs(5)).await;
+    // Each locker's name, and which connection holds it: kill b's steps' connection (the owner
+    // of the waiting entry).
+    let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
+    let holders =
+        "SELECT CAST(IS_USED_LOCK(CONCAT('locksmith-wait-', LPAD(LOWER(HEX(o.id)), 16, '0'))) AS UNSIGNED), o.conn_id \
+                   FROM locksmith_owners o JOIN locksmith_entries e ON e.owner = o.id WHERE e.held = 0";
+    let row = sqlx::query(holders).fetch_one(&mut admin).await.unwrap();
+    let (steps, wait): (Option<u64>, u64) = (row.get(0), row.get(1));
+    let steps = steps.expect("the waiting locker's steps' connection holds its wait name");
+    assert_ne!(steps, wait, "the wait connection holds its own name");
+    sqlx::Executor::execute(&mut admin, format!("KILL CONNECTION {steps}").as_str())
+        .await
+        .unwrap();
+    // The wait takes the free name, gives it back and sleeps.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let got = within(
+        Duration::from_secs(5),
+        "the grant after the steps' connection died",
+        waiter,
+    )
+    .await
+    .unwrap();
+    let row = sqlx::query(holders.replace("e.held = 0", "e.held = 1").as_str())
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    let (steps_again, wait_again): (Option<u64>, u64) = (row.get(0), row.get(1));
+    let steps_again = steps_again.expect("the new steps' connection holds the wait name");
+    assert_ne!(steps_again, steps, "the name is held by the connection that was killed");
+    assert_ne!(steps_again, wait_again, "the wait connection kept the name");
+    got.release().await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}

@@ -1,7 +1,7 @@
 //! A locker's connections, whatever its number of locks and waiters: the steps' connection
 //! (every transaction of every lock, the renewals, one at a time) and the wait connection of
-//! `wake.rs` (heartbeat, sweep, and the `SLEEP` its wakers interrupt). Two connections per
-//! locker, never one per waiter.
+//! `wake.rs` (heartbeat, sweep, and the `GET_LOCK` wait its wakers interrupt, on a name the steps'
+//! connection holds: [`open_steps`]). Two connections per locker, never one per waiter.
 //!
 //! A step runs in a task of its own (spawned with `locksmith_core::driver::cleanup::spawn`, so
 //! `Locker::shutdown` waits for it) that owns the connection while it runs: a caller dropped
@@ -30,6 +30,40 @@ mod dial;
 mod routines;
 
 pub(crate) use dial::open;
+
+/// How long (s) the steps' connection waits for its wait connection's name: a wait connection
+/// that took it while no steps' connection held it gives it back within the same statement. Short:
+/// an earlier steps' connection gone silent may hold it for as long as the server keeps its
+/// session, and a renewal that opens a connection must not spend its request timeout here.
+const WAIT_NAME_PATIENCE: f64 = 0.05;
+
+/// Opens the steps' connection of locker `owner` ([`open`]) and takes the named lock its wait
+/// connection waits on (`wake.rs`). If the name stays taken (an earlier steps' connection whose
+/// session the server keeps), the wait connection still waits on it, woken as ever; if it is
+/// free later, the waits fall back to `SLEEP` until the next steps' connection (logged).
+///
+/// # Errors
+///
+/// As [`open`]; `Unavailable` when taking the name fails or outlasts the request timeout.
+async fn open_steps(config: &Config, owner: u64) -> Result<MySqlConnection> {
+    let mut c = open(config).await?;
+    let what = "holding the wait connection's name";
+    let limit = config.request_timeout;
+    let held = tokio::time::timeout(
+        limit,
+        sqlx::query_scalar::<_, Option<i64>>(sql::HOLD_WAIT_NAME)
+            .bind(crate::wake::wait_name(owner))
+            .bind(WAIT_NAME_PATIENCE)
+            .fetch_one(&mut c),
+    )
+    .await
+    .map_err(|_| timeout(what, limit))?
+    .map_err(|e| mysql_error(what, e))?;
+    if held != Some(1) {
+        tracing::warn!(owner, "mysql: the steps' connection could not take its wait connection's name; wake-ups interrupt a SLEEP until it is opened again");
+    }
+    Ok(c)
+}
 
 /// What a step got wrong: its error, and whether the connection is still fit for use.
 pub(crate) struct StepError {
@@ -97,7 +131,8 @@ impl Conn {
     ///
     /// As [`open`]; `Denied` when the user may not create the tables.
     pub async fn connect(config: Config) -> Result<Conn> {
-        let mut c = open(&config).await?;
+        let owner = rand::random::<u64>() >> 1;
+        let mut c = open_steps(&config, owner).await?;
         for table in sql::TABLES {
             tokio::time::timeout(config.request_timeout, sqlx::Executor::execute(&mut c, table))
                 .await
@@ -110,7 +145,7 @@ impl Conn {
                 .map_err(|_| timeout("creating the stored procedures", config.request_timeout))??;
         Ok(Conn {
             config,
-            owner: rand::random::<u64>() >> 1,
+            owner,
             procedures,
             steps: Arc::new(Mutex::new(Some(c))),
             gate: Arc::new(Mutex::new(())),
@@ -169,7 +204,7 @@ impl Conn {
         if self.is_closed() && !after_close {
             return Err(LockError::Closed);
         }
-        let config = self.config.clone();
+        let (config, owner) = (self.config.clone(), self.owner);
         let limit = config.request_timeout;
         // The connection is taken here, in the caller, in the order of the calls (tokio's mutex
         // is fair), and handed to the task with no await between: a clean-up step that a
@@ -189,7 +224,7 @@ impl Conn {
             let run = async {
                 let (mut c, mut reused) = match slot.take() {
                     Some(c) => (c, true),
-                    None => (open(&config).await?, false),
+                    None => (open_steps(&config, owner).await?, false),
                 };
                 loop {
                     match body(&mut c).await {
@@ -206,7 +241,7 @@ impl Conn {
                         // a new connection, once.
                         Err(StepError { unsent: true, .. }) if reused => {
                             tracing::debug!(step = what, "mysql: the steps' connection was closed; opening it again");
-                            c = open(&config).await?;
+                            c = open_steps(&config, owner).await?;
                             reused = false;
                         }
                         Err(StepError { error, .. }) => return Err(error),

@@ -20,6 +20,7 @@
 
 pub use harness::{env_url, unique_name, until_waiters, until_waiters_at_most, within, Harness};
 
+pub mod churn;
 pub mod composite;
 pub mod deadlines;
 pub mod election;
@@ -84,6 +85,7 @@ macro_rules! primitive_tests {
             rwlock::rwlock_writer_that_gives_up_lets_readers_in,
             rwlock::rwlock_never_mixes_readers_and_writers, rwlock::rwlock_crashed_writer_expires,
             rwlock::rwlock_cancellation_leaves_nothing,
+            churn::semaphore_churn_answers_every_call, churn::rwlock_churn_answers_every_call,
             election::election_one_leader_at_a_time_in_order, election::election_handover_shows_no_gap,
             election::election_crashed_leader_passes_on,
             election::election_try_and_cancel, election::election_watch_ends_at_shutdown,
