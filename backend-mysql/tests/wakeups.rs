@@ -206,3 +206,72 @@ async fn a_waiter_whose_steps_connection_died_is_still_woken() {
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// A writer's release lets eight readers (of eight lockers) in: it writes their eight mailbox rows,
+/// and a reader that takes its grant wakes nobody else (their turn came with the release, not with
+/// its grant). Each reader's step used to wake every reader not yet granted again: 8 + 7 + … + 1
+/// mailbox rows for one hand-over, and the `KILL QUERY`s with them. Counted with the server's
+/// `Com_insert` (this package's tests run one at a time; nothing else inserts meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_let_in_together_are_woken_once_each() {
+    use sqlx::{Connection, Row};
+    const READERS: usize = 8;
+    let harness = common::MyHarness::plain().await;
+    let url = harness.url_with("heartbeat=30s&ttl=30s");
+    let writer = connect(&url).await;
+    let name = unique_name("readers_once");
+    let mut readers = Vec::new();
+    for _ in 0..READERS {
+        readers.push(connect(&url).await);
+    }
+    let held = writer.rwlock(&name).write().acquire().await.unwrap();
+    let waits: Vec<_> = readers
+        .iter()
+        .map(|r| {
+            let (r, name) = (r.clone(), name.clone());
+            tokio::spawn(async move { r.rwlock(&name).read().acquire().await.unwrap() })
+        })
+        .collect();
+    let key = locksmith_core::driver::LockName::new(&name).unwrap();
+    within(Duration::from_secs(10), "the readers to queue", async {
+        while harness
+            .look
+            .entries(locksmith_core::Family::RwLock, &key)
+            .await
+            .unwrap()
+            .len()
+            < READERS + 1
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
+    let inserts = async |admin: &mut sqlx::MySqlConnection| -> u64 {
+        let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Com_insert'")
+            .fetch_one(admin)
+            .await
+            .unwrap();
+        row.get::<String, _>(1).parse().unwrap()
+    };
+    let before = inserts(&mut admin).await;
+    held.release().await.unwrap();
+    let mut guards = Vec::new();
+    for w in waits {
+        guards.push(within(Duration::from_secs(10), "a reader's grant", w).await.unwrap());
+    }
+    let written = inserts(&mut admin).await - before;
+    eprintln!("{written} rows inserted to let {READERS} readers in");
+    assert!(
+        written < 2 * READERS as u64,
+        "{written} rows inserted to let {READERS} readers in (their mailbox rows, one each, and the \
+         odd wait connection registering again)"
+    );
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    writer.shutdown().await.unwrap();
+    for r in readers {
+        r.shutdown().await.unwrap();
+    }
+}

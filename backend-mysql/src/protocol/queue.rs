@@ -172,21 +172,27 @@ async fn read_pruned(c: &mut MySqlConnection, lock_id: u64) -> std::result::Resu
     })
 }
 
-/// Writes the wake-ups after a change of `queue` (the waiters that hold now but have not taken
-/// their grant, other than `me`; the observers when `observers`), and returns the wait
-/// connections to interrupt after the commit.
+/// Writes the wake-ups after a change of `queue` (when `waiters`, the waiters that hold now but
+/// have not taken their grant, other than `me`; the observers when `observers`), and returns the
+/// wait connections to interrupt after the commit.
+///
+/// A waiter's standing depends on the roles ahead of it only, never on who took a grant: a step
+/// that only joined or took its own grant changes no other waiter's turn, and wakes none
+/// ([`others_turn_may_have_come`]). Waking them anyway made every reader or permit holder
+/// that took its grant wake all the others again (O(N²) wake-ups per hand-over to N readers).
 async fn wake(
     c: &mut MySqlConnection,
     lock_id: u64,
     queue: &[Entry],
     me: Option<u64>,
+    waiters: bool,
     observers: bool,
 ) -> std::result::Result<Vec<u64>, StepError> {
     let e = |what: &'static str| move |err| StepError::sql(what, err);
     let roles: Vec<Role> = queue.iter().map(|x| x.role).collect();
     let mut owners = Vec::new();
     for (i, entry) in queue.iter().enumerate() {
-        if entry.held || Some(entry.id) == me || !matches!(standing(&roles, i), Ok(Standing::Holds)) {
+        if !waiters || entry.held || Some(entry.id) == me || !matches!(standing(&roles, i), Ok(Standing::Holds)) {
             continue;
         }
         locksmith_core::metrics::round_trip();
@@ -237,6 +243,12 @@ async fn wake(
         }
     }
     Ok(conns)
+}
+
+/// Whether a step that joined the queue or took its own grant, after pruning `pruned` expired
+/// entries, may have let other waiters' turns come: only if it removed entries ahead of them.
+fn others_turn_may_have_come(pruned: u64) -> bool {
+    pruned > 0
 }
 
 /// A new token from the lock's row (counter and clock floor).
@@ -396,7 +408,7 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
                 Standing::AfterAny => Entered::Waiting(queue[..me].iter().filter(|x| x.held).map(Entry::left).min()),
             };
             let conns = if changed {
-                wake(c, lock_id, &queue, Some(id), true).await?
+                wake(c, lock_id, &queue, Some(id), others_turn_may_have_come(pruned), true).await?
             } else {
                 Vec::new()
             };
@@ -453,7 +465,7 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
                 None
             };
             let conns = if pruned > 0 || granted.is_some() {
-                wake(c, lock_id, &queue, Some(id), true).await?
+                wake(c, lock_id, &queue, Some(id), others_turn_may_have_come(pruned), true).await?
             } else {
                 Vec::new()
             };
@@ -501,7 +513,7 @@ async fn leave_as(conn: &Conn, what: &'static str, seg: String, id: u64) -> Resu
                 .rows_affected();
             queue.retain(|x| x.id != id);
             let conns = if pruned + n > 0 {
-                wake(c, lock_id, &queue, None, true).await?
+                wake(c, lock_id, &queue, None, true, true).await?
             } else {
                 Vec::new()
             };
@@ -543,7 +555,7 @@ pub(crate) async fn release(conn: &Conn, seg: String, id: u64, token: u64, name:
                 .rows_affected();
             queue.retain(|x| x.id != id);
             let conns = if pruned + n > 0 {
-                wake(c, lock_id, &queue, None, true).await?
+                wake(c, lock_id, &queue, None, true, true).await?
             } else {
                 Vec::new()
             };
@@ -584,7 +596,7 @@ pub(crate) async fn settle(conn: &Conn, seg: String, unless_busy: bool) -> Resul
             };
             let Opened { lock_id, pruned, queue } = read_pruned(c, lock_id).await?;
             let conns = if pruned > 0 {
-                wake(c, lock_id, &queue, None, true).await?
+                wake(c, lock_id, &queue, None, true, true).await?
             } else {
                 Vec::new()
             };
