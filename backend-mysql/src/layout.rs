@@ -114,3 +114,9 @@ pub(crate) mod sql {
         sql.replace("{ids}", &vec!["?"; n.max(1)].join(", "))
     }
 }
+
+/// The named lock that locker `owner`'s steps' connection holds and its wait connection waits
+/// on (`wake.rs`: `GET_LOCK` until the next beat).
+pub(crate) fn wait_name(owner: u64) -> String {
+    format!("locksmith-wait-{owner:016x}")
+}

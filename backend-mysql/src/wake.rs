@@ -1,6 +1,6 @@
 //! Wake-ups from the server, never a poll. MySQL has no LISTEN; a locker keeps one **wait
 //! connection** that runs `SELECT IF(EXISTS(<a mailbox row for me>), 0, GET_LOCK(<name>, beat))`
-//! (`sql/wait.sql`), where the name ([`wait_name`]) is one the locker's own steps' connection holds
+//! (`sql/wait.sql`), where the name (`layout::wait_name`) is one the locker's own steps' connection holds
 //! for as long as it is open (`conn/mod.rs`), so the `GET_LOCK` waits until the next beat. A step
 //! that makes a waiter's turn come (a release, a leave, a prune of expired entries) writes a row
 //! into `locksmith_wakes` for that waiter's locker and entry in its own transaction, and after its
@@ -92,7 +92,7 @@ fn serve<'a>(
     Box::pin(async move {
         let Some(c) = conn.upgrade() else { return Ok(()) };
         let (owner, limit, beat) = (c.owner, c.config.request_timeout, c.config.heartbeat);
-        let name = wait_name(owner);
+        let name = crate::layout::wait_name(owner);
         let life = u64::try_from(c.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
         // (No wake-up is lost while the connection was down: they wait in the mailbox.)
         while bounded(
@@ -216,12 +216,6 @@ fn serve<'a>(
             }
         }
     })
-}
-
-/// The named lock that locker `owner`'s steps' connection holds and its wait connection waits
-/// on (`GET_LOCK` with a timeout of the time to the next beat).
-pub(crate) fn wait_name(owner: u64) -> String {
-    format!("locksmith-wait-{owner:016x}")
 }
 
 /// Every how many beats the locker's owner row is touched (a minute at the default beat): a

@@ -52,7 +52,7 @@ async fn open_steps(config: &Config, owner: u64) -> Result<MySqlConnection> {
     let held = tokio::time::timeout(
         limit,
         sqlx::query_scalar::<_, Option<i64>>(sql::HOLD_WAIT_NAME)
-            .bind(crate::wake::wait_name(owner))
+            .bind(crate::layout::wait_name(owner))
             .bind(WAIT_NAME_PATIENCE)
             .fetch_one(&mut c),
     )
