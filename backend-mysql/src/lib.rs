@@ -97,7 +97,8 @@
 //!   at most 64 characters (MySQL's limit) and 192 bytes of UTF-8 (MariaDB's), else
 //!   `InvalidName`. MariaDB 10.11 compares names byte for byte (measured: `Abc` and `abc` are two
 //!   locks, although its documentation calls them case-insensitive); give both sides the same
-//!   spelling.
+//!   spelling. Names `locksmith-wait-<16 hex digits>` are each locker's own (its steps' connection
+//!   holds one for its wait connection to wait on, `wake.rs`): use no lock of that form.
 //! - **Kinds**: mutexes only. `GET_LOCK` has no shared mode, no count and no election:
 //!   `rwlock`, `semaphore` and `election` (campaign, `leader`, `observe`) are refused with
 //!   `InvalidOption`. Guarded writes work; a `TokenRegister`'s lock (`locksmith-register/<name>`)
