@@ -39,6 +39,12 @@ pub struct Args {
     /// an application collects them (scripts/instructions --observed).
     #[arg(long)]
     pub observed: bool,
+    /// Write locksmith's logs to stderr at this level (`error`, `warn`, `info`, `debug`, `trace`):
+    /// to see why a workload is slow or fails (each acquire's wait and round trips, a backend's
+    /// retries). Not with `--observed`, whose subscriber writes to nowhere. The timings then
+    /// include the logging.
+    #[arg(long, conflicts_with = "observed")]
+    pub log: Option<tracing::Level>,
     /// URL of the in-process backend.
     #[arg(long, default_value = "mem://lockbench")]
     pub mem: String,

@@ -26,6 +26,12 @@ use cli::{Args, Child};
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(level) = args.log {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(level)
+            .init();
+    }
     if args.observed {
         tracing_subscriber::fmt()
             .with_writer(std::io::sink)
