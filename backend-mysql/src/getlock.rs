@@ -44,19 +44,17 @@ use crate::cleanup::Pending;
 use crate::config::Config;
 use crate::conn::{open, Conn, StepError};
 use crate::error::{mysql_error, no_such_thread, timeout};
-use crate::layout::segment;
+use crate::layout::{segment, sql};
 use crate::protocol::queue::{entry_id, leave};
 use crate::protocol::wait;
 use crate::renew;
 
-const GET_LOCK: &str = include_str!("sql/get_lock.sql");
 const RELEASE_LOCK: &str = include_str!("sql/get_lock_release.sql");
 /// 1 while this session holds the name; 0 or NULL when it does not.
 const HELD: &str = include_str!("sql/get_lock_held.sql");
 const CONNECTION_ID: &str = include_str!("sql/connection_id.sql");
 /// `KILL CONNECTION {conn}`: ends a session given up in the middle of its `GET_LOCK`.
 const KILL_CONNECTION: &str = include_str!("sql/kill_connection.sql");
-const SESSION_WAIT_TIMEOUT: &str = include_str!("sql/wait_timeout.sql");
 
 /// Sessions kept open for later locks once their lock was released.
 const IDLE_SESSIONS: usize = 4;
@@ -131,9 +129,7 @@ impl Session {
         let what = "setting a GET_LOCK session's wait_timeout";
         tokio::time::timeout(
             limit,
-            sqlx::query(SESSION_WAIT_TIMEOUT)
-                .bind(secs.max(1))
-                .execute(&mut self.conn),
+            sqlx::query(sql::WAIT_TIMEOUT).bind(secs.max(1)).execute(&mut self.conn),
         )
         .await
         .map_err(|_| timeout(what, limit))?
@@ -427,7 +423,10 @@ impl Sessions {
         let limit = self.config.request_timeout + Duration::from_secs_f64(secs);
         let row = tokio::time::timeout(
             limit,
-            sqlx::query(GET_LOCK).bind(name).bind(secs).fetch_one(&mut session.conn),
+            sqlx::query(sql::GET_LOCK)
+                .bind(name)
+                .bind(secs)
+                .fetch_one(&mut session.conn),
         )
         .await
         .map_err(|_| timeout(what, limit))?

@@ -88,8 +88,9 @@ pub(crate) mod sql {
     /// The wait statement: the mailbox read, then a wait in `GET_LOCK` on the name the locker's
     /// steps' connection holds (see `wake.rs`).
     pub const WAIT: &str = include_str!("sql/wait.sql");
-    /// Taken by the steps' connection as it opens: the name its wait connection waits on.
-    pub const HOLD_WAIT_NAME: &str = include_str!("sql/hold_wait_name.sql");
+    /// A named lock, with a wait: a held lock's under `layout=get_lock` (`getlock.rs`), and the
+    /// name a steps' connection takes as it opens for its wait connection to wait on.
+    pub const GET_LOCK: &str = include_str!("sql/get_lock.sql");
     pub const RENEW: &str = include_str!("sql/renew.sql");
     pub const RENEWED: &str = include_str!("sql/renewed.sql");
     pub const WATCH: &str = include_str!("sql/watch.sql");

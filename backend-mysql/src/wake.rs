@@ -195,24 +195,19 @@ fn serve<'a>(
                 .bind(&name)
                 .bind(secs)
                 .fetch_one(&mut *wait);
-            match tokio::time::timeout(limit + beat, waiting).await {
+            let woken = match tokio::time::timeout(limit + beat, waiting).await {
                 Err(_) => return Err(timeout("the wait connection's wait", limit + beat)),
-                Ok(Ok(Some(_))) => {}
-                // `NULL`: a `KILL QUERY` ended the `GET_LOCK` (an interrupted `SLEEP`, the
-                // fallback, is an error instead).
-                Ok(Ok(None)) => {
-                    if let Some(c) = conn.upgrade() {
-                        c.hub.wake_the_only_waiter();
-                    }
-                }
-                Ok(Err(e)) if interrupted(&e) => {
-                    // A wake-up: a locker with one waiter and no observer knows whom it is for
-                    // before reading the mailbox (a round trip less on a hand-over).
-                    if let Some(c) = conn.upgrade() {
-                        c.hub.wake_the_only_waiter();
-                    }
-                }
+                Ok(Ok(answer)) => answer.is_none(),
+                Ok(Err(e)) if interrupted(&e) => true,
                 Ok(Err(e)) => return Err(mysql_error("waiting", e)),
+            };
+            // A `KILL QUERY` ended the wait: the `GET_LOCK` answers `NULL` (the fallback `SLEEP`
+            // fails as interrupted). A locker with one waiter and no observer knows whom the
+            // wake-up is for before reading the mailbox (a round trip less on a hand-over).
+            if woken {
+                if let Some(c) = conn.upgrade() {
+                    c.hub.wake_the_only_waiter();
+                }
             }
         }
     })

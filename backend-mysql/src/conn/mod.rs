@@ -51,7 +51,7 @@ async fn open_steps(config: &Config, owner: u64) -> Result<MySqlConnection> {
     let limit = config.request_timeout;
     let held = tokio::time::timeout(
         limit,
-        sqlx::query_scalar::<_, Option<i64>>(sql::HOLD_WAIT_NAME)
+        sqlx::query_scalar::<_, Option<i64>>(sql::GET_LOCK)
             .bind(crate::layout::wait_name(owner))
             .bind(WAIT_NAME_PATIENCE)
             .fetch_one(&mut c),

@@ -24,38 +24,32 @@ const CHURN_FOR: Duration = Duration::from_secs(2);
 /// The permits of the semaphore.
 const PERMITS: u32 = 2;
 
-/// Six clients take and release a permit of a 2-permit semaphore in a loop for two seconds: every
-/// acquire and release answers, never more than two hold at once, and nothing is left behind.
+/// Eight clients take and release a permit of a 2-permit semaphore in a loop for two seconds:
+/// every acquire and release answers, never more than two hold at once, and nothing is left
+/// behind.
 pub async fn semaphore_churn_answers_every_call(h: &impl Harness) {
     let name = unique_name("sem_churn");
     let inside = Arc::new(AtomicUsize::new(0));
     let shared = name.clone();
-    let ops = churn(
-        h,
-        move |locker, inside| {
-            let name = shared.clone();
-            async move {
-                let permit = locker
-                    .semaphore(&name, PERMITS)
-                    .acquire()
-                    .await
-                    .expect("acquire a permit");
-                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                assert!(now <= PERMITS as usize, "{now} holders of a {PERMITS}-permit semaphore");
-                tokio::task::yield_now().await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                permit.release().await.expect("release a permit");
-            }
-        },
-        &inside,
-    )
+    churn(h, Family::Semaphore, &name, move |locker| {
+        let (name, inside) = (shared.clone(), inside.clone());
+        async move {
+            let permit = locker
+                .semaphore(&name, PERMITS)
+                .acquire()
+                .await
+                .expect("acquire a permit");
+            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(now <= PERMITS as usize, "{now} holders of a {PERMITS}-permit semaphore");
+            tokio::task::yield_now().await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            permit.release().await.expect("release a permit");
+        }
+    })
     .await;
-    assert!(ops >= CLIENTS, "only {ops} operations in {CHURN_FOR:?}");
-    let key = LockName::new(&name).expect("name");
-    wait_for_residue_in(h, Family::Semaphore, &key, 0).await;
 }
 
-/// Six clients read (nine times in ten) and write in a loop for two seconds: every acquire and
+/// Eight clients read (nine times in ten) and write in a loop for two seconds: every acquire and
 /// release answers, a writer is never inside with anyone, and nothing is left behind.
 pub async fn rwlock_churn_answers_every_call(h: &impl Harness) {
     let name = unique_name("rw_churn");
@@ -63,48 +57,41 @@ pub async fn rwlock_churn_answers_every_call(h: &impl Harness) {
     let inside = Arc::new(AtomicUsize::new(0));
     let round = Arc::new(AtomicUsize::new(0));
     let shared = name.clone();
-    let ops = churn(
-        h,
-        move |locker, inside| {
-            let (name, round) = (shared.clone(), round.clone());
-            async move {
-                let rw = locker.rwlock(&name);
-                if round.fetch_add(1, Ordering::SeqCst) % 10 == 0 {
-                    let w = rw.write().acquire().await.expect("write");
-                    assert_eq!(
-                        inside.fetch_add(1_000, Ordering::SeqCst),
-                        0,
-                        "a writer inside with others"
-                    );
-                    tokio::task::yield_now().await;
-                    inside.fetch_sub(1_000, Ordering::SeqCst);
-                    w.release().await.expect("release a write");
-                } else {
-                    let r = rw.read().acquire().await.expect("read");
-                    assert!(
-                        inside.fetch_add(1, Ordering::SeqCst) < 1_000,
-                        "a reader inside with a writer"
-                    );
-                    tokio::task::yield_now().await;
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    r.release().await.expect("release a read");
-                }
+    churn(h, Family::RwLock, &name, move |locker| {
+        let (name, inside, round) = (shared.clone(), inside.clone(), round.clone());
+        async move {
+            let rw = locker.rwlock(&name);
+            if round.fetch_add(1, Ordering::SeqCst) % 10 == 0 {
+                let w = rw.write().acquire().await.expect("write");
+                assert_eq!(
+                    inside.fetch_add(1_000, Ordering::SeqCst),
+                    0,
+                    "a writer inside with others"
+                );
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1_000, Ordering::SeqCst);
+                w.release().await.expect("release a write");
+            } else {
+                let r = rw.read().acquire().await.expect("read");
+                assert!(
+                    inside.fetch_add(1, Ordering::SeqCst) < 1_000,
+                    "a reader inside with a writer"
+                );
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                r.release().await.expect("release a read");
             }
-        },
-        &inside,
-    )
+        }
+    })
     .await;
-    assert!(ops >= CLIENTS, "only {ops} operations in {CHURN_FOR:?}");
-    let key = LockName::new(&name).expect("name");
-    wait_for_residue_in(h, Family::RwLock, &key, 0).await;
 }
 
 /// Runs `once` in a loop on [`CLIENTS`] lockers of their own for [`CHURN_FOR`], all bounded (each
-/// acquire and release has its deadline, but a hung one would hang the test); the number of
-/// rounds done.
-async fn churn<F, Fut>(h: &impl Harness, once: F, inside: &Arc<AtomicUsize>) -> usize
+/// acquire and release has its deadline, but a hung one would hang the test); then checks that
+/// every client went round at least once and that lock `name` of `family` is left empty.
+async fn churn<F, Fut>(h: &impl Harness, family: Family, name: &str, once: F)
 where
-    F: Fn(Locker, Arc<AtomicUsize>) -> Fut + Clone + Send + 'static,
+    F: Fn(Locker) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let mut lockers = Vec::with_capacity(CLIENTS);
@@ -115,11 +102,11 @@ where
     let tasks: Vec<_> = lockers
         .iter()
         .map(|locker| {
-            let (once, locker, inside) = (once.clone(), locker.clone(), inside.clone());
+            let (once, locker) = (once.clone(), locker.clone());
             tokio::spawn(async move {
                 let mut rounds = 0;
                 while Instant::now() < stop_at {
-                    once(locker.clone(), inside.clone()).await;
+                    once(locker.clone()).await;
                     rounds += 1;
                 }
                 rounds
@@ -137,5 +124,7 @@ where
     for locker in lockers {
         locker.shutdown().await.expect("shutdown");
     }
-    rounds
+    assert!(rounds >= CLIENTS, "only {rounds} operations in {CHURN_FOR:?}");
+    let key = LockName::new(name).expect("name");
+    wait_for_residue_in(h, family, &key, 0).await;
 }
