@@ -159,6 +159,7 @@ mod listing;
 mod look;
 mod private_dir;
 mod protocol;
+mod random;
 mod renew;
 mod safe_open;
 mod wake;

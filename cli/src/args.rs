@@ -116,14 +116,18 @@ pub fn command() -> clap::Command {
             Err(format!("`{name}` takes no lock, so --ttl means nothing to it"))
         };
         // A subcommand that has an argument of a global's id does not get the global one.
+        // Outside the order of the help (`next_display_order(None)`): the subcommand's own
+        // options, defined after it ([`Command`] defers them), still come first there.
         cmd = cmd.mut_subcommand(name, |sub| {
-            sub.arg(
-                clap::Arg::new("ttl")
-                    .long("ttl")
-                    .value_name("TTL")
-                    .hide(true)
-                    .value_parser(refuse),
-            )
+            sub.next_display_order(None)
+                .arg(
+                    clap::Arg::new("ttl")
+                        .long("ttl")
+                        .value_name("TTL")
+                        .hide(true)
+                        .value_parser(refuse),
+                )
+                .next_display_order(0)
         });
     }
     cmd
@@ -198,7 +202,14 @@ pub fn version() -> String {
 }
 
 /// The subcommands.
+///
+/// Each subcommand's arguments are defined only when it is the one given (or for help, completions
+/// and the manual page): defining all of them cost 5% of the instructions of a whole
+/// `locksmith run`. So the argument structs below carry plain comments, not doc comments: clap
+/// takes a struct's doc comment for the subcommand's description, which, defined later, would
+/// replace the variant's (`run --help` said "Arguments of `run`").
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Acquire NAME, run CMD while holding it, release when CMD exits. CMD gets
     /// LOCKSMITH_FENCING_TOKEN and LOCKSMITH_LOCK_NAME in its environment and runs in a process
@@ -270,7 +281,7 @@ pub enum Command {
     Man,
 }
 
-/// Arguments of `completions`.
+// Arguments of `completions`.
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
     /// The shell to complete for.
@@ -278,7 +289,7 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
-/// Arguments of `init`.
+// Arguments of `init`.
 #[derive(Debug, Args)]
 pub struct InitArgs {
     /// Print the SQL that creates the tables (postgres:// URLs), without connecting.
@@ -291,7 +302,7 @@ pub struct InitArgs {
     pub grant: Option<String>,
 }
 
-/// Arguments of `prune`.
+// Arguments of `prune`.
 #[derive(Debug, Args)]
 pub struct PruneArgs {
     /// How long a lock must have been idle (no grant, no lease running) to be removed, with a
@@ -304,7 +315,7 @@ pub struct PruneArgs {
     pub dry_run: bool,
 }
 
-/// What kind of lock `run`, `try` and `hold` take (default: the mutex NAME).
+// What kind of lock `run`, `try` and `hold` take (default: the mutex NAME).
 #[derive(Debug, Args, Clone, Copy, Default)]
 #[group(multiple = false)]
 pub struct KindArgs {
@@ -335,7 +346,7 @@ impl KindArgs {
     }
 }
 
-/// Arguments of `try`.
+// Arguments of `try`.
 #[derive(Debug, Args)]
 pub struct TryArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
@@ -347,7 +358,7 @@ pub struct TryArgs {
     pub kind: KindArgs,
 }
 
-/// Arguments of `elect`.
+// Arguments of `elect`.
 #[derive(Debug, Args)]
 pub struct ElectArgs {
     /// The election's name (1 to 1024 bytes of UTF-8, no NUL).
@@ -371,7 +382,7 @@ pub struct ElectArgs {
     pub command: Vec<OsString>,
 }
 
-/// Arguments of `list`.
+// Arguments of `list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// Only locks whose names start with this (default: every lock).
@@ -379,7 +390,7 @@ pub struct ListArgs {
     pub prefix: String,
 }
 
-/// Arguments of `leader`.
+// Arguments of `leader`.
 #[derive(Debug, Args)]
 pub struct LeaderArgs {
     /// The election's name (1 to 1024 bytes of UTF-8, no NUL).
@@ -393,7 +404,7 @@ pub struct LeaderArgs {
     pub follow: bool,
 }
 
-/// A lock name.
+// A lock name.
 #[derive(Debug, Args)]
 pub struct NameArg {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
@@ -402,7 +413,7 @@ pub struct NameArg {
     pub name: String,
 }
 
-/// Arguments of `run`.
+// Arguments of `run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).
@@ -424,7 +435,7 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-/// Arguments of `hold`.
+// Arguments of `hold`.
 #[derive(Debug, Args)]
 pub struct HoldArgs {
     /// The lock name (1 to 1024 bytes of UTF-8, no NUL).

@@ -57,9 +57,12 @@ impl Output {
 
 /// Writes `line` and a newline to stderr, and goes on if it cannot: `eprintln!` panics on a
 /// stderr whose reader went away (`locksmith hold N 2>&1 | head -1`), and a panic there would end
-/// the process while it holds a lock.
+/// the process while it holds a lock. One `write(2)` for the whole line (stderr is unbuffered:
+/// `writeln!` made one per piece of the format), so that the lines of processes sharing a stderr
+/// do not interleave mid-line.
 pub fn stderr_line(line: impl std::fmt::Display) {
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    let line = format!("{line}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// A duration in whole milliseconds, for JSON.

@@ -38,7 +38,7 @@ impl Owner {
     /// heartbeat `beat_ns`.
     pub fn create(owners: &Path, beat_ns: u64) -> Result<Owner> {
         // The only form of id locksmith writes: see [`is_owner_id`].
-        let id = format!("{:032x}", rand::random::<u128>());
+        let id = format!("{:032x}", crate::random::u128());
         let path = owners.join(&id);
         let file = make_file(owners, &id, beat_ns)?;
         Ok(Owner {

@@ -263,10 +263,10 @@ pub(crate) fn keep_pruning(dir: &std::sync::Arc<Dir>, every: Duration, idle: Dur
     };
     let dir = std::sync::Arc::downgrade(dir);
     runtime.spawn(async move {
-        let mut wait = every / 2 + every.mul_f64(rand::random::<f64>() / 2.0);
+        let mut wait = every / 2 + every.mul_f64(crate::random::unit() / 2.0);
         loop {
             tokio::time::sleep(wait).await;
-            wait = every / 2 + every.mul_f64(rand::random::<f64>());
+            wait = every / 2 + every.mul_f64(crate::random::unit());
             let Some(dir) = dir.upgrade() else { return };
             let pass = tokio::task::spawn_blocking(move || dir.prune(idle, false, BATCH)).await;
             match pass.map_err(crate::error::join_error).and_then(|pass| pass) {

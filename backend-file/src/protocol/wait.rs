@@ -160,7 +160,7 @@ fn granted_at(sent: Instant, since_ns: u64) -> Instant {
 /// A new entry of this locker for a request of `kind` with a lease of `ttl`.
 pub(crate) fn new_entry(dir: &Dir, kind: &LockKind, ttl: Duration) -> Entry {
     Entry {
-        id: format!("{:016x}", rand::random::<u64>()),
+        id: format!("{:016x}", crate::random::u64()),
         owner: dir.owner_id.clone(),
         pid: dir.pid,
         host: dir.host.clone(),

@@ -8,33 +8,40 @@ use std::process::Stdio;
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use tokio::process::Command;
+use std::process::Command;
 
 use crate::cli::Sizes;
 use crate::model::{round3, Record};
 use crate::stats::Samples;
 use crate::system::unique_name;
 
-/// The `locksmith` binary: `LOCKSMITH_BIN`, else beside lockbench's own executable (the same
-/// `cargo build --release` target directory).
+/// The `locksmith` binary: `LOCKSMITH_BIN`; else the one the `dist` profile built in the same
+/// target directory as lockbench (the command as shipped, what `scripts/bench` builds); else the
+/// one beside lockbench's own executable (`cargo build --release -p locksmith-cli`).
 fn locksmith_bin() -> Result<PathBuf> {
     if let Some(bin) = std::env::var_os("LOCKSMITH_BIN") {
         return Ok(bin.into());
     }
     let exe = std::env::current_exe().context("finding lockbench's own executable")?;
-    let bin = exe.with_file_name("locksmith");
-    if !bin.is_file() {
-        bail!(
-            "no locksmith binary at {} (build it with `cargo build --release -p locksmith-cli`, or set LOCKSMITH_BIN)",
-            bin.display()
-        );
+    let beside = exe.with_file_name("locksmith");
+    let dist = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|target| target.join("dist").join("locksmith"));
+    match dist.into_iter().chain([beside.clone()]).find(|bin| bin.is_file()) {
+        Some(bin) => Ok(bin),
+        None => bail!(
+            "no locksmith binary at {} (build it with `cargo build --profile dist -p locksmith-cli`, on its own, or set LOCKSMITH_BIN)",
+            beside.display()
+        ),
     }
-    Ok(bin)
 }
 
 /// The `locksmith` and `flock(1)` rows on the lock directory of `url`.
 pub async fn run(url: &str, sizes: &Sizes) -> Result<Vec<Record>> {
-    let bin = locksmith_bin()?;
+    let built = locksmith_bin()?;
+    let installed = Installed::copy(&built)?;
+    let bin = installed.path.clone();
     let dir = PathBuf::from(format!("/{}", locksmith::driver::BackendUrl::parse(url)?.path));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let name = unique_name("cli", "locksmith");
@@ -43,38 +50,82 @@ pub async fn run(url: &str, sizes: &Sizes) -> Result<Vec<Record>> {
     let pb = super::bar(2 * ops as u64, "file cli (locksmith run, flock(1))".into());
     let (mut ours, mut theirs) = (Samples::with_capacity(ops), Samples::with_capacity(ops));
     for _ in 0..ops {
-        ours.push(time(Command::new(&bin).args(["--url", url, "run", &name, "--", "true"])).await?);
+        let mut locksmith = Command::new(&bin);
+        locksmith.args(["--url", url, "run", &name, "--", "true"]);
+        ours.push(time(locksmith).await?);
         pb.inc(1);
-        theirs.push(time(Command::new("flock").arg(&flock_file).arg("true")).await?);
+        let mut flock = Command::new("flock");
+        flock.arg(&flock_file).arg("true");
+        theirs.push(time(flock).await?);
         pb.inc(1);
     }
     pb.finish_and_clear();
-    Ok(vec![row("locksmith", &ours), row("flock(1)", &theirs)])
+    // Which build ran: `dist/locksmith` (as shipped) or `release/locksmith`, say.
+    let build: PathBuf = built
+        .iter()
+        .rev()
+        .take(2)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let ours = row("locksmith", &ours).param("measured_bin", build.display().to_string());
+    Ok(vec![ours, row("flock(1)", &theirs)])
 }
 
-/// The wall time of one run of `cmd`, which must succeed.
-async fn time(cmd: &mut Command) -> Result<std::time::Duration> {
-    let t0 = Instant::now();
-    let out = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .await
-        .with_context(|| format!("running {:?}", program(cmd)))?;
-    if !out.status.success() {
-        return Err(anyhow!(
-            "{:?} failed ({}): {}",
-            program(cmd),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+/// A copy of the command in a directory of its own, run in place of the build: as `cargo install`
+/// copies it, and as `flock(1)` was installed. A binary the linker has just written runs 15–20%
+/// slower here (each page fault of its start costs more) until its pages leave the page cache;
+/// a copy of the same bytes does not (measured, 2026-11-30). Removed when dropped.
+struct Installed {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl Installed {
+    fn copy(built: &Path) -> Result<Installed> {
+        let dir = std::env::temp_dir().join(format!("lockbench-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("locksmith");
+        std::fs::copy(built, &path).with_context(|| format!("copying {} to {}", built.display(), path.display()))?;
+        Ok(Installed { dir, path })
     }
-    Ok(t0.elapsed())
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The wall time of one run of `cmd`, which must succeed: started and waited for by a thread
+/// that blocks in `wait`, as a shell does (not through the runtime's reaping of children, whose
+/// worker threads then compete for the two cores with the command's own processes).
+async fn time(mut cmd: Command) -> Result<std::time::Duration> {
+    tokio::task::spawn_blocking(move || {
+        let t0 = Instant::now();
+        let out = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .with_context(|| format!("running {:?}", program(&cmd)))?;
+        let elapsed = t0.elapsed();
+        if !out.status.success() {
+            return Err(anyhow!(
+                "{:?} failed ({}): {}",
+                program(&cmd),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(elapsed)
+    })
+    .await?
 }
 
 fn program(cmd: &Command) -> &Path {
-    Path::new(cmd.as_std().get_program())
+    Path::new(cmd.get_program())
 }
 
 fn row(system: &str, samples: &Samples) -> Record {
