@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use locksmith_core::conformance::within;
 use locksmith_core::driver::BackendUrl;
+use locksmith_core::LockError;
 use sqlx::{Connection, Row};
 
 async fn connect(url: &str) -> locksmith_core::Locker {
@@ -75,6 +76,35 @@ async fn lockers_with_and_without_procedures_share_one_fifo_queue() {
     assert!(next.fencing_token() > token);
     next.release().await.unwrap();
     for l in [with, without, late] {
+        l.shutdown().await.unwrap();
+    }
+}
+
+/// A waiter of the multi-statement steps that gives up leaves the queue (its `leave`), so that
+/// nobody is left waiting behind the holder, and the lock goes at once to the next taker when the
+/// holder releases; a holder of those steps releases through them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_without_procedures_that_gives_up_leaves_the_queue() {
+    let harness = common::MyHarness::plain().await;
+    let with = connect(&harness.url).await;
+    let without = connect(&harness.url_with("procedures=off")).await;
+    let name = "procedures/leave";
+    let first = with.lock(name).acquire().await.unwrap();
+    let gave_up = without.lock(name).timeout(Duration::from_millis(300)).acquire().await;
+    assert!(matches!(gave_up, Err(LockError::Timeout(_))), "{gave_up:?}");
+    assert_eq!(with.inspect(name).await.unwrap().waiters, 0, "the waiter left the queue");
+    first.release().await.unwrap();
+    let held = within(
+        Duration::from_secs(5),
+        "the lock free again",
+        without.lock(name).timeout(Duration::ZERO).acquire(),
+    )
+    .await
+    .unwrap();
+    held.release().await.unwrap();
+    let again = with.lock(name).timeout(Duration::ZERO).acquire().await.unwrap();
+    again.release().await.unwrap();
+    for l in [with, without] {
         l.shutdown().await.unwrap();
     }
 }

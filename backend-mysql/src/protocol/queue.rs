@@ -496,6 +496,13 @@ pub(crate) async fn leave_at_close(conn: &Conn, seg: String, id: u64) -> Result<
 }
 
 async fn leave_as(conn: &Conn, what: &'static str, seg: String, id: u64) -> Result<()> {
+    remove_entry(conn, what, seg, id, None).await.map(|_| ())
+}
+
+/// Deletes the entry `id` of lock `seg` (only if it holds with `token`, when given) and wakes
+/// whoever it or the expired entries pruned by the same step kept waiting: how many rows went (0 or
+/// 1). `what` names the step in errors.
+async fn remove_entry(conn: &Conn, what: &'static str, seg: String, id: u64, token: Option<u64>) -> Result<u64> {
     transaction(conn, what, move |c| {
         let seg = seg.clone();
         Box::pin(async move {
@@ -505,11 +512,14 @@ async fn leave_as(conn: &Conn, what: &'static str, seg: String, id: u64) -> Resu
                 mut queue,
             } = open_row(c, &seg).await?;
             locksmith_core::metrics::round_trip();
-            let n = sqlx::query(sql::LEAVE)
-                .bind(id)
+            let delete = match token {
+                Some(token) => sqlx::query(sql::RELEASE).bind(id).bind(token),
+                None => sqlx::query(sql::LEAVE).bind(id),
+            };
+            let n = delete
                 .execute(&mut *c)
                 .await
-                .map_err(|err| StepError::sql("leaving the queue", err))?
+                .map_err(|err| StepError::sql(what, err))?
                 .rows_affected();
             queue.retain(|x| x.id != id);
             let conns = if pruned + n > 0 {
@@ -517,7 +527,7 @@ async fn leave_as(conn: &Conn, what: &'static str, seg: String, id: u64) -> Resu
             } else {
                 Vec::new()
             };
-            Ok(((), conns))
+            Ok((n, conns))
         })
     })
     .await
@@ -537,33 +547,9 @@ pub(crate) async fn release(conn: &Conn, seg: String, id: u64, token: u64, name:
             _ => {}
         }
     }
-    transaction(conn, "releasing", move |c| {
-        let seg = seg.clone();
-        Box::pin(async move {
-            let Opened {
-                lock_id,
-                pruned,
-                mut queue,
-            } = open_row(c, &seg).await?;
-            locksmith_core::metrics::round_trip();
-            let n = sqlx::query(sql::RELEASE)
-                .bind(id)
-                .bind(token)
-                .execute(&mut *c)
-                .await
-                .map_err(|err| StepError::sql("releasing", err))?
-                .rows_affected();
-            queue.retain(|x| x.id != id);
-            let conns = if pruned + n > 0 {
-                wake(c, lock_id, &queue, None, true, true).await?
-            } else {
-                Vec::new()
-            };
-            Ok((n, conns))
-        })
-    })
-    .await
-    .and_then(|n| if n > 0 { Ok(()) } else { Err(LockError::not_held(name)) })
+    remove_entry(conn, "releasing", seg, id, Some(token))
+        .await
+        .and_then(|n| if n > 0 { Ok(()) } else { Err(LockError::not_held(name)) })
 }
 
 /// The sweep's step on a lock with expired entries: prune them and wake whoever holds now. With
