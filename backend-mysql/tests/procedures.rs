@@ -92,7 +92,11 @@ async fn a_waiter_without_procedures_that_gives_up_leaves_the_queue() {
     let first = with.lock(name).acquire().await.unwrap();
     let gave_up = without.lock(name).timeout(Duration::from_millis(300)).acquire().await;
     assert!(matches!(gave_up, Err(LockError::Timeout(_))), "{gave_up:?}");
-    assert_eq!(with.inspect(name).await.unwrap().waiters, 0, "the waiter left the queue");
+    assert_eq!(
+        with.inspect(name).await.unwrap().waiters,
+        0,
+        "the waiter left the queue"
+    );
     first.release().await.unwrap();
     let held = within(
         Duration::from_secs(5),
