@@ -95,6 +95,7 @@ pub(crate) struct Config {
     pub client: Option<(String, String)>,
     /// `ca=`, `cert=` and `key=` read, for the probe of a refused client certificate
     /// (`cert_check.rs`); `None` without TLS.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     pub tls_files: Option<TlsFiles>,
     pub layout: Layout,
     /// `procedures=off`: no stored procedures, every step a transaction of several statements
