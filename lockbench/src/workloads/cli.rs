@@ -4,11 +4,10 @@
 //! cost of replacing `flock(1)` in a cron job or a deploy script.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use std::process::Command;
 
 use crate::cli::Sizes;
 use crate::model::{round3, Record};
@@ -17,7 +16,8 @@ use crate::system::unique_name;
 
 /// The `locksmith` binary: `LOCKSMITH_BIN`; else the one the `dist` profile built in the same
 /// target directory as lockbench (the command as shipped, what `scripts/bench` builds); else the
-/// one beside lockbench's own executable (`cargo build --release -p locksmith-cli`).
+/// one beside lockbench's own executable (`cargo build --release -p locksmith-cli`). The row says
+/// which ran (`bin=`): a `dist` build older than the code is measured all the same.
 fn locksmith_bin() -> Result<PathBuf> {
     if let Some(bin) = std::env::var_os("LOCKSMITH_BIN") {
         return Ok(bin.into());
