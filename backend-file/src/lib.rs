@@ -135,7 +135,8 @@
 //!
 //! The files of `docs/backend-guide.md`:
 //! - `config.rs` (the URL), `error.rs` (I/O errors → `LockError`), `layout.rs` (file names),
-//!   `private_dir.rs` (the default directory's checks), `safe_open.rs` (no symbolic links);
+//!   `private_dir.rs` (the default directory's checks), `safe_open.rs` (no symbolic links),
+//!   `random.rs` (ids and jitter from `getrandom`);
 //! - `conn/`: the directory (`mod.rs`), this locker's liveness file (`owner.rs`), transactions on
 //!   a state file (`txn.rs`), the state file's layout on disk (`record.rs`), the files kept
 //!   open between steps (`kept.rs`), the removal of idle locks' files (`prune.rs`);

@@ -1,7 +1,8 @@
 //! Random numbers straight from the kernel (`getrandom(2)`), for the few this backend needs: a
-//! liveness file's id, a queue entry's id and the jitter of the prune passes. Not `rand`'s thread-local
-//! generator: seeding it detects the CPU's features (a `CPUID`, which traps to the hypervisor on a
-//! virtual machine) and costs a short `locksmith run` more than the numbers are worth.
+//! liveness file's id, a queue entry's id and the jitter of the prune passes. Not `rand`'s
+//! thread-local generator: seeding it detects the CPU's features (a `CPUID`, which traps to the
+//! hypervisor on a virtual machine) and costs a short `locksmith run` more than the numbers are
+//! worth.
 
 /// 128 random bits.
 pub(crate) fn u128() -> u128 {

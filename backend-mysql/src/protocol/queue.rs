@@ -482,7 +482,7 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
 ///
 /// The connection's errors.
 pub(crate) async fn leave(conn: &Conn, seg: String, id: u64) -> Result<()> {
-    leave_as(conn, "leaving the queue", seg, id).await
+    remove_entry(conn, "leaving the queue", seg, id, None).await.map(|_| ())
 }
 
 /// [`leave`] at shutdown, once new steps are refused: what the locker still had in a queue (a
@@ -492,11 +492,9 @@ pub(crate) async fn leave(conn: &Conn, seg: String, id: u64) -> Result<()> {
 ///
 /// The connection's errors.
 pub(crate) async fn leave_at_close(conn: &Conn, seg: String, id: u64) -> Result<()> {
-    leave_as(conn, "leaving at shutdown", seg, id).await
-}
-
-async fn leave_as(conn: &Conn, what: &'static str, seg: String, id: u64) -> Result<()> {
-    remove_entry(conn, what, seg, id, None).await.map(|_| ())
+    remove_entry(conn, "leaving at shutdown", seg, id, None)
+        .await
+        .map(|_| ())
 }
 
 /// Deletes the entry `id` of lock `seg` (only if it holds with `token`, when given) and wakes

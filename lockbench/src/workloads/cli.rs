@@ -41,7 +41,6 @@ fn locksmith_bin() -> Result<PathBuf> {
 pub async fn run(url: &str, sizes: &Sizes) -> Result<Vec<Record>> {
     let built = locksmith_bin()?;
     let installed = Installed::copy(&built)?;
-    let bin = installed.path.clone();
     let dir = PathBuf::from(format!("/{}", locksmith::driver::BackendUrl::parse(url)?.path));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let name = unique_name("cli", "locksmith");
@@ -50,7 +49,7 @@ pub async fn run(url: &str, sizes: &Sizes) -> Result<Vec<Record>> {
     let pb = super::bar(2 * ops as u64, "file cli (locksmith run, flock(1))".into());
     let (mut ours, mut theirs) = (Samples::with_capacity(ops), Samples::with_capacity(ops));
     for _ in 0..ops {
-        let mut locksmith = Command::new(&bin);
+        let mut locksmith = Command::new(&installed.path);
         locksmith.args(["--url", url, "run", &name, "--", "true"]);
         ours.push(time(locksmith).await?);
         pb.inc(1);
@@ -61,14 +60,11 @@ pub async fn run(url: &str, sizes: &Sizes) -> Result<Vec<Record>> {
     }
     pb.finish_and_clear();
     // Which build ran: `dist/locksmith` (as shipped) or `release/locksmith`, say.
-    let build: PathBuf = built
-        .iter()
-        .rev()
-        .take(2)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
+    let build = built
+        .ancestors()
+        .nth(2)
+        .and_then(|target| built.strip_prefix(target).ok())
+        .unwrap_or(&built);
     let ours = row("locksmith", &ours).param("measured_bin", build.display().to_string());
     Ok(vec![ours, row("flock(1)", &theirs)])
 }
