@@ -203,13 +203,21 @@ pub(crate) fn holds(file: &File, layout: &Layout, whole: bool) -> std::io::Resul
         .is_some_and(|(seq, cap, crc, _)| (seq, cap, crc) == (layout.frame_seq, layout.cap, layout.frame_crc)))
 }
 
-/// Up to `len` bytes of `file` from `at` (fewer at its end).
+/// Up to `len` bytes of `file` from `at` (fewer at its end). A read that stops short is the end of
+/// the file (a regular file's read stops short only there), so the usual case, frame slots that
+/// reach past the end, costs one system call, not a second one that reads nothing (were a read
+/// ever short elsewhere, a frame would look cut, and [`holds`] says no: the caller reads the file
+/// whole).
 fn read_at_most(file: &File, at: u64, len: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
     let mut read = 0;
     while read < bytes.len() {
         match file.read_at(&mut bytes[read..], at + read as u64) {
             Ok(0) => break,
+            Ok(n) if read + n < bytes.len() => {
+                read += n;
+                break;
+            }
             Ok(n) => read += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use crate::model::{Record, Report};
 
 /// Every backend, in the order the tables list them.
-pub(crate) const BACKENDS: &[&str] = &["mem", "file", "etcd", "zk", "redis", "postgres"];
+pub(crate) const BACKENDS: &[&str] = &["mem", "file", "etcd", "zk", "redis", "postgres", "mysql"];
 
 /// Writes the report as pretty-printed JSON.
 pub fn write_json(path: &Path, report: &Report) -> Result<()> {

@@ -5,14 +5,15 @@
 use crate::model::{is_peer_library, Record, Report};
 
 /// The server backends: the ones the latency, handover and scale targets are about.
-pub const SERVERS: &[&str] = &["etcd", "zk", "redis", "postgres"];
+pub const SERVERS: &[&str] = &["etcd", "zk", "redis", "postgres", "mysql"];
 
 /// Handover p50 targets per backend, microseconds (PostgreSQL: issue 25's "≤ 1 ms on loopback").
 pub const HANDOVER_TARGET_US: &[(&str, f64)] =
     &[("redis", 300.0), ("etcd", 1500.0), ("zk", 1000.0), ("postgres", 1000.0)];
 
-/// The backends whose handover is held to at most this many times the raw floor's.
-const HANDOVER_FLOOR_BACKENDS: &[&str] = &["etcd", "zk", "redis"];
+/// The backends whose handover is held to at most this many times the raw floor's (MySQL: issue
+/// 63, against the bare client's `GET_LOCK`/`RELEASE_LOCK`).
+const HANDOVER_FLOOR_BACKENDS: &[&str] = &["etcd", "zk", "redis", "mysql"];
 /// The handover's bound, as a multiple of the floor's p50 at the same blocked time.
 const HANDOVER_FLOOR_RATIO: f64 = 1.3;
 
@@ -216,7 +217,7 @@ fn handover(report: &Report) -> Target {
 
 fn handover_to_floor(report: &Report) -> Target {
     let mut judge = Judge::new(
-        "handover: ≤ 1.3 × the raw floor at every waiter-blocked time on etcd, ZooKeeper and Redis single, and never slower than a peer.",
+        "handover: ≤ 1.3 × the raw floor at every waiter-blocked time on etcd, ZooKeeper, Redis single and MySQL, and never slower than a peer.",
     );
     for r in rows(report, "locksmith", "handover").filter(|r| HANDOVER_FLOOR_BACKENDS.contains(&r.backend.as_str())) {
         let blocked = r.param_u64("blocked_ms").unwrap_or(0);
@@ -233,7 +234,7 @@ fn handover_to_floor(report: &Report) -> Target {
             );
         }
     }
-    judge.done("locksmith handover on etcd, ZooKeeper or Redis")
+    judge.done("locksmith handover on etcd, ZooKeeper, Redis or MySQL")
 }
 
 /// Issue 61's `file://` rows: uncontended ≤ distributed-lock-file's and ≤ 10 × the floor,
@@ -418,6 +419,25 @@ mod tests {
         let t = handover(&report);
         assert_eq!(t.verdict, Verdict::NotMet(1));
         assert!(t.worst.unwrap().contains("blocked 150 ms"));
+    }
+
+    /// Issue 63's targets: MySQL's uncontended row against its floor and peer, and its
+    /// hand-over against the bare client's `GET_LOCK`/`RELEASE_LOCK` floor.
+    #[test]
+    fn mysql_is_judged_against_its_floor_and_peer() {
+        let report = report(vec![
+            record("locksmith", "mysql", "uncontended", 475.0, None),
+            record("floor", "mysql", "uncontended", 88.0, None),
+            record("distributed-lock-mysql", "mysql", "uncontended", 142.0, None),
+            record("locksmith", "mysql", "handover", 1612.0, Some(5)),
+            record("floor", "mysql", "handover", 208.0, Some(5)),
+        ]);
+        let un = uncontended(&report);
+        assert_eq!(un.verdict, Verdict::NotMet(2), "{un:?}");
+        assert!(un.worst.as_deref().unwrap().starts_with("mysql 5.40× the floor"), "{un:?}");
+        let hand = handover_to_floor(&report);
+        assert_eq!(hand.verdict, Verdict::NotMet(1), "{hand:?}");
+        assert!(hand.worst.as_deref().unwrap().contains("mysql blocked 5 ms: 7.75×"), "{hand:?}");
     }
 
     #[test]
