@@ -434,10 +434,16 @@ mod tests {
         ]);
         let un = uncontended(&report);
         assert_eq!(un.verdict, Verdict::NotMet(2), "{un:?}");
-        assert!(un.worst.as_deref().unwrap().starts_with("mysql 5.40× the floor"), "{un:?}");
+        assert!(
+            un.worst.as_deref().unwrap().starts_with("mysql 5.40× the floor"),
+            "{un:?}"
+        );
         let hand = handover_to_floor(&report);
         assert_eq!(hand.verdict, Verdict::NotMet(1), "{hand:?}");
-        assert!(hand.worst.as_deref().unwrap().contains("mysql blocked 5 ms: 7.75×"), "{hand:?}");
+        assert!(
+            hand.worst.as_deref().unwrap().contains("mysql blocked 5 ms: 7.75×"),
+            "{hand:?}"
+        );
     }
 
     #[test]
