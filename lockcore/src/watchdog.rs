@@ -490,20 +490,26 @@ mod tests {
         }
     }
 
+    /// A watchdog on `backend` whose task was started by a lease released before it looked, and
+    /// so idles; with the sender of its `Locker`'s shutdown, to keep.
+    async fn idling(backend: Arc<dyn LockBackend>) -> (Watchdog, watch::Sender<bool>) {
+        let (closing, closed) = watch::channel(false);
+        let watchdog = Watchdog::new(backend, Tally::default(), closed);
+        let id = watchdog.register(lease(crate::DEFAULT_TTL), None);
+        watchdog.unregister(id);
+        let_the_task_run().await;
+        (watchdog, closing)
+    }
+
     /// Locks taken and released faster than the task runs: each release comes before the task
     /// looked, so the task finds nothing and idles. The next lock must not wake it again (its
     /// first renewal is due long after the task's next look of its own): before `IDLE_LOOK`, an
     /// idle task waited for a wake-up only, and every lock cycle woke another thread.
     #[tokio::test(start_paused = true)]
     async fn locks_taken_and_released_before_the_task_looks_do_not_wake_it_each_time() {
-        let (_closing, closed) = watch::channel(false);
-        let watchdog = Watchdog::new(Arc::new(MemoryBackend::new()), Tally::default(), closed);
-        // The first lease starts the task, which finds it released and idles.
-        let id = watchdog.register(lease(DEFAULT_TTL_FOR_TEST), None);
-        watchdog.unregister(id);
-        let_the_task_run().await;
+        let (watchdog, _closing) = idling(Arc::new(MemoryBackend::new())).await;
         for _ in 0..100 {
-            let id = watchdog.register(lease(DEFAULT_TTL_FOR_TEST), None);
+            let id = watchdog.register(lease(crate::DEFAULT_TTL), None);
             watchdog.unregister(id);
             let_the_task_run().await;
         }
@@ -518,11 +524,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lease_due_before_the_idle_look_wakes_the_task_and_is_renewed() {
         let backend = Arc::new(MemoryBackend::new());
-        let (_closing, closed) = watch::channel(false);
-        let watchdog = Watchdog::new(backend.clone(), Tally::default(), closed);
-        let id = watchdog.register(lease(DEFAULT_TTL_FOR_TEST), None);
-        watchdog.unregister(id);
-        let_the_task_run().await;
+        let (watchdog, _closing) = idling(backend.clone()).await;
         // Valid for 270 ms, renewed every 100 ms.
         let req = LockRequest::mutex(LockName::new("short").unwrap(), Duration::from_millis(300));
         let granted = Arc::new(backend.try_acquire(&req).await.unwrap().expect("free"));
@@ -532,6 +534,4 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(!granted.lost.is_lost(), "{:?}", granted.lost.reason());
     }
-
-    const DEFAULT_TTL_FOR_TEST: Duration = crate::DEFAULT_TTL;
 }
