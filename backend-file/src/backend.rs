@@ -46,10 +46,10 @@ impl FileBackend {
         })
     }
 
-    /// Starts more passes of pruning for this locker than the one about every 10 minutes that
-    /// every locker runs in a Tokio runtime: about every `every`, removing the files of locks
-    /// idle for `idle` (tests of the automatic passes). They stop when the locker is shut down
-    /// or dropped.
+    /// Starts more automatic passes of pruning for this locker than those every locker runs in a
+    /// Tokio runtime: one whenever the directory was last pruned `every` ago, removing the files
+    /// of locks idle for `idle` (tests of the automatic passes). They stop when the locker is
+    /// shut down or dropped.
     #[doc(hidden)]
     pub fn keep_pruning(&self, every: Duration, idle: Duration) {
         crate::conn::keep_pruning(&self.dir, every, idle);

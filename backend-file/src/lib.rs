@@ -89,12 +89,16 @@
 //! Nothing piles up in the directory. A lock's files (`<stem>.lock`, `<stem>.state`, a leftover
 //! `.<stem>.tmp`) are removed once nobody holds or waits for the lock and **no step touched them
 //! for an hour** (every step sets its lock file's times), and so are the liveness files of dead
-//! lockers in `.owners/` (which a locker also removes when it opens the directory). Every locker
-//! running in a Tokio runtime does a pass about every 10 minutes (the first 5 to 10 minutes after
-//! it opened the directory; at most 100 locks a pass); [`locksmith_core::Locker::prune`] and
-//! `locksmith prune [--idle DURATION] [--dry-run]` prune on demand, `--idle 0s` every lock that
-//! nobody holds or waits for now. A short-lived `locksmith run` never lives to its first pass:
-//! where nothing else runs long, run `locksmith prune` from cron.
+//! lockers in `.owners/` (which a locker also removes when it opens the directory). A directory
+//! is pruned about every 10 minutes, by whichever process comes first: a locker running in a
+//! Tokio runtime that opens a directory last pruned 10 minutes ago or more (the modification time
+//! of `.pruned.lock`) runs a pass at once, in the background, and its later passes go by the
+//! directory's last one, so a directory used only by `locksmith run`s (which live milliseconds) is
+//! pruned too, and many lockers of one directory do not each run passes of their own. A pass looks
+//! at no more than 4,000 locks (a random window of a larger directory) and removes at most 100; a
+//! locker whose pass removed 100 runs the next a second later.
+//! [`locksmith_core::Locker::prune`] and `locksmith prune [--idle DURATION] [--dry-run]` prune
+//! every lock on demand, `--idle 0s` every lock that nobody holds or waits for now.
 //!
 //! - **Never a lock in use**: a prune takes each lock file's `flock` without waiting (a lock in a
 //!   step is left for the next pass), reads the state under it and drops its dead entries as a
@@ -139,7 +143,8 @@
 //!   `random.rs` (ids and jitter from `getrandom`);
 //! - `conn/`: the directory (`mod.rs`), this locker's liveness file (`owner.rs`), transactions on
 //!   a state file (`txn.rs`), the state file's layout on disk (`record.rs`), the files kept
-//!   open between steps (`kept.rs`), the removal of idle locks' files (`prune.rs`);
+//!   open between steps (`kept.rs`), the removal of idle locks' files (`prune.rs`) and the
+//!   directory's automatic passes of it (`auto_prune.rs`);
 //! - `protocol/`: the state file's contents (`state.rs`), the steps on a queue (`queue.rs`), the
 //!   one wait loop of every kind (`wait.rs`), elections (`election.rs`);
 //! - `wake.rs` (inotify), `look.rs` (the waiters' shared read), `renew.rs` (`renew_many`), `cleanup.rs` (an entry given up on),

@@ -209,12 +209,14 @@ async fn prunes_in_a_loop_beside_lockers_lose_nothing() {
 }
 
 /// The liveness file of a locker that died without removing it goes with a prune (a dry run only
-/// counts it); a live locker's stays.
+/// counts it); a live locker's stays. (In a directory pruned lately: a directory due for a pass
+/// gets one as a locker opens it, which would remove the dead file before the dry run looks.)
 #[tokio::test]
 async fn a_dead_lockers_liveness_file_goes() {
     let h = FileHarness::new();
-    let locker = h.locker().await;
-    let dead = h.dir.join(".owners").join(format!("{:032x}", rand::random::<u128>()));
+    let (dir, url) = pruned_lately(&h);
+    let locker = locksmith_file::connect(&url).await.unwrap();
+    let dead = dir.join(".owners").join(format!("{:032x}", rand::random::<u128>()));
     std::fs::write(&dead, b"0\n").unwrap();
     let dry = locker.prune(Duration::ZERO, true).await.unwrap();
     assert!(dry.owners >= 1 && dead.exists(), "{dry:?}");
@@ -251,5 +253,99 @@ async fn a_locker_prunes_by_itself() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    locker.shutdown().await.unwrap();
+}
+
+/// Sets the modification time of the file at `path` to `ago` before now.
+fn make_old(path: &std::path::Path, ago: Duration) {
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.set_modified(std::time::SystemTime::now() - ago).unwrap();
+}
+
+/// The lock and state files whose names start with `prefix` in `dir`.
+fn files_in(dir: &std::path::Path, prefix: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|f| f.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            name.starts_with(prefix) && (name.ends_with(".lock") || name.ends_with(".state"))
+        })
+        .collect()
+}
+
+/// A directory of its own under the harness's, whose last pass of pruning is now (so that no
+/// locker opening it prunes it), and its URL.
+fn pruned_lately(h: &FileHarness) -> (std::path::PathBuf, BackendUrl) {
+    let dir = h.dir.join("pruned-lately");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join(".pruned.lock"), b"").unwrap();
+    let url = BackendUrl::parse(&format!("file://{}", dir.display())).unwrap();
+    (dir, url)
+}
+
+/// A directory pruned lately ([`pruned_lately`]) with three names used once by a locker that
+/// ended, their files made two hours old: what a directory used by short-lived processes holds.
+async fn with_idle_names(h: &FileHarness) -> std::path::PathBuf {
+    let (dir, url) = pruned_lately(h);
+    let locker = locksmith_file::connect(&url).await.unwrap();
+    for i in 0..3 {
+        let guard = locker.lock(format!("used-once-{i}")).acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    locker.shutdown().await.unwrap();
+    let files = files_in(&dir, "used-once-");
+    assert_eq!(files.len(), 6, "{files:?}");
+    for file in &files {
+        make_old(file, Duration::from_secs(2 * 3600));
+    }
+    dir
+}
+
+/// Bug: a locker's own passes began 5 to 10 minutes after it opened the directory, so a directory
+/// used only by processes that live less (every `locksmith run`) kept the files of every name it
+/// ever saw. A locker that opens a directory whose last pass is over ten minutes old prunes it at
+/// once, in the background, without anyone calling `prune`.
+#[tokio::test]
+async fn a_locker_opening_a_directory_due_for_a_pass_prunes_it_at_once() {
+    let h = FileHarness::new();
+    let dir = with_idle_names(&h).await;
+    make_old(&dir.join(".pruned.lock"), Duration::from_secs(11 * 60));
+    let url = BackendUrl::parse(&format!("file://{}", dir.display())).unwrap();
+    let locker = locksmith_file::connect(&url).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !files_in(&dir, "used-once-").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "files of idle locks left 10 s after a locker opened a directory due for a pass: {:?}",
+            files_in(&dir, "used-once-")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The pass recorded its end: the next process to open the directory does not prune again.
+    let last = std::fs::metadata(dir.join(".pruned.lock")).unwrap().modified().unwrap();
+    assert!(last.elapsed().unwrap_or_default() < Duration::from_secs(60), "{last:?}");
+    locker.shutdown().await.unwrap();
+}
+
+/// One pass a directory about every ten minutes, however many processes open it: a locker that
+/// opens a directory pruned a moment ago leaves its idle locks to the next pass (here removed by
+/// an explicit `prune`, which shows they were idle).
+#[tokio::test]
+async fn a_locker_opening_a_directory_pruned_lately_leaves_it_alone() {
+    let h = FileHarness::new();
+    let dir = with_idle_names(&h).await;
+    let url = BackendUrl::parse(&format!("file://{}", dir.display())).unwrap();
+    let locker = locksmith_file::connect(&url).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        files_in(&dir, "used-once-").len(),
+        6,
+        "a directory pruned lately was pruned again"
+    );
+    let report = locker.prune(Duration::from_secs(3600), false).await.unwrap();
+    assert_eq!(report.locks, 3, "{report:?}");
+    assert!(files_in(&dir, "used-once-").is_empty());
     locker.shutdown().await.unwrap();
 }

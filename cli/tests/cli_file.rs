@@ -710,3 +710,54 @@ fn run_dies_of_sigint_when_cmd_did() {
     assert_eq!(status.code(), Some(130), "{status:?}");
     common::assert_code(&common::run(&["--url", &url, "try", &name]), 0);
 }
+
+/// The lock and state files in `dir` whose names start with `prefix`.
+fn lock_files(dir: &std::path::Path, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|f| f.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with(prefix) && (name.ends_with(".lock") || name.ends_with(".state"))
+        })
+        .collect()
+}
+
+/// Sets the modification time of the file at `path` (made if missing) to `ago` before now.
+fn make_old(path: &std::path::Path, ago: std::time::Duration) {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .unwrap();
+    file.set_modified(std::time::SystemTime::now() - ago).unwrap();
+}
+
+/// Bug: a locker's own passes of pruning began 5 to 10 minutes after it opened the directory,
+/// and a `locksmith` command lives milliseconds, so a directory used only by the command (its
+/// default) kept the files of every name it ever saw. Now a `run` that opens a directory last
+/// pruned over ten minutes ago prunes it, in the background while CMD runs: the files of locks
+/// idle for an hour go.
+#[test]
+fn a_run_prunes_a_directory_last_pruned_over_ten_minutes_ago() {
+    let dir = dir().join("auto-prune");
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("file://{}", dir.display());
+    for i in 0..3 {
+        let out = common::run(&["--url", &url, "try", &format!("used-once-{i}")]);
+        common::assert_code(&out, 0);
+    }
+    let files = lock_files(&dir, "used-once-");
+    assert_eq!(files.len(), 6, "{files:?}");
+    for file in &files {
+        make_old(file, std::time::Duration::from_secs(2 * 3600));
+    }
+    make_old(&dir.join(".pruned.lock"), std::time::Duration::from_secs(11 * 60));
+    let out = common::run(&["--url", &url, "run", "another", "--", "sleep", "0.5"]);
+    common::assert_code(&out, 0);
+    let left = lock_files(&dir, "used-once-");
+    assert!(left.is_empty(), "files of locks idle for two hours left: {left:?}");
+    assert_eq!(lock_files(&dir, "another").len(), 2, "the run's own lock was pruned");
+}

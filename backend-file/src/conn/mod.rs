@@ -1,7 +1,9 @@
 //! The "connection" of a file backend: the directory, this locker's liveness file in it and its
 //! heartbeat (`owner.rs`), the leases it holds, transactions on a lock's state file (`txn.rs`),
-//! and the removal of idle locks' files (`prune.rs`).
+//! and the removal of idle locks' files (`prune.rs`, run now and then by every locker:
+//! `auto_prune.rs`).
 
+mod auto_prune;
 mod cache;
 mod kept;
 mod owner;
@@ -23,8 +25,9 @@ use crate::error::io_error;
 use crate::layout::{LockFile, OWNERS_DIR};
 use crate::protocol::state::{Liveness, Now};
 use crate::wake::{Changes, Hub};
+pub(crate) use auto_prune::{keep_pruning, EVERY as PRUNE_EVERY, IDLE as PRUNE_IDLE};
 use owner::Owner;
-pub(crate) use prune::{keep_pruning, prune, EVERY as PRUNE_EVERY, IDLE as PRUNE_IDLE};
+pub(crate) use prune::prune;
 
 /// One locker's view of the lock directory.
 #[derive(Debug)]

@@ -61,7 +61,7 @@ fn print_sql(session: &Session, scheme: &str, grant: Option<&str>) -> Result<u8,
     }
     #[cfg(not(feature = "postgres"))]
     {
-        let _ = grant;
+        let _ = (session, grant);
         Err(Failure::new(
             USAGE,
             "this locksmith was built without the postgres feature",
