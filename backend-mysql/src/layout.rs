@@ -60,6 +60,8 @@ pub(crate) mod sql {
     pub const PRUNE_COUNT: &str = include_str!("sql/prune_count.sql");
     pub const PRUNE_DELETE: &str = include_str!("sql/prune_delete.sql");
     pub const PRUNE_RAISE_MARK: &str = include_str!("sql/prune_raise_mark.sql");
+    pub const PRUNE_CLAIM_ROW: &str = include_str!("sql/prune_claim_row.sql");
+    pub const PRUNE_CLAIM: &str = include_str!("sql/prune_claim.sql");
     pub const FORGET_COUNT: &str = include_str!("sql/forget_count.sql");
     pub const QUEUE: &str = include_str!("sql/queue.sql");
     pub const QUEUE_LIVE: &str = include_str!("sql/queue_live.sql");

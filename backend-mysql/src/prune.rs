@@ -1,7 +1,7 @@
 //! Pruning: the rows of locks nobody holds, waits for or observes, idle for a while, removed so
-//! that they do not pile up (one row per name ever used), by every locker now and then
-//! ([`keep_pruning`]: an hour's idleness, about every ten minutes) and on demand ([`prune`],
-//! `Locker::prune`, `locksmith prune`); and the owner rows of lockers dead for an hour (which
+//! that they do not pile up (one row per name ever used), by the lockers about every ten minutes,
+//! whichever looks first once a pass is due ([`keep_pruning`]: an hour's idleness), and on
+//! demand ([`prune`], `Locker::prune`, `locksmith prune`); and the owner rows of lockers dead for an hour (which
 //! every locker's wait connection also removes when it registers, `sql/forget.sql`).
 //!
 //! A pass is one transaction: the high-water mark of pruned tokens locked first
@@ -27,8 +27,8 @@ use crate::protocol::queue::DEADLOCK_TRIES;
 /// remove its row.
 pub(crate) const IDLE: Duration = Duration::from_secs(3600);
 
-/// About how often a locker runs a pass of its own (each time within a half and one and a half
-/// of it, at random, so that lockers started together do not prune together).
+/// About how often the tables are pruned by their lockers' own passes: the first locker to look
+/// once the last such pass began this long ago runs the next ([`keep_pruning`]).
 pub(crate) const EVERY: Duration = Duration::from_secs(600);
 
 /// The rows one pass removes at most (one transaction's locks).
@@ -97,28 +97,49 @@ pub(crate) async fn prune(conn: &Conn, idle: Duration, dry_run: bool) -> Result<
     Ok(PruneReport::new(locks, owners, false))
 }
 
-/// Starts this locker's own passes, one about every `every`, removing the rows idle for `idle`,
-/// until the locker is shut down or dropped. A pass that fails is logged and tried again at the
-/// next; one refused for want of rights (no `DELETE` on the tables) is logged once, and the
-/// passes stop.
+/// Starts this locker's own passes, until the locker is shut down or dropped: it looks at once,
+/// then every quarter to half of `every`, whether the last automatic pass began `every` ago or more
+/// (`sql/prune_claim.sql`, the time kept in the row `~pruned-at`), and if so runs the next,
+/// removing the rows idle for `idle`. So the tables are pruned about every `every` however many
+/// lockers use them, and a `locksmith run` that connects when a pass is due runs it. (Each
+/// locker ran its own passes before, the first 5 to 10 minutes after it connected: rows of
+/// names used only by short-lived processes stayed until someone ran `locksmith prune`.) A pass
+/// that fails is logged and tried again later; one refused for want of rights (no `DELETE` on
+/// the tables) is logged once, and the passes stop.
 pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
     let conn: Weak<Conn> = Arc::downgrade(conn);
     let idle_us = i64::try_from(idle.as_micros()).unwrap_or(i64::MAX);
+    let every_us = i64::try_from(every.as_micros()).unwrap_or(i64::MAX);
     tokio::spawn(async move {
-        let mut wait = every / 2 + every.mul_f64(rand::random::<f64>() / 2.0);
+        let mut wait = Duration::ZERO;
+        // Whether this locker's last pass found a full batch: it goes on without a claim.
+        let mut more_left = false;
         loop {
-            tokio::time::sleep(wait).await;
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
             let Some(conn) = conn.upgrade() else { return };
-            wait = every / 2 + every.mul_f64(rand::random::<f64>());
+            wait = every / 4 + every.mul_f64(rand::random::<f64>() / 4.0);
+            let go_on = more_left;
+            more_left = false;
             let pass = conn
-                .step("pruning idle locks", false, move |c| Box::pin(pass_retried(c, idle_us)))
+                .step("pruning idle locks", false, move |c| {
+                    Box::pin(async move {
+                        if !go_on && !claim(c, every_us).await? {
+                            return Ok(None);
+                        }
+                        pass_retried(c, idle_us).await.map(Some)
+                    })
+                })
                 .await;
             match pass {
-                Ok((removed, full)) => {
+                Ok(None) => {}
+                Ok(Some((removed, full))) => {
                     if removed > 0 {
                         tracing::debug!(locks = removed, "mysql: pruned idle lock rows");
                     }
                     if full {
+                        more_left = true;
                         wait = Duration::from_secs(1); // more left: the next batch soon
                     }
                 }
@@ -131,6 +152,23 @@ pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
             }
         }
     });
+}
+
+/// Whether this locker claims the next automatic pass: the last began `every_us` ago or more.
+async fn claim(c: &mut sqlx::MySqlConnection, every_us: i64) -> std::result::Result<bool, StepError> {
+    let e = |what: &'static str| move |err| StepError::sql(what, err);
+    locksmith_core::metrics::round_trip();
+    sqlx::query(sql::PRUNE_CLAIM_ROW)
+        .execute(&mut *c)
+        .await
+        .map_err(e("making the row of the last pass"))?;
+    locksmith_core::metrics::round_trip();
+    let claimed = sqlx::query(sql::PRUNE_CLAIM)
+        .bind(every_us)
+        .execute(&mut *c)
+        .await
+        .map_err(e("claiming a pass of pruning"))?;
+    Ok(claimed.rows_affected() > 0)
 }
 
 /// [`pass`], run again (from its start) when InnoDB picked it as a deadlock's victim: a step

@@ -244,3 +244,55 @@ async fn a_locker_prunes_by_itself() {
     }
     locker.shutdown().await.unwrap();
 }
+
+/// Bug: a locker's own passes began 5 to 10 minutes after it connected, so the rows of names used
+/// only by short-lived processes (every `locksmith run`) stayed until someone ran `locksmith
+/// prune`. A locker that connects when the last automatic pass began over ten minutes ago runs
+/// the next at once, and records when it began (the row `~pruned-at`) so that the lockers after
+/// it do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locker_connecting_when_a_pass_is_due_prunes_at_once() {
+    let harness = common::MyHarness::plain().await;
+    let locker = connect(&harness.url).await;
+    let prefix = unique_name("due");
+    for i in 0..3 {
+        use_once(&locker, &format!("{prefix}-{i}"), 0).await;
+    }
+    locker.shutdown().await.unwrap();
+    assert_eq!(lock_rows(&harness.url, &prefix).await, 3);
+    // Their last tokens handed out two hours ago, and the last automatic pass eleven minutes ago.
+    let encoded = locksmith_core::driver::LockName::new(&prefix)
+        .unwrap()
+        .encoded()
+        .to_owned();
+    execute(
+        &harness.url,
+        &format!("UPDATE locksmith_locks SET token = token - 7200000000 WHERE segment LIKE '{encoded}%'"),
+    )
+    .await;
+    execute(
+        &harness.url,
+        "UPDATE locksmith_locks SET token = GREATEST(token, 660000000) - 660000000 WHERE segment = '~pruned-at'",
+    )
+    .await;
+    let again = connect(&harness.url).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while lock_rows(&harness.url, &prefix).await > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rows idle for two hours left 10 s after a locker connected when a pass was due"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut c = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
+    let recent: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM locksmith_locks WHERE segment = '~pruned-at' \
+         AND CAST(token AS SIGNED) > CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) - 60000000",
+    )
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
+    c.close().await.unwrap();
+    assert_eq!(recent, 1, "the pass did not record when it began");
+    again.shutdown().await.unwrap();
+}

@@ -1,8 +1,9 @@
 //! Pruning: the lock rows of locks nobody holds or waits for and that have been idle for a while,
 //! and the owner rows of lockers long dead, are removed (`sql/idle_locks.sql`,
-//! `sql/idle_queued.sql`, `sql/idle_owners.sql`), by every locker now and then ([`keep_pruning`])
-//! and on demand ([`prune`], `Locker::prune`, `locksmith prune`). Each pass is a few statements of
-//! at most [`BATCH`] rows each on the steps' connection, skipping the rows a step holds.
+//! `sql/idle_queued.sql`, `sql/idle_owners.sql`), by the lockers of a schema about every 10
+//! minutes, whichever looks first once a pass is due ([`keep_pruning`]), and on demand
+//! ([`prune`], `Locker::prune`, `locksmith prune`). Each pass is a few statements of at most
+//! [`BATCH`] rows each on the steps' connection, skipping the rows a step holds.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -16,9 +17,8 @@ use crate::protocol::queue::Op;
 /// locker's own passes remove its row, and a dead locker's owner row.
 pub(crate) const IDLE: Duration = Duration::from_secs(3600);
 
-/// About how often a locker runs a pass of its own (each time within a half and one and a half
-/// of it, at random, so that lockers started together do not prune together; the first one no
-/// sooner than half of it after connecting).
+/// About how often a schema is pruned by its lockers' own passes: the first locker to look once
+/// the last such pass began this long ago runs the next ([`keep_pruning`]).
 pub(crate) const EVERY: Duration = Duration::from_secs(600);
 
 /// The most rows one statement of a pass removes.
@@ -67,25 +67,37 @@ pub(crate) async fn prune(conn: &Conn, idle: Duration, dry_run: bool) -> Result<
     }
 }
 
-/// Starts this locker's own passes, one about every `every` (see [`EVERY`]), removing what has
-/// been idle for `idle`, until the locker is shut down or dropped. A pass that fails is logged
-/// and tried again at the next; one refused for want of rights (a user granted what an earlier
-/// release needed: no `DELETE` on `locks`) is logged once, and the passes stop.
+/// Starts this locker's own passes, until the locker is shut down or dropped: it looks at once,
+/// then every quarter to half of `every`, whether the schema's last automatic pass began `every` ago
+/// or more (`sql/idle_claim.sql`, the time kept in the high-water mark's row), and if so runs
+/// the next, removing what has been idle for `idle`. So a schema is pruned about every `every`
+/// however many lockers use it, and a `locksmith run` that connects when a pass is due runs it.
+/// (Each locker ran its own passes before, the first 5 to 10 minutes after it connected: rows of
+/// names used only by short-lived processes stayed until someone ran `locksmith prune`.) A
+/// pass that fails is logged and tried again later; one refused for want of rights (a user
+/// granted what an earlier release needed: no `DELETE` on `locks`) is logged once, and the
+/// passes stop.
 pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
     let conn: Weak<Conn> = Arc::downgrade(conn);
     tokio::spawn(async move {
         let idle_ms = millis(idle);
-        let mut wait = every / 2 + every.mul_f64(rand::random::<f64>() / 2.0);
+        let mut wait = Duration::ZERO;
+        // Whether this locker's last pass stopped at a batch's end: it goes on without a claim.
+        let mut more_left = false;
         loop {
-            tokio::time::sleep(wait).await;
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
             let Some(conn) = conn.upgrade() else { return };
-            wait = every / 2 + every.mul_f64(rand::random::<f64>());
-            let pass = match add_mark(&conn).await {
-                Ok(()) => pass(&conn, idle_ms).await,
-                Err(e) => Err(e),
+            wait = every / 4 + every.mul_f64(rand::random::<f64>() / 4.0);
+            let pass = match more_left {
+                true => pass(&conn, idle_ms).await.map(Some),
+                false => claimed_pass(&conn, millis(every), idle_ms).await,
             };
+            more_left = false;
             match pass {
-                Ok(pass) => {
+                Ok(None) => {}
+                Ok(Some(pass)) => {
                     if pass.report.locks + pass.report.owners > 0 {
                         tracing::debug!(
                             locks = pass.report.locks,
@@ -94,6 +106,7 @@ pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
                         );
                     }
                     if pass.full {
+                        more_left = true;
                         wait = Duration::from_secs(1); // more left: the next batch soon
                     }
                 }
@@ -106,6 +119,20 @@ pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
             }
         }
     });
+}
+
+/// A pass, if the schema's last automatic pass began `every_ms` ago or more and this locker
+/// claims the next (`None` otherwise).
+async fn claimed_pass(conn: &Conn, every_ms: i64, idle_ms: i64) -> Result<Option<Pass>> {
+    add_mark(conn).await?;
+    let claim = conn
+        .one_statement(&conn.sql.idle_claim, &[&every_ms])
+        .await
+        .map_err(denied_hint)?;
+    match claim {
+        Some(_) => pass(conn, idle_ms).await.map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Adds the high-water mark's row where it is missing (tables made before it, by this release's

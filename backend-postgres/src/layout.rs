@@ -130,6 +130,9 @@ pub(crate) struct Sql {
     pub delete_holders: String,
     /// Adds the high-water mark's row ([`PRUNED`]) if missing.
     pub add_pruned: String,
+    /// `idle_claim.sql`: claims the schema's next automatic pass if the last began `$1` ms ago
+    /// or more (a row when claimed).
+    pub idle_claim: String,
     /// `idle_locks.sql`: removes up to `$2` lock rows idle for `$1` ms; how many.
     pub idle_locks: String,
     /// `idle_queued.sql`: up to `$2` locks idle for `$1` ms whose entries are all dead.
@@ -242,6 +245,7 @@ impl Sql {
             list: fill(include_str!("sql/list.sql")),
             delete_holders: fill(include_str!("sql/delete_holders.sql")),
             add_pruned: fill(include_str!("sql/add_pruned.sql")),
+            idle_claim: fill(include_str!("sql/idle_claim.sql")),
             idle_locks: fill(include_str!("sql/idle_locks.sql")),
             idle_queued: fill(include_str!("sql/idle_queued.sql")),
             idle_owners: fill(include_str!("sql/idle_owners.sql")),

@@ -195,10 +195,12 @@
 //! granted) and no lease of a holder kept in the row running within it. The owner row of a locker
 //! whose heartbeat ended an hour ago (a killed process) goes too, once no entry names it; the
 //! entries a dead locker left go with a step on their lock, which a prune takes on an idle lock
-//! whose entries are all dead. Every locker runs a pass of its own about every 10 minutes (at
-//! random, the first 5 to 10 minutes after connecting: a locker that lives for seconds, such as a
-//! `locksmith run`, leaves it to the others or to a `locksmith prune` from cron), at most 100 rows
-//! a table per statement. [`locksmith_core::Locker::prune`] and `locksmith prune [--idle DURATION]
+//! whose entries are all dead. A schema is pruned about every 10 minutes by its lockers, whichever
+//! looks first once a pass is due: a locker looks as it connects and then every 2.5 to 5 minutes,
+//! and claims the next pass when the last began 10 minutes ago or more (the time is kept in the
+//! row `~pruned`), so a `locksmith run` that connects when a pass is due runs it, and many
+//! lockers of one schema do not each run passes of their own. At most 100 rows a table per
+//! statement. [`locksmith_core::Locker::prune`] and `locksmith prune [--idle DURATION]
 //! [--dry-run]` prune on demand; `--idle 0s` removes every lock that nobody holds or waits for now.
 //!
 //! - **Never a lock in use**: a row is locked as a step locks it (`FOR UPDATE`, `SKIP LOCKED`: a

@@ -290,3 +290,43 @@ async fn a_locker_prunes_by_itself() {
         .is_empty());
     locker.shutdown().await.unwrap();
 }
+
+/// Bug: a locker's own passes began 5 to 10 minutes after it connected, so the rows of names used
+/// only by short-lived processes (every `locksmith run`) stayed until someone ran `locksmith
+/// prune`. A locker that connects when the schema's last automatic pass began over ten minutes
+/// ago runs the next at once, and records when it began (in the high-water mark's row) so that
+/// the lockers after it do not.
+#[tokio::test]
+async fn a_locker_connecting_when_a_pass_is_due_prunes_at_once() {
+    let h = PgHarness::plain().await;
+    let s = &h.schema;
+    let locker = h.locker().await;
+    for i in 0..3 {
+        let guard = locker.lock(format!("due-{i}")).acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    locker.shutdown().await.unwrap();
+    assert_eq!(lock_rows(s, "due-").await, 3);
+    // Their last tokens handed out two hours ago, and the schema's last pass eleven minutes ago.
+    query_as_owner(&format!(
+        "UPDATE \"{s}\".locks SET token = token - 7200000000 WHERE segment LIKE 'due-%'; \
+         UPDATE \"{s}\".locks SET holder_expires = clock_timestamp() - interval '11 minutes' \
+         WHERE segment = '~pruned'"
+    ))
+    .await;
+    let again = h.locker().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while lock_rows(s, "due-").await > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rows idle for two hours left 10 s after a locker connected when a pass was due"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let began = query_as_owner(&format!(
+        "SELECT holder_expires > clock_timestamp() - interval '1 minute' FROM \"{s}\".locks WHERE segment = '~pruned'"
+    ))
+    .await;
+    assert_eq!(began, ["t"], "the pass did not record when it began");
+    again.shutdown().await.unwrap();
+}

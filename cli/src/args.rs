@@ -267,10 +267,9 @@ pub enum Command {
     /// (untouched for --idle; the largest token removed is kept in `.pruned`), and the liveness
     /// files of dead lockers in `.owners/`. etcd, ZooKeeper and Redis keep nothing of a lock once
     /// it is free (keys and nodes go with their holders, or expire), nor does mem://: 0. Lockers
-    /// of PostgreSQL also prune by themselves (idle 1h), about every 10 minutes of their life: a
-    /// short-lived `locksmith run` does not, so run `prune` from cron where nothing else lives
-    /// long. On file:// every command that opens a directory last pruned 10 minutes ago or more
-    /// prunes it (idle 1h, at most 100 locks), in the background while it runs.
+    /// of PostgreSQL and file:// also prune by themselves (idle 1h) about every 10 minutes: a
+    /// command that connects when the schema or directory was last pruned 10 minutes ago or more
+    /// prunes it (at most 100 locks), in the background while it runs.
     Prune(PruneArgs),
     /// Print the completion script of SHELL on stdout, e.g. `locksmith completions bash >
     /// ~/.local/share/bash-completion/completions/locksmith`, `locksmith completions zsh >

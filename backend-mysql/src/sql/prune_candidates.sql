@@ -3,7 +3,7 @@
 -- more. Locked, skipping the rows a step holds now (a prune never waits for a lock in use); the
 -- delete checks again, in a statement of its own, once they are locked (prune_delete.sql).
 SELECT l.lock_id, l.token FROM locksmith_locks l
-WHERE l.segment <> '~pruned'
+WHERE l.segment NOT IN ('~pruned', '~pruned-at')
   AND CAST(l.token AS SIGNED) <= CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) - ?
   AND NOT EXISTS (SELECT 1 FROM locksmith_entries e WHERE e.lock_id = l.lock_id)
   AND NOT EXISTS (SELECT 1 FROM locksmith_watches w WHERE w.lock_id = l.lock_id)

@@ -15,6 +15,7 @@ INSERT INTO {schema}.meta (key, value) VALUES ('version', '7') ON CONFLICT (key)
 -- no token handed out for the idle time) is removed by a prune (idle_locks.sql), which keeps the
 -- largest token it removed in the row '{pruned}' (no lock's segment has a '~'), the high-water
 -- mark that a lock's next row starts from: its tokens go on above every earlier one.
+-- In that row, holder_expires is when the schema's last automatic prune began (idle_claim.sql).
 -- since: every entry of the lock has seq >= since (a lower bound, moved forward only under the
 -- row lock). The reads of a queue start there: the index entries of deleted entries stay in
 -- entries_by_segment until VACUUM removes them, and a lock taken and released thousands of times
