@@ -276,6 +276,24 @@ impl Dir {
     }
 }
 
+/// Sets the modification time of `file`, and its access time with `access`, to now. `UTIME_NOW`
+/// needs only the right to write, not ownership: the file may be another user's in a shared
+/// directory.
+pub(crate) fn set_times_to_now(file: &std::fs::File, access: bool) -> rustix::io::Result<()> {
+    let at = |now: bool| rustix::fs::Timespec {
+        tv_sec: 0,
+        tv_nsec: match now {
+            true => rustix::fs::UTIME_NOW,
+            false => rustix::fs::UTIME_OMIT,
+        },
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: at(access),
+        last_modification: at(true),
+    };
+    rustix::fs::futimens(file, &times)
+}
+
 /// A duration in nanoseconds (saturating).
 pub(crate) fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

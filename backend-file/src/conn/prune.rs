@@ -277,23 +277,10 @@ impl Dir {
 }
 
 /// Sets the modification time of `.pruned.lock` (`turn`, at `path`) to now: when the directory
-/// was last pruned, which the automatic passes of every process go by. `UTIME_NOW` needs only the
-/// right to write (the file may be another user's in a shared directory). A failure only logs:
-/// the next pass then comes sooner.
+/// was last pruned, which the automatic passes of every process go by. A failure only logs: the
+/// next pass then comes sooner.
 fn stamp(turn: &File, path: &Path) {
-    let now = rustix::fs::Timespec {
-        tv_sec: 0,
-        tv_nsec: rustix::fs::UTIME_NOW,
-    };
-    let omit = rustix::fs::Timespec {
-        tv_sec: 0,
-        tv_nsec: rustix::fs::UTIME_OMIT,
-    };
-    let times = rustix::fs::Timestamps {
-        last_access: omit,
-        last_modification: now,
-    };
-    if let Err(e) = rustix::fs::futimens(turn, &times) {
+    if let Err(e) = super::set_times_to_now(turn, false) {
         tracing::debug!(path = %path.display(), error = %e, "file backend: cannot record a pass of pruning");
     }
 }

@@ -650,9 +650,8 @@ const TOUCH_EVERY: i64 = 60;
 /// Sets the access and modification times of the lock file `locked` (at `path`) to now, unless
 /// both are less than [`TOUCH_EVERY`] seconds old (a system call and a journalled inode write
 /// saved on most steps), so that age-based clean-ups (which go by days) and a prune (by an hour)
-/// leave a lock file in use alone. `UTIME_NOW` needs only the right to write,
-/// which the lock file is opened with (not ownership: it may be another user's in a shared
-/// directory). A failure only logs: the step runs anyway, [`check_still_named`] still guards it.
+/// leave a lock file in use alone ([`super::set_times_to_now`]: the lock file is opened with the
+/// right to write). A failure only logs: the step runs anyway, [`check_still_named`] still guards it.
 fn touch(locked: &mut Locked, path: &Path) {
     let now_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -661,15 +660,7 @@ fn touch(locked: &mut Locked, path: &Path) {
         return;
     }
     locked.times = now_s;
-    let now = rustix::fs::Timespec {
-        tv_sec: 0,
-        tv_nsec: rustix::fs::UTIME_NOW,
-    };
-    let times = rustix::fs::Timestamps {
-        last_access: now,
-        last_modification: now,
-    };
-    if let Err(e) = rustix::fs::futimens(&locked.file, &times) {
+    if let Err(e) = super::set_times_to_now(&locked.file, true) {
         tracing::debug!(path = %path.display(), error = %e, "file backend: cannot set the lock file's times");
     }
 }
