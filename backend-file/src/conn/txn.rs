@@ -322,7 +322,8 @@ impl Dir {
         let (f, writable, meta) = match kept {
             Some((f, meta)) => (f, step, meta),
             None => {
-                let open = |write: bool| safe_open::options().read(true).write(write).open(path);
+                let open =
+                    |write: bool| safe_open::open_without_atime(safe_open::options().read(true).write(write), path);
                 let opened = match step {
                     true => match open(true) {
                         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => open(false).map(|f| (f, false)),
