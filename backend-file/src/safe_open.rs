@@ -98,7 +98,10 @@ mod tests {
                 .custom_flags(FLAGS | rustix::fs::OFlags::NOATIME.bits() as i32)
                 .open(&in_thread);
             let ours = open_without_atime(options().read(true), &in_thread);
-            (plain.map(|_| ()).map_err(|e| e.raw_os_error()), ours.map(|_| ()).map_err(|e| e.to_string()))
+            (
+                plain.map(|_| ()).map_err(|e| e.raw_os_error()),
+                ours.map(|_| ()).map_err(|e| e.to_string()),
+            )
         })
         .join()
         .unwrap();
