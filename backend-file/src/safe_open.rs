@@ -22,6 +22,9 @@ use locksmith_core::{LockError, Result};
 /// `O_NOFOLLOW | O_NONBLOCK`, as [`OpenOptionsExt::custom_flags`] takes them.
 const FLAGS: i32 = (rustix::fs::OFlags::NOFOLLOW.bits() | rustix::fs::OFlags::NONBLOCK.bits()) as i32;
 
+/// [`FLAGS`] and `O_NOATIME` ([`open_without_atime`]).
+const FLAGS_NOATIME: i32 = FLAGS | rustix::fs::OFlags::NOATIME.bits() as i32;
+
 /// [`OpenOptions`] that refuse a symbolic link as the last component of the path, and never
 /// block opening a FIFO (`O_NONBLOCK`).
 pub(crate) fn options() -> OpenOptions {
@@ -36,7 +39,7 @@ pub(crate) fn options() -> OpenOptions {
 /// `relatime` each such read set its access time: a dirtied inode, a journalled write, on every
 /// step (3% of an uncontended cycle's time in a profile).
 pub(crate) fn open_without_atime(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
-    options.custom_flags(FLAGS | rustix::fs::OFlags::NOATIME.bits() as i32);
+    options.custom_flags(FLAGS_NOATIME);
     match options.open(path) {
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) => {
             options.custom_flags(FLAGS);
@@ -93,10 +96,7 @@ mod tests {
             let mut sets = capabilities(None).unwrap();
             sets.effective.remove(CapabilitySet::FOWNER);
             set_capabilities(None, sets).unwrap();
-            let plain = options()
-                .read(true)
-                .custom_flags(FLAGS | rustix::fs::OFlags::NOATIME.bits() as i32)
-                .open(&in_thread);
+            let plain = options().read(true).custom_flags(FLAGS_NOATIME).open(&in_thread);
             let ours = open_without_atime(options().read(true), &in_thread);
             (
                 plain.map(|_| ()).map_err(|e| e.raw_os_error()),

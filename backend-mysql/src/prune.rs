@@ -120,8 +120,7 @@ pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
             }
             let Some(conn) = conn.upgrade() else { return };
             wait = every / 4 + every.mul_f64(rand::random::<f64>() / 4.0);
-            let go_on = more_left;
-            more_left = false;
+            let go_on = std::mem::take(&mut more_left);
             let pass = conn
                 .step("pruning idle locks", false, move |c| {
                     Box::pin(async move {

@@ -80,7 +80,7 @@ pub(crate) async fn prune(conn: &Conn, idle: Duration, dry_run: bool) -> Result<
 pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
     let conn: Weak<Conn> = Arc::downgrade(conn);
     tokio::spawn(async move {
-        let idle_ms = millis(idle);
+        let (idle_ms, every_ms) = (millis(idle), millis(every));
         let mut wait = Duration::ZERO;
         // Whether this locker's last pass stopped at a batch's end: it goes on without a claim.
         let mut more_left = false;
@@ -90,11 +90,10 @@ pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
             }
             let Some(conn) = conn.upgrade() else { return };
             wait = every / 4 + every.mul_f64(rand::random::<f64>() / 4.0);
-            let pass = match more_left {
+            let pass = match std::mem::take(&mut more_left) {
                 true => pass(&conn, idle_ms).await.map(Some),
-                false => claimed_pass(&conn, millis(every), idle_ms).await,
+                false => claimed_pass(&conn, every_ms, idle_ms).await,
             };
-            more_left = false;
             match pass {
                 Ok(None) => {}
                 Ok(Some(pass)) => {

@@ -50,13 +50,10 @@ pub(crate) fn keep_pruning(dir: &Arc<Dir>, every: Duration, idle: Duration) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let first = due_in(dir.last_pass(), SystemTime::now(), every);
     let dir = Arc::downgrade(dir);
     runtime.spawn(async move {
-        let mut wait = match first.is_zero() {
-            true => Duration::ZERO,
-            false => first + spread(every),
-        };
+        // The first look at once: a directory due now is pruned now.
+        let mut wait = Duration::ZERO;
         // Whether this locker's last pass stopped at its limit: the next comes soon, whatever
         // the directory's last pass (that one) says.
         let mut more_left = false;
@@ -65,13 +62,14 @@ pub(crate) fn keep_pruning(dir: &Arc<Dir>, every: Duration, idle: Duration) {
                 tokio::time::sleep(wait).await;
             }
             let Some(dir) = dir.upgrade() else { return };
-            let due = due_in(dir.last_pass(), SystemTime::now(), every);
-            if !more_left && !due.is_zero() {
-                // Another process pruned the directory meanwhile.
-                wait = due + spread(every);
-                continue;
+            if !std::mem::take(&mut more_left) {
+                let due = due_in(dir.last_pass(), SystemTime::now(), every);
+                if !due.is_zero() {
+                    // Not yet, or another process pruned the directory meanwhile.
+                    wait = due + spread(every);
+                    continue;
+                }
             }
-            more_left = false;
             let pass = tokio::task::spawn_blocking(move || dir.prune(idle, false, BATCH, Kind::Automatic)).await;
             wait = match pass.map_err(crate::error::join_error).and_then(|pass| pass) {
                 Ok(Pass::Ran { report, full }) => {
