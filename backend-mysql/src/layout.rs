@@ -37,7 +37,7 @@ pub(crate) mod sql {
     /// The one-call steps' stored procedures (name, definition): `conn/routines.rs`.
     pub const PROCEDURES: [(&str, &str); 2] = [
         ("locksmith_enter_v3", include_str!("sql/proc_enter.sql")),
-        ("locksmith_release_v2", include_str!("sql/proc_release.sql")),
+        ("locksmith_release_v3", include_str!("sql/proc_release.sql")),
     ];
     pub const ROUTINES: &str = include_str!("sql/routines.sql");
     pub const CALL_ENTER: &str = include_str!("sql/call_enter.sql");
@@ -77,8 +77,12 @@ pub(crate) mod sql {
     pub const OWNER_CONN: &str = include_str!("sql/owner_conn.sql");
     pub const WATCHER_CONNS: &str = include_str!("sql/watcher_conns.sql");
     pub const KILL_QUERY: &str = include_str!("sql/kill_query.sql");
+    /// Which wait connections hold their marks ([`super::mark_prefix`]): `kill.rs`.
+    pub const MARKED_CONNS: &str = include_str!("sql/marked_conns.sql");
     pub const WAITING_CONNS: &str = include_str!("sql/waiting_conns.sql");
     pub const REGISTER: &str = include_str!("sql/register.sql");
+    /// The wait connection takes its mark as it registers (`wake.rs`).
+    pub const TAKE_MARK: &str = include_str!("sql/take_mark.sql");
     pub const TOUCH_OWNER: &str = include_str!("sql/touch_owner.sql");
     /// What lockers unseen for an hour left (their mailbox rows, watches, owner rows), removed
     /// in one statement by each locker when its wait connection registers.
@@ -116,6 +120,15 @@ pub(crate) mod sql {
     pub fn with_ids(sql: &str, n: usize) -> String {
         sql.replace("{ids}", &vec!["?"; n.max(1)].join(", "))
     }
+}
+
+/// The start of the named lock that locker `owner`'s wait connection holds for as long as it is
+/// open, its connection id appended (`locksmith-mark-<owner>-<connection id>`): a waker that finds
+/// the mark of the registered connection id held by that very connection knows it is the
+/// locker's wait connection, live on this server, and sends it `KILL QUERY` without reading the
+/// process list (`kill.rs`, `sql/proc_release.sql`, which spell it the same way).
+pub(crate) fn mark_prefix(owner: u64) -> String {
+    format!("locksmith-mark-{owner:016x}-")
 }
 
 /// The named lock that locker `owner`'s steps' connection holds and its wait connection waits

@@ -35,6 +35,13 @@
 //! The waiters and observers it notifies are in the locker's hub (`hub.rs`); the `KILL QUERY`
 //! the steps send is `kill.rs`'s.
 //!
+//! A waker checks that the registered connection id is still this locker's wait connection
+//! before it sends the `KILL QUERY` (after a server restart the id may be another client's): the
+//! connection holds a named lock of its own, its **mark** (`layout::mark_prefix`, taken as it
+//! registers and held until it closes), and one `IS_USED_LOCK` says whether the registered id
+//! holds it. A kill may thus reach the connection between statements (a beat, a mailbox read):
+//! that statement fails as interrupted and the loop goes round, reading the mailbox again.
+//!
 //! Cost: two connections per locker (this one and the steps'), whatever its number of waiters;
 //! per beat, one `UPDATE` of its waiting entries and one indexed `SELECT` of the expired entries
 //! of the locks it waits for (nothing to read when it waits for none);
@@ -99,6 +106,17 @@ fn serve<'a>(
             limit,
             "registering the wait connection",
             sqlx::query(sql::REGISTER).bind(owner).execute(&mut *wait),
+        )
+        .await?
+        .is_none()
+        {}
+        // Its mark: wakers that find it held by the registered id send their `KILL QUERY`
+        // without reading the process list (`kill.rs`).
+        let mark = crate::layout::mark_prefix(owner);
+        while bounded(
+            limit,
+            "taking the wait connection's mark",
+            sqlx::query(sql::TAKE_MARK).bind(&mark).execute(&mut *wait),
         )
         .await?
         .is_none()

@@ -118,10 +118,10 @@ async fn the_procedures_are_created_where_missing() {
     let harness = common::MyHarness::plain().await;
     let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
     let count = "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() \
-                 AND ROUTINE_NAME IN ('locksmith_enter_v3', 'locksmith_release_v2')";
+                 AND ROUTINE_NAME IN ('locksmith_enter_v3', 'locksmith_release_v3')";
     let n = |row: sqlx::mysql::MySqlRow| row.get::<i64, _>(0);
     assert_eq!(n(sqlx::query(count).fetch_one(&mut admin).await.unwrap()), 2);
-    sqlx::Executor::execute(&mut admin, "DROP PROCEDURE locksmith_release_v2")
+    sqlx::Executor::execute(&mut admin, "DROP PROCEDURE locksmith_release_v3")
         .await
         .unwrap();
     let locker = connect(&harness.url).await;

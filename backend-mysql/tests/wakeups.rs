@@ -275,3 +275,57 @@ async fn readers_let_in_together_are_woken_once_each() {
         r.shutdown().await.unwrap();
     }
 }
+
+/// A wake-up reads no process list: the waker knows the waiting locker's wait connection by its
+/// mark (a named lock it holds, `layout::mark_prefix`), where it read
+/// `information_schema.PROCESSLIST` before each `KILL QUERY` (0.5–2 ms of the server's time, most
+/// of a hand-over). Ten hand-overs between two lockers, by the one-call release and by the full
+/// step (`procedures=off`), counted with the server's `Created_tmp_tables`: every read of an
+/// `information_schema` table makes one (so does each `SHOW GLOBAL STATUS`), the lockers'
+/// statements none. This package's tests run one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_ups_read_no_process_list() {
+    use sqlx::{Connection, Row};
+    const HAND_OVERS: u64 = 10;
+    let harness = common::MyHarness::plain().await;
+    let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
+    let tmp_tables = async |admin: &mut sqlx::MySqlConnection| -> u64 {
+        let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Created_tmp_tables'")
+            .fetch_one(admin)
+            .await
+            .unwrap();
+        row.get::<String, _>(1).parse().unwrap()
+    };
+    for options in ["heartbeat=30s&ttl=30s", "heartbeat=30s&ttl=30s&procedures=off"] {
+        let url = harness.url_with(options);
+        let (a, b) = (connect(&url).await, connect(&url).await);
+        let name = unique_name("no_process_list");
+        let mut held = a.lock(&name).acquire().await.unwrap();
+        // The wait connections' first beat and sweep are behind them (a heartbeat of 30 s).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = tmp_tables(&mut admin).await;
+        for round in 0..HAND_OVERS {
+            let next = if round % 2 == 0 { b.clone() } else { a.clone() };
+            let waiter = tokio::spawn({
+                let name = name.clone();
+                async move { next.lock(&name).acquire().await.unwrap() }
+            });
+            until_waiters(&a, &name, 1, Duration::from_secs(5)).await;
+            held.release().await.unwrap();
+            held = within(Duration::from_secs(2), "the woken waiter's grant", waiter)
+                .await
+                .unwrap();
+        }
+        // The two `SHOW GLOBAL STATUS`, and `until_waiters`'s reads of the queue (none of
+        // `information_schema`).
+        let made = tmp_tables(&mut admin).await - before;
+        eprintln!("{options}: {made} temporary tables in {HAND_OVERS} hand-overs");
+        assert!(
+            made < HAND_OVERS / 2,
+            "{options}: {made} temporary tables made in {HAND_OVERS} hand-overs: the wakers read the process list"
+        );
+        held.release().await.unwrap();
+        a.shutdown().await.unwrap();
+        b.shutdown().await.unwrap();
+    }
+}

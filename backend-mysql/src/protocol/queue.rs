@@ -174,7 +174,8 @@ async fn read_pruned(c: &mut MySqlConnection, lock_id: u64) -> std::result::Resu
 
 /// Writes the wake-ups after a change of `queue` (when `waiters`, the waiters that hold now but
 /// have not taken their grant, other than `me`; the observers when `observers`), and returns the
-/// wait connections to interrupt after the commit.
+/// wait connections to interrupt after the commit (each its locker's owner id and the connection
+/// id it registered: `kill.rs`).
 ///
 /// A waiter's standing depends on the roles ahead of it only, never on who took a grant: a step
 /// that only joined or took its own grant changes no other waiter's turn, and wakes none
@@ -187,7 +188,7 @@ async fn wake(
     me: Option<u64>,
     waiters: bool,
     observers: bool,
-) -> std::result::Result<Vec<u64>, StepError> {
+) -> std::result::Result<Vec<(u64, u64)>, StepError> {
     let e = |what: &'static str| move |err| StepError::sql(what, err);
     let roles: Vec<Role> = queue.iter().map(|x| x.role).collect();
     let mut owners = Vec::new();
@@ -215,10 +216,10 @@ async fn wake(
             .await
             .map_err(e("waking a waiter"))?
         {
-            conns.push(
-                row.try_get::<u64, _>(0)
-                    .map_err(|err| StepError::from(crate::error::decode("an owner", err)))?,
-            );
+            let conn = row
+                .try_get::<u64, _>(0)
+                .map_err(|err| StepError::from(crate::error::decode("an owner", err)))?;
+            conns.push((owner, conn));
         }
     }
     if observers {
@@ -234,11 +235,10 @@ async fn wake(
             .await
             .map_err(e("waking the observers"))?
         {
-            let id: u64 = row
-                .try_get(0)
-                .map_err(|err| StepError::from(crate::error::decode("an observer", err)))?;
-            if !conns.contains(&id) {
-                conns.push(id);
+            let decode = |err| StepError::from(crate::error::decode("an observer", err));
+            let wait: (u64, u64) = (row.try_get(0).map_err(decode)?, row.try_get(1).map_err(decode)?);
+            if !conns.contains(&wait) {
+                conns.push(wait);
             }
         }
     }
@@ -279,7 +279,7 @@ pub(crate) const DEADLOCK_TRIES: u32 = 5;
 async fn transaction<T, F>(conn: &Conn, what: &'static str, body: F) -> Result<T>
 where
     T: Send + 'static,
-    F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, (T, Vec<u64>)> + Send + Sync + 'static,
+    F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, (T, Vec<(u64, u64)>)> + Send + Sync + 'static,
 {
     let after_close = matches!(what, "sweeping" | "leaving at shutdown");
     let body = std::sync::Arc::new(body);

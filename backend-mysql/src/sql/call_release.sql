@@ -1,1 +1,1 @@
-CALL locksmith_release_v2(?, ?, ?)
+CALL locksmith_release_v3(?, ?, ?)
