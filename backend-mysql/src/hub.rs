@@ -13,7 +13,7 @@ use tokio::time::Instant;
 /// observers by lock segment.
 #[derive(Debug, Default)]
 pub(crate) struct Hub {
-    entries: Mutex<HashMap<u64, Arc<Notify>>>,
+    entries: Mutex<HashMap<u64, Arc<Mailbox>>>,
     segments: Mutex<HashMap<String, Arc<Notify>>>,
     task: Mutex<Option<JoinHandle<()>>>,
     /// When the wait connection's statement in flight should have been answered by (`None`:
@@ -25,12 +25,43 @@ pub(crate) struct Hub {
 /// How late an answer on the wait connection may come before the server counts as silent.
 const ANSWER_SLACK: Duration = Duration::from_millis(500);
 
+/// A grant the mailbox brought a waiter: the step that wrote its row made its entry hold
+/// (`sql/proc_release.sql`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// Its fencing token.
+    pub token: u64,
+    /// Until when its lease lasts at least, on this process's clock: when the mailbox read that
+    /// saw it was sent, plus the time its lease had left on the server's clock then.
+    pub until: Instant,
+}
+
+/// What the hub keeps for a waiter.
+#[derive(Debug, Default)]
+struct Mailbox {
+    /// Notified when the waiter's turn may have come.
+    woken: Notify,
+    /// The last grant delivered for it.
+    grant: Mutex<Option<Grant>>,
+}
+
 /// A waiter's registration in the hub: removed when dropped.
 pub(crate) struct Waiting<'a> {
     hub: &'a Hub,
     id: u64,
+    mailbox: Arc<Mailbox>,
+}
+
+impl Waiting<'_> {
     /// Notified when the waiter's turn may have come.
-    pub woken: Arc<Notify>,
+    pub fn woken(&self) -> &Notify {
+        &self.mailbox.woken
+    }
+
+    /// The grant delivered since the last call, if any.
+    pub fn take_grant(&self) -> Option<Grant> {
+        self.mailbox.grant.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 impl Drop for Waiting<'_> {
@@ -46,12 +77,12 @@ impl Drop for Waiting<'_> {
 impl Hub {
     /// Registers the waiter of entry `id`.
     pub fn entry(&self, id: u64) -> Waiting<'_> {
-        let woken = Arc::new(Notify::new());
+        let mailbox = Arc::new(Mailbox::default());
         self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, woken.clone());
-        Waiting { hub: self, id, woken }
+            .insert(id, mailbox.clone());
+        Waiting { hub: self, id, mailbox }
     }
 
     /// The notification of the observers of `segment`.
@@ -60,29 +91,20 @@ impl Hub {
         segments.entry(segment.to_owned()).or_default().clone()
     }
 
-    pub fn deliver(&self, entry: Option<u64>, segment: &str) {
+    /// Delivers a mailbox row: to the waiter of `entry` (with its `grant`, if it holds now), or,
+    /// for a row without an entry, to the observers of `segment`.
+    pub fn deliver(&self, entry: Option<u64>, segment: &str, grant: Option<Grant>) {
         if let Some(id) = entry {
-            if let Some(n) = self.entries.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
-                n.notify_one();
+            if let Some(mailbox) = self.entries.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+                if grant.is_some() {
+                    *mailbox.grant.lock().unwrap_or_else(|e| e.into_inner()) = grant;
+                }
+                mailbox.woken.notify_one();
             }
         }
         if let Some(n) = self.segments.lock().unwrap_or_else(|e| e.into_inner()).get(segment) {
             n.notify_waiters();
             n.notify_one();
-        }
-    }
-
-    /// Notifies the waiter when it is the locker's only one and nothing is observed: a wake-up
-    /// of this locker can then only be for it (any other is spurious, which is harmless).
-    pub fn wake_the_only_waiter(&self) {
-        if !self.segments.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-            return;
-        }
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() == 1 {
-            if let Some(n) = entries.values().next() {
-                n.notify_one();
-            }
         }
     }
 
@@ -100,8 +122,8 @@ impl Hub {
     /// Every waiter and observer: after the wait connection was lost, when wakes may have been
     /// missed.
     pub fn everyone(&self) {
-        for n in self.entries.lock().unwrap_or_else(|e| e.into_inner()).values() {
-            n.notify_one();
+        for mailbox in self.entries.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            mailbox.woken.notify_one();
         }
         for n in self.segments.lock().unwrap_or_else(|e| e.into_inner()).values() {
             n.notify_waiters();

@@ -65,7 +65,10 @@
 //!   commits (the clock floor).
 //! - **Wake-ups**: see `wake.rs`: a locker's one wait connection waits in `GET_LOCK` on a name its
 //!   steps' connection holds, guarded by a mailbox read; the step that makes a waiter's turn come writes its mailbox row and sends
-//!   `KILL QUERY` to that connection. Two connections per locker, whatever its number of waiters.
+//!   `KILL QUERY` to that connection (found by its mark, a named lock it holds). A release by
+//!   the one-call procedure grants the next waiter in its own transaction, and the waiter holds
+//!   on the grant its locker's mailbox read brings, without a statement of its own. Two
+//!   connections per locker, whatever its number of waiters.
 //!   Lockers of different users need `CONNECTION ADMIN` (or `SUPER`) to wake each other; without
 //!   it a waiter finds its wake-up at its next heartbeat.
 //! - **Expiry**: a lease ends at `expires_at` by the server's clock even while its holder's
@@ -97,8 +100,9 @@
 //!   at most 64 characters (MySQL's limit) and 192 bytes of UTF-8 (MariaDB's), else
 //!   `InvalidName`. MariaDB 10.11 compares names byte for byte (measured: `Abc` and `abc` are two
 //!   locks, although its documentation calls them case-insensitive); give both sides the same
-//!   spelling. Names `locksmith-wait-<16 hex digits>` are each locker's own (its steps' connection
-//!   holds one for its wait connection to wait on, `wake.rs`): use no lock of that form.
+//!   spelling. Names `locksmith-wait-<16 hex digits>` and `locksmith-mark-<16 hex digits>-<id>`
+//!   are each locker's own (its steps' connection holds the first for its wait connection to wait
+//!   on, its wait connection the second, `wake.rs`): use no lock of those forms.
 //! - **Kinds**: mutexes only. `GET_LOCK` has no shared mode, no count and no election:
 //!   `rwlock`, `semaphore` and `election` (campaign, `leader`, `observe`) are refused with
 //!   `InvalidOption`. Guarded writes work; a `TokenRegister`'s lock (`locksmith-register/<name>`)

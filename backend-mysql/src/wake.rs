@@ -20,8 +20,10 @@
 //!
 //! The wait task then reads the mailbox (`sql/wakes_read.sql`), notifies each named waiter of
 //! this locker (or, for rows without an entry, the observers of the lock), and deletes what it
-//! read: one waiter per wake, not every waiter of the locker. A locker with one waiter and no
-//! observer notifies it as soon as its wait is interrupted, before reading the mailbox.
+//! read: one waiter per wake, not every waiter of the locker. The read also says whether each
+//! named entry holds now, with its token and the time left on its lease: a release granted it
+//! (`sql/proc_release.sql`), and the waiter holds without a statement of its own
+//! (`protocol/wait.rs`).
 //!
 //! The same connection carries the locker's heartbeat at each beat (`heartbeat=`, 1 s): it
 //! extends its waiting entries (`sql/beat.sql`: a waiter whose locker died is gone after five
@@ -59,6 +61,7 @@ use locksmith_core::Result;
 
 use crate::conn::{open, Conn};
 use crate::error::{decode, interrupted, mysql_error, timeout};
+use crate::hub::Grant;
 use crate::layout::sql;
 
 /// Starts the wait task of `conn`.
@@ -168,6 +171,7 @@ fn serve<'a>(
                     }
                 }
             }
+            let read_sent = Instant::now();
             let Some(rows) = bounded(
                 limit,
                 "reading the wake-ups",
@@ -184,9 +188,8 @@ fn serve<'a>(
                 // is harmless.
                 let Some(c) = conn.upgrade() else { return Ok(()) };
                 for row in rows {
-                    let entry: Option<u64> = row.try_get(1).map_err(|e| decode("reading the wake-ups", e))?;
-                    let seg: Vec<u8> = row.try_get(2).map_err(|e| decode("reading the wake-ups", e))?;
-                    c.hub.deliver(entry, &String::from_utf8_lossy(&seg));
+                    let (entry, seg, grant) = mailbox_row(&row, read_sent)?;
+                    c.hub.deliver(entry, &String::from_utf8_lossy(&seg), grant);
                 }
                 drop(c);
                 bounded(
@@ -213,22 +216,38 @@ fn serve<'a>(
                 .bind(&name)
                 .bind(secs)
                 .fetch_one(&mut *wait);
-            let woken = match tokio::time::timeout(limit + beat, waiting).await {
+            // A `KILL QUERY` ends the wait (the `GET_LOCK` answers `NULL`; the fallback `SLEEP`
+            // fails as interrupted), the beat ends it otherwise: either way the loop reads the
+            // mailbox next, whose rows say whom a wake-up is for, with their grants.
+            match tokio::time::timeout(limit + beat, waiting).await {
                 Err(_) => return Err(timeout("the wait connection's wait", limit + beat)),
-                Ok(Ok(answer)) => answer.is_none(),
-                Ok(Err(e)) if interrupted(&e) => true,
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) if interrupted(&e) => {}
                 Ok(Err(e)) => return Err(mysql_error("waiting", e)),
-            };
-            // A `KILL QUERY` ended the wait: the `GET_LOCK` answers `NULL` (the fallback `SLEEP`
-            // fails as interrupted). A locker with one waiter and no observer knows whom the
-            // wake-up is for before reading the mailbox (a round trip less on a hand-over).
-            if woken {
-                if let Some(c) = conn.upgrade() {
-                    c.hub.wake_the_only_waiter();
-                }
             }
         }
     })
+}
+
+/// A mailbox row (`sql/wakes_read.sql`): its entry (none for the observers of the lock), the
+/// lock's segment, and the entry's grant if it holds now. The grant's lease is counted from
+/// `read_sent`, when the read was sent: the server measured the time left after that, so the
+/// lease never outlasts the server's.
+fn mailbox_row(row: &sqlx::mysql::MySqlRow, read_sent: Instant) -> Result<(Option<u64>, Vec<u8>, Option<Grant>)> {
+    let col = |e| decode("reading the wake-ups", e);
+    let entry: Option<u64> = row.try_get(1).map_err(col)?;
+    let seg: Vec<u8> = row.try_get(2).map_err(col)?;
+    let held: Option<i8> = row.try_get(3).map_err(col)?;
+    let token: Option<u64> = row.try_get(4).map_err(col)?;
+    let left_us: Option<i64> = row.try_get(5).map_err(col)?;
+    let grant = match (held, token, left_us.and_then(|l| u64::try_from(l).ok())) {
+        (Some(1), Some(token), Some(left)) if left > 0 => Some(Grant {
+            token,
+            until: read_sent + Duration::from_micros(left),
+        }),
+        _ => None,
+    };
+    Ok((entry, seg, grant))
 }
 
 /// Every how many beats the locker's owner row is touched (a minute at the default beat): a

@@ -175,10 +175,10 @@ async fn a_waiter_whose_steps_connection_died_is_still_woken() {
     // of the waiting entry).
     let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
     let holders =
-        "SELECT CAST(IS_USED_LOCK(CONCAT('locksmith-wait-', LPAD(LOWER(HEX(o.id)), 16, '0'))) AS UNSIGNED), o.conn_id \
+        "SELECT CAST(IS_USED_LOCK(CONCAT('locksmith-wait-', LPAD(LOWER(HEX(o.id)), 16, '0'))) AS UNSIGNED), o.conn_id, o.id \
                    FROM locksmith_owners o JOIN locksmith_entries e ON e.owner = o.id WHERE e.held = 0";
     let row = sqlx::query(holders).fetch_one(&mut admin).await.unwrap();
-    let (steps, wait): (Option<u64>, u64) = (row.get(0), row.get(1));
+    let (steps, wait, owner): (Option<u64>, u64, u64) = (row.get(0), row.get(1), row.get(2));
     let steps = steps.expect("the waiting locker's steps' connection holds its wait name");
     assert_ne!(steps, wait, "the wait connection holds its own name");
     sqlx::Executor::execute(&mut admin, format!("KILL CONNECTION {steps}").as_str())
@@ -194,15 +194,21 @@ async fn a_waiter_whose_steps_connection_died_is_still_woken() {
     )
     .await
     .unwrap();
-    let row = sqlx::query(holders.replace("e.held = 0", "e.held = 1").as_str())
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
+    // The grant came with the mailbox row; the release is b's next step, on a new steps'
+    // connection, which takes the name again.
+    got.release().await.unwrap();
+    let row = sqlx::query(
+        "SELECT CAST(IS_USED_LOCK(CONCAT('locksmith-wait-', LPAD(LOWER(HEX(id)), 16, '0'))) AS UNSIGNED), conn_id \
+         FROM locksmith_owners WHERE id = ?",
+    )
+    .bind(owner)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
     let (steps_again, wait_again): (Option<u64>, u64) = (row.get(0), row.get(1));
     let steps_again = steps_again.expect("the new steps' connection holds the wait name");
     assert_ne!(steps_again, steps, "the name is held by the connection that was killed");
     assert_ne!(steps_again, wait_again, "the wait connection kept the name");
-    got.release().await.unwrap();
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
@@ -328,4 +334,59 @@ async fn wake_ups_read_no_process_list() {
         a.shutdown().await.unwrap();
         b.shutdown().await.unwrap();
     }
+}
+
+/// A release by the one-call procedure grants the first waiter in its own transaction, and the
+/// waiter's locker reads the grant with the mailbox row: the waiter holds without a `CALL` of its
+/// own. Ten hand-overs between two lockers are two `CALL`s each (the waiter's join, the holder's
+/// release), counted with the server's `Com_call_procedure`; three before (the woken waiter took
+/// its grant with one more). The tokens still grow, and each holder's lease is live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_granted_by_a_release_holds_without_a_call_of_its_own() {
+    use sqlx::{Connection, Row};
+    const HAND_OVERS: u64 = 10;
+    let harness = common::MyHarness::plain().await;
+    let url = harness.url_with("heartbeat=30s&ttl=30s");
+    let (a, b) = (connect(&url).await, connect(&url).await);
+    let name = unique_name("granted");
+    let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
+    let calls = async |admin: &mut sqlx::MySqlConnection| -> u64 {
+        let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Com_call_procedure'")
+            .fetch_one(admin)
+            .await
+            .unwrap();
+        row.get::<String, _>(1).parse().unwrap()
+    };
+    let mut held = a.lock(&name).acquire().await.unwrap();
+    let mut last = held.fencing_token();
+    let before = calls(&mut admin).await;
+    for round in 0..HAND_OVERS {
+        let next = if round % 2 == 0 { b.clone() } else { a.clone() };
+        let waiter = tokio::spawn({
+            let name = name.clone();
+            async move { next.lock(&name).acquire().await.unwrap() }
+        });
+        until_waiters(&a, &name, 1, Duration::from_secs(5)).await;
+        held.release().await.unwrap();
+        held = within(Duration::from_secs(2), "the woken waiter's grant", waiter)
+            .await
+            .unwrap();
+        assert!(held.fencing_token() > last, "tokens grow");
+        assert_eq!(held.lost_reason(), None, "a granted lease is live");
+        last = held.fencing_token();
+    }
+    let made = calls(&mut admin).await - before;
+    eprintln!("{made} calls in {HAND_OVERS} hand-overs");
+    assert!(
+        made <= 2 * HAND_OVERS + 2,
+        "{made} procedure calls in {HAND_OVERS} hand-overs: the woken waiters called to take their grants"
+    );
+    // The server's holder is the last waiter, with its token and a fresh lease.
+    let holder = a.inspect(&name).await.unwrap().holder.expect("a holder");
+    assert_eq!(holder.holder_id, held.lease().holder_id);
+    assert_eq!(holder.fencing_token, Some(held.fencing_token()));
+    assert!(holder.ttl_remaining.is_some_and(|left| left > Duration::from_secs(20)));
+    held.release().await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
 }

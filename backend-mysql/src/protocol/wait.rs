@@ -1,6 +1,8 @@
 //! The one wait loop of every kind: enter the queue, then, until the entry holds, sleep until
 //! the wait connection delivers a wake-up for it (`wake.rs`), the lease of the holder it waits
-//! for runs out, or the caller's deadline; riding out outages with `Outage`.
+//! for runs out, or the caller's deadline; riding out outages with `Outage`. A wake-up that
+//! brings a grant (a release procedure granted the entry: `sql/proc_release.sql`) is held at
+//! once, without a step ([`held_at_once`]); any other is followed by a step.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use locksmith_core::{LockError, Result};
 
 use crate::cleanup::Pending;
 use crate::conn::Conn;
+use crate::hub::Grant;
 use crate::layout::segment;
 use crate::protocol::queue::{enter, holder_id, leave, new_entry_id, try_take, Entered};
 
@@ -63,7 +66,15 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
                     }
                 };
                 tokio::select! {
-                    _ = registration.woken.notified() => {}
+                    _ = registration.woken().notified() => {
+                        if let Some((token, acquired_at)) = registration.take_grant().and_then(|g| held_at_once(req.ttl, g)) {
+                            pending.disarm();
+                            return Ok(Lease {
+                                waited: true,
+                                ..req.lease(token, holder_id(conn.owner, id), acquired_at)
+                            });
+                        }
+                    }
                     _ = expiry => {}
                     _ = sleep_until_deadline(deadline) => {
                         // A server that went away while we waited is reported as such, not as a
@@ -88,6 +99,19 @@ pub(crate) async fn acquire(conn: &Arc<Conn>, req: &LockRequest, deadline: Optio
     }
 }
 
+/// The token of `grant`, and the instant its lease counts from, if the waiter may hold on it
+/// without a statement of its own: its lease lasts until `grant.until` at least (the server's
+/// time left, counted from the mailbox read's sending), so it counts from `until - ttl`, and it
+/// must have five sixths of its TTL left, as PostgreSQL's granted waiters (a waiter that woke
+/// later confirms with its step, which restarts the lease on the server).
+fn held_at_once(ttl: Duration, grant: Grant) -> Option<(u64, Instant)> {
+    let left = grant.until.saturating_duration_since(Instant::now());
+    if left.saturating_mul(6) < ttl.saturating_mul(5) {
+        return None;
+    }
+    Some((grant.token, grant.until.checked_sub(ttl)?))
+}
+
 /// One try.
 ///
 /// # Errors
@@ -109,4 +133,36 @@ pub(crate) async fn try_acquire(conn: &Arc<Conn>, req: &LockRequest) -> Result<O
     let granted = try_take(conn, req, seg, id).await?;
     pending.disarm();
     Ok(granted.map(|token| req.lease(token, holder_id(conn.owner, id), sent)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A grant's lease ends where the server's does at the latest: it counts from `until - ttl`.
+    /// One that has lost more than a sixth of its TTL is confirmed by a step instead.
+    #[test]
+    fn a_grant_is_held_at_once_only_with_five_sixths_of_its_ttl_left() {
+        let ttl = Duration::from_secs(6);
+        let now = Instant::now();
+        let fresh = Grant {
+            token: 7,
+            until: now + Duration::from_millis(5_990),
+        };
+        let (token, since) = held_at_once(ttl, fresh).expect("a fresh grant holds at once");
+        assert_eq!(token, 7);
+        assert_eq!(since + ttl, fresh.until, "the lease ends where the server's does");
+        assert!(since <= now, "the lease counts from before the grant was read");
+        let late = Grant {
+            token: 7,
+            until: now + Duration::from_millis(4_900),
+        };
+        assert_eq!(
+            held_at_once(ttl, late),
+            None,
+            "a grant read late is confirmed by a step"
+        );
+        let gone = Grant { token: 7, until: now };
+        assert_eq!(held_at_once(ttl, gone), None);
+    }
 }

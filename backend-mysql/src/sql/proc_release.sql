@@ -1,7 +1,10 @@
 -- locksmith_release_v3: releases held entry p_id of lock p_segment (with fencing token p_token)
 -- in one call, in a transaction of its own, when the queue is one it can decide alone: no
 -- expired entry, no observer, and every other entry an exclusive waiter. The first of those then
--- holds by the queue rule: it gets a mailbox row, and after the commit its locker's wait
+-- holds by the queue rule, and is granted here: its token (the counter's next, as every grant's),
+-- its lease from now, and a mailbox row; its locker's wait task reads the grant with the row
+-- (sql/wakes_read.sql) and the waiter holds without a statement of its own (protocol/wait.rs).
+-- After the commit its locker's wait
 -- connection is sent `KILL QUERY` (wake.rs; an error there is ignored: the locker finds the row
 -- at its next beat) if the registered id is that connection's: it holds its mark (layout.rs,
 -- mark_prefix), or, for a locker of an older release (no mark), the process list shows it
@@ -17,12 +20,13 @@ CREATE PROCEDURE locksmith_release_v3(
 MODIFIES SQL DATA
 BEGIN
     DECLARE v_lock BIGINT UNSIGNED DEFAULT NULL;
+    DECLARE v_last, v_token BIGINT UNSIGNED DEFAULT 0;
     DECLARE v_next, v_owner, v_conn BIGINT UNSIGNED DEFAULT NULL;
     DECLARE v_n, v_other, v_expired, v_watched, v_released INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     START TRANSACTION;
-    SET v_lock = (SELECT lock_id FROM locksmith_locks WHERE segment = p_segment FOR UPDATE);
+    SELECT lock_id, token INTO v_lock, v_last FROM locksmith_locks WHERE segment = p_segment FOR UPDATE;
     SELECT COALESCE(SUM(id <> p_id), 0), COALESCE(SUM(id <> p_id AND (role <> 'x' OR held <> 0)), 0),
            COALESCE(SUM(expires_at < NOW(6)), 0),
            EXISTS(SELECT 1 FROM locksmith_watches WHERE lock_id = v_lock)
@@ -35,10 +39,16 @@ BEGIN
         DELETE FROM locksmith_entries WHERE id = p_id AND held = 1 AND token = p_token;
         SET v_released = ROW_COUNT();
         IF v_released > 0 AND v_n > 0 THEN
-            -- The first waiter holds now: its mailbox row, and its locker's wait connection.
+            -- The first waiter holds now: its grant, its mailbox row, and its locker's wait
+            -- connection.
             SELECT e.id, e.owner, o.conn_id INTO v_next, v_owner, v_conn
                 FROM locksmith_entries e LEFT JOIN locksmith_owners o ON o.id = e.owner
                 WHERE e.lock_id = v_lock ORDER BY e.seq LIMIT 1;
+            SET v_token = GREATEST(v_last + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED));
+            UPDATE locksmith_locks SET token = v_token WHERE lock_id = v_lock;
+            UPDATE locksmith_entries
+                SET held = 1, token = v_token, expires_at = NOW(6) + INTERVAL ttl_us MICROSECOND
+                WHERE id = v_next;
             INSERT INTO locksmith_wakes (owner, entry, lock_id) VALUES (v_owner, v_next, v_lock);
         END IF;
         COMMIT;
