@@ -17,6 +17,45 @@ async fn connect(url: &str) -> Locker {
         .unwrap()
 }
 
+/// The server's counter `name` (`SHOW GLOBAL STATUS`).
+async fn global_status(admin: &mut sqlx::MySqlConnection, name: &str) -> u64 {
+    use sqlx::Row;
+    let row = sqlx::query(&format!("SHOW GLOBAL STATUS LIKE '{name}'"))
+        .fetch_one(admin)
+        .await
+        .unwrap();
+    row.get::<String, _>(1).parse().unwrap()
+}
+
+/// `rounds` hand-overs of `name` between lockers `a` and `b`, starting from `held` (taken by
+/// `a`): each time the other locker waits, then the holder releases and the waiter must hold
+/// within 2 s, with a greater token and a live lease. Answers the last guard.
+async fn hand_overs(
+    a: &Locker,
+    b: &Locker,
+    name: &str,
+    mut held: locksmith_core::LockGuard,
+    rounds: u64,
+) -> locksmith_core::LockGuard {
+    let mut last = held.fencing_token();
+    for round in 0..rounds {
+        let next = if round % 2 == 0 { b.clone() } else { a.clone() };
+        let waiter = tokio::spawn({
+            let name = name.to_owned();
+            async move { next.lock(&name).acquire().await.unwrap() }
+        });
+        until_waiters(a, name, 1, Duration::from_secs(5)).await;
+        held.release().await.unwrap();
+        held = within(Duration::from_secs(2), "the woken waiter's grant", waiter)
+            .await
+            .unwrap();
+        assert!(held.fencing_token() > last, "tokens grow");
+        assert_eq!(held.lost_reason(), None, "a granted lease is live");
+        last = held.fencing_token();
+    }
+    held
+}
+
 /// Twenty hand-overs between two lockers, each waiting for the other's release, well within one
 /// heartbeat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,23 +65,8 @@ async fn releases_wake_waiters_long_before_the_heartbeat() {
     let (a, b) = (connect(&url).await, connect(&url).await);
     let name = unique_name("woken");
     within(Duration::from_secs(20), "twenty hand-overs", async {
-        let mut held = a.lock(&name).acquire().await.unwrap();
-        let mut last = held.fencing_token();
-        for round in 0..20 {
-            let next = if round % 2 == 0 { b.clone() } else { a.clone() };
-            let waiter = tokio::spawn({
-                let name = name.clone();
-                async move { next.lock(&name).acquire().await.unwrap() }
-            });
-            until_waiters(&a, &name, 1, Duration::from_secs(5)).await;
-            held.release().await.unwrap();
-            held = within(Duration::from_secs(2), "the woken waiter's grant", waiter)
-                .await
-                .unwrap();
-            assert!(held.fencing_token() > last);
-            last = held.fencing_token();
-        }
-        held.release().await.unwrap();
+        let held = a.lock(&name).acquire().await.unwrap();
+        hand_overs(&a, &b, &name, held, 20).await.release().await.unwrap();
     })
     .await;
     a.shutdown().await.unwrap();
@@ -220,7 +244,7 @@ async fn a_waiter_whose_steps_connection_died_is_still_woken() {
 /// `Com_insert` (this package's tests run one at a time; nothing else inserts meanwhile).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_let_in_together_are_woken_once_each() {
-    use sqlx::{Connection, Row};
+    use sqlx::Connection;
     const READERS: usize = 8;
     let harness = common::MyHarness::plain().await;
     let url = harness.url_with("heartbeat=30s&ttl=30s");
@@ -253,20 +277,13 @@ async fn readers_let_in_together_are_woken_once_each() {
     })
     .await;
     let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
-    let inserts = async |admin: &mut sqlx::MySqlConnection| -> u64 {
-        let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Com_insert'")
-            .fetch_one(admin)
-            .await
-            .unwrap();
-        row.get::<String, _>(1).parse().unwrap()
-    };
-    let before = inserts(&mut admin).await;
+    let before = global_status(&mut admin, "Com_insert").await;
     held.release().await.unwrap();
     let mut guards = Vec::new();
     for w in waits {
         guards.push(within(Duration::from_secs(10), "a reader's grant", w).await.unwrap());
     }
-    let written = inserts(&mut admin).await - before;
+    let written = global_status(&mut admin, "Com_insert").await - before;
     eprintln!("{written} rows inserted to let {READERS} readers in");
     assert!(
         written < 2 * READERS as u64,
@@ -291,40 +308,22 @@ async fn readers_let_in_together_are_woken_once_each() {
 /// statements none. This package's tests run one at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wake_ups_read_no_process_list() {
-    use sqlx::{Connection, Row};
+    use sqlx::Connection;
     const HAND_OVERS: u64 = 10;
     let harness = common::MyHarness::plain().await;
     let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
-    let tmp_tables = async |admin: &mut sqlx::MySqlConnection| -> u64 {
-        let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Created_tmp_tables'")
-            .fetch_one(admin)
-            .await
-            .unwrap();
-        row.get::<String, _>(1).parse().unwrap()
-    };
     for options in ["heartbeat=30s&ttl=30s", "heartbeat=30s&ttl=30s&procedures=off"] {
         let url = harness.url_with(options);
         let (a, b) = (connect(&url).await, connect(&url).await);
         let name = unique_name("no_process_list");
-        let mut held = a.lock(&name).acquire().await.unwrap();
+        let held = a.lock(&name).acquire().await.unwrap();
         // The wait connections' first beat and sweep are behind them (a heartbeat of 30 s).
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = tmp_tables(&mut admin).await;
-        for round in 0..HAND_OVERS {
-            let next = if round % 2 == 0 { b.clone() } else { a.clone() };
-            let waiter = tokio::spawn({
-                let name = name.clone();
-                async move { next.lock(&name).acquire().await.unwrap() }
-            });
-            until_waiters(&a, &name, 1, Duration::from_secs(5)).await;
-            held.release().await.unwrap();
-            held = within(Duration::from_secs(2), "the woken waiter's grant", waiter)
-                .await
-                .unwrap();
-        }
+        let before = global_status(&mut admin, "Created_tmp_tables").await;
+        let held = hand_overs(&a, &b, &name, held, HAND_OVERS).await;
         // The two `SHOW GLOBAL STATUS`, and `until_waiters`'s reads of the queue (none of
         // `information_schema`).
-        let made = tmp_tables(&mut admin).await - before;
+        let made = global_status(&mut admin, "Created_tmp_tables").await - before;
         eprintln!("{options}: {made} temporary tables in {HAND_OVERS} hand-overs");
         assert!(
             made < HAND_OVERS / 2,
@@ -343,39 +342,17 @@ async fn wake_ups_read_no_process_list() {
 /// its grant with one more). The tokens still grow, and each holder's lease is live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_granted_by_a_release_holds_without_a_call_of_its_own() {
-    use sqlx::{Connection, Row};
+    use sqlx::Connection;
     const HAND_OVERS: u64 = 10;
     let harness = common::MyHarness::plain().await;
     let url = harness.url_with("heartbeat=30s&ttl=30s");
     let (a, b) = (connect(&url).await, connect(&url).await);
     let name = unique_name("granted");
     let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
-    let calls = async |admin: &mut sqlx::MySqlConnection| -> u64 {
-        let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Com_call_procedure'")
-            .fetch_one(admin)
-            .await
-            .unwrap();
-        row.get::<String, _>(1).parse().unwrap()
-    };
-    let mut held = a.lock(&name).acquire().await.unwrap();
-    let mut last = held.fencing_token();
-    let before = calls(&mut admin).await;
-    for round in 0..HAND_OVERS {
-        let next = if round % 2 == 0 { b.clone() } else { a.clone() };
-        let waiter = tokio::spawn({
-            let name = name.clone();
-            async move { next.lock(&name).acquire().await.unwrap() }
-        });
-        until_waiters(&a, &name, 1, Duration::from_secs(5)).await;
-        held.release().await.unwrap();
-        held = within(Duration::from_secs(2), "the woken waiter's grant", waiter)
-            .await
-            .unwrap();
-        assert!(held.fencing_token() > last, "tokens grow");
-        assert_eq!(held.lost_reason(), None, "a granted lease is live");
-        last = held.fencing_token();
-    }
-    let made = calls(&mut admin).await - before;
+    let held = a.lock(&name).acquire().await.unwrap();
+    let before = global_status(&mut admin, "Com_call_procedure").await;
+    let held = hand_overs(&a, &b, &name, held, HAND_OVERS).await;
+    let made = global_status(&mut admin, "Com_call_procedure").await - before;
     eprintln!("{made} calls in {HAND_OVERS} hand-overs");
     assert!(
         made <= 2 * HAND_OVERS + 2,
