@@ -241,7 +241,10 @@ async fn a_waiter_whose_steps_connection_died_is_still_woken() {
 /// and a reader that takes its grant wakes nobody else (their turn came with the release, not with
 /// its grant). Each reader's step used to wake every reader not yet granted again: 8 + 7 + … + 1
 /// mailbox rows for one hand-over, and the `KILL QUERY`s with them. Counted with the server's
-/// `Com_insert` (this package's tests run one at a time; nothing else inserts meanwhile).
+/// `Com_insert` (this package's tests run one at a time; nothing else inserts meanwhile). The
+/// release grants the eight readers in its own transaction, and each holds on the grant its
+/// locker's mailbox read brings: two transactions in all here (`Com_begin`, which counts the
+/// procedures' too), where each reader took its grant with a step of its own (eighteen).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_let_in_together_are_woken_once_each() {
     use sqlx::Connection;
@@ -278,12 +281,20 @@ async fn readers_let_in_together_are_woken_once_each() {
     .await;
     let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
     let before = global_status(&mut admin, "Com_insert").await;
+    let begun = global_status(&mut admin, "Com_begin").await;
     held.release().await.unwrap();
     let mut guards = Vec::new();
     for w in waits {
         guards.push(within(Duration::from_secs(10), "a reader's grant", w).await.unwrap());
     }
     let written = global_status(&mut admin, "Com_insert").await - before;
+    let steps = global_status(&mut admin, "Com_begin").await - begun;
+    eprintln!("{steps} transactions to let {READERS} readers in");
+    assert!(
+        steps <= 2,
+        "{steps} transactions to let {READERS} readers in: the writer's release grants them all, \
+         and none needs a step of its own"
+    );
     eprintln!("{written} rows inserted to let {READERS} readers in");
     assert!(
         written < 2 * READERS as u64,

@@ -2,8 +2,8 @@
 //! (`call.rs`), tried first; otherwise, and without the procedures, each is one transaction:
 //! lock the lock's row (`sql/lock_row.sql`, creating it at first use), prune the entries whose
 //! lease or heartbeat ran out by the server's clock, read the queue in arrival order, step,
-//! write the wake-ups of the waiters whose turn came and of the lock's observers, commit, then
-//! interrupt the woken lockers' waits (`wake.rs`).
+//! grant the waiters whose turn came and write their wake-ups and the lock's observers', commit,
+//! then interrupt the woken lockers' waits (`wake.rs`).
 //!
 //! Fencing tokens come from the lock's row: `GREATEST(token + 1, <server's clock in µs>)`
 //! (`sql/next_token.sql`). The counter makes them grow with every grant and survive a restart
@@ -172,8 +172,9 @@ async fn read_pruned(c: &mut MySqlConnection, lock_id: u64) -> std::result::Resu
     })
 }
 
-/// Writes the wake-ups after a change of `queue` (when `waiters`, the waiters that hold now but
-/// have not taken their grant, other than `me`; the observers when `observers`), and returns the
+/// Grants the waiters that hold now by the queue rule and writes their wake-ups, after a change
+/// of `queue` (when `waiters`; other than `me`), writes the observers' when `observers`, and
+/// returns the
 /// wait connections to interrupt after the commit (each its locker's owner id and the connection
 /// id it registered: `kill.rs`).
 ///
@@ -196,6 +197,17 @@ async fn wake(
         if !waiters || entry.held || Some(entry.id) == me || !matches!(standing(&roles, i), Ok(Standing::Holds)) {
             continue;
         }
+        // Its turn came with this step, which grants it (a token, its lease from now): its
+        // locker's mailbox read brings the grant, and it holds without a step of its own
+        // (`protocol/wait.rs`).
+        let token = next_token(c, lock_id).await?;
+        locksmith_core::metrics::round_trip();
+        sqlx::query(sql::GRANT)
+            .bind(token)
+            .bind(entry.id)
+            .execute(&mut *c)
+            .await
+            .map_err(e("granting a waiter"))?;
         locksmith_core::metrics::round_trip();
         sqlx::query(sql::WAKE)
             .bind(entry.owner)
