@@ -26,7 +26,7 @@ pub(crate) struct Hub {
 const ANSWER_SLACK: Duration = Duration::from_millis(500);
 
 /// A grant the mailbox brought a waiter: the step that wrote its row made its entry hold
-/// (`sql/proc_release.sql`).
+/// (`sql/proc_release.sql`, `protocol/queue.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Grant {
     /// Its fencing token.

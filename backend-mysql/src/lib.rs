@@ -65,9 +65,9 @@
 //!   commits (the clock floor).
 //! - **Wake-ups**: see `wake.rs`: a locker's one wait connection waits in `GET_LOCK` on a name its
 //!   steps' connection holds, guarded by a mailbox read; the step that makes a waiter's turn come writes its mailbox row and sends
-//!   `KILL QUERY` to that connection (found by its mark, a named lock it holds). A release by
-//!   the one-call procedure grants the next waiter in its own transaction, and the waiter holds
-//!   on the grant its locker's mailbox read brings, without a statement of its own. Two
+//!   `KILL QUERY` to that connection (found by its mark, a named lock it holds). That step grants
+//!   the waiter in its own transaction, and the waiter holds on the grant its locker's mailbox
+//!   read brings, without a statement of its own. Two
 //!   connections per locker, whatever its number of waiters.
 //!   Lockers of different users need `CONNECTION ADMIN` (or `SUPER`) to wake each other; without
 //!   it a waiter finds its wake-up at its next heartbeat.

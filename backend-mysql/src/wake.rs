@@ -21,9 +21,9 @@
 //! The wait task then reads the mailbox (`sql/wakes_read.sql`), notifies each named waiter of
 //! this locker (or, for rows without an entry, the observers of the lock), and deletes what it
 //! read: one waiter per wake, not every waiter of the locker. The read also says whether each
-//! named entry holds now, with its token and the time left on its lease: a release granted it
-//! (`sql/proc_release.sql`), and the waiter holds without a statement of its own
-//! (`protocol/wait.rs`).
+//! named entry holds now, with its token and the time left on its lease: the step that wrote the
+//! row granted it (`sql/proc_release.sql`, `protocol/queue.rs`), and the waiter holds without a
+//! statement of its own (`protocol/wait.rs`).
 //!
 //! The same connection carries the locker's heartbeat at each beat (`heartbeat=`, 1 s): it
 //! extends its waiting entries (`sql/beat.sql`: a waiter whose locker died is gone after five

@@ -174,9 +174,8 @@ async fn read_pruned(c: &mut MySqlConnection, lock_id: u64) -> std::result::Resu
 
 /// Grants the waiters that hold now by the queue rule and writes their wake-ups, after a change
 /// of `queue` (when `waiters`; other than `me`), writes the observers' when `observers`, and
-/// returns the
-/// wait connections to interrupt after the commit (each its locker's owner id and the connection
-/// id it registered: `kill.rs`).
+/// returns the wait connections to interrupt after the commit (each its locker's owner id and
+/// the connection id it registered: `kill.rs`).
 ///
 /// A waiter's standing depends on the roles ahead of it only, never on who took a grant: a step
 /// that only joined or took its own grant changes no other waiter's turn, and wakes none

@@ -1,8 +1,9 @@
 //! The one wait loop of every kind: enter the queue, then, until the entry holds, sleep until
 //! the wait connection delivers a wake-up for it (`wake.rs`), the lease of the holder it waits
 //! for runs out, or the caller's deadline; riding out outages with `Outage`. A wake-up that
-//! brings a grant (a release procedure granted the entry: `sql/proc_release.sql`) is held at
-//! once, without a step ([`held_at_once`]); any other is followed by a step.
+//! brings a grant (the step that let the entry in granted it: `sql/proc_release.sql`,
+//! `protocol/queue.rs`) is held at once, without a step ([`held_at_once`]); any other is
+//! followed by a step.
 
 use std::sync::Arc;
 use std::time::Duration;
