@@ -199,14 +199,7 @@ async fn wake(
         // Its turn came with this step, which grants it (a token, its lease from now): its
         // locker's mailbox read brings the grant, and it holds without a step of its own
         // (`protocol/wait.rs`).
-        let token = next_token(c, lock_id).await?;
-        locksmith_core::metrics::round_trip();
-        sqlx::query(sql::GRANT)
-            .bind(token)
-            .bind(entry.id)
-            .execute(&mut *c)
-            .await
-            .map_err(e("granting a waiter"))?;
+        grant(c, lock_id, entry.id, "granting a waiter").await?;
         locksmith_core::metrics::round_trip();
         sqlx::query(sql::WAKE)
             .bind(entry.owner)
@@ -279,6 +272,24 @@ async fn next_token(c: &mut MySqlConnection, lock_id: u64) -> std::result::Resul
         .map_err(e)?;
     row.try_get(0)
         .map_err(|err| crate::error::decode("the fencing token", err).into())
+}
+
+/// Grants entry `id` of lock `lock_id`: a new token, and its lease from now; answers the token.
+async fn grant(
+    c: &mut MySqlConnection,
+    lock_id: u64,
+    id: u64,
+    what: &'static str,
+) -> std::result::Result<u64, StepError> {
+    let token = next_token(c, lock_id).await?;
+    locksmith_core::metrics::round_trip();
+    sqlx::query(sql::GRANT)
+        .bind(token)
+        .bind(id)
+        .execute(&mut *c)
+        .await
+        .map_err(|err| StepError::sql(what, err))?;
+    Ok(token)
 }
 
 /// How often a transaction that InnoDB chose as a deadlock's victim (or whose lock wait timed
@@ -403,14 +414,7 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
                     Entered::Granted(queue[me].token)
                 }
                 Standing::Holds => {
-                    let token = next_token(c, lock_id).await?;
-                    locksmith_core::metrics::round_trip();
-                    sqlx::query(sql::GRANT)
-                        .bind(token)
-                        .bind(id)
-                        .execute(&mut *c)
-                        .await
-                        .map_err(e("taking the grant"))?;
+                    let token = grant(c, lock_id, id, "taking the grant").await?;
                     queue[me].held = true;
                     changed = true;
                     Entered::Granted(token)
