@@ -1,7 +1,8 @@
-//! Guarded writes: one transaction locks the holder's entry (`sql/guarded_check.sql`: its id,
-//! token and a lease live by the server's clock, `FOR UPDATE`) and writes `locksmith_data`. A
-//! release or prune of that entry waits for the lock, so the write commits while the lease is
-//! held, or not at all.
+//! Guarded writes: one transaction locks the holder's lock row if it holds there
+//! (`sql/guarded_check_row.sql`), else its entry (`sql/guarded_check.sql`): its id, token and a
+//! lease live by the server's clock, `FOR UPDATE`; then it writes `locksmith_data`. A release,
+//! a prune or a step moving the holder waits for the lock, so the write commits while the lease
+//! is held, or not at all.
 
 use sqlx::{Connection, Row};
 
@@ -20,6 +21,7 @@ use crate::protocol::queue::entry_id;
 pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> Result<bool> {
     let id = entry_id(&lease.holder_id)?;
     let (token, name, write) = (lease.fencing_token, lease.name.as_str().to_owned(), write.clone());
+    let owner = conn.owner;
     conn.step("a guarded write", false, move |c| {
         let (name, write) = (name.clone(), write.clone());
         Box::pin(async move {
@@ -28,14 +30,28 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
                 .begin()
                 .await
                 .map_err(|err| StepError::unsent("a guarded write", err))?;
+            // The holder kept in its lock's row first, then the queue (`sql/guarded_check_row.sql`).
             locksmith_core::metrics::round_trip();
-            let held = sqlx::query(sql::GUARDED_CHECK)
+            let mut held = sqlx::query(sql::GUARDED_CHECK_ROW)
+                .bind(owner)
                 .bind(id)
                 .bind(token)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(e)?;
             if held.is_none() {
+                locksmith_core::metrics::round_trip();
+                held = sqlx::query(sql::GUARDED_CHECK)
+                    .bind(id)
+                    .bind(token)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(e)?;
+            }
+            if held.is_none() {
+                // Ended now: its reads locked the rows they looked at (a lock row whose holder
+                // left), which a transaction left open would hold until the connection's next use.
+                tx.rollback().await.map_err(e)?;
                 return Err(LockError::not_held(name).into());
             }
             let applied = match &write {
@@ -82,6 +98,7 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
                     }
                 }
                 other => {
+                    tx.rollback().await.map_err(e)?;
                     return Err(LockError::InvalidOption(format!("MySQL cannot apply {other:?}")).into());
                 }
             };

@@ -36,9 +36,13 @@ pub(crate) mod sql {
     ];
     /// The one-call steps' stored procedures (name, definition): `conn/routines.rs`.
     pub const PROCEDURES: [(&str, &str); 2] = [
-        ("locksmith_enter_v3", include_str!("sql/proc_enter.sql")),
-        ("locksmith_release_v3", include_str!("sql/proc_release.sql")),
+        ("locksmith_enter_v4", include_str!("sql/proc_enter.sql")),
+        ("locksmith_release_v4", include_str!("sql/proc_release.sql")),
     ];
+    /// Whether `locksmith_locks` has the columns of a holder kept in the row, and the statement
+    /// that adds them to a table made by an earlier release (`conn/mod.rs`).
+    pub const TABLE_LOCKS_COLUMNS: &str = include_str!("sql/table_locks_columns.sql");
+    pub const TABLE_LOCKS_HOLDER: &str = include_str!("sql/table_locks_holder.sql");
     pub const ROUTINES: &str = include_str!("sql/routines.sql");
     pub const CALL_ENTER: &str = include_str!("sql/call_enter.sql");
     pub const CALL_RELEASE: &str = include_str!("sql/call_release.sql");
@@ -54,6 +58,9 @@ pub(crate) mod sql {
     pub const LOCK_ROW: &str = include_str!("sql/lock_row.sql");
     pub const LOCK_ROW_UNLESS_BUSY: &str = include_str!("sql/lock_row_unless_busy.sql");
     pub const LOCK_ID: &str = include_str!("sql/lock_id.sql");
+    /// A holder kept in the lock's row moved into the queue, and the row freed (`protocol/queue.rs`).
+    pub const MOVE_HOLDER: &str = include_str!("sql/move_holder.sql");
+    pub const FREE_ROW: &str = include_str!("sql/free_row.sql");
     pub const PRUNE: &str = include_str!("sql/prune.sql");
     pub const PRUNE_MARK: &str = include_str!("sql/prune_mark.sql");
     pub const PRUNE_CANDIDATES: &str = include_str!("sql/prune_candidates.sql");
@@ -65,6 +72,7 @@ pub(crate) mod sql {
     pub const FORGET_COUNT: &str = include_str!("sql/forget_count.sql");
     pub const QUEUE: &str = include_str!("sql/queue.sql");
     pub const QUEUE_LIVE: &str = include_str!("sql/queue_live.sql");
+    pub const ROW_HOLDER_LIVE: &str = include_str!("sql/row_holder_live.sql");
     pub const INSERT: &str = include_str!("sql/insert.sql");
     pub const NEXT_TOKEN: &str = include_str!("sql/next_token.sql");
     pub const READ_TOKEN: &str = include_str!("sql/read_token.sql");
@@ -97,19 +105,23 @@ pub(crate) mod sql {
     /// A named lock, with a wait: a held lock's under `layout=get_lock` (`getlock.rs`), and the
     /// name a steps' connection takes as it opens for its wait connection to wait on.
     pub const GET_LOCK: &str = include_str!("sql/get_lock.sql");
+    pub const RENEW_ROWS: &str = include_str!("sql/renew_rows.sql");
     pub const RENEW: &str = include_str!("sql/renew.sql");
     pub const RENEWED: &str = include_str!("sql/renewed.sql");
     pub const WATCH: &str = include_str!("sql/watch.sql");
     pub const LIST: &str = include_str!("sql/list.sql");
-    pub const CLOSE: [&str; 4] = [
+    pub const CLOSE: [&str; 5] = [
+        include_str!("sql/close_rows.sql"),
         include_str!("sql/close_entries.sql"),
         include_str!("sql/close_watches.sql"),
         include_str!("sql/close_wakes.sql"),
         include_str!("sql/close_owner.sql"),
     ];
     pub const DELETE_HOLDERS: &str = include_str!("sql/delete_holders.sql");
+    pub const DELETE_ROW_HOLDER: &str = include_str!("sql/delete_row_holder.sql");
     pub const OWN_ENTRIES: &str = include_str!("sql/own_entries.sql");
     pub const ENTRIES: &str = include_str!("sql/entries.sql");
+    pub const GUARDED_CHECK_ROW: &str = include_str!("sql/guarded_check_row.sql");
     pub const GUARDED_CHECK: &str = include_str!("sql/guarded_check.sql");
     pub const GUARDED_CURRENT: &str = include_str!("sql/guarded_current.sql");
     pub const GUARDED_PUT: &str = include_str!("sql/guarded_put.sql");

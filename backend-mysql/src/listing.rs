@@ -30,17 +30,53 @@ pub(crate) async fn read_queue(conn: &Conn, seg: String) -> Result<Vec<Entry>> {
     .await
 }
 
+/// The live holder kept in the row of `seg` (`sql/row_holder_live.sql`), if any.
+async fn row_holder(conn: &Conn, seg: String) -> Result<Option<HolderInfo>> {
+    conn.step("reading a lock's row", false, move |c| {
+        let seg = seg.clone();
+        Box::pin(async move {
+            locksmith_core::metrics::round_trip();
+            let row = sqlx::query(sql::ROW_HOLDER_LIVE)
+                .bind(seg)
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(|e| StepError::unsent("reading a lock's row", e))?;
+            let col = |e| StepError::from(crate::error::decode("reading a lock's row", e));
+            let Some(row) = row else { return Ok(None) };
+            let (id, owner, token): (u64, u64, u64) = (
+                row.try_get(0).map_err(col)?,
+                row.try_get(1).map_err(col)?,
+                row.try_get(2).map_err(col)?,
+            );
+            let left_us: Option<i64> = row.try_get(3).map_err(col)?;
+            Ok(Some(HolderInfo {
+                holder_id: holder_id(owner, id),
+                fencing_token: Some(token),
+                ttl_remaining: Some(std::time::Duration::from_micros(
+                    u64::try_from(left_us.unwrap_or(0)).unwrap_or(0),
+                )),
+            }))
+        })
+    })
+    .await
+}
+
 /// Who holds `name` (a mutex) and how many wait.
 ///
 /// # Errors
 ///
 /// The connection's errors.
 pub(crate) async fn inspect(conn: &Conn, name: &LockName) -> Result<LockInfo> {
-    let queue = read_queue(conn, segment(Family::Mutex, name)?).await?;
-    let holder = queue.iter().find(|e| e.held).map(|e| HolderInfo {
-        holder_id: holder_id(e.owner, e.id),
-        fencing_token: Some(e.token),
-        ttl_remaining: Some(e.left()),
+    let seg = segment(Family::Mutex, name)?;
+    // The row first: a holder a step moves into the queue meanwhile is then found there.
+    let in_row = row_holder(conn, seg.clone()).await?;
+    let queue = read_queue(conn, seg).await?;
+    let holder = in_row.or_else(|| {
+        queue.iter().find(|e| e.held).map(|e| HolderInfo {
+            holder_id: holder_id(e.owner, e.id),
+            fencing_token: Some(e.token),
+            ttl_remaining: Some(e.left()),
+        })
     });
     Ok(LockInfo {
         holder,
@@ -92,12 +128,16 @@ pub(crate) async fn delete_holders(conn: &Conn, family: Family, name: &LockName)
     conn.step("deleting holders", false, move |c| {
         let seg = seg.clone();
         Box::pin(async move {
-            Ok(sqlx::query(sql::DELETE_HOLDERS)
-                .bind(seg)
-                .execute(&mut *c)
-                .await
-                .map_err(|e| StepError::sql("deleting holders", e))?
-                .rows_affected())
+            let mut n = 0;
+            for statement in [sql::DELETE_ROW_HOLDER, sql::DELETE_HOLDERS] {
+                n += sqlx::query(statement)
+                    .bind(seg.clone())
+                    .execute(&mut *c)
+                    .await
+                    .map_err(|e| StepError::sql("deleting holders", e))?
+                    .rows_affected();
+            }
+            Ok(n)
         })
     })
     .await
@@ -115,6 +155,7 @@ pub(crate) async fn entry_ids(conn: &Conn, family: Family, name: &LockName) -> R
         Box::pin(async move {
             locksmith_core::metrics::round_trip();
             let rows = sqlx::query(sql::ENTRIES)
+                .bind(seg.clone())
                 .bind(seg)
                 .fetch_all(&mut *c)
                 .await

@@ -1,5 +1,6 @@
-//! `renew_many`: two statements for every lease due, whatever their number: one `UPDATE`
-//! extends the leases still live by the server's clock, one `SELECT` says which are held.
+//! `renew_many`: three statements for every lease due, whatever their number: two `UPDATE`s
+//! extend the leases still live by the server's clock (the holders kept in their locks' rows,
+//! then the queues'), one `SELECT` says which are held.
 
 use std::sync::Arc;
 
@@ -19,10 +20,18 @@ pub(crate) async fn renew_many(conn: &Arc<Conn>, leases: &[Lease]) -> Vec<Result
     let renewed = if known.is_empty() {
         Ok(Vec::new())
     } else {
-        let asked = known.clone();
+        let (asked, owner) = (known.clone(), conn.owner);
         conn.step_first("renewing", move |c| {
             let asked = asked.clone();
             Box::pin(async move {
+                // The holders kept in their locks' rows first, then the queues' (`sql/renew_rows.sql`).
+                let rows = sql::with_ids(sql::RENEW_ROWS, asked.len());
+                let mut q = sqlx::query(&rows).bind(owner);
+                for id in &asked {
+                    q = q.bind(*id);
+                }
+                locksmith_core::metrics::round_trip();
+                q.execute(&mut *c).await.map_err(|e| StepError::unsent("renewing", e))?;
                 let update = sql::with_ids(sql::RENEW, asked.len());
                 let mut q = sqlx::query(&update);
                 for id in &asked {
@@ -32,8 +41,8 @@ pub(crate) async fn renew_many(conn: &Arc<Conn>, leases: &[Lease]) -> Vec<Result
                 locksmith_core::metrics::round_trip();
                 q.execute(&mut *c).await.map_err(|e| StepError::unsent("renewing", e))?;
                 let select = sql::with_ids(sql::RENEWED, asked.len());
-                let mut q = sqlx::query(&select);
-                for id in &asked {
+                let mut q = sqlx::query(&select).bind(owner);
+                for id in asked.iter().chain(&asked) {
                     q = q.bind(*id);
                 }
                 locksmith_core::metrics::round_trip();

@@ -118,10 +118,10 @@ async fn the_procedures_are_created_where_missing() {
     let harness = common::MyHarness::plain().await;
     let mut admin = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
     let count = "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() \
-                 AND ROUTINE_NAME IN ('locksmith_enter_v3', 'locksmith_release_v3')";
+                 AND ROUTINE_NAME IN ('locksmith_enter_v4', 'locksmith_release_v4')";
     let n = |row: sqlx::mysql::MySqlRow| row.get::<i64, _>(0);
     assert_eq!(n(sqlx::query(count).fetch_one(&mut admin).await.unwrap()), 2);
-    sqlx::Executor::execute(&mut admin, "DROP PROCEDURE locksmith_release_v3")
+    sqlx::Executor::execute(&mut admin, "DROP PROCEDURE locksmith_release_v4")
         .await
         .unwrap();
     let locker = connect(&harness.url).await;
@@ -143,7 +143,7 @@ async fn a_step_run_again_restarts_the_lease_it_finds_granted() {
     let mut c = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
     let (seg, id, owner, ttl_us) = ("procedures/again", 4242u64, 77u64, 30_000_000u64);
     let call = || {
-        sqlx::query("CALL locksmith_enter_v3(?, ?, ?, 'x', 0, '', ?, ?, 0)")
+        sqlx::query("CALL locksmith_enter_v4(?, ?, ?, 'x', 0, '', ?, ?, 0, 0)")
             .bind(seg)
             .bind(id)
             .bind(owner)

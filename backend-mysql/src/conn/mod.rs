@@ -115,6 +115,9 @@ pub(crate) struct Conn {
     pub owner: u64,
     /// Whether the one-call steps' stored procedures are there (`routines.rs`).
     pub procedures: bool,
+    /// The ids of this locker's holders granted in their locks' rows (`protocol/call.rs`): their
+    /// release tries the row first.
+    pub in_row: std::sync::Mutex<std::collections::HashSet<u64>>,
     steps: Arc<Mutex<Option<MySqlConnection>>>,
     /// Taken before the connection by every step but the renewals: a renewal waits for the one
     /// step running, never for a backlog of steps (1,000 waiters joining at once).
@@ -139,6 +142,9 @@ impl Conn {
                 .map_err(|_| timeout("creating the tables", config.request_timeout))?
                 .map_err(|e| mysql_error("creating the tables", e))?;
         }
+        tokio::time::timeout(config.request_timeout, add_holder_columns(&mut c))
+            .await
+            .map_err(|_| timeout("creating the tables", config.request_timeout))??;
         let procedures = config.procedures
             && tokio::time::timeout(config.request_timeout, routines::install(&mut c))
                 .await
@@ -147,11 +153,23 @@ impl Conn {
             config,
             owner,
             procedures,
+            in_row: std::sync::Mutex::default(),
             steps: Arc::new(Mutex::new(Some(c))),
             gate: Arc::new(Mutex::new(())),
             hub: Hub::default(),
             closed: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the holder of the lock `id` was granted in its lock's row, forgotten now: its
+    /// release tries the row first.
+    pub fn take_in_row(&self, id: u64) -> bool {
+        self.in_row.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
+    }
+
+    /// Remembers that the holder `id` was granted in its lock's row.
+    pub fn granted_in_row(&self, id: u64) {
+        self.in_row.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
     }
 
     /// Whether [`Conn::close`] ran.
@@ -293,5 +311,34 @@ impl Conn {
             let _ = tokio::time::timeout(self.config.request_timeout, c.close()).await;
         }
         result
+    }
+}
+
+/// `ER_DUP_FIELDNAME`, `ER_DUP_KEYNAME`: another locker added the columns meanwhile.
+const DUPLICATE_COLUMN: u16 = 1060;
+const DUPLICATE_KEY_NAME: u16 = 1061;
+
+/// Adds the columns of a holder kept in the row to a `locksmith_locks` made by an earlier release
+/// (`sql/table_locks_holder.sql`; a new table has them). Lockers of that release must be gone
+/// first: they do not look in the row (CHANGELOG).
+async fn add_holder_columns(c: &mut MySqlConnection) -> Result<()> {
+    let present: i64 = sqlx::query_scalar(sql::TABLE_LOCKS_COLUMNS)
+        .fetch_one(&mut *c)
+        .await
+        .map_err(|e| mysql_error("reading the tables' columns", e))?;
+    if present > 0 {
+        return Ok(());
+    }
+    match sqlx::Executor::execute(&mut *c, sql::TABLE_LOCKS_HOLDER).await {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                crate::error::server_number(&e),
+                Some(DUPLICATE_COLUMN | DUPLICATE_KEY_NAME)
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(mysql_error("adding columns to locksmith_locks", e)),
     }
 }

@@ -13,6 +13,7 @@ use sqlx::Row;
 
 use locksmith_core::driver::queue::holds_at_tail;
 use locksmith_core::driver::{LockRequest, Role};
+use locksmith_core::LockKind;
 use locksmith_core::Result;
 
 use crate::conn::{Conn, StepError};
@@ -23,6 +24,8 @@ use crate::layout::sql;
 pub(crate) enum Called {
     /// The entry holds, with this token.
     Granted(u64),
+    /// It holds in the lock's row, with this token (its release tries the row first).
+    GrantedInRow(u64),
     /// It waits; check again when woken or after this long (the lease of the holder ahead).
     Waiting(Option<Duration>),
     /// A try that would wait: nothing was added.
@@ -68,6 +71,8 @@ pub(crate) async fn enter(
     let ttl_us = u64::try_from(req.ttl.as_micros()).unwrap_or(u64::MAX);
     let life_us = u64::try_from(conn.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
     let (owner, seg) = (conn.owner, seg.to_owned());
+    // A mutex's request may hold in the lock's row (sql/proc_enter.sql); others hold in the queue.
+    let in_row = matches!(req.kind, LockKind::Mutex);
     let what = if try_only { "a try" } else { "a waiting step" };
     conn.step(what, false, move |c| {
         let (seg, value) = (seg.clone(), value.clone());
@@ -83,6 +88,7 @@ pub(crate) async fn enter(
                 .bind(ttl_us)
                 .bind(life_us)
                 .bind(i8::from(try_only))
+                .bind(i8::from(in_row))
                 .fetch_all(&mut *c)
                 .await;
             let rows = match answered(what, rows)? {
@@ -96,6 +102,7 @@ pub(crate) async fn enter(
             let outcome: i64 = row.try_get(0).map_err(col)?;
             Ok(match outcome {
                 1 => Some(Called::Granted(row.try_get(1).map_err(col)?)),
+                4 => Some(Called::GrantedInRow(row.try_get(1).map_err(col)?)),
                 2 => {
                     let left: Option<i64> = row.try_get(2).map_err(col)?;
                     Some(Called::Waiting(
@@ -122,6 +129,7 @@ pub(crate) async fn enter(
 /// As `Conn::step`.
 pub(crate) async fn release(conn: &Conn, seg: &str, id: u64, token: u64) -> Result<Option<Called>> {
     let seg = seg.to_owned();
+    let in_row = conn.take_in_row(id);
     conn.step("releasing", false, move |c| {
         let seg = seg.clone();
         Box::pin(async move {
@@ -130,6 +138,7 @@ pub(crate) async fn release(conn: &Conn, seg: &str, id: u64, token: u64) -> Resu
                 .bind(seg)
                 .bind(id)
                 .bind(token)
+                .bind(i8::from(in_row))
                 .fetch_all(&mut *c)
                 .await;
             let Some(rows) = answered("releasing", rows)? else {

@@ -130,7 +130,8 @@ async fn open_row(c: &mut MySqlConnection, seg: &str) -> std::result::Result<Ope
     read_pruned(c, lock_id).await
 }
 
-/// Locks the lock's row (made at its first use) and returns its id.
+/// Locks the lock's row (made at its first use), moves a holder kept in it into the queue, and
+/// returns its id.
 async fn lock_row(c: &mut MySqlConnection, seg: &str) -> std::result::Result<u64, StepError> {
     let e = |what: &'static str| move |err| StepError::sql(what, err);
     locksmith_core::metrics::round_trip();
@@ -145,8 +146,26 @@ async fn lock_row(c: &mut MySqlConnection, seg: &str) -> std::result::Result<u64
         .fetch_one(&mut *c)
         .await
         .map_err(e("reading the lock's row"))?;
-    row.try_get(0)
-        .map_err(|err| StepError::from(crate::error::decode("the lock's row", err)))
+    let decode = |err| StepError::from(crate::error::decode("the lock's row", err));
+    let lock_id: u64 = row.try_get(0).map_err(decode)?;
+    let held_in_row: bool = row.try_get(2).map_err(decode)?;
+    if held_in_row {
+        // The holder granted in the row (`sql/proc_enter.sql`) joins the queue first, so that the
+        // step reads one queue.
+        locksmith_core::metrics::round_trip();
+        sqlx::query(sql::MOVE_HOLDER)
+            .bind(lock_id)
+            .execute(&mut *c)
+            .await
+            .map_err(e("moving the holder into the queue"))?;
+        locksmith_core::metrics::round_trip();
+        sqlx::query(sql::FREE_ROW)
+            .bind(lock_id)
+            .execute(&mut *c)
+            .await
+            .map_err(e("moving the holder into the queue"))?;
+    }
+    Ok(lock_id)
 }
 
 /// With the lock's row locked: its expired entries pruned, its queue read.
@@ -345,6 +364,10 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
     if call::applies(conn, req) {
         match call::enter(conn, req, &seg, id, false).await? {
             Some(Called::Granted(token)) => return Ok(Entered::Granted(token)),
+            Some(Called::GrantedInRow(token)) => {
+                conn.granted_in_row(id);
+                return Ok(Entered::Granted(token));
+            }
             Some(Called::Waiting(left)) => return Ok(Entered::Waiting(left)),
             _ => {}
         }
@@ -442,6 +465,10 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
     if call::applies(conn, req) {
         match call::enter(conn, req, &seg, id, true).await? {
             Some(Called::Granted(token)) => return Ok(Some(token)),
+            Some(Called::GrantedInRow(token)) => {
+                conn.granted_in_row(id);
+                return Ok(Some(token));
+            }
             Some(Called::Busy) => return Ok(None),
             _ => {}
         }
@@ -516,6 +543,8 @@ pub(crate) async fn leave_at_close(conn: &Conn, seg: String, id: u64) -> Result<
 /// whoever it or the expired entries pruned by the same step kept waiting: how many rows went (0 or
 /// 1). `what` names the step in errors.
 async fn remove_entry(conn: &Conn, what: &'static str, seg: String, id: u64, token: Option<u64>) -> Result<u64> {
+    // A holder granted in the row is moved into the queue by this step first (`lock_row`).
+    conn.take_in_row(id);
     transaction(conn, what, move |c| {
         let seg = seg.clone();
         Box::pin(async move {

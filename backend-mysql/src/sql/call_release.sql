@@ -1,1 +1,1 @@
-CALL locksmith_release_v3(?, ?, ?)
+CALL locksmith_release_v4(?, ?, ?, ?)

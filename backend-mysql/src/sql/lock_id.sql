@@ -1,1 +1,1 @@
-SELECT lock_id, token FROM locksmith_locks WHERE segment = ? FOR UPDATE
+SELECT lock_id, token, holder IS NOT NULL FROM locksmith_locks WHERE segment = ? FOR UPDATE

@@ -1,5 +1,7 @@
--- locksmith_release_v3: releases held entry p_id of lock p_segment (with fencing token p_token)
--- in one call, in a transaction of its own, when the queue is one it can decide alone: no
+-- locksmith_release_v4: releases holder p_id of lock p_segment (with fencing token p_token) in one
+-- call. A holder granted in the lock's row (p_row = 1, see proc_enter.sql) that is still there is
+-- freed by one autocommit `UPDATE`. Otherwise (a step moved it into the queue, or it was never
+-- there) the entry is released in a transaction of its own, when the queue is one it can decide alone: no
 -- expired entry, no observer, and every other entry an exclusive waiter. The first of those then
 -- holds by the queue rule, and is granted here: its token (the counter's next, as every grant's),
 -- its lease from now, and a mailbox row; its locker's wait task reads the grant with the row
@@ -15,18 +17,35 @@
 -- 0 if it was not held (gone, expired, or another token); outcome 0 when the queue is another
 -- case and nothing was changed: the caller runs the full step (protocol/queue.rs).
 -- The version is in the name: a new definition takes a new name (conn/routines.rs).
-CREATE PROCEDURE locksmith_release_v3(
-    IN p_segment VARBINARY(3072), IN p_id BIGINT UNSIGNED, IN p_token BIGINT UNSIGNED)
+CREATE PROCEDURE locksmith_release_v4(
+    IN p_segment VARBINARY(3072), IN p_id BIGINT UNSIGNED, IN p_token BIGINT UNSIGNED, IN p_row TINYINT)
 MODIFIES SQL DATA
-BEGIN
+body: BEGIN
     DECLARE v_lock BIGINT UNSIGNED DEFAULT NULL;
     DECLARE v_last, v_token BIGINT UNSIGNED DEFAULT 0;
-    DECLARE v_next, v_owner, v_conn BIGINT UNSIGNED DEFAULT NULL;
+    DECLARE v_next, v_owner, v_conn, v_holder BIGINT UNSIGNED DEFAULT NULL;
     DECLARE v_n, v_other, v_expired, v_watched, v_released INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    IF p_row THEN
+        UPDATE locksmith_locks SET holder = NULL
+            WHERE segment = p_segment AND holder = p_id AND token = p_token AND holder_expires >= NOW(6);
+        IF ROW_COUNT() > 0 THEN
+            SELECT CAST(1 AS SIGNED) AS outcome, CAST(1 AS SIGNED) AS released;
+            LEAVE body;
+        END IF;
+    END IF;
     START TRANSACTION;
-    SELECT lock_id, token INTO v_lock, v_last FROM locksmith_locks WHERE segment = p_segment FOR UPDATE;
+    SELECT lock_id, token, holder INTO v_lock, v_last, v_holder FROM locksmith_locks WHERE segment = p_segment FOR UPDATE;
+    IF v_holder = p_id THEN
+        -- Held in the row (a release sent again, or one that did not know it was there).
+        UPDATE locksmith_locks SET holder = NULL
+            WHERE lock_id = v_lock AND token = p_token AND holder_expires >= NOW(6);
+        SET v_released = ROW_COUNT();
+        COMMIT;
+        SELECT CAST(1 AS SIGNED) AS outcome, CAST(v_released AS SIGNED) AS released;
+        LEAVE body;
+    END IF;
     SELECT COALESCE(SUM(id <> p_id), 0), COALESCE(SUM(id <> p_id AND (role <> 'x' OR held <> 0)), 0),
            COALESCE(SUM(expires_at < NOW(6)), 0),
            EXISTS(SELECT 1 FROM locksmith_watches WHERE lock_id = v_lock)
@@ -50,6 +69,9 @@ BEGIN
                 SET held = 1, token = v_token, expires_at = NOW(6) + INTERVAL ttl_us MICROSECOND
                 WHERE id = v_next;
             INSERT INTO locksmith_wakes (owner, entry, lock_id) VALUES (v_owner, v_next, v_lock);
+        ELSEIF v_released > 0 THEN
+            -- The queue is empty: the next mutex request may hold in the row again.
+            UPDATE locksmith_locks SET queued = 0 WHERE lock_id = v_lock;
         END IF;
         COMMIT;
         IF v_conn IS NOT NULL AND (

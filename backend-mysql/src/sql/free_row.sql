@@ -1,0 +1,1 @@
+UPDATE locksmith_locks SET holder = NULL WHERE lock_id = ?
