@@ -31,22 +31,19 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
                 .await
                 .map_err(|err| StepError::unsent("a guarded write", err))?;
             // The holder kept in its lock's row first, then the queue (`sql/guarded_check_row.sql`).
-            locksmith_core::metrics::round_trip();
-            let mut held = sqlx::query(sql::GUARDED_CHECK_ROW)
-                .bind(owner)
-                .bind(id)
-                .bind(token)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(e)?;
-            if held.is_none() {
+            let mut held = None;
+            for check in [sql::GUARDED_CHECK_ROW, sql::GUARDED_CHECK] {
                 locksmith_core::metrics::round_trip();
-                held = sqlx::query(sql::GUARDED_CHECK)
+                held = sqlx::query(check)
+                    .bind(owner)
                     .bind(id)
                     .bind(token)
                     .fetch_optional(&mut *tx)
                     .await
                     .map_err(e)?;
+                if held.is_some() {
+                    break;
+                }
             }
             if held.is_none() {
                 // Ended now: its reads locked the rows they looked at (a lock row whose holder

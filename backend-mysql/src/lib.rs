@@ -51,7 +51,9 @@
 //! # Design
 //!
 //! - **Tables** (made at first connect in the URL's database): `locksmith_locks` (a row per lock:
-//!   its segment, its `lock_id`, its token counter), `locksmith_entries` (the queue: one row per
+//!   its segment, its `lock_id`, its token counter, and the holder of a mutex nobody else wanted:
+//!   an uncontended cycle updates this row twice and writes no entry; a step that may queue an
+//!   entry moves that holder into the queue first), `locksmith_entries` (the queue: one row per
 //!   holder or waiter, ordered by an auto-increment `seq`, with its role, lease TTL, `held`,
 //!   token and `expires_at` on the server's clock), `locksmith_owners` (each locker's wait
 //!   connection id), `locksmith_wakes` (the lockers' mailboxes), `locksmith_watches` (who
@@ -143,7 +145,9 @@
 //!   arrive after it heals, where its transaction's lock wait and timeout bound its effect).
 //! - A step that the stored procedures do not decide (a queue with readers, permits, observers
 //!   or expired entries) is a transaction of several statements, about ten round trips.
-//! - Table versions and migrations: the tables are made with `CREATE TABLE IF NOT EXISTS`.
+//! - Table versions: the tables are made with `CREATE TABLE IF NOT EXISTS`, and the one change so
+//!   far (the holder kept in the lock's row) is added at connect by looking for its column. A
+//!   locker of the release before it must not run beside lockers of this one (CHANGELOG).
 //!
 //! # Modules
 //!

@@ -1,7 +1,7 @@
 //! The stored procedures of the one-call steps (`sql/proc_enter.sql`, `sql/proc_release.sql`,
 //! used by `protocol/call.rs`), created beside the tables when a locker connects and missing.
 //!
-//! Their version is in their names (`locksmith_enter_v3`): a changed definition takes a new name,
+//! Their version is in their names (`locksmith_enter_v4`): a changed definition takes a new name,
 //! so lockers of two releases never call each other's; an older version is left in place for the
 //! lockers still running it (`DROP PROCEDURE` it by hand once they are gone). A `CALL` is prepared
 //! once per connection and kept in sqlx's statement cache, like every statement. Creating them needs the `CREATE ROUTINE`
