@@ -84,11 +84,12 @@
 //!   `idle_transaction_timeout` (three request timeouts, at least 10 s), or on MySQL, which has no
 //!   such setting, `wait_timeout`.
 //! - **Rights**: the user needs `CREATE`, `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the database
-//!   (the tables are made at the first connect) and nothing global: a user may `KILL QUERY` its
-//!   own connections. With `CREATE ROUTINE` too (or `EXECUTE` on procedures an administrator
-//!   made), the common steps are one `CALL` each (`protocol/call.rs`, `conn/routines.rs`);
-//!   without it, or with `procedures=off`, every step is a transaction of about ten statements
-//!   (a warning says so at connect).
+//!   (the tables are made at the first connect; `ALTER` once where `locksmith_locks` was made by
+//!   a release before the holder kept in the row, which gets its columns at connect) and nothing
+//!   global: a user may `KILL QUERY` its own connections. With `CREATE ROUTINE` too (or
+//!   `EXECUTE` on procedures an administrator made), the common steps are one `CALL` each
+//!   (`protocol/call.rs`, `conn/routines.rs`); without it, or with `procedures=off`, every step
+//!   is a transaction of about ten statements (a warning says so at connect).
 //!
 //! # Sharing locks with `GET_LOCK` (`layout=get_lock`)
 //!

@@ -115,9 +115,6 @@ pub(crate) struct Conn {
     pub owner: u64,
     /// Whether the one-call steps' stored procedures are there (`routines.rs`).
     pub procedures: bool,
-    /// The ids of this locker's holders granted in their locks' rows (`protocol/call.rs`): their
-    /// release tries the row first.
-    pub in_row: std::sync::Mutex<std::collections::HashSet<u64>>,
     steps: Arc<Mutex<Option<MySqlConnection>>>,
     /// Taken before the connection by every step but the renewals: a renewal waits for the one
     /// step running, never for a backlog of steps (1,000 waiters joining at once).
@@ -153,23 +150,11 @@ impl Conn {
             config,
             owner,
             procedures,
-            in_row: std::sync::Mutex::default(),
             steps: Arc::new(Mutex::new(Some(c))),
             gate: Arc::new(Mutex::new(())),
             hub: Hub::default(),
             closed: AtomicBool::new(false),
         })
-    }
-
-    /// Whether the holder of the lock `id` was granted in its lock's row, forgotten now: its
-    /// release tries the row first.
-    pub fn take_in_row(&self, id: u64) -> bool {
-        self.in_row.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
-    }
-
-    /// Remembers that the holder `id` was granted in its lock's row.
-    pub fn granted_in_row(&self, id: u64) {
-        self.in_row.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
     }
 
     /// Whether [`Conn::close`] ran.
@@ -339,6 +324,11 @@ async fn add_holder_columns(c: &mut MySqlConnection) -> Result<()> {
         {
             Ok(())
         }
-        Err(e) => Err(mysql_error("adding columns to locksmith_locks", e)),
+        Err(e) => Err(mysql_error(
+            "adding the columns of the holder kept in the row to locksmith_locks, a table made by \
+             an earlier release (the user needs ALTER on it once, or an administrator runs \
+             ALTER TABLE locksmith_locks as backend-mysql/src/sql/table_locks_holder.sql says)",
+            e,
+        )),
     }
 }

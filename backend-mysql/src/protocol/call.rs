@@ -24,7 +24,7 @@ use crate::layout::sql;
 pub(crate) enum Called {
     /// The entry holds, with this token.
     Granted(u64),
-    /// It holds in the lock's row, with this token (its release tries the row first).
+    /// It holds in the lock's row, with this token.
     GrantedInRow(u64),
     /// It waits; check again when woken or after this long (the lease of the holder ahead).
     Waiting(Option<Duration>),
@@ -129,7 +129,6 @@ pub(crate) async fn enter(
 /// As `Conn::step`.
 pub(crate) async fn release(conn: &Conn, seg: &str, id: u64, token: u64) -> Result<Option<Called>> {
     let seg = seg.to_owned();
-    let in_row = conn.take_in_row(id);
     conn.step("releasing", false, move |c| {
         let seg = seg.clone();
         Box::pin(async move {
@@ -138,7 +137,6 @@ pub(crate) async fn release(conn: &Conn, seg: &str, id: u64, token: u64) -> Resu
                 .bind(seg)
                 .bind(id)
                 .bind(token)
-                .bind(i8::from(in_row))
                 .fetch_all(&mut *c)
                 .await;
             let Some(rows) = answered("releasing", rows)? else {

@@ -364,10 +364,7 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
     if call::applies(conn, req) {
         match call::enter(conn, req, &seg, id, false).await? {
             Some(Called::Granted(token)) => return Ok(Entered::Granted(token)),
-            Some(Called::GrantedInRow(token)) => {
-                conn.granted_in_row(id);
-                return Ok(Entered::Granted(token));
-            }
+            Some(Called::GrantedInRow(token)) => return Ok(Entered::Granted(token)),
             Some(Called::Waiting(left)) => return Ok(Entered::Waiting(left)),
             _ => {}
         }
@@ -465,10 +462,7 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
     if call::applies(conn, req) {
         match call::enter(conn, req, &seg, id, true).await? {
             Some(Called::Granted(token)) => return Ok(Some(token)),
-            Some(Called::GrantedInRow(token)) => {
-                conn.granted_in_row(id);
-                return Ok(Some(token));
-            }
+            Some(Called::GrantedInRow(token)) => return Ok(Some(token)),
             Some(Called::Busy) => return Ok(None),
             _ => {}
         }
@@ -543,8 +537,6 @@ pub(crate) async fn leave_at_close(conn: &Conn, seg: String, id: u64) -> Result<
 /// whoever it or the expired entries pruned by the same step kept waiting: how many rows went (0 or
 /// 1). `what` names the step in errors.
 async fn remove_entry(conn: &Conn, what: &'static str, seg: String, id: u64, token: Option<u64>) -> Result<u64> {
-    // A holder granted in the row is moved into the queue by this step first (`lock_row`).
-    conn.take_in_row(id);
     transaction(conn, what, move |c| {
         let seg = seg.clone();
         Box::pin(async move {

@@ -1,7 +1,8 @@
 -- locksmith_release_v4: releases holder p_id of lock p_segment (with fencing token p_token) in one
--- call. A holder granted in the lock's row (p_row = 1, see proc_enter.sql) that is still there is
--- freed by one autocommit `UPDATE`. Otherwise (a step moved it into the queue, or it was never
--- there) the entry is released in a transaction of its own, when the queue is one it can decide alone: no
+-- call, in a transaction of its own. The lock's row is locked and read first: a holder kept there
+-- (proc_enter.sql) is freed with one `UPDATE`. (An `UPDATE` of the row before the transaction
+-- would save a statement when the holder is there, and cost one on every hand-over, whose
+-- holder a waiter moved into the queue.) Otherwise the entry is released when the queue is one it can decide alone: no
 -- expired entry, no observer, and every other entry an exclusive waiter. The first of those then
 -- holds by the queue rule, and is granted here: its token (the counter's next, as every grant's),
 -- its lease from now, and a mailbox row; its locker's wait task reads the grant with the row
@@ -18,7 +19,7 @@
 -- case and nothing was changed: the caller runs the full step (protocol/queue.rs).
 -- The version is in the name: a new definition takes a new name (conn/routines.rs).
 CREATE PROCEDURE locksmith_release_v4(
-    IN p_segment VARBINARY(3072), IN p_id BIGINT UNSIGNED, IN p_token BIGINT UNSIGNED, IN p_row TINYINT)
+    IN p_segment VARBINARY(3072), IN p_id BIGINT UNSIGNED, IN p_token BIGINT UNSIGNED)
 MODIFIES SQL DATA
 body: BEGIN
     DECLARE v_lock BIGINT UNSIGNED DEFAULT NULL;
@@ -27,18 +28,10 @@ body: BEGIN
     DECLARE v_n, v_other, v_expired, v_watched, v_released INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
-    IF p_row THEN
-        UPDATE locksmith_locks SET holder = NULL
-            WHERE segment = p_segment AND holder = p_id AND token = p_token AND holder_expires >= NOW(6);
-        IF ROW_COUNT() > 0 THEN
-            SELECT CAST(1 AS SIGNED) AS outcome, CAST(1 AS SIGNED) AS released;
-            LEAVE body;
-        END IF;
-    END IF;
     START TRANSACTION;
     SELECT lock_id, token, holder INTO v_lock, v_last, v_holder FROM locksmith_locks WHERE segment = p_segment FOR UPDATE;
     IF v_holder = p_id THEN
-        -- Held in the row (a release sent again, or one that did not know it was there).
+        -- Held in the row: freed, if still its lease (by its token, and live).
         UPDATE locksmith_locks SET holder = NULL
             WHERE lock_id = v_lock AND token = p_token AND holder_expires >= NOW(6);
         SET v_released = ROW_COUNT();
