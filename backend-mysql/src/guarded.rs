@@ -10,7 +10,7 @@ use locksmith_core::driver::{GuardedWrite, Lease};
 use locksmith_core::{LockError, Result};
 
 use crate::conn::{Conn, StepError};
-use crate::layout::sql;
+use crate::layout::{segment, sql};
 use crate::protocol::queue::entry_id;
 
 /// Applies `write` if `lease` is held: `Ok(false)` when a compare-and-set found another value.
@@ -21,9 +21,9 @@ use crate::protocol::queue::entry_id;
 pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> Result<bool> {
     let id = entry_id(&lease.holder_id)?;
     let (token, name, write) = (lease.fencing_token, lease.name.as_str().to_owned(), write.clone());
-    let owner = conn.owner;
+    let seg = segment(lease.kind.family(), &lease.name)?;
     conn.step("a guarded write", false, move |c| {
-        let (name, write) = (name.clone(), write.clone());
+        let (name, write, seg) = (name.clone(), write.clone(), seg.clone());
         Box::pin(async move {
             let e = |err| StepError::sql("a guarded write", err);
             let mut tx = c
@@ -31,19 +31,22 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
                 .await
                 .map_err(|err| StepError::unsent("a guarded write", err))?;
             // The holder kept in its lock's row first, then the queue (`sql/guarded_check_row.sql`).
-            let mut held = None;
-            for check in [sql::GUARDED_CHECK_ROW, sql::GUARDED_CHECK] {
+            locksmith_core::metrics::round_trip();
+            let mut held = sqlx::query(sql::GUARDED_CHECK_ROW)
+                .bind(seg)
+                .bind(id)
+                .bind(token)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(e)?;
+            if held.is_none() {
                 locksmith_core::metrics::round_trip();
-                held = sqlx::query(check)
-                    .bind(owner)
+                held = sqlx::query(sql::GUARDED_CHECK)
                     .bind(id)
                     .bind(token)
                     .fetch_optional(&mut *tx)
                     .await
                     .map_err(e)?;
-                if held.is_some() {
-                    break;
-                }
             }
             if held.is_none() {
                 // Ended now: its reads locked the rows they looked at (a lock row whose holder

@@ -24,8 +24,6 @@ use crate::layout::sql;
 pub(crate) enum Called {
     /// The entry holds, with this token.
     Granted(u64),
-    /// It holds in the lock's row, with this token.
-    GrantedInRow(u64),
     /// It waits; check again when woken or after this long (the lease of the holder ahead).
     Waiting(Option<Duration>),
     /// A try that would wait: nothing was added.
@@ -101,8 +99,8 @@ pub(crate) async fn enter(
             let col = |e| StepError::from(crate::error::decode(what, e));
             let outcome: i64 = row.try_get(0).map_err(col)?;
             Ok(match outcome {
-                1 => Some(Called::Granted(row.try_get(1).map_err(col)?)),
-                4 => Some(Called::GrantedInRow(row.try_get(1).map_err(col)?)),
+                // 4: held in the lock's row (sql/proc_enter.sql); the same to the caller.
+                1 | 4 => Some(Called::Granted(row.try_get(1).map_err(col)?)),
                 2 => {
                     let left: Option<i64> = row.try_get(2).map_err(col)?;
                     Some(Called::Waiting(

@@ -364,7 +364,6 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
     if call::applies(conn, req) {
         match call::enter(conn, req, &seg, id, false).await? {
             Some(Called::Granted(token)) => return Ok(Entered::Granted(token)),
-            Some(Called::GrantedInRow(token)) => return Ok(Entered::Granted(token)),
             Some(Called::Waiting(left)) => return Ok(Entered::Waiting(left)),
             _ => {}
         }
@@ -462,7 +461,6 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
     if call::applies(conn, req) {
         match call::enter(conn, req, &seg, id, true).await? {
             Some(Called::Granted(token)) => return Ok(Some(token)),
-            Some(Called::GrantedInRow(token)) => return Ok(Some(token)),
             Some(Called::Busy) => return Ok(None),
             _ => {}
         }
