@@ -299,6 +299,8 @@ impl Conn {
     }
 }
 
+/// `ER_BAD_FIELD_ERROR`: the table has no such column (made by an earlier release).
+const NO_SUCH_COLUMN: u16 = 1054;
 /// `ER_DUP_FIELDNAME`, `ER_DUP_KEYNAME`: another locker added the columns meanwhile.
 const DUPLICATE_COLUMN: u16 = 1060;
 const DUPLICATE_KEY_NAME: u16 = 1061;
@@ -307,12 +309,10 @@ const DUPLICATE_KEY_NAME: u16 = 1061;
 /// (`sql/table_locks_holder.sql`; a new table has them). Lockers of that release must be gone
 /// first: they do not look in the row (CHANGELOG).
 async fn add_holder_columns(c: &mut MySqlConnection) -> Result<()> {
-    let present: i64 = sqlx::query_scalar(sql::TABLE_LOCKS_COLUMNS)
-        .fetch_one(&mut *c)
-        .await
-        .map_err(|e| mysql_error("reading the tables' columns", e))?;
-    if present > 0 {
-        return Ok(());
+    match sqlx::query(sql::TABLE_LOCKS_COLUMNS).fetch_all(&mut *c).await {
+        Ok(_) => return Ok(()),
+        Err(e) if crate::error::server_number(&e) == Some(NO_SUCH_COLUMN) => {}
+        Err(e) => return Err(mysql_error("reading the tables' columns", e)),
     }
     match sqlx::Executor::execute(&mut *c, sql::TABLE_LOCKS_HOLDER).await {
         Ok(_) => Ok(()),
