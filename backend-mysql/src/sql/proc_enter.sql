@@ -2,14 +2,15 @@
 -- call. A mutex's request (p_row = 1) on a lock with no live holder and nothing queued holds in
 -- the lock's row (table_locks.sql): one autocommit `UPDATE`, the token its LAST_INSERT_ID;
 -- outcome 4. Otherwise, in a transaction of its own, the holder kept in the row (if any) moves
--- into the queue first (move_holder.sql), and the call decides the queues it can decide alone: those with no expired
--- entry, no observer and only exclusive entries (mutexes, writers, candidates), or empty (any
--- kind). Answers one row (outcome, token, left_us): outcome 1 granted with `token`; 2 waiting,
--- `left_us` the time left on the lease of the holder just ahead (NULL: the entry ahead waits
--- too); 3 busy (a try that would wait; nothing added); 0 the queue is another case and nothing
--- was changed: the caller runs the full step (protocol/queue.rs), which decides with
--- locksmith-core's queue rule. In the cases decided here that rule says: the first exclusive
--- entry holds, each one after it waits for the one ahead; a new entry holds on an empty queue.
+-- into the queue first (move_holder.sql), and the call decides the queues it can decide alone:
+-- those with no expired entry, no observer and only exclusive entries (mutexes, writers,
+-- candidates), or empty (any kind). Answers one row (outcome, token, left_us): outcome 1
+-- granted with `token` (4: held in the row); 2 waiting, `left_us` the time left on the lease of
+-- the holder just ahead (NULL: the entry ahead waits too); 3 busy (a try that would wait;
+-- nothing added); 0 the queue is another case and nothing was changed: the caller runs the full
+-- step (protocol/queue.rs), which decides with locksmith-core's queue rule. In the cases decided
+-- here that rule says: the first exclusive entry holds, each one after it waits for the one
+-- ahead; a new entry holds on an empty queue.
 -- The version is in the name: a new definition takes a new name (conn/routines.rs).
 CREATE PROCEDURE locksmith_enter_v4(
     IN p_segment VARBINARY(3072), IN p_id BIGINT UNSIGNED, IN p_owner BIGINT UNSIGNED,

@@ -2,8 +2,8 @@
 -- call, in a transaction of its own. The lock's row is locked and read first: a holder kept there
 -- (proc_enter.sql) is freed with one `UPDATE`. (An `UPDATE` of the row before the transaction
 -- would save a statement when the holder is there, and cost one on every hand-over, whose
--- holder a waiter moved into the queue.) Otherwise the entry is released when the queue is one it can decide alone: no
--- expired entry, no observer, and every other entry an exclusive waiter. The first of those then
+-- holder a waiter moved into the queue.) Otherwise the entry is released when the queue is one
+-- it can decide alone: no expired entry, no observer, and every other entry an exclusive waiter. The first of those then
 -- holds by the queue rule, and is granted here: its token (the counter's next, as every grant's),
 -- its lease from now, and a mailbox row; its locker's wait task reads the grant with the row
 -- (sql/wakes_read.sql) and the waiter holds without a statement of its own (protocol/wait.rs).
