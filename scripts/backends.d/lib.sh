@@ -86,8 +86,15 @@ readonly MARKER=.locksmith-backends
 # Messages go to stderr (stdout is for the export lines). `|| true`: a closed stderr
 # (e.g. `... 2>&1 | head`, with SIGPIPE ignored) must not abort a `down` half-way.
 log() { printf 'backends: %s\n' "$*" >&2 || true; }
+# A message that names a log, "(see FILE)", is followed by that log's last lines: a CI run keeps
+# only what was printed, not the state directory.
 die() {
     printf 'backends: error: %s\n' "$*" >&2 || true
+    if [[ $* =~ \(see\ ([^\)]+)\) ]] && [[ -f ${BASH_REMATCH[1]} ]]; then
+        printf 'backends: the last lines of %s:\n' "${BASH_REMATCH[1]}" >&2 || true
+        tail -n 25 "${BASH_REMATCH[1]}" | sed 's/^/    /' >&2 || true
+        df -h "$(dirname "${BASH_REMATCH[1]}")" 2>/dev/null | sed 's/^/    /' >&2 || true
+    fi
     exit 1
 }
 

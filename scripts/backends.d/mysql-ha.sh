@@ -92,7 +92,7 @@ EOF
         --socket="$dir/run/mysqld.sock" --pid-file="$dir/run/mariadbd.pid" \
         --bind-address="$(host_of "$id")" --port="$(client_port "$id")" \
         --init-file="$dir/init.sql" --skip-name-resolve --max-connections=500 \
-        --innodb-flush-log-at-trx-commit=2 \
+        --innodb-flush-log-at-trx-commit=2 "${MYSQL_REDO_LOG[@]}" \
         --server-id="$(<"$dir/server-id")" --log-bin="$dir/data/binlog" --relay-log="$dir/data/relay" \
         --log-slave-updates --binlog-format=ROW --read-only="$read_only" \
         --rpl-semi-sync-master-enabled="$semi_sync" --rpl-semi-sync-slave-enabled=ON \

@@ -32,7 +32,8 @@ EOF
         --socket="$dir/run/mysqld.sock" --pid-file="$dir/run/mariadbd.pid" \
         --bind-address="$(host_of "$id")" --port="$(client_port "$id")" \
         --init-file="$dir/init.sql" --skip-name-resolve --max-connections=200 \
-        --innodb-flush-log-at-trx-commit=2 --skip-log-bin --log-error="$dir/mariadbd.err" \
+        --innodb-flush-log-at-trx-commit=2 "${MYSQL_REDO_LOG[@]}" --skip-log-bin \
+        --log-error="$dir/mariadbd.err" \
         --ssl-cert="$dir/tls/server.pem" --ssl-key="$dir/tls/server.key" \
         --ssl-ca="$dir/tls/ca.pem" --require-secure-transport=ON
 }

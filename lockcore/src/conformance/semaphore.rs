@@ -2,7 +2,7 @@
 //! waiting, one permit count per semaphore, expiry and cancellation as for a mutex.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,16 +16,27 @@ fn lock_name(name: &str) -> LockName {
 
 /// Eight clients take and give back permits of a 3-permit semaphore: never more than 3 inside at
 /// once, more than one at some point (it is not a mutex), every fencing token different.
+///
+/// A holder that is alone while no two have been seen yet stays (up to [`patience`]) until a
+/// second one comes in: on a slow or loaded server the rounds could otherwise run one after the
+/// other and a correct semaphore would look like a mutex. A semaphore that grants one at a time
+/// still fails: its second holder never comes (after one such wait, none waits again).
 pub async fn semaphore_never_over_grants(h: &impl Harness) {
     const PERMITS: u32 = 3;
     let name = unique_name("sem_bound");
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let tokens = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
+    let linger = patience(h);
+    let gave_up = Arc::new(AtomicBool::new(false));
+    let mut lockers = Vec::new();
     for _ in 0..8 {
-        let locker = h.locker().await;
+        lockers.push(h.locker().await);
+    }
+    let mut tasks = Vec::new();
+    for locker in lockers {
         let (name, inside, most, tokens) = (name.clone(), inside.clone(), most.clone(), tokens.clone());
+        let gave_up = gave_up.clone();
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
                 let permit = locker
@@ -41,12 +52,19 @@ pub async fn semaphore_never_over_grants(h: &impl Harness) {
                     .unwrap_or_else(|e| e.into_inner())
                     .push(permit.fencing_token());
                 tokio::time::sleep(Duration::from_millis(20)).await;
+                let alone_since = tokio::time::Instant::now();
+                while most.load(Ordering::SeqCst) < 2 && !gave_up.load(Ordering::SeqCst) {
+                    if alone_since.elapsed() >= linger {
+                        gave_up.store(true, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
                 inside.fetch_sub(1, Ordering::SeqCst);
                 permit.release().await.expect("release");
             }
         }));
     }
-    within(Duration::from_secs(120), "the semaphore rounds", async {
+    within(Duration::from_secs(120) + linger, "the semaphore rounds", async {
         for t in tasks {
             t.await.expect("client task panicked");
         }
