@@ -17,6 +17,23 @@ use crate::layout::sql;
 /// `ER_SP_ALREADY_EXISTS`: another locker created it meanwhile.
 const ALREADY_EXISTS: u16 = 1304;
 
+/// The server's refusals of a `CREATE PROCEDURE` for want of a right: `ER_DBACCESS_DENIED_ERROR`,
+/// `ER_TABLEACCESS_DENIED_ERROR` (a command denied), `ER_SPECIFIC_ACCESS_DENIED_ERROR`,
+/// `ER_PROCACCESS_DENIED_ERROR`, `ER_BINLOG_CREATE_ROUTINE_NEED_SUPER`. Any other refusal (a
+/// syntax the server does not take, a read-only server) is not the user's missing grant, and the
+/// warning says what it was instead of asking for one.
+const PRIVILEGE_REFUSALS: [u16; 5] = [1044, 1142, 1227, 1370, 1419];
+
+/// The warning of a locker that goes on without the procedures, for the server's `number`.
+fn fallback_advice(number: u16) -> &'static str {
+    if PRIVILEGE_REFUSALS.contains(&number) {
+        "grant CREATE ROUTINE on the database"
+    } else {
+        "the server refused the definition itself (not a missing right): please report it with the \
+         server's version"
+    }
+}
+
 /// Makes the procedures that are missing; whether they can be called.
 ///
 /// # Errors
@@ -38,11 +55,13 @@ pub(crate) async fn install(c: &mut MySqlConnection) -> locksmith_core::Result<b
             Ok(_) => tracing::debug!(procedure = name, "mysql: created a stored procedure"),
             Err(e) if server_number(&e) == Some(ALREADY_EXISTS) => {}
             Err(e) if server_number(&e).is_some() => {
+                let advice = server_number(&e).map(fallback_advice).unwrap_or_default();
                 tracing::warn!(
                     procedure = name,
                     error = %e,
-                    "mysql: could not create the stored procedures (grant CREATE ROUTINE on the database): \
-                     each step is a transaction of several statements instead of one call"
+                    advice,
+                    "mysql: could not create the stored procedures: each step is a transaction of \
+                     several statements instead of one call"
                 );
                 return Ok(false);
             }
@@ -50,4 +69,50 @@ pub(crate) async fn install(c: &mut MySqlConnection) -> locksmith_core::Result<b
         }
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// FNV-1a, 64 bits: a digest that no compiler or crate version changes.
+    fn digest(text: &str) -> u64 {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
+
+    /// The definitions as released under each name. A database keeps the body it was given under
+    /// a name, and lockers call it by name: a body changed under the same name would leave
+    /// servers that installed the earlier one running it for every release that follows.
+    const RELEASED: [(&str, u64); 2] = [
+        ("locksmith_enter_v4", 0xe18598c831f72ca9),
+        ("locksmith_release_v4", 0xb430611d9a5c72df),
+    ];
+
+    #[test]
+    fn a_changed_procedure_body_takes_a_new_name() {
+        for ((name, create), (released, expected)) in sql::PROCEDURES.iter().zip(RELEASED) {
+            let found = digest(create);
+            assert!(
+                *name == released && found == expected,
+                "{name}'s definition is not the one released as {released} (digest {found:#x}, \
+                 released {expected:#x}): a changed body needs a new name (the next _vN, in \
+                 layout.rs and call_*.sql), then its digest here (a change of the comment before \
+                 CREATE alone, which the server does not keep: the digest only)"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_missing_right_asks_for_a_grant() {
+        for number in PRIVILEGE_REFUSALS {
+            assert!(fallback_advice(number).contains("CREATE ROUTINE"), "{number}");
+        }
+        // ER_PARSE_ERROR, ER_OPTION_PREVENTS_STATEMENT (read_only), ER_SP_BADSTATEMENT
+        for number in [1064, 1290, 1314] {
+            assert!(!fallback_advice(number).contains("grant"), "{number}");
+            assert!(fallback_advice(number).contains("report"), "{number}");
+        }
+    }
 }
