@@ -235,6 +235,39 @@ async fn a_holder_in_the_row_is_renewed_kept_by_prunes_and_fenced_once_expired()
     b.shutdown().await.unwrap();
 }
 
+/// A renewal touches the rows of the locks held now and no other: a lock this locker held in its
+/// row earlier keeps its `holder_owner` (a release rewrites no index), and a transaction of
+/// another client that holds that row's lock for longer than a TTL (a stalled step, a paused
+/// process) must not hold up the renewal of the locks still held, nor lose them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_waits_for_no_row_of_a_lock_given_back() {
+    let harness = common::MyHarness::plain().await;
+    let a = connect(&harness.url).await;
+    let (earlier, held) = (unique_name("given_back"), unique_name("still_held"));
+    // `earlier` held in its row and given back: the row keeps this locker as its last holder.
+    cycles(&a, &earlier, 2).await;
+    cycles(&a, &held, 1).await;
+    let ttl = Duration::from_secs(1);
+    let guard = a.lock(&held).ttl(ttl).acquire().await.unwrap();
+    let mut stalled = MySqlConnection::connect(&harness.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut stalled).await.unwrap();
+    sqlx::query("SELECT token FROM locksmith_locks WHERE segment = ? FOR UPDATE")
+        .bind(segment(&earlier))
+        .fetch_one(&mut stalled)
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl * 4).await;
+    let lost = guard.lost_reason();
+    sqlx::query("ROLLBACK").execute(&mut stalled).await.unwrap();
+    assert!(
+        lost.is_none(),
+        "a row lock on a lock given back held up the renewal of one still held: {lost:?}"
+    );
+    guard.release().await.unwrap();
+    stalled.close().await.unwrap();
+    a.shutdown().await.unwrap();
+}
+
 /// A locker shut down with a lock held in the row frees it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_frees_the_locks_held_in_rows() {

@@ -174,3 +174,65 @@ async fn a_step_run_again_restarts_the_lease_it_finds_granted() {
     c.close().await.unwrap();
     locker.shutdown().await.unwrap();
 }
+
+/// A try whose answer was lost after its grant in the lock's row (the first call committed, the
+/// connection broke) is sent again: the second call finds the caller's own holder in the row and
+/// answers that grant, its lease started again. It used to move the holder into the queue, answer
+/// "another case", and the full step then found the queue taken and said busy: the lock held,
+/// the caller told it was not, until the lease ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_run_again_finds_its_grant_in_the_row() {
+    let harness = common::MyHarness::plain().await;
+    let locker = connect(&harness.url).await; // the tables and procedures
+    let mut c = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
+    let (seg, id, owner, ttl_us) = ("procedures/try_again", 4343u64, 78u64, 30_000_000u64);
+    let call = || {
+        sqlx::query("CALL locksmith_enter_v4(?, ?, ?, 'x', 0, '', ?, ?, 1, 1)")
+            .bind(seg)
+            .bind(id)
+            .bind(owner)
+            .bind(ttl_us)
+            .bind(ttl_us)
+    };
+    let answer = |rows: Vec<sqlx::mysql::MySqlRow>| (rows[0].get::<i64, _>(0), rows[0].get::<u64, _>(1));
+    // The lock's row is made by its first use; the next try holds in it.
+    let first = answer(call().fetch_all(&mut c).await.unwrap());
+    let (outcome, token) = if first.0 == 4 {
+        first
+    } else {
+        sqlx::query("CALL locksmith_release_v4(?, ?, ?)")
+            .bind(seg)
+            .bind(id)
+            .bind(first.1)
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        answer(call().fetch_all(&mut c).await.unwrap())
+    };
+    assert_eq!(outcome, 4, "the try holds in the row");
+    // As if the reconnection took 25 s of the lease's 30.
+    sqlx::query("UPDATE locksmith_locks SET holder_expires = NOW(6) + INTERVAL 5 SECOND WHERE segment = ?")
+        .bind(seg)
+        .execute(&mut c)
+        .await
+        .unwrap();
+    let again = answer(call().fetch_all(&mut c).await.unwrap());
+    assert_eq!(again, (4, token), "the try run again does not find its own grant");
+    let (holder, left): (Option<u64>, i64) = sqlx::query_as(
+        "SELECT holder, TIMESTAMPDIFF(MICROSECOND, NOW(6), holder_expires) FROM locksmith_locks WHERE segment = ?",
+    )
+    .bind(seg)
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(holder, Some(id), "the holder left the row");
+    assert!(left > 25_000_000, "the lease was not started again: {left} µs left");
+    let entries: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM locksmith_entries WHERE id = ?")
+        .bind(id)
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(entries, 0, "the holder was moved into the queue");
+    c.close().await.unwrap();
+    locker.shutdown().await.unwrap();
+}

@@ -475,6 +475,22 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
         let (seg, value) = (seg.clone(), value.clone());
         Box::pin(async move {
             let Opened { lock_id, pruned, queue } = open_row(c, &seg).await?;
+            if let Some(mine) = queue.iter().find(|x| x.id == id && x.held) {
+                // This try run again after its answer was lost with its connection, the first
+                // run's grant found: held, its lease starting again now (as `enter` does).
+                locksmith_core::metrics::round_trip();
+                sqlx::query(sql::RESTART_LEASE)
+                    .bind(id)
+                    .execute(&mut *c)
+                    .await
+                    .map_err(|err| StepError::sql("taking the grant", err))?;
+                let conns = if pruned > 0 {
+                    wake(c, lock_id, &queue, Some(id), others_turn_may_have_come(pruned), true).await?
+                } else {
+                    Vec::new()
+                };
+                return Ok((Some(mine.token), conns));
+            }
             let roles: Vec<Role> = queue.iter().map(|x| x.role).collect();
             let granted = if holds_at_tail(&roles, role)? {
                 let token = next_token(c, lock_id).await?;

@@ -1,1 +1,1 @@
-UPDATE locksmith_locks SET holder = NULL WHERE holder_owner = ? AND holder IS NOT NULL
+UPDATE locksmith_locks SET holder = NULL, holder_owner = 0 WHERE holder_owner = ? AND holder IS NOT NULL

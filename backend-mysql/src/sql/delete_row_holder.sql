@@ -1,1 +1,1 @@
-UPDATE locksmith_locks SET holder = NULL WHERE segment = ? AND holder IS NOT NULL
+UPDATE locksmith_locks SET holder = NULL, holder_owner = 0 WHERE segment = ? AND holder IS NOT NULL

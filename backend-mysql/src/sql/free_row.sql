@@ -1,1 +1,1 @@
-UPDATE locksmith_locks SET holder = NULL WHERE lock_id = ?
+UPDATE locksmith_locks SET holder = NULL, holder_owner = 0 WHERE lock_id = ?

@@ -58,6 +58,16 @@ body: BEGIN
         SELECT lock_id, token, holder, holder_expires >= NOW(6) INTO v_lock, v_last, v_holder, v_holder_live
             FROM locksmith_locks WHERE segment = p_segment FOR UPDATE;
     END IF;
+    IF v_holder = p_id AND v_holder_live THEN
+        -- This call run again after its answer was lost with its connection, the first run's
+        -- grant in the row: held, its lease starting again now (the caller counts it from this
+        -- call's sending), the token the row's.
+        UPDATE locksmith_locks SET holder_expires = NOW(6) + INTERVAL holder_ttl_us MICROSECOND
+            WHERE lock_id = v_lock;
+        COMMIT;
+        SELECT CAST(4 AS SIGNED) AS outcome, CAST(v_last AS UNSIGNED) AS token, CAST(NULL AS SIGNED) AS left_us;
+        LEAVE body;
+    END IF;
     IF v_holder IS NOT NULL THEN
         IF p_try AND v_holder_live AND v_holder <> p_id THEN
             -- Held in the row by another: a try answers busy and leaves the holder where it is.
@@ -70,7 +80,7 @@ body: BEGIN
         INSERT INTO locksmith_entries (id, lock_id, owner, role, permits, value, ttl_us, held, token, expires_at)
             SELECT holder, lock_id, holder_owner, 'x', 0, '', holder_ttl_us, 1, token, holder_expires
             FROM locksmith_locks WHERE lock_id = v_lock;
-        UPDATE locksmith_locks SET holder = NULL, queued = 1 WHERE lock_id = v_lock;
+        UPDATE locksmith_locks SET holder = NULL, holder_owner = 0, queued = 1 WHERE lock_id = v_lock;
     END IF;
     SELECT COUNT(*), COALESCE(SUM(role <> 'x'), 0), COALESCE(SUM(expires_at < NOW(6)), 0),
            MIN(seq), MAX(IF(id = p_id, seq, NULL)), MAX(IF(id = p_id, held, NULL)),

@@ -32,7 +32,7 @@ body: BEGIN
     SELECT lock_id, token, holder INTO v_lock, v_last, v_holder FROM locksmith_locks WHERE segment = p_segment FOR UPDATE;
     IF v_holder = p_id THEN
         -- Held in the row: freed, if still its lease (by its token, and live).
-        UPDATE locksmith_locks SET holder = NULL
+        UPDATE locksmith_locks SET holder = NULL, holder_owner = 0
             WHERE lock_id = v_lock AND token = p_token AND holder_expires >= NOW(6);
         SET v_released = ROW_COUNT();
         COMMIT;
