@@ -110,8 +110,11 @@ pub(crate) mod sql {
     pub const RENEWED: &str = include_str!("sql/renewed.sql");
     pub const WATCH: &str = include_str!("sql/watch.sql");
     pub const LIST: &str = include_str!("sql/list.sql");
+    /// A locker's holders kept in their locks' rows freed at once (shutdown, `listing.rs`, and
+    /// the first of [`CLOSE`]).
+    pub const CLOSE_ROWS: &str = include_str!("sql/close_rows.sql");
     pub const CLOSE: [&str; 5] = [
-        include_str!("sql/close_rows.sql"),
+        CLOSE_ROWS,
         include_str!("sql/close_entries.sql"),
         include_str!("sql/close_watches.sql"),
         include_str!("sql/close_wakes.sql"),

@@ -325,3 +325,72 @@ async fn an_earlier_lock_table_gets_the_holder_columns() {
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// The upgrade's `ALTER` of an earlier table waits for the tables' metadata lock no longer than
+/// the request timeout on the server too: a transaction left open on the table (an operator's
+/// session, a stalled client) makes the connect fail in time, and leaves no `ALTER` waiting on the
+/// server behind which every later statement on the table would queue (MariaDB's default wait is
+/// a day, long after the connect gave up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_blocked_by_an_open_transaction_leaves_nothing_waiting() {
+    let harness = common::MyHarness::plain().await;
+    let mut c = MySqlConnection::connect(&harness.url).await.unwrap();
+    sqlx::Executor::execute(&mut c, "DROP TABLE IF EXISTS locksmith_locks")
+        .await
+        .unwrap();
+    sqlx::Executor::execute(
+        &mut c,
+        "CREATE TABLE locksmith_locks (
+            lock_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            segment VARBINARY(3072) NOT NULL,
+            token BIGINT UNSIGNED NOT NULL DEFAULT 0,
+            UNIQUE KEY segment (segment)
+        ) ENGINE = InnoDB",
+    )
+    .await
+    .unwrap();
+    // An open transaction that read the table holds its metadata lock until it ends.
+    sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+    sqlx::query("SELECT COUNT(*) FROM locksmith_locks")
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+    let url = format!(
+        "{}{}request_timeout=2s",
+        harness.url,
+        if harness.url.contains('?') { '&' } else { '?' }
+    );
+    let refused = within(
+        Duration::from_secs(15),
+        "the connect",
+        locksmith_mysql::connect(&BackendUrl::parse(&url).unwrap()),
+    )
+    .await;
+    let refused = refused
+        .map(|_| ())
+        .expect_err("the ALTER went through an open transaction");
+    assert!(
+        refused.to_string().contains("ALTER TABLE"),
+        "the error does not say what waited: {refused}"
+    );
+    // Another client reads the table while the transaction is still open: nothing queued ahead.
+    let mut other = MySqlConnection::connect(&harness.url).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        sqlx::query("SELECT COUNT(*) FROM locksmith_locks").fetch_one(&mut other),
+    )
+    .await;
+    sqlx::query("ROLLBACK").execute(&mut c).await.unwrap();
+    assert!(
+        matches!(read, Ok(Ok(_))),
+        "a read of the table waited behind an ALTER left waiting on the server: {read:?}"
+    );
+    // Once the transaction ended, the next connect upgrades the table.
+    let a = connect(&harness.url).await;
+    let name = unique_name("after_upgrade");
+    cycles(&a, &name, 1).await;
+    other.close().await.unwrap();
+    c.close().await.unwrap();
+    a.shutdown().await.unwrap();
+}

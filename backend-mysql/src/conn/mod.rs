@@ -141,7 +141,14 @@ impl Conn {
         }
         tokio::time::timeout(config.request_timeout, add_holder_columns(&mut c))
             .await
-            .map_err(|_| timeout("creating the tables", config.request_timeout))??;
+            .map_err(|_| {
+                timeout(
+                    "adding the holder's columns to locksmith_locks (an ALTER TABLE, once, for a \
+                     table made by an earlier release: it waits for every transaction open on the \
+                     table, such as another session's, to end)",
+                    config.request_timeout,
+                )
+            })??;
         let procedures = config.procedures
             && tokio::time::timeout(config.request_timeout, routines::install(&mut c))
                 .await
