@@ -163,7 +163,7 @@
 //! | `wake.rs` | the wait connection: heartbeat, sweep, mailbox, the wait |
 //! | `hub.rs` | where the wake-ups go: the locker's waiters and observers |
 //! | `kill.rs` | the `KILL QUERY` a step sends to the waiting lockers' wait connections |
-//! | `renew.rs` | `renew_many`: two statements for every lease due |
+//! | `renew.rs` | `renew_many`: three statements for every lease due (per ten thousand) |
 //! | `cleanup.rs` | the clean-up guard of an entry nobody holds yet |
 //! | `listing.rs` | `list` and `inspect` |
 //! | `guarded.rs` | guarded writes |

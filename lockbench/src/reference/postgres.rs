@@ -90,8 +90,10 @@ impl super::PlainWrite for PlainUpsert {
 }
 
 /// The statement counter's own query, recognised by this marker and left out of the count.
+/// Another user's statements have no `queryid` (nor text) for a reader without
+/// `pg_read_all_stats`: they count under one id per user.
 const STATEMENTS: &str = "SELECT /* lockbench statement counter */ \
-    userid::text || '/' || queryid::text || '/' || toplevel::text, calls, query \
+    userid::text || '/' || COALESCE(queryid::text, 'hidden') || '/' || toplevel::text, calls, query \
     FROM pg_stat_statements \
     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
     AND query NOT LIKE '%lockbench statement counter%'";
