@@ -22,7 +22,7 @@ async fn a_locker_holding_more_locks_than_a_statement_names_keeps_them() {
     let started = Instant::now();
     for i in 0..LOCKS {
         let guard = locker
-            .lock(&format!("many/{i}"))
+            .lock(format!("many/{i}"))
             .ttl(ttl)
             .try_acquire()
             .await

@@ -17,10 +17,10 @@ fn lock_name(name: &str) -> LockName {
 /// Eight clients take and give back permits of a 3-permit semaphore: never more than 3 inside at
 /// once, more than one at some point (it is not a mutex), every fencing token different.
 ///
-/// A holder that is alone while no two have been seen yet stays (up to [`patience`]) until a
-/// second one comes in: on a slow or loaded server the rounds could otherwise run one after the
-/// other and a correct semaphore would look like a mutex. A semaphore that grants one at a time
-/// still fails: its second holder never comes (after one such wait, none waits again).
+/// A holder that is alone while no two have been seen yet stays (up to the harness's patience)
+/// until a second one comes in: on a slow or loaded server the rounds could otherwise run one
+/// after the other and a correct semaphore would look like a mutex. A semaphore that grants one
+/// at a time still fails: its second holder never comes (after one such wait, none waits again).
 pub async fn semaphore_never_over_grants(h: &impl Harness) {
     const PERMITS: u32 = 3;
     let name = unique_name("sem_bound");
