@@ -40,6 +40,24 @@ async fn row_and_queue(c: &mut MySqlConnection, name: &str) -> (Option<u64>, u64
     (row.get(0), row.get(1), row.get(2), entries)
 }
 
+/// `locksmith_locks` as a release before the holder's columns made it (empty).
+async fn earlier_lock_table(c: &mut MySqlConnection) {
+    sqlx::Executor::execute(&mut *c, "DROP TABLE IF EXISTS locksmith_locks")
+        .await
+        .unwrap();
+    sqlx::Executor::execute(
+        &mut *c,
+        "CREATE TABLE locksmith_locks (
+            lock_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            segment VARBINARY(3072) NOT NULL,
+            token BIGINT UNSIGNED NOT NULL DEFAULT 0,
+            UNIQUE KEY segment (segment)
+        ) ENGINE = InnoDB",
+    )
+    .await
+    .unwrap();
+}
+
 /// Takes `name` uncontended and gives it back `n` times; the tokens.
 async fn cycles(locker: &Locker, name: &str, n: usize) -> Vec<u64> {
     let mut tokens = Vec::new();
@@ -290,20 +308,7 @@ async fn a_shutdown_frees_the_locks_held_in_rows() {
 async fn an_earlier_lock_table_gets_the_holder_columns() {
     let harness = common::MyHarness::plain().await;
     let mut c = MySqlConnection::connect(&harness.url).await.unwrap();
-    sqlx::Executor::execute(&mut c, "DROP TABLE IF EXISTS locksmith_locks")
-        .await
-        .unwrap();
-    sqlx::Executor::execute(
-        &mut c,
-        "CREATE TABLE locksmith_locks (
-            lock_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            segment VARBINARY(3072) NOT NULL,
-            token BIGINT UNSIGNED NOT NULL DEFAULT 0,
-            UNIQUE KEY segment (segment)
-        ) ENGINE = InnoDB",
-    )
-    .await
-    .unwrap();
+    earlier_lock_table(&mut c).await;
     let name = unique_name("earlier");
     let ahead = 9_000_000_000_000_000u64;
     sqlx::query("INSERT INTO locksmith_locks (segment, token) VALUES (?, ?)")
@@ -335,20 +340,7 @@ async fn an_earlier_lock_table_gets_the_holder_columns() {
 async fn an_upgrade_blocked_by_an_open_transaction_leaves_nothing_waiting() {
     let harness = common::MyHarness::plain().await;
     let mut c = MySqlConnection::connect(&harness.url).await.unwrap();
-    sqlx::Executor::execute(&mut c, "DROP TABLE IF EXISTS locksmith_locks")
-        .await
-        .unwrap();
-    sqlx::Executor::execute(
-        &mut c,
-        "CREATE TABLE locksmith_locks (
-            lock_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            segment VARBINARY(3072) NOT NULL,
-            token BIGINT UNSIGNED NOT NULL DEFAULT 0,
-            UNIQUE KEY segment (segment)
-        ) ENGINE = InnoDB",
-    )
-    .await
-    .unwrap();
+    earlier_lock_table(&mut c).await;
     // An open transaction that read the table holds its metadata lock until it ends.
     sqlx::query("BEGIN").execute(&mut c).await.unwrap();
     sqlx::query("SELECT COUNT(*) FROM locksmith_locks")

@@ -131,6 +131,28 @@ async fn the_procedures_are_created_where_missing() {
     locker.shutdown().await.unwrap();
 }
 
+/// The enter procedure's call for an exclusive entry `id` of locker 77 on `seg`: a waiting step,
+/// or (`in_row_try`) a try that may hold in the lock's row.
+fn enter(
+    seg: &'static str,
+    id: u64,
+    ttl_us: u64,
+    in_row_try: bool,
+) -> sqlx::query::Query<'static, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    sqlx::query("CALL locksmith_enter_v4(?, ?, 77, 'x', 0, '', ?, ?, ?, ?)")
+        .bind(seg)
+        .bind(id)
+        .bind(ttl_us)
+        .bind(ttl_us)
+        .bind(i8::from(in_row_try))
+        .bind(i8::from(in_row_try))
+}
+
+/// A call's (outcome, token).
+fn answer(rows: Vec<sqlx::mysql::MySqlRow>) -> (i64, u64) {
+    (rows[0].get::<i64, _>(0), rows[0].get::<u64, _>(1))
+}
+
 /// A waiting step run again after its answer was lost with its connection (`Conn::step` runs it
 /// again on a new one) finds its entry granted by the first run: the lease then starts again at
 /// this call, since the caller counts it from when it sent this call. The procedure used to
@@ -141,16 +163,8 @@ async fn a_step_run_again_restarts_the_lease_it_finds_granted() {
     let harness = common::MyHarness::plain().await;
     let locker = connect(&harness.url).await; // the tables and procedures
     let mut c = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
-    let (seg, id, owner, ttl_us) = ("procedures/again", 4242u64, 77u64, 30_000_000u64);
-    let call = || {
-        sqlx::query("CALL locksmith_enter_v4(?, ?, ?, 'x', 0, '', ?, ?, 0, 0)")
-            .bind(seg)
-            .bind(id)
-            .bind(owner)
-            .bind(ttl_us)
-            .bind(ttl_us)
-    };
-    let answer = |rows: Vec<sqlx::mysql::MySqlRow>| (rows[0].get::<i64, _>(0), rows[0].get::<u64, _>(1));
+    let (seg, id, ttl_us) = ("procedures/again", 4242u64, 30_000_000u64);
+    let call = || enter(seg, id, ttl_us, false);
     let (outcome, token) = answer(call().fetch_all(&mut c).await.unwrap());
     assert_eq!(outcome, 1, "the first run holds");
     // As if the reconnection took 25 s of the lease's 30.
@@ -185,16 +199,8 @@ async fn a_try_run_again_finds_its_grant_in_the_row() {
     let harness = common::MyHarness::plain().await;
     let locker = connect(&harness.url).await; // the tables and procedures
     let mut c = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
-    let (seg, id, owner, ttl_us) = ("procedures/try_again", 4343u64, 78u64, 30_000_000u64);
-    let call = || {
-        sqlx::query("CALL locksmith_enter_v4(?, ?, ?, 'x', 0, '', ?, ?, 1, 1)")
-            .bind(seg)
-            .bind(id)
-            .bind(owner)
-            .bind(ttl_us)
-            .bind(ttl_us)
-    };
-    let answer = |rows: Vec<sqlx::mysql::MySqlRow>| (rows[0].get::<i64, _>(0), rows[0].get::<u64, _>(1));
+    let (seg, id, ttl_us) = ("procedures/try_again", 4343u64, 30_000_000u64);
+    let call = || enter(seg, id, ttl_us, true);
     // The lock's row is made by its first use; the next try holds in it.
     let first = answer(call().fetch_all(&mut c).await.unwrap());
     let (outcome, token) = if first.0 == 4 {
