@@ -10,7 +10,12 @@ use std::time::{Duration, Instant};
 
 use locksmith_core::driver::BackendUrl;
 
+/// Not in CI's passes: taking 33,000 locks one after another keeps the server and two cores busy
+/// for over a minute (73 s here), and starved the short leases of the tests beside it (etcd's
+/// `scale` lost some in CI). Run it alone: `cargo nextest run -p locksmith-mysql --all-features
+/// --profile alone --test renew_many --run-ignored only`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "33,000 locks: over a minute of a busy server; run alone, by hand"]
 async fn a_locker_holding_more_locks_than_a_statement_names_keeps_them() {
     const LOCKS: usize = 33_000;
     let harness = common::MyHarness::plain().await;
