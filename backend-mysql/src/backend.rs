@@ -190,7 +190,11 @@ impl LockBackend for MysqlBackend {
         if let Some(sessions) = &self.get_lock {
             sessions.close();
         }
-        // What is still queued (a release that got no answer) leaves with its waiters woken.
+        // What is still queued (a release that got no answer) leaves with its waiters woken,
+        // once the holders kept in rows are freed (which close does again if this fails).
+        if let Err(e) = self.conn.free_rows().await {
+            tracing::debug!(error = %e, "mysql: freeing the holders kept in rows at shutdown failed");
+        }
         if let Ok(own) = listing::own_entries(&self.conn).await {
             for (seg, id) in own {
                 if let Err(e) = leave_at_close(&self.conn, seg, id).await {

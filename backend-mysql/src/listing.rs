@@ -169,12 +169,8 @@ pub(crate) async fn entry_ids(conn: &Conn, family: Family, name: &LockName) -> R
     .await
 }
 
-/// The entries this locker still has (segment and id), at shutdown, once new steps are refused;
-/// its holders kept in their locks' rows are freed first, in one statement. Nobody queues behind
-/// a holder in the row (a waiter moves it into the queue as it joins), so none needs waking; a
-/// holder moved before that statement is an entry by then, read next, and left with its waiters
-/// woken. (Read first, a holder moved between the read and the close would have been deleted
-/// with the close's entries, its waiters left asleep until its lease ran out.)
+/// The entries this locker still has (segment and id), at shutdown, once new steps are refused
+/// and its holders kept in rows freed (`Conn::free_rows`).
 ///
 /// # Errors
 ///
@@ -183,12 +179,6 @@ pub(crate) async fn own_entries(conn: &Conn) -> Result<Vec<(String, u64)>> {
     let owner = conn.owner;
     conn.step("reading the locker's entries", true, move |c| {
         Box::pin(async move {
-            locksmith_core::metrics::round_trip();
-            sqlx::query(sql::CLOSE_ROWS)
-                .bind(owner)
-                .execute(&mut *c)
-                .await
-                .map_err(|e| StepError::sql("freeing the locker's holders kept in rows", e))?;
             locksmith_core::metrics::round_trip();
             let rows = sqlx::query(sql::OWN_ENTRIES)
                 .bind(owner)

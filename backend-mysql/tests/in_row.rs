@@ -253,16 +253,17 @@ async fn a_holder_in_the_row_is_renewed_kept_by_prunes_and_fenced_once_expired()
     b.shutdown().await.unwrap();
 }
 
-/// A renewal touches the rows of the locks held now and no other: a lock this locker held in its
-/// row earlier keeps its `holder_owner` (a release rewrites no index), and a transaction of
-/// another client that holds that row's lock for longer than a TTL (a stalled step, a paused
-/// process) must not hold up the renewal of the locks still held, nor lose them.
+/// A renewal touches the rows of the locks held now and no other: a transaction of another
+/// client that holds, for longer than a TTL (a stalled step, a paused process), the row of a lock
+/// this locker held in its row earlier must not hold up the renewal of the locks still held, nor
+/// lose them. (The row used to keep naming its last holder, and the renewal, which finds its
+/// rows by that name, waited for it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_waits_for_no_row_of_a_lock_given_back() {
     let harness = common::MyHarness::plain().await;
     let a = connect(&harness.url).await;
     let (earlier, held) = (unique_name("given_back"), unique_name("still_held"));
-    // `earlier` held in its row and given back: the row keeps this locker as its last holder.
+    // `earlier` held in its row and given back.
     cycles(&a, &earlier, 2).await;
     cycles(&a, &held, 1).await;
     let ttl = Duration::from_secs(1);
@@ -331,11 +332,11 @@ async fn an_earlier_lock_table_gets_the_holder_columns() {
     b.shutdown().await.unwrap();
 }
 
-/// The upgrade's `ALTER` of an earlier table waits for the tables' metadata lock no longer than
-/// the request timeout on the server too: a transaction left open on the table (an operator's
-/// session, a stalled client) makes the connect fail in time, and leaves no `ALTER` waiting on the
-/// server behind which every later statement on the table would queue (MariaDB's default wait is
-/// a day, long after the connect gave up).
+/// The upgrade's `ALTER` of an earlier table behind a transaction left open on it (an operator's
+/// session, a stalled client): the connect fails within its request timeout with an error that
+/// names the `ALTER`, and leaves nothing waiting on the server behind which every later statement
+/// on the table would queue (MariaDB ends a metadata-lock wait once its client has gone; its
+/// default wait is a day).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_blocked_by_an_open_transaction_leaves_nothing_waiting() {
     let harness = common::MyHarness::plain().await;

@@ -57,7 +57,7 @@ mysql_ha_start() {
     bin=$(mysql_bin) || die "$id: no server (/usr/sbin/mariadbd)"
     partner=$(mysql_ha_partner "$id")
     if [[ ! -f $dir/initialized ]]; then
-        rm -rf "$dir/data" "$dir/run" "$dir/role" "$dir/server-id"
+        rm -rf "$dir/run" "$dir/role" "$dir/server-id" # mysql_init empties data/
         mysql_init "$dir"
         # A new server id at each initialisation: a replica skips the events of its own id, and
         # a member made again from nothing must replay those it wrote as an earlier primary.

@@ -71,7 +71,7 @@ mysql_start() {
     local id=$1 dir="$STATE/$1" bin
     bin=$(mysql_bin) || die "mysql: no server (/usr/sbin/mariadbd)"
     [[ -f $dir/initialized ]] || {
-        rm -rf "$dir/data" "$dir/run"
+        rm -rf "$dir/run" # mysql_init empties data/
         mysql_init "$dir"
     }
     mkdir -p "$dir/run"

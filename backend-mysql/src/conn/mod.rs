@@ -276,6 +276,32 @@ impl Conn {
         self.closed.store(true, Ordering::Release);
     }
 
+    /// Frees this locker's holders kept in their locks' rows, in one statement: at shutdown,
+    /// before its entries are read (`listing::own_entries`). Nobody queues behind a holder in the
+    /// row (a waiter moves it into the queue as it joins), so none needs waking; a holder moved
+    /// before this statement is an entry by then, and is left with its waiters woken. (Read
+    /// first, a holder moved between the read and the close would have been deleted with the
+    /// close's entries, its waiters left asleep until its lease ran out.)
+    ///
+    /// # Errors
+    ///
+    /// The connection's errors.
+    pub async fn free_rows(&self) -> Result<()> {
+        let owner = self.owner;
+        self.step("freeing the locker's holders kept in rows", true, move |c| {
+            Box::pin(async move {
+                locksmith_core::metrics::round_trip();
+                sqlx::query(sql::CLOSE_ROWS)
+                    .bind(owner)
+                    .execute(&mut *c)
+                    .await
+                    .map_err(|e| StepError::sql("freeing the locker's holders kept in rows", e))?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
     /// Ends the locker: no new grants, its rows deleted, its connection closed.
     ///
     /// # Errors

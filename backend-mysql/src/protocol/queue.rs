@@ -293,6 +293,19 @@ async fn next_token(c: &mut MySqlConnection, lock_id: u64) -> std::result::Resul
         .map_err(|err| crate::error::decode("the fencing token", err).into())
 }
 
+/// Starts the lease of held entry `id` again from now: a step run again after its answer was lost
+/// with its connection found the first run's grant, and the caller counts the lease from this
+/// run's sending, later than that grant.
+async fn restart_lease(c: &mut MySqlConnection, id: u64) -> std::result::Result<(), StepError> {
+    locksmith_core::metrics::round_trip();
+    sqlx::query(sql::RESTART_LEASE)
+        .bind(id)
+        .execute(&mut *c)
+        .await
+        .map_err(|err| StepError::sql("taking the grant", err))?;
+    Ok(())
+}
+
 /// Grants entry `id` of lock `lock_id`: a new token, and its lease from now; answers the token.
 async fn grant(
     c: &mut MySqlConnection,
@@ -421,15 +434,7 @@ pub(crate) async fn enter(conn: &Conn, req: &LockRequest, seg: String, id: u64) 
             let roles: Vec<Role> = queue.iter().map(|x| x.role).collect();
             let outcome = match standing(&roles, me)? {
                 Standing::Holds if queue[me].held => {
-                    // This step run again after its answer was lost with its connection: the
-                    // lease starts again now, as the caller counts it from this step's sending,
-                    // later than the first run's grant.
-                    locksmith_core::metrics::round_trip();
-                    sqlx::query(sql::RESTART_LEASE)
-                        .bind(id)
-                        .execute(&mut *c)
-                        .await
-                        .map_err(e("taking the grant"))?;
+                    restart_lease(c, id).await?;
                     Entered::Granted(queue[me].token)
                 }
                 Standing::Holds => {
@@ -475,24 +480,12 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
         let (seg, value) = (seg.clone(), value.clone());
         Box::pin(async move {
             let Opened { lock_id, pruned, queue } = open_row(c, &seg).await?;
-            if let Some(mine) = queue.iter().find(|x| x.id == id && x.held) {
-                // This try run again after its answer was lost with its connection, the first
-                // run's grant found: held, its lease starting again now (as `enter` does).
-                locksmith_core::metrics::round_trip();
-                sqlx::query(sql::RESTART_LEASE)
-                    .bind(id)
-                    .execute(&mut *c)
-                    .await
-                    .map_err(|err| StepError::sql("taking the grant", err))?;
-                let conns = if pruned > 0 {
-                    wake(c, lock_id, &queue, Some(id), others_turn_may_have_come(pruned), true).await?
-                } else {
-                    Vec::new()
-                };
-                return Ok((Some(mine.token), conns));
-            }
             let roles: Vec<Role> = queue.iter().map(|x| x.role).collect();
-            let granted = if holds_at_tail(&roles, role)? {
+            // `Some(token)` held; `true` if by this run (a try run again finds its first run's).
+            let (granted, new_grant) = if let Some(mine) = queue.iter().find(|x| x.id == id && x.held) {
+                restart_lease(c, id).await?;
+                (Some(mine.token), false)
+            } else if holds_at_tail(&roles, role)? {
                 let token = next_token(c, lock_id).await?;
                 let (code, permits) = role_columns(role);
                 locksmith_core::metrics::round_trip();
@@ -510,11 +503,11 @@ pub(crate) async fn try_take(conn: &Conn, req: &LockRequest, seg: String, id: u6
                     .execute(&mut *c)
                     .await
                     .map_err(|err| StepError::sql("taking the lock", err))?;
-                Some(token)
+                (Some(token), true)
             } else {
-                None
+                (None, false)
             };
-            let conns = if pruned > 0 || granted.is_some() {
+            let conns = if pruned > 0 || new_grant {
                 wake(c, lock_id, &queue, Some(id), others_turn_may_have_come(pruned), true).await?
             } else {
                 Vec::new()
