@@ -440,6 +440,9 @@ need_file /etc/ssl/certs/ca-certificates.crt ca-certificates
 # whose openssl-sys build script finds OpenSSL's headers and library with pkg-config.
 need_command pkg-config pkg-config
 need_file /usr/include/openssl/ssl.h libssl-dev
+# The CLI's test that a program on file:// runs under valgrind (cli/tests/cli_file.rs), and
+# scripts/instructions' callgrind counts.
+need_command valgrind valgrind
 
 # Install (apt-get) whatever is missing; nothing at all (not even `apt-get update`) when
 # everything is there. Checked by the binaries and files we actually use.
