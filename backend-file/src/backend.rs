@@ -123,7 +123,7 @@ impl LockBackend for FileBackend {
         let id = entry_id(&lease.holder_id).to_owned();
         let leaving = id.clone();
         let leave = move |state: &mut crate::protocol::state::State, _| Ok(queue::leave(state, &leaving));
-        let left = match dir.transact_if_free(&file, leave) {
+        let left = match dir.leave_if_free(&file, leave) {
             Ok(Ok(left)) => Ok(left),
             Ok(Err(leave)) => tokio::task::spawn_blocking(move || dir.transact(&file, leave))
                 .await

@@ -61,17 +61,33 @@ impl LockFile {
 
     /// `<dir>/<stem>.lock`.
     pub fn lock_path(&self, dir: &Path) -> PathBuf {
-        dir.join(format!("{}{LOCK_SUFFIX}", self.stem))
+        self.path(dir, "", LOCK_SUFFIX)
     }
 
     /// `<dir>/<stem>.state`.
     pub fn state_path(&self, dir: &Path) -> PathBuf {
-        dir.join(format!("{}{STATE_SUFFIX}", self.stem))
+        self.path(dir, "", STATE_SUFFIX)
     }
 
     /// `<dir>/.<stem>.tmp`: where the next state is written before it is renamed over the last.
     pub fn temp_path(&self, dir: &Path) -> PathBuf {
-        dir.join(format!(".{}.tmp", self.stem))
+        self.path(dir, ".", ".tmp")
+    }
+
+    /// `<dir>/<prefix><stem><suffix>`, in one allocation: a step names its files several times,
+    /// and `format!` then `join` cost two allocations and the formatting machinery each time.
+    fn path(&self, dir: &Path, prefix: &str, suffix: &str) -> PathBuf {
+        let dir = dir.as_os_str();
+        let len = dir.len() + 1 + prefix.len() + self.stem.len() + suffix.len();
+        let mut path = std::ffi::OsString::with_capacity(len);
+        path.push(dir);
+        if !dir.is_empty() && !dir.as_encoded_bytes().ends_with(b"/") {
+            path.push("/");
+        }
+        path.push(prefix);
+        path.push(&self.stem);
+        path.push(suffix);
+        PathBuf::from(path)
     }
 }
 
@@ -128,6 +144,17 @@ mod tests {
 
     fn stem_of(name: &str) -> String {
         LockFile::of(Family::Mutex, &LockName::new(name).unwrap()).stem
+    }
+
+    #[test]
+    fn file_paths_are_the_stem_in_the_directory() {
+        let file = LockFile::of_stem("a%2Fb");
+        for dir in ["/tmp/locks", "/tmp/locks/", "/", "locks", ""] {
+            let dir = Path::new(dir);
+            assert_eq!(file.lock_path(dir), dir.join("a%2Fb.lock"));
+            assert_eq!(file.state_path(dir), dir.join("a%2Fb.state"));
+            assert_eq!(file.temp_path(dir), dir.join(".a%2Fb.tmp"));
+        }
     }
 
     #[test]

@@ -779,7 +779,16 @@ fn run_works_under_valgrind() {
     let url = Files.url();
     let out = Command::new("valgrind")
         .args(["--tool=none", "--quiet", env!("CARGO_BIN_EXE_locksmith")])
-        .args(["--url", &url, "run", &name, "--", "sh", "-c", "echo \"$LOCKSMITH_FENCING_TOKEN\""])
+        .args([
+            "--url",
+            &url,
+            "run",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "echo \"$LOCKSMITH_FENCING_TOKEN\"",
+        ])
         .env_remove("LOCKSMITH_URL")
         .output()
         .unwrap();

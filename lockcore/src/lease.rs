@@ -254,7 +254,11 @@ impl Family {
     /// # Ok::<(), locksmith::LockError>(())
     /// ```
     pub fn segment(self, name: &LockName) -> String {
-        format!("{}{}", name.encoded(), self.suffix())
+        let (encoded, suffix) = (name.encoded(), self.suffix());
+        let mut segment = String::with_capacity(encoded.len() + suffix.len());
+        segment.push_str(encoded);
+        segment.push_str(suffix);
+        segment
     }
 
     /// The name and family of a [`Family::segment`]; `None` for anything else.

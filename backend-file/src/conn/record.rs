@@ -154,35 +154,23 @@ fn frame(bytes: &[u8], at: u64) -> Option<(u64, u64, u32, &[u8])> {
     Some((seq, cap, crc, &body[HEADER..]))
 }
 
-/// Up to this capacity, one read covers both frame slots (a page or a few), where reading each
-/// header apart would cost a system call more.
-const ONE_READ: u64 = 16 * 1024;
-
 /// Whether the newest frame of `file`, as the headers of its two frame slots (of `layout`'s
 /// capacity) say, is `layout`'s: the same slot, seq, checksum and length. Read without the
 /// payloads and without checking a checksum, unless `whole`: then the frame's payload is read and
-/// its checksum checked too, as [`decode`] checks it. One read where the slots are close (a
-/// capacity up to [`ONE_READ`]), else one per header and one for the frame; never the whole file.
+/// its checksum checked too, as [`decode`] checks it. The headers are one read (see
+/// [`headers`]), and the frame one more; never the whole file.
 ///
 /// Without `whole`, only a frame this process read whole or wrote itself may be compared this way
 /// (see `cache.rs`): a header says nothing of whether its frame is whole. A newer frame written
 /// past the slots (the state outgrew them) is not looked at: the file's size tells it.
 pub(crate) fn holds(file: &File, layout: &Layout, whole: bool) -> std::io::Result<bool> {
-    let region = match layout.cap <= ONE_READ {
-        true => read_at_most(file, FRAMES_AT, 2 * layout.cap)?,
-        false => Vec::new(),
-    };
-    let bytes_at = |at: u64, len: usize| -> std::io::Result<std::borrow::Cow<'_, [u8]>> {
-        let off = usize::try_from(at - FRAMES_AT).unwrap_or(usize::MAX);
-        match region.get(off..).and_then(|r| r.get(..len)) {
-            Some(b) => Ok(std::borrow::Cow::Borrowed(b)),
-            None => read_at_most(file, at, len as u64).map(std::borrow::Cow::Owned),
-        }
-    };
     let mut best: Option<(u64, u64, u32, u32)> = None;
-    for (at, slot1) in [(FRAMES_AT, false), (FRAMES_AT + layout.cap, true)] {
-        let h = bytes_at(at, HEADER)?;
-        if h.len() < HEADER || &h[..4] != FRAME_MAGIC {
+    let slots = [(FRAMES_AT, false), (FRAMES_AT + layout.cap, true)];
+    for ((at, slot1), h) in slots.into_iter().zip(headers(file, layout.cap)?) {
+        let Some(h) = h else {
+            continue;
+        };
+        if &h[..4] != FRAME_MAGIC {
             continue;
         }
         let (seq, cap) = (u64_at(&h, 8), u64_at(&h, 16));
@@ -198,31 +186,55 @@ pub(crate) fn holds(file: &File, layout: &Layout, whole: bool) -> std::io::Resul
     if !whole {
         return Ok(true);
     }
-    let f = bytes_at(layout.frame_at, HEADER + layout.frame_len as usize)?;
+    let f = read_at_most(file, layout.frame_at, HEADER as u64 + u64::from(layout.frame_len))?;
     Ok(frame(&f, 0)
         .is_some_and(|(seq, cap, crc, _)| (seq, cap, crc) == (layout.frame_seq, layout.cap, layout.frame_crc)))
 }
 
-/// Up to `len` bytes of `file` from `at` (fewer at its end). A read that stops short is the end of
-/// the file (a regular file's read stops short only there), so the usual case, frame slots that
-/// reach past the end, costs one system call, not a second one that reads nothing (were a read
-/// ever short elsewhere, a frame would look cut, and [`holds`] says no: the caller reads the file
-/// whole).
-fn read_at_most(file: &File, at: u64, len: u64) -> std::io::Result<Vec<u8>> {
-    let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
+/// The headers of the two frame slots of capacity `cap` (`None` where the file ends first). Where
+/// the slots are [`MIN_CAP`] apart (nearly every file), one read of both into a buffer on the
+/// stack: each system call counts on a hand-over's path, which runs on a cold CPU, and a buffer
+/// on the heap costs an allocation and its zeroing at every step. Else one read each.
+fn headers(file: &File, cap: u64) -> std::io::Result<[Option<[u8; HEADER]>; 2]> {
+    const BOTH: usize = MIN_CAP as usize + HEADER;
+    if cap != MIN_CAP {
+        return Ok([header_at(file, FRAMES_AT)?, header_at(file, FRAMES_AT + cap)?]);
+    }
+    let mut both = [0u8; BOTH];
+    let n = read_into(file, FRAMES_AT, &mut both)?;
+    let at = |off: usize| -> Option<[u8; HEADER]> { both.get(off..off + HEADER)?.try_into().ok() };
+    let read = |off: usize| at(off).filter(|_| n >= off + HEADER);
+    Ok([read(0), read(MIN_CAP as usize)])
+}
+
+/// The [`HEADER`] bytes of `file` at `at`, `None` if the file ends before them.
+fn header_at(file: &File, at: u64) -> std::io::Result<Option<[u8; HEADER]>> {
+    let mut h = [0u8; HEADER];
+    Ok((read_into(file, at, &mut h)? == HEADER).then_some(h))
+}
+
+/// Reads `buf` from `file` at `at`, up to the file's end; how many bytes were read. A read that
+/// stops short is the end of the file (a regular file's read stops short only there): no second
+/// system call that would read nothing.
+fn read_into(file: &File, at: u64, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut read = 0;
-    while read < bytes.len() {
-        match file.read_at(&mut bytes[read..], at + read as u64) {
+    while read < buf.len() {
+        match file.read_at(&mut buf[read..], at + read as u64) {
             Ok(0) => break,
-            Ok(n) if read + n < bytes.len() => {
-                read += n;
-                break;
-            }
+            Ok(n) if read + n < buf.len() => return Ok(read + n),
             Ok(n) => read += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
+    Ok(read)
+}
+
+/// Up to `len` bytes of `file` from `at` (fewer at its end: a frame cut short there fails its
+/// checksum, and [`holds`] says no).
+fn read_at_most(file: &File, at: u64, len: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
+    let read = read_into(file, at, &mut bytes)?;
     bytes.truncate(read);
     Ok(bytes)
 }

@@ -57,6 +57,20 @@ impl Dir {
         }
     }
 
+    /// [`Dir::transact_if_free`] for a step that only takes this locker's entry out (a release):
+    /// without the check of this locker's liveness file, which guards what a step grants this
+    /// locker, and costs a system call on every hand-over's path (the next acquire or heartbeat
+    /// makes the file again if it was removed).
+    pub fn leave_if_free<R, F>(&self, file: &LockFile, step: F) -> Result<std::result::Result<R, F>>
+    where
+        F: FnOnce(&mut State, Now) -> Result<R>,
+    {
+        match self.lock_step(file, false)? {
+            Some(locked) => self.transact_locked(file, locked, step).map(Ok),
+            None => Ok(Err(step)),
+        }
+    }
+
     /// [`Dir::transact`] for a `try`, which never waits behind another process's `flock` on the
     /// lock file: a step of locksmith's holds it for milliseconds, so the lock file is polled for
     /// at most [`TRY_FLOCK_WAIT`]; `None` if it stayed locked that long (another program that
@@ -115,14 +129,16 @@ impl Dir {
         let out = step(&mut state, now);
         // The lock handed over in the step that freed it (see `queue::hand_over`).
         let handed_over = queue::hand_over(&mut state, now);
-        let bytes = serde_json::to_vec(&state).map_err(|e| LockError::Protocol(e.to_string()))?;
+        // Sized as the state read was: the JSON grows into it without reallocating.
+        let mut bytes = Vec::with_capacity(original.as_ref().map_or(256, |o| o.payload.len() + 128));
+        serde_json::to_writer(&mut bytes, &state).map_err(|e| LockError::Protocol(e.to_string()))?;
         let changed = match &original {
             Some(loaded) => loaded.payload != bytes,
             None => !state.entries.is_empty(),
         };
         let stored = match changed {
             true => {
-                let stored = self.store(file, original.as_ref(), &bytes, &state, &locked);
+                let stored = self.store(file, original.as_ref(), bytes, state, &locked);
                 self.hub.changed(Some(&file.stem));
                 // The new holders of this process learn it now, rather than when the kernel's
                 // event reaches the wake-up thread (the others from that event): their look
@@ -444,12 +460,11 @@ impl Dir {
         &self,
         file: &LockFile,
         original: Option<&Loaded>,
-        bytes: &[u8],
-        state: &State,
+        bytes: Vec<u8>,
+        state: State,
         locked: &Locked,
     ) -> Result<()> {
         let last_token = state.last_token;
-        let path = file.state_path(&self.path);
         let old_mark = original.map_or(0, |o| o.mark);
         let mark = (last_token > old_mark).then(|| match self.boot.is_empty() {
             true => last_token,
@@ -461,12 +476,12 @@ impl Dir {
                 // What a read of the file gives once written, kept before the write (pending, see
                 // `cache.rs`): a waiter of this process woken by the write finds it, even while
                 // this thread has not run again yet. Once synced, if the write reserves tokens.
-                let next = record::prepare(layout, bytes, mark);
-                let mut kept = state.clone();
+                let next = record::prepare(layout, &bytes, mark);
+                let mut kept = state;
                 kept.entries.iter_mut().for_each(|e| e.expires_ns = 0);
                 self.settle(&mut kept, next.layout.mark);
                 let size = meta.len().max(next.layout.frame_end());
-                let (boot, payload) = (&self.boot, bytes.to_vec());
+                let (boot, payload) = (&self.boot, bytes);
                 let syncs = mark.is_some() && self.sync;
                 let keep = |kept, payload, pending| {
                     self.cache
@@ -488,7 +503,7 @@ impl Dir {
                                 return Err(e);
                             }
                             #[cfg(test)]
-                            tests::synced(&path);
+                            tests::synced(&file.state_path(&self.path));
                         }
                         Ok(())
                     })
@@ -504,11 +519,11 @@ impl Dir {
                     }
                     Err(e) => {
                         self.cache.forget(&file.stem);
-                        Err(io_error("cannot write the state file", &path, e))
+                        Err(io_error("cannot write the state file", &file.state_path(&self.path), e))
                     }
                 }
             }
-            None => self.replace(file, &record::encode_new(bytes, mark.unwrap_or(old_mark)), locked),
+            None => self.replace(file, &record::encode_new(&bytes, mark.unwrap_or(old_mark)), locked),
         }
     }
 

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use locksmith_core::driver::{Lease, LockRequest};
@@ -54,24 +55,36 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
     let file = LockFile::of(req.kind.family(), &req.name);
     let entry = new_entry(dir, &req.kind, req.ttl);
     let (id, holder_id) = (entry.id.clone(), entry.holder_id());
-    let wake = dir.hub.lock(&file.stem);
-    let shared_read = SharedRead::of(dir, &file);
     let mut pending = Pending::new(dir, &file, &id);
+    // The lock's wake-ups and shared reads, from its first wait on: a request that holds at its
+    // join (an uncontended one) needs neither.
+    let mut watch: Option<(Arc<Notify>, Arc<SharedRead>)> = None;
+    let mut watching = false;
     let mut joining = true;
     // Whether a look found the lock taken: a later grant is a hand-over (`Lease::waited`).
     let mut waited = false;
     let mut beat_at = Instant::now() + req.ttl / 3;
     loop {
         dir.check_open()?;
-        let woken = wake.notified();
+        if watching && watch.is_none() {
+            watch = Some((dir.hub.lock(&file.stem), SharedRead::of(dir, &file)));
+        }
+        let woken = watch.as_ref().map(|(wake, _)| wake.notified());
         tokio::pin!(woken);
-        woken.as_mut().enable();
+        if let Some(woken) = woken.as_mut().as_pin_mut() {
+            woken.enable();
+        }
         let sent = Instant::now();
         let turn = if joining {
             joining = false;
             let entry = entry.clone();
             pending.run(move |state, now| queue::join(state, entry, now)).await?
         } else {
+            let Some((_, shared_read)) = &watch else {
+                // Never: a look comes after a wait, which made the watch.
+                joining = true;
+                continue;
+            };
             // Bounded by the deadline: under churn a look may wait for other waiters' reads.
             let look = match deadline {
                 Some(d) => tokio::time::timeout_at(d, shared_read.look(dir, &file))
@@ -109,6 +122,14 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
                     ..req.lease(token, holder_id, sent)
                 });
             }
+            // This request's first wait: it registers for the lock's wake-ups, and looks at
+            // the lock again under them before it sleeps (a change since its join would
+            // otherwise wake nobody).
+            Turn::Wait(_) if !watching => {
+                watching = true;
+                waited = true;
+                continue;
+            }
             // The first time this process waits on the directory: wake-ups start, and the
             // lock is looked at again under them before anything sleeps.
             Turn::Wait(_) if !dir.hub.started() => {
@@ -139,6 +160,9 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
             .flatten()
             .min()
             .unwrap_or(beat_at);
+        let Some(woken) = woken.as_mut().as_pin_mut() else {
+            continue; // never: a wait made the watch, and this pass registered under it
+        };
         tokio::select! {
             _ = woken => {}
             _ = tokio::time::sleep_until(wake_at) => {}
