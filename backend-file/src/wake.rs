@@ -13,7 +13,8 @@
 //!
 //! - A step of this process that handed a lock over (`queue::hand_over`) wakes that lock's
 //!   waiters in this process itself, right after its write (`conn/txn.rs`): the new holder
-//!   needs no hop through the thread. The kernel's event still comes, and wakes them again.
+//!   needs no hop through the thread, and takes its grant from memory ([`Hub::granted`]), not
+//!   from a read of the state file. The kernel's event still comes, and wakes them again.
 //!
 //! The instance is made when something first needs it ([`Hub::start`]): a waiter that found the
 //! lock taken, a renewal, an election observed. An uncontended acquire and release, the whole of
@@ -28,7 +29,7 @@
 //! `look.rs`).
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
@@ -41,7 +42,12 @@ use tokio::sync::Notify;
 
 use crate::error::errno_error;
 use crate::layout::{stem_of_state_file, OWNERS_DIR};
+use crate::protocol::queue::HandedOver;
 use locksmith_core::Result;
+
+/// At most this many grants are kept for waiters that have not taken them yet (see
+/// [`Hub::granted`]); a waiter that finds none reads the state file.
+const KEPT_GRANTS: usize = 1024;
 
 /// The wake-ups of one directory in this process.
 #[derive(Debug)]
@@ -62,6 +68,14 @@ pub(crate) struct Hub {
     changes: Mutex<Counters>,
     /// Whether the thread reads events: not before [`Hub::start`], nor once it stopped.
     reading: AtomicBool,
+    /// The grants that steps of this process made to entries of its own lockers, by entry id,
+    /// until their waiters take them (see [`Hub::granted`]).
+    grants: Mutex<HashMap<String, HandedOver>>,
+    /// The ids of this process's open lockers of the directory.
+    lockers: Mutex<HashSet<String>>,
+    /// The locks (stems) whose hand-over a step of this process is writing now, and how many
+    /// such steps (see [`Hub::handing_over`]).
+    handing: Mutex<HashMap<String, usize>>,
 }
 
 /// The change counters, and how many lived when dead ones were last dropped (dropping them at
@@ -95,6 +109,9 @@ impl Hub {
             alive: Mutex::default(),
             changes: Mutex::default(),
             reading: AtomicBool::new(false),
+            grants: Mutex::default(),
+            lockers: Mutex::default(),
+            handing: Mutex::default(),
         });
         hubs.insert(dir.to_owned(), Arc::downgrade(&hub));
         Ok(hub)
@@ -235,6 +252,66 @@ impl Hub {
         }
     }
 
+    /// Locker `owner` of this process opened the directory (`open`) or closed it: grants to its
+    /// entries are kept for its waiters from then on, or no longer ([`Hub::granted`]).
+    pub fn local_locker(&self, owner: &str, open: bool) {
+        let mut lockers = self.lockers.lock().unwrap_or_else(|e| e.into_inner());
+        match open {
+            true => lockers.insert(owner.to_owned()),
+            false => lockers.remove(owner),
+        };
+    }
+
+    /// A step of this process is about to write a hand-over of lock `stem`: until the returned
+    /// guard is dropped (after [`Hub::granted`], and before the step wakes the lock's waiters
+    /// here), a waiter of this process woken meanwhile (by the kernel's event of the write) and
+    /// finding no grant kept for it waits for that wake-up instead of reading the state file
+    /// ([`Hub::handing_over`]).
+    pub fn hand_over(self: &Arc<Self>, stem: &str) -> HandingOver {
+        *self
+            .handing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(stem.to_owned())
+            .or_default() += 1;
+        HandingOver {
+            hub: self.clone(),
+            stem: stem.to_owned(),
+        }
+    }
+
+    /// Whether a step of this process is writing a hand-over of lock `stem` (see
+    /// [`Hub::hand_over`]).
+    pub fn handing_over(&self, stem: &str) -> bool {
+        let handing = self.handing.lock().unwrap_or_else(|e| e.into_inner());
+        !handing.is_empty() && handing.contains_key(stem)
+    }
+
+    /// Keeps the grants that a step of this process just wrote (and before it wakes the lock's
+    /// waiters here), those to entries of this process's open lockers, for their waiters to take
+    /// ([`Hub::take_grant`]) rather than read the state file again: the grant is what the file
+    /// says, as of the write. A grant nobody takes (its waiter was cancelled meanwhile: its clean-up
+    /// gives the lock back) is dropped with the others once [`KEPT_GRANTS`] are kept.
+    pub fn granted(&self, handed: Vec<HandedOver>) {
+        let lockers = self.lockers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut grants = self.grants.lock().unwrap_or_else(|e| e.into_inner());
+        for grant in handed.into_iter().filter(|g| lockers.contains(&g.owner)) {
+            if grants.len() >= KEPT_GRANTS {
+                grants.clear();
+            }
+            grants.insert(grant.id.clone(), grant);
+        }
+    }
+
+    /// The grant a step of this process made to entry `id`, if it is still kept (taken once).
+    pub fn take_grant(&self, id: &str) -> Option<HandedOver> {
+        let mut grants = self.grants.lock().unwrap_or_else(|e| e.into_inner());
+        match grants.is_empty() {
+            true => None,
+            false => grants.remove(id),
+        }
+    }
+
     /// Wakes the tasks of this process that wait on lock `stem` (`None`: on any lock); each
     /// looks at the state again.
     pub fn wake(&self, stem: Option<&str>) {
@@ -247,6 +324,24 @@ impl Hub {
         match stem {
             Some(stem) => locks.get(stem).into_iter().for_each(wake),
             None => locks.values().for_each(wake),
+        }
+    }
+}
+
+/// A hand-over of a lock being written by a step of this process (see [`Hub::hand_over`]).
+pub(crate) struct HandingOver {
+    hub: Arc<Hub>,
+    stem: String,
+}
+
+impl Drop for HandingOver {
+    fn drop(&mut self) {
+        let mut handing = self.hub.handing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = handing.get_mut(&self.stem) {
+            *n -= 1;
+            if *n == 0 {
+                handing.remove(&self.stem);
+            }
         }
     }
 }

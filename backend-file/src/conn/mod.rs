@@ -61,6 +61,9 @@ pub(crate) struct Dir {
     kept: Mutex<kept::Kept>,
     /// The states of locks this process stepped on, shared by its lockers of the directory.
     cache: Arc<cache::StateCache>,
+    /// How many times a state was read without its lock ([`Dir::read`]): tests of the looks.
+    #[cfg(test)]
+    pub reads: AtomicU64,
 }
 
 impl Dir {
@@ -88,6 +91,7 @@ impl Dir {
         reap_dead_owners(&owners, &hub);
         let beat = Now::read().boot_ns;
         let owner = Owner::create(&owners, beat)?;
+        hub.local_locker(&owner.id, true);
         let cache = cache::StateCache::for_dir(&path);
         Ok(Dir {
             beat_ns: AtomicU64::new(beat),
@@ -104,6 +108,8 @@ impl Dir {
             sync,
             kept: Mutex::default(),
             cache,
+            #[cfg(test)]
+            reads: AtomicU64::new(0),
         })
     }
 
@@ -123,6 +129,7 @@ impl Dir {
     /// Ends this locker's liveness: its entries are dead to every process from now on.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        self.hub.local_locker(&self.owner_id, false);
         self.kept.lock().unwrap_or_else(|e| e.into_inner()).close();
         drop(self.owner.lock().unwrap_or_else(|e| e.into_inner()).take());
     }

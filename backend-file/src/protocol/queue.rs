@@ -64,16 +64,16 @@ pub(crate) fn turn(state: &mut State, id: &str, now: Now) -> Result<Turn> {
 /// leaving, a dead or expired holder dropped) also hands it over, in the same write. The next
 /// holder then finds its grant at its next look at the state, with no step of its own: it never
 /// waits behind the releaser's `flock` nor takes a transaction of its own on the hand-over path.
-/// Whether anything was granted.
+/// What was granted, entry by entry.
 ///
 /// Entries hold in a prefix of the queue (behind one that waits, every entry waits), so the pass
 /// stops at the first that waits. An entry whose request the rule refuses (a semaphore's permit
 /// count that disagrees) is left to its own turn, which removes it and tells its caller; a token
 /// that cannot be handed out (see [`next_token`]) is left to the waiter's turn too, which fails
 /// with the reason.
-pub(crate) fn hand_over(state: &mut State, now: Now) -> bool {
-    let Ok(roles) = state.roles() else { return false };
-    let mut granted = false;
+pub(crate) fn hand_over(state: &mut State, now: Now) -> Vec<HandedOver> {
+    let Ok(roles) = state.roles() else { return Vec::new() };
+    let mut granted = Vec::new();
     for me in 0..state.entries.len() {
         if state.entries[me].grant.is_some() {
             continue;
@@ -85,9 +85,25 @@ pub(crate) fn hand_over(state: &mut State, now: Now) -> bool {
             break;
         };
         grant(state, me, token, now);
-        granted = true;
+        let entry = &state.entries[me];
+        granted.push(HandedOver {
+            id: entry.id.clone(),
+            owner: entry.owner.clone(),
+            token,
+            since_ns: now.boot_ns,
+        });
     }
     granted
+}
+
+/// A grant [`hand_over`] made: to entry `id` of locker `owner`, with its fencing token and the
+/// start of its lease (`CLOCK_BOOTTIME` ns).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HandedOver {
+    pub id: String,
+    pub owner: String,
+    pub token: u64,
+    pub since_ns: u64,
 }
 
 /// Where a waiter stands in a queue read without the lock.

@@ -79,6 +79,16 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
             joining = false;
             let entry = entry.clone();
             pending.run(move |state, now| queue::join(state, entry, now)).await?
+        } else if let Some(g) = dir.hub.take_grant(&id).filter(|g| fresh(g.since_ns, req.ttl)) {
+            // Handed over by a step of this process (`Hub::granted`): the grant it wrote, as
+            // fresh as a read of the file, unless this task ran long after it (a paused
+            // process, whose entry others may have dropped since: then the file says).
+            Turn::Granted(g.token, g.since_ns)
+        } else if dir.hub.handing_over(&file.stem) {
+            // A step of this process is writing a hand-over of the lock (the kernel's event of
+            // its write may have woken this task first): its wake-up comes once its grants are
+            // kept, and this task, registered, waits for it rather than read the file.
+            Turn::Wait(None)
         } else {
             let Some((_, shared_read)) = &watch else {
                 // Never: a look comes after a wait, which made the watch.
@@ -168,6 +178,13 @@ pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<
             _ = tokio::time::sleep_until(wake_at) => {}
         }
     }
+}
+
+/// Whether a grant made at `since_ns` (`CLOCK_BOOTTIME`) to a lease of `ttl` is recent enough to
+/// be taken from memory: within a tenth of the TTL.
+fn fresh(since_ns: u64, ttl: Duration) -> bool {
+    let age = Duration::from_nanos(Now::read().boot_ns.saturating_sub(since_ns));
+    age < ttl / 10
 }
 
 /// When a lease granted at `since_ns` (`CLOCK_BOOTTIME`) started on tokio's clock, if before
