@@ -51,10 +51,7 @@ impl Dir {
         F: FnOnce(&mut State, Now) -> Result<R>,
     {
         self.keep_owner()?;
-        match self.lock_step(file, false)? {
-            Some(locked) => self.transact_locked(file, locked, step).map(Ok),
-            None => Ok(Err(step)),
-        }
+        self.leave_if_free(file, step)
     }
 
     /// [`Dir::transact_if_free`] for a step that only takes this locker's entry out (a release):
