@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use locksmith_core::driver::{async_trait, BackendUrl, GuardedWrite, Lease, LockBackend, LockName, LockRequest};
-use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockInfo, PruneReport, Result};
+use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockInfo, LockKind, PruneReport, Result};
 
 use locksmith_core::driver::armed::Armed;
 
@@ -118,19 +118,22 @@ impl LockBackend for MysqlBackend {
         let seg = segment(lease.kind.family(), &lease.name)?;
         let id = entry_id(&lease.holder_id)?;
         let name = lease.name.as_str().to_owned();
+        // A mutex's lease may be held in the lock's row (`protocol/call.rs`).
+        let in_row = matches!(lease.kind, LockKind::Mutex);
         let mut releasing = Armed::new(Releasing {
             conn: self.conn.clone(),
             seg: seg.clone(),
             id,
             token: lease.fencing_token,
             name: name.clone(),
+            in_row,
         });
         // `layout=get_lock`: the named lock first, then the grant (a locksmith waiter granted
         // next finds the name free, or waits for it in GET_LOCK).
         if let Some(sessions) = &self.get_lock {
             sessions.release(id).await;
         }
-        let released = release(&self.conn, seg, id, lease.fencing_token, name).await;
+        let released = release(&self.conn, seg, id, lease.fencing_token, name, in_row).await;
         releasing.disarm();
         released
     }

@@ -58,21 +58,24 @@ pub(crate) struct Releasing {
     pub id: u64,
     pub token: u64,
     pub name: String,
+    /// A mutex's lease, which may be held in the lock's row.
+    pub in_row: bool,
 }
 
 impl CleanUp for Releasing {
     fn task(&mut self) -> Option<CleanupTask> {
-        let (conn, seg, id, token, name) = (
+        let (conn, seg, id, token, name, in_row) = (
             self.conn.clone(),
             self.seg.clone(),
             self.id,
             self.token,
             self.name.clone(),
+            self.in_row,
         );
         Some(Box::pin(async move {
             let released = retry(
                 REMOVAL_RETRIES,
-                |_| release(&conn, seg.clone(), id, token, name.clone()),
+                |_| release(&conn, seg.clone(), id, token, name.clone(), in_row),
                 |e| matches!(e, LockError::Unavailable { .. }),
             )
             .await;

@@ -37,7 +37,7 @@ pub(crate) mod sql {
     /// The one-call steps' stored procedures (name, definition): `conn/routines.rs`.
     pub const PROCEDURES: [(&str, &str); 2] = [
         ("locksmith_enter_v4", include_str!("sql/proc_enter.sql")),
-        ("locksmith_release_v4", include_str!("sql/proc_release.sql")),
+        ("locksmith_release_v5", include_str!("sql/proc_release.sql")),
     ];
     /// Whether `locksmith_locks` has the columns of a holder kept in the row, and the statement
     /// that adds them to a table made by an earlier release (`conn/mod.rs`).

@@ -3,9 +3,11 @@
 //! `wake.rs` (heartbeat, sweep, and the `GET_LOCK` wait its wakers interrupt, on a name the steps'
 //! connection holds: [`open_steps`]). Two connections per locker, never one per waiter.
 //!
-//! A step runs in a task of its own (spawned with `locksmith_core::driver::cleanup::spawn`, so
-//! `Locker::shutdown` waits for it) that owns the connection while it runs: a caller dropped
-//! half-way never leaves a transaction half-sent, and the next step finds the connection idle.
+//! A step owns the connection while it runs, and runs to its end, in a task of its own (spawned
+//! with `locksmith_core::driver::cleanup::spawn`, so `Locker::shutdown` waits for it), or, for
+//! the one-call steps of `protocol/call.rs`, in the caller's task ([`RunToEnd`]), a caller dropped
+//! half-way moving the rest into a task of its own. So a transaction is never left half-sent, and
+//! the next step finds the connection idle.
 //! A step that fails on the connection itself, or outlasts the request timeout, drops it (the
 //! server rolls back what it had begun); the next step opens a new one. `dial.rs` opens them
 //! all: to which of the URL's hosts, with which session settings.
@@ -67,11 +69,11 @@ async fn open_steps(config: &Config, owner: u64) -> Result<MySqlConnection> {
 
 /// The task of one step (see [`Conn::step`]): `body` on the connection in `slot` (opened first if
 /// there is none, and once more if the server closed it while idle), within the request timeout;
-/// the result goes to `tx`, and `gate` is let go at the end.
+/// `gate` is let go at the end.
 ///
-/// Not an `async fn`: as one, the task of a real step was some 10 KB again, copied whole into and
-/// out of its task, and an uncontended cycle took 229 k client instructions instead of 111 k
-/// (callgrind, `scripts/instructions mysql`).
+/// Not an `async fn`: as one, the task of a real step was some 10 KB again, copied whole into its
+/// box (a task's cell when steps ran in tasks of their own), and an uncontended cycle took 229 k
+/// client instructions instead of 111 k (callgrind, `scripts/instructions mysql`).
 #[allow(clippy::manual_async_fn)]
 fn step_task<T, F>(
     what: &'static str,
@@ -80,8 +82,7 @@ fn step_task<T, F>(
     gate: Option<OwnedMutexGuard<()>>,
     mut slot: OwnedMutexGuard<Option<MySqlConnection>>,
     body: F,
-    tx: tokio::sync::oneshot::Sender<Result<T>>,
-) -> impl Future<Output = ()> + Send + 'static
+) -> impl Future<Output = Result<T>> + Send + 'static
 where
     T: Send + 'static,
     F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
@@ -122,8 +123,56 @@ where
             .await
             .unwrap_or_else(|_| Err(timeout(what, limit)));
         drop(gate);
-        let _ = tx.send(result);
+        result
     }
+}
+
+/// A step's task polled in the caller's task: the caller's thread sends its statements and reads
+/// their answers, as a bare client's would (a task of its own cost two thread wake-ups a step).
+/// Dropped before the task ends (the caller gave up), it moves the rest into a clean-up task of
+/// its own, which still holds the connection: the step runs to its end, and the next step finds
+/// the connection idle. Without a runtime to take it (the process is ending), the rest is dropped
+/// with its connection, and the server rolls back what it had begun.
+struct RunToEnd<T: Send + 'static> {
+    /// `None` once the task has ended.
+    task: Option<Pin<Box<dyn Future<Output = Result<T>> + Send + 'static>>>,
+}
+
+impl<T: Send + 'static> Future for RunToEnd<T> {
+    type Output = Result<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<T>> {
+        let Some(task) = self.task.as_mut() else {
+            // Polled again after it ended: `run_step`, its only user, awaits it once.
+            return std::task::Poll::Pending;
+        };
+        let out = std::task::ready!(task.as_mut().poll(cx));
+        self.task = None;
+        std::task::Poll::Ready(out)
+    }
+}
+
+impl<T: Send + 'static> Drop for RunToEnd<T> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            // Counted in the call's locker (the drop runs in the call's scope), so that
+            // `Locker::shutdown` waits for it.
+            cleanup::spawn(async move {
+                let _ = task.await;
+            });
+        }
+    }
+}
+
+/// Where a step runs, and when.
+#[derive(Clone, Copy)]
+enum Placement {
+    /// In a task of its own, after the steps before it.
+    OwnTask,
+    /// In a task of its own, before the steps queued (not before the one running).
+    First,
+    /// In the caller's task, after the steps before it.
+    Caller,
 }
 
 /// What a step got wrong: its error, and whether the connection is still fit for use.
@@ -246,7 +295,28 @@ impl Conn {
         T: Send + 'static,
         F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
     {
-        self.run_step(what, after_close, false, body).await
+        self.run_step(what, after_close, Placement::OwnTask, body).await
+    }
+
+    /// [`Conn::step`] run in the caller's task, for a step of one statement (a `CALL` of
+    /// `protocol/call.rs`): a task spawned and woken for each cost an uncontended cycle's two
+    /// steps some 50-80 µs (docs/overhead.md, twenty-fifth pass). Not for the transactions of
+    /// several statements: run so, the multi-statement release (`procedures=off`) made its
+    /// hand-over 1.1 ms slower, measured and not explained yet.
+    ///
+    /// # Errors
+    ///
+    /// As [`Conn::step`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped, the step runs to its end in a task of its own ([`RunToEnd`]).
+    pub async fn step_in_caller<T, F>(&self, what: &'static str, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
+    {
+        self.run_step(what, false, Placement::Caller, body).await
     }
 
     /// [`Conn::step`] first in line: it waits for the step running, not for those queued
@@ -264,10 +334,10 @@ impl Conn {
         T: Send + 'static,
         F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
     {
-        self.run_step(what, false, true, body).await
+        self.run_step(what, false, Placement::First, body).await
     }
 
-    async fn run_step<T, F>(&self, what: &'static str, after_close: bool, first: bool, body: F) -> Result<T>
+    async fn run_step<T, F>(&self, what: &'static str, after_close: bool, placement: Placement, body: F) -> Result<T>
     where
         T: Send + 'static,
         F: for<'c> Fn(&'c mut MySqlConnection) -> Body<'c, T> + Send + Sync + 'static,
@@ -277,22 +347,30 @@ impl Conn {
         }
         let (config, owner) = (self.config.clone(), self.owner);
         let limit = config.request_timeout;
-        // The connection is taken here, in the caller, in the order of the calls (tokio's mutex
-        // is fair), and handed to the task with no await between: a clean-up step that a
-        // dropped call spawns after this one runs after it, and finds what it created.
+        // The connection is taken here, in the order of the calls (tokio's mutex is fair), and
+        // held by the step until it ends, in this task or in the one its drop spawns: a clean-up
+        // step that a dropped call spawns after this one runs after it, and finds what it created.
         let waited = async {
-            let gate = match first {
-                true => None,
-                false => Some(self.gate.clone().lock_owned().await),
+            let gate = match placement {
+                Placement::First => None,
+                Placement::OwnTask | Placement::Caller => Some(self.gate.clone().lock_owned().await),
             };
             (gate, self.steps.clone().lock_owned().await)
         };
         let (gate, slot) = tokio::time::timeout(limit, waited)
             .await
             .map_err(|_| timeout(&format!("{what} (waiting for the locker's earlier steps)"), limit))?;
+        let task = step_task(what, config, owner, gate, slot, body);
+        if let Placement::Caller = placement {
+            return RunToEnd {
+                task: Some(Box::pin(task)),
+            }
+            .await;
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = step_task(what, config, owner, gate, slot, body, tx);
-        // The task's statements count as the call's round trips (the `round_trips` of its span).
+        let task = async move {
+            let _ = tx.send(task.await);
+        };
         if !cleanup::spawn(locksmith_core::metrics::counting_for_caller(task)) {
             return Err(LockError::Closed);
         }
@@ -399,21 +477,59 @@ mod tests {
     use super::*;
     use locksmith_core::driver::BackendUrl;
 
-    /// A step's task stays small, whatever opening a connection takes: every step spawns one,
-    /// and tokio copies a task's whole future into its cell and its output over it. Here: 688
-    /// bytes; 1,816 with the opening inline, and 1,096 as an `async fn` (see `step_task`).
-    /// Callgrind counted 180 k instructions of `memcpy` in an uncontended cycle with the opening
-    /// inline, 62 % of the client's instructions.
+    /// A step's task stays small, whatever opening a connection takes: every step boxes one
+    /// (spawned one, until steps ran in the caller's task), and its whole future is copied into
+    /// the box. Here: 688 bytes; 1,816 with the opening inline, and 1,096 as an `async fn` (see
+    /// `step_task`). Callgrind counted 180 k instructions of `memcpy` in an uncontended cycle
+    /// with the opening inline, 62 % of the client's instructions.
     #[tokio::test]
     async fn a_step_task_is_small() {
         let config = Config::parse(&BackendUrl::parse("mysql://u@db/locks").unwrap()).unwrap();
         let slot = Arc::new(Mutex::new(None)).lock_owned().await;
-        let (tx, _rx) = tokio::sync::oneshot::channel::<Result<()>>();
         fn body(_: &mut MySqlConnection) -> Body<'_, ()> {
             Box::pin(async { Ok(()) })
         }
-        let task = step_task("testing", config, 1, None, slot, body, tx);
+        let task = step_task("testing", config, 1, None, slot, body);
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1024, "a step's task is {size} bytes");
+    }
+
+    /// A step runs in the caller's task (no thread is woken for it) and answers there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_step_runs_in_the_callers_task() {
+        let (caller, ran_in) = tokio::spawn(async {
+            let step = RunToEnd {
+                task: Some(Box::pin(async { Ok(tokio::task::id()) })),
+            };
+            (tokio::task::id(), step.await.unwrap())
+        })
+        .await
+        .unwrap();
+        assert_eq!(ran_in, caller);
+    }
+
+    /// A step whose caller gave up half-way runs to its end in a task of its own, still holding
+    /// what it held (the connection), and counted as a clean-up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_step_runs_to_its_end() {
+        let slot = Arc::new(Mutex::new(0u32));
+        let held = slot.clone().lock_owned().await;
+        let (open, gate) = tokio::sync::oneshot::channel::<()>();
+        let mut step = Box::pin(RunToEnd {
+            task: Some(Box::pin(async move {
+                let mut held = held;
+                let _ = gate.await;
+                *held += 1;
+                Ok(())
+            })),
+        });
+        let polled = std::future::poll_fn(|cx| std::task::Poll::Ready(step.as_mut().poll(cx).is_ready())).await;
+        assert!(!polled, "the step waits at its gate");
+        drop(step);
+        open.send(()).unwrap();
+        let after = tokio::time::timeout(std::time::Duration::from_secs(5), slot.lock())
+            .await
+            .expect("the rest of the step ran and let the connection go");
+        assert_eq!(*after, 1, "the rest of the step did its work");
     }
 }

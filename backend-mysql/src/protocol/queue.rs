@@ -574,15 +574,16 @@ async fn remove_entry(conn: &Conn, what: &'static str, seg: String, id: u64, tok
     .await
 }
 
-/// Releases the held entry `id` with `token`: `NotHeld` when it is gone (expired, deleted, or
-/// already released). Safe to run again.
+/// Releases the held entry `id` with `token` (`in_row`: a mutex's lease, which may be held in the
+/// lock's row): `NotHeld` when it is gone (expired, deleted, or already released). Safe to run
+/// again.
 ///
 /// # Errors
 ///
 /// `NotHeld` as above; the connection's errors.
-pub(crate) async fn release(conn: &Conn, seg: String, id: u64, token: u64, name: String) -> Result<()> {
+pub(crate) async fn release(conn: &Conn, seg: String, id: u64, token: u64, name: String, in_row: bool) -> Result<()> {
     if conn.procedures {
-        match call::release(conn, &seg, id, token).await? {
+        match call::release(conn, &seg, id, token, in_row).await? {
             Some(Called::Released(true)) => return Ok(()),
             Some(Called::Released(false)) => return Err(LockError::not_held(name)),
             _ => {}

@@ -1,1 +1,1 @@
-CALL locksmith_release_v4(?, ?, ?)
+CALL locksmith_release_v5(?, ?, ?, ?)
