@@ -6,6 +6,7 @@
 #[allow(dead_code)] // each test file uses a part of the harness
 mod common;
 
+use std::future::Future;
 use std::time::Duration;
 
 use locksmith_core::conformance::within;
@@ -307,5 +308,44 @@ async fn a_release_from_the_row_runs_no_transaction() {
         "released twice"
     );
     c.close().await.unwrap();
+    locker.shutdown().await.unwrap();
+}
+
+/// A one-call step runs in its caller's task. An acquire polled once (its `CALL` sent) and then
+/// left unpolled by its caller must not hold up the locker's other steps: the next step that
+/// waits for the connection moves it into a task of its own. Without that, the other lock's try
+/// below waited for the whole request timeout and failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_its_caller_stops_polling_holds_up_no_other_step() {
+    let harness = common::MyHarness::plain().await;
+    let locker = connect(&harness.url_with("request_timeout=10s")).await;
+    // The lock's row exists: the stalled acquire is one `CALL`.
+    locker
+        .lock("procedures/stalled")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut stalled = Box::pin(locker.lock("procedures/stalled").acquire());
+    let ready = std::future::poll_fn(|cx| std::task::Poll::Ready(stalled.as_mut().poll(cx).is_ready())).await;
+    assert!(!ready, "the acquire answered within its first poll");
+    // Its caller polls it no more; another lock of the same locker:
+    let other = within(
+        Duration::from_secs(3),
+        "a try on another lock of the locker",
+        locker.lock("procedures/other").try_acquire(),
+    )
+    .await
+    .unwrap()
+    .expect("the other lock is free");
+    other.release().await.unwrap();
+    // Polled again, the stalled acquire has its lock.
+    let guard = within(Duration::from_secs(3), "the stalled acquire", stalled)
+        .await
+        .unwrap();
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
     locker.shutdown().await.unwrap();
 }

@@ -5,9 +5,10 @@
 //!
 //! A step owns the connection while it runs, and runs to its end, in a task of its own (spawned
 //! with `locksmith_core::driver::cleanup::spawn`, so `Locker::shutdown` waits for it), or, for
-//! the one-call steps of `protocol/call.rs`, in the caller's task ([`RunToEnd`]), a caller dropped
-//! half-way moving the rest into a task of its own. So a transaction is never left half-sent, and
-//! the next step finds the connection idle.
+//! the one-call steps of `protocol/call.rs`, in the caller's task (`inline.rs`), moved into a
+//! task of its own when the caller drops it half-way or stops polling it while other steps wait.
+//! So a transaction is never left half-sent, the next step finds the connection idle, and no
+//! caller holds up the locker's other steps.
 //! A step that fails on the connection itself, or outlasts the request timeout, drops it (the
 //! server rolls back what it had begun); the next step opens a new one. `dial.rs` opens them
 //! all: to which of the URL's hosts, with which session settings.
@@ -29,7 +30,10 @@ use crate::hub::Hub;
 use crate::layout::sql;
 
 mod dial;
+mod inline;
 mod routines;
+
+use inline::{LastInCaller, RunToEnd};
 
 pub(crate) use dial::open;
 
@@ -38,6 +42,10 @@ pub(crate) use dial::open;
 /// an earlier steps' connection gone silent may hold it for as long as the server keeps its
 /// session, and a renewal that opens a connection must not spend its request timeout here.
 const WAIT_NAME_PATIENCE: f64 = 0.05;
+
+/// How long a step waits for the connection before it moves the step holding it, if that one
+/// runs in a caller's task, into a task of its own (`inline.rs`): ten times a slow step here.
+const HAND_OFF_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Opens the steps' connection of locker `owner` ([`open`]) and takes the named lock its wait
 /// connection waits on (`wake.rs`). If the name stays taken (an earlier steps' connection whose
@@ -127,43 +135,6 @@ where
     }
 }
 
-/// A step's task polled in the caller's task: the caller's thread sends its statements and reads
-/// their answers, as a bare client's would (a task of its own cost two thread wake-ups a step).
-/// Dropped before the task ends (the caller gave up), it moves the rest into a clean-up task of
-/// its own, which still holds the connection: the step runs to its end, and the next step finds
-/// the connection idle. Without a runtime to take it (the process is ending), the rest is dropped
-/// with its connection, and the server rolls back what it had begun.
-struct RunToEnd<T: Send + 'static> {
-    /// `None` once the task has ended.
-    task: Option<Pin<Box<dyn Future<Output = Result<T>> + Send + 'static>>>,
-}
-
-impl<T: Send + 'static> Future for RunToEnd<T> {
-    type Output = Result<T>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<T>> {
-        let Some(task) = self.task.as_mut() else {
-            // Polled again after it ended: `run_step`, its only user, awaits it once.
-            return std::task::Poll::Pending;
-        };
-        let out = std::task::ready!(task.as_mut().poll(cx));
-        self.task = None;
-        std::task::Poll::Ready(out)
-    }
-}
-
-impl<T: Send + 'static> Drop for RunToEnd<T> {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            // Counted in the call's locker (the drop runs in the call's scope), so that
-            // `Locker::shutdown` waits for it.
-            cleanup::spawn(async move {
-                let _ = task.await;
-            });
-        }
-    }
-}
-
 /// Where a step runs, and when.
 #[derive(Clone, Copy)]
 enum Placement {
@@ -232,6 +203,9 @@ pub(crate) struct Conn {
     /// Where the wait connection's wake-ups are delivered.
     pub hub: Hub,
     closed: AtomicBool,
+    /// The last step run in its caller's task, to move into a task of its own if its caller
+    /// stopped polling it.
+    in_caller: LastInCaller,
 }
 
 impl Conn {
@@ -271,6 +245,7 @@ impl Conn {
             gate: Arc::new(Mutex::new(())),
             hub: Hub::default(),
             closed: AtomicBool::new(false),
+            in_caller: LastInCaller::default(),
         })
     }
 
@@ -304,11 +279,11 @@ impl Conn {
     /// several statements: run so, the multi-statement release (`procedures=off`) made its
     /// hand-over 1.1 ms slower, measured and not explained yet.
     ///
-    /// The step goes on only while its caller polls it: a caller that leaves it pending
-    /// unpolled (a `select!` whose other branch's body runs long) keeps the locker's connection
-    /// for that long, and the locker's other steps, renewals included, wait behind it, as on
-    /// PostgreSQL, whose steps hold the locker's client in the caller's task too. It lasts one
-    /// round trip unless the caller stalls in it.
+    /// The step goes on only while its caller polls it: one that its caller leaves pending
+    /// unpolled (a `select!` whose other branch's body runs long) is moved into a task of its own
+    /// by the next step that waits [`HAND_OFF_AFTER`] for the connection (`inline.rs`), so that
+    /// the locker's other steps, renewals included, never wait
+    /// on a caller for longer than that.
     ///
     /// # Errors
     ///
@@ -363,15 +338,27 @@ impl Conn {
             };
             (gate, self.steps.clone().lock_owned().await)
         };
-        let (gate, slot) = tokio::time::timeout(limit, waited)
-            .await
-            .map_err(|_| timeout(&format!("{what} (waiting for the locker's earlier steps)"), limit))?;
+        let mut waited = std::pin::pin!(waited);
+        let deadline = tokio::time::Instant::now() + limit;
+        let (gate, slot) = loop {
+            let turn = deadline.min(tokio::time::Instant::now() + HAND_OFF_AFTER);
+            match tokio::time::timeout_at(turn, waited.as_mut()).await {
+                Ok(turn) => break turn,
+                Err(_) if turn >= deadline => {
+                    return Err(timeout(
+                        &format!("{what} (waiting for the locker's earlier steps)"),
+                        limit,
+                    ));
+                }
+                // The step holding the connection may be one whose caller stopped polling it.
+                Err(_) => self.in_caller.hand_off(),
+            }
+        };
         let task = step_task(what, config, owner, gate, slot, body);
         if let Placement::Caller = placement {
-            return RunToEnd {
-                task: Some(Box::pin(task)),
-            }
-            .await;
+            let step = RunToEnd::new(task);
+            self.in_caller.set(&step);
+            return step.await;
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let task = async move {
@@ -498,44 +485,5 @@ mod tests {
         let task = step_task("testing", config, 1, None, slot, body);
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1024, "a step's task is {size} bytes");
-    }
-
-    /// A step runs in the caller's task (no thread is woken for it) and answers there.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_step_runs_in_the_callers_task() {
-        let (caller, ran_in) = tokio::spawn(async {
-            let step = RunToEnd {
-                task: Some(Box::pin(async { Ok(tokio::task::id()) })),
-            };
-            (tokio::task::id(), step.await.unwrap())
-        })
-        .await
-        .unwrap();
-        assert_eq!(ran_in, caller);
-    }
-
-    /// A step whose caller gave up half-way runs to its end in a task of its own, still holding
-    /// what it held (the connection), and counted as a clean-up.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_dropped_step_runs_to_its_end() {
-        let slot = Arc::new(Mutex::new(0u32));
-        let held = slot.clone().lock_owned().await;
-        let (open, gate) = tokio::sync::oneshot::channel::<()>();
-        let mut step = Box::pin(RunToEnd {
-            task: Some(Box::pin(async move {
-                let mut held = held;
-                let _ = gate.await;
-                *held += 1;
-                Ok(())
-            })),
-        });
-        let polled = std::future::poll_fn(|cx| std::task::Poll::Ready(step.as_mut().poll(cx).is_ready())).await;
-        assert!(!polled, "the step waits at its gate");
-        drop(step);
-        open.send(()).unwrap();
-        let after = tokio::time::timeout(std::time::Duration::from_secs(5), slot.lock())
-            .await
-            .expect("the rest of the step ran and let the connection go");
-        assert_eq!(*after, 1, "the rest of the step did its work");
     }
 }
