@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use locksmith_core::driver::{async_trait, BackendUrl, GuardedWrite, Lease, LockBackend, LockName, LockRequest};
-use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockInfo, LockKind, PruneReport, Result};
+use locksmith_core::{Family, Leader, LeaderWatch, ListedLock, LockInfo, PruneReport, Result};
 
 use locksmith_core::driver::armed::Armed;
 
@@ -15,6 +15,7 @@ use crate::config::{Config, Layout};
 use crate::conn::Conn;
 use crate::getlock::Sessions;
 use crate::layout::segment;
+use crate::protocol::call::may_hold_in_row;
 use crate::protocol::queue::{entry_id, leave_at_close, release, settle};
 use crate::protocol::{election, wait};
 use crate::{guarded, listing, renew};
@@ -118,8 +119,7 @@ impl LockBackend for MysqlBackend {
         let seg = segment(lease.kind.family(), &lease.name)?;
         let id = entry_id(&lease.holder_id)?;
         let name = lease.name.as_str().to_owned();
-        // A mutex's lease may be held in the lock's row (`protocol/call.rs`).
-        let in_row = matches!(lease.kind, LockKind::Mutex);
+        let in_row = may_hold_in_row(&lease.kind);
         let mut releasing = Armed::new(Releasing {
             conn: self.conn.clone(),
             seg: seg.clone(),

@@ -154,6 +154,30 @@ fn answer(rows: Vec<sqlx::mysql::MySqlRow>) -> (i64, u64) {
     (rows[0].get::<i64, _>(0), rows[0].get::<u64, _>(1))
 }
 
+/// The release call of entry `id` of a mutex (token `token`) on `seg`.
+fn release(
+    seg: &'static str,
+    id: u64,
+    token: u64,
+) -> sqlx::query::Query<'static, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    sqlx::query("CALL locksmith_release_v5(?, ?, ?, 1)")
+        .bind(seg)
+        .bind(id)
+        .bind(token)
+}
+
+/// Entry `id` of locker 77 holds the mutex `seg` in the lock's row, taken by a try on `c`: the
+/// try's (outcome, token). A lock's row is made by its first use, whose entry holds in the queue:
+/// that one is released, and the try sent again holds in the row.
+async fn held_in_row(c: &mut sqlx::MySqlConnection, seg: &'static str, id: u64, ttl_us: u64) -> (i64, u64) {
+    let first = answer(enter(seg, id, ttl_us, true).fetch_all(&mut *c).await.unwrap());
+    if first.0 == 4 {
+        return first;
+    }
+    release(seg, id, first.1).fetch_all(&mut *c).await.unwrap();
+    answer(enter(seg, id, ttl_us, true).fetch_all(&mut *c).await.unwrap())
+}
+
 /// A waiting step run again after its answer was lost with its connection (`Conn::step` runs it
 /// again on a new one) finds its entry granted by the first run: the lease then starts again at
 /// this call, since the caller counts it from when it sent this call. The procedure used to
@@ -202,20 +226,7 @@ async fn a_try_run_again_finds_its_grant_in_the_row() {
     let mut c = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
     let (seg, id, ttl_us) = ("procedures/try_again", 4343u64, 30_000_000u64);
     let call = || enter(seg, id, ttl_us, true);
-    // The lock's row is made by its first use; the next try holds in it.
-    let first = answer(call().fetch_all(&mut c).await.unwrap());
-    let (outcome, token) = if first.0 == 4 {
-        first
-    } else {
-        sqlx::query("CALL locksmith_release_v5(?, ?, ?, 1)")
-            .bind(seg)
-            .bind(id)
-            .bind(first.1)
-            .fetch_all(&mut c)
-            .await
-            .unwrap();
-        answer(call().fetch_all(&mut c).await.unwrap())
-    };
+    let (outcome, token) = held_in_row(&mut c, seg, id, ttl_us).await;
     assert_eq!(outcome, 4, "the try holds in the row");
     // As if the reconnection took 25 s of the lease's 30.
     sqlx::query("UPDATE locksmith_locks SET holder_expires = NOW(6) + INTERVAL 5 SECOND WHERE segment = ?")
@@ -254,22 +265,8 @@ async fn a_release_from_the_row_runs_no_transaction() {
     let locker = connect(&harness.url).await; // the tables and procedures
     let mut c = sqlx::MySqlConnection::connect(&harness.url).await.unwrap();
     let (seg, id, ttl_us) = ("procedures/release_in_row", 4444u64, 30_000_000u64);
-    let release = |id: u64, token: u64| {
-        sqlx::query("CALL locksmith_release_v5(?, ?, ?, 1)")
-            .bind(seg)
-            .bind(id)
-            .bind(token)
-    };
-    // The lock's row is made by its first use; the next try holds in it.
-    let first = answer(enter(seg, id, ttl_us, true).fetch_all(&mut c).await.unwrap());
-    let (outcome, token) = if first.0 == 4 {
-        first
-    } else {
-        release(id, first.1).fetch_all(&mut c).await.unwrap();
-        answer(enter(seg, id + 1, ttl_us, true).fetch_all(&mut c).await.unwrap())
-    };
+    let (outcome, token) = held_in_row(&mut c, seg, id, ttl_us).await;
     assert_eq!(outcome, 4, "the try holds in the row");
-    let holder = if first.0 == 4 { id } else { id + 1 };
     let counts = |rows: Vec<sqlx::mysql::MySqlRow>| -> Vec<(String, u64)> {
         rows.iter()
             .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1).parse().unwrap()))
@@ -277,7 +274,7 @@ async fn a_release_from_the_row_runs_no_transaction() {
     };
     let status = "SHOW SESSION STATUS WHERE Variable_name IN ('Com_begin', 'Com_commit', 'Com_select')";
     let before = counts(sqlx::query(status).fetch_all(&mut c).await.unwrap());
-    let rows = release(holder, token).fetch_all(&mut c).await.unwrap();
+    let rows = release(seg, id, token).fetch_all(&mut c).await.unwrap();
     let after = counts(sqlx::query(status).fetch_all(&mut c).await.unwrap());
     assert_eq!((rows[0].get::<i64, _>(0), rows[0].get::<i64, _>(1)), (1, 1), "released");
     let ran: Vec<(String, u64)> = after
@@ -301,7 +298,7 @@ async fn a_release_from_the_row_runs_no_transaction() {
             .unwrap();
     assert_eq!((left_holder, owner), (None, 0), "the row still names a holder");
     // Released again (the answer lost, the call sent again): not held, nothing changed.
-    let again = release(holder, token).fetch_all(&mut c).await.unwrap();
+    let again = release(seg, id, token).fetch_all(&mut c).await.unwrap();
     assert_eq!(
         (again[0].get::<i64, _>(0), again[0].get::<i64, _>(1)),
         (1, 0),

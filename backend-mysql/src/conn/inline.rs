@@ -1,5 +1,5 @@
 //! A step polled in its caller's task ([`RunToEnd`]), and the hand-off that moves it into a task
-//! of its own when nobody polls it ([`HandOff`]).
+//! of its own when nobody polls it ([`LastInCaller`]).
 //!
 //! A step runs in the caller's task to spare a task spawned and woken for it. But it goes on
 //! only while its caller polls it, and it holds the locker's one steps' connection meanwhile: a
@@ -11,7 +11,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 
 use locksmith_core::driver::cleanup;
@@ -41,31 +41,35 @@ pub(super) struct RunToEnd<T: Send + 'static> {
     handed_off: tokio::sync::oneshot::Receiver<Result<T>>,
 }
 
-/// Moves a [`RunToEnd`]'s step into a task of its own, if it has not ended and its caller is not
-/// polling it right now.
-type HandOff = Box<dyn Fn() + Send + Sync>;
+/// A [`RunToEnd`]'s shared state, whatever its step's output.
+trait HandOff: Send + Sync {
+    /// Moves the step into a task of its own, if it has not ended and its caller is not polling
+    /// it right now.
+    fn hand_off(&self);
+}
 
-/// The hand-off of a locker's last step run in its caller's task (a no-op once it ended: it
-/// holds the step weakly).
+/// The locker's last step run in its caller's task, held weakly (gone once it ended).
 #[derive(Default)]
-pub(super) struct LastInCaller(Mutex<Option<HandOff>>);
+pub(super) struct LastInCaller(Mutex<Option<Weak<dyn HandOff>>>);
 
 impl LastInCaller {
     /// `step` is the last step run in its caller's task.
     pub(super) fn set<T: Send + 'static>(&self, step: &RunToEnd<T>) {
-        let weak = Arc::downgrade(&step.shared);
-        let hand_off: HandOff = Box::new(move || {
-            if let Some(shared) = weak.upgrade() {
-                hand_off(&shared);
-            }
-        });
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(hand_off);
+        let weak: Weak<Mutex<Shared<T>>> = Arc::downgrade(&step.shared);
+        let weak: Weak<dyn HandOff> = weak;
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(weak);
     }
 
     /// Moves that step, if it still runs and its caller is not polling it, into a task of its own.
     pub(super) fn hand_off(&self) {
-        if let Some(hand_off) = self.0.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            hand_off();
+        let last = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(Weak::upgrade);
+        if let Some(step) = last {
+            step.hand_off();
         }
     }
 }
@@ -89,21 +93,24 @@ impl<T: Send + 'static> RunToEnd<T> {
     }
 }
 
-/// See [`HandOff`].
-fn hand_off<T: Send + 'static>(shared: &Mutex<Shared<T>>) {
-    // Locked: its caller is polling it, so it is not stalled.
-    let Ok(mut s) = shared.try_lock() else { return };
-    let (Some(task), Some(result)) = (s.task.take(), s.result.take()) else {
-        return;
-    };
-    let caller = s.caller.take();
-    drop(s);
-    tracing::debug!("mysql: a step's caller stopped polling it while steps waited; it goes on in a task of its own");
-    cleanup::spawn(async move {
-        let _ = result.send(task.await);
-    });
-    if let Some(caller) = caller {
-        caller.wake();
+impl<T: Send + 'static> HandOff for Mutex<Shared<T>> {
+    fn hand_off(&self) {
+        // Locked: its caller is polling it, so it is not stalled.
+        let Ok(mut s) = self.try_lock() else { return };
+        let (Some(task), Some(result)) = (s.task.take(), s.result.take()) else {
+            return;
+        };
+        let caller = s.caller.take();
+        drop(s);
+        tracing::debug!(
+            "mysql: a step's caller stopped polling it while steps waited; it goes on in a task of its own"
+        );
+        cleanup::spawn(async move {
+            let _ = result.send(task.await);
+        });
+        if let Some(caller) = caller {
+            caller.wake();
+        }
     }
 }
 

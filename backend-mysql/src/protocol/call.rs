@@ -39,6 +39,12 @@ pub(crate) fn applies(conn: &Conn, req: &LockRequest) -> bool {
     conn.procedures && matches!(holds_at_tail(&[], req.kind.role()), Ok(true))
 }
 
+/// Whether a lease of `kind` may be held in its lock's row (`sql/proc_enter.sql`): a mutex's;
+/// every other kind holds in the queue.
+pub(crate) fn may_hold_in_row(kind: &LockKind) -> bool {
+    matches!(kind, LockKind::Mutex)
+}
+
 /// The column `role` of a role, and its permits.
 fn role_columns(role: Role) -> (&'static str, u32) {
     match role {
@@ -70,8 +76,7 @@ pub(crate) async fn enter(
     let ttl_us = u64::try_from(req.ttl.as_micros()).unwrap_or(u64::MAX);
     let life_us = u64::try_from(conn.config.waiter_life().as_micros()).unwrap_or(u64::MAX);
     let (owner, seg) = (conn.owner, seg.to_owned());
-    // A mutex's request may hold in the lock's row (sql/proc_enter.sql); others hold in the queue.
-    let in_row = matches!(req.kind, LockKind::Mutex);
+    let in_row = may_hold_in_row(&req.kind);
     let what = if try_only { "a try" } else { "a waiting step" };
     conn.step_in_caller(what, move |c| {
         let (seg, value) = (seg.clone(), value.clone());
