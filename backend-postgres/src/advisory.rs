@@ -378,19 +378,9 @@ impl Sessions {
         tokio::spawn(async move {
             let pids: Vec<i32> = checked.iter().map(|c| c.1).collect();
             let keys: Vec<i64> = checked.iter().map(|c| c.2).collect();
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&pids, &keys];
             let what = "a check of the advisory sessions";
-            let rows = match conn
-                .link
-                .read_within(
-                    &conn.config,
-                    what,
-                    "checking the advisory sessions",
-                    SESSIONS_HOLDING,
-                    &params,
-                )
-                .await
-            {
+            let doing = "checking the advisory sessions";
+            let rows = match conn.read(what, doing, |_| SESSIONS_HOLDING, (pids, keys)).await {
                 Ok(rows) => rows,
                 Err(e) => return tracing::debug!(error = %e, "postgres: the advisory sessions could not be checked"),
             };

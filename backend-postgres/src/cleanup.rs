@@ -62,7 +62,7 @@ pub(crate) async fn release(conn: &Arc<Conn>, first: Option<FreeFirst>, lease: &
 /// Removes entry `id` from lock `segment`: a mutex's (or writers') hand-over in one round trip
 /// (`alone.sql`'s `leave_exclusive`); otherwise, or if that fails, the full step. Also answers
 /// whether the one-statement release failed first (it may have run all the same: a timeout).
-async fn leave(conn: &Conn, segment: &str, id: &str, kind: &LockKind) -> Result<(Outcome, bool)> {
+async fn leave(conn: &Arc<Conn>, segment: &str, id: &str, kind: &LockKind) -> Result<(Outcome, bool)> {
     let (alone, failed) = match alone_applies(kind) {
         true => match conn.leave_exclusive(segment, id).await {
             Ok(alone) => (alone, false),

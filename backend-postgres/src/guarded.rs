@@ -11,16 +11,17 @@
 //! left it where that statement's snapshot could not see it, and had committed before the second
 //! one began. Nothing was written the first time (the write needs the holder found).
 
+use std::sync::Arc;
+
 use locksmith_core::driver::{GuardedWrite, Lease};
 use locksmith_core::{LockError, Result};
-use tokio_postgres::types::ToSql;
 
 use crate::conn::Conn;
 use crate::layout::segment;
 use crate::protocol::queue::entry_id;
 
 /// Applies `write` if `lease` still holds (see the module docs).
-pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> Result<bool> {
+pub(crate) async fn write(conn: &Arc<Conn>, lease: &Lease, write: &GuardedWrite) -> Result<bool> {
     for _ in 0..2 {
         if let Some(applied) = attempt(conn, lease, write).await? {
             return Ok(applied);
@@ -30,36 +31,28 @@ pub(crate) async fn write(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> R
 }
 
 /// One statement: whether `write` applied, or `None` if the holder was not found.
-async fn attempt(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> Result<Option<bool>> {
-    let id = entry_id(&lease.holder_id);
+async fn attempt(conn: &Arc<Conn>, lease: &Lease, write: &GuardedWrite) -> Result<Option<bool>> {
+    let id = entry_id(&lease.holder_id).to_owned();
     let token = i64::try_from(lease.fencing_token).unwrap_or(i64::MAX);
     let seg = segment(lease.kind.family(), &lease.name);
-    let sql = &conn.sql;
-    let row = match write {
+    let row = match write.clone() {
         GuardedWrite::Put { key, value } => {
-            let params: [&(dyn ToSql + Sync); 5] = [&id, &token, &seg, key, value];
-            conn.one_statement(&sql.guarded_put, &params).await
+            (conn.one_statement(|sql| &sql.guarded_put, (id, token, seg, key, value))).await
         }
-        GuardedWrite::Delete { key } => {
-            let params: [&(dyn ToSql + Sync); 4] = [&id, &token, &seg, key];
-            conn.one_statement(&sql.guarded_delete, &params).await
-        }
+        GuardedWrite::Delete { key } => (conn.one_statement(|sql| &sql.guarded_delete, (id, token, seg, key))).await,
         GuardedWrite::CompareAndSet {
             key,
             expected: Some(expected),
             value,
         } => {
-            let params: [&(dyn ToSql + Sync); 6] = [&id, &token, &seg, key, value, expected];
-            conn.one_statement(&sql.guarded_swap, &params).await
+            let params = (id, token, seg, key, value, expected);
+            conn.one_statement(|sql| &sql.guarded_swap, params).await
         }
         GuardedWrite::CompareAndSet {
             key,
             expected: None,
             value,
-        } => {
-            let params: [&(dyn ToSql + Sync); 5] = [&id, &token, &seg, key, value];
-            conn.one_statement(&sql.guarded_insert, &params).await
-        }
+        } => (conn.one_statement(|sql| &sql.guarded_insert, (id, token, seg, key, value))).await,
         _ => return Err(LockError::InvalidOption(format!("PostgreSQL cannot apply {write:?}"))),
     };
     let row = row
@@ -70,9 +63,9 @@ async fn attempt(conn: &Conn, lease: &Lease, write: &GuardedWrite) -> Result<Opt
 }
 
 /// Reads `key` (a plain read).
-pub(crate) async fn read(conn: &Conn, key: &str) -> Result<Option<Vec<u8>>> {
+pub(crate) async fn read(conn: &Arc<Conn>, key: &str) -> Result<Option<Vec<u8>>> {
     let row = conn
-        .one_statement(&conn.sql.guarded_read, &[&key])
+        .one_statement(|sql| &sql.guarded_read, (key.to_owned(),))
         .await
         .map_err(with_grant_hint)?;
     row.map(|row| column(&row, 0)).transpose()

@@ -37,14 +37,14 @@ struct Pass {
 
 /// `Locker::prune`: passes until one leaves nothing more to remove (or, with `dry_run`, the
 /// counts of what a prune would remove now).
-pub(crate) async fn prune(conn: &Conn, idle: Duration, dry_run: bool) -> Result<PruneReport> {
+pub(crate) async fn prune(conn: &Arc<Conn>, idle: Duration, dry_run: bool) -> Result<PruneReport> {
     let idle_ms = millis(idle);
     if dry_run {
         let rows = (conn.read(
             "a count of idle locks",
             "counting idle locks",
-            &conn.sql.idle_count,
-            &[&idle_ms],
+            |sql| &sql.idle_count,
+            (idle_ms,),
         ))
         .await?;
         let row = rows
@@ -122,10 +122,10 @@ pub(crate) fn keep_pruning(conn: &Arc<Conn>, every: Duration, idle: Duration) {
 
 /// A pass, if the schema's last automatic pass began `every_ms` ago or more and this locker
 /// claims the next (`None` otherwise).
-async fn claimed_pass(conn: &Conn, every_ms: i64, idle_ms: i64) -> Result<Option<Pass>> {
+async fn claimed_pass(conn: &Arc<Conn>, every_ms: i64, idle_ms: i64) -> Result<Option<Pass>> {
     add_mark(conn).await?;
     let claim = conn
-        .one_statement(&conn.sql.idle_claim, &[&every_ms])
+        .one_statement(|sql| &sql.idle_claim, (every_ms,))
         .await
         .map_err(denied_hint)?;
     match claim {
@@ -136,8 +136,8 @@ async fn claimed_pass(conn: &Conn, every_ms: i64, idle_ms: i64) -> Result<Option
 
 /// Adds the high-water mark's row where it is missing (tables made before it, by this release's
 /// `init` or an earlier one): until then a lock's first row takes the full step.
-async fn add_mark(conn: &Conn) -> Result<()> {
-    conn.one_statement(&conn.sql.add_pruned, &[])
+async fn add_mark(conn: &Arc<Conn>) -> Result<()> {
+    conn.one_statement(|sql| &sql.add_pruned, ())
         .await
         .map_err(denied_hint)?;
     Ok(())
@@ -145,12 +145,12 @@ async fn add_mark(conn: &Conn) -> Result<()> {
 
 /// One pass: a step on a few idle locks with only dead entries left (which clears their
 /// `queued`), then at most [`BATCH`] idle lock rows and [`BATCH`] dead owner rows removed.
-async fn pass(conn: &Conn, idle_ms: i64) -> Result<Pass> {
+async fn pass(conn: &Arc<Conn>, idle_ms: i64) -> Result<Pass> {
     let queued = (conn.read(
         "a look for idle locks",
         "looking for idle locks",
-        &conn.sql.idle_queued,
-        &[&idle_ms, &SWEEPS],
+        |sql| &sql.idle_queued,
+        (idle_ms, SWEEPS),
     ))
     .await?;
     let swept = i64::try_from(queued.len()).unwrap_or(i64::MAX);
@@ -164,14 +164,13 @@ async fn pass(conn: &Conn, idle_ms: i64) -> Result<Pass> {
         row.map_or(Ok(0), |row| row.try_get::<_, i64>(0))
             .map_err(|e| crate::error::pg_error("pruning", e))
     };
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&idle_ms, &BATCH];
     let locks = removed(
-        conn.one_statement(&conn.sql.idle_locks, &params)
+        conn.one_statement(|sql| &sql.idle_locks, (idle_ms, BATCH))
             .await
             .map_err(denied_hint)?,
     )?;
     let owners = removed(
-        conn.one_statement(&conn.sql.idle_owners, &params)
+        conn.one_statement(|sql| &sql.idle_owners, (idle_ms, BATCH))
             .await
             .map_err(denied_hint)?,
     )?;

@@ -1,6 +1,8 @@
 //! `inspect`, `list` and the reads of `leader`: plain reads without a transaction's row lock,
 //! with the entries of the dead left out (the rule of `prune.sql`).
 
+use std::sync::Arc;
+
 use locksmith_core::driver::LockName;
 use locksmith_core::{Family, HolderInfo, ListedLock, LockError, LockInfo, Result};
 
@@ -10,9 +12,14 @@ use crate::layout::segment;
 use crate::protocol::queue::Row;
 
 /// The live entries of lock `seg`, in arrival order.
-pub(crate) async fn read_queue(conn: &Conn, seg: &str) -> Result<Vec<Row>> {
+pub(crate) async fn read_queue(conn: &Arc<Conn>, seg: &str) -> Result<Vec<Row>> {
     let rows = conn
-        .read("a read of a queue", "reading a queue", &conn.sql.queue, &[&seg])
+        .read(
+            "a read of a queue",
+            "reading a queue",
+            |sql| &sql.queue,
+            (seg.to_owned(),),
+        )
         .await?;
     let rows = rows.iter().map(Row::read).collect::<Result<Vec<_>>>()?;
     Ok(rows.into_iter().filter(Row::live).collect())
@@ -21,7 +28,7 @@ pub(crate) async fn read_queue(conn: &Conn, seg: &str) -> Result<Vec<Row>> {
 /// How many pages (shared buffers, hit or read) one read of lock `seg`'s queue touches, as the
 /// server's `EXPLAIN (ANALYZE, BUFFERS)` counts them: what a step pays to read it, whatever the
 /// machine's speed (tests and operators).
-pub(crate) async fn queue_read_pages(conn: &Conn, seg: &str) -> Result<u64> {
+pub(crate) async fn queue_read_pages(conn: &Arc<Conn>, seg: &str) -> Result<u64> {
     conn.check_open()?;
     let guard = conn.client().await?;
     let client = guard.as_deref().ok_or(LockError::Closed)?;
@@ -52,7 +59,7 @@ fn number_after(text: &str, key: &str) -> u64 {
 }
 
 /// Who holds the mutex `name`, with the holder's host and pid in its id, and how many wait.
-pub(crate) async fn inspect(conn: &Conn, name: &LockName) -> Result<LockInfo> {
+pub(crate) async fn inspect(conn: &Arc<Conn>, name: &LockName) -> Result<LockInfo> {
     let rows = read_queue(conn, &segment(Family::Mutex, name)).await?;
     let holder = rows.iter().find_map(|r| {
         r.token.map(|token| HolderInfo {
@@ -68,8 +75,8 @@ pub(crate) async fn inspect(conn: &Conn, name: &LockName) -> Result<LockInfo> {
 }
 
 /// The locks of the schema whose names start with `prefix` and that are in use.
-pub(crate) async fn list(conn: &Conn, prefix: &str) -> Result<Vec<ListedLock>> {
-    let rows = conn.read("a listing", "listing", &conn.sql.list, &[]).await?;
+pub(crate) async fn list(conn: &Arc<Conn>, prefix: &str) -> Result<Vec<ListedLock>> {
+    let rows = conn.read("a listing", "listing", |sql| &sql.list, ()).await?;
     let segments = rows
         .iter()
         .map(|r| {
@@ -86,7 +93,7 @@ pub(crate) async fn list(conn: &Conn, prefix: &str) -> Result<Vec<ListedLock>> {
 
 /// The live entries of lock `seg` as `holder:<holder id>` or `waiter:<holder id>` (tests and
 /// operators).
-pub(crate) async fn entries(conn: &Conn, seg: &str) -> Result<Vec<String>> {
+pub(crate) async fn entries(conn: &Arc<Conn>, seg: &str) -> Result<Vec<String>> {
     Ok(read_queue(conn, seg)
         .await?
         .iter()

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{bounded, within_request_timeout, LockBackend, LockInfo};
+use crate::backend::{bounded, bounded_release, within_request_timeout, LockBackend, LockInfo};
 use crate::driver::cleanup::Entered;
 use crate::election::{Election, MAX_VALUE_LEN};
 use crate::error::{LockError, Result};
@@ -846,7 +846,7 @@ impl LockBuilder {
         let span = request_span!("acquire", req, backend);
         async {
             let start = Instant::now();
-            let call = async { match self.timeout {
+            let attempt = || async { match self.timeout {
                 None => backend.acquire(&req, None).await,
                 // A zero timeout is exactly one attempt, whatever the round-trip time.
                 Some(t) if t.is_zero() => {
@@ -878,6 +878,17 @@ impl LockBuilder {
                         })
                 }
             } };
+            let call = async {
+                let lease = attempt().await?;
+                if !crate::watchdog::ran_out(&lease) {
+                    return Ok(lease);
+                }
+                // Granted, but its caller polled the acquire again only after the lease ran out
+                // (it left the call pending unpolled): another may hold the lock now. Released,
+                // and asked for once more, within the same deadline.
+                release_ran_out(backend.as_ref(), &lease, "acquire").await;
+                attempt().await
+            };
             // Boxed once here: the layers around it (the round-trip count, the span) then move a
             // pointer, not the whole request's future (docs/overhead.md, fifteenth pass).
             let (result, round_trips) = counted(Box::pin(self.locker.request_call(call, None))).await;
@@ -955,14 +966,26 @@ impl LockBuilder {
             Some(t) if !t.is_zero() && t < request_timeout => (t, Some(DEADLINE_GRACE.min(request_timeout))),
             _ => (request_timeout, None),
         };
-        let attempt = bounded(
-            backend.as_ref(),
-            "trying to take the lock",
-            limit,
-            backend.try_acquire(&req),
-        );
+        let attempt = || {
+            bounded(
+                backend.as_ref(),
+                "trying to take the lock",
+                limit,
+                backend.try_acquire(&req),
+            )
+        };
+        let call = async {
+            match attempt().await? {
+                // Granted, but collected after its lease ran out (as in `acquire`): tried once more.
+                Some(lease) if crate::watchdog::ran_out(&lease) => {
+                    release_ran_out(backend.as_ref(), &lease, "try").await;
+                    attempt().await
+                }
+                answer => Ok(answer),
+            }
+        };
         let start = Instant::now();
-        let (result, round_trips) = counted(Box::pin(self.locker.request_call(attempt, cut_wait)))
+        let (result, round_trips) = counted(Box::pin(self.locker.request_call(call, cut_wait)))
             .instrument(span.clone())
             .await;
         span.record("round_trips", round_trips);
@@ -983,5 +1006,20 @@ impl LockBuilder {
                 .map(|g| Some(g.taken_by(me))),
             None => Ok(None),
         }
+    }
+}
+
+/// Releases `lease`, granted to an `acquire` or a `try` (`call`, for the log) whose caller took it
+/// only after it ran out (it left the call pending unpolled past the lease's TTL): another may
+/// hold the lock now, and what is left of this grant is freed before the call asks again. Its
+/// error is only logged: the lease is given up on either way.
+async fn release_ran_out(backend: &dyn LockBackend, lease: &crate::lease::Lease, call: &str) {
+    tracing::info!(
+        fencing_token = lease.fencing_token,
+        call,
+        "the lease ran out before the caller took it; releasing it and asking again"
+    );
+    if let Err(e) = bounded_release(backend, "releasing a lease that ran out", lease).await {
+        tracing::debug!(error = %e, "the release of a lease that ran out failed");
     }
 }

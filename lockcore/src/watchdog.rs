@@ -52,6 +52,13 @@ pub(crate) fn margin(ttl: Duration) -> Duration {
     (ttl / 10).max(Duration::from_millis(5))
 }
 
+/// Whether `lease` has run out by the watchdog's count already, before any renewal: it was
+/// granted more than its TTL (less the margin) ago, as when its acquire's caller left the call
+/// unpolled after the grant.
+pub(crate) fn ran_out(lease: &Lease) -> bool {
+    lease.acquired_at + lease.ttl - margin(lease.ttl) <= Instant::now()
+}
+
 /// Handle to one Locker's watchdog.
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,

@@ -5,7 +5,7 @@
 //!
 //! A step owns the connection while it runs, and runs to its end, in a task of its own (spawned
 //! with `locksmith_core::driver::cleanup::spawn`, so `Locker::shutdown` waits for it), or, for
-//! the one-call steps of `protocol/call.rs`, in the caller's task (`inline.rs`), moved into a
+//! the one-call steps of `protocol/call.rs`, in the caller's task (`locksmith_core::driver::in_caller`), moved into a
 //! task of its own when the caller drops it half-way or stops polling it while other steps wait.
 //! So a transaction is never left half-sent, the next step finds the connection idle, and no
 //! caller holds up the locker's other steps.
@@ -30,10 +30,9 @@ use crate::hub::Hub;
 use crate::layout::sql;
 
 mod dial;
-mod inline;
 mod routines;
 
-use inline::{LastInCaller, RunToEnd};
+use locksmith_core::driver::in_caller::InCaller;
 
 pub(crate) use dial::open;
 
@@ -42,10 +41,6 @@ pub(crate) use dial::open;
 /// an earlier steps' connection gone silent may hold it for as long as the server keeps its
 /// session, and a renewal that opens a connection must not spend its request timeout here.
 const WAIT_NAME_PATIENCE: f64 = 0.05;
-
-/// How long a step waits for the connection before it moves the step holding it, if that one
-/// runs in a caller's task, into a task of its own (`inline.rs`): ten times a slow step here.
-const HAND_OFF_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Opens the steps' connection of locker `owner` ([`open`]) and takes the named lock its wait
 /// connection waits on (`wake.rs`). If the name stays taken (an earlier steps' connection whose
@@ -203,9 +198,9 @@ pub(crate) struct Conn {
     /// Where the wait connection's wake-ups are delivered.
     pub hub: Hub,
     closed: AtomicBool,
-    /// The last step run in its caller's task, to move into a task of its own if its caller
-    /// stopped polling it.
-    in_caller: LastInCaller,
+    /// The steps run in their callers' tasks (waiting for the connection, or holding it), to move
+    /// into tasks of their own if their callers stopped polling them.
+    in_caller: Arc<InCaller>,
 }
 
 impl Conn {
@@ -245,7 +240,7 @@ impl Conn {
             gate: Arc::new(Mutex::new(())),
             hub: Hub::default(),
             closed: AtomicBool::new(false),
-            in_caller: LastInCaller::default(),
+            in_caller: Arc::default(),
         })
     }
 
@@ -280,10 +275,10 @@ impl Conn {
     /// hand-over 1.1 ms slower, measured and not explained yet.
     ///
     /// The step goes on only while its caller polls it: one that its caller leaves pending
-    /// unpolled (a `select!` whose other branch's body runs long) is moved into a task of its own
-    /// by the next step that waits [`HAND_OFF_AFTER`] for the connection (`inline.rs`), so that
-    /// the locker's other steps, renewals included, never wait
-    /// on a caller for longer than that.
+    /// unpolled (a `select!` whose other branch's body runs long), waiting for the connection or
+    /// holding it, is moved into a task of its own by the next step that waits 20 ms for the
+    /// connection (`locksmith_core::driver::in_caller`), so that the locker's other steps,
+    /// renewals included, never wait on a caller for longer than that.
     ///
     /// # Errors
     ///
@@ -291,7 +286,8 @@ impl Conn {
     ///
     /// # Cancel safety
     ///
-    /// Dropped, the step runs to its end in a task of its own ([`RunToEnd`]).
+    /// Dropped while it waits for the connection, nothing runs; dropped after, the step runs to
+    /// its end in a task of its own.
     pub async fn step_in_caller<T, F>(&self, what: &'static str, body: F) -> Result<T>
     where
         T: Send + 'static,
@@ -328,46 +324,44 @@ impl Conn {
         }
         let (config, owner) = (self.config.clone(), self.owner);
         let limit = config.request_timeout;
+        let (gate, steps, requests) = (self.gate.clone(), self.steps.clone(), self.in_caller.clone());
         // The connection is taken here, in the order of the calls (tokio's mutex is fair), and
         // held by the step until it ends, in this task or in the one its drop spawns: a clean-up
         // step that a dropped call spawns after this one runs after it, and finds what it created.
-        let waited = async {
-            let gate = match placement {
-                Placement::First => None,
-                Placement::OwnTask | Placement::Caller => Some(self.gate.clone().lock_owned().await),
+        // The wait, and a one-call step, run in the caller's task
+        // (`locksmith_core::driver::in_caller`): handed off into a task of their own if their
+        // caller stops polling them while another step waits.
+        let connection = async move {
+            let waited = async {
+                let gate = match placement {
+                    Placement::First => None,
+                    Placement::OwnTask | Placement::Caller => Some(gate.lock_owned().await),
+                };
+                (gate, steps.lock_owned().await)
             };
-            (gate, self.steps.clone().lock_owned().await)
-        };
-        let mut waited = std::pin::pin!(waited);
-        let deadline = tokio::time::Instant::now() + limit;
-        let (gate, slot) = loop {
-            let turn = deadline.min(tokio::time::Instant::now() + HAND_OFF_AFTER);
-            match tokio::time::timeout_at(turn, waited.as_mut()).await {
-                Ok(turn) => break turn,
-                Err(_) if turn >= deadline => {
-                    return Err(timeout(
-                        &format!("{what} (waiting for the locker's earlier steps)"),
-                        limit,
-                    ));
-                }
-                // The step holding the connection may be one whose caller stopped polling it.
-                Err(_) => self.in_caller.hand_off(),
+            match tokio::time::timeout(limit, requests.wait(waited)).await {
+                Ok(held) => Ok(held),
+                Err(_) => Err(timeout(
+                    &format!("{what} (waiting for the locker's earlier steps)"),
+                    limit,
+                )),
             }
         };
-        let task = step_task(what, config, owner, gate, slot, body);
-        if let Placement::Caller = placement {
-            let step = RunToEnd::new(task);
-            self.in_caller.set(&step);
-            return step.await;
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = async move {
-            let _ = tx.send(task.await);
+        let step = move |(gate, slot)| async move {
+            let task = step_task(what, config, owner, gate, slot, body);
+            if let Placement::Caller = placement {
+                return task.await;
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let task = async move {
+                let _ = tx.send(task.await);
+            };
+            if !cleanup::spawn(locksmith_core::metrics::counting_for_caller(task)) {
+                return Err(LockError::Closed);
+            }
+            rx.await.unwrap_or(Err(LockError::Closed))
         };
-        if !cleanup::spawn(locksmith_core::metrics::counting_for_caller(task)) {
-            return Err(LockError::Closed);
-        }
-        rx.await.unwrap_or(Err(LockError::Closed))
+        self.in_caller.run(connection, step).await
     }
 
     /// Refuses new steps (but those of the shutdown itself).

@@ -8,9 +8,11 @@
 mod txn;
 
 mod link;
+mod params;
 mod statements;
 
-pub(crate) use link::Link;
+pub(crate) use link::{ClientGuard, Link};
+pub(crate) use params::Params;
 pub(crate) use statements::Statements;
 pub(crate) use txn::{Outcome, Step};
 
@@ -20,11 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::{watch, MutexGuard};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
 use locksmith_core::{LockError, Result};
@@ -110,8 +111,8 @@ impl Conn {
             alive: std::sync::Mutex::new((Instant::now(), 0)),
             kept_in_rows: std::sync::Mutex::new(HashMap::new()),
         };
-        conn.beat(Duration::ZERO).await?;
         let conn = Arc::new(conn);
+        conn.beat(Duration::ZERO).await?;
         if !conn.config.pooled() {
             let keeper = tokio::spawn(keep_listening(Arc::downgrade(&conn)));
             conn.hub.keep(keeper.abort_handle());
@@ -128,8 +129,29 @@ impl Conn {
     }
 
     /// The connection, reconnected if it was lost. Held for one step at a time.
-    pub async fn client(&self) -> Result<MutexGuard<'_, Option<Connected>>> {
+    pub async fn client(&self) -> Result<ClientGuard> {
         self.link.client(&self.config).await
+    }
+
+    /// Runs `request` with the connection ([`Conn::client`]) in the caller's task, handed off into
+    /// a task of its own if its caller stops polling it while another request of this locker
+    /// waits ([`Link::in_caller`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped while it waits for the connection, nothing runs; dropped after, `request` runs to
+    /// its end in a task of its own.
+    pub async fn with_client<T, F>(
+        self: &Arc<Self>,
+        request: impl FnOnce(Arc<Conn>, ClientGuard) -> F + Send + 'static,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        let (waiting, conn) = (self.clone(), self.clone());
+        let connection = async move { waiting.client().await };
+        self.link.in_caller(connection, move |guard| request(conn, guard)).await
     }
 
     /// The statements prepared on the connection.
@@ -141,16 +163,22 @@ impl Conn {
     /// that got no answer drops the connection, as a step does: a connection that went silent
     /// (a flow a NAT dropped) would otherwise hold every later step of this locker up behind the
     /// read (an election's observer reads on its own, with nobody to time it out). A read whose
-    /// caller gave up keeps it ([`Link::read_within`]).
+    /// caller gave up keeps it ([`Link::read_within`]). Run in the caller's task, handed off into
+    /// a task of its own if its caller stops polling it while another request waits for the
+    /// connection ([`Link::in_caller`]).
     pub async fn read(
-        &self,
+        self: &Arc<Self>,
         what: &'static str,
-        doing: &str,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
+        doing: &'static str,
+        sql: fn(&Sql) -> &str,
+        params: impl Params,
     ) -> Result<Vec<tokio_postgres::Row>> {
         self.check_open()?;
-        self.link.read_within(&self.config, what, doing, sql, params).await
+        let read = move |conn: Arc<Conn>, guard| async move {
+            let link = &conn.link;
+            (link.read_within(guard, &conn.config, what, doing, sql(&conn.sql), &params.refs(&conn))).await
+        };
+        self.with_client(read).await
     }
 
     /// Keeps this locker's waiters alive for a waiter whose lease is `ttl`: beats (at most one
@@ -158,7 +186,7 @@ impl Conn {
     /// that dead lockers' waiters hold up ([`Conn::sweep`]). Returns how many times this locker
     /// has found its owner row possibly expired (a pause, a lost server): a waiter that has not
     /// stepped since the count last moved takes a step, as its entry may be gone.
-    pub async fn keep_alive(&self, ttl: Duration) -> Result<u64> {
+    pub async fn keep_alive(self: &Arc<Self>, ttl: Duration) -> Result<u64> {
         let now = Instant::now();
         let (until, late) = *self.alive.lock().unwrap_or_else(|e| e.into_inner());
         if !self.needs_beat(ttl) {
@@ -199,11 +227,15 @@ impl Conn {
     /// `ttl` from now (server clock), and its waiters with it. Before any waiting step, within
     /// the request timeout; one that got no answer drops the connection, as a renewal does
     /// (`crate::renew`).
-    pub async fn beat(&self, ttl: Duration) -> Result<()> {
-        let params: [&(dyn ToSql + Sync); 4] = [&self.owner_id, &millis(ttl), &self.pid, &self.host];
-        (self.link)
-            .query_within(&self.config, "a heartbeat", "beating", &self.sql.beat, &params)
-            .await?;
+    pub async fn beat(self: &Arc<Self>, ttl: Duration) -> Result<()> {
+        let what = "a heartbeat";
+        let (waiting, conn, params) = (self.clone(), self.clone(), params::Beat(millis(ttl)));
+        let request = async move { waiting.link.request(&waiting.config, what).await };
+        let beat = move |request| async move {
+            let (sql, params) = (&conn.sql.beat, params.refs(&conn));
+            (conn.link.query_on(request, &conn.config, what, "beating", sql, &params)).await
+        };
+        self.link.in_caller(request, beat).await?;
         Ok(())
     }
 
@@ -529,7 +561,7 @@ async fn keep_listening(conn: Weak<Conn>) {
                 _ = ended.changed() => {}
                 _ = tokio::time::sleep(limit) => {
                     let Some(locker) = conn.upgrade() else { return };
-                    if let Err(e) = locker.read("a probe", "probing the connection", include_str!("../sql/probe.sql"), &[]).await {
+                    if let Err(e) = locker.read("a probe", "probing the connection", |_| include_str!("../sql/probe.sql"), ()).await {
                         tracing::debug!(error = %e, "postgres: the connection failed a probe");
                     }
                 }

@@ -4,9 +4,11 @@
 //! that have something to do (`crate::wake::payload`) and move the lock's `since` (where the
 //! reads of its queue start) up to its first entry left.
 //!
-//! A step whose future is dropped part-way is rolled back (tokio-postgres sends `ROLLBACK` when a
-//! transaction is dropped), or committed if its `COMMIT` was already sent; either way before any
-//! later step of this connection, which is what `crate::cleanup` relies on.
+//! A step runs in its caller's task, and to its end whatever its caller does: a caller that drops
+//! it, or stops polling it while another request of the locker waits for the connection, leaves
+//! the rest to a task of its own (`Link::in_caller`), which ends it before any later step of this
+//! connection, as `crate::cleanup` relies on. (A step's transaction dropped part-way, as by its
+//! request timeout, is rolled back: tokio-postgres sends `ROLLBACK`.)
 
 use std::time::Duration;
 
@@ -16,8 +18,13 @@ use locksmith_core::{LockError, Result};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Transaction};
 
+use std::sync::Arc;
+
+use super::link::ClientGuard;
+use super::params::{InRow, Leave, Params};
 use super::{millis, Conn, Statements};
 use crate::error::pg_error;
+use crate::layout::Sql;
 use crate::protocol::queue::{self, NewEntry, Op, Row};
 use crate::wake::{payload, Directive};
 
@@ -31,11 +38,11 @@ pub(crate) struct Step<'a> {
 }
 
 /// The parameters of a statement.
-type Params<'p> = [&'p (dyn ToSql + Sync)];
+type ParamRefs<'p> = [&'p (dyn ToSql + Sync)];
 
 impl Step<'_> {
     /// Runs `sql`; the number of rows it changed.
-    pub async fn execute(&self, sql: &str, params: &Params<'_>) -> std::result::Result<u64, tokio_postgres::Error> {
+    pub async fn execute(&self, sql: &str, params: &ParamRefs<'_>) -> std::result::Result<u64, tokio_postgres::Error> {
         locksmith_core::metrics::round_trip();
         self.statements.execute(&self.tx, sql, params).await
     }
@@ -44,7 +51,7 @@ impl Step<'_> {
     pub async fn query(
         &self,
         sql: &str,
-        params: &Params<'_>,
+        params: &ParamRefs<'_>,
     ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
         locksmith_core::metrics::round_trip();
         self.statements.query(&self.tx, sql, params).await
@@ -54,7 +61,7 @@ impl Step<'_> {
     pub async fn query_one(
         &self,
         sql: &str,
-        params: &Params<'_>,
+        params: &ParamRefs<'_>,
     ) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
         locksmith_core::metrics::round_trip();
         self.statements.query_one(&self.tx, sql, params).await
@@ -64,7 +71,7 @@ impl Step<'_> {
     pub async fn query_opt(
         &self,
         sql: &str,
-        params: &Params<'_>,
+        params: &ParamRefs<'_>,
     ) -> std::result::Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
         locksmith_core::metrics::round_trip();
         self.statements.query_opt(&self.tx, sql, params).await
@@ -93,19 +100,33 @@ impl Conn {
     ///
     /// Bounded by the request timeout; past it the connection is given up on (a server that
     /// froze: [`super::Connected::abandon`]), and the next step opens a new one. A caller that
-    /// drops the future sooner (a bound of its own, a dropped acquire) leaves the step unanswered
-    /// on the connection, which is kept: the next step waits behind it, and gives the connection
-    /// up at its own timeout.
-    pub async fn step(&self, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
+    /// drops the future sooner (a bound of its own, a dropped acquire) leaves the step to run to
+    /// its end in a task of its own, still holding the connection: the next step waits behind it.
+    pub async fn step(self: &Arc<Self>, segment: &str, op: Op, owner_ttl: Duration) -> Result<Outcome> {
         Ok(self.step_at(segment, op, owner_ttl).await?.0)
     }
 
     /// [`Conn::step`], and when it began: once it had the steps' connection, not when it was
     /// asked for (behind a backlog of this locker's steps, that can be seconds before). A lease
     /// the step grants counts from then.
-    pub async fn step_at(&self, segment: &str, op: Op, owner_ttl: Duration) -> Result<(Outcome, Instant)> {
+    ///
+    /// Run in the caller's task, handed off into a task of its own if its caller stops polling it
+    /// while another request waits for the connection ([`Conn::with_client`]).
+    pub async fn step_at(self: &Arc<Self>, segment: &str, op: Op, owner_ttl: Duration) -> Result<(Outcome, Instant)> {
         self.check_open()?;
-        let mut guard = self.client().await?;
+        let segment = segment.to_owned();
+        let step = move |conn: Arc<Conn>, guard| async move { conn.step_holding(guard, &segment, op, owner_ttl).await };
+        self.with_client(step).await
+    }
+
+    /// [`Conn::step_at`] with the connection in `guard`.
+    async fn step_holding(
+        &self,
+        mut guard: ClientGuard,
+        segment: &str,
+        op: Op,
+        owner_ttl: Duration,
+    ) -> Result<(Outcome, Instant)> {
         let began = Instant::now();
         let limit = self.config.request_timeout;
         let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
@@ -189,33 +210,20 @@ impl Conn {
     /// lock's row, if nobody holds it and no entry is queued, in one round trip. Its fencing token
     /// (`None`: the case does not apply, take the full step), and when the step began (see
     /// [`Conn::step_at`]).
-    pub async fn grant_in_row(&self, segment: &str, entry: &NewEntry) -> Result<(Option<u64>, Instant)> {
-        let (row, began) = self.in_row(&self.sql.grant_in_row, segment, entry).await?;
+    pub async fn grant_in_row(self: &Arc<Self>, segment: &str, entry: &NewEntry) -> Result<(Option<u64>, Instant)> {
+        let (row, began) = self.alone(|sql| &sql.grant_in_row, in_row(segment, entry)).await?;
         let token: Option<i64> = first_column(row, "reading a grant")?;
         Ok((self.granted_in_row(segment, &entry.id, token), began))
     }
 
     /// [`Conn::grant_in_row`] for a `try_acquire`: also whether a refusal is final (the lock is
     /// held; `false`: entries may be queued, and only the full step can tell).
-    pub async fn try_in_row(&self, segment: &str, entry: &NewEntry) -> Result<(Option<u64>, bool, Instant)> {
-        let (row, began) = self.in_row(&self.sql.try_in_row, segment, entry).await?;
+    pub async fn try_in_row(self: &Arc<Self>, segment: &str, entry: &NewEntry) -> Result<(Option<u64>, bool, Instant)> {
+        let (row, began) = self.alone(|sql| &sql.try_in_row, in_row(segment, entry)).await?;
         let row = row.ok_or_else(|| LockError::Protocol("a try answered no row".into()))?;
         let e = |err| pg_error("reading a grant", err);
         let (token, final_answer): (Option<i64>, bool) = (row.try_get(0).map_err(e)?, row.try_get(1).map_err(e)?);
         Ok((self.granted_in_row(segment, &entry.id, token), final_answer, began))
-    }
-
-    /// Runs `sql`, `grant_in_row` or `try_in_row`, for `entry` on `segment` (their parameters
-    /// are the same): its row, and when it began.
-    async fn in_row(
-        &self,
-        sql: &str,
-        segment: &str,
-        entry: &NewEntry,
-    ) -> Result<(Option<tokio_postgres::Row>, Instant)> {
-        let ttl_ms = millis(entry.ttl);
-        let params: [&(dyn ToSql + Sync); 6] = [&segment, &entry.id, &self.owner_id, &ttl_ms, &self.pid, &self.host];
-        self.alone(sql, &params).await
     }
 
     /// A grant in `segment`'s row to entry `id`, recorded for [`Conn::close`]: its token.
@@ -229,8 +237,8 @@ impl Conn {
     /// Confirms a grant made by another's step (`queue::promote`) in one statement: entry `id`,
     /// if it holds a live lease, has it restarted from now. Its fencing token (`None`: not
     /// granted, or expired: take the full step), and when the step began.
-    pub async fn confirm_alone(&self, id: &str) -> Result<(Option<u64>, Instant)> {
-        let (row, began) = self.alone(&self.sql.confirm, &[&id]).await?;
+    pub async fn confirm_alone(self: &Arc<Self>, id: &str) -> Result<(Option<u64>, Instant)> {
+        let (row, began) = self.alone(|sql| &sql.confirm, (id.to_owned(),)).await?;
         let token: Option<i64> = first_column(row, "reading a grant")?;
         Ok((token.map(queue::to_u64), began))
     }
@@ -243,9 +251,12 @@ impl Conn {
     ///
     /// A lease kept in a row stays on this locker's list for [`Conn::close`] until the statement
     /// is answered: one that got no answer may not have run, and the shutdown then frees the row.
-    pub async fn leave_exclusive(&self, segment: &str, id: &str) -> Result<bool> {
-        let params: [&(dyn ToSql + Sync); 3] = [&segment, &id, &self.sql.channel];
-        let (row, _) = self.alone(&self.sql.leave, &params).await?;
+    pub async fn leave_exclusive(self: &Arc<Self>, segment: &str, id: &str) -> Result<bool> {
+        let params = Leave {
+            segment: segment.to_owned(),
+            id: id.to_owned(),
+        };
+        let (row, _) = self.alone(|sql| &sql.leave, params).await?;
         // Answered: freed from the row, or not (or no longer) kept there.
         self.forget_kept(id);
         let left: Option<bool> = first_column(row, "reading a release")?;
@@ -253,19 +264,38 @@ impl Conn {
     }
 
     /// Runs one statement of `guarded.rs` (its own transaction) on the steps' connection: its row.
-    pub async fn one_statement(&self, sql: &str, params: &Params<'_>) -> Result<Option<tokio_postgres::Row>> {
+    pub async fn one_statement(
+        self: &Arc<Self>,
+        sql: fn(&Sql) -> &str,
+        params: impl Params,
+    ) -> Result<Option<tokio_postgres::Row>> {
         Ok(self.alone(sql, params).await?.0)
     }
 
     /// Runs one statement (its own transaction) on the steps' connection, as [`Conn::step_at`]
-    /// runs a step (one at a time, bounded by the request timeout): its row, if any. A statement
-    /// whose future is dropped before its answer keeps the connection: the clean-up of a
-    /// cancelled acquire must reach the server after it, on the same connection. (If that
-    /// connection went silent, the next statement on it ends at the request timeout and drops
-    /// it; a caller that always gives up sooner keeps it until TCP does.)
-    async fn alone(&self, sql: &str, params: &Params<'_>) -> Result<(Option<tokio_postgres::Row>, Instant)> {
+    /// runs a step (one at a time, in the caller's task, bounded by the request timeout): its
+    /// row, if any. A statement whose future is dropped before its answer runs to its end in a
+    /// task of its own, still holding the connection: the clean-up of a cancelled acquire must
+    /// reach the server after it, on the same connection.
+    async fn alone(
+        self: &Arc<Self>,
+        sql: fn(&Sql) -> &str,
+        params: impl Params,
+    ) -> Result<(Option<tokio_postgres::Row>, Instant)> {
         self.check_open()?;
-        let mut guard = self.client().await?;
+        let statement = move |conn: Arc<Conn>, guard| async move {
+            conn.alone_holding(guard, sql(&conn.sql), &params.refs(&conn)).await
+        };
+        self.with_client(statement).await
+    }
+
+    /// [`Conn::alone`] with the connection in `guard`.
+    async fn alone_holding(
+        &self,
+        mut guard: ClientGuard,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(Option<tokio_postgres::Row>, Instant)> {
         let began = Instant::now();
         let limit = self.config.request_timeout;
         let client = guard.as_deref_mut().ok_or(LockError::Closed)?;
@@ -291,12 +321,12 @@ impl Conn {
     /// A step on each lock whose queue holds waiters of lockers that stopped beating
     /// (`sweep.sql`): it drops them and passes the lock on. Only the first waiter of a queue
     /// watches the holders' expiry, so without this a dead first waiter would hold up the rest.
-    pub(super) async fn sweep(&self) -> Result<()> {
+    pub(super) async fn sweep(self: &Arc<Self>) -> Result<()> {
         let rows = (self.read(
             "a look for dead waiters",
             "looking for dead waiters",
-            &self.sql.sweep,
-            &[],
+            |sql| &sql.sweep,
+            (),
         ))
         .await?;
         for row in rows {
@@ -305,6 +335,15 @@ impl Conn {
             self.step(&segment, Op::Sweep, Duration::ZERO).await?;
         }
         Ok(())
+    }
+}
+
+/// The parameters of `entry`'s grant in lock `segment`'s row.
+fn in_row(segment: &str, entry: &NewEntry) -> InRow {
+    InRow {
+        segment: segment.to_owned(),
+        id: entry.id.clone(),
+        ttl_ms: millis(entry.ttl),
     }
 }
 

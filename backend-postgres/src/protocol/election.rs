@@ -18,7 +18,7 @@ use crate::listing::read_queue;
 /// Who leads, as one read of the queue says, and when the answer changes unless someone acts:
 /// the leader's lease runs out, or the first candidate's heartbeat does (its locker stopped
 /// beating: a dead process, whose grant nobody will take).
-async fn read(conn: &Conn, seg: &str) -> Result<(LeaderRead, Option<Instant>)> {
+async fn read(conn: &Arc<Conn>, seg: &str) -> Result<(LeaderRead, Option<Instant>)> {
     let rows = read_queue(conn, seg).await?;
     let Some(e) = rows.first() else {
         return Ok((LeaderRead::Nobody, None));
@@ -39,7 +39,7 @@ async fn read(conn: &Conn, seg: &str) -> Result<(LeaderRead, Option<Instant>)> {
 }
 
 /// The leader of election `name` now.
-pub(crate) async fn leader(conn: &Conn, name: &LockName) -> Result<Option<Leader>> {
+pub(crate) async fn leader(conn: &Arc<Conn>, name: &LockName) -> Result<Option<Leader>> {
     Ok(read(conn, &segment(Family::Election, name)).await?.0.leader())
 }
 

@@ -8,6 +8,7 @@
 //! process left to a background task never runs.
 
 use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use super::harness::{patience, unique_name, until_waiters, wait_for_residue, within, Builder, Harness};
@@ -440,4 +441,95 @@ pub async fn reads_after_shutdown_end_with_closed(h: &impl Harness) {
         matches!(listed, Err(LockError::Closed)),
         "list after shutdown: {listed:?}"
     );
+}
+
+/// A call that its caller polled once and then left pending unpolled (a `select!` whose other
+/// branch's body runs long, a `buffer_unordered` stream whose consumer is busy with an item)
+/// holds up none of its locker's other calls: while it waits, a lock held on the same locker
+/// keeps its lease (its renewals go on), and a try on another lock answers; polled again, it
+/// ends as it would have: an acquire or a try whose lease ran out meanwhile takes the lock again
+/// (another may have taken it), and answers a lock it holds. Checked for an acquire, a release
+/// and a try.
+pub async fn a_stalled_call_holds_up_no_other_call(h: &impl Harness) {
+    let (name, other, kept) = (
+        unique_name("stalled"),
+        unique_name("stalled_other"),
+        unique_name("stalled_kept"),
+    );
+    let a = h.locker().await;
+    let ttl = h.short_ttl();
+    // The lock is known to the server: the stalled acquire sends what a cycle's acquire sends.
+    a.lock(&name)
+        .acquire()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    let held = a.lock(&kept).ttl(ttl).acquire().await.expect("acquire the kept lock");
+    let mut acquire = Box::pin(a.lock(&name).ttl(ttl).acquire());
+    let guard = match poll_first(acquire.as_mut()).await {
+        Poll::Ready(out) => out,
+        Poll::Pending => {
+            others_go_on(&a, &held, &other, ttl, "an acquire").await;
+            within(patience(h), "the stalled acquire, polled again", acquire).await
+        }
+    };
+    let guard = guard.expect("acquire");
+    assert!(guard.is_held(), "the stalled acquire's lock: {:?}", guard.lost_reason());
+    let mut release = Box::pin(guard.release());
+    let released = match poll_first(release.as_mut()).await {
+        Poll::Ready(out) => out,
+        Poll::Pending => {
+            others_go_on(&a, &held, &other, ttl, "a release").await;
+            within(patience(h), "the stalled release, polled again", release).await
+        }
+    };
+    released.expect("release");
+    let b = h.locker().await;
+    let freed = b.lock(&name).try_acquire().await.expect("try after the release");
+    freed
+        .expect("the lock is free after the stalled release")
+        .release()
+        .await
+        .expect("release");
+    // A try left unpolled past its lease's TTL, polled again, answers a lock it holds.
+    let mut attempt = Box::pin(a.lock(&name).ttl(ttl).try_acquire());
+    let tried = match poll_first(attempt.as_mut()).await {
+        Poll::Ready(out) => out,
+        Poll::Pending => {
+            tokio::time::sleep(ttl * 2).await;
+            within(patience(h), "the stalled try, polled again", attempt).await
+        }
+    };
+    let tried = tried.expect("try").expect("the lock is free");
+    assert!(tried.is_held(), "the stalled try's lock: {:?}", tried.lost_reason());
+    tried.release().await.expect("release");
+    assert!(held.is_held(), "the kept lock: {:?}", held.lost_reason());
+    held.release().await.expect("release the kept lock");
+}
+
+/// Polls `fut` once: its output, if it ended.
+async fn poll_first<F: Future + Unpin>(mut fut: F) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut fut).poll(cx))).await
+}
+
+/// For four TTLs while a call of `locker`'s (`stalled`, for the messages) is left unpolled:
+/// `held` keeps its lease, and a try on lock `other` answers within two TTLs and a second.
+async fn others_go_on(locker: &Locker, held: &crate::LockGuard, other: &str, ttl: Duration, stalled: &str) {
+    let until = tokio::time::Instant::now() + ttl * 4;
+    let bound = ttl * 2 + Duration::from_secs(1);
+    while tokio::time::Instant::now() < until {
+        let what = format!("a try on another lock of the locker while {stalled} is left unpolled");
+        let got = within(bound, &what, locker.lock(other).try_acquire())
+            .await
+            .expect("try");
+        got.expect("the other lock is free").release().await.expect("release");
+        assert!(
+            held.is_held(),
+            "a lock of the locker while {stalled} is left unpolled: {:?}",
+            held.lost_reason()
+        );
+        tokio::time::sleep(ttl / 4).await;
+    }
 }

@@ -56,7 +56,8 @@ macro_rules! conformance_tests {
             lifecycle::try_cut_by_its_timeout_that_exits_leaves_nothing,
             lifecycle::acquire_dropped_where_no_runtime_runs_leaves_nothing,
             lifecycle::shutdown_releases_everything, lifecycle::shutdown_with_a_waiter_queued_leaves_nothing,
-            lifecycle::reads_after_shutdown_end_with_closed);
+            lifecycle::reads_after_shutdown_end_with_closed,
+            lifecycle::a_stalled_call_holds_up_no_other_call);
     };
     (@tests $harness:expr; $($module:ident :: $test:ident),* $(,)?) => {
         $(

@@ -18,6 +18,7 @@
 //! | [`queue`] | computes waiters' standing in a FIFO queue the same way on every backend |
 //! | [`Outage`], [`sleep_until_deadline`] | tracks a connection outage for the deadlines every backend keeps; sleeps until a deadline, if any |
 //! | [`cleanup`] | spawns background clean-up that `Locker::shutdown` and failed calls wait for |
+//! | [`in_caller`] | runs a request that holds the locker's one connection in its caller's task, and hands it off into a task of its own when its caller stops polling it |
 //! | [`armed`] | the drop-armed guard of what an acquire left on the server: [`armed::Armed`] over the backend's [`armed::CleanUp`] |
 //! | [`retry`] | tries a clean-up (or a request that never reached the server) again while its error can heal: [`retry::Backoff`], [`retry::retry`] |
 //! | [`GuardedWrite`], [`refuse_if_inside`], [`data_key_under`] | applies a guarded write atomically with its lease check; refuses keys of its own namespace; names a lock's data keys |
@@ -31,6 +32,7 @@
 pub mod armed;
 pub mod cleanup;
 pub mod fast_hash;
+pub mod in_caller;
 pub mod observe;
 pub mod permanent;
 pub mod queue;
