@@ -118,7 +118,7 @@ struct Inner {
     requests: Mutex<Requests>,
     /// How many waits for the connection are under way ([`InCaller::wait`]).
     waiting: AtomicUsize,
-    /// How many waits ended: the line moved.
+    /// How many waits got the connection: the line moved.
     moved: AtomicU64,
     /// Whether a watch runs ([`watch`]).
     watching: AtomicBool,
@@ -185,8 +185,12 @@ impl InCaller {
     ///
     /// As `connection`'s.
     pub async fn wait<F: Future>(&self, connection: F) -> F::Output {
-        let _waiting = Waiting::new(self);
-        connection.await
+        let waiting = Waiting::new(self);
+        let out = connection.await;
+        // The line moved. (Not a wait given up on: waits cut off by their timeouts, however many,
+        // must not hide a line that stands still.)
+        waiting.0.moved.fetch_add(1, Ordering::AcqRel);
+        out
     }
 
     /// Moves every request of [`InCaller::run`]'s that still runs and whose caller is not polling
@@ -202,7 +206,7 @@ impl InCaller {
 }
 
 /// One wait for the connection ([`InCaller::wait`]), counted while it lasts; the first starts the
-/// watch, and each that ends says the line moved.
+/// watch.
 struct Waiting<'a>(&'a Inner);
 
 impl<'a> Waiting<'a> {
@@ -221,15 +225,14 @@ impl<'a> Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.moved.fetch_add(1, Ordering::AcqRel);
         self.0.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 /// The watch of an [`InCaller`]'s line: every [`HAND_OFF_AFTER`] while waits are under way, it
-/// hands the requests off ([`InCaller::hand_off`]) if no wait ended since its last look (the
-/// request holding the connection, or the first in line, may be one whose caller stopped polling
-/// it). Ends when no wait is left (the next wait starts another), or with its `InCaller`.
+/// hands the requests off ([`InCaller::hand_off`]) if no wait got the connection since its last
+/// look (the request holding the connection, or the first in line, may be one whose caller
+/// stopped polling it). Ends when no wait is left (the next wait starts another), or with its `InCaller`.
 async fn watch(inner: Weak<Inner>) {
     let mut seen = None;
     loop {
@@ -448,6 +451,32 @@ mod tests {
         let (next, open_next) = gated(&requests, &slot);
         open_next.send(()).unwrap();
         let out = tokio::time::timeout(Duration::from_secs(5), next).await;
+        assert_eq!(out.expect("the next request got the slot").unwrap(), 2);
+        assert_eq!(stalled.await.unwrap(), 1);
+    }
+
+    /// Waits given up on, however often, do not hide a line that stands still: a request whose
+    /// caller stopped polling it is handed off all the same.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waits_given_up_on_do_not_hide_a_stalled_line() {
+        let (requests, slot) = (Arc::new(InCaller::default()), Arc::new(tokio::sync::Mutex::new(0u32)));
+        let (mut stalled, open) = gated(&requests, &slot);
+        assert!(
+            !poll_once(&mut stalled).await,
+            "the request holds the slot, at its gate"
+        );
+        open.send(()).unwrap();
+        // Its caller polls no more; waits cut off every 5 ms, as by short timeouts.
+        let (r, s) = (requests.clone(), slot.clone());
+        let giving_up = tokio::spawn(async move {
+            loop {
+                let _ = tokio::time::timeout(Duration::from_millis(5), r.wait(s.clone().lock_owned())).await;
+            }
+        });
+        let (next, open_next) = gated(&requests, &slot);
+        open_next.send(()).unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(5), next).await;
+        giving_up.abort();
         assert_eq!(out.expect("the next request got the slot").unwrap(), 2);
         assert_eq!(stalled.await.unwrap(), 1);
     }
