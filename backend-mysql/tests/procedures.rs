@@ -325,9 +325,21 @@ async fn an_acquire_its_caller_stops_polling_holds_up_no_other_step() {
         .release()
         .await
         .unwrap();
-    let mut stalled = Box::pin(locker.lock("procedures/stalled").acquire());
-    let ready = std::future::poll_fn(|cx| std::task::Poll::Ready(stalled.as_mut().poll(cx).is_ready())).await;
-    assert!(!ready, "the acquire answered within its first poll");
+    // Polled once: its `CALL` sent, its answer not read yet. On a loaded machine the answer may be
+    // there before the first poll ends (the acquire then holds): tried again until one is left
+    // in flight.
+    let mut stalled = None;
+    for _ in 0..50 {
+        let mut acquire = Box::pin(locker.lock("procedures/stalled").acquire());
+        match std::future::poll_fn(|cx| std::task::Poll::Ready(acquire.as_mut().poll(cx))).await {
+            std::task::Poll::Pending => {
+                stalled = Some(acquire);
+                break;
+            }
+            std::task::Poll::Ready(guard) => guard.unwrap().release().await.unwrap(),
+        }
+    }
+    let stalled = stalled.expect("50 acquires answered within their first poll");
     // Its caller polls it no more; another lock of the same locker:
     let other = within(
         Duration::from_secs(3),

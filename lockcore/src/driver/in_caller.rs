@@ -185,11 +185,20 @@ impl InCaller {
     ///
     /// As `connection`'s.
     pub async fn wait<F: Future>(&self, connection: F) -> F::Output {
-        let waiting = Waiting::new(self);
-        let out = connection.await;
+        let mut connection = std::pin::pin!(connection);
+        // Most waits end at once (the connection is free): no watch for them, nor a task woken to
+        // start one.
+        let first = std::future::poll_fn(|cx| Poll::Ready(connection.as_mut().poll(cx))).await;
+        let out = match first {
+            Poll::Ready(out) => out,
+            Poll::Pending => {
+                let _waiting = Waiting::new(self);
+                connection.await
+            }
+        };
         // The line moved. (Not a wait given up on: waits cut off by their timeouts, however many,
         // must not hide a line that stands still.)
-        waiting.0.moved.fetch_add(1, Ordering::AcqRel);
+        self.0.moved.fetch_add(1, Ordering::AcqRel);
         out
     }
 
