@@ -379,6 +379,11 @@ mod tests {
         std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *fut).poll(cx).is_ready())).await
     }
 
+    /// The requests of a connection, and the slot (the connection) they wait for.
+    fn fixture() -> (Arc<InCaller>, Arc<tokio::sync::Mutex<u32>>) {
+        (Arc::new(InCaller::default()), Arc::new(tokio::sync::Mutex::new(0u32)))
+    }
+
     /// A request of `requests` that waits for `slot` (as a request waits for the connection),
     /// then for its gate to open, then adds one to the slot's count and answers the count; the
     /// gate's opener.
@@ -414,7 +419,7 @@ mod tests {
     /// holding what it held (the connection).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_request_runs_to_its_end() {
-        let (requests, slot) = (Arc::new(InCaller::default()), Arc::new(tokio::sync::Mutex::new(0u32)));
+        let (requests, slot) = fixture();
         let (mut request, open) = gated(&requests, &slot);
         assert!(!poll_once(&mut request).await, "the request waits at its gate");
         drop(request);
@@ -430,7 +435,7 @@ mod tests {
     /// its caller; the caller, polled again, gets its result.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_its_caller_left_unpolled_is_handed_off() {
-        let (requests, slot) = (Arc::new(InCaller::default()), Arc::new(tokio::sync::Mutex::new(0u32)));
+        let (requests, slot) = fixture();
         let (mut stalled, open) = gated(&requests, &slot);
         assert!(
             !poll_once(&mut stalled).await,
@@ -451,7 +456,7 @@ mod tests {
     /// would wait for its caller.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_left_unpolled_in_line_is_handed_off() {
-        let (requests, slot) = (Arc::new(InCaller::default()), Arc::new(tokio::sync::Mutex::new(0u32)));
+        let (requests, slot) = fixture();
         let held = slot.clone().lock_owned().await;
         let (mut stalled, open) = gated(&requests, &slot);
         open.send(()).unwrap();
@@ -468,7 +473,7 @@ mod tests {
     /// caller stopped polling it is handed off all the same.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waits_given_up_on_do_not_hide_a_stalled_line() {
-        let (requests, slot) = (Arc::new(InCaller::default()), Arc::new(tokio::sync::Mutex::new(0u32)));
+        let (requests, slot) = fixture();
         let (mut stalled, open) = gated(&requests, &slot);
         assert!(
             !poll_once(&mut stalled).await,
@@ -494,7 +499,7 @@ mod tests {
     /// goes on.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_dropped_in_line_never_runs() {
-        let (requests, slot) = (Arc::new(InCaller::default()), Arc::new(tokio::sync::Mutex::new(0u32)));
+        let (requests, slot) = fixture();
         let held = slot.clone().lock_owned().await;
         let (mut dropped, open) = gated(&requests, &slot);
         open.send(()).unwrap();
@@ -512,7 +517,7 @@ mod tests {
     /// followed by it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_handed_off_request_dropped_in_line_never_runs() {
-        let (requests, slot) = (Arc::new(InCaller::default()), Arc::new(tokio::sync::Mutex::new(0u32)));
+        let (requests, slot) = fixture();
         let held = slot.clone().lock_owned().await;
         let (mut dropped, open) = gated(&requests, &slot);
         open.send(()).unwrap();
