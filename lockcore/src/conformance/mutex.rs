@@ -542,8 +542,12 @@ pub async fn granted_one_at_a_time(
     })
     .await;
     let one = one.expect("a task").expect("one of them acquires");
-    let meanwhile = tokio::time::timeout(Duration::from_millis(500), &mut other).await;
-    assert!(meanwhile.is_err(), "two holders: {case} were both handed the lock");
+    match tokio::time::timeout(Duration::from_millis(500), &mut other).await {
+        Err(_) => {}
+        Ok(Ok(Ok(_))) => panic!("two holders: {case} were both handed the lock"),
+        Ok(Ok(Err(e))) => panic!("{case}: the other contender's acquire failed instead of waiting: {e:?}"),
+        Ok(Err(e)) => panic!("{case}: the other contender's task ended: {e}"),
+    }
     assert!(
         one.is_held(),
         "{case}: the lock was handed to a contender that lost it at once"

@@ -128,6 +128,36 @@ where
     }
 }
 
+/// The locker whose call is running here, kept to count clean-up that something outside its
+/// calls spawns for it later (a watch's hand-off of a request the call made): see
+/// [`locker_here`].
+#[derive(Clone)]
+pub(crate) struct LockerScope(Scope);
+
+/// The locker of the call (or clean-up task) running here, if any.
+pub(crate) fn locker_here() -> Option<LockerScope> {
+    SCOPE
+        .try_with(|scope| {
+            LockerScope(Scope {
+                locker: scope.locker.clone(),
+                call: None,
+                runtime: scope.runtime.clone(),
+            })
+        })
+        .ok()
+}
+
+impl LockerScope {
+    /// [`spawn`] as from a clean-up task of this locker: counted in the locker (not in any
+    /// call), so that [`crate::Locker::shutdown`] waits for it. `false` without a runtime.
+    pub(crate) fn spawn<F>(&self, task: F) -> bool
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        spawn_in_or(&self.0.locker, self.0.runtime.as_ref(), task).is_some()
+    }
+}
+
 /// Runs `call` so that the clean-up it spawns is counted in `locker` and in a tally of the call's
 /// own, returned with its output. The scope also covers dropping `call` part-way (a timeout that
 /// cuts it off inside this future).

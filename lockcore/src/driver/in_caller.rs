@@ -16,6 +16,8 @@
 //!   requests whose callers are not polling them right then (the one holding the connection, or
 //!   the first in line, may be one whose caller stopped): each moves into a clean-up task of its
 //!   own ([`crate::driver::cleanup::spawn`]), which ends it and hands its result to its caller.
+//!   It is counted in the locker whose calls wait for the connection, so that
+//!   [`crate::Locker::shutdown`] waits for it as for the locker's other clean-up.
 //!
 //! A caller dropped before its request ends moves the rest into such a task too ([`RunToEnd`]), so
 //! the request runs to its end, and the next request finds the connection idle (the guarantee
@@ -45,7 +47,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll, Waker};
 
 use crate::driver::cleanup;
@@ -96,8 +98,9 @@ pub struct RunToEnd<T: Send + 'static> {
 /// A [`RunToEnd`]'s shared state, whatever its request's output.
 trait HandOff: Send + Sync {
     /// Moves the request into a task of its own, if it has not ended and its caller is not polling
-    /// it right now. Whether it is still in its caller's task (its caller was polling it).
-    fn hand_off(&self) -> bool;
+    /// it right now, counted in `locker` (or, unknown, where [`cleanup::spawn`] counts it).
+    /// Whether it is still in its caller's task (its caller was polling it).
+    fn hand_off(&self, locker: Option<&cleanup::LockerScope>) -> bool;
 }
 
 /// The requests of a locker's connection running in their callers' tasks, waiting for the
@@ -122,6 +125,10 @@ struct Inner {
     moved: AtomicU64,
     /// Whether a watch runs ([`watch`]).
     watching: AtomicBool,
+    /// The locker whose calls wait here (one connection, one locker), taken from the first wait
+    /// made in a call: its hand-offs are counted there, so that `Locker::shutdown` waits for them
+    /// (the watch runs outside every call).
+    locker: OnceLock<cleanup::LockerScope>,
 }
 
 #[derive(Default)]
@@ -206,11 +213,12 @@ impl InCaller {
     /// it right now into a task of its own; each goes on there, and its caller gets its result
     /// when it polls again.
     pub fn hand_off(&self) {
+        let locker = self.0.locker.get();
         let mut requests = self.0.requests.lock().unwrap_or_else(|e| e.into_inner());
         // Those handed off now, or ended, leave the list: only those being polled stay.
         requests
             .all
-            .retain(|r| r.upgrade().is_some_and(|request| request.hand_off()));
+            .retain(|r| r.upgrade().is_some_and(|request| request.hand_off(locker)));
     }
 }
 
@@ -222,6 +230,11 @@ impl<'a> Waiting<'a> {
     fn new(requests: &'a InCaller) -> Waiting<'a> {
         let inner = &requests.0;
         inner.waiting.fetch_add(1, Ordering::AcqRel);
+        if inner.locker.get().is_none() {
+            if let Some(locker) = cleanup::locker_here() {
+                let _ = inner.locker.set(locker);
+            }
+        }
         if !inner.watching.swap(true, Ordering::AcqRel) {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => drop(runtime.spawn(watch(Arc::downgrade(inner)))),
@@ -284,7 +297,7 @@ impl<T: Send + 'static> RunToEnd<T> {
 }
 
 impl<T: Send + 'static> HandOff for Mutex<Shared<T>> {
-    fn hand_off(&self) -> bool {
+    fn hand_off(&self, locker: Option<&cleanup::LockerScope>) -> bool {
         // Locked: its caller is polling it, so it is not stalled.
         let Ok(mut s) = self.try_lock() else { return true };
         let (Some(task), Some(result)) = (s.task.take(), s.result.take()) else {
@@ -295,7 +308,11 @@ impl<T: Send + 'static> HandOff for Mutex<Shared<T>> {
         tracing::debug!(
             "a request's caller stopped polling it while others waited for its connection; it goes on in a task of its own"
         );
-        cleanup::spawn(handed_off(task, result, started));
+        let task = handed_off(task, result, started);
+        match locker {
+            Some(locker) => locker.spawn(task),
+            None => cleanup::spawn(task),
+        };
         if let Some(caller) = caller {
             caller.wake();
         }
@@ -530,6 +547,41 @@ mod tests {
             .await
             .expect("the line went on");
         assert_eq!(*after, 0, "the dropped request did not run");
+    }
+
+    /// A request handed off is counted in its locker's clean-up, which `Locker::shutdown` waits
+    /// for, until it ends: the watch that hands it off runs outside every call of the locker.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_handed_off_request_is_counted_in_its_locker() {
+        let (requests, slot) = fixture();
+        let locker = cleanup::Tally::default();
+        let (mut stalled, open) = gated(&requests, &slot);
+        let (started, _) = cleanup::scoped(&locker, poll_once(&mut stalled)).await;
+        assert!(!started, "the request holds the slot, at its gate");
+        // Another call of the locker waits in line; the watch hands the stalled request off (and
+        // the waiting one, whose task is not polled while it waits).
+        let (next, open_next) = gated(&requests, &slot);
+        open_next.send(()).unwrap();
+        let in_locker = locker.clone();
+        let next = tokio::spawn(async move { cleanup::scoped(&in_locker, next).await });
+        let counted = tokio::time::timeout(Duration::from_secs(2), async {
+            while locker.in_flight() == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(counted.is_ok(), "the handed-off request is counted in its locker");
+        open.send(()).unwrap();
+        let (out, _) = tokio::time::timeout(Duration::from_secs(5), next)
+            .await
+            .expect("the next request got the slot")
+            .unwrap();
+        assert_eq!(out.unwrap(), 2);
+        assert_eq!(stalled.await.unwrap(), 1, "the caller gets its result");
+        assert!(
+            locker.idle_within(Duration::from_secs(5)).await,
+            "the handed-off request is counted out once it ended"
+        );
     }
 
     /// A hand-off after a request ended does nothing, and ended requests are forgotten.
