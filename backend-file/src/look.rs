@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use locksmith_core::driver::fast_hash::FastBuildHasher;
 use locksmith_core::Result;
 
 use crate::conn::Dir;
@@ -56,7 +57,7 @@ struct LastRead {
 #[derive(Debug)]
 pub(crate) struct Look {
     /// The place of each live entry, by id.
-    places: HashMap<String, Place>,
+    places: HashMap<String, Place, FastBuildHasher>,
     /// The earliest expiry of a live entry (`CLOCK_BOOTTIME` ns).
     next_expiry: Option<u64>,
 }

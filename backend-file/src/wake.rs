@@ -43,6 +43,7 @@ use tokio::sync::Notify;
 use crate::error::errno_error;
 use crate::layout::{stem_of_state_file, OWNERS_DIR};
 use crate::protocol::queue::HandedOver;
+use locksmith_core::driver::fast_hash::FastBuildHasher;
 use locksmith_core::Result;
 
 /// At most this many grants are kept for waiters that have not taken them yet (see
@@ -57,32 +58,32 @@ pub(crate) struct Hub {
     /// The inotify instance and its two watches, once started.
     watch: Mutex<Option<(Arc<OwnedFd>, [i32; 2])>>,
     /// One `Notify` per lock stem that a task of this process waits on.
-    locks: Mutex<HashMap<String, Weak<Notify>>>,
+    locks: Mutex<HashMap<String, Weak<Notify>, FastBuildHasher>>,
     /// How many times a locker of the directory ended (or the kernel dropped events): the entries
     /// of any lock may have died.
     owner_events: AtomicU64,
     /// The lockers of the directory found alive, with their heartbeat then, until the kernel says
     /// their liveness file was closed or removed (see [`Hub::remembered`]).
-    alive: Mutex<HashMap<String, u64>>,
+    alive: Mutex<HashMap<String, u64, FastBuildHasher>>,
     /// One change counter per lock stem that this process holds (see [`Hub::changes`]).
     changes: Mutex<Counters>,
     /// Whether the thread reads events: not before [`Hub::start`], nor once it stopped.
     reading: AtomicBool,
     /// The grants that steps of this process made to entries of its own lockers, by entry id,
     /// until their waiters take them (see [`Hub::granted`]).
-    grants: Mutex<HashMap<String, HandedOver>>,
+    grants: Mutex<HashMap<String, HandedOver, FastBuildHasher>>,
     /// The ids of this process's open lockers of the directory.
-    lockers: Mutex<HashSet<String>>,
+    lockers: Mutex<HashSet<String, FastBuildHasher>>,
     /// The locks (stems) whose hand-over a step of this process is writing now, and how many
     /// such steps (see [`Hub::handing_over`]).
-    handing: Mutex<HashMap<String, usize>>,
+    handing: Mutex<HashMap<String, usize, FastBuildHasher>>,
 }
 
 /// The change counters, and how many lived when dead ones were last dropped (dropping them at
 /// every insertion would cost a pass over all of them per lock taken).
 #[derive(Debug, Default)]
 struct Counters {
-    by_stem: HashMap<String, Weak<AtomicU64>>,
+    by_stem: HashMap<String, Weak<AtomicU64>, FastBuildHasher>,
     live_at_last_sweep: usize,
 }
 
@@ -348,8 +349,9 @@ impl Drop for HandingOver {
 
 /// The value of `key` in `map` if it lives, else a new one made by `make` (and the dead dropped):
 /// what the tasks of this process share per lock.
-pub(crate) fn live_or_new<K, Q, T>(map: &Mutex<HashMap<K, Weak<T>>>, key: &Q, make: impl FnOnce() -> T) -> Arc<T>
+pub(crate) fn live_or_new<K, Q, T, S>(map: &Mutex<HashMap<K, Weak<T>, S>>, key: &Q, make: impl FnOnce() -> T) -> Arc<T>
 where
+    S: std::hash::BuildHasher,
     K: Borrow<Q> + Eq + Hash,
     Q: ToOwned<Owned = K> + Eq + Hash + ?Sized,
 {

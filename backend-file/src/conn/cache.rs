@@ -35,6 +35,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use locksmith_core::driver::fast_hash::FastBuildHasher;
+
 use super::record::{self, Layout};
 use crate::protocol::state::State;
 use crate::wake::live_or_new;
@@ -46,7 +48,7 @@ const KEEP: usize = 256;
 /// The kept states of one lock directory in this process.
 #[derive(Debug, Default)]
 pub(crate) struct StateCache {
-    by_stem: Mutex<HashMap<String, Arc<Kept>>>,
+    by_stem: Mutex<HashMap<String, Arc<Kept>, FastBuildHasher>>,
 }
 
 /// One lock's kept state, and what tells whether its file still holds it.

@@ -11,6 +11,8 @@
 use std::collections::HashMap;
 use std::fs::File;
 
+use locksmith_core::driver::fast_hash::FastBuildHasher;
+
 use super::txn::Locked;
 
 /// How many lock files, and how many state files, a locker keeps open.
@@ -19,8 +21,8 @@ const KEEP: usize = 16;
 /// The files kept, by lock stem.
 #[derive(Debug, Default)]
 pub(crate) struct Kept {
-    locks: HashMap<String, Locked>,
-    states: HashMap<String, File>,
+    locks: HashMap<String, Locked, FastBuildHasher>,
+    states: HashMap<String, File, FastBuildHasher>,
     /// Set by `shutdown`: nothing is kept any more.
     closed: bool,
 }

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use locksmith_core::driver::fast_hash::FastBuildHasher;
 use locksmith_core::{LockError, Result};
 use tokio::time::Instant;
 
@@ -54,7 +55,7 @@ pub(crate) struct Dir {
     beat_ns: AtomicU64,
     /// The leases this locker holds, by entry id: what a heartbeat must not keep alive once their
     /// guard stopped renewing them (see [`Dir::beat`]).
-    held: Mutex<HashMap<String, HeldLease>>,
+    held: Mutex<HashMap<String, HeldLease, FastBuildHasher>>,
     /// Whether a step that hands out a token syncs it to disk (the URL's `sync=`).
     sync: bool,
     /// The lock and state files kept open between steps.

@@ -191,20 +191,36 @@ pub(crate) fn holds(file: &File, layout: &Layout, whole: bool) -> std::io::Resul
         .is_some_and(|(seq, cap, crc, _)| (seq, cap, crc) == (layout.frame_seq, layout.cap, layout.frame_crc)))
 }
 
+/// The span of a file that holds both frame headers where the slots are [`MIN_CAP`] apart.
+const BOTH_HEADERS: usize = MIN_CAP as usize + HEADER;
+
+thread_local! {
+    /// The buffer [`headers`] reads both frame headers into, one per thread, zeroed once: a
+    /// buffer on the stack was zeroed at every call (4 KB twice a lock cycle, the largest item of
+    /// an uncontended cycle's instructions), one on the heap is allocated too. Only the bytes a
+    /// read filled are looked at.
+    static HEADERS_READ: std::cell::RefCell<Box<[u8; BOTH_HEADERS]>> =
+        std::cell::RefCell::new(Box::new([0; BOTH_HEADERS]));
+}
+
 /// The headers of the two frame slots of capacity `cap` (`None` where the file ends first). Where
-/// the slots are [`MIN_CAP`] apart (nearly every file), one read of both into a buffer on the
-/// stack: each system call counts on a hand-over's path, which runs on a cold CPU, and a buffer
-/// on the heap costs an allocation and its zeroing at every step. Else one read each.
+/// the slots are [`MIN_CAP`] apart (nearly every file), one read of both into a buffer of the
+/// thread's ([`HEADERS_READ`]): each system call counts on a hand-over's path, which runs on a
+/// cold CPU. Else one read each.
 fn headers(file: &File, cap: u64) -> std::io::Result<[Option<[u8; HEADER]>; 2]> {
-    const BOTH: usize = MIN_CAP as usize + HEADER;
     if cap != MIN_CAP {
         return Ok([header_at(file, FRAMES_AT)?, header_at(file, FRAMES_AT + cap)?]);
     }
-    let mut both = [0u8; BOTH];
-    let n = read_into(file, FRAMES_AT, &mut both)?;
-    let at = |off: usize| -> Option<[u8; HEADER]> { both.get(off..off + HEADER)?.try_into().ok() };
-    let read = |off: usize| at(off).filter(|_| n >= off + HEADER);
-    Ok([read(0), read(MIN_CAP as usize)])
+    HEADERS_READ.with(|buffer| {
+        let mut both = buffer.borrow_mut();
+        let n = read_into(file, FRAMES_AT, &mut both[..])?;
+        // Bytes past `n` are an earlier read's: never looked at.
+        let read = |off: usize| -> Option<[u8; HEADER]> {
+            let end = off + HEADER;
+            (n >= end).then(|| both[off..end].try_into().ok()).flatten()
+        };
+        Ok([read(0), read(MIN_CAP as usize)])
+    })
 }
 
 /// The [`HEADER`] bytes of `file` at `at`, `None` if the file ends before them.
@@ -439,6 +455,25 @@ mod tests {
     }
 
     /// A reservation whose sync failed is withdrawn: the one before it is the newest again.
+    /// The headers' buffer is the thread's, reused: a short file read after a long one shows
+    /// none of the long one's bytes (its second slot is past its end).
+    #[test]
+    fn headers_read_after_a_longer_file_show_none_of_it() {
+        let long = temp_file(&encode_new(b"long", 1));
+        let (_, layout) = decode(&read(&long)).unwrap();
+        let layout = write(&long, &layout, b"in the second slot", None).unwrap();
+        let [first, second] = headers(&long, MIN_CAP).unwrap();
+        assert!(first.is_some() && second.is_some(), "both slots of the long file");
+        assert!(holds(&long, &layout, true).unwrap());
+
+        let short = temp_file(&encode_new(b"short", 2));
+        let (_, layout) = decode(&read(&short)).unwrap();
+        let [first, second] = headers(&short, MIN_CAP).unwrap();
+        assert_eq!(second, None, "the short file ends before its second slot");
+        assert_eq!(first.map(|h| u64_at(&h, 8)), Some(layout.frame_seq));
+        assert!(holds(&short, &layout, true).unwrap());
+    }
+
     #[test]
     fn a_withdrawn_reservation_gives_way_to_the_one_before() {
         let f = temp_file(&encode_new(b"s", 50));

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use locksmith_core::driver::fast_hash::FastBuildHasher;
 use locksmith_core::driver::queue::{holds_at_tail, standing, Standing};
 use locksmith_core::{LockError, Result};
 
@@ -122,10 +123,10 @@ pub(crate) struct Place {
 
 /// The place of every entry (by id): what waiters check before they take the lock. One pass for
 /// all of them (see `look.rs`: asked by each of N waiters, it would cost O(N) each).
-pub(crate) fn places(state: &State) -> Result<HashMap<String, Place>> {
+pub(crate) fn places(state: &State) -> Result<HashMap<String, Place, FastBuildHasher>> {
     let roles = state.roles()?;
     let mut expiry_ahead: Option<u64> = None;
-    let mut places = HashMap::with_capacity(state.entries.len());
+    let mut places = HashMap::with_capacity_and_hasher(state.entries.len(), FastBuildHasher::default());
     for (i, e) in state.entries.iter().enumerate() {
         let waits = matches!(standing(&roles, i), Ok(Standing::After(_) | Standing::AfterAny));
         let place = Place {
