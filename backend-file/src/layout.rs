@@ -127,14 +127,20 @@ fn stem(segment: &str) -> String {
         }
     }
     out.push_str(&segment[kept..]);
-    if out.len() <= MAX_STEM {
-        return out;
+    shortened(out, segment)
+}
+
+/// `encoded`, the encoding of `segment`, cut to [`MAX_STEM`] bytes where it is longer, with a hash
+/// of the whole segment in place of the rest.
+fn shortened(encoded: String, segment: &str) -> String {
+    if encoded.len() <= MAX_STEM {
+        return encoded;
     }
     let mut cut = MAX_STEM - 17;
-    while !out.is_char_boundary(cut) {
+    while !encoded.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!("{}~{:016x}", &out[..cut], fnv1a(segment.as_bytes()))
+    format!("{}~{:016x}", &encoded[..cut], fnv1a(segment.as_bytes()))
 }
 
 /// Whether `out` ends inside a `%XX` escape of the encoding (its hex digits stay upper case).
@@ -169,14 +175,7 @@ mod tests {
                 out.push(c);
             }
         }
-        if out.len() <= MAX_STEM {
-            return out;
-        }
-        let mut cut = MAX_STEM - 17;
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        format!("{}~{:016x}", &out[..cut], fnv1a(segment.as_bytes()))
+        shortened(out, segment)
     }
 
     #[test]
