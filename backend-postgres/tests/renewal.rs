@@ -21,7 +21,11 @@ async fn a_held_lock_outlives_a_backlog_of_steps() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let harness = common::PgHarness::plain().await;
     let ttl = Duration::from_millis(600);
-    let url = format!("{}&ttl={}ms", harness.url, ttl.as_millis());
+    // The backlog's calls wait in a line seconds long (as long as the machine is slow): a request
+    // timeout far above it, so that what this test checks is the held lock, not the machine's
+    // speed (in one CI run the default 5 s cut two backlog calls off). A renewal's own bound is
+    // the lease: the watchdog counts one that outlasts it as lost whatever this timeout.
+    let url = format!("{}&ttl={}ms&request_timeout=30s", harness.url, ttl.as_millis());
     let locker = locksmith_postgres::connect(&BackendUrl::parse(&url).unwrap())
         .await
         .unwrap();
