@@ -1,8 +1,13 @@
 //! Many locks on one `Locker` (the lockbench `scale` workload): thousands of locks taken
-//! concurrently under a 3 s session survive several TTLs, and the watchdog renews them all in
+//! concurrently under a 5 s session survive two TTLs, and the watchdog renews them all in
 //! O(1) `renew_many` calls (one session keep-alive each) per renewal interval, not one per lock
 //! or per moment a lock was taken. Counts, not timings: calls into the backend are counted by a
 //! wrapper, requests by the backend's own counters.
+//!
+//! Why 5 s: a new lock joins the session's lease as it was last refreshed, up to half a TTL
+//! earlier, so while the locks are taken a keep-alive must be answered within half a TTL (less
+//! the margin). etcd writing 5,000 keys on a loaded 2-core CI machine answered one later than
+//! that under a 3 s session (1.2 s), and some locks were rightly given up; 5 s leaves 2 s.
 
 mod common;
 
@@ -63,7 +68,7 @@ async fn thousands_of_locks_survive_with_one_renewal_per_interval() {
     let locks_env = std::env::var("SCALE_LOCKS").ok().and_then(|v| v.parse().ok());
     let locks: usize = locks_env.unwrap_or(DEFAULT_LOCKS);
     let base = common::env_url("LOCKSMITH_TEST_ETCD");
-    let url = BackendUrl::parse(&common::with_query(&base, "ttl=3s")).expect("url");
+    let url = BackendUrl::parse(&common::with_query(&base, "ttl=5s")).expect("url");
     let backend = Arc::new(
         EtcdBackend::connect(Config::from_url(&url).expect("config"))
             .await
@@ -97,14 +102,18 @@ async fn thousands_of_locks_survive_with_one_renewal_per_interval() {
     let taking = started.elapsed();
     let calls_while_taking = counting.renew_calls.load(Ordering::Relaxed) - calls_at_start;
     println!("took {locks} locks in {taking:?} with {calls_while_taking} renew_many calls");
+    let lost: Vec<_> = guards.iter().filter_map(LockGuard::lost_reason).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {locks} locks lost while taking them, e.g. {:?}",
+        lost.len(),
+        lost.first()
+    );
     assert_eq!(locker.held_count(), locks);
-    for g in &guards {
-        assert!(g.is_held(), "lost while taking the locks: {:?}", g.lost_reason());
-    }
-    // Hold them for three TTLs (after one interval for the last keys' watches to open).
+    // Hold them for two TTLs (after one interval for the last keys' watches to open).
     tokio::time::sleep(interval).await;
     let (calls_before, stats_before) = (counting.renew_calls.load(Ordering::Relaxed), backend.stats());
-    let window = ttl * 3;
+    let window = ttl * 2;
     tokio::time::sleep(window).await;
     let (calls_after, stats_after) = (counting.renew_calls.load(Ordering::Relaxed), backend.stats());
     let calls = calls_after - calls_before;

@@ -91,7 +91,7 @@ pub(crate) async fn renew_many(inner: &Inner, leases: &[Lease]) -> Vec<Result<()
                 match result.as_ref().map(|flags| &flags[i]) {
                     Ok(Ok(true)) => renewed += 1,
                     Ok(Ok(false)) => gone += 1,
-                    Ok(Err(e)) | Err(e) => error = Some(e.to_string()),
+                    Ok(Err(e)) | Err(e) => error = Some(e.with_sources()),
                 }
             }
             if renewed >= quorum {

@@ -162,6 +162,36 @@ impl LockError {
     pub fn is_not_held(&self) -> bool {
         matches!(self, LockError::NotHeld { .. })
     }
+
+    /// The error's message followed by the message of each error in its `source()` chain, joined
+    /// by `": "`: what a lost lock's reason or a log line says, so that the client library's
+    /// error (a refused connection, a TLS alert, a timeout) is not dropped with the `source`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # extern crate locksmith_core as locksmith; // users depend on the locksmith facade
+    /// let refused = std::io::Error::other("connection refused");
+    /// let e = locksmith::LockError::unavailable("renewing on redis at 127.0.0.1:6379", refused);
+    /// assert_eq!(
+    ///     e.with_sources(),
+    ///     "backend unavailable: renewing on redis at 127.0.0.1:6379: connection refused"
+    /// );
+    /// ```
+    pub fn with_sources(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(e) = source {
+            let part = e.to_string();
+            // Some client errors repeat their source's text in their own: say it once.
+            if !text.ends_with(&part) {
+                text.push_str(": ");
+                text.push_str(&part);
+            }
+            source = e.source();
+        }
+        text
+    }
 }
 
 /// `Result` with [`LockError`].

@@ -384,7 +384,7 @@ async fn renew_batch(shared: &Shared, due: Vec<(u64, Lease, Instant)>) {
                 Ok(results) => match results.get(i) {
                     Some(Ok(())) => Renewal::Renewed,
                     Some(Err(e)) if e.is_not_held() => Renewal::Gone(e.to_string()),
-                    Some(Err(e)) => Renewal::Failed(e.to_string()),
+                    Some(Err(e)) => Renewal::Failed(e.with_sources()),
                     None => Renewal::Failed("the backend returned too few renewal results".into()),
                 },
                 Err(_) => Renewal::Failed("the renewal request timed out".into()),

@@ -22,10 +22,9 @@ struct Partitionable {
 impl Partitionable {
     fn reachable(&self) -> Result<()> {
         if self.cut_off.load(Ordering::SeqCst) {
-            return Err(LockError::Unavailable {
-                message: "network cut".into(),
-                source: None,
-            });
+            // As a client library's error comes: what was done in the message, why in the source.
+            let why = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "network cut");
+            return Err(LockError::unavailable("renewing on the partitioned server", why));
         }
         Ok(())
     }
@@ -81,7 +80,7 @@ async fn lost_fires_before_the_server_could_expire_the_lease() {
         .expect("lost() never fired");
     assert!(
         matches!(reason, LostReason::RenewalFailed(ref e) if e.contains("network cut")),
-        "{reason:?}"
+        "the reason must say why the renewals failed (the client's error, the source): {reason:?}"
     );
     // At the moment lost() fired, the server still counted the lease as ours: the holder was told
     // before anyone else could get the lock.

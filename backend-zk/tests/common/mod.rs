@@ -207,23 +207,45 @@ pub fn server_addrs(base: &str) -> Vec<String> {
 }
 
 /// How many packets a server of `servers` received on the connection of `session`, read with the
-/// `cons` four-letter word (one line per connection: `... (queued=0,recved=643,sent=643,sid=0x1...,...)`)
+/// `cons` four-letter word (one line per connection: ` /127.0.0.1:41234[1](queued=0,recved=643,sent=643,sid=0x1...,...)`)
 /// of each server in turn until one has it.
-pub async fn packets_received(servers: &[String], session: i64) -> u64 {
+pub async fn packets_received(servers: &[String], session: i64) -> Received {
     let sid = format!("sid={:#x},", session as u64);
     let mut seen = String::new();
     for server in servers {
         let out = four_letter_word(server, "cons").await;
-        let recved = out.lines().find(|line| line.contains(&sid)).and_then(|line| {
-            line.split(['(', ','])
-                .find_map(|field| field.strip_prefix("recved=")?.parse().ok())
+        let found = out.lines().find(|line| line.contains(&sid)).and_then(|line| {
+            let connection = line.trim_start().split('(').next()?.to_owned();
+            let packets = line
+                .split(['(', ','])
+                .find_map(|field| field.strip_prefix("recved=")?.parse().ok())?;
+            Some(Received { connection, packets })
         });
-        if let Some(recved) = recved {
-            return recved;
+        if let Some(found) = found {
+            return found;
         }
         seen.push_str(&out);
     }
     panic!("no connection with {sid} in `cons` of {servers:?} (is it whitelisted?):\n{seen}")
+}
+
+/// What [`packets_received`] read: the count of one connection of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The client's end of the connection as the server names it (`/127.0.0.1:41234[1]`).
+    pub connection: String,
+    /// Packets the server received on it.
+    pub packets: u64,
+}
+
+impl Received {
+    /// The packets received since `earlier`, if both counts are of the same connection: a client
+    /// that reconnected (a missed ping on a loaded machine) starts a new count, and the
+    /// difference would say nothing.
+    pub fn since(&self, earlier: &Received) -> Option<u64> {
+        (self.connection == earlier.connection && self.packets >= earlier.packets)
+            .then(|| self.packets - earlier.packets)
+    }
 }
 
 /// The answer of `server` to the four-letter word `word`.
