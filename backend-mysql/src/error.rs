@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use locksmith_core::driver::permanent;
+use locksmith_core::driver::{permanent, text_with_sources};
 use locksmith_core::LockError;
 
 /// The server's error numbers this backend tells apart.
@@ -114,7 +114,7 @@ pub(crate) fn mysql_error(what: &str, err: sqlx::Error) -> LockError {
             _ => LockError::unavailable(message, err),
         };
     }
-    let text = with_causes(&err);
+    let text = text_with_sources(&err);
     if let Some(failure) = permanent::tls_failure(&err) {
         return failure.denied(&format!("mysql: {what}"), None, &text);
     }
@@ -127,20 +127,6 @@ pub(crate) fn mysql_error(what: &str, err: sqlx::Error) -> LockError {
 /// A column of an answer that is not what the statement returns.
 pub(crate) fn decode(what: &str, err: sqlx::Error) -> LockError {
     LockError::Protocol(format!("mysql: {what}: unexpected answer: {err}"))
-}
-
-fn with_causes(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut cause = err.source();
-    while let Some(e) = cause {
-        let more = e.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = e.source();
-    }
-    text
 }
 
 /// A request that took longer than its bound.

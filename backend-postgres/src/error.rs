@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use locksmith_core::driver::permanent;
+use locksmith_core::driver::{permanent, text_with_sources};
 use locksmith_core::LockError;
 use tokio_postgres::error::SqlState;
 
@@ -37,11 +37,11 @@ pub(crate) fn pg_error(what: &str, err: tokio_postgres::Error) -> LockError {
         }
         return LockError::unavailable(message, err);
     }
-    let message = format!("postgres: {what}: {}", with_causes(&err));
+    let message = format!("postgres: {what}: {}", text_with_sources(&err));
     // TLS that cannot be established (`sslmode=require` at a server without TLS, a certificate
     // `ca=` does not vouch for): no retry changes it.
     if let Some(failure) = permanent::tls_failure(&err) {
-        return failure.denied(&format!("postgres: {what}"), None, &with_causes(&err));
+        return failure.denied(&format!("postgres: {what}"), None, &text_with_sources(&err));
     }
     // The server asked for a password and none was given: no retry brings one.
     if message.contains("password missing") {
@@ -64,23 +64,6 @@ fn out_of_resources(code: &SqlState) -> Option<&'static str> {
         "53200" => Some("the server is out of memory"),
         _ => None,
     }
-}
-
-/// `err` and its causes, as one line: tokio-postgres says "invalid configuration" or "error
-/// performing TLS handshake" and leaves the why (a password missing, a certificate nobody
-/// vouches for) to the source, which a user would otherwise see only in the debug logs.
-fn with_causes(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut cause = err.source();
-    while let Some(e) = cause {
-        let more = e.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = e.source();
-    }
-    text
 }
 
 /// A call that took longer than `limit`.

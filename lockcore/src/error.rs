@@ -164,8 +164,9 @@ impl LockError {
     }
 
     /// The error's message followed by the message of each error in its `source()` chain, joined
-    /// by `": "`: what a lost lock's reason or a log line says, so that the client library's
-    /// error (a refused connection, a TLS alert, a timeout) is not dropped with the `source`.
+    /// by `": "` ([`crate::driver::text_with_sources`]): what a lost lock's reason or a log line
+    /// says, so that the client library's error (a refused connection, a TLS alert, a timeout) is
+    /// not dropped with the `source`.
     ///
     /// # Examples
     ///
@@ -179,19 +180,38 @@ impl LockError {
     /// );
     /// ```
     pub fn with_sources(&self) -> String {
-        let mut text = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(e) = source {
-            let part = e.to_string();
-            // Some client errors repeat their source's text in their own: say it once.
-            if !text.ends_with(&part) {
-                text.push_str(": ");
-                text.push_str(&part);
-            }
-            source = e.source();
-        }
-        text
+        text_with_sources(self)
     }
+}
+
+/// `err`'s message followed by the message of each error in its `source()` chain, joined by
+/// `": "`, each part that the text so far does not already say: one line for a lost lock's
+/// reason, a log or an error message, where a client library (tokio-postgres, sqlx, redis) says
+/// only "error performing TLS handshake" or "io error" and leaves the why to its sources.
+///
+/// # Examples
+///
+/// ```
+/// use locksmith_core::driver::text_with_sources;
+/// let refused = std::io::Error::other("connection refused");
+/// let e = locksmith_core::LockError::unavailable("connecting to 127.0.0.1:5432", refused);
+/// assert_eq!(
+///     text_with_sources(&e),
+///     "backend unavailable: connecting to 127.0.0.1:5432: connection refused"
+/// );
+/// ```
+pub fn text_with_sources(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = e.source();
+    }
+    text
 }
 
 /// `Result` with [`LockError`].

@@ -44,6 +44,7 @@ pub mod url;
 
 pub use crate::backend::{LockBackend, DEFAULT_REQUEST_TIMEOUT};
 pub use crate::descriptor::{Connecting, Descriptor, TtlScope};
+pub use crate::error::text_with_sources;
 pub use crate::guarded::{data_key_under, refuse_if_inside, validate_key, GuardedWrite};
 pub use crate::lease::{Lease, LockRequest, LostSignal, Role};
 pub use crate::name::LockName;
