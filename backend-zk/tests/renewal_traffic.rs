@@ -9,10 +9,10 @@
 //! measured three times and the smallest count is kept, and the two counts are compared with each
 //! other (a ratio measured side by side), never with a fixed number. A window in which the client
 //! reconnected (a missed ping on a loaded machine: a new connection, whose count starts again) is
-//! measured again. The counts include the
-//! client's own pings, which fill the gaps between renewals. Renewing per lock (a `multiRead` of
-//! 128 leases per request, as before) made the 1000-lock window five times busier than the 10-lock
-//! window (7 packets against 36; now 7 against 8).
+//! measured again. The counts include the client's own pings, which fill the gaps between
+//! renewals. Renewing per lock (a `multiRead` of 128 leases per request, as before) made the
+//! 1000-lock window five times busier than the 10-lock window (7 packets against 36; now 7
+//! against 8).
 //!
 //! The watchdog renews leases in batches: those due within a tenth of the renewal interval of each
 //! other. Locks acquired a few hundred milliseconds apart (1000 at once on a busy machine) fall
