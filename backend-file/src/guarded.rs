@@ -106,7 +106,7 @@ pub(crate) async fn write(dir: &Arc<Dir>, config_dir: &Path, lease: &Lease, writ
             let holds = state
                 .entries
                 .iter()
-                .any(|e| e.id == id && e.grant.is_some_and(|g| g.token == token));
+                .any(|e| *e.id == *id && e.grant.is_some_and(|g| g.token == token));
             if !holds {
                 return Err(LockError::not_held(&name));
             }

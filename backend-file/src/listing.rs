@@ -50,6 +50,6 @@ pub(crate) fn list(dir: &Dir, prefix: &str) -> Result<Vec<ListedLock>> {
     }
     Ok(ListedLock::from_segments(
         prefix,
-        segments.iter().map(|(segment, n)| (segment.as_str(), *n)),
+        segments.iter().map(|(segment, n)| (&**segment, *n)),
     ))
 }

@@ -29,7 +29,7 @@ use locksmith_core::Result;
 use crate::conn::Dir;
 use crate::layout::LockFile;
 use crate::protocol::queue::{self, Place};
-use crate::protocol::state::Now;
+use crate::protocol::state::{Now, Text};
 use crate::wake::{live_or_new, Changes};
 
 /// The last look at one lock's state, shared by the waiting tasks of this process (see
@@ -57,7 +57,7 @@ struct LastRead {
 #[derive(Debug)]
 pub(crate) struct Look {
     /// The place of each live entry, by id.
-    places: HashMap<String, Place, FastBuildHasher>,
+    places: HashMap<Text, Place, FastBuildHasher>,
     /// The earliest expiry of a live entry (`CLOCK_BOOTTIME` ns).
     next_expiry: Option<u64>,
 }

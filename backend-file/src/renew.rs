@@ -48,7 +48,7 @@ pub(crate) async fn renew_many(dir: &Arc<Dir>, leases: &[Lease]) -> Vec<Result<(
                     Check::Read(file) => match states.entry(file.stem.clone()).or_insert_with(|| read(&dir, &file)) {
                         Ok(state) => Ok(state
                             .as_ref()
-                            .is_some_and(|s| s.entries.iter().any(|e| e.id == id && e.grant.is_some()))),
+                            .is_some_and(|s| s.entries.iter().any(|e| *e.id == *id && e.grant.is_some()))),
                         Err(message) => Err(message.clone()),
                     },
                 };

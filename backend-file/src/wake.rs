@@ -43,6 +43,7 @@ use tokio::sync::Notify;
 use crate::error::errno_error;
 use crate::layout::{stem_of_state_file, OWNERS_DIR};
 use crate::protocol::queue::HandedOver;
+use crate::protocol::state::Text;
 use locksmith_core::driver::fast_hash::FastBuildHasher;
 use locksmith_core::Result;
 
@@ -71,7 +72,7 @@ pub(crate) struct Hub {
     reading: AtomicBool,
     /// The grants that steps of this process made to entries of its own lockers, by entry id,
     /// until their waiters take them (see [`Hub::granted`]).
-    grants: Mutex<HashMap<String, HandedOver, FastBuildHasher>>,
+    grants: Mutex<HashMap<Text, HandedOver, FastBuildHasher>>,
     /// The ids of this process's open lockers of the directory.
     lockers: Mutex<HashSet<String, FastBuildHasher>>,
     /// The locks (stems) whose hand-over a step of this process is writing now, and how many
@@ -296,7 +297,7 @@ impl Hub {
     pub fn granted(&self, handed: Vec<HandedOver>) {
         let lockers = self.lockers.lock().unwrap_or_else(|e| e.into_inner());
         let mut grants = self.grants.lock().unwrap_or_else(|e| e.into_inner());
-        for grant in handed.into_iter().filter(|g| lockers.contains(&g.owner)) {
+        for grant in handed.into_iter().filter(|g| lockers.contains(&*g.owner)) {
             if grants.len() >= KEPT_GRANTS {
                 grants.clear();
             }

@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use locksmith_core::driver::fast_hash::FastBuildHasher;
 
 use super::record::{self, Layout};
-use crate::protocol::state::State;
+use crate::protocol::state::{State, Text};
 use crate::wake::live_or_new;
 
 /// How many locks' states a directory's cache keeps: past it, it starts again empty (a process
@@ -60,7 +60,7 @@ pub(crate) struct Kept {
     size: u64,
     /// The boot id of the process that kept it (a state read in another boot has its last token
     /// raised to the reservation, see `txn.rs`).
-    boot: String,
+    boot: Text,
     /// The state (its last token as `open_state` gives it), and its JSON.
     pub state: State,
     pub payload: Vec<u8>,
@@ -95,7 +95,7 @@ impl StateCache {
             .unwrap_or_else(|e| e.into_inner())
             .get(stem)
             .cloned()?;
-        if (kept.dev, kept.ino, kept.size) != (meta.dev(), meta.ino(), meta.len()) || kept.boot != boot {
+        if (kept.dev, kept.ino, kept.size) != (meta.dev(), meta.ino(), meta.len()) || *kept.boot != *boot {
             return None;
         }
         let pending = kept.pending.load(Ordering::Acquire);
@@ -116,7 +116,7 @@ impl StateCache {
         stem: &str,
         meta: &Metadata,
         size: u64,
-        boot: &str,
+        boot: &Text,
         state: State,
         payload: Vec<u8>,
         layout: Layout,
@@ -127,13 +127,18 @@ impl StateCache {
             dev: meta.dev(),
             ino: meta.ino(),
             size,
-            boot: boot.to_owned(),
+            boot: boot.clone(),
             state,
             payload,
             layout,
         });
         let mut by_stem = self.by_stem.lock().unwrap_or_else(|e| e.into_inner());
-        if by_stem.len() >= KEEP && !by_stem.contains_key(stem) {
+        // The lock's entry replaced in place: no new key for a lock kept already.
+        if let Some(old) = by_stem.get_mut(stem) {
+            *old = kept.clone();
+            return kept;
+        }
+        if by_stem.len() >= KEEP {
             by_stem.clear();
         }
         by_stem.insert(stem.to_owned(), kept.clone());
@@ -181,7 +186,7 @@ mod tests {
             "s",
             &meta,
             meta.len(),
-            "b",
+            &"b".into(),
             State::default(),
             b"ours".to_vec(),
             ours,
@@ -202,7 +207,7 @@ mod tests {
             "s",
             &meta,
             size,
-            "b",
+            &"b".into(),
             State::default(),
             b"next".to_vec(),
             next.layout,

@@ -18,11 +18,12 @@ use super::txn::Locked;
 /// How many lock files, and how many state files, a locker keeps open.
 const KEEP: usize = 16;
 
-/// The files kept, by lock stem.
+/// The files kept, by lock stem: a taken file leaves its slot empty, for the step to put it back
+/// without a new key.
 #[derive(Debug, Default)]
 pub(crate) struct Kept {
-    locks: HashMap<String, Locked, FastBuildHasher>,
-    states: HashMap<String, File, FastBuildHasher>,
+    locks: HashMap<String, Option<Locked>, FastBuildHasher>,
+    states: HashMap<String, Option<File>, FastBuildHasher>,
     /// Set by `shutdown`: nothing is kept any more.
     closed: bool,
 }
@@ -30,26 +31,22 @@ pub(crate) struct Kept {
 impl Kept {
     /// The kept lock file of `stem` (unlocked), taken out.
     pub fn take_lock(&mut self, stem: &str) -> Option<Locked> {
-        self.locks.remove(stem)
+        self.locks.get_mut(stem)?.take()
     }
 
     /// Keeps the lock file `unlocked` of `stem` for the next step, if there is room.
     pub fn put_lock(&mut self, stem: &str, unlocked: Locked) {
-        if !self.closed && (self.locks.len() < KEEP || self.locks.contains_key(stem)) {
-            self.locks.insert(stem.to_owned(), unlocked);
-        }
+        put(&mut self.locks, self.closed, stem, unlocked);
     }
 
     /// The kept state file of `stem` (open for reading and writing), taken out.
     pub fn take_state(&mut self, stem: &str) -> Option<File> {
-        self.states.remove(stem)
+        self.states.get_mut(stem)?.take()
     }
 
     /// Keeps the state file `file` of `stem` for the next step, if there is room.
     pub fn put_state(&mut self, stem: &str, file: File) {
-        if !self.closed && (self.states.len() < KEEP || self.states.contains_key(stem)) {
-            self.states.insert(stem.to_owned(), file);
-        }
+        put(&mut self.states, self.closed, stem, file);
     }
 
     /// Closes every kept file, and keeps none from now on.
@@ -57,5 +54,18 @@ impl Kept {
         self.closed = true;
         self.locks.clear();
         self.states.clear();
+    }
+}
+
+/// Puts `file` in the slot of `stem`: its own slot, or a new one if there are fewer than [`KEEP`]
+/// (else it is closed); none once `closed`.
+fn put<T>(slots: &mut HashMap<String, Option<T>, FastBuildHasher>, closed: bool, stem: &str, file: T) {
+    if closed {
+        return;
+    }
+    if let Some(slot) = slots.get_mut(stem) {
+        *slot = Some(file);
+    } else if slots.len() < KEEP {
+        slots.insert(stem.to_owned(), Some(file));
     }
 }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::error::io_error;
 use crate::layout::{LockFile, OWNERS_DIR};
-use crate::protocol::state::{Liveness, Now};
+use crate::protocol::state::{Liveness, Now, Text};
 use crate::wake::{Changes, Hub};
 pub(crate) use auto_prune::{keep_pruning, EVERY as PRUNE_EVERY, IDLE as PRUNE_IDLE};
 use owner::Owner;
@@ -40,13 +40,15 @@ pub(crate) struct Dir {
     /// This locker's liveness file; `None` once shut down.
     owner: Mutex<Option<Owner>>,
     /// Its id (kept after shutdown, to recognise this locker's entries).
-    pub owner_id: String,
+    pub owner_id: Text,
     /// This process, as entries record it.
     pub pid: u32,
     /// This host's name.
-    pub host: String,
+    pub host: Text,
     /// This boot's id.
-    pub boot: String,
+    pub boot: Text,
+    /// The ids of this locker's queue entries.
+    pub entry_ids: crate::random::Ids,
     /// Wake-ups from the kernel for this directory.
     pub hub: Arc<Hub>,
     /// Set by `shutdown`.
@@ -98,13 +100,14 @@ impl Dir {
             beat_ns: AtomicU64::new(beat),
             held: Mutex::default(),
             hub,
-            owner_id: owner.id.clone(),
+            owner_id: owner.id.as_str().into(),
             owner: Mutex::new(Some(owner)),
             owners,
             path,
             pid: std::process::id(),
-            host: host_name(),
-            boot: boot_id(),
+            host: host_name().into(),
+            boot: boot_id().into(),
+            entry_ids: crate::random::Ids::new(),
             closed: AtomicBool::new(false),
             sync,
             kept: Mutex::default(),
@@ -139,7 +142,7 @@ impl Dir {
     /// (unless `fresh`) the heartbeat it had when this process last found it alive, if nothing
     /// since says it ended (see `Hub::remembered`). `reap` removes a dead owner's liveness file.
     fn liveness(&self, owner: &str, reap: bool, fresh: bool) -> Liveness {
-        if owner == self.owner_id {
+        if *owner == *self.owner_id {
             return match self.closed.load(Ordering::Acquire) {
                 true => Liveness::Dead,
                 false => Liveness::Beat(self.beat_ns.load(Ordering::Acquire)),

@@ -267,7 +267,8 @@ impl Dir {
         let mut dead = 0;
         for file in files.flatten() {
             if let Some(id) = file.file_name().to_str().filter(|id| super::owner::is_owner_id(id)) {
-                if id != self.owner_id && matches!(check_owner(&self.owners, &self.hub, id, !dry_run), Liveness::Dead) {
+                if id != &*self.owner_id && matches!(check_owner(&self.owners, &self.hub, id, !dry_run), Liveness::Dead)
+                {
                     dead += 1;
                 }
             }

@@ -27,8 +27,8 @@ use super::{record, Dir};
 pub(crate) const TRY_FLOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 use crate::error::{corrupt, errno_error, io_error, open_error};
 use crate::layout::{LockFile, STATE_SUFFIX};
-use crate::protocol::queue;
 use crate::protocol::state::{Now, State, FORMAT, MAX_TOKEN};
+use crate::protocol::{json, queue};
 use crate::safe_open;
 
 impl Dir {
@@ -117,7 +117,7 @@ impl Dir {
             // the high-water mark of pruned tokens, read with its lock file locked: a prune
             // raised it before it removed the lock file this step may have waited for.
             None => {
-                let mut state = State::new(&file.segment, &self.boot);
+                let mut state = State::new(&file.segment, self.boot.clone());
                 state.last_token = self.pruned_mark()?;
                 state
             }
@@ -128,7 +128,7 @@ impl Dir {
         let handed_over = queue::hand_over(&mut state, now);
         // Sized as the state read was: the JSON grows into it without reallocating.
         let mut bytes = Vec::with_capacity(original.as_ref().map_or(256, |o| o.payload.len() + 128));
-        serde_json::to_writer(&mut bytes, &state).map_err(|e| LockError::Protocol(e.to_string()))?;
+        json::write_state(&mut bytes, &state);
         let changed = match &original {
             Some(loaded) => loaded.payload != bytes,
             None => !state.entries.is_empty(),
@@ -180,7 +180,7 @@ impl Dir {
                 false,
             )? {
                 Some(loaded) => loaded.state,
-                None => State::new(&file.segment, &self.boot),
+                None => State::new(&file.segment, self.boot.clone()),
             },
         )
     }
@@ -388,7 +388,7 @@ impl Dir {
                 format!("fencing counter {} has no room for another token", state.last_token),
             ));
         }
-        if segment.is_some_and(|segment| state.segment != segment) {
+        if segment.is_some_and(|segment| *state.segment != *segment) {
             return Err(LockError::InvalidName(format!(
                 "this lock name's file name ({}) is taken by another name of the same long prefix",
                 path.display()
@@ -696,7 +696,7 @@ mod tests {
     use locksmith_core::Family;
 
     use crate::protocol::queue;
-    use crate::protocol::state::Entry;
+    use crate::protocol::state::{Entry, Text};
 
     /// An exclusive entry `id` of `dir`'s locker, with a long TTL.
     fn entry(dir: &Dir, id: &str) -> Entry {
@@ -706,7 +706,7 @@ mod tests {
             pid: dir.pid,
             host: dir.host.clone(),
             role: Entry::role_text(Role::Exclusive),
-            value: String::new(),
+            value: Text::default(),
             since_ns: 0,
             ttl_ns: 60_000_000_000,
             grant: None,
@@ -829,7 +829,7 @@ mod tests {
         dir.transact(&readers, |state, _| Ok(queue::leave(state, "w"))).unwrap();
         let readers_after = dir.read_raw(&readers).unwrap();
         let _ = std::fs::remove_dir_all(&path);
-        let grants: Vec<_> = after.entries.iter().map(|e| (e.id.as_str(), e.grant)).collect();
+        let grants: Vec<_> = after.entries.iter().map(|e| (&*e.id, e.grant)).collect();
         assert!(
             matches!(grants[..], [("2", Some(g)), ("3", None)] if g.token > first),
             "{grants:?}"
@@ -898,7 +898,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("locksmith-file-txn-{:016x}", rand::random::<u64>()));
         let dir = Dir::open(&path, true).unwrap();
         let file = LockFile::of(Family::Mutex, &LockName::new("old").unwrap());
-        let mut old = State::new(&file.segment, &dir.boot);
+        let mut old = State::new(&file.segment, dir.boot.clone());
         old.last_token = 1 << 61;
         std::fs::write(file.state_path(&dir.path), serde_json::to_vec(&old).unwrap()).unwrap();
         let token = dir

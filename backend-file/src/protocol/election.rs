@@ -21,7 +21,7 @@ fn read(dir: &Dir, file: &LockFile) -> Result<LeaderRead> {
         Some(e) => match e.grant {
             Some(g) => LeaderRead::Leads(
                 Leader {
-                    value: e.value.clone(),
+                    value: e.value.to_string(),
                     term: g.token,
                     holder_id: e.holder_id(),
                 },

@@ -10,7 +10,7 @@ use locksmith_core::driver::fast_hash::FastBuildHasher;
 use locksmith_core::driver::queue::{holds_at_tail, standing, Standing};
 use locksmith_core::{LockError, Result};
 
-use super::state::{Entry, Grant, Now, State, MAX_TOKEN};
+use super::state::{Entry, Grant, Now, State, Text, MAX_TOKEN};
 
 /// What a waiter found.
 #[derive(Debug)]
@@ -101,8 +101,8 @@ pub(crate) fn hand_over(state: &mut State, now: Now) -> Vec<HandedOver> {
 /// start of its lease (`CLOCK_BOOTTIME` ns).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct HandedOver {
-    pub id: String,
-    pub owner: String,
+    pub id: Text,
+    pub owner: Text,
     pub token: u64,
     pub since_ns: u64,
 }
@@ -123,7 +123,7 @@ pub(crate) struct Place {
 
 /// The place of every entry (by id): what waiters check before they take the lock. One pass for
 /// all of them (see `look.rs`: asked by each of N waiters, it would cost O(N) each).
-pub(crate) fn places(state: &State) -> Result<HashMap<String, Place, FastBuildHasher>> {
+pub(crate) fn places(state: &State) -> Result<HashMap<Text, Place, FastBuildHasher>> {
     let roles = state.roles()?;
     let mut expiry_ahead: Option<u64> = None;
     let mut places = HashMap::with_capacity_and_hasher(state.entries.len(), FastBuildHasher::default());
@@ -215,7 +215,7 @@ mod tests {
             pid: 1,
             host: "h".into(),
             role: Entry::role_text(role),
-            value: String::new(),
+            value: Text::default(),
             since_ns: 0,
             ttl_ns: 1_000,
             grant: None,

@@ -2,12 +2,17 @@
 //! fencing token, and the rule that drops the entries of the dead.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use locksmith_core::driver::Role;
 use serde::{Deserialize, Serialize};
 
 /// The version of the state file's format, written in every file.
 pub(crate) const FORMAT: u32 = 1;
+
+/// A text of the state file: shared, not copied, when a state is cloned (a step keeps the state it
+/// read beside the one it changes, and this process's copy of the newest state, `cache.rs`).
+pub(crate) type Text = Arc<str>;
 
 /// The highest fencing token, and the highest `last_token` a state file may hold: tokens stay
 /// signed 64-bit numbers (what fenced stores keep), and a counter must have room for the next.
@@ -20,10 +25,10 @@ pub(crate) struct State {
     pub format: u32,
     /// The lock: `Family::segment` of its name (names whose file names were cut to one stem are
     /// told apart by it).
-    pub segment: String,
+    pub segment: Text,
     /// The boot the entries were written in (`/proc/sys/kernel/random/boot_id`): after a reboot
     /// every entry is dead.
-    pub boot: String,
+    pub boot: Text,
     /// The last fencing token handed out for this lock.
     pub last_token: u64,
     /// Holders and waiters, in arrival order.
@@ -38,19 +43,20 @@ pub(crate) struct State {
 /// the locker, however many it has; see `conn/owner.rs`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Entry {
-    /// Random, unique among the entries of every lock.
-    pub id: String,
+    /// Unique among the entries of every lock: the next of its locker's series (`random::Ids`),
+    /// seeded from the kernel.
+    pub id: Text,
     /// The locker it belongs to: its liveness file in `.owners/`.
-    pub owner: String,
+    pub owner: Text,
     /// The process and host of that locker: what `inspect` shows.
     pub pid: u32,
     /// The host name.
-    pub host: String,
+    pub host: Text,
     /// How it shares the lock: `exclusive`, `shared` or `permit:N`.
-    pub role: String,
+    pub role: Text,
     /// What an election candidate campaigns with.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub value: String,
+    #[serde(default, skip_serializing_if = "str::is_empty")]
+    pub value: Text,
     /// When it joined, or was granted once it holds: `CLOCK_BOOTTIME` in nanoseconds (one clock
     /// for every process of the machine, never set back).
     pub since_ns: u64,
@@ -125,7 +131,7 @@ fn unix_micros() -> u64 {
 impl Entry {
     /// Its role, as the queue rule reads it (`None` if the file says something else).
     pub fn role(&self) -> Option<Role> {
-        match self.role.as_str() {
+        match &*self.role {
             "exclusive" => Some(Role::Exclusive),
             "shared" => Some(Role::Shared),
             other => other.strip_prefix("permit:")?.parse().ok().map(Role::Permit),
@@ -133,17 +139,20 @@ impl Entry {
     }
 
     /// The text of a role in the file.
-    pub fn role_text(role: Role) -> String {
+    pub fn role_text(role: Role) -> Text {
+        static EXCLUSIVE: std::sync::OnceLock<Text> = std::sync::OnceLock::new();
+        static SHARED: std::sync::OnceLock<Text> = std::sync::OnceLock::new();
         match role {
-            Role::Exclusive => "exclusive".into(),
-            Role::Shared => "shared".into(),
-            Role::Permit(n) => format!("permit:{n}"),
+            Role::Exclusive => EXCLUSIVE.get_or_init(|| "exclusive".into()).clone(),
+            Role::Shared => SHARED.get_or_init(|| "shared".into()).clone(),
+            Role::Permit(n) => format!("permit:{n}").into(),
         }
     }
 
     /// The holder id of a lease of this entry, as `inspect` shows it: `host:pid:id`.
     pub fn holder_id(&self) -> String {
-        format!("{}:{}:{}", self.host, self.pid, self.id)
+        let mut pid = itoa::Buffer::new();
+        [&*self.host, ":", pid.format(self.pid), ":", &*self.id].concat()
     }
 }
 
@@ -155,11 +164,11 @@ pub(crate) fn entry_id(holder_id: &str) -> &str {
 impl State {
     /// An empty state for the lock `segment` (tokens then start at the wall clock: see
     /// `queue.rs`).
-    pub fn new(segment: &str, boot: &str) -> State {
+    pub fn new(segment: &str, boot: impl Into<Text>) -> State {
         State {
             format: FORMAT,
-            segment: segment.to_owned(),
-            boot: boot.to_owned(),
+            segment: segment.into(),
+            boot: boot.into(),
             last_token: 0,
             entries: Vec::new(),
         }
@@ -182,15 +191,15 @@ impl State {
         // Entries are dropped for their boot only when both ids are known and differ; dropping
         // for a mere mismatch with an unknown one would let such a process and another erase
         // each other's live holders.
-        if !boot.is_empty() && self.boot != boot {
+        if !boot.is_empty() && *self.boot != *boot {
             if !self.boot.is_empty() {
                 self.entries.clear();
             }
-            self.boot = boot.to_owned();
+            self.boot = boot.into();
         }
         // One question per owner (a queue of 1,000 waiters may have 1,000 owners); whether its
         // answer was fresh.
-        let mut verdicts: HashMap<String, (Liveness, bool)> = HashMap::new();
+        let mut verdicts: HashMap<Text, (Liveness, bool)> = HashMap::new();
         self.entries.retain_mut(|e| {
             let (mut verdict, mut fresh) = match verdicts.get(&e.owner) {
                 Some(known) => *known,
@@ -218,7 +227,7 @@ impl State {
 
     /// The index of entry `id`.
     pub fn position(&self, id: &str) -> Option<usize> {
-        self.entries.iter().position(|e| e.id == id)
+        self.entries.iter().position(|e| *e.id == *id)
     }
 
     /// The roles of the queue, in order ([`locksmith_core::LockError::Protocol`] for a role this
@@ -251,7 +260,7 @@ mod tests {
             pid: 1,
             host: "h".into(),
             role: "exclusive".into(),
-            value: String::new(),
+            value: Text::default(),
             since_ns,
             ttl_ns,
             grant: None,
@@ -281,7 +290,7 @@ mod tests {
                 Liveness::Beat(500)
             }
         }));
-        let ids: Vec<_> = s.entries.iter().map(|e| e.id.as_str()).collect();
+        let ids: Vec<_> = s.entries.iter().map(|e| &*e.id).collect();
         assert_eq!(ids, ["3", "4"]);
         let asked: Vec<_> = asked.iter().map(|(o, fresh)| (o.as_str(), *fresh)).collect();
         assert_eq!(
@@ -333,7 +342,7 @@ mod tests {
                 (_, true) => 900,
             })
         }));
-        let expiries: Vec<_> = s.entries.iter().map(|e| (e.id.as_str(), e.expires_ns)).collect();
+        let expiries: Vec<_> = s.entries.iter().map(|e| (&*e.id, e.expires_ns)).collect();
         assert_eq!(expiries, [("2", 1_300), ("3", 1_300), ("4", 1_700)]);
         assert_eq!(fresh_asks, ["o", "p"]);
     }

@@ -22,7 +22,7 @@ use locksmith_core::driver::{Lease, LockRequest};
 use locksmith_core::{LockError, LockKind, Result};
 
 use super::queue::{self, Place, Turn};
-use super::state::{Entry, Now};
+use super::state::{Entry, Now, Text};
 use crate::cleanup::{reap, Pending};
 use crate::conn::Dir;
 use crate::layout::LockFile;
@@ -201,12 +201,15 @@ fn granted_at(sent: Instant, since_ns: u64) -> Instant {
 /// A new entry of this locker for a request of `kind` with a lease of `ttl`.
 pub(crate) fn new_entry(dir: &Dir, kind: &LockKind, ttl: Duration) -> Entry {
     Entry {
-        id: format!("{:016x}", crate::random::u64()),
+        id: dir.entry_ids.next_hex().into(),
         owner: dir.owner_id.clone(),
         pid: dir.pid,
         host: dir.host.clone(),
         role: Entry::role_text(kind.role()),
-        value: kind.campaign_value().to_owned(),
+        value: match kind.campaign_value() {
+            "" => Text::default(),
+            value => value.into(),
+        },
         since_ns: 0,
         ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
         grant: None,
