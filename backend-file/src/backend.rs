@@ -119,8 +119,15 @@ impl LockBackend for FileBackend {
     /// dropped before it forgot the lease is removed again by the heartbeat a TTL later (finding
     /// it gone: harmless).
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let (dir, file) = (self.dir.clone(), LockFile::of(lease.kind.family(), &lease.name));
         let id = entry_id(&lease.holder_id).to_owned();
+        // The lease's own files if this locker holds it (it may have been lost meanwhile).
+        let family = lease.kind.family();
+        let file = self
+            .dir
+            .held_file(&id)
+            .filter(|f| f.segment.strip_prefix(lease.name.encoded()) == Some(family.suffix()))
+            .unwrap_or_else(|| Arc::new(LockFile::of(family, &lease.name)));
+        let dir = self.dir.clone();
         let leaving = id.clone();
         let leave = move |state: &mut crate::protocol::state::State, _| Ok(queue::leave(state, &leaving));
         let left = match dir.leave_if_free(&file, leave) {

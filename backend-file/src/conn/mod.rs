@@ -187,7 +187,7 @@ impl Dir {
             .collect();
         Ok(abandoned
             .into_iter()
-            .filter_map(|id| held.remove(&id).map(|h| (id, h.file)))
+            .filter_map(|id| held.remove(&id).map(|h| (id, LockFile::clone(&h.file))))
             .collect())
     }
 
@@ -218,7 +218,7 @@ impl Dir {
 
     /// Records a lease granted to this locker: entry `id` of `file`, granted at `since_ns`
     /// (`CLOCK_BOOTTIME`) by a request sent at `sent`.
-    pub fn hold(&self, id: &str, file: &LockFile, ttl: Duration, since_ns: u64, sent: Instant) {
+    pub fn hold(&self, id: &str, file: &Arc<LockFile>, ttl: Duration, since_ns: u64, sent: Instant) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.insert(
             id.to_owned(),
@@ -249,7 +249,7 @@ impl Dir {
             return Check::Unchanged;
         }
         h.checked = Some(changes);
-        Check::Read(h.file.clone())
+        Check::Read(LockFile::clone(&h.file))
     }
 
     /// Records that the lease of entry `id` was renewed by a heartbeat written after `sent`, or
@@ -261,7 +261,9 @@ impl Dir {
                 h.renewed = sent;
                 Renewed::Yes
             }
-            Some(_) => held.remove(id).map_or(Renewed::NotHeld, |h| Renewed::Lost(h.file)),
+            Some(_) => held
+                .remove(id)
+                .map_or(Renewed::NotHeld, |h| Renewed::Lost(LockFile::clone(&h.file))),
             None => Renewed::NotHeld,
         }
     }
@@ -278,7 +280,14 @@ impl Dir {
     /// (as a lease its guard stopped renewing: [`Dir::beat`] returns it). Forgotten, its entry
     /// would live on under this locker's heartbeats and hold the lock for nobody.
     pub fn remove_later(&self, id: &str, file: &LockFile) {
-        self.hold(id, file, Duration::ZERO, 0, Instant::now());
+        self.hold(id, &Arc::new(file.clone()), Duration::ZERO, 0, Instant::now());
+    }
+
+    /// The files of the lock of the lease of entry `id`, if this locker holds it (a release
+    /// takes them from there rather than naming them again).
+    pub fn held_file(&self, id: &str) -> Option<Arc<LockFile>> {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(id).map(|h| h.file.clone())
     }
 
     /// Forgets the lease of entry `id` (released, or lost).
@@ -336,7 +345,8 @@ pub(crate) enum Check {
 /// A lease this locker holds.
 #[derive(Debug)]
 struct HeldLease {
-    file: LockFile,
+    /// Shared with the request that took it, and with its release.
+    file: Arc<LockFile>,
     /// The changes seen to its state file.
     changes: Changes,
     /// The value of `changes` when a renewal last read the state file.

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use locksmith_core::driver::fast_hash::FastBuildHasher;
 use locksmith_core::driver::Role;
 use serde::{Deserialize, Serialize};
 
@@ -199,7 +200,7 @@ impl State {
         }
         // One question per owner (a queue of 1,000 waiters may have 1,000 owners); whether its
         // answer was fresh.
-        let mut verdicts: HashMap<Text, (Liveness, bool)> = HashMap::new();
+        let mut verdicts: HashMap<Text, (Liveness, bool), FastBuildHasher> = HashMap::default();
         self.entries.retain_mut(|e| {
             let (mut verdict, mut fresh) = match verdicts.get(&e.owner) {
                 Some(known) => *known,

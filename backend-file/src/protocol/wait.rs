@@ -31,7 +31,7 @@ use crate::look::SharedRead;
 /// One attempt: the lease if the lock is free for this request now.
 pub(crate) async fn try_acquire(dir: &Arc<Dir>, req: &LockRequest) -> Result<Option<Lease>> {
     dir.check_open()?;
-    let file = LockFile::of(req.kind.family(), &req.name);
+    let file = Arc::new(LockFile::of(req.kind.family(), &req.name));
     let entry = new_entry(dir, &req.kind, req.ttl);
     let (id, holder_id) = (entry.id.clone(), entry.holder_id());
     let mut pending = Pending::new(dir, &file, &id);
@@ -52,7 +52,7 @@ pub(crate) async fn try_acquire(dir: &Arc<Dir>, req: &LockRequest) -> Result<Opt
 /// Waits in line until the lock is held, or `deadline`.
 pub(crate) async fn acquire(dir: &Arc<Dir>, req: &LockRequest, deadline: Option<Instant>) -> Result<Lease> {
     dir.check_open()?;
-    let file = LockFile::of(req.kind.family(), &req.name);
+    let file = Arc::new(LockFile::of(req.kind.family(), &req.name));
     let entry = new_entry(dir, &req.kind, req.ttl);
     let (id, holder_id) = (entry.id.clone(), entry.holder_id());
     let mut pending = Pending::new(dir, &file, &id);
