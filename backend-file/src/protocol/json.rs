@@ -7,14 +7,10 @@ use super::state::{Entry, State};
 
 /// Appends the JSON of `state` to `out`.
 pub(crate) fn write_state(out: &mut Vec<u8>, state: &State) {
-    out.extend_from_slice(b"{\"format\":");
-    number(out, u64::from(state.format));
-    out.extend_from_slice(b",\"segment\":");
-    text(out, &state.segment);
-    out.extend_from_slice(b",\"boot\":");
-    text(out, &state.boot);
-    out.extend_from_slice(b",\"last_token\":");
-    number(out, state.last_token);
+    number(out, b"{\"format\":", u64::from(state.format));
+    text(out, b",\"segment\":", &state.segment);
+    text(out, b",\"boot\":", &state.boot);
+    number(out, b",\"last_token\":", state.last_token);
     out.extend_from_slice(b",\"entries\":[");
     for (i, entry) in state.entries.iter().enumerate() {
         if i > 0 {
@@ -28,39 +24,33 @@ pub(crate) fn write_state(out: &mut Vec<u8>, state: &State) {
 /// Appends the JSON of `entry` (its fields in their order in [`Entry`], `value` and `grant` left
 /// out when empty, as their `serde` attributes say).
 fn write_entry(out: &mut Vec<u8>, entry: &Entry) {
-    out.extend_from_slice(b"{\"id\":");
-    text(out, &entry.id);
-    out.extend_from_slice(b",\"owner\":");
-    text(out, &entry.owner);
-    out.extend_from_slice(b",\"pid\":");
-    number(out, u64::from(entry.pid));
-    out.extend_from_slice(b",\"host\":");
-    text(out, &entry.host);
-    out.extend_from_slice(b",\"role\":");
-    text(out, &entry.role);
+    text(out, b"{\"id\":", &entry.id);
+    text(out, b",\"owner\":", &entry.owner);
+    number(out, b",\"pid\":", u64::from(entry.pid));
+    text(out, b",\"host\":", &entry.host);
+    text(out, b",\"role\":", &entry.role);
     if !entry.value.is_empty() {
-        out.extend_from_slice(b",\"value\":");
-        text(out, &entry.value);
+        text(out, b",\"value\":", &entry.value);
     }
-    out.extend_from_slice(b",\"since_ns\":");
-    number(out, entry.since_ns);
-    out.extend_from_slice(b",\"ttl_ns\":");
-    number(out, entry.ttl_ns);
+    number(out, b",\"since_ns\":", entry.since_ns);
+    number(out, b",\"ttl_ns\":", entry.ttl_ns);
     if let Some(grant) = entry.grant {
-        out.extend_from_slice(b",\"grant\":{\"token\":");
-        number(out, grant.token);
+        number(out, b",\"grant\":{\"token\":", grant.token);
         out.push(b'}');
     }
     out.push(b'}');
 }
 
-fn number(out: &mut Vec<u8>, n: u64) {
+/// `key` (the JSON before the value: a separator, the field's name and its colon), then `n`.
+fn number(out: &mut Vec<u8>, key: &[u8], n: u64) {
+    out.extend_from_slice(key);
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
-/// A JSON string: copied as it is when nothing in it needs an escape (the common case: ids, host
-/// names, roles), else escaped by serde_json itself.
-fn text(out: &mut Vec<u8>, s: &str) {
+/// `key` (as for [`number`]), then `s` as a JSON string: copied as it is when nothing in it needs
+/// an escape (the common case: ids, host names, roles), else escaped by serde_json itself.
+fn text(out: &mut Vec<u8>, key: &[u8], s: &str) {
+    out.extend_from_slice(key);
     if plain(s.as_bytes()) {
         out.reserve(s.len() + 2);
         out.push(b'"');
