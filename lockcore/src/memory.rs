@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::backend::{HolderInfo, LockBackend, LockInfo};
 use crate::descriptor::{Connecting, Descriptor, TtlScope};
+use crate::driver::fast_hash::FastBuildHasher;
 use crate::driver::observe::{observe_by_reading, LeaderRead};
 use crate::driver::queue::{holds_at_tail, standing, Standing};
 use crate::driver::url::BackendUrl;
@@ -48,7 +49,7 @@ struct Store {
 #[derive(Debug, Default)]
 struct State {
     /// By [`Family::segment`] of the name.
-    locks: HashMap<String, Vec<Entry>>,
+    locks: HashMap<String, Vec<Entry>, FastBuildHasher>,
     /// One counter for all names: strictly increasing per name, and nothing to keep per name.
     last_token: u64,
     last_entry: u64,
