@@ -125,7 +125,7 @@ impl LockBackend for FileBackend {
         let file = self
             .dir
             .held_file(&id)
-            .filter(|f| f.segment.strip_prefix(lease.name.encoded()) == Some(family.suffix()))
+            .filter(|f| f.is_of(family, &lease.name))
             .unwrap_or_else(|| Arc::new(LockFile::of(family, &lease.name)));
         let dir = self.dir.clone();
         let leaving = id.clone();

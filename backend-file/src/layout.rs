@@ -50,6 +50,12 @@ impl LockFile {
         }
     }
 
+    /// Whether these are the files [`LockFile::of`] gives for `name` in `family` (its segment
+    /// compared without building it).
+    pub fn is_of(&self, family: Family, name: &LockName) -> bool {
+        self.segment.strip_prefix(name.encoded()) == Some(family.suffix())
+    }
+
     /// The files of stem `stem`, found in the directory (a prune's: its lock's segment is not
     /// known, and stays empty; its state file says it).
     pub fn of_stem(stem: &str) -> LockFile {
@@ -162,6 +168,21 @@ mod tests {
 
     fn stem_of(name: &str) -> String {
         LockFile::of(Family::Mutex, &LockName::new(name).unwrap()).stem
+    }
+
+    /// `is_of` says yes to the files `of` gives, and no for another family or name (also one
+    /// whose segment starts the same).
+    #[test]
+    fn files_know_the_lock_they_are_of() {
+        let (a, ab) = (LockName::new("a").unwrap(), LockName::new("a.sem").unwrap());
+        for family in Family::ALL {
+            let files = LockFile::of(family, &a);
+            for other in Family::ALL {
+                assert_eq!(files.is_of(other, &a), other == family, "{family:?} against {other:?}");
+            }
+            assert!(!files.is_of(family, &ab));
+            assert!(!LockFile::of(family, &ab).is_of(family, &a));
+        }
     }
 
     /// The stem as the first version wrote it, one character at a time: the files of locks
